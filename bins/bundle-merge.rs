@@ -1,0 +1,3 @@
+fn main() {
+    nsyskit::contract::cli::main_with("bundle-merge", || 2)
+}

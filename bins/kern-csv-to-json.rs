@@ -1,0 +1,3 @@
+fn main() {
+    nsyskit::contract::cli::main_with("kern-csv-to-json", || 2)
+}

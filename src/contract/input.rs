@@ -1,0 +1,142 @@
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use super::{Error, Result};
+
+/// Where a tool reads its input: a path, or standard input (`-`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    Path(PathBuf),
+    Stdin,
+}
+
+impl Input {
+    /// `-` is standard input, anything else a path.
+    pub fn parse(arg: &str) -> Input {
+        if arg == "-" {
+            Input::Stdin
+        } else {
+            Input::Path(PathBuf::from(arg))
+        }
+    }
+
+    /// The name used in messages: the path as given, or `<stdin>`.
+    pub fn name(&self) -> String {
+        match self {
+            Input::Path(p) => p.display().to_string(),
+            Input::Stdin => "<stdin>".to_string(),
+        }
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Input::Path(p) => Some(p),
+            Input::Stdin => None,
+        }
+    }
+
+    /// Read all bytes; a missing file, a folder or an unreadable file is an input error naming the path.
+    pub fn read_bytes(&self) -> Result<Vec<u8>> {
+        match self {
+            Input::Path(p) => read_file(p),
+            Input::Stdin => {
+                let mut buf = Vec::new();
+                std::io::stdin()
+                    .read_to_end(&mut buf)
+                    .map_err(|e| Error::input(format!("<stdin>: cannot read: {e}")))?;
+                Ok(buf)
+            }
+        }
+    }
+}
+
+/// Read a whole file, with errors that name it.
+pub fn read_file(p: &Path) -> Result<Vec<u8>> {
+    match std::fs::metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::input(format!("{}: no such file", p.display())))
+        }
+        Err(e) => return Err(Error::input(format!("{}: cannot read: {e}", p.display()))),
+        Ok(m) if m.is_dir() => return Err(Error::input(format!("{}: is a directory, not a file", p.display()))),
+        Ok(_) => {}
+    }
+    std::fs::read(p).map_err(|e| Error::input(format!("{}: cannot read: {e}", p.display())))
+}
+
+/// One JSON document of a stream, with where it started (1-based line) for messages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonDoc {
+    pub value: serde_json::Value,
+    pub line: usize,
+}
+
+/// Parse a stream of JSON documents: one document, concatenated documents, or NDJSON. Whitespace-only input
+/// is an empty stream. A syntax error names the source, line and column.
+pub fn parse_json_stream(bytes: &[u8], source: &str) -> Result<Vec<JsonDoc>> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        let line = 1 + bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count();
+        Error::input(format!("{source}: line {line}: not UTF-8 text"))
+    })?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut out = Vec::new();
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>();
+    loop {
+        // where the next document starts: skip whitespace from the current offset
+        let offset = stream.byte_offset();
+        let rest = &text[offset..];
+        let skipped = rest.len() - rest.trim_start().len();
+        let start_line = 1 + text[..offset + skipped].matches('\n').count();
+        match stream.next() {
+            None => break,
+            Some(Ok(value)) => out.push(JsonDoc { value, line: start_line }),
+            Some(Err(e)) => {
+                return Err(Error::input(format!(
+                    "{source}: line {} column {}: not valid JSON: {}",
+                    e.line(),
+                    e.column(),
+                    strip_position(&e.to_string())
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn strip_position(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_of_documents() {
+        let docs = parse_json_stream(b"{\"a\":1}\n{\"b\":2}{\"c\":3}\n\n", "x").unwrap();
+        assert_eq!(docs.len(), 3);
+        assert_eq!(docs[1].line, 2);
+        assert_eq!(docs[2].value["c"], 3);
+        assert!(parse_json_stream(b"  \n", "x").unwrap().is_empty());
+        let bom = parse_json_stream("\u{feff}[1]".as_bytes(), "x").unwrap();
+        assert_eq!(bom[0].value, serde_json::json!([1]));
+    }
+
+    #[test]
+    fn errors_name_line_and_column() {
+        let e = parse_json_stream(b"{\"a\":1}\n{\"b\":}\n", "in.json").unwrap_err();
+        assert!(e.message.starts_with("in.json: line 2 column 6: not valid JSON"), "{}", e.message);
+        let e = parse_json_stream(b"\n\xff", "bin").unwrap_err();
+        assert_eq!(e.message, "bin: line 2: not UTF-8 text");
+    }
+
+    #[test]
+    fn missing_and_directory_inputs() {
+        let e = Input::parse("/nonexistent/x.json").read_bytes().unwrap_err();
+        assert_eq!(e.message, "/nonexistent/x.json: no such file");
+        let e = Input::parse("/").read_bytes().unwrap_err();
+        assert!(e.message.contains("is a directory"));
+    }
+}

@@ -1,0 +1,12 @@
+//! nsyskit: turn NVIDIA Nsight Systems captures of LLM inference servers into trustworthy evidence.
+//!
+//! One module per tool, each a plain function from typed input to typed output. The binaries in
+//! `bins/` and the Nushell plugin in `nu-plugin/` are thin adapters over these functions.
+//!
+//! - [`contract`]: what every tool shares (document header, errors and exit codes, input, output).
+//! - [`export`]: read-only access to an `nsys export --type sqlite` file (and `.nsys-rep` export).
+
+pub mod contract;
+pub mod export;
+pub mod kern_csv;
+pub mod bundle;
