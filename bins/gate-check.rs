@@ -52,8 +52,11 @@ struct Args {
     #[arg(long, default_value_t = 0.8, value_name = "SHARE")]
     min_stable_kernel_share: f64,
     /// G7: a step is a duration outlier above this factor × the median step duration
-    #[arg(long, default_value_t = 2.0, value_name = "FACTOR")]
+    #[arg(long, default_value_t = 3.0, value_name = "FACTOR")]
     duration_outlier_factor: f64,
+    /// G7: a step is a kernel-count outlier above this factor × the most frequent count (or below it ÷ factor)
+    #[arg(long, default_value_t = 1.5, value_name = "FACTOR")]
+    kernel_outlier_factor: f64,
     /// G7: largest share of steps unlike the dominant decode-step shape
     #[arg(long, default_value_t = 0.02, value_name = "SHARE")]
     max_contaminated_share: f64,
@@ -80,6 +83,7 @@ fn main() {
                 min_dominant_gap_share: a.min_dominant_gap_share,
                 min_stable_kernel_share: a.min_stable_kernel_share,
                 duration_outlier_factor: a.duration_outlier_factor,
+                kernel_outlier_factor: a.kernel_outlier_factor,
                 max_contaminated_share: a.max_contaminated_share,
             },
         });

@@ -170,8 +170,10 @@ pub struct Thresholds {
     pub min_dominant_gap_share: f64,
     /// G6: smallest share of steps whose kernel count equals the most frequent count.
     pub min_stable_kernel_share: f64,
-    /// G7: a step is unlike the dominant shape when its duration is above this factor × the median duration.
+    /// G7: a step is unlike the dominant shape when its duration is above this factor × the median duration …
     pub duration_outlier_factor: f64,
+    /// … or its kernel count is above this factor × the most frequent count, or below it ÷ this factor.
+    pub kernel_outlier_factor: f64,
     /// G7: largest share of steps unlike the dominant shape.
     pub max_contaminated_share: f64,
 }
@@ -185,9 +187,37 @@ impl Default for Thresholds {
             min_gap_ms: 500.0,
             min_dominant_gap_share: 0.8,
             min_stable_kernel_share: 0.8,
-            duration_outlier_factor: 2.0,
+            duration_outlier_factor: 3.0,
+            kernel_outlier_factor: 1.5,
             max_contaminated_share: 0.02,
         }
+    }
+}
+
+impl Thresholds {
+    /// Shares must lie in [0, 1], factors be ≥ 1, durations ≥ 0 (a usage error names the flag).
+    pub fn validate(&self) -> Result<()> {
+        let share = |v: f64, flag: &str| -> Result<()> {
+            if v.is_finite() && (0.0..=1.0).contains(&v) {
+                Ok(())
+            } else {
+                Err(Error::usage(format!("{flag} {v}: expected a share between 0 and 1")).with_arg(flag))
+            }
+        };
+        share(self.max_nvtx_after_cuda_share, "--max-nvtx-after-cuda-share")?;
+        share(self.max_gap_share, "--max-gap-share")?;
+        share(self.min_dominant_gap_share, "--min-dominant-gap-share")?;
+        share(self.min_stable_kernel_share, "--min-stable-kernel-share")?;
+        share(self.max_contaminated_share, "--max-contaminated-share")?;
+        for (v, flag) in [(self.duration_outlier_factor, "--duration-outlier-factor"), (self.kernel_outlier_factor, "--kernel-outlier-factor")] {
+            if !(v.is_finite() && v >= 1.0) {
+                return Err(Error::usage(format!("{flag} {v}: expected a factor ≥ 1")).with_arg(flag));
+            }
+        }
+        if !(self.min_gap_ms.is_finite() && self.min_gap_ms >= 0.0) {
+            return Err(Error::usage(format!("--min-gap-ms {}: expected milliseconds ≥ 0", self.min_gap_ms)).with_arg("--min-gap-ms"));
+        }
+        Ok(())
     }
 }
 
@@ -234,6 +264,7 @@ pub struct Context<'a> {
 
 /// Run every gate on the capture named in `opts`.
 pub fn run(opts: &GateOptions) -> Result<GateDoc> {
+    opts.thresholds.validate()?;
     let capture = &opts.capture;
     let name = capture.display().to_string();
     let meta = std::fs::metadata(capture).map_err(|e| match e.kind() {
