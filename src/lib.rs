@@ -11,3 +11,4 @@ pub mod export;
 pub mod kern_csv;
 pub mod bundle;
 pub mod gate;
+pub mod ranges;
