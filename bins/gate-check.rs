@@ -58,8 +58,11 @@ struct Args {
     #[arg(long, default_value_t = 1.5, value_name = "FACTOR")]
     kernel_outlier_factor: f64,
     /// G7: largest share of steps unlike the dominant decode-step shape
-    #[arg(long, default_value_t = 0.02, value_name = "SHARE")]
+    #[arg(long, default_value_t = 0.01, value_name = "SHARE")]
     max_contaminated_share: f64,
+    /// G6: fewest decode steps the decode tier accepts
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    min_decode_steps: usize,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -85,6 +88,7 @@ fn main() {
                 duration_outlier_factor: a.duration_outlier_factor,
                 kernel_outlier_factor: a.kernel_outlier_factor,
                 max_contaminated_share: a.max_contaminated_share,
+                min_decode_steps: a.min_decode_steps,
             },
         });
         emit("gate-check", opts.and_then(|o| gate::run(&o)), a.out.style())
