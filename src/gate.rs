@@ -659,7 +659,8 @@ pub fn settings_from_metadata(e: &Export) -> Result<(TraceSettings, TraceSetting
 }
 
 /// From an `nsyskit.provenance/v1` document: the capture flag string at `capture.flags` (a string, or an array
-/// of strings joined with spaces), else `capture.argv`/`capture.command`, else any string in the document
+/// of strings joined with spaces), else `capture.flags_argv`/`argv`/`command`/`args` (empty or null values
+/// do not count), else any string in the document
 /// that mentions `--cuda-graph-trace`. The nsys default (`--cuda-graph-trace=graph`, CUDA traced) applies when
 /// a flag string was found that does not set them.
 pub fn settings_from_provenance(path: &str, doc: &serde_json::Value) -> TraceSettings {
@@ -681,8 +682,8 @@ pub fn settings_from_provenance(path: &str, doc: &serde_json::Value) -> TraceSet
         }
     }
     let mut found: Option<(String, String)> = None;
-    for key in ["flags", "argv", "command", "args"] {
-        if let Some(t) = doc.get("capture").and_then(|c| c.get(key)).and_then(text_of) {
+    for key in ["flags", "flags_argv", "argv", "command", "args"] {
+        if let Some(t) = doc.get("capture").and_then(|c| c.get(key)).and_then(text_of).filter(|t| !t.trim().is_empty()) {
             found = Some((format!("capture.{key}"), t));
             break;
         }
@@ -1467,5 +1468,11 @@ mod tests {
         let d = serde_json::json!({"nsys": {"cmd": "nsys profile --cuda-graph-trace=node app"}});
         assert_eq!(settings_from_provenance("p.json", &d).graph_mode.as_deref(), Some("node"));
         assert_eq!(settings_from_provenance("p.json", &serde_json::json!({})), TraceSettings::default());
+        // nsys-resolve's shape: flags null when not given, flags_argv the split words
+        let d = serde_json::json!({"capture": {"flags": null, "flags_argv": []}});
+        assert_eq!(settings_from_provenance("p.json", &d), TraceSettings::default());
+        let d = serde_json::json!({"capture": {"flags": null, "flags_argv": ["-t", "cuda,nvtx", "--cuda-graph-trace=node"]}});
+        let s = settings_from_provenance("p.json", &d);
+        assert_eq!((s.graph_mode.as_deref(), s.cuda_trace), (Some("node"), Some(true)));
     }
 }
