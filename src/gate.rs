@@ -1023,13 +1023,16 @@ pub fn device_gaps(e: &Export) -> Result<Option<((i64, i64), Vec<Gap>)>> {
     if tables.is_empty() {
         return Ok(None);
     }
-    let sql = tables.iter().map(|t| format!("SELECT start, end FROM \"{t}\"")).collect::<Vec<_>>().join(" UNION ALL ")
-        + " ORDER BY 1";
-    let mut stmt = e.conn().prepare(&sql).map_err(e.sql_err("device tables"))?;
-    let rows: Vec<(i64, i64)> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .and_then(|r| r.collect())
-        .map_err(e.sql_err("device tables"))?;
+    // 16 bytes a row, sorted here (in place) rather than by SQLite (a temporary b-tree of the same rows)
+    let mut rows: Vec<(i64, i64)> = Vec::new();
+    for t in &tables {
+        let mut stmt = e.conn().prepare(&format!("SELECT start, end FROM \"{t}\"")).map_err(e.sql_err(t))?;
+        let it = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))).map_err(e.sql_err(t))?;
+        for r in it {
+            rows.push(r.map_err(e.sql_err(t))?);
+        }
+    }
+    rows.sort_unstable();
     let Some(&(first, _)) = rows.first() else { return Ok(None) };
     let mut gaps = Vec::new();
     let mut reach = i64::MIN;

@@ -332,14 +332,17 @@ fn g0_names_the_cause_in_diagnostics_and_logs() {
     let (_, doc, _) = gate_check(&[clean.to_str().unwrap(), "--log", log.to_str().unwrap()]);
     let reason = gate(&doc, "G0")["reason"].as_str().unwrap().to_string();
     assert!(reason.contains("cupti-init (CUPTI/Runtime/Driver 12.4/12.4/11.8, major-version skew)"), "{reason}");
-    // the real clean logs have no finding
-    let (code, doc, _) = gate_check(&[
-        &p("nsys-2025.3.1/gpu_full_node.sqlite"),
-        "--log",
-        &p("logs/nsys-2025.3.1_gpu_full_node.console.txt"),
-    ]);
-    assert_eq!(code, 0);
-    assert_eq!(gate(&doc, "G0")["measured"], 0.0);
+    // the real logs of the captures that worked have no finding
+    for log in [
+        "logs/nsys-2025.3.1_gpu_full_node.console.txt",
+        "logs/nsys-2025.3.1_gpu_full_graph.console.txt",
+        "logs/nsys-2023.4.4_gpu_range_node.console.txt",
+        "logs/nsys-2023.4.4_cpu_nvtx_osrt.console.txt",
+    ] {
+        let (code, doc, _) = gate_check(&[&p("nsys-2025.3.1/gpu_full_node.sqlite"), "--log", &p(log)]);
+        assert_eq!(code, 0, "{log}");
+        assert_eq!(gate(&doc, "G0")["measured"], 0.0, "{log}");
+    }
 }
 
 #[test]
