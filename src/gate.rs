@@ -356,6 +356,7 @@ pub fn run(opts: &GateOptions) -> Result<GateDoc> {
 }
 
 /// The gate list, in order. Each gate is one function of the context.
+#[allow(clippy::vec_init_then_push)] // one line per gate: later gates are appended here
 pub fn gates(cx: &Context) -> Result<Vec<GateResult>> {
     let mut out = Vec::new();
     out.push(g0_profiler_health(cx)?);
@@ -928,9 +929,11 @@ pub fn coverage(e: &Export) -> Result<Option<Coverage>> {
     if nrt == 0 {
         return Ok(None);
     }
-    let mut c = Coverage::default();
-    c.last_runtime_end = q1(e, &format!("SELECT max(end) FROM \"{rt}\""), "CUPTI_ACTIVITY_KIND_RUNTIME")?;
-    c.cuda_threads = q1(e, &format!("SELECT count(DISTINCT globalTid) FROM \"{rt}\""), "CUPTI_ACTIVITY_KIND_RUNTIME")?;
+    let mut c = Coverage {
+        last_runtime_end: q1(e, &format!("SELECT max(end) FROM \"{rt}\""), "CUPTI_ACTIVITY_KIND_RUNTIME")?,
+        cuda_threads: q1(e, &format!("SELECT count(DISTINCT globalTid) FROM \"{rt}\""), "CUPTI_ACTIVITY_KIND_RUNTIME")?,
+        ..Default::default()
+    };
     for t in device_tables(e, &["start", "end"])? {
         let v: Option<i64> = q1(e, &format!("SELECT max(end) FROM \"{t}\""), &t)?;
         c.last_device_end = c.last_device_end.max(v);
@@ -1018,7 +1021,10 @@ pub struct Gap {
 
 /// The GPU activity window `[first start, last end]` over KERNEL, MEMCPY, MEMSET and its gaps (between the
 /// union of the intervals), longest first.
-pub fn device_gaps(e: &Export) -> Result<Option<((i64, i64), Vec<Gap>)>> {
+/// `((first start, last end), gaps longest first)`.
+pub type GpuWindow = ((i64, i64), Vec<Gap>);
+
+pub fn device_gaps(e: &Export) -> Result<Option<GpuWindow>> {
     let tables = device_tables(e, &["start", "end"])?;
     if tables.is_empty() {
         return Ok(None);
@@ -1185,7 +1191,7 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
         Some(l) => {
             if !counts.contains_key(l) {
                 let mut top: Vec<(&&str, &(usize, u32))> = counts.iter().collect();
-                top.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+                top.sort_by_key(|t| std::cmp::Reverse(t.1 .0));
                 let names: Vec<String> = top.iter().take(8).map(|(l, (n, _))| format!("{l} ({n})")).collect();
                 return Ok(Err(format!("--decode-range {l}: no such NVTX range in the capture (most frequent: {})", names.join(", "))));
             }
