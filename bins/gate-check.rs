@@ -15,8 +15,8 @@ use nsyskit::gate::{self, GateOptions, Thresholds, Tier};
     after_help = "Example:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n      --log fixtures/logs/nsys-2023.4.4_gpu_full_node_FAILED-cbid468.console.txt\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode"
 )]
 struct Args {
-    /// The capture: an .nsys-rep (exported with nsys: NSYS_BIN, else nsys on PATH), an .sqlite export, or a
-    /// .qdstrm left instead of a report
+    /// The capture: an .nsys-rep (exported with nsys: NSYS_BIN, else nsys on PATH), an .sqlite export, a
+    /// .qdstrm left instead of a report, or - for an .sqlite export on stdin
     capture: PathBuf,
     /// The SQLite export of an .nsys-rep CAPTURE (no re-export)
     #[arg(long, value_name = "S")]

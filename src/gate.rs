@@ -268,9 +268,42 @@ pub struct Context<'a> {
     pub steps: OnceCell<std::result::Result<DecodeSteps, String>>,
 }
 
-/// Run every gate on the capture named in `opts`.
+/// Run every gate on the capture named in `opts`. CAPTURE `-` is an SQLite export read from standard input
+/// (copied into a temporary file, deleted afterwards; messages name it `<stdin>`).
 pub fn run(opts: &GateOptions) -> Result<GateDoc> {
     opts.thresholds.validate()?;
+    if opts.capture.as_os_str() == "-" {
+        let bytes = crate::contract::Input::Stdin.read_bytes().map_err(|e| e.with_arg("CAPTURE"))?;
+        let tmp = tempfile::Builder::new()
+            .prefix("nsyskit-gate-stdin-")
+            .tempdir()
+            .map_err(|e| Error::env(format!("cannot create a temporary folder: {e}")))?;
+        let path = tmp.path().join("stdin.sqlite");
+        std::fs::write(&path, &bytes).map_err(|e| Error::env(format!("cannot write a temporary file: {e}")))?;
+        let tmp_name = path.display().to_string();
+        let o = GateOptions { capture: path, ..opts.clone() };
+        return match run_path(&o) {
+            Ok(mut doc) => {
+                doc.source.path = "<stdin>".into();
+                doc.source.sqlite = Some("<stdin>".into());
+                for g in &mut doc.gates {
+                    g.reason = g.reason.replace(&tmp_name, "<stdin>");
+                    for ev in &mut g.evidence {
+                        *ev = ev.replace(&tmp_name, "<stdin>");
+                    }
+                }
+                Ok(doc)
+            }
+            Err(mut e) => {
+                e.message = e.message.replace(&tmp_name, "<stdin>");
+                Err(e)
+            }
+        };
+    }
+    run_path(opts)
+}
+
+fn run_path(opts: &GateOptions) -> Result<GateDoc> {
     let capture = &opts.capture;
     let name = capture.display().to_string();
     let meta = std::fs::metadata(capture).map_err(|e| match e.kind() {

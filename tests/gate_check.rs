@@ -409,3 +409,18 @@ fn decode_range_flag_picks_the_step_label() {
     assert!(gate(&doc, "G6")["reason"].as_str().unwrap().contains("carry no kernel"));
     assert_eq!(gate(&doc, "G7")["verdict"], "skip");
 }
+
+#[test]
+fn export_on_stdin() {
+    let bytes = std::fs::read(fixture("nsys-2025.3.1/gpu_full_graph.sqlite")).unwrap();
+    let out = Command::cargo_bin("gate-check").unwrap().arg("-").arg("--compact").write_stdin(bytes).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let doc = one_doc(&out.stdout);
+    assert_eq!(doc["source"]["path"], "<stdin>");
+    assert_eq!(retry(&doc), ["G1"]);
+    assert!(gate(&doc, "G1")["evidence"].to_string().contains("<stdin>: cudaGraphLaunch calls 200"));
+    let out = Command::cargo_bin("gate-check").unwrap().arg("-").write_stdin("garbage").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("<stdin>: not an SQLite file"), "{e}");
+}
