@@ -45,7 +45,7 @@ struct Args {
     /// … and at least this many milliseconds
     #[arg(long, default_value_t = 500.0, value_name = "MS")]
     min_gap_ms: f64,
-    /// G6: smallest share of inter-step gaps in the dominant bucket [median/2, 2·median]
+    /// G6: smallest share of step-start intervals in the dominant bucket [median/2, 2·median]
     #[arg(long, default_value_t = 0.8, value_name = "SHARE")]
     min_dominant_gap_share: f64,
     /// G6: smallest share of steps with the most frequent kernel count

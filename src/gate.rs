@@ -619,7 +619,9 @@ pub fn g0_profiler_health(cx: &Context) -> Result<GateResult> {
                 if let Some(v) = findings.iter().find_map(|f| p.versions.captures(&f.text)) {
                     let major = |s: &str| s.split('.').next().unwrap_or("").to_string();
                     let (c1, r1, d1) = (major(&v[1]), major(&v[2]), major(&v[3]));
-                    let skew = if c1 != r1 || r1 != d1 { ", major-version skew" } else { "" };
+                    // CUDA majors only (a driver release such as 580.x is not comparable)
+                    let cuda_like = [&c1, &r1, &d1].iter().all(|m| m.parse::<u32>().map(|v| v < 100).unwrap_or(false));
+                    let skew = if cuda_like && (c1 != r1 || r1 != d1) { ", major-version skew" } else { "" };
                     detail = format!(" (CUPTI/Runtime/Driver {}/{}/{}{skew})", &v[1], &v[2], &v[3]);
                 }
             }
