@@ -449,7 +449,7 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
             };
             if cands.is_empty() {
                 msg.push_str(&format!(
-                    ": no candidates (no --nsys, NSYS_BIN unset, no nsys on PATH, nothing in {})",
+                    ": no candidates (no --nsys, NSYS_BIN unset, no nsys on PATH, nothing in {}); give --nsys PATH or set NSYS_BIN",
                     opts.install_globs.join(", ")
                 ));
             } else {
@@ -458,7 +458,7 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
                     msg.push_str(&format!("\n  {}. {} [{}]: {}", k + 1, c.path.display(), c.source, c.reason));
                 }
             }
-            if explicit.is_none() {
+            if explicit.is_none() && !cands.is_empty() {
                 msg.push_str("\n  (give --nsys PATH or set NSYS_BIN; searched PATH and ");
                 msg.push_str(&opts.install_globs.join(", "));
                 msg.push(')');
