@@ -34,9 +34,11 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     p
 }
 
-/// A fake nsys that prints `version` and answers `profile --help`/`export --help` with the real 2023.4.4 texts.
+/// A fake nsys that prints `version` and answers `profile --help`/`export --help` with the real texts of
+/// nsys 2025.3.1 (for a 2025.* version) or 2023.4.4 (otherwise).
 fn fake_nsys(dir: &Path, version: &str) -> PathBuf {
-    let help = common::root().join("fixtures/nsys-help/2023.4.4");
+    let real = if version.starts_with("2025.") { "2025.3.1" } else { "2023.4.4" };
+    let help = common::root().join("fixtures/nsys-help").join(real);
     script(
         dir,
         "nsys",
@@ -239,6 +241,7 @@ fn install_folders_newest_version_first() {
     let r = nsyskit::resolve::resolve(&opts).unwrap();
     assert_eq!(r.version, "2025.3.1.90-2");
     assert_eq!(r.source, "install-dir");
+    assert!(r.capabilities.pytorch && !r.capabilities.attach_pid, "probed from the 2025.3.1 help: {:?}", r.capabilities);
     let order: Vec<Option<&str>> = r.candidates.iter().map(|c| c.version.as_deref()).collect();
     assert_eq!(order, [Some("2025.3.1.90-2"), Some("2024.6.2.225-3"), Some("2023.4.4.54-1"), None]);
     assert_eq!(r.candidates[0].reason, "newest usable nsys in the known install folders");
