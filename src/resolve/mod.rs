@@ -112,7 +112,7 @@ pub struct Provenance {
     pub host: Host,
     /// Artifact paths: `--artifact`s as given, then `DIR/provenance.json` with `--record`.
     pub artifacts: Vec<String>,
-    /// `DIR/provenance.json` when `--record DIR` was given.
+    /// `DIR/provenance.json` (absolute) when `--record DIR` was given.
     pub record: Option<String>,
 }
 
@@ -341,7 +341,7 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
     let failed: Vec<String> = checks.iter().filter(|c| c.status == "fail").map(|c| format!("{}: {}", c.name, c.reason)).collect();
     let server_cmd = opts.server_cmd.as_deref().map(|c| redact_command(c).0);
     let client_cmd = opts.client_cmd.as_deref().map(|c| redact_command(c).0);
-    let record_path = opts.record.as_ref().map(|d| d.join("provenance.json"));
+    let record_path = opts.record.as_ref().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).join("provenance.json"));
     let mut artifacts = opts.artifacts.clone();
     if let Some(p) = &record_path {
         artifacts.push(p.display().to_string());
