@@ -461,6 +461,14 @@ fn help_has_a_runnable_example() {
     assert!(o.status.success());
     let h = String::from_utf8_lossy(&o.stdout);
     assert!(h.contains("Examples:") && h.contains("nsys-resolve --nsys /root/.cache/nsyskit/nsys-2023.4/usr/bin/nsys"));
+    // the first example runs as written where the scripts/get-nsys cache is
+    let first = h.lines().skip_while(|l| !l.starts_with("Examples:")).nth(1).unwrap().trim();
+    let argv = nsyskit::resolve::split_words(first);
+    if Path::new(&argv[2]).exists() {
+        let (code, doc, _) = run(cmd(&[]).args(&argv[1..]));
+        assert_eq!(code, 0);
+        assert_eq!(doc["nsys"]["version"], REAL_VERSION);
+    }
     let (code, _, stderr) = run(cmd(&[]).arg("--env").arg("").arg("--nsys").arg("/nonexistent"));
     assert_eq!(code, 2);
     assert!(stderr.contains("--env \"\": expected NAME or NAME=VALUE"), "{stderr}");
