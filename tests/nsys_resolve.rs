@@ -295,6 +295,11 @@ fn preflight_flags_a_foreign_process_on_the_target_gpu() {
     assert_eq!(doc["gpu"]["targets"], serde_json::json!([0]));
     assert_eq!(doc["gpu"]["target_source"], "CUDA_VISIBLE_DEVICES");
 
+    // an empty CUDA_VISIBLE_DEVICES hides every GPU
+    let (code, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").arg("--nvidia-smi").arg(&foreign).env("CUDA_VISIBLE_DEVICES", ""));
+    assert_eq!(code, 1);
+    assert_eq!(check(&doc, "gpu")["reason"], "no target GPU: CUDA_VISIBLE_DEVICES selects none of the 1 GPUs");
+
     // a target GPU that does not exist is a failed check, not a crash
     let (code, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").arg("--nvidia-smi").arg(&foreign).arg("--gpu").arg("1"));
     assert_eq!(code, 1);

@@ -248,7 +248,8 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
     let preflight = opts.preflight || opts.require_gpu || opts.port.is_some() || opts.shm.is_some();
     let want_gpu = preflight || opts.record.is_some() || opts.gpu.is_some();
     let gpu = if want_gpu {
-        let target = match (opts.gpu, opts.cuda_visible_devices.as_deref().filter(|v| !v.trim().is_empty())) {
+        // an empty CUDA_VISIBLE_DEVICES hides every GPU from CUDA: no target, a failed gpu check
+        let target = match (opts.gpu, opts.cuda_visible_devices.as_deref()) {
             (Some(i), _) => TargetSpec::Index(i),
             (None, Some(v)) => TargetSpec::Visible(v.to_string()),
             (None, None) => TargetSpec::All,
