@@ -427,6 +427,10 @@ fn record_writes_the_same_document_with_secrets_redacted() {
     let rec: Value = serde_json::from_str(&text).unwrap();
     common::assert_valid(&rec);
     assert_eq!(rec, doc, "the record is the document printed on stdout");
+    let loaded = nsyskit::resolve::load_record(&dir.join("provenance.json")).unwrap();
+    assert_eq!(serde_json::to_value(&loaded).unwrap(), doc);
+    let e = nsyskit::resolve::load_record(&repo.join("a.py")).unwrap_err();
+    assert!(e.message.starts_with(&format!("{}: not JSON", repo.join("a.py").display())), "{}", e.message);
     assert!(!text.contains("hf_secret_value") && !text.contains("hf_live") && !text.contains("sk-123") && !text.contains("abc"), "{text}");
     let env = doc["capture"]["env"].as_array().unwrap();
     assert_eq!(env[0], serde_json::json!({"name": "HF_TOKEN", "value": "<redacted>", "redacted": true, "source": "environment"}));

@@ -128,14 +128,25 @@ pub fn run_with_timeout(program: &Path, args: &[&str], timeout: Duration) -> std
     use std::io::{Read, Seek};
     let mut out = tempfile::tempfile().map_err(|e| RunError::Io(e.to_string()))?;
     let mut err = tempfile::tempfile().map_err(|e| RunError::Io(e.to_string()))?;
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().map_err(|e| RunError::Io(e.to_string()))?)
-        .stderr(err.try_clone().map_err(|e| RunError::Io(e.to_string()))?)
-        .process_group(0)
-        .spawn()
-        .map_err(|e| RunError::Spawn(e.to_string()))?;
+    let mut attempt = 0;
+    let mut child = loop {
+        let r = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().map_err(|e| RunError::Io(e.to_string()))?)
+            .stderr(err.try_clone().map_err(|e| RunError::Io(e.to_string()))?)
+            .process_group(0)
+            .spawn();
+        match r {
+            Ok(c) => break c,
+            // ETXTBSY: a just-written executable still open for writing in a forked, not yet exec'd child
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < 5 => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(20 * attempt));
+            }
+            Err(e) => return Err(RunError::Spawn(e.to_string())),
+        }
+    };
     let start = Instant::now();
     let status = loop {
         match child.try_wait() {

@@ -222,6 +222,21 @@ pub fn write_record(dir: &Path, doc: &Provenance) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Read a provenance record (`DIR/provenance.json` or a document saved from stdout). Errors name the file and,
+/// for JSON that is not a provenance document, the JSON path at fault.
+pub fn load_record(path: &Path) -> Result<Provenance> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| Error::input(format!("{name}: not JSON: {e}")))?;
+    let id = crate::contract::schema_id(Provenance::KIND);
+    match value.get("schema").and_then(|s| s.as_str()) {
+        Some(s) if s == id => {}
+        Some(s) => return Err(Error::input(format!("{name}: $.schema is {s:?}, expected {id:?}"))),
+        None => return Err(Error::input(format!("{name}: $.schema is missing, expected {id:?}"))),
+    }
+    serde_json::from_value(value).map_err(|e| Error::input(format!("{name}: not a {id} document: {e}")))
+}
+
 /// Resolve nsys, run the asked checks, assemble the provenance document, and write it with `record`.
 pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
     let time_utc = rfc3339(SystemTime::now());
