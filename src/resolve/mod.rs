@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::contract::{Document, Error, Result, Tool};
 
 pub use caps::{compare_versions, declared_options, export_types, parse_capabilities, parse_version, version_key, Capabilities, TRACKED_SWITCHES};
-pub use find::{expand_glob, glob_regex, probe_capabilities, resolve, run_with_timeout, verify, Candidate, Resolved, ResolveOptions, RunError, RunOutput, KNOWN_INSTALL_GLOBS};
+pub use find::{expand_glob, install_globs_from_env, glob_regex, probe_capabilities, resolve, run_with_timeout, verify, Candidate, Resolved, ResolveOptions, RunError, RunOutput, KNOWN_INSTALL_GLOBS};
 pub use preflight::{
     check_port, check_shm, parse_apps, parse_cuda_version, parse_gpus, parse_proc_net_tcp, query_gpus, Gpu, GpuProcess, GpuState, Holder, Listener,
     PortState, ShmSegment, ShmState, TargetSpec, APPS_QUERY, GPU_QUERY,
