@@ -264,10 +264,10 @@ fn fake_smi(dir: &Path, gpu_csv: &str, apps_csv: &str) -> PathBuf {
         dir,
         "nvidia-smi",
         &format!(
-            "case \"$*\" in\n  '--query-gpu={}--format=csv') cat '{}';;\n  '--query-compute-apps={}--format=csv') cat '{}';;\n  --version) cat '{}';;\n  '') cat '{}';;\n  *) echo \"Invalid combination of input arguments: $*\"; exit 2;;\nesac",
-            format!("{} ", nsyskit::resolve::GPU_QUERY),
+            "case \"$*\" in\n  '--query-gpu={} --format=csv') cat '{}';;\n  '--query-compute-apps={} --format=csv') cat '{}';;\n  --version) cat '{}';;\n  '') cat '{}';;\n  *) echo \"Invalid combination of input arguments: $*\"; exit 2;;\nesac",
+            nsyskit::resolve::GPU_QUERY,
             f.join(gpu_csv).display(),
-            format!("{} ", nsyskit::resolve::APPS_QUERY),
+            nsyskit::resolve::APPS_QUERY,
             f.join(apps_csv).display(),
             f.join("version.txt").display(),
             f.join("nvidia-smi_idle.txt").display(),
