@@ -424,3 +424,35 @@ fn export_on_stdin() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("<stdin>: not an SQLite file"), "{e}");
 }
+
+#[test]
+fn real_serve_capture_with_its_log_and_provenance() {
+    // fixtures/serve-capture-gpu: a real serve-capture run on the H200; gate.json is what gate-check wrote
+    // there on the .nsys-rep (RETRY at G2 only: a deliberately short 1.9 MB report)
+    let f = p("nsys-2025.3.1/serve_node.sqlite");
+    let prov = p("serve-capture-gpu/provenance.json");
+    let (code, doc, _) = gate_check(&[&f, "--log", &p("serve-capture-gpu/nsys.log"), "--provenance", &prov]);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["verdict"], "PASS");
+    let g1 = gate(&doc, "G1");
+    assert!(g1["evidence"].to_string().contains("capture.flags_argv: profile --trace=cuda,nvtx,osrt --cuda-graph-trace=node"), "{}", g1["evidence"]);
+    let recorded = std::fs::read(fixture("serve-capture-gpu/gate.json")).unwrap();
+    let recorded = one_doc(&recorded); // the document written on the GPU machine matches our schema
+    assert_eq!(recorded["retry"], serde_json::json!(["G2"]));
+    for id in ["G0", "G1", "G3", "G4", "G5"] {
+        for k in ["verdict", "measured", "threshold", "at_ns"] {
+            assert_eq!(gate(&doc, id)[k], gate(&recorded, id)[k], "{id}.{k}");
+        }
+    }
+    // the provenance decides when the export records no graph-trace mode
+    let dir = tempfile::tempdir().unwrap();
+    let graph = synthetic_export(dir.path(), "graph.sqlite", false, &[]);
+    let (code, doc, _) = gate_check(&[graph.to_str().unwrap(), "--provenance", &prov]);
+    assert_eq!(code, 1); // provenance says node, but the data shows a graph launch without node rows
+    let reason = gate(&doc, "G1")["reason"].as_str().unwrap().to_string();
+    assert!(reason.contains("recorded mode node from --provenance") && reason.contains("no KERNEL row has a graphNodeId"), "{reason}");
+    let node = synthetic_export(dir.path(), "node.sqlite", true, &[]);
+    let (code, doc, _) = gate_check(&[node.to_str().unwrap(), "--provenance", &prov]);
+    assert_eq!(code, 0);
+    assert!(gate(&doc, "G1")["reason"].as_str().unwrap().starts_with("--cuda-graph-trace=node (from --provenance)"));
+}
