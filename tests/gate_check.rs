@@ -208,6 +208,9 @@ fn real_report_is_exported_with_nsys() {
     let before: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     let (code, doc, _) = gate_check(&[&rep]);
     assert_eq!(code, 1);
+    let (_, doc2, _) = gate_check(&[&rep, "--nsys", _nsys.to_str().unwrap()]);
+    assert_eq!(doc2["source"]["exported_with"], _nsys.to_str().unwrap());
+    assert_eq!(doc2["retry"], doc["retry"]);
     assert_eq!(doc["source"]["kind"], "nsys-rep");
     assert_eq!(doc["source"]["sqlite"], "exported");
     assert!(doc["source"]["exported_with"].is_string());
@@ -240,6 +243,11 @@ fn unusable_input_exits_2() {
     rusqlite::Connection::open(&o).unwrap().execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);").unwrap();
     let e = fails(&[o.to_str().unwrap()]);
     assert!(e.contains("other.sqlite") && e.contains("StringIds"), "{e}");
+    // a report that nsys cannot export (here: a garbage file; nsys 2023.4 also refuses 2025.x reports)
+    let bad_rep = dir.path().join("bad.nsys-rep");
+    std::fs::write(&bad_rep, b"not a report").unwrap();
+    let e = fails(&[bad_rep.to_str().unwrap(), "--nsys", "/nonexistent/nsys"]);
+    assert!(e.contains("/nonexistent/nsys"), "{e}");
     // missing file, missing log, bad flags
     let e = fails(&["/nonexistent/cap.sqlite"]);
     assert!(e.contains("/nonexistent/cap.sqlite: no such file"), "{e}");
