@@ -302,6 +302,11 @@ fn g1_decides_from_data_and_provenance_when_metadata_is_silent() {
     let node = synthetic_export(dir.path(), "node.sqlite", true, &[]);
     let (_, doc, _) = gate_check(&[node.to_str().unwrap()]);
     assert_eq!(gate(&doc, "G1")["verdict"], "pass");
+    // no NVTX at all: the decode tier cannot find steps (a RETRY, not an error)
+    let (code, doc, _) = gate_check(&[node.to_str().unwrap(), "--tier", "decode"]);
+    assert_eq!(code, 1);
+    assert!(gate(&doc, "G6")["reason"].as_str().unwrap().contains("no NVTX_EVENTS table"), "{}", gate(&doc, "G6"));
+    assert_eq!(gate(&doc, "G7")["verdict"], "skip");
     // the provenance's flags decide the mode when META_DATA_CAPTURE has none
     let prov = dir.path().join("prov.json");
     std::fs::write(
