@@ -413,10 +413,15 @@ pub fn convert(bytes: &[u8], source: &str, path: Option<&Path>, mtime: Option<St
 
     for rec in records {
         let rec = rec.map_err(|e| csv_error(source, first_line, &e))?;
-        let line = first_line + rec.position().map(|p| p.line() as usize).unwrap_or(1) - 1;
-        if rec.len() == 1 && rec.get(0) == Some("") {
-            continue; // a blank line
+        if rec.iter().all(|f| f.trim().is_empty()) && rec.len() == 1 {
+            continue; // a blank (or whitespace-only) line
         }
+        // the record's line: skip the blank lines the reader stepped over, count newlines before it
+        let mut byte = rec.position().map(|p| p.byte() as usize).unwrap_or(0).min(body.len());
+        while byte < body.len() && matches!(body.as_bytes()[byte], b'\n' | b'\r') {
+            byte += 1;
+        }
+        let line = body_lines[body[..byte].matches('\n').count().min(body_lines.len() - 1)].number;
         if rec.len() != header.len() {
             return Err(Error::input(format!(
                 "{source}: line {line}: {} fields, the header has {}",
