@@ -411,6 +411,7 @@ pub fn convert(bytes: &[u8], source: &str, path: Option<&Path>, mtime: Option<St
         .map(|(c, h)| Column { header: h.clone(), key: c.key.clone(), kind: c.kind.as_str().to_string() })
         .collect();
 
+    let (mut seen_byte, mut seen_lines) = (0usize, 0usize);
     for rec in records {
         let rec = rec.map_err(|e| csv_error(source, first_line, &e))?;
         if rec.iter().all(|f| f.trim().is_empty()) && rec.len() == 1 {
@@ -421,7 +422,11 @@ pub fn convert(bytes: &[u8], source: &str, path: Option<&Path>, mtime: Option<St
         while byte < body.len() && matches!(body.as_bytes()[byte], b'\n' | b'\r') {
             byte += 1;
         }
-        let line = body_lines[body[..byte].matches('\n').count().min(body_lines.len() - 1)].number;
+        if byte >= seen_byte {
+            seen_lines += body.as_bytes()[seen_byte..byte].iter().filter(|&&b| b == b'\n').count();
+            seen_byte = byte;
+        }
+        let line = body_lines[seen_lines.min(body_lines.len() - 1)].number;
         if rec.len() != header.len() {
             return Err(Error::input(format!(
                 "{source}: line {line}: {} fields, the header has {}",
