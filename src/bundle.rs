@@ -509,6 +509,8 @@ fn line_indent(text: &str, pos: usize) -> &str {
 struct Style {
     newline: &'static str,
     unit: String,
+    /// The top-level object is pretty-printed (or empty): new members of empty objects are written pretty.
+    pretty: bool,
 }
 
 fn detect_style(text: &str) -> Style {
@@ -516,10 +518,12 @@ fn detect_style(text: &str) -> Style {
     let b = text.as_bytes();
     let open = skip_ws(b, text.len() - text.trim_start_matches('\u{feff}').len());
     let mut unit = "  ".to_string();
+    let mut pretty = true;
     if open < b.len() && b[open] == b'{' {
         let top = scan_object(text, open);
         if let Some(m) = top.members.first() {
-            if text[open..m.key_start].contains('\n') {
+            pretty = text[open..m.key_start].contains('\n');
+            if pretty {
                 let ind = line_indent(text, m.key_start);
                 if !ind.is_empty() {
                     unit = ind.to_string();
@@ -527,7 +531,7 @@ fn detect_style(text: &str) -> Style {
             }
         }
     }
-    Style { newline, unit }
+    Style { newline, unit, pretty }
 }
 
 fn render(value: &Value, pretty: bool, indent: &str, style: &Style) -> String {
@@ -564,7 +568,7 @@ fn apply(text: &str, edit: &Edit, bundle_name: &str) -> Result<String> {
         let last = depth + 1 == edit.path.len();
         match hits.first() {
             Some(m) if last => {
-                let pretty = obj_pretty(text, &obj);
+                let pretty = obj_pretty(text, &obj, &style);
                 let indent = line_indent(text, m.key_start);
                 let rendered = render(&edit.value, pretty, indent, &style);
                 return Ok(format!("{}{}{}", &text[..m.value_start], rendered, &text[m.value_end..]));
@@ -597,15 +601,15 @@ fn apply(text: &str, edit: &Edit, bundle_name: &str) -> Result<String> {
 }
 
 /// An object is pretty-printed when a newline precedes its first member.
-fn obj_pretty(text: &str, obj: &Obj) -> bool {
-    obj.members.first().map(|m| text[obj.open..m.key_start].contains('\n')).unwrap_or(true)
+fn obj_pretty(text: &str, obj: &Obj, style: &Style) -> bool {
+    obj.members.first().map(|m| text[obj.open..m.key_start].contains('\n')).unwrap_or(style.pretty)
 }
 
 fn insert_member(text: &str, obj: &Obj, key: &str, value: &Value, style: &Style) -> String {
     let key_text = serde_json::to_string(key).expect("a string serialises");
     match obj.members.last() {
         Some(last) => {
-            let pretty = obj_pretty(text, obj);
+            let pretty = obj_pretty(text, obj, style);
             // reuse the separator between key and value of the last member (`: ` or `:`)
             let key_end = string_end(text.as_bytes(), last.key_start);
             let sep = &text[key_end..last.value_start];
@@ -618,6 +622,10 @@ fn insert_member(text: &str, obj: &Obj, key: &str, value: &Value, style: &Style)
                 let rendered = render(value, false, "", style);
                 format!("{},{key_text}{sep}{rendered}{}", &text[..last.value_end], &text[last.value_end..])
             }
+        }
+        None if !style.pretty => {
+            let rendered = render(value, false, "", style);
+            format!("{}{{{key_text}:{rendered}}}{}", &text[..obj.open], &text[obj.close + 1..])
         }
         None => {
             let outer = line_indent(text, obj.open).to_string();
@@ -683,6 +691,18 @@ mod tests {
         assert!(new.ends_with("\r\n\t\t}\r\n\t}\r\n}\r\n"), "{new:?}");
         let v: Value = serde_json::from_str(&new).unwrap();
         assert_eq!(v["kernel_profile"]["b"], 2);
+    }
+
+    #[test]
+    fn compact_bundles_stay_compact() {
+        let old = "{\"a\":1.0,\"kernel_profile\":{}}";
+        let (new, _) = merge_text(Some(old), "b.json", &[doc(gate("PASS"))]).unwrap();
+        assert!(new.starts_with("{\"a\":1.0,\"kernel_profile\":{\"gates\":{\"schema\":"), "{new}");
+        assert!(!new.contains('\n'));
+        let (again, _) = merge_text(Some(&new), "b.json", &[doc(gate("PASS"))]).unwrap();
+        assert_eq!(new, again);
+        let (top, _) = merge_text(Some("{\"a\":1}"), "b.json", &[doc(gate("PASS"))]).unwrap();
+        assert!(top.starts_with("{\"a\":1,\"kernel_profile\":{\"gates\":{"), "{top}");
     }
 
     #[test]
