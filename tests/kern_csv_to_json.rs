@@ -323,3 +323,31 @@ fn help_has_a_runnable_example_and_version_works() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.csv: no such file"));
 }
+
+/// nsys 2025.3.1's real console output (saved from a run on the GPU machine): several reports, µs.
+#[test]
+fn nsys_2025_console_output() {
+    let console = data("nsys2025_gpu_full_node_console_us.txt");
+    let (code, api) = convert(&[console.to_str().unwrap(), "--report", "cuda_api_sum"]);
+    assert_eq!(code, 0);
+    assert_eq!((api["detected_from"].as_str(), api["csv_time_unit"].as_str()), (Some("--report"), Some("us")));
+    // the same report in ns from the fixtures: µs with 3 decimals is exact
+    let (_, ns) = convert(&[common::fixture("nsys-2025.3.1/stats/gpu_full_node_cuda_api_sum.csv").to_str().unwrap()]);
+    assert_eq!(api["rows"].as_array().unwrap().len(), ns["rows"].as_array().unwrap().len());
+    for (a, b) in api["rows"].as_array().unwrap().iter().zip(ns["rows"].as_array().unwrap()) {
+        for k in ["name", "num_calls", "total_time_ns", "min_ns", "max_ns", "time_pct"] {
+            assert_eq!(a[k], b[k], "{k}");
+        }
+    }
+    // two sections are cuda_gpu_kern_sum (plain and :base): refused, not guessed
+    let out = bin().arg(&console).args(["--report", "cuda_gpu_kern_sum"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds 3 reports (cuda_gpu_kern_sum, cuda_api_sum, cuda_gpu_kern_sum), 2 of them cuda_gpu_kern_sum"));
+    let cpu = data("nsys2025_cpu_nvtx_osrt_console.txt");
+    let (code, doc) = convert(&[cpu.to_str().unwrap(), "--report", "cuda_gpu_kern_sum"]);
+    assert_eq!((code, doc["status"].as_str()), (1, Some("skipped")));
+    let (code, doc) = convert(&[cpu.to_str().unwrap(), "--report", "nvtx_sum"]);
+    assert_eq!(code, 0);
+    let (_, fixture) = convert(&[common::fixture("nsys-2025.3.1/stats/cpu_nvtx_osrt_nvtx_sum.csv").to_str().unwrap()]);
+    assert_eq!(doc["rows"], fixture["rows"]);
+}
