@@ -17,29 +17,14 @@ pub fn fixture(rel: &str) -> PathBuf {
 
 /// Validate a document against `schemas/<kind>.v1.schema.json`, chosen by its `schema` field.
 pub fn assert_valid(doc: &serde_json::Value) {
-    let id = doc
-        .get("schema")
-        .and_then(|s| s.as_str())
-        .unwrap_or_else(|| panic!("document has no schema field: {doc}"));
-    let kind = nsyskit::contract::kind_of_schema_id(id)
-        .unwrap_or_else(|| panic!("not an nsyskit schema id: {id}"));
-    let path = root()
-        .join("schemas")
-        .join(format!("{kind}.v1.schema.json"));
+    let id = doc.get("schema").and_then(|s| s.as_str()).unwrap_or_else(|| panic!("document has no schema field: {doc}"));
+    let kind = nsyskit::contract::kind_of_schema_id(id).unwrap_or_else(|| panic!("not an nsyskit schema id: {id}"));
+    let path = root().join("schemas").join(format!("{kind}.v1.schema.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let validator = jsonschema::validator_for(&schema)
-        .unwrap_or_else(|e| panic!("{}: invalid schema: {e}", path.display()));
-    let errors: Vec<String> = validator
-        .iter_errors(doc)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "document does not match {}:\n{}",
-        path.display(),
-        errors.join("\n")
-    );
+    let validator = jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{}: invalid schema: {e}", path.display()));
+    let errors: Vec<String> = validator.iter_errors(doc).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+    assert!(errors.is_empty(), "document does not match {}:\n{}", path.display(), errors.join("\n"));
 }
 
 /// Parse stdout of a binary as exactly one JSON document, validated against its schema.
@@ -63,9 +48,5 @@ pub fn nsys_or_skip(test: &str) -> Option<PathBuf> {
 }
 
 fn which_ok(p: &Path) -> bool {
-    std::process::Command::new(p)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+    std::process::Command::new(p).arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
 }
