@@ -494,3 +494,32 @@ fn parallel_merges_lose_nothing() {
         assert!(v["kernel_profile"]["top_kernels"].is_array());
     }
 }
+
+#[test]
+fn bom_non_utf8_and_symlinked_bundles() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = serde_json::to_vec(&gate("PASS")).unwrap();
+    // a BOM and a missing final newline are kept
+    let bundle = dir.path().join("bom.json");
+    std::fs::write(&bundle, "\u{feff}{\n    \"a\": 1\n}").unwrap();
+    run_merge(&bundle, &[], &doc, 0);
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    assert!(text.starts_with("\u{feff}{\n    \"a\": 1,\n    \"kernel_profile\": {\n        \"gates\": {\n"), "{text:?}");
+    assert!(text.ends_with("\n    }\n}"), "{text:?}");
+    run_merge(&bundle, &[], &doc, 0);
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text);
+    // not UTF-8: exit 2 naming the line, bytes kept
+    let bad = dir.path().join("latin1.json");
+    std::fs::write(&bad, b"{\n\"a\": \"\xe9\"}").unwrap();
+    let err = fail_merge(&bad, &[], &doc);
+    assert!(err.contains("latin1.json: line 2: not UTF-8 text"), "{err}");
+    assert_eq!(std::fs::read(&bad).unwrap(), b"{\n\"a\": \"\xe9\"}");
+    // a symlinked bundle is written through to its target; the link stays a link
+    let target = dir.path().join("real.json");
+    std::fs::write(&target, "{}\n").unwrap();
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    run_merge(&link, &[], &doc, 0);
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert_eq!(read(&target)["kernel_profile"]["gates"]["verdict"], "PASS");
+}
