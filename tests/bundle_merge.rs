@@ -504,7 +504,12 @@ fn bom_non_utf8_and_symlinked_bundles() {
     std::fs::write(&bundle, "\u{feff}{\n    \"a\": 1\n}").unwrap();
     run_merge(&bundle, &[], &doc, 0);
     let text = std::fs::read_to_string(&bundle).unwrap();
-    assert!(text.starts_with("\u{feff}{\n    \"a\": 1,\n    \"kernel_profile\": {\n        \"gates\": {\n"), "{text:?}");
+    assert!(
+        text.starts_with(
+            "\u{feff}{\n    \"a\": 1,\n    \"kernel_profile\": {\n        \"gates\": {\n"
+        ),
+        "{text:?}"
+    );
     assert!(text.ends_with("\n    }\n}"), "{text:?}");
     run_merge(&bundle, &[], &doc, 0);
     assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text);
@@ -520,6 +525,79 @@ fn bom_non_utf8_and_symlinked_bundles() {
     let link = dir.path().join("link.json");
     std::os::unix::fs::symlink(&target, &link).unwrap();
     run_merge(&link, &[], &doc, 0);
-    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     assert_eq!(read(&target)["kernel_profile"]["gates"]["verdict"], "PASS");
+}
+
+/// The real documents of the serve-capture run on the H200 (fixtures/serve-capture-gpu/): a RETRY gate,
+/// provenance, ranges and serve-capture, merged by one run next to a kernel summary.
+#[test]
+fn real_documents_of_a_serve_capture_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("inference_perfbench_v1.json");
+    std::fs::write(
+        &bundle,
+        "{\n  \"model\": \"vibeserve\",\n  \"throughput_tok_s\": 1234.50\n}\n",
+    )
+    .unwrap();
+    let fx = |n: &str| common::fixture(&format!("serve-capture-gpu/{n}.json"));
+    let files = [
+        fx("provenance"),
+        fx("gate"),
+        fx("ranges"),
+        fx("serve-capture"),
+    ];
+    let paths: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    let kern = stats("nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv");
+    let mut cmd = merge();
+    cmd.arg(&bundle).args(&paths).arg("-").write_stdin(kern);
+    let out = cmd.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = common::one_doc(&out.stdout);
+    let places: Vec<&str> = summary["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["places"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        places,
+        [
+            "provenance",
+            "kernel_profile.gates",
+            "kernel_profile.ranges",
+            "serve_capture",
+            "kernel_profile.top_kernels"
+        ]
+    );
+    let b = read(&bundle);
+    assert_eq!(b["kernel_profile"]["gates"]["verdict"], "RETRY");
+    for (file, place) in files.iter().zip([
+        &b["provenance"],
+        &b["kernel_profile"]["gates"],
+        &b["kernel_profile"]["ranges"],
+        &b["serve_capture"],
+    ]) {
+        assert_eq!(place, &read(file), "{}", file.display());
+    }
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    assert!(text.starts_with(
+        "{\n  \"model\": \"vibeserve\",\n  \"throughput_tok_s\": 1234.50,\n  \"provenance\": {"
+    ));
+    // the same run again: same bytes
+    let mut cmd = merge();
+    cmd.arg(&bundle).args(&paths).arg("-").write_stdin(stats(
+        "nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv",
+    ));
+    let out = cmd.output().unwrap();
+    assert_eq!(common::one_doc(&out.stdout)["changed"], false);
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text);
 }
