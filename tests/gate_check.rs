@@ -58,6 +58,7 @@ fn gpu_full_node_passes() {
     let g5 = gate(&doc, "G5");
     assert_eq!(g5["verdict"], "pass");
     assert_eq!(g5["at_ns"], 8423154279i64);
+    assert!(g5["evidence"].to_string().contains("kernel starts per tenth of the window: 43 3 1 2 0 6 35 289 0 9200"), "{g5}");
     assert_eq!(gate(&doc, "G6")["verdict"], "skip");
     assert!(doc["source"]["nsys_version"].as_str().unwrap().starts_with("2025.3"), "{}", doc["source"]); // META_DATA_EXPORT says 2025.3.2.0
     // the evidence is untouched
