@@ -205,6 +205,8 @@ pub struct ProcessRecord {
     pub pid: i64,
     /// Start time in clock ticks since boot: the PID's identity (a signal is sent only while it matches).
     pub starttime_ticks: u64,
+    /// Its parent when recorded: serve-capture itself for nsys and the clients (never nsys for a client).
+    pub parent_pid: i64,
     pub argv: Vec<String>,
     /// When serve-capture launched or found it (seconds since start).
     pub recorded_at_s: f64,
@@ -523,6 +525,7 @@ impl Run<'_> {
             role: role.into(),
             pid: pid as i64,
             starttime_ticks: starttime,
+            parent_pid: procs::stat(pid).map(|s| s.ppid as i64).unwrap_or(-1),
             argv,
             recorded_at_s: self.now(),
             signals_sent: Vec::new(),
@@ -689,8 +692,15 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
         urls.push((m.clone(), http::Url::parse(m).map_err(|e| e.with_arg("--models"))?));
     }
     let (version, caps) = nsys_capabilities(&nsys)?;
+    let abs_out = if o.out.is_absolute() {
+        o.out.clone()
+    } else {
+        std::env::current_dir().map_err(|e| Error::env(format!("cannot read the current folder: {e}")))?.join(&o.out)
+    };
+    // everything is checked before anything is created or started
+    let (args, added) = build_nsys_args(o, &caps, &abs_out.join("capture"))?;
     // the run folder
-    let out = &o.out;
+    let out = &abs_out;
     if out.exists() {
         let empty = std::fs::read_dir(out).map(|mut d| d.next().is_none()).map_err(|e| Error::usage(format!("--out {}: {e}", out.display())).with_arg("--out"))?;
         if !empty {
@@ -698,9 +708,7 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
         }
     }
     std::fs::create_dir_all(out.join("pids")).map_err(|e| Error::env(format!("--out {}: cannot create: {e}", out.display())).with_arg("--out"))?;
-    let out = std::fs::canonicalize(out).unwrap_or_else(|_| out.clone());
-    let report_base = out.join("capture");
-    let (args, added) = build_nsys_args(o, &caps, &report_base)?;
+    let out = out.clone();
     let mut nsys_argv = vec![nsys.display().to_string()];
     nsys_argv.extend(args.iter().cloned());
 
@@ -822,6 +830,7 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
             break 'life;
         };
         record_tree(&mut r, si);
+        record_helpers(&mut r, ppid);
 
         // 3. warmup, outside the capture window
         if let Some(w) = &o.warmup {
@@ -1040,20 +1049,25 @@ fn record_tree(r: &mut Run, server: usize) {
     }
 }
 
+/// Record nsys's own helper processes (`nsys-launcher`, `nsys-tee`: `nsys*` descendants of the profiler), so
+/// that none is left behind when nsys exits before the server (time window with `--kill=none`).
+fn record_helpers(r: &mut Run, profiler: i32) {
+    for d in procs::descendants(profiler) {
+        if d.comm.starts_with("nsys") && !r.is_recorded(d.pid) {
+            r.record("nsys-helper", d.pid, d.starttime, procs::cmdline(d.pid), None);
+        }
+    }
+}
+
 /// Stop the recorded processes in reverse launch order: load, warmup, the server's tree (children first),
 /// then — once nsys has had `finalize_timeout` to write the report — nsys's helpers and nsys itself.
 fn cleanup(r: &mut Run, prof: usize, server: Option<usize>) {
     if let Some(si) = server {
         record_tree(r, si);
     }
-    // nsys's own helper processes (nsys-launcher, nsys-tee): recorded so that none is left behind
     let ppid = r.procs[prof].rec.pid as i32;
     if !r.poll_end(prof) {
-        for d in procs::descendants(ppid) {
-            if d.comm.starts_with("nsys") && !r.is_recorded(d.pid) {
-                r.record("nsys-helper", d.pid, d.starttime, procs::cmdline(d.pid), None);
-            }
-        }
+        record_helpers(r, ppid);
     }
     let order: Vec<usize> = (0..r.procs.len()).rev().collect();
     for &i in &order {
