@@ -11,3 +11,4 @@ pub mod export;
 pub mod kern_csv;
 pub mod bundle;
 pub mod serve_capture;
+pub mod resolve;

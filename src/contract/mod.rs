@@ -86,6 +86,7 @@ pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
         (crate::kern_csv::KernCsvDoc::KIND, json_schema::<crate::kern_csv::KernCsvDoc>()),
         (crate::bundle::MergeReport::KIND, json_schema::<crate::bundle::MergeReport>()),
         (crate::serve_capture::ServeCaptureDoc::KIND, json_schema::<crate::serve_capture::ServeCaptureDoc>()),
+        (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
     ]
 }
 
