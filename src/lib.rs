@@ -12,3 +12,5 @@ pub mod kern_csv;
 pub mod bundle;
 pub mod serve_capture;
 pub mod resolve;
+pub mod gate;
+pub mod ranges;

@@ -87,6 +87,8 @@ pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
         (crate::bundle::MergeReport::KIND, json_schema::<crate::bundle::MergeReport>()),
         (crate::serve_capture::ServeCaptureDoc::KIND, json_schema::<crate::serve_capture::ServeCaptureDoc>()),
         (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
+        (crate::gate::GateDoc::KIND, json_schema::<crate::gate::GateDoc>()),
+        (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
     ]
 }
 
