@@ -19,7 +19,7 @@ serve-capture --trace nvtx,osrt --delay 3 --duration 3 \\\n    \
 --health http://127.0.0.1:18080/health --models http://127.0.0.1:18080/v1/models \\\n    \
 --warmup \"curl -sf -o /dev/null http://127.0.0.1:18080/generate\" \\\n    \
 --load \"/tmp/vibeserve_http --client 18080 8\" --out runs/cpu1 -- /tmp/vibeserve_http 18080\n\n\
-Exit: 0 ok, 1 a stage failed (document says which), 2 bad usage (nothing started), 130/143 interrupted by SIGINT/SIGTERM (after cleanup)."
+Exit: 0 ok and gate-check PASS, 1 a stage failed or gate-check says RETRY (the document says which), 2 bad usage (nothing started), 130/143 interrupted by SIGINT/SIGTERM (after cleanup)."
 )]
 struct Args {
     /// The nsys binary (default: NSYS_BIN, else nsys on PATH)
@@ -73,6 +73,15 @@ struct Args {
     /// Seconds between TERM and KILL for each recorded process
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     grace: f64,
+    /// gate-check tier for the capture: throughput (G5) or decode (G6, G7)
+    #[arg(long, default_value = "throughput", value_name = "TIER")]
+    tier: String,
+    /// gate-check decode tier: the NVTX label of one decode step
+    #[arg(long, value_name = "LABEL")]
+    decode_range: Option<String>,
+    /// gate-check G2: smallest acceptable .nsys-rep in bytes [default: the tier's]
+    #[arg(long, value_name = "BYTES")]
+    min_rep_bytes: Option<u64>,
     /// The run folder (created; must be empty): report, export, logs, pids/, provenance.json, serve-capture.json
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
@@ -112,6 +121,9 @@ fn options(a: &Args) -> Result<ServeCaptureOptions> {
     o.client_timeout = secs(a.client_timeout, "--client-timeout")?;
     o.finalize_timeout = secs(a.finalize_timeout, "--finalize-timeout")?;
     o.grace = secs(a.grace, "--grace")?;
+    o.tier = nsyskit::gate::Tier::parse(&a.tier).map_err(|e| e.with_arg("--tier"))?;
+    o.decode_range = a.decode_range.clone();
+    o.min_rep_bytes = a.min_rep_bytes;
     Ok(o)
 }
 

@@ -24,6 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{Document, Error, Result, Tool};
+use crate::resolve::Capabilities;
 
 /// Everything `serve-capture` needs, as the binary and the Nushell plugin pass it.
 #[derive(Debug, Clone)]
@@ -62,6 +63,10 @@ pub struct ServeCaptureOptions {
     pub out: PathBuf,
     /// The server command (argv).
     pub server: Vec<String>,
+    /// gate-check on the capture afterwards: tier, decode step label, smallest report.
+    pub tier: crate::gate::Tier,
+    pub decode_range: Option<String>,
+    pub min_rep_bytes: Option<u64>,
 }
 
 impl ServeCaptureOptions {
@@ -87,6 +92,9 @@ impl ServeCaptureOptions {
             grace: Duration::from_secs(10),
             out,
             server,
+            tier: crate::gate::Tier::Throughput,
+            decode_range: None,
+            min_rep_bytes: None,
         }
     }
 }
@@ -138,6 +146,8 @@ pub struct ServeCaptureDoc {
     /// The load client's throughput under the profiler: diagnostic only, never a score.
     pub diagnostic: Option<Diagnostic>,
     pub capture: Option<CaptureResult>,
+    /// gate-check on the capture (`OUT/gate.json`): PASS, or RETRY with the gates that said retry.
+    pub gate: Option<GateSummary>,
     pub cleanup: Cleanup,
     /// Seconds from serve-capture's start to the end of the run.
     pub wall_s: f64,
@@ -146,9 +156,11 @@ pub struct ServeCaptureDoc {
 impl Document for ServeCaptureDoc {
     const KIND: &'static str = "serve-capture";
     const TOOL: &'static str = "serve-capture";
+    /// 0: the lifecycle went through and gate-check says PASS; 1: a stage failed, or the gate says RETRY;
+    /// 130/143: interrupted by SIGINT/SIGTERM (after cleanup).
     fn exit_code(&self) -> i32 {
         match self.outcome.as_str() {
-            "ok" => 0,
+            "ok" if self.gate.as_ref().is_some_and(|g| g.verdict == "PASS") => 0,
             "interrupted" => 128 + self.cleanup.stop_signal.unwrap_or(libc::SIGINT),
             _ => 1,
         }
@@ -156,8 +168,18 @@ impl Document for ServeCaptureDoc {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct GateSummary {
+    /// `PASS` or `RETRY`.
+    pub verdict: String,
+    /// The gates that said retry (e.g. `G3`), with their reasons in `OUT/gate.json`.
+    pub retry: Vec<String>,
+    pub reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Failure {
-    /// `ready`, `warmup`, `window`, `load`, `server`, `capture`, `cleanup`, `interrupted`.
+    /// `preflight`, `ready`, `warmup`, `window`, `load`, `server`, `capture`, `postprocess`, `cleanup`,
+    /// `interrupted`.
     pub stage: String,
     pub reason: String,
 }
@@ -171,6 +193,11 @@ pub struct Files {
     pub document: String,
     pub report: Option<String>,
     pub sqlite: Option<String>,
+    /// `OUT/gate.json` (gate-check), `OUT/ranges.json` (sqlite-ranges), `OUT/bundle.json` (provenance, gate,
+    /// ranges and this document merged with bundle-merge).
+    pub gate: Option<String>,
+    pub ranges: Option<String>,
+    pub bundle: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -288,47 +315,6 @@ pub struct Cleanup {
 // ---------------------------------------------------------------------------------------------------------------
 // Validation and the nsys command line
 
-/// What `nsys profile --help` says this nsys supports (only the flags serve-capture needs).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ProfileFlags {
-    pub cuda_graph_trace: bool,
-    pub trace_fork_before_exec: bool,
-    pub capture_range: bool,
-    pub capture_range_end: bool,
-    pub kill: bool,
-}
-
-impl ProfileFlags {
-    pub fn from_help(help: &str) -> ProfileFlags {
-        let has = |f: &str| help.lines().any(|l| l.trim_start().split([',', '=', ' ', '\t']).any(|w| w == f));
-        ProfileFlags {
-            cuda_graph_trace: has("--cuda-graph-trace"),
-            trace_fork_before_exec: has("--trace-fork-before-exec"),
-            capture_range: has("--capture-range"),
-            capture_range_end: has("--capture-range-end"),
-            kill: has("--kill"),
-        }
-    }
-}
-
-fn nsys_capabilities(nsys: &Path) -> Result<(String, ProfileFlags)> {
-    let run = |args: &[&str]| {
-        Command::new(nsys)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| Error::env(format!("cannot run {} {}: {e}", nsys.display(), args.join(" "))))
-    };
-    let v = run(&["--version"])?;
-    let version = String::from_utf8_lossy(&v.stdout).lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
-    if !v.status.success() || version.is_empty() {
-        return Err(Error::env(format!("{} --version failed ({}): is it nsys?", nsys.display(), v.status)));
-    }
-    let h = run(&["profile", "--help"])?;
-    let help = format!("{}{}", String::from_utf8_lossy(&h.stdout), String::from_utf8_lossy(&h.stderr));
-    Ok((version, ProfileFlags::from_help(&help)))
-}
-
 /// The flags serve-capture owns: given in `--flags` they are refused with the serve-capture flag to use.
 fn owned_flag(word: &str) -> Option<&'static str> {
     let name = word.split('=').next().unwrap_or(word);
@@ -346,7 +332,7 @@ fn owned_flag(word: &str) -> Option<&'static str> {
 }
 
 /// Check the options and build the `nsys profile` argv (without the nsys path) and the flags added.
-pub fn build_nsys_args(o: &ServeCaptureOptions, caps: &ProfileFlags, report_base: &Path) -> Result<(Vec<String>, Vec<AddedFlag>)> {
+pub fn build_nsys_args(o: &ServeCaptureOptions, caps: &Capabilities, report_base: &Path) -> Result<(Vec<String>, Vec<AddedFlag>)> {
     if o.server.is_empty() {
         return Err(Error::usage("no server command: give it after `--`: serve-capture … -- SERVER ARGS…").with_arg("SERVER"));
     }
@@ -458,8 +444,9 @@ pub fn build_nsys_args(o: &ServeCaptureOptions, caps: &ProfileFlags, report_base
             return Err(Error::usage(format!("--flags: '{f}' is set by serve-capture: use {use_instead}")).with_arg("--flags"));
         }
     }
+    // --kill exists in every nsys serve-capture supports (2020.x onwards); resolve does not track it
     let user_kill = o.flags.iter().any(|f| f.starts_with("--kill"));
-    if !user_kill && caps.kill {
+    if !user_kill {
         args.push("--kill=none".into());
         added.push(AddedFlag {
             flag: "--kill=none".into(),
@@ -682,45 +669,59 @@ fn tail_of(path: &Path, lines: usize) -> String {
 /// failure in the document (exit 1), and the recorded processes are always cleaned up.
 pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
     let t0 = Instant::now();
-    let nsys = match &o.nsys {
-        Some(p) => p.clone(),
-        None => crate::export::default_nsys()?,
-    };
     let health = http::Url::parse(&o.health).map_err(|e| e.with_arg("--health"))?;
     let mut urls = vec![(o.health.clone(), health.clone())];
     if let Some(m) = &o.models {
         urls.push((m.clone(), http::Url::parse(m).map_err(|e| e.with_arg("--models"))?));
     }
-    let (version, caps) = nsys_capabilities(&nsys)?;
+    let is_local = matches!(health.host.as_str(), "127.0.0.1" | "localhost" | "::1" | "0.0.0.0");
     let abs_out = if o.out.is_absolute() {
         o.out.clone()
     } else {
         std::env::current_dir().map_err(|e| Error::env(format!("cannot read the current folder: {e}")))?.join(&o.out)
     };
-    // everything is checked before anything is created or started
-    let (args, added) = build_nsys_args(o, &caps, &abs_out.join("capture"))?;
-    // the run folder
-    let out = &abs_out;
-    if out.exists() {
-        let empty = std::fs::read_dir(out).map(|mut d| d.next().is_none()).map_err(|e| Error::usage(format!("--out {}: {e}", out.display())).with_arg("--out"))?;
+    if abs_out.exists() {
+        let empty = std::fs::read_dir(&abs_out)
+            .map(|mut d| d.next().is_none())
+            .map_err(|e| Error::usage(format!("--out {}: {e}", abs_out.display())).with_arg("--out"))?;
         if !empty {
-            return Err(Error::usage(format!("--out {}: exists and is not empty: give a fresh run folder", out.display())).with_arg("--out"));
+            return Err(Error::usage(format!("--out {}: exists and is not empty: give a fresh run folder", abs_out.display())).with_arg("--out"));
         }
     }
+    // nsys-resolve: the nsys, its capabilities, the preflight (GPU, port) and the provenance document
+    let join = |v: &[String]| shlex::try_join(v.iter().map(String::as_str)).unwrap_or_else(|_| v.join(" "));
+    let popts = crate::resolve::ProvenanceOptions {
+        resolve: crate::resolve::ResolveOptions { nsys: o.nsys.clone(), ..crate::resolve::ResolveOptions::from_env() },
+        preflight: true,
+        port: is_local.then_some(health.port),
+        flags: Some(join(&o.flags)),
+        server_cmd: Some(join(&o.server)),
+        client_cmd: Some(join(&o.load)),
+        env: o.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        ..Default::default()
+    };
+    let prov = crate::resolve::run(&popts)?;
+    let nsys = prov.nsys.path.clone();
+    let version = prov.nsys.version.clone();
+    // everything is checked before anything is created or started
+    let (args, added) = build_nsys_args(o, &prov.nsys.capabilities, &abs_out.join("capture"))?;
+    let out = abs_out;
     std::fs::create_dir_all(out.join("pids")).map_err(|e| Error::env(format!("--out {}: cannot create: {e}", out.display())).with_arg("--out"))?;
-    let out = out.clone();
     let mut nsys_argv = vec![nsys.display().to_string()];
     nsys_argv.extend(args.iter().cloned());
+    // provenance written at start, before the server is launched
+    let mut prov = prov;
+    prov.capture.flags_argv = args.clone();
+    crate::resolve::write_record(&out, &prov)?;
 
     let files = Files {
         provenance: out.join("provenance.json").display().to_string(),
         pids_dir: out.join("pids").display().to_string(),
         nsys_log: out.join("nsys.log").display().to_string(),
         document: out.join("serve-capture.json").display().to_string(),
-        report: None,
-        sqlite: None,
+        ..Default::default()
     };
-    write_provenance(&out, o, &nsys, &version, &nsys_argv)?;
+    let preflight_failed = (prov.verdict != "PASS").then(|| prov.reason.clone());
 
     let timed = o.delay_s.is_some() || o.duration_s.is_some();
     let ranged = o.capture_range.as_deref().is_some_and(|r| r != "none");
@@ -736,6 +737,34 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
 
     procs::install_stop_handlers();
     let mut r = Run { o, t0, out: out.clone(), pids_dir: out.join("pids"), procs: Vec::new(), failures: Vec::new(), stop_seen: None };
+    if let Some(reason) = preflight_failed {
+        r.fail("preflight", format!("nsys-resolve says RETRY: {reason}; nothing was started (see {})", files.provenance));
+        let (schema, tool) = ServeCaptureDoc::header();
+        let doc = ServeCaptureDoc {
+            schema,
+            tool,
+            outcome: "failed".into(),
+            failures: r.failures.clone(),
+            out_dir: out.display().to_string(),
+            files,
+            nsys: NsysInfo { path: nsys.display().to_string(), version },
+            window,
+            nsys_argv,
+            added_flags: added,
+            env_names: o.env.iter().map(|(k, _)| k.clone()).collect(),
+            processes: vec![],
+            ready: None,
+            warmup: None,
+            load: None,
+            diagnostic: None,
+            capture: None,
+            gate: None,
+            cleanup: Cleanup { all_gone: true, port: Some(health.port), port_released: None, stop_signal: None },
+            wall_s: r.now(),
+        };
+        write_doc(&out, &doc)?;
+        return Ok(doc);
+    }
 
     // 1. nsys profile … SERVER, in its own session, env set on the nsys process
     let log = File::create(out.join("nsys.log")).map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
@@ -934,7 +963,6 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
         r.fail("cleanup", format!("still running after TERM and KILL: {}", left.join(", ")));
     }
     let port = health.port;
-    let is_local = matches!(health.host.as_str(), "127.0.0.1" | "localhost" | "::1" | "0.0.0.0");
     let port_released = if is_local {
         let until = Instant::now() + o.grace;
         let mut listening = procs::port_listening(port);
@@ -983,6 +1011,36 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
         }
     }
 
+    // 8. gate-check and sqlite-ranges on the export, into the run folder
+    let mut gate = None;
+    if let (Some(rep), Some(sql)) = (files.report.clone(), files.sqlite.clone()) {
+        let gopts = crate::gate::GateOptions {
+            capture: PathBuf::from(&rep),
+            sqlite: Some(PathBuf::from(&sql)),
+            log: Some(out.join("nsys.log")),
+            provenance: Some(out.join("provenance.json")),
+            tier: o.tier,
+            decode_range: o.decode_range.clone(),
+            nsys: Some(nsys.clone()),
+            thresholds: crate::gate::Thresholds { min_rep_bytes: o.min_rep_bytes, ..Default::default() },
+        };
+        match crate::gate::run(&gopts).and_then(|g| write_json(&out.join("gate.json"), &g).map(|_| g)) {
+            Ok(g) => {
+                files.gate = Some(out.join("gate.json").display().to_string());
+                let verdict = serde_json::to_value(g.verdict).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+                let reasons = g.gates.iter().filter(|x| g.retry.contains(&x.id)).map(|x| format!("{}: {}", x.id, x.reason)).collect();
+                gate = Some(GateSummary { verdict, retry: g.retry.clone(), reasons });
+            }
+            Err(e) => r.fail("postprocess", format!("gate-check: {}", e.message)),
+        }
+        match crate::ranges::run(Path::new(&sql), &crate::ranges::RangesOptions::default(), Some(&nsys))
+            .and_then(|d| write_json(&out.join("ranges.json"), &d))
+        {
+            Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),
+            Err(e) => r.fail("postprocess", format!("sqlite-ranges: {}", e.message)),
+        }
+    }
+
     let client = |i: Option<usize>, role: &str, r: &Run| {
         i.map(|i| {
             let p = &r.procs[i].rec;
@@ -1008,7 +1066,16 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
         );
     }
     let diagnostic = load.as_ref().map(|l| diagnostic_of(l, &out.join("load.stdout")));
-    let outcome = if stop_signal.is_some() { "interrupted" } else if r.failures.is_empty() { "ok" } else { "failed" };
+    let outcome = if stop_signal.is_some() {
+        "interrupted"
+    } else if r.failures.is_empty() {
+        "ok"
+    } else {
+        "failed"
+    };
+    if stop_signal.is_none() {
+        files.bundle = Some(out.join("bundle.json").display().to_string());
+    }
     let (schema, tool) = ServeCaptureDoc::header();
     let doc = ServeCaptureDoc {
         schema,
@@ -1028,12 +1095,39 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
         load,
         diagnostic,
         capture,
+        gate,
         cleanup: Cleanup { all_gone, port: Some(port), port_released, stop_signal },
         wall_s: r.now(),
     };
-    let text = serde_json::to_string_pretty(&doc).expect("serialises");
-    std::fs::write(out.join("serve-capture.json"), text + "\n").map_err(|e| Error::env(format!("{}/serve-capture.json: {e}", out.display())))?;
+    let mut doc = doc;
+    write_doc(&out, &doc)?;
+    // 9. the bundle: provenance, gate, ranges and this document, merged with bundle-merge
+    if let Some(b) = doc.files.bundle.clone() {
+        let merged = (|| -> Result<()> {
+            let mut docs = Vec::new();
+            for f in [Some(doc.files.provenance.clone()), doc.files.gate.clone(), doc.files.ranges.clone(), Some(doc.files.document.clone())].into_iter().flatten() {
+                docs.extend(crate::bundle::read_docs(&[crate::contract::Input::Path(PathBuf::from(f))])?);
+            }
+            crate::bundle::run(Path::new(&b), &docs, crate::bundle::Mode::Write).map(|_| ())
+        })();
+        if let Err(e) = merged {
+            eprintln!("serve-capture: postprocess: bundle-merge: {}", e.message);
+            doc.failures.push(Failure { stage: "postprocess".into(), reason: format!("bundle-merge: {}", e.message) });
+            doc.outcome = "failed".into();
+            doc.files.bundle = None;
+            write_doc(&out, &doc)?;
+        }
+    }
     Ok(doc)
+}
+
+fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(v).expect("serialises") + "\n";
+    std::fs::write(path, text).map_err(|e| Error::env(format!("{}: cannot write: {e}", path.display())))
+}
+
+fn write_doc(out: &Path, doc: &ServeCaptureDoc) -> Result<()> {
+    write_json(&out.join("serve-capture.json"), doc)
 }
 
 /// Record the server's descendants (workers it forked) that are not recorded yet.
@@ -1118,28 +1212,6 @@ fn diagnostic_of(l: &ClientRun, stdout: &Path) -> Diagnostic {
     }
 }
 
-fn write_provenance(out: &Path, o: &ServeCaptureOptions, nsys: &Path, version: &str, nsys_argv: &[String]) -> Result<()> {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
-    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    let v = serde_json::json!({
-        "what": "nsyskit serve-capture provenance, written before the server starts",
-        "nsyskit_version": crate::contract::VERSION,
-        "started_unix_s": started,
-        "host": host,
-        "cwd": std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default(),
-        "nsys": {"path": nsys.display().to_string(), "version": version},
-        "nsys_argv": nsys_argv,
-        "env_on_nsys_process": o.env.iter().map(|(k, v)| serde_json::json!({"name": k, "value": v})).collect::<Vec<_>>(),
-        "server_argv": o.server,
-        "health": o.health,
-        "models": o.models,
-        "warmup_argv": o.warmup,
-        "load_argv": o.load,
-    });
-    let p = out.join("provenance.json");
-    std::fs::write(&p, serde_json::to_string_pretty(&v).expect("serialises") + "\n").map_err(|e| Error::env(format!("{}: {e}", p.display())))
-}
-
 /// Export the report to SQLite (next to it, in the run folder) and count its NVTX ranges and kernel rows.
 fn export_report(nsys: &Path, rep: &Path, sqlite: &Path) -> Result<(Vec<RangeCount>, u64, u64)> {
     let outp = Command::new(nsys)
@@ -1186,8 +1258,8 @@ mod tests {
     fn opts() -> ServeCaptureOptions {
         ServeCaptureOptions::new(vec!["./srv".into(), "8000".into()], "http://127.0.0.1:8000/health".into(), vec!["curl".into()], "/tmp/x".into())
     }
-    fn all_caps() -> ProfileFlags {
-        ProfileFlags { cuda_graph_trace: true, trace_fork_before_exec: true, capture_range: true, capture_range_end: true, kill: true }
+    fn all_caps() -> Capabilities {
+        Capabilities { cuda_graph_trace: true, trace_fork_before_exec: true, capture_range: true, capture_range_end: true, ..Default::default() }
     }
 
     #[test]
@@ -1233,14 +1305,6 @@ mod tests {
         o.delay_s = Some(5.0);
         o.capture_range = Some("cudaProfilerApi".into());
         assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("exclude each other"));
-    }
-
-    #[test]
-    fn help_parsing_finds_flags() {
-        let help = "\t--capture-range-end=\n\n\t   Possible values\n\t-c, --capture-range=\n\t--cuda-graph-trace=<granularity>[:<launch origin>]\n";
-        let f = ProfileFlags::from_help(help);
-        assert!(f.capture_range && f.capture_range_end && f.cuda_graph_trace);
-        assert!(!f.trace_fork_before_exec && !f.kill);
     }
 
     #[test]
