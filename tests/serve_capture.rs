@@ -227,6 +227,54 @@ fn captures_a_cpu_server_with_a_time_window() {
     assert_eq!(kept["outcome"], "ok");
 }
 
+/// Range-bounded window on CPU: `--capture-range=nvtx` on the server's start/end range `vibeserve.capture`,
+/// opened and closed by the load client (`/start_profile`, `/stop_profile`). nsys only honours unregistered NVTX
+/// strings as capture triggers with NSYS_NVTX_PROFILER_REGISTER_ONLY=0, set with --env on the nsys process.
+#[test]
+fn captures_a_cpu_server_with_a_range_window() {
+    let Some(e) = env_or_skip("captures_a_cpu_server_with_a_range_window") else { return };
+    let _g = NSYS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut args = base_args(e, port, &out);
+    args.extend([
+        "--capture-range".into(),
+        "nvtx".into(),
+        "--flags".into(),
+        "--nvtx-capture=vibeserve.capture".into(),
+        "--env".into(),
+        "NSYS_NVTX_PROFILER_REGISTER_ONLY=0".into(),
+        "--min-rep-bytes".into(),
+        "100000".into(),
+        "--warmup".into(),
+        format!("{} --client {port} 0.3", e.server.display()),
+        "--load".into(),
+        format!("{} --client {port} 4 --profile-range", e.server.display()),
+        "--".into(),
+        e.server.display().to_string(),
+        port.to_string(),
+    ]);
+    let a = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(240)).assert();
+    let o = a.get_output();
+    let doc = common::one_doc(&o.stdout);
+    assert_eq!(doc["outcome"], "ok", "{doc}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "gate-check RETRY on a CPU-only capture");
+    assert_eq!(doc["window"]["mode"], "range");
+    assert_eq!(doc["window"]["capture_range_end"], "stop");
+    assert_eq!(doc["env_names"], serde_json::json!(["NSYS_NVTX_PROFILER_REGISTER_ONLY"]));
+    let argv: Vec<&str> = doc["nsys_argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(argv.contains(&"--capture-range=nvtx") && argv.contains(&"--capture-range-end=stop"), "{argv:?}");
+    assert!(!argv.iter().any(|a| a.contains("NSYS_NVTX_PROFILER_REGISTER_ONLY")), "env goes on the nsys process, not its argv");
+    let ranges = doc["capture"]["nvtx_ranges"].as_array().unwrap();
+    let count = |name: &str| ranges.iter().find(|r| r["name"] == name).map(|r| r["count"].as_i64().unwrap()).unwrap_or(0);
+    assert_eq!(count("vibeserve.capture"), 1, "{ranges:?}");
+    let inside = count("vibeserve.request");
+    let total = doc["diagnostic"]["requests"].as_i64().unwrap();
+    assert!(inside > 0 && inside < total, "the range holds part of the load: {inside} of {total} requests");
+    assert_all_gone_and_port_free(&doc, port);
+}
+
 #[test]
 fn server_never_ready_fails_and_cleans_up() {
     let Some(e) = env_or_skip("server_never_ready_fails_and_cleans_up") else { return };

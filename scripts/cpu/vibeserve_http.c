@@ -4,12 +4,17 @@
  *   (NVTX v3 is header-only: without nsys the calls are no-ops; under `nsys profile --trace=nvtx` nsys injects
  *    its NVTX library through NVTX_INJECTION64_PATH.)
  * Run:   vibeserve_http PORT [--die-after N] [--never-ready] [--ready-after-ms MS]
- *        vibeserve_http --client PORT SECONDS [PATH]   (a load client: GET PATH, default /generate, in a loop for
- *                       SECONDS; prints {"requests":N,"failed":F}; exit 1 when a request failed)
+ *        vibeserve_http --client PORT SECONDS [PATH] [--profile-range]
+ *                       (a load client: GET PATH, default /generate, in a loop for SECONDS; with --profile-range
+ *                       GET /start_profile after SECONDS/4 and /stop_profile at 3*SECONDS/4; prints
+ *                       {"requests":N,"failed":F}; exit 1 when a request failed)
  *   GET /health      200 "ok" (503 before --ready-after-ms, always 503 with --never-ready)
  *   GET /v1/models   200 {"data":[{"id":"vibeserve-cpu"}]}
  *   GET /generate    one "request": vibeserve.request > N x (vibeserve.engine.iteration >
  *                    vibeserve.engine.scheduling, vibeserve.model.decode), ~3 ms of CPU work, 200 JSON
+ *   GET /start_profile  opens the start/end NVTX range "vibeserve.capture" (for nsys --capture-range=nvtx
+ *                    --nvtx-capture=vibeserve.capture, with NSYS_NVTX_PROFILER_REGISTER_ONLY=0 on nsys)
+ *   GET /stop_profile   closes it
  *   --die-after N    exit(3) after serving N /generate requests (a server that dies mid-run)
  * Single-threaded, loopback only, HTTP/1.0-style (one request per connection, Connection: close).
  */
@@ -66,10 +71,20 @@ static int get(int port, const char *path) {
     return code;
 }
 
-static int client_main(int port, double seconds, const char *path) {
-    double end = now_ms() + seconds * 1e3;
+static int client_main(int port, double seconds, const char *path, int profile) {
+    double start = now_ms(), end = start + seconds * 1e3;
     long ok = 0, failed = 0;
+    int opened = 0, closed = 0;
     while (now_ms() < end) {
+        double t = now_ms() - start;
+        if (profile && !opened && t >= seconds * 250) {
+            if (get(port, "/start_profile") != 200) { failed++; break; }
+            opened = 1;
+        }
+        if (profile && opened && !closed && t >= seconds * 750) {
+            if (get(port, "/stop_profile") != 200) { failed++; break; }
+            closed = 1;
+        }
         int code = get(port, path);
         if (code == 200) ok++;
         else {
@@ -83,8 +98,15 @@ static int client_main(int port, double seconds, const char *path) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 4 && !strcmp(argv[1], "--client"))
-        return client_main(atoi(argv[2]), atof(argv[3]), argc > 4 ? argv[4] : "/generate");
+    if (argc >= 4 && !strcmp(argv[1], "--client")) {
+        const char *path = "/generate";
+        int profile = 0;
+        for (int i = 4; i < argc; i++) {
+            if (!strcmp(argv[i], "--profile-range")) profile = 1;
+            else path = argv[i];
+        }
+        return client_main(atoi(argv[2]), atof(argv[3]), path, profile);
+    }
     if (argc < 2) {
         fprintf(stderr, "usage: %s PORT [--die-after N] [--never-ready] [--ready-after-ms MS]\n", argv[0]);
         return 2;
@@ -111,6 +133,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "vibeserve_http: pid %d listening on 127.0.0.1:%d\n", getpid(), port);
     double t0 = now_ms();
     long served = 0;
+    nvtxRangeId_t capture_id = 0;
+    int capture_open = 0;
     for (;;) {
         int c = accept(s, NULL, NULL);
         if (c < 0) continue;
@@ -123,6 +147,14 @@ int main(int argc, char **argv) {
             reply(c, ready ? 200 : 503, "text/plain", ready ? "ok" : "starting");
         } else if (!strncmp(req, "GET /v1/models ", 15)) {
             reply(c, 200, "application/json", "{\"object\":\"list\",\"data\":[{\"id\":\"vibeserve-cpu\"}]}");
+        } else if (!strncmp(req, "GET /start_profile ", 19)) {
+            if (!capture_open) capture_id = nvtxRangeStartA("vibeserve.capture");
+            capture_open = 1;
+            reply(c, 200, "application/json", "{}");
+        } else if (!strncmp(req, "GET /stop_profile ", 18)) {
+            if (capture_open) nvtxRangeEnd(capture_id);
+            capture_open = 0;
+            reply(c, 200, "application/json", "{}");
         } else if (!strncmp(req, "GET /generate", 13)) {
             nvtxRangePushA("vibeserve.request");
             for (int it = 0; it < 4; it++) {
