@@ -1308,6 +1308,21 @@ mod tests {
     }
 
     #[test]
+    fn real_nsys_help_texts_have_the_mandatory_flags() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nsys-help");
+        for v in ["2023.4.4", "2025.3.1"] {
+            let help = std::fs::read_to_string(root.join(v).join("profile-help.txt")).unwrap();
+            let caps = crate::resolve::parse_capabilities(&help, "");
+            assert!(help.contains("--kill="), "{v}: serve-capture relies on --kill");
+            let mut o = opts();
+            o.cuda_child = true;
+            o.capture_range = Some("cudaProfilerApi".into());
+            let (a, _) = build_nsys_args(&o, &caps, Path::new("/o/capture")).unwrap_or_else(|e| panic!("{v}: {}", e.message));
+            assert!(a.contains(&"--cuda-graph-trace=node".to_string()) && a.contains(&"--trace-fork-before-exec=true".to_string()));
+        }
+    }
+
+    #[test]
     fn commands_split_like_a_shell() {
         assert_eq!(split_command("curl -s 'http://x/a b' \"q\"", "--load").unwrap(), ["curl", "-s", "http://x/a b", "q"]);
         assert!(split_command("curl 'unclosed", "--load").is_err());
