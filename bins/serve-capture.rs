@@ -14,7 +14,9 @@ use nsyskit::serve_capture::{self, ServeCaptureOptions};
     name = "serve-capture",
     version,
     about = "Profile a server you control under nsys: readiness, warmup, bounded load across the capture window, clean stop",
-    after_help = "Example (CPU only, nsys 2023.4; build the server first: see docs/serve-capture.md):\n  \
+    after_help = "Example (CPU only, nsys 2023.4 in NSYS_BIN; the test server is scripts/cpu/vibeserve_http.c):\n  \
+NVTX_INC=$(dirname $(find -L \"$(dirname \"$NSYS_BIN\")/..\" -path '*nvtx/include/nvtx3' | head -1))\n  \
+gcc -O1 -I\"$NVTX_INC\" scripts/cpu/vibeserve_http.c -o /tmp/vibeserve_http -ldl\n  \
 serve-capture --trace nvtx,osrt --delay 3 --duration 3 \\\n    \
 --health http://127.0.0.1:18080/health --models http://127.0.0.1:18080/v1/models \\\n    \
 --warmup \"curl -sf -o /dev/null http://127.0.0.1:18080/generate\" \\\n    \

@@ -781,12 +781,13 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
     let pst = procs::stat(ppid).map(|s| s.starttime).unwrap_or(0);
     let prof = r.record("profiler", ppid, pst, nsys_argv.clone(), Some(child));
     let launched_at = r.now();
+    let ms = |x: f64| (x * 1000.0).round() / 1000.0;
     if let Some(d) = o.delay_s {
-        window.start_est_s = Some(launched_at + d);
-        window.end_est_s = o.duration_s.map(|x| launched_at + d + x);
+        window.start_est_s = Some(ms(launched_at + d));
+        window.end_est_s = o.duration_s.map(|x| ms(launched_at + d + x));
     } else if let Some(x) = o.duration_s {
         window.start_est_s = Some(launched_at);
-        window.end_est_s = Some(launched_at + x);
+        window.end_est_s = Some(ms(launched_at + x));
     }
 
     let mut ready = None;
