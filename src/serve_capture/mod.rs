@@ -372,6 +372,9 @@ pub fn build_nsys_args(o: &ServeCaptureOptions, caps: &Capabilities, report_base
         )
         .with_arg("--warmup"));
     }
+    if o.warmup.is_some() && timed && o.delay_s.is_none() {
+        return Err(Error::usage("--warmup with a time-bounded window needs --delay SECONDS: the window would open at launch, before the warmup").with_arg("--delay"));
+    }
     if o.capture_range_end.is_some() && !ranged {
         return Err(Error::usage("--capture-range-end needs --capture-range").with_arg("--capture-range-end"));
     }
@@ -1304,7 +1307,10 @@ mod tests {
         let mut o = opts();
         o.warmup = Some(vec!["curl".into()]);
         assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("--warmup needs a capture window"));
+        o.duration_s = Some(5.0);
+        assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("needs --delay"));
         o.delay_s = Some(5.0);
+        assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).is_ok());
         o.capture_range = Some("cudaProfilerApi".into());
         assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("exclude each other"));
     }
