@@ -457,3 +457,33 @@ fn help_has_a_runnable_example() {
     let h = String::from_utf8_lossy(&o.stdout);
     assert!(h.contains("Example") && h.contains("--health") && h.contains("130/143"), "{h}");
 }
+
+/// The real run of scripts/gpu-serve-capture on the H200 (nsys 2025.3.1, fixtures/serve-capture-gpu): its
+/// document matches today's schema, and the summary serve-capture wrote is reproduced from the committed export.
+#[test]
+fn the_h200_run_document_matches_its_export() {
+    let doc: Value = serde_json::from_slice(&std::fs::read(common::fixture("serve-capture-gpu/serve-capture.json")).unwrap()).unwrap();
+    common::assert_valid(&doc);
+    assert_eq!(doc["outcome"], "ok");
+    assert_eq!(doc["window"]["mode"], "range");
+    let argv: Vec<&str> = doc["nsys_argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(argv.contains(&"--cuda-graph-trace=node") && argv.contains(&"--capture-range=cudaProfilerApi"), "{argv:?}");
+    for p in doc["processes"].as_array().unwrap() {
+        assert_eq!(p["gone"], true, "{p}");
+        if p["role"] == "load" || p["role"] == "warmup" {
+            assert_eq!(p["parent_pid"], role(&doc, "profiler")["parent_pid"], "clients are serve-capture's children");
+        }
+    }
+    assert_eq!(doc["diagnostic"]["diagnostic_only"], true);
+    let ex = nsyskit::export::Export::open(&common::fixture("nsys-2025.3.1/serve_node.sqlite")).unwrap();
+    let (ranges, total, kernels) = nsyskit::serve_capture::summarize_export(&ex).unwrap();
+    assert_eq!(kernels, doc["capture"]["kernel_rows"].as_u64().unwrap());
+    assert_eq!(total, doc["capture"]["nvtx_range_total"].as_u64().unwrap());
+    assert_eq!(serde_json::to_value(&ranges).unwrap(), doc["capture"]["nvtx_ranges"]);
+    // node-level tracing: the replayed graph kernels are there, each with its graph node id
+    let graph_kernels: i64 = ex
+        .conn()
+        .query_row("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL", [], |r| r.get(0))
+        .unwrap();
+    assert!(graph_kernels > 1000, "{graph_kernels}");
+}

@@ -1231,6 +1231,12 @@ fn export_report(nsys: &Path, rep: &Path, sqlite: &Path) -> Result<(Vec<RangeCou
         return Err(Error::input(format!("{}: nsys export failed ({}): {}", rep.display(), outp.status, t.lines().last().unwrap_or(""))));
     }
     let ex = crate::export::Export::open(sqlite)?;
+    summarize_export(&ex)
+}
+
+/// The closed NVTX push/pop and start/end ranges of an export by name, their total, and its kernel rows
+/// (what `capture.nvtx_ranges`, `capture.nvtx_range_total` and `capture.kernel_rows` report).
+pub fn summarize_export(ex: &crate::export::Export) -> Result<(Vec<RangeCount>, u64, u64)> {
     let mut ranges = Vec::new();
     let mut total = 0;
     if ex.has_table("NVTX_EVENTS") {
