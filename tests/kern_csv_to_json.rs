@@ -289,7 +289,7 @@ fn real_nsys_stats_in_other_units() {
     std::fs::copy(common::fixture("nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep"), &rep).unwrap();
     for unit in ["nsec", "usec"] {
         let st = std::process::Command::new(&nsys)
-            .args(["stats", "--report", "nvtx_sum", "--format", "csv", "--timeunit", unit, "--force-overwrite", "true", "--output"])
+            .args(["stats", "--report", "nvtx_sum", "--format", "csv", "--timeunit", unit, "--force-overwrite", "true", "--force-export", "true", "--output"])
             .arg(dir.path().join(unit))
             .arg(&rep)
             .output()

@@ -139,8 +139,9 @@ fn captures_a_cpu_server_with_a_time_window() {
     let out = tmp.path().join("run");
     let mut args = base_args(e, port, &out);
     args.extend([
+        // a 5 s delay leaves room for a slow start on a loaded CI machine (readiness takes ~1.3 s here)
         "--delay".into(),
-        "3".into(),
+        "5".into(),
         "--duration".into(),
         "3".into(),
         "--min-rep-bytes".into(),
@@ -148,7 +149,7 @@ fn captures_a_cpu_server_with_a_time_window() {
         "--warmup".into(),
         format!("{} --client {port} 0.3", e.server.display()),
         "--load".into(),
-        format!("{} --client {port} 8", e.server.display()),
+        format!("{} --client {port} 11", e.server.display()),
         "--".into(),
         e.server.display().to_string(),
         port.to_string(),
@@ -170,7 +171,7 @@ fn captures_a_cpu_server_with_a_time_window() {
     assert!(doc["warmup"]["ended_at_s"].as_f64().unwrap() < doc["window"]["start_est_s"].as_f64().unwrap());
     // nsys flags: env-free command, window flags, --kill=none added
     let argv: Vec<&str> = doc["nsys_argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert!(argv.contains(&"--delay=3") && argv.contains(&"--duration=3") && argv.contains(&"--kill=none"), "{argv:?}");
+    assert!(argv.contains(&"--delay=5") && argv.contains(&"--duration=3") && argv.contains(&"--kill=none"), "{argv:?}");
     // the processes: nsys, the server found under it, the clients launched by serve-capture (not by nsys)
     let prof = role(&doc, "profiler");
     let server = role(&doc, "server");
