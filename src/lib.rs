@@ -10,3 +10,4 @@ pub mod contract;
 pub mod export;
 pub mod kern_csv;
 pub mod bundle;
+pub mod pod_attach;

@@ -1,0 +1,398 @@
+//! pod-attach end to end against the stand-in API server (tests/standin), with real local processes: nsys 2023.4
+//! (NSYS_BIN), tar, sha256sum, and a stand-in engine (tests/data/standin_engine.py).
+
+mod standin;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use standin::{pod, PatchMode, StandIn, TarFault, TOKEN};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn nsys() -> Option<PathBuf> {
+    let p = std::env::var_os("NSYS_BIN").map(PathBuf::from).or_else(|| {
+        let d = PathBuf::from("/root/.cache/nsyskit/nsys-2023.4/usr/bin/nsys");
+        d.exists().then_some(d)
+    })?;
+    Command::new(&p).arg("--version").output().ok().filter(|o| o.status.success()).map(|_| p)
+}
+
+macro_rules! nsys_or_skip {
+    ($name:expr) => {
+        match nsys() {
+            Some(n) => n,
+            None => {
+                eprintln!("SKIP {}: no nsys (set NSYS_BIN=$(scripts/get-nsys) to run it)", $name);
+                return;
+            }
+        }
+    };
+}
+
+/// Validate against schemas/pod-attach.v1.schema.json.
+fn assert_valid(doc: &Value) {
+    let path = root().join("schemas/pod-attach.v1.schema.json");
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let v = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = v.iter_errors(doc).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+fn one_doc(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("stdout is not one JSON doc ({e}): {text}\nstderr: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_valid(&v);
+    v
+}
+
+fn bin(si: &StandIn) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pod-attach"));
+    c.env("KUBECONFIG", &si.kubeconfig).env_remove("KUBERNETES_SERVICE_HOST").env("NO_PROXY", "127.0.0.1").env("PATH", "/usr/bin:/bin");
+    c
+}
+
+/// A stand-in engine (HTTP server + CUDA-owning child) started under `nsys profile --capture-range=cudaProfilerApi
+/// --capture-range-end=repeat` (or `nsys launch --session-new`), in its own process group so the test ends it.
+struct Engine {
+    child: Child,
+    port: u16,
+    _outdir: PathBuf,
+    marker: String,
+    hits: PathBuf,
+}
+
+impl Engine {
+    fn start(nsys: &Path, dir: &Path, how: &[&str], tag: &str) -> Engine {
+        let outdir = dir.join("engine-out");
+        std::fs::create_dir_all(&outdir).unwrap();
+        let libcuda = dir.join("libcuda.so.1");
+        std::fs::write(&libcuda, vec![0x7fu8; 4096]).unwrap();
+        let portfile = dir.join("port");
+        let marker = format!("standin-engine-{tag}-{}", std::process::id());
+        let mut c = Command::new(nsys);
+        c.args(how)
+            .arg("python3")
+            .arg(root().join("bins/pod-attach/tests/data/standin_engine.py"))
+            .args(["serve", &marker])
+            .arg(&portfile)
+            .arg(&outdir)
+            .arg(root().join("fixtures/nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep"))
+            .arg(&libcuda)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0);
+        let child = c.spawn().unwrap();
+        let t0 = Instant::now();
+        while !portfile.exists() {
+            assert!(t0.elapsed() < Duration::from_secs(60), "stand-in engine did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // the CUDA-owning child needs a moment to map libcuda
+        std::thread::sleep(Duration::from_millis(500));
+        let port = std::fs::read_to_string(&portfile).unwrap().trim().parse().unwrap();
+        Engine { child, port, _outdir: outdir, marker, hits: dir.join("engine-hits.log") }
+    }
+    fn hits(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.hits).unwrap_or_default().lines().map(String::from).collect()
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // the process group this test started (nsys, its launcher, the engine and its child)
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).status();
+        let _ = self.child.wait();
+    }
+}
+
+fn common_args(c: &mut Command, nsys: &Path, work: &Path, out: &Path) {
+    c.args(["--pod", "engine-0", "--container", "engine", "--image", "registry.invalid/nsys@sha256:00", "--duration", "1", "--wait-timeout", "30"])
+        .arg("--nsys")
+        .arg(nsys)
+        .arg("--workdir")
+        .arg(work)
+        .arg("--out-dir")
+        .arg(out)
+        .arg("--compact");
+}
+
+fn pods1() -> Vec<Value> {
+    vec![pod("engine-0", json!({"app": "vllm"}), &["engine"])]
+}
+
+#[test]
+fn dry_run_needs_no_cluster() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pod-attach"))
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .args(["--dry-run", "--pod", "vllm-0", "--container", "engine", "--image", "reg/nsys@sha256:ab", "--duration", "7", "--compact"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let d = one_doc(&out);
+    assert_eq!(d["dry_run"], true);
+    let plan = d["plan"].as_array().unwrap();
+    assert_eq!(plan[0], json!({"kind": "api", "method": "GET", "path": "/api/v1/namespaces/default/pods/vllm-0", "body": null, "why": "find the pod"}));
+    let patch = plan.iter().find(|s| s["method"] == "PATCH").unwrap();
+    assert_eq!(patch["path"], "/api/v1/namespaces/default/pods/vllm-0/ephemeralcontainers");
+    assert_eq!(patch["content_type"], "application/strategic-merge-patch+json");
+    assert_eq!(patch["body"]["spec"]["ephemeralContainers"][0]["targetContainerName"], "engine");
+    assert_eq!(patch["body"]["spec"]["ephemeralContainers"][0]["image"], "reg/nsys@sha256:ab");
+    assert!(plan.iter().any(|s| s["kind"] == "http" && s["path"] == "/start_profile"));
+    assert!(plan.iter().any(|s| s["kind"] == "wait" && s["seconds"] == 7.0));
+    assert!(plan.iter().filter(|s| s["kind"] == "exec").all(|s| s["argv"].is_array()));
+    // bad input: exit 2, one line, no panic
+    let bad = Command::new(env!("CARGO_BIN_EXE_pod-attach")).args(["--dry-run", "--pod", "p", "--image", "i", "--process-match", "("]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--process-match"));
+    let noimg = Command::new(env!("CARGO_BIN_EXE_pod-attach")).args(["--dry-run", "--pod", "p"]).output().unwrap();
+    assert_eq!(noimg.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&noimg.stderr).contains("--image"));
+}
+
+fn check_no_token(out: &Output) {
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(TOKEN) && !String::from_utf8_lossy(&out.stdout).contains(TOKEN), "token leaked");
+}
+
+#[test]
+fn endpoint_happy_path() {
+    let nsys = nsys_or_skip!("endpoint_happy_path");
+    let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
+    let dir = tempfile::tempdir().unwrap();
+    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "ep");
+    let work = dir.path().join("work");
+    let out_dir = dir.path().join("out");
+    let mut c = bin(&si);
+    common_args(&mut c, &nsys, &work, &out_dir);
+    c.args(["--process-match", &eng.marker, "--port", &eng.port.to_string()]);
+    let out = c.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
+    check_no_token(&out);
+    let d = one_doc(&out);
+    assert_eq!(d["strategy"], "endpoint");
+    let prov = &d["provenance"];
+    assert!(prov["engine"]["cmdline"].as_str().unwrap().contains("EngineCore"), "{prov}");
+    assert_eq!(prov["engine"]["cuda_owner"], true);
+    assert!(prov["engine"]["nsys_ancestor"]["cmdline"].as_str().unwrap().contains("--capture-range-end=repeat"));
+    assert!(prov["source_report"].as_str().unwrap().ends_with("run.1.nsys-rep"));
+    assert!(prov["nsys"]["version"].as_str().unwrap().contains("2023.4"));
+    assert_eq!(eng.hits(), vec!["/start_profile", "/stop_profile"]);
+    let files = d["files"].as_array().unwrap();
+    let names: Vec<&str> = files.iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"capture.nsys-rep") && names.contains(&"capture.sqlite"), "{names:?}");
+    assert!(names.iter().any(|n| n.ends_with(".csv")), "{names:?}");
+    // copied bytes are the real report, checksums match the local files
+    let rep = std::fs::read(out_dir.join("capture.nsys-rep")).unwrap();
+    assert_eq!(rep, std::fs::read(root().join("fixtures/nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep")).unwrap());
+    for f in files {
+        let bytes = std::fs::read(f["path"].as_str().unwrap()).unwrap();
+        assert_eq!(f["size"], bytes.len() as u64);
+        assert_eq!(f["sha256"], nsyskit::pod_attach::sha256_hex(&bytes));
+    }
+    // the export is a real nsys SQLite export
+    let ex = nsyskit::export::Export::open(&out_dir.join("capture.sqlite")).unwrap();
+    assert!(ex.count_rows("NVTX_EVENTS").unwrap() > 0);
+    // cleanup: the work folder is gone, the sidecar's sleep ended, and the document says so
+    assert!(!work.exists());
+    assert_eq!(si.sidecar_ended(), Some(true));
+    let cleanup = d["cleanup"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect::<Vec<_>>().join("\n");
+    assert!(cleanup.contains("cannot be removed") && cleanup.contains("ended its `sleep"), "{cleanup}");
+    // exec went to the sidecar; every command was an argv array (the stand-in got separate `command` params)
+    let s = si.state.lock().unwrap();
+    assert!(s.saw_token);
+    assert!(s.execs.iter().all(|(c, _)| c.starts_with("nsyskit-")), "{:?}", s.execs);
+    assert!(s.execs.iter().any(|(_, a)| a[0] == "tar" && a[1] == "cf"));
+}
+
+#[test]
+fn session_happy_path() {
+    let nsys = nsys_or_skip!("session_happy_path");
+    let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
+    let dir = tempfile::tempdir().unwrap();
+    let session = format!("pa-test-{}", std::process::id());
+    let eng = Engine::start(&nsys, dir.path(), &["launch", &format!("--session-new={session}"), "--trace=osrt"], "ss");
+    let work = dir.path().join("work");
+    let out_dir = dir.path().join("out");
+    let mut c = bin(&si);
+    common_args(&mut c, &nsys, &work, &out_dir);
+    c.args(["--strategy", "session", "--session", &session, "--process-match", &eng.marker]);
+    let out = c.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
+    let d = one_doc(&out);
+    assert_eq!(d["strategy"], "session");
+    assert!(d["provenance"]["sidecar"].is_null());
+    let s = si.state.lock().unwrap();
+    // no ephemeral container; nsys start/stop ran in the engine's container
+    assert!(s.sidecar.is_none());
+    assert!(s.execs.iter().all(|(c, _)| c == "engine"));
+    assert!(s.execs.iter().any(|(_, a)| a[1] == "start" && a[2] == format!("--session={session}")));
+    drop(s);
+    // a real capture of the running engine: the stand-in's osrt calls are in it
+    let ex = nsyskit::export::Export::open(&out_dir.join("capture.sqlite")).unwrap();
+    assert!(ex.count_rows("OSRT_API").unwrap() > 0);
+    assert!(!work.exists());
+}
+
+fn run_err(si: &StandIn, extra: &[&str]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = bin(si);
+    c.args(["--image", "registry.invalid/nsys@sha256:00", "--duration", "1", "--wait-timeout", "5", "--compact", "--nsys", "/nonexistent/nsys"])
+        .arg("--out-dir")
+        .arg(dir.path().join("out"))
+        .arg("--workdir")
+        .arg(dir.path().join("work"))
+        .args(extra);
+    let out = c.output().unwrap();
+    check_no_token(&out);
+    assert!(out.stdout.is_empty(), "no document on error");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+#[test]
+fn no_pod_and_two_pods() {
+    let si = StandIn::start(vec![pod("engine-0", json!({"app": "vllm"}), &["engine"]), pod("engine-1", json!({"app": "vllm"}), &["engine"])], PatchMode::Ok, TarFault::None);
+    let (code, err) = run_err(&si, &["--selector", "app=none"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no pod in namespace default matches selector \"app=none\""), "{err}");
+    let (code, err) = run_err(&si, &["--selector", "app=vllm"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("2 pods") && err.contains("engine-0, engine-1"), "{err}");
+    let (code, err) = run_err(&si, &["--pod", "missing"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("404") && err.contains("missing"), "{err}");
+    assert!(si.state.lock().unwrap().sidecar.is_none());
+}
+
+#[test]
+fn ephemeral_containers_forbidden() {
+    let si = StandIn::start(pods1(), PatchMode::Forbidden, TarFault::None);
+    let (code, err) = run_err(&si, &["--pod", "engine-0", "--container", "engine"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("forbidden (403") && err.contains("pods/ephemeralcontainers"), "{err}");
+}
+
+#[test]
+fn image_pull_failure_shows_events() {
+    let si = StandIn::start(pods1(), PatchMode::ImagePullError, TarFault::None);
+    let (code, err) = run_err(&si, &["--pod", "engine-0", "--container", "engine"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("did not start: ErrImagePull") && err.contains("Failed: Failed to pull image"), "{err}");
+    assert!(err.contains("cannot be removed"), "cleanup must say the ephemeral container stays: {err}");
+}
+
+#[test]
+fn engine_pid_not_found_and_ambiguous() {
+    let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
+    let marker = format!("no-such-engine-{}", std::process::id());
+    let (code, err) = run_err(&si, &["--pod", "engine-0", "--container", "engine", "--process-match", &marker]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no process matches --process-match"), "{err}");
+    assert_eq!(si.sidecar_ended(), Some(true), "cleanup ends the sidecar's sleep after an error");
+    // two CUDA-owning candidates
+    let dir = tempfile::tempdir().unwrap();
+    let libcuda = dir.path().join("libcuda.so.1");
+    std::fs::write(&libcuda, vec![0u8; 4096]).unwrap();
+    let tag = format!("ambiguous-engine-{}", std::process::id());
+    let mut kids: Vec<Child> = (0..2)
+        .map(|_| Command::new("python3").arg(root().join("bins/pod-attach/tests/data/standin_engine.py")).arg("core").arg(&libcuda).arg(&tag).spawn().unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(800));
+    let si2 = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
+    let (code, err) = run_err(&si2, &["--pod", "engine-0", "--container", "engine", "--process-match", &tag]);
+    for k in &mut kids {
+        let _ = k.kill();
+        let _ = k.wait();
+    }
+    assert_eq!(code, Some(2));
+    assert!(err.contains("ambiguous engine: 2 CUDA-owning processes"), "{err}");
+}
+
+#[test]
+fn attach_refused_by_nsys_2023() {
+    let nsys = nsys_or_skip!("attach_refused_by_nsys_2023");
+    let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
+    let dir = tempfile::tempdir().unwrap();
+    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "at");
+    let mut c = bin(&si);
+    common_args(&mut c, &nsys, &dir.path().join("work"), &dir.path().join("out"));
+    c.args(["--strategy", "attach", "--process-match", &eng.marker]);
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("strategy attach refused") && err.contains("2023.4") && err.contains("--attach-pid"), "{err}");
+    assert!(eng.hits().is_empty());
+}
+
+fn copy_fault(fault: TarFault, expect: &str) {
+    let nsys = nsys_or_skip!("copy fault");
+    let si = StandIn::start(pods1(), PatchMode::Ok, fault);
+    let dir = tempfile::tempdir().unwrap();
+    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "cf");
+    let work = dir.path().join("work");
+    let out_dir = dir.path().join("out");
+    let mut c = bin(&si);
+    common_args(&mut c, &nsys, &work, &out_dir);
+    c.args(["--process-match", &eng.marker, "--port", &eng.port.to_string()]);
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(out.stdout.is_empty());
+    assert!(err.contains(expect), "{err}");
+    assert!(!dir.path().join("escaped.nsys-rep").exists() && !out_dir.join("../escaped.nsys-rep").exists());
+    assert!(!work.exists(), "cleanup removed the work folder");
+    assert_eq!(si.sidecar_ended(), Some(true));
+}
+
+#[test]
+fn interrupted_copy_is_an_error() {
+    copy_fault(TarFault::Cut, "the copy was interrupted");
+}
+
+#[test]
+fn tar_entry_with_dotdot_rejected() {
+    copy_fault(TarFault::DotDot, "\"../escaped.nsys-rep\" at byte 0: `..` component rejected");
+}
+
+#[test]
+fn ctrl_c_mid_capture_cleans_up() {
+    let nsys = nsys_or_skip!("ctrl_c_mid_capture_cleans_up");
+    let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
+    let dir = tempfile::tempdir().unwrap();
+    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "cc");
+    let work = dir.path().join("work");
+    let mut c = bin(&si);
+    common_args(&mut c, &nsys, &work, &dir.path().join("out"));
+    c.args(["--process-match", &eng.marker, "--port", &eng.port.to_string(), "--duration", "60"]);
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "pod-attach ended before capturing: {seen}");
+        seen.push_str(&line);
+        if line.contains("capturing for") {
+            break;
+        }
+    }
+    assert!(work.exists());
+    let t0 = Instant::now();
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(30), "did not stop promptly");
+    assert_eq!(status.code(), Some(130), "{seen}{rest}");
+    assert!(rest.contains("interrupted (SIGINT)") && rest.contains("POST /stop_profile answered 200"), "{rest}");
+    assert_eq!(eng.hits(), vec!["/start_profile", "/stop_profile"]);
+    assert!(!work.exists(), "work folder removed");
+    assert_eq!(si.sidecar_ended(), Some(true));
+}
