@@ -24,12 +24,12 @@ pub const DEFAULT_PROCESS_MATCH: &str = "vllm serve|EngineCore";
 
 /// Lists every process visible in the container's PID namespace, one line each:
 /// `PID<TAB>PPID<TAB>CUDA<TAB>CMDLINE` where CUDA is 1 when the process has a `/dev/nvidia*` file descriptor
-/// open or a `libcuda` mapping, and CMDLINE has its NUL separators turned into spaces. The first line is
+/// open or a `libcuda` mapping, and CMDLINE has its NUL separators, tabs and newlines turned into spaces. The first line is
 /// `self<TAB>$$` so the listing shell (and its children) can be left out.
 pub const PROC_LIST_SCRIPT: &str = r#"echo "self	$$"
 for d in /proc/[0-9]*; do
   p=${d#/proc/}
-  c=$(tr '\000' ' ' < "$d/cmdline" 2>/dev/null) || continue
+  c=$(tr '\000\t\n\r' '    ' < "$d/cmdline" 2>/dev/null) || continue
   [ -n "$c" ] || continue
   pp=$(sed -n 's/^PPid:[[:space:]]*//p' "$d/status" 2>/dev/null)
   g=0

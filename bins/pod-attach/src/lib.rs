@@ -22,6 +22,8 @@ pub struct ExecOutput {
     /// The exit code from the status channel (0 on `Success`); None when the stream ended without a status
     /// (an interrupted exec).
     pub exit_code: Option<i32>,
+    /// The status message when the command failed without an exit code (e.g. it could not be started).
+    pub status_message: Option<String>,
 }
 
 /// The Kubernetes operations pod-attach uses.
@@ -102,6 +104,7 @@ impl Cluster for KubeCluster {
         r1.and(r2).map_err(|e| Error::env(format!("{}: reading output: {e}", what())))?;
         let st = status.await;
         let _ = p.join().await;
+        let status_message = st.as_ref().filter(|s| s.status.as_deref() != Some("Success")).map(|s| s.message.clone().unwrap_or_default());
         let exit_code = st.map(|s| {
             if s.status.as_deref() == Some("Success") {
                 0
@@ -114,7 +117,7 @@ impl Cluster for KubeCluster {
                     .unwrap_or(-1)
             }
         });
-        Ok(ExecOutput { stdout: o, stderr: e, exit_code })
+        Ok(ExecOutput { stdout: o, stderr: e, exit_code, status_message })
     }
     async fn http_post(&self, ns: &str, pod: &str, port: u16, path: &str) -> Result<(u16, String)> {
         let what = format!("POST {path} to port {port} of {ns}/{pod} through a port-forward");
@@ -169,7 +172,7 @@ async fn exec_ok<C: Cluster>(c: &C, o: &Options, pod: &str, container: &str, arg
                 Some(c) => format!("exited {c}"),
                 None => "ended without an exit status (the exec stream was cut)".into(),
             },
-            String::from_utf8_lossy(&r.stderr).trim()
+            [String::from_utf8_lossy(&r.stderr).trim().to_string(), r.status_message.clone().unwrap_or_default()].join(" ").trim()
         ))),
     }
 }
@@ -299,7 +302,10 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate_bin: Optio
     // Engine PID.
     let listing = exec_ok(c, o, &pod_name, &tools, &pa::argv_proc_list()).await?;
     let procs = pa::parse_proc_listing(&String::from_utf8_lossy(&listing.stdout))?;
-    let engine = pa::select_engine(&procs, &o.process_match);
+    let mut engine = pa::select_engine(&procs, &o.process_match);
+    if o.strategy != Strategy::Session {
+        engine = Ok(engine?);
+    }
     let mut warnings = Vec::new();
     // nsys capabilities.
     let [a1, a2, a3] = pa::argv_nsys_probe(&o.nsys);

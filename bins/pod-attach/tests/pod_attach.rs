@@ -100,6 +100,11 @@ impl Engine {
         let port = std::fs::read_to_string(&portfile).unwrap().trim().parse().unwrap();
         Engine { child, port, _outdir: outdir, marker, hits: dir.join("engine-hits.log") }
     }
+    /// The --process-match regex: `[s]tandin-…` matches the engine but not pod-attach's own command line (which
+    /// is visible in this machine's /proc, unlike in a real pod).
+    fn pattern(&self) -> String {
+        format!("[{}]{}", &self.marker[..1], &self.marker[1..])
+    }
     fn hits(&self) -> Vec<String> {
         std::fs::read_to_string(&self.hits).unwrap_or_default().lines().map(String::from).collect()
     }
@@ -171,7 +176,7 @@ fn endpoint_happy_path() {
     let out_dir = dir.path().join("out");
     let mut c = bin(&si);
     common_args(&mut c, &nsys, &work, &out_dir);
-    c.args(["--process-match", &eng.marker, "--port", &eng.port.to_string()]);
+    c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
     let out = c.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
@@ -223,7 +228,7 @@ fn session_happy_path() {
     let out_dir = dir.path().join("out");
     let mut c = bin(&si);
     common_args(&mut c, &nsys, &work, &out_dir);
-    c.args(["--strategy", "session", "--session", &session, "--process-match", &eng.marker]);
+    c.args(["--strategy", "session", "--session", &session, "--process-match", &eng.pattern()]);
     let out = c.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
@@ -292,7 +297,7 @@ fn image_pull_failure_shows_events() {
 #[test]
 fn engine_pid_not_found_and_ambiguous() {
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
-    let marker = format!("no-such-engine-{}", std::process::id());
+    let marker = format!("[n]o-such-engine-{}", std::process::id());
     let (code, err) = run_err(&si, &["--pod", "engine-0", "--container", "engine", "--process-match", &marker]);
     assert_eq!(code, Some(2));
     assert!(err.contains("no process matches --process-match"), "{err}");
@@ -307,7 +312,7 @@ fn engine_pid_not_found_and_ambiguous() {
         .collect();
     std::thread::sleep(Duration::from_millis(800));
     let si2 = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
-    let (code, err) = run_err(&si2, &["--pod", "engine-0", "--container", "engine", "--process-match", &tag]);
+    let (code, err) = run_err(&si2, &["--pod", "engine-0", "--container", "engine", "--process-match", &format!("[a]{}", &tag[1..])]);
     for k in &mut kids {
         let _ = k.kill();
         let _ = k.wait();
@@ -324,7 +329,7 @@ fn attach_refused_by_nsys_2023() {
     let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "at");
     let mut c = bin(&si);
     common_args(&mut c, &nsys, &dir.path().join("work"), &dir.path().join("out"));
-    c.args(["--strategy", "attach", "--process-match", &eng.marker]);
+    c.args(["--strategy", "attach", "--process-match", &eng.pattern()]);
     let out = c.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
@@ -341,7 +346,7 @@ fn copy_fault(fault: TarFault, expect: &str) {
     let out_dir = dir.path().join("out");
     let mut c = bin(&si);
     common_args(&mut c, &nsys, &work, &out_dir);
-    c.args(["--process-match", &eng.marker, "--port", &eng.port.to_string()]);
+    c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
     let out = c.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
@@ -371,7 +376,7 @@ fn ctrl_c_mid_capture_cleans_up() {
     let work = dir.path().join("work");
     let mut c = bin(&si);
     common_args(&mut c, &nsys, &work, &dir.path().join("out"));
-    c.args(["--process-match", &eng.marker, "--port", &eng.port.to_string(), "--duration", "60"]);
+    c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string(), "--duration", "60"]);
     let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut seen = String::new();
