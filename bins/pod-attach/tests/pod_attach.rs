@@ -119,7 +119,11 @@ impl Drop for Engine {
 }
 
 fn common_args(c: &mut Command, nsys: &Path, work: &Path, out: &Path) {
-    c.args(["--pod", "engine-0", "--container", "engine", "--image", "registry.invalid/nsys@sha256:00", "--duration", "1", "--wait-timeout", "30"])
+    common_args_d(c, nsys, work, out, "1")
+}
+
+fn common_args_d(c: &mut Command, nsys: &Path, work: &Path, out: &Path, duration: &str) {
+    c.args(["--pod", "engine-0", "--container", "engine", "--image", "registry.invalid/nsys@sha256:00", "--duration", duration, "--wait-timeout", "30"])
         .arg("--nsys")
         .arg(nsys)
         .arg("--workdir")
@@ -337,11 +341,11 @@ fn attach_refused_by_nsys_2023() {
     assert!(eng.hits().is_empty());
 }
 
-fn copy_fault(fault: TarFault, expect: &str) {
+fn copy_fault(fault: TarFault, tag: &str, expect: &str) {
     let nsys = nsys_or_skip!("copy fault");
     let si = StandIn::start(pods1(), PatchMode::Ok, fault);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "cf");
+    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], tag);
     let work = dir.path().join("work");
     let out_dir = dir.path().join("out");
     let mut c = bin(&si);
@@ -359,12 +363,12 @@ fn copy_fault(fault: TarFault, expect: &str) {
 
 #[test]
 fn interrupted_copy_is_an_error() {
-    copy_fault(TarFault::Cut, "the copy was interrupted");
+    copy_fault(TarFault::Cut, "cut", "the copy was interrupted");
 }
 
 #[test]
 fn tar_entry_with_dotdot_rejected() {
-    copy_fault(TarFault::DotDot, "\"../escaped.nsys-rep\" at byte 0: `..` component rejected");
+    copy_fault(TarFault::DotDot, "dotdot", "\"../escaped.nsys-rep\" at byte 0: `..` component rejected");
 }
 
 #[test]
@@ -375,8 +379,8 @@ fn ctrl_c_mid_capture_cleans_up() {
     let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "cc");
     let work = dir.path().join("work");
     let mut c = bin(&si);
-    common_args(&mut c, &nsys, &work, &dir.path().join("out"));
-    c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string(), "--duration", "60"]);
+    common_args_d(&mut c, &nsys, &work, &dir.path().join("out"), "60");
+    c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
     let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut seen = String::new();
