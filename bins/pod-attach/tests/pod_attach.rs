@@ -62,6 +62,9 @@ fn bin(si: &StandIn) -> Command {
 /// --capture-range-end=repeat` (or `nsys launch --session-new`), in its own process group so the test ends it.
 struct Engine {
     child: Child,
+    nsys: PathBuf,
+    /// The nsys session the engine runs in (`profile-<nsys pid>` for `nsys profile`).
+    session: String,
     port: u16,
     _outdir: PathBuf,
     marker: String,
@@ -90,6 +93,7 @@ impl Engine {
             .stderr(Stdio::null())
             .process_group(0);
         let child = c.spawn().unwrap();
+        let session = how.iter().find_map(|a| a.strip_prefix("--session-new=")).map(String::from).unwrap_or_else(|| format!("profile-{}", child.id()));
         let t0 = Instant::now();
         while !portfile.exists() {
             assert!(t0.elapsed() < Duration::from_secs(60), "stand-in engine did not start");
@@ -98,7 +102,7 @@ impl Engine {
         // the CUDA-owning child needs a moment to map libcuda
         std::thread::sleep(Duration::from_millis(500));
         let port = std::fs::read_to_string(&portfile).unwrap().trim().parse().unwrap();
-        Engine { child, port, _outdir: outdir, marker, hits: dir.join("engine-hits.log") }
+        Engine { child, nsys: nsys.to_path_buf(), session, port, _outdir: outdir, marker, hits: dir.join("engine-hits.log") }
     }
     /// The --process-match regex: `[s]tandin-…` matches the engine but not pod-attach's own command line (which
     /// is visible in this machine's /proc, unlike in a real pod).
@@ -112,8 +116,22 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        // the process group this test started (nsys, its launcher, the engine and its child)
-        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).status();
+        // nsys's launcher starts the engine in a new session, so the engine leaves this test's process group:
+        // end the processes this test started by their PIDs, found through this run's unique marker.
+        // First let nsys end its own session (its agent daemon outlives a killed nsys).
+        let _ = Command::new(&self.nsys).arg("shutdown").arg(format!("--session={}", self.session)).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let mut pids = vec![self.child.id()];
+        for d in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = d.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let cmd = std::fs::read(d.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains("standin_engine.py") && cmd.split(' ').any(|w| w == self.marker) {
+                pids.push(pid);
+            }
+        }
+        for pid in pids {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+        }
         let _ = self.child.wait();
     }
 }
