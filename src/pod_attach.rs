@@ -112,8 +112,7 @@ impl SecurityProfile {
 
 /// What the probed nsys can do, as far as the strategy choice is concerned.
 ///
-/// Filled from the real `--help` texts of the nsys in the pod by [`NsysCaps::from_help`]; a flag counts only
-/// when the help lists it as an option.
+/// Filled from the real `--help` texts of the nsys in the pod by [`NsysCaps::from_help`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct NsysCaps {
     /// `nsys --version` text, as printed (trimmed).
@@ -125,20 +124,6 @@ pub struct NsysCaps {
     pub sessions: bool,
 }
 
-fn help_lists_option(help: &str, flag: &str) -> bool {
-    // An option line starts (after whitespace, an optional "-x, " short form and "(Deprecated) ") with the flag
-    // followed by '=', whitespace or end of line.
-    help.lines().any(|line| {
-        let t = line.trim_start();
-        let t = t.strip_prefix("(Deprecated)").map(str::trim_start).unwrap_or(t);
-        let t = if t.len() > 4 && t.starts_with('-') && !t.starts_with("--") && t[2..].starts_with(", ") { &t[4..] } else { t };
-        match t.strip_prefix(flag) {
-            Some(rest) => rest.is_empty() || rest.starts_with('=') || rest.starts_with(char::is_whitespace),
-            None => false,
-        }
-    })
-}
-
 fn help_lists_command(help: &str, cmd: &str) -> bool {
     help.lines().any(|l| {
         let mut w = l.split_whitespace();
@@ -147,14 +132,16 @@ fn help_lists_command(help: &str, cmd: &str) -> bool {
 }
 
 impl NsysCaps {
-    /// From `nsys --version`, `nsys --help` and `nsys profile --help`.
+    /// From `nsys --version`, `nsys --help` and `nsys profile --help`; the profile flags through nsys-resolve's
+    /// capability parser ([`crate::resolve::parse_capabilities`]).
     pub fn from_help(version: &str, top_help: &str, profile_help: &str) -> NsysCaps {
-        let version = version.trim();
+        let caps = crate::resolve::parse_capabilities(profile_help, "");
+        let v = version.trim();
         NsysCaps {
-            version: if version.is_empty() { None } else { Some(version.to_string()) },
-            attach_pid: help_lists_option(profile_help, "--attach-pid"),
-            capture_range: help_lists_option(profile_help, "--capture-range"),
-            capture_range_end: help_lists_option(profile_help, "--capture-range-end"),
+            version: crate::resolve::parse_version(version).or_else(|| (!v.is_empty()).then(|| v.to_string())),
+            attach_pid: caps.attach_pid,
+            capture_range: caps.capture_range,
+            capture_range_end: caps.capture_range_end,
             sessions: ["launch", "start", "stop"].iter().all(|c| help_lists_command(top_help, c)),
         }
     }
@@ -163,7 +150,7 @@ impl NsysCaps {
 /// Decide whether the requested strategy can work with this nsys; otherwise refuse, naming the reason and
 /// the fix.
 pub fn choose_strategy(requested: Strategy, caps: &NsysCaps) -> Result<Strategy> {
-    let v = caps.version.as_deref().unwrap_or("(unknown version)");
+    let v = format!("nsys {}", caps.version.as_deref().unwrap_or("(unknown version)"));
     match requested {
         Strategy::Attach if !caps.attach_pid => Err(Error::env(format!(
             "strategy attach refused: {v} does not list --attach-pid in `nsys profile --help` (nsys injects CUDA \
@@ -900,8 +887,6 @@ pub fn dry_run(o: &Options) -> Result<PodAttachDoc> {
 mod tests {
     use super::*;
 
-    const NSYS_2023_PROFILE_HELP: &str = "\t--capture-range=\n\n\t   Possible values\n\t--capture-range-end=\n\t-o, --output=\n";
-
     fn opts() -> Options {
         Options {
             namespace: "ns".into(),
@@ -925,19 +910,23 @@ mod tests {
         }
     }
 
+    fn real_help(v: &str, f: &str) -> String {
+        std::fs::read_to_string(format!("{}/fixtures/nsys-help/{v}/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    }
+
     #[test]
-    fn option_detection_needs_an_option_line() {
-        assert!(help_lists_option(NSYS_2023_PROFILE_HELP, "--capture-range"));
-        assert!(help_lists_option(NSYS_2023_PROFILE_HELP, "--capture-range-end"));
-        assert!(help_lists_option(NSYS_2023_PROFILE_HELP, "--output"));
-        assert!(!help_lists_option(NSYS_2023_PROFILE_HELP, "--attach-pid"));
-        assert!(!help_lists_option("\t   use --attach-pid instead\n", "--attach-pid"));
-        assert!(help_lists_option("\t--attach-pid=<pid>\n", "--attach-pid"));
+    fn real_nsys_help_texts() {
+        let c23 = NsysCaps::from_help(&real_help("2023.4.4", "version.txt"), "", &real_help("2023.4.4", "profile-help.txt"));
+        assert!(c23.capture_range && c23.capture_range_end && !c23.attach_pid, "{c23:?}");
+        assert_eq!(c23.version.as_deref(), Some("2023.4.4.54-234433681190v0"));
+        let c25 = NsysCaps::from_help("", "", &real_help("2025.3.1", "profile-help.txt"));
+        assert!(c25.capture_range && c25.capture_range_end && !c25.attach_pid, "{c25:?}");
+        assert!(choose_strategy(Strategy::Attach, &c25).is_err());
     }
 
     #[test]
     fn attach_refused_without_flag_and_endpoint_allowed() {
-        let caps = NsysCaps::from_help("NVIDIA Nsight Systems version 2023.4.4", "\tlaunch   Launch\n\tstart   Start\n\tstop   Stop\n", NSYS_2023_PROFILE_HELP);
+        let caps = NsysCaps::from_help("NVIDIA Nsight Systems version 2023.4.4", "\tlaunch   Launch\n\tstart   Start\n\tstop   Stop\n", &real_help("2023.4.4", "profile-help.txt"));
         let e = choose_strategy(Strategy::Attach, &caps).unwrap_err();
         assert!(e.message.contains("--attach-pid") && e.message.contains("2023.4.4"), "{}", e.message);
         assert_eq!(choose_strategy(Strategy::Endpoint, &caps).unwrap(), Strategy::Endpoint);

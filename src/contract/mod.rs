@@ -85,6 +85,7 @@ pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
     vec![
         (crate::kern_csv::KernCsvDoc::KIND, json_schema::<crate::kern_csv::KernCsvDoc>()),
         (crate::bundle::MergeReport::KIND, json_schema::<crate::bundle::MergeReport>()),
+        (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
         (crate::pod_attach::PodAttachDoc::KIND, json_schema::<crate::pod_attach::PodAttachDoc>()),
     ]
 }
