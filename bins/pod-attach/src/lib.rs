@@ -241,8 +241,9 @@ fn now_s() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-/// Run `gate-check` on the copied SQLite export: `PASS` (exit 0), `RETRY` (exit 1), else `NOT_RUN` with why.
-pub fn run_gate(gate_bin: Option<&std::path::Path>, sqlite: &std::path::Path) -> pa::GateResult {
+/// Run `gate-check REPORT --sqlite SQLITE` on the copied files: `PASS` (exit 0), `RETRY` (exit 1), else
+/// `NOT_RUN` with why.
+pub fn run_gate(gate_bin: Option<&std::path::Path>, report: &std::path::Path, sqlite: &std::path::Path) -> pa::GateResult {
     let Some(bin) = gate_bin else {
         return pa::GateResult {
             verdict: "NOT_RUN".into(),
@@ -250,7 +251,7 @@ pub fn run_gate(gate_bin: Option<&std::path::Path>, sqlite: &std::path::Path) ->
             document: None,
         };
     };
-    match std::process::Command::new(bin).arg(sqlite).output() {
+    match std::process::Command::new(bin).arg(report).arg("--sqlite").arg(sqlite).arg("--compact").output() {
         Ok(out) => {
             let doc = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok();
             let verdict = match out.status.code() {
@@ -258,10 +259,16 @@ pub fn run_gate(gate_bin: Option<&std::path::Path>, sqlite: &std::path::Path) ->
                 Some(1) => "RETRY",
                 _ => "NOT_RUN",
             };
-            let reason = if verdict == "NOT_RUN" {
-                format!("{} exited {:?}: {}", bin.display(), out.status.code(), String::from_utf8_lossy(&out.stderr).trim())
-            } else {
-                format!("{} exited {}", bin.display(), out.status.code().unwrap_or(-1))
+            let retry: Vec<String> = doc
+                .as_ref()
+                .and_then(|d| d.get("retry"))
+                .and_then(|r| r.as_array())
+                .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                .unwrap_or_default();
+            let reason = match verdict {
+                "NOT_RUN" => format!("{} exited {:?}: {}", bin.display(), out.status.code(), String::from_utf8_lossy(&out.stderr).trim()),
+                "RETRY" => format!("{} exited 1: gates {} said retry (see document.gates)", bin.display(), retry.join(",")),
+                _ => format!("{} exited 0", bin.display()),
             };
             pa::GateResult { verdict: verdict.into(), reason, document: doc }
         }
@@ -436,7 +443,7 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate_bin: Optio
         copied.push(pa::CopiedFile { name: n.clone(), path: out_dir.join(n).to_string_lossy().to_string(), size: rsize, sha256: local });
     }
     let sqlite = out_dir.join(format!("{}.sqlite", o.capture_name));
-    let gate = run_gate(gate_bin, &sqlite);
+    let gate = run_gate(gate_bin, &out_dir.join(format!("{}.nsys-rep", o.capture_name)), &sqlite);
     if gate.verdict == "NOT_RUN" {
         warnings.push(format!("gate-check not run: {}", gate.reason));
     }

@@ -151,6 +151,45 @@ fn common_args_d(c: &mut Command, nsys: &Path, work: &Path, out: &Path, duration
         .arg("--compact");
 }
 
+/// The real gate-check: NSYSKIT_GATE_CHECK, else the workspace's own build next to pod-attach (present once the
+/// gate-check binary is in the workspace and `cargo test --workspace` built it).
+fn gate_check() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("NSYSKIT_GATE_CHECK") {
+        return Some(PathBuf::from(p));
+    }
+    let p = Path::new(env!("CARGO_BIN_EXE_pod-attach")).with_file_name("gate-check");
+    p.is_file().then_some(p)
+}
+
+fn with_gate(c: &mut Command, dir: &Path, test: &str) -> Option<PathBuf> {
+    let gate = gate_check();
+    match &gate {
+        Some(g) => c.arg("--gate-check").arg(g),
+        None => {
+            eprintln!("NOTE {test}: no gate-check binary (NSYSKIT_GATE_CHECK or next to pod-attach): checking the NOT_RUN path only");
+            c.arg("--gate-check").arg(dir.join("no-gate-check"))
+        }
+    };
+    gate
+}
+
+/// Both stand-in captures are CPU only (no CUDA kernels): the real gate-check sends them back (RETRY), and
+/// pod-attach must exit 1 with the gate's document; without gate-check the verdict is NOT_RUN, exit 0.
+fn expect_gate(d: &Value, out: &Output, have_gate: bool) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if have_gate {
+        assert_eq!(out.status.code(), Some(1), "stderr:\n{stderr}");
+        assert_eq!(d["gate"]["verdict"], "RETRY", "{}", d["gate"]);
+        assert!(d["gate"]["reason"].as_str().unwrap().contains("G1"), "{}", d["gate"]["reason"]);
+        assert_eq!(d["gate"]["document"]["schema"], "nsyskit.gate/v1");
+        assert_eq!(d["gate"]["document"]["verdict"], "RETRY");
+    } else {
+        assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
+        assert_eq!(d["gate"]["verdict"], "NOT_RUN");
+        assert!(d["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("gate-check not run")));
+    }
+}
+
 fn pods1() -> Vec<Value> {
     vec![pod("engine-0", json!({"app": "vllm"}), &["engine"])]
 }
@@ -199,11 +238,11 @@ fn endpoint_happy_path() {
     let mut c = bin(&si);
     common_args(&mut c, &nsys, &work, &out_dir);
     c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
+    let gate = with_gate(&mut c, dir.path(), "endpoint_happy_path");
     let out = c.output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
     check_no_token(&out);
     let d = one_doc(&out);
+    expect_gate(&d, &out, gate.is_some());
     assert_eq!(d["strategy"], "endpoint");
     let prov = &d["provenance"];
     assert!(prov["engine"]["cmdline"].as_str().unwrap().contains("EngineCore"), "{prov}");
@@ -251,10 +290,10 @@ fn session_happy_path() {
     let mut c = bin(&si);
     common_args(&mut c, &nsys, &work, &out_dir);
     c.args(["--strategy", "session", "--session", &session, "--process-match", &eng.pattern()]);
+    let gate = with_gate(&mut c, dir.path(), "session_happy_path");
     let out = c.output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
     let d = one_doc(&out);
+    expect_gate(&d, &out, gate.is_some());
     assert_eq!(d["strategy"], "session");
     assert!(d["provenance"]["sidecar"].is_null());
     let s = si.state.lock().unwrap();
