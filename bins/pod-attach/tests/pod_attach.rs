@@ -239,9 +239,13 @@ fn endpoint_happy_path() {
     common_args(&mut c, &nsys, &work, &out_dir);
     c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
     let gate = with_gate(&mut c, dir.path(), "endpoint_happy_path");
+    let t0 = Instant::now();
     let out = c.output().unwrap();
+    eprintln!("MEASURED endpoint_happy_path: pod-attach wall {:.2} s (--duration 1)", t0.elapsed().as_secs_f64());
     check_no_token(&out);
     let d = one_doc(&out);
+    eprintln!("STDERR endpoint_happy_path:\n{}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("DOC endpoint_happy_path: {}", serde_json::to_string_pretty(&d).unwrap());
     expect_gate(&d, &out, gate.is_some());
     assert_eq!(d["strategy"], "endpoint");
     let prov = &d["provenance"];
@@ -291,7 +295,9 @@ fn session_happy_path() {
     common_args(&mut c, &nsys, &work, &out_dir);
     c.args(["--strategy", "session", "--session", &session, "--process-match", &eng.pattern()]);
     let gate = with_gate(&mut c, dir.path(), "session_happy_path");
+    let t0 = Instant::now();
     let out = c.output().unwrap();
+    eprintln!("MEASURED session_happy_path: pod-attach wall {:.2} s (--duration 1)", t0.elapsed().as_secs_f64());
     let d = one_doc(&out);
     expect_gate(&d, &out, gate.is_some());
     assert_eq!(d["strategy"], "session");
