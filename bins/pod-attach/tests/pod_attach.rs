@@ -347,9 +347,11 @@ fn no_pod_and_two_pods() {
 #[test]
 fn ephemeral_containers_forbidden() {
     let si = StandIn::start(pods1(), PatchMode::Forbidden, TarFault::None);
-    let (code, err) = run_err(&si, &["--pod", "engine-0", "--container", "engine"]);
+    // found by selector (exactly one pod), its only container taken as the target
+    let (code, err) = run_err(&si, &["--selector", "app=vllm"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("forbidden (403") && err.contains("pods/ephemeralcontainers"), "{err}");
+    assert!(err.contains("pod default/engine-0, container engine"), "{err}");
 }
 
 #[test]
@@ -379,6 +381,7 @@ fn engine_pid_not_found_and_ambiguous() {
         .collect();
     std::thread::sleep(Duration::from_millis(800));
     let si2 = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
+    si2.state.lock().unwrap().v4_only = true; // exec over v4.channel.k8s.io only
     let (code, err) = run_err(&si2, &["--pod", "engine-0", "--container", "engine", "--process-match", &format!("[a]{}", &tag[1..])]);
     for k in &mut kids {
         let _ = k.kill();

@@ -55,6 +55,8 @@ pub struct Shared {
     pub sidecar_polls: u32,
     pub saw_token: bool,
     pub env: HashMap<String, String>,
+    /// Offer only `v4.channel.k8s.io` for exec (an older API server); else v5 and v4.
+    pub v4_only: bool,
 }
 
 pub struct StandIn {
@@ -209,8 +211,13 @@ async fn exec(State(st): State<S>, headers: axum::http::HeaderMap, RawQuery(q): 
     let pairs = query_pairs(q.as_deref().unwrap_or(""));
     let argv: Vec<String> = pairs.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.clone()).collect();
     let container = pairs.iter().find(|(k, _)| k == "container").map(|x| x.1.clone()).unwrap_or_default();
-    st.lock().unwrap().execs.push((container, argv.clone()));
-    ws.protocols(["v5.channel.k8s.io", "v4.channel.k8s.io"]).on_upgrade(move |sock| run_exec(st, sock, argv))
+    let v4_only = {
+        let mut s = st.lock().unwrap();
+        s.execs.push((container, argv.clone()));
+        s.v4_only
+    };
+    let protocols: &[&'static str] = if v4_only { &["v4.channel.k8s.io"] } else { &["v5.channel.k8s.io", "v4.channel.k8s.io"] };
+    ws.protocols(protocols.iter().copied()).on_upgrade(move |sock| run_exec(st, sock, argv))
 }
 
 fn tar_header(name: &str, size: usize) -> Vec<u8> {
@@ -355,7 +362,7 @@ impl StandIn {
         let root = dir.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         let state = Arc::new(Mutex::new(Shared {
-            pods, patch_mode, tar_fault, root, execs: vec![], http: vec![], sidecar: None, sidecar_polls: 0, saw_token: false, env: HashMap::new(),
+            pods, patch_mode, tar_fault, root, execs: vec![], http: vec![], sidecar: None, sidecar_polls: 0, saw_token: false, env: HashMap::new(), v4_only: false,
         }));
         let (ptx, prx) = std::sync::mpsc::channel();
         let st2 = state.clone();
