@@ -227,8 +227,12 @@ impl Options {
                 return Err(Error::usage(format!("{flag} {v:?} must be letters, digits, '-', '_' or '.'")).with_arg(flag));
             }
         }
-        if self.image.trim().is_empty() {
-            return Err(Error::usage("--image must name the sidecar image (pin it by digest)").with_arg("--image"));
+        if self.strategy != Strategy::Session && self.image.trim().is_empty() {
+            return Err(Error::usage(format!(
+                "--image is required for --strategy {}: the sidecar image with nsys, pinned by digest",
+                self.strategy.name()
+            ))
+            .with_arg("--image"));
         }
         Ok(())
     }

@@ -11,7 +11,7 @@ use nsyskit_pod_attach::{cleanup, run, KubeCluster, Setup};
 #[derive(Parser, Debug)]
 #[command(
     version,
-    after_help = "Example (prints the exact API requests and container argv; needs no cluster):\n  pod-attach --dry-run --pod vllm-0 --container engine --image registry.example/nsys-sidecar@sha256:<digest> --duration 10"
+    after_help = "Example (prints the exact API requests and container argv; needs no cluster):\n  pod-attach --dry-run --pod vllm-0 --container engine --image 'registry.example/nsys-sidecar@sha256:<digest>' --duration 10"
 )]
 struct Args {
     /// Namespace of the pod
@@ -26,7 +26,7 @@ struct Args {
     /// The engine's container (the sidecar's targetContainerName); may be left out when the pod has one container
     #[arg(long, short = 'c')]
     container: Option<String>,
-    /// Sidecar image with nsys, pinned by digest (no default: see docs/pod-attach.md)
+    /// Sidecar image with nsys, pinned by digest; required unless --strategy session (no default: see docs/pod-attach.md)
     #[arg(long)]
     image: Option<String>,
     /// Security setting of the sidecar, like kubectl debug's: general (SYS_PTRACE) or sysadmin (privileged)
@@ -75,7 +75,7 @@ struct Args {
 
 fn options(a: &Args) -> Result<Options, Error> {
     let id = format!("{:x}", std::process::id() as u64 ^ (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0) & 0xffff_ffff));
-    let image = a.image.clone().ok_or_else(|| Error::usage("--image is required: the sidecar image with nsys, pinned by digest").with_arg("--image"))?;
+    let image = a.image.clone().unwrap_or_default();
     let o = Options {
         namespace: a.namespace.clone(),
         pod: a.pod.clone(),

@@ -220,7 +220,15 @@ fn dry_run_needs_no_cluster() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--process-match"));
     let noimg = Command::new(env!("CARGO_BIN_EXE_pod-attach")).args(["--dry-run", "--pod", "p"]).output().unwrap();
     assert_eq!(noimg.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&noimg.stderr).contains("--image"));
+    assert!(String::from_utf8_lossy(&noimg.stderr).contains("--image is required for --strategy endpoint"));
+    // the session strategy adds no sidecar, so it needs no image
+    let sess = Command::new(env!("CARGO_BIN_EXE_pod-attach")).args(["--dry-run", "--pod", "p", "--container", "c", "--strategy", "session", "--compact"]).output().unwrap();
+    assert_eq!(sess.status.code(), Some(0), "{}", String::from_utf8_lossy(&sess.stderr));
+    let d = one_doc(&sess);
+    let plan = d["plan"].as_array().unwrap();
+    assert!(!plan.iter().any(|s| s["method"] == "PATCH"));
+    assert!(plan.iter().filter(|s| s["kind"] == "exec").all(|s| s["container"] == "c"));
+    assert!(plan.iter().any(|s| s["argv"] == json!(["nsys", "start", "--session=nsyskit", "-o", format!("{}/capture", plan.iter().find(|s| s["argv"][0] == "mkdir").unwrap()["argv"][3].as_str().unwrap())])));
 }
 
 fn check_no_token(out: &Output) {
