@@ -11,7 +11,7 @@ use nsyskit_pod_attach::{cleanup, run, KubeCluster, Setup};
 #[derive(Parser, Debug)]
 #[command(
     version,
-    after_help = "Example (prints the exact API requests and container argv; needs no cluster):\n  pod-attach --dry-run --pod vllm-0 --container engine --image 'registry.example/nsys-sidecar@sha256:<digest>' --duration 10"
+    after_help = "Example (prints the exact API requests and container argv; needs no cluster):\n  pod-attach --dry-run --pod vllm-0 --container engine \\\n    --image 'registry.example/nsys@sha256:<digest>' --duration 10"
 )]
 struct Args {
     /// Namespace of the pod
