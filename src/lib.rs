@@ -11,3 +11,5 @@ pub mod export;
 pub mod kern_csv;
 pub mod bundle;
 pub mod resolve;
+pub mod gate;
+pub mod ranges;
