@@ -13,3 +13,4 @@ pub mod bundle;
 pub mod resolve;
 pub mod gate;
 pub mod ranges;
+pub mod readiness;

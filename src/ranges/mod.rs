@@ -1249,6 +1249,17 @@ pub fn digits_to_hash(label: &str) -> String {
     out
 }
 
+/// The contract's `high_cardinality_labels` of a set of labels: distinct labels grouped by
+/// [`digits_to_hash`]; every group of two or more labels, sorted by pattern (used by `nvtx-readiness`).
+pub fn high_cardinality<'a>(labels: impl IntoIterator<Item = &'a str>) -> Vec<HighCardinality> {
+    let distinct: std::collections::BTreeSet<&str> = labels.into_iter().collect();
+    let mut groups: BTreeMap<String, u64> = BTreeMap::new();
+    for label in distinct {
+        *groups.entry(digits_to_hash(label)).or_default() += 1;
+    }
+    groups.into_iter().filter(|(_, c)| *c >= 2).map(|(pattern, labels)| HighCardinality { pattern, labels }).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
