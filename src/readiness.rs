@@ -34,7 +34,7 @@ pub const TAXONOMY: [&str; 11] = [
 
 /// The default largest acceptable opaque share of iteration wall time (see docs/nvtx-readiness.md for the
 /// calibration on the real fixtures).
-pub const DEFAULT_MAX_OPAQUE_SHARE: f64 = 0.10;
+pub const DEFAULT_MAX_OPAQUE_SHARE: f64 = 0.05;
 
 /// How many opaque gaps are listed.
 pub const TOP_GAPS: usize = 10;
