@@ -208,6 +208,9 @@ fn real_report_is_exported_with_nsys() {
     let before: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     let (code, doc, _) = gate_check(&[&rep]);
     assert_eq!(code, 1);
+    let (_, doc2, _) = gate_check(&[&rep, "--nsys", _nsys.to_str().unwrap()]);
+    assert_eq!(doc2["source"]["exported_with"], _nsys.to_str().unwrap());
+    assert_eq!(doc2["retry"], doc["retry"]);
     assert_eq!(doc["source"]["kind"], "nsys-rep");
     assert_eq!(doc["source"]["sqlite"], "exported");
     assert!(doc["source"]["exported_with"].is_string());
@@ -240,6 +243,11 @@ fn unusable_input_exits_2() {
     rusqlite::Connection::open(&o).unwrap().execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);").unwrap();
     let e = fails(&[o.to_str().unwrap()]);
     assert!(e.contains("other.sqlite") && e.contains("StringIds"), "{e}");
+    // a report that nsys cannot export (here: a garbage file; nsys 2023.4 also refuses 2025.x reports)
+    let bad_rep = dir.path().join("bad.nsys-rep");
+    std::fs::write(&bad_rep, b"not a report").unwrap();
+    let e = fails(&[bad_rep.to_str().unwrap(), "--nsys", "/nonexistent/nsys"]);
+    assert!(e.contains("/nonexistent/nsys"), "{e}");
     // missing file, missing log, bad flags
     let e = fails(&["/nonexistent/cap.sqlite"]);
     assert!(e.contains("/nonexistent/cap.sqlite: no such file"), "{e}");
@@ -294,6 +302,11 @@ fn g1_decides_from_data_and_provenance_when_metadata_is_silent() {
     let node = synthetic_export(dir.path(), "node.sqlite", true, &[]);
     let (_, doc, _) = gate_check(&[node.to_str().unwrap()]);
     assert_eq!(gate(&doc, "G1")["verdict"], "pass");
+    // no NVTX at all: the decode tier cannot find steps (a RETRY, not an error)
+    let (code, doc, _) = gate_check(&[node.to_str().unwrap(), "--tier", "decode"]);
+    assert_eq!(code, 1);
+    assert!(gate(&doc, "G6")["reason"].as_str().unwrap().contains("no NVTX_EVENTS table"), "{}", gate(&doc, "G6"));
+    assert_eq!(gate(&doc, "G7")["verdict"], "skip");
     // the provenance's flags decide the mode when META_DATA_CAPTURE has none
     let prov = dir.path().join("prov.json");
     std::fs::write(
@@ -423,4 +436,36 @@ fn export_on_stdin() {
     assert_eq!(out.status.code(), Some(2));
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("<stdin>: not an SQLite file"), "{e}");
+}
+
+#[test]
+fn real_serve_capture_with_its_log_and_provenance() {
+    // fixtures/serve-capture-gpu: a real serve-capture run on the H200; gate.json is what gate-check wrote
+    // there on the .nsys-rep (RETRY at G2 only: a deliberately short 1.9 MB report)
+    let f = p("nsys-2025.3.1/serve_node.sqlite");
+    let prov = p("serve-capture-gpu/provenance.json");
+    let (code, doc, _) = gate_check(&[&f, "--log", &p("serve-capture-gpu/nsys.log"), "--provenance", &prov]);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["verdict"], "PASS");
+    let g1 = gate(&doc, "G1");
+    assert!(g1["evidence"].to_string().contains("capture.flags_argv: profile --trace=cuda,nvtx,osrt --cuda-graph-trace=node"), "{}", g1["evidence"]);
+    let recorded = std::fs::read(fixture("serve-capture-gpu/gate.json")).unwrap();
+    let recorded = one_doc(&recorded); // the document written on the GPU machine matches our schema
+    assert_eq!(recorded["retry"], serde_json::json!(["G2"]));
+    for id in ["G0", "G1", "G3", "G4", "G5"] {
+        for k in ["verdict", "measured", "threshold", "at_ns"] {
+            assert_eq!(gate(&doc, id)[k], gate(&recorded, id)[k], "{id}.{k}");
+        }
+    }
+    // the provenance decides when the export records no graph-trace mode
+    let dir = tempfile::tempdir().unwrap();
+    let graph = synthetic_export(dir.path(), "graph.sqlite", false, &[]);
+    let (code, doc, _) = gate_check(&[graph.to_str().unwrap(), "--provenance", &prov]);
+    assert_eq!(code, 1); // provenance says node, but the data shows a graph launch without node rows
+    let reason = gate(&doc, "G1")["reason"].as_str().unwrap().to_string();
+    assert!(reason.contains("recorded mode node from --provenance") && reason.contains("no KERNEL row has a graphNodeId"), "{reason}");
+    let node = synthetic_export(dir.path(), "node.sqlite", true, &[]);
+    let (code, doc, _) = gate_check(&[node.to_str().unwrap(), "--provenance", &prov]);
+    assert_eq!(code, 0);
+    assert!(gate(&doc, "G1")["reason"].as_str().unwrap().starts_with("--cuda-graph-trace=node (from --provenance)"));
 }
