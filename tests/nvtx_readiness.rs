@@ -487,3 +487,18 @@ fn a_readiness_document_merges_into_the_bundle() {
     assert_eq!(b["kernel_profile"]["readiness"]["iterations"], doc["iterations"]);
     assert_eq!(b["kernel_profile"]["readiness"]["verdict"], "READY");
 }
+
+#[test]
+fn serve_node_a_real_http_engine_is_ready() {
+    let rel = "nsys-2025.3.1/serve_node.sqlite";
+    let (code, doc) = readiness(&[&p(rel)]);
+    assert_eq!(code, 0);
+    assert_eq!(doc["source"]["range_prefix"], "vibeserve");
+    assert_eq!(present(&doc), ["engine.iteration", "engine.scheduling", "engine.input_preparation", "graph.replay", "sampling.d2h"]);
+    assert_eq!(doc["iterations"]["occurrences"], 1190);
+    check_opaque_against_reference(rel, &doc);
+    // the largest gap opens an iteration, before scheduling: where a range is missing
+    let g = &doc["largest_opaque_gaps"][0];
+    assert_eq!(g["start"], g["iteration_start"]);
+    assert_eq!(g["before"], "vibeserve.engine.scheduling");
+}
