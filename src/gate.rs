@@ -1500,54 +1500,6 @@ pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flags_are_read() {
-        let s = settings_from_flags("profile --trace=cuda,nvtx,osrt --cuda-graph-trace=node -o x");
-        assert_eq!(s.graph_mode.as_deref(), Some("node"));
-        assert_eq!(s.cuda_trace, Some(true));
-        let s = settings_from_flags("profile -t nvtx,osrt --cuda-graph-trace graph");
-        assert_eq!(s.graph_mode.as_deref(), Some("graph"));
-        assert_eq!(s.cuda_trace, Some(false));
-        assert_eq!(settings_from_flags("python3 x.py"), TraceSettings::default());
-    }
-
-    #[test]
-    fn log_lines_are_classified() {
-        let log = "ok line\n**** Analysis failed with:\nValue: \"x\\n[QuadDCommon::tag_message*] = Unknown runtime API function index: 468\\n\"\n\
-                   Error: CUPTI_ERROR_INVALID_DEVICE\nCUDA versions. CUPTI/Runtime/Driver: 12.4 / 13.0 / 12.2\nERR_NVGPUCTRPERM - user lacks permission\n";
-        let f = scan_log("l.txt", log);
-        let classes: Vec<&str> = f.iter().map(|x| x.class).collect();
-        assert_eq!(classes, vec!["analysis-failed", "unknown-runtime-api", "cupti-init", "cupti-init", "permission"]);
-        assert_eq!(f[1].at, "l.txt:3");
-    }
-
-    #[test]
-    fn provenance_is_read_tolerantly() {
-        let d = serde_json::json!({"capture": {"flags": ["--trace=cuda,nvtx", "--cuda-graph-trace=node"]}});
-        let s = settings_from_provenance("p.json", &d);
-        assert_eq!(s.graph_mode.as_deref(), Some("node"));
-        // a whole `nsys profile` command without --cuda-graph-trace: nsys's default, graph
-        let d = serde_json::json!({"capture": {"flags_argv": ["profile", "--trace=cuda,nvtx", "app"]}});
-        assert_eq!(settings_from_provenance("p.json", &d).graph_mode.as_deref(), Some("graph"));
-        // extra flags only: unknown
-        let d = serde_json::json!({"capture": {"flags": "'--sample=none' '--backtrace=none'"}});
-        assert_eq!(settings_from_provenance("p.json", &d).graph_mode, None);
-        let d = serde_json::json!({"nsys": {"cmd": "nsys profile --cuda-graph-trace=node app"}});
-        assert_eq!(settings_from_provenance("p.json", &d).graph_mode.as_deref(), Some("node"));
-        assert_eq!(settings_from_provenance("p.json", &serde_json::json!({})), TraceSettings::default());
-        // nsys-resolve's shape: flags null when not given, flags_argv the split words
-        let d = serde_json::json!({"capture": {"flags": null, "flags_argv": []}});
-        assert_eq!(settings_from_provenance("p.json", &d), TraceSettings::default());
-        let d = serde_json::json!({"capture": {"flags": null, "flags_argv": ["-t", "cuda,nvtx", "--cuda-graph-trace=node"]}});
-        let s = settings_from_provenance("p.json", &d);
-        assert_eq!((s.graph_mode.as_deref(), s.cuda_trace), (Some("node"), Some(true)));
-    }
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // G8 NVTX readiness (only with --readiness; the analysis is crate::readiness, `nvtx-readiness`)
 
@@ -1611,4 +1563,52 @@ pub fn g8_readiness(cx: &Context) -> Result<GateResult> {
         g.evidence.push(n.clone());
     }
     Ok(g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_read() {
+        let s = settings_from_flags("profile --trace=cuda,nvtx,osrt --cuda-graph-trace=node -o x");
+        assert_eq!(s.graph_mode.as_deref(), Some("node"));
+        assert_eq!(s.cuda_trace, Some(true));
+        let s = settings_from_flags("profile -t nvtx,osrt --cuda-graph-trace graph");
+        assert_eq!(s.graph_mode.as_deref(), Some("graph"));
+        assert_eq!(s.cuda_trace, Some(false));
+        assert_eq!(settings_from_flags("python3 x.py"), TraceSettings::default());
+    }
+
+    #[test]
+    fn log_lines_are_classified() {
+        let log = "ok line\n**** Analysis failed with:\nValue: \"x\\n[QuadDCommon::tag_message*] = Unknown runtime API function index: 468\\n\"\n\
+                   Error: CUPTI_ERROR_INVALID_DEVICE\nCUDA versions. CUPTI/Runtime/Driver: 12.4 / 13.0 / 12.2\nERR_NVGPUCTRPERM - user lacks permission\n";
+        let f = scan_log("l.txt", log);
+        let classes: Vec<&str> = f.iter().map(|x| x.class).collect();
+        assert_eq!(classes, vec!["analysis-failed", "unknown-runtime-api", "cupti-init", "cupti-init", "permission"]);
+        assert_eq!(f[1].at, "l.txt:3");
+    }
+
+    #[test]
+    fn provenance_is_read_tolerantly() {
+        let d = serde_json::json!({"capture": {"flags": ["--trace=cuda,nvtx", "--cuda-graph-trace=node"]}});
+        let s = settings_from_provenance("p.json", &d);
+        assert_eq!(s.graph_mode.as_deref(), Some("node"));
+        // a whole `nsys profile` command without --cuda-graph-trace: nsys's default, graph
+        let d = serde_json::json!({"capture": {"flags_argv": ["profile", "--trace=cuda,nvtx", "app"]}});
+        assert_eq!(settings_from_provenance("p.json", &d).graph_mode.as_deref(), Some("graph"));
+        // extra flags only: unknown
+        let d = serde_json::json!({"capture": {"flags": "'--sample=none' '--backtrace=none'"}});
+        assert_eq!(settings_from_provenance("p.json", &d).graph_mode, None);
+        let d = serde_json::json!({"nsys": {"cmd": "nsys profile --cuda-graph-trace=node app"}});
+        assert_eq!(settings_from_provenance("p.json", &d).graph_mode.as_deref(), Some("node"));
+        assert_eq!(settings_from_provenance("p.json", &serde_json::json!({})), TraceSettings::default());
+        // nsys-resolve's shape: flags null when not given, flags_argv the split words
+        let d = serde_json::json!({"capture": {"flags": null, "flags_argv": []}});
+        assert_eq!(settings_from_provenance("p.json", &d), TraceSettings::default());
+        let d = serde_json::json!({"capture": {"flags": null, "flags_argv": ["-t", "cuda,nvtx", "--cuda-graph-trace=node"]}});
+        let s = settings_from_provenance("p.json", &d);
+        assert_eq!((s.graph_mode.as_deref(), s.cuda_trace), (Some("node"), Some(true)));
+    }
 }
