@@ -502,3 +502,19 @@ fn serve_node_a_real_http_engine_is_ready() {
     assert_eq!(g["start"], g["iteration_start"]);
     assert_eq!(g["before"], "vibeserve.engine.scheduling");
 }
+
+#[test]
+fn no_iteration_label_and_no_prefix_is_a_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = (1i64 << 24) | 1;
+    let f = synthetic(dir.path(), &[("app.step", t, 0, 100), ("app.step.inner", t, 10, 20)]);
+    let (code, doc) = readiness(&[&f]);
+    assert_eq!(code, 1);
+    assert_eq!(doc["verdict"], "RETRY");
+    assert_eq!(doc["source"]["range_prefix"], Value::Null);
+    assert_eq!(doc["source"]["range_prefix_inferred"], false);
+    assert_eq!(doc["taxonomy"], Value::Array(vec![]));
+    assert_eq!(doc["iterations"]["opaque_share"], Value::Null);
+    assert!(doc["reason"].as_str().unwrap().starts_with("add instrumentation before choosing an optimisation: no `<P>.engine.iteration` range"));
+    assert!(doc["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("--range-prefix")));
+}
