@@ -293,6 +293,7 @@ fn real_capture_facts() {
     let doc = run_ok(&[common::fixture("nsys-2023.4.4/gpu_range_graph.sqlite").to_str().unwrap()]);
     let replay = doc["ranges"].as_array().unwrap().iter().find(|r| r["label"] == "vibeserve.graph.replay").unwrap();
     assert_eq!(replay["occurrences_with_device_work"], 0);
+    assert!(doc["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("left no GPU row at all")));
     // the FAILED capture: CUDA rows stop early, most iterations have no device work
     let doc = run_ok(&[common::fixture("nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite").to_str().unwrap()]);
     let it = doc["ranges"].as_array().unwrap().iter().find(|r| r["label"] == "vibeserve.engine.iteration").unwrap();

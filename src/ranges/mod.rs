@@ -1159,8 +1159,14 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
     } else if !present("CUPTI_ACTIVITY_KIND_RUNTIME") {
         notes.push("No CUPTI_ACTIVITY_KIND_RUNTIME table: device work cannot be joined to ranges, all of it is unattributed.".to_string());
     }
+    let graph_mode = export
+        .name_values("META_DATA_CAPTURE")?
+        .into_iter()
+        .any(|(k, v)| k.ends_with("CUDA_GRAPH_TRACE_OPTIONS:MODE") && v.as_deref() == Some("Graph"));
     if present("CUPTI_ACTIVITY_KIND_GRAPH_TRACE") {
         notes.push("CUDA graphs were traced at graph level: each replay is one opaque GRAPH_TRACE row (counted in graph_traces, not kernels).".to_string());
+    } else if graph_mode {
+        notes.push("CUDA graphs were traced at graph level (META_DATA_CAPTURE CUDA_GRAPH_TRACE_OPTIONS:MODE = Graph) and the export has no GRAPH_TRACE table: graph replays left no GPU row at all (seen with nsys 2023.4), so their device work is invisible here. Capture with --cuda-graph-trace=node.".to_string());
     }
     let unmapped = thread_diagnostics.iter().filter(|t| t.mapping == "unmapped").count();
     if unmapped > 0 {
