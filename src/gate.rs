@@ -1127,6 +1127,28 @@ pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
         ms(window),
         gaps.len()
     ));
+    if let Some(k) = e.optional("CUPTI_ACTIVITY_KIND_KERNEL", &["start"])? {
+        // the rate, for the reader: kernel starts in each tenth of the window
+        let sql = format!(
+            "SELECT min(9, (start - ?1) * 10 / ?2), count(*) FROM \"{}\" WHERE start >= ?1 GROUP BY 1 ORDER BY 1",
+            k.name
+        );
+        let mut stmt = e.conn().prepare(&sql).map_err(e.sql_err("CUPTI_ACTIVITY_KIND_KERNEL"))?;
+        let mut tenths = [0i64; 10];
+        let rows = stmt
+            .query_map([first, window], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
+            .and_then(|r| r.collect::<std::result::Result<Vec<_>, _>>())
+            .map_err(e.sql_err("CUPTI_ACTIVITY_KIND_KERNEL"))?;
+        for (i, n) in rows {
+            if (0..10).contains(&i) {
+                tenths[i as usize] += n;
+            }
+        }
+        g.evidence.push(format!(
+            "kernel starts per tenth of the window: {}",
+            tenths.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" ")
+        ));
+    }
     for gap in gaps.iter().take(3) {
         g.evidence.push(format!(
             "empty {} – {} ({}, {:.1} % of the window)",

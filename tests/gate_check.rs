@@ -58,6 +58,7 @@ fn gpu_full_node_passes() {
     let g5 = gate(&doc, "G5");
     assert_eq!(g5["verdict"], "pass");
     assert_eq!(g5["at_ns"], 8423154279i64);
+    assert!(g5["evidence"].to_string().contains("kernel starts per tenth of the window: 43 3 1 2 0 6 35 289 0 9200"), "{g5}");
     assert_eq!(gate(&doc, "G6")["verdict"], "skip");
     assert!(doc["source"]["nsys_version"].as_str().unwrap().starts_with("2025.3"), "{}", doc["source"]); // META_DATA_EXPORT says 2025.3.2.0
     // the evidence is untouched
@@ -468,4 +469,41 @@ fn real_serve_capture_with_its_log_and_provenance() {
     let (code, doc, _) = gate_check(&[node.to_str().unwrap(), "--provenance", &prov]);
     assert_eq!(code, 0);
     assert!(gate(&doc, "G1")["reason"].as_str().unwrap().starts_with("--cuda-graph-trace=node (from --provenance)"));
+}
+
+#[test]
+fn gate_check_piped_into_bundle_merge_records_the_verdict() {
+    let gate_bin = assert_cmd::cargo::cargo_bin("gate-check");
+    let merge_bin = assert_cmd::cargo::cargo_bin("bundle-merge");
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle.json");
+    std::fs::write(&bundle, "{\n  \"model\": \"vibeserve\",\n  \"throughput_tok_s\": 1234.5\n}\n").unwrap();
+    // `gate-check x.sqlite | bundle-merge bundle.json`, as CI runs it (bash, pipefail: the RETRY still shows)
+    let run = |capture: &str| {
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(r#"set -o pipefail; "$0" "$1" | "$2" "$3""#)
+            .arg(&gate_bin)
+            .arg(capture)
+            .arg(&merge_bin)
+            .arg(&bundle)
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+        out.status.code().unwrap()
+    };
+    assert_eq!(run(&p("nsys-2025.3.1/gpu_full_graph.sqlite")), 1); // gate-check's RETRY through pipefail
+    let b: Value = serde_json::from_str(&std::fs::read_to_string(&bundle).unwrap()).unwrap();
+    assert_eq!(b["model"], "vibeserve");
+    assert_eq!(b["throughput_tok_s"], 1234.5);
+    let gates = &b["kernel_profile"]["gates"];
+    common::assert_valid(gates);
+    assert_eq!(gates["verdict"], "RETRY");
+    assert_eq!(gates["retry"], serde_json::json!(["G1"]));
+    // a PASS afterwards replaces the RETRY
+    assert_eq!(run(&p("nsys-2025.3.1/gpu_full_node.sqlite")), 0);
+    let b: Value = serde_json::from_str(&std::fs::read_to_string(&bundle).unwrap()).unwrap();
+    assert_eq!(b["kernel_profile"]["gates"]["verdict"], "PASS");
+    assert_eq!(b["kernel_profile"]["gates"]["source"]["path"], p("nsys-2025.3.1/gpu_full_node.sqlite").as_str());
+    assert_eq!(b["model"], "vibeserve");
 }
