@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with, OutputArgs};
 use nsyskit::gate::{self, GateOptions, Thresholds, Tier};
+use nsyskit::readiness::ReadinessOptions;
 
 /// Decide whether an nsys capture can be analysed: PASS, or RETRY with the gate, the number it measured and
 /// the threshold. Exit 0 PASS, 1 RETRY, 2 unusable input.
@@ -12,7 +13,7 @@ use nsyskit::gate::{self, GateOptions, Thresholds, Tier};
 #[command(
     name = "gate-check",
     version,
-    after_help = "Example:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n      --log fixtures/logs/nsys-2023.4.4_gpu_full_node_FAILED-cbid468.console.txt\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode"
+    after_help = "Example:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n      --log fixtures/logs/nsys-2023.4.4_gpu_full_node_FAILED-cbid468.console.txt\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --readiness --range-prefix vibeserve"
 )]
 struct Args {
     /// The capture: an .nsys-rep (exported with nsys: NSYS_BIN, else nsys on PATH), an .sqlite export, a
@@ -67,6 +68,15 @@ struct Args {
     /// G6: fewest decode steps the decode tier accepts
     #[arg(long, default_value_t = 20, value_name = "N")]
     min_decode_steps: usize,
+    /// Append G8, NVTX readiness (as nvtx-readiness): the taxonomy under --range-prefix and the opaque share
+    #[arg(long)]
+    readiness: bool,
+    /// G8: the range prefix P of the taxonomy [default: inferred from the *.engine.iteration labels]
+    #[arg(long, value_name = "P", requires = "readiness")]
+    range_prefix: Option<String>,
+    /// G8: READY needs the opaque share of P.engine.iteration wall time below this
+    #[arg(long, default_value_t = nsyskit::readiness::DEFAULT_MAX_OPAQUE_SHARE, value_name = "SHARE")]
+    max_opaque_share: f64,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -94,6 +104,10 @@ fn main() {
                 max_contaminated_share: a.max_contaminated_share,
                 min_decode_steps: a.min_decode_steps,
             },
+            readiness: a.readiness.then(|| ReadinessOptions {
+                range_prefix: a.range_prefix.clone(),
+                max_opaque_share: a.max_opaque_share,
+            }),
         });
         emit("gate-check", opts.and_then(|o| gate::run(&o)), a.out.style())
     })

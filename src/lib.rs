@@ -15,3 +15,4 @@ pub mod resolve;
 pub mod gate;
 pub mod ranges;
 pub mod pod_attach;
+pub mod readiness;
