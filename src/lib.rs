@@ -10,3 +10,7 @@ pub mod contract;
 pub mod export;
 pub mod kern_csv;
 pub mod bundle;
+pub mod categories;
+pub mod evidence;
+pub mod compare;
+pub mod report;

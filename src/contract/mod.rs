@@ -85,6 +85,8 @@ pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
     vec![
         (crate::kern_csv::KernCsvDoc::KIND, json_schema::<crate::kern_csv::KernCsvDoc>()),
         (crate::bundle::MergeReport::KIND, json_schema::<crate::bundle::MergeReport>()),
+        (crate::compare::CompareDoc::KIND, json_schema::<crate::compare::CompareDoc>()),
+        (crate::report::ReportDoc::KIND, json_schema::<crate::report::ReportDoc>()),
     ]
 }
 
