@@ -291,7 +291,12 @@ pub fn apply_provenance(f: &mut CaptureFacts, p: &Value, prefix: &str) {
     };
     set(&mut f.nsys_version, &["nsys.version", "nsys.resolved_version", "nsys_version", "nsys.version_string"]);
     set(&mut f.trace_set, &["capture.trace", "capture.trace_set", "trace", "trace_set"]);
-    set(&mut f.capture_flags, &["capture.flags", "capture.args", "nsys.args", "capture_flags", "profile_args"]);
+    set(&mut f.capture_flags, &["capture.flags", "capture.argv", "capture.args", "capture.command", "nsys.args", "capture_flags"]);
+    // a flag string is compared as its list of words
+    if let Value::String(s) = &f.capture_flags.value {
+        let words: Vec<Value> = s.split_whitespace().map(|w| Value::String(w.to_string())).collect();
+        f.capture_flags.value = Value::Array(words);
+    }
     set(&mut f.graph_trace_level, &["capture.cuda_graph_trace", "cuda_graph_trace", "capture.graph_trace_level"]);
     if let Some((path, v)) = lookup(p, &["capture.window", "window", "capture.capture_range"]) {
         f.window = Fact::known(v.clone(), format!("{prefix}.{path}"));

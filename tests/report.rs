@@ -1,0 +1,254 @@
+//! `report`: one class per capture, evidence rows, unattributed work, and the HTML page.
+//!
+//! Each class has a test on a synthetic evidence bundle built to show it (synthetic numbers, not fixture
+//! numbers); the real captures go through the same binary.
+
+mod common;
+
+use assert_cmd::Command;
+use serde_json::{json, Value};
+
+fn range(label: &str, wall: i64, cov: i64, busy: i64, span: i64, sync: Value, depth: &str, parent: &str) -> Value {
+    json!({
+        "label": label,
+        "occurrences": 10,
+        "occurrences_with_device_work": if busy > 0 { 10 } else { 0 },
+        "runtime_calls": 40,
+        "kernels": if busy > 0 { 30 } else { 0 },
+        "memcpys": 0, "memsets": 0, "graph_traces": 0,
+        "host_wall_time_ns": wall,
+        "wall_ns_min": wall / 10, "wall_ns_median": wall / 10, "wall_ns_max": wall / 10,
+        "kernel_work_ns": busy,
+        "host_range_kernel_coverage_ns": cov,
+        "host_range_kernel_coverage_fraction": cov as f64 / wall as f64,
+        "kernel_busy_union_ns": busy,
+        "kernel_span_ns": span,
+        "gpu_idle_within_kernel_span_ns": span - busy,
+        "uncovered_host_time_ns": wall - cov,
+        "gpu_busy_fraction": if span > 0 { Value::from(busy as f64 / span as f64) } else { Value::Null },
+        "sync": sync,
+        "depths": {depth: 10},
+        "parents": {parent: 10},
+    })
+}
+
+/// A bundle whose primary range `step` has the given wall/coverage/busy/span, a child without device work,
+/// and the given top kernels.
+fn bundle(wall: i64, cov: i64, busy: i64, span: i64, sync: Value, kernels: Value) -> Value {
+    json!({
+        "schema": "nsyskit.bundle/v1",
+        "tool": {"name": "bundle-merge", "version": "0.1.0"},
+        "provenance": {"schema": "nsyskit.provenance/v1", "nsys": {"version": "2025.3.1"}, "capture": {"flags": ["--trace=cuda,nvtx", "--cuda-graph-trace=node"]}},
+        "kernel_profile": {
+            "top_kernels": kernels,
+            "ranges": {
+                "schema": "nsyskit.ranges/v1",
+                "ranges": [
+                    range("step", wall, cov, busy, span, sync, "0", ""),
+                    range("step.schedule", wall / 10, 0, 0, 0, json!({}), "1", "step"),
+                ],
+                "thread_diagnostics": [
+                    {"globalTid": 281488331374592i64 + 1, "pid": 796, "tid": 797, "mapping": "unmapped", "is_main_thread": false, "occurrences": 3, "runtime_calls": 5, "device_rows_attributed": 0}
+                ],
+                "totals": {"kernels_total": 320, "kernel_work_total_ns": busy + 1000, "kernels_attributed": 300, "kernel_work_attributed_ns": busy, "kernels_unattributed": 20, "kernel_work_unattributed_ns": 1000},
+                "notes": []
+            }
+        }
+    })
+}
+
+fn gemm(t: i64) -> Value {
+    json!([{"name": "nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_NNT", "total_time_ns": t, "instances": 30, "share": 1.0}])
+}
+
+fn report_on(doc: &Value, extra: &[&str]) -> (Value, i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bundle.json");
+    std::fs::write(&p, serde_json::to_vec_pretty(doc).unwrap()).unwrap();
+    let out = Command::cargo_bin("report").unwrap().arg(&p).args(extra).output().unwrap();
+    assert!(out.status.code() == Some(0), "report failed: {}", String::from_utf8_lossy(&out.stderr));
+    (common::one_doc(&out.stdout), out.status.code().unwrap())
+}
+
+fn class_of(doc: &Value) -> (String, String) {
+    let (r, _) = report_on(doc, &[]);
+    (r["class"].as_str().unwrap().to_string(), r["decision"]["rule"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn kernel_bound_when_device_work_covers_the_range() {
+    let (c, rule) = class_of(&bundle(1_000_000, 900_000, 900_000, 1_000_000, json!({}), gemm(900_000)));
+    assert_eq!((c.as_str(), rule.as_str()), ("kernel_bound", "R3"));
+}
+
+#[test]
+fn cpu_launch_bound_when_the_gpu_idles_inside_its_span() {
+    let (c, rule) = class_of(&bundle(1_000_000, 300_000, 300_000, 900_000, json!({}), gemm(300_000)));
+    assert_eq!((c.as_str(), rule.as_str()), ("cpu_launch_bound", "R5"));
+}
+
+#[test]
+fn python_overhead_bound_when_host_time_passes_outside_device_work() {
+    let (c, rule) = class_of(&bundle(1_000_000, 200_000, 200_000, 250_000, json!({}), gemm(200_000)));
+    assert_eq!((c.as_str(), rule.as_str()), ("python_overhead_bound", "R6"));
+}
+
+#[test]
+fn sync_bound_when_blocking_syncs_take_the_wall() {
+    let sync = json!({"cudaStreamSynchronize": {"calls": 10, "total_ns": 500_000}});
+    let (c, rule) = class_of(&bundle(1_000_000, 450_000, 450_000, 900_000, sync, gemm(450_000)));
+    assert_eq!((c.as_str(), rule.as_str()), ("sync_bound", "R4"));
+}
+
+#[test]
+fn memcpy_bound_when_blocking_copies_take_the_wall() {
+    let sync = json!({"cudaMemcpy": {"calls": 10, "total_ns": 600_000}, "cudaStreamSynchronize": {"calls": 1, "total_ns": 10}});
+    let (c, rule) = class_of(&bundle(1_000_000, 500_000, 500_000, 800_000, sync, gemm(500_000)));
+    assert_eq!((c.as_str(), rule.as_str()), ("memcpy_bound", "R2"));
+}
+
+#[test]
+fn comm_bound_when_nccl_kernels_dominate() {
+    let kernels = json!([
+        {"name": "ncclDevKernel_AllReduce_Sum_f16_RING_LL(ncclDevKernelArgsStorage<4096>)", "total_time_ns": 600_000, "instances": 10},
+        {"name": "nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_NNT", "total_time_ns": 300_000, "instances": 30}
+    ]);
+    let (r, _) = report_on(&bundle(1_000_000, 900_000, 900_000, 1_000_000, json!({}), kernels), &[]);
+    assert_eq!(r["class"], "comm_bound");
+    assert_eq!(r["categories"][0]["category"], "communication");
+    assert!((r["signals"]["comm_share"].as_f64().unwrap() - 600.0 / 900.0).abs() < 1e-9);
+}
+
+#[test]
+fn mixed_or_unclear_when_no_rule_holds_or_nothing_is_attributed() {
+    let (c, rule) = class_of(&bundle(1_000_000, 500_000, 500_000, 800_000, json!({}), gemm(500_000)));
+    assert_eq!((c.as_str(), rule.as_str()), ("mixed_or_unclear", "R7"));
+    let (c, rule) = class_of(&bundle(1_000_000, 0, 0, 0, json!({}), gemm(500_000)));
+    assert_eq!((c.as_str(), rule.as_str()), ("mixed_or_unclear", "R0"));
+}
+
+#[test]
+fn evidence_rows_provenance_and_unattributed_are_explicit() {
+    let (r, _) = report_on(&bundle(1_000_000, 900_000, 900_000, 1_000_000, json!({}), gemm(900_000)), &[]);
+    let rows = r["evidence"].as_array().unwrap();
+    assert_eq!(rows[0]["label"], "step");
+    assert_eq!(rows[0]["role"], "primary");
+    assert_eq!(rows[0]["host_range_kernel_coverage_ns"], 900_000);
+    assert_eq!(rows[0]["kernel_busy_union_ns"], 900_000);
+    assert_eq!(rows[0]["gpu_idle_within_kernel_span_ns"], 100_000);
+    assert_eq!(rows[0]["host_wall_time_ns"], 1_000_000);
+    assert_eq!(rows[1]["label"], "step.schedule");
+    assert_eq!(rows[1]["role"], "child");
+    assert_eq!(r["provenance"]["nsys"]["version"], "2025.3.1");
+    let u = &r["unattributed"];
+    assert_eq!(u["kernels_unattributed"], 20);
+    assert_eq!(u["kernel_work_unattributed_ns"], 1000);
+    assert_eq!(u["unmapped_threads"].as_array().unwrap().len(), 1);
+    assert_eq!(u["primary_uncovered_host_time_ns"], 100_000);
+    assert!(u["statements"].as_array().unwrap().iter().any(|s| s.as_str().unwrap().contains("not GPU idle")));
+}
+
+#[test]
+fn label_override_and_bad_inputs() {
+    let b = bundle(1_000_000, 900_000, 900_000, 1_000_000, json!({}), gemm(900_000));
+    let (r, _) = report_on(&b, &["--label", "step.schedule"]);
+    assert_eq!(r["decision"]["primary_label"], "step.schedule");
+    assert_eq!(r["class"], "mixed_or_unclear");
+
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("b.json");
+    std::fs::write(&p, serde_json::to_vec(&b).unwrap()).unwrap();
+    let out = Command::cargo_bin("report").unwrap().arg(&p).args(["--label", "nope"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no range labelled \"nope\""));
+
+    std::fs::write(&p, b"{\"kernel_profile\": {\"top_kernels\": 3}}").unwrap();
+    let out = Command::cargo_bin("report").unwrap().arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("b.json") && err.contains("$.kernel_profile.top_kernels"), "{err}");
+    assert!(out.stdout.is_empty());
+
+    std::fs::write(&p, b"{\"a\": ").unwrap();
+    let out = Command::cargo_bin("report").unwrap().arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 1 column"));
+
+    let out = Command::cargo_bin("report").unwrap().arg("/nonexistent/bundle.json").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/bundle.json: no such file"));
+}
+
+#[test]
+fn categories_override_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cats = dir.path().join("cats.txt");
+    std::fs::write(&cats, "# mine\nmatmul=nvjet\n").unwrap();
+    let (r, _) = report_on(&bundle(1_000_000, 900_000, 900_000, 1_000_000, json!({}), gemm(900_000)), &["--categories", cats.to_str().unwrap()]);
+    assert_eq!(r["categories"][0]["category"], "matmul");
+    assert_eq!(r["categories_source"], cats.display().to_string());
+}
+
+#[test]
+fn report_on_a_real_export_lists_kernels_and_categories() {
+    let f = common::fixture("nsys-2025.3.1/gpu_full_node.sqlite");
+    let out = Command::cargo_bin("report").unwrap().arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = common::one_doc(&out.stdout);
+    assert!(nsyskit::report::CLASSES.contains(&r["class"].as_str().unwrap()));
+    // top kernel and category shares come from the KERNEL table
+    let (stats, _) = nsyskit::evidence::export_kernel_stats(&nsyskit::export::Export::open(&f).unwrap()).unwrap();
+    assert_eq!(r["top_kernels"][0]["name"], stats[0].name.as_str());
+    assert_eq!(r["top_kernels"][0]["category"], "gemm");
+    let total: i64 = r["categories"].as_array().unwrap().iter().map(|c| c["total_time_ns"].as_i64().unwrap()).sum();
+    assert_eq!(total, stats.iter().map(|k| k.total_time_ns).sum::<i64>());
+}
+
+#[test]
+fn html_page_is_self_contained_and_renders_in_headless_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("report.html");
+    let b = bundle(1_000_000, 300_000, 300_000, 900_000, json!({}), gemm(300_000));
+    let (r, _) = report_on(&b, &["--html", html.to_str().unwrap()]);
+    assert_eq!(r["html"], html.display().to_string());
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert!(page.contains("cpu_launch_bound") && page.contains("<svg") && page.contains("step.schedule"));
+    for banned in ["http://", "https://", "<script", "<link", "src=\"//", "@import"] {
+        // the only URL allowed is the SVG namespace
+        let n = page.matches(banned).count();
+        let allowed = if banned == "http://" { page.matches("http://www.w3.org/2000/svg").count() } else { 0 };
+        assert_eq!(n, allowed, "the page must not reference {banned}");
+    }
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].into_iter().find(|p| std::path::Path::new(p).exists());
+    let Some(chromium) = chromium else {
+        eprintln!("SKIP html screenshot: no chromium (apt-get install -y chromium, or run scripts/test)");
+        return;
+    };
+    let png = dir.path().join("x.png");
+    let profile = dir.path().join("profile");
+    let out = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            &format!("--user-data-dir={}", profile.display()),
+            &format!("--screenshot={}", png.display()),
+            "--window-size=1200,1600",
+            &format!("file://{}", html.display()),
+        ])
+        .output()
+        .unwrap();
+    assert!(png.exists(), "chromium wrote no screenshot: {}", String::from_utf8_lossy(&out.stderr));
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    // 1200x1600 with text, bars and tables: far from a blank page (a blank one compresses to a few KB)
+    assert!(bytes.len() > 20_000, "screenshot is only {} bytes", bytes.len());
+    if let Ok(keep) = std::env::var("NSYSKIT_KEEP_SCREENSHOT") {
+        std::fs::copy(&png, keep).unwrap();
+    }
+}
