@@ -14,3 +14,4 @@ pub mod categories;
 pub mod evidence;
 pub mod compare;
 pub mod report;
+pub mod ranges;
