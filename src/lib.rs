@@ -15,3 +15,4 @@ pub mod evidence;
 pub mod compare;
 pub mod report;
 pub mod ranges;
+pub mod resolve;
