@@ -14,5 +14,6 @@ pub mod categories;
 pub mod evidence;
 pub mod compare;
 pub mod report;
+pub mod gate;
 pub mod ranges;
 pub mod resolve;
