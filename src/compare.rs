@@ -202,6 +202,12 @@ pub fn check_comparable(a: &CaptureFacts, b: &CaptureFacts) -> (Vec<Invalidator>
     ];
     for (check, fa, fb, why) in checks {
         match (fa.is_known(), fb.is_known()) {
+            (true, true) if std::mem::discriminant(&fa.value) != std::mem::discriminant(&fb.value) => {
+                unchecked.push(Unchecked {
+                    check: check.into(),
+                    reason: format!("recorded differently ({} vs {}): give both sides the same kind of evidence (e.g. a provenance document for each)", fa.source, fb.source),
+                });
+            }
             (true, true) => {
                 if fa.value != fb.value {
                     let detail = if check == "capture_flags" { flag_diff(&fa.value, &fb.value) } else { String::new() };

@@ -165,15 +165,23 @@ pub struct Evidence {
     pub provenance: Option<Value>,
 }
 
+/// Does the file start with the SQLite header? (false when it cannot be read: the JSON path reports that)
+fn is_sqlite(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 16];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).map(|_| &head == b"SQLite format 3\0").unwrap_or(false)
+}
+
 /// Load evidence from a path: `.sqlite` (or any SQLite file) as an export, anything else as JSON.
 /// `provenance` is an optional `nsyskit.provenance/v1` document that adds facts to an export (or replaces the
 /// bundle's own provenance block).
 pub fn load(path: &Path, provenance: Option<&Path>) -> Result<Evidence> {
     let name = path.display().to_string();
-    let bytes = Input::Path(path.to_path_buf()).read_bytes()?;
-    let mut ev = if bytes.starts_with(b"SQLite format 3\0") {
+    let is_rep = path.extension().map(|e| e == "nsys-rep" || e == "qdrep").unwrap_or(false);
+    let mut ev = if is_rep || is_sqlite(path) {
         from_export(path)?
     } else {
+        let bytes = Input::Path(path.to_path_buf()).read_bytes()?;
         let docs = crate::contract::parse_json_stream(&bytes, &name)?;
         if docs.len() != 1 {
             return Err(Error::input(format!("{name}: expected one JSON document (an evidence bundle), found {}", docs.len())));
@@ -282,73 +290,147 @@ fn lookup<'a>(v: &'a Value, paths: &[&'a str]) -> Option<(&'a str, &'a Value)> {
     None
 }
 
-/// Facts from a provenance document (the accepted paths are listed in docs/compare-report.md).
+/// Facts from a provenance document (`nsyskit.provenance/v1` from `nsys-resolve`; the accepted paths are listed
+/// in docs/compare-report.md). What the provenance records replaces what an export says.
 pub fn apply_provenance(f: &mut CaptureFacts, p: &Value, prefix: &str) {
     let set = |fact: &mut Fact, paths: &[&str]| {
         if let Some((path, v)) = lookup(p, paths) {
             *fact = Fact::known(v.clone(), format!("{prefix}.{path}"));
         }
     };
-    set(&mut f.nsys_version, &["nsys.version", "nsys.resolved_version", "nsys_version", "nsys.version_string"]);
-    set(&mut f.trace_set, &["capture.trace", "capture.trace_set", "trace", "trace_set"]);
-    set(&mut f.capture_flags, &["capture.flags", "capture.argv", "capture.args", "capture.command", "nsys.args", "capture_flags"]);
+    set(&mut f.nsys_version, &["nsys.version", "nsys.resolved_version", "nsys_version"]);
+    if let Value::String(v) = &f.nsys_version.value {
+        f.nsys_version.value = Value::String(normalize_version(v));
+    }
+    set(&mut f.capture_flags, &["capture.flags_argv", "capture.flags", "capture.argv", "capture.args", "capture_flags"]);
     // a flag string is compared as its list of words
     if let Value::String(s) = &f.capture_flags.value {
         let words: Vec<Value> = s.split_whitespace().map(|w| Value::String(w.to_string())).collect();
         f.capture_flags.value = Value::Array(words);
     }
-    set(&mut f.graph_trace_level, &["capture.cuda_graph_trace", "cuda_graph_trace", "capture.graph_trace_level"]);
-    if let Some((path, v)) = lookup(p, &["capture.window", "window", "capture.capture_range"]) {
-        f.window = Fact::known(v.clone(), format!("{prefix}.{path}"));
+    // empty flags (`flags_argv: []` when --flags was not given) record nothing
+    if f.capture_flags.value.as_array().map(|a| a.is_empty()).unwrap_or(false) && f.capture_flags.source.starts_with(prefix) {
+        f.capture_flags = Fact::default();
     }
+    set(&mut f.trace_set, &["capture.trace", "capture.trace_set", "trace_set"]);
+    set(&mut f.graph_trace_level, &["capture.cuda_graph_trace", "capture.graph_trace_level"]);
+    set(&mut f.window, &["capture.window", "window"]);
     set(&mut f.warmup, &["capture.warmup", "warmup", "workload.warmup"]);
-    set(&mut f.foreign_gpu_processes, &["gpu.foreign_processes", "foreign_gpu_processes", "gpu.foreign_gpu_processes"]);
-    set(&mut f.instrumentation, &["instrumentation", "workload.instrumentation", "capture.instrumentation"]);
-    set(&mut f.gpu, &["gpu.name", "gpu.names", "gpu.model", "gpus"]);
-    set(&mut f.clock_policy, &["gpu.clock_policy", "clock_policy", "gpu.clocks"]);
-    // flags given as an argv list: derive the trace set / graph level / window when not given separately
-    if let Some(args) = f.capture_flags.value.as_array().cloned() {
+    set(&mut f.instrumentation, &["capture.instrumentation", "instrumentation"]);
+    set(&mut f.clock_policy, &["gpu.clock_policy", "clock_policy"]);
+    set(&mut f.gpu, &["gpu.name", "gpu.names"]);
+    set(&mut f.foreign_gpu_processes, &["gpu.foreign_processes", "foreign_gpu_processes"]);
+    // nsys-resolve's preflight: gpu.gpus[] (target = true) and gpu.processes[] (on_target = true = foreign,
+    // as the preflight runs before the profiled application starts)
+    if let Some(gpu) = p.get("gpu").filter(|g| g.is_object()) {
+        let available = gpu.get("status").and_then(|s| s.as_str()).map(|s| s == "available").unwrap_or(true);
+        if available {
+            if let Some(gpus) = gpu.get("gpus").and_then(|g| g.as_array()) {
+                let mut names: Vec<String> = gpus
+                    .iter()
+                    .filter(|g| g.get("target").and_then(|t| t.as_bool()).unwrap_or(true))
+                    .filter_map(|g| g.get("name").and_then(|n| n.as_str()).map(String::from))
+                    .collect();
+                names.sort();
+                if !names.is_empty() && !f.gpu.source.starts_with(prefix) {
+                    f.gpu = Fact::known(serde_json::json!(names), format!("{prefix}.gpu.gpus[target].name"));
+                }
+            }
+            if let Some(procs) = gpu.get("processes").and_then(|g| g.as_array()) {
+                if !f.foreign_gpu_processes.source.starts_with(prefix) {
+                    let foreign: Vec<Value> = procs
+                        .iter()
+                        .filter(|q| q.get("on_target").and_then(|t| t.as_bool()).unwrap_or(true))
+                        .map(|q| serde_json::json!({"pid": q.get("pid"), "process_name": q.get("process_name"), "used_memory_mib": q.get("used_memory_mib")}))
+                        .collect();
+                    f.foreign_gpu_processes = Fact::known(Value::Array(foreign), format!("{prefix}.gpu.processes[on_target]"));
+                }
+            }
+        }
+    }
+    // flags given as words: derive the trace set, graph level and window when not given separately
+    if let Some(args) = f.capture_flags.value.as_array().cloned().filter(|_| f.capture_flags.source.starts_with(prefix)) {
         let args: Vec<String> = args.iter().filter_map(|a| a.as_str().map(String::from)).collect();
         let opt = |name: &str| -> Option<String> {
             args.iter().enumerate().find_map(|(i, a)| {
                 a.strip_prefix(&format!("{name}=")).map(String::from).or_else(|| (a == name).then(|| args.get(i + 1).cloned()).flatten())
             })
         };
-        if !f.trace_set.is_known() {
-            if let Some(t) = opt("--trace").or_else(|| opt("-t")) {
-                let mut set: Vec<String> = t.split(',').map(|s| s.trim().to_string()).collect();
-                set.sort();
-                f.trace_set = Fact::known(serde_json::json!(set), format!("{prefix}.capture flags --trace"));
-            }
+        let from = |flag: &str| format!("{prefix}.capture flags {flag}");
+        if !f.trace_set.source.starts_with(prefix) {
+            // nsys's default --trace is cuda,nvtx,osrt (plus opengl on some platforms)
+            let t = opt("--trace").or_else(|| opt("-t")).unwrap_or_else(|| "cuda,nvtx,osrt".into());
+            f.trace_set = Fact::known(serde_json::json!(normalize_trace(t.split(','))), from("--trace"));
         }
-        if !f.graph_trace_level.is_known() {
-            if let Some(t) = opt("--cuda-graph-trace") {
-                f.graph_trace_level = Fact::known(Value::String(t.to_ascii_lowercase()), format!("{prefix}.capture flags --cuda-graph-trace"));
+        if !f.graph_trace_level.source.starts_with(prefix) {
+            // nsys's default is graph level
+            let t = opt("--cuda-graph-trace").unwrap_or_else(|| "graph".into());
+            f.graph_trace_level = Fact::known(Value::String(t.to_ascii_lowercase()), from("--cuda-graph-trace"));
+        }
+        if !f.window.source.starts_with(prefix) {
+            let mut w = serde_json::Map::new();
+            for k in ["--delay", "--duration", "--capture-range", "--capture-range-end"] {
+                let short = match k {
+                    "--delay" => opt("-y"),
+                    "--duration" => opt("-d"),
+                    "--capture-range" => opt("-c"),
+                    _ => None,
+                };
+                w.insert(k.trim_start_matches("--").to_string(), opt(k).or(short).map(Value::String).unwrap_or(Value::Null));
             }
+            f.window = Fact::known(Value::Object(w), from("--delay/--duration/--capture-range/--capture-range-end"));
         }
     }
+}
+
+/// `2025.3.2.0`, `2023.4.4.54-234433681190v0` → the first three numbers (`2025.3.2`, `2023.4.4`).
+pub fn normalize_version(v: &str) -> String {
+    let re = regex::Regex::new(r"\d+\.\d+(\.\d+)?").expect("version regex");
+    re.find(v).map(|m| m.as_str().to_string()).unwrap_or_else(|| v.trim().to_string())
+}
+
+/// Trace names as `nsys profile --trace` spells them, sorted: META_DATA_CAPTURE's `Cuda`, `NvtxEvents`,
+/// `OSRuntime` become `cuda`, `nvtx`, `osrt`.
+pub fn normalize_trace<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut out: Vec<String> = names
+        .map(|n| match n.trim() {
+            "Cuda" => "cuda".to_string(),
+            "NvtxEvents" => "nvtx".to_string(),
+            "OSRuntime" => "osrt".to_string(),
+            "CublasEvents" => "cublas".to_string(),
+            "CudnnEvents" => "cudnn".to_string(),
+            "OpenGL" => "opengl".to_string(),
+            "MPI" => "mpi".to_string(),
+            other => other.to_ascii_lowercase(),
+        })
+        .filter(|n| !n.is_empty())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Evidence from a raw nsys SQLite export: facts from META_DATA_EXPORT / META_DATA_CAPTURE / TARGET_INFO_GPU,
 /// graph evidence from RUNTIME / KERNEL / GRAPH_TRACE, kernel statistics from KERNEL, ranges through the
 /// ranges library.
 pub fn from_export(path: &Path) -> Result<Evidence> {
-    let export = Export::open(path)?;
-    let name = export.name();
-    let mut ev = Evidence { source: name.clone(), kind: "sqlite".into(), ..Default::default() };
-    ev.facts = export_facts(&export)?;
-    let (kernels, memcpy) = export_kernel_stats(&export)?;
+    let cap = crate::export::open_capture(path, None)?;
+    let export = &cap.export;
+    let mut ev = Evidence { source: cap.source.path.clone(), kind: cap.source.kind.clone(), ..Default::default() };
+    ev.facts = export_facts(export)?;
+    let (kernels, memcpy) = export_kernel_stats(export)?;
     ev.kernels = Some(kernels);
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
     ev.memcpy_time_ns = Some(memcpy);
-    ev.ranges = export_ranges(path)?;
+    ev.ranges = Some(export_ranges(export)?);
     Ok(ev)
 }
 
-/// The ranges of an export, computed by the ranges library (None when it is not available in this build).
-fn export_ranges(path: &Path) -> Result<Option<RangesView>> {
-    let _ = path;
-    Ok(None)
+/// The ranges of an export, computed by the ranges library (`sqlite-ranges`, all labels, no window).
+pub fn export_ranges(export: &Export) -> Result<RangesView> {
+    let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions::default())?;
+    let v = serde_json::to_value(&a.doc).map_err(|e| Error::input(format!("{}: ranges: {e}", export.name())))?;
+    serde_json::from_value(v).map_err(|e| Error::input(format!("{}: ranges: {e}", export.name())))
 }
 
 /// Capture settings that vary from run to run without changing what is measured, or that are compared as
@@ -386,15 +468,13 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
     let mut f = CaptureFacts::default();
     let meta = export.name_values("META_DATA_EXPORT")?;
     if let Some((_, Some(v))) = meta.iter().find(|(n, _)| n == "EXPORT_PRODUCT_VERSION") {
-        f.nsys_version = Fact::known(Value::String(v.clone()), "META_DATA_EXPORT.EXPORT_PRODUCT_VERSION");
+        f.nsys_version = Fact::known(Value::String(normalize_version(v)), "META_DATA_EXPORT.EXPORT_PRODUCT_VERSION (the nsys that exported it)");
     } else if let Some(v) = export.nsys_version()? {
-        f.nsys_version = Fact::known(Value::String(v), "META_DATA_EXPORT");
+        f.nsys_version = Fact::known(Value::String(normalize_version(&v)), "META_DATA_EXPORT");
     }
     let cap = export.name_values("META_DATA_CAPTURE")?;
     if !cap.is_empty() {
-        let mut trace: Vec<String> = cap.iter().filter(|(n, _)| n == "CAPTURE_EVENT_TYPE").filter_map(|(_, v)| v.clone()).collect();
-        trace.sort();
-        trace.dedup();
+        let trace = normalize_trace(cap.iter().filter(|(n, _)| n == "CAPTURE_EVENT_TYPE").filter_map(|(_, v)| v.as_deref()));
         f.trace_set = Fact::known(serde_json::json!(trace), "META_DATA_CAPTURE.CAPTURE_EVENT_TYPE");
         let mut flags = serde_json::Map::new();
         let mut sorted: Vec<&(String, Option<String>)> = cap.iter().filter(|(n, _)| !is_run_specific(n)).collect();

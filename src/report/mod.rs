@@ -2,24 +2,29 @@
 //! the provenance block, and what remains unattributed — stated explicitly. `--html OUT.html` draws it.
 //!
 //! # Decision rules (first match wins; thresholds are the `*_MIN` / `*_MAX` constants below)
-//! The *primary range* is `--label` when given, else the outermost label (every occurrence at depth 0) with
-//! the most `kernel_busy_union_ns` (ties: more `host_wall_time_ns`, then label). For it, with W = host wall,
-//! C = coverage, S = span, I = idle within span:
+//! The *primary range* is `--label` when given, else the label with the most occurrences that carry device
+//! work (ties: longer `host_wall_time_ns`, then label), leaving out per-request labels (labels that differ
+//! only in digit runs, e.g. `request.#`). For it, with W = host wall, C = coverage, S = span, I = idle within
+//! span, R = runtime calls, K = kernels:
 //! - `coverage_fraction = C / W`, `idle_in_span_fraction = I / S`,
 //!   `outside_span_fraction = (W − min(S, W)) / W` (host time outside the device-work span),
+//!   `host_ns_per_runtime_call = W / R`, `kernels_per_runtime_call = K / R`,
 //!   `sync_fraction` = Σ `total_ns` of its blocking synchronisation calls (`*Synchronize`, `*Query`) / W,
 //!   `memcpy_api_fraction` = Σ `total_ns` of its blocking `cudaMemcpy*`/`cudaMemset*`/`cuMemcpy*` calls / W;
 //! - over the capture's kernels: `comm_share` = share of kernel time in category `communication`,
 //!   `memcpy_device_share` = MEMCPY+MEMSET time / (kernel + MEMCPY + MEMSET time) when known, else the
 //!   `memcpy` category's share.
 //!
-//! 0. no range, or no device work attributed to the primary range → `mixed_or_unclear`
+//! 0. no range, CUDA graph launches whose replays left no GPU row (graph-level tracing in nsys 2023.4), or no
+//!    device work attributed to the primary range → `mixed_or_unclear`
 //! 1. `comm_share ≥ 0.30` → `comm_bound`
 //! 2. `memcpy_device_share ≥ 0.30` or `memcpy_api_fraction ≥ 0.30` → `memcpy_bound`
 //! 3. `coverage_fraction ≥ 0.60` and `idle_in_span_fraction ≤ 0.25` → `kernel_bound`
 //! 4. `sync_fraction ≥ 0.30` → `sync_bound`
-//! 5. `coverage_fraction < 0.40` and `idle_in_span_fraction ≥ 0.50` → `cpu_launch_bound`
-//! 6. `coverage_fraction < 0.40` and `outside_span_fraction ≥ 0.50` → `python_overhead_bound`
+//! 5. `coverage_fraction < 0.40`, no GRAPH_TRACE row in the range, `idle_in_span_fraction ≥ 0.50`, `kernels_per_runtime_call ≤ 1.5` (launched
+//!    one by one, no graph amortisation) and `host_ns_per_runtime_call < 20 µs` → `cpu_launch_bound`
+//! 6. `coverage_fraction < 0.40` and (`host_ns_per_runtime_call ≥ 20 µs` or `outside_span_fraction ≥ 0.50`)
+//!    → `python_overhead_bound`
 //! 7. otherwise → `mixed_or_unclear`
 
 pub mod html;
@@ -52,6 +57,8 @@ pub const KERNEL_IDLE_IN_SPAN_MAX: f64 = 0.25;
 pub const SYNC_FRACTION_MIN: f64 = 0.30;
 pub const LOW_COVERAGE_MAX: f64 = 0.40;
 pub const LAUNCH_IDLE_IN_SPAN_MIN: f64 = 0.50;
+pub const LAUNCH_KERNELS_PER_CALL_MAX: f64 = 1.5;
+pub const LAUNCH_HOST_NS_PER_CALL_MAX: f64 = 20_000.0;
 pub const PYTHON_OUTSIDE_SPAN_MIN: f64 = 0.50;
 
 /// How many non-primary, non-child labels the evidence rows list at most.
@@ -106,6 +113,10 @@ pub struct Signals {
     pub coverage_fraction: Option<f64>,
     pub idle_in_span_fraction: Option<f64>,
     pub outside_span_fraction: Option<f64>,
+    /// Host wall of the primary range per runtime call it made (ns).
+    pub host_ns_per_runtime_call: Option<f64>,
+    /// Kernels per runtime call (≫ 1 when CUDA graphs amortise launches).
+    pub kernels_per_runtime_call: Option<f64>,
     pub sync_fraction: Option<f64>,
     pub memcpy_api_fraction: Option<f64>,
     pub comm_share: Option<f64>,
@@ -277,19 +288,30 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             }
         },
         None => {
-            let mut outer: Vec<&RangeRow> = ranges.iter().filter(|r| r.is_outermost()).collect();
-            if outer.is_empty() {
-                outer = ranges.iter().collect();
+            // per-request labels (digit runs shared by two or more labels, e.g. request.#) are never primary
+            let re = regex::Regex::new(r"[0-9]+").expect("digits regex");
+            let mut groups: std::collections::BTreeMap<String, usize> = Default::default();
+            for r in ranges.iter() {
+                *groups.entry(re.replace_all(&r.label, "#").into_owned()).or_default() += 1;
             }
-            outer.sort_by(|a, b| {
-                b.kernel_busy_union_ns
-                    .cmp(&a.kernel_busy_union_ns)
+            let high_card = |l: &str| groups.get(re.replace_all(l, "#").as_ref()).copied().unwrap_or(0) >= 2;
+            let mut cands: Vec<&RangeRow> =
+                ranges.iter().filter(|r| r.occurrences_with_device_work > 0 && !high_card(&r.label)).collect();
+            if cands.is_empty() {
+                cands = ranges.iter().filter(|r| !high_card(&r.label)).collect();
+            }
+            if cands.is_empty() {
+                cands = ranges.iter().collect();
+            }
+            cands.sort_by(|a, b| {
+                b.occurrences_with_device_work
+                    .cmp(&a.occurrences_with_device_work)
                     .then_with(|| b.host_wall_time_ns.cmp(&a.host_wall_time_ns))
                     .then_with(|| a.label.cmp(&b.label))
             });
             (
-                outer.first().copied(),
-                "the outermost label (all occurrences at depth 0) with the most kernel_busy_union_ns".to_string(),
+                cands.first().copied(),
+                "the label with the most occurrences carrying device work (ties: longer host wall), per-request labels (digit runs, e.g. request.#) excluded".to_string(),
             )
         }
     };
@@ -336,15 +358,25 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
         s.idle_in_span_fraction = frac(p.gpu_idle_within_kernel_span_ns, p.kernel_span_ns);
         s.outside_span_fraction = frac((w - p.kernel_span_ns.min(w)).max(0), w);
         s.sync_fraction = frac(sync_ns, w);
+        s.host_ns_per_runtime_call = frac(w, p.runtime_calls);
+        s.kernels_per_runtime_call = frac(p.kernels, p.runtime_calls);
         s.memcpy_api_fraction = frac(mem_ns, w);
     }
 
+    // graph replays the capture cannot see (graph-level tracing in nsys 2023.4 writes no GPU row for them)
+    let invisible_graphs = ev.facts.graph_evidence.as_ref().filter(|g| g.graph_launch_calls > 0 && g.kernels_with_graph_node == 0 && g.graph_trace_rows == 0).map(|g| {
+        format!(
+            "{} CUDA graph launches left no GPU row (no node-level kernel, no GRAPH_TRACE row): the replayed work is invisible, so no device-side class can be established; capture again with --cuda-graph-trace=node",
+            g.graph_launch_calls
+        )
+    });
     // rules
     let ge = |x: Option<f64>, t: f64| x.map(|v| v >= t).unwrap_or(false);
     let le = |x: Option<f64>, t: f64| x.map(|v| v <= t).unwrap_or(false);
     let lt = |x: Option<f64>, t: f64| x.map(|v| v < t).unwrap_or(false);
     let (class, rule, reason): (&str, &str, String) = match primary {
         None => ("mixed_or_unclear", "R0", "no NVTX range in the evidence: nothing to attribute device work to".into()),
+        Some(_) if invisible_graphs.is_some() => ("mixed_or_unclear", "R0", invisible_graphs.clone().unwrap_or_default()),
         Some(p) if p.kernel_busy_union_ns == 0 => (
             "mixed_or_unclear",
             "R0",
@@ -390,28 +422,40 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
                         pct(s.coverage_fraction)
                     ),
                 )
-            } else if lt(s.coverage_fraction, LOW_COVERAGE_MAX) && ge(s.idle_in_span_fraction, LAUNCH_IDLE_IN_SPAN_MIN) {
+            } else if lt(s.coverage_fraction, LOW_COVERAGE_MAX)
+                && p.graph_traces == 0
+                && ge(s.idle_in_span_fraction, LAUNCH_IDLE_IN_SPAN_MIN)
+                && le(s.kernels_per_runtime_call, LAUNCH_KERNELS_PER_CALL_MAX)
+                && lt(s.host_ns_per_runtime_call, LAUNCH_HOST_NS_PER_CALL_MAX)
+            {
                 (
                     "cpu_launch_bound",
                     "R5",
                     format!(
-                        "device work covers {} of {:?}'s host wall (< {:.0}%) and inside its span the GPU idles {} (≥ {:.0}%): kernels wait for launches",
+                        "device work covers {} of {:?}'s host wall (< {:.0}%), the GPU idles {} of its span (≥ {:.0}%), kernels are launched one by one ({:.2} per runtime call ≤ {LAUNCH_KERNELS_PER_CALL_MAX}) and quickly ({:.1} µs of host time per call < {:.0} µs): the GPU waits for launches",
                         pct(s.coverage_fraction),
                         p.label,
                         LOW_COVERAGE_MAX * 100.0,
                         pct(s.idle_in_span_fraction),
-                        LAUNCH_IDLE_IN_SPAN_MIN * 100.0
+                        LAUNCH_IDLE_IN_SPAN_MIN * 100.0,
+                        s.kernels_per_runtime_call.unwrap_or(0.0),
+                        s.host_ns_per_runtime_call.unwrap_or(0.0) / 1000.0,
+                        LAUNCH_HOST_NS_PER_CALL_MAX / 1000.0
                     ),
                 )
-            } else if lt(s.coverage_fraction, LOW_COVERAGE_MAX) && ge(s.outside_span_fraction, PYTHON_OUTSIDE_SPAN_MIN) {
+            } else if lt(s.coverage_fraction, LOW_COVERAGE_MAX)
+                && (ge(s.host_ns_per_runtime_call, LAUNCH_HOST_NS_PER_CALL_MAX) || ge(s.outside_span_fraction, PYTHON_OUTSIDE_SPAN_MIN))
+            {
                 (
                     "python_overhead_bound",
                     "R6",
                     format!(
-                        "device work covers {} of {:?}'s host wall (< {:.0}%) and {} of it passes outside any device-work span (≥ {:.0}%): host code without GPU work",
+                        "device work covers {} of {:?}'s host wall (< {:.0}%) and the host spends {:.1} µs per runtime call (≥ {:.0} µs) / {} of the wall outside any device-work span (≥ {:.0}%): host code between CUDA calls, not launching, holds the GPU back",
                         pct(s.coverage_fraction),
                         p.label,
                         LOW_COVERAGE_MAX * 100.0,
+                        s.host_ns_per_runtime_call.unwrap_or(0.0) / 1000.0,
+                        LAUNCH_HOST_NS_PER_CALL_MAX / 1000.0,
                         pct(s.outside_span_fraction),
                         PYTHON_OUTSIDE_SPAN_MIN * 100.0
                     ),
