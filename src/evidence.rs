@@ -163,6 +163,9 @@ pub struct Evidence {
     /// The provenance block as given.
     #[serde(skip)]
     pub provenance: Option<Value>,
+    /// `kernel_profile.gates`: the gate-check verdict and its retry reasons, when the bundle has them.
+    #[serde(skip)]
+    pub gates: Option<(String, Vec<String>)>,
 }
 
 /// Does the file start with the SQLite header? (false when it cannot be read: the JSON path reports that)
@@ -247,6 +250,9 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
             ev.kernels_source = Some("kernel_profile.top_kernels".into());
         }
     }
+    if let Some(kp) = kp {
+        apply_bundle_documents(&mut ev, kp);
+    }
     if let Some(p) = obj.get("provenance").filter(|p| p.is_object()) {
         apply_provenance(&mut ev.facts, p, "provenance");
         ev.provenance = Some(p.clone());
@@ -267,6 +273,48 @@ fn kernel_stat(k: &Value) -> Option<KernelStat> {
     let total = num(&["total_time_ns", "total_ns", "time_total_ns", "total_time", "Total Time (ns)"])?;
     let instances = num(&["instances", "Instances", "count"]).unwrap_or(0);
     Some(KernelStat { name, total_time_ns: total, instances })
+}
+
+/// Facts the bundle's own documents record: the nsys version (ranges or gate `source.nsys_version`), the
+/// ranges window, and from gate G1 (`node-level-graph-tracing`) the graph-trace level and graph evidence.
+fn apply_bundle_documents(ev: &mut Evidence, kp: &Value) {
+    let f = &mut ev.facts;
+    for (path, doc) in [("kernel_profile.ranges", kp.get("ranges")), ("kernel_profile.gates", kp.get("gates"))] {
+        if let Some(v) = doc.and_then(|d| d.pointer("/source/nsys_version")).and_then(|v| v.as_str()) {
+            if !f.nsys_version.is_known() {
+                f.nsys_version = Fact::known(Value::String(normalize_version(v)), format!("{path}.source.nsys_version (the nsys that exported it)"));
+            }
+        }
+    }
+    if let Some(w) = kp.pointer("/ranges/source/window") {
+        let w = if w.is_null() { Value::String("whole capture".into()) } else { w.clone() };
+        f.window = Fact::known(w, "kernel_profile.ranges.source.window (sqlite-ranges --window; null = whole capture)");
+    }
+    let Some(g) = kp.get("gates").filter(|g| g.is_object()) else { return };
+    let verdict = g.get("verdict").and_then(|v| v.as_str()).unwrap_or("").to_string();
+    let retry: Vec<String> = g.get("retry").and_then(|r| r.as_array()).map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default();
+    ev.gates = Some((verdict, retry));
+    let Some(g1) = g.get("gates").and_then(|l| l.as_array()).and_then(|l| l.iter().find(|x| x.get("id").and_then(|i| i.as_str()) == Some("G1"))) else { return };
+    let mut text = g1.get("reason").and_then(|r| r.as_str()).unwrap_or("").to_string();
+    for e in g1.get("evidence").and_then(|e| e.as_array()).into_iter().flatten() {
+        text.push('\n');
+        text.push_str(e.as_str().unwrap_or(""));
+    }
+    let level = regex::Regex::new(r"--cuda-graph-trace=(node|graph)").expect("regex");
+    if let Some(c) = level.captures(&text) {
+        f.graph_trace_level = Fact::known(Value::String(c[1].to_string()), "kernel_profile.gates G1 reason");
+    }
+    let num = |re: &str| regex::Regex::new(re).expect("regex").captures(&text).and_then(|c| c[1].parse::<i64>().ok());
+    if let (Some(launches), Some(node_rows), Some(trace_rows)) =
+        (num(r"cudaGraphLaunch calls (\d+)"), num(r"rows with graphNodeId (\d+)"), num(r"GRAPH_TRACE rows (\d+)"))
+    {
+        let uses = launches > 0 || node_rows > 0 || trace_rows > 0;
+        f.cuda_graphs = Fact::known(
+            Value::String(if uses { "graphs" } else { "eager" }.into()),
+            "kernel_profile.gates G1 evidence (graph launches, graphNodeId rows, GRAPH_TRACE rows)",
+        );
+        f.graph_evidence = Some(GraphEvidence { graph_launch_calls: launches, kernels_with_graph_node: node_rows, graph_trace_rows: trace_rows, kernels: 0 });
+    }
 }
 
 /// Look up the first present path (dotted) in a JSON value.

@@ -194,3 +194,99 @@ fn bad_inputs_exit_2_naming_the_file() {
     let out = Command::cargo_bin("capture-compare").unwrap().arg(&good).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// End to end with the real tools: kern-csv-to-json, sqlite-ranges, gate-check and nsys-resolve documents
+// merged by bundle-merge into one bundle per capture, then compared.
+
+/// A fake nvidia-smi replaying the real H200 output of fixtures/nvidia-smi (`idle` or `foreign`).
+fn fake_smi(dir: &std::path::Path, which: &str) -> std::path::PathBuf {
+    let f = common::root().join("fixtures/nvidia-smi");
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join("nvidia-smi");
+    std::fs::write(
+        &p,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in\n  *--query-gpu=*) cat '{g}';;\n  *--query-compute-apps=*) cat '{a}';;\n  --version) cat '{v}';;\n  *) cat '{t}';;\nesac\n",
+            g = f.join(format!("query_gpu_{which}.csv")).display(),
+            a = f.join(format!("query_compute_apps_{which}.csv")).display(),
+            v = f.join("version.txt").display(),
+            t = f.join("nvidia-smi_idle.txt").display(),
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn stdout_of(bin: &str, args: &[&std::ffi::OsStr]) -> Vec<u8> {
+    let out = Command::cargo_bin(bin).unwrap().args(args).output().unwrap();
+    assert!(matches!(out.status.code(), Some(0) | Some(1)), "{bin}: {}", String::from_utf8_lossy(&out.stderr));
+    common::one_doc(&out.stdout);
+    out.stdout
+}
+
+fn real_bundle(dir: &std::path::Path, capture: &str, nsys: &std::path::Path, smi: &std::path::Path) -> std::path::PathBuf {
+    let sqlite = common::fixture(&format!("nsys-2025.3.1/{capture}.sqlite"));
+    let csv = common::fixture(&format!("nsys-2025.3.1/stats/{capture}_cuda_gpu_kern_sum.csv"));
+    let mut docs = Vec::new();
+    docs.extend(stdout_of("kern-csv-to-json", &["--top".as_ref(), "0".as_ref(), csv.as_os_str()]));
+    docs.extend(stdout_of("sqlite-ranges", &[sqlite.as_os_str()]));
+    docs.extend(stdout_of("gate-check", &[sqlite.as_os_str()]));
+    docs.extend(stdout_of(
+        "nsys-resolve",
+        &[
+            "--nsys".as_ref(),
+            nsys.as_os_str(),
+            "--preflight".as_ref(),
+            "--nvidia-smi".as_ref(),
+            smi.as_os_str(),
+            "--gpu".as_ref(),
+            "0".as_ref(),
+            "--flags".as_ref(),
+            "--trace=cuda,nvtx,osrt --cuda-graph-trace=node --capture-range=cudaProfilerApi --capture-range-end=stop".as_ref(),
+        ],
+    ));
+    let bundle = dir.join(format!("{capture}.{}.json", smi.parent().unwrap().file_name().unwrap().to_string_lossy()));
+    let out = Command::cargo_bin("bundle-merge").unwrap().arg(&bundle).write_stdin(docs).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    bundle
+}
+
+#[test]
+fn real_bundles_compare_and_a_foreign_gpu_process_refuses() {
+    let Some(nsys) = common::nsys_or_skip("real_bundles_compare_and_a_foreign_gpu_process_refuses") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let idle = fake_smi(&dir.path().join("idle"), "idle");
+    let foreign = fake_smi(&dir.path().join("foreign"), "foreign");
+    let clean = real_bundle(dir.path(), "decode_clean", &nsys, &idle);
+    let mixed = real_bundle(dir.path(), "decode_mixed", &nsys, &idle);
+    let mixed_foreign = real_bundle(dir.path(), "decode_mixed", &nsys, &foreign);
+
+    let (d, code, _) = compare(&clean, &mixed, &["--top", "0"]);
+    assert_eq!(code, 0, "{:?}", d["invalidators"]);
+    assert_eq!(d["a"]["facts"]["foreign_gpu_processes"]["value"], json!([]));
+    assert_eq!(d["a"]["facts"]["graph_trace_level"]["value"], "node");
+    // per-range deltas from the two real ranges documents
+    let ra = nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None).unwrap();
+    let rb = nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/decode_mixed.sqlite"), &Default::default(), None).unwrap();
+    let it = d["range_deltas"].as_array().unwrap().iter().find(|r| r["label"] == "vibeserve.engine.iteration").unwrap();
+    let wall = |doc: &nsyskit::ranges::RangesDoc| doc.ranges.iter().find(|r| r.label == "vibeserve.engine.iteration").unwrap().host_wall_time_ns;
+    assert_eq!(it["host_wall_time_ns"]["a"], wall(&ra));
+    assert_eq!(it["host_wall_time_ns"]["b"], wall(&rb));
+    assert!(d["kernels_appeared"].as_array().unwrap().len() > 0);
+
+    let (d, code, _) = compare(&clean, &mixed_foreign, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(checks(&d), vec!["foreign_gpu_process"]);
+    assert_eq!(d["b"]["facts"]["foreign_gpu_processes"]["value"][0]["pid"], 433);
+
+    // and report reads the same real bundle
+    let out = Command::cargo_bin("report").unwrap().arg(&mixed).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let r = common::one_doc(&out.stdout);
+    assert_eq!(r["provenance"]["schema"], "nsyskit.provenance/v1");
+    assert_eq!(r["decision"]["primary_label"], "vibeserve.engine.iteration");
+    assert_eq!(r["kernels_source"], "kernel_profile.top_kernels");
+}

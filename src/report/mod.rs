@@ -548,6 +548,15 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             pct(Some(share_of(crate::categories::OTHER)))
         ));
     }
+    if let Some((verdict, retry)) = &ev.gates {
+        if verdict == "RETRY" {
+            u.statements.push(format!(
+                "gate-check said RETRY for this capture ({}): the class below rests on evidence that failed its gates",
+                retry.join("; ")
+            ));
+            notes.push(format!("gate-check verdict RETRY: {}", retry.join("; ")));
+        }
+    }
     if ev.kernels.is_none() {
         u.statements.push("no kernel statistics: top kernels and categories are unknown".into());
     } else if ev.kernels_source.as_deref() == Some("kernel_profile.top_kernels") {
