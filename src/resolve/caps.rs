@@ -84,14 +84,20 @@ impl Capabilities {
 
 /// The long option names (without `--`) a `nsys <command> --help` text declares, in order.
 ///
-/// A declaration is a line whose first non-blank text is `-x, --name…` or `--name…`, the name followed by
-/// `=`, `[`, `<` or the end of the line (prose that merely mentions `--capture-range option.` does not count).
+/// A declaration is a line whose first non-blank text is `-x, --name…` or `--name…` (after an optional
+/// `(Experimental) ` or `(Deprecated) ` tag), the name followed by
+/// `=`, `[`, `<`, a blank then `[`/`<` (`--include-blobs [true|false]`) or the end of the line (prose that merely mentions `--capture-range option.` does not count).
 /// Bracket alternatives are expanded: `--nvtx-domain-[include|exclude]=` declares `nvtx-domain-include` and
 /// `nvtx-domain-exclude`.
 pub fn declared_options(help: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for line in help.lines() {
         let t = line.trim_start();
+        // `(Experimental) --syscall`, `(Deprecated) --event-sampling-frequency=`
+        let t = match t.strip_prefix('(').and_then(|r| r.split_once(") ")) {
+            Some((tag, rest)) if tag.chars().all(|c| c.is_ascii_alphabetic()) => rest.trim_start(),
+            _ => t,
+        };
         let t = match t.strip_prefix('-') {
             Some(rest) if !rest.starts_with('-') => {
                 // short form `-x, --long`
@@ -109,7 +115,12 @@ pub fn declared_options(help: &str) -> Vec<String> {
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '[' || c == ']' || c == '|'))
             .unwrap_or(body.len());
         let (name, after) = body.split_at(name_len);
-        let after_ok = after.is_empty() || after.starts_with('=') || after.starts_with('<') || after.trim().is_empty();
+        // `--x=`, `--x=<v>`, `--x<v>`, `--x`, `--x [true|false]`, `--x <v>`
+        let after_ok = after.is_empty()
+            || after.starts_with('=')
+            || after.starts_with('<')
+            || after.trim().is_empty()
+            || (after.starts_with(char::is_whitespace) && after.trim_start().starts_with(['[', '<']));
         // `--name[=…]` puts the bracket inside `name`: split it off when it starts an optional value
         let (name, after_ok) = match name.find("[=") {
             Some(i) => (&name[..i], true),
@@ -217,7 +228,7 @@ fn looks_like_version(v: &str) -> bool {
 
 /// The numeric components before the build suffix: `2023.4.4.54-234433681190v0` → `[2023, 4, 4, 54]`.
 pub fn version_key(v: &str) -> Vec<u64> {
-    let head = v.split(|c| c == '-' || c == ' ').next().unwrap_or("");
+    let head = v.split(['-', ' ']).next().unwrap_or("");
     let mut out = Vec::new();
     for part in head.split('.') {
         match part.parse::<u64>() {
@@ -264,9 +275,33 @@ mod tests {
         }
         // prose mentions are not declarations
         assert!(!o.iter().any(|x| x == "capture-range option"));
-        assert_eq!(o.len(), 62, "{o:?}"); // 61 declaration lines, one of them `--nvtx-domain-[include|exclude]=`
+        assert_eq!(o.len(), 68, "{o:?}"); // 61 plain declaration lines, one of them `--nvtx-domain-[include|exclude]=`, 6 tagged `(Experimental)`/`(Deprecated)`
+        assert!(o.iter().any(|x| x == "event-sampling-frequency") && o.iter().any(|x| x == "ib-switch-metrics-device"));
         let e = declared_options(EXPORT_2023);
         assert!(e.iter().any(|x| x == "type") && e.iter().any(|x| x == "lazy"), "{e:?}");
+    }
+
+    const PROFILE_2025: &str = include_str!("../../fixtures/nsys-help/2025.3.1/profile-help.txt");
+    const EXPORT_2025: &str = include_str!("../../fixtures/nsys-help/2025.3.1/export-help.txt");
+    const VERSION_2025: &str = include_str!("../../fixtures/nsys-help/2025.3.1/version.txt");
+
+    /// The nsys 2025.3.1 that Nsight Compute bundles on the H200 machine (captured there with the device tool).
+    #[test]
+    fn real_2025_3_help() {
+        let c = parse_capabilities(PROFILE_2025, EXPORT_2025);
+        assert!(c.cuda_graph_trace && c.capture_range && c.capture_range_end && c.trace_fork_before_exec && c.python_sampling);
+        assert!(c.pytorch, "2025.3.1 has --pytorch");
+        assert!(!c.attach_pid, "this 2025.3.1 build has no --attach-pid either");
+        assert_eq!(c.export_types, ["sqlite", "hdf", "text", "json", "info", "arrow", "arrowdir", "parquetdir"]);
+        let o = declared_options(PROFILE_2025);
+        // 69 plain declaration lines (+1 for `--nvtx-domain-[include|exclude]=`), 11 tagged `(Experimental)`/`(Deprecated)`
+        assert_eq!(o.len(), 81, "{o:?}");
+        for n in ["cuda-event-trace", "cuda-trace-all-apis", "python-functions-trace", "syscall", "enable", "gpu-metrics-devices"] {
+            assert!(o.iter().any(|x| x == n), "{n} missing");
+        }
+        let e = declared_options(EXPORT_2025);
+        assert!(e.iter().any(|x| x == "include-blobs") && e.iter().any(|x| x == "include-json"), "{e:?}");
+        assert_eq!(parse_version(VERSION_2025).as_deref(), Some("2025.3.1.0"));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::contract::{Document, Error, Result, Tool};
 
 pub use caps::{compare_versions, declared_options, export_types, parse_capabilities, parse_version, version_key, Capabilities, TRACKED_SWITCHES};
-pub use find::{expand_glob, glob_regex, probe_capabilities, resolve, run_with_timeout, verify, Candidate, Resolved, ResolveOptions, RunError, RunOutput, KNOWN_INSTALL_GLOBS};
+pub use find::{expand_glob, install_globs_from_env, glob_regex, probe_capabilities, resolve, run_with_timeout, verify, Candidate, Resolved, ResolveOptions, RunError, RunOutput, KNOWN_INSTALL_GLOBS};
 pub use preflight::{
     check_port, check_shm, parse_apps, parse_cuda_version, parse_gpus, parse_proc_net_tcp, query_gpus, Gpu, GpuProcess, GpuState, Holder, Listener,
     PortState, ShmSegment, ShmState, TargetSpec, APPS_QUERY, GPU_QUERY,
@@ -112,7 +112,7 @@ pub struct Provenance {
     pub host: Host,
     /// Artifact paths: `--artifact`s as given, then `DIR/provenance.json` with `--record`.
     pub artifacts: Vec<String>,
-    /// `DIR/provenance.json` when `--record DIR` was given.
+    /// `DIR/provenance.json` (absolute) when `--record DIR` was given.
     pub record: Option<String>,
 }
 
@@ -222,6 +222,21 @@ pub fn write_record(dir: &Path, doc: &Provenance) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Read a provenance record (`DIR/provenance.json` or a document saved from stdout). Errors name the file and,
+/// for JSON that is not a provenance document, the JSON path at fault.
+pub fn load_record(path: &Path) -> Result<Provenance> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| Error::input(format!("{name}: not JSON: {e}")))?;
+    let id = crate::contract::schema_id(Provenance::KIND);
+    match value.get("schema").and_then(|s| s.as_str()) {
+        Some(s) if s == id => {}
+        Some(s) => return Err(Error::input(format!("{name}: $.schema is {s:?}, expected {id:?}"))),
+        None => return Err(Error::input(format!("{name}: $.schema is missing, expected {id:?}"))),
+    }
+    serde_json::from_value(value).map_err(|e| Error::input(format!("{name}: not a {id} document: {e}")))
+}
+
 /// Resolve nsys, run the asked checks, assemble the provenance document, and write it with `record`.
 pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
     let time_utc = rfc3339(SystemTime::now());
@@ -248,7 +263,8 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
     let preflight = opts.preflight || opts.require_gpu || opts.port.is_some() || opts.shm.is_some();
     let want_gpu = preflight || opts.record.is_some() || opts.gpu.is_some();
     let gpu = if want_gpu {
-        let target = match (opts.gpu, opts.cuda_visible_devices.as_deref().filter(|v| !v.trim().is_empty())) {
+        // an empty CUDA_VISIBLE_DEVICES hides every GPU from CUDA: no target, a failed gpu check
+        let target = match (opts.gpu, opts.cuda_visible_devices.as_deref()) {
             (Some(i), _) => TargetSpec::Index(i),
             (None, Some(v)) => TargetSpec::Visible(v.to_string()),
             (None, None) => TargetSpec::All,
@@ -341,7 +357,7 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
     let failed: Vec<String> = checks.iter().filter(|c| c.status == "fail").map(|c| format!("{}: {}", c.name, c.reason)).collect();
     let server_cmd = opts.server_cmd.as_deref().map(|c| redact_command(c).0);
     let client_cmd = opts.client_cmd.as_deref().map(|c| redact_command(c).0);
-    let record_path = opts.record.as_ref().map(|d| d.join("provenance.json"));
+    let record_path = opts.record.as_ref().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).join("provenance.json"));
     let mut artifacts = opts.artifacts.clone();
     if let Some(p) = &record_path {
         artifacts.push(p.display().to_string());
