@@ -34,7 +34,14 @@ struct Args {
 fn main() {
     main_with("kern-csv-to-json", || {
         let a = Args::parse();
-        let opts = KernCsvOptions { report: a.report, top: a.top };
-        emit("kern-csv-to-json", run(&Input::parse(&a.input), &opts), a.out.style())
+        let opts = KernCsvOptions {
+            report: a.report,
+            top: a.top,
+        };
+        emit(
+            "kern-csv-to-json",
+            run(&Input::parse(&a.input), &opts),
+            a.out.style(),
+        )
     })
 }
