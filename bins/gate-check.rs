@@ -15,8 +15,8 @@ use nsyskit::gate::{self, GateOptions, Thresholds, Tier};
     after_help = "Example:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n      --log fixtures/logs/nsys-2023.4.4_gpu_full_node_FAILED-cbid468.console.txt\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode"
 )]
 struct Args {
-    /// The capture: an .nsys-rep (exported with nsys: NSYS_BIN, else nsys on PATH), an .sqlite export, or a
-    /// .qdstrm left instead of a report
+    /// The capture: an .nsys-rep (exported with nsys: NSYS_BIN, else nsys on PATH), an .sqlite export, a
+    /// .qdstrm left instead of a report, or - for an .sqlite export on stdin
     capture: PathBuf,
     /// The SQLite export of an .nsys-rep CAPTURE (no re-export)
     #[arg(long, value_name = "S")]
@@ -45,7 +45,7 @@ struct Args {
     /// … and at least this many milliseconds
     #[arg(long, default_value_t = 500.0, value_name = "MS")]
     min_gap_ms: f64,
-    /// G6: smallest share of inter-step gaps in the dominant bucket [median/2, 2·median]
+    /// G6: smallest share of step-start intervals in the dominant bucket [median/2, 2·median]
     #[arg(long, default_value_t = 0.8, value_name = "SHARE")]
     min_dominant_gap_share: f64,
     /// G6: smallest share of steps with the most frequent kernel count
@@ -58,8 +58,11 @@ struct Args {
     #[arg(long, default_value_t = 1.5, value_name = "FACTOR")]
     kernel_outlier_factor: f64,
     /// G7: largest share of steps unlike the dominant decode-step shape
-    #[arg(long, default_value_t = 0.02, value_name = "SHARE")]
+    #[arg(long, default_value_t = 0.01, value_name = "SHARE")]
     max_contaminated_share: f64,
+    /// G6: fewest decode steps the decode tier accepts
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    min_decode_steps: usize,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -85,6 +88,7 @@ fn main() {
                 duration_outlier_factor: a.duration_outlier_factor,
                 kernel_outlier_factor: a.kernel_outlier_factor,
                 max_contaminated_share: a.max_contaminated_share,
+                min_decode_steps: a.min_decode_steps,
             },
         });
         emit("gate-check", opts.and_then(|o| gate::run(&o)), a.out.style())
