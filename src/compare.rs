@@ -47,7 +47,7 @@ pub struct Side {
 /// A reason the pair is not comparable.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Invalidator {
-    /// The fact: `nsys_version`, `capture_flags`, `trace_set`, `graph_trace_level`, `cuda_graphs`, `window`,
+    /// `a` and `b` are the fact's values (for an object such as capture_flags, only the keys that differ). The fact: `nsys_version`, `capture_flags`, `trace_set`, `graph_trace_level`, `cuda_graphs`, `window`,
     /// `warmup`, `foreign_gpu_process`, `instrumentation`, `gpu`, `clock_policy`.
     pub check: String,
     pub a: Value,
@@ -211,10 +211,11 @@ pub fn check_comparable(a: &CaptureFacts, b: &CaptureFacts) -> (Vec<Invalidator>
             (true, true) => {
                 if fa.value != fb.value {
                     let detail = if check == "capture_flags" { flag_diff(&fa.value, &fb.value) } else { String::new() };
+                    let (va, vb) = differing(&fa.value, &fb.value);
                     inv.push(Invalidator {
                         check: check.into(),
-                        a: fa.value.clone(),
-                        b: fb.value.clone(),
+                        a: va,
+                        b: vb,
                         reason: if detail.is_empty() {
                             format!("{why}: {} vs {}", short(&fa.value), short(&fb.value))
                         } else {
@@ -250,6 +251,20 @@ pub fn check_comparable(a: &CaptureFacts, b: &CaptureFacts) -> (Vec<Invalidator>
         }
     }
     (inv, unchecked)
+}
+
+/// For two objects, only their differing keys (absent = null); other values as they are.
+fn differing(a: &Value, b: &Value) -> (Value, Value) {
+    match (a.as_object(), b.as_object()) {
+        (Some(oa), Some(ob)) => {
+            let keys: BTreeSet<&String> = oa.keys().chain(ob.keys()).filter(|k| oa.get(*k) != ob.get(*k)).collect();
+            let pick = |o: &serde_json::Map<String, Value>| {
+                Value::Object(keys.iter().map(|k| ((*k).clone(), o.get(*k).cloned().unwrap_or(Value::Null))).collect())
+            };
+            (pick(oa), pick(ob))
+        }
+        _ => (a.clone(), b.clone()),
+    }
 }
 
 fn foreign_present(v: &Value) -> bool {

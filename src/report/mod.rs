@@ -390,7 +390,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
                     "memcpy_bound",
                     "R2",
                     format!(
-                        "copies take {} of device time and blocking copy calls {} of {:?}'s wall (threshold {:.0}%)",
+                        "copies take {} of device time and blocking copy calls {} of the wall of {:?} (threshold {:.0}%)",
                         pct(s.memcpy_device_share),
                         pct(s.memcpy_api_fraction),
                         p.label,
@@ -402,7 +402,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
                     "kernel_bound",
                     "R3",
                     format!(
-                        "device work covers {} of {:?}'s host wall (≥ {:.0}%) and the GPU idles only {} of its span (≤ {:.0}%)",
+                        "device work covers {} of the host wall of {:?} (≥ {:.0}%) and the GPU idles only {} of its span (≤ {:.0}%)",
                         pct(s.coverage_fraction),
                         p.label,
                         KERNEL_COVERAGE_MIN * 100.0,
@@ -415,7 +415,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
                     "sync_bound",
                     "R4",
                     format!(
-                        "blocking synchronisation takes {} of {:?}'s host wall (≥ {:.0}%) while device work covers only {}",
+                        "blocking synchronisation takes {} of the host wall of {:?} (≥ {:.0}%) while device work covers only {}",
                         pct(s.sync_fraction),
                         p.label,
                         SYNC_FRACTION_MIN * 100.0,
@@ -432,7 +432,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
                     "cpu_launch_bound",
                     "R5",
                     format!(
-                        "device work covers {} of {:?}'s host wall (< {:.0}%), the GPU idles {} of its span (≥ {:.0}%), kernels are launched one by one ({:.2} per runtime call ≤ {LAUNCH_KERNELS_PER_CALL_MAX}) and quickly ({:.1} µs of host time per call < {:.0} µs): the GPU waits for launches",
+                        "device work covers {} of the host wall of {:?} (< {:.0}%), the GPU idles {} of its span (≥ {:.0}%), kernels are launched one by one ({:.2} per runtime call ≤ {LAUNCH_KERNELS_PER_CALL_MAX}) and quickly ({:.1} µs of host time per call < {:.0} µs): the GPU waits for launches",
                         pct(s.coverage_fraction),
                         p.label,
                         LOW_COVERAGE_MAX * 100.0,
@@ -450,7 +450,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
                     "python_overhead_bound",
                     "R6",
                     format!(
-                        "device work covers {} of {:?}'s host wall (< {:.0}%) and the host spends {:.1} µs per runtime call (≥ {:.0} µs) / {} of the wall outside any device-work span (≥ {:.0}%): host code between CUDA calls, not launching, holds the GPU back",
+                        "device work covers {} of the host wall of {:?} (< {:.0}%) and the host spends {:.1} µs per runtime call (≥ {:.0} µs) / {} of the wall outside any device-work span (≥ {:.0}%): host code between CUDA calls, not launching, holds the GPU back",
                         pct(s.coverage_fraction),
                         p.label,
                         LOW_COVERAGE_MAX * 100.0,
@@ -536,7 +536,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     if let Some(p) = primary {
         u.primary_uncovered_host_time_ns = Some(p.uncovered_host_time_ns);
         u.statements.push(format!(
-            "{} ns of {:?}'s host time is not covered by device work (host time, not GPU idle)",
+            "{} ns of the host time of {:?} is not covered by device work (host time, not GPU idle)",
             p.uncovered_host_time_ns, p.label
         ));
     }
