@@ -452,3 +452,29 @@ fn html_page_is_self_contained_and_renders_in_headless_chromium() {
         std::fs::copy(&png, keep).unwrap();
     }
 }
+
+#[test]
+fn real_fixtures_classes() {
+    let run = |f: &str| {
+        let out = Command::cargo_bin("report").unwrap().arg(common::fixture(f)).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        common::one_doc(&out.stdout)
+    };
+    // the whole-run node-level capture: a tiny model replayed as a CUDA graph, Python host code dominates
+    let r = run("nsys-2025.3.1/gpu_full_node.sqlite");
+    assert_eq!(class_rule(&r), ("python_overhead_bound", "R6"), "{}", r["decision"]["reason"]);
+    assert_eq!(r["decision"]["primary_label"], "vibeserve.engine.iteration");
+    let doc = nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &Default::default(), None).unwrap();
+    let it = doc.ranges.iter().find(|x| x.label == "vibeserve.engine.iteration").unwrap();
+    assert_eq!(r["evidence"][0]["host_range_kernel_coverage_ns"], it.host_range_kernel_coverage_ns);
+    assert_eq!(r["evidence"][0]["uncovered_host_time_ns"], it.uncovered_host_time_ns);
+    assert_eq!(r["unattributed"]["kernels_total"], doc.totals.kernels_total);
+    // nsys 2023.4 graph level: the 200 replays left no GPU row, nothing device-side can be concluded
+    let r = run("nsys-2023.4.4/gpu_range_graph.sqlite");
+    assert_eq!(class_rule(&r), ("mixed_or_unclear", "R0"));
+    assert!(r["decision"]["reason"].as_str().unwrap().contains("invisible"));
+    // a CPU-only capture
+    let r = run("nsys-2025.3.1/cpu_nvtx_osrt.sqlite");
+    assert_eq!(class_rule(&r), ("mixed_or_unclear", "R0"));
+    assert!(r["top_kernels"].as_array().unwrap().is_empty());
+}
