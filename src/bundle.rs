@@ -242,7 +242,7 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
                 edits.push(at("kernel_profile.summary_csv_path", csv_path));
                 edits.push(at(
                     "kernel_profile.captured_at",
-                    obj.get("source_mtime_utc").cloned().unwrap_or(Value::Null),
+                    obj.get("captured_at").cloned().unwrap_or(Value::Null),
                 ));
             }
             edits.push(Edit {

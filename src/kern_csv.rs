@@ -33,6 +33,12 @@ pub struct KernCsvDoc {
     pub source: String,
     /// The file's modification time (RFC 3339, UTC, whole seconds): when `nsys stats` wrote it. Null for stdin.
     pub source_mtime_utc: Option<String>,
+    /// When the capture was taken, as far as this tool knows: `--captured-at` when given, else
+    /// `source_mtime_utc` (an upper bound: nsys stats ran after the capture). bundle-merge copies it to
+    /// `kernel_profile.captured_at`.
+    pub captured_at: Option<String>,
+    /// Where `captured_at` came from: `--captured-at` or `csv-mtime` (null when unknown).
+    pub captured_at_from: Option<String>,
     /// The canonical (current) nsys report name, e.g. `cuda_gpu_kern_sum`.
     pub report: String,
     /// The name the report was given under when that was an older alias (`gpukernsum`), else null.
@@ -132,6 +138,8 @@ pub struct KernCsvOptions {
     pub report: Option<String>,
     /// How many kernels `top_kernels` keeps (0 = all).
     pub top: usize,
+    /// The capture time to record (RFC 3339), instead of the CSV file's mtime.
+    pub captured_at: Option<String>,
 }
 
 impl Default for KernCsvOptions {
@@ -139,6 +147,7 @@ impl Default for KernCsvOptions {
         KernCsvOptions {
             report: None,
             top: DEFAULT_TOP,
+            captured_at: None,
         }
     }
 }
@@ -473,6 +482,14 @@ pub fn convert(
         })?),
         None => None,
     };
+    if let Some(t) = &opts.captured_at {
+        if !is_rfc3339(t) {
+            return Err(Error::usage(format!(
+                "--captured-at {t:?}: not an RFC 3339 time (e.g. 2026-11-29T22:43:05Z)"
+            ))
+            .with_arg("--captured-at"));
+        }
+    }
     let text = std::str::from_utf8(bytes).map_err(|e| {
         let line = 1 + bytes[..e.valid_up_to()]
             .iter()
@@ -489,6 +506,12 @@ pub fn convert(
         schema,
         tool,
         source: source.to_string(),
+        captured_at_from: match (&opts.captured_at, &mtime) {
+            (Some(_), _) => Some("--captured-at".into()),
+            (None, Some(_)) => Some("csv-mtime".into()),
+            (None, None) => None,
+        },
+        captured_at: opts.captured_at.clone().or_else(|| mtime.clone()),
         source_mtime_utc: mtime,
         report: String::new(),
         report_alias: None,
@@ -1045,6 +1068,15 @@ fn kernel_summary(
     ))
 }
 
+/// `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` (a `t`/`z` or a space separator is accepted, as RFC 3339 allows).
+pub fn is_rfc3339(t: &str) -> bool {
+    let re = regex::Regex::new(
+        r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])[Tt ]([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$",
+    )
+    .expect("a valid regex");
+    re.is_match(t)
+}
+
 /// RFC 3339 UTC with whole seconds, e.g. `2026-11-29T22:43:05Z`.
 pub fn rfc3339_utc(t: std::time::SystemTime) -> String {
     let secs = match t.duration_since(std::time::UNIX_EPOCH) {
@@ -1152,6 +1184,15 @@ mod tests {
             Some("osrt_sum")
         );
         assert_eq!(processing_report("Time (%),Total"), None);
+    }
+
+    #[test]
+    fn rfc3339_check() {
+        assert!(is_rfc3339("2026-11-29T22:43:05Z"));
+        assert!(is_rfc3339("2026-11-29T22:43:05.123+01:00"));
+        assert!(!is_rfc3339("2026-11-29"));
+        assert!(!is_rfc3339("2026-13-29T22:43:05Z"));
+        assert!(!is_rfc3339("yesterday"));
     }
 
     #[test]

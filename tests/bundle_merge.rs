@@ -423,13 +423,21 @@ fn permissions_stdout_and_check() {
     // a new bundle in a missing folder is an error naming it
     let err = fail_merge(&dir.path().join("no/such/b.json"), &[], &doc);
     assert!(err.contains("no/such/b.json"), "{err}");
-    // help example is real
+    // the help's example is real: run its two lines in a temporary folder
     let out = merge().arg("--help").output().unwrap();
-    let help = String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    assert!(help.contains("kern-csv-to-json fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv | bundle-merge bundle.json"));
+    let help = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<&str> = help.lines().map(|l| l.trim()).collect();
+    let i = lines
+        .iter()
+        .position(|l| l.starts_with("kern-csv-to-json fixtures/"))
+        .expect("an example");
+    let csv = lines[i].split_whitespace().nth(1).unwrap();
+    assert_eq!(lines[i + 1], "bundle-merge bundle.json k.json");
+    let k = dir.path().join("k.json");
+    std::fs::write(&k, kern_csv(&[common::root().join(csv).to_str().unwrap()])).unwrap();
+    let ex = dir.path().join("bundle.json");
+    run_merge(&ex, &[&k], b"", 0);
+    assert!(read(&ex)["kernel_profile"]["top_kernels"].is_array());
 }
 
 #[test]
@@ -493,4 +501,111 @@ fn parallel_merges_lose_nothing() {
         );
         assert!(v["kernel_profile"]["top_kernels"].is_array());
     }
+}
+
+#[test]
+fn bom_non_utf8_and_symlinked_bundles() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = serde_json::to_vec(&gate("PASS")).unwrap();
+    // a BOM and a missing final newline are kept
+    let bundle = dir.path().join("bom.json");
+    std::fs::write(&bundle, "\u{feff}{\n    \"a\": 1\n}").unwrap();
+    run_merge(&bundle, &[], &doc, 0);
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    assert!(
+        text.starts_with(
+            "\u{feff}{\n    \"a\": 1,\n    \"kernel_profile\": {\n        \"gates\": {\n"
+        ),
+        "{text:?}"
+    );
+    assert!(text.ends_with("\n    }\n}"), "{text:?}");
+    run_merge(&bundle, &[], &doc, 0);
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text);
+    // not UTF-8: exit 2 naming the line, bytes kept
+    let bad = dir.path().join("latin1.json");
+    std::fs::write(&bad, b"{\n\"a\": \"\xe9\"}").unwrap();
+    let err = fail_merge(&bad, &[], &doc);
+    assert!(err.contains("latin1.json: line 2: not UTF-8 text"), "{err}");
+    assert_eq!(std::fs::read(&bad).unwrap(), b"{\n\"a\": \"\xe9\"}");
+    // a symlinked bundle is written through to its target; the link stays a link
+    let target = dir.path().join("real.json");
+    std::fs::write(&target, "{}\n").unwrap();
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    run_merge(&link, &[], &doc, 0);
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(read(&target)["kernel_profile"]["gates"]["verdict"], "PASS");
+}
+
+/// The real documents of the serve-capture run on the H200 (fixtures/serve-capture-gpu/): a RETRY gate,
+/// provenance, ranges and serve-capture, merged by one run next to a kernel summary.
+#[test]
+fn real_documents_of_a_serve_capture_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("inference_perfbench_v1.json");
+    std::fs::write(
+        &bundle,
+        "{\n  \"model\": \"vibeserve\",\n  \"throughput_tok_s\": 1234.50\n}\n",
+    )
+    .unwrap();
+    let fx = |n: &str| common::fixture(&format!("serve-capture-gpu/{n}.json"));
+    let files = [
+        fx("provenance"),
+        fx("gate"),
+        fx("ranges"),
+        fx("serve-capture"),
+    ];
+    let paths: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    let kern = stats("nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv");
+    let mut cmd = merge();
+    cmd.arg(&bundle).args(&paths).arg("-").write_stdin(kern);
+    let out = cmd.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = common::one_doc(&out.stdout);
+    let places: Vec<&str> = summary["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["places"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        places,
+        [
+            "provenance",
+            "kernel_profile.gates",
+            "kernel_profile.ranges",
+            "serve_capture",
+            "kernel_profile.top_kernels"
+        ]
+    );
+    let b = read(&bundle);
+    assert_eq!(b["kernel_profile"]["gates"]["verdict"], "RETRY");
+    for (file, place) in files.iter().zip([
+        &b["provenance"],
+        &b["kernel_profile"]["gates"],
+        &b["kernel_profile"]["ranges"],
+        &b["serve_capture"],
+    ]) {
+        assert_eq!(place, &read(file), "{}", file.display());
+    }
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    assert!(text.starts_with(
+        "{\n  \"model\": \"vibeserve\",\n  \"throughput_tok_s\": 1234.50,\n  \"provenance\": {"
+    ));
+    // the same run again: same bytes
+    let mut cmd = merge();
+    cmd.arg(&bundle).args(&paths).arg("-").write_stdin(stats(
+        "nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv",
+    ));
+    let out = cmd.output().unwrap();
+    assert_eq!(common::one_doc(&out.stdout)["changed"], false);
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text);
 }

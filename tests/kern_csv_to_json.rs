@@ -548,3 +548,52 @@ fn nsys_2025_console_output() {
         ]);
     assert_eq!(doc["rows"], fixture["rows"]);
 }
+
+#[test]
+fn captured_at_comes_from_the_flag_or_the_file_time() {
+    let f = common::fixture("nsys-2025.3.1/stats/decode_clean_cuda_gpu_kern_sum.csv");
+    let (_, doc) = convert(&[f.to_str().unwrap()]);
+    assert_eq!(doc["captured_at"], doc["source_mtime_utc"]);
+    assert_eq!(doc["captured_at_from"], "csv-mtime");
+    let (_, doc) = convert(&[f.to_str().unwrap(), "--captured-at", "2026-11-29T21:05:00Z"]);
+    assert_eq!(
+        (
+            doc["captured_at"].as_str(),
+            doc["captured_at_from"].as_str()
+        ),
+        (Some("2026-11-29T21:05:00Z"), Some("--captured-at"))
+    );
+    let csv = std::fs::read(&f).unwrap();
+    let out = convert_bytes(&csv, &[]);
+    let doc = common::one_doc(&out.stdout);
+    assert!(doc["captured_at"].is_null() && doc["source_mtime_utc"].is_null());
+    let out = bin()
+        .arg(&f)
+        .args(["--captured-at", "yesterday"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("--captured-at \"yesterday\": not an RFC 3339 time"));
+    // bundle-merge copies it to kernel_profile.captured_at
+    let doc = bin()
+        .arg(&f)
+        .args(["--captured-at", "2026-11-29T21:05:00+01:00"])
+        .output()
+        .unwrap()
+        .stdout;
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    let out = Command::cargo_bin("bundle-merge")
+        .unwrap()
+        .arg(&bundle)
+        .write_stdin(doc)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let b: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+    assert_eq!(
+        b["kernel_profile"]["captured_at"],
+        "2026-11-29T21:05:00+01:00"
+    );
+}
