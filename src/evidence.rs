@@ -356,6 +356,12 @@ pub fn apply_provenance(f: &mut CaptureFacts, p: &Value, prefix: &str) {
         let words: Vec<Value> = s.split_whitespace().map(|w| Value::String(w.to_string())).collect();
         f.capture_flags.value = Value::Array(words);
     }
+    if f.capture_flags.source.starts_with(prefix) {
+        if let Some(words) = f.capture_flags.value.as_array().cloned() {
+            let words: Vec<String> = words.iter().filter_map(|w| w.as_str().map(String::from)).collect();
+            f.capture_flags.value = serde_json::json!(profile_flags(&words));
+        }
+    }
     // empty flags (`flags_argv: []` when --flags was not given) record nothing
     if f.capture_flags.value.as_array().map(|a| a.is_empty()).unwrap_or(false) && f.capture_flags.source.starts_with(prefix) {
         f.capture_flags = Fact::default();
@@ -429,6 +435,48 @@ pub fn apply_provenance(f: &mut CaptureFacts, p: &Value, prefix: &str) {
             f.window = Fact::known(Value::Object(w), from("--delay/--duration/--capture-range/--capture-range-end"));
         }
     }
+}
+
+/// The `nsys profile` switches of a command line, as `--switch=value` words in order: a leading `nsys` /
+/// `profile` is skipped, the profiled command (the first word that is neither a switch nor a switch's value)
+/// ends the list, and per-run switches that do not change what is measured are left out (`--output`/`-o`,
+/// `--force-overwrite`/`-f`, `--stats`, `--export`).
+pub fn profile_flags(words: &[String]) -> Vec<String> {
+    const TAKES_VALUE: &[&str] = &[
+        "-t", "-o", "-c", "-y", "-d", "-s", "-b", "-w", "-x", "-p", "-e", "-n", "-f", "--trace", "--output",
+        "--capture-range", "--capture-range-end", "--cuda-graph-trace", "--delay", "--duration", "--sample",
+        "--cpuctxsw", "--backtrace", "--kill", "--resolve-symbols", "--trace-fork-before-exec", "--force-overwrite",
+        "--stats", "--export", "--env-var", "--cuda-memory-usage", "--gpu-metrics-devices", "--nvtx-capture",
+        "--osrt-threshold", "--wait", "--show-output", "--session-new", "--python-sampling",
+    ];
+    const PER_RUN: &[&str] = &["-o", "--output", "-f", "--force-overwrite", "--stats", "--export"];
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < words.len() && (words[i] == "profile" || words[i].ends_with("nsys")) {
+        i += 1;
+    }
+    while i < words.len() {
+        let w = &words[i];
+        if !w.starts_with('-') {
+            break;
+        }
+        let (name, value) = match w.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None if TAKES_VALUE.contains(&w.as_str()) && i + 1 < words.len() => {
+                i += 1;
+                (w.clone(), Some(words[i].clone()))
+            }
+            None => (w.clone(), None),
+        };
+        if !PER_RUN.contains(&name.as_str()) {
+            out.push(match value {
+                Some(v) => format!("{name}={v}"),
+                None => name,
+            });
+        }
+        i += 1;
+    }
+    out
 }
 
 /// `2025.3.2.0`, `2023.4.4.54-234433681190v0` → the first three numbers (`2025.3.2`, `2023.4.4`).
@@ -660,4 +708,20 @@ pub fn export_kernel_stats(export: &Export) -> Result<(Vec<KernelStat>, i64)> {
         }
     }
     Ok((out, mem))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_flags_keep_switches_only() {
+        let w: Vec<String> = "profile --trace=cuda,nvtx -o /tmp/x --capture-range cudaProfilerApi --kill=none python3 app.py 18080"
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        assert_eq!(profile_flags(&w), vec!["--trace=cuda,nvtx", "--capture-range=cudaProfilerApi", "--kill=none"]);
+        assert_eq!(normalize_version("2023.4.4.54-234433681190v0"), "2023.4.4");
+        assert_eq!(normalize_trace(["OSRuntime", "Cuda", "NvtxEvents"].into_iter()), vec!["cuda", "nvtx", "osrt"]);
+    }
 }

@@ -478,3 +478,38 @@ fn real_fixtures_classes() {
     assert_eq!(class_rule(&r), ("mixed_or_unclear", "R0"));
     assert!(r["top_kernels"].as_array().unwrap().is_empty());
 }
+
+#[test]
+fn real_serve_capture_documents_in_a_bundle() {
+    // the documents of the real H200 serve-capture run, merged by bundle-merge
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle.json");
+    let docs = common::root().join("fixtures/serve-capture-gpu");
+    let out = Command::cargo_bin("bundle-merge")
+        .unwrap()
+        .arg(&bundle)
+        .arg(docs.join("provenance.json"))
+        .arg(docs.join("ranges.json"))
+        .arg(docs.join("gate.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::cargo_bin("report").unwrap().arg(&bundle).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = common::one_doc(&out.stdout);
+    let ranges: Value = serde_json::from_slice(&std::fs::read(docs.join("ranges.json")).unwrap()).unwrap();
+    let label = r["decision"]["primary_label"].as_str().unwrap();
+    let row = ranges["ranges"].as_array().unwrap().iter().find(|x| x["label"] == label).unwrap();
+    for k in ["host_wall_time_ns", "host_range_kernel_coverage_ns", "kernel_busy_union_ns", "gpu_idle_within_kernel_span_ns", "uncovered_host_time_ns"] {
+        assert_eq!(r["evidence"][0][k], row[k], "{k}");
+    }
+    assert_eq!(r["provenance"]["schema"], "nsyskit.provenance/v1");
+    assert_eq!(r["facts"]["graph_trace_level"]["value"], "node");
+    assert!(r["facts"]["capture_flags"]["value"].as_array().unwrap().iter().all(|w| w.as_str().unwrap().starts_with('-')));
+    assert!(nsyskit::report::CLASSES.contains(&r["class"].as_str().unwrap()));
+    // the bundle against itself: comparable, zero deltas
+    let out = Command::cargo_bin("capture-compare").unwrap().arg(&bundle).arg(&bundle).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let d = common::one_doc(&out.stdout);
+    assert!(d["range_deltas"].as_array().unwrap().iter().all(|x| x["impact_ns"] == 0));
+}
