@@ -8,7 +8,7 @@ use nsyskit::contract::cli::{emit, main_with, OutputArgs};
 #[derive(Parser)]
 #[command(
     version,
-    after_help = "Example:\n  capture-compare fixtures/nsys-2025.3.1/gpu_full_node.sqlite fixtures/nsys-2025.3.1/gpu_full_graph.sqlite --pretty"
+    after_help = "Example (node- vs graph-level pair: refused, exit 1):\n  cd fixtures/nsys-2025.3.1 && capture-compare gpu_full_node.sqlite gpu_full_graph.sqlite"
 )]
 struct Args {
     /// The baseline capture: bundle JSON, ranges JSON or nsys .sqlite export
