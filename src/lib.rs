@@ -17,3 +17,7 @@ pub mod report;
 pub mod gate;
 pub mod ranges;
 pub mod resolve;
+pub mod serve_capture;
+pub mod resolve;
+pub mod gate;
+pub mod ranges;

@@ -90,6 +90,10 @@ pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
         (crate::gate::GateDoc::KIND, json_schema::<crate::gate::GateDoc>()),
         (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
         (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
+        (crate::serve_capture::ServeCaptureDoc::KIND, json_schema::<crate::serve_capture::ServeCaptureDoc>()),
+        (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
+        (crate::gate::GateDoc::KIND, json_schema::<crate::gate::GateDoc>()),
+        (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
     ]
 }
 
