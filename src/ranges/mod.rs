@@ -846,9 +846,11 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
         if !present(tbl) {
             continue;
         }
-        let hint = export.count_rows(tbl)?;
-        rows_out.reserve(hint.max(0) as usize);
         let t = export.table(tbl).expect("checked");
+        // size hint without a scan: max(rowid) is one b-tree descent (absent for WITHOUT ROWID tables)
+        let hint: Option<i64> =
+            export.conn().query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
+        rows_out.reserve(hint.unwrap_or(0).clamp(0, 1 << 32) as usize);
         let sql = format!("SELECT start, end, globalPid, correlationId, deviceId FROM \"{}\"", t.name);
         let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err(tbl))?;
         let mut rows = stmt.query([]).map_err(export.sql_err(tbl))?;

@@ -1,8 +1,10 @@
 //! An independent reference computation of the `nsyskit.ranges/v1` metrics, for the tests.
 //!
-//! Deliberately a different code path from `src/ranges`: the correlation is plain SQL joins over the same file
-//! (SQLite's own planner, DISTINCT for "a device row counts once per occurrence"), interval unions are
-//! sort-then-merge over full lists, nesting is a quadratic loop, sync names use the `regex` crate.
+//! Deliberately a different code path from `src/ranges`: labels and skipped counts are SQL expressions over the
+//! same file; runtime calls are matched by a plain loop over every RUNTIME row of the thread (no index, no
+//! tree); device rows are looked up by `(globalPid, correlationId)` and deduplicated per occurrence with a
+//! set; interval unions are sort-then-merge over full lists; nesting is a quadratic loop; sync names use the
+//! `regex` crate.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -58,7 +60,8 @@ pub fn sync_name(name: &str) -> Option<String> {
         "cudaMemset2D", "cudaMemset3D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
         "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyDtoD",
     ];
-    let re = regex::Regex::new("_v[0-9]+|_pt").unwrap();
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| regex::Regex::new("_v[0-9]+|_pt").unwrap());
     let base = match re.find(name) {
         Some(m) => &name[..m.start()],
         None => name,
@@ -104,59 +107,74 @@ pub fn expected(path: &Path, prefix: Option<&str>) -> Value {
     let kept: HashMap<i64, usize> = occ.iter().enumerate().map(|(i, o)| (o.rowid, i)).collect();
     let n = occ.len();
 
-    // runtime calls
+    // runtime calls: every RUNTIME row of the occurrence's thread, a plain loop
     let mut rt_calls = vec![0u64; n];
     let mut rt_sync: Vec<BTreeMap<String, (u64, i64)>> = vec![BTreeMap::new(); n];
     let mut thread_rt: HashMap<i64, HashSet<i64>> = HashMap::new();
+    let mut occ_corr: Vec<Vec<i64>> = vec![Vec::new(); n];
     let has_rt = has_table(&c, "CUPTI_ACTIVITY_KIND_RUNTIME");
     if has_rt {
+        let mut by_thread: HashMap<i64, Vec<(i64, i64, i64, Option<i64>, Option<String>)>> = HashMap::new();
         let mut st = c
-            .prepare(
-                "SELECT n.rowid, r.rowid, r.end - r.start, s.value FROM NVTX_EVENTS n
-                 JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid = n.globalTid AND r.start >= n.start AND r.start <= n.end
-                 LEFT JOIN StringIds s ON s.id = r.nameId
-                 WHERE n.eventType IN (59, 60) AND n.end >= n.start",
-            )
+            .prepare("SELECT r.rowid, r.start, r.end, r.globalTid, r.correlationId, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r LEFT JOIN StringIds s ON s.id = r.nameId")
             .unwrap();
-        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, Option<i64>>(2)?, r.get::<_, Option<String>>(3)?))).unwrap();
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?, r.get::<_, Option<i64>>(4)?, r.get::<_, Option<String>>(5)?)))
+            .unwrap();
         for row in rows {
-            let (orow, rrow, dur, name) = row.unwrap();
-            let Some(&i) = kept.get(&orow) else { continue };
-            rt_calls[i] += 1;
-            thread_rt.entry(occ[i].tid).or_default().insert(rrow);
-            if let Some(api) = name.as_deref().and_then(sync_name) {
-                let e = rt_sync[i].entry(api).or_default();
-                e.0 += 1;
-                e.1 += dur.unwrap_or(0);
+            let (id, s, e, t, corr, name) = row.unwrap();
+            by_thread.entry(t).or_default().push((id, s, e, corr, name));
+        }
+        for (i, o) in occ.iter().enumerate() {
+            for (id, s, e, corr, name) in by_thread.get(&o.tid).map(|v| v.as_slice()).unwrap_or(&[]) {
+                if *s < o.start || *s > o.end {
+                    continue;
+                }
+                rt_calls[i] += 1;
+                thread_rt.entry(o.tid).or_default().insert(*id);
+                if let Some(c) = corr {
+                    occ_corr[i].push(*c);
+                }
+                if let Some(api) = name.as_deref().and_then(sync_name) {
+                    let en = rt_sync[i].entry(api).or_default();
+                    en.0 += 1;
+                    en.1 += e - s;
+                }
             }
         }
     }
 
-    // device rows per occurrence: (table index, rowid, start, end)
+    // device rows per occurrence: (table index, rowid, start, end), looked up by (globalPid, correlationId)
     let tables = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"];
+    let mut by_key: HashMap<(i64, i64), Vec<(usize, i64, i64, i64)>> = HashMap::new();
+    for (ti, t) in tables.iter().enumerate() {
+        if !has_table(&c, t) {
+            continue;
+        }
+        let mut st = c.prepare(&format!("SELECT rowid, start, end, globalPid, correlationId FROM {t}")).unwrap();
+        for row in st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, Option<i64>>(3)?, r.get::<_, Option<i64>>(4)?))).unwrap() {
+            let (id, s, e, g, corr) = row.unwrap();
+            if let (Some(g), Some(corr)) = (g, corr) {
+                by_key.entry((g, corr)).or_default().push((ti, id, s, e));
+            }
+        }
+    }
     let mut dev: Vec<Vec<(usize, i64, i64, i64)>> = vec![Vec::new(); n];
     let mut attributed_kernels: HashSet<i64> = HashSet::new();
     let mut thread_dev: HashMap<i64, HashSet<(usize, i64)>> = HashMap::new();
-    for (ti, t) in tables.iter().enumerate() {
-        if !has_rt || !has_table(&c, t) {
-            continue;
-        }
-        let sql = format!(
-            "SELECT DISTINCT n.rowid, d.rowid, d.start, d.end FROM NVTX_EVENTS n
-             JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid = n.globalTid AND r.start >= n.start AND r.start <= n.end
-             JOIN {t} d ON d.globalPid = (n.globalTid & {NSMASK}) AND d.correlationId = r.correlationId
-             WHERE n.eventType IN (59, 60) AND n.end >= n.start"
-        );
-        let mut st = c.prepare(&sql).unwrap();
-        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))).unwrap();
-        for row in rows {
-            let (orow, drow, s, e) = row.unwrap();
-            let Some(&i) = kept.get(&orow) else { continue };
-            dev[i].push((ti, drow, s, e));
-            if ti == 0 {
-                attributed_kernels.insert(drow);
+    for (i, o) in occ.iter().enumerate() {
+        let mut set: BTreeSet<(usize, i64, i64, i64)> = BTreeSet::new();
+        for corr in &occ_corr[i] {
+            for d in by_key.get(&(o.tid & NSMASK, *corr)).map(|v| v.as_slice()).unwrap_or(&[]) {
+                set.insert(*d);
             }
-            thread_dev.entry(occ[i].tid).or_default().insert((ti, drow));
+        }
+        for &(ti, id, s, e) in &set {
+            if ti == 0 {
+                attributed_kernels.insert(id);
+            }
+            thread_dev.entry(o.tid).or_default().insert((ti, id));
+            dev[i].push((ti, id, s, e));
         }
     }
 
