@@ -27,6 +27,10 @@ struct Args {
     /// An nsyskit.provenance/v1 JSON (from nsys-resolve); its capture flags are read by G1
     #[arg(long, value_name = "P")]
     provenance: Option<PathBuf>,
+    /// The nsys that exports an .nsys-rep CAPTURE [default: resolved like nsys-resolve: NSYS_BIN, PATH,
+    /// install folders]
+    #[arg(long, value_name = "NSYS")]
+    nsys: Option<PathBuf>,
     /// Which analysis the capture is for: throughput (G5) or decode (G6, G7)
     #[arg(long, default_value = "throughput", value_parser = ["throughput", "decode"])]
     tier: String,
@@ -77,7 +81,7 @@ fn main() {
             provenance: a.provenance.clone(),
             tier,
             decode_range: a.decode_range.clone(),
-            nsys: None,
+            nsys: a.nsys.clone(),
             thresholds: Thresholds {
                 min_rep_bytes: a.min_rep_bytes,
                 max_nvtx_after_cuda_share: a.max_nvtx_after_cuda_share,

@@ -653,11 +653,11 @@ pub struct TraceSettings {
 /// Read `--cuda-graph-trace=X` and `--trace=LIST` / `-t LIST` out of a flag string.
 pub fn settings_from_flags(flags: &str) -> TraceSettings {
     let mut s = TraceSettings::default();
-    let graph = Regex::new(r"--cuda-graph-trace[= ]+([A-Za-z]+)").unwrap();
+    let graph = Regex::new(r"--cuda-graph-trace[= ]+'?([A-Za-z]+)").unwrap();
     if let Some(m) = graph.captures(flags) {
         s.graph_mode = Some(m[1].to_ascii_lowercase());
     }
-    let trace = Regex::new(r"(?:--trace|-t)[= ]+([A-Za-z0-9_,-]+)").unwrap();
+    let trace = Regex::new(r#"(?:^|[\s'"])(?:--trace|-t)[= ]+([A-Za-z0-9_,-]+)"#).unwrap();
     if let Some(m) = trace.captures(flags) {
         s.cuda_trace = Some(m[1].split(',').any(|t| t.eq_ignore_ascii_case("cuda")));
     }
@@ -717,13 +717,20 @@ pub fn settings_from_provenance(path: &str, doc: &serde_json::Value) -> TraceSet
             _ => {}
         }
     }
-    let mut found: Option<(String, String)> = None;
-    for key in ["flags", "flags_argv", "argv", "command", "args"] {
-        if let Some(t) = doc.get("capture").and_then(|c| c.get(key)).and_then(text_of).filter(|t| !t.trim().is_empty()) {
-            found = Some((format!("capture.{key}"), t));
-            break;
-        }
-    }
+    // nsys-resolve writes the whole `nsys profile` argv to `capture.flags_argv` and the user's extra flags to
+    // `capture.flags`: the argv first, then the first other key that sets --cuda-graph-trace, then any.
+    let keys = ["flags_argv", "flags", "argv", "command", "args"];
+    let texts: Vec<(String, String)> = keys
+        .iter()
+        .filter_map(|k| {
+            doc.get("capture").and_then(|c| c.get(*k)).and_then(text_of).filter(|t| !t.trim().is_empty()).map(|t| (format!("capture.{k}"), t))
+        })
+        .collect();
+    let mut found: Option<(String, String)> = texts
+        .iter()
+        .find(|(k, t)| k == "capture.flags_argv" || t.contains("--cuda-graph-trace"))
+        .or(texts.first())
+        .cloned();
     if found.is_none() {
         let mut strings = Vec::new();
         all_strings(doc, &mut strings);
@@ -734,16 +741,21 @@ pub fn settings_from_provenance(path: &str, doc: &serde_json::Value) -> TraceSet
     let Some((key, flags)) = found else { return TraceSettings::default() };
     let mut s = settings_from_flags(&flags);
     let explicit = s.graph_mode.is_some();
-    if s.graph_mode.is_none() {
-        s.graph_mode = Some("graph".into()); // nsys default
+    // nsys's defaults apply only to a whole `nsys profile` command line, not to a list of extra flags
+    let whole = flags.split_whitespace().any(|w| w.trim_matches(|c| c == '\'' || c == '"') == "profile");
+    let mut note = "";
+    if whole {
+        if s.graph_mode.is_none() {
+            s.graph_mode = Some("graph".into()); // nsys default
+            note = " (no --cuda-graph-trace: nsys default graph)";
+        }
+        if s.cuda_trace.is_none() {
+            s.cuda_trace = Some(true); // nsys default --trace includes cuda
+        }
+    } else if !explicit {
+        note = " (extra flags only: says nothing about --cuda-graph-trace)";
     }
-    if s.cuda_trace.is_none() {
-        s.cuda_trace = Some(true); // nsys default --trace includes cuda
-    }
-    s.from.push(format!(
-        "{path} {key}: {flags}{}",
-        if explicit { "" } else { " (no --cuda-graph-trace: nsys default graph)" }
-    ));
+    s.from.push(format!("{path} {key}: {flags}{note}"));
     s
 }
 
@@ -1107,6 +1119,28 @@ pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
         ms(window),
         gaps.len()
     ));
+    if let Some(k) = e.optional("CUPTI_ACTIVITY_KIND_KERNEL", &["start"])? {
+        // the rate, for the reader: kernel starts in each tenth of the window
+        let sql = format!(
+            "SELECT min(9, (start - ?1) * 10 / ?2), count(*) FROM \"{}\" WHERE start >= ?1 GROUP BY 1 ORDER BY 1",
+            k.name
+        );
+        let mut stmt = e.conn().prepare(&sql).map_err(e.sql_err("CUPTI_ACTIVITY_KIND_KERNEL"))?;
+        let mut tenths = [0i64; 10];
+        let rows = stmt
+            .query_map([first, window], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
+            .and_then(|r| r.collect::<std::result::Result<Vec<_>, _>>())
+            .map_err(e.sql_err("CUPTI_ACTIVITY_KIND_KERNEL"))?;
+        for (i, n) in rows {
+            if (0..10).contains(&i) {
+                tenths[i as usize] += n;
+            }
+        }
+        g.evidence.push(format!(
+            "kernel starts per tenth of the window: {}",
+            tenths.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" ")
+        ));
+    }
     for gap in gaps.iter().take(3) {
         g.evidence.push(format!(
             "empty {} – {} ({}, {:.1} % of the window)",
@@ -1200,6 +1234,9 @@ pub fn is_prefill_label(label: &str) -> bool {
 /// Read the decode steps with `sqlite-ranges`' reading code ([`crate::ranges::analyze`]). None when no step
 /// label was found (the candidates and the reason are in the error string).
 pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::result::Result<DecodeSteps, String>> {
+    if !e.has_table("NVTX_EVENTS") {
+        return Ok(Err("the export has no NVTX_EVENTS table (NVTX was not traced): capture with --trace=cuda,nvtx,osrt and annotate each engine step".into()));
+    }
     let a = crate::ranges::analyze(e, &crate::ranges::RangesOptions::default())?;
     let mut counts: std::collections::BTreeMap<&str, (usize, u32)> = std::collections::BTreeMap::new();
     for o in &a.occurrences {
@@ -1507,8 +1544,12 @@ mod tests {
         let d = serde_json::json!({"capture": {"flags": ["--trace=cuda,nvtx", "--cuda-graph-trace=node"]}});
         let s = settings_from_provenance("p.json", &d);
         assert_eq!(s.graph_mode.as_deref(), Some("node"));
-        let d = serde_json::json!({"capture": {"flags": "--trace=cuda,nvtx"}});
+        // a whole `nsys profile` command without --cuda-graph-trace: nsys's default, graph
+        let d = serde_json::json!({"capture": {"flags_argv": ["profile", "--trace=cuda,nvtx", "app"]}});
         assert_eq!(settings_from_provenance("p.json", &d).graph_mode.as_deref(), Some("graph"));
+        // extra flags only: unknown
+        let d = serde_json::json!({"capture": {"flags": "'--sample=none' '--backtrace=none'"}});
+        assert_eq!(settings_from_provenance("p.json", &d).graph_mode, None);
         let d = serde_json::json!({"nsys": {"cmd": "nsys profile --cuda-graph-trace=node app"}});
         assert_eq!(settings_from_provenance("p.json", &d).graph_mode.as_deref(), Some("node"));
         assert_eq!(settings_from_provenance("p.json", &serde_json::json!({})), TraceSettings::default());

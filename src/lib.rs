@@ -21,3 +21,6 @@ pub mod serve_capture;
 pub mod resolve;
 pub mod gate;
 pub mod ranges;
+pub mod gate;
+pub mod ranges;
+pub mod resolve;
