@@ -85,18 +85,12 @@ pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
     vec![
         (crate::kern_csv::KernCsvDoc::KIND, json_schema::<crate::kern_csv::KernCsvDoc>()),
         (crate::bundle::MergeReport::KIND, json_schema::<crate::bundle::MergeReport>()),
-        (crate::compare::CompareDoc::KIND, json_schema::<crate::compare::CompareDoc>()),
-        (crate::report::ReportDoc::KIND, json_schema::<crate::report::ReportDoc>()),
-        (crate::gate::GateDoc::KIND, json_schema::<crate::gate::GateDoc>()),
-        (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
-        (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
         (crate::serve_capture::ServeCaptureDoc::KIND, json_schema::<crate::serve_capture::ServeCaptureDoc>()),
         (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
         (crate::gate::GateDoc::KIND, json_schema::<crate::gate::GateDoc>()),
         (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
-        (crate::gate::GateDoc::KIND, json_schema::<crate::gate::GateDoc>()),
-        (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
-        (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
+        (crate::compare::CompareDoc::KIND, json_schema::<crate::compare::CompareDoc>()),
+        (crate::report::ReportDoc::KIND, json_schema::<crate::report::ReportDoc>()),
     ]
 }
 
