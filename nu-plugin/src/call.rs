@@ -1,0 +1,125 @@
+//! What every command shares: reading arguments, paths relative to Nushell's current directory, turning a
+//! library result into a Nushell value and an nsyskit [`Error`] into a [`LabeledError`] at the right span.
+
+use std::path::{Path, PathBuf};
+
+use nsyskit::contract::{Error, ErrorKind};
+use nu_plugin::{EngineInterface, EvaluatedCall};
+use nu_protocol::{Category, LabeledError, ShellError, Signature, Span, Spanned, Value};
+use serde::Serialize;
+
+use crate::convert::json_to_nu;
+
+/// The category every nsyskit command is listed under (`help commands | where category == nsyskit`).
+pub fn category() -> Category {
+    Category::Custom("nsyskit".into())
+}
+
+/// A document (any `Serialize`, in practice an nsyskit `Document`) as a typed Nushell value.
+pub fn doc_value<T: Serialize>(doc: &T, span: Span) -> Result<Value, LabeledError> {
+    let json = serde_json::to_value(doc)
+        .map_err(|e| LabeledError::new(format!("internal error: document does not serialise: {e}")))?;
+    Ok(json_to_nu(&json, span))
+}
+
+fn normalise(name: &str) -> String {
+    name.trim_start_matches('-').trim_matches(|c| c == '<' || c == '>').to_ascii_lowercase().replace('_', "-")
+}
+
+/// The span of the argument an nsyskit error names (`Error::arg`: `--window`, `EXPORT`, …): a flag's value
+/// (or the flag itself for a switch), a positional by its signature name (all rest arguments for the rest
+/// parameter), the pipeline input for `stdin`/`input`/`-`; the command's head when it names nothing known.
+pub fn span_of_arg(arg: Option<&str>, call: &EvaluatedCall, sig: &Signature, input: Option<Span>) -> Span {
+    let Some(arg) = arg else { return call.head };
+    let wanted = normalise(arg);
+    if matches!(wanted.as_str(), "stdin" | "input" | "" | "pipeline") {
+        return input.unwrap_or(call.head);
+    }
+    if arg.starts_with('-') || sig.named.iter().any(|f| f.long == wanted) {
+        for (name, value) in &call.named {
+            if normalise(&name.item) == wanted {
+                return value.as_ref().map(|v| v.span()).unwrap_or(name.span);
+            }
+        }
+    }
+    let positionals: Vec<_> = sig.required_positional.iter().chain(sig.optional_positional.iter()).collect();
+    if let Some(i) = positionals.iter().position(|p| normalise(&p.name) == wanted) {
+        if let Some(v) = call.positional.get(i) {
+            return v.span();
+        }
+    }
+    if let Some(rest) = &sig.rest_positional {
+        if normalise(&rest.name) == wanted && call.positional.len() > positionals.len() {
+            return Span::merge_many(call.positional[positionals.len()..].iter().map(|v| v.span()));
+        }
+    }
+    // the positional was not given (input came from the pipeline)
+    input.unwrap_or(call.head)
+}
+
+/// An nsyskit error as a Nushell error pointing at the offending argument.
+pub fn labeled(e: Error, call: &EvaluatedCall, sig: &Signature, input: Option<Span>) -> LabeledError {
+    let span = span_of_arg(e.arg.as_deref(), call, sig, input);
+    let (code, label) = match e.kind {
+        ErrorKind::Usage => ("nsyskit::usage", "bad argument"),
+        ErrorKind::Input => ("nsyskit::input", "unusable input"),
+        ErrorKind::Environment => ("nsyskit::environment", "environment failure"),
+    };
+    let label = match &e.arg {
+        Some(arg) => format!("{label} ({arg})"),
+        None => label.to_string(),
+    };
+    LabeledError::new(e.message).with_code(code).with_label(label, span)
+}
+
+/// A path argument, relative to Nushell's current directory (the plugin process runs elsewhere).
+pub fn resolve_path(engine: &EngineInterface, path: &str) -> Result<PathBuf, ShellError> {
+    let p = Path::new(path);
+    if p.is_absolute() || path == "-" {
+        return Ok(p.to_path_buf());
+    }
+    let expanded = if let Some(rest) = path.strip_prefix("~/") {
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest))
+    } else {
+        None
+    };
+    match expanded {
+        Some(p) => Ok(p),
+        None => Ok(PathBuf::from(engine.get_current_dir()?).join(p)),
+    }
+}
+
+/// An optional string flag with its span.
+pub fn flag_str(call: &EvaluatedCall, name: &str) -> Result<Option<Spanned<String>>, ShellError> {
+    match call.get_flag_value(name) {
+        None | Some(Value::Nothing { .. }) => Ok(None),
+        Some(v) => {
+            let span = v.span();
+            Ok(Some(Spanned { item: v.coerce_into_string()?, span }))
+        }
+    }
+}
+
+/// An optional path flag, resolved against the current directory.
+pub fn flag_path(engine: &EngineInterface, call: &EvaluatedCall, name: &str) -> Result<Option<PathBuf>, ShellError> {
+    match flag_str(call, name)? {
+        None => Ok(None),
+        Some(s) => Ok(Some(resolve_path(engine, &s.item)?)),
+    }
+}
+
+/// An optional non-negative integer flag.
+pub fn flag_usize(call: &EvaluatedCall, name: &str) -> Result<Option<usize>, LabeledError> {
+    match call.get_flag_value(name) {
+        None | Some(Value::Nothing { .. }) => Ok(None),
+        Some(v) => {
+            let span = v.span();
+            let i = v.as_int().map_err(LabeledError::from)?;
+            usize::try_from(i).map(Some).map_err(|_| {
+                LabeledError::new(format!("--{name} must not be negative, got {i}"))
+                    .with_code("nsyskit::usage")
+                    .with_label("negative", span)
+            })
+        }
+    }
+}
