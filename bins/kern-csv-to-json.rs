@@ -1,3 +1,40 @@
+//! kern-csv-to-json: `nsys stats --format csv` output → one typed JSON document (`nsyskit.stats/v1`).
+
+use clap::Parser;
+use nsyskit::contract::cli::{emit, main_with, OutputArgs};
+use nsyskit::contract::Input;
+use nsyskit::kern_csv::{run, KernCsvOptions, DEFAULT_TOP};
+
+/// Convert one `nsys stats --format csv` report (a file, or `-` for stdin) into typed JSON: times become
+/// integer nanoseconds whatever the CSV's time unit (rounded half away from zero), percentages floats, counts
+/// integers, names byte-exact. Kernel reports (cuda_gpu_kern_sum, old name gpukernsum) add `totals` and
+/// `top_kernels`. Exit 0 converted, 1 nsys SKIPPED the report (reason in the JSON), 2 bad input.
+#[derive(Parser)]
+#[command(
+    name = "kern-csv-to-json",
+    version,
+    after_help = "Examples:\n  kern-csv-to-json fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv --top 5 --pretty\n  nsys stats --report cuda_gpu_kern_sum --format csv --output - rep.sqlite | kern-csv-to-json -\n  kern-csv-to-json stats.csv | bundle-merge bundle.json"
+)]
+struct Args {
+    /// The CSV file written by `nsys stats --format csv`, or `-` for stdin (nsys's console output with its
+    /// `Processing [...]` lines is accepted too)
+    #[arg(default_value = "-")]
+    input: String,
+    /// Force the report (current or older nsys name, e.g. cuda_api_sum or cudaapisum); the header must match
+    /// it. Default: recognised from the header, then nsys's `Processing` line or the file name
+    #[arg(long, value_name = "NAME")]
+    report: Option<String>,
+    /// Kernel reports: how many kernels `top_kernels` keeps, by total time (0 = all)
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TOP)]
+    top: usize,
+    #[command(flatten)]
+    out: OutputArgs,
+}
+
 fn main() {
-    nsyskit::contract::cli::main_with("kern-csv-to-json", || 2)
+    main_with("kern-csv-to-json", || {
+        let a = Args::parse();
+        let opts = KernCsvOptions { report: a.report, top: a.top };
+        emit("kern-csv-to-json", run(&Input::parse(&a.input), &opts), a.out.style())
+    })
 }

@@ -1,17 +1,739 @@
-//! `bundle-merge`: merge nsyskit documents into an evidence bundle (stub, see issue 2).
+//! `bundle-merge`: merge nsyskit documents into an evidence bundle.
+//!
+//! A bundle is a JSON object (an `inference_perfbench_v1.json`-style file) of which nsyskit owns only a few
+//! places, chosen by each document's kind ([`placement`]). Everything else in the file is kept byte for byte:
+//! the merge edits the text in place (it replaces the value of an owned key, or inserts a missing key after
+//! the last member of its object, indented like its siblings), so key order, unknown fields, number text
+//! (`1.0`, `12345678901234567890`), string escapes and whitespace outside the owned values never change.
+//!
+//! Writing is atomic (temporary file in the bundle's folder, fsync, rename, the old file's permissions) under
+//! an exclusive lock on the sidecar file `BUNDLE.lock`, so parallel merges into one bundle lose nothing.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::contract::{Document, Tool};
+use crate::contract::{kind_of_schema_id, parse_json_stream, Document, Error, Input, Result, Tool};
 
+/// Where one document kind goes in a bundle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// `nsyskit.stats/v1` (kern-csv-to-json): `kernel_profile.stats.<report>`; a kernel report
+    /// (`cuda_gpu_kern_sum`) also sets `kernel_profile.top_kernels`, `.totals`, `.summary_csv_path`,
+    /// `.captured_at`.
+    KernelProfile,
+    /// The whole document replaces the value at this dotted path.
+    At(&'static str),
+    /// `comparisons.<key>`: the key names the two compared inputs (see [`comparison_key`]).
+    Comparisons,
+}
+
+/// The placement table: every document kind nsyskit writes, and where bundle-merge puts it.
+pub const PLACEMENTS: &[(&str, Placement)] = &[
+    ("stats", Placement::KernelProfile),
+    ("gate", Placement::At("kernel_profile.gates")),
+    ("ranges", Placement::At("kernel_profile.ranges")),
+    ("readiness", Placement::At("kernel_profile.readiness")),
+    ("provenance", Placement::At("provenance")),
+    ("compare", Placement::Comparisons),
+    ("report", Placement::At("report")),
+    ("serve-capture", Placement::At("serve_capture")),
+    ("pod-attach", Placement::At("pod_attach")),
+];
+
+/// Where documents of `kind` (the `<kind>` of `nsyskit.<kind>/v1`) go, or None when bundle-merge does not
+/// place that kind (unknown kinds, and its own `bundle-merge` summaries).
+pub fn placement(kind: &str) -> Option<Placement> {
+    PLACEMENTS.iter().find(|(k, _)| *k == kind).map(|(_, p)| *p)
+}
+
+/// bundle-merge's own output: what it merged where.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct MergeReport {
     pub schema: String,
     pub tool: Tool,
+    /// The bundle path as given.
+    pub bundle: String,
+    /// `write` (default), `check` (`--check`: nothing written) or `stdout` (`--stdout`: the merged bundle is
+    /// printed instead of written; this summary then goes to stderr).
+    pub mode: String,
+    /// The bundle did not exist (or was empty) before.
+    pub created: bool,
+    /// The merge changes the bundle's bytes.
+    pub changed: bool,
+    /// The bundle file was (re)written by this run.
+    pub written: bool,
+    /// Size of the bundle before (null when absent) and after the merge, bytes.
+    pub bytes_before: Option<u64>,
+    pub bytes_after: u64,
+    /// Every document merged, in order (a later document replaces an earlier one at the same place).
+    pub documents: Vec<MergedDoc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct MergedDoc {
+    /// The file (or `<stdin>`) and line where the document started.
+    pub source: String,
+    pub line: usize,
+    /// The document's `schema`.
+    pub schema: String,
+    /// The dotted paths in the bundle it set, e.g. `kernel_profile.gates`.
+    pub places: Vec<String>,
 }
 
 impl Document for MergeReport {
     const KIND: &'static str = "bundle-merge";
     const TOOL: &'static str = "bundle-merge";
+    fn exit_code(&self) -> i32 {
+        if self.mode == "check" && self.changed {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+/// What to do with the merged bundle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Write the bundle (atomically, under the lock).
+    #[default]
+    Write,
+    /// Write nothing; the report says whether the merge would change the bundle (exit 1 if so).
+    Check,
+    /// Write nothing; return the merged text (the binary prints it).
+    Stdout,
+}
+
+/// A document to merge and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocIn {
+    pub value: Value,
+    pub source: String,
+    pub line: usize,
+}
+
+/// The result of [`run`]: the summary document and the merged bundle text.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub report: MergeReport,
+    pub bundle_text: String,
+}
+
+/// Read documents from inputs (paths or `-`): each a stream of JSON documents (one, concatenated or NDJSON);
+/// a top-level JSON array is a list of documents.
+pub fn read_docs(inputs: &[Input]) -> Result<Vec<DocIn>> {
+    let mut out = Vec::new();
+    for input in inputs {
+        let bytes = input.read_bytes()?;
+        let name = input.name();
+        for d in parse_json_stream(&bytes, &name)? {
+            match d.value {
+                Value::Array(items) => {
+                    out.extend(items.into_iter().map(|value| DocIn { value, source: name.clone(), line: d.line }))
+                }
+                value => out.push(DocIn { value, source: name.clone(), line: d.line }),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One value to set in the bundle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edit {
+    pub path: Vec<String>,
+    pub value: Value,
+}
+
+impl Edit {
+    fn dotted(&self) -> String {
+        self.path.join(".")
+    }
+}
+
+fn at(path: &str, value: Value) -> Edit {
+    Edit { path: path.split('.').map(String::from).collect(), value }
+}
+
+/// The edits a document makes to a bundle; an unknown schema or a document missing what its placement
+/// needs is an input error naming the document and the JSON path.
+pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
+    let whr = format!("{}: line {}", doc.source, doc.line);
+    let obj = doc.value.as_object().ok_or_else(|| Error::input(format!("{whr}: $: a document must be a JSON object, found {}", type_name(&doc.value))))?;
+    let schema = obj
+        .get("schema")
+        .ok_or_else(|| Error::input(format!("{whr}: $.schema: missing (not an nsyskit document)")))?
+        .as_str()
+        .ok_or_else(|| Error::input(format!("{whr}: $.schema: not a string")))?;
+    let known = PLACEMENTS.iter().map(|(k, _)| format!("nsyskit.{k}/v1")).collect::<Vec<_>>().join(", ");
+    let kind = kind_of_schema_id(schema)
+        .ok_or_else(|| Error::input(format!("{whr}: $.schema: {schema:?} is not an nsyskit schema; bundle-merge places {known}")))?;
+    let Some(p) = placement(kind) else {
+        return Err(Error::input(format!("{whr}: $.schema: bundle-merge has no place for {schema:?}; it places {known}")));
+    };
+    Ok(match p {
+        Placement::At(path) => vec![at(path, doc.value.clone())],
+        Placement::Comparisons => {
+            let key = comparison_key(&doc.value);
+            vec![Edit { path: vec!["comparisons".into(), key], value: doc.value.clone() }]
+        }
+        Placement::KernelProfile => {
+            let report = obj
+                .get("report")
+                .and_then(|r| r.as_str())
+                .filter(|r| !r.is_empty())
+                .ok_or_else(|| Error::input(format!("{whr}: $.report: missing or not a string")))?;
+            let mut edits = Vec::new();
+            if crate::kern_csv::KERNEL_REPORTS.contains(&report) {
+                let top = obj
+                    .get("top_kernels")
+                    .filter(|v| v.is_array())
+                    .ok_or_else(|| Error::input(format!("{whr}: $.top_kernels: missing or not an array (a {report} document)")))?;
+                let totals = obj
+                    .get("totals")
+                    .filter(|v| v.is_object())
+                    .ok_or_else(|| Error::input(format!("{whr}: $.totals: missing or not an object (a {report} document)")))?;
+                let csv_path = match obj.get("source") {
+                    Some(Value::String(s)) if s != "<stdin>" => Value::String(s.clone()),
+                    _ => Value::Null,
+                };
+                edits.push(at("kernel_profile.top_kernels", top.clone()));
+                edits.push(at("kernel_profile.totals", totals.clone()));
+                edits.push(at("kernel_profile.summary_csv_path", csv_path));
+                edits.push(at("kernel_profile.captured_at", obj.get("source_mtime_utc").cloned().unwrap_or(Value::Null)));
+            }
+            edits.push(Edit {
+                path: vec!["kernel_profile".into(), "stats".into(), report.to_string()],
+                value: doc.value.clone(),
+            });
+            edits
+        }
+    })
+}
+
+/// The key of a `compare` document under `comparisons`: `"<A> vs <B>"` from its `a`/`b` (or
+/// `baseline`/`candidate`) members — a string, or an object's `path`, `source`, `label` or `name` — else
+/// `doc-<16 hex digits>`, an FNV-1a hash of the compact document text.
+pub fn comparison_key(doc: &Value) -> String {
+    fn ident(v: Option<&Value>) -> Option<String> {
+        match v? {
+            Value::String(s) => Some(s.clone()),
+            Value::Object(o) => ["path", "source", "label", "name"].iter().find_map(|k| o.get(*k)?.as_str().map(String::from)),
+            _ => None,
+        }
+    }
+    for (a, b) in [("a", "b"), ("baseline", "candidate")] {
+        if let (Some(x), Some(y)) = (ident(doc.get(a)), ident(doc.get(b))) {
+            return format!("{x} vs {y}");
+        }
+    }
+    let text = serde_json::to_string(doc).unwrap_or_default();
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    format!("doc-{h:016x}")
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Merge documents into bundle text (None or blank: a new bundle). Pure: no file access. Returns the new text
+/// and, per document, the dotted paths it set.
+pub fn merge_text(old: Option<&str>, bundle_name: &str, docs: &[DocIn]) -> Result<(String, Vec<MergedDoc>)> {
+    let mut plans = Vec::new();
+    for d in docs {
+        plans.push(edits_for(d)?);
+    }
+    let mut text = match old {
+        Some(t) if !t.trim().is_empty() => {
+            let body = t.strip_prefix('\u{feff}').unwrap_or(t);
+            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(body) {
+                return Err(Error::input(format!(
+                    "{bundle_name}: line {} column {}: not valid JSON: {}",
+                    e.line(),
+                    e.column(),
+                    strip_position(&e.to_string())
+                )));
+            }
+            t.to_string()
+        }
+        _ => "{}\n".to_string(),
+    };
+    let mut merged = Vec::new();
+    for (d, edits) in docs.iter().zip(plans) {
+        for e in &edits {
+            text = apply(&text, e, bundle_name)?;
+        }
+        merged.push(MergedDoc {
+            source: d.source.clone(),
+            line: d.line,
+            schema: d.value.get("schema").and_then(|s| s.as_str()).unwrap_or("").to_string(),
+            places: edits.iter().map(|e| e.dotted()).collect(),
+        });
+    }
+    Ok((text, merged))
+}
+
+fn strip_position(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+/// Merge `docs` into the bundle file at `bundle` (created when absent).
+pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
+    let name = bundle.display().to_string();
+    if docs.is_empty() {
+        return Err(Error::input("no documents to merge (the input was empty)".to_string()).with_arg("DOC"));
+    }
+    // validate every document before touching anything
+    for d in docs {
+        edits_for(d)?;
+    }
+    // write to the target of a symlink, not over the link
+    let target: PathBuf = match std::fs::symlink_metadata(bundle) {
+        Ok(m) if m.file_type().is_symlink() => {
+            std::fs::canonicalize(bundle).map_err(|e| Error::input(format!("{name}: cannot resolve the link: {e}")))?
+        }
+        _ => bundle.to_path_buf(),
+    };
+    let _lock = if mode == Mode::Write { Some(lock(&target, &name)?) } else { None };
+
+    let old = match std::fs::metadata(&target) {
+        Ok(m) if m.is_dir() => return Err(Error::input(format!("{name}: is a directory, not a bundle file"))),
+        Ok(m) => Some((std::fs::read(&target).map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?, m.permissions())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::input(format!("{name}: cannot read: {e}"))),
+    };
+    let old_text = match &old {
+        Some((bytes, _)) => Some(std::str::from_utf8(bytes).map_err(|e| {
+            let line = 1 + bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count();
+            Error::input(format!("{name}: line {line}: not UTF-8 text"))
+        })?),
+        None => None,
+    };
+    let (new_text, merged) = merge_text(old_text, &name, docs)?;
+    let changed = old_text != Some(new_text.as_str());
+    let mut written = false;
+    if mode == Mode::Write && changed {
+        write_atomic(&target, new_text.as_bytes(), old.as_ref().map(|(_, p)| p.clone()), &name)?;
+        written = true;
+    }
+    let (schema, tool) = MergeReport::header();
+    let report = MergeReport {
+        schema,
+        tool,
+        bundle: name,
+        mode: match mode {
+            Mode::Write => "write",
+            Mode::Check => "check",
+            Mode::Stdout => "stdout",
+        }
+        .into(),
+        created: old_text.map(|t| t.trim().is_empty()).unwrap_or(true),
+        changed,
+        written,
+        bytes_before: old.as_ref().map(|(b, _)| b.len() as u64),
+        bytes_after: new_text.len() as u64,
+        documents: merged,
+    };
+    Ok(Outcome { report, bundle_text: new_text })
+}
+
+/// The sidecar lock file of a bundle: `bundle.json` → `bundle.json.lock` (left in place afterwards).
+pub fn lock_path(bundle: &Path) -> PathBuf {
+    let mut s = bundle.as_os_str().to_os_string();
+    s.push(".lock");
+    PathBuf::from(s)
+}
+
+fn lock(bundle: &Path, name: &str) -> Result<File> {
+    let lp = lock_path(bundle);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lp)
+        .map_err(|e| Error::env(format!("{name}: cannot create the lock file {}: {e}", lp.display())))?;
+    f.lock().map_err(|e| Error::env(format!("{name}: cannot lock {}: {e}", lp.display())))?;
+    Ok(f)
+}
+
+fn write_atomic(target: &Path, bytes: &[u8], perms: Option<std::fs::Permissions>, name: &str) -> Result<()> {
+    let dir = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let file_name = target.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_else(|| "bundle".into());
+    let env = |what: &str, e: std::io::Error| Error::env(format!("{name}: {what}: {e}"));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{file_name}."))
+        .suffix(".tmp")
+        .tempfile_in(&dir)
+        .map_err(|e| env("cannot create a temporary file beside it", e))?;
+    tmp.write_all(bytes).map_err(|e| env("cannot write", e))?;
+    let perms = perms.unwrap_or_else(|| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::Permissions::from_mode(0o644)
+    });
+    tmp.as_file().set_permissions(perms).map_err(|e| env("cannot set permissions", e))?;
+    tmp.as_file().sync_all().map_err(|e| env("cannot fsync", e))?;
+    tmp.persist(target).map_err(|e| env("cannot rename into place", e.error))?;
+    if let Ok(d) = File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// In-place text editing of a valid JSON text.
+
+struct Member {
+    key: String,
+    key_start: usize,
+    value_start: usize,
+    value_end: usize,
+}
+
+struct Obj {
+    open: usize,
+    close: usize,
+    members: Vec<Member>,
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
+        i += 1;
+    }
+    i
+}
+
+/// End (exclusive) of the string starting at `i` (a `"`).
+fn string_end(b: &[u8], mut i: usize) -> usize {
+    i += 1;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 2,
+            b'"' => return i + 1,
+            _ => i += 1,
+        }
+    }
+    i
+}
+
+/// End (exclusive) of the value starting at `i`.
+fn value_end(b: &[u8], i: usize) -> usize {
+    match b[i] {
+        b'"' => string_end(b, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            while j < b.len() {
+                match b[j] {
+                    b'"' => {
+                        j = string_end(b, j);
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return j + 1;
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            j
+        }
+        _ => {
+            let mut j = i;
+            while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+                j += 1;
+            }
+            j
+        }
+    }
+}
+
+/// The members of the object whose `{` is at `open` (the text is valid JSON).
+fn scan_object(text: &str, open: usize) -> Obj {
+    let b = text.as_bytes();
+    let mut members = Vec::new();
+    let mut i = skip_ws(b, open + 1);
+    while b[i] != b'}' {
+        let key_start = i;
+        let key_end = string_end(b, i);
+        let key: String = serde_json::from_str(&text[key_start..key_end]).unwrap_or_default();
+        i = skip_ws(b, key_end);
+        i = skip_ws(b, i + 1); // ':'
+        let value_start = i;
+        let end = value_end(b, i);
+        members.push(Member { key, key_start, value_start, value_end: end });
+        i = skip_ws(b, end);
+        if b[i] == b',' {
+            i = skip_ws(b, i + 1);
+        }
+    }
+    Obj { open, close: i, members }
+}
+
+fn line_of(text: &str, pos: usize) -> usize {
+    1 + text[..pos].matches('\n').count()
+}
+
+/// The whitespace at the start of the line holding `pos`.
+fn line_indent(text: &str, pos: usize) -> &str {
+    let start = text[..pos].rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let line = &text[start..];
+    &line[..line.len() - line.trim_start_matches([' ', '\t']).len()]
+}
+
+struct Style {
+    newline: &'static str,
+    unit: String,
+    /// The top-level object is pretty-printed (or empty): new members of empty objects are written pretty.
+    pretty: bool,
+}
+
+fn detect_style(text: &str) -> Style {
+    let newline = if text.contains("\r\n") { "\r\n" } else { "\n" };
+    let b = text.as_bytes();
+    let open = skip_ws(b, text.len() - text.trim_start_matches('\u{feff}').len());
+    let mut unit = "  ".to_string();
+    let mut pretty = true;
+    if open < b.len() && b[open] == b'{' {
+        let top = scan_object(text, open);
+        if let Some(m) = top.members.first() {
+            pretty = text[open..m.key_start].contains('\n');
+            if pretty {
+                let ind = line_indent(text, m.key_start);
+                if !ind.is_empty() {
+                    unit = ind.to_string();
+                }
+            }
+        }
+    }
+    Style { newline, unit, pretty }
+}
+
+fn render(value: &Value, pretty: bool, indent: &str, style: &Style) -> String {
+    if !pretty {
+        return serde_json::to_string(value).expect("a JSON value serialises");
+    }
+    let mut buf = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(style.unit.as_bytes());
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
+    value.serialize(&mut ser).expect("a JSON value serialises");
+    let s = String::from_utf8(buf).expect("serde_json writes UTF-8");
+    s.replace('\n', &format!("{}{indent}", style.newline))
+}
+
+/// Set `edit.path` to `edit.value` in `text` (valid JSON whose top level must be an object).
+fn apply(text: &str, edit: &Edit, bundle_name: &str) -> Result<String> {
+    let style = detect_style(text);
+    let b = text.as_bytes();
+    let open = skip_ws(b, text.len() - text.trim_start_matches('\u{feff}').len());
+    if b[open] != b'{' {
+        let v: Value = serde_json::from_str(text.trim_start_matches('\u{feff}')).unwrap_or(Value::Null);
+        return Err(Error::input(format!("{bundle_name}: $: the bundle must be a JSON object, found {}", type_name(&v))));
+    }
+    let mut obj = scan_object(text, open);
+    let mut jpath = String::from("$");
+    for (depth, key) in edit.path.iter().enumerate() {
+        let hits: Vec<&Member> = obj.members.iter().filter(|m| &m.key == key).collect();
+        if hits.len() > 1 {
+            return Err(Error::input(format!(
+                "{bundle_name}: line {}: {jpath}.{key}: duplicate key (bundle-merge will not guess which one counts)",
+                line_of(text, hits[1].key_start)
+            )));
+        }
+        let last = depth + 1 == edit.path.len();
+        match hits.first() {
+            Some(m) if last => {
+                let pretty = obj_pretty(text, &obj, &style);
+                let indent = line_indent(text, m.key_start);
+                let rendered = render(&edit.value, pretty, indent, &style);
+                return Ok(format!("{}{}{}", &text[..m.value_start], rendered, &text[m.value_end..]));
+            }
+            Some(m) => {
+                if b[m.value_start] != b'{' {
+                    let v: Value = serde_json::from_str(&text[m.value_start..m.value_end]).unwrap_or(Value::Null);
+                    return Err(Error::input(format!(
+                        "{bundle_name}: line {}: {jpath}.{key}: must be an object (bundle-merge places documents in it), found {}",
+                        line_of(text, m.key_start),
+                        type_name(&v)
+                    )));
+                }
+                jpath = format!("{jpath}.{key}");
+                obj = scan_object(text, m.value_start);
+            }
+            None => {
+                // build the missing rest of the path as nested objects and insert it here
+                let mut value = edit.value.clone();
+                for k in edit.path[depth + 1..].iter().rev() {
+                    let mut m = serde_json::Map::new();
+                    m.insert(k.clone(), value);
+                    value = Value::Object(m);
+                }
+                return Ok(insert_member(text, &obj, key, &value, &style));
+            }
+        }
+    }
+    unreachable!("the loop returns at the last path element")
+}
+
+/// An object is pretty-printed when a newline precedes its first member.
+fn obj_pretty(text: &str, obj: &Obj, style: &Style) -> bool {
+    obj.members.first().map(|m| text[obj.open..m.key_start].contains('\n')).unwrap_or(style.pretty)
+}
+
+fn insert_member(text: &str, obj: &Obj, key: &str, value: &Value, style: &Style) -> String {
+    let key_text = serde_json::to_string(key).expect("a string serialises");
+    match obj.members.last() {
+        Some(last) => {
+            let pretty = obj_pretty(text, obj, style);
+            // reuse the separator between key and value of the last member (`: ` or `:`)
+            let key_end = string_end(text.as_bytes(), last.key_start);
+            let sep = &text[key_end..last.value_start];
+            let sep = if sep.contains('\n') { ": " } else { sep };
+            if pretty {
+                let indent = line_indent(text, last.key_start);
+                let rendered = render(value, true, indent, style);
+                format!("{},{}{indent}{key_text}{sep}{rendered}{}", &text[..last.value_end], style.newline, &text[last.value_end..])
+            } else {
+                let rendered = render(value, false, "", style);
+                format!("{},{key_text}{sep}{rendered}{}", &text[..last.value_end], &text[last.value_end..])
+            }
+        }
+        None if !style.pretty => {
+            let rendered = render(value, false, "", style);
+            format!("{}{{{key_text}:{rendered}}}{}", &text[..obj.open], &text[obj.close + 1..])
+        }
+        None => {
+            let outer = line_indent(text, obj.open).to_string();
+            let indent = format!("{outer}{}", style.unit);
+            let rendered = render(value, true, &indent, style);
+            format!(
+                "{}{{{nl}{indent}{key_text}: {rendered}{nl}{outer}}}{}",
+                &text[..obj.open],
+                &text[obj.close + 1..],
+                nl = style.newline
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn doc(v: Value) -> DocIn {
+        DocIn { value: v, source: "t.json".into(), line: 1 }
+    }
+    fn gate(verdict: &str) -> Value {
+        json!({"schema": "nsyskit.gate/v1", "tool": {"name": "gate-check", "version": "0"}, "verdict": verdict})
+    }
+
+    #[test]
+    fn a_new_bundle_is_pretty_and_merging_again_changes_nothing() {
+        let (t1, placed) = merge_text(None, "b.json", &[doc(gate("RETRY"))]).unwrap();
+        assert_eq!(placed[0].places, vec!["kernel_profile.gates"]);
+        let v: Value = serde_json::from_str(&t1).unwrap();
+        assert_eq!(v["kernel_profile"]["gates"]["verdict"], "RETRY");
+        assert!(t1.starts_with("{\n  \"kernel_profile\": {\n    \"gates\": {\n      \"schema\""), "{t1}");
+        assert!(t1.ends_with("}\n"));
+        let (t2, _) = merge_text(Some(&t1), "b.json", &[doc(gate("RETRY"))]).unwrap();
+        assert_eq!(t1, t2);
+        // the same bundle grown in two runs equals one run with both documents
+        let p = json!({"schema": "nsyskit.provenance/v1", "tool": {"name": "nsys-resolve", "version": "0"}, "x": 1});
+        let (t3, _) = merge_text(Some(&t1), "b.json", &[doc(p.clone())]).unwrap();
+        let (t4, _) = merge_text(None, "b.json", &[doc(gate("RETRY")), doc(p)]).unwrap();
+        assert_eq!(t3, t4);
+    }
+
+    #[test]
+    fn untouched_text_stays_byte_identical() {
+        let old = "{\n    \"id\": 12345678901234567890,\n    \"x\": 1.0,\n    \"s\": \"a\\u00e9\\n\",\n    \"kernel_profile\": {\"keep\": [1.50, 2e3]},\n    \"z\": null\n}";
+        let (new, _) = merge_text(Some(old), "b.json", &[doc(gate("PASS"))]).unwrap();
+        assert!(new.starts_with("{\n    \"id\": 12345678901234567890,\n    \"x\": 1.0,\n    \"s\": \"a\\u00e9\\n\",\n    \"kernel_profile\": {\"keep\": [1.50, 2e3],\"gates\": {\"schema\":\"nsyskit.gate/v1\","), "{new}");
+        assert!(new.ends_with("},\n    \"z\": null\n}"), "{new}");
+        let (again, _) = merge_text(Some(&new), "b.json", &[doc(gate("PASS"))]).unwrap();
+        assert_eq!(new, again);
+        let (changed, _) = merge_text(Some(&new), "b.json", &[doc(gate("RETRY"))]).unwrap();
+        assert!(changed.contains("\"verdict\":\"RETRY\""));
+        assert!(changed.starts_with("{\n    \"id\": 12345678901234567890,\n    \"x\": 1.0,"));
+    }
+
+    #[test]
+    fn pretty_insertion_follows_the_sibling_indentation_and_crlf() {
+        let old = "{\r\n\t\"a\": 1,\r\n\t\"kernel_profile\": {\r\n\t\t\"b\": 2\r\n\t}\r\n}\r\n";
+        let (new, _) = merge_text(Some(old), "b.json", &[doc(gate("PASS"))]).unwrap();
+        assert!(new.starts_with("{\r\n\t\"a\": 1,\r\n\t\"kernel_profile\": {\r\n\t\t\"b\": 2,\r\n\t\t\"gates\": {\r\n\t\t\t\"schema\": \"nsyskit.gate/v1\","), "{new:?}");
+        assert!(new.ends_with("\r\n\t\t}\r\n\t}\r\n}\r\n"), "{new:?}");
+        let v: Value = serde_json::from_str(&new).unwrap();
+        assert_eq!(v["kernel_profile"]["b"], 2);
+    }
+
+    #[test]
+    fn compact_bundles_stay_compact() {
+        let old = "{\"a\":1.0,\"kernel_profile\":{}}";
+        let (new, _) = merge_text(Some(old), "b.json", &[doc(gate("PASS"))]).unwrap();
+        assert!(new.starts_with("{\"a\":1.0,\"kernel_profile\":{\"gates\":{\"schema\":"), "{new}");
+        assert!(!new.contains('\n'));
+        let (again, _) = merge_text(Some(&new), "b.json", &[doc(gate("PASS"))]).unwrap();
+        assert_eq!(new, again);
+        let (top, _) = merge_text(Some("{\"a\":1}"), "b.json", &[doc(gate("PASS"))]).unwrap();
+        assert!(top.starts_with("{\"a\":1,\"kernel_profile\":{\"gates\":{"), "{top}");
+    }
+
+    #[test]
+    fn bad_bundles_and_documents_are_input_errors() {
+        let e = |old: &str| merge_text(Some(old), "b.json", &[doc(gate("PASS"))]).unwrap_err().message;
+        assert!(e("[1]").contains("$: the bundle must be a JSON object, found an array"));
+        assert!(e("{\"a\":").starts_with("b.json: line 1 column 5: not valid JSON"));
+        assert!(e("{\n\"kernel_profile\": 3}").contains("line 2: $.kernel_profile: must be an object"));
+        assert!(e("{\"kernel_profile\": {}, \"kernel_profile\": {}}").contains("duplicate key"));
+        let bad = |v: Value| merge_text(None, "b.json", &[doc(v)]).unwrap_err().message;
+        assert!(bad(json!({"schema": "nsyskit.nope/v1"})).contains("no place for \"nsyskit.nope/v1\""));
+        assert!(bad(json!({"schema": "other/v1"})).contains("not an nsyskit schema"));
+        assert!(bad(json!({"a": 1})).contains("$.schema: missing"));
+        assert!(bad(json!([1])).contains("must be a JSON object"));
+        assert!(bad(json!({"schema": "nsyskit.stats/v1"})).contains("$.report"));
+        assert!(bad(json!({"schema": "nsyskit.bundle-merge/v1"})).contains("no place"));
+    }
+
+    #[test]
+    fn comparison_keys_are_stable() {
+        assert_eq!(comparison_key(&json!({"a": {"path": "x.sqlite"}, "b": "y.sqlite"})), "x.sqlite vs y.sqlite");
+        let k = comparison_key(&json!({"schema": "nsyskit.compare/v1", "q": 1}));
+        assert!(k.starts_with("doc-") && k.len() == 20);
+        assert_eq!(k, comparison_key(&json!({"schema": "nsyskit.compare/v1", "q": 1})));
+    }
+
+    #[test]
+    fn every_kind_has_a_place() {
+        for k in ["stats", "gate", "ranges", "readiness", "provenance", "compare", "report", "serve-capture", "pod-attach"] {
+            assert!(placement(k).is_some(), "{k}");
+        }
+        assert!(placement("bundle-merge").is_none());
+    }
 }

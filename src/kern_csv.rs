@@ -1,17 +1,825 @@
-//! `kern-csv-to-json`: `nsys stats --format csv` output to typed JSON (stub, see issue 2).
+//! `kern-csv-to-json`: `nsys stats --format csv` output to typed JSON.
+//!
+//! One run converts one report. The report is recognised from its CSV header (every supported report has a
+//! fixed column list), disambiguated where two reports share a header (`cuda_api_sum`/`osrt_sum`,
+//! `nvtx_pushpop_sum`/`nvtx_startend_sum`) by `--report`, by the `Processing [...] with [.../REPORT.py]` line
+//! nsys prints when it writes to the console, or by the file name (`<base>_<report>.csv`, nsys's own naming).
+//!
+//! Typing rules, by column header:
+//! * `Label (ns|us|ms|s|sec|…)` — a time: integer nanoseconds, key `label_ns`. Decimal text is scaled exactly
+//!   (no floating point) and rounded half away from zero to whole nanoseconds.
+//! * `Time (%)` — a float, key `time_pct`. `… (MB)` and `… (MB/s)` — floats, keys `…_mb` / `…_mb_per_s`.
+//! * names (`Name`, `Range`, `Kernel Name`, …) — strings, byte-exact (CSV quoting undone, nothing else).
+//! * `Avg GPU Ops`, `Avg Range Lvl`, `Avg Num Child` — floats; every other column is an integer.
+//! * An empty cell is `null`.
+
+use std::path::Path;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
-use crate::contract::{Document, Tool};
+use crate::contract::{Document, Error, Input, Result, Tool};
 
+/// Default of `--top`.
+pub const DEFAULT_TOP: usize = 20;
+
+/// A converted `nsys stats` report.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct KernCsvDoc {
     pub schema: String,
     pub tool: Tool,
+    /// Where the CSV came from: the path as given, or `<stdin>`.
+    pub source: String,
+    /// The file's modification time (RFC 3339, UTC, whole seconds): when `nsys stats` wrote it. Null for stdin.
+    pub source_mtime_utc: Option<String>,
+    /// The canonical (current) nsys report name, e.g. `cuda_gpu_kern_sum`.
+    pub report: String,
+    /// The name the report was given under when that was an older alias (`gpukernsum`), else null.
+    pub report_alias: Option<String>,
+    /// How the report was recognised: `header`, `file-name`, `nsys-output` (the `Processing [...]` line) or
+    /// `--report`.
+    pub detected_from: String,
+    /// `ok`, or `skipped` when nsys printed `SKIPPED: … does not contain …` (a capture problem: exit 1).
+    pub status: String,
+    /// nsys's SKIPPED line (without the `SKIPPED: ` prefix), when status is `skipped`.
+    pub skipped_reason: Option<String>,
+    /// The time unit of the CSV's time columns (`ns`, `us`, `ms`, `s`), null when it has none (or skipped).
+    pub csv_time_unit: Option<String>,
+    /// The CSV columns in order, with the JSON key and type each became.
+    pub columns: Vec<Column>,
+    /// One object per CSV row, keys as in `columns`, in CSV order.
+    #[schemars(with = "Vec<std::collections::BTreeMap<String, Option<Cell>>>")]
+    pub rows: Vec<Map<String, Value>>,
+    /// Kernel reports (`cuda_gpu_kern_sum`) only: sums over every row.
+    pub totals: Option<KernelTotals>,
+    /// Kernel reports only: the `--top` kernels by total time (ties keep CSV order).
+    pub top_kernels: Option<Vec<TopKernel>>,
+}
+
+/// Only for the schema of `rows`: a cell is an integer, a float or a string (null when empty).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Cell {
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Column {
+    /// The header text exactly as in the CSV.
+    pub header: String,
+    /// The key in `rows`.
+    pub key: String,
+    /// `time_ns` (integer ns), `percent` (float), `integer`, `float`, `megabytes` (float), `megabytes_per_s`
+    /// (float) or `text`.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KernelTotals {
+    /// Rows in the report (distinct kernel names).
+    pub kernels: u64,
+    /// Sum of `Instances`.
+    pub instances: u64,
+    /// Sum of `Total Time`, ns.
+    pub total_time_ns: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TopKernel {
+    /// 1-based rank by total time.
+    pub rank: u64,
+    pub name: String,
+    pub total_time_ns: i64,
+    pub instances: i64,
+    pub avg_ns: i64,
+    pub med_ns: i64,
+    pub min_ns: i64,
+    pub max_ns: i64,
+    pub stddev_ns: i64,
+    /// nsys's own `Time (%)` column (rounded by nsys to 0.1).
+    pub time_pct: f64,
+    /// `total_time_ns / totals.total_time_ns` (0 when the total is 0), unrounded.
+    pub share: f64,
 }
 
 impl Document for KernCsvDoc {
-    const KIND: &'static str = "kernel-summary";
+    const KIND: &'static str = "stats";
     const TOOL: &'static str = "kern-csv-to-json";
+    fn exit_code(&self) -> i32 {
+        if self.status == "skipped" {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+impl KernCsvDoc {
+    /// Is this a kernel report (one that carries `totals` and `top_kernels`)?
+    pub fn is_kernel_report(&self) -> bool {
+        KERNEL_REPORTS.contains(&self.report.as_str())
+    }
+}
+
+/// Options of a conversion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernCsvOptions {
+    /// Force the report (current or older name); the header must still match it.
+    pub report: Option<String>,
+    /// How many kernels `top_kernels` keeps (0 = all).
+    pub top: usize,
+}
+
+impl Default for KernCsvOptions {
+    fn default() -> Self {
+        KernCsvOptions { report: None, top: DEFAULT_TOP }
+    }
+}
+
+/// Reports that get `totals` and `top_kernels`.
+pub const KERNEL_REPORTS: &[&str] = &["cuda_gpu_kern_sum"];
+
+/// A supported report: canonical name, older names, header (time columns written `Label (T)`).
+pub struct ReportDef {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub header: &'static [&'static str],
+}
+
+/// Every report kern-csv-to-json understands (the header columns of nsys 2023.4 and 2025.3, which agree).
+pub const REPORTS: &[ReportDef] = &[
+    ReportDef {
+        name: "cuda_gpu_kern_sum",
+        aliases: &["gpukernsum"],
+        header: &["Time (%)", "Total Time (T)", "Instances", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Name"],
+    },
+    ReportDef {
+        name: "cuda_api_sum",
+        aliases: &["cudaapisum"],
+        header: &["Time (%)", "Total Time (T)", "Num Calls", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Name"],
+    },
+    ReportDef {
+        name: "osrt_sum",
+        aliases: &["osrtsum"],
+        header: &["Time (%)", "Total Time (T)", "Num Calls", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Name"],
+    },
+    ReportDef {
+        name: "nvtx_sum",
+        aliases: &["nvtxsum"],
+        header: &[
+            "Time (%)", "Total Time (T)", "Instances", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Style", "Range",
+        ],
+    },
+    ReportDef {
+        name: "nvtx_pushpop_sum",
+        aliases: &["nvtxppsum"],
+        header: &["Time (%)", "Total Time (T)", "Instances", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Range"],
+    },
+    ReportDef {
+        name: "nvtx_startend_sum",
+        aliases: &["nvtxsesum", "nvtxsssum"],
+        header: &["Time (%)", "Total Time (T)", "Instances", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Range"],
+    },
+    ReportDef {
+        name: "nvtx_kern_sum",
+        aliases: &["nvtxkernsum"],
+        header: &[
+            "NVTX Range", "Style", "PID", "TID", "NVTX Inst", "Kern Inst", "Total Time (T)", "Avg (T)", "Med (T)", "Min (T)",
+            "Max (T)", "StdDev (T)", "Kernel Name",
+        ],
+    },
+    ReportDef {
+        name: "nvtx_gpu_proj_sum",
+        aliases: &[],
+        header: &[
+            "Range", "Style", "Total Proj Time (T)", "Total Range Time (T)", "Range Instances", "Proj Avg (T)", "Proj Med (T)",
+            "Proj Min (T)", "Proj Max (T)", "Proj StdDev (T)", "Total GPU Ops", "Avg GPU Ops", "Avg Range Lvl", "Avg Num Child",
+        ],
+    },
+    ReportDef {
+        name: "cuda_gpu_mem_time_sum",
+        aliases: &["gpumemtimesum"],
+        header: &["Time (%)", "Total Time (T)", "Count", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Operation"],
+    },
+    ReportDef {
+        name: "cuda_gpu_mem_size_sum",
+        aliases: &["gpumemsizesum"],
+        header: &["Total (MB)", "Count", "Avg (MB)", "Med (MB)", "Min (MB)", "Max (MB)", "StdDev (MB)", "Operation"],
+    },
+    ReportDef {
+        name: "cuda_kern_exec_sum",
+        aliases: &["kernexecsum"],
+        header: &[
+            "PID", "TID", "DevId", "Count", "QCount", "TAvg (T)", "TMed (T)", "TMin (T)", "TMax (T)", "TStdDev (T)", "AAvg (T)",
+            "AMed (T)", "AMin (T)", "AMax (T)", "AStdDev (T)", "QAvg (T)", "QMed (T)", "QMin (T)", "QMax (T)", "QStdDev (T)",
+            "KAvg (T)", "KMed (T)", "KMin (T)", "KMax (T)", "KStdDev (T)", "API Name", "Kernel Name",
+        ],
+    },
+    ReportDef {
+        name: "cuda_api_trace",
+        aliases: &["cudaapitrace"],
+        header: &["Start (T)", "Duration (T)", "Name", "Result", "CorrID", "Pid", "Tid", "T-Pri", "Thread Name"],
+    },
+    ReportDef {
+        name: "cuda_gpu_trace",
+        aliases: &["gputrace"],
+        header: &[
+            "Start (T)", "Duration (T)", "CorrId", "GrdX", "GrdY", "GrdZ", "BlkX", "BlkY", "BlkZ", "Reg/Trd", "StcSMem (MB)",
+            "DymSMem (MB)", "Bytes (MB)", "Throughput (MB/s)", "SrcMemKd", "DstMemKd", "Device", "Ctx", "GreenCtx", "Strm", "Name",
+        ],
+    },
+    ReportDef {
+        name: "nvtx_pushpop_trace",
+        aliases: &["nvtxpptrace"],
+        header: &[
+            "Start (T)", "End (T)", "Duration (T)", "DurChild (T)", "DurNonChild (T)", "Name", "PID", "TID", "Lvl", "NumChild",
+            "RangeId", "ParentId", "RangeStack", "NameTree",
+        ],
+    },
+];
+
+const TEXT_COLUMNS: &[&str] = &[
+    "Name", "Range", "Style", "Operation", "API Name", "Kernel Name", "NVTX Range", "RangeStack", "NameTree", "Thread Name",
+    "SrcMemKd", "DstMemKd", "Device",
+];
+const FLOAT_COLUMNS: &[&str] = &["Avg GPU Ops", "Avg Range Lvl", "Avg Num Child"];
+
+/// Look a report up by its current or older name.
+pub fn find_report(name: &str) -> Option<&'static ReportDef> {
+    REPORTS.iter().find(|r| r.name == name || r.aliases.contains(&name))
+}
+
+/// Every report name accepted by `--report` (current names, then older ones).
+pub fn report_names() -> Vec<&'static str> {
+    let mut v: Vec<&str> = REPORTS.iter().map(|r| r.name).collect();
+    v.extend(REPORTS.iter().flat_map(|r| r.aliases.iter().copied()));
+    v
+}
+
+/// Read the input and convert it (the binary's and the Nushell command's entry point for paths and stdin).
+pub fn run(input: &Input, opts: &KernCsvOptions) -> Result<KernCsvDoc> {
+    let bytes = input.read_bytes()?;
+    let mtime = input.path().and_then(|p| std::fs::metadata(p).ok()).and_then(|m| m.modified().ok()).map(rfc3339_utc);
+    convert(&bytes, &input.name(), input.path(), mtime, opts)
+}
+
+/// Convert CSV bytes. `source` names the input in messages and in the document; `path` (when the input is a
+/// file) lets the file name pick between reports that share a header; `mtime` is recorded as
+/// `source_mtime_utc`.
+pub fn convert(bytes: &[u8], source: &str, path: Option<&Path>, mtime: Option<String>, opts: &KernCsvOptions) -> Result<KernCsvDoc> {
+    let forced = match &opts.report {
+        Some(r) => Some(find_report(r).ok_or_else(|| {
+            Error::usage(format!("--report {r}: unknown report; known: {}", report_names().join(", "))).with_arg("--report")
+        })?),
+        None => None,
+    };
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        let line = 1 + bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count();
+        Error::input(format!("{source}: line {line}: not UTF-8 text"))
+    })?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let sections = split_sections(text);
+    let section = pick_section(&sections, forced, source)?;
+
+    let (schema, tool) = KernCsvDoc::header();
+    let mut doc = KernCsvDoc {
+        schema,
+        tool,
+        source: source.to_string(),
+        source_mtime_utc: mtime,
+        report: String::new(),
+        report_alias: None,
+        detected_from: String::new(),
+        status: "ok".into(),
+        skipped_reason: None,
+        csv_time_unit: None,
+        columns: Vec::new(),
+        rows: Vec::new(),
+        totals: None,
+        top_kernels: None,
+    };
+
+    // the name that nsys or the user gave, before looking at the header
+    let file_report = path.and_then(report_from_file_name);
+    let named: Option<(&'static ReportDef, String, &str)> = if let Some(r) = forced {
+        Some((r, opts.report.clone().unwrap(), "--report"))
+    } else if let Some(n) = &section.processing {
+        find_report(n).map(|r| (r, n.clone(), "nsys-output"))
+    } else {
+        file_report.map(|(r, n)| (r, n, "file-name"))
+    };
+
+    // skip preamble lines; find SKIPPED or the header
+    let mut body_start = None;
+    for (i, line) in section.lines.iter().enumerate() {
+        let t = line.text.trim();
+        if t.is_empty() {
+            continue;
+        }
+        if let Some(reason) = t.strip_prefix("SKIPPED:") {
+            let (r, n, how) = named.clone().ok_or_else(|| {
+                Error::input(format!(
+                    "{source}: line {}: nsys skipped the report ({}) but the report cannot be told: use --report",
+                    line.number,
+                    reason.trim()
+                ))
+                .with_arg("--report")
+            })?;
+            set_name(&mut doc, r, &n, how);
+            doc.status = "skipped".into();
+            doc.skipped_reason = Some(reason.trim().to_string());
+            if doc.is_kernel_report() {
+                doc.totals = Some(KernelTotals { kernels: 0, instances: 0, total_time_ns: 0 });
+                doc.top_kernels = Some(Vec::new());
+            }
+            return Ok(doc);
+        }
+        if is_preamble(t) {
+            continue;
+        }
+        body_start = Some(i);
+        break;
+    }
+    let Some(body_start) = body_start else {
+        return Err(Error::input(format!(
+            "{source}: empty: no CSV header (nsys stats writes no file for a report it SKIPPED; its console says why)"
+        )));
+    };
+    let body_lines = &section.lines[body_start..];
+    let first_line = body_lines[0].number;
+    let body: String = body_lines.iter().map(|l| l.text).collect::<Vec<_>>().join("\n");
+
+    let mut rdr = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(body.as_bytes());
+    let mut records = rdr.records();
+    let header = match records.next() {
+        Some(Ok(h)) => h.iter().map(|s| s.to_string()).collect::<Vec<String>>(),
+        Some(Err(e)) => return Err(Error::input(format!("{source}: line {first_line}: bad CSV header: {e}"))),
+        None => unreachable!("body has a non-blank first line"),
+    };
+    let parsed: Vec<ParsedCol> = header.iter().map(|h| parse_header(h)).collect();
+    let signature: Vec<String> = parsed.iter().map(|c| c.signature.clone()).collect();
+    let candidates: Vec<&'static ReportDef> = REPORTS.iter().filter(|r| r.header.iter().copied().eq(signature.iter().map(|s| s.as_str()))).collect();
+
+    let (def, name, how) = match (forced, candidates.as_slice()) {
+        (Some(r), _) => {
+            if !candidates.iter().any(|c| c.name == r.name) {
+                return Err(Error::input(format!(
+                    "{source}: line {first_line}: the header does not match report {} (named by --report): expected [{}], saw [{}]",
+                    r.name,
+                    r.header.join(", ").replace("(T)", "(ns)"),
+                    header.join(", ")
+                ))
+                .with_arg("--report"));
+            }
+            (r, opts.report.clone().unwrap(), "--report")
+        }
+        (None, [one]) => {
+            // the header decides; a name nsys or the file gave for the same report is kept as its alias
+            let given = named.as_ref().filter(|(r, _, _)| r.name == one.name).map(|(_, n, _)| n.clone());
+            (*one, given.unwrap_or_else(|| one.name.to_string()), "header")
+        }
+        (None, []) => {
+            return Err(Error::input(format!(
+                "{source}: line {first_line}: unknown CSV header [{}]; known reports: {}",
+                header.join(", "),
+                REPORTS.iter().map(|r| r.name).collect::<Vec<_>>().join(", ")
+            )))
+        }
+        (None, many) => match named.as_ref().filter(|(r, _, _)| many.iter().any(|c| c.name == r.name)) {
+            Some((r, n, how)) => (*r, n.clone(), *how),
+            None => {
+                return Err(Error::input(format!(
+                    "{source}: line {first_line}: the header [{}] fits reports {}; name one with --report (or a file name ending in _REPORT.csv)",
+                    header.join(", "),
+                    many.iter().map(|r| r.name).collect::<Vec<_>>().join(" and ")
+                ))
+                .with_arg("--report"))
+            }
+        },
+    };
+    set_name(&mut doc, def, &name, how);
+
+    // one time unit per file in practice; record it (the first seen), convert each column by its own
+    doc.csv_time_unit = parsed.iter().find_map(|c| c.unit.map(|(u, _)| u.to_string()));
+    doc.columns = parsed
+        .iter()
+        .zip(&header)
+        .map(|(c, h)| Column { header: h.clone(), key: c.key.clone(), kind: c.kind.as_str().to_string() })
+        .collect();
+
+    let (mut seen_byte, mut seen_lines) = (0usize, 0usize);
+    for rec in records {
+        let rec = rec.map_err(|e| csv_error(source, first_line, &e))?;
+        if rec.iter().all(|f| f.trim().is_empty()) && rec.len() == 1 {
+            continue; // a blank (or whitespace-only) line
+        }
+        // the record's line: skip the blank lines the reader stepped over, count newlines before it
+        let mut byte = rec.position().map(|p| p.byte() as usize).unwrap_or(0).min(body.len());
+        while byte < body.len() && matches!(body.as_bytes()[byte], b'\n' | b'\r') {
+            byte += 1;
+        }
+        if byte >= seen_byte {
+            seen_lines += body.as_bytes()[seen_byte..byte].iter().filter(|&&b| b == b'\n').count();
+            seen_byte = byte;
+        }
+        let line = body_lines[seen_lines.min(body_lines.len() - 1)].number;
+        if rec.len() != header.len() {
+            return Err(Error::input(format!(
+                "{source}: line {line}: {} fields, the header has {}",
+                rec.len(),
+                header.len()
+            )));
+        }
+        let mut row = Map::new();
+        for ((cell, col), h) in rec.iter().zip(&parsed).zip(&header) {
+            let v = col.convert(cell).map_err(|why| {
+                Error::input(format!("{source}: line {line}: column \"{h}\": {why}: {cell:?}"))
+            })?;
+            row.insert(col.key.clone(), v);
+        }
+        doc.rows.push(row);
+    }
+
+    if doc.is_kernel_report() {
+        let (totals, top) = kernel_summary(&doc.rows, opts.top, source)?;
+        doc.totals = Some(totals);
+        doc.top_kernels = Some(top);
+    }
+    Ok(doc)
+}
+
+fn set_name(doc: &mut KernCsvDoc, def: &ReportDef, given: &str, how: &str) {
+    doc.report = def.name.to_string();
+    doc.report_alias = (given != def.name).then(|| given.to_string());
+    doc.detected_from = how.to_string();
+}
+
+fn csv_error(source: &str, first_line: usize, e: &csv::Error) -> Error {
+    let line = e.position().map(|p| first_line + p.line() as usize - 1);
+    match line {
+        Some(l) => Error::input(format!("{source}: line {l}: bad CSV: {e}")),
+        None => Error::input(format!("{source}: bad CSV: {e}")),
+    }
+}
+
+/// Lines nsys prints around a report on its console.
+fn is_preamble(t: &str) -> bool {
+    t.starts_with("Generating SQLite file ")
+        || t.starts_with("Processing [")
+        || t.starts_with("NOTICE:")
+        || t.starts_with("Exporting ")
+        || t.starts_with("Using ")
+}
+
+struct Line<'a> {
+    number: usize,
+    text: &'a str,
+}
+
+struct Section<'a> {
+    /// The report named by nsys's `Processing [...] with [.../NAME.py]` line.
+    processing: Option<String>,
+    lines: Vec<Line<'a>>,
+}
+
+/// Split the text into reports: each `Processing [...] with [...]` line starts one (nsys's console output of
+/// several reports); a plain CSV file is one section.
+fn split_sections(text: &str) -> Vec<Section<'_>> {
+    let mut sections = vec![Section { processing: None, lines: Vec::new() }];
+    for (i, raw) in text.split('\n').enumerate() {
+        let line = raw.strip_suffix('\r').unwrap_or(raw);
+        if let Some(name) = processing_report(line) {
+            let cur = sections.last_mut().unwrap();
+            if cur.processing.is_some() || cur.lines.iter().any(|l| !l.text.trim().is_empty() && !is_preamble(l.text.trim())) {
+                sections.push(Section { processing: Some(name), lines: Vec::new() });
+            } else {
+                cur.processing = Some(name);
+            }
+        }
+        sections.last_mut().unwrap().lines.push(Line { number: i + 1, text: line });
+    }
+    sections
+}
+
+/// `Processing [x.sqlite] with [/…/reports/osrt_sum.py]...` → `osrt_sum`.
+fn processing_report(line: &str) -> Option<String> {
+    let rest = line.trim().strip_prefix("Processing [")?;
+    let i = rest.find("] with [")?;
+    let script = &rest[i + "] with [".len()..];
+    let script = &script[..script.find(']')?];
+    let file = script.rsplit(['/', '\\']).next()?;
+    Some(file.strip_suffix(".py").unwrap_or(file).to_string())
+}
+
+fn pick_section<'a, 'b>(sections: &'b [Section<'a>], forced: Option<&ReportDef>, source: &str) -> Result<&'b Section<'a>> {
+    if sections.len() == 1 {
+        return Ok(&sections[0]);
+    }
+    let names: Vec<String> = sections.iter().map(|s| s.processing.clone().unwrap_or_else(|| "?".into())).collect();
+    if let Some(r) = forced {
+        let hits: Vec<&Section> =
+            sections.iter().filter(|s| s.processing.as_deref().and_then(find_report).map(|d| d.name) == Some(r.name)).collect();
+        if hits.len() == 1 {
+            return Ok(hits[0]);
+        }
+        return Err(Error::input(format!(
+            "{source}: the input holds {} reports ({}), {} of them {}",
+            sections.len(),
+            names.join(", "),
+            hits.len(),
+            r.name
+        ))
+        .with_arg("--report"));
+    }
+    Err(Error::input(format!(
+        "{source}: line {}: the input holds {} reports ({}); kern-csv-to-json converts one: pick it with --report",
+        sections[1].lines[0].number,
+        sections.len(),
+        names.join(", ")
+    ))
+    .with_arg("--report"))
+}
+
+/// `gpu_full_node_cuda_api_sum.csv` → cuda_api_sum (nsys names its files `<base>_<report>.<ext>`).
+fn report_from_file_name(path: &Path) -> Option<(&'static ReportDef, String)> {
+    let stem = path.file_stem()?.to_str()?;
+    let mut best: Option<(&'static ReportDef, &str)> = None;
+    for r in REPORTS {
+        for n in std::iter::once(&r.name).chain(r.aliases.iter()) {
+            let hit = stem == *n || stem.ends_with(&format!("_{n}"));
+            if hit && best.map(|(_, b)| n.len() > b.len()).unwrap_or(true) {
+                best = Some((r, n));
+            }
+        }
+    }
+    best.map(|(r, n)| (r, n.to_string()))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    TimeNs,
+    Percent,
+    Integer,
+    Float,
+    Megabytes,
+    MegabytesPerS,
+    Text,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::TimeNs => "time_ns",
+            Kind::Percent => "percent",
+            Kind::Integer => "integer",
+            Kind::Float => "float",
+            Kind::Megabytes => "megabytes",
+            Kind::MegabytesPerS => "megabytes_per_s",
+            Kind::Text => "text",
+        }
+    }
+}
+
+struct ParsedCol {
+    signature: String,
+    key: String,
+    kind: Kind,
+    /// (unit name, power of ten to nanoseconds)
+    unit: Option<(&'static str, u32)>,
+}
+
+const TIME_UNITS: &[(&str, &str, u32)] = &[
+    ("ns", "ns", 0),
+    ("nsec", "ns", 0),
+    ("us", "us", 3),
+    ("usec", "us", 3),
+    ("ms", "ms", 6),
+    ("msec", "ms", 6),
+    ("s", "s", 9),
+    ("sec", "s", 9),
+];
+
+fn parse_header(h: &str) -> ParsedCol {
+    let h = h.trim();
+    if let Some(open) = h.rfind(" (") {
+        if let Some(unit) = h[open + 2..].strip_suffix(')') {
+            let label = &h[..open];
+            if let Some(&(_, u, p)) = TIME_UNITS.iter().find(|(n, _, _)| *n == unit) {
+                return ParsedCol {
+                    signature: format!("{label} (T)"),
+                    key: format!("{}_ns", snake(label)),
+                    kind: Kind::TimeNs,
+                    unit: Some((u, p)),
+                };
+            }
+            let (key, kind) = match unit {
+                "%" => (format!("{}_pct", snake(label)), Kind::Percent),
+                "MB" => (format!("{}_mb", snake(label)), Kind::Megabytes),
+                "MB/s" => (format!("{}_mb_per_s", snake(label)), Kind::MegabytesPerS),
+                _ => (snake(h), Kind::Text),
+            };
+            return ParsedCol { signature: h.to_string(), key, kind, unit: None };
+        }
+    }
+    let kind = if TEXT_COLUMNS.contains(&h) {
+        Kind::Text
+    } else if FLOAT_COLUMNS.contains(&h) {
+        Kind::Float
+    } else {
+        Kind::Integer
+    };
+    ParsedCol { signature: h.to_string(), key: snake(h), kind, unit: None }
+}
+
+/// `Total Time` → `total_time`, `Reg/Trd` → `reg_per_trd`, `T-Pri` → `t_pri`.
+fn snake(label: &str) -> String {
+    let label = label.replace('/', " per ");
+    let mut out = String::new();
+    for c in label.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.is_empty() && !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    out.trim_end_matches('_').to_string()
+}
+
+impl ParsedCol {
+    fn convert(&self, cell: &str) -> std::result::Result<Value, String> {
+        if cell.is_empty() {
+            return Ok(Value::Null);
+        }
+        Ok(match self.kind {
+            Kind::Text => Value::String(cell.to_string()),
+            Kind::TimeNs => {
+                let (_, p) = self.unit.unwrap();
+                Value::from(decimal_to_ns(cell.trim(), p).ok_or("not a decimal time")?)
+            }
+            Kind::Integer => Value::from(cell.trim().parse::<i64>().map_err(|_| "not an integer")?),
+            Kind::Percent | Kind::Float | Kind::Megabytes | Kind::MegabytesPerS => {
+                let f: f64 = cell.trim().parse().map_err(|_| "not a number")?;
+                if !f.is_finite() {
+                    return Err("not a finite number".into());
+                }
+                Value::from(f)
+            }
+        })
+    }
+}
+
+/// Scale decimal text by 10^pow exactly and round half away from zero: `1.2345` µs (pow 3) → 1235 ns.
+pub fn decimal_to_ns(s: &str, pow: u32) -> Option<i64> {
+    let (neg, digits) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let (int, frac) = match digits.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (digits, ""),
+    };
+    if (int.is_empty() && frac.is_empty()) || !int.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let p = pow as usize;
+    let mut mag: i128 = 0;
+    for b in int.bytes().chain(frac.bytes().chain(std::iter::repeat(b'0')).take(p)) {
+        mag = mag.checked_mul(10)?.checked_add((b - b'0') as i128)?;
+    }
+    if frac.len() > p && frac.as_bytes()[p] >= b'5' {
+        mag += 1;
+    }
+    let v = if neg { -mag } else { mag };
+    i64::try_from(v).ok()
+}
+
+fn kernel_summary(rows: &[Map<String, Value>], top: usize, source: &str) -> Result<(KernelTotals, Vec<TopKernel>)> {
+    let int = |row: &Map<String, Value>, k: &str, i: usize| -> Result<i64> {
+        row.get(k).and_then(|v| v.as_i64()).ok_or_else(|| Error::input(format!("{source}: data row {}: {k} is empty", i + 1)))
+    };
+    let mut total: i64 = 0;
+    let mut instances: u64 = 0;
+    for (i, r) in rows.iter().enumerate() {
+        total = total.saturating_add(int(r, "total_time_ns", i)?);
+        instances = instances.saturating_add(int(r, "instances", i)?.max(0) as u64);
+    }
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(rows[i].get("total_time_ns").and_then(|v| v.as_i64()).unwrap_or(0)));
+    let n = if top == 0 { rows.len() } else { top.min(rows.len()) };
+    let mut out = Vec::with_capacity(n);
+    for (rank, &i) in order.iter().take(n).enumerate() {
+        let r = &rows[i];
+        let t = int(r, "total_time_ns", i)?;
+        out.push(TopKernel {
+            rank: rank as u64 + 1,
+            name: r.get("name").and_then(|v| v.as_str()).unwrap_or("").to_string(),
+            total_time_ns: t,
+            instances: int(r, "instances", i)?,
+            avg_ns: int(r, "avg_ns", i)?,
+            med_ns: int(r, "med_ns", i)?,
+            min_ns: int(r, "min_ns", i)?,
+            max_ns: int(r, "max_ns", i)?,
+            stddev_ns: int(r, "stddev_ns", i)?,
+            time_pct: r.get("time_pct").and_then(|v| v.as_f64()).unwrap_or(0.0),
+            share: if total > 0 { t as f64 / total as f64 } else { 0.0 },
+        });
+    }
+    Ok((KernelTotals { kernels: rows.len() as u64, instances, total_time_ns: total }, out))
+}
+
+/// RFC 3339 UTC with whole seconds, e.g. `2026-11-29T22:43:05Z`.
+pub fn rfc3339_utc(t: std::time::SystemTime) -> String {
+    let secs = match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
+    };
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // civil from days (Howard Hinnant's algorithm)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_scaling_rounds_half_away_from_zero() {
+        assert_eq!(decimal_to_ns("116406319", 0), Some(116406319));
+        assert_eq!(decimal_to_ns("776042.1", 0), Some(776042));
+        assert_eq!(decimal_to_ns("1358521.5", 0), Some(1358522));
+        assert_eq!(decimal_to_ns("-2.5", 0), Some(-3));
+        assert_eq!(decimal_to_ns("116406.319", 3), Some(116406319));
+        assert_eq!(decimal_to_ns("0.6006", 6), Some(600600));
+        assert_eq!(decimal_to_ns("0.0479", 9), Some(47_900_000));
+        assert_eq!(decimal_to_ns("1.2345", 3), Some(1235));
+        assert_eq!(decimal_to_ns("1.23449", 3), Some(1234));
+        assert_eq!(decimal_to_ns("7", 9), Some(7_000_000_000));
+        assert_eq!(decimal_to_ns(".5", 0), Some(1));
+        assert_eq!(decimal_to_ns("1e3", 0), None);
+        assert_eq!(decimal_to_ns("", 0), None);
+        assert_eq!(decimal_to_ns("99999999999999999999", 0), None);
+    }
+
+    #[test]
+    fn header_typing() {
+        let c = parse_header("Total Time (us)");
+        assert_eq!((c.key.as_str(), c.kind, c.signature.as_str()), ("total_time_ns", Kind::TimeNs, "Total Time (T)"));
+        assert_eq!(parse_header("Time (%)").key, "time_pct");
+        assert_eq!(parse_header("Reg/Trd").key, "reg_per_trd");
+        assert_eq!(parse_header("Throughput (MB/s)").key, "throughput_mb_per_s");
+        assert_eq!(parse_header("Kernel Name").kind, Kind::Text);
+        assert_eq!(parse_header("Start (sec)").unit, Some(("s", 9)));
+    }
+
+    #[test]
+    fn every_report_header_types_every_column_and_keys_are_unique() {
+        for r in REPORTS {
+            let keys: Vec<String> = r.header.iter().map(|h| parse_header(&h.replace("(T)", "(ns)")).key).collect();
+            let mut dedup = keys.clone();
+            dedup.sort();
+            dedup.dedup();
+            assert_eq!(dedup.len(), keys.len(), "{}: {keys:?}", r.name);
+        }
+    }
+
+    #[test]
+    fn file_names_pick_the_report() {
+        let n = |s: &str| report_from_file_name(Path::new(s)).map(|(r, n)| (r.name, n));
+        assert_eq!(n("x/gpu_full_node_cuda_api_sum.csv"), Some(("cuda_api_sum", "cuda_api_sum".into())));
+        assert_eq!(n("a_osrt_sum.csv"), Some(("osrt_sum", "osrt_sum".into())));
+        assert_eq!(n("nvtx_sum.csv"), Some(("nvtx_sum", "nvtx_sum".into())));
+        assert_eq!(n("r_nvtx_pushpop_sum.csv"), Some(("nvtx_pushpop_sum", "nvtx_pushpop_sum".into())));
+        assert_eq!(n("r_gpukernsum.csv"), Some(("cuda_gpu_kern_sum", "gpukernsum".into())));
+        assert_eq!(n("stats.csv"), None);
+    }
+
+    #[test]
+    fn processing_lines_name_the_report() {
+        assert_eq!(
+            processing_report("Processing [a.sqlite] with [/usr/lib/nsight-systems/reports/osrt_sum.py]... ").as_deref(),
+            Some("osrt_sum")
+        );
+        assert_eq!(processing_report("Time (%),Total"), None);
+    }
+
+    #[test]
+    fn rfc3339() {
+        assert_eq!(rfc3339_utc(std::time::UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_078_585);
+        assert_eq!(rfc3339_utc(t), "2026-11-30T22:43:05Z");
+    }
 }
