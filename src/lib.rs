@@ -10,3 +10,5 @@ pub mod contract;
 pub mod export;
 pub mod kern_csv;
 pub mod bundle;
+pub mod gate;
+pub mod ranges;

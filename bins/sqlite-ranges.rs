@@ -1,0 +1,78 @@
+//! `sqlite-ranges`: exact NVTX range attribution on an nsys SQLite export → `nsyskit.ranges/v1`.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use nsyskit::contract::cli::{emit, main_with, report_error, OutputArgs};
+use nsyskit::contract::Error;
+use nsyskit::ranges::{self, RangesOptions};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Json,
+    Table,
+}
+
+/// Attribute CUDA runtime calls and device work (kernels, memcpys, memsets, graph replays) to NVTX ranges of an
+/// nsys SQLite export, per label: wall time, device coverage, busy union, idle in span, syncs, nesting.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sqlite-ranges",
+    version,
+    after_help = "Example:\n  sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve. --format table\n  sqlite-ranges fixtures/nsys-2023.4.4/gpu_range_node.sqlite --compact | jq '.ranges[0]'"
+)]
+struct Args {
+    /// The export written by `nsys export --type sqlite` (or an .nsys-rep, exported into a temporary folder;
+    /// `-` reads the SQLite file from stdin)
+    #[arg(value_name = "EXPORT")]
+    export: String,
+    /// Keep only labels starting with this case-sensitive prefix (a domain's labels start with `DOMAIN:`)
+    #[arg(long, value_name = "P")]
+    range_prefix: Option<String>,
+    /// Keep only occurrences lying inside [START, END] (ns, the export's clock): START <= start and end <= END
+    #[arg(long, value_name = "START:END", allow_hyphen_values = true)]
+    window: Option<String>,
+    /// Output format: the JSON document, or a human table
+    #[arg(long, value_enum, default_value = "json")]
+    format: Format,
+    /// The nsys used to export an .nsys-rep (default: $NSYS_BIN, else nsys on PATH)
+    #[arg(long, value_name = "PATH")]
+    nsys: Option<PathBuf>,
+    #[command(flatten)]
+    out: OutputArgs,
+}
+
+fn main() {
+    main_with("sqlite-ranges", || {
+        let a = Args::parse();
+        ranges::set_progress(std::io::stderr().is_terminal());
+        let result = (|| {
+            let window = a.window.as_deref().map(ranges::parse_window).transpose()?;
+            let opts = RangesOptions { range_prefix: a.range_prefix.clone(), window };
+            if a.export == "-" {
+                let bytes = nsyskit::contract::Input::Stdin.read_bytes()?;
+                let tmp = tempfile::Builder::new()
+                    .prefix("nsyskit-stdin-")
+                    .suffix(".sqlite")
+                    .tempfile()
+                    .map_err(|e| Error::env(format!("cannot create a temporary file for <stdin>: {e}")))?;
+                std::fs::write(tmp.path(), &bytes).map_err(|e| Error::env(format!("cannot write a temporary file: {e}")))?;
+                let mut doc = ranges::run(tmp.path(), &opts, a.nsys.as_deref())
+                    .map_err(|e| Error { message: e.message.replace(&tmp.path().display().to_string(), "<stdin>"), ..e })?;
+                doc.source.path = "<stdin>".into();
+                Ok(doc)
+            } else {
+                ranges::run(std::path::Path::new(&a.export), &opts, a.nsys.as_deref())
+            }
+        })();
+        match (a.format, result) {
+            (Format::Table, Ok(doc)) => {
+                print!("{}", ranges::render_table(&doc));
+                0
+            }
+            (Format::Table, Err(e)) => report_error("sqlite-ranges", &e),
+            (Format::Json, r) => emit("sqlite-ranges", r, a.out.style()),
+        }
+    })
+}
