@@ -298,14 +298,14 @@ pub struct OpenedCapture {
     _tmp: Option<tempfile::TempDir>,
 }
 
-/// The nsys to use for exporting reports: `NSYS_BIN`, else `nsys` on PATH.
+/// The nsys to use for exporting reports: resolved by [`crate::resolve::resolve`] (`NSYS_BIN`, else the first
+/// usable `nsys` on PATH, else the newest in the known install folders), verified with `--version`, not probed.
 pub fn default_nsys() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("NSYS_BIN").filter(|v| !v.is_empty()) {
-        return Ok(PathBuf::from(p));
-    }
-    which::which("nsys").map_err(|_| {
-        Error::env("no nsys found to export the report: set NSYS_BIN or put nsys on PATH (or give the .sqlite export)")
-    })
+    // NSYS_BIN, then PATH, then the known install folders, each verified (`--version`); see crate::resolve.
+    let opts = crate::resolve::ResolveOptions { probe: false, ..crate::resolve::ResolveOptions::from_env() };
+    crate::resolve::resolve(&opts)
+        .map(|r| r.path)
+        .map_err(|e| e.context("cannot export the .nsys-rep (or give the .sqlite export)"))
 }
 
 /// Open an `.sqlite` export, or export an `.nsys-rep` with `nsys` (default: [`default_nsys`]) into a

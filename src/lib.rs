@@ -12,3 +12,4 @@ pub mod kern_csv;
 pub mod bundle;
 pub mod gate;
 pub mod ranges;
+pub mod resolve;

@@ -87,6 +87,7 @@ pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
         (crate::bundle::MergeReport::KIND, json_schema::<crate::bundle::MergeReport>()),
         (crate::gate::GateDoc::KIND, json_schema::<crate::gate::GateDoc>()),
         (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
+        (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
     ]
 }
 

@@ -1,0 +1,383 @@
+//! `nsys-resolve`: find, verify and probe the profiler; preflight the machine; write the provenance record.
+//!
+//! * [`resolve`] finds nsys (`--nsys`, `NSYS_BIN`, `PATH`, known install folders), verifies it (canonical path,
+//!   regular executable, `--version` within a timeout) and probes its [`Capabilities`] from its own help texts.
+//! * [`run`] builds the `nsyskit.provenance/v1` document: the resolved nsys, the preflight checks (GPUs and
+//!   foreign compute processes through nvidia-smi, a TCP port, stale `/dev/shm` segments), the capture recipe
+//!   (flags, commands, env with secrets redacted), the engine's git state, host and UTC time; with `record` it
+//!   is also written to `DIR/provenance.json`.
+
+mod caps;
+mod find;
+mod preflight;
+mod record;
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{Document, Error, Result, Tool};
+
+pub use caps::{compare_versions, declared_options, export_types, parse_capabilities, parse_version, version_key, Capabilities, TRACKED_SWITCHES};
+pub use find::{expand_glob, glob_regex, probe_capabilities, resolve, run_with_timeout, verify, Candidate, Resolved, ResolveOptions, RunError, RunOutput, KNOWN_INSTALL_GLOBS};
+pub use preflight::{
+    check_port, check_shm, parse_apps, parse_cuda_version, parse_gpus, parse_proc_net_tcp, query_gpus, Gpu, GpuProcess, GpuState, Holder, Listener,
+    PortState, ShmSegment, ShmState, TargetSpec, APPS_QUERY, GPU_QUERY,
+};
+pub use record::{hostname, is_secret_key, redact_command, repo_state, rfc3339, split_words, RepoState, REDACTED};
+
+/// One preflight check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Check {
+    /// `gpu`, `gpu-foreign-processes`, `port`, `shm`, `flags`.
+    pub name: String,
+    /// `pass`, `fail` or `skip` (not applicable; never fails the run).
+    pub status: String,
+    /// The measured reason, e.g. `pid 433 (python3) uses 10758 MiB on GPU 0`.
+    pub reason: String,
+}
+
+/// The capture recipe recorded for later comparison.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CaptureRecipe {
+    /// `--flags` exactly as given (`null` when not given).
+    pub flags: Option<String>,
+    /// The same split into words as a shell would.
+    pub flags_argv: Vec<String>,
+    /// Tracked `nsys profile` switches in `flags` the resolved nsys lacks (e.g. `--attach-pid` on 2023.4).
+    pub unsupported_flags: Vec<String>,
+    /// `--server-cmd`, with secret `KEY=value` words and `--secret-flag value`s redacted.
+    pub server_cmd: Option<String>,
+    /// `--client-cmd`, redacted the same way.
+    pub client_cmd: Option<String>,
+    /// `--env K` / `--env K=V`, in the order given.
+    pub env: Vec<EnvVar>,
+    /// `--instrumentation NAME=STATE`, in the order given (the engine's NVTX/tracing switches).
+    pub instrumentation: Vec<Switch>,
+}
+
+/// A chosen environment variable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EnvVar {
+    pub name: String,
+    /// The value (`<redacted>` for secret keys; `null` when `--env K` names a variable that is not set).
+    pub value: Option<String>,
+    /// The key matched TOKEN|SECRET|PASSWORD|KEY|AUTH (any case) and its value is not recorded.
+    pub redacted: bool,
+    /// `given` (`--env K=V`) or `environment` (`--env K`, read from this process's environment).
+    pub source: String,
+}
+
+/// An instrumentation switch and its state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Switch {
+    pub name: String,
+    pub state: String,
+}
+
+/// Where and when this record was made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Host {
+    pub hostname: Option<String>,
+    /// UTC time, RFC 3339 (`2026-11-29T23:01:02Z`).
+    pub time_utc: String,
+    /// `uname -r` equivalent (`/proc/sys/kernel/osrelease`).
+    pub kernel: Option<String>,
+}
+
+/// `nsyskit.provenance/v1`: which nsys, whether the machine is fit for a capture, and the capture recipe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Provenance {
+    pub schema: String,
+    pub tool: Tool,
+    /// `PASS` when every check passed (or none ran), `RETRY` when one failed (exit 1).
+    pub verdict: String,
+    /// The failed checks' reasons, joined (empty on PASS).
+    pub reason: String,
+    /// The resolved nsys (path, version, capabilities, every candidate).
+    pub nsys: Resolved,
+    /// The checks that ran, in order.
+    pub checks: Vec<Check>,
+    /// GPUs from nvidia-smi (`null` unless `--preflight`/`--record`/`--gpu`/`--require-gpu`).
+    pub gpu: Option<GpuState>,
+    /// `--port N`.
+    pub port: Option<PortState>,
+    /// `--shm PATTERN`.
+    pub shm: Option<ShmState>,
+    pub capture: CaptureRecipe,
+    /// `--repo DIR`.
+    pub repo: Option<RepoState>,
+    pub host: Host,
+    /// Artifact paths: `--artifact`s as given, then `DIR/provenance.json` with `--record`.
+    pub artifacts: Vec<String>,
+    /// `DIR/provenance.json` (absolute) when `--record DIR` was given.
+    pub record: Option<String>,
+}
+
+impl Document for Provenance {
+    const KIND: &'static str = "provenance";
+    const TOOL: &'static str = "nsys-resolve";
+    fn exit_code(&self) -> i32 {
+        if self.verdict == "PASS" {
+            0
+        } else {
+            1
+        }
+    }
+}
+
+/// Everything `nsys-resolve` can be asked.
+#[derive(Debug, Clone)]
+pub struct ProvenanceOptions {
+    pub resolve: ResolveOptions,
+    /// Run the GPU check (and the port/shm checks when given).
+    pub preflight: bool,
+    /// A missing nvidia-smi (or one that fails) is a failed check instead of `skip`.
+    pub require_gpu: bool,
+    /// `--gpu IDX`; else `cuda_visible_devices`; else every GPU is a target.
+    pub gpu: Option<u32>,
+    /// The `CUDA_VISIBLE_DEVICES` value to honour (the binary passes its environment's).
+    pub cuda_visible_devices: Option<String>,
+    pub nvidia_smi: Option<PathBuf>,
+    pub port: Option<u16>,
+    pub shm: Option<String>,
+    /// The folder searched by `shm` (normally `/dev/shm`).
+    pub shm_dir: PathBuf,
+    pub record: Option<PathBuf>,
+    pub flags: Option<String>,
+    pub server_cmd: Option<String>,
+    pub client_cmd: Option<String>,
+    pub env: Vec<String>,
+    pub instrumentation: Vec<String>,
+    pub repo: Option<PathBuf>,
+    pub artifacts: Vec<String>,
+}
+
+impl Default for ProvenanceOptions {
+    fn default() -> Self {
+        ProvenanceOptions {
+            resolve: ResolveOptions::from_env(),
+            preflight: false,
+            require_gpu: false,
+            gpu: None,
+            cuda_visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+            nvidia_smi: None,
+            port: None,
+            shm: None,
+            shm_dir: PathBuf::from("/dev/shm"),
+            record: None,
+            flags: None,
+            server_cmd: None,
+            client_cmd: None,
+            env: vec![],
+            instrumentation: vec![],
+            repo: None,
+            artifacts: vec![],
+        }
+    }
+}
+
+fn check(name: &str, status: &str, reason: impl Into<String>) -> Check {
+    Check { name: name.into(), status: status.into(), reason: reason.into() }
+}
+
+fn env_vars(specs: &[String]) -> Result<Vec<EnvVar>> {
+    let mut out = Vec::new();
+    for s in specs {
+        let (name, value, source) = match s.split_once('=') {
+            Some((k, v)) => (k.to_string(), Some(v.to_string()), "given"),
+            None => (s.clone(), std::env::var(s).ok(), "environment"),
+        };
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return Err(Error::usage(format!("--env {s:?}: expected NAME or NAME=VALUE")).with_arg("--env"));
+        }
+        let redacted = is_secret_key(&name) && value.is_some();
+        let value = if redacted { Some(REDACTED.to_string()) } else { value };
+        out.push(EnvVar { name, value, redacted, source: source.into() });
+    }
+    Ok(out)
+}
+
+fn switches(specs: &[String]) -> Result<Vec<Switch>> {
+    specs
+        .iter()
+        .map(|s| match s.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok(Switch { name: k.into(), state: v.into() }),
+            _ => Err(Error::usage(format!("--instrumentation {s:?}: expected NAME=STATE (e.g. nvtx=on)")).with_arg("--instrumentation")),
+        })
+        .collect()
+}
+
+/// Write `dir/provenance.json` (pretty JSON, written to a temporary file then renamed into place).
+pub fn write_record(dir: &Path, doc: &Provenance) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::env(format!("{}: cannot create the record folder: {e}", dir.display())).with_arg("--record"))?;
+    let path = dir.join("provenance.json");
+    let text = serde_json::to_string_pretty(doc).expect("provenance serialises") + "\n";
+    let tmp = dir.join(".provenance.json.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(|e| Error::env(format!("{}: cannot write: {e}", path.display())).with_arg("--record"))?;
+    Ok(path)
+}
+
+/// Resolve nsys, run the asked checks, assemble the provenance document, and write it with `record`.
+pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
+    let time_utc = rfc3339(SystemTime::now());
+    // Usage errors before any probing.
+    let env = env_vars(&opts.env)?;
+    let instrumentation = switches(&opts.instrumentation)?;
+    let flags_argv = opts.flags.as_deref().map(split_words).unwrap_or_default();
+    let repo = opts.repo.as_deref().map(repo_state).transpose()?;
+
+    let nsys = resolve(&opts.resolve)?;
+    let mut checks = Vec::new();
+
+    let unsupported_flags = if nsys.probed { nsys.capabilities.unsupported(&flags_argv) } else { vec![] };
+    if opts.flags.is_some() {
+        if !nsys.probed {
+            checks.push(check("flags", "skip", "capabilities not probed"));
+        } else if unsupported_flags.is_empty() {
+            checks.push(check("flags", "pass", format!("nsys {} supports every tracked switch in --flags", nsys.version)));
+        } else {
+            checks.push(check("flags", "fail", format!("nsys {} has no {}", nsys.version, unsupported_flags.join(", "))));
+        }
+    }
+
+    let preflight = opts.preflight || opts.require_gpu || opts.port.is_some() || opts.shm.is_some();
+    let want_gpu = preflight || opts.record.is_some() || opts.gpu.is_some();
+    let gpu = if want_gpu {
+        // an empty CUDA_VISIBLE_DEVICES hides every GPU from CUDA: no target, a failed gpu check
+        let target = match (opts.gpu, opts.cuda_visible_devices.as_deref()) {
+            (Some(i), _) => TargetSpec::Index(i),
+            (None, Some(v)) => TargetSpec::Visible(v.to_string()),
+            (None, None) => TargetSpec::All,
+        };
+        Some(query_gpus(opts.nvidia_smi.as_deref(), &target, opts.resolve.timeout))
+    } else {
+        None
+    };
+    if preflight {
+        let g = gpu.as_ref().expect("queried when preflight");
+        if g.status != "available" {
+            let why = g.reason.clone().unwrap_or_default();
+            if opts.require_gpu {
+                checks.push(check("gpu", "fail", format!("gpu unavailable: {why}")));
+            } else {
+                checks.push(check("gpu", "skip", format!("gpu unavailable: {why} (a failure only with --require-gpu)")));
+            }
+        } else {
+            let missing: Vec<String> = g.targets.iter().filter(|t| !g.gpus.iter().any(|x| x.index == **t)).map(|t| t.to_string()).collect();
+            if g.targets.is_empty() {
+                checks.push(check("gpu", "fail", format!("no target GPU: {} selects none of the {} GPUs", g.target_source, g.gpus.len())));
+            } else if !missing.is_empty() {
+                checks.push(check("gpu", "fail", format!("target GPU {} not found ({} GPUs listed)", missing.join(", "), g.gpus.len())));
+            } else {
+                let names: Vec<String> = g.gpus.iter().filter(|x| x.target).map(|x| format!("{} ({})", x.index, x.name)).collect();
+                checks.push(check("gpu", "pass", format!("target GPU {} from {}", names.join(", "), g.target_source)));
+            }
+            let foreign: Vec<String> = g
+                .processes
+                .iter()
+                .filter(|p| p.on_target)
+                .map(|p| {
+                    let mem = p.used_memory_mib.map(|m| format!("{m} MiB")).unwrap_or_else(|| "unknown memory".into());
+                    format!("pid {} ({}) uses {mem} on GPU {}", p.pid, p.process_name, p.gpu_index.map(|i| i.to_string()).unwrap_or_default())
+                })
+                .collect();
+            if foreign.is_empty() {
+                checks.push(check("gpu-foreign-processes", "pass", "no compute process on the target GPU"));
+            } else {
+                checks.push(check("gpu-foreign-processes", "fail", format!("foreign process on the target GPU: {}", foreign.join("; "))));
+            }
+        }
+    }
+    let port = match opts.port {
+        Some(p) => match check_port(p) {
+            Ok(s) => {
+                if s.free {
+                    checks.push(check("port", "pass", format!("port {p} is free")));
+                } else {
+                    let who: Vec<String> = s
+                        .listeners
+                        .iter()
+                        .map(|l| {
+                            let hs: Vec<String> = l.holders.iter().map(|h| format!("pid {} ({})", h.pid, h.command)).collect();
+                            let hs = if hs.is_empty() { format!("uid {}, process not visible", l.uid) } else { hs.join(", ") };
+                            format!("{} held by {hs}", l.local_address)
+                        })
+                        .collect();
+                    checks.push(check("port", "fail", format!("port {p} is in use: {}", who.join("; "))));
+                }
+                Some(s)
+            }
+            Err(e) => {
+                checks.push(check("port", "fail", format!("cannot check port {p}: {e}")));
+                None
+            }
+        },
+        None => None,
+    };
+    let shm = match &opts.shm {
+        Some(pat) => match check_shm(&opts.shm_dir, pat) {
+            Ok(s) => {
+                let stale: Vec<&str> = s.segments.iter().filter(|x| x.stale).map(|x| x.path.as_str()).collect();
+                if stale.is_empty() {
+                    checks.push(check("shm", "pass", format!("no stale segment matches {pat:?} ({} in use)", s.segments.len())));
+                } else {
+                    checks.push(check("shm", "fail", format!("{} stale segment(s) match {pat:?}: {}", stale.len(), stale.join(", "))));
+                }
+                Some(s)
+            }
+            Err(e) if e.starts_with("--shm") => return Err(Error::usage(e).with_arg("--shm")),
+            Err(e) => {
+                checks.push(check("shm", "fail", e));
+                None
+            }
+        },
+        None => None,
+    };
+
+    let failed: Vec<String> = checks.iter().filter(|c| c.status == "fail").map(|c| format!("{}: {}", c.name, c.reason)).collect();
+    let server_cmd = opts.server_cmd.as_deref().map(|c| redact_command(c).0);
+    let client_cmd = opts.client_cmd.as_deref().map(|c| redact_command(c).0);
+    let record_path = opts.record.as_ref().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).join("provenance.json"));
+    let mut artifacts = opts.artifacts.clone();
+    if let Some(p) = &record_path {
+        artifacts.push(p.display().to_string());
+    }
+    let (schema, tool) = Provenance::header();
+    let doc = Provenance {
+        schema,
+        tool,
+        verdict: if failed.is_empty() { "PASS".into() } else { "RETRY".into() },
+        reason: failed.join("; "),
+        nsys,
+        checks,
+        gpu,
+        port,
+        shm,
+        capture: CaptureRecipe {
+            flags: opts.flags.clone(),
+            flags_argv,
+            unsupported_flags,
+            server_cmd,
+            client_cmd,
+            env,
+            instrumentation,
+        },
+        repo,
+        host: Host {
+            hostname: hostname(),
+            time_utc,
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_string()),
+        },
+        artifacts,
+        record: record_path.as_ref().map(|p| p.display().to_string()),
+    };
+    if let Some(dir) = &opts.record {
+        write_record(dir, &doc)?;
+    }
+    Ok(doc)
+}

@@ -1,0 +1,243 @@
+//! Provenance helpers: UTC time, hostname, git state, env redaction, splitting a flag string.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{Error, Result};
+
+/// RFC 3339 UTC with seconds (`2026-11-29T23:01:02Z`) of a system time.
+pub fn rfc3339(t: SystemTime) -> String {
+    let secs = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
+    };
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // civil_from_days (H. Hinnant)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// This machine's hostname (`gethostname`), `None` when it cannot be read.
+pub fn hostname() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer outlives the call and its length is passed.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned()).filter(|s| !s.is_empty())
+}
+
+/// Does an environment key hold a secret (`TOKEN`, `SECRET`, `PASSWORD`, `KEY`, `AUTH`, any case)?
+pub fn is_secret_key(key: &str) -> bool {
+    let k = key.to_ascii_uppercase();
+    ["TOKEN", "SECRET", "PASSWORD", "KEY", "AUTH"].iter().any(|s| k.contains(s))
+}
+
+/// What replaces a secret value.
+pub const REDACTED: &str = "<redacted>";
+
+/// Redact secrets in a command line: `KEY=value` words whose key is a secret (`HF_TOKEN=hf_x` →
+/// `HF_TOKEN=<redacted>`), and the value of flags whose name is one (`--api-key X`, `--api-key=X`).
+pub fn redact_command(cmd: &str) -> (String, bool) {
+    let words = split_words(cmd);
+    let mut out: Vec<String> = Vec::new();
+    let mut redacted = false;
+    let mut redact_next = false;
+    for w in words {
+        if redact_next {
+            out.push(REDACTED.into());
+            redacted = true;
+            redact_next = false;
+            continue;
+        }
+        if let Some((k, _)) = w.split_once('=') {
+            let name = k.trim_start_matches('-');
+            if !name.is_empty() && is_secret_key(&name.replace('-', "_")) {
+                out.push(format!("{k}={REDACTED}"));
+                redacted = true;
+                continue;
+            }
+        } else if w.starts_with("--") && is_secret_key(&w[2..].replace('-', "_")) {
+            redact_next = true;
+        }
+        out.push(quote(&w));
+    }
+    if !redacted {
+        return (cmd.to_string(), false);
+    }
+    (out.join(" "), true)
+}
+
+fn quote(w: &str) -> String {
+    if !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c)) {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
+/// Split a flag or command string into words like a POSIX shell does for quotes and backslashes (no
+/// expansion): `--trace=cuda,nvtx -o 'my rep'` → `["--trace=cuda,nvtx", "-o", "my rep"]`.
+pub fn split_words(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                for d in chars.by_ref() {
+                    if d == '\'' {
+                        break;
+                    }
+                    cur.push(d);
+                }
+            }
+            '"' => {
+                in_word = true;
+                while let Some(d) = chars.next() {
+                    match d {
+                        '"' => break,
+                        '\\' => {
+                            if let Some(e) = chars.next() {
+                                cur.push(e);
+                            }
+                        }
+                        d => cur.push(d),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                if let Some(e) = chars.next() {
+                    cur.push(e);
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        out.push(cur);
+    }
+    out
+}
+
+/// The engine source tree's git state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RepoState {
+    /// The folder given (`--repo`).
+    pub path: String,
+    /// The repository's top-level folder.
+    pub toplevel: String,
+    /// `HEAD` commit (full hash).
+    pub revision: String,
+    /// Current branch, `null` on a detached HEAD.
+    pub branch: Option<String>,
+    /// Uncommitted changes to tracked files or untracked (not ignored) files exist.
+    pub dirty: bool,
+    /// `git status --porcelain` lines (at most 100), e.g. ` M src/x.py`, `?? new.txt`.
+    pub changes: Vec<String>,
+    /// The number of such lines in all.
+    pub changed_files: usize,
+}
+
+fn git(dir: &Path, args: &[&str]) -> std::result::Result<String, String> {
+    let o = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        return Err(format!("`git {}` failed: {}", args.join(" "), err.trim()));
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Read revision and dirty state of the git repository at `dir` with the `git` CLI (no lock taken).
+pub fn repo_state(dir: &Path) -> Result<RepoState> {
+    let name = dir.display().to_string();
+    if !dir.is_dir() {
+        return Err(Error::input(format!("{name}: not a folder")).with_arg("--repo"));
+    }
+    let fail = |e: String| Error::input(format!("{name}: {e}")).with_arg("--repo");
+    let toplevel = git(dir, &["rev-parse", "--show-toplevel"]).map_err(fail)?.trim().to_string();
+    let revision = git(dir, &["rev-parse", "--verify", "HEAD"])
+        .map_err(|e| fail(format!("no commit to record ({e})")))?
+        .trim()
+        .to_string();
+    let branch = git(dir, &["symbolic-ref", "--quiet", "--short", "HEAD"]).ok().map(|b| b.trim().to_string()).filter(|b| !b.is_empty());
+    let status = git(dir, &["status", "--porcelain=v1", "--untracked-files=normal"]).map_err(fail)?;
+    let lines: Vec<String> = status.lines().filter(|l| !l.is_empty()).map(|l| l.to_string()).collect();
+    Ok(RepoState {
+        path: name,
+        toplevel,
+        revision,
+        branch,
+        dirty: !lines.is_empty(),
+        changed_files: lines.len(),
+        changes: lines.into_iter().take(100).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn times() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(1_796_000_000)), "2026-11-30T00:53:20Z");
+    }
+
+    #[test]
+    fn secrets() {
+        for k in ["HF_TOKEN", "hf_token", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "AuthHeader", "keyring"] {
+            assert!(is_secret_key(k), "{k}");
+        }
+        for k in ["CUDA_VISIBLE_DEVICES", "VLLM_USE_V1", "PATH"] {
+            assert!(!is_secret_key(k), "{k}");
+        }
+        let (c, r) = redact_command("HF_TOKEN=hf_abc vllm serve m --api-key sk-1 --port 8000 --auth-token=x");
+        assert!(r);
+        assert_eq!(c, "HF_TOKEN=<redacted> vllm serve m --api-key <redacted> --port 8000 --auth-token=<redacted>");
+        assert_eq!(redact_command("vllm serve 'my model'"), ("vllm serve 'my model'".to_string(), false));
+    }
+
+    #[test]
+    fn words() {
+        assert_eq!(split_words(r#"--trace=cuda,nvtx -o 'my rep' "a \"b\"" c\ d"#), ["--trace=cuda,nvtx", "-o", "my rep", "a \"b\"", "c d"]);
+        assert!(split_words("   ").is_empty());
+        assert_eq!(split_words("''"), [""]);
+    }
+}
