@@ -57,9 +57,26 @@ pub fn span_of_arg(arg: Option<&str>, call: &EvaluatedCall, sig: &Signature, inp
     input.unwrap_or(call.head)
 }
 
+/// The span an error without `arg` points at: unusable input is about the first positional (the file the
+/// command reads) or else the pipeline input; anything else is about the command as a whole.
+fn default_span(e: &Error, call: &EvaluatedCall, input: Option<Span>) -> Span {
+    match e.kind {
+        ErrorKind::Input => call.positional.first().map(|v| v.span()).or(input).unwrap_or(call.head),
+        _ => call.head,
+    }
+}
+
 /// An nsyskit error as a Nushell error pointing at the offending argument.
 pub fn labeled(e: Error, call: &EvaluatedCall, sig: &Signature, input: Option<Span>) -> LabeledError {
-    let span = span_of_arg(e.arg.as_deref(), call, sig, input);
+    let span = match e.arg.as_deref() {
+        Some(arg) => span_of_arg(Some(arg), call, sig, input),
+        None => default_span(&e, call, input),
+    };
+    labeled_at(e, span)
+}
+
+/// An nsyskit error as a Nushell error pointing at `span`.
+pub fn labeled_at(e: Error, span: Span) -> LabeledError {
     let (code, label) = match e.kind {
         ErrorKind::Usage => ("nsyskit::usage", "bad argument"),
         ErrorKind::Input => ("nsyskit::input", "unusable input"),
@@ -122,4 +139,48 @@ pub fn flag_usize(call: &EvaluatedCall, name: &str) -> Result<Option<usize>, Lab
             })
         }
     }
+}
+
+/// An optional number flag (int or float) as `f64`.
+pub fn flag_f64(call: &EvaluatedCall, name: &str) -> Result<Option<f64>, ShellError> {
+    match call.get_flag_value(name) {
+        None | Some(Value::Nothing { .. }) => Ok(None),
+        Some(v) => v.coerce_float().map(Some),
+    }
+}
+
+/// An optional byte count: an int or a filesize (`--min-rep-bytes 10MB`).
+pub fn flag_bytes(call: &EvaluatedCall, name: &str) -> Result<Option<u64>, LabeledError> {
+    match call.get_flag_value(name) {
+        None | Some(Value::Nothing { .. }) => Ok(None),
+        Some(v) => {
+            let span = v.span();
+            let n = match &v {
+                Value::Filesize { val, .. } => val.get(),
+                other => other.as_int().map_err(LabeledError::from)?,
+            };
+            u64::try_from(n).map(Some).map_err(|_| {
+                LabeledError::new(format!("--{name} must not be negative, got {n}"))
+                    .with_code("nsyskit::usage")
+                    .with_label("negative", span)
+            })
+        }
+    }
+}
+
+/// A variable of Nushell's environment (`$env.NSYS_BIN`), which the plugin process does not see once it
+/// changed after the plugin started. Empty counts as unset.
+pub fn nu_env(engine: &EngineInterface, name: &str) -> Result<Option<String>, ShellError> {
+    Ok(nu_env_raw(engine, name)?.filter(|s| !s.is_empty()))
+}
+
+/// A variable of Nushell's environment as it is, empty included (an empty `CUDA_VISIBLE_DEVICES` hides
+/// every GPU).
+pub fn nu_env_raw(engine: &EngineInterface, name: &str) -> Result<Option<String>, ShellError> {
+    engine.get_env_var(name)?.map(|v| v.coerce_into_string()).transpose()
+}
+
+/// `$env.NSYS_BIN` as a path (relative to the current directory), for commands that export an `.nsys-rep`.
+pub fn nu_nsys_bin(engine: &EngineInterface) -> Result<Option<PathBuf>, ShellError> {
+    nu_env(engine, "NSYS_BIN")?.map(|s| resolve_path(engine, &s)).transpose()
 }

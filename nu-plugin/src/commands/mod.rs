@@ -4,11 +4,28 @@ use nu_plugin::PluginCommand;
 
 use crate::NsyskitPlugin;
 
+mod bundle_merge;
 mod from_nsyskit;
+mod gate_check;
+mod kern_csv_to_json;
+mod nsys_resolve;
+mod sqlite_ranges;
 
+pub use bundle_merge::BundleMerge;
 pub use from_nsyskit::FromNsyskit;
+pub use gate_check::GateCheck;
+pub use kern_csv_to_json::KernCsvToJson;
+pub use nsys_resolve::NsysResolve;
+pub use sqlite_ranges::SqliteRanges;
 
 /// Every command of the plugin.
 pub fn all() -> Vec<Box<dyn PluginCommand<Plugin = NsyskitPlugin>>> {
-    vec![Box::new(FromNsyskit)]
+    vec![
+        Box::new(NsysResolve),
+        Box::new(GateCheck),
+        Box::new(SqliteRanges),
+        Box::new(KernCsvToJson),
+        Box::new(BundleMerge),
+        Box::new(FromNsyskit),
+    ]
 }
