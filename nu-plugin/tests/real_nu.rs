@@ -36,3 +36,153 @@ fn typed_values_in_a_real_shell() {
     let v = nu.json(r#"'{"wall_ns": 1500000, "captured_at": "2026-11-29T22:45:59Z"}' | from nsyskit | from nsyskit | columns"#);
     assert_eq!(v, json!(["wall_ns", "wall", "captured_at"]));
 }
+
+fn fixture(rel: &str) -> std::path::PathBuf {
+    common::root().join("fixtures").join(rel)
+}
+
+#[test]
+fn sqlite_ranges_top_five_by_busy_union() {
+    let Some(nu) = Nu::or_skip("sqlite_ranges_top_five_by_busy_union") else { return };
+    let got = nu.json(
+        "sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve. | get ranges \
+         | sort-by kernel_busy_union_ns -r | first 5 \
+         | each {|r| {label: $r.label, ns: $r.kernel_busy_union_ns, typed: ($r.kernel_busy_union | describe), \
+                      same: (($r.kernel_busy_union | into int) == $r.kernel_busy_union_ns)} }",
+    );
+    // independently: the library's document, sorted here
+    let opts = nsyskit::ranges::RangesOptions { range_prefix: Some("vibeserve.".into()), window: None };
+    let mut doc = nsyskit::ranges::run(&fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &opts, None).unwrap();
+    doc.ranges.sort_by(|a, b| b.kernel_busy_union_ns.cmp(&a.kernel_busy_union_ns));
+    let want: Vec<_> = doc.ranges[..5]
+        .iter()
+        .map(|r| json!({"label": r.label, "ns": r.kernel_busy_union_ns, "typed": "duration", "same": true}))
+        .collect();
+    assert_eq!(got, json!(want));
+    assert_eq!(got[0]["label"], "vibeserve.engine.iteration");
+    assert_eq!(got[0]["ns"], 22_263_904);
+}
+
+#[test]
+fn gate_check_retry_is_data() {
+    let Some(nu) = Nu::or_skip("gate_check_retry_is_data") else { return };
+    let got = nu.json(
+        "gate-check fixtures/nsys-2025.3.1/gpu_full_graph.sqlite | get gates | where verdict == retry | get id",
+    );
+    assert_eq!(got, json!(["G1"]));
+    // the FAILED capture: G0 with its console log, G4 (where CUDA data stops, a duration companion of at_ns)
+    let got = nu.json(
+        "gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \
+           --log fixtures/logs/nsys-2023.4.4_gpu_full_node_FAILED-cbid468.console.txt \
+         | get gates | where verdict == retry | select id at_ns",
+    );
+    let ids: Vec<_> = got.as_array().unwrap().iter().map(|g| g["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids, ["G0", "G4"]);
+    assert!(got[1]["at_ns"].as_i64().unwrap() > 0, "G4 says where CUDA data stops: {got}");
+}
+
+#[test]
+fn gate_check_every_fixture_from_ls() {
+    let Some(nu) = Nu::or_skip("gate_check_every_fixture_from_ls") else { return };
+    let got = nu.json("ls fixtures/**/*.sqlite | sort-by name | each {|f| {file: $f.name, verdict: (gate-check $f.name | get verdict)} }");
+    let rows = got.as_array().unwrap();
+    assert_eq!(rows.len(), 9, "every .sqlite fixture: {got}");
+    for row in rows {
+        let file = row["file"].as_str().unwrap();
+        let opts = nsyskit::gate::GateOptions {
+            capture: common::root().join(file),
+            sqlite: None,
+            log: None,
+            provenance: None,
+            tier: Default::default(),
+            decode_range: None,
+            nsys: None,
+            thresholds: Default::default(),
+        };
+        let doc = nsyskit::gate::run(&opts).unwrap();
+        assert_eq!(row["verdict"], serde_json::to_value(doc.verdict).unwrap(), "{file}");
+    }
+    let verdict_of = |name: &str| rows.iter().find(|r| r["file"].as_str().unwrap().ends_with(name)).unwrap()["verdict"].clone();
+    assert_eq!(verdict_of("nsys-2025.3.1/gpu_full_node.sqlite"), "PASS");
+    assert_eq!(verdict_of("nsys-2025.3.1/gpu_full_graph.sqlite"), "RETRY");
+    assert_eq!(verdict_of("nsys-2023.4.4/cpu_nvtx_osrt.sqlite"), "RETRY");
+}
+
+#[test]
+fn kern_csv_from_open_raw() {
+    let Some(nu) = Nu::or_skip("kern_csv_from_open_raw") else { return };
+    let csv = "fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv";
+    let got = nu.json(&format!(
+        "open {csv} --raw | kern-csv-to-json | get top_kernels | each {{|k| [$k.name $k.total_time_ns ($k.total_time | describe)] }}"
+    ));
+    let doc = nsyskit::kern_csv::run(&nsyskit::contract::Input::Path(common::root().join(csv)), &Default::default()).unwrap();
+    let want: Vec<_> =
+        doc.top_kernels.unwrap().iter().map(|k| json!([k.name, k.total_time_ns, "duration"])).collect();
+    assert_eq!(want.len(), 20);
+    assert_eq!(got, json!(want));
+    // the path argument gives the same kernels
+    let by_path = nu.json(&format!("kern-csv-to-json {csv} | get top_kernels.name"));
+    assert_eq!(by_path, json!(got.as_array().unwrap().iter().map(|k| k[0].clone()).collect::<Vec<_>>()));
+}
+
+#[test]
+fn gate_check_into_bundle_merge_matches_the_library() {
+    let Some(nu) = Nu::or_skip("gate_check_into_bundle_merge_matches_the_library") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle.json");
+    let capture = "fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite";
+    let summary = nu.json(&format!(
+        "gate-check {capture} | bundle-merge '{}' | select written documents",
+        bundle.display()
+    ));
+    assert_eq!(summary["written"], true);
+    assert_eq!(summary["documents"][0]["places"], json!(["kernel_profile.gates"]));
+    // the bytes equal what the library writes for the same gate document: the companions (`at` for `at_ns`,
+    // `size_filesize` for `size`) were dropped and nothing else changed on the way through Nushell
+    let opts = nsyskit::gate::GateOptions {
+        capture: common::root().join(capture),
+        sqlite: None,
+        log: None,
+        provenance: None,
+        tier: Default::default(),
+        decode_range: None,
+        nsys: None,
+        thresholds: Default::default(),
+    };
+    let doc = serde_json::to_value(nsyskit::gate::run(&opts).unwrap()).unwrap();
+    let docs = vec![nsyskit::bundle::DocIn { value: doc, source: "x".into(), line: 1 }];
+    let want = nsyskit::bundle::run(&dir.path().join("other.json"), &docs, nsyskit::bundle::Mode::Stdout).unwrap();
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), want.bundle_text);
+    // merging the same again changes nothing (--check says so, as data)
+    let check = nu.json(&format!("gate-check {capture} | bundle-merge --check '{}' | get changed", bundle.display()));
+    assert_eq!(check, json!(false));
+}
+
+#[test]
+fn errors_point_at_the_offending_argument() {
+    let Some(nu) = Nu::or_skip("errors_point_at_the_offending_argument") else { return };
+    let script = "sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --window 5:1";
+    let err = nu.error(script);
+    assert!(err.contains(r#"--window "5:1": expected START:END"#), "{err}");
+    assert!(err.contains("nsyskit::usage"), "{err}");
+    assert!(err.contains("bad argument (--window)"), "{err}");
+    // the label covers `--window 5:1` (1-based columns; the script is on line 2, after `plugin use`)
+    let at = script.find("--window").unwrap() + 1;
+    assert!(err.contains(&format!("label at line 2, columns {at} to {}", script.len())), "{err}");
+
+    let err = nu.error("gate-check fixtures/nope.sqlite");
+    assert!(err.contains("fixtures/nope.sqlite: no such file"), "{err}");
+    assert!(err.contains("unusable input (CAPTURE)"), "{err}");
+    let at = "gate-check ".len() + 1;
+    assert!(err.contains(&format!("label at line 2, columns {at} to {}", at - 1 + "fixtures/nope.sqlite".len())), "{err}");
+
+    let err = nu.error("'{\"schema\": \"nsyskit.nope/v1\"}' | from nsyskit | bundle-merge --stdout x.json");
+    assert!(err.contains("pipeline input: line 1: $.schema"), "{err}");
+}
+
+#[test]
+fn relative_paths_follow_nushell_cd() {
+    let Some(nu) = Nu::or_skip("relative_paths_follow_nushell_cd") else { return };
+    let got = nu.json("cd fixtures/nsys-2025.3.1; gate-check gpu_full_node.sqlite | get source.path");
+    assert_eq!(got, json!(fixture("nsys-2025.3.1/gpu_full_node.sqlite").display().to_string()));
+}
