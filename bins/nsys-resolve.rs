@@ -12,7 +12,8 @@ use nsyskit::resolve::{ProvenanceOptions, ResolveOptions};
 /// Search order: --nsys, NSYS_BIN, every `nsys` on PATH (PATH order), then the known install folders
 /// (/opt/nvidia/nsight-systems/*/bin/nsys, /opt/nvidia/nsight-systems-cli/*/bin/nsys, /usr/local/cuda*/bin/nsys,
 /// /usr/lib/nsight-systems/bin/nsys, Nsight Compute's …/host/target-linux-x64/nsys) newest version first.
-/// --nsys and NSYS_BIN are explicit: when unusable, nothing else is tried.
+/// NSYSKIT_NSYS_DIRS (`:`-separated globs) replaces the install folders. --nsys and NSYS_BIN are explicit:
+/// when unusable, nothing else is tried.
 ///
 /// Exit: 0 resolved and every check passed; 1 a check failed (verdict RETRY, the document is still printed);
 /// 2 no usable nsys (every candidate and why it was rejected on stderr) or bad usage.

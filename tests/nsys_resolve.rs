@@ -50,14 +50,18 @@ fn fake_nsys(dir: &Path, version: &str) -> PathBuf {
     )
 }
 
-/// `nsys-resolve` with a controlled environment: no NSYS_BIN, PATH = `path` (plus /usr/bin:/bin for `sh`),
+/// `nsys-resolve` with a controlled environment: no NSYS_BIN, PATH = `path` (plus /usr/bin:/bin for `sh`), no
+/// install folder searched (NSYSKIT_NSYS_DIRS empty: a machine with /opt/nvidia/nsight-systems stays hermetic),
 /// no CUDA_VISIBLE_DEVICES.
 fn cmd(path: &[&Path]) -> Command {
     let mut c = Command::cargo_bin("nsys-resolve").unwrap();
     let mut dirs: Vec<PathBuf> = path.iter().map(|p| p.to_path_buf()).collect();
     dirs.push("/usr/bin".into());
     dirs.push("/bin".into());
-    c.env("PATH", std::env::join_paths(dirs).unwrap()).env_remove("NSYS_BIN").env_remove("CUDA_VISIBLE_DEVICES");
+    c.env("PATH", std::env::join_paths(dirs).unwrap())
+        .env("NSYSKIT_NSYS_DIRS", "")
+        .env_remove("NSYS_BIN")
+        .env_remove("CUDA_VISIBLE_DEVICES");
     c
 }
 
@@ -214,12 +218,17 @@ fn two_versions_on_path_first_usable_in_path_order_wins() {
 fn nothing_usable_is_exit_2_listing_every_candidate() {
     let t = tempfile::tempdir().unwrap();
     script(&t.path().join("g"), "nsys", "echo 'version banana'");
-    let (code, doc, stderr) = run(&mut cmd(&[&t.path().join("g")]));
+    let glob = format!("{}/opt/*/bin/nsys", t.path().display());
+    let (code, doc, stderr) = run(cmd(&[&t.path().join("g")]).env("NSYSKIT_NSYS_DIRS", &glob));
     assert_eq!(code, 2);
     assert_eq!(doc, Value::Null);
     assert!(stderr.starts_with("nsys-resolve: error: no usable nsys found; candidates:"), "{stderr}");
     assert!(stderr.contains(&format!("1. {} [PATH]: `--version` printed no nsys version", t.path().join("g/nsys").display())), "{stderr}");
-    assert!(stderr.contains("/opt/nvidia/nsight-systems/*/bin/nsys"), "the search is named: {stderr}");
+    assert!(stderr.contains(&format!("searched PATH, {glob})")), "the search is named: {stderr}");
+    // with nothing anywhere
+    let (code, _, stderr) = run(&mut cmd(&[]));
+    assert_eq!(code, 2);
+    assert!(stderr.contains("no usable nsys found: no candidates (no --nsys, NSYS_BIN unset, no nsys on PATH, no install folder searched)"), "{stderr}");
     assert!(!stderr.contains("panicked"));
 }
 
@@ -255,10 +264,10 @@ fn fake_smi(dir: &Path, gpu_csv: &str, apps_csv: &str) -> PathBuf {
         dir,
         "nvidia-smi",
         &format!(
-            "case \"$*\" in\n  '--query-gpu={}--format=csv') cat '{}';;\n  '--query-compute-apps={}--format=csv') cat '{}';;\n  --version) cat '{}';;\n  '') cat '{}';;\n  *) echo \"Invalid combination of input arguments: $*\"; exit 2;;\nesac",
-            format!("{} ", nsyskit::resolve::GPU_QUERY),
+            "case \"$*\" in\n  '--query-gpu={} --format=csv') cat '{}';;\n  '--query-compute-apps={} --format=csv') cat '{}';;\n  --version) cat '{}';;\n  '') cat '{}';;\n  *) echo \"Invalid combination of input arguments: $*\"; exit 2;;\nesac",
+            nsyskit::resolve::GPU_QUERY,
             f.join(gpu_csv).display(),
-            format!("{} ", nsyskit::resolve::APPS_QUERY),
+            nsyskit::resolve::APPS_QUERY,
             f.join(apps_csv).display(),
             f.join("version.txt").display(),
             f.join("nvidia-smi_idle.txt").display(),
@@ -319,7 +328,7 @@ fn no_nvidia_smi_is_unavailable_and_fails_only_with_require_gpu() {
     let Some(nsys) = real_nsys("no_nvidia_smi_is_unavailable_and_fails_only_with_require_gpu") else { return };
     let empty = tempfile::tempdir().unwrap();
     let mut c = Command::cargo_bin("nsys-resolve").unwrap();
-    c.env("PATH", empty.path()).env_remove("CUDA_VISIBLE_DEVICES").arg("--nsys").arg(&nsys).arg("--preflight");
+    c.env("PATH", empty.path()).env("NSYSKIT_NSYS_DIRS", "").env_remove("CUDA_VISIBLE_DEVICES").arg("--nsys").arg(&nsys).arg("--preflight");
     let (code, doc, _) = run(&mut c);
     assert_eq!(code, 0);
     assert_eq!(doc["gpu"]["status"], "unavailable");
@@ -427,6 +436,10 @@ fn record_writes_the_same_document_with_secrets_redacted() {
     let rec: Value = serde_json::from_str(&text).unwrap();
     common::assert_valid(&rec);
     assert_eq!(rec, doc, "the record is the document printed on stdout");
+    let loaded = nsyskit::resolve::load_record(&dir.join("provenance.json")).unwrap();
+    assert_eq!(serde_json::to_value(&loaded).unwrap(), doc);
+    let e = nsyskit::resolve::load_record(&repo.join("a.py")).unwrap_err();
+    assert!(e.message.starts_with(&format!("{}: not JSON", repo.join("a.py").display())), "{}", e.message);
     assert!(!text.contains("hf_secret_value") && !text.contains("hf_live") && !text.contains("sk-123") && !text.contains("abc"), "{text}");
     let env = doc["capture"]["env"].as_array().unwrap();
     assert_eq!(env[0], serde_json::json!({"name": "HF_TOKEN", "value": "<redacted>", "redacted": true, "source": "environment"}));

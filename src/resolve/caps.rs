@@ -228,7 +228,7 @@ fn looks_like_version(v: &str) -> bool {
 
 /// The numeric components before the build suffix: `2023.4.4.54-234433681190v0` → `[2023, 4, 4, 54]`.
 pub fn version_key(v: &str) -> Vec<u64> {
-    let head = v.split(|c| c == '-' || c == ' ').next().unwrap_or("");
+    let head = v.split(['-', ' ']).next().unwrap_or("");
     let mut out = Vec::new();
     for part in head.split('.') {
         match part.parse::<u64>() {

@@ -24,6 +24,15 @@ pub const KNOWN_INSTALL_GLOBS: &[&str] = &[
     "/usr/local/cuda*/nsight-compute*/host/target-linux-x64/nsys",
 ];
 
+/// The install-folder globs: `NSYSKIT_NSYS_DIRS` (`:`-separated globs of nsys executables; set but empty = search
+/// no install folder) when set, else [`KNOWN_INSTALL_GLOBS`].
+pub fn install_globs_from_env() -> Vec<String> {
+    match std::env::var("NSYSKIT_NSYS_DIRS") {
+        Ok(v) => v.split(':').filter(|s| !s.is_empty()).map(|s| s.to_string()).collect(),
+        Err(_) => KNOWN_INSTALL_GLOBS.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
 /// Where to look for nsys and how long to wait for it.
 #[derive(Debug, Clone)]
 pub struct ResolveOptions {
@@ -48,14 +57,14 @@ impl Default for ResolveOptions {
 }
 
 impl ResolveOptions {
-    /// `NSYS_BIN` and `PATH` from this process's environment, the [`KNOWN_INSTALL_GLOBS`], a 10 s timeout,
-    /// capabilities probed.
+    /// `NSYS_BIN` and `PATH` from this process's environment, the install folders (`NSYSKIT_NSYS_DIRS` when
+    /// set, else [`KNOWN_INSTALL_GLOBS`]), a 10 s timeout, capabilities probed.
     pub fn from_env() -> ResolveOptions {
         ResolveOptions {
             nsys: None,
             nsys_bin: std::env::var_os("NSYS_BIN").filter(|v| !v.is_empty()),
             path_var: std::env::var_os("PATH"),
-            install_globs: KNOWN_INSTALL_GLOBS.iter().map(|s| s.to_string()).collect(),
+            install_globs: install_globs_from_env(),
             timeout: Duration::from_millis(10_000),
             probe: true,
         }
@@ -128,14 +137,25 @@ pub fn run_with_timeout(program: &Path, args: &[&str], timeout: Duration) -> std
     use std::io::{Read, Seek};
     let mut out = tempfile::tempfile().map_err(|e| RunError::Io(e.to_string()))?;
     let mut err = tempfile::tempfile().map_err(|e| RunError::Io(e.to_string()))?;
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().map_err(|e| RunError::Io(e.to_string()))?)
-        .stderr(err.try_clone().map_err(|e| RunError::Io(e.to_string()))?)
-        .process_group(0)
-        .spawn()
-        .map_err(|e| RunError::Spawn(e.to_string()))?;
+    let mut attempt = 0;
+    let mut child = loop {
+        let r = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().map_err(|e| RunError::Io(e.to_string()))?)
+            .stderr(err.try_clone().map_err(|e| RunError::Io(e.to_string()))?)
+            .process_group(0)
+            .spawn();
+        match r {
+            Ok(c) => break c,
+            // ETXTBSY: a just-written executable still open for writing in a forked, not yet exec'd child
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < 5 => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(20 * attempt));
+            }
+            Err(e) => return Err(RunError::Spawn(e.to_string())),
+        }
+    };
     let start = Instant::now();
     let status = loop {
         match child.try_wait() {
@@ -448,10 +468,12 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
                 None => "no usable nsys found".to_string(),
             };
             if cands.is_empty() {
-                msg.push_str(&format!(
-                    ": no candidates (no --nsys, NSYS_BIN unset, no nsys on PATH, nothing in {}); give --nsys PATH or set NSYS_BIN",
-                    opts.install_globs.join(", ")
-                ));
+                let dirs = if opts.install_globs.is_empty() {
+                    "no install folder searched".to_string()
+                } else {
+                    format!("nothing in {}", opts.install_globs.join(", "))
+                };
+                msg.push_str(&format!(": no candidates (no --nsys, NSYS_BIN unset, no nsys on PATH, {dirs}); give --nsys PATH or set NSYS_BIN"));
             } else {
                 msg.push_str("; candidates:");
                 for (k, c) in cands.iter().enumerate() {
@@ -459,8 +481,11 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
                 }
             }
             if explicit.is_none() && !cands.is_empty() {
-                msg.push_str("\n  (give --nsys PATH or set NSYS_BIN; searched PATH and ");
-                msg.push_str(&opts.install_globs.join(", "));
+                msg.push_str("\n  (give --nsys PATH or set NSYS_BIN; searched PATH");
+                for g in &opts.install_globs {
+                    msg.push_str(", ");
+                    msg.push_str(g);
+                }
                 msg.push(')');
             }
             Err(Error::env(msg).with_arg("--nsys"))

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::contract::{Document, Error, Result, Tool};
 
 pub use caps::{compare_versions, declared_options, export_types, parse_capabilities, parse_version, version_key, Capabilities, TRACKED_SWITCHES};
-pub use find::{expand_glob, glob_regex, probe_capabilities, resolve, run_with_timeout, verify, Candidate, Resolved, ResolveOptions, RunError, RunOutput, KNOWN_INSTALL_GLOBS};
+pub use find::{expand_glob, install_globs_from_env, glob_regex, probe_capabilities, resolve, run_with_timeout, verify, Candidate, Resolved, ResolveOptions, RunError, RunOutput, KNOWN_INSTALL_GLOBS};
 pub use preflight::{
     check_port, check_shm, parse_apps, parse_cuda_version, parse_gpus, parse_proc_net_tcp, query_gpus, Gpu, GpuProcess, GpuState, Holder, Listener,
     PortState, ShmSegment, ShmState, TargetSpec, APPS_QUERY, GPU_QUERY,
@@ -220,6 +220,21 @@ pub fn write_record(dir: &Path, doc: &Provenance) -> Result<PathBuf> {
         .and_then(|_| std::fs::rename(&tmp, &path))
         .map_err(|e| Error::env(format!("{}: cannot write: {e}", path.display())).with_arg("--record"))?;
     Ok(path)
+}
+
+/// Read a provenance record (`DIR/provenance.json` or a document saved from stdout). Errors name the file and,
+/// for JSON that is not a provenance document, the JSON path at fault.
+pub fn load_record(path: &Path) -> Result<Provenance> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| Error::input(format!("{name}: not JSON: {e}")))?;
+    let id = crate::contract::schema_id(Provenance::KIND);
+    match value.get("schema").and_then(|s| s.as_str()) {
+        Some(s) if s == id => {}
+        Some(s) => return Err(Error::input(format!("{name}: $.schema is {s:?}, expected {id:?}"))),
+        None => return Err(Error::input(format!("{name}: $.schema is missing, expected {id:?}"))),
+    }
+    serde_json::from_value(value).map_err(|e| Error::input(format!("{name}: not a {id} document: {e}")))
 }
 
 /// Resolve nsys, run the asked checks, assemble the provenance document, and write it with `record`.
