@@ -86,7 +86,13 @@ fn gate_check_every_fixture_from_ls() {
     let Some(nu) = Nu::or_skip("gate_check_every_fixture_from_ls") else { return };
     let got = nu.json("ls fixtures/**/*.sqlite | sort-by name | each {|f| {file: $f.name, verdict: (gate-check $f.name | get verdict)} }");
     let rows = got.as_array().unwrap();
-    assert_eq!(rows.len(), 9, "every .sqlite fixture: {got}");
+    let on_disk = std::fs::read_dir(common::root().join("fixtures"))
+        .unwrap()
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).into_iter().flatten())
+        .filter(|f| f.as_ref().unwrap().path().extension().is_some_and(|e| e == "sqlite"))
+        .count();
+    assert!(on_disk >= 9);
+    assert_eq!(rows.len(), on_disk, "every .sqlite fixture: {got}");
     for row in rows {
         let file = row["file"].as_str().unwrap();
         let opts = nsyskit::gate::GateOptions {
@@ -185,4 +191,27 @@ fn relative_paths_follow_nushell_cd() {
     let Some(nu) = Nu::or_skip("relative_paths_follow_nushell_cd") else { return };
     let got = nu.json("cd fixtures/nsys-2025.3.1; gate-check gpu_full_node.sqlite | get source.path");
     assert_eq!(got, json!(fixture("nsys-2025.3.1/gpu_full_node.sqlite").display().to_string()));
+}
+
+#[test]
+fn nsys_resolve_reads_nushell_environment() {
+    let Some(nu) = Nu::or_skip("nsys_resolve_reads_nushell_environment") else { return };
+    let nsys = std::env::var_os("NSYS_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(&std::env::var("HOME").unwrap()).join(".cache/nsyskit/nsys-2023.4/usr/bin/nsys"));
+    if !nsys.is_file() {
+        eprintln!("SKIP nsys_resolve_reads_nushell_environment: no nsys at {} (scripts/get-nsys)", nsys.display());
+        return;
+    }
+    // $env.NSYS_BIN set inside Nushell, after the plugin started, is what the command sees; so is --env NAME
+    let got = nu.json(&format!(
+        "$env.NSYS_BIN = '{}'; $env.MY_TOKEN = 'hunter2'; $env.MY_MODE = 'fast'; \
+         nsys-resolve --env [MY_TOKEN MY_MODE] | {{source: $in.nsys.source, version: $in.nsys.version, \
+         attach_pid: $in.nsys.capabilities.attach_pid, env: $in.capture.env}}",
+        nsys.display()
+    ));
+    assert_eq!(got["source"], "NSYS_BIN", "{got}");
+    assert!(got["version"].as_str().unwrap().starts_with("20"), "{got}");
+    let env = got["env"].to_string();
+    assert!(env.contains("fast") && !env.contains("hunter2"), "value read from Nushell, secret redacted: {env}");
 }

@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use nsyskit::resolve::{self, ProvenanceOptions, ResolveOptions};
+use nsyskit::resolve::{self, ProvenanceOptions, ResolveOptions, KNOWN_INSTALL_GLOBS};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, ShellError, Signature, SyntaxShape, Type, Value};
 
@@ -79,20 +79,20 @@ impl SimplePluginCommand for NsysResolve {
             .named("client-cmd", SyntaxShape::String, "The client/benchmark command (secrets redacted)", None)
             .named(
                 "env",
-                SyntaxShape::OneOf(vec![SyntaxShape::String, SyntaxShape::List(Box::new(SyntaxShape::String))]),
+                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
                 "Chosen env: NAME (value from Nushell's environment) or NAME=VALUE, or a list of them; secret keys redacted",
                 None,
             )
             .named(
                 "instrumentation",
-                SyntaxShape::OneOf(vec![SyntaxShape::String, SyntaxShape::List(Box::new(SyntaxShape::String))]),
+                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
                 "Instrumentation switch state NAME=STATE (e.g. nvtx=on), or a list of them",
                 None,
             )
             .named("repo", SyntaxShape::Directory, "The engine's source tree: git revision and dirty state", None)
             .named(
                 "artifact",
-                SyntaxShape::OneOf(vec![SyntaxShape::String, SyntaxShape::List(Box::new(SyntaxShape::String))]),
+                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
                 "An artifact path to record (e.g. the .nsys-rep to be written), or a list of them",
                 None,
             )
@@ -162,6 +162,10 @@ impl SimplePluginCommand for NsysResolve {
                 nsys: flag_path(engine, call, "nsys")?,
                 nsys_bin: nu_env(engine, "NSYS_BIN")?.map(OsString::from),
                 path_var: nu_path_var(engine)?,
+                install_globs: match nu_env_raw(engine, "NSYSKIT_NSYS_DIRS")? {
+                    Some(v) => v.split(':').filter(|s| !s.is_empty()).map(String::from).collect(),
+                    None => KNOWN_INSTALL_GLOBS.iter().map(|s| s.to_string()).collect(),
+                },
                 timeout,
                 probe: !call.has_flag("no-probe")?,
                 ..ResolveOptions::from_env()
