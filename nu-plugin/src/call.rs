@@ -184,3 +184,34 @@ pub fn nu_env_raw(engine: &EngineInterface, name: &str) -> Result<Option<String>
 pub fn nu_nsys_bin(engine: &EngineInterface) -> Result<Option<PathBuf>, ShellError> {
     nu_env(engine, "NSYS_BIN")?.map(|s| resolve_path(engine, &s)).transpose()
 }
+
+/// A JSON-document argument given as a path (a string: resolved against the current directory) or as a
+/// Nushell record/list (written, companions dropped, to `<name>.json` in a temporary folder that lives as long
+/// as the returned guard), for library functions that read a document from a path.
+pub fn doc_arg(
+    engine: &EngineInterface,
+    value: &Value,
+    name: &str,
+) -> Result<(PathBuf, Option<tempfile::TempDir>), LabeledError> {
+    match value {
+        Value::String { val, .. } | Value::Glob { val, .. } => Ok((resolve_path(engine, val)?, None)),
+        Value::Record { .. } | Value::List { .. } => {
+            let json = crate::convert::nu_to_json(value)?;
+            let dir = tempfile::Builder::new()
+                .prefix("nsyskit-nu-")
+                .tempdir()
+                .map_err(|e| LabeledError::new(format!("cannot create a temporary folder: {e}")))?;
+            let path = dir.path().join(format!("{name}.json"));
+            let text = serde_json::to_vec(&json).map_err(|e| LabeledError::new(format!("internal error: {e}")))?;
+            std::fs::write(&path, text)
+                .map_err(|e| LabeledError::new(format!("{}: cannot write: {e}", path.display())))?;
+            Ok((path, Some(dir)))
+        }
+        Value::Nothing { .. } => Err(LabeledError::new(format!("{name}: expected a path or a record, got nothing"))
+            .with_code("nsyskit::usage")
+            .with_label("give a path argument or pipe a record in", value.span())),
+        other => Err(LabeledError::new(format!("{name}: expected a path or a record, got {}", other.get_type()))
+            .with_code("nsyskit::usage")
+            .with_label("not a path or a record", other.span())),
+    }
+}
