@@ -17,7 +17,7 @@ use nsyskit::contract::{render, Error, Input, Style};
 #[command(
     name = "bundle-merge",
     version,
-    after_help = "Examples:\n  kern-csv-to-json fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv | bundle-merge bundle.json\n  gate-check rep.sqlite | bundle-merge bundle.json\n  bundle-merge --check bundle.json stats.json gate.json"
+    after_help = "Examples:\n  kern-csv-to-json fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv > k.json\n  bundle-merge bundle.json k.json\n  gate-check rep.sqlite | bundle-merge bundle.json\n  bundle-merge --check bundle.json k.json gate.json"
 )]
 struct Args {
     /// The evidence bundle (a JSON object; created when absent)
@@ -37,18 +37,33 @@ struct Args {
 fn main() {
     main_with("bundle-merge", || {
         let a = Args::parse();
-        let inputs: Vec<Input> =
-            if a.docs.is_empty() { vec![Input::Stdin] } else { a.docs.iter().map(|d| Input::parse(d)).collect() };
-        let mode = if a.check { Mode::Check } else if a.stdout { Mode::Stdout } else { Mode::Write };
+        let inputs: Vec<Input> = if a.docs.is_empty() {
+            vec![Input::Stdin]
+        } else {
+            a.docs.iter().map(|d| Input::parse(d)).collect()
+        };
+        let mode = if a.check {
+            Mode::Check
+        } else if a.stdout {
+            Mode::Stdout
+        } else {
+            Mode::Write
+        };
         let result = read_docs(&inputs).and_then(|docs| run(&a.bundle, &docs, mode));
         match (mode, result) {
             (Mode::Stdout, Ok(outcome)) => {
                 eprint!("{}", render(&outcome.report, Style::Compact));
                 let mut out = std::io::stdout().lock();
-                match out.write_all(outcome.bundle_text.as_bytes()).and_then(|_| out.flush()) {
+                match out
+                    .write_all(outcome.bundle_text.as_bytes())
+                    .and_then(|_| out.flush())
+                {
                     Ok(()) => 0,
                     Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
-                    Err(e) => report_error("bundle-merge", &Error::env(format!("cannot write to stdout: {e}"))),
+                    Err(e) => report_error(
+                        "bundle-merge",
+                        &Error::env(format!("cannot write to stdout: {e}")),
+                    ),
                 }
             }
             (_, result) => emit("bundle-merge", result.map(|o| o.report), a.out.style()),

@@ -27,6 +27,10 @@ struct Args {
     /// Kernel reports: how many kernels `top_kernels` keeps, by total time (0 = all)
     #[arg(long, value_name = "N", default_value_t = DEFAULT_TOP)]
     top: usize,
+    /// The capture's time (RFC 3339, e.g. 2026-11-29T22:43:05Z) to record as `captured_at`; default: the CSV
+    /// file's modification time (null for stdin)
+    #[arg(long, value_name = "TIME")]
+    captured_at: Option<String>,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -34,7 +38,15 @@ struct Args {
 fn main() {
     main_with("kern-csv-to-json", || {
         let a = Args::parse();
-        let opts = KernCsvOptions { report: a.report, top: a.top };
-        emit("kern-csv-to-json", run(&Input::parse(&a.input), &opts), a.out.style())
+        let opts = KernCsvOptions {
+            report: a.report,
+            top: a.top,
+            captured_at: a.captured_at,
+        };
+        emit(
+            "kern-csv-to-json",
+            run(&Input::parse(&a.input), &opts),
+            a.out.style(),
+        )
     })
 }

@@ -133,10 +133,16 @@ pub fn read_docs(inputs: &[Input]) -> Result<Vec<DocIn>> {
         let name = input.name();
         for d in parse_json_stream(&bytes, &name)? {
             match d.value {
-                Value::Array(items) => {
-                    out.extend(items.into_iter().map(|value| DocIn { value, source: name.clone(), line: d.line }))
-                }
-                value => out.push(DocIn { value, source: name.clone(), line: d.line }),
+                Value::Array(items) => out.extend(items.into_iter().map(|value| DocIn {
+                    value,
+                    source: name.clone(),
+                    line: d.line,
+                })),
+                value => out.push(DocIn {
+                    value,
+                    source: name.clone(),
+                    line: d.line,
+                }),
             }
         }
     }
@@ -157,30 +163,54 @@ impl Edit {
 }
 
 fn at(path: &str, value: Value) -> Edit {
-    Edit { path: path.split('.').map(String::from).collect(), value }
+    Edit {
+        path: path.split('.').map(String::from).collect(),
+        value,
+    }
 }
 
 /// The edits a document makes to a bundle; an unknown schema or a document missing what its placement
 /// needs is an input error naming the document and the JSON path.
 pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
     let whr = format!("{}: line {}", doc.source, doc.line);
-    let obj = doc.value.as_object().ok_or_else(|| Error::input(format!("{whr}: $: a document must be a JSON object, found {}", type_name(&doc.value))))?;
+    let obj = doc.value.as_object().ok_or_else(|| {
+        Error::input(format!(
+            "{whr}: $: a document must be a JSON object, found {}",
+            type_name(&doc.value)
+        ))
+    })?;
     let schema = obj
         .get("schema")
-        .ok_or_else(|| Error::input(format!("{whr}: $.schema: missing (not an nsyskit document)")))?
+        .ok_or_else(|| {
+            Error::input(format!(
+                "{whr}: $.schema: missing (not an nsyskit document)"
+            ))
+        })?
         .as_str()
         .ok_or_else(|| Error::input(format!("{whr}: $.schema: not a string")))?;
-    let known = PLACEMENTS.iter().map(|(k, _)| format!("nsyskit.{k}/v1")).collect::<Vec<_>>().join(", ");
-    let kind = kind_of_schema_id(schema)
-        .ok_or_else(|| Error::input(format!("{whr}: $.schema: {schema:?} is not an nsyskit schema; bundle-merge places {known}")))?;
+    let known = PLACEMENTS
+        .iter()
+        .map(|(k, _)| format!("nsyskit.{k}/v1"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let kind = kind_of_schema_id(schema).ok_or_else(|| {
+        Error::input(format!(
+            "{whr}: $.schema: {schema:?} is not an nsyskit schema; bundle-merge places {known}"
+        ))
+    })?;
     let Some(p) = placement(kind) else {
-        return Err(Error::input(format!("{whr}: $.schema: bundle-merge has no place for {schema:?}; it places {known}")));
+        return Err(Error::input(format!(
+            "{whr}: $.schema: bundle-merge has no place for {schema:?}; it places {known}"
+        )));
     };
     Ok(match p {
         Placement::At(path) => vec![at(path, doc.value.clone())],
         Placement::Comparisons => {
             let key = comparison_key(&doc.value);
-            vec![Edit { path: vec!["comparisons".into(), key], value: doc.value.clone() }]
+            vec![Edit {
+                path: vec!["comparisons".into(), key],
+                value: doc.value.clone(),
+            }]
         }
         Placement::KernelProfile => {
             let report = obj
@@ -193,11 +223,16 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
                 let top = obj
                     .get("top_kernels")
                     .filter(|v| v.is_array())
-                    .ok_or_else(|| Error::input(format!("{whr}: $.top_kernels: missing or not an array (a {report} document)")))?;
-                let totals = obj
-                    .get("totals")
-                    .filter(|v| v.is_object())
-                    .ok_or_else(|| Error::input(format!("{whr}: $.totals: missing or not an object (a {report} document)")))?;
+                    .ok_or_else(|| {
+                        Error::input(format!(
+                            "{whr}: $.top_kernels: missing or not an array (a {report} document)"
+                        ))
+                    })?;
+                let totals = obj.get("totals").filter(|v| v.is_object()).ok_or_else(|| {
+                    Error::input(format!(
+                        "{whr}: $.totals: missing or not an object (a {report} document)"
+                    ))
+                })?;
                 let csv_path = match obj.get("source") {
                     Some(Value::String(s)) if s != "<stdin>" => Value::String(s.clone()),
                     _ => Value::Null,
@@ -205,7 +240,10 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
                 edits.push(at("kernel_profile.top_kernels", top.clone()));
                 edits.push(at("kernel_profile.totals", totals.clone()));
                 edits.push(at("kernel_profile.summary_csv_path", csv_path));
-                edits.push(at("kernel_profile.captured_at", obj.get("source_mtime_utc").cloned().unwrap_or(Value::Null)));
+                edits.push(at(
+                    "kernel_profile.captured_at",
+                    obj.get("captured_at").cloned().unwrap_or(Value::Null),
+                ));
             }
             edits.push(Edit {
                 path: vec!["kernel_profile".into(), "stats".into(), report.to_string()],
@@ -223,7 +261,9 @@ pub fn comparison_key(doc: &Value) -> String {
     fn ident(v: Option<&Value>) -> Option<String> {
         match v? {
             Value::String(s) => Some(s.clone()),
-            Value::Object(o) => ["path", "source", "label", "name"].iter().find_map(|k| o.get(*k)?.as_str().map(String::from)),
+            Value::Object(o) => ["path", "source", "label", "name"]
+                .iter()
+                .find_map(|k| o.get(*k)?.as_str().map(String::from)),
             _ => None,
         }
     }
@@ -254,7 +294,11 @@ fn type_name(v: &Value) -> &'static str {
 
 /// Merge documents into bundle text (None or blank: a new bundle). Pure: no file access. Returns the new text
 /// and, per document, the dotted paths it set.
-pub fn merge_text(old: Option<&str>, bundle_name: &str, docs: &[DocIn]) -> Result<(String, Vec<MergedDoc>)> {
+pub fn merge_text(
+    old: Option<&str>,
+    bundle_name: &str,
+    docs: &[DocIn],
+) -> Result<(String, Vec<MergedDoc>)> {
     let mut plans = Vec::new();
     for d in docs {
         plans.push(edits_for(d)?);
@@ -282,7 +326,12 @@ pub fn merge_text(old: Option<&str>, bundle_name: &str, docs: &[DocIn]) -> Resul
         merged.push(MergedDoc {
             source: d.source.clone(),
             line: d.line,
-            schema: d.value.get("schema").and_then(|s| s.as_str()).unwrap_or("").to_string(),
+            schema: d
+                .value
+                .get("schema")
+                .and_then(|s| s.as_str())
+                .unwrap_or("")
+                .to_string(),
             places: edits.iter().map(|e| e.dotted()).collect(),
         });
     }
@@ -300,7 +349,9 @@ fn strip_position(msg: &str) -> String {
 pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
     let name = bundle.display().to_string();
     if docs.is_empty() {
-        return Err(Error::input("no documents to merge (the input was empty)".to_string()).with_arg("DOC"));
+        return Err(
+            Error::input("no documents to merge (the input was empty)".to_string()).with_arg("DOC"),
+        );
     }
     // validate every document before touching anything
     for d in docs {
@@ -308,22 +359,36 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
     }
     // write to the target of a symlink, not over the link
     let target: PathBuf = match std::fs::symlink_metadata(bundle) {
-        Ok(m) if m.file_type().is_symlink() => {
-            std::fs::canonicalize(bundle).map_err(|e| Error::input(format!("{name}: cannot resolve the link: {e}")))?
-        }
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(bundle)
+            .map_err(|e| Error::input(format!("{name}: cannot resolve the link: {e}")))?,
         _ => bundle.to_path_buf(),
     };
-    let _lock = if mode == Mode::Write { Some(lock(&target, &name)?) } else { None };
+    let _lock = if mode == Mode::Write {
+        Some(lock(&target, &name)?)
+    } else {
+        None
+    };
 
     let old = match std::fs::metadata(&target) {
-        Ok(m) if m.is_dir() => return Err(Error::input(format!("{name}: is a directory, not a bundle file"))),
-        Ok(m) => Some((std::fs::read(&target).map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?, m.permissions())),
+        Ok(m) if m.is_dir() => {
+            return Err(Error::input(format!(
+                "{name}: is a directory, not a bundle file"
+            )))
+        }
+        Ok(m) => Some((
+            std::fs::read(&target)
+                .map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?,
+            m.permissions(),
+        )),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(Error::input(format!("{name}: cannot read: {e}"))),
     };
     let old_text = match &old {
         Some((bytes, _)) => Some(std::str::from_utf8(bytes).map_err(|e| {
-            let line = 1 + bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count();
+            let line = 1 + bytes[..e.valid_up_to()]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count();
             Error::input(format!("{name}: line {line}: not UTF-8 text"))
         })?),
         None => None,
@@ -332,7 +397,12 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
     let changed = old_text != Some(new_text.as_str());
     let mut written = false;
     if mode == Mode::Write && changed {
-        write_atomic(&target, new_text.as_bytes(), old.as_ref().map(|(_, p)| p.clone()), &name)?;
+        write_atomic(
+            &target,
+            new_text.as_bytes(),
+            old.as_ref().map(|(_, p)| p.clone()),
+            &name,
+        )?;
         written = true;
     }
     let (schema, tool) = MergeReport::header();
@@ -353,7 +423,10 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
         bytes_after: new_text.len() as u64,
         documents: merged,
     };
-    Ok(Outcome { report, bundle_text: new_text })
+    Ok(Outcome {
+        report,
+        bundle_text: new_text,
+    })
 }
 
 /// The sidecar lock file of a bundle: `bundle.json` → `bundle.json.lock` (left in place afterwards).
@@ -370,17 +443,31 @@ fn lock(bundle: &Path, name: &str) -> Result<File> {
         .truncate(false)
         .write(true)
         .open(&lp)
-        .map_err(|e| Error::env(format!("{name}: cannot create the lock file {}: {e}", lp.display())))?;
-    f.lock().map_err(|e| Error::env(format!("{name}: cannot lock {}: {e}", lp.display())))?;
+        .map_err(|e| {
+            Error::env(format!(
+                "{name}: cannot create the lock file {}: {e}",
+                lp.display()
+            ))
+        })?;
+    f.lock()
+        .map_err(|e| Error::env(format!("{name}: cannot lock {}: {e}", lp.display())))?;
     Ok(f)
 }
 
-fn write_atomic(target: &Path, bytes: &[u8], perms: Option<std::fs::Permissions>, name: &str) -> Result<()> {
+fn write_atomic(
+    target: &Path,
+    bytes: &[u8],
+    perms: Option<std::fs::Permissions>,
+    name: &str,
+) -> Result<()> {
     let dir = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let file_name = target.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_else(|| "bundle".into());
+    let file_name = target
+        .file_name()
+        .map(|f| f.to_string_lossy().to_string())
+        .unwrap_or_else(|| "bundle".into());
     let env = |what: &str, e: std::io::Error| Error::env(format!("{name}: {what}: {e}"));
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{file_name}."))
@@ -392,9 +479,14 @@ fn write_atomic(target: &Path, bytes: &[u8], perms: Option<std::fs::Permissions>
         use std::os::unix::fs::PermissionsExt;
         std::fs::Permissions::from_mode(0o644)
     });
-    tmp.as_file().set_permissions(perms).map_err(|e| env("cannot set permissions", e))?;
-    tmp.as_file().sync_all().map_err(|e| env("cannot fsync", e))?;
-    tmp.persist(target).map_err(|e| env("cannot rename into place", e.error))?;
+    tmp.as_file()
+        .set_permissions(perms)
+        .map_err(|e| env("cannot set permissions", e))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| env("cannot fsync", e))?;
+    tmp.persist(target)
+        .map_err(|e| env("cannot rename into place", e.error))?;
     if let Ok(d) = File::open(&dir) {
         let _ = d.sync_all();
     }
@@ -465,7 +557,8 @@ fn value_end(b: &[u8], i: usize) -> usize {
         }
         _ => {
             let mut j = i;
-            while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+            while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+            {
                 j += 1;
             }
             j
@@ -486,13 +579,22 @@ fn scan_object(text: &str, open: usize) -> Obj {
         i = skip_ws(b, i + 1); // ':'
         let value_start = i;
         let end = value_end(b, i);
-        members.push(Member { key, key_start, value_start, value_end: end });
+        members.push(Member {
+            key,
+            key_start,
+            value_start,
+            value_end: end,
+        });
         i = skip_ws(b, end);
         if b[i] == b',' {
             i = skip_ws(b, i + 1);
         }
     }
-    Obj { open, close: i, members }
+    Obj {
+        open,
+        close: i,
+        members,
+    }
 }
 
 fn line_of(text: &str, pos: usize) -> usize {
@@ -531,7 +633,11 @@ fn detect_style(text: &str) -> Style {
             }
         }
     }
-    Style { newline, unit, pretty }
+    Style {
+        newline,
+        unit,
+        pretty,
+    }
 }
 
 fn render(value: &Value, pretty: bool, indent: &str, style: &Style) -> String {
@@ -552,8 +658,12 @@ fn apply(text: &str, edit: &Edit, bundle_name: &str) -> Result<String> {
     let b = text.as_bytes();
     let open = skip_ws(b, text.len() - text.trim_start_matches('\u{feff}').len());
     if b[open] != b'{' {
-        let v: Value = serde_json::from_str(text.trim_start_matches('\u{feff}')).unwrap_or(Value::Null);
-        return Err(Error::input(format!("{bundle_name}: $: the bundle must be a JSON object, found {}", type_name(&v))));
+        let v: Value =
+            serde_json::from_str(text.trim_start_matches('\u{feff}')).unwrap_or(Value::Null);
+        return Err(Error::input(format!(
+            "{bundle_name}: $: the bundle must be a JSON object, found {}",
+            type_name(&v)
+        )));
     }
     let mut obj = scan_object(text, open);
     let mut jpath = String::from("$");
@@ -571,11 +681,17 @@ fn apply(text: &str, edit: &Edit, bundle_name: &str) -> Result<String> {
                 let pretty = obj_pretty(text, &obj, &style);
                 let indent = line_indent(text, m.key_start);
                 let rendered = render(&edit.value, pretty, indent, &style);
-                return Ok(format!("{}{}{}", &text[..m.value_start], rendered, &text[m.value_end..]));
+                return Ok(format!(
+                    "{}{}{}",
+                    &text[..m.value_start],
+                    rendered,
+                    &text[m.value_end..]
+                ));
             }
             Some(m) => {
                 if b[m.value_start] != b'{' {
-                    let v: Value = serde_json::from_str(&text[m.value_start..m.value_end]).unwrap_or(Value::Null);
+                    let v: Value = serde_json::from_str(&text[m.value_start..m.value_end])
+                        .unwrap_or(Value::Null);
                     return Err(Error::input(format!(
                         "{bundle_name}: line {}: {jpath}.{key}: must be an object (bundle-merge places documents in it), found {}",
                         line_of(text, m.key_start),
@@ -602,7 +718,10 @@ fn apply(text: &str, edit: &Edit, bundle_name: &str) -> Result<String> {
 
 /// An object is pretty-printed when a newline precedes its first member.
 fn obj_pretty(text: &str, obj: &Obj, style: &Style) -> bool {
-    obj.members.first().map(|m| text[obj.open..m.key_start].contains('\n')).unwrap_or(style.pretty)
+    obj.members
+        .first()
+        .map(|m| text[obj.open..m.key_start].contains('\n'))
+        .unwrap_or(style.pretty)
 }
 
 fn insert_member(text: &str, obj: &Obj, key: &str, value: &Value, style: &Style) -> String {
@@ -617,15 +736,28 @@ fn insert_member(text: &str, obj: &Obj, key: &str, value: &Value, style: &Style)
             if pretty {
                 let indent = line_indent(text, last.key_start);
                 let rendered = render(value, true, indent, style);
-                format!("{},{}{indent}{key_text}{sep}{rendered}{}", &text[..last.value_end], style.newline, &text[last.value_end..])
+                format!(
+                    "{},{}{indent}{key_text}{sep}{rendered}{}",
+                    &text[..last.value_end],
+                    style.newline,
+                    &text[last.value_end..]
+                )
             } else {
                 let rendered = render(value, false, "", style);
-                format!("{},{key_text}{sep}{rendered}{}", &text[..last.value_end], &text[last.value_end..])
+                format!(
+                    "{},{key_text}{sep}{rendered}{}",
+                    &text[..last.value_end],
+                    &text[last.value_end..]
+                )
             }
         }
         None if !style.pretty => {
             let rendered = render(value, false, "", style);
-            format!("{}{{{key_text}:{rendered}}}{}", &text[..obj.open], &text[obj.close + 1..])
+            format!(
+                "{}{{{key_text}:{rendered}}}{}",
+                &text[..obj.open],
+                &text[obj.close + 1..]
+            )
         }
         None => {
             let outer = line_indent(text, obj.open).to_string();
@@ -647,7 +779,11 @@ mod tests {
     use serde_json::json;
 
     fn doc(v: Value) -> DocIn {
-        DocIn { value: v, source: "t.json".into(), line: 1 }
+        DocIn {
+            value: v,
+            source: "t.json".into(),
+            line: 1,
+        }
     }
     fn gate(verdict: &str) -> Value {
         json!({"schema": "nsyskit.gate/v1", "tool": {"name": "gate-check", "version": "0"}, "verdict": verdict})
@@ -659,7 +795,10 @@ mod tests {
         assert_eq!(placed[0].places, vec!["kernel_profile.gates"]);
         let v: Value = serde_json::from_str(&t1).unwrap();
         assert_eq!(v["kernel_profile"]["gates"]["verdict"], "RETRY");
-        assert!(t1.starts_with("{\n  \"kernel_profile\": {\n    \"gates\": {\n      \"schema\""), "{t1}");
+        assert!(
+            t1.starts_with("{\n  \"kernel_profile\": {\n    \"gates\": {\n      \"schema\""),
+            "{t1}"
+        );
         assert!(t1.ends_with("}\n"));
         let (t2, _) = merge_text(Some(&t1), "b.json", &[doc(gate("RETRY"))]).unwrap();
         assert_eq!(t1, t2);
@@ -697,23 +836,37 @@ mod tests {
     fn compact_bundles_stay_compact() {
         let old = "{\"a\":1.0,\"kernel_profile\":{}}";
         let (new, _) = merge_text(Some(old), "b.json", &[doc(gate("PASS"))]).unwrap();
-        assert!(new.starts_with("{\"a\":1.0,\"kernel_profile\":{\"gates\":{\"schema\":"), "{new}");
+        assert!(
+            new.starts_with("{\"a\":1.0,\"kernel_profile\":{\"gates\":{\"schema\":"),
+            "{new}"
+        );
         assert!(!new.contains('\n'));
         let (again, _) = merge_text(Some(&new), "b.json", &[doc(gate("PASS"))]).unwrap();
         assert_eq!(new, again);
         let (top, _) = merge_text(Some("{\"a\":1}"), "b.json", &[doc(gate("PASS"))]).unwrap();
-        assert!(top.starts_with("{\"a\":1,\"kernel_profile\":{\"gates\":{"), "{top}");
+        assert!(
+            top.starts_with("{\"a\":1,\"kernel_profile\":{\"gates\":{"),
+            "{top}"
+        );
     }
 
     #[test]
     fn bad_bundles_and_documents_are_input_errors() {
-        let e = |old: &str| merge_text(Some(old), "b.json", &[doc(gate("PASS"))]).unwrap_err().message;
+        let e = |old: &str| {
+            merge_text(Some(old), "b.json", &[doc(gate("PASS"))])
+                .unwrap_err()
+                .message
+        };
         assert!(e("[1]").contains("$: the bundle must be a JSON object, found an array"));
         assert!(e("{\"a\":").starts_with("b.json: line 1 column 5: not valid JSON"));
-        assert!(e("{\n\"kernel_profile\": 3}").contains("line 2: $.kernel_profile: must be an object"));
+        assert!(
+            e("{\n\"kernel_profile\": 3}").contains("line 2: $.kernel_profile: must be an object")
+        );
         assert!(e("{\"kernel_profile\": {}, \"kernel_profile\": {}}").contains("duplicate key"));
         let bad = |v: Value| merge_text(None, "b.json", &[doc(v)]).unwrap_err().message;
-        assert!(bad(json!({"schema": "nsyskit.nope/v1"})).contains("no place for \"nsyskit.nope/v1\""));
+        assert!(
+            bad(json!({"schema": "nsyskit.nope/v1"})).contains("no place for \"nsyskit.nope/v1\"")
+        );
         assert!(bad(json!({"schema": "other/v1"})).contains("not an nsyskit schema"));
         assert!(bad(json!({"a": 1})).contains("$.schema: missing"));
         assert!(bad(json!([1])).contains("must be a JSON object"));
@@ -723,15 +876,31 @@ mod tests {
 
     #[test]
     fn comparison_keys_are_stable() {
-        assert_eq!(comparison_key(&json!({"a": {"path": "x.sqlite"}, "b": "y.sqlite"})), "x.sqlite vs y.sqlite");
+        assert_eq!(
+            comparison_key(&json!({"a": {"path": "x.sqlite"}, "b": "y.sqlite"})),
+            "x.sqlite vs y.sqlite"
+        );
         let k = comparison_key(&json!({"schema": "nsyskit.compare/v1", "q": 1}));
         assert!(k.starts_with("doc-") && k.len() == 20);
-        assert_eq!(k, comparison_key(&json!({"schema": "nsyskit.compare/v1", "q": 1})));
+        assert_eq!(
+            k,
+            comparison_key(&json!({"schema": "nsyskit.compare/v1", "q": 1}))
+        );
     }
 
     #[test]
     fn every_kind_has_a_place() {
-        for k in ["stats", "gate", "ranges", "readiness", "provenance", "compare", "report", "serve-capture", "pod-attach"] {
+        for k in [
+            "stats",
+            "gate",
+            "ranges",
+            "readiness",
+            "provenance",
+            "compare",
+            "report",
+            "serve-capture",
+            "pod-attach",
+        ] {
             assert!(placement(k).is_some(), "{k}");
         }
         assert!(placement("bundle-merge").is_none());

@@ -33,6 +33,12 @@ pub struct KernCsvDoc {
     pub source: String,
     /// The file's modification time (RFC 3339, UTC, whole seconds): when `nsys stats` wrote it. Null for stdin.
     pub source_mtime_utc: Option<String>,
+    /// When the capture was taken, as far as this tool knows: `--captured-at` when given, else
+    /// `source_mtime_utc` (an upper bound: nsys stats ran after the capture). bundle-merge copies it to
+    /// `kernel_profile.captured_at`.
+    pub captured_at: Option<String>,
+    /// Where `captured_at` came from: `--captured-at` or `csv-mtime` (null when unknown).
+    pub captured_at_from: Option<String>,
     /// The canonical (current) nsys report name, e.g. `cuda_gpu_kern_sum`.
     pub report: String,
     /// The name the report was given under when that was an older alias (`gpukernsum`), else null.
@@ -132,11 +138,17 @@ pub struct KernCsvOptions {
     pub report: Option<String>,
     /// How many kernels `top_kernels` keeps (0 = all).
     pub top: usize,
+    /// The capture time to record (RFC 3339), instead of the CSV file's mtime.
+    pub captured_at: Option<String>,
 }
 
 impl Default for KernCsvOptions {
     fn default() -> Self {
-        KernCsvOptions { report: None, top: DEFAULT_TOP }
+        KernCsvOptions {
+            report: None,
+            top: DEFAULT_TOP,
+            captured_at: None,
+        }
     }
 }
 
@@ -155,102 +167,281 @@ pub const REPORTS: &[ReportDef] = &[
     ReportDef {
         name: "cuda_gpu_kern_sum",
         aliases: &["gpukernsum"],
-        header: &["Time (%)", "Total Time (T)", "Instances", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Name"],
+        header: &[
+            "Time (%)",
+            "Total Time (T)",
+            "Instances",
+            "Avg (T)",
+            "Med (T)",
+            "Min (T)",
+            "Max (T)",
+            "StdDev (T)",
+            "Name",
+        ],
     },
     ReportDef {
         name: "cuda_api_sum",
         aliases: &["cudaapisum"],
-        header: &["Time (%)", "Total Time (T)", "Num Calls", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Name"],
+        header: &[
+            "Time (%)",
+            "Total Time (T)",
+            "Num Calls",
+            "Avg (T)",
+            "Med (T)",
+            "Min (T)",
+            "Max (T)",
+            "StdDev (T)",
+            "Name",
+        ],
     },
     ReportDef {
         name: "osrt_sum",
         aliases: &["osrtsum"],
-        header: &["Time (%)", "Total Time (T)", "Num Calls", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Name"],
+        header: &[
+            "Time (%)",
+            "Total Time (T)",
+            "Num Calls",
+            "Avg (T)",
+            "Med (T)",
+            "Min (T)",
+            "Max (T)",
+            "StdDev (T)",
+            "Name",
+        ],
     },
     ReportDef {
         name: "nvtx_sum",
         aliases: &["nvtxsum"],
         header: &[
-            "Time (%)", "Total Time (T)", "Instances", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Style", "Range",
+            "Time (%)",
+            "Total Time (T)",
+            "Instances",
+            "Avg (T)",
+            "Med (T)",
+            "Min (T)",
+            "Max (T)",
+            "StdDev (T)",
+            "Style",
+            "Range",
         ],
     },
     ReportDef {
         name: "nvtx_pushpop_sum",
         aliases: &["nvtxppsum"],
-        header: &["Time (%)", "Total Time (T)", "Instances", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Range"],
+        header: &[
+            "Time (%)",
+            "Total Time (T)",
+            "Instances",
+            "Avg (T)",
+            "Med (T)",
+            "Min (T)",
+            "Max (T)",
+            "StdDev (T)",
+            "Range",
+        ],
     },
     ReportDef {
         name: "nvtx_startend_sum",
         aliases: &["nvtxsesum", "nvtxsssum"],
-        header: &["Time (%)", "Total Time (T)", "Instances", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Range"],
+        header: &[
+            "Time (%)",
+            "Total Time (T)",
+            "Instances",
+            "Avg (T)",
+            "Med (T)",
+            "Min (T)",
+            "Max (T)",
+            "StdDev (T)",
+            "Range",
+        ],
     },
     ReportDef {
         name: "nvtx_kern_sum",
         aliases: &["nvtxkernsum"],
         header: &[
-            "NVTX Range", "Style", "PID", "TID", "NVTX Inst", "Kern Inst", "Total Time (T)", "Avg (T)", "Med (T)", "Min (T)",
-            "Max (T)", "StdDev (T)", "Kernel Name",
+            "NVTX Range",
+            "Style",
+            "PID",
+            "TID",
+            "NVTX Inst",
+            "Kern Inst",
+            "Total Time (T)",
+            "Avg (T)",
+            "Med (T)",
+            "Min (T)",
+            "Max (T)",
+            "StdDev (T)",
+            "Kernel Name",
         ],
     },
     ReportDef {
         name: "nvtx_gpu_proj_sum",
         aliases: &[],
         header: &[
-            "Range", "Style", "Total Proj Time (T)", "Total Range Time (T)", "Range Instances", "Proj Avg (T)", "Proj Med (T)",
-            "Proj Min (T)", "Proj Max (T)", "Proj StdDev (T)", "Total GPU Ops", "Avg GPU Ops", "Avg Range Lvl", "Avg Num Child",
+            "Range",
+            "Style",
+            "Total Proj Time (T)",
+            "Total Range Time (T)",
+            "Range Instances",
+            "Proj Avg (T)",
+            "Proj Med (T)",
+            "Proj Min (T)",
+            "Proj Max (T)",
+            "Proj StdDev (T)",
+            "Total GPU Ops",
+            "Avg GPU Ops",
+            "Avg Range Lvl",
+            "Avg Num Child",
         ],
     },
     ReportDef {
         name: "cuda_gpu_mem_time_sum",
         aliases: &["gpumemtimesum"],
-        header: &["Time (%)", "Total Time (T)", "Count", "Avg (T)", "Med (T)", "Min (T)", "Max (T)", "StdDev (T)", "Operation"],
+        header: &[
+            "Time (%)",
+            "Total Time (T)",
+            "Count",
+            "Avg (T)",
+            "Med (T)",
+            "Min (T)",
+            "Max (T)",
+            "StdDev (T)",
+            "Operation",
+        ],
     },
     ReportDef {
         name: "cuda_gpu_mem_size_sum",
         aliases: &["gpumemsizesum"],
-        header: &["Total (MB)", "Count", "Avg (MB)", "Med (MB)", "Min (MB)", "Max (MB)", "StdDev (MB)", "Operation"],
+        header: &[
+            "Total (MB)",
+            "Count",
+            "Avg (MB)",
+            "Med (MB)",
+            "Min (MB)",
+            "Max (MB)",
+            "StdDev (MB)",
+            "Operation",
+        ],
     },
     ReportDef {
         name: "cuda_kern_exec_sum",
         aliases: &["kernexecsum"],
         header: &[
-            "PID", "TID", "DevId", "Count", "QCount", "TAvg (T)", "TMed (T)", "TMin (T)", "TMax (T)", "TStdDev (T)", "AAvg (T)",
-            "AMed (T)", "AMin (T)", "AMax (T)", "AStdDev (T)", "QAvg (T)", "QMed (T)", "QMin (T)", "QMax (T)", "QStdDev (T)",
-            "KAvg (T)", "KMed (T)", "KMin (T)", "KMax (T)", "KStdDev (T)", "API Name", "Kernel Name",
+            "PID",
+            "TID",
+            "DevId",
+            "Count",
+            "QCount",
+            "TAvg (T)",
+            "TMed (T)",
+            "TMin (T)",
+            "TMax (T)",
+            "TStdDev (T)",
+            "AAvg (T)",
+            "AMed (T)",
+            "AMin (T)",
+            "AMax (T)",
+            "AStdDev (T)",
+            "QAvg (T)",
+            "QMed (T)",
+            "QMin (T)",
+            "QMax (T)",
+            "QStdDev (T)",
+            "KAvg (T)",
+            "KMed (T)",
+            "KMin (T)",
+            "KMax (T)",
+            "KStdDev (T)",
+            "API Name",
+            "Kernel Name",
         ],
     },
     ReportDef {
         name: "cuda_api_trace",
         aliases: &["cudaapitrace"],
-        header: &["Start (T)", "Duration (T)", "Name", "Result", "CorrID", "Pid", "Tid", "T-Pri", "Thread Name"],
+        header: &[
+            "Start (T)",
+            "Duration (T)",
+            "Name",
+            "Result",
+            "CorrID",
+            "Pid",
+            "Tid",
+            "T-Pri",
+            "Thread Name",
+        ],
     },
     ReportDef {
         name: "cuda_gpu_trace",
         aliases: &["gputrace"],
         header: &[
-            "Start (T)", "Duration (T)", "CorrId", "GrdX", "GrdY", "GrdZ", "BlkX", "BlkY", "BlkZ", "Reg/Trd", "StcSMem (MB)",
-            "DymSMem (MB)", "Bytes (MB)", "Throughput (MB/s)", "SrcMemKd", "DstMemKd", "Device", "Ctx", "GreenCtx", "Strm", "Name",
+            "Start (T)",
+            "Duration (T)",
+            "CorrId",
+            "GrdX",
+            "GrdY",
+            "GrdZ",
+            "BlkX",
+            "BlkY",
+            "BlkZ",
+            "Reg/Trd",
+            "StcSMem (MB)",
+            "DymSMem (MB)",
+            "Bytes (MB)",
+            "Throughput (MB/s)",
+            "SrcMemKd",
+            "DstMemKd",
+            "Device",
+            "Ctx",
+            "GreenCtx",
+            "Strm",
+            "Name",
         ],
     },
     ReportDef {
         name: "nvtx_pushpop_trace",
         aliases: &["nvtxpptrace"],
         header: &[
-            "Start (T)", "End (T)", "Duration (T)", "DurChild (T)", "DurNonChild (T)", "Name", "PID", "TID", "Lvl", "NumChild",
-            "RangeId", "ParentId", "RangeStack", "NameTree",
+            "Start (T)",
+            "End (T)",
+            "Duration (T)",
+            "DurChild (T)",
+            "DurNonChild (T)",
+            "Name",
+            "PID",
+            "TID",
+            "Lvl",
+            "NumChild",
+            "RangeId",
+            "ParentId",
+            "RangeStack",
+            "NameTree",
         ],
     },
 ];
 
 const TEXT_COLUMNS: &[&str] = &[
-    "Name", "Range", "Style", "Operation", "API Name", "Kernel Name", "NVTX Range", "RangeStack", "NameTree", "Thread Name",
-    "SrcMemKd", "DstMemKd", "Device",
+    "Name",
+    "Range",
+    "Style",
+    "Operation",
+    "API Name",
+    "Kernel Name",
+    "NVTX Range",
+    "RangeStack",
+    "NameTree",
+    "Thread Name",
+    "SrcMemKd",
+    "DstMemKd",
+    "Device",
 ];
 const FLOAT_COLUMNS: &[&str] = &["Avg GPU Ops", "Avg Range Lvl", "Avg Num Child"];
 
 /// Look a report up by its current or older name.
 pub fn find_report(name: &str) -> Option<&'static ReportDef> {
-    REPORTS.iter().find(|r| r.name == name || r.aliases.contains(&name))
+    REPORTS
+        .iter()
+        .find(|r| r.name == name || r.aliases.contains(&name))
 }
 
 /// Every report name accepted by `--report` (current names, then older ones).
@@ -263,22 +454,47 @@ pub fn report_names() -> Vec<&'static str> {
 /// Read the input and convert it (the binary's and the Nushell command's entry point for paths and stdin).
 pub fn run(input: &Input, opts: &KernCsvOptions) -> Result<KernCsvDoc> {
     let bytes = input.read_bytes()?;
-    let mtime = input.path().and_then(|p| std::fs::metadata(p).ok()).and_then(|m| m.modified().ok()).map(rfc3339_utc);
+    let mtime = input
+        .path()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .and_then(|m| m.modified().ok())
+        .map(rfc3339_utc);
     convert(&bytes, &input.name(), input.path(), mtime, opts)
 }
 
 /// Convert CSV bytes. `source` names the input in messages and in the document; `path` (when the input is a
 /// file) lets the file name pick between reports that share a header; `mtime` is recorded as
 /// `source_mtime_utc`.
-pub fn convert(bytes: &[u8], source: &str, path: Option<&Path>, mtime: Option<String>, opts: &KernCsvOptions) -> Result<KernCsvDoc> {
+pub fn convert(
+    bytes: &[u8],
+    source: &str,
+    path: Option<&Path>,
+    mtime: Option<String>,
+    opts: &KernCsvOptions,
+) -> Result<KernCsvDoc> {
     let forced = match &opts.report {
         Some(r) => Some(find_report(r).ok_or_else(|| {
-            Error::usage(format!("--report {r}: unknown report; known: {}", report_names().join(", "))).with_arg("--report")
+            Error::usage(format!(
+                "--report {r}: unknown report; known: {}",
+                report_names().join(", ")
+            ))
+            .with_arg("--report")
         })?),
         None => None,
     };
+    if let Some(t) = &opts.captured_at {
+        if !is_rfc3339(t) {
+            return Err(Error::usage(format!(
+                "--captured-at {t:?}: not an RFC 3339 time (e.g. 2026-11-29T22:43:05Z)"
+            ))
+            .with_arg("--captured-at"));
+        }
+    }
     let text = std::str::from_utf8(bytes).map_err(|e| {
-        let line = 1 + bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count();
+        let line = 1 + bytes[..e.valid_up_to()]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
         Error::input(format!("{source}: line {line}: not UTF-8 text"))
     })?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -290,6 +506,12 @@ pub fn convert(bytes: &[u8], source: &str, path: Option<&Path>, mtime: Option<St
         schema,
         tool,
         source: source.to_string(),
+        captured_at_from: match (&opts.captured_at, &mtime) {
+            (Some(_), _) => Some("--captured-at".into()),
+            (None, Some(_)) => Some("csv-mtime".into()),
+            (None, None) => None,
+        },
+        captured_at: opts.captured_at.clone().or_else(|| mtime.clone()),
         source_mtime_utc: mtime,
         report: String::new(),
         report_alias: None,
@@ -333,7 +555,11 @@ pub fn convert(bytes: &[u8], source: &str, path: Option<&Path>, mtime: Option<St
             doc.status = "skipped".into();
             doc.skipped_reason = Some(reason.trim().to_string());
             if doc.is_kernel_report() {
-                doc.totals = Some(KernelTotals { kernels: 0, instances: 0, total_time_ns: 0 });
+                doc.totals = Some(KernelTotals {
+                    kernels: 0,
+                    instances: 0,
+                    total_time_ns: 0,
+                });
                 doc.top_kernels = Some(Vec::new());
             }
             return Ok(doc);
@@ -351,18 +577,37 @@ pub fn convert(bytes: &[u8], source: &str, path: Option<&Path>, mtime: Option<St
     };
     let body_lines = &section.lines[body_start..];
     let first_line = body_lines[0].number;
-    let body: String = body_lines.iter().map(|l| l.text).collect::<Vec<_>>().join("\n");
+    let body: String = body_lines
+        .iter()
+        .map(|l| l.text)
+        .collect::<Vec<_>>()
+        .join("\n");
 
-    let mut rdr = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(body.as_bytes());
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(body.as_bytes());
     let mut records = rdr.records();
     let header = match records.next() {
         Some(Ok(h)) => h.iter().map(|s| s.to_string()).collect::<Vec<String>>(),
-        Some(Err(e)) => return Err(Error::input(format!("{source}: line {first_line}: bad CSV header: {e}"))),
+        Some(Err(e)) => {
+            return Err(Error::input(format!(
+                "{source}: line {first_line}: bad CSV header: {e}"
+            )))
+        }
         None => unreachable!("body has a non-blank first line"),
     };
     let parsed: Vec<ParsedCol> = header.iter().map(|h| parse_header(h)).collect();
     let signature: Vec<String> = parsed.iter().map(|c| c.signature.clone()).collect();
-    let candidates: Vec<&'static ReportDef> = REPORTS.iter().filter(|r| r.header.iter().copied().eq(signature.iter().map(|s| s.as_str()))).collect();
+    let candidates: Vec<&'static ReportDef> = REPORTS
+        .iter()
+        .filter(|r| {
+            r.header
+                .iter()
+                .copied()
+                .eq(signature.iter().map(|s| s.as_str()))
+        })
+        .collect();
 
     let (def, name, how) = match (forced, candidates.as_slice()) {
         (Some(r), _) => {
@@ -404,11 +649,17 @@ pub fn convert(bytes: &[u8], source: &str, path: Option<&Path>, mtime: Option<St
     set_name(&mut doc, def, &name, how);
 
     // one time unit per file in practice; record it (the first seen), convert each column by its own
-    doc.csv_time_unit = parsed.iter().find_map(|c| c.unit.map(|(u, _)| u.to_string()));
+    doc.csv_time_unit = parsed
+        .iter()
+        .find_map(|c| c.unit.map(|(u, _)| u.to_string()));
     doc.columns = parsed
         .iter()
         .zip(&header)
-        .map(|(c, h)| Column { header: h.clone(), key: c.key.clone(), kind: c.kind.as_str().to_string() })
+        .map(|(c, h)| Column {
+            header: h.clone(),
+            key: c.key.clone(),
+            kind: c.kind.as_str().to_string(),
+        })
         .collect();
 
     let (mut seen_byte, mut seen_lines) = (0usize, 0usize);
@@ -418,12 +669,19 @@ pub fn convert(bytes: &[u8], source: &str, path: Option<&Path>, mtime: Option<St
             continue; // a blank (or whitespace-only) line
         }
         // the record's line: skip the blank lines the reader stepped over, count newlines before it
-        let mut byte = rec.position().map(|p| p.byte() as usize).unwrap_or(0).min(body.len());
+        let mut byte = rec
+            .position()
+            .map(|p| p.byte() as usize)
+            .unwrap_or(0)
+            .min(body.len());
         while byte < body.len() && matches!(body.as_bytes()[byte], b'\n' | b'\r') {
             byte += 1;
         }
         if byte >= seen_byte {
-            seen_lines += body.as_bytes()[seen_byte..byte].iter().filter(|&&b| b == b'\n').count();
+            seen_lines += body.as_bytes()[seen_byte..byte]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count();
             seen_byte = byte;
         }
         let line = body_lines[seen_lines.min(body_lines.len() - 1)].number;
@@ -437,7 +695,9 @@ pub fn convert(bytes: &[u8], source: &str, path: Option<&Path>, mtime: Option<St
         let mut row = Map::new();
         for ((cell, col), h) in rec.iter().zip(&parsed).zip(&header) {
             let v = col.convert(cell).map_err(|why| {
-                Error::input(format!("{source}: line {line}: column \"{h}\": {why}: {cell:?}"))
+                Error::input(format!(
+                    "{source}: line {line}: column \"{h}\": {why}: {cell:?}"
+                ))
             })?;
             row.insert(col.key.clone(), v);
         }
@@ -489,18 +749,32 @@ struct Section<'a> {
 /// Split the text into reports: each `Processing [...] with [...]` line starts one (nsys's console output of
 /// several reports); a plain CSV file is one section.
 fn split_sections(text: &str) -> Vec<Section<'_>> {
-    let mut sections = vec![Section { processing: None, lines: Vec::new() }];
+    let mut sections = vec![Section {
+        processing: None,
+        lines: Vec::new(),
+    }];
     for (i, raw) in text.split('\n').enumerate() {
         let line = raw.strip_suffix('\r').unwrap_or(raw);
         if let Some(name) = processing_report(line) {
             let cur = sections.last_mut().unwrap();
-            if cur.processing.is_some() || cur.lines.iter().any(|l| !l.text.trim().is_empty() && !is_preamble(l.text.trim())) {
-                sections.push(Section { processing: Some(name), lines: Vec::new() });
+            if cur.processing.is_some()
+                || cur
+                    .lines
+                    .iter()
+                    .any(|l| !l.text.trim().is_empty() && !is_preamble(l.text.trim()))
+            {
+                sections.push(Section {
+                    processing: Some(name),
+                    lines: Vec::new(),
+                });
             } else {
                 cur.processing = Some(name);
             }
         }
-        sections.last_mut().unwrap().lines.push(Line { number: i + 1, text: line });
+        sections.last_mut().unwrap().lines.push(Line {
+            number: i + 1,
+            text: line,
+        });
     }
     sections
 }
@@ -515,14 +789,29 @@ fn processing_report(line: &str) -> Option<String> {
     Some(file.strip_suffix(".py").unwrap_or(file).to_string())
 }
 
-fn pick_section<'a, 'b>(sections: &'b [Section<'a>], forced: Option<&ReportDef>, source: &str) -> Result<&'b Section<'a>> {
+fn pick_section<'a, 'b>(
+    sections: &'b [Section<'a>],
+    forced: Option<&ReportDef>,
+    source: &str,
+) -> Result<&'b Section<'a>> {
     if sections.len() == 1 {
         return Ok(&sections[0]);
     }
-    let names: Vec<String> = sections.iter().map(|s| s.processing.clone().unwrap_or_else(|| "?".into())).collect();
+    let names: Vec<String> = sections
+        .iter()
+        .map(|s| s.processing.clone().unwrap_or_else(|| "?".into()))
+        .collect();
     if let Some(r) = forced {
-        let hits: Vec<&Section> =
-            sections.iter().filter(|s| s.processing.as_deref().and_then(find_report).map(|d| d.name) == Some(r.name)).collect();
+        let hits: Vec<&Section> = sections
+            .iter()
+            .filter(|s| {
+                s.processing
+                    .as_deref()
+                    .and_then(find_report)
+                    .map(|d| d.name)
+                    == Some(r.name)
+            })
+            .collect();
         if hits.len() == 1 {
             return Ok(hits[0]);
         }
@@ -622,7 +911,12 @@ fn parse_header(h: &str) -> ParsedCol {
                 "MB/s" => (format!("{}_mb_per_s", snake(label)), Kind::MegabytesPerS),
                 _ => (snake(h), Kind::Text),
             };
-            return ParsedCol { signature: h.to_string(), key, kind, unit: None };
+            return ParsedCol {
+                signature: h.to_string(),
+                key,
+                kind,
+                unit: None,
+            };
         }
     }
     let kind = if TEXT_COLUMNS.contains(&h) {
@@ -632,7 +926,12 @@ fn parse_header(h: &str) -> ParsedCol {
     } else {
         Kind::Integer
     };
-    ParsedCol { signature: h.to_string(), key: snake(h), kind, unit: None }
+    ParsedCol {
+        signature: h.to_string(),
+        key: snake(h),
+        kind,
+        unit: None,
+    }
 }
 
 /// `Total Time` → `total_time`, `Reg/Trd` → `reg_per_trd`, `T-Pri` → `t_pri`.
@@ -682,12 +981,18 @@ pub fn decimal_to_ns(s: &str, pow: u32) -> Option<i64> {
         Some((i, f)) => (i, f),
         None => (digits, ""),
     };
-    if (int.is_empty() && frac.is_empty()) || !int.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+    if (int.is_empty() && frac.is_empty())
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     let p = pow as usize;
     let mut mag: i128 = 0;
-    for b in int.bytes().chain(frac.bytes().chain(std::iter::repeat(b'0')).take(p)) {
+    for b in int
+        .bytes()
+        .chain(frac.bytes().chain(std::iter::repeat(b'0')).take(p))
+    {
         mag = mag.checked_mul(10)?.checked_add((b - b'0') as i128)?;
     }
     if frac.len() > p && frac.as_bytes()[p] >= b'5' {
@@ -697,9 +1002,15 @@ pub fn decimal_to_ns(s: &str, pow: u32) -> Option<i64> {
     i64::try_from(v).ok()
 }
 
-fn kernel_summary(rows: &[Map<String, Value>], top: usize, source: &str) -> Result<(KernelTotals, Vec<TopKernel>)> {
+fn kernel_summary(
+    rows: &[Map<String, Value>],
+    top: usize,
+    source: &str,
+) -> Result<(KernelTotals, Vec<TopKernel>)> {
     let int = |row: &Map<String, Value>, k: &str, i: usize| -> Result<i64> {
-        row.get(k).and_then(|v| v.as_i64()).ok_or_else(|| Error::input(format!("{source}: data row {}: {k} is empty", i + 1)))
+        row.get(k)
+            .and_then(|v| v.as_i64())
+            .ok_or_else(|| Error::input(format!("{source}: data row {}: {k} is empty", i + 1)))
     };
     let mut total: i64 = 0;
     let mut instances: u64 = 0;
@@ -708,15 +1019,30 @@ fn kernel_summary(rows: &[Map<String, Value>], top: usize, source: &str) -> Resu
         instances = instances.saturating_add(int(r, "instances", i)?.max(0) as u64);
     }
     let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(rows[i].get("total_time_ns").and_then(|v| v.as_i64()).unwrap_or(0)));
-    let n = if top == 0 { rows.len() } else { top.min(rows.len()) };
+    order.sort_by_key(|&i| {
+        std::cmp::Reverse(
+            rows[i]
+                .get("total_time_ns")
+                .and_then(|v| v.as_i64())
+                .unwrap_or(0),
+        )
+    });
+    let n = if top == 0 {
+        rows.len()
+    } else {
+        top.min(rows.len())
+    };
     let mut out = Vec::with_capacity(n);
     for (rank, &i) in order.iter().take(n).enumerate() {
         let r = &rows[i];
         let t = int(r, "total_time_ns", i)?;
         out.push(TopKernel {
             rank: rank as u64 + 1,
-            name: r.get("name").and_then(|v| v.as_str()).unwrap_or("").to_string(),
+            name: r
+                .get("name")
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_string(),
             total_time_ns: t,
             instances: int(r, "instances", i)?,
             avg_ns: int(r, "avg_ns", i)?,
@@ -725,10 +1051,30 @@ fn kernel_summary(rows: &[Map<String, Value>], top: usize, source: &str) -> Resu
             max_ns: int(r, "max_ns", i)?,
             stddev_ns: int(r, "stddev_ns", i)?,
             time_pct: r.get("time_pct").and_then(|v| v.as_f64()).unwrap_or(0.0),
-            share: if total > 0 { t as f64 / total as f64 } else { 0.0 },
+            share: if total > 0 {
+                t as f64 / total as f64
+            } else {
+                0.0
+            },
         });
     }
-    Ok((KernelTotals { kernels: rows.len() as u64, instances, total_time_ns: total }, out))
+    Ok((
+        KernelTotals {
+            kernels: rows.len() as u64,
+            instances,
+            total_time_ns: total,
+        },
+        out,
+    ))
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` (a `t`/`z` or a space separator is accepted, as RFC 3339 allows).
+pub fn is_rfc3339(t: &str) -> bool {
+    let re = regex::Regex::new(
+        r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])[Tt ]([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$",
+    )
+    .expect("a valid regex");
+    re.is_match(t)
 }
 
 /// RFC 3339 UTC with whole seconds, e.g. `2026-11-29T22:43:05Z`.
@@ -749,7 +1095,12 @@ pub fn rfc3339_utc(t: std::time::SystemTime) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]
@@ -777,7 +1128,10 @@ mod tests {
     #[test]
     fn header_typing() {
         let c = parse_header("Total Time (us)");
-        assert_eq!((c.key.as_str(), c.kind, c.signature.as_str()), ("total_time_ns", Kind::TimeNs, "Total Time (T)"));
+        assert_eq!(
+            (c.key.as_str(), c.kind, c.signature.as_str()),
+            ("total_time_ns", Kind::TimeNs, "Total Time (T)")
+        );
         assert_eq!(parse_header("Time (%)").key, "time_pct");
         assert_eq!(parse_header("Reg/Trd").key, "reg_per_trd");
         assert_eq!(parse_header("Throughput (MB/s)").key, "throughput_mb_per_s");
@@ -788,7 +1142,11 @@ mod tests {
     #[test]
     fn every_report_header_types_every_column_and_keys_are_unique() {
         for r in REPORTS {
-            let keys: Vec<String> = r.header.iter().map(|h| parse_header(&h.replace("(T)", "(ns)")).key).collect();
+            let keys: Vec<String> = r
+                .header
+                .iter()
+                .map(|h| parse_header(&h.replace("(T)", "(ns)")).key)
+                .collect();
             let mut dedup = keys.clone();
             dedup.sort();
             dedup.dedup();
@@ -799,21 +1157,42 @@ mod tests {
     #[test]
     fn file_names_pick_the_report() {
         let n = |s: &str| report_from_file_name(Path::new(s)).map(|(r, n)| (r.name, n));
-        assert_eq!(n("x/gpu_full_node_cuda_api_sum.csv"), Some(("cuda_api_sum", "cuda_api_sum".into())));
+        assert_eq!(
+            n("x/gpu_full_node_cuda_api_sum.csv"),
+            Some(("cuda_api_sum", "cuda_api_sum".into()))
+        );
         assert_eq!(n("a_osrt_sum.csv"), Some(("osrt_sum", "osrt_sum".into())));
         assert_eq!(n("nvtx_sum.csv"), Some(("nvtx_sum", "nvtx_sum".into())));
-        assert_eq!(n("r_nvtx_pushpop_sum.csv"), Some(("nvtx_pushpop_sum", "nvtx_pushpop_sum".into())));
-        assert_eq!(n("r_gpukernsum.csv"), Some(("cuda_gpu_kern_sum", "gpukernsum".into())));
+        assert_eq!(
+            n("r_nvtx_pushpop_sum.csv"),
+            Some(("nvtx_pushpop_sum", "nvtx_pushpop_sum".into()))
+        );
+        assert_eq!(
+            n("r_gpukernsum.csv"),
+            Some(("cuda_gpu_kern_sum", "gpukernsum".into()))
+        );
         assert_eq!(n("stats.csv"), None);
     }
 
     #[test]
     fn processing_lines_name_the_report() {
         assert_eq!(
-            processing_report("Processing [a.sqlite] with [/usr/lib/nsight-systems/reports/osrt_sum.py]... ").as_deref(),
+            processing_report(
+                "Processing [a.sqlite] with [/usr/lib/nsight-systems/reports/osrt_sum.py]... "
+            )
+            .as_deref(),
             Some("osrt_sum")
         );
         assert_eq!(processing_report("Time (%),Total"), None);
+    }
+
+    #[test]
+    fn rfc3339_check() {
+        assert!(is_rfc3339("2026-11-29T22:43:05Z"));
+        assert!(is_rfc3339("2026-11-29T22:43:05.123+01:00"));
+        assert!(!is_rfc3339("2026-11-29"));
+        assert!(!is_rfc3339("2026-13-29T22:43:05Z"));
+        assert!(!is_rfc3339("yesterday"));
     }
 
     #[test]

@@ -14,8 +14,16 @@ fn merge() -> Command {
 }
 
 fn kern_csv(args: &[&str]) -> Vec<u8> {
-    let out = Command::cargo_bin("kern-csv-to-json").unwrap().args(args).output().unwrap();
-    assert!(out.status.code() == Some(0) || out.status.code() == Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::cargo_bin("kern-csv-to-json")
+        .unwrap()
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code() == Some(0) || out.status.code() == Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     common::one_doc(&out.stdout);
     out.stdout
 }
@@ -31,14 +39,34 @@ fn gate(verdict: &str) -> Value {
 
 /// Run bundle-merge, check its exit code and validate its summary.
 fn run_merge(bundle: &Path, docs: &[&Path], stdin: &[u8], code: i32) -> Value {
-    let out = merge().arg(bundle).args(docs).write_stdin(stdin.to_vec()).output().unwrap();
-    assert_eq!(out.status.code(), Some(code), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = merge()
+        .arg(bundle)
+        .args(docs)
+        .write_stdin(stdin.to_vec())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     common::one_doc(&out.stdout)
 }
 
 fn fail_merge(bundle: &Path, docs: &[&Path], stdin: &[u8]) -> String {
-    let out = merge().arg(bundle).args(docs).write_stdin(stdin.to_vec()).output().unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = merge()
+        .arg(bundle)
+        .args(docs)
+        .write_stdin(stdin.to_vec())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!err.contains("panicked"), "{err}");
@@ -53,7 +81,10 @@ fn fixture_csvs() -> Vec<PathBuf> {
     let mut v = Vec::new();
     for ver in std::fs::read_dir(common::root().join("fixtures")).unwrap() {
         if let Ok(rd) = std::fs::read_dir(ver.unwrap().path().join("stats")) {
-            v.extend(rd.map(|f| f.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "csv")));
+            v.extend(
+                rd.map(|f| f.unwrap().path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "csv")),
+            );
         }
     }
     v.sort();
@@ -65,11 +96,20 @@ fn every_fixture_csv_merges_and_top_kernels_match_the_csv_row_for_row() {
     let dir = tempfile::tempdir().unwrap();
     let mut kernel_files = 0;
     // one bundle per capture, all its reports merged by one bundle-merge run
-    let mut by_bundle: std::collections::BTreeMap<PathBuf, Vec<(PathBuf, PathBuf)>> = Default::default();
+    let mut by_bundle: std::collections::BTreeMap<PathBuf, Vec<(PathBuf, PathBuf)>> =
+        Default::default();
     for (i, f) in fixture_csvs().into_iter().enumerate() {
         let name = f.file_stem().unwrap().to_str().unwrap();
         let capture = name.split('_').take(3).collect::<Vec<_>>().join("_");
-        let version = f.parent().unwrap().parent().unwrap().file_name().unwrap().to_str().unwrap();
+        let version = f
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap();
         let bundle = dir.path().join(format!("{version}_{capture}.json"));
         let doc = dir.path().join(format!("doc{i}.json"));
         std::fs::write(&doc, kern_csv(&[f.to_str().unwrap(), "--top", "0"])).unwrap();
@@ -82,36 +122,61 @@ fn every_fixture_csv_merges_and_top_kernels_match_the_csv_row_for_row() {
         assert_eq!(summary["documents"].as_array().unwrap().len(), files.len());
         let b = read(bundle);
         for (f, d) in files {
-        let doc = std::fs::read(d).unwrap();
-        let report = serde_json::from_slice::<Value>(&doc).unwrap()["report"].as_str().unwrap().to_string();
-        assert_eq!(b["kernel_profile"]["stats"][&report]["report"], report.as_str(), "{}", f.display());
-        assert_eq!(b["kernel_profile"]["stats"][&report], serde_json::from_slice::<Value>(&doc).unwrap());
-        if report != "cuda_gpu_kern_sum" {
-            continue;
-        }
-        kernel_files += 1;
-        let kp = &b["kernel_profile"];
-        assert_eq!(kp["summary_csv_path"], f.to_str().unwrap());
-        assert!(kp["captured_at"].as_str().unwrap().ends_with('Z'));
-        let mut rdr = csv::Reader::from_path(&f).unwrap();
-        let rows: Vec<csv::StringRecord> = rdr.records().map(|r| r.unwrap()).collect();
-        let top = kp["top_kernels"].as_array().unwrap();
-        assert_eq!(top.len(), rows.len(), "{}", f.display());
-        for (i, (k, r)) in top.iter().zip(&rows).enumerate() {
-            let ns = |s: &str| s.parse::<f64>().unwrap().round() as i64;
-            assert_eq!(k["rank"], i + 1);
-            assert_eq!(k["name"].as_str().unwrap(), &r[8], "{} row {i}", f.display());
-            assert_eq!(k["time_pct"].as_f64().unwrap(), r[0].parse::<f64>().unwrap());
-            assert_eq!(k["total_time_ns"].as_i64().unwrap(), r[1].parse::<i64>().unwrap());
-            assert_eq!(k["instances"].as_i64().unwrap(), r[2].parse::<i64>().unwrap());
-            assert_eq!(k["avg_ns"].as_i64().unwrap(), ns(&r[3]));
-            assert_eq!(k["med_ns"].as_i64().unwrap(), ns(&r[4]));
-            assert_eq!(k["min_ns"].as_i64().unwrap(), ns(&r[5]));
-            assert_eq!(k["max_ns"].as_i64().unwrap(), ns(&r[6]));
-            assert_eq!(k["stddev_ns"].as_i64().unwrap(), ns(&r[7]));
-        }
-        let total: i64 = rows.iter().map(|r| r[1].parse::<i64>().unwrap()).sum();
-        assert_eq!(kp["totals"]["total_time_ns"].as_i64().unwrap(), total);
+            let doc = std::fs::read(d).unwrap();
+            let report = serde_json::from_slice::<Value>(&doc).unwrap()["report"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            assert_eq!(
+                b["kernel_profile"]["stats"][&report]["report"],
+                report.as_str(),
+                "{}",
+                f.display()
+            );
+            assert_eq!(
+                b["kernel_profile"]["stats"][&report],
+                serde_json::from_slice::<Value>(&doc).unwrap()
+            );
+            if report != "cuda_gpu_kern_sum" {
+                continue;
+            }
+            kernel_files += 1;
+            let kp = &b["kernel_profile"];
+            assert_eq!(kp["summary_csv_path"], f.to_str().unwrap());
+            assert!(kp["captured_at"].as_str().unwrap().ends_with('Z'));
+            let mut rdr = csv::Reader::from_path(f).unwrap();
+            let rows: Vec<csv::StringRecord> = rdr.records().map(|r| r.unwrap()).collect();
+            let top = kp["top_kernels"].as_array().unwrap();
+            assert_eq!(top.len(), rows.len(), "{}", f.display());
+            for (i, (k, r)) in top.iter().zip(&rows).enumerate() {
+                let ns = |s: &str| s.parse::<f64>().unwrap().round() as i64;
+                assert_eq!(k["rank"], i + 1);
+                assert_eq!(
+                    k["name"].as_str().unwrap(),
+                    &r[8],
+                    "{} row {i}",
+                    f.display()
+                );
+                assert_eq!(
+                    k["time_pct"].as_f64().unwrap(),
+                    r[0].parse::<f64>().unwrap()
+                );
+                assert_eq!(
+                    k["total_time_ns"].as_i64().unwrap(),
+                    r[1].parse::<i64>().unwrap()
+                );
+                assert_eq!(
+                    k["instances"].as_i64().unwrap(),
+                    r[2].parse::<i64>().unwrap()
+                );
+                assert_eq!(k["avg_ns"].as_i64().unwrap(), ns(&r[3]));
+                assert_eq!(k["med_ns"].as_i64().unwrap(), ns(&r[4]));
+                assert_eq!(k["min_ns"].as_i64().unwrap(), ns(&r[5]));
+                assert_eq!(k["max_ns"].as_i64().unwrap(), ns(&r[6]));
+                assert_eq!(k["stddev_ns"].as_i64().unwrap(), ns(&r[7]));
+            }
+            let total: i64 = rows.iter().map(|r| r[1].parse::<i64>().unwrap()).sum();
+            assert_eq!(kp["totals"]["total_time_ns"].as_i64().unwrap(), total);
         }
     }
     assert_eq!(kernel_files, 7);
@@ -127,30 +192,69 @@ fn lossless_for_everything_it_does_not_own() {
     let kern = stats("nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv");
     run_merge(&bundle, &[], &kern, 0);
     let text = std::fs::read_to_string(&bundle).unwrap();
-    assert!(text.starts_with(&format!("{head},\n    \"top_kernels\": [\n      {{\n        \"rank\": 1,")), "{text}");
+    assert!(
+        text.starts_with(&format!(
+            "{head},\n    \"top_kernels\": [\n      {{\n        \"rank\": 1,"
+        )),
+        "{text}"
+    );
     assert!(text.ends_with(tail), "{text}");
     let v = read(&bundle);
     assert_eq!(v["kernel_profile"]["owner_note"], "keep me");
-    assert_eq!(v["kernel_profile"]["top_kernels"][0]["total_time_ns"], 6009202);
+    assert_eq!(
+        v["kernel_profile"]["top_kernels"][0]["total_time_ns"],
+        6009202
+    );
     let keys: Vec<&String> = v["kernel_profile"].as_object().unwrap().keys().collect();
-    assert_eq!(keys, ["owner_note", "gpu", "top_kernels", "totals", "summary_csv_path", "captured_at", "stats"]);
+    assert_eq!(
+        keys,
+        [
+            "owner_note",
+            "gpu",
+            "top_kernels",
+            "totals",
+            "summary_csv_path",
+            "captured_at",
+            "stats"
+        ]
+    );
     // idempotent: the same documents again give the same bytes, and --check says so
     run_merge(&bundle, &[], &kern, 0);
     assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text);
-    let out = merge().arg("--check").arg(&bundle).write_stdin(kern.clone()).output().unwrap();
+    let out = merge()
+        .arg("--check")
+        .arg(&bundle)
+        .write_stdin(kern.clone())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(common::one_doc(&out.stdout)["changed"], false);
     // a different document replaces only its own place
     let other = stats("nsys-2025.3.1/stats/decode_clean_cuda_gpu_kern_sum.csv");
-    let out = merge().arg("--check").arg(&bundle).write_stdin(other.clone()).output().unwrap();
+    let out = merge()
+        .arg("--check")
+        .arg(&bundle)
+        .write_stdin(other.clone())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(common::one_doc(&out.stdout)["changed"], true);
-    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text, "--check writes nothing");
+    assert_eq!(
+        std::fs::read_to_string(&bundle).unwrap(),
+        text,
+        "--check writes nothing"
+    );
     run_merge(&bundle, &[], &other, 0);
     let text2 = std::fs::read_to_string(&bundle).unwrap();
     assert!(text2.starts_with(head) && text2.ends_with(tail));
-    assert_eq!(read(&bundle)["kernel_profile"]["top_kernels"][0]["name"], "nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_NNT");
-    assert_eq!(read(&bundle)["kernel_profile"]["top_kernels"][0]["total_time_ns"], 12365275);
+    assert_eq!(
+        read(&bundle)["kernel_profile"]["top_kernels"][0]["name"],
+        "nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_NNT"
+    );
+    assert_eq!(
+        read(&bundle)["kernel_profile"]["top_kernels"][0]["total_time_ns"],
+        12365275
+    );
 }
 
 #[test]
@@ -162,7 +266,10 @@ fn a_retry_gate_is_recorded_and_documents_come_from_files_and_streams() {
     let summary = run_merge(&bundle, &[&g], b"", 0);
     assert_eq!(summary["created"], true);
     assert_eq!(summary["written"], true);
-    assert_eq!(summary["documents"][0]["places"], json!(["kernel_profile.gates"]));
+    assert_eq!(
+        summary["documents"][0]["places"],
+        json!(["kernel_profile.gates"])
+    );
     assert_eq!(read(&bundle)["kernel_profile"]["gates"]["verdict"], "RETRY");
     // NDJSON on stdin: provenance + a PASS gate (which replaces the RETRY)
     let prov = json!({"schema": "nsyskit.provenance/v1", "tool": {"name": "nsys-resolve", "version": "0.1.0"}, "nsys": {"version": "2025.3.1"}});
@@ -174,8 +281,13 @@ fn a_retry_gate_is_recorded_and_documents_come_from_files_and_streams() {
     assert_eq!(v["provenance"]["nsys"]["version"], "2025.3.1");
     assert_eq!(v["kernel_profile"]["gates"]["verdict"], "PASS");
     // every kind of the table has its place
-    let kinds = [("ranges", "kernel_profile.ranges"), ("readiness", "kernel_profile.readiness"), ("report", "report"),
-        ("serve-capture", "serve_capture"), ("pod-attach", "pod_attach")];
+    let kinds = [
+        ("ranges", "kernel_profile.ranges"),
+        ("readiness", "kernel_profile.readiness"),
+        ("report", "report"),
+        ("serve-capture", "serve_capture"),
+        ("pod-attach", "pod_attach"),
+    ];
     for (kind, place) in kinds {
         let d = json!({"schema": format!("nsyskit.{kind}/v1"), "tool": {"name": kind, "version": "0.1.0"}});
         let s = run_merge(&bundle, &[], d.to_string().as_bytes(), 0);
@@ -184,8 +296,14 @@ fn a_retry_gate_is_recorded_and_documents_come_from_files_and_streams() {
     let cmp = json!({"schema": "nsyskit.compare/v1", "tool": {"name": "capture-compare", "version": "0.1.0"},
                      "a": {"path": "a.sqlite"}, "b": {"path": "b.sqlite"}});
     let s = run_merge(&bundle, &[], cmp.to_string().as_bytes(), 0);
-    assert_eq!(s["documents"][0]["places"][0], "comparisons.a.sqlite vs b.sqlite");
-    assert_eq!(read(&bundle)["comparisons"]["a.sqlite vs b.sqlite"]["a"]["path"], "a.sqlite");
+    assert_eq!(
+        s["documents"][0]["places"][0],
+        "comparisons.a.sqlite vs b.sqlite"
+    );
+    assert_eq!(
+        read(&bundle)["comparisons"]["a.sqlite vs b.sqlite"]["a"]["path"],
+        "a.sqlite"
+    );
 }
 
 #[test]
@@ -194,10 +312,19 @@ fn bad_bundles_and_bad_documents_leave_the_bundle_byte_identical() {
     let doc = serde_json::to_vec(&gate("PASS")).unwrap();
     let cases: &[(&str, &str)] = &[
         ("not json", "b.json: line 1 column 2: not valid JSON"),
-        ("[1, 2]", "b.json: $: the bundle must be a JSON object, found an array"),
+        (
+            "[1, 2]",
+            "b.json: $: the bundle must be a JSON object, found an array",
+        ),
         ("\"str\"", "must be a JSON object, found a string"),
-        ("{\n  \"a\": 1,\n  \"kernel_profile\": [1]\n}", "b.json: line 3: $.kernel_profile: must be an object"),
-        ("{\"kernel_profile\": {\"gates\": 1}, \"kernel_profile\": {}}", "duplicate key"),
+        (
+            "{\n  \"a\": 1,\n  \"kernel_profile\": [1]\n}",
+            "b.json: line 3: $.kernel_profile: must be an object",
+        ),
+        (
+            "{\"kernel_profile\": {\"gates\": 1}, \"kernel_profile\": {}}",
+            "duplicate key",
+        ),
         ("{\"a\": 1}{\"b\": 2}", "not valid JSON"),
     ];
     for (content, msg) in cases {
@@ -205,17 +332,29 @@ fn bad_bundles_and_bad_documents_leave_the_bundle_byte_identical() {
         std::fs::write(&bundle, format!("{content}\n")).unwrap();
         let err = fail_merge(&bundle, &[], &doc);
         assert!(err.contains(msg), "{content}: {err}");
-        assert_eq!(std::fs::read_to_string(&bundle).unwrap(), format!("{content}\n"));
+        assert_eq!(
+            std::fs::read_to_string(&bundle).unwrap(),
+            format!("{content}\n")
+        );
     }
     let bundle = dir.path().join("good.json");
     let original = "{\"x\": 1.0}";
     std::fs::write(&bundle, original).unwrap();
     let bad_docs: &[(&[u8], &str)] = &[
-        (b"{\"schema\": \"nsyskit.unknown/v1\"}", "<stdin>: line 2: $.schema: bundle-merge has no place for \"nsyskit.unknown/v1\""),
+        (
+            b"{\"schema\": \"nsyskit.unknown/v1\"}",
+            "<stdin>: line 2: $.schema: bundle-merge has no place for \"nsyskit.unknown/v1\"",
+        ),
         (b"{\"no\": 1}", "$.schema: missing"),
-        (b"\n\n{\"schema\": \"x\"", "<stdin>: line 4 column 14: not valid JSON"),
+        (
+            b"\n\n{\"schema\": \"x\"",
+            "<stdin>: line 4 column 14: not valid JSON",
+        ),
         (b"42", "$: a document must be a JSON object"),
-        (b"{\"schema\": \"nsyskit.stats/v1\", \"report\": \"cuda_gpu_kern_sum\"}", "$.top_kernels: missing"),
+        (
+            b"{\"schema\": \"nsyskit.stats/v1\", \"report\": \"cuda_gpu_kern_sum\"}",
+            "$.top_kernels: missing",
+        ),
     ];
     for (d, msg) in bad_docs {
         // a good document first: nothing is merged when any document is bad
@@ -230,8 +369,16 @@ fn bad_bundles_and_bad_documents_leave_the_bundle_byte_identical() {
     assert!(err.contains("/nonexistent/doc.json: no such file"));
     assert_eq!(std::fs::read_to_string(&bundle).unwrap(), original);
     assert!(!dir.path().join("b.json.tmp").exists());
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert!(leftovers.iter().all(|n| !n.to_string_lossy().ends_with(".tmp")), "{leftovers:?}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        leftovers
+            .iter()
+            .all(|n| !n.to_string_lossy().ends_with(".tmp")),
+        "{leftovers:?}"
+    );
 }
 
 #[test]
@@ -243,7 +390,12 @@ fn permissions_stdout_and_check() {
     std::fs::set_permissions(&bundle, std::fs::Permissions::from_mode(0o640)).unwrap();
     let doc = serde_json::to_vec(&gate("RETRY")).unwrap();
     // --stdout: the merged bundle on stdout, the summary on stderr, nothing written
-    let out = merge().arg("--stdout").arg(&bundle).write_stdin(doc.clone()).output().unwrap();
+    let out = merge()
+        .arg("--stdout")
+        .arg(&bundle)
+        .write_stdin(doc.clone())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(printed["kernel_profile"]["gates"]["verdict"], "RETRY");
@@ -254,28 +406,64 @@ fn permissions_stdout_and_check() {
     // --check: exit 1, nothing written
     let s = run_merge(&bundle, &[], &doc, 0);
     assert_eq!(s["written"], true);
-    assert_eq!(std::fs::read(&bundle).unwrap(), out.stdout, "--stdout printed exactly what is written");
-    assert_eq!(std::fs::metadata(&bundle).unwrap().permissions().mode() & 0o777, 0o640);
+    assert_eq!(
+        std::fs::read(&bundle).unwrap(),
+        out.stdout,
+        "--stdout printed exactly what is written"
+    );
+    assert_eq!(
+        std::fs::metadata(&bundle).unwrap().permissions().mode() & 0o777,
+        0o640
+    );
     let s = run_merge(&bundle, &[], &doc, 0);
-    assert_eq!((s["changed"].as_bool(), s["written"].as_bool()), (Some(false), Some(false)));
+    assert_eq!(
+        (s["changed"].as_bool(), s["written"].as_bool()),
+        (Some(false), Some(false))
+    );
     // a new bundle in a missing folder is an error naming it
     let err = fail_merge(&dir.path().join("no/such/b.json"), &[], &doc);
     assert!(err.contains("no/such/b.json"), "{err}");
-    // help example is real
+    // the help's example is real: run its two lines in a temporary folder
     let out = merge().arg("--help").output().unwrap();
-    let help = String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(help.contains("kern-csv-to-json fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv | bundle-merge bundle.json"));
+    let help = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<&str> = help.lines().map(|l| l.trim()).collect();
+    let i = lines
+        .iter()
+        .position(|l| l.starts_with("kern-csv-to-json fixtures/"))
+        .expect("an example");
+    let csv = lines[i].split_whitespace().nth(1).unwrap();
+    assert_eq!(lines[i + 1], "bundle-merge bundle.json k.json");
+    let k = dir.path().join("k.json");
+    std::fs::write(&k, kern_csv(&[common::root().join(csv).to_str().unwrap()])).unwrap();
+    let ex = dir.path().join("bundle.json");
+    run_merge(&ex, &[&k], b"", 0);
+    assert!(read(&ex)["kernel_profile"]["top_kernels"].is_array());
 }
 
 #[test]
 fn parallel_merges_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let reports = ["cuda_gpu_kern_sum", "cuda_api_sum", "osrt_sum", "nvtx_sum", "nvtx_pushpop_sum", "nvtx_startend_sum",
-        "nvtx_kern_sum", "nvtx_gpu_proj_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum", "cuda_kern_exec_sum"];
+    let reports = [
+        "cuda_gpu_kern_sum",
+        "cuda_api_sum",
+        "osrt_sum",
+        "nvtx_sum",
+        "nvtx_pushpop_sum",
+        "nvtx_startend_sum",
+        "nvtx_kern_sum",
+        "nvtx_gpu_proj_sum",
+        "cuda_gpu_mem_time_sum",
+        "cuda_gpu_mem_size_sum",
+        "cuda_kern_exec_sum",
+    ];
     let mut docs = Vec::new();
     for r in reports {
         let p = dir.path().join(format!("{r}.json"));
-        std::fs::write(&p, stats(&format!("nsys-2025.3.1/stats/gpu_full_node_{r}.csv"))).unwrap();
+        std::fs::write(
+            &p,
+            stats(&format!("nsys-2025.3.1/stats/gpu_full_node_{r}.csv")),
+        )
+        .unwrap();
         docs.push(p);
     }
     let g = dir.path().join("gate.json");
@@ -287,7 +475,14 @@ fn parallel_merges_lose_nothing() {
         std::fs::write(&bundle, "{\n  \"run\": 1.0\n}\n").unwrap();
         let children: Vec<_> = docs
             .iter()
-            .map(|d| std::process::Command::new(&exe).arg(&bundle).arg(d).stdout(std::process::Stdio::null()).spawn().unwrap())
+            .map(|d| {
+                std::process::Command::new(&exe)
+                    .arg(&bundle)
+                    .arg(d)
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
             .collect();
         for mut c in children {
             assert!(c.wait().unwrap().success());
@@ -295,9 +490,122 @@ fn parallel_merges_lose_nothing() {
         let v = read(&bundle);
         assert_eq!(v["run"], 1.0);
         for r in reports {
-            assert_eq!(v["kernel_profile"]["stats"][r]["report"], r, "round {round}: {r} lost");
+            assert_eq!(
+                v["kernel_profile"]["stats"][r]["report"], r,
+                "round {round}: {r} lost"
+            );
         }
-        assert_eq!(v["kernel_profile"]["gates"]["verdict"], "RETRY", "round {round}: gate lost");
+        assert_eq!(
+            v["kernel_profile"]["gates"]["verdict"], "RETRY",
+            "round {round}: gate lost"
+        );
         assert!(v["kernel_profile"]["top_kernels"].is_array());
     }
+}
+
+#[test]
+fn bom_non_utf8_and_symlinked_bundles() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = serde_json::to_vec(&gate("PASS")).unwrap();
+    // a BOM and a missing final newline are kept
+    let bundle = dir.path().join("bom.json");
+    std::fs::write(&bundle, "\u{feff}{\n    \"a\": 1\n}").unwrap();
+    run_merge(&bundle, &[], &doc, 0);
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    assert!(
+        text.starts_with(
+            "\u{feff}{\n    \"a\": 1,\n    \"kernel_profile\": {\n        \"gates\": {\n"
+        ),
+        "{text:?}"
+    );
+    assert!(text.ends_with("\n    }\n}"), "{text:?}");
+    run_merge(&bundle, &[], &doc, 0);
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text);
+    // not UTF-8: exit 2 naming the line, bytes kept
+    let bad = dir.path().join("latin1.json");
+    std::fs::write(&bad, b"{\n\"a\": \"\xe9\"}").unwrap();
+    let err = fail_merge(&bad, &[], &doc);
+    assert!(err.contains("latin1.json: line 2: not UTF-8 text"), "{err}");
+    assert_eq!(std::fs::read(&bad).unwrap(), b"{\n\"a\": \"\xe9\"}");
+    // a symlinked bundle is written through to its target; the link stays a link
+    let target = dir.path().join("real.json");
+    std::fs::write(&target, "{}\n").unwrap();
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    run_merge(&link, &[], &doc, 0);
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(read(&target)["kernel_profile"]["gates"]["verdict"], "PASS");
+}
+
+/// The real documents of the serve-capture run on the H200 (fixtures/serve-capture-gpu/): a RETRY gate,
+/// provenance, ranges and serve-capture, merged by one run next to a kernel summary.
+#[test]
+fn real_documents_of_a_serve_capture_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("inference_perfbench_v1.json");
+    std::fs::write(
+        &bundle,
+        "{\n  \"model\": \"vibeserve\",\n  \"throughput_tok_s\": 1234.50\n}\n",
+    )
+    .unwrap();
+    let fx = |n: &str| common::fixture(&format!("serve-capture-gpu/{n}.json"));
+    let files = [
+        fx("provenance"),
+        fx("gate"),
+        fx("ranges"),
+        fx("serve-capture"),
+    ];
+    let paths: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    let kern = stats("nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv");
+    let mut cmd = merge();
+    cmd.arg(&bundle).args(&paths).arg("-").write_stdin(kern);
+    let out = cmd.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = common::one_doc(&out.stdout);
+    let places: Vec<&str> = summary["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["places"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        places,
+        [
+            "provenance",
+            "kernel_profile.gates",
+            "kernel_profile.ranges",
+            "serve_capture",
+            "kernel_profile.top_kernels"
+        ]
+    );
+    let b = read(&bundle);
+    assert_eq!(b["kernel_profile"]["gates"]["verdict"], "RETRY");
+    for (file, place) in files.iter().zip([
+        &b["provenance"],
+        &b["kernel_profile"]["gates"],
+        &b["kernel_profile"]["ranges"],
+        &b["serve_capture"],
+    ]) {
+        assert_eq!(place, &read(file), "{}", file.display());
+    }
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    assert!(text.starts_with(
+        "{\n  \"model\": \"vibeserve\",\n  \"throughput_tok_s\": 1234.50,\n  \"provenance\": {"
+    ));
+    // the same run again: same bytes
+    let mut cmd = merge();
+    cmd.arg(&bundle).args(&paths).arg("-").write_stdin(stats(
+        "nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv",
+    ));
+    let out = cmd.output().unwrap();
+    assert_eq!(common::one_doc(&out.stdout)["changed"], false);
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text);
 }
