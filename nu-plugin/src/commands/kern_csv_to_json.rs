@@ -6,6 +6,7 @@ use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
 use crate::call::{category, doc_value, flag_str, flag_usize, labeled, resolve_path};
+use crate::convert::date_to_json;
 use crate::NsyskitPlugin;
 
 pub struct KernCsvToJson;
@@ -38,6 +39,12 @@ impl SimplePluginCommand for KernCsvToJson {
                 "Force the report (current or older nsys name, e.g. cuda_api_sum or cudaapisum); the header must match it",
                 None,
             )
+            .named(
+                "captured-at",
+                SyntaxShape::OneOf(vec![SyntaxShape::DateTime, SyntaxShape::String]),
+                "The capture's time (a date, or RFC 3339 text) to record as `captured_at`; default: the CSV file's modification time (nothing for pipeline input)",
+                None,
+            )
             .named("top", SyntaxShape::Int, "Kernel reports: how many kernels `top_kernels` keeps, by total time (0 = all; default 20)", None)
             .input_output_types(vec![(Type::Nothing, Type::record()), (Type::String, Type::record()), (Type::Binary, Type::record())])
             .category(category())
@@ -59,6 +66,11 @@ impl SimplePluginCommand for KernCsvToJson {
                 description: "The top kernel's total time: an exact `total_time_ns` integer and a `total_time` duration",
                 result: Some(Value::test_duration(EXAMPLE_TOP_KERNEL_NS)),
             },
+            Example {
+                example: r#"("Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n100.0,6009202,1831,3281.9,2816.0,2624,5152,858.1,nvjet\n" | kern-csv-to-json --captured-at 2026-11-29T22:43:05Z).captured_at_from"#,
+                description: "CSV text from the pipeline (as `open stats.csv --raw` gives it), with the capture's time given as a date",
+                result: Some(Value::test_string("--captured-at")),
+            },
         ]
     }
 
@@ -74,6 +86,11 @@ impl SimplePluginCommand for KernCsvToJson {
         let opts = KernCsvOptions {
             report: flag_str(call, "report")?.map(|s| s.item),
             top: flag_usize(call, "top")?.unwrap_or(DEFAULT_TOP),
+            captured_at: match call.get_flag_value("captured-at") {
+                None | Some(Value::Nothing { .. }) => None,
+                Some(Value::Date { val, .. }) => Some(date_to_json(&val)),
+                Some(v) => Some(v.coerce_into_string()?),
+            },
         };
         let path: Option<String> = call.opt(0)?;
         let result = match (path, input) {
