@@ -10,6 +10,7 @@ pub mod contract;
 pub mod export;
 pub mod kern_csv;
 pub mod bundle;
+pub mod serve_capture;
+pub mod resolve;
 pub mod gate;
 pub mod ranges;
-pub mod resolve;

@@ -438,6 +438,8 @@ fn real_nsys_stats_in_other_units() {
                 unit,
                 "--force-overwrite",
                 "true",
+                "--force-export",
+                "true",
                 "--output",
             ])
             .arg(dir.path().join(unit))

@@ -85,9 +85,10 @@ pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
     vec![
         (crate::kern_csv::KernCsvDoc::KIND, json_schema::<crate::kern_csv::KernCsvDoc>()),
         (crate::bundle::MergeReport::KIND, json_schema::<crate::bundle::MergeReport>()),
+        (crate::serve_capture::ServeCaptureDoc::KIND, json_schema::<crate::serve_capture::ServeCaptureDoc>()),
+        (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
         (crate::gate::GateDoc::KIND, json_schema::<crate::gate::GateDoc>()),
         (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
-        (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
     ]
 }
 

@@ -1,0 +1,137 @@
+//! `serve-capture`: run a server under `nsys profile`, wait until it is ready, warm it up, drive a bounded load
+//! across the capture window, stop only the recorded PIDs, and check the port is released.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use nsyskit::contract::cli::{emit, main_with, OutputArgs};
+use nsyskit::contract::Result;
+use nsyskit::serve_capture::{self, ServeCaptureOptions};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "serve-capture",
+    version,
+    about = "Profile a server you control under nsys: readiness, warmup, bounded load across the capture window, clean stop",
+    after_help = "Example (CPU only, nsys 2023.4 in NSYS_BIN; the test server is scripts/cpu/vibeserve_http.c):\n  \
+NVTX_INC=$(dirname $(find -L \"$(dirname \"$NSYS_BIN\")/..\" -path '*nvtx/include/nvtx3' | head -1))\n  \
+gcc -O1 -I\"$NVTX_INC\" scripts/cpu/vibeserve_http.c -o /tmp/vibeserve_http -ldl\n  \
+serve-capture --trace nvtx,osrt --delay 3 --duration 3 \\\n    \
+--health http://127.0.0.1:18080/health --models http://127.0.0.1:18080/v1/models \\\n    \
+--warmup \"curl -sf -o /dev/null http://127.0.0.1:18080/generate\" \\\n    \
+--load \"/tmp/vibeserve_http --client 18080 8\" --out runs/cpu1 -- /tmp/vibeserve_http 18080\n\n\
+Exit: 0 ok and gate-check PASS, 1 a stage failed or gate-check says RETRY (the document says which), 2 bad usage (nothing started), 130/143 interrupted by SIGINT/SIGTERM (after cleanup)."
+)]
+struct Args {
+    /// The nsys binary (default: NSYS_BIN, else nsys on PATH)
+    #[arg(long, value_name = "PATH")]
+    nsys: Option<PathBuf>,
+    /// nsys --trace list; with cuda, --cuda-graph-trace=node is added (mandatory)
+    #[arg(long, default_value = "cuda,nvtx,osrt")]
+    trace: String,
+    /// Extra nsys profile flags, one string split with shell-word rules (e.g. "--sample=none --cpuctxsw=none")
+    #[arg(long, value_name = "\"FLAGS\"", allow_hyphen_values = true)]
+    flags: Option<String>,
+    /// Time-bounded window: start collecting SECONDS after launch
+    #[arg(long, value_name = "SECONDS")]
+    delay: Option<f64>,
+    /// Time-bounded window: collect for SECONDS
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Range-bounded window: cudaProfilerApi (or nvtx, with --flags "--nvtx-capture=NAME")
+    #[arg(long, value_name = "RANGE")]
+    capture_range: Option<String>,
+    /// What ends a range-bounded capture (default stop: the server keeps running, serve-capture stops it)
+    #[arg(long, value_name = "END")]
+    capture_range_end: Option<String>,
+    /// The CUDA process is a child of the launched one (vLLM, SGLang workers): adds --trace-fork-before-exec=true
+    #[arg(long)]
+    cuda_child: bool,
+    /// Environment variable for the server, set on the nsys process (repeatable)
+    #[arg(long, value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Health URL, polled until it answers 2xx
+    #[arg(long, value_name = "URL")]
+    health: String,
+    /// Models URL (e.g. http://127.0.0.1:8000/v1/models), also polled until 2xx
+    #[arg(long, value_name = "URL")]
+    models: Option<String>,
+    /// Warmup client command, run before the capture window (one string, split with shell-word rules, no shell)
+    #[arg(long, value_name = "\"CMD\"")]
+    warmup: Option<String>,
+    /// Bounded load client command that spans the capture window (split with shell-word rules, no shell)
+    #[arg(long, value_name = "\"CMD\"")]
+    load: String,
+    /// Seconds to wait for readiness
+    #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+    ready_timeout: f64,
+    /// Seconds a warmup or load client may run
+    #[arg(long, default_value_t = 1800.0, value_name = "SECONDS")]
+    client_timeout: f64,
+    /// Seconds nsys may take to write its report once the server is gone
+    #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+    finalize_timeout: f64,
+    /// Seconds between TERM and KILL for each recorded process
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    grace: f64,
+    /// gate-check tier for the capture: throughput (G5) or decode (G6, G7)
+    #[arg(long, default_value = "throughput", value_name = "TIER")]
+    tier: String,
+    /// gate-check decode tier: the NVTX label of one decode step
+    #[arg(long, value_name = "LABEL")]
+    decode_range: Option<String>,
+    /// gate-check G2: smallest acceptable .nsys-rep in bytes [default: the tier's]
+    #[arg(long, value_name = "BYTES")]
+    min_rep_bytes: Option<u64>,
+    /// The run folder (created; must be empty): report, export, logs, pids/, provenance.json, serve-capture.json
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// The server command, after `--`
+    #[arg(last = true, required = true, value_name = "SERVER CMD")]
+    server: Vec<String>,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+fn secs(x: f64, flag: &str) -> Result<Duration> {
+    Duration::try_from_secs_f64(x).map_err(|_| nsyskit::contract::Error::usage(format!("{flag} {x}: expected seconds >= 0")).with_arg(flag))
+}
+
+fn options(a: &Args) -> Result<ServeCaptureOptions> {
+    let mut o = ServeCaptureOptions::new(
+        a.server.clone(),
+        a.health.clone(),
+        serve_capture::split_command(&a.load, "--load")?,
+        a.out.clone(),
+    );
+    o.nsys = a.nsys.clone();
+    o.trace = a.trace.clone();
+    o.flags = match &a.flags {
+        Some(f) => serve_capture::split_command(f, "--flags")?,
+        None => Vec::new(),
+    };
+    o.delay_s = a.delay;
+    o.duration_s = a.duration;
+    o.capture_range = a.capture_range.clone();
+    o.capture_range_end = a.capture_range_end.clone();
+    o.cuda_child = a.cuda_child;
+    o.env = a.env.iter().map(|e| serve_capture::parse_env(e)).collect::<Result<_>>()?;
+    o.models = a.models.clone();
+    o.warmup = a.warmup.as_deref().map(|w| serve_capture::split_command(w, "--warmup")).transpose()?;
+    o.ready_timeout = secs(a.ready_timeout, "--ready-timeout")?;
+    o.client_timeout = secs(a.client_timeout, "--client-timeout")?;
+    o.finalize_timeout = secs(a.finalize_timeout, "--finalize-timeout")?;
+    o.grace = secs(a.grace, "--grace")?;
+    o.tier = nsyskit::gate::Tier::parse(&a.tier).map_err(|e| e.with_arg("--tier"))?;
+    o.decode_range = a.decode_range.clone();
+    o.min_rep_bytes = a.min_rep_bytes;
+    Ok(o)
+}
+
+fn main() {
+    main_with("serve-capture", || {
+        let a = Args::parse();
+        emit("serve-capture", options(&a).and_then(|o| serve_capture::run(&o)), a.output.style())
+    })
+}

@@ -1,0 +1,1346 @@
+//! `serve-capture`: the profiled-server lifecycle as one command.
+//!
+//! `nsys profile … SERVER` is started in the background in its own session; the profiler PID and the server PID
+//! (found as the nsys descendant whose argv[0] is the server's, see [`find_server`]) are recorded in a run-local
+//! PID folder (`OUT/pids/`). The health and models URLs are polled until they answer 2xx, failing as soon as the
+//! profiled process exits. The warmup client runs before the capture window opens, the bounded load client spans
+//! it (each in its own session, never a child of nsys, its PID recorded separately). Then only the recorded PIDs
+//! are stopped — TERM, then KILL after a grace — in reverse launch order: load, warmup, the server's process
+//! tree, nsys (after its report is written). The server's port must be released at the end.
+//!
+//! Afterwards the report is exported next to it (`OUT/capture.sqlite`) and summarised. The load client's
+//! throughput under the profiler is recorded as `diagnostic_only`, never as a score.
+
+pub mod http;
+pub mod procs;
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{Document, Error, Result, Tool};
+use crate::resolve::Capabilities;
+
+/// Everything `serve-capture` needs, as the binary and the Nushell plugin pass it.
+#[derive(Debug, Clone)]
+pub struct ServeCaptureOptions {
+    /// The nsys to profile with; None: `NSYS_BIN`, else `nsys` on PATH.
+    pub nsys: Option<PathBuf>,
+    /// `--trace` for nsys (e.g. `cuda,nvtx,osrt`).
+    pub trace: String,
+    /// Extra `nsys profile` flags (already split into words).
+    pub flags: Vec<String>,
+    /// Time-bounded window: `--delay` seconds after launch, `--duration` seconds long.
+    pub delay_s: Option<f64>,
+    pub duration_s: Option<f64>,
+    /// Range-bounded window: `--capture-range` (`cudaProfilerApi`, `nvtx`) and its end (default `stop`).
+    pub capture_range: Option<String>,
+    pub capture_range_end: Option<String>,
+    /// The CUDA process is a child of the launched one (adds `--trace-fork-before-exec=true`).
+    pub cuda_child: bool,
+    /// Environment for the server, set on the nsys process (which the server inherits).
+    pub env: Vec<(String, String)>,
+    /// Readiness URLs: the health URL, and the models URL if any. Each must answer 2xx.
+    pub health: String,
+    pub models: Option<String>,
+    /// The warmup client (argv), run before the capture window.
+    pub warmup: Option<Vec<String>>,
+    /// The bounded load client (argv) that spans the capture window.
+    pub load: Vec<String>,
+    pub ready_timeout: Duration,
+    /// The longest a warmup or load client may run.
+    pub client_timeout: Duration,
+    /// How long nsys may take to write its report once the server is gone.
+    pub finalize_timeout: Duration,
+    /// TERM → KILL grace per process.
+    pub grace: Duration,
+    /// The run folder (created; must be empty if it exists).
+    pub out: PathBuf,
+    /// The server command (argv).
+    pub server: Vec<String>,
+    /// gate-check on the capture afterwards: tier, decode step label, smallest report.
+    pub tier: crate::gate::Tier,
+    pub decode_range: Option<String>,
+    pub min_rep_bytes: Option<u64>,
+}
+
+impl ServeCaptureOptions {
+    /// Options with the defaults of the binary.
+    pub fn new(server: Vec<String>, health: String, load: Vec<String>, out: PathBuf) -> Self {
+        ServeCaptureOptions {
+            nsys: None,
+            trace: "cuda,nvtx,osrt".into(),
+            flags: Vec::new(),
+            delay_s: None,
+            duration_s: None,
+            capture_range: None,
+            capture_range_end: None,
+            cuda_child: false,
+            env: Vec::new(),
+            health,
+            models: None,
+            warmup: None,
+            load,
+            ready_timeout: Duration::from_secs(300),
+            client_timeout: Duration::from_secs(1800),
+            finalize_timeout: Duration::from_secs(300),
+            grace: Duration::from_secs(10),
+            out,
+            server,
+            tier: crate::gate::Tier::Throughput,
+            decode_range: None,
+            min_rep_bytes: None,
+        }
+    }
+}
+
+/// Split a command given as one string (`--warmup "curl -s URL"`) with POSIX shell-word rules, for exec
+/// without a shell. `flag` names the argument in errors.
+pub fn split_command(s: &str, flag: &str) -> Result<Vec<String>> {
+    let words = shlex::split(s)
+        .ok_or_else(|| Error::usage(format!("{flag} '{s}': unbalanced quotes or a trailing backslash")).with_arg(flag))?;
+    Ok(words)
+}
+
+/// Parse `K=V` for `--env`.
+pub fn parse_env(s: &str) -> Result<(String, String)> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !k.contains(char::is_whitespace) => Ok((k.to_string(), v.to_string())),
+        _ => Err(Error::usage(format!("--env '{s}': expected NAME=VALUE")).with_arg("--env")),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The document
+
+/// The `serve-capture` document (`nsyskit.serve-capture/v1`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ServeCaptureDoc {
+    pub schema: String,
+    pub tool: Tool,
+    /// `ok`, `failed` (a stage failed: exit 1) or `interrupted` (SIGINT/SIGTERM: exit 130/143).
+    pub outcome: String,
+    /// What failed, in order (empty when `outcome` is `ok`).
+    pub failures: Vec<Failure>,
+    /// The run folder and what it holds.
+    pub out_dir: String,
+    pub files: Files,
+    pub nsys: NsysInfo,
+    pub window: Window,
+    /// The exact nsys command line (argv), server command included.
+    pub nsys_argv: Vec<String>,
+    /// Flags serve-capture added to the nsys command, each with why.
+    pub added_flags: Vec<AddedFlag>,
+    /// Names of the variables set on the nsys process with `--env` (values are in provenance.json).
+    pub env_names: Vec<String>,
+    /// Every process serve-capture recorded, in launch order, and how each ended.
+    pub processes: Vec<ProcessRecord>,
+    pub ready: Option<Ready>,
+    pub warmup: Option<ClientRun>,
+    pub load: Option<ClientRun>,
+    /// The load client's throughput under the profiler: diagnostic only, never a score.
+    pub diagnostic: Option<Diagnostic>,
+    pub capture: Option<CaptureResult>,
+    /// gate-check on the capture (`OUT/gate.json`): PASS, or RETRY with the gates that said retry.
+    pub gate: Option<GateSummary>,
+    pub cleanup: Cleanup,
+    /// Seconds from serve-capture's start to the end of the run.
+    pub wall_s: f64,
+}
+
+impl Document for ServeCaptureDoc {
+    const KIND: &'static str = "serve-capture";
+    const TOOL: &'static str = "serve-capture";
+    /// 0: the lifecycle went through and gate-check says PASS; 1: a stage failed, or the gate says RETRY;
+    /// 130/143: interrupted by SIGINT/SIGTERM (after cleanup).
+    fn exit_code(&self) -> i32 {
+        match self.outcome.as_str() {
+            "ok" if self.gate.as_ref().is_some_and(|g| g.verdict == "PASS") => 0,
+            "interrupted" => 128 + self.cleanup.stop_signal.unwrap_or(libc::SIGINT),
+            _ => 1,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct GateSummary {
+    /// `PASS` or `RETRY`.
+    pub verdict: String,
+    /// The gates that said retry (e.g. `G3`), with their reasons in `OUT/gate.json`.
+    pub retry: Vec<String>,
+    pub reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Failure {
+    /// `preflight`, `ready`, `warmup`, `window`, `load`, `server`, `capture`, `postprocess`, `cleanup`,
+    /// `interrupted`.
+    pub stage: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Files {
+    pub provenance: String,
+    pub pids_dir: String,
+    pub nsys_log: String,
+    /// `OUT/serve-capture.json`: this document.
+    pub document: String,
+    pub report: Option<String>,
+    pub sqlite: Option<String>,
+    /// `OUT/gate.json` (gate-check), `OUT/ranges.json` (sqlite-ranges), `OUT/bundle.json` (provenance, gate,
+    /// ranges and this document merged with bundle-merge).
+    pub gate: Option<String>,
+    pub ranges: Option<String>,
+    pub bundle: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct NsysInfo {
+    pub path: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Window {
+    /// `time` (`--delay`/`--duration`), `range` (`--capture-range`) or `whole` (the whole run).
+    pub mode: String,
+    pub delay_s: Option<f64>,
+    pub duration_s: Option<f64>,
+    pub capture_range: Option<String>,
+    pub capture_range_end: Option<String>,
+    /// Time mode: estimated window, seconds since serve-capture started (nsys launch + delay).
+    pub start_est_s: Option<f64>,
+    pub end_est_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct AddedFlag {
+    pub flag: String,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessRecord {
+    /// `profiler` (nsys), `server`, `server-child`, `nsys-helper`, `warmup`, `load`.
+    pub role: String,
+    pub pid: i64,
+    /// Start time in clock ticks since boot: the PID's identity (a signal is sent only while it matches).
+    pub starttime_ticks: u64,
+    /// Its parent when recorded: serve-capture itself for nsys and the clients (never nsys for a client).
+    pub parent_pid: i64,
+    pub argv: Vec<String>,
+    /// When serve-capture launched or found it (seconds since start).
+    pub recorded_at_s: f64,
+    /// Signals serve-capture sent it, in order.
+    pub signals_sent: Vec<String>,
+    /// How it ended: `exit 0`, `exit 3`, `signal SIGTERM`, or `gone` (not our child: no status).
+    pub ended: Option<String>,
+    pub ended_at_s: Option<f64>,
+    /// Gone at the end of the run.
+    pub gone: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Ready {
+    pub urls: Vec<String>,
+    /// Seconds since start when every URL answered 2xx.
+    pub at_s: f64,
+    pub polls: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ClientRun {
+    pub argv: Vec<String>,
+    pub pid: i64,
+    pub started_at_s: f64,
+    pub ended_at_s: Option<f64>,
+    pub wall_s: Option<f64>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub stdout: String,
+    pub stderr: String,
+    /// Time mode, load client only: started before the window opened and ended after it closed (estimate).
+    pub spans_window: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Diagnostic {
+    /// Always true: a profiled run's throughput is not a benchmark result.
+    pub diagnostic_only: bool,
+    pub load_wall_s: Option<f64>,
+    /// From the load client's last stdout line when it is a JSON object with `"requests"` (and `"tokens"`).
+    pub requests: Option<u64>,
+    pub tokens: Option<u64>,
+    pub requests_per_s: Option<f64>,
+    pub tokens_per_s: Option<f64>,
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct CaptureResult {
+    /// nsys's exit status (`exit 0`, `signal SIGTERM`).
+    pub nsys_ended: Option<String>,
+    pub report: Option<String>,
+    pub sqlite: Option<String>,
+    /// NVTX push/pop and start/end ranges in the export, by name (closed ranges only).
+    pub nvtx_ranges: Vec<RangeCount>,
+    pub nvtx_range_total: u64,
+    /// Kernel rows in the export (0 without CUDA trace).
+    pub kernel_rows: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RangeCount {
+    pub name: String,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Cleanup {
+    /// Every recorded PID is gone.
+    pub all_gone: bool,
+    /// The port of the health URL, and whether nothing listens on it any more.
+    pub port: Option<u16>,
+    pub port_released: Option<bool>,
+    /// The stop signal serve-capture received (2 = SIGINT, 15 = SIGTERM), if any.
+    pub stop_signal: Option<i32>,
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Validation and the nsys command line
+
+/// The flags serve-capture owns: given in `--flags` they are refused with the serve-capture flag to use.
+fn owned_flag(word: &str) -> Option<&'static str> {
+    let name = word.split('=').next().unwrap_or(word);
+    Some(match name {
+        "-o" | "--output" => "--out DIR (the report is OUT/capture.nsys-rep)",
+        "-t" | "--trace" => "--trace",
+        "-y" | "--delay" => "--delay",
+        "-d" | "--duration" => "--duration",
+        "-c" | "--capture-range" => "--capture-range",
+        "--capture-range-end" => "--capture-range-end",
+        "-e" | "--env-var" => "--env NAME=VALUE (set on the nsys process)",
+        "-f" | "--force-overwrite" => "a fresh --out DIR",
+        _ => return None,
+    })
+}
+
+/// Check the options and build the `nsys profile` argv (without the nsys path) and the flags added.
+pub fn build_nsys_args(o: &ServeCaptureOptions, caps: &Capabilities, report_base: &Path) -> Result<(Vec<String>, Vec<AddedFlag>)> {
+    if o.server.is_empty() {
+        return Err(Error::usage("no server command: give it after `--`: serve-capture … -- SERVER ARGS…").with_arg("SERVER"));
+    }
+    let prog = Path::new(&o.server[0]).file_name().and_then(|s| s.to_str()).unwrap_or("");
+    if prog == "env" {
+        return Err(Error::usage(
+            "the server command starts with `env`: environment for the profiled server must be set on the nsys process itself (use --env NAME=VALUE), never `nsys … -- env VAR=v cmd`",
+        )
+        .with_arg("SERVER"));
+    }
+    if o.load.is_empty() {
+        return Err(Error::usage("--load: empty command").with_arg("--load"));
+    }
+    if matches!(&o.warmup, Some(w) if w.is_empty()) {
+        return Err(Error::usage("--warmup: empty command").with_arg("--warmup"));
+    }
+    let trace: Vec<&str> = o.trace.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    if trace.is_empty() {
+        return Err(Error::usage("--trace: empty list").with_arg("--trace"));
+    }
+    let cuda = trace.iter().any(|t| *t == "cuda" || t.starts_with("cuda-"));
+    let timed = o.delay_s.is_some() || o.duration_s.is_some();
+    let ranged = o.capture_range.as_deref().is_some_and(|r| r != "none");
+    if timed && ranged {
+        return Err(Error::usage("--delay/--duration (time-bounded window) and --capture-range (range-bounded window) exclude each other").with_arg("--capture-range"));
+    }
+    for (v, f) in [(o.delay_s, "--delay"), (o.duration_s, "--duration")] {
+        if let Some(x) = v {
+            if !(x.is_finite() && x >= 0.0) || (f == "--duration" && x <= 0.0) {
+                return Err(Error::usage(format!("{f} {x}: expected a positive number of seconds")).with_arg(f));
+            }
+        }
+    }
+    if o.warmup.is_some() && !timed && !ranged {
+        return Err(Error::usage(
+            "--warmup needs a capture window that opens after it: --delay SECONDS [--duration SECONDS] or --capture-range cudaProfilerApi",
+        )
+        .with_arg("--warmup"));
+    }
+    if o.warmup.is_some() && timed && o.delay_s.is_none() {
+        return Err(Error::usage("--warmup with a time-bounded window needs --delay SECONDS: the window would open at launch, before the warmup").with_arg("--delay"));
+    }
+    if o.capture_range_end.is_some() && !ranged {
+        return Err(Error::usage("--capture-range-end needs --capture-range").with_arg("--capture-range-end"));
+    }
+    let mut added = Vec::new();
+    let mut args: Vec<String> = vec!["profile".into(), format!("--trace={}", trace.join(","))];
+    // mandatory flags
+    let user_graph = o.flags.iter().find(|f| f.starts_with("--cuda-graph-trace"));
+    if let Some(f) = user_graph {
+        if !f.starts_with("--cuda-graph-trace=node") {
+            return Err(Error::usage(format!(
+                "--flags: '{f}' refused: graph-replayed kernels only exist in a trace taken with --cuda-graph-trace=node (serve-capture adds it when CUDA is traced)"
+            ))
+            .with_arg("--flags"));
+        }
+    }
+    if cuda {
+        if !caps.cuda_graph_trace {
+            return Err(Error::usage(
+                "refused: CUDA is traced but this nsys has no --cuda-graph-trace (graph-replayed kernels would be invisible); use a newer nsys or trace without cuda",
+            )
+            .with_arg("--trace"));
+        }
+        if user_graph.is_none() {
+            args.push("--cuda-graph-trace=node".into());
+            added.push(AddedFlag { flag: "--cuda-graph-trace=node".into(), why: "CUDA is traced: graph-replayed kernels only exist at node level".into() });
+        }
+    }
+    let user_fork = o.flags.iter().find(|f| f.starts_with("--trace-fork-before-exec"));
+    if o.cuda_child {
+        if !caps.trace_fork_before_exec {
+            return Err(Error::usage(
+                "refused: --cuda-child needs --trace-fork-before-exec=true, which this nsys does not have",
+            )
+            .with_arg("--cuda-child"));
+        }
+        match user_fork {
+            Some(f) if f != "--trace-fork-before-exec=true" => {
+                return Err(Error::usage(format!("--flags: '{f}' refused: the CUDA process is a child (--cuda-child), which needs --trace-fork-before-exec=true")).with_arg("--flags"))
+            }
+            Some(_) => {}
+            None => {
+                args.push("--trace-fork-before-exec=true".into());
+                added.push(AddedFlag { flag: "--trace-fork-before-exec=true".into(), why: "--cuda-child: the CUDA process is a child of the launched one".into() });
+            }
+        }
+    }
+    if let Some(d) = o.delay_s {
+        args.push(format!("--delay={}", fmt_secs(d)));
+    }
+    if let Some(d) = o.duration_s {
+        args.push(format!("--duration={}", fmt_secs(d)));
+    }
+    if ranged {
+        let r = o.capture_range.as_deref().unwrap_or_default();
+        if !caps.capture_range {
+            return Err(Error::usage("refused: this nsys has no --capture-range").with_arg("--capture-range"));
+        }
+        args.push(format!("--capture-range={r}"));
+        let end = o.capture_range_end.clone().unwrap_or_else(|| "stop".into());
+        if !caps.capture_range_end {
+            return Err(Error::usage("refused: this nsys has no --capture-range-end (needed so that the server keeps running after the range)").with_arg("--capture-range-end"));
+        }
+        args.push(format!("--capture-range-end={end}"));
+        if o.capture_range_end.is_none() {
+            added.push(AddedFlag { flag: "--capture-range-end=stop".into(), why: "the server keeps running after the range; serve-capture stops it".into() });
+        }
+    }
+    for f in &o.flags {
+        if let Some(use_instead) = owned_flag(f) {
+            return Err(Error::usage(format!("--flags: '{f}' is set by serve-capture: use {use_instead}")).with_arg("--flags"));
+        }
+    }
+    // --kill exists in every nsys serve-capture supports (2020.x onwards); resolve does not track it
+    let user_kill = o.flags.iter().any(|f| f.starts_with("--kill"));
+    if !user_kill {
+        args.push("--kill=none".into());
+        added.push(AddedFlag {
+            flag: "--kill=none".into(),
+            why: "nsys must not signal the server when the window ends: the load client spans the window, and serve-capture stops the recorded PIDs itself".into(),
+        });
+    }
+    args.extend(o.flags.iter().cloned());
+    args.push(format!("--output={}", report_base.display()));
+    args.extend(o.server.iter().cloned());
+    Ok((args, added))
+}
+
+fn fmt_secs(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{}", x as u64)
+    } else {
+        format!("{x}")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The run
+
+struct Tracked {
+    rec: ProcessRecord,
+    child: Option<Child>,
+}
+
+struct Run<'a> {
+    o: &'a ServeCaptureOptions,
+    t0: Instant,
+    out: PathBuf,
+    pids_dir: PathBuf,
+    procs: Vec<Tracked>,
+    failures: Vec<Failure>,
+    stop_seen: Option<i32>,
+}
+
+impl Run<'_> {
+    fn now(&self) -> f64 {
+        (self.t0.elapsed().as_secs_f64() * 1000.0).round() / 1000.0
+    }
+    fn fail(&mut self, stage: &str, reason: impl Into<String>) {
+        let reason = reason.into();
+        eprintln!("serve-capture: {stage}: {reason}");
+        self.failures.push(Failure { stage: stage.into(), reason });
+    }
+    fn say(&self, msg: impl AsRef<str>) {
+        eprintln!("serve-capture: [{:7.2}s] {}", self.t0.elapsed().as_secs_f64(), msg.as_ref());
+    }
+    /// A stop signal arrived (recorded once as a failure).
+    fn stopped(&mut self) -> bool {
+        let s = procs::stop_signal();
+        if s != 0 && self.stop_seen.is_none() {
+            self.stop_seen = Some(s);
+            self.fail("interrupted", format!("{} received: stopping and cleaning up the recorded processes", procs::signal_name(s)));
+        }
+        s != 0
+    }
+
+    fn record(&mut self, role: &str, pid: i32, starttime: u64, argv: Vec<String>, child: Option<Child>) -> usize {
+        let rec = ProcessRecord {
+            role: role.into(),
+            pid: pid as i64,
+            starttime_ticks: starttime,
+            parent_pid: procs::stat(pid).map(|s| s.ppid as i64).unwrap_or(-1),
+            argv,
+            recorded_at_s: self.now(),
+            signals_sent: Vec::new(),
+            ended: None,
+            ended_at_s: None,
+            gone: false,
+        };
+        let n = self.procs.iter().filter(|p| p.rec.role == role).count();
+        let file = if n == 0 { format!("{role}.pid") } else { format!("{role}.{n}.pid") };
+        let _ = std::fs::write(self.pids_dir.join(file), format!("{pid} {starttime}\n"));
+        self.procs.push(Tracked { rec, child });
+        self.procs.len() - 1
+    }
+
+    fn is_recorded(&self, pid: i32) -> bool {
+        self.procs.iter().any(|p| p.rec.pid == pid as i64)
+    }
+
+    /// Spawn a client (warmup/load) in its own session with stdout/stderr to files; record it.
+    fn spawn_client(&mut self, role: &str, argv: &[String]) -> std::result::Result<usize, String> {
+        let so = self.out.join(format!("{role}.stdout"));
+        let se = self.out.join(format!("{role}.stderr"));
+        let f1 = File::create(&so).map_err(|e| format!("{}: {e}", so.display()))?;
+        let f2 = File::create(&se).map_err(|e| format!("{}: {e}", se.display()))?;
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(f1).stderr(f2);
+        new_session(&mut cmd);
+        let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+        let pid = child.id() as i32;
+        let st = procs::stat(pid).map(|s| s.starttime).unwrap_or(0);
+        Ok(self.record(role, pid, st, argv.to_vec(), Some(child)))
+    }
+
+    /// Has tracked process `i` ended? Reaps our children and records how.
+    fn poll_end(&mut self, i: usize) -> bool {
+        let now = self.now();
+        let t = &mut self.procs[i];
+        if t.rec.ended.is_some() {
+            return true;
+        }
+        let ended = match &mut t.child {
+            Some(c) => match c.try_wait() {
+                Ok(Some(st)) => Some(describe_status(st)),
+                Ok(None) => None,
+                Err(_) => Some("gone".into()),
+            },
+            None => (!procs::alive(t.rec.pid as i32, t.rec.starttime_ticks)).then(|| "gone".to_string()),
+        };
+        if let Some(e) = ended {
+            t.rec.ended = Some(e);
+            t.rec.ended_at_s = Some(now);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Wait for process `i` up to `limit`, stopping early on a stop signal (unless `ignore_stop`) or when
+    /// `also` says so. Returns whether it ended.
+    fn wait_for(&mut self, i: usize, limit: Duration, ignore_stop: bool, mut also: impl FnMut(&mut Self) -> bool) -> bool {
+        let until = Instant::now() + limit;
+        loop {
+            if self.poll_end(i) {
+                return true;
+            }
+            if Instant::now() >= until || (!ignore_stop && self.stopped()) || also(self) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// TERM, then KILL after the grace, process `i` (only while it is the recorded one).
+    fn stop(&mut self, i: usize) {
+        if self.poll_end(i) {
+            return;
+        }
+        let grace = self.o.grace;
+        for sig in [libc::SIGTERM, libc::SIGKILL] {
+            let (pid, st) = (self.procs[i].rec.pid as i32, self.procs[i].rec.starttime_ticks);
+            let sent = match &self.procs[i].child {
+                // our own child: not reaped yet, so the PID cannot have been reused
+                Some(_) => unsafe { libc::kill(pid, sig) == 0 },
+                None => procs::signal_if_same(pid, st, sig),
+            };
+            if sent {
+                self.procs[i].rec.signals_sent.push(procs::signal_name(sig));
+                self.say(format!("{} {} ({})", procs::signal_name(sig), pid, self.procs[i].rec.role));
+            }
+            let limit = if sig == libc::SIGKILL { Duration::from_secs(5) } else { grace };
+            if self.wait_for(i, limit, true, |_| false) {
+                return;
+            }
+        }
+    }
+}
+
+fn new_session(cmd: &mut Command) {
+    // SAFETY: setsid(2) is async-signal-safe; it runs in the forked child before exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+fn describe_status(st: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, Some(s)) => format!("signal {}", procs::signal_name(s)),
+        _ => "ended".into(),
+    }
+}
+
+fn exit_code_of(ended: &Option<String>) -> Option<i32> {
+    ended.as_deref()?.strip_prefix("exit ")?.parse().ok()
+}
+
+fn signal_of(ended: &Option<String>) -> Option<String> {
+    ended.as_deref()?.strip_prefix("signal ").map(str::to_string)
+}
+
+fn basename(s: &str) -> &str {
+    Path::new(s).file_name().and_then(|n| n.to_str()).unwrap_or(s)
+}
+
+/// Find the server among the profiler's descendants: the earliest one whose argv[0] (or comm, which the
+/// kernel truncates to 15 bytes) has the basename of the server command's argv[0]; nsys's own processes
+/// (`nsys*` comm, e.g. `nsys-launcher`, `nsys-tee`) are skipped.
+pub fn find_server(profiler: i32, server_argv0: &str) -> Option<procs::ProcStat> {
+    let want = basename(server_argv0);
+    let want_comm: String = want.chars().take(15).collect();
+    procs::descendants(profiler).into_iter().find(|p| {
+        if p.comm.starts_with("nsys") {
+            return false;
+        }
+        let cl = procs::cmdline(p.pid);
+        cl.first().map(|a| basename(a) == want).unwrap_or(false) || p.comm == want_comm
+    })
+}
+
+fn tail_of(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // nsys progress bars are \r-separated
+    let all: Vec<&str> = text.split(['\n', '\r']).map(str::trim).filter(|l| !l.is_empty()).collect();
+    all[all.len().saturating_sub(lines)..].join(" | ")
+}
+
+/// Run the whole lifecycle. Errors (exit 2) only before anything was started; afterwards every problem is a
+/// failure in the document (exit 1), and the recorded processes are always cleaned up.
+pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
+    let t0 = Instant::now();
+    let health = http::Url::parse(&o.health).map_err(|e| e.with_arg("--health"))?;
+    let mut urls = vec![(o.health.clone(), health.clone())];
+    if let Some(m) = &o.models {
+        urls.push((m.clone(), http::Url::parse(m).map_err(|e| e.with_arg("--models"))?));
+    }
+    let is_local = matches!(health.host.as_str(), "127.0.0.1" | "localhost" | "::1" | "0.0.0.0");
+    let abs_out = if o.out.is_absolute() {
+        o.out.clone()
+    } else {
+        std::env::current_dir().map_err(|e| Error::env(format!("cannot read the current folder: {e}")))?.join(&o.out)
+    };
+    if abs_out.exists() {
+        let empty = std::fs::read_dir(&abs_out)
+            .map(|mut d| d.next().is_none())
+            .map_err(|e| Error::usage(format!("--out {}: {e}", abs_out.display())).with_arg("--out"))?;
+        if !empty {
+            return Err(Error::usage(format!("--out {}: exists and is not empty: give a fresh run folder", abs_out.display())).with_arg("--out"));
+        }
+    }
+    // nsys-resolve: the nsys, its capabilities, the preflight (GPU, port) and the provenance document
+    let join = |v: &[String]| shlex::try_join(v.iter().map(String::as_str)).unwrap_or_else(|_| v.join(" "));
+    let popts = crate::resolve::ProvenanceOptions {
+        resolve: crate::resolve::ResolveOptions { nsys: o.nsys.clone(), ..crate::resolve::ResolveOptions::from_env() },
+        preflight: true,
+        port: is_local.then_some(health.port),
+        flags: Some(join(&o.flags)),
+        server_cmd: Some(join(&o.server)),
+        client_cmd: Some(join(&o.load)),
+        env: o.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        ..Default::default()
+    };
+    let prov = crate::resolve::run(&popts)?;
+    let nsys = prov.nsys.path.clone();
+    let version = prov.nsys.version.clone();
+    // everything is checked before anything is created or started
+    let (args, added) = build_nsys_args(o, &prov.nsys.capabilities, &abs_out.join("capture"))?;
+    let out = abs_out;
+    std::fs::create_dir_all(out.join("pids")).map_err(|e| Error::env(format!("--out {}: cannot create: {e}", out.display())).with_arg("--out"))?;
+    let mut nsys_argv = vec![nsys.display().to_string()];
+    nsys_argv.extend(args.iter().cloned());
+    // provenance written at start, before the server is launched
+    let mut prov = prov;
+    prov.capture.flags_argv = args.clone();
+    crate::resolve::write_record(&out, &prov)?;
+
+    let files = Files {
+        provenance: out.join("provenance.json").display().to_string(),
+        pids_dir: out.join("pids").display().to_string(),
+        nsys_log: out.join("nsys.log").display().to_string(),
+        document: out.join("serve-capture.json").display().to_string(),
+        ..Default::default()
+    };
+    let preflight_failed = (prov.verdict != "PASS").then(|| prov.reason.clone());
+
+    let timed = o.delay_s.is_some() || o.duration_s.is_some();
+    let ranged = o.capture_range.as_deref().is_some_and(|r| r != "none");
+    let mut window = Window {
+        mode: if timed { "time" } else if ranged { "range" } else { "whole" }.into(),
+        delay_s: o.delay_s,
+        duration_s: o.duration_s,
+        capture_range: o.capture_range.clone().filter(|_| ranged),
+        capture_range_end: ranged.then(|| o.capture_range_end.clone().unwrap_or_else(|| "stop".into())),
+        start_est_s: None,
+        end_est_s: None,
+    };
+
+    procs::install_stop_handlers();
+    let mut r = Run { o, t0, out: out.clone(), pids_dir: out.join("pids"), procs: Vec::new(), failures: Vec::new(), stop_seen: None };
+    if let Some(reason) = preflight_failed {
+        r.fail("preflight", format!("nsys-resolve says RETRY: {reason}; nothing was started (see {})", files.provenance));
+        let (schema, tool) = ServeCaptureDoc::header();
+        let doc = ServeCaptureDoc {
+            schema,
+            tool,
+            outcome: "failed".into(),
+            failures: r.failures.clone(),
+            out_dir: out.display().to_string(),
+            files,
+            nsys: NsysInfo { path: nsys.display().to_string(), version },
+            window,
+            nsys_argv,
+            added_flags: added,
+            env_names: o.env.iter().map(|(k, _)| k.clone()).collect(),
+            processes: vec![],
+            ready: None,
+            warmup: None,
+            load: None,
+            diagnostic: None,
+            capture: None,
+            gate: None,
+            cleanup: Cleanup { all_gone: true, port: Some(health.port), port_released: None, stop_signal: None },
+            wall_s: r.now(),
+        };
+        write_doc(&out, &doc)?;
+        return Ok(doc);
+    }
+
+    // 1. nsys profile … SERVER, in its own session, env set on the nsys process
+    let log = File::create(out.join("nsys.log")).map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
+    let log2 = log.try_clone().map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
+    let mut cmd = Command::new(&nsys);
+    cmd.args(&args).stdin(Stdio::null()).stdout(log).stderr(log2);
+    for (k, v) in &o.env {
+        cmd.env(k, v);
+    }
+    new_session(&mut cmd);
+    r.say(format!("starting {}", shlex::try_join(nsys_argv.iter().map(String::as_str)).unwrap_or_default()));
+    let child = cmd.spawn().map_err(|e| Error::env(format!("cannot start {}: {e}", nsys.display())))?;
+    let ppid = child.id() as i32;
+    let pst = procs::stat(ppid).map(|s| s.starttime).unwrap_or(0);
+    let prof = r.record("profiler", ppid, pst, nsys_argv.clone(), Some(child));
+    let launched_at = r.now();
+    let ms = |x: f64| (x * 1000.0).round() / 1000.0;
+    if let Some(d) = o.delay_s {
+        window.start_est_s = Some(ms(launched_at + d));
+        window.end_est_s = o.duration_s.map(|x| ms(launched_at + d + x));
+    } else if let Some(x) = o.duration_s {
+        window.start_est_s = Some(launched_at);
+        window.end_est_s = Some(ms(launched_at + x));
+    }
+
+    let mut ready = None;
+    let mut warmup_i = None;
+    let mut load_i = None;
+    let mut server_i: Option<usize> = None;
+
+    // 2. readiness
+    'life: {
+        let deadline = Instant::now() + o.ready_timeout;
+        let mut polls = 0u64;
+        let mut last = String::new();
+        loop {
+            if r.stopped() {
+                break 'life;
+            }
+            if server_i.is_none() {
+                if let Some(s) = find_server(ppid, &o.server[0]) {
+                    r.say(format!("server pid {} ({})", s.pid, s.comm));
+                    server_i = Some(r.record("server", s.pid, s.starttime, procs::cmdline(s.pid), None));
+                }
+            }
+            if r.poll_end(prof) {
+                let how = r.procs[prof].rec.ended.clone().unwrap_or_default();
+                r.fail("ready", format!("the profiled process exited ({how} of nsys) before the server was ready; nsys.log: {}", tail_of(&out.join("nsys.log"), 4)));
+                break 'life;
+            }
+            if let Some(si) = server_i {
+                if r.poll_end(si) {
+                    r.fail("ready", format!("the server (pid {}) exited before it was ready; nsys.log: {}", r.procs[si].rec.pid, tail_of(&out.join("nsys.log"), 4)));
+                    break 'life;
+                }
+            }
+            polls += 1;
+            let mut all_ok = true;
+            for (s, u) in &urls {
+                match http::get_status(u, Duration::from_secs(2)) {
+                    Ok(c) if (200..300).contains(&c) => {}
+                    Ok(c) => {
+                        all_ok = false;
+                        last = format!("{s} answered {c}");
+                        break;
+                    }
+                    Err(e) => {
+                        all_ok = false;
+                        last = format!("{s}: {e}");
+                        break;
+                    }
+                }
+            }
+            if all_ok {
+                if server_i.is_none() {
+                    if let Some(s) = find_server(ppid, &o.server[0]) {
+                        server_i = Some(r.record("server", s.pid, s.starttime, procs::cmdline(s.pid), None));
+                    }
+                }
+                let at = r.now();
+                r.say(format!("ready after {polls} polls"));
+                ready = Some(Ready { urls: urls.iter().map(|(s, _)| s.clone()).collect(), at_s: at, polls });
+                break;
+            }
+            if Instant::now() >= deadline {
+                r.fail("ready", format!("not ready after {} s (--ready-timeout); last: {last}", o.ready_timeout.as_secs_f64()));
+                break 'life;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let Some(si) = server_i else {
+            r.fail("server", format!("the server answers, but no descendant of nsys (pid {ppid}) runs '{}': serve-capture cannot stop it safely (is the URL served by another process?)", o.server[0]));
+            break 'life;
+        };
+        record_tree(&mut r, si);
+        record_helpers(&mut r, ppid);
+
+        // 3. warmup, outside the capture window
+        if let Some(w) = &o.warmup {
+            r.say(format!("warmup: {}", w.join(" ")));
+            let i = match r.spawn_client("warmup", w) {
+                Ok(i) => i,
+                Err(e) => {
+                    r.fail("warmup", e);
+                    break 'life;
+                }
+            };
+            warmup_i = Some(i);
+            if !r.wait_for(i, o.client_timeout, false, |r| r.poll_end(si)) {
+                if r.stop_seen.is_none() {
+                    if r.procs[si].rec.ended.is_some() {
+                        r.fail("server", format!("the server (pid {}) exited during the warmup", r.procs[si].rec.pid));
+                    } else {
+                        r.fail("warmup", format!("the warmup client did not finish within {} s (--client-timeout)", o.client_timeout.as_secs_f64()));
+                    }
+                }
+                break 'life;
+            }
+            let ended = r.procs[i].rec.ended.clone();
+            if ended.as_deref() != Some("exit 0") {
+                r.fail("warmup", format!("the warmup client failed ({}); see {}/warmup.stderr", ended.unwrap_or_default(), out.display()));
+                break 'life;
+            }
+        }
+        if let Some(ws) = window.start_est_s {
+            if timed && o.delay_s.is_some() && r.now() >= ws {
+                r.fail("window", format!(
+                    "readiness and warmup took until {:.1} s, past the capture start (~{ws:.1} s = nsys launch + --delay {}): the warmup would be inside the capture; raise --delay",
+                    r.now(), fmt_secs(o.delay_s.unwrap_or(0.0))
+                ));
+                break 'life;
+            }
+        }
+
+        // 4. the load client, spanning the capture window
+        r.say(format!("load: {}", o.load.join(" ")));
+        let i = match r.spawn_client("load", &o.load) {
+            Ok(i) => i,
+            Err(e) => {
+                r.fail("load", e);
+                break 'life;
+            }
+        };
+        load_i = Some(i);
+        let server_died = |r: &mut Run| r.poll_end(si) || (!timed && r.poll_end(prof));
+        if !r.wait_for(i, o.client_timeout, false, server_died) {
+            if r.stop_seen.is_none() {
+                if r.procs[si].rec.ended.is_some() || r.procs[prof].rec.ended.is_some() {
+                    r.fail("server", format!("the server (pid {}) exited during the load (mid-run); nsys.log: {}", r.procs[si].rec.pid, tail_of(&out.join("nsys.log"), 3)));
+                } else {
+                    r.fail("load", format!("the load client did not finish within {} s (--client-timeout)", o.client_timeout.as_secs_f64()));
+                }
+            }
+            break 'life;
+        }
+        let ended = r.procs[i].rec.ended.clone();
+        if ended.as_deref() != Some("exit 0") {
+            let died = r.poll_end(si);
+            let stage = if died { "server" } else { "load" };
+            let why = if died { format!("; the server (pid {}) exited during the load (mid-run)", r.procs[si].rec.pid) } else { String::new() };
+            r.fail(stage, format!("the load client failed ({}){why}; see {}/load.stderr", ended.unwrap_or_default(), out.display()));
+        }
+
+        // 5. time mode: wait for the window to close (nsys exits by itself after --duration with --kill=none)
+        if let Some(we) = window.end_est_s {
+            let left = (we - r.now()).max(0.0);
+            r.say(format!("waiting for the capture window to close (~{left:.1} s) and nsys to write its report"));
+            let limit = Duration::from_secs_f64(left) + o.finalize_timeout;
+            if !r.wait_for(prof, limit, false, |_| false) && r.stop_seen.is_none() {
+                r.fail("capture", format!("nsys did not end within {} s after the window closed (--finalize-timeout)", o.finalize_timeout.as_secs_f64()));
+            }
+        }
+        if timed {
+            let li = &r.procs[i].rec;
+            let (ls, le) = (li.recorded_at_s, li.ended_at_s.unwrap_or(f64::MAX));
+            let spans = window.start_est_s.is_some_and(|ws| ls <= ws) && window.end_est_s.is_none_or(|we| le >= we);
+            if !spans && r.failures.is_empty() {
+                r.fail("window", format!(
+                    "the load client ran {ls:.1}–{le:.1} s but the capture window is ~{:.1}–{} s: it must start before the window opens and end after it closes",
+                    window.start_est_s.unwrap_or(0.0),
+                    window.end_est_s.map(|x| format!("{x:.1}")).unwrap_or_else(|| "exit".into())
+                ));
+            }
+        }
+    }
+
+    // 6. cleanup: only the recorded PIDs, reverse launch order
+    cleanup(&mut r, prof, server_i);
+    let stop_signal = r.stop_seen;
+    let all_gone = r.procs.iter_mut().all(|t| {
+        let c = t.child.as_mut().map(|c| matches!(c.try_wait(), Ok(Some(_)))).unwrap_or(false);
+        t.rec.gone = t.rec.ended.is_some() || c || !procs::alive(t.rec.pid as i32, t.rec.starttime_ticks);
+        t.rec.gone
+    });
+    if !all_gone {
+        let left: Vec<String> = r.procs.iter().filter(|t| !t.rec.gone).map(|t| format!("{} {}", t.rec.role, t.rec.pid)).collect();
+        r.fail("cleanup", format!("still running after TERM and KILL: {}", left.join(", ")));
+    }
+    let port = health.port;
+    let port_released = if is_local {
+        let until = Instant::now() + o.grace;
+        let mut listening = procs::port_listening(port);
+        while listening && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+            listening = procs::port_listening(port);
+        }
+        if listening {
+            r.fail("cleanup", format!("port {port} is still listening after cleanup (a process serve-capture did not record holds it; it was not touched)"));
+        }
+        Some(!listening)
+    } else {
+        None
+    };
+
+    // 7. the report: export and summarise
+    let mut capture = None;
+    let mut files = files;
+    if stop_signal.is_none() {
+        let rep = out.join("capture.nsys-rep");
+        let nsys_ended = r.procs[prof].rec.ended.clone();
+        if rep.is_file() {
+            files.report = Some(rep.display().to_string());
+            match export_report(&nsys, &rep, &out.join("capture.sqlite")) {
+                Ok((ranges, total, kernels)) => {
+                    files.sqlite = Some(out.join("capture.sqlite").display().to_string());
+                    capture = Some(CaptureResult {
+                        nsys_ended,
+                        report: files.report.clone(),
+                        sqlite: files.sqlite.clone(),
+                        nvtx_ranges: ranges,
+                        nvtx_range_total: total,
+                        kernel_rows: kernels,
+                    });
+                }
+                Err(e) => r.fail("capture", e.message),
+            }
+        } else {
+            r.fail("capture", format!("nsys ({}) wrote no report {}; nsys.log: {}", nsys_ended.clone().unwrap_or_default(), rep.display(), tail_of(&out.join("nsys.log"), 4)));
+            capture = Some(CaptureResult { nsys_ended, report: None, sqlite: None, nvtx_ranges: vec![], nvtx_range_total: 0, kernel_rows: 0 });
+        }
+        if let Some(c) = &capture {
+            // (only a finding of its own when the lifecycle went through: after an earlier failure it is expected)
+            if c.sqlite.is_some() && c.nvtx_range_total == 0 && o.trace.contains("nvtx") && r.failures.is_empty() {
+                r.fail("capture", "the export holds no closed NVTX range: the load did not reach the capture window (or the server emits no NVTX)");
+            }
+        }
+    }
+
+    // 8. gate-check and sqlite-ranges on the export, into the run folder
+    let mut gate = None;
+    if let (Some(rep), Some(sql)) = (files.report.clone(), files.sqlite.clone()) {
+        let gopts = crate::gate::GateOptions {
+            capture: PathBuf::from(&rep),
+            sqlite: Some(PathBuf::from(&sql)),
+            log: Some(out.join("nsys.log")),
+            provenance: Some(out.join("provenance.json")),
+            tier: o.tier,
+            decode_range: o.decode_range.clone(),
+            nsys: Some(nsys.clone()),
+            thresholds: crate::gate::Thresholds { min_rep_bytes: o.min_rep_bytes, ..Default::default() },
+        };
+        match crate::gate::run(&gopts).and_then(|g| write_json(&out.join("gate.json"), &g).map(|_| g)) {
+            Ok(g) => {
+                files.gate = Some(out.join("gate.json").display().to_string());
+                let verdict = serde_json::to_value(g.verdict).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+                let reasons = g.gates.iter().filter(|x| g.retry.contains(&x.id)).map(|x| format!("{}: {}", x.id, x.reason)).collect();
+                gate = Some(GateSummary { verdict, retry: g.retry.clone(), reasons });
+            }
+            Err(e) => r.fail("postprocess", format!("gate-check: {}", e.message)),
+        }
+        match crate::ranges::run(Path::new(&sql), &crate::ranges::RangesOptions::default(), Some(&nsys))
+            .and_then(|d| write_json(&out.join("ranges.json"), &d))
+        {
+            Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),
+            Err(e) => r.fail("postprocess", format!("sqlite-ranges: {}", e.message)),
+        }
+    }
+
+    let client = |i: Option<usize>, role: &str, r: &Run| {
+        i.map(|i| {
+            let p = &r.procs[i].rec;
+            ClientRun {
+                argv: p.argv.clone(),
+                pid: p.pid,
+                started_at_s: p.recorded_at_s,
+                ended_at_s: p.ended_at_s,
+                wall_s: p.ended_at_s.map(|e| ((e - p.recorded_at_s) * 1000.0).round() / 1000.0),
+                exit_code: exit_code_of(&p.ended),
+                signal: signal_of(&p.ended),
+                stdout: out.join(format!("{role}.stdout")).display().to_string(),
+                stderr: out.join(format!("{role}.stderr")).display().to_string(),
+                spans_window: None,
+            }
+        })
+    };
+    let warmup = client(warmup_i, "warmup", &r);
+    let mut load = client(load_i, "load", &r);
+    if let (Some(l), true) = (&mut load, timed) {
+        l.spans_window = Some(
+            window.start_est_s.is_some_and(|ws| l.started_at_s <= ws) && window.end_est_s.is_none_or(|we| l.ended_at_s.is_some_and(|e| e >= we)),
+        );
+    }
+    let diagnostic = load.as_ref().map(|l| diagnostic_of(l, &out.join("load.stdout")));
+    let outcome = if stop_signal.is_some() {
+        "interrupted"
+    } else if r.failures.is_empty() {
+        "ok"
+    } else {
+        "failed"
+    };
+    if stop_signal.is_none() {
+        files.bundle = Some(out.join("bundle.json").display().to_string());
+    }
+    let (schema, tool) = ServeCaptureDoc::header();
+    let doc = ServeCaptureDoc {
+        schema,
+        tool,
+        outcome: outcome.into(),
+        failures: r.failures.clone(),
+        out_dir: out.display().to_string(),
+        files,
+        nsys: NsysInfo { path: nsys.display().to_string(), version },
+        window,
+        nsys_argv,
+        added_flags: added,
+        env_names: o.env.iter().map(|(k, _)| k.clone()).collect(),
+        processes: r.procs.iter().map(|t| t.rec.clone()).collect(),
+        ready,
+        warmup,
+        load,
+        diagnostic,
+        capture,
+        gate,
+        cleanup: Cleanup { all_gone, port: Some(port), port_released, stop_signal },
+        wall_s: r.now(),
+    };
+    let mut doc = doc;
+    write_doc(&out, &doc)?;
+    // 9. the bundle: provenance, gate, ranges and this document, merged with bundle-merge
+    if let Some(b) = doc.files.bundle.clone() {
+        let merged = (|| -> Result<()> {
+            let mut docs = Vec::new();
+            for f in [Some(doc.files.provenance.clone()), doc.files.gate.clone(), doc.files.ranges.clone(), Some(doc.files.document.clone())].into_iter().flatten() {
+                docs.extend(crate::bundle::read_docs(&[crate::contract::Input::Path(PathBuf::from(f))])?);
+            }
+            crate::bundle::run(Path::new(&b), &docs, crate::bundle::Mode::Write).map(|_| ())
+        })();
+        if let Err(e) = merged {
+            eprintln!("serve-capture: postprocess: bundle-merge: {}", e.message);
+            doc.failures.push(Failure { stage: "postprocess".into(), reason: format!("bundle-merge: {}", e.message) });
+            doc.outcome = "failed".into();
+            doc.files.bundle = None;
+            write_doc(&out, &doc)?;
+        }
+    }
+    Ok(doc)
+}
+
+fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(v).expect("serialises") + "\n";
+    std::fs::write(path, text).map_err(|e| Error::env(format!("{}: cannot write: {e}", path.display())))
+}
+
+fn write_doc(out: &Path, doc: &ServeCaptureDoc) -> Result<()> {
+    write_json(&out.join("serve-capture.json"), doc)
+}
+
+/// Record the server's descendants (workers it forked) that are not recorded yet.
+fn record_tree(r: &mut Run, server: usize) {
+    let (pid, st) = (r.procs[server].rec.pid as i32, r.procs[server].rec.starttime_ticks);
+    if !procs::alive(pid, st) {
+        return;
+    }
+    for d in procs::descendants(pid) {
+        if !r.is_recorded(d.pid) {
+            r.record("server-child", d.pid, d.starttime, procs::cmdline(d.pid), None);
+        }
+    }
+}
+
+/// Record nsys's own helper processes (`nsys-launcher`, `nsys-tee`: `nsys*` descendants of the profiler), so
+/// that none is left behind when nsys exits before the server (time window with `--kill=none`).
+fn record_helpers(r: &mut Run, profiler: i32) {
+    for d in procs::descendants(profiler) {
+        if d.comm.starts_with("nsys") && !r.is_recorded(d.pid) {
+            r.record("nsys-helper", d.pid, d.starttime, procs::cmdline(d.pid), None);
+        }
+    }
+}
+
+/// Stop the recorded processes in reverse launch order: load, warmup, the server's tree (children first),
+/// then — once nsys has had `finalize_timeout` to write the report — nsys's helpers and nsys itself.
+fn cleanup(r: &mut Run, prof: usize, server: Option<usize>) {
+    if let Some(si) = server {
+        record_tree(r, si);
+    }
+    let ppid = r.procs[prof].rec.pid as i32;
+    if !r.poll_end(prof) {
+        record_helpers(r, ppid);
+    }
+    let order: Vec<usize> = (0..r.procs.len()).rev().collect();
+    for &i in &order {
+        if matches!(r.procs[i].rec.role.as_str(), "load" | "warmup") {
+            r.stop(i);
+        }
+    }
+    // the server tree, latest first
+    let mut tree: Vec<usize> = order.iter().copied().filter(|&i| matches!(r.procs[i].rec.role.as_str(), "server" | "server-child")).collect();
+    tree.sort_by_key(|&i| std::cmp::Reverse((r.procs[i].rec.starttime_ticks, r.procs[i].rec.pid)));
+    for i in tree {
+        r.stop(i);
+    }
+    // nsys writes the report once the application is gone
+    if !r.poll_end(prof) {
+        let limit = if r.stop_seen.is_some() { r.o.grace } else { r.o.finalize_timeout };
+        r.say(format!("waiting up to {:.0} s for nsys to write the report", limit.as_secs_f64()));
+        r.wait_for(prof, limit, true, |_| false);
+    }
+    for &i in &order {
+        if r.procs[i].rec.role == "nsys-helper" {
+            r.stop(i);
+        }
+    }
+    r.stop(prof);
+    for i in 0..r.procs.len() {
+        r.poll_end(i);
+    }
+}
+
+fn diagnostic_of(l: &ClientRun, stdout: &Path) -> Diagnostic {
+    let last = std::fs::read_to_string(stdout).unwrap_or_default();
+    let v = last.lines().rev().find(|l| !l.trim().is_empty()).and_then(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok());
+    let num = |k: &str| v.as_ref().and_then(|v| v.get(k)).and_then(|x| x.as_u64());
+    let (requests, tokens) = (num("requests"), num("tokens"));
+    let per = |n: Option<u64>| match (n, l.wall_s) {
+        (Some(n), Some(w)) if w > 0.0 => Some(((n as f64 / w) * 1000.0).round() / 1000.0),
+        _ => None,
+    };
+    Diagnostic {
+        diagnostic_only: true,
+        load_wall_s: l.wall_s,
+        requests,
+        tokens,
+        requests_per_s: per(requests),
+        tokens_per_s: per(tokens),
+        note: "measured under the profiler: diagnostic only, never a throughput score".into(),
+    }
+}
+
+/// Export the report to SQLite (next to it, in the run folder) and count its NVTX ranges and kernel rows.
+fn export_report(nsys: &Path, rep: &Path, sqlite: &Path) -> Result<(Vec<RangeCount>, u64, u64)> {
+    let outp = Command::new(nsys)
+        .args(["export", "--type=sqlite", "--force-overwrite=true", "--lazy=false"])
+        .arg(format!("--output={}", sqlite.display()))
+        .arg(rep)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::env(format!("cannot run {} export: {e}", nsys.display())))?;
+    if !outp.status.success() || !sqlite.is_file() {
+        let t = format!("{}{}", String::from_utf8_lossy(&outp.stdout), String::from_utf8_lossy(&outp.stderr));
+        return Err(Error::input(format!("{}: nsys export failed ({}): {}", rep.display(), outp.status, t.lines().last().unwrap_or(""))));
+    }
+    let ex = crate::export::Export::open(sqlite)?;
+    summarize_export(&ex)
+}
+
+/// The closed NVTX push/pop and start/end ranges of an export by name, their total, and its kernel rows
+/// (what `capture.nvtx_ranges`, `capture.nvtx_range_total` and `capture.kernel_rows` report).
+pub fn summarize_export(ex: &crate::export::Export) -> Result<(Vec<RangeCount>, u64, u64)> {
+    let mut ranges = Vec::new();
+    let mut total = 0;
+    if ex.has_table("NVTX_EVENTS") {
+        ex.require("NVTX_EVENTS", &["start", "end", "eventType", "text"])?;
+        let with_id = ex.table("NVTX_EVENTS").is_some_and(|t| t.has_column("textId")) && ex.has_table("StringIds");
+        let sql = if with_id {
+            "SELECT COALESCE(e.text, s.value) AS name, COUNT(*) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId \
+             WHERE e.eventType IN (59, 60) AND e.end IS NOT NULL GROUP BY name ORDER BY name"
+        } else {
+            "SELECT text AS name, COUNT(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL GROUP BY name ORDER BY name"
+        };
+        let mut st = ex.conn().prepare(sql).map_err(ex.sql_err("NVTX_EVENTS"))?;
+        let rows = st
+            .query_map([], |row| Ok((row.get::<_, Option<String>>(0)?, row.get::<_, i64>(1)?)))
+            .and_then(|r| r.collect::<std::result::Result<Vec<_>, _>>())
+            .map_err(ex.sql_err("NVTX_EVENTS"))?;
+        for (name, n) in rows {
+            total += n as u64;
+            ranges.push(RangeCount { name: name.unwrap_or_else(|| "(unnamed)".into()), count: n as u64 });
+        }
+    }
+    let kernels = if ex.has_table("CUPTI_ACTIVITY_KIND_KERNEL") { ex.count_rows("CUPTI_ACTIVITY_KIND_KERNEL")? as u64 } else { 0 };
+    Ok((ranges, total, kernels))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> ServeCaptureOptions {
+        ServeCaptureOptions::new(vec!["./srv".into(), "8000".into()], "http://127.0.0.1:8000/health".into(), vec!["curl".into()], "/tmp/x".into())
+    }
+    fn all_caps() -> Capabilities {
+        Capabilities { cuda_graph_trace: true, trace_fork_before_exec: true, capture_range: true, capture_range_end: true, ..Default::default() }
+    }
+
+    #[test]
+    fn mandatory_flags_added() {
+        let mut o = opts();
+        o.cuda_child = true;
+        o.capture_range = Some("cudaProfilerApi".into());
+        let (a, added) = build_nsys_args(&o, &all_caps(), Path::new("/o/capture")).unwrap();
+        assert_eq!(
+            a,
+            [
+                "profile", "--trace=cuda,nvtx,osrt", "--cuda-graph-trace=node", "--trace-fork-before-exec=true",
+                "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--kill=none", "--output=/o/capture", "./srv", "8000"
+            ]
+        );
+        assert_eq!(added.len(), 4);
+    }
+
+    #[test]
+    fn refusals() {
+        let mut o = opts();
+        let mut caps = all_caps();
+        caps.cuda_graph_trace = false;
+        let e = build_nsys_args(&o, &caps, Path::new("/o/c")).unwrap_err();
+        assert!(e.message.contains("no --cuda-graph-trace"), "{}", e.message);
+        o.trace = "nvtx,osrt".into();
+        assert!(build_nsys_args(&o, &caps, Path::new("/o/c")).is_ok(), "no CUDA traced: no graph flag needed");
+        o.cuda_child = true;
+        caps.trace_fork_before_exec = false;
+        assert!(build_nsys_args(&o, &caps, Path::new("/o/c")).unwrap_err().message.contains("--trace-fork-before-exec"));
+        let mut o = opts();
+        o.flags = vec!["--cuda-graph-trace=graph".into()];
+        assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("refused"));
+        o.flags = vec!["-o".into(), "x".into()];
+        assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("--out DIR"));
+        let mut o = opts();
+        o.server = vec!["/usr/bin/env".into(), "A=1".into(), "srv".into()];
+        let e = build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err();
+        assert!(e.message.contains("--env NAME=VALUE"), "{}", e.message);
+        let mut o = opts();
+        o.warmup = Some(vec!["curl".into()]);
+        assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("--warmup needs a capture window"));
+        o.duration_s = Some(5.0);
+        assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("needs --delay"));
+        o.delay_s = Some(5.0);
+        assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).is_ok());
+        o.capture_range = Some("cudaProfilerApi".into());
+        assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("exclude each other"));
+    }
+
+    #[test]
+    fn real_nsys_help_texts_have_the_mandatory_flags() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nsys-help");
+        for v in ["2023.4.4", "2025.3.1"] {
+            let help = std::fs::read_to_string(root.join(v).join("profile-help.txt")).unwrap();
+            let caps = crate::resolve::parse_capabilities(&help, "");
+            assert!(help.contains("--kill="), "{v}: serve-capture relies on --kill");
+            let mut o = opts();
+            o.cuda_child = true;
+            o.capture_range = Some("cudaProfilerApi".into());
+            let (a, _) = build_nsys_args(&o, &caps, Path::new("/o/capture")).unwrap_or_else(|e| panic!("{v}: {}", e.message));
+            assert!(a.contains(&"--cuda-graph-trace=node".to_string()) && a.contains(&"--trace-fork-before-exec=true".to_string()));
+        }
+    }
+
+    #[test]
+    fn commands_split_like_a_shell() {
+        assert_eq!(split_command("curl -s 'http://x/a b' \"q\"", "--load").unwrap(), ["curl", "-s", "http://x/a b", "q"]);
+        assert!(split_command("curl 'unclosed", "--load").is_err());
+        assert_eq!(parse_env("A=b=c").unwrap(), ("A".into(), "b=c".into()));
+        assert!(parse_env("=x").is_err());
+    }
+}

@@ -1,0 +1,490 @@
+//! serve-capture against the real nsys 2023.4 (NSYS_BIN) and a real CPU-only HTTP server with NVTX ranges
+//! (scripts/cpu/vibeserve_http.c, compiled here with gcc and the NVTX v3 headers shipped with nsys).
+//! Tests that need nsys, gcc or the headers SKIP with a message when they are absent.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command as StdCommand;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// nsys runs one at a time (2 cores; each capture is timing-sensitive).
+static NSYS_LOCK: Mutex<()> = Mutex::new(());
+
+struct Env {
+    nsys: PathBuf,
+    server: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Find `nvtx/include/nvtx3/nvToolsExt.h` in the nsys install (Debian layout or a plain nsys folder).
+fn nvtx_include(nsys: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(nsys).ok()?;
+    let mut dir = real.parent()?.to_path_buf();
+    for _ in 0..4 {
+        for cand in [
+            dir.join("lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nvtx/include"),
+            dir.join("target-linux-x64/nvtx/include"),
+            dir.join("nvtx/include"),
+        ] {
+            if cand.join("nvtx3/nvToolsExt.h").is_file() {
+                return Some(cand);
+            }
+        }
+        dir = dir.parent()?.to_path_buf();
+    }
+    None
+}
+
+fn env_or_skip(test: &str) -> Option<&'static Env> {
+    static ENV: OnceLock<Option<Env>> = OnceLock::new();
+    let e = ENV.get_or_init(|| {
+        let nsys = common::nsys_or_skip("serve_capture")?;
+        let Some(inc) = nvtx_include(&nsys) else {
+            eprintln!("SKIP: no NVTX headers found in the nsys install {}", nsys.display());
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let server = dir.path().join("vibeserve_http");
+        let src = common::root().join("scripts/cpu/vibeserve_http.c");
+        let out = StdCommand::new("gcc")
+            .args(["-O1", "-I"])
+            .arg(&inc)
+            .arg(&src)
+            .arg("-o")
+            .arg(&server)
+            .arg("-ldl")
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Env { nsys, server, _dir: dir }),
+            Ok(o) => panic!("gcc failed on {}: {}", src.display(), String::from_utf8_lossy(&o.stderr)),
+            Err(e) => {
+                eprintln!("SKIP: no gcc ({e})");
+                None
+            }
+        }
+    });
+    if e.is_none() {
+        eprintln!("SKIP {test}: needs nsys, gcc and the NVTX headers");
+    }
+    e.as_ref()
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn listening(port: u16) -> bool {
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            c.len() > 3 && c[1].ends_with(&format!(":{port:04X}")) && c[3] == "0A"
+        })
+    })
+}
+
+/// Independently of serve-capture: is this recorded process (PID + start time) still alive?
+fn still_alive(p: &Value) -> bool {
+    let pid = p["pid"].as_i64().unwrap();
+    let st = p["starttime_ticks"].as_u64().unwrap();
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let rest: Vec<&str> = text[text.rfind(')').unwrap() + 1..].split_whitespace().collect();
+    rest[19].parse::<u64>().unwrap() == st && rest[0] != "Z"
+}
+
+fn assert_all_gone_and_port_free(doc: &Value, port: u16) {
+    let procs = doc["processes"].as_array().unwrap();
+    assert!(!procs.is_empty());
+    for p in procs {
+        assert!(!still_alive(p), "recorded process still alive: {p}");
+        assert_eq!(p["gone"], true, "{p}");
+    }
+    assert_eq!(doc["cleanup"]["all_gone"], true);
+    assert!(!listening(port), "port {port} still listening");
+    assert_eq!(doc["cleanup"]["port_released"], true);
+}
+
+fn base_args(e: &Env, port: u16, out: &Path) -> Vec<String> {
+    vec![
+        "--nsys".into(),
+        e.nsys.display().to_string(),
+        "--trace".into(),
+        "nvtx,osrt".into(),
+        "--health".into(),
+        format!("http://127.0.0.1:{port}/health"),
+        "--models".into(),
+        format!("http://127.0.0.1:{port}/v1/models"),
+        "--grace".into(),
+        "3".into(),
+        "--out".into(),
+        out.display().to_string(),
+    ]
+}
+
+fn role<'a>(doc: &'a Value, role: &str) -> &'a Value {
+    doc["processes"].as_array().unwrap().iter().find(|p| p["role"] == role).unwrap_or_else(|| panic!("no {role} in {doc}"))
+}
+
+#[test]
+fn captures_a_cpu_server_with_a_time_window() {
+    let Some(e) = env_or_skip("captures_a_cpu_server_with_a_time_window") else { return };
+    let _g = NSYS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut args = base_args(e, port, &out);
+    args.extend([
+        // a 5 s delay leaves room for a slow start on a loaded CI machine (readiness takes ~1.3 s here)
+        "--delay".into(),
+        "5".into(),
+        "--duration".into(),
+        "3".into(),
+        "--min-rep-bytes".into(),
+        "100000".into(),
+        "--warmup".into(),
+        format!("{} --client {port} 0.3", e.server.display()),
+        "--load".into(),
+        format!("{} --client {port} 11", e.server.display()),
+        "--".into(),
+        e.server.display().to_string(),
+        port.to_string(),
+    ]);
+    let a = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(240)).assert();
+    let o = a.get_output();
+    let doc = common::one_doc(&o.stdout);
+    // the lifecycle went through; gate-check says RETRY because a CPU-only capture has no CUDA data (G1, G3):
+    // exit 1, as a RETRY must be
+    assert_eq!(o.status.code(), Some(1), "{doc}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(doc["outcome"], "ok", "{doc}");
+    assert!(doc["failures"].as_array().unwrap().is_empty());
+    assert_eq!(doc["gate"]["verdict"], "RETRY");
+    assert_eq!(doc["gate"]["retry"], serde_json::json!(["G1", "G3"]));
+    assert_eq!(doc["window"]["mode"], "time");
+    assert_eq!(doc["load"]["spans_window"], true);
+    assert_eq!(doc["load"]["exit_code"], 0);
+    assert_eq!(doc["warmup"]["exit_code"], 0);
+    assert!(doc["warmup"]["ended_at_s"].as_f64().unwrap() < doc["window"]["start_est_s"].as_f64().unwrap());
+    // nsys flags: env-free command, window flags, --kill=none added
+    let argv: Vec<&str> = doc["nsys_argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(argv.contains(&"--delay=5") && argv.contains(&"--duration=3") && argv.contains(&"--kill=none"), "{argv:?}");
+    // the processes: nsys, the server found under it, the clients launched by serve-capture (not by nsys)
+    let prof = role(&doc, "profiler");
+    let server = role(&doc, "server");
+    assert_eq!(server["argv"][0], e.server.display().to_string());
+    for c in ["warmup", "load"] {
+        let p = role(&doc, c);
+        assert_ne!(p["parent_pid"], prof["pid"], "{c} must not be a child of nsys");
+        assert_eq!(p["parent_pid"], prof["parent_pid"], "{c} is launched by serve-capture itself");
+    }
+    let pids_dir = out.join("pids");
+    let server_pid_file = std::fs::read_to_string(pids_dir.join("server.pid")).unwrap();
+    assert!(server_pid_file.starts_with(&format!("{} ", server["pid"])));
+    assert!(pids_dir.join("load.pid").is_file() && pids_dir.join("profiler.pid").is_file());
+    assert_all_gone_and_port_free(&doc, port);
+    // the capture: ranges found in the export, independently of serve-capture's summary
+    let sqlite = out.join("capture.sqlite");
+    assert!(out.join("capture.nsys-rep").is_file() && sqlite.is_file());
+    let ex = nsyskit::export::Export::open(&sqlite).unwrap();
+    let n: i64 = ex
+        .conn()
+        .query_row("SELECT count(*) FROM NVTX_EVENTS WHERE text = 'vibeserve.engine.iteration' AND end IS NOT NULL", [], |r| r.get(0))
+        .unwrap();
+    assert!(n > 100, "only {n} iterations in the 3 s window");
+    let ranges = doc["capture"]["nvtx_ranges"].as_array().unwrap();
+    let it = ranges.iter().find(|r| r["name"] == "vibeserve.engine.iteration").unwrap();
+    assert_eq!(it["count"].as_i64().unwrap(), n);
+    let req = ranges.iter().find(|r| r["name"] == "vibeserve.request").unwrap()["count"].as_i64().unwrap();
+    // 4 iterations per request; a request cut by a window edge keeps only some of its iterations
+    assert!((n - 4 * req).abs() <= 8, "{n} iterations vs {req} requests");
+    // the window holds part of the load only: fewer requests than the client made
+    let d = &doc["diagnostic"];
+    assert_eq!(d["diagnostic_only"], true);
+    assert!(d["requests"].as_i64().unwrap() > req, "{d}");
+    // gate-check, sqlite-ranges and the bundle in the run folder
+    let read = |f: &str| -> Value { serde_json::from_slice(&std::fs::read(out.join(f)).unwrap()).unwrap() };
+    let gate = read("gate.json");
+    common::assert_valid(&gate);
+    assert_eq!(gate["verdict"], "RETRY");
+    let rdoc = read("ranges.json");
+    common::assert_valid(&rdoc);
+    let rq = rdoc["ranges"].as_array().unwrap().iter().find(|r| r["label"] == "vibeserve.request").unwrap();
+    assert_eq!(rq["occurrences"].as_i64().unwrap(), req);
+    let bundle = read("bundle.json");
+    assert_eq!(bundle["serve_capture"]["outcome"], "ok");
+    assert_eq!(bundle["kernel_profile"]["gates"]["verdict"], "RETRY");
+    assert_eq!(bundle["provenance"]["schema"], "nsyskit.provenance/v1");
+    // provenance written at start, the document kept in the run folder
+    let prov = read("provenance.json");
+    common::assert_valid(&prov);
+    assert_eq!(prov["capture"]["server_cmd"], format!("{} {port}", e.server.display()));
+    assert!(prov["checks"].as_array().unwrap().iter().any(|c| c["name"] == "port" && c["status"] == "pass"), "{prov}");
+    let kept: Value = serde_json::from_slice(&std::fs::read(out.join("serve-capture.json")).unwrap()).unwrap();
+    common::assert_valid(&kept);
+    assert_eq!(kept["outcome"], "ok");
+}
+
+/// Range-bounded window on CPU: `--capture-range=nvtx` on the server's start/end range `vibeserve.capture`,
+/// opened and closed by the load client (`/start_profile`, `/stop_profile`). nsys only honours unregistered NVTX
+/// strings as capture triggers with NSYS_NVTX_PROFILER_REGISTER_ONLY=0, set with --env on the nsys process.
+#[test]
+fn captures_a_cpu_server_with_a_range_window() {
+    let Some(e) = env_or_skip("captures_a_cpu_server_with_a_range_window") else { return };
+    let _g = NSYS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut args = base_args(e, port, &out);
+    args.extend([
+        "--capture-range".into(),
+        "nvtx".into(),
+        "--flags".into(),
+        "--nvtx-capture=vibeserve.capture".into(),
+        "--env".into(),
+        "NSYS_NVTX_PROFILER_REGISTER_ONLY=0".into(),
+        "--min-rep-bytes".into(),
+        "100000".into(),
+        "--warmup".into(),
+        format!("{} --client {port} 0.3", e.server.display()),
+        "--load".into(),
+        format!("{} --client {port} 4 --profile-range", e.server.display()),
+        "--".into(),
+        e.server.display().to_string(),
+        port.to_string(),
+    ]);
+    let a = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(240)).assert();
+    let o = a.get_output();
+    let doc = common::one_doc(&o.stdout);
+    assert_eq!(doc["outcome"], "ok", "{doc}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "gate-check RETRY on a CPU-only capture");
+    assert_eq!(doc["window"]["mode"], "range");
+    assert_eq!(doc["window"]["capture_range_end"], "stop");
+    assert_eq!(doc["env_names"], serde_json::json!(["NSYS_NVTX_PROFILER_REGISTER_ONLY"]));
+    let argv: Vec<&str> = doc["nsys_argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(argv.contains(&"--capture-range=nvtx") && argv.contains(&"--capture-range-end=stop"), "{argv:?}");
+    assert!(!argv.iter().any(|a| a.contains("NSYS_NVTX_PROFILER_REGISTER_ONLY")), "env goes on the nsys process, not its argv");
+    let ranges = doc["capture"]["nvtx_ranges"].as_array().unwrap();
+    let count = |name: &str| ranges.iter().find(|r| r["name"] == name).map(|r| r["count"].as_i64().unwrap()).unwrap_or(0);
+    assert_eq!(count("vibeserve.capture"), 1, "{ranges:?}");
+    let inside = count("vibeserve.request");
+    let total = doc["diagnostic"]["requests"].as_i64().unwrap();
+    assert!(inside > 0 && inside < total, "the range holds part of the load: {inside} of {total} requests");
+    assert_all_gone_and_port_free(&doc, port);
+}
+
+#[test]
+fn server_never_ready_fails_and_cleans_up() {
+    let Some(e) = env_or_skip("server_never_ready_fails_and_cleans_up") else { return };
+    let _g = NSYS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut args = base_args(e, port, &out);
+    args.extend([
+        "--ready-timeout".into(),
+        "3".into(),
+        "--load".into(),
+        format!("{} --client {port} 2", e.server.display()),
+        "--".into(),
+        e.server.display().to_string(),
+        port.to_string(),
+        "--never-ready".into(),
+    ]);
+    let a = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(180)).assert();
+    let o = a.get_output();
+    let doc = common::one_doc(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{doc}");
+    assert_eq!(doc["outcome"], "failed");
+    assert_eq!(doc["failures"][0]["stage"], "ready");
+    let reason = doc["failures"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("not ready after 3 s") && reason.contains("answered 503"), "{reason}");
+    assert!(doc["load"].is_null(), "no load client without readiness");
+    assert_eq!(role(&doc, "server")["signals_sent"][0], "SIGTERM");
+    assert_all_gone_and_port_free(&doc, port);
+}
+
+#[test]
+fn server_dying_mid_run_is_a_failure() {
+    let Some(e) = env_or_skip("server_dying_mid_run_is_a_failure") else { return };
+    let _g = NSYS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut args = base_args(e, port, &out);
+    args.extend([
+        "--load".into(),
+        format!("{} --client {port} 20", e.server.display()),
+        "--".into(),
+        e.server.display().to_string(),
+        port.to_string(),
+        "--die-after".into(),
+        "30".into(),
+    ]);
+    let t = Instant::now();
+    let a = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(180)).assert();
+    let o = a.get_output();
+    let doc = common::one_doc(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{doc}");
+    assert_eq!(doc["failures"][0]["stage"], "server", "{doc}");
+    assert!(doc["failures"][0]["reason"].as_str().unwrap().contains("mid-run"));
+    let server = role(&doc, "server");
+    assert_eq!(server["ended"], "gone");
+    assert!(server["signals_sent"].as_array().unwrap().is_empty(), "it died by itself: {server}");
+    // the 20 s load client is stopped early rather than waited for
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+    assert_all_gone_and_port_free(&doc, port);
+    // nsys still wrote the report of what happened, with the 30 requests
+    let req = doc["capture"]["nvtx_ranges"].as_array().unwrap().iter().find(|r| r["name"] == "vibeserve.request").unwrap();
+    assert_eq!(req["count"], 30);
+}
+
+#[test]
+fn failing_load_client_is_a_failure() {
+    let Some(e) = env_or_skip("failing_load_client_is_a_failure") else { return };
+    let _g = NSYS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut args = base_args(e, port, &out);
+    args.extend([
+        "--load".into(),
+        format!("{} --client {port} 2 /no-such-endpoint", e.server.display()),
+        "--".into(),
+        e.server.display().to_string(),
+        port.to_string(),
+    ]);
+    let a = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(180)).assert();
+    let o = a.get_output();
+    let doc = common::one_doc(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{doc}");
+    assert_eq!(doc["failures"][0]["stage"], "load", "{doc}");
+    assert_eq!(doc["load"]["exit_code"], 1);
+    let stderr = std::fs::read_to_string(out.join("load.stderr")).unwrap();
+    assert!(stderr.contains("404"), "{stderr}");
+    // the server was alive and serve-capture stopped it
+    assert_eq!(role(&doc, "server")["signals_sent"][0], "SIGTERM");
+    assert_all_gone_and_port_free(&doc, port);
+}
+
+#[test]
+fn sigint_mid_run_cleans_up_and_exits_130() {
+    let Some(e) = env_or_skip("sigint_mid_run_cleans_up_and_exits_130") else { return };
+    let _g = NSYS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut args = base_args(e, port, &out);
+    args.extend([
+        "--load".into(),
+        format!("{} --client {port} 60", e.server.display()),
+        "--".into(),
+        e.server.display().to_string(),
+        port.to_string(),
+    ]);
+    let bin = assert_cmd::cargo::cargo_bin("serve-capture");
+    let child = StdCommand::new(bin)
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !out.join("pids/load.pid").exists() {
+        assert!(t.elapsed() < Duration::from_secs(60), "the load client never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // Ctrl-C: SIGINT to serve-capture only
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let doc = common::one_doc(&o.stdout);
+    assert_eq!(o.status.code(), Some(130), "{doc}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(doc["outcome"], "interrupted");
+    assert_eq!(doc["cleanup"]["stop_signal"], 2);
+    assert_eq!(doc["failures"][0]["stage"], "interrupted");
+    assert_eq!(role(&doc, "load")["signals_sent"][0], "SIGTERM");
+    assert!(t.elapsed() < Duration::from_secs(50), "cleanup took {:?}", t.elapsed());
+    assert_all_gone_and_port_free(&doc, port);
+}
+
+/// A stand-in nsys (a shell script) whose `profile --help` lacks the mandatory flags: refused before anything
+/// starts. Runs without the real nsys.
+#[test]
+fn refuses_when_nsys_lacks_mandatory_flags() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = tmp.path().join("nsys");
+    std::fs::write(&fake, "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'NVIDIA Nsight Systems version 2020.1.1'; exit 0; fi\necho '\t-t, --trace='\necho '\t-o, --output='\necho '\t-c, --capture-range='\n").unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = tmp.path().join("run");
+    let base = |extra: &[&str]| {
+        let mut v: Vec<String> = vec!["--nsys".into(), fake.display().to_string(), "--health".into(), "http://127.0.0.1:1/health".into(), "--load".into(), "true".into(), "--out".into(), out.display().to_string()];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let o = Command::cargo_bin("serve-capture").unwrap().args(base(&["--", "/bin/sleep", "30"])).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("refused") && err.contains("--cuda-graph-trace"), "{err}");
+    assert!(o.stdout.is_empty());
+    let o = Command::cargo_bin("serve-capture").unwrap().args(base(&["--trace", "nvtx", "--cuda-child", "--", "/bin/sleep", "30"])).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--trace-fork-before-exec"));
+    // env on the command line of the profiled program is refused
+    let o = Command::cargo_bin("serve-capture").unwrap().args(base(&["--trace", "nvtx", "--", "env", "A=1", "/bin/sleep", "30"])).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--env NAME=VALUE"));
+    // a non-empty run folder is refused
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("x"), "").unwrap();
+    let o = Command::cargo_bin("serve-capture").unwrap().args(base(&["--trace", "nvtx", "--", "/bin/sleep", "30"])).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not empty"));
+    // bad quoting in a command
+    let mut a = base(&["--trace", "nvtx", "--", "/bin/sleep", "30"]);
+    a[5] = "curl 'x".into();
+    let o = Command::cargo_bin("serve-capture").unwrap().args(a).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--load"));
+}
+
+#[test]
+fn help_has_a_runnable_example() {
+    let o = Command::cargo_bin("serve-capture").unwrap().arg("--help").output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let h = String::from_utf8_lossy(&o.stdout);
+    assert!(h.contains("Example") && h.contains("--health") && h.contains("130/143"), "{h}");
+}
+
+/// The real run of scripts/gpu-serve-capture on the H200 (nsys 2025.3.1, fixtures/serve-capture-gpu): its
+/// document matches today's schema, and the summary serve-capture wrote is reproduced from the committed export.
+#[test]
+fn the_h200_run_document_matches_its_export() {
+    let doc: Value = serde_json::from_slice(&std::fs::read(common::fixture("serve-capture-gpu/serve-capture.json")).unwrap()).unwrap();
+    common::assert_valid(&doc);
+    assert_eq!(doc["outcome"], "ok");
+    assert_eq!(doc["window"]["mode"], "range");
+    let argv: Vec<&str> = doc["nsys_argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(argv.contains(&"--cuda-graph-trace=node") && argv.contains(&"--capture-range=cudaProfilerApi"), "{argv:?}");
+    for p in doc["processes"].as_array().unwrap() {
+        assert_eq!(p["gone"], true, "{p}");
+        if p["role"] == "load" || p["role"] == "warmup" {
+            assert_eq!(p["parent_pid"], role(&doc, "profiler")["parent_pid"], "clients are serve-capture's children");
+        }
+    }
+    assert_eq!(doc["diagnostic"]["diagnostic_only"], true);
+    let ex = nsyskit::export::Export::open(&common::fixture("nsys-2025.3.1/serve_node.sqlite")).unwrap();
+    let (ranges, total, kernels) = nsyskit::serve_capture::summarize_export(&ex).unwrap();
+    assert_eq!(kernels, doc["capture"]["kernel_rows"].as_u64().unwrap());
+    assert_eq!(total, doc["capture"]["nvtx_range_total"].as_u64().unwrap());
+    assert_eq!(serde_json::to_value(&ranges).unwrap(), doc["capture"]["nvtx_ranges"]);
+    // node-level tracing: the replayed graph kernels are there, each with its graph node id
+    let graph_kernels: i64 = ex
+        .conn()
+        .query_row("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL", [], |r| r.get(0))
+        .unwrap();
+    assert!(graph_kernels > 1000, "{graph_kernels}");
+}
