@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with, OutputArgs};
 use nsyskit::gate::{self, GateOptions, Thresholds, Tier};
+use nsyskit::readiness::ReadinessOptions;
 
 /// Decide whether an nsys capture can be analysed: PASS, or RETRY with the gate, the number it measured and
 /// the threshold. Exit 0 PASS, 1 RETRY, 2 unusable input.
@@ -12,11 +13,11 @@ use nsyskit::gate::{self, GateOptions, Thresholds, Tier};
 #[command(
     name = "gate-check",
     version,
-    after_help = "Example:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n      --log fixtures/logs/nsys-2023.4.4_gpu_full_node_FAILED-cbid468.console.txt\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode"
+    after_help = "Example:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n      --log fixtures/logs/nsys-2023.4.4_gpu_full_node_FAILED-cbid468.console.txt\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --readiness --range-prefix vibeserve"
 )]
 struct Args {
-    /// The capture: an .nsys-rep (exported with nsys: NSYS_BIN, else nsys on PATH), an .sqlite export, or a
-    /// .qdstrm left instead of a report
+    /// The capture: an .nsys-rep (exported with nsys: NSYS_BIN, else nsys on PATH), an .sqlite export, a
+    /// .qdstrm left instead of a report, or - for an .sqlite export on stdin
     capture: PathBuf,
     /// The SQLite export of an .nsys-rep CAPTURE (no re-export)
     #[arg(long, value_name = "S")]
@@ -27,6 +28,10 @@ struct Args {
     /// An nsyskit.provenance/v1 JSON (from nsys-resolve); its capture flags are read by G1
     #[arg(long, value_name = "P")]
     provenance: Option<PathBuf>,
+    /// The nsys that exports an .nsys-rep CAPTURE [default: resolved like nsys-resolve: NSYS_BIN, PATH,
+    /// install folders]
+    #[arg(long, value_name = "NSYS")]
+    nsys: Option<PathBuf>,
     /// Which analysis the capture is for: throughput (G5) or decode (G6, G7)
     #[arg(long, default_value = "throughput", value_parser = ["throughput", "decode"])]
     tier: String,
@@ -45,7 +50,7 @@ struct Args {
     /// … and at least this many milliseconds
     #[arg(long, default_value_t = 500.0, value_name = "MS")]
     min_gap_ms: f64,
-    /// G6: smallest share of inter-step gaps in the dominant bucket [median/2, 2·median]
+    /// G6: smallest share of step-start intervals in the dominant bucket [median/2, 2·median]
     #[arg(long, default_value_t = 0.8, value_name = "SHARE")]
     min_dominant_gap_share: f64,
     /// G6: smallest share of steps with the most frequent kernel count
@@ -63,6 +68,15 @@ struct Args {
     /// G6: fewest decode steps the decode tier accepts
     #[arg(long, default_value_t = 20, value_name = "N")]
     min_decode_steps: usize,
+    /// Append G8, NVTX readiness (as nvtx-readiness): the taxonomy under --range-prefix and the opaque share
+    #[arg(long)]
+    readiness: bool,
+    /// G8: the range prefix P of the taxonomy [default: inferred from the *.engine.iteration labels]
+    #[arg(long, value_name = "P", requires = "readiness")]
+    range_prefix: Option<String>,
+    /// G8: READY needs the opaque share of P.engine.iteration wall time below this
+    #[arg(long, default_value_t = nsyskit::readiness::DEFAULT_MAX_OPAQUE_SHARE, value_name = "SHARE")]
+    max_opaque_share: f64,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -77,7 +91,7 @@ fn main() {
             provenance: a.provenance.clone(),
             tier,
             decode_range: a.decode_range.clone(),
-            nsys: None,
+            nsys: a.nsys.clone(),
             thresholds: Thresholds {
                 min_rep_bytes: a.min_rep_bytes,
                 max_nvtx_after_cuda_share: a.max_nvtx_after_cuda_share,
@@ -90,6 +104,10 @@ fn main() {
                 max_contaminated_share: a.max_contaminated_share,
                 min_decode_steps: a.min_decode_steps,
             },
+            readiness: a.readiness.then(|| ReadinessOptions {
+                range_prefix: a.range_prefix.clone(),
+                max_opaque_share: a.max_opaque_share,
+            }),
         });
         emit("gate-check", opts.and_then(|o| gate::run(&o)), a.out.style())
     })

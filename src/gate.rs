@@ -250,6 +250,8 @@ pub struct GateOptions {
     /// The nsys used to export a report (default: `NSYS_BIN`, else `nsys` on PATH).
     pub nsys: Option<PathBuf>,
     pub thresholds: Thresholds,
+    /// `--readiness`: append the NVTX readiness gate (G8, [`g8_readiness`]) with these options.
+    pub readiness: Option<crate::readiness::ReadinessOptions>,
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -268,9 +270,45 @@ pub struct Context<'a> {
     pub steps: OnceCell<std::result::Result<DecodeSteps, String>>,
 }
 
-/// Run every gate on the capture named in `opts`.
+/// Run every gate on the capture named in `opts`. CAPTURE `-` is an SQLite export read from standard input
+/// (copied into a temporary file, deleted afterwards; messages name it `<stdin>`).
 pub fn run(opts: &GateOptions) -> Result<GateDoc> {
     opts.thresholds.validate()?;
+    if let Some(r) = &opts.readiness {
+        r.validate()?;
+    }
+    if opts.capture.as_os_str() == "-" {
+        let bytes = crate::contract::Input::Stdin.read_bytes().map_err(|e| e.with_arg("CAPTURE"))?;
+        let tmp = tempfile::Builder::new()
+            .prefix("nsyskit-gate-stdin-")
+            .tempdir()
+            .map_err(|e| Error::env(format!("cannot create a temporary folder: {e}")))?;
+        let path = tmp.path().join("stdin.sqlite");
+        std::fs::write(&path, &bytes).map_err(|e| Error::env(format!("cannot write a temporary file: {e}")))?;
+        let tmp_name = path.display().to_string();
+        let o = GateOptions { capture: path, ..opts.clone() };
+        return match run_path(&o) {
+            Ok(mut doc) => {
+                doc.source.path = "<stdin>".into();
+                doc.source.sqlite = Some("<stdin>".into());
+                for g in &mut doc.gates {
+                    g.reason = g.reason.replace(&tmp_name, "<stdin>");
+                    for ev in &mut g.evidence {
+                        *ev = ev.replace(&tmp_name, "<stdin>");
+                    }
+                }
+                Ok(doc)
+            }
+            Err(mut e) => {
+                e.message = e.message.replace(&tmp_name, "<stdin>");
+                Err(e)
+            }
+        };
+    }
+    run_path(opts)
+}
+
+fn run_path(opts: &GateOptions) -> Result<GateDoc> {
     let capture = &opts.capture;
     let name = capture.display().to_string();
     let meta = std::fs::metadata(capture).map_err(|e| match e.kind() {
@@ -356,6 +394,7 @@ pub fn run(opts: &GateOptions) -> Result<GateDoc> {
 }
 
 /// The gate list, in order. Each gate is one function of the context.
+#[allow(clippy::vec_init_then_push)] // one line per gate: later gates are appended here
 pub fn gates(cx: &Context) -> Result<Vec<GateResult>> {
     let mut out = Vec::new();
     out.push(g0_profiler_health(cx)?);
@@ -366,6 +405,9 @@ pub fn gates(cx: &Context) -> Result<Vec<GateResult>> {
     out.push(g5_traffic(cx)?);
     out.push(g6_decode_regularity(cx)?);
     out.push(g7_prefill_contamination(cx)?);
+    if cx.opts.readiness.is_some() {
+        out.push(g8_readiness(cx)?);
+    }
     Ok(out)
 }
 
@@ -585,7 +627,9 @@ pub fn g0_profiler_health(cx: &Context) -> Result<GateResult> {
                 if let Some(v) = findings.iter().find_map(|f| p.versions.captures(&f.text)) {
                     let major = |s: &str| s.split('.').next().unwrap_or("").to_string();
                     let (c1, r1, d1) = (major(&v[1]), major(&v[2]), major(&v[3]));
-                    let skew = if c1 != r1 || r1 != d1 { ", major-version skew" } else { "" };
+                    // CUDA majors only (a driver release such as 580.x is not comparable)
+                    let cuda_like = [&c1, &r1, &d1].iter().all(|m| m.parse::<u32>().map(|v| v < 100).unwrap_or(false));
+                    let skew = if cuda_like && (c1 != r1 || r1 != d1) { ", major-version skew" } else { "" };
                     detail = format!(" (CUPTI/Runtime/Driver {}/{}/{}{skew})", &v[1], &v[2], &v[3]);
                 }
             }
@@ -617,11 +661,11 @@ pub struct TraceSettings {
 /// Read `--cuda-graph-trace=X` and `--trace=LIST` / `-t LIST` out of a flag string.
 pub fn settings_from_flags(flags: &str) -> TraceSettings {
     let mut s = TraceSettings::default();
-    let graph = Regex::new(r"--cuda-graph-trace[= ]+([A-Za-z]+)").unwrap();
+    let graph = Regex::new(r"--cuda-graph-trace[= ]+'?([A-Za-z]+)").unwrap();
     if let Some(m) = graph.captures(flags) {
         s.graph_mode = Some(m[1].to_ascii_lowercase());
     }
-    let trace = Regex::new(r"(?:--trace|-t)[= ]+([A-Za-z0-9_,-]+)").unwrap();
+    let trace = Regex::new(r#"(?:^|[\s'"])(?:--trace|-t)[= ]+([A-Za-z0-9_,-]+)"#).unwrap();
     if let Some(m) = trace.captures(flags) {
         s.cuda_trace = Some(m[1].split(',').any(|t| t.eq_ignore_ascii_case("cuda")));
     }
@@ -681,13 +725,20 @@ pub fn settings_from_provenance(path: &str, doc: &serde_json::Value) -> TraceSet
             _ => {}
         }
     }
-    let mut found: Option<(String, String)> = None;
-    for key in ["flags", "flags_argv", "argv", "command", "args"] {
-        if let Some(t) = doc.get("capture").and_then(|c| c.get(key)).and_then(text_of).filter(|t| !t.trim().is_empty()) {
-            found = Some((format!("capture.{key}"), t));
-            break;
-        }
-    }
+    // nsys-resolve writes the whole `nsys profile` argv to `capture.flags_argv` and the user's extra flags to
+    // `capture.flags`: the argv first, then the first other key that sets --cuda-graph-trace, then any.
+    let keys = ["flags_argv", "flags", "argv", "command", "args"];
+    let texts: Vec<(String, String)> = keys
+        .iter()
+        .filter_map(|k| {
+            doc.get("capture").and_then(|c| c.get(*k)).and_then(text_of).filter(|t| !t.trim().is_empty()).map(|t| (format!("capture.{k}"), t))
+        })
+        .collect();
+    let mut found: Option<(String, String)> = texts
+        .iter()
+        .find(|(k, t)| k == "capture.flags_argv" || t.contains("--cuda-graph-trace"))
+        .or(texts.first())
+        .cloned();
     if found.is_none() {
         let mut strings = Vec::new();
         all_strings(doc, &mut strings);
@@ -698,16 +749,21 @@ pub fn settings_from_provenance(path: &str, doc: &serde_json::Value) -> TraceSet
     let Some((key, flags)) = found else { return TraceSettings::default() };
     let mut s = settings_from_flags(&flags);
     let explicit = s.graph_mode.is_some();
-    if s.graph_mode.is_none() {
-        s.graph_mode = Some("graph".into()); // nsys default
+    // nsys's defaults apply only to a whole `nsys profile` command line, not to a list of extra flags
+    let whole = flags.split_whitespace().any(|w| w.trim_matches(|c| c == '\'' || c == '"') == "profile");
+    let mut note = "";
+    if whole {
+        if s.graph_mode.is_none() {
+            s.graph_mode = Some("graph".into()); // nsys default
+            note = " (no --cuda-graph-trace: nsys default graph)";
+        }
+        if s.cuda_trace.is_none() {
+            s.cuda_trace = Some(true); // nsys default --trace includes cuda
+        }
+    } else if !explicit {
+        note = " (extra flags only: says nothing about --cuda-graph-trace)";
     }
-    if s.cuda_trace.is_none() {
-        s.cuda_trace = Some(true); // nsys default --trace includes cuda
-    }
-    s.from.push(format!(
-        "{path} {key}: {flags}{}",
-        if explicit { "" } else { " (no --cuda-graph-trace: nsys default graph)" }
-    ));
+    s.from.push(format!("{path} {key}: {flags}{note}"));
     s
 }
 
@@ -928,9 +984,11 @@ pub fn coverage(e: &Export) -> Result<Option<Coverage>> {
     if nrt == 0 {
         return Ok(None);
     }
-    let mut c = Coverage::default();
-    c.last_runtime_end = q1(e, &format!("SELECT max(end) FROM \"{rt}\""), "CUPTI_ACTIVITY_KIND_RUNTIME")?;
-    c.cuda_threads = q1(e, &format!("SELECT count(DISTINCT globalTid) FROM \"{rt}\""), "CUPTI_ACTIVITY_KIND_RUNTIME")?;
+    let mut c = Coverage {
+        last_runtime_end: q1(e, &format!("SELECT max(end) FROM \"{rt}\""), "CUPTI_ACTIVITY_KIND_RUNTIME")?,
+        cuda_threads: q1(e, &format!("SELECT count(DISTINCT globalTid) FROM \"{rt}\""), "CUPTI_ACTIVITY_KIND_RUNTIME")?,
+        ..Default::default()
+    };
     for t in device_tables(e, &["start", "end"])? {
         let v: Option<i64> = q1(e, &format!("SELECT max(end) FROM \"{t}\""), &t)?;
         c.last_device_end = c.last_device_end.max(v);
@@ -1018,18 +1076,24 @@ pub struct Gap {
 
 /// The GPU activity window `[first start, last end]` over KERNEL, MEMCPY, MEMSET and its gaps (between the
 /// union of the intervals), longest first.
-pub fn device_gaps(e: &Export) -> Result<Option<((i64, i64), Vec<Gap>)>> {
+/// `((first start, last end), gaps longest first)`.
+pub type GpuWindow = ((i64, i64), Vec<Gap>);
+
+pub fn device_gaps(e: &Export) -> Result<Option<GpuWindow>> {
     let tables = device_tables(e, &["start", "end"])?;
     if tables.is_empty() {
         return Ok(None);
     }
-    let sql = tables.iter().map(|t| format!("SELECT start, end FROM \"{t}\"")).collect::<Vec<_>>().join(" UNION ALL ")
-        + " ORDER BY 1";
-    let mut stmt = e.conn().prepare(&sql).map_err(e.sql_err("device tables"))?;
-    let rows: Vec<(i64, i64)> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .and_then(|r| r.collect())
-        .map_err(e.sql_err("device tables"))?;
+    // 16 bytes a row, sorted here (in place) rather than by SQLite (a temporary b-tree of the same rows)
+    let mut rows: Vec<(i64, i64)> = Vec::new();
+    for t in &tables {
+        let mut stmt = e.conn().prepare(&format!("SELECT start, end FROM \"{t}\"")).map_err(e.sql_err(t))?;
+        let it = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))).map_err(e.sql_err(t))?;
+        for r in it {
+            rows.push(r.map_err(e.sql_err(t))?);
+        }
+    }
+    rows.sort_unstable();
     let Some(&(first, _)) = rows.first() else { return Ok(None) };
     let mut gaps = Vec::new();
     let mut reach = i64::MIN;
@@ -1063,6 +1127,28 @@ pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
         ms(window),
         gaps.len()
     ));
+    if let Some(k) = e.optional("CUPTI_ACTIVITY_KIND_KERNEL", &["start"])? {
+        // the rate, for the reader: kernel starts in each tenth of the window
+        let sql = format!(
+            "SELECT min(9, (start - ?1) * 10 / ?2), count(*) FROM \"{}\" WHERE start >= ?1 GROUP BY 1 ORDER BY 1",
+            k.name
+        );
+        let mut stmt = e.conn().prepare(&sql).map_err(e.sql_err("CUPTI_ACTIVITY_KIND_KERNEL"))?;
+        let mut tenths = [0i64; 10];
+        let rows = stmt
+            .query_map([first, window], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
+            .and_then(|r| r.collect::<std::result::Result<Vec<_>, _>>())
+            .map_err(e.sql_err("CUPTI_ACTIVITY_KIND_KERNEL"))?;
+        for (i, n) in rows {
+            if (0..10).contains(&i) {
+                tenths[i as usize] += n;
+            }
+        }
+        g.evidence.push(format!(
+            "kernel starts per tenth of the window: {}",
+            tenths.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" ")
+        ));
+    }
     for gap in gaps.iter().take(3) {
         g.evidence.push(format!(
             "empty {} – {} ({}, {:.1} % of the window)",
@@ -1156,6 +1242,9 @@ pub fn is_prefill_label(label: &str) -> bool {
 /// Read the decode steps with `sqlite-ranges`' reading code ([`crate::ranges::analyze`]). None when no step
 /// label was found (the candidates and the reason are in the error string).
 pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::result::Result<DecodeSteps, String>> {
+    if !e.has_table("NVTX_EVENTS") {
+        return Ok(Err("the export has no NVTX_EVENTS table (NVTX was not traced): capture with --trace=cuda,nvtx,osrt and annotate each engine step".into()));
+    }
     let a = crate::ranges::analyze(e, &crate::ranges::RangesOptions::default())?;
     let mut counts: std::collections::BTreeMap<&str, (usize, u32)> = std::collections::BTreeMap::new();
     for o in &a.occurrences {
@@ -1182,7 +1271,7 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
         Some(l) => {
             if !counts.contains_key(l) {
                 let mut top: Vec<(&&str, &(usize, u32))> = counts.iter().collect();
-                top.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+                top.sort_by_key(|t| std::cmp::Reverse(t.1 .0));
                 let names: Vec<String> = top.iter().take(8).map(|(l, (n, _))| format!("{l} ({n})")).collect();
                 return Ok(Err(format!("--decode-range {l}: no such NVTX range in the capture (most frequent: {})", names.join(", "))));
             }
@@ -1433,6 +1522,71 @@ pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
     })
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// G8 NVTX readiness (only with --readiness; the analysis is crate::readiness, `nvtx-readiness`)
+
+/// G8: can the capture's NVTX ranges attribute engine time to named phases? PASS when `nvtx-readiness` says
+/// READY, RETRY with its reason otherwise; measured = the opaque share of `P.engine.iteration` wall time.
+pub fn g8_readiness(cx: &Context) -> Result<GateResult> {
+    let g = GateResult::new("G8", "nvtx-readiness", "share");
+    let Some(ropts) = &cx.opts.readiness else { return Ok(g.skip("not requested (--readiness)")) };
+    let Some(e) = cx.export else { return Ok(g.skip("no export to read (a .qdstrm: see G2)")) };
+    let doc = crate::readiness::analyze(e, ropts)?;
+    let retry = doc.verdict == crate::readiness::ReadinessVerdict::Retry;
+    let mut g = match doc.iterations.opaque_share {
+        Some(share) => g.decide(retry, share, Some(ropts.max_opaque_share), doc.reason.clone()),
+        None => {
+            let mut g = g.decide(true, 0.0, Some(ropts.max_opaque_share), doc.reason.clone());
+            g.measured = None;
+            g
+        }
+    };
+    g.at_ns = doc.largest_opaque_gaps.first().map(|gap| gap.start);
+    let present: Vec<&str> = doc.taxonomy.iter().filter(|t| t.present).map(|t| t.name.as_str()).collect();
+    let missing: Vec<&str> = doc.taxonomy.iter().filter(|t| !t.present).map(|t| t.name.as_str()).collect();
+    let name = e.name();
+    if let Some(p) = &doc.source.range_prefix {
+        g.evidence.push(format!(
+            "{name}: range prefix {p}{}; taxonomy present: {}; missing: {}",
+            if doc.source.range_prefix_inferred { " (inferred)" } else { "" },
+            if present.is_empty() { "none".to_string() } else { present.join(", ") },
+            if missing.is_empty() { "none".to_string() } else { missing.join(", ") }
+        ));
+    }
+    if doc.iterations.occurrences > 0 {
+        g.evidence.push(format!(
+            "{name}: {} iterations, wall {} ns, opaque {} ns, {} without a child range",
+            doc.iterations.occurrences, doc.iterations.wall_ns, doc.iterations.opaque_ns, doc.iterations.without_children
+        ));
+    }
+    if let Some(gap) = doc.largest_opaque_gaps.first() {
+        g.evidence.push(format!(
+            "{name}: largest opaque gap {} ns at {} (after {}, before {})",
+            gap.duration_ns,
+            gap.start,
+            gap.after.as_deref().unwrap_or("the iteration start"),
+            gap.before.as_deref().unwrap_or("the iteration end")
+        ));
+    }
+    for h in &doc.naming.labels_with_ids {
+        g.evidence.push(format!("{name}: labels carry ids: {} ({} labels, {} occurrences)", h.pattern, h.labels, h.occurrences));
+    }
+    for l in &doc.naming.outside_prefix_on_engine_threads {
+        g.evidence.push(format!("{name}: label outside the prefix on an engine thread: {} ({} occurrences)", l.label, l.occurrences));
+    }
+    for d in &doc.naming.labels_at_several_depths {
+        let depths: Vec<String> = d.depths.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        g.evidence.push(format!("{name}: label at several depths: {} ({})", d.label, depths.join(", ")));
+    }
+    for s in &doc.unenclosed_syncs.by_api {
+        g.evidence.push(format!("{name}: blocking sync outside any range under the prefix: {} × {} ({} ns)", s.calls, s.api, s.total_ns));
+    }
+    if let Some(n) = &doc.cuda_graphs.note {
+        g.evidence.push(n.clone());
+    }
+    Ok(g)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1463,8 +1617,12 @@ mod tests {
         let d = serde_json::json!({"capture": {"flags": ["--trace=cuda,nvtx", "--cuda-graph-trace=node"]}});
         let s = settings_from_provenance("p.json", &d);
         assert_eq!(s.graph_mode.as_deref(), Some("node"));
-        let d = serde_json::json!({"capture": {"flags": "--trace=cuda,nvtx"}});
+        // a whole `nsys profile` command without --cuda-graph-trace: nsys's default, graph
+        let d = serde_json::json!({"capture": {"flags_argv": ["profile", "--trace=cuda,nvtx", "app"]}});
         assert_eq!(settings_from_provenance("p.json", &d).graph_mode.as_deref(), Some("graph"));
+        // extra flags only: unknown
+        let d = serde_json::json!({"capture": {"flags": "'--sample=none' '--backtrace=none'"}});
+        assert_eq!(settings_from_provenance("p.json", &d).graph_mode, None);
         let d = serde_json::json!({"nsys": {"cmd": "nsys profile --cuda-graph-trace=node app"}});
         assert_eq!(settings_from_provenance("p.json", &d).graph_mode.as_deref(), Some("node"));
         assert_eq!(settings_from_provenance("p.json", &serde_json::json!({})), TraceSettings::default());

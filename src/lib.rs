@@ -14,3 +14,4 @@ pub mod serve_capture;
 pub mod resolve;
 pub mod gate;
 pub mod ranges;
+pub mod readiness;

@@ -846,9 +846,11 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
         if !present(tbl) {
             continue;
         }
-        let hint = export.count_rows(tbl)?;
-        rows_out.reserve(hint.max(0) as usize);
         let t = export.table(tbl).expect("checked");
+        // size hint without a scan: max(rowid) is one b-tree descent (absent for WITHOUT ROWID tables)
+        let hint: Option<i64> =
+            export.conn().query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
+        rows_out.reserve(hint.unwrap_or(0).clamp(0, 1 << 32) as usize);
         let sql = format!("SELECT start, end, globalPid, correlationId, deviceId FROM \"{}\"", t.name);
         let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err(tbl))?;
         let mut rows = stmt.query([]).map_err(export.sql_err(tbl))?;
@@ -1157,8 +1159,14 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
     } else if !present("CUPTI_ACTIVITY_KIND_RUNTIME") {
         notes.push("No CUPTI_ACTIVITY_KIND_RUNTIME table: device work cannot be joined to ranges, all of it is unattributed.".to_string());
     }
+    let graph_mode = export
+        .name_values("META_DATA_CAPTURE")?
+        .into_iter()
+        .any(|(k, v)| k.ends_with("CUDA_GRAPH_TRACE_OPTIONS:MODE") && v.as_deref() == Some("Graph"));
     if present("CUPTI_ACTIVITY_KIND_GRAPH_TRACE") {
         notes.push("CUDA graphs were traced at graph level: each replay is one opaque GRAPH_TRACE row (counted in graph_traces, not kernels).".to_string());
+    } else if graph_mode {
+        notes.push("CUDA graphs were traced at graph level (META_DATA_CAPTURE CUDA_GRAPH_TRACE_OPTIONS:MODE = Graph) and the export has no GRAPH_TRACE table: graph replays left no GPU row at all (seen with nsys 2023.4), so their device work is invisible here. Capture with --cuda-graph-trace=node.".to_string());
     }
     let unmapped = thread_diagnostics.iter().filter(|t| t.mapping == "unmapped").count();
     if unmapped > 0 {
@@ -1247,6 +1255,17 @@ pub fn digits_to_hash(label: &str) -> String {
         }
     }
     out
+}
+
+/// The contract's `high_cardinality_labels` of a set of labels: distinct labels grouped by
+/// [`digits_to_hash`]; every group of two or more labels, sorted by pattern (used by `nvtx-readiness`).
+pub fn high_cardinality<'a>(labels: impl IntoIterator<Item = &'a str>) -> Vec<HighCardinality> {
+    let distinct: std::collections::BTreeSet<&str> = labels.into_iter().collect();
+    let mut groups: BTreeMap<String, u64> = BTreeMap::new();
+    for label in distinct {
+        *groups.entry(digits_to_hash(label)).or_default() += 1;
+    }
+    groups.into_iter().filter(|(_, c)| *c >= 2).map(|(pattern, labels)| HighCardinality { pattern, labels }).collect()
 }
 
 #[cfg(test)]

@@ -1028,6 +1028,7 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
             decode_range: o.decode_range.clone(),
             nsys: Some(nsys.clone()),
             thresholds: crate::gate::Thresholds { min_rep_bytes: o.min_rep_bytes, ..Default::default() },
+            ..Default::default()
         };
         match crate::gate::run(&gopts).and_then(|g| write_json(&out.join("gate.json"), &g).map(|_| g)) {
             Ok(g) => {

@@ -1,0 +1,769 @@
+//! `nvtx-readiness`: can this trace name where the time went? (`nsyskit.readiness/v1`, issue 10).
+//!
+//! Built on `sqlite-ranges`' reading code ([`crate::ranges::load_occurrences`]: labels, threads, depth, parent;
+//! [`crate::ranges::high_cardinality`]; [`crate::ranges::normalize_sync_api`]). Per range prefix `P` it reports
+//! the serving range taxonomy (present / missing), the opaque share of `P.engine.iteration` (iteration time no
+//! child range under the prefix covers) with the largest opaque gaps, range-naming problems, blocking syncs no
+//! range under the prefix encloses, and a verdict: READY, or RETRY "add instrumentation before choosing an
+//! optimisation". See `docs/nvtx-readiness.md`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{Document, Error, Result, Tool};
+use crate::export::{pid_of, tid_of, Export};
+use crate::ranges::{self, Occurrence, RangesOptions};
+
+/// The serving range taxonomy: suffixes after `P.`, in the issue's order.
+pub const TAXONOMY: [&str; 11] = [
+    "engine.iteration",
+    "engine.scheduling",
+    "engine.input_preparation",
+    "attention.planning",
+    "graph.preparation",
+    "graph.replay",
+    "sampling.d2h",
+    "token.acceptance",
+    "request.cleanup",
+    "api.detokenization",
+    "api.streaming",
+];
+
+/// The default largest acceptable opaque share of iteration wall time (see docs/nvtx-readiness.md for the
+/// calibration on the real fixtures).
+pub const DEFAULT_MAX_OPAQUE_SHARE: f64 = 0.05;
+
+/// How many opaque gaps are listed.
+pub const TOP_GAPS: usize = 10;
+
+/// The reason of every RETRY.
+pub const RETRY_REASON: &str = "add instrumentation before choosing an optimisation";
+
+/// What `nvtx-readiness` checks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadinessOptions {
+    /// `P` (a trailing `.` is ignored); None = inferred from the `*.engine.iteration` label with the most
+    /// occurrences.
+    pub range_prefix: Option<String>,
+    /// READY needs `opaque_share < max_opaque_share`.
+    pub max_opaque_share: f64,
+}
+
+impl Default for ReadinessOptions {
+    fn default() -> Self {
+        ReadinessOptions { range_prefix: None, max_opaque_share: DEFAULT_MAX_OPAQUE_SHARE }
+    }
+}
+
+impl ReadinessOptions {
+    pub fn validate(&self) -> Result<()> {
+        let s = self.max_opaque_share;
+        if !(s.is_finite() && s > 0.0 && s <= 1.0) {
+            return Err(Error::usage(format!("--max-opaque-share {s}: expected a share in (0, 1]"))
+                .with_arg("--max-opaque-share"));
+        }
+        if let Some(p) = &self.range_prefix {
+            if p.trim_end_matches('.').is_empty() {
+                return Err(Error::usage(format!("--range-prefix {p:?}: expected a non-empty prefix such as vibeserve"))
+                    .with_arg("--range-prefix"));
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The document
+
+/// READY or RETRY.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ReadinessVerdict {
+    #[serde(rename = "READY")]
+    Ready,
+    #[serde(rename = "RETRY")]
+    Retry,
+}
+
+/// `nsyskit.readiness/v1`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReadinessDoc {
+    pub schema: String,
+    pub tool: Tool,
+    /// READY (exit 0) when iteration ranges exist and `iterations.opaque_share < threshold.max_opaque_share`,
+    /// else RETRY (exit 1).
+    pub verdict: ReadinessVerdict,
+    /// Why, with the measured numbers; a RETRY starts with "add instrumentation before choosing an optimisation".
+    pub reason: String,
+    pub source: ReadinessSource,
+    pub threshold: ReadinessThreshold,
+    /// One entry per taxonomy name, in the taxonomy's order.
+    pub taxonomy: Vec<TaxonomyEntry>,
+    /// Labels under the prefix that are not in the taxonomy (allowed, listed), by wall time descending.
+    pub outside_taxonomy: Vec<LabelCount>,
+    pub iterations: Iterations,
+    /// The largest opaque gaps (at most ten), longest first, with absolute times (ns, export clock).
+    pub largest_opaque_gaps: Vec<OpaqueGap>,
+    pub cuda_graphs: CudaGraphs,
+    pub naming: Naming,
+    pub unenclosed_syncs: UnenclosedSyncs,
+    pub notes: Vec<String>,
+}
+
+impl Document for ReadinessDoc {
+    const KIND: &'static str = "readiness";
+    const TOOL: &'static str = "nvtx-readiness";
+    fn exit_code(&self) -> i32 {
+        match self.verdict {
+            ReadinessVerdict::Ready => 0,
+            ReadinessVerdict::Retry => 1,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReadinessSource {
+    /// The path given.
+    pub path: String,
+    pub size: u64,
+    /// `sqlite`, or `nsys-rep` when a report was exported into a temporary folder by `exported_with`.
+    pub kind: String,
+    pub exported_with: Option<String>,
+    /// From META_DATA_EXPORT when present.
+    pub nsys_version: Option<String>,
+    /// `P` as used (no trailing dot); null when none was given and no `*.engine.iteration` label exists.
+    pub range_prefix: Option<String>,
+    /// True when `P` was inferred from the `*.engine.iteration` label with the most occurrences.
+    pub range_prefix_inferred: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReadinessThreshold {
+    pub max_opaque_share: f64,
+}
+
+/// One taxonomy name: present (occurrences > 0) or missing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaxonomyEntry {
+    /// The taxonomy name, e.g. `engine.iteration`.
+    pub name: String,
+    /// The full label, `P.engine.iteration`.
+    pub label: String,
+    pub present: bool,
+    pub occurrences: u64,
+    /// Σ (end - start) over its occurrences (overlapping occurrences on several threads add up).
+    pub wall_ns: i64,
+    /// Distinct threads that opened it.
+    pub threads: u64,
+}
+
+/// A label with its occurrences and summed wall time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LabelCount {
+    pub label: String,
+    pub occurrences: u64,
+    pub wall_ns: i64,
+}
+
+/// `P.engine.iteration` and how much of it child ranges name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Iterations {
+    pub label: Option<String>,
+    pub occurrences: u64,
+    /// Σ iteration wall.
+    pub wall_ns: i64,
+    /// Σ over iterations of |union of its children, clipped to it|.
+    pub named_ns: i64,
+    /// `wall_ns - named_ns`: iteration time covered by no child range under the prefix.
+    pub opaque_ns: i64,
+    /// `opaque_ns / wall_ns`; null when there is no iteration wall time.
+    pub opaque_share: Option<f64>,
+    /// Iterations with no child range at all.
+    pub without_children: u64,
+    /// The engine's threads: those that opened an iteration range (globalTid, pid, tid).
+    pub engine_threads: Vec<ThreadRef>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ThreadRef {
+    #[serde(rename = "globalTid")]
+    pub global_tid: i64,
+    pub pid: i64,
+    pub tid: i64,
+}
+
+/// A stretch of an iteration no child range under the prefix covers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OpaqueGap {
+    pub start: i64,
+    pub end: i64,
+    pub duration_ns: i64,
+    #[serde(rename = "globalTid")]
+    pub global_tid: i64,
+    /// The enclosing iteration: its index among the iterations (by thread, then start) and its interval.
+    pub iteration_index: u64,
+    pub iteration_start: i64,
+    pub iteration_end: i64,
+    /// The child range that ends where the gap starts (null at the start of the iteration).
+    pub after: Option<String>,
+    /// The child range that starts where the gap ends (null at the end of the iteration).
+    pub before: Option<String>,
+}
+
+/// CUDA graph launches and what a host range around a replay measures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CudaGraphs {
+    /// Runtime calls named `cudaGraphLaunch*` / `cuGraphLaunch*` (0 without a runtime table).
+    pub graph_launches: u64,
+    /// Set when graphs are launched or a `P.graph.replay` range exists.
+    pub note: Option<String>,
+}
+
+/// Range-naming problems, each with counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Naming {
+    /// Labels under the prefix carrying ids: the `high_cardinality_labels` of the ranges contract (digit runs
+    /// → `#`, groups of two or more labels).
+    pub labels_with_ids: Vec<IdPattern>,
+    /// Labels not under the prefix opened on the engine's threads.
+    pub outside_prefix_on_engine_threads: Vec<LabelCount>,
+    /// Labels under the prefix seen at more than one nesting depth (depth among ranges under the prefix on the
+    /// same thread, as `sqlite-ranges --range-prefix P.` reports it).
+    pub labels_at_several_depths: Vec<DepthSpread>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct IdPattern {
+    pub pattern: String,
+    /// Distinct labels matching it.
+    pub labels: u64,
+    /// Their occurrences.
+    pub occurrences: u64,
+    /// Up to three of them (byte order).
+    pub examples: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DepthSpread {
+    pub label: String,
+    /// `{depth: occurrences}`.
+    pub depths: BTreeMap<u32, u64>,
+}
+
+/// Blocking sync calls whose start lies in no range under the prefix on their thread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct UnenclosedSyncs {
+    /// Whether CUPTI_ACTIVITY_KIND_RUNTIME exists (without it there is no CUDA and nothing to list).
+    pub runtime_table: bool,
+    /// Blocking sync calls in the capture (all threads).
+    pub sync_calls: u64,
+    /// Of them, those enclosed by a range under the prefix.
+    pub enclosed_calls: u64,
+    /// By API, calls descending: the unenclosed ones.
+    pub by_api: Vec<SyncApiCount>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SyncApiCount {
+    pub api: String,
+    pub calls: u64,
+    /// Σ whole call duration (end - start).
+    pub total_ns: i64,
+    /// Distinct threads making them.
+    pub threads: u64,
+    /// The first one's start (ns, export clock).
+    pub first_start: i64,
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Analysis
+
+/// Open the capture (an `.nsys-rep` is exported with `nsys` into a temporary folder) and analyse it.
+pub fn run(path: &Path, opts: &ReadinessOptions, nsys: Option<&Path>) -> Result<ReadinessDoc> {
+    opts.validate()?;
+    let cap = crate::export::open_capture(path, nsys)?;
+    let mut doc = analyze(&cap.export, opts)?;
+    doc.source.path = cap.source.path.clone();
+    doc.source.size = cap.source.size;
+    doc.source.kind = cap.source.kind.clone();
+    doc.source.exported_with = cap.source.exported_with.clone();
+    if cap.source.kind == "nsys-rep" {
+        doc.notes.push(format!(
+            "{} is a report: it was exported with {} into a temporary folder (deleted afterwards), never next to it",
+            cap.source.path,
+            cap.source.exported_with.as_deref().unwrap_or("nsys")
+        ));
+    }
+    Ok(doc)
+}
+
+/// `P` from the `*.engine.iteration` label with the most occurrences (ties: byte order), None when none.
+pub fn infer_prefix(all: &[Occurrence]) -> Option<String> {
+    let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+    for o in all {
+        if let Some(p) = o.label.strip_suffix(".engine.iteration") {
+            if !p.is_empty() {
+                *counts.entry(p).or_default() += 1;
+            }
+        }
+    }
+    let max = counts.values().copied().max()?;
+    counts.into_iter().find(|(_, c)| *c == max).map(|(p, _)| p.to_string())
+}
+
+/// The whole readiness analysis of an open export.
+pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc> {
+    opts.validate()?;
+    // Every range (for the engine threads' labels outside the prefix), then the ones under the prefix (their
+    // depth and parent are among ranges under the prefix, as `sqlite-ranges --range-prefix P.` reports them).
+    let all = ranges::load_occurrences(export, &RangesOptions::default())?.occurrences;
+    let (prefix, inferred) = match &opts.range_prefix {
+        Some(p) => (Some(p.trim_end_matches('.').to_string()), false),
+        None => (infer_prefix(&all), true),
+    };
+    let runtime = export.optional("CUPTI_ACTIVITY_KIND_RUNTIME", &["start", "end", "globalTid", "nameId"])?.map(|t| t.name.clone());
+
+    let mut notes = vec![
+        "opaque_ns is iteration wall time covered by no child range under the prefix (the union of the children's intervals, clipped to the iteration); an opaque gap is not evidence of anything: scheduling, input preparation, attention planning, a hidden sync and Python overhead all look the same.".to_string(),
+        "Nested labels overlap by construction: wall times of labels at different depths are never added.".to_string(),
+    ];
+
+    let Some(p) = prefix else {
+        let (schema, tool) = ReadinessDoc::header();
+        let syncs = unenclosed_syncs(export, runtime.as_deref(), &[])?;
+        notes.push("No range label ends in `.engine.iteration`: give --range-prefix P for a capture with P.engine.iteration ranges.".into());
+        return Ok(ReadinessDoc {
+            schema,
+            tool,
+            verdict: ReadinessVerdict::Retry,
+            reason: format!("{RETRY_REASON}: no `<P>.engine.iteration` range in this capture, so no time can be attributed to engine phases"),
+            source: source(export, None, inferred)?,
+            threshold: ReadinessThreshold { max_opaque_share: opts.max_opaque_share },
+            taxonomy: Vec::new(),
+            outside_taxonomy: Vec::new(),
+            iterations: Iterations {
+                label: None,
+                occurrences: 0,
+                wall_ns: 0,
+                named_ns: 0,
+                opaque_ns: 0,
+                opaque_share: None,
+                without_children: 0,
+                engine_threads: Vec::new(),
+            },
+            largest_opaque_gaps: Vec::new(),
+            cuda_graphs: cuda_graphs(export, runtime.as_deref(), None, false)?,
+            naming: Naming {
+                labels_with_ids: Vec::new(),
+                outside_prefix_on_engine_threads: Vec::new(),
+                labels_at_several_depths: Vec::new(),
+            },
+            unenclosed_syncs: syncs,
+            notes,
+        });
+    };
+    let under = format!("{p}.");
+    let occ = ranges::load_occurrences(export, &RangesOptions { range_prefix: Some(under.clone()), window: None })?.occurrences;
+    let iter_label = format!("{p}.engine.iteration");
+
+    // ---- taxonomy and labels outside it
+    let mut per_label: BTreeMap<&str, (u64, i64, BTreeSet<i64>)> = BTreeMap::new();
+    for o in &occ {
+        let e = per_label.entry(o.label.as_str()).or_default();
+        e.0 += 1;
+        e.1 += o.end - o.start;
+        e.2.insert(o.global_tid);
+    }
+    let taxonomy: Vec<TaxonomyEntry> = TAXONOMY
+        .iter()
+        .map(|name| {
+            let label = format!("{p}.{name}");
+            let (n, w, th) = per_label.get(label.as_str()).map(|e| (e.0, e.1, e.2.len() as u64)).unwrap_or((0, 0, 0));
+            TaxonomyEntry { name: name.to_string(), label, present: n > 0, occurrences: n, wall_ns: w, threads: th }
+        })
+        .collect();
+    let tax_labels: BTreeSet<String> = TAXONOMY.iter().map(|n| format!("{p}.{n}")).collect();
+    let mut outside_taxonomy: Vec<LabelCount> = per_label
+        .iter()
+        .filter(|(l, _)| !tax_labels.contains(**l))
+        .map(|(l, e)| LabelCount { label: l.to_string(), occurrences: e.0, wall_ns: e.1 })
+        .collect();
+    sort_counts(&mut outside_taxonomy);
+
+    // ---- opaque share
+    let (iterations, mut gaps) = opaque(&occ, &iter_label);
+    gaps.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns).then(a.start.cmp(&b.start)).then(a.global_tid.cmp(&b.global_tid)));
+    gaps.truncate(TOP_GAPS);
+
+    // ---- naming rules
+    let engine: BTreeSet<i64> = iterations.engine_threads.iter().map(|t| t.global_tid).collect();
+    let mut occ_per_label: HashMap<&str, u64> = HashMap::new();
+    for o in &occ {
+        *occ_per_label.entry(o.label.as_str()).or_default() += 1;
+    }
+    let labels_with_ids: Vec<IdPattern> = ranges::high_cardinality(occ.iter().map(|o| o.label.as_str()))
+        .into_iter()
+        .map(|h| {
+            let members: Vec<&str> = per_label.keys().copied().filter(|l| ranges::digits_to_hash(l) == h.pattern).collect();
+            IdPattern {
+                occurrences: members.iter().map(|l| occ_per_label[l]).sum(),
+                examples: members.iter().take(3).map(|s| s.to_string()).collect(),
+                pattern: h.pattern,
+                labels: h.labels,
+            }
+        })
+        .collect();
+    let mut outside: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
+    for o in all.iter().filter(|o| engine.contains(&o.global_tid) && !o.label.starts_with(&under)) {
+        let e = outside.entry(o.label.as_str()).or_default();
+        e.0 += 1;
+        e.1 += o.end - o.start;
+    }
+    let mut outside_prefix_on_engine_threads: Vec<LabelCount> =
+        outside.into_iter().map(|(l, (n, w))| LabelCount { label: l.to_string(), occurrences: n, wall_ns: w }).collect();
+    sort_counts(&mut outside_prefix_on_engine_threads);
+    let mut depths: BTreeMap<&str, BTreeMap<u32, u64>> = BTreeMap::new();
+    for o in &occ {
+        *depths.entry(o.label.as_str()).or_default().entry(o.depth).or_default() += 1;
+    }
+    let labels_at_several_depths: Vec<DepthSpread> = depths
+        .into_iter()
+        .filter(|(_, d)| d.len() > 1)
+        .map(|(l, d)| DepthSpread { label: l.to_string(), depths: d })
+        .collect();
+
+    // ---- syncs, graphs
+    let unenclosed = unenclosed_syncs(export, runtime.as_deref(), &occ)?;
+    let replay_present = per_label.contains_key(format!("{p}.graph.replay").as_str());
+    let graphs = cuda_graphs(export, runtime.as_deref(), Some(&p), replay_present)?;
+
+    // ---- verdict
+    let (verdict, reason) = match iterations.opaque_share {
+        _ if iterations.occurrences == 0 => (
+            ReadinessVerdict::Retry,
+            format!("{RETRY_REASON}: no `{iter_label}` range, so no time can be attributed to engine phases"),
+        ),
+        None => (
+            ReadinessVerdict::Retry,
+            format!("{RETRY_REASON}: the {} `{iter_label}` ranges have no wall time", iterations.occurrences),
+        ),
+        Some(s) if s < opts.max_opaque_share => (
+            ReadinessVerdict::Ready,
+            format!(
+                "{} `{iter_label}` ranges ({}); {} of their wall time ({:.2} %) is covered by no child range under `{under}`, below the threshold {:.2} %",
+                iterations.occurrences,
+                ms(iterations.wall_ns),
+                ms(iterations.opaque_ns),
+                s * 100.0,
+                opts.max_opaque_share * 100.0
+            ),
+        ),
+        Some(s) => (
+            ReadinessVerdict::Retry,
+            format!(
+                "{RETRY_REASON}: {} of the {} wall time of {} `{iter_label}` ranges ({:.2} %) is covered by no child range under `{under}` (threshold {:.2} %); see largest_opaque_gaps for where to add ranges",
+                ms(iterations.opaque_ns),
+                ms(iterations.wall_ns),
+                iterations.occurrences,
+                s * 100.0,
+                opts.max_opaque_share * 100.0
+            ),
+        ),
+    };
+    if runtime.is_none() {
+        notes.push("No CUPTI_ACTIVITY_KIND_RUNTIME table (a capture without CUDA): no blocking sync can be listed; that is a result, not an error.".into());
+    }
+    let (schema, tool) = ReadinessDoc::header();
+    Ok(ReadinessDoc {
+        schema,
+        tool,
+        verdict,
+        reason,
+        source: source(export, Some(p), inferred)?,
+        threshold: ReadinessThreshold { max_opaque_share: opts.max_opaque_share },
+        taxonomy,
+        outside_taxonomy,
+        iterations,
+        largest_opaque_gaps: gaps,
+        cuda_graphs: graphs,
+        naming: Naming { labels_with_ids, outside_prefix_on_engine_threads, labels_at_several_depths },
+        unenclosed_syncs: unenclosed,
+        notes,
+    })
+}
+
+fn source(export: &Export, prefix: Option<String>, inferred: bool) -> Result<ReadinessSource> {
+    let path = export.path();
+    Ok(ReadinessSource {
+        path: path.display().to_string(),
+        size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+        kind: "sqlite".into(),
+        exported_with: None,
+        nsys_version: export.nsys_version()?,
+        range_prefix_inferred: inferred && prefix.is_some(),
+        range_prefix: prefix,
+    })
+}
+
+fn sort_counts(v: &mut [LabelCount]) {
+    v.sort_by(|a, b| b.wall_ns.cmp(&a.wall_ns).then_with(|| a.label.as_bytes().cmp(b.label.as_bytes())));
+}
+
+fn ms(ns: i64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+/// Opaque time of every `iter_label` occurrence of `occ` (sorted by thread, start, end descending, label, as
+/// [`ranges::load_occurrences`] returns them). Children: the other occurrences on the same thread nested inside
+/// it (`it.start <= c.start`, `c.end <= it.end`), except other occurrences of `iter_label`. Returns the totals
+/// and every gap.
+pub fn opaque(occ: &[Occurrence], iter_label: &str) -> (Iterations, Vec<OpaqueGap>) {
+    let mut it = Iterations {
+        label: Some(iter_label.to_string()),
+        occurrences: 0,
+        wall_ns: 0,
+        named_ns: 0,
+        opaque_ns: 0,
+        opaque_share: None,
+        without_children: 0,
+        engine_threads: Vec::new(),
+    };
+    let mut gaps = Vec::new();
+    let mut threads = BTreeSet::new();
+    for (i, o) in occ.iter().enumerate() {
+        if o.label != iter_label {
+            continue;
+        }
+        let idx = it.occurrences;
+        it.occurrences += 1;
+        it.wall_ns += o.end - o.start;
+        threads.insert(o.global_tid);
+        // identical twins sort right before it; everything else nested inside it follows it
+        let mut lo = i;
+        while lo > 0 && occ[lo - 1].global_tid == o.global_tid && occ[lo - 1].start == o.start {
+            lo -= 1;
+        }
+        let mut cursor = o.start; // covered up to here
+        let mut last_label: Option<&str> = None;
+        let mut named = 0i64;
+        let mut any_child = false;
+        let mut j = lo;
+        while j < occ.len() && occ[j].global_tid == o.global_tid && occ[j].start <= o.end {
+            let c = &occ[j];
+            j += 1;
+            if c.label == iter_label || c.end > o.end || c.start < o.start {
+                continue;
+            }
+            any_child = true;
+            // children arrive by start: a gap is [cursor, c.start) when c starts after the covered part
+            if c.start > cursor {
+                gaps.push(OpaqueGap {
+                    start: cursor,
+                    end: c.start,
+                    duration_ns: c.start - cursor,
+                    global_tid: o.global_tid,
+                    iteration_index: idx,
+                    iteration_start: o.start,
+                    iteration_end: o.end,
+                    after: last_label.map(str::to_string),
+                    before: Some(c.label.clone()),
+                });
+            }
+            if c.end > cursor {
+                named += c.end - cursor.max(c.start);
+                cursor = c.end;
+                last_label = Some(&c.label);
+            }
+        }
+        if !any_child {
+            it.without_children += 1;
+        }
+        if o.end > cursor {
+            gaps.push(OpaqueGap {
+                start: cursor,
+                end: o.end,
+                duration_ns: o.end - cursor,
+                global_tid: o.global_tid,
+                iteration_index: idx,
+                iteration_start: o.start,
+                iteration_end: o.end,
+                after: last_label.map(str::to_string),
+                before: None,
+            });
+        }
+        it.named_ns += named;
+    }
+    it.opaque_ns = it.wall_ns - it.named_ns;
+    it.opaque_share = (it.wall_ns > 0).then(|| it.opaque_ns as f64 / it.wall_ns as f64);
+    it.engine_threads = threads.into_iter().map(|g| ThreadRef { global_tid: g, pid: pid_of(g), tid: tid_of(g) }).collect();
+    (it, gaps)
+}
+
+/// Runtime name ids (StringIds) for which `keep` says yes.
+fn name_ids(export: &Export, keep: impl Fn(&str) -> Option<String>) -> Result<HashMap<i64, String>> {
+    let t = export.require("StringIds", &["id", "value"])?;
+    let sql = format!("SELECT id, value FROM \"{}\"", t.name);
+    let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err("StringIds"))?;
+    let mut rows = stmt.query([]).map_err(export.sql_err("StringIds"))?;
+    let mut out = HashMap::new();
+    while let Some(row) = rows.next().map_err(export.sql_err("StringIds"))? {
+        let (Ok(id), Ok(v)) = (row.get::<_, i64>(0), row.get::<_, String>(1)) else { continue };
+        if let Some(k) = keep(&v) {
+            out.insert(id, k);
+        }
+    }
+    Ok(out)
+}
+
+fn id_list(ids: &HashMap<i64, String>) -> String {
+    ids.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// Blocking sync runtime calls (by [`ranges::normalize_sync_api`]) whose start lies inside no occurrence of
+/// `occ` on their thread (`o.start <= r.start <= o.end`, the correlation rule of the ranges contract).
+pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrence]) -> Result<UnenclosedSyncs> {
+    let mut out = UnenclosedSyncs { runtime_table: runtime.is_some(), sync_calls: 0, enclosed_calls: 0, by_api: Vec::new() };
+    let Some(table) = runtime else { return Ok(out) };
+    let ids = name_ids(export, |v| ranges::normalize_sync_api(v).map(str::to_string))?;
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    // per thread: the union of its occurrences' closed intervals, sorted
+    let mut unions: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+    for o in occ {
+        unions.entry(o.global_tid).or_default().push((o.start, o.end));
+    }
+    for v in unions.values_mut() {
+        v.sort_unstable();
+        let mut merged: Vec<(i64, i64)> = Vec::with_capacity(v.len());
+        for &(s, e) in v.iter() {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        *v = merged;
+    }
+    let what = "CUPTI_ACTIVITY_KIND_RUNTIME";
+    let sql = format!("SELECT start, end, globalTid, nameId FROM \"{table}\" WHERE nameId IN ({})", id_list(&ids));
+    let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err(what))?;
+    let mut rows = stmt.query([]).map_err(export.sql_err(what))?;
+    let mut by_api: BTreeMap<String, (u64, i64, BTreeSet<i64>, i64)> = BTreeMap::new();
+    while let Some(row) = rows.next().map_err(export.sql_err(what))? {
+        let get = |i: usize, col: &str| -> Result<Option<i64>> {
+            row.get::<_, Option<i64>>(i).map_err(|e| {
+                Error::input(format!("{}: {what}.{col}: {e}", export.name()))
+            })
+        };
+        let (Some(s), Some(e), Some(g), Some(n)) = (get(0, "start")?, get(1, "end")?, get(2, "globalTid")?, get(3, "nameId")?) else {
+            continue;
+        };
+        out.sync_calls += 1;
+        let enclosed = unions.get(&g).is_some_and(|u| {
+            let k = u.partition_point(|iv| iv.0 <= s);
+            k > 0 && u[k - 1].1 >= s
+        });
+        if enclosed {
+            out.enclosed_calls += 1;
+            continue;
+        }
+        let api = ids[&n].clone();
+        let entry = by_api.entry(api).or_insert((0, 0, BTreeSet::new(), s));
+        entry.0 += 1;
+        entry.1 += e - s;
+        entry.2.insert(g);
+        entry.3 = entry.3.min(s);
+    }
+    out.by_api = by_api
+        .into_iter()
+        .map(|(api, (calls, total_ns, th, first))| SyncApiCount { api, calls, total_ns, threads: th.len() as u64, first_start: first })
+        .collect();
+    out.by_api.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| a.api.cmp(&b.api)));
+    Ok(out)
+}
+
+/// Graph launches among the runtime calls, and the note on what a host range around a replay measures.
+fn cuda_graphs(export: &Export, runtime: Option<&str>, prefix: Option<&str>, replay_range: bool) -> Result<CudaGraphs> {
+    let mut launches = 0u64;
+    if let Some(table) = runtime {
+        let ids = name_ids(export, |v| {
+            (v.starts_with("cudaGraphLaunch") || v.starts_with("cuGraphLaunch")).then(|| v.to_string())
+        })?;
+        if !ids.is_empty() {
+            let sql = format!("SELECT count(*) FROM \"{table}\" WHERE nameId IN ({})", id_list(&ids));
+            launches = export
+                .conn()
+                .query_row(&sql, [], |r| r.get::<_, i64>(0))
+                .map_err(export.sql_err("CUPTI_ACTIVITY_KIND_RUNTIME"))? as u64;
+        }
+    }
+    let note = (launches > 0 || replay_range).then(|| {
+        let replay = prefix.map(|p| format!("`{p}.graph.replay`")).unwrap_or_else(|| "a graph replay".into());
+        format!(
+            "CUDA graphs: {launches} graph launches. A host range around a replay ({replay}) measures the launch, not the GPU work: graph work is read from kernel rows (node-level tracing, --cuda-graph-trace=node, joined through the launch's correlationId; see sqlite-ranges)."
+        )
+    });
+    Ok(CudaGraphs { graph_launches: launches, note })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn o(label: &str, tid: i64, start: i64, end: i64) -> Occurrence {
+        Occurrence { label: label.into(), global_tid: tid, start, end, event_type: 59, domain_id: None, depth: 0, parent: None }
+    }
+
+    #[test]
+    fn opaque_is_the_uncovered_part_of_each_iteration() {
+        // iteration [0, 100): children [10, 30), [20, 40) (overlapping), [60, 70); a grandchild [62, 65);
+        // a range on another thread and one sticking out are not children.
+        let occ = vec![
+            o("P.engine.iteration", 1, 0, 100),
+            o("P.a", 1, 10, 30),
+            o("P.b", 1, 20, 40),
+            o("P.c", 1, 60, 70),
+            o("P.d", 1, 62, 65),
+            o("P.out", 1, 90, 120),
+            o("P.engine.iteration", 1, 200, 210),
+            o("P.x", 2, 0, 100),
+        ];
+        let (it, mut gaps) = opaque(&occ, "P.engine.iteration");
+        assert_eq!(it.occurrences, 2);
+        assert_eq!(it.wall_ns, 110);
+        assert_eq!(it.named_ns, 40);
+        assert_eq!(it.opaque_ns, 70);
+        assert_eq!(it.without_children, 1);
+        gaps.sort_by_key(|g| g.start);
+        let got: Vec<(i64, i64, Option<&str>, Option<&str>)> =
+            gaps.iter().map(|g| (g.start, g.end, g.after.as_deref(), g.before.as_deref())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, 10, None, Some("P.a")),
+                (40, 60, Some("P.b"), Some("P.c")),
+                (70, 100, Some("P.c"), None),
+                (200, 210, None, None)
+            ]
+        );
+        assert_eq!(it.engine_threads.len(), 1);
+    }
+
+    #[test]
+    fn prefix_is_inferred_from_the_most_frequent_iteration_label() {
+        let occ = vec![o("a.engine.iteration", 1, 0, 1), o("b.engine.iteration", 1, 2, 3), o("b.engine.iteration", 1, 4, 5)];
+        assert_eq!(infer_prefix(&occ).as_deref(), Some("b"));
+        assert_eq!(infer_prefix(&occ[..1]).as_deref(), Some("a"));
+        assert_eq!(infer_prefix(&[o("x", 1, 0, 1)]), None);
+    }
+
+    #[test]
+    fn thresholds_are_validated() {
+        assert!(ReadinessOptions { max_opaque_share: 0.0, ..Default::default() }.validate().is_err());
+        assert!(ReadinessOptions { max_opaque_share: 1.5, ..Default::default() }.validate().is_err());
+        assert!(ReadinessOptions { range_prefix: Some(".".into()), ..Default::default() }.validate().is_err());
+        assert!(ReadinessOptions::default().validate().is_ok());
+    }
+}
