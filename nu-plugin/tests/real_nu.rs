@@ -104,6 +104,7 @@ fn gate_check_every_fixture_from_ls() {
             decode_range: None,
             nsys: None,
             thresholds: Default::default(),
+            ..Default::default()
         };
         let doc = nsyskit::gate::run(&opts).unwrap();
         assert_eq!(row["verdict"], serde_json::to_value(doc.verdict).unwrap(), "{file}");
@@ -145,16 +146,7 @@ fn gate_check_into_bundle_merge_matches_the_library() {
     assert_eq!(summary["documents"][0]["places"], json!(["kernel_profile.gates"]));
     // the bytes equal what the library writes for the same gate document: the companions (`at` for `at_ns`,
     // `size_filesize` for `size`) were dropped and nothing else changed on the way through Nushell
-    let opts = nsyskit::gate::GateOptions {
-        capture: common::root().join(capture),
-        sqlite: None,
-        log: None,
-        provenance: None,
-        tier: Default::default(),
-        decode_range: None,
-        nsys: None,
-        thresholds: Default::default(),
-    };
+    let opts = nsyskit::gate::GateOptions { capture: common::root().join(capture), ..Default::default() };
     let doc = serde_json::to_value(nsyskit::gate::run(&opts).unwrap()).unwrap();
     let docs = vec![nsyskit::bundle::DocIn { value: doc, source: "x".into(), line: 1 }];
     let want = nsyskit::bundle::run(&dir.path().join("other.json"), &docs, nsyskit::bundle::Mode::Stdout).unwrap();
@@ -214,4 +206,21 @@ fn nsys_resolve_reads_nushell_environment() {
     assert!(got["version"].as_str().unwrap().starts_with("20"), "{got}");
     let env = got["env"].to_string();
     assert!(env.contains("fast") && !env.contains("hunter2"), "value read from Nushell, secret redacted: {env}");
+}
+
+#[test]
+fn nvtx_readiness_and_gate_g8() {
+    let Some(nu) = Nu::or_skip("nvtx_readiness_and_gate_g8") else { return };
+    let got = nu.json(
+        "ls fixtures/nsys-2025.3.1/*.sqlite | sort-by name | each {|f| nvtx-readiness $f.name | {file: $f.name, verdict: $in.verdict} }",
+    );
+    for row in got.as_array().unwrap() {
+        let file = row["file"].as_str().unwrap();
+        let doc = nsyskit::readiness::run(&common::root().join(file), &Default::default(), None).unwrap();
+        assert_eq!(row["verdict"], serde_json::to_value(doc.verdict).unwrap(), "{file}");
+    }
+    let g8 = nu.json(
+        "gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --readiness --range-prefix vibeserve | get gates | where id == G8 | get 0.verdict",
+    );
+    assert_eq!(g8, json!("pass"));
 }

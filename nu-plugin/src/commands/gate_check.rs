@@ -1,6 +1,7 @@
 //! `gate-check`: PASS/RETRY capture gates → `nsyskit.gate/v1`. A RETRY verdict is data, not an error.
 
 use nsyskit::gate::{self, GateOptions, Thresholds, Tier};
+use nsyskit::readiness::{ReadinessOptions, DEFAULT_MAX_OPAQUE_SHARE};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
@@ -34,6 +35,12 @@ impl SimplePluginCommand for GateCheck {
             .named("sqlite", SyntaxShape::Filepath, "The SQLite export of an .nsys-rep CAPTURE (no re-export)", None)
             .named("log", SyntaxShape::Filepath, "The nsys console log of the capture (stdout+stderr of `nsys profile`), read by G0", None)
             .named("provenance", SyntaxShape::Filepath, "An nsyskit.provenance/v1 JSON (from nsys-resolve); its capture flags are read by G1", None)
+            .named(
+                "nsys",
+                SyntaxShape::Filepath,
+                "The nsys that exports an .nsys-rep CAPTURE (default: $env.NSYS_BIN, else resolved like nsys-resolve)",
+                None,
+            )
             .named("tier", SyntaxShape::String, "Which analysis the capture is for: throughput (G5, the default) or decode (G6, G7)", None)
             .named("decode-range", SyntaxShape::String, "Decode tier: the NVTX label of one decode step (default: the most frequent iteration-like label)", None)
             .named(
@@ -51,6 +58,9 @@ impl SimplePluginCommand for GateCheck {
             .named("kernel-outlier-factor", SyntaxShape::Number, "G7: a step is a kernel-count outlier above this factor × the most frequent count, or below it ÷ factor (default 1.5)", None)
             .named("max-contaminated-share", SyntaxShape::Number, "G7: largest share of steps unlike the dominant decode-step shape (default 0.01)", None)
             .named("min-decode-steps", SyntaxShape::Int, "G6: fewest decode steps the decode tier accepts (default 20)", None)
+            .switch("readiness", "Append G8, NVTX readiness (as nvtx-readiness): the taxonomy under --range-prefix and the opaque share", None)
+            .named("range-prefix", SyntaxShape::String, "G8: the range prefix P of the taxonomy (default: inferred from the *.engine.iteration labels)", None)
+            .named("max-opaque-share", SyntaxShape::Number, "G8: READY needs the opaque share of P.engine.iteration wall time below this (default 0.05)", None)
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
     }
@@ -76,6 +86,11 @@ impl SimplePluginCommand for GateCheck {
                 description: "The silently truncated capture, with its console log: G0 sees the analyser failure, G4 where CUDA data stops",
                 result: Some(Value::test_list(EXAMPLE_FAILED_RETRY.iter().map(|g| Value::test_string(*g)).collect())),
             },
+            Example {
+                example: "(gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --readiness --range-prefix vibeserve).gates.8.id",
+                description: "--readiness appends G8, the NVTX readiness of the vibeserve taxonomy",
+                result: Some(Value::test_string("G8")),
+            },
         ]
     }
 
@@ -99,6 +114,20 @@ impl SimplePluginCommand for GateCheck {
             kernel_outlier_factor: flag_f64(call, "kernel-outlier-factor")?.unwrap_or(d.kernel_outlier_factor),
             max_contaminated_share: flag_f64(call, "max-contaminated-share")?.unwrap_or(d.max_contaminated_share),
             min_decode_steps: flag_usize(call, "min-decode-steps")?.unwrap_or(d.min_decode_steps),
+            ..Thresholds::default()
+        };
+        let range_prefix = flag_str(call, "range-prefix")?;
+        let readiness = if call.has_flag("readiness")? {
+            Some(ReadinessOptions {
+                range_prefix: range_prefix.map(|s| s.item),
+                max_opaque_share: flag_f64(call, "max-opaque-share")?.unwrap_or(DEFAULT_MAX_OPAQUE_SHARE),
+            })
+        } else if let Some(p) = range_prefix {
+            return Err(LabeledError::new("--range-prefix needs --readiness (it selects G8's taxonomy)")
+                .with_code("nsyskit::usage")
+                .with_label("only with --readiness", p.span));
+        } else {
+            None
         };
         let capture = resolve_path(engine, &call.req::<String>(0)?)?;
         let tier = flag_str(call, "tier")?.map(|t| t.item);
@@ -109,8 +138,13 @@ impl SimplePluginCommand for GateCheck {
             provenance: flag_path(engine, call, "provenance")?,
             tier: Tier::default(),
             decode_range: flag_str(call, "decode-range")?.map(|s| s.item),
-            nsys: nu_nsys_bin(engine)?,
+            nsys: match flag_path(engine, call, "nsys")? {
+                Some(p) => Some(p),
+                None => nu_nsys_bin(engine)?,
+            },
             thresholds,
+            readiness,
+            ..GateOptions::default()
         };
         let result = tier
             .as_deref()

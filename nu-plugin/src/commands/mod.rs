@@ -9,6 +9,7 @@ mod from_nsyskit;
 mod gate_check;
 mod kern_csv_to_json;
 mod nsys_resolve;
+mod nvtx_readiness;
 mod sqlite_ranges;
 
 pub use bundle_merge::BundleMerge;
@@ -16,6 +17,7 @@ pub use from_nsyskit::FromNsyskit;
 pub use gate_check::GateCheck;
 pub use kern_csv_to_json::KernCsvToJson;
 pub use nsys_resolve::NsysResolve;
+pub use nvtx_readiness::NvtxReadiness;
 pub use sqlite_ranges::SqliteRanges;
 
 /// Every command of the plugin.
@@ -24,6 +26,7 @@ pub fn all() -> Vec<Box<dyn PluginCommand<Plugin = NsyskitPlugin>>> {
         Box::new(NsysResolve),
         Box::new(GateCheck),
         Box::new(SqliteRanges),
+        Box::new(NvtxReadiness),
         Box::new(KernCsvToJson),
         Box::new(BundleMerge),
         Box::new(FromNsyskit),
