@@ -14,4 +14,5 @@ pub mod serve_capture;
 pub mod resolve;
 pub mod gate;
 pub mod ranges;
+pub mod pod_attach;
 pub mod readiness;

@@ -89,6 +89,7 @@ pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
         (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
         (crate::gate::GateDoc::KIND, json_schema::<crate::gate::GateDoc>()),
         (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
+        (crate::pod_attach::PodAttachDoc::KIND, json_schema::<crate::pod_attach::PodAttachDoc>()),
         (crate::readiness::ReadinessDoc::KIND, json_schema::<crate::readiness::ReadinessDoc>()),
     ]
 }

@@ -842,15 +842,21 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
     let mut kernel_work_total = 0i64;
     let mut kernels_attr = 0u64;
     let mut kernel_work_attr = 0i64;
+    // Size the record vector once, exactly, without a scan: max(rowid) is one b-tree descent per table (absent
+    // for WITHOUT ROWID tables). Growing by doubling would hold two copies at the peak.
+    let mut hint = 0usize;
+    for tbl in DEVICE_TABLES.iter().filter(|t| present(t)) {
+        let t = export.table(tbl).expect("checked");
+        let h: Option<i64> =
+            export.conn().query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
+        hint += h.unwrap_or(0).clamp(0, 1 << 32) as usize;
+    }
+    rows_out.reserve_exact(hint);
     for (kind, tbl) in DEVICE_TABLES.iter().enumerate() {
         if !present(tbl) {
             continue;
         }
         let t = export.table(tbl).expect("checked");
-        // size hint without a scan: max(rowid) is one b-tree descent (absent for WITHOUT ROWID tables)
-        let hint: Option<i64> =
-            export.conn().query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
-        rows_out.reserve(hint.unwrap_or(0).clamp(0, 1 << 32) as usize);
         let sql = format!("SELECT start, end, globalPid, correlationId, deviceId FROM \"{}\"", t.name);
         let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err(tbl))?;
         let mut rows = stmt.query([]).map_err(export.sql_err(tbl))?;

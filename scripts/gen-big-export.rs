@@ -1,4 +1,4 @@
-//! Benchmark helper for `sqlite-ranges` (see `scripts/bench-ranges`).
+//! Benchmark helper for `sqlite-ranges` (see `scripts/bench-ranges`); built only with `--features bench-tools`.
 //!
 //! `gen-big-export SRC.sqlite OUT.sqlite COPIES` writes a large export by replicating the rows of a real
 //! fixture COPIES times: NVTX_EVENTS, CUPTI_ACTIVITY_KIND_RUNTIME and the four device tables get every row once
