@@ -16,3 +16,7 @@ pub mod gate;
 pub mod ranges;
 pub mod pod_attach;
 pub mod readiness;
+pub mod categories;
+pub mod evidence;
+pub mod compare;
+pub mod report;

@@ -91,6 +91,8 @@ pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
         (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
         (crate::pod_attach::PodAttachDoc::KIND, json_schema::<crate::pod_attach::PodAttachDoc>()),
         (crate::readiness::ReadinessDoc::KIND, json_schema::<crate::readiness::ReadinessDoc>()),
+        (crate::compare::CompareDoc::KIND, json_schema::<crate::compare::CompareDoc>()),
+        (crate::report::ReportDoc::KIND, json_schema::<crate::report::ReportDoc>()),
     ]
 }
 

@@ -925,7 +925,18 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
         }
         let ended = r.procs[i].rec.ended.clone();
         if ended.as_deref() != Some("exit 0") {
-            let died = r.poll_end(si);
+            // A client that fails because the server is going away often sees the closed socket a moment before
+            // the server process is gone: give the server a short grace before blaming the client.
+            let grace_from = Instant::now();
+            let died = loop {
+                if r.poll_end(si) {
+                    break true;
+                }
+                if grace_from.elapsed() >= Duration::from_secs(2) {
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
             let stage = if died { "server" } else { "load" };
             let why = if died { format!("; the server (pid {}) exited during the load (mid-run)", r.procs[si].rec.pid) } else { String::new() };
             r.fail(stage, format!("the load client failed ({}){why}; see {}/load.stderr", ended.unwrap_or_default(), out.display()));

@@ -181,7 +181,7 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         assert!(port_listening(port));
+        // (no check after drop(l): another test of this process may bind the same port in between)
         drop(l);
-        assert!(!port_listening(port));
     }
 }

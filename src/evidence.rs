@@ -1,0 +1,727 @@
+//! The evidence `capture-compare` and `report` read: an evidence bundle (from `bundle-merge`), a bare
+//! `nsyskit.ranges/v1` document, or a raw nsys `.sqlite` export (optionally with a provenance document).
+//!
+//! Everything is deserialised tolerantly from the documented shapes (see `docs/compare-report.md`): a field
+//! that is absent is "unknown", never guessed, and every fact records where it came from.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::categories::KernelStat;
+use crate::contract::{Error, Input, Result};
+use crate::export::Export;
+
+/// One blocking API's calls inside a range (`ranges[].sync`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct SyncStat {
+    pub calls: i64,
+    pub total_ns: i64,
+}
+
+/// A `ranges[]` row of an `nsyskit.ranges/v1` document (the fields compare and report use).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct RangeRow {
+    pub label: String,
+    pub occurrences: i64,
+    pub occurrences_with_device_work: i64,
+    pub runtime_calls: i64,
+    pub kernels: i64,
+    pub memcpys: i64,
+    pub memsets: i64,
+    pub graph_traces: i64,
+    pub host_wall_time_ns: i64,
+    pub kernel_work_ns: i64,
+    pub host_range_kernel_coverage_ns: i64,
+    pub kernel_busy_union_ns: i64,
+    pub kernel_span_ns: i64,
+    pub gpu_idle_within_kernel_span_ns: i64,
+    pub uncovered_host_time_ns: i64,
+    pub sync: BTreeMap<String, SyncStat>,
+    pub depths: BTreeMap<String, i64>,
+    pub parents: BTreeMap<String, i64>,
+}
+
+impl RangeRow {
+    /// Every occurrence of this label is outermost on its thread (depth 0).
+    pub fn is_outermost(&self) -> bool {
+        self.depths.iter().all(|(d, _)| d == "0") && !self.depths.is_empty()
+    }
+}
+
+/// `thread_diagnostics[]` of a ranges document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct ThreadRow {
+    #[serde(rename = "globalTid")]
+    pub global_tid: i64,
+    pub pid: i64,
+    pub tid: i64,
+    pub mapping: String,
+    pub is_main_thread: bool,
+    pub thread_name: Option<String>,
+    pub occurrences: i64,
+    pub runtime_calls: i64,
+    pub device_rows_attributed: i64,
+}
+
+/// `totals` of a ranges document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct RangeTotals {
+    pub kernels_total: i64,
+    pub kernel_work_total_ns: i64,
+    pub kernels_attributed: i64,
+    pub kernel_work_attributed_ns: i64,
+    pub kernels_unattributed: i64,
+    pub kernel_work_unattributed_ns: i64,
+}
+
+/// The parts of an `nsyskit.ranges/v1` document compare and report use.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct RangesView {
+    pub ranges: Vec<RangeRow>,
+    pub thread_diagnostics: Vec<ThreadRow>,
+    pub totals: RangeTotals,
+    pub notes: Vec<String>,
+}
+
+/// A fact about how a capture was taken, with where it was read (`META_DATA_CAPTURE`, `provenance.nsys.version`…).
+/// `value` null = unknown.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Fact {
+    pub value: Value,
+    pub source: String,
+}
+
+impl Fact {
+    fn known(value: Value, source: impl Into<String>) -> Fact {
+        Fact { value, source: source.into() }
+    }
+    pub fn is_known(&self) -> bool {
+        !self.value.is_null()
+    }
+}
+
+/// Counts that show whether CUDA graphs were used and at which level they were traced.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GraphEvidence {
+    /// `cudaGraphLaunch*` / `cuGraphLaunch*` runtime calls.
+    pub graph_launch_calls: i64,
+    /// KERNEL rows with `graphNodeId` set (node-level tracing of replayed graphs).
+    pub kernels_with_graph_node: i64,
+    /// `CUPTI_ACTIVITY_KIND_GRAPH_TRACE` rows (graph-level tracing).
+    pub graph_trace_rows: i64,
+    /// All KERNEL rows.
+    pub kernels: i64,
+}
+
+/// The facts that decide whether two captures are comparable. Each is compared as a whole JSON value.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CaptureFacts {
+    pub nsys_version: Fact,
+    pub trace_set: Fact,
+    pub capture_flags: Fact,
+    /// `node`, `graph`, or null.
+    pub graph_trace_level: Fact,
+    /// `graphs` (CUDA graphs used), `eager` (kernels, no graph evidence), or null.
+    pub cuda_graphs: Fact,
+    pub window: Fact,
+    pub warmup: Fact,
+    /// The list of GPU processes that are not part of the profiled application (empty list = none seen).
+    pub foreign_gpu_processes: Fact,
+    pub instrumentation: Fact,
+    pub gpu: Fact,
+    pub clock_policy: Fact,
+    pub graph_evidence: Option<GraphEvidence>,
+}
+
+/// Everything compare and report know about one capture.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Evidence {
+    /// The path given.
+    pub source: String,
+    /// `bundle`, `ranges` (a bare ranges document) or `sqlite`.
+    pub kind: String,
+    pub facts: CaptureFacts,
+    #[serde(skip)]
+    pub ranges: Option<RangesView>,
+    #[serde(skip)]
+    pub kernels: Option<Vec<KernelStat>>,
+    /// Where `kernels` came from (`KERNEL table`, `kernel_profile.top_kernels`).
+    #[serde(skip)]
+    pub kernels_source: Option<String>,
+    /// Σ duration of MEMCPY and MEMSET rows when known (raw export).
+    #[serde(skip)]
+    pub memcpy_time_ns: Option<i64>,
+    /// The provenance block as given.
+    #[serde(skip)]
+    pub provenance: Option<Value>,
+    /// `kernel_profile.gates`: the gate-check verdict and its retry reasons, when the bundle has them.
+    #[serde(skip)]
+    pub gates: Option<(String, Vec<String>)>,
+}
+
+/// Does the file start with the SQLite header? (false when it cannot be read: the JSON path reports that)
+fn is_sqlite(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 16];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).map(|_| &head == b"SQLite format 3\0").unwrap_or(false)
+}
+
+/// Load evidence from a path: `.sqlite` (or any SQLite file) as an export, anything else as JSON.
+/// `provenance` is an optional `nsyskit.provenance/v1` document that adds facts to an export (or replaces the
+/// bundle's own provenance block).
+pub fn load(path: &Path, provenance: Option<&Path>) -> Result<Evidence> {
+    let name = path.display().to_string();
+    let is_rep = path.extension().map(|e| e == "nsys-rep" || e == "qdrep").unwrap_or(false);
+    let mut ev = if is_rep || is_sqlite(path) {
+        from_export(path)?
+    } else {
+        let bytes = Input::Path(path.to_path_buf()).read_bytes()?;
+        let docs = crate::contract::parse_json_stream(&bytes, &name)?;
+        if docs.len() != 1 {
+            return Err(Error::input(format!("{name}: expected one JSON document (an evidence bundle), found {}", docs.len())));
+        }
+        from_json(&docs[0].value, &name)?
+    };
+    if let Some(p) = provenance {
+        let pname = p.display().to_string();
+        let bytes = Input::Path(p.to_path_buf()).read_bytes()?;
+        let docs = crate::contract::parse_json_stream(&bytes, &pname)?;
+        let Some(doc) = docs.into_iter().next() else {
+            return Err(Error::input(format!("{pname}: empty: expected a provenance document")));
+        };
+        if !doc.value.is_object() {
+            return Err(Error::input(format!("{pname}: $: expected a JSON object (a provenance document)")));
+        }
+        apply_provenance(&mut ev.facts, &doc.value, &pname);
+        ev.provenance = Some(doc.value);
+    }
+    Ok(ev)
+}
+
+/// Evidence from a JSON document: an evidence bundle, or a bare ranges document.
+pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
+    let Some(obj) = v.as_object() else {
+        return Err(Error::input(format!("{name}: $: expected a JSON object (an evidence bundle)")));
+    };
+    let mut ev = Evidence { source: name.to_string(), ..Default::default() };
+    let schema = obj.get("schema").and_then(|s| s.as_str()).unwrap_or("");
+    if schema == "nsyskit.ranges/v1" {
+        ev.kind = "ranges".into();
+        ev.ranges = Some(ranges_view(v, &format!("{name}: $"))?);
+        return Ok(ev);
+    }
+    let kp = obj.get("kernel_profile");
+    if kp.is_none() && !obj.contains_key("provenance") {
+        return Err(Error::input(format!(
+            "{name}: $: not an evidence bundle (no kernel_profile or provenance block{})",
+            if schema.is_empty() { String::new() } else { format!("; schema {schema}") }
+        )));
+    }
+    ev.kind = "bundle".into();
+    if let Some(kp) = kp {
+        if let Some(r) = kp.get("ranges").filter(|r| !r.is_null()) {
+            // one ranges document, or a list of them (the first is used)
+            let (r, at) = match r {
+                Value::Array(a) if !a.is_empty() => (&a[0], "$.kernel_profile.ranges[0]"),
+                _ => (r, "$.kernel_profile.ranges"),
+            };
+            ev.ranges = Some(ranges_view(r, &format!("{name}: {at}"))?);
+        }
+        if let Some(tk) = kp.get("top_kernels").filter(|t| !t.is_null()) {
+            let Some(list) = tk.as_array() else {
+                return Err(Error::input(format!("{name}: $.kernel_profile.top_kernels: expected an array")));
+            };
+            let mut ks = Vec::new();
+            for (i, k) in list.iter().enumerate() {
+                ks.push(kernel_stat(k).ok_or_else(|| {
+                    Error::input(format!("{name}: $.kernel_profile.top_kernels[{i}]: expected {{name, total time ns, instances}}"))
+                })?);
+            }
+            ev.kernels = Some(ks);
+            ev.kernels_source = Some("kernel_profile.top_kernels".into());
+        }
+    }
+    if let Some(kp) = kp {
+        apply_bundle_documents(&mut ev, kp);
+    }
+    if let Some(p) = obj.get("provenance").filter(|p| p.is_object()) {
+        apply_provenance(&mut ev.facts, p, "provenance");
+        ev.provenance = Some(p.clone());
+    }
+    Ok(ev)
+}
+
+fn ranges_view(v: &Value, at: &str) -> Result<RangesView> {
+    if !v.get("ranges").map(|r| r.is_array()).unwrap_or(false) {
+        return Err(Error::input(format!("{at}: expected an nsyskit.ranges/v1 document with a ranges array")));
+    }
+    serde_json::from_value::<RangesView>(v.clone()).map_err(|e| Error::input(format!("{at}: not a ranges document: {e}")))
+}
+
+fn kernel_stat(k: &Value) -> Option<KernelStat> {
+    let name = k.get("name").or_else(|| k.get("Name"))?.as_str()?.to_string();
+    let num = |keys: &[&str]| keys.iter().find_map(|key| k.get(*key).and_then(|v| v.as_i64().or_else(|| v.as_f64().map(|f| f as i64))));
+    let total = num(&["total_time_ns", "total_ns", "time_total_ns", "total_time", "Total Time (ns)"])?;
+    let instances = num(&["instances", "Instances", "count"]).unwrap_or(0);
+    Some(KernelStat { name, total_time_ns: total, instances })
+}
+
+/// Facts the bundle's own documents record: the nsys version (ranges or gate `source.nsys_version`), the
+/// ranges window, and from gate G1 (`node-level-graph-tracing`) the graph-trace level and graph evidence.
+fn apply_bundle_documents(ev: &mut Evidence, kp: &Value) {
+    let f = &mut ev.facts;
+    for (path, doc) in [("kernel_profile.ranges", kp.get("ranges")), ("kernel_profile.gates", kp.get("gates"))] {
+        if let Some(v) = doc.and_then(|d| d.pointer("/source/nsys_version")).and_then(|v| v.as_str()) {
+            if !f.nsys_version.is_known() {
+                f.nsys_version = Fact::known(Value::String(normalize_version(v)), format!("{path}.source.nsys_version (the nsys that exported it)"));
+            }
+        }
+    }
+    if let Some(w) = kp.pointer("/ranges/source/window") {
+        let w = if w.is_null() { Value::String("whole capture".into()) } else { w.clone() };
+        f.window = Fact::known(w, "kernel_profile.ranges.source.window (sqlite-ranges --window; null = whole capture)");
+    }
+    let Some(g) = kp.get("gates").filter(|g| g.is_object()) else { return };
+    let verdict = g.get("verdict").and_then(|v| v.as_str()).unwrap_or("").to_string();
+    let retry: Vec<String> = g.get("retry").and_then(|r| r.as_array()).map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default();
+    ev.gates = Some((verdict, retry));
+    let Some(g1) = g.get("gates").and_then(|l| l.as_array()).and_then(|l| l.iter().find(|x| x.get("id").and_then(|i| i.as_str()) == Some("G1"))) else { return };
+    let mut text = g1.get("reason").and_then(|r| r.as_str()).unwrap_or("").to_string();
+    for e in g1.get("evidence").and_then(|e| e.as_array()).into_iter().flatten() {
+        text.push('\n');
+        text.push_str(e.as_str().unwrap_or(""));
+    }
+    let level = regex::Regex::new(r"--cuda-graph-trace=(node|graph)").expect("regex");
+    if let Some(c) = level.captures(&text) {
+        f.graph_trace_level = Fact::known(Value::String(c[1].to_string()), "kernel_profile.gates G1 reason");
+    }
+    let num = |re: &str| regex::Regex::new(re).expect("regex").captures(&text).and_then(|c| c[1].parse::<i64>().ok());
+    if let (Some(launches), Some(node_rows), Some(trace_rows)) =
+        (num(r"cudaGraphLaunch calls (\d+)"), num(r"rows with graphNodeId (\d+)"), num(r"GRAPH_TRACE rows (\d+)"))
+    {
+        let uses = launches > 0 || node_rows > 0 || trace_rows > 0;
+        f.cuda_graphs = Fact::known(
+            Value::String(if uses { "graphs" } else { "eager" }.into()),
+            "kernel_profile.gates G1 evidence (graph launches, graphNodeId rows, GRAPH_TRACE rows)",
+        );
+        f.graph_evidence = Some(GraphEvidence { graph_launch_calls: launches, kernels_with_graph_node: node_rows, graph_trace_rows: trace_rows, kernels: 0 });
+    }
+}
+
+/// Look up the first present path (dotted) in a JSON value.
+fn lookup<'a>(v: &'a Value, paths: &[&'a str]) -> Option<(&'a str, &'a Value)> {
+    for p in paths {
+        let mut cur = v;
+        let mut ok = true;
+        for part in p.split('.') {
+            match cur.get(part) {
+                Some(x) => cur = x,
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok && !cur.is_null() {
+            return Some((p, cur));
+        }
+    }
+    None
+}
+
+/// Facts from a provenance document (`nsyskit.provenance/v1` from `nsys-resolve`; the accepted paths are listed
+/// in docs/compare-report.md). What the provenance records replaces what an export says.
+pub fn apply_provenance(f: &mut CaptureFacts, p: &Value, prefix: &str) {
+    let set = |fact: &mut Fact, paths: &[&str]| {
+        if let Some((path, v)) = lookup(p, paths) {
+            *fact = Fact::known(v.clone(), format!("{prefix}.{path}"));
+        }
+    };
+    set(&mut f.nsys_version, &["nsys.version", "nsys.resolved_version", "nsys_version"]);
+    if let Value::String(v) = &f.nsys_version.value {
+        f.nsys_version.value = Value::String(normalize_version(v));
+    }
+    set(&mut f.capture_flags, &["capture.flags_argv", "capture.flags", "capture.argv", "capture.args", "capture_flags"]);
+    // a flag string is compared as its list of words
+    if let Value::String(s) = &f.capture_flags.value {
+        let words: Vec<Value> = s.split_whitespace().map(|w| Value::String(w.to_string())).collect();
+        f.capture_flags.value = Value::Array(words);
+    }
+    if f.capture_flags.source.starts_with(prefix) {
+        if let Some(words) = f.capture_flags.value.as_array().cloned() {
+            let words: Vec<String> = words.iter().filter_map(|w| w.as_str().map(String::from)).collect();
+            f.capture_flags.value = serde_json::json!(profile_flags(&words));
+        }
+    }
+    // empty flags (`flags_argv: []` when --flags was not given) record nothing
+    if f.capture_flags.value.as_array().map(|a| a.is_empty()).unwrap_or(false) && f.capture_flags.source.starts_with(prefix) {
+        f.capture_flags = Fact::default();
+    }
+    set(&mut f.trace_set, &["capture.trace", "capture.trace_set", "trace_set"]);
+    set(&mut f.graph_trace_level, &["capture.cuda_graph_trace", "capture.graph_trace_level"]);
+    set(&mut f.window, &["capture.window", "window"]);
+    set(&mut f.warmup, &["capture.warmup", "warmup", "workload.warmup"]);
+    set(&mut f.instrumentation, &["capture.instrumentation", "instrumentation"]);
+    set(&mut f.clock_policy, &["gpu.clock_policy", "clock_policy"]);
+    set(&mut f.gpu, &["gpu.name", "gpu.names"]);
+    set(&mut f.foreign_gpu_processes, &["gpu.foreign_processes", "foreign_gpu_processes"]);
+    // nsys-resolve's preflight: gpu.gpus[] (target = true) and gpu.processes[] (on_target = true = foreign,
+    // as the preflight runs before the profiled application starts)
+    if let Some(gpu) = p.get("gpu").filter(|g| g.is_object()) {
+        let available = gpu.get("status").and_then(|s| s.as_str()).map(|s| s == "available").unwrap_or(true);
+        if available {
+            if let Some(gpus) = gpu.get("gpus").and_then(|g| g.as_array()) {
+                let mut names: Vec<String> = gpus
+                    .iter()
+                    .filter(|g| g.get("target").and_then(|t| t.as_bool()).unwrap_or(true))
+                    .filter_map(|g| g.get("name").and_then(|n| n.as_str()).map(String::from))
+                    .collect();
+                names.sort();
+                if !names.is_empty() && !f.gpu.source.starts_with(prefix) {
+                    f.gpu = Fact::known(serde_json::json!(names), format!("{prefix}.gpu.gpus[target].name"));
+                }
+            }
+            if let Some(procs) = gpu.get("processes").and_then(|g| g.as_array()) {
+                if !f.foreign_gpu_processes.source.starts_with(prefix) {
+                    let foreign: Vec<Value> = procs
+                        .iter()
+                        .filter(|q| q.get("on_target").and_then(|t| t.as_bool()).unwrap_or(true))
+                        .map(|q| serde_json::json!({"pid": q.get("pid"), "process_name": q.get("process_name"), "used_memory_mib": q.get("used_memory_mib")}))
+                        .collect();
+                    f.foreign_gpu_processes = Fact::known(Value::Array(foreign), format!("{prefix}.gpu.processes[on_target]"));
+                }
+            }
+        }
+    }
+    // flags given as words: derive the trace set, graph level and window when not given separately
+    if let Some(args) = f.capture_flags.value.as_array().cloned().filter(|_| f.capture_flags.source.starts_with(prefix)) {
+        let args: Vec<String> = args.iter().filter_map(|a| a.as_str().map(String::from)).collect();
+        let opt = |name: &str| -> Option<String> {
+            args.iter().enumerate().find_map(|(i, a)| {
+                a.strip_prefix(&format!("{name}=")).map(String::from).or_else(|| (a == name).then(|| args.get(i + 1).cloned()).flatten())
+            })
+        };
+        let from = |flag: &str| format!("{prefix}.capture flags {flag}");
+        if !f.trace_set.source.starts_with(prefix) {
+            // nsys's default --trace is cuda,nvtx,osrt (plus opengl on some platforms)
+            let t = opt("--trace").or_else(|| opt("-t")).unwrap_or_else(|| "cuda,nvtx,osrt".into());
+            f.trace_set = Fact::known(serde_json::json!(normalize_trace(t.split(','))), from("--trace"));
+        }
+        if !f.graph_trace_level.source.starts_with(prefix) {
+            // nsys's default is graph level
+            let t = opt("--cuda-graph-trace").unwrap_or_else(|| "graph".into());
+            f.graph_trace_level = Fact::known(Value::String(t.to_ascii_lowercase()), from("--cuda-graph-trace"));
+        }
+        if !f.window.source.starts_with(prefix) {
+            let mut w = serde_json::Map::new();
+            for k in ["--delay", "--duration", "--capture-range", "--capture-range-end"] {
+                let short = match k {
+                    "--delay" => opt("-y"),
+                    "--duration" => opt("-d"),
+                    "--capture-range" => opt("-c"),
+                    _ => None,
+                };
+                w.insert(k.trim_start_matches("--").to_string(), opt(k).or(short).map(Value::String).unwrap_or(Value::Null));
+            }
+            f.window = Fact::known(Value::Object(w), from("--delay/--duration/--capture-range/--capture-range-end"));
+        }
+    }
+}
+
+/// The `nsys profile` switches of a command line, as `--switch=value` words in order: a leading `nsys` /
+/// `profile` is skipped, the profiled command (the first word that is neither a switch nor a switch's value)
+/// ends the list, and per-run switches that do not change what is measured are left out (`--output`/`-o`,
+/// `--force-overwrite`/`-f`, `--stats`, `--export`).
+pub fn profile_flags(words: &[String]) -> Vec<String> {
+    const TAKES_VALUE: &[&str] = &[
+        "-t", "-o", "-c", "-y", "-d", "-s", "-b", "-w", "-x", "-p", "-e", "-n", "-f", "--trace", "--output",
+        "--capture-range", "--capture-range-end", "--cuda-graph-trace", "--delay", "--duration", "--sample",
+        "--cpuctxsw", "--backtrace", "--kill", "--resolve-symbols", "--trace-fork-before-exec", "--force-overwrite",
+        "--stats", "--export", "--env-var", "--cuda-memory-usage", "--gpu-metrics-devices", "--nvtx-capture",
+        "--osrt-threshold", "--wait", "--show-output", "--session-new", "--python-sampling",
+    ];
+    const PER_RUN: &[&str] = &["-o", "--output", "-f", "--force-overwrite", "--stats", "--export"];
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < words.len() && (words[i] == "profile" || words[i].ends_with("nsys")) {
+        i += 1;
+    }
+    while i < words.len() {
+        let w = &words[i];
+        if !w.starts_with('-') {
+            break;
+        }
+        let (name, value) = match w.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None if TAKES_VALUE.contains(&w.as_str()) && i + 1 < words.len() => {
+                i += 1;
+                (w.clone(), Some(words[i].clone()))
+            }
+            None => (w.clone(), None),
+        };
+        if !PER_RUN.contains(&name.as_str()) {
+            out.push(match value {
+                Some(v) => format!("{name}={v}"),
+                None => name,
+            });
+        }
+        i += 1;
+    }
+    out
+}
+
+/// `2025.3.2.0`, `2023.4.4.54-234433681190v0` → the first three numbers (`2025.3.2`, `2023.4.4`).
+pub fn normalize_version(v: &str) -> String {
+    let re = regex::Regex::new(r"\d+\.\d+(\.\d+)?").expect("version regex");
+    re.find(v).map(|m| m.as_str().to_string()).unwrap_or_else(|| v.trim().to_string())
+}
+
+/// Trace names as `nsys profile --trace` spells them, sorted: META_DATA_CAPTURE's `Cuda`, `NvtxEvents`,
+/// `OSRuntime` become `cuda`, `nvtx`, `osrt`.
+pub fn normalize_trace<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut out: Vec<String> = names
+        .map(|n| match n.trim() {
+            "Cuda" => "cuda".to_string(),
+            "NvtxEvents" => "nvtx".to_string(),
+            "OSRuntime" => "osrt".to_string(),
+            "CublasEvents" => "cublas".to_string(),
+            "CudnnEvents" => "cudnn".to_string(),
+            "OpenGL" => "opengl".to_string(),
+            "MPI" => "mpi".to_string(),
+            other => other.to_ascii_lowercase(),
+        })
+        .filter(|n| !n.is_empty())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Evidence from a raw nsys SQLite export: facts from META_DATA_EXPORT / META_DATA_CAPTURE / TARGET_INFO_GPU,
+/// graph evidence from RUNTIME / KERNEL / GRAPH_TRACE, kernel statistics from KERNEL, ranges through the
+/// ranges library.
+pub fn from_export(path: &Path) -> Result<Evidence> {
+    let cap = crate::export::open_capture(path, None)?;
+    let export = &cap.export;
+    let mut ev = Evidence { source: cap.source.path.clone(), kind: cap.source.kind.clone(), ..Default::default() };
+    ev.facts = export_facts(export)?;
+    let (kernels, memcpy) = export_kernel_stats(export)?;
+    ev.kernels = Some(kernels);
+    ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
+    ev.memcpy_time_ns = Some(memcpy);
+    ev.ranges = Some(export_ranges(export)?);
+    Ok(ev)
+}
+
+/// The ranges of an export, computed by the ranges library (`sqlite-ranges`, all labels, no window).
+pub fn export_ranges(export: &Export) -> Result<RangesView> {
+    let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions::default())?;
+    let v = serde_json::to_value(&a.doc).map_err(|e| Error::input(format!("{}: ranges: {e}", export.name())))?;
+    serde_json::from_value(v).map_err(|e| Error::input(format!("{}: ranges: {e}", export.name())))
+}
+
+/// Capture settings that vary from run to run without changing what is measured, or that are compared as
+/// their own facts: left out of `capture_flags`.
+fn is_run_specific(key: &str) -> bool {
+    let k = key.to_ascii_uppercase();
+    let tail = k.rsplit(':').next().unwrap_or(&k);
+    matches!(
+        tail,
+        "PROFILING_SESSION_UUID"
+            | "PROFILING_SESSION_ID"
+            | "RUN_DURATION_MS"
+            | "WORKING_DIR"
+            | "COMMAND"
+            | "PID"
+            | "APPLICATION_PID"
+            | "DEVICE_DISPLAY_NAME"
+            | "DEVICE_ID"
+            | "USER_NAME"
+            | "CAPTURE_EVENT_TYPE"
+            | "MODE"
+            | "START_TRIGGER"
+            | "STOP_TRIGGER"
+            | "START_DELAY_MS"
+            | "START_FRAME_VALUE"
+            | "RUN_DURATION_FRAMES"
+    ) || tail.starts_with("ARGUMENT_")
+        || k.contains("ENVIRONMENT_VARIABLE")
+}
+
+const WINDOW_KEYS: &[&str] = &["START_TRIGGER", "STOP_TRIGGER", "START_DELAY_MS", "START_FRAME_VALUE", "RUN_DURATION_FRAMES"];
+
+/// The comparability facts of an export.
+pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
+    let mut f = CaptureFacts::default();
+    let meta = export.name_values("META_DATA_EXPORT")?;
+    if let Some((_, Some(v))) = meta.iter().find(|(n, _)| n == "EXPORT_PRODUCT_VERSION") {
+        f.nsys_version = Fact::known(Value::String(normalize_version(v)), "META_DATA_EXPORT.EXPORT_PRODUCT_VERSION (the nsys that exported it)");
+    } else if let Some(v) = export.nsys_version()? {
+        f.nsys_version = Fact::known(Value::String(normalize_version(&v)), "META_DATA_EXPORT");
+    }
+    let cap = export.name_values("META_DATA_CAPTURE")?;
+    if !cap.is_empty() {
+        let trace = normalize_trace(cap.iter().filter(|(n, _)| n == "CAPTURE_EVENT_TYPE").filter_map(|(_, v)| v.as_deref()));
+        f.trace_set = Fact::known(serde_json::json!(trace), "META_DATA_CAPTURE.CAPTURE_EVENT_TYPE");
+        let mut flags = serde_json::Map::new();
+        let mut sorted: Vec<&(String, Option<String>)> = cap.iter().filter(|(n, _)| !is_run_specific(n)).collect();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        for (n, v) in sorted {
+            flags.insert(n.clone(), v.clone().map(Value::String).unwrap_or(Value::Null));
+        }
+        f.capture_flags = Fact::known(Value::Object(flags), "META_DATA_CAPTURE (run-specific rows left out)");
+        let mut window = serde_json::Map::new();
+        for k in WINDOW_KEYS {
+            if let Some((_, v)) = cap.iter().find(|(n, _)| n == k) {
+                window.insert(k.to_string(), v.clone().map(Value::String).unwrap_or(Value::Null));
+            }
+        }
+        if !window.is_empty() {
+            f.window = Fact::known(Value::Object(window), "META_DATA_CAPTURE (START_TRIGGER, STOP_TRIGGER, START_DELAY_MS, …; nsys does not record --capture-range here)");
+        }
+        if let Some((n, Some(v))) = cap.iter().find(|(n, _)| n.ends_with("CUDA_GRAPH_TRACE_OPTIONS:MODE")) {
+            f.graph_trace_level = Fact::known(Value::String(v.to_ascii_lowercase()), format!("META_DATA_CAPTURE.{n}"));
+        }
+    }
+    // graph evidence
+    let mut ge = GraphEvidence::default();
+    let conn = export.conn();
+    if let Some(k) = export.optional("CUPTI_ACTIVITY_KIND_KERNEL", &["start", "end"])? {
+        ge.kernels = export.count_rows(&k.name)?;
+        if k.has_column("graphNodeId") {
+            ge.kernels_with_graph_node = conn
+                .query_row(&format!("SELECT count(*) FROM \"{}\" WHERE graphNodeId IS NOT NULL", k.name), [], |r| r.get(0))
+                .map_err(export.sql_err("CUPTI_ACTIVITY_KIND_KERNEL.graphNodeId"))?;
+        }
+    }
+    ge.graph_trace_rows = export.count_rows("CUPTI_ACTIVITY_KIND_GRAPH_TRACE")?;
+    if let Some(rt) = export.optional("CUPTI_ACTIVITY_KIND_RUNTIME", &["nameId"])? {
+        export.require("StringIds", &["id", "value"])?;
+        ge.graph_launch_calls = conn
+            .query_row(
+                &format!(
+                    "SELECT count(*) FROM \"{}\" r JOIN StringIds s ON s.id = r.nameId \
+                     WHERE s.value LIKE 'cudaGraphLaunch%' OR s.value LIKE 'cuGraphLaunch%'",
+                    rt.name
+                ),
+                [],
+                |r| r.get(0),
+            )
+            .map_err(export.sql_err("CUPTI_ACTIVITY_KIND_RUNTIME.nameId"))?;
+    }
+    if !f.graph_trace_level.is_known() {
+        if ge.kernels_with_graph_node > 0 {
+            f.graph_trace_level = Fact::known("node".into(), "CUPTI_ACTIVITY_KIND_KERNEL.graphNodeId set");
+        } else if ge.graph_trace_rows > 0 {
+            f.graph_trace_level = Fact::known("graph".into(), "CUPTI_ACTIVITY_KIND_GRAPH_TRACE rows");
+        }
+    }
+    let uses = ge.graph_launch_calls > 0 || ge.kernels_with_graph_node > 0 || ge.graph_trace_rows > 0;
+    if uses {
+        f.cuda_graphs = Fact::known("graphs".into(), "graph launches / graphNodeId / GRAPH_TRACE rows");
+    } else if ge.kernels > 0 {
+        f.cuda_graphs = Fact::known("eager".into(), "kernels without any graph launch, graph node or graph trace");
+    }
+    f.graph_evidence = Some(ge);
+    // instrumentation: NVTX domains and whether any NVTX range exists
+    if let Some(nv) = export.optional("NVTX_EVENTS", &["eventType", "text"])? {
+        let ranges: i64 = conn
+            .query_row(&format!("SELECT count(*) FROM \"{}\" WHERE eventType IN (59, 60)", nv.name), [], |r| r.get(0))
+            .map_err(export.sql_err("NVTX_EVENTS.eventType"))?;
+        let mut stmt = conn
+            .prepare(&format!("SELECT DISTINCT text FROM \"{}\" WHERE eventType = 75 AND text IS NOT NULL ORDER BY text", nv.name))
+            .map_err(export.sql_err("NVTX_EVENTS"))?;
+        let domains: Vec<String> = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .and_then(|r| r.collect())
+            .map_err(export.sql_err("NVTX_EVENTS.text"))?;
+        f.instrumentation = Fact::known(
+            serde_json::json!({"nvtx_ranges_present": ranges > 0, "nvtx_domains": domains}),
+            "NVTX_EVENTS (ranges present, named domains)",
+        );
+    } else {
+        f.instrumentation = Fact::known(serde_json::json!({"nvtx_ranges_present": false, "nvtx_domains": []}), "NVTX_EVENTS absent");
+    }
+    // GPU model(s)
+    if let Some(g) = export.optional("TARGET_INFO_GPU", &["name"])? {
+        let cols = ["chipName", "smCount", "totalMemory", "clockRate"];
+        let present: Vec<&str> = cols.iter().copied().filter(|c| g.has_column(c)).collect();
+        let sel = std::iter::once("name").chain(present.iter().copied()).map(|c| format!("CAST({c} AS TEXT)")).collect::<Vec<_>>().join(", ");
+        let mut stmt = conn.prepare(&format!("SELECT {sel} FROM \"{}\"", g.name)).map_err(export.sql_err("TARGET_INFO_GPU"))?;
+        let n = 1 + present.len();
+        let mut gpus: Vec<String> = stmt
+            .query_map([], |r| {
+                let mut parts = Vec::new();
+                for i in 0..n {
+                    let v: Option<String> = r.get(i)?;
+                    let label = if i == 0 { String::new() } else { format!("{}=", present[i - 1]) };
+                    parts.push(format!("{label}{}", v.unwrap_or_default()));
+                }
+                Ok(parts.join(" "))
+            })
+            .and_then(|r| r.collect())
+            .map_err(export.sql_err("TARGET_INFO_GPU"))?;
+        gpus.sort();
+        gpus.dedup();
+        if !gpus.is_empty() {
+            f.gpu = Fact::known(serde_json::json!(gpus), "TARGET_INFO_GPU (name, chipName, smCount, totalMemory, clockRate)");
+        }
+    }
+    Ok(f)
+}
+
+/// Kernel statistics by demangled name from the KERNEL table, and Σ duration of MEMCPY + MEMSET rows.
+pub fn export_kernel_stats(export: &Export) -> Result<(Vec<KernelStat>, i64)> {
+    let conn = export.conn();
+    let mut out = Vec::new();
+    if let Some(k) = export.optional("CUPTI_ACTIVITY_KIND_KERNEL", &["start", "end", "demangledName"])? {
+        export.require("StringIds", &["id", "value"])?;
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT COALESCE(s.value, '<unknown kernel name id ' || k.demangledName || '>'), count(*), sum(k.end - k.start) \
+                 FROM \"{}\" k LEFT JOIN StringIds s ON s.id = k.demangledName GROUP BY 1",
+                k.name
+            ))
+            .map_err(export.sql_err("CUPTI_ACTIVITY_KIND_KERNEL"))?;
+        out = stmt
+            .query_map([], |r| Ok(KernelStat { name: r.get(0)?, instances: r.get(1)?, total_time_ns: r.get(2)? }))
+            .and_then(|r| r.collect())
+            .map_err(export.sql_err("CUPTI_ACTIVITY_KIND_KERNEL"))?;
+        out.sort_by(|a: &KernelStat, b: &KernelStat| b.total_time_ns.cmp(&a.total_time_ns).then_with(|| a.name.cmp(&b.name)));
+    }
+    let mut mem = 0i64;
+    for t in ["CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"] {
+        if let Some(ti) = export.optional(t, &["start", "end"])? {
+            let s: Option<i64> = conn
+                .query_row(&format!("SELECT sum(end - start) FROM \"{}\"", ti.name), [], |r| r.get(0))
+                .map_err(export.sql_err(t))?;
+            mem += s.unwrap_or(0);
+        }
+    }
+    Ok((out, mem))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_flags_keep_switches_only() {
+        let w: Vec<String> = "profile --trace=cuda,nvtx -o /tmp/x --capture-range cudaProfilerApi --kill=none python3 app.py 18080"
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        assert_eq!(profile_flags(&w), vec!["--trace=cuda,nvtx", "--capture-range=cudaProfilerApi", "--kill=none"]);
+        assert_eq!(normalize_version("2023.4.4.54-234433681190v0"), "2023.4.4");
+        assert_eq!(normalize_trace(["OSRuntime", "Cuda", "NvtxEvents"].into_iter()), vec!["cuda", "nvtx", "osrt"]);
+    }
+}

@@ -1,0 +1,595 @@
+//! `report BUNDLE`: one primary bottleneck class from a fixed vocabulary, the evidence rows that establish it,
+//! the provenance block, and what remains unattributed — stated explicitly. `--html OUT.html` draws it.
+//!
+//! # Decision rules (first match wins; thresholds are the `*_MIN` / `*_MAX` constants below)
+//! The *primary range* is `--label` when given, else the label with the most occurrences that carry device
+//! work (ties: longer `host_wall_time_ns`, then label), leaving out per-request labels (labels that differ
+//! only in digit runs, e.g. `request.#`). For it, with W = host wall, C = coverage, S = span, I = idle within
+//! span, R = runtime calls, K = kernels:
+//! - `coverage_fraction = C / W`, `idle_in_span_fraction = I / S`,
+//!   `outside_span_fraction = (W − min(S, W)) / W` (host time outside the device-work span),
+//!   `host_ns_per_runtime_call = W / R`, `kernels_per_runtime_call = K / R`,
+//!   `sync_fraction` = Σ `total_ns` of its blocking synchronisation calls (`*Synchronize`, `*Query`) / W,
+//!   `memcpy_api_fraction` = Σ `total_ns` of its blocking `cudaMemcpy*`/`cudaMemset*`/`cuMemcpy*` calls / W;
+//! - over the capture's kernels: `comm_share` = share of kernel time in category `communication`,
+//!   `memcpy_device_share` = MEMCPY+MEMSET time / (kernel + MEMCPY + MEMSET time) when known, else the
+//!   `memcpy` category's share.
+//!
+//! 0. no range, CUDA graph launches whose replays left no GPU row (graph-level tracing in nsys 2023.4), or no
+//!    device work attributed to the primary range → `mixed_or_unclear`
+//! 1. `comm_share ≥ 0.30` → `comm_bound`
+//! 2. `memcpy_device_share ≥ 0.30` or `memcpy_api_fraction ≥ 0.30` → `memcpy_bound`
+//! 3. `coverage_fraction ≥ 0.60` and `idle_in_span_fraction ≤ 0.25` → `kernel_bound`
+//! 4. `sync_fraction ≥ 0.30` → `sync_bound`
+//! 5. `coverage_fraction < 0.40`, no GRAPH_TRACE row in the range, `idle_in_span_fraction ≥ 0.50`, `kernels_per_runtime_call ≤ 1.5` (launched
+//!    one by one, no graph amortisation) and `host_ns_per_runtime_call < 20 µs` → `cpu_launch_bound`
+//! 6. `coverage_fraction < 0.40` and (`host_ns_per_runtime_call ≥ 20 µs` or `outside_span_fraction ≥ 0.50`)
+//!    → `python_overhead_bound`
+//! 7. otherwise → `mixed_or_unclear`
+
+pub mod html;
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::categories::{category_shares, Categories, CategoryShare, KernelStat};
+use crate::contract::{Document, Error, Result, Tool};
+use crate::evidence::{self, Evidence, RangeRow};
+
+/// The fixed vocabulary of primary classes.
+pub const CLASSES: &[&str] = &[
+    "cpu_launch_bound",
+    "python_overhead_bound",
+    "sync_bound",
+    "memcpy_bound",
+    "comm_bound",
+    "kernel_bound",
+    "mixed_or_unclear",
+];
+
+pub const COMM_SHARE_MIN: f64 = 0.30;
+pub const MEMCPY_SHARE_MIN: f64 = 0.30;
+pub const KERNEL_COVERAGE_MIN: f64 = 0.60;
+pub const KERNEL_IDLE_IN_SPAN_MAX: f64 = 0.25;
+pub const SYNC_FRACTION_MIN: f64 = 0.30;
+pub const LOW_COVERAGE_MAX: f64 = 0.40;
+pub const LAUNCH_IDLE_IN_SPAN_MIN: f64 = 0.50;
+pub const LAUNCH_KERNELS_PER_CALL_MAX: f64 = 1.5;
+pub const LAUNCH_HOST_NS_PER_CALL_MAX: f64 = 20_000.0;
+pub const PYTHON_OUTSIDE_SPAN_MIN: f64 = 0.50;
+
+/// How many non-primary, non-child labels the evidence rows list at most.
+const OTHER_ROWS_MAX: usize = 30;
+
+/// What `report` is asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct ReportOptions {
+    /// An evidence bundle, a bare ranges document, or an nsys `.sqlite` export.
+    pub input: PathBuf,
+    /// A provenance document to use (with an export, or replacing the bundle's block).
+    pub provenance: Option<PathBuf>,
+    /// `--categories FILE`.
+    pub categories: Option<PathBuf>,
+    /// Classify this label instead of the automatic primary range.
+    pub label: Option<String>,
+    /// Write a self-contained HTML page here.
+    pub html: Option<PathBuf>,
+    /// How many top kernels to list (0 = all).
+    pub top: usize,
+}
+
+/// One range label's numbers (sums over its occurrences, as in the ranges document).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EvidenceRow {
+    pub label: String,
+    /// `primary` (the range classified), `child` (its direct children), or `other`.
+    pub role: String,
+    pub occurrences: i64,
+    pub occurrences_with_device_work: i64,
+    pub runtime_calls: i64,
+    pub kernels: i64,
+    pub memcpys: i64,
+    pub memsets: i64,
+    pub graph_traces: i64,
+    pub host_wall_time_ns: i64,
+    pub host_range_kernel_coverage_ns: i64,
+    pub kernel_busy_union_ns: i64,
+    pub kernel_span_ns: i64,
+    pub gpu_idle_within_kernel_span_ns: i64,
+    pub uncovered_host_time_ns: i64,
+    /// Σ total_ns of its blocking synchronisation / memcpy calls.
+    pub sync_ns: i64,
+    pub memcpy_api_ns: i64,
+    /// Nesting depths of its occurrences (`{"0": n}` = outermost).
+    pub depths: std::collections::BTreeMap<String, i64>,
+}
+
+/// The measured inputs of the decision rules (null = not measurable here).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Signals {
+    pub coverage_fraction: Option<f64>,
+    pub idle_in_span_fraction: Option<f64>,
+    pub outside_span_fraction: Option<f64>,
+    /// Host wall of the primary range per runtime call it made (ns).
+    pub host_ns_per_runtime_call: Option<f64>,
+    /// Kernels per runtime call (≫ 1 when CUDA graphs amortise launches).
+    pub kernels_per_runtime_call: Option<f64>,
+    pub sync_fraction: Option<f64>,
+    pub memcpy_api_fraction: Option<f64>,
+    pub comm_share: Option<f64>,
+    pub memcpy_device_share: Option<f64>,
+    /// Where `memcpy_device_share` came from.
+    pub memcpy_device_share_source: Option<String>,
+}
+
+/// The verdict: the class, the rule that decided it and the measured reason.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Decision {
+    pub class: String,
+    /// `R0`…`R7` (see docs/compare-report.md).
+    pub rule: String,
+    pub reason: String,
+    /// The primary range classified (null when there is none).
+    pub primary_label: Option<String>,
+    pub primary_label_choice: String,
+}
+
+/// A top kernel with its category.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TopKernel {
+    pub name: String,
+    pub category: String,
+    pub total_time_ns: i64,
+    pub instances: i64,
+    /// Share of the kernel time of all kernels listed by the source.
+    pub share: f64,
+}
+
+/// What the evidence does not attribute, stated explicitly.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Unattributed {
+    pub kernels_total: Option<i64>,
+    pub kernels_unattributed: Option<i64>,
+    pub kernel_work_unattributed_ns: Option<i64>,
+    /// Share of kernel work not attributed to any kept range.
+    pub kernel_work_unattributed_fraction: Option<f64>,
+    /// Threads whose process could not be mapped: their device work is not attributed.
+    pub unmapped_threads: Vec<i64>,
+    /// Threads mapped only through the device-namespace fallback.
+    pub fallback_threads: Vec<i64>,
+    /// Host time of the primary range not covered by device work (NOT GPU idle).
+    pub primary_uncovered_host_time_ns: Option<i64>,
+    /// Kernel time in category `other` (names no rule matched).
+    pub uncategorized_kernel_time_ns: i64,
+    /// One sentence per item above.
+    pub statements: Vec<String>,
+}
+
+/// `nsyskit.report/v1`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ReportDoc {
+    pub schema: String,
+    pub tool: Tool,
+    pub source: String,
+    /// `bundle`, `ranges` or `sqlite`.
+    pub source_kind: String,
+    /// One of `cpu_launch_bound | python_overhead_bound | sync_bound | memcpy_bound | comm_bound | kernel_bound |
+    /// mixed_or_unclear`.
+    pub class: String,
+    pub decision: Decision,
+    pub signals: Signals,
+    pub evidence: Vec<EvidenceRow>,
+    pub top_kernels: Vec<TopKernel>,
+    pub categories: Vec<CategoryShare>,
+    pub categories_source: String,
+    pub kernels_source: Option<String>,
+    pub unattributed: Unattributed,
+    /// The provenance block as given (null when none).
+    pub provenance: Value,
+    /// The comparability facts read from the input.
+    pub facts: evidence::CaptureFacts,
+    /// Where `--html` was written.
+    pub html: Option<String>,
+    pub notes: Vec<String>,
+}
+
+impl Document for ReportDoc {
+    const KIND: &'static str = "report";
+    const TOOL: &'static str = "report";
+}
+
+/// Load the input, classify it, and write the HTML page when asked.
+pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
+    let categories = match &opts.categories {
+        Some(p) => Categories::from_file(p).map_err(|e| e.with_arg("--categories"))?,
+        None => Categories::builtin(),
+    };
+    let ev = evidence::load(&opts.input, opts.provenance.as_deref()).map_err(|e| e.with_arg("BUNDLE"))?;
+    let mut doc = classify(&ev, &categories, opts.label.as_deref(), opts.top)?;
+    if let Some(out) = &opts.html {
+        let page = html::render(&doc);
+        std::fs::write(out, page)
+            .map_err(|e| Error::env(format!("{}: cannot write the HTML page: {e}", out.display())).with_arg("--html"))?;
+        doc.html = Some(out.display().to_string());
+    }
+    Ok(doc)
+}
+
+fn is_memcpy_api(api: &str) -> bool {
+    api.starts_with("cudaMemcpy") || api.starts_with("cudaMemset") || api.starts_with("cuMemcpy") || api.starts_with("cuMemset")
+}
+
+fn sync_split(r: &RangeRow) -> (i64, i64) {
+    let mut sync = 0;
+    let mut mem = 0;
+    for (api, s) in &r.sync {
+        if is_memcpy_api(api) {
+            mem += s.total_ns;
+        } else {
+            sync += s.total_ns;
+        }
+    }
+    (sync, mem)
+}
+
+fn frac(n: i64, d: i64) -> Option<f64> {
+    (d > 0).then(|| n as f64 / d as f64)
+}
+
+fn row(r: &RangeRow, role: &str) -> EvidenceRow {
+    let (sync_ns, memcpy_api_ns) = sync_split(r);
+    EvidenceRow {
+        label: r.label.clone(),
+        role: role.into(),
+        occurrences: r.occurrences,
+        occurrences_with_device_work: r.occurrences_with_device_work,
+        runtime_calls: r.runtime_calls,
+        kernels: r.kernels,
+        memcpys: r.memcpys,
+        memsets: r.memsets,
+        graph_traces: r.graph_traces,
+        host_wall_time_ns: r.host_wall_time_ns,
+        host_range_kernel_coverage_ns: r.host_range_kernel_coverage_ns,
+        kernel_busy_union_ns: r.kernel_busy_union_ns,
+        kernel_span_ns: r.kernel_span_ns,
+        gpu_idle_within_kernel_span_ns: r.gpu_idle_within_kernel_span_ns,
+        uncovered_host_time_ns: r.uncovered_host_time_ns,
+        sync_ns,
+        memcpy_api_ns,
+        depths: r.depths.clone(),
+    }
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into())
+}
+
+/// Classify loaded evidence (see the module docs for the rules).
+pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top: usize) -> Result<ReportDoc> {
+    let (schema, tool) = ReportDoc::header();
+    let mut notes = Vec::new();
+    let empty = Vec::new();
+    let ranges: &Vec<RangeRow> = ev.ranges.as_ref().map(|r| &r.ranges).unwrap_or(&empty);
+
+    // primary range
+    let (primary, choice) = match label {
+        Some(l) => match ranges.iter().find(|r| r.label == l) {
+            Some(r) => (Some(r), format!("--label {l}")),
+            None => {
+                return Err(Error::usage(format!(
+                    "{}: no range labelled {l:?} (labels: {})",
+                    ev.source,
+                    ranges.iter().take(20).map(|r| r.label.as_str()).collect::<Vec<_>>().join(", ")
+                ))
+                .with_arg("--label"))
+            }
+        },
+        None => {
+            // per-request labels (digit runs shared by two or more labels, e.g. request.#) are never primary
+            let re = regex::Regex::new(r"[0-9]+").expect("digits regex");
+            let mut groups: std::collections::BTreeMap<String, usize> = Default::default();
+            for r in ranges.iter() {
+                *groups.entry(re.replace_all(&r.label, "#").into_owned()).or_default() += 1;
+            }
+            let high_card = |l: &str| groups.get(re.replace_all(l, "#").as_ref()).copied().unwrap_or(0) >= 2;
+            let mut cands: Vec<&RangeRow> =
+                ranges.iter().filter(|r| r.occurrences_with_device_work > 0 && !high_card(&r.label)).collect();
+            if cands.is_empty() {
+                cands = ranges.iter().filter(|r| !high_card(&r.label)).collect();
+            }
+            if cands.is_empty() {
+                cands = ranges.iter().collect();
+            }
+            cands.sort_by(|a, b| {
+                b.occurrences_with_device_work
+                    .cmp(&a.occurrences_with_device_work)
+                    .then_with(|| b.host_wall_time_ns.cmp(&a.host_wall_time_ns))
+                    .then_with(|| a.label.cmp(&b.label))
+            });
+            (
+                cands.first().copied(),
+                "the label with the most occurrences carrying device work (ties: longer host wall), per-request labels (digit runs, e.g. request.#) excluded".to_string(),
+            )
+        }
+    };
+
+    // kernels and categories
+    let kernels: &[KernelStat] = ev.kernels.as_deref().unwrap_or(&[]);
+    let cats = category_shares(categories, kernels);
+    let kernel_time: i64 = kernels.iter().map(|k| k.total_time_ns).sum();
+    let mut sorted: Vec<&KernelStat> = kernels.iter().collect();
+    sorted.sort_by(|a, b| b.total_time_ns.cmp(&a.total_time_ns).then_with(|| a.name.cmp(&b.name)));
+    let top_kernels: Vec<TopKernel> = sorted
+        .iter()
+        .take(if top == 0 { usize::MAX } else { top })
+        .map(|k| TopKernel {
+            name: k.name.clone(),
+            category: categories.categorize(&k.name).to_string(),
+            total_time_ns: k.total_time_ns,
+            instances: k.instances,
+            share: if kernel_time > 0 { k.total_time_ns as f64 / kernel_time as f64 } else { 0.0 },
+        })
+        .collect();
+    let share_of = |c: &str| cats.iter().find(|x| x.category == c).map(|x| x.share).unwrap_or(0.0);
+
+    // signals
+    let mut s = Signals::default();
+    if ev.kernels.is_some() && kernel_time > 0 {
+        s.comm_share = Some(share_of("communication"));
+    }
+    match ev.memcpy_time_ns {
+        Some(m) if m + kernel_time > 0 => {
+            s.memcpy_device_share = Some(m as f64 / (m + kernel_time) as f64);
+            s.memcpy_device_share_source = Some("MEMCPY+MEMSET rows / (KERNEL + MEMCPY + MEMSET time)".into());
+        }
+        _ if ev.kernels.is_some() && kernel_time > 0 => {
+            s.memcpy_device_share = Some(share_of("memcpy"));
+            s.memcpy_device_share_source = Some("share of category memcpy among the listed kernels".into());
+        }
+        _ => {}
+    }
+    if let Some(p) = primary {
+        let w = p.host_wall_time_ns;
+        let (sync_ns, mem_ns) = sync_split(p);
+        s.coverage_fraction = frac(p.host_range_kernel_coverage_ns, w);
+        s.idle_in_span_fraction = frac(p.gpu_idle_within_kernel_span_ns, p.kernel_span_ns);
+        s.outside_span_fraction = frac((w - p.kernel_span_ns.min(w)).max(0), w);
+        s.sync_fraction = frac(sync_ns, w);
+        s.host_ns_per_runtime_call = frac(w, p.runtime_calls);
+        s.kernels_per_runtime_call = frac(p.kernels, p.runtime_calls);
+        s.memcpy_api_fraction = frac(mem_ns, w);
+    }
+
+    // graph replays the capture cannot see (graph-level tracing in nsys 2023.4 writes no GPU row for them)
+    let invisible_graphs = ev.facts.graph_evidence.as_ref().filter(|g| g.graph_launch_calls > 0 && g.kernels_with_graph_node == 0 && g.graph_trace_rows == 0).map(|g| {
+        format!(
+            "{} CUDA graph launches left no GPU row (no node-level kernel, no GRAPH_TRACE row): the replayed work is invisible, so no device-side class can be established; capture again with --cuda-graph-trace=node",
+            g.graph_launch_calls
+        )
+    });
+    // rules
+    let ge = |x: Option<f64>, t: f64| x.map(|v| v >= t).unwrap_or(false);
+    let le = |x: Option<f64>, t: f64| x.map(|v| v <= t).unwrap_or(false);
+    let lt = |x: Option<f64>, t: f64| x.map(|v| v < t).unwrap_or(false);
+    let (class, rule, reason): (&str, &str, String) = match primary {
+        None => ("mixed_or_unclear", "R0", "no NVTX range in the evidence: nothing to attribute device work to".into()),
+        Some(_) if invisible_graphs.is_some() => ("mixed_or_unclear", "R0", invisible_graphs.clone().unwrap_or_default()),
+        Some(p) if p.kernel_busy_union_ns == 0 => (
+            "mixed_or_unclear",
+            "R0",
+            format!("no device work is attributed to the primary range {:?} ({} occurrences)", p.label, p.occurrences),
+        ),
+        Some(p) => {
+            if ge(s.comm_share, COMM_SHARE_MIN) {
+                ("comm_bound", "R1", format!("communication kernels take {} of kernel time (≥ {:.0}%)", pct(s.comm_share), COMM_SHARE_MIN * 100.0))
+            } else if ge(s.memcpy_device_share, MEMCPY_SHARE_MIN) || ge(s.memcpy_api_fraction, MEMCPY_SHARE_MIN) {
+                (
+                    "memcpy_bound",
+                    "R2",
+                    format!(
+                        "copies take {} of device time and blocking copy calls {} of the wall of {:?} (threshold {:.0}%)",
+                        pct(s.memcpy_device_share),
+                        pct(s.memcpy_api_fraction),
+                        p.label,
+                        MEMCPY_SHARE_MIN * 100.0
+                    ),
+                )
+            } else if ge(s.coverage_fraction, KERNEL_COVERAGE_MIN) && le(s.idle_in_span_fraction, KERNEL_IDLE_IN_SPAN_MAX) {
+                (
+                    "kernel_bound",
+                    "R3",
+                    format!(
+                        "device work covers {} of the host wall of {:?} (≥ {:.0}%) and the GPU idles only {} of its span (≤ {:.0}%)",
+                        pct(s.coverage_fraction),
+                        p.label,
+                        KERNEL_COVERAGE_MIN * 100.0,
+                        pct(s.idle_in_span_fraction),
+                        KERNEL_IDLE_IN_SPAN_MAX * 100.0
+                    ),
+                )
+            } else if ge(s.sync_fraction, SYNC_FRACTION_MIN) {
+                (
+                    "sync_bound",
+                    "R4",
+                    format!(
+                        "blocking synchronisation takes {} of the host wall of {:?} (≥ {:.0}%) while device work covers only {}",
+                        pct(s.sync_fraction),
+                        p.label,
+                        SYNC_FRACTION_MIN * 100.0,
+                        pct(s.coverage_fraction)
+                    ),
+                )
+            } else if lt(s.coverage_fraction, LOW_COVERAGE_MAX)
+                && p.graph_traces == 0
+                && ge(s.idle_in_span_fraction, LAUNCH_IDLE_IN_SPAN_MIN)
+                && le(s.kernels_per_runtime_call, LAUNCH_KERNELS_PER_CALL_MAX)
+                && lt(s.host_ns_per_runtime_call, LAUNCH_HOST_NS_PER_CALL_MAX)
+            {
+                (
+                    "cpu_launch_bound",
+                    "R5",
+                    format!(
+                        "device work covers {} of the host wall of {:?} (< {:.0}%), the GPU idles {} of its span (≥ {:.0}%), kernels are launched one by one ({:.2} per runtime call ≤ {LAUNCH_KERNELS_PER_CALL_MAX}) and quickly ({:.1} µs of host time per call < {:.0} µs): the GPU waits for launches",
+                        pct(s.coverage_fraction),
+                        p.label,
+                        LOW_COVERAGE_MAX * 100.0,
+                        pct(s.idle_in_span_fraction),
+                        LAUNCH_IDLE_IN_SPAN_MIN * 100.0,
+                        s.kernels_per_runtime_call.unwrap_or(0.0),
+                        s.host_ns_per_runtime_call.unwrap_or(0.0) / 1000.0,
+                        LAUNCH_HOST_NS_PER_CALL_MAX / 1000.0
+                    ),
+                )
+            } else if lt(s.coverage_fraction, LOW_COVERAGE_MAX)
+                && (ge(s.host_ns_per_runtime_call, LAUNCH_HOST_NS_PER_CALL_MAX) || ge(s.outside_span_fraction, PYTHON_OUTSIDE_SPAN_MIN))
+            {
+                (
+                    "python_overhead_bound",
+                    "R6",
+                    format!(
+                        "device work covers {} of the host wall of {:?} (< {:.0}%) and the host spends {:.1} µs per runtime call (≥ {:.0} µs) / {} of the wall outside any device-work span (≥ {:.0}%): host code between CUDA calls, not launching, holds the GPU back",
+                        pct(s.coverage_fraction),
+                        p.label,
+                        LOW_COVERAGE_MAX * 100.0,
+                        s.host_ns_per_runtime_call.unwrap_or(0.0) / 1000.0,
+                        LAUNCH_HOST_NS_PER_CALL_MAX / 1000.0,
+                        pct(s.outside_span_fraction),
+                        PYTHON_OUTSIDE_SPAN_MIN * 100.0
+                    ),
+                )
+            } else {
+                (
+                    "mixed_or_unclear",
+                    "R7",
+                    format!(
+                        "no rule holds for {:?}: coverage {}, idle in span {}, outside span {}, sync {}, copies {}, communication {}",
+                        p.label,
+                        pct(s.coverage_fraction),
+                        pct(s.idle_in_span_fraction),
+                        pct(s.outside_span_fraction),
+                        pct(s.sync_fraction),
+                        pct(s.memcpy_device_share),
+                        pct(s.comm_share)
+                    ),
+                )
+            }
+        }
+    };
+
+    // evidence rows: primary, its direct children, then the others by wall
+    let mut evidence = Vec::new();
+    if let Some(p) = primary {
+        evidence.push(row(p, "primary"));
+        let mut children: Vec<&RangeRow> = ranges.iter().filter(|r| r.label != p.label && r.parents.contains_key(&p.label)).collect();
+        children.sort_by(|a, b| b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.cmp(&b.label)));
+        evidence.extend(children.into_iter().map(|r| row(r, "child")));
+    }
+    let mut others: Vec<&RangeRow> = ranges.iter().filter(|r| !evidence.iter().any(|e| e.label == r.label)).collect();
+    others.sort_by(|a, b| b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.cmp(&b.label)));
+    if others.len() > OTHER_ROWS_MAX {
+        notes.push(format!("{} further labels are not listed (only the {OTHER_ROWS_MAX} longest)", others.len() - OTHER_ROWS_MAX));
+    }
+    evidence.extend(others.into_iter().take(OTHER_ROWS_MAX).map(|r| row(r, "other")));
+
+    // unattributed
+    let mut u = Unattributed::default();
+    if let Some(rv) = &ev.ranges {
+        let t = &rv.totals;
+        u.kernels_total = Some(t.kernels_total);
+        u.kernels_unattributed = Some(t.kernels_unattributed);
+        u.kernel_work_unattributed_ns = Some(t.kernel_work_unattributed_ns);
+        u.kernel_work_unattributed_fraction = frac(t.kernel_work_unattributed_ns, t.kernel_work_total_ns);
+        u.statements.push(format!(
+            "{} of {} kernels ({} ns, {} of kernel work) are not attributed to any kept range",
+            t.kernels_unattributed,
+            t.kernels_total,
+            t.kernel_work_unattributed_ns,
+            pct(u.kernel_work_unattributed_fraction)
+        ));
+        for th in &rv.thread_diagnostics {
+            match th.mapping.as_str() {
+                "unmapped" => u.unmapped_threads.push(th.global_tid),
+                "device_namespace_fallback" => u.fallback_threads.push(th.global_tid),
+                _ => {}
+            }
+        }
+        if !u.unmapped_threads.is_empty() {
+            u.statements.push(format!(
+                "{} thread(s) could not be mapped to a process; their device work is not attributed: {:?}",
+                u.unmapped_threads.len(),
+                u.unmapped_threads
+            ));
+        }
+        if !u.fallback_threads.is_empty() {
+            u.statements.push(format!(
+                "{} thread(s) were mapped only through the device-namespace fallback (absent from PROCESSES): {:?}",
+                u.fallback_threads.len(),
+                u.fallback_threads
+            ));
+        }
+    } else {
+        u.statements.push("no ranges document: which kernels are attributed to ranges is unknown".into());
+    }
+    if let Some(p) = primary {
+        u.primary_uncovered_host_time_ns = Some(p.uncovered_host_time_ns);
+        u.statements.push(format!(
+            "{} ns of the host time of {:?} is not covered by device work (host time, not GPU idle)",
+            p.uncovered_host_time_ns, p.label
+        ));
+    }
+    u.uncategorized_kernel_time_ns = cats.iter().filter(|c| c.category == crate::categories::OTHER).map(|c| c.total_time_ns).sum();
+    if u.uncategorized_kernel_time_ns > 0 {
+        u.statements.push(format!(
+            "{} ns of kernel time ({}) matches no category rule (category other)",
+            u.uncategorized_kernel_time_ns,
+            pct(Some(share_of(crate::categories::OTHER)))
+        ));
+    }
+    if let Some((verdict, retry)) = &ev.gates {
+        if verdict == "RETRY" {
+            u.statements.push(format!(
+                "gate-check said RETRY for this capture ({}): the class below rests on evidence that failed its gates",
+                retry.join("; ")
+            ));
+            notes.push(format!("gate-check verdict RETRY: {}", retry.join("; ")));
+        }
+    }
+    if ev.kernels.is_none() {
+        u.statements.push("no kernel statistics: top kernels and categories are unknown".into());
+    } else if ev.kernels_source.as_deref() == Some("kernel_profile.top_kernels") {
+        notes.push("top kernels and category shares come from the bundle's kernel list; kernels it omits are not counted".into());
+    }
+    if let Some(rv) = &ev.ranges {
+        notes.extend(rv.notes.iter().map(|n| format!("ranges: {n}")));
+    }
+    notes.push("nested labels overlap: numbers of labels at different depths are never added".into());
+
+    Ok(ReportDoc {
+        schema,
+        tool,
+        source: ev.source.clone(),
+        source_kind: ev.kind.clone(),
+        class: class.to_string(),
+        decision: Decision {
+            class: class.to_string(),
+            rule: rule.to_string(),
+            reason,
+            primary_label: primary.map(|p| p.label.clone()),
+            primary_label_choice: choice,
+        },
+        signals: s,
+        evidence,
+        top_kernels,
+        categories: cats,
+        categories_source: categories.source().to_string(),
+        kernels_source: ev.kernels_source.clone(),
+        unattributed: u,
+        provenance: ev.provenance.clone().unwrap_or(Value::Null),
+        facts: ev.facts.clone(),
+        html: None,
+        notes,
+    })
+}
