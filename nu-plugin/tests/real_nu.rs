@@ -224,3 +224,26 @@ fn nvtx_readiness_and_gate_g8() {
     );
     assert_eq!(g8, json!("pass"));
 }
+
+#[test]
+fn report_and_capture_compare_take_paths_and_records() {
+    let Some(nu) = Nu::or_skip("report_and_capture_compare_take_paths_and_records") else { return };
+    let node = "fixtures/nsys-2025.3.1/gpu_full_node.sqlite";
+    let want = nsyskit::report::run(&nsyskit::report::ReportOptions {
+        input: common::root().join(node),
+        top: 20,
+        ..Default::default()
+    })
+    .unwrap();
+    // a path, and the sqlite-ranges record from the pipeline
+    assert_eq!(nu.json(&format!("report {node} | get class")), json!(want.class));
+    let from_record = nu.json(&format!("sqlite-ranges {node} | report | select source_kind class"));
+    assert_eq!(from_record["source_kind"], "ranges", "{from_record}");
+    let got = nu.json(&format!(
+        "capture-compare {node} fixtures/nsys-2025.3.1/gpu_full_graph.sqlite | {{verdict: $in.verdict, n: ($in.invalidators | length)}}"
+    ));
+    assert_eq!(got["verdict"], "REFUSED", "node vs graph level is refused, as data");
+    assert!(got["n"].as_i64().unwrap() >= 1);
+    let same = nu.json(&format!("capture-compare (sqlite-ranges {node}) (sqlite-ranges {node}) | get verdict"));
+    assert_eq!(same, json!("COMPARABLE"));
+}

@@ -5,19 +5,23 @@ use nu_plugin::PluginCommand;
 use crate::NsyskitPlugin;
 
 mod bundle_merge;
+mod capture_compare;
 mod from_nsyskit;
 mod gate_check;
 mod kern_csv_to_json;
 mod nsys_resolve;
 mod nvtx_readiness;
+mod report;
 mod sqlite_ranges;
 
 pub use bundle_merge::BundleMerge;
+pub use capture_compare::CaptureCompare;
 pub use from_nsyskit::FromNsyskit;
 pub use gate_check::GateCheck;
 pub use kern_csv_to_json::KernCsvToJson;
 pub use nsys_resolve::NsysResolve;
 pub use nvtx_readiness::NvtxReadiness;
+pub use report::Report;
 pub use sqlite_ranges::SqliteRanges;
 
 /// Every command of the plugin.
@@ -27,6 +31,8 @@ pub fn all() -> Vec<Box<dyn PluginCommand<Plugin = NsyskitPlugin>>> {
         Box::new(GateCheck),
         Box::new(SqliteRanges),
         Box::new(NvtxReadiness),
+        Box::new(CaptureCompare),
+        Box::new(Report),
         Box::new(KernCsvToJson),
         Box::new(BundleMerge),
         Box::new(FromNsyskit),
