@@ -1,0 +1,152 @@
+//! `bundle-merge`: merge nsyskit documents (pipeline records, JSON text, files) into an evidence bundle.
+
+use nsyskit::bundle::{self, DocIn, Mode};
+use nsyskit::contract::{parse_json_stream, Input};
+use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
+use nu_protocol::{Example, LabeledError, Signature, Span, SyntaxShape, Type, Value};
+
+use crate::call::{category, doc_value, labeled_at, resolve_path, span_of_arg};
+use crate::convert::{json_to_nu, nu_to_json};
+use crate::NsyskitPlugin;
+
+pub struct BundleMerge;
+
+/// Where pipeline documents are said to come from in messages and in the summary.
+const PIPELINE: &str = "pipeline input";
+
+/// The documents of the pipeline input: a record (one document), a list of records, or JSON text (one,
+/// concatenated or NDJSON documents; a top-level array is a list of documents, as in the binary).
+fn pipeline_docs(input: &Value) -> Result<Vec<DocIn>, LabeledError> {
+    let json_docs = |bytes: &[u8]| -> Result<Vec<DocIn>, LabeledError> {
+        let docs = parse_json_stream(bytes, PIPELINE).map_err(|e| {
+            LabeledError::new(e.message).with_code("nsyskit::input").with_label("not valid JSON", input.span())
+        })?;
+        let mut out = Vec::new();
+        for d in docs {
+            match d.value {
+                serde_json::Value::Array(items) => {
+                    out.extend(items.into_iter().map(|value| DocIn { value, source: PIPELINE.into(), line: d.line }))
+                }
+                value => out.push(DocIn { value, source: PIPELINE.into(), line: d.line }),
+            }
+        }
+        Ok(out)
+    };
+    Ok(match input {
+        Value::Nothing { .. } => Vec::new(),
+        Value::String { val, .. } => json_docs(val.as_bytes())?,
+        Value::Binary { val, .. } => json_docs(val)?,
+        Value::List { vals, .. } => vals
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                Ok(DocIn { value: nu_to_json(v)?, source: format!("{PIPELINE} item {i}"), line: 1 })
+            })
+            .collect::<Result<_, nu_protocol::ShellError>>()?,
+        other => vec![DocIn { value: nu_to_json(other)?, source: PIPELINE.into(), line: 1 }],
+    })
+}
+
+/// The span of the document an error message is about: messages start with the document's source
+/// (`pipeline input…: line N: …` or the DOC path as resolved).
+fn error_span(message: &str, call: &EvaluatedCall, files: &[String], input: Span) -> Option<Span> {
+    if message.starts_with(PIPELINE) {
+        return Some(input);
+    }
+    // DOC arguments are positional 1.. (0 is the bundle); their messages name the resolved path, which ends
+    // with the path as given
+    let head = message.split(": ").next().unwrap_or("");
+    files.iter().position(|f| head.ends_with(f.as_str())).and_then(|i| call.positional.get(i + 1)).map(|v| v.span())
+}
+
+impl SimplePluginCommand for BundleMerge {
+    type Plugin = NsyskitPlugin;
+
+    fn name(&self) -> &str {
+        "bundle-merge"
+    }
+
+    fn description(&self) -> &str {
+        "Merge nsyskit documents (from the pipeline and/or files) into an evidence bundle, losslessly and atomically."
+    }
+
+    fn extra_description(&self) -> &str {
+        "Each document goes to the place its `schema` kind owns (docs/bundle-merge.md); every other byte of the \
+         bundle stays as it was. The bundle is created when absent and written atomically under a lock. \
+         Documents come from the pipeline (a record such as `gate-check x.sqlite`'s, a list of them, or JSON \
+         text) and then from the DOC files, in order. Returns the summary of what went where; with --check, \
+         `changed` says whether the merge would change the bundle (the binary exits 1), nothing is written; \
+         with --stdout, nothing is written and the merged bundle itself is returned."
+    }
+
+    fn signature(&self) -> Signature {
+        Signature::build(SimplePluginCommand::name(self))
+            .required("bundle", SyntaxShape::Filepath, "The evidence bundle (a JSON object; created when absent)")
+            .rest("doc", SyntaxShape::Filepath, "nsyskit JSON documents to merge after the pipeline's, in order")
+            .switch("check", "Write nothing; `changed` says whether the merge would change the bundle", None)
+            .switch("stdout", "Write nothing; return the merged bundle instead of the summary", None)
+            .input_output_types(vec![
+                (Type::record(), Type::record()),
+                (Type::table(), Type::record()),
+                (Type::list(Type::Any), Type::record()),
+                (Type::String, Type::record()),
+                (Type::Binary, Type::record()),
+                (Type::Nothing, Type::record()),
+            ])
+            .category(category())
+    }
+
+    fn search_terms(&self) -> Vec<&str> {
+        vec!["evidence", "bundle", "json", "merge", "perfbench"]
+    }
+
+    fn examples(&self) -> Vec<Example<'_>> {
+        vec![Example {
+            example: "(kern-csv-to-json fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv | bundle-merge --stdout target/nu-example-bundle.json).kernel_profile.top_kernels.0.name",
+            description: "Place a kernel summary into a bundle (here --stdout: nothing is written, the merged bundle is returned)",
+            result: Some(Value::test_string("nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_NNT")),
+        }]
+    }
+
+    fn run(
+        &self,
+        _plugin: &NsyskitPlugin,
+        engine: &EngineInterface,
+        call: &EvaluatedCall,
+        input: &Value,
+    ) -> Result<Value, LabeledError> {
+        let sig = self.signature();
+        let input_span = Some(input.span());
+        let bundle_path = resolve_path(engine, &call.req::<String>(0)?)?;
+        let mut docs = pipeline_docs(input)?;
+        let files: Vec<String> = call.rest(1)?;
+        let inputs = files.iter().map(|f| resolve_path(engine, f).map(Input::Path)).collect::<Result<Vec<_>, _>>()?;
+        docs.extend(bundle::read_docs(&inputs).map_err(|e| {
+            let span = error_span(&e.message, call, &files, input.span()).unwrap_or(call.head);
+            labeled_at(e, span)
+        })?);
+        let check = call.has_flag("check")?;
+        let stdout = call.has_flag("stdout")?;
+        if check && stdout {
+            return Err(LabeledError::new("--check and --stdout cannot be used together")
+                .with_code("nsyskit::usage")
+                .with_label("conflicts with --stdout", call.get_flag_span("check").unwrap_or(call.head)));
+        }
+        let mode = if check { Mode::Check } else if stdout { Mode::Stdout } else { Mode::Write };
+        let outcome = bundle::run(&bundle_path, &docs, mode).map_err(|e| {
+            let span = match error_span(&e.message, call, &files, input.span()) {
+                Some(span) => span,
+                None if e.arg.is_some() => span_of_arg(e.arg.as_deref(), call, &sig, input_span),
+                // the rest are about the bundle (not JSON, not an object, cannot write)
+                None => call.positional.first().map(|v| v.span()).unwrap_or(call.head),
+            };
+            labeled_at(e, span)
+        })?;
+        if mode == Mode::Stdout {
+            let json: serde_json::Value = serde_json::from_str(&outcome.bundle_text)
+                .map_err(|e| LabeledError::new(format!("internal error: merged bundle is not JSON: {e}")))?;
+            return Ok(json_to_nu(&json, call.head));
+        }
+        doc_value(&outcome.report, call.head)
+    }
+}

@@ -1,0 +1,115 @@
+//! `kern-csv-to-json`: `nsys stats --format csv` output → the typed `nsyskit.stats/v1` document.
+
+use nsyskit::contract::Input;
+use nsyskit::kern_csv::{self, KernCsvOptions, DEFAULT_TOP};
+use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
+use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
+
+use crate::call::{category, doc_value, flag_str, flag_usize, labeled, resolve_path};
+use crate::convert::date_to_json;
+use crate::NsyskitPlugin;
+
+pub struct KernCsvToJson;
+
+impl SimplePluginCommand for KernCsvToJson {
+    type Plugin = NsyskitPlugin;
+
+    fn name(&self) -> &str {
+        "kern-csv-to-json"
+    }
+
+    fn description(&self) -> &str {
+        "Convert one `nsys stats --format csv` report into a typed record (the kern-csv-to-json document)."
+    }
+
+    fn extra_description(&self) -> &str {
+        "Times become integer nanoseconds whatever the CSV's time unit (each `_ns` integer gets a duration next \
+         to it), percentages floats, counts integers, names byte-exact. Kernel reports (cuda_gpu_kern_sum, old \
+         name gpukernsum) add `totals` and `top_kernels`. The CSV comes from the path argument or from the \
+         pipeline (`open stats.csv --raw | kern-csv-to-json`). A report nsys SKIPPED is data: `status` is \
+         `skipped` with `skipped_reason` (the binary exits 1)."
+    }
+
+    fn signature(&self) -> Signature {
+        Signature::build(SimplePluginCommand::name(self))
+            .optional("input", SyntaxShape::Filepath, "The CSV file written by `nsys stats --format csv` (default: the pipeline input)")
+            .named(
+                "report",
+                SyntaxShape::String,
+                "Force the report (current or older nsys name, e.g. cuda_api_sum or cudaapisum); the header must match it",
+                None,
+            )
+            .named(
+                "captured-at",
+                SyntaxShape::OneOf(vec![SyntaxShape::DateTime, SyntaxShape::String]),
+                "The capture's time (a date, or RFC 3339 text) to record as `captured_at`; default: the CSV file's modification time (nothing for pipeline input)",
+                None,
+            )
+            .named("top", SyntaxShape::Int, "Kernel reports: how many kernels `top_kernels` keeps, by total time (0 = all; default 20)", None)
+            .input_output_types(vec![(Type::Nothing, Type::record()), (Type::String, Type::record()), (Type::Binary, Type::record())])
+            .category(category())
+    }
+
+    fn search_terms(&self) -> Vec<&str> {
+        vec!["nsys", "stats", "csv", "kernel", "cuda_gpu_kern_sum"]
+    }
+
+    fn examples(&self) -> Vec<Example<'_>> {
+        vec![
+            Example {
+                example: "(kern-csv-to-json fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv --top 3).totals.kernels",
+                description: "How many distinct kernels a capture ran (real fixture)",
+                result: Some(Value::test_int(28)),
+            },
+            Example {
+                example: "(kern-csv-to-json fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv --top 1).top_kernels.0.total_time",
+                description: "The top kernel's total time: an exact `total_time_ns` integer and a `total_time` duration",
+                result: Some(Value::test_duration(EXAMPLE_TOP_KERNEL_NS)),
+            },
+            Example {
+                example: r#"("Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n100.0,6009202,1831,3281.9,2816.0,2624,5152,858.1,nvjet\n" | kern-csv-to-json --captured-at 2026-11-29T22:43:05Z).captured_at_from"#,
+                description: "CSV text from the pipeline (as `open stats.csv --raw` gives it), with the capture's time given as a date",
+                result: Some(Value::test_string("--captured-at")),
+            },
+        ]
+    }
+
+    fn run(
+        &self,
+        _plugin: &NsyskitPlugin,
+        engine: &EngineInterface,
+        call: &EvaluatedCall,
+        input: &Value,
+    ) -> Result<Value, LabeledError> {
+        let sig = self.signature();
+        let input_span = Some(input.span());
+        let opts = KernCsvOptions {
+            report: flag_str(call, "report")?.map(|s| s.item),
+            top: flag_usize(call, "top")?.unwrap_or(DEFAULT_TOP),
+            captured_at: match call.get_flag_value("captured-at") {
+                None | Some(Value::Nothing { .. }) => None,
+                Some(Value::Date { val, .. }) => Some(date_to_json(&val)),
+                Some(v) => Some(v.coerce_into_string()?),
+            },
+        };
+        let path: Option<String> = call.opt(0)?;
+        let result = match (path, input) {
+            (Some(p), _) => kern_csv::run(&Input::Path(resolve_path(engine, &p)?), &opts),
+            (None, Value::String { val, .. }) => kern_csv::convert(val.as_bytes(), "pipeline input", None, None, &opts),
+            (None, Value::Binary { val, .. }) => kern_csv::convert(val, "pipeline input", None, None, &opts),
+            (None, other) => {
+                return Err(LabeledError::new(format!(
+                    "kern-csv-to-json needs a CSV file argument or CSV text from the pipeline, got {}",
+                    other.get_type()
+                ))
+                .with_code("nsyskit::usage")
+                .with_label("no CSV here", if matches!(other, Value::Nothing { .. }) { call.head } else { other.span() }))
+            }
+        };
+        let doc = result.map_err(|e| labeled(e, call, &sig, input_span))?;
+        doc_value(&doc, call.head)
+    }
+}
+
+/// `Total Time (ns)` of the first row of fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv.
+const EXAMPLE_TOP_KERNEL_NS: i64 = 6_009_202;

@@ -1,0 +1,83 @@
+//! `report`: classify a capture's bottleneck → `nsyskit.report/v1`.
+
+use nsyskit::report::{self, ReportOptions};
+use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
+use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
+
+use crate::call::{category, doc_arg, doc_value, flag_path, flag_str, flag_usize, labeled};
+use crate::NsyskitPlugin;
+
+pub struct Report;
+
+impl SimplePluginCommand for Report {
+    type Plugin = NsyskitPlugin;
+
+    fn name(&self) -> &str {
+        "report"
+    }
+
+    fn description(&self) -> &str {
+        "Classify a capture's bottleneck: one primary class, the evidence rows that establish it, and what remains unattributed."
+    }
+
+    fn extra_description(&self) -> &str {
+        "Classes: cpu_launch_bound, python_overhead_bound, sync_bound, memcpy_bound, comm_bound, kernel_bound, \
+         mixed_or_unclear (docs/report.md). BUNDLE is an evidence bundle (bundle-merge output), a bare \
+         nsyskit.ranges/v1 document or an nsys .sqlite export — a path, or a record: from the pipeline \
+         (`sqlite-ranges x.sqlite | report`, `open bundle.json | report`) or as the argument. --html also \
+         writes a self-contained page."
+    }
+
+    fn signature(&self) -> Signature {
+        Signature::build(SimplePluginCommand::name(self))
+            .optional(
+                "bundle",
+                SyntaxShape::OneOf(vec![SyntaxShape::Record(Vec::new().into()), SyntaxShape::Filepath]),
+                "Evidence bundle JSON, ranges JSON or nsys .sqlite export: a path or a record (default: the pipeline input)",
+            )
+            .named("html", SyntaxShape::Filepath, "Write a self-contained HTML page with the bars, top kernels and categories", None)
+            .named("label", SyntaxShape::String, "Classify this range label instead of the automatic primary range", None)
+            .named("provenance", SyntaxShape::Filepath, "A provenance document (nsyskit.provenance/v1) to report (and use with an export)", None)
+            .named("categories", SyntaxShape::Filepath, "Kernel category rules replacing the built-in ones (JSON or `category=regex` lines)", None)
+            .named("top", SyntaxShape::Int, "List at most N top kernels (0 = all; default 20)", None)
+            .input_output_types(vec![(Type::Nothing, Type::record()), (Type::record(), Type::record())])
+            .category(category())
+    }
+
+    fn search_terms(&self) -> Vec<&str> {
+        vec!["bottleneck", "classify", "evidence", "html"]
+    }
+
+    fn examples(&self) -> Vec<Example<'_>> {
+        vec![Example {
+            example: "(report fixtures/nsys-2025.3.1/gpu_full_node.sqlite).class",
+            description: "The primary class of a real capture",
+            result: Some(Value::test_string(EXAMPLE_VALUE)),
+        }]
+    }
+
+    fn run(
+        &self,
+        _plugin: &NsyskitPlugin,
+        engine: &EngineInterface,
+        call: &EvaluatedCall,
+        input: &Value,
+    ) -> Result<Value, LabeledError> {
+        let sig = self.signature();
+        let arg = call.positional.first().unwrap_or(input);
+        let (path, _tmp) = doc_arg(engine, arg, "bundle")?;
+        let opts = ReportOptions {
+            input: path,
+            provenance: flag_path(engine, call, "provenance")?,
+            categories: flag_path(engine, call, "categories")?,
+            label: flag_str(call, "label")?.map(|s| s.item),
+            html: flag_path(engine, call, "html")?,
+            top: flag_usize(call, "top")?.unwrap_or(20),
+            ..Default::default()
+        };
+        let doc = report::run(&opts).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
+        doc_value(&doc, call.head)
+    }
+}
+
+const EXAMPLE_VALUE: &str = "python_overhead_bound";

@@ -1,0 +1,83 @@
+//! A real Nushell 0.115.1 with the plugin registered in a temporary config folder.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const DEFAULT_NU: &str = "/tmp/setup/nu/node_modules/@nushell/linux-x64/bin/nu";
+
+/// The workspace root (fixtures live there).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+pub struct Nu {
+    pub bin: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl Nu {
+    /// The real nu (`NSYSKIT_NU`, else the local default), or None with a SKIP message when absent.
+    pub fn or_skip(test: &str) -> Option<Nu> {
+        let bin = std::env::var_os("NSYSKIT_NU").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_NU));
+        if !bin.is_file() {
+            eprintln!("SKIP {test}: no nu binary at {} (set NSYSKIT_NU; scripts/test installs nushell@0.115.1)", bin.display());
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.nu"), "$env.config.show_banner = false\n").unwrap();
+        std::fs::write(dir.path().join("env.nu"), "").unwrap();
+        let nu = Nu { bin, dir };
+        let version = nu.raw("version | get version");
+        assert!(version.status.success(), "nu version: {}", String::from_utf8_lossy(&version.stderr));
+        let v = String::from_utf8_lossy(&version.stdout).trim().to_string();
+        assert!(v.starts_with("0.115."), "the plugin is built for nu 0.115.x, {} is {v}", nu.bin.display());
+        let plugin = env!("CARGO_BIN_EXE_nu_plugin_nsyskit");
+        let add = nu.raw(&format!("plugin add '{plugin}'"));
+        assert!(add.status.success(), "plugin add failed: {}", String::from_utf8_lossy(&add.stderr));
+        Some(nu)
+    }
+
+    pub fn plugin_config(&self) -> PathBuf {
+        self.dir.path().join("plugins.msgpackz")
+    }
+
+    /// One `nu -c SCRIPT` in the workspace root with the temporary config and plugin registry.
+    pub fn raw(&self, script: &str) -> Output {
+        Command::new(&self.bin)
+            .current_dir(root())
+            .env("HOME", self.dir.path())
+            .env("XDG_CONFIG_HOME", self.dir.path())
+            .env_remove("NU_LIB_DIRS")
+            .arg("--config")
+            .arg(self.dir.path().join("config.nu"))
+            .arg("--env-config")
+            .arg(self.dir.path().join("env.nu"))
+            .arg("--plugin-config")
+            .arg(self.plugin_config())
+            .arg("--no-history")
+            .arg("--error-style")
+            .arg("plain")
+            .arg("-c")
+            .arg(script)
+            .output()
+            .expect("run nu")
+    }
+
+    /// `plugin use nsyskit` then the pipeline, its value as JSON (`to json` in nu, parsed here).
+    pub fn json(&self, pipeline: &str) -> serde_json::Value {
+        let out = self.raw(&format!("plugin use nsyskit\n{pipeline} | to json --raw"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "nu failed on `{pipeline}`:\n{stderr}");
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("`{pipeline}` did not give JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    }
+
+    /// `plugin use nsyskit` then a pipeline that must fail: its stderr.
+    pub fn error(&self, pipeline: &str) -> String {
+        let out = self.raw(&format!("plugin use nsyskit\n{pipeline}"));
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success(), "`{pipeline}` should fail, gave {}", String::from_utf8_lossy(&out.stdout));
+        stderr
+    }
+}

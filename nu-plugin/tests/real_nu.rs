@@ -1,0 +1,249 @@
+//! The plugin in a REAL nu 0.115.1: `plugin add` and `plugin use nsyskit` in a temporary config folder, then
+//! real pipelines on the fixtures.
+
+mod common;
+
+use common::Nu;
+use serde_json::json;
+
+#[test]
+fn registers_and_lists_its_commands() {
+    let Some(nu) = Nu::or_skip("registers_and_lists_its_commands") else { return };
+    let names = nu.json("help commands | where category == nsyskit | get name | sort");
+    let names: Vec<&str> = names.as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    for expected in nu_plugin_nsyskit::commands::all().iter().map(|c| c.name().to_string()) {
+        assert!(names.contains(&expected.as_str()), "{expected} missing from {names:?}");
+    }
+    let plugins = nu.json("plugin list | where name == nsyskit | get 0 | select name version status");
+    assert_eq!(plugins["version"], env!("CARGO_PKG_VERSION"));
+}
+
+#[test]
+fn typed_values_in_a_real_shell() {
+    let Some(nu) = Nu::or_skip("typed_values_in_a_real_shell") else { return };
+    // `_ns` integer + duration companion; `_bytes` + filesize; captured_at → date; null → nothing
+    let v = nu.json(
+        r#"'{"wall_ns": 1500000, "copy_bytes": 2048, "captured_at": "2026-11-29T22:45:59Z", "gap_ns": null}'
+           | from nsyskit | describe"#,
+    );
+    assert_eq!(
+        v,
+        json!("record<wall_ns: int, wall: duration, copy_bytes: int, copy: filesize, captured_at: datetime, gap_ns: nothing>")
+    );
+    let v = nu.json(r#"'{"wall_ns": 1500000}' | from nsyskit | get wall | $in == 1.5ms"#);
+    assert_eq!(v, json!(true));
+    // the round trip back to JSON drops the companions and keeps the exact text of the timestamp
+    let v = nu.json(r#"'{"wall_ns": 1500000, "captured_at": "2026-11-29T22:45:59Z"}' | from nsyskit | from nsyskit | columns"#);
+    assert_eq!(v, json!(["wall_ns", "wall", "captured_at"]));
+}
+
+fn fixture(rel: &str) -> std::path::PathBuf {
+    common::root().join("fixtures").join(rel)
+}
+
+#[test]
+fn sqlite_ranges_top_five_by_busy_union() {
+    let Some(nu) = Nu::or_skip("sqlite_ranges_top_five_by_busy_union") else { return };
+    let got = nu.json(
+        "sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve. | get ranges \
+         | sort-by kernel_busy_union_ns -r | first 5 \
+         | each {|r| {label: $r.label, ns: $r.kernel_busy_union_ns, typed: ($r.kernel_busy_union | describe), \
+                      same: (($r.kernel_busy_union | into int) == $r.kernel_busy_union_ns)} }",
+    );
+    // independently: the library's document, sorted here
+    let opts = nsyskit::ranges::RangesOptions { range_prefix: Some("vibeserve.".into()), window: None };
+    let mut doc = nsyskit::ranges::run(&fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &opts, None).unwrap();
+    doc.ranges.sort_by(|a, b| b.kernel_busy_union_ns.cmp(&a.kernel_busy_union_ns));
+    let want: Vec<_> = doc.ranges[..5]
+        .iter()
+        .map(|r| json!({"label": r.label, "ns": r.kernel_busy_union_ns, "typed": "duration", "same": true}))
+        .collect();
+    assert_eq!(got, json!(want));
+    assert_eq!(got[0]["label"], "vibeserve.engine.iteration");
+    assert_eq!(got[0]["ns"], 22_263_904);
+}
+
+#[test]
+fn gate_check_retry_is_data() {
+    let Some(nu) = Nu::or_skip("gate_check_retry_is_data") else { return };
+    let got = nu.json(
+        "gate-check fixtures/nsys-2025.3.1/gpu_full_graph.sqlite | get gates | where verdict == retry | get id",
+    );
+    assert_eq!(got, json!(["G1"]));
+    // the FAILED capture: G0 with its console log, G4 (where CUDA data stops, a duration companion of at_ns)
+    let got = nu.json(
+        "gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \
+           --log fixtures/logs/nsys-2023.4.4_gpu_full_node_FAILED-cbid468.console.txt \
+         | get gates | where verdict == retry | select id at_ns",
+    );
+    let ids: Vec<_> = got.as_array().unwrap().iter().map(|g| g["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids, ["G0", "G4"]);
+    assert!(got[1]["at_ns"].as_i64().unwrap() > 0, "G4 says where CUDA data stops: {got}");
+}
+
+#[test]
+fn gate_check_every_fixture_from_ls() {
+    let Some(nu) = Nu::or_skip("gate_check_every_fixture_from_ls") else { return };
+    let got = nu.json("ls fixtures/**/*.sqlite | sort-by name | each {|f| {file: $f.name, verdict: (gate-check $f.name | get verdict)} }");
+    let rows = got.as_array().unwrap();
+    let on_disk = std::fs::read_dir(common::root().join("fixtures"))
+        .unwrap()
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).into_iter().flatten())
+        .filter(|f| f.as_ref().unwrap().path().extension().is_some_and(|e| e == "sqlite"))
+        .count();
+    assert!(on_disk >= 9);
+    assert_eq!(rows.len(), on_disk, "every .sqlite fixture: {got}");
+    for row in rows {
+        let file = row["file"].as_str().unwrap();
+        let opts = nsyskit::gate::GateOptions {
+            capture: common::root().join(file),
+            sqlite: None,
+            log: None,
+            provenance: None,
+            tier: Default::default(),
+            decode_range: None,
+            nsys: None,
+            thresholds: Default::default(),
+            ..Default::default()
+        };
+        let doc = nsyskit::gate::run(&opts).unwrap();
+        assert_eq!(row["verdict"], serde_json::to_value(doc.verdict).unwrap(), "{file}");
+    }
+    let verdict_of = |name: &str| rows.iter().find(|r| r["file"].as_str().unwrap().ends_with(name)).unwrap()["verdict"].clone();
+    assert_eq!(verdict_of("nsys-2025.3.1/gpu_full_node.sqlite"), "PASS");
+    assert_eq!(verdict_of("nsys-2025.3.1/gpu_full_graph.sqlite"), "RETRY");
+    assert_eq!(verdict_of("nsys-2023.4.4/cpu_nvtx_osrt.sqlite"), "RETRY");
+}
+
+#[test]
+fn kern_csv_from_open_raw() {
+    let Some(nu) = Nu::or_skip("kern_csv_from_open_raw") else { return };
+    let csv = "fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv";
+    let got = nu.json(&format!(
+        "open {csv} --raw | kern-csv-to-json | get top_kernels | each {{|k| [$k.name $k.total_time_ns ($k.total_time | describe)] }}"
+    ));
+    let doc = nsyskit::kern_csv::run(&nsyskit::contract::Input::Path(common::root().join(csv)), &Default::default()).unwrap();
+    let want: Vec<_> =
+        doc.top_kernels.unwrap().iter().map(|k| json!([k.name, k.total_time_ns, "duration"])).collect();
+    assert_eq!(want.len(), 20);
+    assert_eq!(got, json!(want));
+    // the path argument gives the same kernels
+    let by_path = nu.json(&format!("kern-csv-to-json {csv} | get top_kernels.name"));
+    assert_eq!(by_path, json!(got.as_array().unwrap().iter().map(|k| k[0].clone()).collect::<Vec<_>>()));
+}
+
+#[test]
+fn gate_check_into_bundle_merge_matches_the_library() {
+    let Some(nu) = Nu::or_skip("gate_check_into_bundle_merge_matches_the_library") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle.json");
+    let capture = "fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite";
+    let summary = nu.json(&format!(
+        "gate-check {capture} | bundle-merge '{}' | select written documents",
+        bundle.display()
+    ));
+    assert_eq!(summary["written"], true);
+    assert_eq!(summary["documents"][0]["places"], json!(["kernel_profile.gates"]));
+    // the bytes equal what the library writes for the same gate document: the companions (`at` for `at_ns`,
+    // `size_filesize` for `size`) were dropped and nothing else changed on the way through Nushell
+    let opts = nsyskit::gate::GateOptions { capture: common::root().join(capture), ..Default::default() };
+    let doc = serde_json::to_value(nsyskit::gate::run(&opts).unwrap()).unwrap();
+    let docs = vec![nsyskit::bundle::DocIn { value: doc, source: "x".into(), line: 1 }];
+    let want = nsyskit::bundle::run(&dir.path().join("other.json"), &docs, nsyskit::bundle::Mode::Stdout).unwrap();
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), want.bundle_text);
+    // merging the same again changes nothing (--check says so, as data)
+    let check = nu.json(&format!("gate-check {capture} | bundle-merge --check '{}' | get changed", bundle.display()));
+    assert_eq!(check, json!(false));
+}
+
+#[test]
+fn errors_point_at_the_offending_argument() {
+    let Some(nu) = Nu::or_skip("errors_point_at_the_offending_argument") else { return };
+    let script = "sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --window 5:1";
+    let err = nu.error(script);
+    assert!(err.contains(r#"--window "5:1": expected START:END"#), "{err}");
+    assert!(err.contains("nsyskit::usage"), "{err}");
+    assert!(err.contains("bad argument (--window)"), "{err}");
+    // the label covers `--window 5:1` (1-based columns; the script is on line 2, after `plugin use`)
+    let at = script.find("--window").unwrap() + 1;
+    assert!(err.contains(&format!("label at line 2, columns {at} to {}", script.len())), "{err}");
+
+    let err = nu.error("gate-check fixtures/nope.sqlite");
+    assert!(err.contains("fixtures/nope.sqlite: no such file"), "{err}");
+    assert!(err.contains("unusable input (CAPTURE)"), "{err}");
+    let at = "gate-check ".len() + 1;
+    assert!(err.contains(&format!("label at line 2, columns {at} to {}", at - 1 + "fixtures/nope.sqlite".len())), "{err}");
+
+    let err = nu.error("'{\"schema\": \"nsyskit.nope/v1\"}' | from nsyskit | bundle-merge --stdout x.json");
+    assert!(err.contains("pipeline input: line 1: $.schema"), "{err}");
+}
+
+#[test]
+fn relative_paths_follow_nushell_cd() {
+    let Some(nu) = Nu::or_skip("relative_paths_follow_nushell_cd") else { return };
+    let got = nu.json("cd fixtures/nsys-2025.3.1; gate-check gpu_full_node.sqlite | get source.path");
+    assert_eq!(got, json!(fixture("nsys-2025.3.1/gpu_full_node.sqlite").display().to_string()));
+}
+
+#[test]
+fn nsys_resolve_reads_nushell_environment() {
+    let Some(nu) = Nu::or_skip("nsys_resolve_reads_nushell_environment") else { return };
+    let nsys = std::env::var_os("NSYS_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(&std::env::var("HOME").unwrap()).join(".cache/nsyskit/nsys-2023.4/usr/bin/nsys"));
+    if !nsys.is_file() {
+        eprintln!("SKIP nsys_resolve_reads_nushell_environment: no nsys at {} (scripts/get-nsys)", nsys.display());
+        return;
+    }
+    // $env.NSYS_BIN set inside Nushell, after the plugin started, is what the command sees; so is --env NAME
+    let got = nu.json(&format!(
+        "$env.NSYS_BIN = '{}'; $env.MY_TOKEN = 'hunter2'; $env.MY_MODE = 'fast'; \
+         nsys-resolve --env [MY_TOKEN MY_MODE] | {{source: $in.nsys.source, version: $in.nsys.version, \
+         attach_pid: $in.nsys.capabilities.attach_pid, env: $in.capture.env}}",
+        nsys.display()
+    ));
+    assert_eq!(got["source"], "NSYS_BIN", "{got}");
+    assert!(got["version"].as_str().unwrap().starts_with("20"), "{got}");
+    let env = got["env"].to_string();
+    assert!(env.contains("fast") && !env.contains("hunter2"), "value read from Nushell, secret redacted: {env}");
+}
+
+#[test]
+fn nvtx_readiness_and_gate_g8() {
+    let Some(nu) = Nu::or_skip("nvtx_readiness_and_gate_g8") else { return };
+    let got = nu.json(
+        "ls fixtures/nsys-2025.3.1/*.sqlite | sort-by name | each {|f| nvtx-readiness $f.name | {file: $f.name, verdict: $in.verdict} }",
+    );
+    for row in got.as_array().unwrap() {
+        let file = row["file"].as_str().unwrap();
+        let doc = nsyskit::readiness::run(&common::root().join(file), &Default::default(), None).unwrap();
+        assert_eq!(row["verdict"], serde_json::to_value(doc.verdict).unwrap(), "{file}");
+    }
+    let g8 = nu.json(
+        "gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --readiness --range-prefix vibeserve | get gates | where id == G8 | get 0.verdict",
+    );
+    assert_eq!(g8, json!("pass"));
+}
+
+#[test]
+fn report_and_capture_compare_take_paths_and_records() {
+    let Some(nu) = Nu::or_skip("report_and_capture_compare_take_paths_and_records") else { return };
+    let node = "fixtures/nsys-2025.3.1/gpu_full_node.sqlite";
+    let want = nsyskit::report::run(&nsyskit::report::ReportOptions {
+        input: common::root().join(node),
+        top: 20,
+        ..Default::default()
+    })
+    .unwrap();
+    // a path, and the sqlite-ranges record from the pipeline
+    assert_eq!(nu.json(&format!("report {node} | get class")), json!(want.class));
+    let from_record = nu.json(&format!("sqlite-ranges {node} | report | select source_kind class"));
+    assert_eq!(from_record["source_kind"], "ranges", "{from_record}");
+    let got = nu.json(&format!(
+        "capture-compare {node} fixtures/nsys-2025.3.1/gpu_full_graph.sqlite | {{verdict: $in.verdict, n: ($in.invalidators | length)}}"
+    ));
+    assert_eq!(got["verdict"], "REFUSED", "node vs graph level is refused, as data");
+    assert!(got["n"].as_i64().unwrap() >= 1);
+    let same = nu.json(&format!("capture-compare (sqlite-ranges {node}) (sqlite-ranges {node}) | get verdict"));
+    assert_eq!(same, json!("COMPARABLE"));
+}
