@@ -425,7 +425,7 @@ fn record_writes_the_same_document_with_secrets_redacted() {
         .args(["--flags", "--trace=cuda,nvtx --cuda-graph-trace=node -o 'my rep'"])
         .args(["--server-cmd", "HF_TOKEN=hf_live vllm serve m --api-key sk-123 --port 8000"])
         .args(["--client-cmd", "vllm bench serve --port 8000"])
-        .args(["--env", "HF_TOKEN", "--env", "VLLM_USE_V1", "--env", "my_api_key=abc", "--env", "UNSET_THING"])
+        .args(["--env", "HF_TOKEN", "--env", "VLLM_USE_V1", "--env", "my_api_key=zq-not-a-hex-secret", "--env", "UNSET_THING"])
         .args(["--instrumentation", "nvtx=on", "--artifact", "runs/r1/capture.nsys-rep"])
         .env("HF_TOKEN", "hf_secret_value")
         .env("VLLM_USE_V1", "1")
@@ -440,7 +440,7 @@ fn record_writes_the_same_document_with_secrets_redacted() {
     assert_eq!(serde_json::to_value(&loaded).unwrap(), doc);
     let e = nsyskit::resolve::load_record(&repo.join("a.py")).unwrap_err();
     assert!(e.message.starts_with(&format!("{}: not JSON", repo.join("a.py").display())), "{}", e.message);
-    assert!(!text.contains("hf_secret_value") && !text.contains("hf_live") && !text.contains("sk-123") && !text.contains("abc"), "{text}");
+    assert!(!text.contains("hf_secret_value") && !text.contains("hf_live") && !text.contains("sk-123") && !text.contains("zq-not-a-hex-secret"), "{text}");
     let env = doc["capture"]["env"].as_array().unwrap();
     assert_eq!(env[0], serde_json::json!({"name": "HF_TOKEN", "value": "<redacted>", "redacted": true, "source": "environment"}));
     assert_eq!(env[1], serde_json::json!({"name": "VLLM_USE_V1", "value": "1", "redacted": false, "source": "environment"}));
