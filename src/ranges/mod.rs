@@ -642,7 +642,8 @@ const DEVICE_TABLES: [&str; 4] = [
 /// and analyse it.
 pub fn run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>) -> Result<RangesDoc> {
     let cap = crate::export::open_capture(path, nsys)?;
-    let mut a = analyze(&cap.export, opts)?;
+    let (doc, _) = analyze_impl(&cap.export, opts, false)?;
+    let mut a = Analysis { doc, occurrences: Vec::new(), metrics: Vec::new() };
     a.doc.source.path = cap.source.path.clone();
     a.doc.source.size = cap.source.size;
     a.doc.source.kind = cap.source.kind.clone();
@@ -657,16 +658,6 @@ pub fn run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>) -> Result<Ran
     Ok(a.doc)
 }
 
-/// Compact device row: 24 bytes.
-#[derive(Clone, Copy)]
-struct DevRow {
-    start: i64,
-    end: i64,
-    /// interned occurrence chain, u32::MAX when unattributed
-    chain: u32,
-    /// index into the device-id table (low 28 bits) and the table kind (high 4 bits)
-    dev_kind: u32,
-}
 
 struct Chains {
     map: FxMap<Box<[u32]>, u32>,
@@ -691,8 +682,102 @@ impl Chains {
     }
 }
 
+/// An occurrence as kept during the analysis: the label is an id into the label table (56 bytes, no heap).
+#[derive(Clone, Copy)]
+struct COcc {
+    global_tid: i64,
+    start: i64,
+    end: i64,
+    domain_id: Option<i64>,
+    label: u32,
+    depth: u32,
+    /// u32::MAX when none
+    parent: u32,
+    event_type: i64,
+}
+
+/// Per-occurrence metrics as kept during the analysis. The current merged device interval doubles as
+/// `last_device_end` (rows are swept by start, so the last merged interval ends last) and `first` is the start of
+/// the first one (`i64::MAX` while D is empty). Sync statistics live aside, only for occurrences that have some.
+#[derive(Clone, Copy)]
+struct CMet {
+    runtime_calls: u64,
+    kernels: u64,
+    memcpys: u64,
+    memsets: u64,
+    graph_traces: u64,
+    kernel_work_ns: i64,
+    busy_ns: i64,
+    coverage_ns: i64,
+    first: i64,
+    cur_s: i64,
+    cur_e: i64,
+}
+
+impl CMet {
+    const EMPTY: CMet = CMet {
+        runtime_calls: 0,
+        kernels: 0,
+        memcpys: 0,
+        memsets: 0,
+        graph_traces: 0,
+        kernel_work_ns: 0,
+        busy_ns: 0,
+        coverage_ns: 0,
+        first: i64::MAX,
+        cur_s: 0,
+        cur_e: 0,
+    };
+    fn has_device(&self) -> bool {
+        self.first != i64::MAX
+    }
+    fn span_ns(&self) -> i64 {
+        if self.has_device() {
+            self.cur_e - self.first
+        } else {
+            0
+        }
+    }
+    fn device_rows(&self) -> u64 {
+        self.kernels + self.memcpys + self.memsets + self.graph_traces
+    }
+}
+
+/// Blocking sync calls of one occurrence: (calls, ns, per API).
+#[derive(Default)]
+struct OccSync {
+    calls: u64,
+    ns: i64,
+    per_api: Vec<(u8, SyncStat)>,
+}
+
+/// Device row during the sweep: 16 bytes. `tag` indexes `(chain, device index, end of a long row)`; a row
+/// lasting `u32::MAX` ns or more has `dur == u32::MAX` and its own tag holding its end.
+#[derive(Clone, Copy)]
+struct DevRow {
+    start: i64,
+    dur: u32,
+    tag: u32,
+}
+
+#[derive(Clone, Copy)]
+struct Tag {
+    chain: u32,
+    dev: u32,
+    end: i64,
+}
+
 /// The whole analysis of an open export (see the contract).
 pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
+    let (doc, detail) = analyze_impl(export, opts, true)?;
+    let (occurrences, metrics) = detail.expect("asked for");
+    Ok(Analysis { doc, occurrences, metrics })
+}
+
+type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
+
+/// The analysis; the public per-occurrence vectors are built only when `detail` is asked for.
+fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(RangesDoc, Detail)> {
     // Validate every table first: a schema mismatch is an error before any work, never a partial report.
     export.require("NVTX_EVENTS", &["start", "end", "eventType", "text", "textId", "globalTid"])?;
     export.require("StringIds", &["id", "value"])?;
@@ -706,9 +791,36 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
 
     progress("reading NVTX_EVENTS");
     let loaded = load_occurrences(export, opts)?;
-    let occ = loaded.occurrences;
-    let n = occ.len();
-    let slices = thread_slices(&occ);
+    let slices = thread_slices(&loaded.occurrences);
+    let n = loaded.occurrences.len();
+    // labels as ids; the owned Strings are dropped before the big scans
+    let mut label_names: Vec<String> = Vec::new();
+    let occ: Vec<COcc> = {
+        let mut ids: FxMap<String, u32> = FxMap::default();
+        let mut out = Vec::with_capacity(n);
+        for o in loaded.occurrences {
+            let label = match ids.get(o.label.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = label_names.len() as u32;
+                    label_names.push(o.label.clone());
+                    ids.insert(o.label, id);
+                    id
+                }
+            };
+            out.push(COcc {
+                global_tid: o.global_tid,
+                start: o.start,
+                end: o.end,
+                domain_id: o.domain_id,
+                label,
+                depth: o.depth,
+                parent: o.parent.map_or(u32::MAX, |p| p as u32),
+                event_type: o.event_type,
+            });
+        }
+        out
+    };
     let mut thread_of = vec![0u32; n];
     let mut slice_of: FxMap<i64, (u32, usize, usize)> = FxMap::default();
     for (ti, &(g, lo, hi)) in slices.iter().enumerate() {
@@ -721,7 +833,8 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
     let tree = MaxTree::new(&ends);
     drop(ends);
 
-    let mut metrics = vec![OccurrenceMetrics::default(); n];
+    let mut metrics = vec![CMet::EMPTY; n];
+    let mut syncs: FxMap<u32, OccSync> = FxMap::default();
     let mut th_runtime = vec![0u64; slices.len()];
     let mut th_device = vec![0u64; slices.len()];
 
@@ -786,14 +899,15 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
                 let m = &mut metrics[h as usize];
                 m.runtime_calls += 1;
                 if let Some(api) = sync {
-                    m.sync_calls += 1;
-                    m.sync_ns += re - rs;
-                    match m.sync.iter_mut().find(|(a, _)| *a == api) {
+                    let m = syncs.entry(h).or_default();
+                    m.calls += 1;
+                    m.ns += re - rs;
+                    match m.per_api.iter_mut().find(|(a, _)| *a == api) {
                         Some((_, s)) => {
                             s.calls += 1;
                             s.total_ns += re - rs;
                         }
-                        None => m.sync.push((api, SyncStat { calls: 1, total_ns: re - rs })),
+                        None => m.per_api.push((api, SyncStat { calls: 1, total_ns: re - rs })),
                     }
                 }
             }
@@ -833,11 +947,18 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
         }
     }
 
+    // the chain map is only needed to intern; the chains themselves stay
+    chains.map = FxMap::default();
+
     // ---- device rows
     let mut dev_ids: Vec<i64> = Vec::new();
     let mut dev_idx: FxMap<i64, u32> = FxMap::default();
     let mut device_pids: FxSet<i64> = FxSet::default();
     let mut rows_out: Vec<DevRow> = Vec::new();
+    let mut tags: Vec<Tag> = Vec::new();
+    let mut tag_idx: FxMap<(u32, u32), u32> = FxMap::default();
+    let mut last_tag_key = (u32::MAX, u32::MAX);
+    let mut last_tag = u32::MAX;
     let mut kernels_total = 0u64;
     let mut kernel_work_total = 0i64;
     let mut kernels_attr = 0u64;
@@ -928,7 +1049,23 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
                     }
                 }
             }
-            rows_out.push(DevRow { start: s, end: e, chain, dev_kind: last_di | ((kind as u32) << 28) });
+            let d = e - s;
+            let (dur, tag) = if d < u32::MAX as i64 {
+                let key = (chain, last_di);
+                if key != last_tag_key {
+                    let next = tags.len() as u32;
+                    last_tag = *tag_idx.entry(key).or_insert_with(|| {
+                        tags.push(Tag { chain, dev: last_di, end: 0 });
+                        next
+                    });
+                    last_tag_key = key;
+                }
+                (d as u32, last_tag)
+            } else {
+                tags.push(Tag { chain, dev: last_di, end: e });
+                (u32::MAX, tags.len() as u32 - 1)
+            };
+            rows_out.push(DevRow { start: s, dur, tag });
         }
     }
     drop(corr);
@@ -945,61 +1082,62 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
         e: i64,
         open: bool,
     }
-    let mut ocur = vec![Cur { s: 0, e: 0, open: false }; n];
     let mut dcur = vec![Cur { s: 0, e: 0, open: false }; dev_ids.len()];
     let mut dtot: Vec<DeviceTotals> = dev_ids
         .iter()
         .map(|&d| DeviceTotals { device_id: d, device_rows: 0, busy_union_ns: 0, first_start: i64::MAX, last_end: i64::MIN })
         .collect();
     for r in &rows_out {
-        let di = (r.dev_kind & 0x0FFF_FFFF) as usize;
+        let tg = tags[r.tag as usize];
+        let end = if r.dur == u32::MAX { tg.end } else { r.start + r.dur as i64 };
+        let di = tg.dev as usize;
         let dt = &mut dtot[di];
         dt.device_rows += 1;
         dt.first_start = dt.first_start.min(r.start);
-        dt.last_end = dt.last_end.max(r.end);
+        dt.last_end = dt.last_end.max(end);
         let c = &mut dcur[di];
         if !c.open {
-            *c = Cur { s: r.start, e: r.end, open: true };
+            *c = Cur { s: r.start, e: end, open: true };
         } else if r.start <= c.e {
-            c.e = c.e.max(r.end);
+            c.e = c.e.max(end);
         } else {
             dt.busy_union_ns += c.e - c.s;
-            *c = Cur { s: r.start, e: r.end, open: true };
+            *c = Cur { s: r.start, e: end, open: true };
         }
-        if r.chain == u32::MAX {
+        if tg.chain == u32::MAX {
             continue;
         }
-        for &o in chains.occs[r.chain as usize].iter() {
+        for &o in chains.occs[tg.chain as usize].iter() {
             let o = o as usize;
             let m = &mut metrics[o];
-            m.first_device_start = Some(m.first_device_start.map_or(r.start, |v| v.min(r.start)));
-            m.last_device_end = Some(m.last_device_end.map_or(r.end, |v| v.max(r.end)));
-            let c = &mut ocur[o];
-            if !c.open {
-                *c = Cur { s: r.start, e: r.end, open: true };
-            } else if r.start <= c.e {
-                c.e = c.e.max(r.end);
+            if !m.has_device() {
+                // rows come by start: the first one gives min(d.start)
+                m.first = r.start;
+                m.cur_s = r.start;
+                m.cur_e = end;
+            } else if r.start <= m.cur_e {
+                m.cur_e = m.cur_e.max(end);
             } else {
-                m.busy_ns += c.e - c.s;
-                m.coverage_ns += overlap(c.s, c.e, occ[o].start, occ[o].end);
-                *c = Cur { s: r.start, e: r.end, open: true };
+                m.busy_ns += m.cur_e - m.cur_s;
+                m.coverage_ns += overlap(m.cur_s, m.cur_e, occ[o].start, occ[o].end);
+                m.cur_s = r.start;
+                m.cur_e = end;
             }
         }
     }
     drop(rows_out);
+    drop(tags);
+    drop(tag_idx);
     for (di, c) in dcur.iter().enumerate() {
         if c.open {
             dtot[di].busy_union_ns += c.e - c.s;
         }
     }
-    for (o, c) in ocur.iter().enumerate() {
-        let m = &mut metrics[o];
-        if c.open {
-            m.busy_ns += c.e - c.s;
-            m.coverage_ns += overlap(c.s, c.e, occ[o].start, occ[o].end);
-        }
-        if let (Some(a), Some(b)) = (m.first_device_start, m.last_device_end) {
-            m.span_ns = b - a;
+    // close each occurrence's last merged interval; it ends last, so cur_e stays as max(d.end)
+    for (o, m) in metrics.iter_mut().enumerate() {
+        if m.has_device() {
+            m.busy_ns += m.cur_e - m.cur_s;
+            m.coverage_ns += overlap(m.cur_s, m.cur_e, occ[o].start, occ[o].end);
         }
     }
     let mut per_device: Vec<DeviceTotals> = dtot.into_iter().filter(|d| d.device_rows > 0).collect();
@@ -1076,7 +1214,7 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
     // ---- labels
     let mut by_label: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, o) in occ.iter().enumerate() {
-        by_label.entry(o.label.as_str()).or_default().push(i);
+        by_label.entry(label_names[o.label as usize].as_str()).or_default().push(i);
     }
     let mut ranges = Vec::with_capacity(by_label.len());
     for (label, idxs) in &by_label {
@@ -1122,16 +1260,16 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
             r.kernel_work_ns += m.kernel_work_ns;
             r.host_range_kernel_coverage_ns += m.coverage_ns;
             r.kernel_busy_union_ns += m.busy_ns;
-            r.kernel_span_ns += m.span_ns;
-            r.gpu_idle_within_kernel_span_ns += m.span_ns - m.busy_ns;
+            r.kernel_span_ns += m.span_ns();
+            r.gpu_idle_within_kernel_span_ns += m.span_ns() - m.busy_ns;
             r.uncovered_host_time_ns += (wall - m.coverage_ns).max(0);
-            for (api, s) in &m.sync {
+            for (api, s) in syncs.get(&(i as u32)).map_or(&[][..], |s| &s.per_api[..]) {
                 let e = r.sync.entry(SYNC_APIS[*api as usize].to_string()).or_default();
                 e.calls += s.calls;
                 e.total_ns += s.total_ns;
             }
             *r.depths.entry(o.depth).or_default() += 1;
-            let parent = o.parent.map(|p| occ[p].label.clone()).unwrap_or_default();
+            let parent = if o.parent == u32::MAX { String::new() } else { label_names[occ[o.parent as usize].label as usize].clone() };
             *r.parents.entry(parent).or_default() += 1;
         }
         if r.host_wall_time_ns > 0 {
@@ -1234,7 +1372,47 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
         high_cardinality_labels,
         notes,
     };
-    Ok(Analysis { doc, occurrences: occ, metrics })
+    if !detail {
+        return Ok((doc, None));
+    }
+    drop(by_label);
+    let occurrences: Vec<Occurrence> = occ
+        .iter()
+        .map(|o| Occurrence {
+            label: label_names[o.label as usize].clone(),
+            global_tid: o.global_tid,
+            start: o.start,
+            end: o.end,
+            event_type: o.event_type,
+            domain_id: o.domain_id,
+            depth: o.depth,
+            parent: if o.parent == u32::MAX { None } else { Some(o.parent as usize) },
+        })
+        .collect();
+    let metrics: Vec<OccurrenceMetrics> = metrics
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let s = syncs.remove(&(i as u32)).unwrap_or_default();
+            OccurrenceMetrics {
+                runtime_calls: m.runtime_calls,
+                kernels: m.kernels,
+                memcpys: m.memcpys,
+                memsets: m.memsets,
+                graph_traces: m.graph_traces,
+                kernel_work_ns: m.kernel_work_ns,
+                busy_ns: m.busy_ns,
+                span_ns: m.span_ns(),
+                coverage_ns: m.coverage_ns,
+                first_device_start: m.has_device().then_some(m.first),
+                last_device_end: m.has_device().then_some(m.cur_e),
+                sync_calls: s.calls,
+                sync_ns: s.ns,
+                sync: s.per_api,
+            }
+        })
+        .collect();
+    Ok((doc, Some((occurrences, metrics))))
 }
 
 fn progress_on() -> bool {
