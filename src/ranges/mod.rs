@@ -760,6 +760,14 @@ struct DevRow {
     tag: u32,
 }
 
+/// `(process index << 32 | correlationId) → chain`, 12 bytes, kept in a Vec sorted by key.
+#[derive(Clone, Copy)]
+#[repr(C, packed)]
+struct CorrEnt {
+    key: u64,
+    chain: u32,
+}
+
 #[derive(Clone, Copy)]
 struct Tag {
     chain: u32,
@@ -840,7 +848,7 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
 
     // process (NS) → small index; (index, correlationId) → chain
     let mut proc_idx: FxMap<i64, u32> = FxMap::default();
-    let mut corr: FxMap<u64, u32> = FxMap::default();
+    let mut corr: Vec<CorrEnt> = Vec::new();
     let mut corr_wide: FxMap<(i64, i64), u32> = FxMap::default();
     let mut chains = Chains { map: FxMap::default(), occs: Vec::new(), threads: Vec::new() };
 
@@ -869,6 +877,10 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
         let t = export.table(tbl).expect("checked");
         let sql = format!("SELECT start, end, globalTid, correlationId, nameId FROM \"{}\"", t.name);
         let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err(tbl))?;
+        // an upper bound, reserved once (untouched pages cost no memory): no copy while growing
+        let h: Option<i64> =
+            export.conn().query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
+        corr.reserve_exact(h.unwrap_or(0).clamp(0, 1 << 32) as usize);
         let mut rows = stmt.query([]).map_err(export.sql_err(tbl))?;
         let mut hits: Vec<u32> = Vec::with_capacity(16);
         let mut last_hits: Vec<u32> = Vec::new();
@@ -930,11 +942,11 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
                 last_pidx = p;
                 p
             };
-            let slot = if (0..=u32::MAX as i64).contains(&cid) && pidx < (1 << 30) {
-                corr.entry(((pidx as u64) << 32) | cid as u64).or_insert(u32::MAX)
-            } else {
-                corr_wide.entry((ns, cid)).or_insert(u32::MAX)
-            };
+            if (0..=u32::MAX as i64).contains(&cid) && pidx < (1 << 30) {
+                corr.push(CorrEnt { key: ((pidx as u64) << 32) | cid as u64, chain });
+                continue;
+            }
+            let slot = corr_wide.entry((ns, cid)).or_insert(u32::MAX);
             if *slot == u32::MAX {
                 *slot = chain;
             } else if *slot != chain {
@@ -947,6 +959,34 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
         }
     }
 
+    // sort the correlation entries by key; a key seen on several calls gets the union of their chains
+    if !corr.windows(2).all(|w| { w[0].key } <= { w[1].key }) {
+        corr.sort_unstable_by_key(|e| e.key);
+    }
+    {
+        let len = corr.len();
+        let (mut i, mut w) = (0, 0);
+        while i < len {
+            let key = corr[i].key;
+            let mut ch = corr[i].chain;
+            let mut j = i + 1;
+            while j < len && { corr[j].key } == key {
+                let other = corr[j].chain;
+                if other != ch {
+                    let mut u: Vec<u32> = chains.occs[ch as usize].iter().chain(chains.occs[other as usize].iter()).copied().collect();
+                    u.sort_unstable();
+                    u.dedup();
+                    ch = chains.intern(&u, &thread_of);
+                }
+                j += 1;
+            }
+            corr[w] = CorrEnt { key, chain: ch };
+            w += 1;
+            i = j;
+        }
+        corr.truncate(w);
+    }
+    drop(tree);
     // the chain map is only needed to intern; the chains themselves stay
     chains.map = FxMap::default();
 
@@ -959,6 +999,7 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
     let mut tag_idx: FxMap<(u32, u32), u32> = FxMap::default();
     let mut last_tag_key = (u32::MAX, u32::MAX);
     let mut last_tag = u32::MAX;
+    let mut corr_hint = 0usize;
     let mut kernels_total = 0u64;
     let mut kernel_work_total = 0i64;
     let mut kernels_attr = 0u64;
@@ -1014,12 +1055,22 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
                     last_pidx = proc_idx.get(&g).copied();
                 }
                 if let (Some(p), Some(c)) = (last_pidx, cid) {
-                    let found = if (0..=u32::MAX as i64).contains(&c) && p < (1 << 30) {
-                        corr.get(&(((p as u64) << 32) | c as u64))
-                    } else {
-                        corr_wide.get(&(g, c))
-                    };
-                    if let Some(&ch) = found {
+                    if (0..=u32::MAX as i64).contains(&c) && p < (1 << 30) {
+                        let k = ((p as u64) << 32) | c as u64;
+                        // device rows come nearly in correlation order: try the last hit and its successor first
+                        let at = if corr_hint < corr.len() && { corr[corr_hint].key } == k {
+                            Some(corr_hint)
+                        } else if corr_hint + 1 < corr.len() && { corr[corr_hint + 1].key } == k {
+                            Some(corr_hint + 1)
+                        } else {
+                            let i = corr.partition_point(|e| { e.key } < k);
+                            (i < corr.len() && { corr[i].key } == k).then_some(i)
+                        };
+                        if let Some(i) = at {
+                            corr_hint = i;
+                            chain = corr[i].chain;
+                        }
+                    } else if let Some(&ch) = corr_wide.get(&(g, c)) {
                         chain = ch;
                     }
                 }
