@@ -659,25 +659,29 @@ pub fn run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>) -> Result<Ran
 }
 
 
+/// Interned occurrence chains (ascending occurrence indices) in one arena. Occurrence indices ascend with
+/// the thread, so a chain's distinct threads are the changes of `thread_of` along it: no per-chain thread list.
 struct Chains {
     map: FxMap<Box<[u32]>, u32>,
-    occs: Vec<Box<[u32]>>,
-    threads: Vec<Box<[u32]>>,
+    offs: Vec<usize>,
+    data: Vec<u32>,
 }
 
 impl Chains {
-    fn intern(&mut self, occs: &[u32], thread_of: &[u32]) -> u32 {
+    fn new() -> Chains {
+        Chains { map: FxMap::default(), offs: vec![0], data: Vec::new() }
+    }
+    fn get(&self, id: u32) -> &[u32] {
+        &self.data[self.offs[id as usize]..self.offs[id as usize + 1]]
+    }
+    fn intern(&mut self, occs: &[u32]) -> u32 {
         if let Some(&id) = self.map.get(occs) {
             return id;
         }
-        let id = self.occs.len() as u32;
-        let b: Box<[u32]> = occs.into();
-        let mut th: Vec<u32> = occs.iter().map(|&o| thread_of[o as usize]).collect();
-        th.sort_unstable();
-        th.dedup();
-        self.map.insert(b.clone(), id);
-        self.occs.push(b);
-        self.threads.push(th.into());
+        let id = (self.offs.len() - 1) as u32;
+        self.map.insert(occs.into(), id);
+        self.data.extend_from_slice(occs);
+        self.offs.push(self.data.len());
         id
     }
 }
@@ -850,7 +854,7 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
     let mut proc_idx: FxMap<i64, u32> = FxMap::default();
     let mut corr: Vec<CorrEnt> = Vec::new();
     let mut corr_wide: FxMap<(i64, i64), u32> = FxMap::default();
-    let mut chains = Chains { map: FxMap::default(), occs: Vec::new(), threads: Vec::new() };
+    let mut chains = Chains::new();
 
     // ---- runtime calls
     if present("CUPTI_ACTIVITY_KIND_RUNTIME") && n > 0 {
@@ -927,7 +931,7 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
             let chain = if hits == last_hits && last_chain != u32::MAX {
                 last_chain
             } else {
-                let c = chains.intern(&hits, &thread_of);
+                let c = chains.intern(&hits);
                 last_hits.clone_from(&hits);
                 last_chain = c;
                 c
@@ -951,10 +955,10 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
                 *slot = chain;
             } else if *slot != chain {
                 // the same (process, correlationId) on two runtime calls inside kept ranges: union of both
-                let mut u: Vec<u32> = chains.occs[*slot as usize].iter().chain(chains.occs[chain as usize].iter()).copied().collect();
+                let mut u: Vec<u32> = chains.get(*slot).iter().chain(chains.get(chain).iter()).copied().collect();
                 u.sort_unstable();
                 u.dedup();
-                *slot = chains.intern(&u, &thread_of);
+                *slot = chains.intern(&u);
             }
         }
     }
@@ -973,10 +977,10 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
             while j < len && { corr[j].key } == key {
                 let other = corr[j].chain;
                 if other != ch {
-                    let mut u: Vec<u32> = chains.occs[ch as usize].iter().chain(chains.occs[other as usize].iter()).copied().collect();
+                    let mut u: Vec<u32> = chains.get(ch).iter().chain(chains.get(other).iter()).copied().collect();
                     u.sort_unstable();
                     u.dedup();
-                    ch = chains.intern(&u, &thread_of);
+                    ch = chains.intern(&u);
                 }
                 j += 1;
             }
@@ -989,6 +993,8 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
     drop(tree);
     // the chain map is only needed to intern; the chains themselves stay
     chains.map = FxMap::default();
+    chains.data.shrink_to_fit();
+    chains.offs.shrink_to_fit();
 
     // ---- device rows
     let mut dev_ids: Vec<i64> = Vec::new();
@@ -1084,10 +1090,15 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
                 }
             }
             if chain != u32::MAX {
-                for &th in chains.threads[chain as usize].iter() {
-                    th_device[th as usize] += 1;
+                let mut prev = u32::MAX;
+                for &o in chains.get(chain) {
+                    let th = thread_of[o as usize];
+                    if th != prev {
+                        th_device[th as usize] += 1;
+                        prev = th;
+                    }
                 }
-                for &o in chains.occs[chain as usize].iter() {
+                for &o in chains.get(chain).iter() {
                     let m = &mut metrics[o as usize];
                     match kind {
                         0 => {
@@ -1158,7 +1169,7 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
         if tg.chain == u32::MAX {
             continue;
         }
-        for &o in chains.occs[tg.chain as usize].iter() {
+        for &o in chains.get(tg.chain).iter() {
             let o = o as usize;
             let m = &mut metrics[o];
             if !m.has_device() {
