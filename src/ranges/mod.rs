@@ -12,7 +12,7 @@
 //!
 //! How it scales: NVTX rows are few and kept in memory; RUNTIME rows are streamed once (a stabbing query per
 //! row against the occurrences of its thread), keeping only a `(process, correlationId) → occurrence-chain`
-//! map for calls that fall inside a kept occurrence; device rows are streamed once into a compact 24-byte
+//! table (a sorted Vec) for calls that fall inside a kept occurrence; device rows are streamed once into a compact 16-byte
 //! record, sorted by start (already sorted in nsys exports, so the sort is a check), and swept once to merge
 //! per-occurrence and per-device interval unions incrementally.
 
