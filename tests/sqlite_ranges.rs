@@ -602,6 +602,30 @@ fn synthetic_library_api_exposes_occurrences() {
     assert_eq!((m.sync_calls, m.sync_ns), (2, 800));
 }
 
+#[test]
+fn device_rows_of_2_pow_32_ns_or_more_and_wide_correlation_ids() {
+    // the sweep stores a duration as u32: longer rows take another path, so does a correlationId > u32::MAX
+    let k = "CUPTI_ACTIVITY_KIND_KERNEL";
+    let ta = gt(A, A);
+    let mut s = synthetic_sql();
+    s += &nvtx(10_000, Some(20_000_000_000), 59, Some("long"), ta, None, None);
+    s += &rt(20_000, 20_100, ta, 20, 3);
+    s += &rt(30_000, 30_100, ta, 5_000_000_000, 3);
+    s += &dv(k, 40_000, 10_000_040_000, A, 20, 0); // 10 s, attributed
+    s += &dv(k, 50_000, 60_000, A, 5_000_000_000, 0); // wide correlation id, attributed
+    s += &dv("CUPTI_ACTIVITY_KIND_MEMCPY", 3000, 6_000_003_000, A, 99, 1); // 6 s, unattributed
+    let d = db(&s);
+    let doc = run_ok(&[d.path.to_str().unwrap()]);
+    compare_with_reference(&d.path, None, &doc);
+    let long = range(&doc, "long");
+    assert_eq!(long["kernels"], 2);
+    assert_eq!(long["kernel_work_ns"], 10_000_010_000i64);
+    assert_eq!(long["kernel_busy_union_ns"], 10_000_000_000i64);
+    assert_eq!(long["kernel_span_ns"], 10_000_000_000i64);
+    let dev1 = doc["totals"]["per_device"].as_array().unwrap().iter().find(|d| d["deviceId"] == 1).unwrap();
+    assert_eq!(dev1["last_end"], 6_000_003_000i64);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Bad input
 // ---------------------------------------------------------------------------------------------------------

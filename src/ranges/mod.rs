@@ -12,7 +12,7 @@
 //!
 //! How it scales: NVTX rows are few and kept in memory; RUNTIME rows are streamed once (a stabbing query per
 //! row against the occurrences of its thread), keeping only a `(process, correlationId) → occurrence-chain`
-//! map for calls that fall inside a kept occurrence; device rows are streamed once into a compact 24-byte
+//! table (a sorted Vec) for calls that fall inside a kept occurrence; device rows are streamed once into a compact 16-byte
 //! record, sorted by start (already sorted in nsys exports, so the sort is a check), and swept once to merge
 //! per-occurrence and per-device interval unions incrementally.
 
@@ -642,7 +642,8 @@ const DEVICE_TABLES: [&str; 4] = [
 /// and analyse it.
 pub fn run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>) -> Result<RangesDoc> {
     let cap = crate::export::open_capture(path, nsys)?;
-    let mut a = analyze(&cap.export, opts)?;
+    let (doc, _) = analyze_impl(&cap.export, opts, false)?;
+    let mut a = Analysis { doc, occurrences: Vec::new(), metrics: Vec::new() };
     a.doc.source.path = cap.source.path.clone();
     a.doc.source.size = cap.source.size;
     a.doc.source.kind = cap.source.kind.clone();
@@ -657,42 +658,138 @@ pub fn run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>) -> Result<Ran
     Ok(a.doc)
 }
 
-/// Compact device row: 24 bytes.
-#[derive(Clone, Copy)]
-struct DevRow {
-    start: i64,
-    end: i64,
-    /// interned occurrence chain, u32::MAX when unattributed
-    chain: u32,
-    /// index into the device-id table (low 28 bits) and the table kind (high 4 bits)
-    dev_kind: u32,
-}
 
+/// Interned occurrence chains (ascending occurrence indices) in one arena. Occurrence indices ascend with
+/// the thread, so a chain's distinct threads are the changes of `thread_of` along it: no per-chain thread list.
 struct Chains {
     map: FxMap<Box<[u32]>, u32>,
-    occs: Vec<Box<[u32]>>,
-    threads: Vec<Box<[u32]>>,
+    offs: Vec<usize>,
+    data: Vec<u32>,
 }
 
 impl Chains {
-    fn intern(&mut self, occs: &[u32], thread_of: &[u32]) -> u32 {
+    fn new() -> Chains {
+        Chains { map: FxMap::default(), offs: vec![0], data: Vec::new() }
+    }
+    fn get(&self, id: u32) -> &[u32] {
+        &self.data[self.offs[id as usize]..self.offs[id as usize + 1]]
+    }
+    fn intern(&mut self, occs: &[u32]) -> u32 {
         if let Some(&id) = self.map.get(occs) {
             return id;
         }
-        let id = self.occs.len() as u32;
-        let b: Box<[u32]> = occs.into();
-        let mut th: Vec<u32> = occs.iter().map(|&o| thread_of[o as usize]).collect();
-        th.sort_unstable();
-        th.dedup();
-        self.map.insert(b.clone(), id);
-        self.occs.push(b);
-        self.threads.push(th.into());
+        let id = (self.offs.len() - 1) as u32;
+        self.map.insert(occs.into(), id);
+        self.data.extend_from_slice(occs);
+        self.offs.push(self.data.len());
         id
     }
 }
 
+/// An occurrence as kept during the analysis: the label is an id into the label table (56 bytes, no heap).
+#[derive(Clone, Copy)]
+struct COcc {
+    global_tid: i64,
+    start: i64,
+    end: i64,
+    domain_id: Option<i64>,
+    label: u32,
+    depth: u32,
+    /// u32::MAX when none
+    parent: u32,
+    event_type: i64,
+}
+
+/// Per-occurrence metrics as kept during the analysis. The current merged device interval doubles as
+/// `last_device_end` (rows are swept by start, so the last merged interval ends last) and `first` is the start of
+/// the first one (`i64::MAX` while D is empty). Sync statistics live aside, only for occurrences that have some.
+#[derive(Clone, Copy)]
+struct CMet {
+    runtime_calls: u64,
+    kernels: u64,
+    memcpys: u64,
+    memsets: u64,
+    graph_traces: u64,
+    kernel_work_ns: i64,
+    busy_ns: i64,
+    coverage_ns: i64,
+    first: i64,
+    cur_s: i64,
+    cur_e: i64,
+}
+
+impl CMet {
+    const EMPTY: CMet = CMet {
+        runtime_calls: 0,
+        kernels: 0,
+        memcpys: 0,
+        memsets: 0,
+        graph_traces: 0,
+        kernel_work_ns: 0,
+        busy_ns: 0,
+        coverage_ns: 0,
+        first: i64::MAX,
+        cur_s: 0,
+        cur_e: 0,
+    };
+    fn has_device(&self) -> bool {
+        self.first != i64::MAX
+    }
+    fn span_ns(&self) -> i64 {
+        if self.has_device() {
+            self.cur_e - self.first
+        } else {
+            0
+        }
+    }
+    fn device_rows(&self) -> u64 {
+        self.kernels + self.memcpys + self.memsets + self.graph_traces
+    }
+}
+
+/// Blocking sync calls of one occurrence: (calls, ns, per API).
+#[derive(Default)]
+struct OccSync {
+    calls: u64,
+    ns: i64,
+    per_api: Vec<(u8, SyncStat)>,
+}
+
+/// Device row during the sweep: 16 bytes. `tag` indexes `(chain, device index, end of a long row)`; a row
+/// lasting `u32::MAX` ns or more has `dur == u32::MAX` and its own tag holding its end.
+#[derive(Clone, Copy)]
+struct DevRow {
+    start: i64,
+    dur: u32,
+    tag: u32,
+}
+
+/// `(process index << 32 | correlationId) → chain`, 12 bytes, kept in a Vec sorted by key.
+#[derive(Clone, Copy)]
+#[repr(C, packed)]
+struct CorrEnt {
+    key: u64,
+    chain: u32,
+}
+
+#[derive(Clone, Copy)]
+struct Tag {
+    chain: u32,
+    dev: u32,
+    end: i64,
+}
+
 /// The whole analysis of an open export (see the contract).
 pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
+    let (doc, detail) = analyze_impl(export, opts, true)?;
+    let (occurrences, metrics) = detail.expect("asked for");
+    Ok(Analysis { doc, occurrences, metrics })
+}
+
+type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
+
+/// The analysis; the public per-occurrence vectors are built only when `detail` is asked for.
+fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(RangesDoc, Detail)> {
     // Validate every table first: a schema mismatch is an error before any work, never a partial report.
     export.require("NVTX_EVENTS", &["start", "end", "eventType", "text", "textId", "globalTid"])?;
     export.require("StringIds", &["id", "value"])?;
@@ -706,9 +803,36 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
 
     progress("reading NVTX_EVENTS");
     let loaded = load_occurrences(export, opts)?;
-    let occ = loaded.occurrences;
-    let n = occ.len();
-    let slices = thread_slices(&occ);
+    let slices = thread_slices(&loaded.occurrences);
+    let n = loaded.occurrences.len();
+    // labels as ids; the owned Strings are dropped before the big scans
+    let mut label_names: Vec<String> = Vec::new();
+    let occ: Vec<COcc> = {
+        let mut ids: FxMap<String, u32> = FxMap::default();
+        let mut out = Vec::with_capacity(n);
+        for o in loaded.occurrences {
+            let label = match ids.get(o.label.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = label_names.len() as u32;
+                    label_names.push(o.label.clone());
+                    ids.insert(o.label, id);
+                    id
+                }
+            };
+            out.push(COcc {
+                global_tid: o.global_tid,
+                start: o.start,
+                end: o.end,
+                domain_id: o.domain_id,
+                label,
+                depth: o.depth,
+                parent: o.parent.map_or(u32::MAX, |p| p as u32),
+                event_type: o.event_type,
+            });
+        }
+        out
+    };
     let mut thread_of = vec![0u32; n];
     let mut slice_of: FxMap<i64, (u32, usize, usize)> = FxMap::default();
     for (ti, &(g, lo, hi)) in slices.iter().enumerate() {
@@ -721,15 +845,16 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
     let tree = MaxTree::new(&ends);
     drop(ends);
 
-    let mut metrics = vec![OccurrenceMetrics::default(); n];
+    let mut metrics = vec![CMet::EMPTY; n];
+    let mut syncs: FxMap<u32, OccSync> = FxMap::default();
     let mut th_runtime = vec![0u64; slices.len()];
     let mut th_device = vec![0u64; slices.len()];
 
     // process (NS) → small index; (index, correlationId) → chain
     let mut proc_idx: FxMap<i64, u32> = FxMap::default();
-    let mut corr: FxMap<u64, u32> = FxMap::default();
+    let mut corr: Vec<CorrEnt> = Vec::new();
     let mut corr_wide: FxMap<(i64, i64), u32> = FxMap::default();
-    let mut chains = Chains { map: FxMap::default(), occs: Vec::new(), threads: Vec::new() };
+    let mut chains = Chains::new();
 
     // ---- runtime calls
     if present("CUPTI_ACTIVITY_KIND_RUNTIME") && n > 0 {
@@ -756,6 +881,10 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
         let t = export.table(tbl).expect("checked");
         let sql = format!("SELECT start, end, globalTid, correlationId, nameId FROM \"{}\"", t.name);
         let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err(tbl))?;
+        // an upper bound, reserved once (untouched pages cost no memory): no copy while growing
+        let h: Option<i64> =
+            export.conn().query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
+        corr.reserve_exact(h.unwrap_or(0).clamp(0, 1 << 32) as usize);
         let mut rows = stmt.query([]).map_err(export.sql_err(tbl))?;
         let mut hits: Vec<u32> = Vec::with_capacity(16);
         let mut last_hits: Vec<u32> = Vec::new();
@@ -786,14 +915,15 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
                 let m = &mut metrics[h as usize];
                 m.runtime_calls += 1;
                 if let Some(api) = sync {
-                    m.sync_calls += 1;
-                    m.sync_ns += re - rs;
-                    match m.sync.iter_mut().find(|(a, _)| *a == api) {
+                    let m = syncs.entry(h).or_default();
+                    m.calls += 1;
+                    m.ns += re - rs;
+                    match m.per_api.iter_mut().find(|(a, _)| *a == api) {
                         Some((_, s)) => {
                             s.calls += 1;
                             s.total_ns += re - rs;
                         }
-                        None => m.sync.push((api, SyncStat { calls: 1, total_ns: re - rs })),
+                        None => m.per_api.push((api, SyncStat { calls: 1, total_ns: re - rs })),
                     }
                 }
             }
@@ -801,7 +931,7 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
             let chain = if hits == last_hits && last_chain != u32::MAX {
                 last_chain
             } else {
-                let c = chains.intern(&hits, &thread_of);
+                let c = chains.intern(&hits);
                 last_hits.clone_from(&hits);
                 last_chain = c;
                 c
@@ -816,28 +946,66 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
                 last_pidx = p;
                 p
             };
-            let slot = if (0..=u32::MAX as i64).contains(&cid) && pidx < (1 << 30) {
-                corr.entry(((pidx as u64) << 32) | cid as u64).or_insert(u32::MAX)
-            } else {
-                corr_wide.entry((ns, cid)).or_insert(u32::MAX)
-            };
+            if (0..=u32::MAX as i64).contains(&cid) && pidx < (1 << 30) {
+                corr.push(CorrEnt { key: ((pidx as u64) << 32) | cid as u64, chain });
+                continue;
+            }
+            let slot = corr_wide.entry((ns, cid)).or_insert(u32::MAX);
             if *slot == u32::MAX {
                 *slot = chain;
             } else if *slot != chain {
                 // the same (process, correlationId) on two runtime calls inside kept ranges: union of both
-                let mut u: Vec<u32> = chains.occs[*slot as usize].iter().chain(chains.occs[chain as usize].iter()).copied().collect();
+                let mut u: Vec<u32> = chains.get(*slot).iter().chain(chains.get(chain).iter()).copied().collect();
                 u.sort_unstable();
                 u.dedup();
-                *slot = chains.intern(&u, &thread_of);
+                *slot = chains.intern(&u);
             }
         }
     }
+
+    // sort the correlation entries by key; a key seen on several calls gets the union of their chains
+    if !corr.windows(2).all(|w| { w[0].key } <= { w[1].key }) {
+        corr.sort_unstable_by_key(|e| e.key);
+    }
+    {
+        let len = corr.len();
+        let (mut i, mut w) = (0, 0);
+        while i < len {
+            let key = corr[i].key;
+            let mut ch = corr[i].chain;
+            let mut j = i + 1;
+            while j < len && { corr[j].key } == key {
+                let other = corr[j].chain;
+                if other != ch {
+                    let mut u: Vec<u32> = chains.get(ch).iter().chain(chains.get(other).iter()).copied().collect();
+                    u.sort_unstable();
+                    u.dedup();
+                    ch = chains.intern(&u);
+                }
+                j += 1;
+            }
+            corr[w] = CorrEnt { key, chain: ch };
+            w += 1;
+            i = j;
+        }
+        corr.truncate(w);
+    }
+    drop(tree);
+    // the chain map is only needed to intern; the chains themselves stay
+    chains.map = FxMap::default();
+    chains.data.shrink_to_fit();
+    chains.offs.shrink_to_fit();
 
     // ---- device rows
     let mut dev_ids: Vec<i64> = Vec::new();
     let mut dev_idx: FxMap<i64, u32> = FxMap::default();
     let mut device_pids: FxSet<i64> = FxSet::default();
     let mut rows_out: Vec<DevRow> = Vec::new();
+    let mut tags: Vec<Tag> = Vec::new();
+    let mut tag_idx: FxMap<(u32, u32), u32> = FxMap::default();
+    let mut last_tag_key = (u32::MAX, u32::MAX);
+    let mut last_tag = u32::MAX;
+    let mut corr_hint = 0usize;
     let mut kernels_total = 0u64;
     let mut kernel_work_total = 0i64;
     let mut kernels_attr = 0u64;
@@ -893,12 +1061,22 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
                     last_pidx = proc_idx.get(&g).copied();
                 }
                 if let (Some(p), Some(c)) = (last_pidx, cid) {
-                    let found = if (0..=u32::MAX as i64).contains(&c) && p < (1 << 30) {
-                        corr.get(&(((p as u64) << 32) | c as u64))
-                    } else {
-                        corr_wide.get(&(g, c))
-                    };
-                    if let Some(&ch) = found {
+                    if (0..=u32::MAX as i64).contains(&c) && p < (1 << 30) {
+                        let k = ((p as u64) << 32) | c as u64;
+                        // device rows come nearly in correlation order: try the last hit and its successor first
+                        let at = if corr_hint < corr.len() && { corr[corr_hint].key } == k {
+                            Some(corr_hint)
+                        } else if corr_hint + 1 < corr.len() && { corr[corr_hint + 1].key } == k {
+                            Some(corr_hint + 1)
+                        } else {
+                            let i = corr.partition_point(|e| { e.key } < k);
+                            (i < corr.len() && { corr[i].key } == k).then_some(i)
+                        };
+                        if let Some(i) = at {
+                            corr_hint = i;
+                            chain = corr[i].chain;
+                        }
+                    } else if let Some(&ch) = corr_wide.get(&(g, c)) {
                         chain = ch;
                     }
                 }
@@ -912,10 +1090,15 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
                 }
             }
             if chain != u32::MAX {
-                for &th in chains.threads[chain as usize].iter() {
-                    th_device[th as usize] += 1;
+                let mut prev = u32::MAX;
+                for &o in chains.get(chain) {
+                    let th = thread_of[o as usize];
+                    if th != prev {
+                        th_device[th as usize] += 1;
+                        prev = th;
+                    }
                 }
-                for &o in chains.occs[chain as usize].iter() {
+                for &o in chains.get(chain).iter() {
                     let m = &mut metrics[o as usize];
                     match kind {
                         0 => {
@@ -928,7 +1111,23 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
                     }
                 }
             }
-            rows_out.push(DevRow { start: s, end: e, chain, dev_kind: last_di | ((kind as u32) << 28) });
+            let d = e - s;
+            let (dur, tag) = if d < u32::MAX as i64 {
+                let key = (chain, last_di);
+                if key != last_tag_key {
+                    let next = tags.len() as u32;
+                    last_tag = *tag_idx.entry(key).or_insert_with(|| {
+                        tags.push(Tag { chain, dev: last_di, end: 0 });
+                        next
+                    });
+                    last_tag_key = key;
+                }
+                (d as u32, last_tag)
+            } else {
+                tags.push(Tag { chain, dev: last_di, end: e });
+                (u32::MAX, tags.len() as u32 - 1)
+            };
+            rows_out.push(DevRow { start: s, dur, tag });
         }
     }
     drop(corr);
@@ -945,61 +1144,62 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
         e: i64,
         open: bool,
     }
-    let mut ocur = vec![Cur { s: 0, e: 0, open: false }; n];
     let mut dcur = vec![Cur { s: 0, e: 0, open: false }; dev_ids.len()];
     let mut dtot: Vec<DeviceTotals> = dev_ids
         .iter()
         .map(|&d| DeviceTotals { device_id: d, device_rows: 0, busy_union_ns: 0, first_start: i64::MAX, last_end: i64::MIN })
         .collect();
     for r in &rows_out {
-        let di = (r.dev_kind & 0x0FFF_FFFF) as usize;
+        let tg = tags[r.tag as usize];
+        let end = if r.dur == u32::MAX { tg.end } else { r.start + r.dur as i64 };
+        let di = tg.dev as usize;
         let dt = &mut dtot[di];
         dt.device_rows += 1;
         dt.first_start = dt.first_start.min(r.start);
-        dt.last_end = dt.last_end.max(r.end);
+        dt.last_end = dt.last_end.max(end);
         let c = &mut dcur[di];
         if !c.open {
-            *c = Cur { s: r.start, e: r.end, open: true };
+            *c = Cur { s: r.start, e: end, open: true };
         } else if r.start <= c.e {
-            c.e = c.e.max(r.end);
+            c.e = c.e.max(end);
         } else {
             dt.busy_union_ns += c.e - c.s;
-            *c = Cur { s: r.start, e: r.end, open: true };
+            *c = Cur { s: r.start, e: end, open: true };
         }
-        if r.chain == u32::MAX {
+        if tg.chain == u32::MAX {
             continue;
         }
-        for &o in chains.occs[r.chain as usize].iter() {
+        for &o in chains.get(tg.chain).iter() {
             let o = o as usize;
             let m = &mut metrics[o];
-            m.first_device_start = Some(m.first_device_start.map_or(r.start, |v| v.min(r.start)));
-            m.last_device_end = Some(m.last_device_end.map_or(r.end, |v| v.max(r.end)));
-            let c = &mut ocur[o];
-            if !c.open {
-                *c = Cur { s: r.start, e: r.end, open: true };
-            } else if r.start <= c.e {
-                c.e = c.e.max(r.end);
+            if !m.has_device() {
+                // rows come by start: the first one gives min(d.start)
+                m.first = r.start;
+                m.cur_s = r.start;
+                m.cur_e = end;
+            } else if r.start <= m.cur_e {
+                m.cur_e = m.cur_e.max(end);
             } else {
-                m.busy_ns += c.e - c.s;
-                m.coverage_ns += overlap(c.s, c.e, occ[o].start, occ[o].end);
-                *c = Cur { s: r.start, e: r.end, open: true };
+                m.busy_ns += m.cur_e - m.cur_s;
+                m.coverage_ns += overlap(m.cur_s, m.cur_e, occ[o].start, occ[o].end);
+                m.cur_s = r.start;
+                m.cur_e = end;
             }
         }
     }
     drop(rows_out);
+    drop(tags);
+    drop(tag_idx);
     for (di, c) in dcur.iter().enumerate() {
         if c.open {
             dtot[di].busy_union_ns += c.e - c.s;
         }
     }
-    for (o, c) in ocur.iter().enumerate() {
-        let m = &mut metrics[o];
-        if c.open {
-            m.busy_ns += c.e - c.s;
-            m.coverage_ns += overlap(c.s, c.e, occ[o].start, occ[o].end);
-        }
-        if let (Some(a), Some(b)) = (m.first_device_start, m.last_device_end) {
-            m.span_ns = b - a;
+    // close each occurrence's last merged interval; it ends last, so cur_e stays as max(d.end)
+    for (o, m) in metrics.iter_mut().enumerate() {
+        if m.has_device() {
+            m.busy_ns += m.cur_e - m.cur_s;
+            m.coverage_ns += overlap(m.cur_s, m.cur_e, occ[o].start, occ[o].end);
         }
     }
     let mut per_device: Vec<DeviceTotals> = dtot.into_iter().filter(|d| d.device_rows > 0).collect();
@@ -1076,7 +1276,7 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
     // ---- labels
     let mut by_label: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, o) in occ.iter().enumerate() {
-        by_label.entry(o.label.as_str()).or_default().push(i);
+        by_label.entry(label_names[o.label as usize].as_str()).or_default().push(i);
     }
     let mut ranges = Vec::with_capacity(by_label.len());
     for (label, idxs) in &by_label {
@@ -1122,16 +1322,16 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
             r.kernel_work_ns += m.kernel_work_ns;
             r.host_range_kernel_coverage_ns += m.coverage_ns;
             r.kernel_busy_union_ns += m.busy_ns;
-            r.kernel_span_ns += m.span_ns;
-            r.gpu_idle_within_kernel_span_ns += m.span_ns - m.busy_ns;
+            r.kernel_span_ns += m.span_ns();
+            r.gpu_idle_within_kernel_span_ns += m.span_ns() - m.busy_ns;
             r.uncovered_host_time_ns += (wall - m.coverage_ns).max(0);
-            for (api, s) in &m.sync {
+            for (api, s) in syncs.get(&(i as u32)).map_or(&[][..], |s| &s.per_api[..]) {
                 let e = r.sync.entry(SYNC_APIS[*api as usize].to_string()).or_default();
                 e.calls += s.calls;
                 e.total_ns += s.total_ns;
             }
             *r.depths.entry(o.depth).or_default() += 1;
-            let parent = o.parent.map(|p| occ[p].label.clone()).unwrap_or_default();
+            let parent = if o.parent == u32::MAX { String::new() } else { label_names[occ[o.parent as usize].label as usize].clone() };
             *r.parents.entry(parent).or_default() += 1;
         }
         if r.host_wall_time_ns > 0 {
@@ -1234,7 +1434,47 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
         high_cardinality_labels,
         notes,
     };
-    Ok(Analysis { doc, occurrences: occ, metrics })
+    if !detail {
+        return Ok((doc, None));
+    }
+    drop(by_label);
+    let occurrences: Vec<Occurrence> = occ
+        .iter()
+        .map(|o| Occurrence {
+            label: label_names[o.label as usize].clone(),
+            global_tid: o.global_tid,
+            start: o.start,
+            end: o.end,
+            event_type: o.event_type,
+            domain_id: o.domain_id,
+            depth: o.depth,
+            parent: if o.parent == u32::MAX { None } else { Some(o.parent as usize) },
+        })
+        .collect();
+    let metrics: Vec<OccurrenceMetrics> = metrics
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let s = syncs.remove(&(i as u32)).unwrap_or_default();
+            OccurrenceMetrics {
+                runtime_calls: m.runtime_calls,
+                kernels: m.kernels,
+                memcpys: m.memcpys,
+                memsets: m.memsets,
+                graph_traces: m.graph_traces,
+                kernel_work_ns: m.kernel_work_ns,
+                busy_ns: m.busy_ns,
+                span_ns: m.span_ns(),
+                coverage_ns: m.coverage_ns,
+                first_device_start: m.has_device().then_some(m.first),
+                last_device_end: m.has_device().then_some(m.cur_e),
+                sync_calls: s.calls,
+                sync_ns: s.ns,
+                sync: s.per_api,
+            }
+        })
+        .collect();
+    Ok((doc, Some((occurrences, metrics))))
 }
 
 fn progress_on() -> bool {
