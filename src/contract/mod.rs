@@ -13,10 +13,12 @@ mod error;
 mod input;
 mod output;
 pub mod cli;
+mod time;
 
 pub use error::{Error, ErrorKind, Result};
 pub use input::{parse_json_stream, Input, JsonDoc};
 pub use output::{render, Style};
+pub use time::rfc3339_utc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
