@@ -129,21 +129,23 @@ pub struct Outcome {
 pub fn read_docs(inputs: &[Input]) -> Result<Vec<DocIn>> {
     let mut out = Vec::new();
     for input in inputs {
-        let bytes = input.read_bytes()?;
-        let name = input.name();
-        for d in parse_json_stream(&bytes, &name)? {
-            match d.value {
-                Value::Array(items) => out.extend(items.into_iter().map(|value| DocIn {
-                    value,
-                    source: name.clone(),
-                    line: d.line,
-                })),
-                value => out.push(DocIn {
-                    value,
-                    source: name.clone(),
-                    line: d.line,
-                }),
-            }
+        out.extend(docs_from_bytes(&input.read_bytes()?, &input.name())?);
+    }
+    Ok(out)
+}
+
+/// The documents of one JSON text named `source` in messages: one document, concatenated documents or NDJSON;
+/// a top-level array is a list of documents.
+pub fn docs_from_bytes(bytes: &[u8], source: &str) -> Result<Vec<DocIn>> {
+    let mut out = Vec::new();
+    for d in parse_json_stream(bytes, source)? {
+        match d.value {
+            Value::Array(items) => out.extend(items.into_iter().map(|value| DocIn {
+                value,
+                source: source.to_string(),
+                line: d.line,
+            })),
+            value => out.push(DocIn { value, source: source.to_string(), line: d.line }),
         }
     }
     Ok(out)

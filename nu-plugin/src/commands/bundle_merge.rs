@@ -1,7 +1,7 @@
 //! `bundle-merge`: merge nsyskit documents (pipeline records, JSON text, files) into an evidence bundle.
 
 use nsyskit::bundle::{self, DocIn, Mode};
-use nsyskit::contract::{parse_json_stream, Input};
+use nsyskit::contract::Input;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, Span, SyntaxShape, Type, Value};
 
@@ -18,19 +18,9 @@ const PIPELINE: &str = "pipeline input";
 /// concatenated or NDJSON documents; a top-level array is a list of documents, as in the binary).
 fn pipeline_docs(input: &Value) -> Result<Vec<DocIn>, LabeledError> {
     let json_docs = |bytes: &[u8]| -> Result<Vec<DocIn>, LabeledError> {
-        let docs = parse_json_stream(bytes, PIPELINE).map_err(|e| {
+        bundle::docs_from_bytes(bytes, PIPELINE).map_err(|e| {
             LabeledError::new(e.message).with_code("nsyskit::input").with_label("not valid JSON", input.span())
-        })?;
-        let mut out = Vec::new();
-        for d in docs {
-            match d.value {
-                serde_json::Value::Array(items) => {
-                    out.extend(items.into_iter().map(|value| DocIn { value, source: PIPELINE.into(), line: d.line }))
-                }
-                value => out.push(DocIn { value, source: PIPELINE.into(), line: d.line }),
-            }
-        }
-        Ok(out)
+        })
     };
     Ok(match input {
         Value::Nothing { .. } => Vec::new(),
