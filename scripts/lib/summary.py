@@ -18,9 +18,11 @@ def main():
     elif what == "readiness":
         print("  verdict: %s | %s" % (d.get("verdict"), d.get("reason")))
     elif what == "report":
-        print("  class: %s" % (d.get("primary_class") or d.get("class")))
-        for line in (d.get("rationale") or d.get("reasons") or [])[:3]:
-            print("   ", line if isinstance(line, str) else json.dumps(line)[:140])
+        dec = d.get("decision") or {}
+        print("  class: %s (%s)" % (d.get("class"), dec.get("rule")))
+        print("   ", dec.get("reason", ""))
+        for line in (d.get("unattributed") or {}).get("statements", []):
+            print("    unattributed:", line)
     elif what == "compare":
         print("  verdict: %s" % d.get("verdict"))
         for inv in (d.get("invalidators") or [])[:5]:
