@@ -450,7 +450,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
                     "python_overhead_bound",
                     "R6",
                     format!(
-                        "device work covers {} of the host wall of {:?} (< {:.0}%) and the host spends {:.1} µs per runtime call (≥ {:.0} µs) / {} of the wall outside any device-work span (≥ {:.0}%): host code between CUDA calls, not launching, holds the GPU back",
+                        "device work covers {} of the host wall of {:?} (< {:.0}%) and the host spends {:.1} µs per runtime call (R6 needs ≥ {:.0} µs) or {} of the wall outside any device-work span (or ≥ {:.0}%; either suffices): host code between CUDA calls, not launching, holds the GPU back",
                         pct(s.coverage_fraction),
                         p.label,
                         LOW_COVERAGE_MAX * 100.0,
