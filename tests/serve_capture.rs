@@ -411,6 +411,62 @@ fn sigint_mid_run_cleans_up_and_exits_130() {
     assert_all_gone_and_port_free(&doc, port);
 }
 
+/// The SIGINT/SIGTERM/SIGHUP handlers of this (test) process: bits of `SigCgt` in /proc/self/status.
+fn caught_stop_signals() -> Vec<i32> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let hex = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).unwrap().trim();
+    let mask = u64::from_str_radix(hex, 16).unwrap();
+    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP].into_iter().filter(|s| mask & (1u64 << (s - 1)) != 0).collect()
+}
+
+/// The library with a caller-owned stop flag (what the Nushell plugin passes): setting it mid-run takes the
+/// SIGINT cleanup path, and no process-wide signal handler is installed. The run folder is given relative to
+/// `cwd`, as the plugin passes Nushell's current folder.
+#[test]
+fn stop_flag_interrupts_like_sigint_without_signal_handlers() {
+    let Some(e) = env_or_skip("stop_flag_interrupts_like_sigint_without_signal_handlers") else { return };
+    let _g = NSYS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    use nsyskit::serve_capture::{run, ServeCaptureOptions, StopFlag, StopSource};
+    let port = free_port();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut o = ServeCaptureOptions::new(
+        vec![e.server.display().to_string(), port.to_string()],
+        format!("http://127.0.0.1:{port}/health"),
+        vec![e.server.display().to_string(), "--client".into(), port.to_string(), "60".into()],
+        "run".into(),
+    );
+    o.nsys = Some(e.nsys.clone());
+    o.trace = "nvtx,osrt".into();
+    o.grace = Duration::from_secs(3);
+    o.cwd = Some(tmp.path().to_path_buf());
+    let stop = StopFlag::new();
+    o.stop = StopSource::Flag(stop.clone());
+    let out = tmp.path().join("run");
+    let before = caught_stop_signals();
+    let t = Instant::now();
+    let doc = std::thread::scope(|s| {
+        let h = s.spawn(|| run(&o));
+        while !out.join("pids/load.pid").exists() {
+            assert!(t.elapsed() < Duration::from_secs(60) && !h.is_finished(), "the load client never started");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        stop.interrupt();
+        h.join().unwrap().unwrap()
+    });
+    let doc = serde_json::to_value(&doc).unwrap();
+    common::assert_valid(&doc);
+    assert_eq!(doc["outcome"], "interrupted", "{doc}");
+    assert_eq!(doc["cleanup"]["stop_signal"], 2);
+    assert_eq!(doc["failures"][0]["stage"], "interrupted");
+    assert_eq!(doc["out_dir"], out.display().to_string(), "relative --out resolved against cwd");
+    assert_eq!(role(&doc, "load")["signals_sent"][0], "SIGTERM");
+    assert!(t.elapsed() < Duration::from_secs(50), "cleanup took {:?}", t.elapsed());
+    assert_all_gone_and_port_free(&doc, port);
+    assert_eq!(caught_stop_signals(), before, "a StopSource::Flag run installs no signal handler");
+    assert!(!before.contains(&libc::SIGINT), "no test of this binary runs the library with process signals");
+}
+
 /// A stand-in nsys (a shell script) whose `profile --help` lacks the mandatory flags: refused before anything
 /// starts. Runs without the real nsys.
 #[test]

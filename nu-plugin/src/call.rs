@@ -215,3 +215,23 @@ pub fn doc_arg(
             .with_label("not a path or a record", other.span())),
     }
 }
+
+/// A repeatable string flag: one value, or a list of them (`--env [HF_TOKEN VLLM_USE_V1=1]`).
+pub fn flag_list(call: &EvaluatedCall, name: &str) -> Result<Vec<String>, ShellError> {
+    let mut out = Vec::new();
+    for (flag, value) in &call.named {
+        if flag.item != name {
+            continue;
+        }
+        match value {
+            None | Some(Value::Nothing { .. }) => {}
+            Some(Value::List { vals, .. }) => {
+                for v in vals {
+                    out.push(v.clone().coerce_into_string()?);
+                }
+            }
+            Some(v) => out.push(v.clone().coerce_into_string()?),
+        }
+    }
+    Ok(out)
+}

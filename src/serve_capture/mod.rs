@@ -67,6 +67,54 @@ pub struct ServeCaptureOptions {
     pub tier: crate::gate::Tier,
     pub decode_range: Option<String>,
     pub min_rep_bytes: Option<u64>,
+    /// Where a stop request (Ctrl-C) comes from: the process's own SIGINT/SIGTERM/SIGHUP (the binary), or a
+    /// [`StopFlag`] the caller sets (the Nushell plugin, where Ctrl-C arrives through the plugin protocol).
+    pub stop: StopSource,
+    /// The folder the server, nsys and the clients run in and a relative `out` is resolved against; None: the
+    /// process's current folder (the binary). The plugin passes Nushell's current folder.
+    pub cwd: Option<PathBuf>,
+}
+
+/// A stop request set by the caller, with the signal it stands for (2 = SIGINT); shared between threads.
+#[derive(Debug, Clone, Default)]
+pub struct StopFlag(std::sync::Arc<std::sync::atomic::AtomicI32>);
+
+impl StopFlag {
+    pub fn new() -> StopFlag {
+        StopFlag::default()
+    }
+    /// Ask the run to stop as if `sig` had been received (the first request wins).
+    pub fn request(&self, sig: i32) {
+        let _ = self.0.compare_exchange(0, sig, std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst);
+    }
+    /// Ask the run to stop as on Ctrl-C (SIGINT): outcome `interrupted`, `cleanup.stop_signal` 2.
+    pub fn interrupt(&self) {
+        self.request(libc::SIGINT)
+    }
+    /// The signal requested so far (0 = none).
+    pub fn get(&self) -> i32 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Where [`run`] learns that it must stop and clean up.
+#[derive(Debug, Clone, Default)]
+pub enum StopSource {
+    /// Install process-wide SIGINT/SIGTERM/SIGHUP handlers that record the signal (the binary).
+    #[default]
+    ProcessSignals,
+    /// Only this flag; no signal handler is installed (a library caller such as the Nushell plugin).
+    Flag(StopFlag),
+}
+
+impl StopSource {
+    /// The stop signal requested so far (0 = none).
+    pub fn signal(&self) -> i32 {
+        match self {
+            StopSource::ProcessSignals => procs::stop_signal(),
+            StopSource::Flag(f) => f.get(),
+        }
+    }
 }
 
 impl ServeCaptureOptions {
@@ -95,6 +143,8 @@ impl ServeCaptureOptions {
             tier: crate::gate::Tier::Throughput,
             decode_range: None,
             min_rep_bytes: None,
+            stop: StopSource::ProcessSignals,
+            cwd: None,
         }
     }
 }
@@ -502,7 +552,7 @@ impl Run<'_> {
     }
     /// A stop signal arrived (recorded once as a failure).
     fn stopped(&mut self) -> bool {
-        let s = procs::stop_signal();
+        let s = self.o.stop.signal();
         if s != 0 && self.stop_seen.is_none() {
             self.stop_seen = Some(s);
             self.fail("interrupted", format!("{} received: stopping and cleaning up the recorded processes", procs::signal_name(s)));
@@ -542,6 +592,9 @@ impl Run<'_> {
         let f2 = File::create(&se).map_err(|e| format!("{}: {e}", se.display()))?;
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(f1).stderr(f2);
+        if let Some(d) = &self.o.cwd {
+            cmd.current_dir(d);
+        }
         new_session(&mut cmd);
         let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
         let pid = child.id() as i32;
@@ -680,6 +733,8 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
     let is_local = matches!(health.host.as_str(), "127.0.0.1" | "localhost" | "::1" | "0.0.0.0");
     let abs_out = if o.out.is_absolute() {
         o.out.clone()
+    } else if let Some(d) = &o.cwd {
+        d.join(&o.out)
     } else {
         std::env::current_dir().map_err(|e| Error::env(format!("cannot read the current folder: {e}")))?.join(&o.out)
     };
@@ -738,7 +793,9 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
         end_est_s: None,
     };
 
-    procs::install_stop_handlers();
+    if matches!(o.stop, StopSource::ProcessSignals) {
+        procs::install_stop_handlers();
+    }
     let mut r = Run { o, t0, out: out.clone(), pids_dir: out.join("pids"), procs: Vec::new(), failures: Vec::new(), stop_seen: None };
     if let Some(reason) = preflight_failed {
         r.fail("preflight", format!("nsys-resolve says RETRY: {reason}; nothing was started (see {})", files.provenance));
@@ -774,6 +831,9 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
     let log2 = log.try_clone().map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
     let mut cmd = Command::new(&nsys);
     cmd.args(&args).stdin(Stdio::null()).stdout(log).stderr(log2);
+    if let Some(d) = &o.cwd {
+        cmd.current_dir(d);
+    }
     for (k, v) in &o.env {
         cmd.env(k, v);
     }

@@ -12,6 +12,7 @@ mod kern_csv_to_json;
 mod nsys_resolve;
 mod nvtx_readiness;
 mod report;
+mod serve_capture;
 mod sqlite_ranges;
 
 pub use bundle_merge::BundleMerge;
@@ -22,6 +23,7 @@ pub use kern_csv_to_json::KernCsvToJson;
 pub use nsys_resolve::NsysResolve;
 pub use nvtx_readiness::NvtxReadiness;
 pub use report::Report;
+pub use serve_capture::ServeCapture;
 pub use sqlite_ranges::SqliteRanges;
 
 /// Every command of the plugin.
@@ -36,5 +38,6 @@ pub fn all() -> Vec<Box<dyn PluginCommand<Plugin = NsyskitPlugin>>> {
         Box::new(KernCsvToJson),
         Box::new(BundleMerge),
         Box::new(FromNsyskit),
+        Box::new(ServeCapture),
     ]
 }

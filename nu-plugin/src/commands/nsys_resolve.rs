@@ -7,7 +7,7 @@ use nsyskit::resolve::{self, ProvenanceOptions, ResolveOptions, KNOWN_INSTALL_GL
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, ShellError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_value, flag_path, flag_str, labeled, nu_env, nu_env_raw, resolve_path};
+use crate::call::{category, doc_value, flag_list, flag_path, flag_str, labeled, nu_env, nu_env_raw, resolve_path};
 use crate::NsyskitPlugin;
 
 pub struct NsysResolve;
@@ -22,26 +22,6 @@ fn nu_path_var(engine: &EngineInterface) -> Result<Option<OsString>, ShellError>
         }
         Some(v) => Some(OsString::from(v.coerce_into_string()?)),
     })
-}
-
-/// A repeatable string flag: one value, or a list of them (`--env [HF_TOKEN VLLM_USE_V1=1]`).
-fn flag_list(call: &EvaluatedCall, name: &str) -> Result<Vec<String>, ShellError> {
-    let mut out = Vec::new();
-    for (flag, value) in &call.named {
-        if flag.item != name {
-            continue;
-        }
-        match value {
-            None | Some(Value::Nothing { .. }) => {}
-            Some(Value::List { vals, .. }) => {
-                for v in vals {
-                    out.push(v.clone().coerce_into_string()?);
-                }
-            }
-            Some(v) => out.push(v.clone().coerce_into_string()?),
-        }
-    }
-    Ok(out)
 }
 
 impl SimplePluginCommand for NsysResolve {
