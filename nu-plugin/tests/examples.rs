@@ -20,9 +20,14 @@ fn every_command_has_passing_examples() {
     assert!(!all.is_empty());
     let nsys = std::path::Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cache/nsyskit/nsys-2023.4/usr/bin/nsys");
     for cmd in &all {
-        if cmd.name() == "nsys-resolve" && !nsys.is_file() {
-            eprintln!("SKIP nsys-resolve examples: no nsys 2023.4 at {} (scripts/get-nsys installs it)", nsys.display());
+        if matches!(cmd.name(), "nsys-resolve" | "serve-capture") && !nsys.is_file() {
+            eprintln!("SKIP {} examples: no nsys 2023.4 at {} (scripts/get-nsys installs it)", cmd.name(), nsys.display());
             continue;
+        }
+        if cmd.name() == "serve-capture" {
+            // the example's run folder must be fresh, as --out requires
+            let run = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/nsyskit-examples/serve-capture");
+            let _ = std::fs::remove_dir_all(&run);
         }
         assert!(!cmd.examples().is_empty(), "{} has no example", cmd.name());
         assert!(cmd.examples().iter().all(|e| e.result.is_some()), "{}: every example has a checked result", cmd.name());

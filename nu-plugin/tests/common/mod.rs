@@ -42,10 +42,10 @@ impl Nu {
         self.dir.path().join("plugins.msgpackz")
     }
 
-    /// One `nu -c SCRIPT` in the workspace root with the temporary config and plugin registry.
-    pub fn raw(&self, script: &str) -> Output {
-        Command::new(&self.bin)
-            .current_dir(root())
+    /// `nu -c SCRIPT` in the workspace root with the temporary config and plugin registry, not started.
+    pub fn command(&self, script: &str) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.current_dir(root())
             .env("HOME", self.dir.path())
             .env("XDG_CONFIG_HOME", self.dir.path())
             .env_remove("NU_LIB_DIRS")
@@ -59,9 +59,13 @@ impl Nu {
             .arg("--error-style")
             .arg("plain")
             .arg("-c")
-            .arg(script)
-            .output()
-            .expect("run nu")
+            .arg(script);
+        c
+    }
+
+    /// One `nu -c SCRIPT` in the workspace root with the temporary config and plugin registry.
+    pub fn raw(&self, script: &str) -> Output {
+        self.command(script).output().expect("run nu")
     }
 
     /// `plugin use nsyskit` then the pipeline, its value as JSON (`to json` in nu, parsed here).
@@ -80,4 +84,58 @@ impl Nu {
         assert!(!out.status.success(), "`{pipeline}` should fail, gave {}", String::from_utf8_lossy(&out.stdout));
         stderr
     }
+}
+
+/// nsys 2023.4 (`NSYS_BIN`, else where scripts/get-nsys installs it), or None with a SKIP message.
+pub fn nsys_or_skip(test: &str) -> Option<PathBuf> {
+    let nsys = std::env::var_os("NSYS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cache/nsyskit/nsys-2023.4/usr/bin/nsys"));
+    if nsys.is_file() {
+        Some(nsys)
+    } else {
+        eprintln!("SKIP {test}: no nsys at {} (set NSYS_BIN; scripts/get-nsys installs nsys 2023.4)", nsys.display());
+        None
+    }
+}
+
+/// The CPU test server with NVTX ranges (scripts/cpu/vibeserve_http.c), compiled with gcc and the NVTX v3
+/// headers shipped with nsys into `dir`; None with a SKIP message when gcc or the headers are absent.
+pub fn cpu_server_or_skip(test: &str, nsys: &Path, dir: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(nsys).ok()?;
+    let mut inc = None;
+    let mut d = real.parent().map(Path::to_path_buf);
+    for _ in 0..4 {
+        let Some(dir) = d else { break };
+        for cand in [
+            dir.join("lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nvtx/include"),
+            dir.join("target-linux-x64/nvtx/include"),
+            dir.join("nvtx/include"),
+        ] {
+            if inc.is_none() && cand.join("nvtx3/nvToolsExt.h").is_file() {
+                inc = Some(cand);
+            }
+        }
+        d = dir.parent().map(Path::to_path_buf);
+    }
+    let Some(inc) = inc else {
+        eprintln!("SKIP {test}: no NVTX headers in the nsys install {}", nsys.display());
+        return None;
+    };
+    let server = dir.join("vibeserve_http");
+    let src = root().join("scripts/cpu/vibeserve_http.c");
+    match Command::new("gcc").args(["-O1", "-I"]).arg(&inc).arg(&src).arg("-o").arg(&server).arg("-ldl").output() {
+        Ok(o) if o.status.success() => Some(server),
+        Ok(o) => panic!("gcc failed on {}: {}", src.display(), String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            eprintln!("SKIP {test}: no gcc ({e})");
+            None
+        }
+    }
+}
+
+/// A TCP port nothing listens on right now.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
 }
