@@ -79,9 +79,12 @@ impl Engine {
         std::fs::write(&libcuda, vec![0x7fu8; 4096]).unwrap();
         let portfile = dir.join("port");
         let marker = format!("standin-engine-{tag}-{}", std::process::id());
-        let mut c = Command::new(nsys);
-        c.args(how)
-            .arg("python3")
+        // `how` empty: the engine runs without nsys (the attach strategy's target)
+        let mut c = if how.is_empty() { Command::new("python3") } else { Command::new(nsys) };
+        if !how.is_empty() {
+            c.args(how).arg("python3");
+        }
+        c
             .arg(root().join("bins/pod-attach/tests/data/standin_engine.py"))
             .args(["serve", &marker])
             .arg(&portfile)
@@ -413,6 +416,79 @@ fn attach_refused_by_nsys_2023() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("strategy attach refused") && err.contains("2023.4") && err.contains("--attach-pid"), "{err}");
     assert!(eng.hits().is_empty());
+}
+
+/// The attach strategy's happy path. No real nsys lists `--attach-pid` (2023.4.4 here, 2025.3.1 on the H200), so
+/// the sidecar's nsys is a test double (tests/data/nsys_attach_shim.sh) over the real nsys 2023.4: it adds the
+/// option line to `profile --help`, and for `profile --attach-pid=PID` checks the PID, logs its argv, waits and
+/// writes a real report; export and stats are the real nsys. What is tested is pod-attach's side.
+#[test]
+fn attach_happy_path_with_shim_nsys() {
+    let nsys = nsys_or_skip!("attach_happy_path_with_shim_nsys");
+    let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
+    let dir = tempfile::tempdir().unwrap();
+    let shim_log = dir.path().join("shim.log");
+    let report = root().join("fixtures/nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep");
+    {
+        let mut s = si.state.lock().unwrap();
+        s.env.insert("REAL_NSYS".into(), nsys.to_string_lossy().into());
+        s.env.insert("SHIM_LOG".into(), shim_log.to_string_lossy().into());
+        s.env.insert("SHIM_REPORT".into(), report.to_string_lossy().into());
+    }
+    let shim = root().join("bins/pod-attach/tests/data/nsys_attach_shim.sh");
+    let eng = Engine::start(&nsys, dir.path(), &[], "ap");
+    let work = dir.path().join("work");
+    let out_dir = dir.path().join("out");
+    let mut c = bin(&si);
+    common_args_d(&mut c, &shim, &work, &out_dir, "2");
+    c.args(["--strategy", "attach", "--process-match", &eng.pattern()]);
+    let gate = with_gate(&mut c, dir.path(), "attach_happy_path_with_shim_nsys");
+    let out = c.output().unwrap();
+    check_no_token(&out);
+    let d = one_doc(&out);
+    eprintln!("STDERR attach_happy_path_with_shim_nsys:\n{}", String::from_utf8_lossy(&out.stderr));
+    expect_gate(&d, &out, gate.is_some());
+    assert_eq!(d["strategy"], "attach");
+    // the engine pod-attach chose is the CUDA-owning child, and the shim was asked to attach to exactly that PID
+    let prov = &d["provenance"];
+    assert_eq!(prov["engine"]["cuda_owner"], true);
+    assert!(prov["engine"]["cmdline"].as_str().unwrap().contains("EngineCore"), "{prov}");
+    let pid = prov["engine"]["pid"].as_i64().unwrap();
+    let log = std::fs::read_to_string(&shim_log).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    let argv: Vec<&str> = lines[0].split(' ').collect();
+    assert_eq!(
+        argv,
+        vec![
+            "profile",
+            &format!("--attach-pid={pid}"),
+            "--trace=cuda,nvtx,osrt",
+            "--cuda-graph-trace=node",
+            "--duration=2",
+            "-o",
+            &format!("{}/capture", work.display()),
+        ]
+    );
+    // the probe saw the flag; the rest of the version text is the real nsys's
+    assert!(prov["nsys"]["version"].as_str().unwrap().contains("2023.4"), "{prov}");
+    // copy-out: the report the shim wrote, the real export and stats made from it, checksums matching
+    assert_eq!(std::fs::read(out_dir.join("capture.nsys-rep")).unwrap(), std::fs::read(&report).unwrap());
+    let files = d["files"].as_array().unwrap();
+    for f in files {
+        let bytes = std::fs::read(f["path"].as_str().unwrap()).unwrap();
+        assert_eq!(f["sha256"], nsyskit::pod_attach::sha256_hex(&bytes));
+    }
+    let ex = nsyskit::export::Export::open(&out_dir.join("capture.sqlite")).unwrap();
+    assert!(ex.count_rows("NVTX_EVENTS").unwrap() > 0);
+    // the sidecar ran it, and cleanup ended the sidecar's sleep and removed the work folder
+    let s = si.state.lock().unwrap();
+    assert!(s.execs.iter().all(|(c, _)| c.starts_with("nsyskit-")), "{:?}", s.execs);
+    assert!(s.execs.iter().any(|(_, a)| a.get(1).map(String::as_str) == Some("profile") && a.get(2).is_some_and(|x| x.starts_with("--attach-pid="))));
+    drop(s);
+    assert_eq!(si.sidecar_ended(), Some(true));
+    assert!(!work.exists());
+    assert!(eng.hits().is_empty(), "attach sends no HTTP to the engine");
 }
 
 fn copy_fault(fault: TarFault, tag: &str, expect: &str) {
