@@ -4,6 +4,8 @@
 //!
 //! No token or kubeconfig content is ever printed: errors carry the API status message and the request path only.
 
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -241,16 +243,68 @@ fn now_s() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-/// Run `gate-check REPORT --sqlite SQLITE` on the copied files: `PASS` (exit 0), `RETRY` (exit 1), else
-/// `NOT_RUN` with why.
-pub fn run_gate(gate_bin: Option<&std::path::Path>, report: &std::path::Path, sqlite: &std::path::Path) -> pa::GateResult {
-    let Some(bin) = gate_bin else {
-        return pa::GateResult {
-            verdict: "NOT_RUN".into(),
-            reason: "no gate-check binary found (next to pod-attach, on PATH, or --gate-check)".into(),
-            document: None,
-        };
-    };
+/// How the copied capture is gated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gate {
+    /// No gate-check: the verdict is `NOT_RUN` with this reason.
+    Skip(String),
+    /// Run this `gate-check` program (`REPORT --sqlite SQLITE --compact`) and read its exit code and document
+    /// (the binary: `--gate-check`, else the one next to pod-attach, else on PATH).
+    Program(PathBuf),
+    /// Call [`nsyskit::gate::run`] in this process (the Nushell plugin: no subprocess, no binary to find).
+    Library,
+}
+
+impl Gate {
+    /// The binary's choice: `--gate-check PATH`, else `gate-check` next to the running program, else on `PATH`,
+    /// else [`Gate::Skip`].
+    pub fn find_program(explicit: Option<&Path>) -> Gate {
+        if let Some(g) = explicit {
+            return Gate::Program(g.to_path_buf());
+        }
+        let beside = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("gate-check"))).filter(|p| p.is_file());
+        let found = beside.or_else(|| {
+            std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("gate-check")).find(|p| p.is_file()))
+        });
+        match found {
+            Some(p) => Gate::Program(p),
+            None => Gate::Skip("no gate-check binary found (next to pod-attach, on PATH, or --gate-check)".into()),
+        }
+    }
+}
+
+fn retry_ids(doc: Option<&serde_json::Value>) -> Vec<String> {
+    doc.and_then(|d| d.get("retry"))
+        .and_then(|r| r.as_array())
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .unwrap_or_default()
+}
+
+/// Gate the copied files (`REPORT`, with its export `SQLITE`): `PASS`, `RETRY`, else `NOT_RUN` with why.
+pub fn run_gate(gate: &Gate, report: &Path, sqlite: &Path) -> pa::GateResult {
+    match gate {
+        Gate::Skip(reason) => pa::GateResult { verdict: "NOT_RUN".into(), reason: reason.clone(), document: None },
+        Gate::Program(bin) => run_gate_program(bin, report, sqlite),
+        Gate::Library => {
+            let opts = nsyskit::gate::GateOptions { capture: report.to_path_buf(), sqlite: Some(sqlite.to_path_buf()), ..Default::default() };
+            match nsyskit::gate::run(&opts) {
+                Ok(doc) => {
+                    let code = doc.exit_code();
+                    let doc = serde_json::to_value(&doc).ok();
+                    let (verdict, reason) = if code == 0 {
+                        ("PASS", "gate-check (library) said PASS".to_string())
+                    } else {
+                        ("RETRY", format!("gate-check (library): gates {} said retry (see document.gates)", retry_ids(doc.as_ref()).join(",")))
+                    };
+                    pa::GateResult { verdict: verdict.into(), reason, document: doc }
+                }
+                Err(e) => pa::GateResult { verdict: "NOT_RUN".into(), reason: format!("gate-check (library): {}", e.message), document: None },
+            }
+        }
+    }
+}
+
+fn run_gate_program(bin: &Path, report: &Path, sqlite: &Path) -> pa::GateResult {
     match std::process::Command::new(bin).arg(report).arg("--sqlite").arg(sqlite).arg("--compact").output() {
         Ok(out) => {
             let doc = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok();
@@ -259,12 +313,7 @@ pub fn run_gate(gate_bin: Option<&std::path::Path>, report: &std::path::Path, sq
                 Some(1) => "RETRY",
                 _ => "NOT_RUN",
             };
-            let retry: Vec<String> = doc
-                .as_ref()
-                .and_then(|d| d.get("retry"))
-                .and_then(|r| r.as_array())
-                .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
-                .unwrap_or_default();
+            let retry = retry_ids(doc.as_ref());
             let reason = match verdict {
                 "NOT_RUN" => format!("{} exited {:?}: {}", bin.display(), out.status.code(), String::from_utf8_lossy(&out.stderr).trim()),
                 "RETRY" => format!("{} exited 1: gates {} said retry (see document.gates)", bin.display(), retry.join(",")),
@@ -277,7 +326,7 @@ pub fn run_gate(gate_bin: Option<&std::path::Path>, report: &std::path::Path, sq
 }
 
 /// Execute a whole capture. `setup` records what was created so that [`cleanup`] can undo it.
-pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate_bin: Option<&std::path::Path>) -> Result<PodAttachDoc> {
+pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) -> Result<PodAttachDoc> {
     o.validate()?;
     let started = now_s();
     let pod = find_pod(c, o).await?;
@@ -443,7 +492,7 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate_bin: Optio
         copied.push(pa::CopiedFile { name: n.clone(), path: out_dir.join(n).to_string_lossy().to_string(), size: rsize, sha256: local });
     }
     let sqlite = out_dir.join(format!("{}.sqlite", o.capture_name));
-    let gate = run_gate(gate_bin, &out_dir.join(format!("{}.nsys-rep", o.capture_name)), &sqlite);
+    let gate = run_gate(gate, &out_dir.join(format!("{}.nsys-rep", o.capture_name)), &sqlite);
     if gate.verdict == "NOT_RUN" {
         warnings.push(format!("gate-check not run: {}", gate.reason));
     }
@@ -531,4 +580,174 @@ pub async fn cleanup<C: Cluster>(c: &C, o: &Options, setup: &Shared) -> Vec<Stri
         }
     }
     log
+}
+
+/// pod-attach's flags as plain values, with the binary's defaults ([`Flags::default`]); both adapters (the
+/// binary's clap arguments, the Nushell command's signature) fill one and call [`options`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Flags {
+    pub namespace: String,
+    pub pod: Option<String>,
+    pub selector: Option<String>,
+    pub container: Option<String>,
+    pub image: Option<String>,
+    pub profile: String,
+    pub strategy: String,
+    pub process_match: String,
+    pub duration: f64,
+    pub nsys: String,
+    pub workdir: Option<String>,
+    pub out_dir: String,
+    pub port: u16,
+    pub session: String,
+    pub wait_timeout: u64,
+    pub capture_name: String,
+}
+
+impl Default for Flags {
+    fn default() -> Flags {
+        Flags {
+            namespace: "default".into(),
+            pod: None,
+            selector: None,
+            container: None,
+            image: None,
+            profile: "general".into(),
+            strategy: "endpoint".into(),
+            process_match: pa::DEFAULT_PROCESS_MATCH.into(),
+            duration: 10.0,
+            nsys: "nsys".into(),
+            workdir: None,
+            out_dir: "pod-attach-out".into(),
+            port: 8000,
+            session: "nsyskit".into(),
+            wait_timeout: 120,
+            capture_name: "capture".into(),
+        }
+    }
+}
+
+/// The run's [`Options`] from the flags: a per-run id names the sidecar (`nsyskit-ID`) and the default work
+/// folder (`/tmp/nsyskit-pod-attach-ID`), and a per-run sleep length lets cleanup recognise this sidecar's sleep.
+/// Validated (usage errors name the flag).
+pub fn options(f: &Flags) -> Result<Options> {
+    let id = format!(
+        "{:x}",
+        std::process::id() as u64 ^ (SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0) & 0xffff_ffff)
+    );
+    let o = Options {
+        namespace: f.namespace.clone(),
+        pod: f.pod.clone(),
+        selector: f.selector.clone(),
+        container: f.container.clone(),
+        image: f.image.clone().unwrap_or_default(),
+        profile: pa::SecurityProfile::parse(&f.profile)?,
+        strategy: Strategy::parse(&f.strategy)?,
+        process_match: f.process_match.clone(),
+        duration_s: f.duration,
+        nsys: f.nsys.clone(),
+        workdir: f.workdir.clone().unwrap_or_else(|| format!("/tmp/nsyskit-pod-attach-{id}")),
+        out_dir: f.out_dir.clone(),
+        port: f.port,
+        session: f.session.clone(),
+        sidecar_name: format!("nsyskit-{id}"),
+        sidecar_sleep_s: (f.duration.ceil() as u64) + 3 * f.wait_timeout + 600 + (std::process::id() as u64 % 997),
+        wait_timeout_s: f.wait_timeout,
+        capture_name: f.capture_name.clone(),
+    };
+    o.validate()?;
+    Ok(o)
+}
+
+/// How a run ended, after cleanup.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The capture was copied out and gated; the document's `cleanup` holds the cleanup log.
+    Done(Box<PodAttachDoc>),
+    /// A step failed; the cleanup log.
+    Failed(Error, Vec<String>),
+    /// The cancel future completed first (Ctrl-C), with its reason; the cleanup log.
+    Interrupted(String, Vec<String>),
+}
+
+/// Run a capture against `c` until it ends or `cancel` completes (its output says why, e.g. `SIGINT`), then
+/// ALWAYS clean up ([`cleanup`]) and attach the cleanup log. Progress and the cleanup log go to stderr.
+pub async fn run_with_cleanup<C: Cluster>(c: &C, o: &Options, gate: &Gate, cancel: impl Future<Output = String>) -> Outcome {
+    let setup: Shared = Arc::new(Mutex::new(Setup::default()));
+    let outcome = tokio::select! {
+        r = run(c, o, &setup, gate) => Ok(r),
+        why = cancel => Err(why),
+    };
+    if let Err(why) = &outcome {
+        say(&format!("interrupted ({why}); cleaning up"));
+    }
+    let log = cleanup(c, o, &setup).await;
+    for l in &log {
+        say(&format!("cleanup: {l}"));
+    }
+    match outcome {
+        Err(why) => Outcome::Interrupted(why, log),
+        Ok(Ok(mut doc)) => {
+            doc.cleanup = log;
+            Outcome::Done(Box::new(doc))
+        }
+        Ok(Err(e)) => Outcome::Failed(e, log),
+    }
+}
+
+/// Connect with the normal kube configuration ([`KubeCluster::connect`]) and [`run_with_cleanup`].
+pub async fn connect_and_run(o: &Options, gate: &Gate, cancel: impl Future<Output = String>) -> Result<Outcome> {
+    let cluster = KubeCluster::connect().await?;
+    Ok(run_with_cleanup(&cluster, o, gate, cancel).await)
+}
+
+/// A small multi-threaded tokio runtime for one run (the binary and the Nushell command block on it).
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::env(format!("cannot start the async runtime: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(rel: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(rel)
+    }
+
+    #[test]
+    fn options_from_default_flags() {
+        let f = Flags { pod: Some("vllm-0".into()), image: Some("r/x@sha256:ab".into()), ..Flags::default() };
+        let o = options(&f).unwrap();
+        assert_eq!((o.namespace.as_str(), o.strategy, o.port, o.duration_s, o.nsys.as_str()), ("default", Strategy::Endpoint, 8000, 10.0, "nsys"));
+        assert!(o.sidecar_name.starts_with("nsyskit-"));
+        assert_eq!(o.workdir, format!("/tmp/nsyskit-pod-attach-{}", &o.sidecar_name["nsyskit-".len()..]));
+        assert!(o.sidecar_sleep_s >= 10 + 3 * 120 + 600);
+        let e = options(&Flags { duration: 0.0, ..f.clone() }).unwrap_err();
+        assert_eq!(e.arg.as_deref(), Some("--duration"));
+        let e = options(&Flags { pod: None, ..f }).unwrap_err();
+        assert_eq!(e.arg.as_deref(), Some("--pod"));
+    }
+
+    #[test]
+    fn library_gate_matches_gate_run() {
+        let rep = fixture("nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep");
+        let sqlite = fixture("nsys-2023.4.4/cpu_nvtx_osrt.sqlite");
+        let g = run_gate(&Gate::Library, &rep, &sqlite);
+        // a CPU-only capture: RETRY with the gate document, exactly what gate::run says
+        assert_eq!(g.verdict, "RETRY", "{}", g.reason);
+        let want = nsyskit::gate::run(&nsyskit::gate::GateOptions { capture: rep.clone(), sqlite: Some(sqlite.clone()), ..Default::default() }).unwrap();
+        let got = g.document.unwrap();
+        let want = serde_json::to_value(&want).unwrap();
+        assert_eq!(got, want);
+        assert!(g.reason.contains(&format!("gates {} said retry", want["retry"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect::<Vec<_>>().join(","))), "{}", g.reason);
+        let bad = run_gate(&Gate::Library, &rep, &fixture("nope.sqlite"));
+        assert_eq!(bad.verdict, "NOT_RUN");
+        assert!(bad.reason.contains("nope.sqlite"), "{}", bad.reason);
+        let skip = run_gate(&Gate::Skip("no gate".into()), &rep, &sqlite);
+        assert_eq!((skip.verdict.as_str(), skip.reason.as_str()), ("NOT_RUN", "no gate"));
+    }
 }

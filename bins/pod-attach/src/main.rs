@@ -1,10 +1,7 @@
-use std::sync::{Arc, Mutex};
-
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with, report_error, OutputArgs};
-use nsyskit::contract::Error;
-use nsyskit::pod_attach::{self as pa, Options, SecurityProfile, Strategy};
-use nsyskit_pod_attach::{cleanup, run, KubeCluster, Setup};
+use nsyskit::pod_attach as pa;
+use nsyskit_pod_attach::{connect_and_run, options, runtime, Flags, Gate, Outcome};
 
 /// Capture an nsys profile from a live Kubernetes pod through the API (no kubectl), copy the report, its SQLite
 /// export and stats CSVs out with sha256 checks, run gate-check on it, and clean up.
@@ -73,88 +70,57 @@ struct Args {
     out: OutputArgs,
 }
 
-fn options(a: &Args) -> Result<Options, Error> {
-    let id = format!("{:x}", std::process::id() as u64 ^ (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0) & 0xffff_ffff));
-    let image = a.image.clone().unwrap_or_default();
-    let o = Options {
-        namespace: a.namespace.clone(),
-        pod: a.pod.clone(),
-        selector: a.selector.clone(),
-        container: a.container.clone(),
-        image,
-        profile: SecurityProfile::parse(&a.profile)?,
-        strategy: Strategy::parse(&a.strategy)?,
-        process_match: a.process_match.clone(),
-        duration_s: a.duration,
-        nsys: a.nsys.clone(),
-        workdir: a.workdir.clone().unwrap_or_else(|| format!("/tmp/nsyskit-pod-attach-{id}")),
-        out_dir: a.out_dir.clone(),
-        port: a.port,
-        session: a.session.clone(),
-        sidecar_name: format!("nsyskit-{id}"),
-        // A per-run sleep length lets cleanup recognise this sidecar's sleep.
-        sidecar_sleep_s: (a.duration.ceil() as u64) + 3 * a.wait_timeout + 600 + (std::process::id() as u64 % 997),
-        wait_timeout_s: a.wait_timeout,
-        capture_name: a.capture_name.clone(),
-    };
-    o.validate()?;
-    Ok(o)
-}
-
-fn gate_bin(a: &Args) -> Option<std::path::PathBuf> {
-    if let Some(g) = &a.gate_check {
-        return Some(g.clone());
+impl Args {
+    fn flags(&self) -> Flags {
+        Flags {
+            namespace: self.namespace.clone(),
+            pod: self.pod.clone(),
+            selector: self.selector.clone(),
+            container: self.container.clone(),
+            image: self.image.clone(),
+            profile: self.profile.clone(),
+            strategy: self.strategy.clone(),
+            process_match: self.process_match.clone(),
+            duration: self.duration,
+            nsys: self.nsys.clone(),
+            workdir: self.workdir.clone(),
+            out_dir: self.out_dir.clone(),
+            port: self.port,
+            session: self.session.clone(),
+            wait_timeout: self.wait_timeout,
+            capture_name: self.capture_name.clone(),
+        }
     }
-    if let Some(p) = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("gate-check"))).filter(|p| p.is_file()) {
-        return Some(p);
-    }
-    std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("gate-check")).find(|p| p.is_file()))
 }
 
 fn main() {
     main_with("pod-attach", || {
         let a = Args::parse();
         let style = a.out.style();
-        let o = match options(&a) {
+        let o = match options(&a.flags()) {
             Ok(o) => o,
             Err(e) => return report_error("pod-attach", &e),
         };
         if a.dry_run {
             return emit("pod-attach", pa::dry_run(&o), style);
         }
-        let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        let rt = match runtime() {
             Ok(rt) => rt,
-            Err(e) => return report_error("pod-attach", &Error::env(format!("cannot start the async runtime: {e}"))),
+            Err(e) => return report_error("pod-attach", &e),
         };
-        let gate = gate_bin(&a);
-        rt.block_on(async {
-            let cluster = match KubeCluster::connect().await {
-                Ok(c) => c,
-                Err(e) => return report_error("pod-attach", &e),
-            };
-            let setup = Arc::new(Mutex::new(Setup::default()));
-            let outcome = tokio::select! {
-                r = run(&cluster, &o, &setup, gate.as_deref()) => Some(r),
-                _ = tokio::signal::ctrl_c() => None,
-            };
-            if outcome.is_none() {
-                eprintln!("pod-attach: interrupted (SIGINT); cleaning up");
+        let gate = Gate::find_program(a.gate_check.as_deref());
+        let sigint = async {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT".to_string()
+        };
+        match rt.block_on(connect_and_run(&o, &gate, sigint)) {
+            Err(e) => report_error("pod-attach", &e),
+            Ok(Outcome::Done(doc)) => emit("pod-attach", Ok(*doc), style),
+            Ok(Outcome::Failed(e, _)) => report_error("pod-attach", &e),
+            Ok(Outcome::Interrupted(why, _)) => {
+                eprintln!("pod-attach: error: interrupted by {why} before the capture was copied out");
+                130
             }
-            let log = cleanup(&cluster, &o, &setup).await;
-            for l in &log {
-                eprintln!("pod-attach: cleanup: {l}");
-            }
-            match outcome {
-                None => {
-                    eprintln!("pod-attach: error: interrupted by SIGINT before the capture was copied out");
-                    130
-                }
-                Some(Ok(mut doc)) => {
-                    doc.cleanup = log;
-                    emit("pod-attach", Ok(doc), style)
-                }
-                Some(Err(e)) => report_error("pod-attach", &e),
-            }
-        })
+        }
     })
 }
