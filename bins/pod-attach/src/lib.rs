@@ -59,6 +59,26 @@ impl KubeCluster {
         let client = Client::try_default().await.map_err(|e| kube_err("cannot load a Kubernetes client config (KUBECONFIG, ~/.kube/config or in-cluster)", e))?;
         Ok(KubeCluster { client })
     }
+    /// With an explicit `KUBECONFIG` value (one path or a `:`-separated list, merged like kubectl; the Nushell
+    /// plugin passes Nushell's `$env.KUBECONFIG`, which the plugin process may not have); None: [`connect`].
+    ///
+    /// [`connect`]: KubeCluster::connect
+    pub async fn connect_with(kubeconfig: Option<&std::ffi::OsStr>) -> Result<KubeCluster> {
+        let paths: Vec<PathBuf> = kubeconfig.map(|v| std::env::split_paths(v).filter(|p| !p.as_os_str().is_empty()).collect()).unwrap_or_default();
+        if paths.is_empty() {
+            return KubeCluster::connect().await;
+        }
+        let what = format!("cannot load the Kubernetes client config KUBECONFIG={}", kubeconfig.unwrap_or_default().to_string_lossy());
+        let merged = paths
+            .iter()
+            .try_fold(kube::config::Kubeconfig::default(), |m, p| kube::config::Kubeconfig::read_from(p).and_then(|c| m.merge(c)))
+            .map_err(|e| Error::env(format!("{what}: {e}")))?;
+        let config = kube::Config::from_custom_kubeconfig(merged, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::env(format!("{what}: {e}")))?;
+        let client = Client::try_from(config).map_err(|e| kube_err(&what, e))?;
+        Ok(KubeCluster { client })
+    }
     fn pods(&self, ns: &str) -> Api<Pod> {
         Api::namespaced(self.client.clone(), ns)
     }
@@ -695,9 +715,10 @@ pub async fn run_with_cleanup<C: Cluster>(c: &C, o: &Options, gate: &Gate, cance
     }
 }
 
-/// Connect with the normal kube configuration ([`KubeCluster::connect`]) and [`run_with_cleanup`].
-pub async fn connect_and_run(o: &Options, gate: &Gate, cancel: impl Future<Output = String>) -> Result<Outcome> {
-    let cluster = KubeCluster::connect().await?;
+/// Connect ([`KubeCluster::connect_with`]: this `KUBECONFIG` value, else the normal kube configuration) and
+/// [`run_with_cleanup`].
+pub async fn connect_and_run(kubeconfig: Option<&std::ffi::OsStr>, o: &Options, gate: &Gate, cancel: impl Future<Output = String>) -> Result<Outcome> {
+    let cluster = KubeCluster::connect_with(kubeconfig).await?;
     Ok(run_with_cleanup(&cluster, o, gate, cancel).await)
 }
 

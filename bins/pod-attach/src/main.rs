@@ -113,7 +113,7 @@ fn main() {
             let _ = tokio::signal::ctrl_c().await;
             "SIGINT".to_string()
         };
-        match rt.block_on(connect_and_run(&o, &gate, sigint)) {
+        match rt.block_on(connect_and_run(None, &o, &gate, sigint)) {
             Err(e) => report_error("pod-attach", &e),
             Ok(Outcome::Done(doc)) => emit("pod-attach", Ok(*doc), style),
             Ok(Outcome::Failed(e, _)) => report_error("pod-attach", &e),

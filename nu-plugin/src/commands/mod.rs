@@ -11,6 +11,7 @@ mod gate_check;
 mod kern_csv_to_json;
 mod nsys_resolve;
 mod nvtx_readiness;
+mod pod_attach;
 mod report;
 mod serve_capture;
 mod sqlite_ranges;
@@ -22,6 +23,7 @@ pub use gate_check::GateCheck;
 pub use kern_csv_to_json::KernCsvToJson;
 pub use nsys_resolve::NsysResolve;
 pub use nvtx_readiness::NvtxReadiness;
+pub use pod_attach::PodAttach;
 pub use report::Report;
 pub use serve_capture::ServeCapture;
 pub use sqlite_ranges::SqliteRanges;
@@ -39,5 +41,6 @@ pub fn all() -> Vec<Box<dyn PluginCommand<Plugin = NsyskitPlugin>>> {
         Box::new(BundleMerge),
         Box::new(FromNsyskit),
         Box::new(ServeCapture),
+        Box::new(PodAttach),
     ]
 }
