@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::Nu;
-use serde_json::{json, Value};
+use serde_json::json;
 use standin::{pod, PatchMode, StandIn, TarFault, TOKEN};
 
 /// One nsys session at a time.
