@@ -56,8 +56,9 @@ pub const STATS_REPORTS: &[&str] = &["cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
-    /// The engine runs under `nsys profile --capture-range=cudaProfilerApi --capture-range-end=repeat`;
-    /// pod-attach POSTs `/start_profile` and `/stop_profile` to it and picks up the new report.
+    /// The engine runs under `nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop` (one capture
+    /// per engine start) or `=repeat`; pod-attach POSTs `/start_profile` and `/stop_profile` to it and picks up
+    /// the new report.
     Endpoint,
     /// The engine runs under `nsys launch --session NAME`; `nsys start`/`nsys stop` run in its container.
     Session,
@@ -155,7 +156,7 @@ pub fn choose_strategy(requested: Strategy, caps: &NsysCaps) -> Result<Strategy>
         Strategy::Attach if !caps.attach_pid => Err(Error::env(format!(
             "strategy attach refused: {v} does not list --attach-pid in `nsys profile --help` (nsys injects CUDA \
              tracing when a process starts; it cannot attach here). Fix: start the engine under `nsys profile \
-             --capture-range=cudaProfilerApi --capture-range-end=repeat` with vLLM's --profiler-config.profiler=cuda \
+             --capture-range=cudaProfilerApi --capture-range-end=stop` with vLLM's --profiler-config.profiler=cuda \
              and use --strategy endpoint, or under `nsys launch --session NAME` and use --strategy session"
         ))
         .with_arg("--strategy")),
@@ -598,14 +599,34 @@ pub fn select_engine(procs: &[ProcEntry], pattern: &str) -> Result<EngineChoice>
     Ok(EngineChoice { pid: e.pid, cmdline: e.cmdline.clone(), cuda_owner: e.cuda, matched, nsys_ancestor })
 }
 
-/// What the endpoint strategy needs from the nsys process the engine runs under: it must use a repeatable
-/// cudaProfilerApi capture range; returns the output folder (absolute inside that process's root, or relative
-/// to its cwd: then `None` and the caller uses `/proc/PID/cwd`).
-pub fn check_endpoint_nsys(choice: &EngineChoice) -> Result<Option<String>> {
+/// How the engine's nsys ends a cudaProfilerApi capture range (`--capture-range-end`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeEnd {
+    /// `repeat[:N]`: a report per range, the engine keeps running. nsys 2025.3.1 was measured ignoring
+    /// cudaProfilerStart in this mode (docs/pod-attach.md), so the report may never come.
+    Repeat,
+    /// `stop`: one report for the first range; later ranges are ignored, the engine keeps running.
+    Stop,
+}
+
+/// What the endpoint strategy found out about the engine's nsys (from its command line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointNsys {
+    /// The report folder: absolute inside that process's root, or `None` when `-o` is relative or absent (then
+    /// the caller uses `/proc/PID/cwd`).
+    pub dir: Option<String>,
+    /// The file name nsys gives the report, when `-o` is given (`run` → `run.nsys-rep`).
+    pub report_name: Option<String>,
+    pub end: RangeEnd,
+}
+
+/// What the endpoint strategy needs from the nsys process the engine runs under: a cudaProfilerApi capture
+/// range that does not end the engine (`--capture-range-end=repeat…` or `stop`).
+pub fn check_endpoint_nsys(choice: &EngineChoice) -> Result<EndpointNsys> {
     let Some(n) = &choice.nsys_ancestor else {
         return Err(Error::env(format!(
             "strategy endpoint refused: engine PID {} ({}) does not run under `nsys profile`; start it with `nsys profile \
-             --capture-range=cudaProfilerApi --capture-range-end=repeat …` and vLLM's --profiler-config.profiler=cuda",
+             --capture-range=cudaProfilerApi --capture-range-end=stop|repeat …` and vLLM's --profiler-config.profiler=cuda",
             choice.pid, choice.cmdline
         )));
     };
@@ -622,23 +643,44 @@ pub fn check_endpoint_nsys(choice: &EngineChoice) -> Result<Option<String>> {
         None
     };
     let range = opt("--capture-range").or_else(|| opt("-c"));
-    let end = opt("--capture-range-end");
-    if range.as_deref() != Some("cudaProfilerApi") || !end.as_deref().is_some_and(|e| e.starts_with("repeat")) {
+    let end_text = opt("--capture-range-end");
+    let end = match end_text.as_deref() {
+        Some(e) if e.starts_with("repeat") && !e.starts_with("repeat-shutdown") => Some(RangeEnd::Repeat),
+        Some("stop") => Some(RangeEnd::Stop),
+        _ => None,
+    };
+    let (Some("cudaProfilerApi"), Some(end)) = (range.as_deref(), end) else {
         return Err(Error::env(format!(
             "strategy endpoint refused: nsys PID {} runs with --capture-range={} --capture-range-end={}; it needs \
-             --capture-range=cudaProfilerApi --capture-range-end=repeat (else /stop_profile ends the whole capture or \
-             nothing is captured). Command line: {}",
+             --capture-range=cudaProfilerApi and --capture-range-end=stop (one capture per engine start) or repeat \
+             (else /stop_profile ends the engine, or nothing is captured). Command line: {}",
             n.pid,
             range.as_deref().unwrap_or("(none)"),
-            end.as_deref().unwrap_or("(none: stop-shutdown)"),
+            end_text.as_deref().unwrap_or("(none: stop-shutdown)"),
             n.cmdline
         )));
-    }
+    };
     let out = opt("--output").or_else(|| opt("-o"));
-    Ok(out.and_then(|o| {
-        let dir = Path::new(&o).parent().map(|p| p.to_string_lossy().to_string()).unwrap_or_default();
+    let dir = out.as_deref().and_then(|o| {
+        let dir = Path::new(o).parent().map(|p| p.to_string_lossy().to_string()).unwrap_or_default();
         if o.starts_with('/') { Some(if dir.is_empty() { "/".into() } else { dir }) } else { None }
-    }))
+    });
+    let report_name = out.as_deref().and_then(|o| Path::new(o).file_name()).map(|f| {
+        let f = f.to_string_lossy();
+        if f.ends_with(".nsys-rep") { f.to_string() } else { format!("{f}.nsys-rep") }
+    });
+    Ok(EndpointNsys { dir, report_name, end })
+}
+
+/// With `--capture-range-end=stop` nsys writes one report, named after `-o`, for the first range and ignores
+/// later ones. nsys refuses to start when that file already exists (without `--force-overwrite`), so a report of
+/// that name in its folder means this nsys has used its one range: returns it.
+pub fn stop_range_used(ep: &EndpointNsys, listing: &[ReportFile]) -> Option<ReportFile> {
+    if ep.end != RangeEnd::Stop {
+        return None;
+    }
+    let name = ep.report_name.as_deref()?;
+    listing.iter().find(|r| r.path.rsplit('/').next() == Some(name)).cloned()
 }
 
 /// A `.nsys-rep` in a listing from [`argv_list_reports`].
@@ -982,7 +1024,8 @@ mod tests {
         assert_eq!(c.pid, 9);
         assert!(c.cuda_owner);
         assert_eq!(c.nsys_ancestor.as_ref().unwrap().pid, 1);
-        assert_eq!(check_endpoint_nsys(&c).unwrap().as_deref(), Some("/out"));
+        let ep = check_endpoint_nsys(&c).unwrap();
+        assert_eq!(ep, EndpointNsys { dir: Some("/out".into()), report_name: Some("run.nsys-rep".into()), end: RangeEnd::Repeat });
     }
 
     #[test]
@@ -1001,7 +1044,22 @@ mod tests {
         let procs = vec![pe(1, 0, false, "nsys profile --capture-range=cudaProfilerApi python3 -m vllm serve"), pe(2, 1, true, "vllm serve m")];
         let c = select_engine(&procs, DEFAULT_PROCESS_MATCH).unwrap();
         let e = check_endpoint_nsys(&c).unwrap_err();
-        assert!(e.message.contains("--capture-range-end=repeat"), "{}", e.message);
+        assert!(e.message.contains("--capture-range-end=stop") && e.message.contains("(none: stop-shutdown)"), "{}", e.message);
+        for bad in ["stop-shutdown", "repeat-shutdown:2", "none"] {
+            let procs = vec![pe(1, 0, false, &format!("nsys profile -c cudaProfilerApi --capture-range-end={bad} vllm serve")), pe(2, 1, true, "vllm serve m")];
+            let c = select_engine(&procs, DEFAULT_PROCESS_MATCH).unwrap();
+            assert!(check_endpoint_nsys(&c).unwrap_err().message.contains("refused"), "{bad}");
+        }
+        // stop: accepted, one report per engine start; relative -o → the cwd
+        let procs = vec![pe(1, 0, false, "nsys profile --capture-range cudaProfilerApi --capture-range-end stop -o eng.nsys-rep vllm serve"), pe(2, 1, true, "vllm serve m")];
+        let c = select_engine(&procs, DEFAULT_PROCESS_MATCH).unwrap();
+        let ep = check_endpoint_nsys(&c).unwrap();
+        assert_eq!(ep, EndpointNsys { dir: None, report_name: Some("eng.nsys-rep".into()), end: RangeEnd::Stop });
+        let rf = |p: &str| ReportFile { size: 10, mtime: 1, path: p.into() };
+        assert_eq!(stop_range_used(&ep, &[rf("/proc/1/cwd/other.nsys-rep")]), None);
+        assert_eq!(stop_range_used(&ep, &[rf("/proc/1/cwd/eng.nsys-rep")]), Some(rf("/proc/1/cwd/eng.nsys-rep")));
+        let rep = EndpointNsys { end: RangeEnd::Repeat, ..ep };
+        assert_eq!(stop_range_used(&rep, &[rf("/proc/1/cwd/eng.nsys-rep")]), None);
         let bare = select_engine(&[pe(2, 1, true, "vllm serve m")], DEFAULT_PROCESS_MATCH).unwrap();
         assert!(check_endpoint_nsys(&bare).unwrap_err().message.contains("does not run under `nsys profile`"));
     }

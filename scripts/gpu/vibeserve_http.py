@@ -10,6 +10,7 @@ range names), turned into a server:
                       (?tokens=N overrides DECODE); answers {"tokens": N}
   GET /start_profile  cudaProfilerStart (for nsys --capture-range=cudaProfilerApi), like vLLM's endpoint
   GET /stop_profile   cudaProfilerStop
+  POST /start_profile, POST /stop_profile   the same, with vLLM's method (what pod-attach sends)
 
 NVTX ranges per request (torch.cuda.nvtx push/pop):
   vibeserve.request
@@ -185,6 +186,16 @@ class Handler(BaseHTTPRequestHandler):
             STATE["torch"].cuda.profiler.stop()  # cudaProfilerStop
             STATE["profiling"] = False
             self.reply(200, "{}")
+        else:
+            self.reply(404, "{}")
+
+    def do_POST(self):
+        # vLLM's /start_profile and /stop_profile are POSTs (pod-attach's endpoint strategy sends POST)
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            self.rfile.read(n)
+        if urlparse(self.path).path in ("/start_profile", "/stop_profile"):
+            self.do_GET()
         else:
             self.reply(404, "{}")
 

@@ -418,13 +418,26 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     match strategy {
         Strategy::Endpoint => {
             let e = engine.as_ref().expect("endpoint has an engine");
-            let out_dir = pa::check_endpoint_nsys(e)?;
+            let ep = pa::check_endpoint_nsys(e)?;
             let nsys_pid = e.nsys_ancestor.as_ref().map(|n| n.pid).unwrap_or(0);
-            let dir = match out_dir {
+            let dir = match &ep.dir {
                 Some(d) => format!("/proc/{nsys_pid}/root{d}"),
                 None => format!("/proc/{nsys_pid}/cwd"),
             };
             let before = pa::parse_report_listing(&String::from_utf8_lossy(&c.exec(&o.namespace, &pod_name, &tools, &pa::argv_list_reports(&dir)).await?.stdout));
+            if let Some(used) = pa::stop_range_used(&ep, &before) {
+                return Err(Error::env(format!(
+                    "strategy endpoint refused: the engine's nsys (PID {nsys_pid}) runs with --capture-range-end=stop and has \
+                     already written its one report {} ({} bytes); it ignores further cudaProfilerStart calls. Fix: restart \
+                     the engine under nsys, or use --strategy session",
+                    used.path, used.size
+                )));
+            }
+            if ep.end == pa::RangeEnd::Stop {
+                warnings.push(format!(
+                    "the engine's nsys (PID {nsys_pid}) runs with --capture-range-end=stop: one capture per engine start (later /start_profile calls capture nothing)"
+                ));
+            }
             setup.lock().unwrap().profiling_started = true;
             let (code, body) = c.http_post(&o.namespace, &pod_name, o.port, "/start_profile").await?;
             if !(200..300).contains(&code) {
@@ -451,7 +464,15 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
                     last = Some(n);
                 }
                 if t0.elapsed() > Duration::from_secs(o.wait_timeout_s) {
-                    return Err(Error::env(format!("no new .nsys-rep appeared in {dir} within {} s after /stop_profile", o.wait_timeout_s)));
+                    let hint = if ep.end == pa::RangeEnd::Repeat {
+                        " The engine's nsys runs with --capture-range-end=repeat: nsys 2025.3.1 was measured ignoring \
+                         cudaProfilerStart in that mode (its output never says \"Capture range started in the application.\"; \
+                         docs/pod-attach.md). Fix: start the engine with --capture-range-end=stop (one capture per engine \
+                         start), or use --strategy session"
+                    } else {
+                        ""
+                    };
+                    return Err(Error::env(format!("no new .nsys-rep appeared in {dir} within {} s after /stop_profile.{hint}", o.wait_timeout_s)));
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             };

@@ -91,6 +91,7 @@ impl Engine {
             .arg(&outdir)
             .arg(root().join("fixtures/nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep"))
             .arg(&libcuda)
+            .args(how.contains(&"--capture-range-end=stop").then_some("stop"))
             .current_dir(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -416,6 +417,35 @@ fn attach_refused_by_nsys_2023() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("strategy attach refused") && err.contains("2023.4") && err.contains("--attach-pid"), "{err}");
     assert!(eng.hits().is_empty());
+}
+
+/// `--capture-range-end=stop` (the mode nsys 2025.3.1 honours, measured on the H200): the first pod-attach gets
+/// the one report, with a warning; a second one on the same engine is refused before any POST, naming the report.
+#[test]
+fn endpoint_stop_mode_one_capture_per_engine() {
+    let nsys = nsys_or_skip!("endpoint_stop_mode_one_capture_per_engine");
+    let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
+    let dir = tempfile::tempdir().unwrap();
+    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "es");
+    let run = |tag: &str| {
+        let mut c = bin(&si);
+        common_args(&mut c, &nsys, &dir.path().join(format!("work-{tag}")), &dir.path().join(format!("out-{tag}")));
+        c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
+        with_gate(&mut c, dir.path(), "endpoint_stop_mode_one_capture_per_engine");
+        c.output().unwrap()
+    };
+    let first = run("1");
+    let d = one_doc(&first);
+    assert_eq!(d["strategy"], "endpoint");
+    assert!(d["provenance"]["source_report"].as_str().unwrap().ends_with("/run.nsys-rep"), "{}", d["provenance"]);
+    assert!(d["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("one capture per engine start")), "{}", d["warnings"]);
+    assert_eq!(eng.hits(), vec!["/start_profile", "/stop_profile"]);
+    let second = run("2");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert!(err.contains("--capture-range-end=stop and has already written its one report") && err.contains("run.nsys-rep"), "{err}");
+    assert_eq!(eng.hits(), vec!["/start_profile", "/stop_profile"], "the refusal comes before any POST");
+    assert!(!dir.path().join("work-2").exists());
 }
 
 /// The attach strategy's happy path. No real nsys lists `--attach-pid` (2023.4.4 here, 2025.3.1 on the H200), so

@@ -1,10 +1,11 @@
 """Stand-in inference engine for pod-attach's tests (CPU only).
 
-serve MARKER PORTFILE OUTDIR REPORT LIBCUDA: an HTTP server with POST /start_profile and /stop_profile (like
+serve MARKER PORTFILE OUTDIR REPORT LIBCUDA [stop]: an HTTP server with POST /start_profile and /stop_profile (like
 vLLM's), which starts a child `core LIBCUDA EngineCore MARKER` that maps a file named libcuda.so.1 (so it is
 the "CUDA-owning" process pod-attach must pick). On /stop_profile it places REPORT, a real nsys report, into
 OUTDIR as nsys --capture-range-end=repeat would write a new report: a CPU-only machine cannot produce a
-cudaProfilerApi capture. Every request is appended to OUTDIR/../engine-hits.log.
+cudaProfilerApi capture. With `stop` it behaves like --capture-range-end=stop instead: the first /stop_profile
+writes OUTDIR/run.nsys-rep, later ranges write nothing. Every request is appended to OUTDIR/../engine-hits.log.
 """
 import http.server, mmap, os, shutil, subprocess, sys, time
 
@@ -17,6 +18,7 @@ if sys.argv[1] == "core":
     sys.exit(0)
 
 marker, portfile, outdir, report, libcuda = sys.argv[2:7]
+stop_mode = sys.argv[7:8] == ["stop"]
 child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "core", libcuda, "EngineCore", marker])
 hits = os.path.join(os.path.dirname(outdir.rstrip("/")), "engine-hits.log")
 n = [0]
@@ -30,9 +32,10 @@ class H(http.server.BaseHTTPRequestHandler):
             code = 200
         elif self.path == "/stop_profile":
             n[0] += 1
-            tmp = os.path.join(outdir, ".writing")
-            shutil.copyfile(report, tmp)
-            os.rename(tmp, os.path.join(outdir, "run.%d.nsys-rep" % n[0]))
+            if not (stop_mode and n[0] > 1):
+                tmp = os.path.join(outdir, ".writing")
+                shutil.copyfile(report, tmp)
+                os.rename(tmp, os.path.join(outdir, "run.nsys-rep" if stop_mode else "run.%d.nsys-rep" % n[0]))
             code = 200
         else:
             code = 404
