@@ -49,6 +49,9 @@ for d in /proc/[0-9]*; do
 done
 true"#;
 
+/// The environment variable that gives `--image` a site default (there is no built-in default image).
+pub const SIDECAR_IMAGE_ENV: &str = "NSYSKIT_SIDECAR_IMAGE";
+
 /// The `nsys stats` reports pod-attach writes as CSV next to the export.
 pub const STATS_REPORTS: &[&str] = &["cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum", "osrt_sum"];
 
@@ -230,7 +233,8 @@ impl Options {
         }
         if self.strategy != Strategy::Session && self.image.trim().is_empty() {
             return Err(Error::usage(format!(
-                "--image is required for --strategy {}: the sidecar image with nsys, pinned by digest",
+                "--image is required for --strategy {}: the sidecar image with nsys, pinned by digest (or set a site \
+                 default in NSYSKIT_SIDECAR_IMAGE)",
                 self.strategy.name()
             ))
             .with_arg("--image"));

@@ -56,8 +56,14 @@ fn pod_attach_dry_run_plan() {
     assert!(err.contains("nsyskit::usage") && err.contains("bad argument (--process-match)"), "{err}");
     let at = script.find("--process-match").unwrap() + 1;
     assert!(err.contains(&format!("label at line 2, columns {at} to {}", script.len())), "{err}");
-    let err = nu.error("pod-attach --dry-run --pod p");
+    let err = nu.error("hide-env -i NSYSKIT_SIDECAR_IMAGE; pod-attach --dry-run --pod p");
     assert!(err.contains("--image is required for --strategy endpoint"), "{err}");
+    // the site default comes from Nushell's $env.NSYSKIT_SIDECAR_IMAGE (set inside nu, not the plugin's own env)
+    let got = nu.json(
+        "$env.NSYSKIT_SIDECAR_IMAGE = 'site.example/nsys@sha256:5e'; \
+         pod-attach --dry-run --pod p --container c | get plan | where method? == PATCH | get 0.body.spec.ephemeralContainers.0.image",
+    );
+    assert_eq!(got, json!("site.example/nsys@sha256:5e"));
 }
 
 /// nu with $env.KUBECONFIG pointing at the stand-in, set inside Nushell (the plugin reads Nushell's

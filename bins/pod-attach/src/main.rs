@@ -23,13 +23,14 @@ struct Args {
     /// The engine's container (the sidecar's targetContainerName); may be left out when the pod has one container
     #[arg(long, short = 'c')]
     container: Option<String>,
-    /// Sidecar image with nsys, pinned by digest; required unless --strategy session (no default: see docs/pod-attach.md)
+    /// Sidecar image with nsys, pinned by digest [default: $NSYSKIT_SIDECAR_IMAGE]; required unless --strategy
+    /// session (no built-in default: see docs/pod-attach.md)
     #[arg(long)]
     image: Option<String>,
     /// Security setting of the sidecar, like kubectl debug's: general (SYS_PTRACE) or sysadmin (privileged)
     #[arg(long, default_value = "general")]
     profile: String,
-    /// endpoint (engine under nsys --capture-range=cudaProfilerApi --capture-range-end=repeat), session
+    /// endpoint (engine under nsys --capture-range=cudaProfilerApi --capture-range-end=stop|repeat), session
     /// (engine under `nsys launch --session`), attach (only if the sidecar's nsys lists --attach-pid)
     #[arg(long, default_value = "endpoint")]
     strategy: String,
@@ -77,7 +78,7 @@ impl Args {
             pod: self.pod.clone(),
             selector: self.selector.clone(),
             container: self.container.clone(),
-            image: self.image.clone(),
+            image: self.image.clone().or_else(|| std::env::var(pa::SIDECAR_IMAGE_ENV).ok().filter(|s| !s.is_empty())),
             profile: self.profile.clone(),
             strategy: self.strategy.clone(),
             process_match: self.process_match.clone(),

@@ -222,9 +222,20 @@ fn dry_run_needs_no_cluster() {
     let bad = Command::new(env!("CARGO_BIN_EXE_pod-attach")).args(["--dry-run", "--pod", "p", "--image", "i", "--process-match", "("]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--process-match"));
-    let noimg = Command::new(env!("CARGO_BIN_EXE_pod-attach")).args(["--dry-run", "--pod", "p"]).output().unwrap();
+    let noimg = Command::new(env!("CARGO_BIN_EXE_pod-attach")).env_remove("NSYSKIT_SIDECAR_IMAGE").args(["--dry-run", "--pod", "p"]).output().unwrap();
     assert_eq!(noimg.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&noimg.stderr).contains("--image is required for --strategy endpoint"));
+    // a site default from NSYSKIT_SIDECAR_IMAGE; --image wins over it
+    let site = "site.example/nsys@sha256:5e";
+    let envimg = Command::new(env!("CARGO_BIN_EXE_pod-attach")).env("NSYSKIT_SIDECAR_IMAGE", site).args(["--dry-run", "--pod", "p", "--container", "c", "--compact"]).output().unwrap();
+    assert_eq!(envimg.status.code(), Some(0), "{}", String::from_utf8_lossy(&envimg.stderr));
+    let d = one_doc(&envimg);
+    let patch = d["plan"].as_array().unwrap().iter().find(|s| s["method"] == "PATCH").unwrap().clone();
+    assert_eq!(patch["body"]["spec"]["ephemeralContainers"][0]["image"], site);
+    let both = Command::new(env!("CARGO_BIN_EXE_pod-attach")).env("NSYSKIT_SIDECAR_IMAGE", site).args(["--dry-run", "--pod", "p", "--container", "c", "--image", "flag/nsys@sha256:ab", "--compact"]).output().unwrap();
+    let d = one_doc(&both);
+    let patch = d["plan"].as_array().unwrap().iter().find(|s| s["method"] == "PATCH").unwrap().clone();
+    assert_eq!(patch["body"]["spec"]["ephemeralContainers"][0]["image"], "flag/nsys@sha256:ab");
     // the session strategy adds no sidecar, so it needs no image
     let sess = Command::new(env!("CARGO_BIN_EXE_pod-attach")).args(["--dry-run", "--pod", "p", "--container", "c", "--strategy", "session", "--compact"]).output().unwrap();
     assert_eq!(sess.status.code(), Some(0), "{}", String::from_utf8_lossy(&sess.stderr));

@@ -66,9 +66,9 @@ impl SimplePluginCommand for PodAttach {
             .named("pod", SyntaxShape::String, "Pod name (else --selector must match exactly one pod)", None)
             .named("selector", SyntaxShape::String, "Label selector to find the pod, e.g. app=vllm", Some('l'))
             .named("container", SyntaxShape::String, "The engine's container (the sidecar's targetContainerName); may be left out when the pod has one container", Some('c'))
-            .named("image", SyntaxShape::String, "Sidecar image with nsys, pinned by digest; required unless --strategy session", None)
+            .named("image", SyntaxShape::String, "Sidecar image with nsys, pinned by digest (default: $env.NSYSKIT_SIDECAR_IMAGE); required unless --strategy session", None)
             .named("profile", SyntaxShape::String, "Security setting of the sidecar: general (SYS_PTRACE, the default) or sysadmin (privileged)", None)
-            .named("strategy", SyntaxShape::String, "endpoint (the default), session, or attach (only if the sidecar's nsys lists --attach-pid)", None)
+            .named("strategy", SyntaxShape::String, "endpoint (the default: engine under nsys --capture-range=cudaProfilerApi --capture-range-end=stop|repeat), session, or attach (only if the sidecar's nsys lists --attach-pid)", None)
             .named("process-match", SyntaxShape::String, "Regex over /proc/*/cmdline finding the engine (default: vllm serve|EngineCore)", None)
             .named("duration", secs(), "Capture window, seconds or a duration (default 10)", None)
             .named("nsys", SyntaxShape::String, "nsys program in the container that runs it (default nsys)", None)
@@ -118,7 +118,10 @@ impl SimplePluginCommand for PodAttach {
             pod: s("pod")?,
             selector: s("selector")?,
             container: s("container")?,
-            image: s("image")?,
+            image: match s("image")? {
+                Some(i) => Some(i),
+                None => nu_env(engine, nsyskit::pod_attach::SIDECAR_IMAGE_ENV)?,
+            },
             profile: s("profile")?.unwrap_or(d.profile),
             strategy: s("strategy")?.unwrap_or(d.strategy),
             process_match: s("process-match")?.unwrap_or(d.process_match),
