@@ -12,7 +12,7 @@ use nsyskit_pod_attach::{connect_and_run, options, runtime, Flags, Gate, Outcome
 )]
 struct Args {
     /// Namespace of the pod
-    #[arg(long, short = 'n', default_value = "default")]
+    #[arg(long, short = 'n', default_value_t = Flags::default().namespace)]
     namespace: String,
     /// Pod name (else --selector must match exactly one pod)
     #[arg(long)]
@@ -28,38 +28,38 @@ struct Args {
     #[arg(long)]
     image: Option<String>,
     /// Security setting of the sidecar, like kubectl debug's: general (SYS_PTRACE) or sysadmin (privileged)
-    #[arg(long, default_value = "general")]
+    #[arg(long, default_value_t = Flags::default().profile)]
     profile: String,
     /// endpoint (engine under nsys --capture-range=cudaProfilerApi --capture-range-end=stop|repeat), session
     /// (engine under `nsys launch --session`), attach (only if the sidecar's nsys lists --attach-pid)
-    #[arg(long, default_value = "endpoint")]
+    #[arg(long, default_value_t = Flags::default().strategy)]
     strategy: String,
     /// Regex over /proc/*/cmdline finding the engine (children are followed to the CUDA-owning one)
-    #[arg(long, default_value = pa::DEFAULT_PROCESS_MATCH)]
+    #[arg(long, default_value_t = Flags::default().process_match)]
     process_match: String,
     /// Capture window in seconds
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = Flags::default().duration)]
     duration: f64,
     /// nsys program in the container that runs it
-    #[arg(long, default_value = "nsys")]
+    #[arg(long, default_value_t = Flags::default().nsys)]
     nsys: String,
     /// Scratch folder in that container (removed at cleanup)
     #[arg(long)]
     workdir: Option<String>,
     /// Local folder for the copied files
-    #[arg(long, short = 'o', default_value = "pod-attach-out")]
+    #[arg(long, short = 'o', default_value_t = Flags::default().out_dir)]
     out_dir: String,
     /// Engine HTTP port (endpoint strategy)
-    #[arg(long, default_value_t = 8000)]
+    #[arg(long, default_value_t = Flags::default().port)]
     port: u16,
     /// nsys session name (session strategy)
-    #[arg(long, default_value = "nsyskit")]
+    #[arg(long, default_value_t = Flags::default().session)]
     session: String,
     /// Seconds to wait for the sidecar to run and for the report to appear
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = Flags::default().wait_timeout)]
     wait_timeout: u64,
     /// Base name of the copied files
-    #[arg(long, default_value = "capture")]
+    #[arg(long, default_value_t = Flags::default().capture_name)]
     capture_name: String,
     /// gate-check program (default: next to pod-attach, else on PATH)
     #[arg(long)]
