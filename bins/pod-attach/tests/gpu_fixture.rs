@@ -3,14 +3,14 @@
 //! is byte for byte the one pod-attach checksummed, and gate-check, run again here on it, measures what the
 //! run's gate measured. `nsys stats` (run in the "container") and the export agree on the kernel count.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::{assert_valid, root};
+use nsyskit::contract::Document;
 use serde_json::Value;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn fixture(p: &str) -> PathBuf {
     root().join("fixtures/pod-attach-gpu").join(p)
@@ -18,10 +18,7 @@ fn fixture(p: &str) -> PathBuf {
 
 fn doc(p: &str) -> Value {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(fixture(p)).unwrap()).unwrap();
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(root().join("schemas/pod-attach.v1.schema.json")).unwrap()).unwrap();
-    let val = jsonschema::validator_for(&schema).unwrap();
-    let errors: Vec<String> = val.iter_errors(&v).map(|e| format!("{e} at {}", e.instance_path())).collect();
-    assert!(errors.is_empty(), "{p}: {}", errors.join("\n"));
+    assert_valid(&v);
     v
 }
 
@@ -37,13 +34,6 @@ fn endpoint_sqlite(dir: &Path) -> PathBuf {
     assert!(xz.status.success(), "{}", String::from_utf8_lossy(&xz.stderr));
     std::fs::write(&out, &xz.stdout).unwrap();
     out
-}
-
-fn gate_check() -> PathBuf {
-    if let Some(p) = std::env::var_os("NSYSKIT_GATE_CHECK") {
-        return PathBuf::from(p);
-    }
-    Path::new(env!("CARGO_BIN_EXE_pod-attach")).with_file_name("gate-check")
 }
 
 #[test]
@@ -86,17 +76,17 @@ fn endpoint_export_is_the_checksummed_copy_and_gates_reproduce() {
     assert_eq!(rec["size"], bytes.len() as u64);
     assert_eq!(rec["sha256"], nsyskit::pod_attach::sha256_hex(&bytes));
 
-    // gate-check again, here, on the same export: every gate the run measured measures the same now
-    // (G2 looks at the .nsys-rep, which the fixture does not keep: it is skipped here)
-    let out = Command::new(gate_check()).arg(&sqlite).arg("--compact").output().unwrap();
-    let now: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("gate-check: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    // gate-check again (the library, as the Nushell command runs it), here, on the same export: every gate the
+    // run measured measures the same now (G2 looks at the .nsys-rep, which the fixture does not keep: skipped here)
+    let gate = nsyskit::gate::run(&nsyskit::gate::GateOptions { capture: sqlite.clone(), ..Default::default() }).unwrap();
+    let now = serde_json::to_value(&gate).unwrap();
     let then = &d["gate"]["document"];
     let gates = |g: &Value| -> Vec<(String, String, Value)> {
         g["gates"].as_array().unwrap().iter().filter(|x| x["id"] != "G2").map(|x| (x["id"].as_str().unwrap().to_string(), x["verdict"].as_str().unwrap().to_string(), x["measured"].clone())).collect()
     };
     assert_eq!(gates(&now), gates(then));
     assert_eq!(now["verdict"], "PASS", "{}", now);
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(gate.exit_code(), 0);
 
     // nsys stats' kernel summary (run in the container by pod-attach) and the export agree on the kernel count
     let csv = std::fs::read_to_string(fixture("endpoint/capture_cuda_gpu_kern_sum.csv")).unwrap();

@@ -1,6 +1,7 @@
 //! pod-attach end to end against the stand-in API server (tests/standin), with real local processes: nsys 2023.4
 //! (NSYS_BIN), tar, sha256sum, and a stand-in engine (tests/data/standin_engine.py).
 
+mod common;
 mod standin;
 
 use std::io::{BufRead, BufReader};
@@ -10,11 +11,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use common::{assert_valid, root};
 use standin::{pod, PatchMode, StandIn, TarFault, TOKEN};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn nsys() -> Option<PathBuf> {
     let p = std::env::var_os("NSYS_BIN").map(PathBuf::from).or_else(|| {
@@ -34,15 +32,6 @@ macro_rules! nsys_or_skip {
             }
         }
     };
-}
-
-/// Validate against schemas/pod-attach.v1.schema.json.
-fn assert_valid(doc: &Value) {
-    let path = root().join("schemas/pod-attach.v1.schema.json");
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let v = jsonschema::validator_for(&schema).unwrap();
-    let errors: Vec<String> = v.iter_errors(doc).map(|e| format!("{e} at {}", e.instance_path())).collect();
-    assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
 
 fn one_doc(out: &Output) -> Value {
