@@ -149,6 +149,26 @@ pub fn flag_f64(call: &EvaluatedCall, name: &str) -> Result<Option<f64>, ShellEr
     }
 }
 
+/// Seconds: a number, or a Nushell duration (`--duration 10sec`, `--grace 3sec`).
+pub fn flag_seconds(call: &EvaluatedCall, name: &str) -> Result<Option<f64>, LabeledError> {
+    Ok(match call.get_flag_value(name) {
+        None | Some(Value::Nothing { .. }) => None,
+        Some(Value::Duration { val, .. }) => Some(val as f64 / 1e9),
+        Some(v) => Some(v.coerce_float().map_err(LabeledError::from)?),
+    })
+}
+
+/// [`flag_seconds`] as a `Duration`: a negative or non-finite value is a usage error at the flag's value.
+pub fn flag_duration(call: &EvaluatedCall, name: &str) -> Result<Option<std::time::Duration>, LabeledError> {
+    let Some(secs) = flag_seconds(call, name)? else { return Ok(None) };
+    std::time::Duration::try_from_secs_f64(secs).map(Some).map_err(|_| {
+        let span = call.get_flag_value(name).map(|v| v.span()).unwrap_or(call.head);
+        LabeledError::new(format!("--{name} {secs}: expected seconds >= 0"))
+            .with_code("nsyskit::usage")
+            .with_label("bad argument", span)
+    })
+}
+
 /// An optional byte count: an int or a filesize (`--min-rep-bytes 10MB`).
 pub fn flag_bytes(call: &EvaluatedCall, name: &str) -> Result<Option<u64>, LabeledError> {
     match call.get_flag_value(name) {

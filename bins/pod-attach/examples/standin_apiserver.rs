@@ -55,12 +55,10 @@ fn main() {
     std::fs::copy(&si.kubeconfig, &kubeconfig).expect("write the kubeconfig");
     eprintln!("standin_apiserver: listening on 127.0.0.1:{} (pod {pod_name}, containers {names:?}); kubeconfig {kubeconfig}", si.port);
     // end on SIGINT/SIGTERM (the default action would skip the cleanup of the sidecar's sleep and the exec log)
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     if until_stdin {
         let mut sink = Vec::new();
         let _ = std::io::stdin().read_to_end(&mut sink);
     } else {
-        let s2 = stop.clone();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async move {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
@@ -68,7 +66,6 @@ fn main() {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
             }
-            s2.store(true, std::sync::atomic::Ordering::SeqCst);
         });
     }
     if let Some(p) = exec_log {

@@ -10,7 +10,7 @@ use nsyskit_pod_attach::{connect_and_run, options, runtime, Flags, Gate, Outcome
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_value, flag_path, flag_str, labeled, nu_env};
+use crate::call::{category, doc_value, flag_path, flag_seconds, flag_str, labeled, nu_env};
 use crate::NsyskitPlugin;
 
 pub struct PodAttach;
@@ -27,15 +27,6 @@ fn flag_uint<T: TryFrom<i64>>(call: &EvaluatedCall, name: &str) -> Result<Option
         LabeledError::new(format!("--{name} {i}: out of range"))
             .with_code("nsyskit::usage")
             .with_label("bad argument", span)
-    })
-}
-
-/// Seconds: a number, or a Nushell duration (`--duration 10sec`).
-fn flag_seconds(call: &EvaluatedCall, name: &str) -> Result<Option<f64>, LabeledError> {
-    Ok(match call.get_flag_value(name) {
-        None | Some(Value::Nothing { .. }) => None,
-        Some(Value::Duration { val, .. }) => Some(val as f64 / 1e9),
-        Some(v) => Some(v.coerce_float().map_err(LabeledError::from)?),
     })
 }
 

@@ -2,15 +2,13 @@
 //! → `nsyskit.serve-capture/v1`. A failed stage or a RETRY gate is data; Ctrl-C in Nushell stops the run through
 //! the library's [`StopFlag`] (no process-wide signal handler in the plugin).
 
-use std::time::Duration;
-
 use nsyskit::contract::Error;
 use nsyskit::gate::Tier;
 use nsyskit::serve_capture::{self, ServeCaptureOptions, StopFlag, StopSource};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, SignalAction, Signature, Span, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_value, flag_bytes, flag_list, flag_path, flag_str, labeled, nu_nsys_bin};
+use crate::call::{category, doc_value, flag_bytes, flag_duration, flag_list, flag_path, flag_str, labeled, nu_nsys_bin};
 use crate::NsyskitPlugin;
 
 pub struct ServeCapture;
@@ -38,23 +36,8 @@ fn command_flag(call: &EvaluatedCall, name: &str) -> Result<Option<Vec<String>>,
     })
 }
 
-/// Seconds: a number, or a Nushell duration (`--grace 3sec`).
-fn flag_secs(call: &EvaluatedCall, name: &str) -> Result<Option<Duration>, LabeledError> {
-    let Some(v) = call.get_flag_value(name).filter(|v| !matches!(v, Value::Nothing { .. })) else { return Ok(None) };
-    let span = v.span();
-    let secs = match &v {
-        Value::Duration { val, .. } => *val as f64 / 1e9,
-        other => other.coerce_float().map_err(LabeledError::from)?,
-    };
-    Duration::try_from_secs_f64(secs).map(Some).map_err(|_| {
-        LabeledError::new(format!("--{name} {secs}: expected seconds >= 0"))
-            .with_code("nsyskit::usage")
-            .with_label("bad argument", span)
-    })
-}
-
 fn flag_secs_f64(call: &EvaluatedCall, name: &str) -> Result<Option<f64>, LabeledError> {
-    Ok(flag_secs(call, name)?.map(|d| d.as_secs_f64()))
+    Ok(flag_duration(call, name)?.map(|d| d.as_secs_f64()))
 }
 
 impl SimplePluginCommand for ServeCapture {
@@ -184,7 +167,7 @@ impl SimplePluginCommand for ServeCapture {
             ("finalize-timeout", &mut o.finalize_timeout),
             ("grace", &mut o.grace),
         ] {
-            if let Some(d) = flag_secs(call, name)? {
+            if let Some(d) = flag_duration(call, name)? {
                 *field = d;
             }
         }
