@@ -334,7 +334,10 @@ pub fn argv_attach(o: &Options, pid: &str) -> Vec<String> {
 }
 pub fn argv_export(o: &Options) -> Vec<String> {
     let base = format!("{}/{}", o.workdir, o.capture_name);
-    vec![o.nsys.clone(), "export".into(), "--type=sqlite".into(), "--force-overwrite=true".into(), "-o".into(), format!("{base}.sqlite"), format!("{base}.nsys-rep")]
+    // the one `nsys export` command line of the export layer (with --lazy=false, as every other caller)
+    let mut v = vec![o.nsys.clone()];
+    v.extend(crate::export::nsys_export_args(&format!("{base}.nsys-rep"), &format!("{base}.sqlite")));
+    v
 }
 pub fn argv_stats(o: &Options) -> Vec<String> {
     let base = format!("{}/{}", o.workdir, o.capture_name);

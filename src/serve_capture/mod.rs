@@ -1291,46 +1291,30 @@ fn diagnostic_of(l: &ClientRun, stdout: &Path) -> Diagnostic {
 
 /// Export the report to SQLite (next to it, in the run folder) and count its NVTX ranges and kernel rows.
 fn export_report(nsys: &Path, rep: &Path, sqlite: &Path) -> Result<(Vec<RangeCount>, u64, u64)> {
-    let outp = Command::new(nsys)
-        .args(["export", "--type=sqlite", "--force-overwrite=true", "--lazy=false"])
-        .arg(format!("--output={}", sqlite.display()))
-        .arg(rep)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::env(format!("cannot run {} export: {e}", nsys.display())))?;
-    if !outp.status.success() || !sqlite.is_file() {
-        let t = format!("{}{}", String::from_utf8_lossy(&outp.stdout), String::from_utf8_lossy(&outp.stderr));
-        return Err(Error::input(format!("{}: nsys export failed ({}): {}", rep.display(), outp.status, t.lines().last().unwrap_or(""))));
-    }
+    crate::export::run_nsys_export(nsys, rep, sqlite)?;
     let ex = crate::export::Export::open(sqlite)?;
     summarize_export(&ex)
 }
 
-/// The closed NVTX push/pop and start/end ranges of an export by name, their total, and its kernel rows
-/// (what `capture.nvtx_ranges`, `capture.nvtx_range_total` and `capture.kernel_rows` report).
+/// The NVTX push/pop and start/end ranges of an export by label, their total, and its kernel rows (what
+/// `capture.nvtx_ranges`, `capture.nvtx_range_total` and `capture.kernel_rows` report). The ranges are those
+/// `sqlite-ranges` keeps ([`crate::ranges::load_occurrences`]: closed, labelled, `DOMAIN:` prefix for a
+/// named domain), so both tools name the same ranges on the same file.
 pub fn summarize_export(ex: &crate::export::Export) -> Result<(Vec<RangeCount>, u64, u64)> {
     let mut ranges = Vec::new();
     let mut total = 0;
-    if ex.has_table("NVTX_EVENTS") {
-        ex.require("NVTX_EVENTS", &["start", "end", "eventType", "text"])?;
-        let with_id = ex.table("NVTX_EVENTS").is_some_and(|t| t.has_column("textId")) && ex.has_table("StringIds");
-        let sql = if with_id {
-            "SELECT COALESCE(e.text, s.value) AS name, COUNT(*) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId \
-             WHERE e.eventType IN (59, 60) AND e.end IS NOT NULL GROUP BY name ORDER BY name"
-        } else {
-            "SELECT text AS name, COUNT(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL GROUP BY name ORDER BY name"
-        };
-        let mut st = ex.conn().prepare(sql).map_err(ex.sql_err("NVTX_EVENTS"))?;
-        let rows = st
-            .query_map([], |row| Ok((row.get::<_, Option<String>>(0)?, row.get::<_, i64>(1)?)))
-            .and_then(|r| r.collect::<std::result::Result<Vec<_>, _>>())
-            .map_err(ex.sql_err("NVTX_EVENTS"))?;
-        for (name, n) in rows {
-            total += n as u64;
-            ranges.push(RangeCount { name: name.unwrap_or_else(|| "(unnamed)".into()), count: n as u64 });
+    if ex.has_table(crate::export::schema::NVTX_EVENTS) {
+        let loaded = crate::ranges::load_occurrences(ex, &crate::ranges::RangesOptions::default())?;
+        let mut by: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+        for o in &loaded.occurrences {
+            *by.entry(o.label.as_str()).or_default() += 1;
+        }
+        for (name, n) in by {
+            total += n;
+            ranges.push(RangeCount { name: name.to_string(), count: n });
         }
     }
-    let kernels = if ex.has_table("CUPTI_ACTIVITY_KIND_KERNEL") { ex.count_rows("CUPTI_ACTIVITY_KIND_KERNEL")? as u64 } else { 0 };
+    let kernels = ex.count_rows(crate::export::schema::KERNEL)? as u64;
     Ok((ranges, total, kernels))
 }
 
