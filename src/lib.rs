@@ -4,7 +4,9 @@
 //! `bins/` and the Nushell plugin in `nu-plugin/` are thin adapters over these functions.
 //!
 //! - [`contract`]: what every tool shares (document header, errors and exit codes, input, output).
-//! - [`export`]: read-only access to an `nsys export --type sqlite` file (and `.nsys-rep` export).
+//! - [`export`]: the nsys export layer: the only module that knows the nsys SQLite schema (tables, columns,
+//!   versions), with read-only, typed readers; every tool reads exports through it.
+//! - [`schemas`]: the registry of every document kind (above the tools, so `contract` knows no tool).
 
 pub mod contract;
 pub mod export;
@@ -20,3 +22,4 @@ pub mod categories;
 pub mod evidence;
 pub mod compare;
 pub mod report;
+pub mod schemas;

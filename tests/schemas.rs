@@ -8,7 +8,7 @@ fn schemas_are_generated_from_the_types() {
     let dir = common::root().join("schemas");
     let bless = std::env::var_os("NSYSKIT_BLESS").is_some();
     let mut stale = Vec::new();
-    for (kind, schema) in nsyskit::contract::all_schemas() {
+    for (kind, schema) in nsyskit::schemas::all() {
         let path = dir.join(format!("{kind}.v1.schema.json"));
         let text = serde_json::to_string_pretty(&schema).unwrap() + "\n";
         if bless {
@@ -22,7 +22,7 @@ fn schemas_are_generated_from_the_types() {
 
 #[test]
 fn every_schema_file_belongs_to_a_kind() {
-    let kinds: Vec<String> = nsyskit::contract::all_schemas().iter().map(|(k, _)| format!("{k}.v1.schema.json")).collect();
+    let kinds: Vec<String> = nsyskit::schemas::all().iter().map(|(k, _)| format!("{k}.v1.schema.json")).collect();
     for entry in std::fs::read_dir(common::root().join("schemas")).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().to_string();
         assert!(kinds.contains(&name), "schemas/{name} is not generated from any document type");

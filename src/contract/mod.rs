@@ -81,23 +81,6 @@ pub fn json_schema<T: Document>() -> serde_json::Value {
     schema
 }
 
-/// Every document kind nsyskit writes: `(kind, schema generator)`. `schemas/` is generated from this list
-/// (`NSYSKIT_BLESS=1 cargo test --test schemas`), and tests validate outputs against those files.
-pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
-    vec![
-        (crate::kern_csv::KernCsvDoc::KIND, json_schema::<crate::kern_csv::KernCsvDoc>()),
-        (crate::bundle::MergeReport::KIND, json_schema::<crate::bundle::MergeReport>()),
-        (crate::serve_capture::ServeCaptureDoc::KIND, json_schema::<crate::serve_capture::ServeCaptureDoc>()),
-        (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
-        (crate::gate::GateDoc::KIND, json_schema::<crate::gate::GateDoc>()),
-        (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
-        (crate::pod_attach::PodAttachDoc::KIND, json_schema::<crate::pod_attach::PodAttachDoc>()),
-        (crate::readiness::ReadinessDoc::KIND, json_schema::<crate::readiness::ReadinessDoc>()),
-        (crate::compare::CompareDoc::KIND, json_schema::<crate::compare::CompareDoc>()),
-        (crate::report::ReportDoc::KIND, json_schema::<crate::report::ReportDoc>()),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

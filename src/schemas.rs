@@ -1,0 +1,21 @@
+//! The registry of every document kind nsyskit writes. It sits above the tools (it imports each tool's
+//! document type) so that [`crate::contract`], which every tool imports, knows no tool: no import circle.
+
+use crate::contract::{json_schema, Document};
+
+/// Every document kind nsyskit writes: `(kind, schema generator)`. `schemas/` is generated from this list
+/// (`NSYSKIT_BLESS=1 cargo test --test schemas`), and tests validate outputs against those files.
+pub fn all() -> Vec<(&'static str, serde_json::Value)> {
+    vec![
+        (crate::kern_csv::KernCsvDoc::KIND, json_schema::<crate::kern_csv::KernCsvDoc>()),
+        (crate::bundle::MergeReport::KIND, json_schema::<crate::bundle::MergeReport>()),
+        (crate::serve_capture::ServeCaptureDoc::KIND, json_schema::<crate::serve_capture::ServeCaptureDoc>()),
+        (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
+        (crate::gate::GateDoc::KIND, json_schema::<crate::gate::GateDoc>()),
+        (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
+        (crate::pod_attach::PodAttachDoc::KIND, json_schema::<crate::pod_attach::PodAttachDoc>()),
+        (crate::readiness::ReadinessDoc::KIND, json_schema::<crate::readiness::ReadinessDoc>()),
+        (crate::compare::CompareDoc::KIND, json_schema::<crate::compare::CompareDoc>()),
+        (crate::report::ReportDoc::KIND, json_schema::<crate::report::ReportDoc>()),
+    ]
+}
