@@ -25,6 +25,11 @@ pub struct SyncStat {
 }
 
 /// A `ranges[]` row of an `nsyskit.ranges/v1` document (the fields compare and report use).
+///
+/// Not [`crate::ranges::RangeStats`] on purpose: this is a lenient reading view (every field defaults, counts
+/// are signed, `depths` keys are JSON strings) of a ranges document that may come from a bundle written by
+/// another nsyskit version, while `RangeStats` is the strict type the ranges library writes. Both views of an
+/// export are made the same way ([`export_ranges`] reads the library's document back through this view).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct RangeRow {

@@ -413,11 +413,12 @@ pub struct RangesSource {
     pub kind: String,
     pub exported_with: Option<String>,
     /// `--window` when given: occurrences with `start <= o.start` and `o.end <= end` were kept.
-    pub window: Option<Window>,
+    pub window: Option<TimeWindow>,
 }
 
+/// `--window START:END` of sqlite-ranges, in ns on the export's clock (not serve-capture's capture window).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Window {
+pub struct TimeWindow {
     pub start: i64,
     pub end: i64,
 }
@@ -1383,7 +1384,7 @@ fn finish(
             nsys_version: export.nsys_version()?,
             kind: "sqlite".into(),
             exported_with: None,
-            window: opts.window.map(|(start, end)| Window { start, end }),
+            window: opts.window.map(|(start, end)| TimeWindow { start, end }),
         },
         tables_present: w.tables_present.clone(),
         ranges,
