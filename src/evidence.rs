@@ -518,6 +518,8 @@ pub fn normalize_trace<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> 
 pub fn from_export(path: &Path) -> Result<Evidence> {
     let cap = crate::export::open_capture(path, None)?;
     let export = &cap.export;
+    // kernel statistics and memcpy time are SQL sums: refuse impossible timestamps first
+    export.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
     let mut ev = Evidence { source: cap.source.path.clone(), kind: cap.source.kind.clone(), ..Default::default() };
     ev.facts = export_facts(export)?;
     let (kernels, memcpy) = export_kernel_stats(export)?;

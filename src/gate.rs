@@ -126,6 +126,10 @@ pub struct GateSource {
     /// `--log` and `--provenance` as given.
     pub log: Option<String>,
     pub provenance: Option<String>,
+    /// Rows of the runtime and device tables with a NULL `start`, NULL `end` or `end < start`, by table and
+    /// reason: skipped by every gate. Present only when a row was skipped.
+    #[serde(default, skip_serializing_if = "crate::export::RowSkips::is_empty")]
+    pub skipped_rows: crate::export::RowSkips,
 }
 
 /// `nsyskit.gate/v1`.
@@ -337,6 +341,7 @@ fn run_path(opts: &GateOptions) -> Result<GateDoc> {
         nsys_version: None,
         log: opts.log.as_ref().map(|p| p.display().to_string()),
         provenance: opts.provenance.as_ref().map(|p| p.display().to_string()),
+        skipped_rows: Default::default(),
     };
     // Open the export (kept alive, with its temporary folder, until the gates ran).
     let opened: Option<export::OpenedCapture>;
@@ -364,6 +369,10 @@ fn run_path(opts: &GateOptions) -> Result<GateDoc> {
     if let Some(e) = export {
         check_is_nsys_export(e)?;
         source.nsys_version = e.nsys_version()?;
+        // the gates aggregate in SQL: refuse impossible timestamps first, count invalid intervals
+        e.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
+        let timed = [schema::RUNTIME, schema::KERNEL, schema::MEMCPY, schema::MEMSET];
+        e.count_interval_skips(&timed, &mut source.skipped_rows)?;
     }
     let cx = Context { opts, source: &source, export, log, provenance, steps: OnceCell::new() };
     let gates = gates(&cx)?;

@@ -138,6 +138,10 @@ pub struct ReadinessSource {
     pub range_prefix: Option<String>,
     /// True when `P` was inferred from the `*.engine.iteration` label with the most occurrences.
     pub range_prefix_inferred: bool,
+    /// Runtime rows with a NULL `start`, NULL `end` or `end < start`, by table and reason: not read. Present
+    /// only when a row was skipped.
+    #[serde(default, skip_serializing_if = "crate::export::RowSkips::is_empty")]
+    pub skipped_rows: crate::export::RowSkips,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -505,6 +509,11 @@ fn source(export: &Export, prefix: Option<String>, inferred: bool) -> Result<Rea
         nsys_version: export.nsys_version()?,
         range_prefix_inferred: inferred && prefix.is_some(),
         range_prefix: prefix,
+        skipped_rows: {
+            let mut s = crate::export::RowSkips::new();
+            export.count_interval_skips(&[schema::RUNTIME], &mut s)?;
+            s
+        },
     })
 }
 

@@ -8,9 +8,18 @@
 //! - [`capture`]: an `.nsys-rep` exported into a temporary folder, standard input copied into one, and the one
 //!   `nsys export` command line.
 //!
-//! The evidence file is never modified: it is opened with `mode=ro` (plus `immutable=1` unless the file is in
-//! WAL mode, where `immutable` would hide un-checkpointed pages), and nothing here creates a table, index,
-//! view or temp table in it.
+//! The evidence file is never modified and nothing is ever created next to it (no `-wal`, `-shm` or
+//! `-journal`), and a writer's uncommitted data is never read ([`Export::open`]):
+//!
+//! - a rollback-journal export (what nsys writes) is opened `mode=ro` with SQLite's ordinary locking: a live
+//!   writer's uncommitted changes stay invisible (its exclusive lock makes the read wait, then fail with exit 2
+//!   naming the writer); a hot journal left by a crashed writer is never rolled back (that would change the
+//!   evidence): exit 2 saying so;
+//! - a WAL-mode export with no `-wal`/`-shm` file beside it holds all its content in the main file and is read
+//!   `immutable=1` (no side file can be created); with a `-wal` or `-shm` beside it another program has it
+//!   open (or did not close it): exit 2, because reading it would create or change those files.
+//!
+//! Nothing here creates a table, index, view or temp table in it (temporary b-trees are kept in memory).
 
 pub mod capture;
 pub mod graph;
@@ -118,28 +127,42 @@ impl Export {
             )));
         }
         let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        let uri = format!(
-            "file:{}?mode=ro{}",
-            uri_escape(&abs.to_string_lossy()),
-            if wal { "" } else { "&immutable=1" }
-        );
+        if wal {
+            let side: Vec<String> = ["-wal", "-shm"]
+                .iter()
+                .map(|s| format!("{}{s}", abs.display()))
+                .filter(|p| std::fs::symlink_metadata(p).is_ok())
+                .collect();
+            if !side.is_empty() {
+                return Err(Error::input(format!(
+                    "{name}: a WAL-mode SQLite file with {} beside it: another program has it open (a live writer) or did not close it, and reading it would create or change files next to the evidence; nothing was read. Close the writer, or checkpoint a copy (`sqlite3 COPY 'PRAGMA wal_checkpoint(TRUNCATE)'`) and give that",
+                    side.join(" and ")
+                )));
+            }
+        }
+        // WAL without side files: everything is in the main file, and `immutable` keeps SQLite from creating
+        // -wal/-shm. Rollback journal: ordinary locking keeps a live writer's uncommitted pages out of the read.
+        let uri = format!("file:{}?mode=ro{}", uri_escape(&abs.to_string_lossy()), if wal { "&immutable=1" } else { "" });
         let conn = Connection::open_with_flags(
             &uri,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
-        .map_err(|e| Error::input(format!("{name}: cannot open as SQLite: {e}")))?;
+        .map_err(|e| Error::input(format!("{name}: cannot open as SQLite: {}", describe_sql_error(&e))))?;
+        // a writer committing holds its lock for milliseconds: wait a little, then say who holds the file
+        conn.busy_timeout(std::time::Duration::from_secs(2))
+            .map_err(|e| Error::input(format!("{name}: cannot configure read-only access: {e}")))?;
         // Temporary b-trees (sorts) in memory, never in a file next to the evidence.
         conn.execute_batch("PRAGMA query_only = 1; PRAGMA temp_store = MEMORY;")
-            .map_err(|e| Error::input(format!("{name}: cannot configure read-only access: {e}")))?;
+            .map_err(|e| Error::input(format!("{name}: cannot configure read-only access: {}", describe_sql_error(&e))))?;
         let mut tables = HashMap::new();
         {
             let mut stmt = conn
                 .prepare("SELECT name FROM sqlite_master WHERE type IN ('table','view')")
-                .map_err(|e| Error::input(format!("{name}: not a readable SQLite database: {e}")))?;
+                .map_err(|e| Error::input(format!("{name}: not a readable SQLite database: {}", describe_sql_error(&e))))?;
             let names: Vec<String> = stmt
                 .query_map([], |r| r.get::<_, String>(0))
                 .and_then(|rows| rows.collect())
-                .map_err(|e| Error::input(format!("{name}: not a readable SQLite database: {e}")))?;
+                .map_err(|e| Error::input(format!("{name}: not a readable SQLite database: {}", describe_sql_error(&e))))?;
             for t in names {
                 let cols = table_columns(&conn, &t).map_err(|e| Error::input(format!("{name}: table {t}: {e}")))?;
                 tables.insert(t.to_ascii_lowercase(), TableInfo { name: t, columns: cols });
@@ -252,6 +275,12 @@ pub fn describe_sql_error(e: &rusqlite::Error) -> String {
         }
         rusqlite::Error::SqliteFailure(f, msg) if f.code == rusqlite::ErrorCode::NotADatabase => {
             format!("not an SQLite database ({})", msg.as_deref().unwrap_or("file is not a database"))
+        }
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DatabaseBusy || f.code == rusqlite::ErrorCode::DatabaseLocked => {
+            "locked by another program writing it (a live writer in the middle of a commit); nothing uncommitted is read: retry when it is done".to_string()
+        }
+        rusqlite::Error::SqliteFailure(f, _) if f.extended_code == rusqlite::ffi::SQLITE_READONLY_ROLLBACK => {
+            "a hot journal (-journal) beside it: a writer stopped in the middle of a transaction, and rolling it back would change the evidence; nothing was read. Recover a copy with `sqlite3 COPY 'PRAGMA integrity_check'` (copy the -journal too) and give that".to_string()
         }
         rusqlite::Error::InvalidColumnType(i, name, ty) => {
             format!("column {name} (#{i}) holds a value of type {ty}, not the type nsys writes")

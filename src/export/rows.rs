@@ -316,12 +316,10 @@ impl Export {
         })
     }
 
-    /// Count the invalid intervals of the timed CUDA tables present (runtime, device, synchronization) into
-    /// `skips`, without delivering rows: for tools that aggregate in SQL.
-    pub fn count_interval_skips(&self, skips: &mut RowSkips) -> Result<()> {
-        let mut tables = vec![schema::RUNTIME, schema::SYNCHRONIZATION];
-        tables.extend(schema::DEVICE_TABLES);
-        for tbl in tables {
+    /// Count the invalid intervals of the named timed tables present into `skips`, without delivering rows:
+    /// what the readers and aggregates of this layer skip in them.
+    pub fn count_interval_skips(&self, tables: &[&'static str], skips: &mut RowSkips) -> Result<()> {
+        for &tbl in tables {
             let Some(t) = self.optional(tbl, &["start", "end"])? else { continue };
             let sql = format!(
                 "SELECT coalesce(sum(start IS NULL), 0), coalesce(sum(start IS NOT NULL AND end IS NULL), 0), coalesce(sum(end < start), 0) FROM \"{}\"",
@@ -622,3 +620,34 @@ impl Export {
         h.unwrap_or(0).clamp(0, 1 << 32) as usize
     }
 }
+
+impl Export {
+    /// Refuse impossible timestamps (beyond ±[`MAX_TIMESTAMP_NS`]) in the named timed tables present: an input
+    /// error naming the table, column and row id. For tools that aggregate in SQL (the streamed readers check
+    /// every row they deliver).
+    pub fn check_timestamps(&self, tables: &[&'static str]) -> Result<()> {
+        for &tbl in tables {
+            let Some(t) = self.optional(tbl, &["start", "end"])? else { continue };
+            let sql = format!(
+                "SELECT rowid, start, end FROM \"{}\" WHERE start NOT BETWEEN -?1 AND ?1 OR end NOT BETWEEN -?1 AND ?1 LIMIT 1",
+                t.name
+            );
+            let hit: Option<(Option<i64>, Option<i64>, Option<i64>)> = match self.conn().query_row(&sql, [MAX_TIMESTAMP_NS], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            }) {
+                Ok(v) => Some(v),
+                Err(rusqlite::Error::QueryReturnedNoRows) => None,
+                Err(e) => return Err(self.sql_err(tbl)(e)),
+            };
+            if let Some((rowid, start, end)) = hit {
+                self.check_ts(tbl, "start", rowid, start)?;
+                self.check_ts(tbl, "end", rowid, end)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The timed tables of an export: NVTX and the CUDA ones.
+pub const TIMED_TABLES: [&str; 7] =
+    [schema::NVTX_EVENTS, schema::RUNTIME, schema::KERNEL, schema::MEMCPY, schema::MEMSET, schema::GRAPH_TRACE, schema::SYNCHRONIZATION];

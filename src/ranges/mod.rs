@@ -390,6 +390,10 @@ pub struct RangesDoc {
     pub thread_diagnostics: Vec<ThreadDiagnostics>,
     pub totals: Totals,
     pub skipped: Skipped,
+    /// Rows of the runtime and device tables that were not read, by table and reason (NULL `start`, NULL
+    /// `end`, `end < start`): never summed, never attributed. Present only when a row was skipped.
+    #[serde(default, skip_serializing_if = "RowSkips::is_empty")]
+    pub skipped_rows: RowSkips,
     /// Kept labels grouped by replacing each run of digits with `#`; groups of two or more labels.
     pub high_cardinality_labels: Vec<HighCardinality>,
     pub notes: Vec<String>,
@@ -716,7 +720,7 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
     let corr = join_runtime(export, &mut w)?;
     attribute_device_rows(export, &mut w, corr)?;
     let thread_diagnostics = map_threads(export, &w)?;
-    let (ranges, high_cardinality_labels) = aggregate(&w);
+    let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
     finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, detail)
 }
 
@@ -845,6 +849,10 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
     let mut corr: Vec<CorrEnt> = Vec::new();
     let mut corr_wide: FxMap<(i64, i64), u32> = FxMap::default();
     let n = w.occ.len();
+    if w.present(schema::RUNTIME) && n == 0 {
+        // not scanned (no occurrence to attribute to): its skipped rows are still counted
+        export.count_interval_skips(&[schema::RUNTIME], &mut w.row_skips)?;
+    }
     if w.present(schema::RUNTIME) && n > 0 {
         let tbl = schema::RUNTIME;
         // sync API name ids (one StringIds scan)
@@ -891,11 +899,12 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
                 if let Some(api) = sync {
                     let m = syncs.entry(h).or_default();
                     m.calls += 1;
-                    m.ns += re - rs;
+                    // saturating: an overflow is reported by the label sums (aggregate), never wrapped
+                    m.ns = m.ns.saturating_add(re - rs);
                     match m.per_api.iter_mut().find(|(a, _)| *a == api) {
                         Some((_, s)) => {
                             s.calls += 1;
-                            s.total_ns += re - rs;
+                            s.total_ns = s.total_ns.saturating_add(re - rs);
                         }
                         None => m.per_api.push((api, SyncStat { calls: 1, total_ns: re - rs })),
                     }
@@ -1059,10 +1068,10 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
             }
             if kind == DeviceKind::Kernel {
                 *kernels_total += 1;
-                *kernel_work_total += e - s;
+                *kernel_work_total = kernel_work_total.saturating_add(e - s);
                 if chain != u32::MAX {
                     *kernels_attr += 1;
-                    *kernel_work_attr += e - s;
+                    *kernel_work_attr = kernel_work_attr.saturating_add(e - s);
                 }
             }
             if chain != u32::MAX {
@@ -1079,7 +1088,7 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
                     match kind {
                         DeviceKind::Kernel => {
                             m.kernels += 1;
-                            m.kernel_work_ns += e - s;
+                            m.kernel_work_ns = m.kernel_work_ns.saturating_add(e - s);
                         }
                         DeviceKind::Memcpy => m.memcpys += 1,
                         DeviceKind::Memset => m.memsets += 1,
@@ -1237,7 +1246,7 @@ fn map_threads(export: &Export, w: &Work) -> Result<Vec<ThreadDiagnostics>> {
 
 /// Phase 5: per label, the sums over its occurrences (sorted by host wall time descending, then label), and
 /// the high-cardinality label groups.
-fn aggregate(w: &Work) -> (Vec<RangeStats>, Vec<HighCardinality>) {
+fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, Vec<HighCardinality>)> {
     let (occ, metrics, label_names) = (&w.occ, &w.metrics, &w.label_names);
     let mut by_label: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, o) in occ.iter().enumerate() {
@@ -1256,7 +1265,7 @@ fn aggregate(w: &Work) -> (Vec<RangeStats>, Vec<HighCardinality>) {
             memcpys: 0,
             memsets: 0,
             graph_traces: 0,
-            host_wall_time_ns: walls.iter().sum(),
+            host_wall_time_ns: 0,
             wall_ns_min: walls[0],
             wall_ns_median: walls[(walls.len() - 1) / 2],
             wall_ns_max: walls[walls.len() - 1],
@@ -1272,6 +1281,20 @@ fn aggregate(w: &Work) -> (Vec<RangeStats>, Vec<HighCardinality>) {
             depths: BTreeMap::new(),
             parents: BTreeMap::new(),
         };
+        // checked sums: timestamps are bounded by the export layer, but many huge rows could still overflow
+        let overflow = |field: &str| {
+            Error::input(format!(
+                "{}: label {label:?}: {field} overflows 64-bit nanoseconds: the export's timestamps are not real; nothing was written",
+                export.name()
+            ))
+        };
+        let add = |acc: &mut i64, v: i64, field: &str| -> Result<()> {
+            *acc = acc.checked_add(v).filter(|x| *x != i64::MAX).ok_or_else(|| overflow(field))?;
+            Ok(())
+        };
+        for &w in &walls {
+            add(&mut r.host_wall_time_ns, w, "host_wall_time_ns")?;
+        }
         for &i in idxs {
             let m = &metrics[i];
             let o = &occ[i];
@@ -1284,16 +1307,16 @@ fn aggregate(w: &Work) -> (Vec<RangeStats>, Vec<HighCardinality>) {
             r.memcpys += m.memcpys;
             r.memsets += m.memsets;
             r.graph_traces += m.graph_traces;
-            r.kernel_work_ns += m.kernel_work_ns;
-            r.host_range_kernel_coverage_ns += m.coverage_ns;
-            r.kernel_busy_union_ns += m.busy_ns;
-            r.kernel_span_ns += m.span_ns();
-            r.gpu_idle_within_kernel_span_ns += m.span_ns() - m.busy_ns;
-            r.uncovered_host_time_ns += (wall - m.coverage_ns).max(0);
+            add(&mut r.kernel_work_ns, m.kernel_work_ns, "kernel_work_ns")?;
+            add(&mut r.host_range_kernel_coverage_ns, m.coverage_ns, "host_range_kernel_coverage_ns")?;
+            add(&mut r.kernel_busy_union_ns, m.busy_ns, "kernel_busy_union_ns")?;
+            add(&mut r.kernel_span_ns, m.span_ns(), "kernel_span_ns")?;
+            add(&mut r.gpu_idle_within_kernel_span_ns, m.span_ns() - m.busy_ns, "gpu_idle_within_kernel_span_ns")?;
+            add(&mut r.uncovered_host_time_ns, (wall - m.coverage_ns).max(0), "uncovered_host_time_ns")?;
             for (api, s) in w.syncs.get(&(i as u32)).map_or(&[][..], |s| &s.per_api[..]) {
                 let e = r.sync.entry(SYNC_APIS[*api as usize].to_string()).or_default();
                 e.calls += s.calls;
-                e.total_ns += s.total_ns;
+                add(&mut e.total_ns, s.total_ns, "sync total_ns")?;
             }
             *r.depths.entry(o.depth).or_default() += 1;
             let parent = if o.parent == u32::MAX { String::new() } else { label_names[occ[o.parent as usize].label as usize].clone() };
@@ -1310,7 +1333,7 @@ fn aggregate(w: &Work) -> (Vec<RangeStats>, Vec<HighCardinality>) {
     }
     ranges.sort_by(|a, b| b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.as_bytes().cmp(b.label.as_bytes())));
     let high_cardinality_labels = high_cardinality(by_label.keys().copied());
-    (ranges, high_cardinality_labels)
+    Ok((ranges, high_cardinality_labels))
 }
 
 /// Phase 6: the notes, the document, and (when asked) the public per-occurrence vectors.
@@ -1350,6 +1373,12 @@ fn finish(
     }
     let (kernels_total, kernels_attr, kernel_work_total, kernel_work_attr) =
         (w.kernels_total, w.kernels_attr, w.kernel_work_total, w.kernel_work_attr);
+    if kernel_work_total == i64::MAX {
+        return Err(Error::input(format!(
+            "{}: the KERNEL rows' total duration overflows 64-bit nanoseconds: the export's timestamps are not real; nothing was written",
+            export.name()
+        )));
+    }
     if kernels_total > kernels_attr {
         notes.push(format!(
             "{} of {} KERNEL rows ({} ns of {} ns) are not attributed to any kept range: reported in totals, never dropped.",
@@ -1364,6 +1393,9 @@ fn finish(
             "Skipped NVTX range rows: {} without a message, {} with a NULL or inverted interval.",
             w.skipped.unlabeled, w.skipped.open_or_inverted
         ));
+    }
+    if let Some(s) = crate::export::describe_skips(&w.row_skips) {
+        notes.push(format!("Skipped rows with a NULL or inverted interval (never summed, never attributed): {s}."));
     }
     if let Some((ws, we)) = opts.window {
         notes.push(format!("--window {ws}:{we}: only occurrences lying inside it were kept (start >= {ws} and end <= {we}); totals and per_device still cover the whole capture."));
@@ -1399,6 +1431,7 @@ fn finish(
             kernel_work_unattributed_ns: kernel_work_total - kernel_work_attr,
         },
         skipped: w.skipped,
+        skipped_rows: std::mem::take(&mut w.row_skips),
         high_cardinality_labels,
         notes,
     };
