@@ -656,7 +656,9 @@ pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrenc
         }
         let entry = by_api.entry(api.clone()).or_insert((0, 0, BTreeSet::new(), s));
         entry.0 += 1;
-        entry.1 += e - s;
+        entry.1 = entry.1.checked_add(e - s).ok_or_else(|| {
+            Error::input(format!("{}: {}: total duration of {api} calls overflows 64-bit nanoseconds: the export's timestamps are not real", export.name(), schema::RUNTIME))
+        })?;
         entry.2.insert(g);
         entry.3 = entry.3.min(s);
         Ok(())

@@ -64,10 +64,8 @@ pub fn main_with(tool: &'static str, body: impl FnOnce() -> i32) -> ! {
         let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
         eprintln!("{tool}: internal error (a bug in nsyskit, please report it): {msg}{at}");
     }));
-    let code = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
-        Ok(code) => code,
-        Err(_) => 2,
-    };
+    // a panic (already reported by the hook) exits 2
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(2);
     std::process::exit(code)
 }
 

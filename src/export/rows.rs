@@ -430,7 +430,7 @@ impl Export {
     }
 
     /// `TARGET_INFO_GPU` rows: `name`, then those of [`cols::GPU_DETAILS`] the table has, each as text.
-    pub fn target_gpus(&self) -> Result<Vec<Vec<(&'static str, Option<String>)>>> {
+    pub fn target_gpus(&self) -> Result<Vec<GpuRow>> {
         let tbl = schema::TARGET_INFO_GPU;
         let Some(g) = self.optional(tbl, &["name"])? else { return Ok(Vec::new()) };
         let present: Vec<&'static str> =
@@ -632,7 +632,7 @@ impl Export {
                 "SELECT rowid, start, end FROM \"{}\" WHERE start NOT BETWEEN -?1 AND ?1 OR end NOT BETWEEN -?1 AND ?1 LIMIT 1",
                 t.name
             );
-            let hit: Option<(Option<i64>, Option<i64>, Option<i64>)> = match self.conn().query_row(&sql, [MAX_TIMESTAMP_NS], |r| {
+            let hit: Option<RowTimes> = match self.conn().query_row(&sql, [MAX_TIMESTAMP_NS], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             }) {
                 Ok(v) => Some(v),
@@ -647,6 +647,12 @@ impl Export {
         Ok(())
     }
 }
+
+/// One `TARGET_INFO_GPU` row: `(column, value as text)`, `name` first.
+pub type GpuRow = Vec<(&'static str, Option<String>)>;
+
+/// `(rowid, start, end)` of one row.
+type RowTimes = (Option<i64>, Option<i64>, Option<i64>);
 
 /// The timed tables of an export: NVTX and the CUDA ones.
 pub const TIMED_TABLES: [&str; 7] =
