@@ -161,3 +161,39 @@ fn one_nsys_export_command_line() {
     let v = nsyskit::export::nsys_export_args("r.nsys-rep", "o.sqlite");
     assert_eq!(v, ["export", "--type=sqlite", "--force-overwrite=true", "--lazy=false", "--output=o.sqlite", "r.nsys-rep"]);
 }
+
+/// The export layer is the only code that reads nsys tables: no SQL and no raw connection outside src/export/
+/// (test files excepted: they check results against SQL of their own).
+#[test]
+fn no_sql_over_nsys_tables_outside_the_export_layer() {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                // tests check results against SQL of their own, on purpose
+                if p.file_name().is_some_and(|n| n != "tests") {
+                    walk(&p, out);
+                }
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let root = common::root();
+    let mut files = Vec::new();
+    for d in ["src", "bins", "nu-plugin/src"] {
+        walk(&root.join(d), &mut files);
+    }
+    let export_dir = root.join("src/export");
+    let mut offenders = Vec::new();
+    for f in files.iter().filter(|f| !f.starts_with(&export_dir)) {
+        let text = std::fs::read_to_string(f).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            if line.contains(".conn()") || line.contains("SELECT ") || line.contains("rusqlite::") {
+                offenders.push(format!("{}:{}: {}", f.strip_prefix(&root).unwrap().display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(files.len() > 20, "walked {} files", files.len());
+    assert!(offenders.is_empty(), "SQL outside src/export/:\n{}", offenders.join("\n"));
+}
