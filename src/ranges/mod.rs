@@ -713,8 +713,8 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
 type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
 
 /// The analysis; the public per-occurrence vectors are built only when `detail` is asked for. It runs as
-/// phases over one [`Work`]: [`load`], [`join_runtime`], [`attribute_device_rows`], [`map_threads`],
-/// [`aggregate`] and [`finish`].
+/// phases over one [`Work`]: [`load`], [`join_runtime`], [`attribute_device_rows`] (then [`sweep`]),
+/// [`map_threads`], [`aggregate`] and [`finish`].
 fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(RangesDoc, Detail)> {
     let mut w = load(export, opts)?;
     let corr = join_runtime(export, &mut w)?;
@@ -982,9 +982,8 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
     Ok(CorrTable { corr, wide: corr_wide })
 }
 
-/// Phase 3: stream the device rows once, attribute each through `(globalPid, correlationId)` to the
-/// occurrence chain of its runtime call, then sweep them by start to merge the per-occurrence and per-device
-/// interval unions.
+/// Phase 3: stream the device rows once into compact records, attributing each through `(globalPid,
+/// correlationId)` to the occurrence chain of its runtime call; then [`sweep`] them.
 fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result<()> {
     let CorrTable { corr, wide: corr_wide } = ct;
     let mut dev_ids: Vec<i64> = Vec::new();
@@ -1118,6 +1117,14 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
     }
     drop(corr);
     drop(corr_wide);
+    drop(tag_idx);
+    sweep(w, rows_out, tags, &dev_ids);
+    Ok(())
+}
+
+/// Phase 3b: the device records swept by start, merging per-occurrence and per-device interval unions
+/// incrementally (busy, coverage, span), no per-occurrence interval list.
+fn sweep(w: &mut Work, mut rows_out: Vec<DevRow>, tags: Vec<Tag>, dev_ids: &[i64]) {
     progress("merging device intervals");
     if !rows_out.windows(2).all(|w| w[0].start <= w[1].start) {
         rows_out.sort_unstable_by_key(|r| r.start);
@@ -1176,7 +1183,6 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
     }
     drop(rows_out);
     drop(tags);
-    drop(tag_idx);
     for (di, c) in dcur.iter().enumerate() {
         if c.open {
             dtot[di].busy_union_ns += c.e - c.s;
@@ -1192,7 +1198,6 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
     let mut per_device: Vec<DeviceTotals> = dtot.into_iter().filter(|d| d.device_rows > 0).collect();
     per_device.sort_by_key(|d| d.device_id);
     w.per_device = per_device;
-    Ok(())
 }
 
 /// Phase 4: one diagnostic per thread with kept occurrences: its process mapping (PROCESSES, else the
