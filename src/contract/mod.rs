@@ -96,6 +96,8 @@ pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
         (crate::compare::CompareDoc::KIND, json_schema::<crate::compare::CompareDoc>()),
         (crate::compare::baseline::BaselineDoc::KIND, json_schema::<crate::compare::baseline::BaselineDoc>()),
         (crate::report::ReportDoc::KIND, json_schema::<crate::report::ReportDoc>()),
+        (crate::report::question::QuestionDoc::KIND, json_schema::<crate::report::question::QuestionDoc>()),
+        (crate::report::question::BenchmarkDoc::KIND, json_schema::<crate::report::question::BenchmarkDoc>()),
     ]
 }
 
