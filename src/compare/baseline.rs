@@ -83,12 +83,13 @@ pub fn save(opts: &CompareOptions, name: &str) -> Result<BaselineDoc> {
     if !invalidators.is_empty() {
         notes.push("the baseline captures are not comparable among themselves (see invalidators): exit 1".into());
     }
+    let unstable = super::checks::unstable_labels(caps.iter().flat_map(|c| c.series.iter().flat_map(|s| s.keys())).map(|k| k.as_str()));
     let captures = caps
         .into_iter()
         .map(|c| StoredCapture {
             side: c.side,
             labels: c.labels,
-            series: c.series.unwrap_or_default().into_iter().filter(|(l, _)| super::checks::is_stable(l)).collect(),
+            series: c.series.unwrap_or_default().into_iter().filter(|(l, _)| !unstable.contains(l)).collect(),
         })
         .collect();
     Ok(BaselineDoc { schema, tool, name: name.to_string(), captures, invalidators, unchecked, notes })

@@ -199,6 +199,8 @@ pub struct CheckInput<'a> {
 /// Thresholds and switches of the checks.
 #[derive(Debug, Clone)]
 pub struct CheckOptions {
+    /// Per-request labels (see [`unstable_labels`]): never expected.
+    pub unstable: BTreeSet<String>,
     /// `--expect-label`: these labels must be on both sides (default: every stable label seen on either side).
     pub expect_labels: Vec<String>,
     /// The iteration label (always expected).
@@ -207,9 +209,14 @@ pub struct CheckOptions {
     pub max_attributed_share_diff: f64,
 }
 
-/// A stable label: no digit run (per-request labels such as `vibeserve.request.3` are not).
-pub fn is_stable(label: &str) -> bool {
-    !label.chars().any(|c| c.is_ascii_digit())
+/// The labels that are not stable: labels that differ from another label only in digit runs (per-request
+/// labels such as `vibeserve.request.0`, `vibeserve.request.1`; `vibeserve.sampling.d2h` alone is stable).
+pub fn unstable_labels<'a>(labels: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
+    let mut by: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for l in labels {
+        by.entry(crate::ranges::digits_to_hash(l)).or_default().insert(l.to_string());
+    }
+    by.into_values().filter(|g| g.len() > 1).flatten().collect()
 }
 
 fn short(v: &Value) -> String {
@@ -282,7 +289,7 @@ pub fn check_pair(x: &CheckInput, y: &CheckInput, o: &CheckOptions) -> (Vec<Inva
         (Some(la), Some(lb)) => {
             let present = |l: &BTreeMap<String, i64>, k: &str| l.get(k).copied().unwrap_or(0) > 0;
             let expected: BTreeSet<String> = if o.expect_labels.is_empty() {
-                la.keys().chain(lb.keys()).filter(|k| is_stable(k)).cloned().collect()
+                la.keys().chain(lb.keys()).filter(|k| !o.unstable.contains(*k)).cloned().collect()
             } else {
                 o.expect_labels.iter().cloned().collect()
             };

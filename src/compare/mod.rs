@@ -428,10 +428,10 @@ fn load_input(path: &std::path::Path, role: &str, provenance: Option<&std::path:
 }
 
 /// The iteration label: the most frequent iteration-like stable label of the reference (ties: label).
-pub fn iteration_label(labels: &BTreeMap<String, i64>) -> Option<String> {
+pub fn iteration_label(labels: &BTreeMap<String, i64>, unstable: &BTreeSet<String>) -> Option<String> {
     labels
         .iter()
-        .filter(|(l, n)| **n > 0 && checks::is_stable(l) && crate::gate::is_iteration_like(l))
+        .filter(|(l, n)| **n > 0 && !unstable.contains(*l) && crate::gate::is_iteration_like(l))
         .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
         .map(|(l, _)| l.clone())
 }
@@ -494,8 +494,12 @@ pub fn run(opts: &CompareOptions) -> Result<CompareDoc> {
 pub fn compare_captures(base: &[Capture], trial: &[Capture], categories: &Categories, opts: &CompareOptions) -> CompareDoc {
     let (schema, tool) = CompareDoc::header();
     let reference = &base[0];
-    let iteration = opts.label.clone().or_else(|| reference.labels.as_ref().and_then(iteration_label));
+    let unstable = checks::unstable_labels(base.iter().chain(trial.iter()).flat_map(|c| {
+        c.labels.iter().flat_map(|l| l.keys()).chain(c.series.iter().flat_map(|s| s.keys())).map(|k| k.as_str())
+    }));
+    let iteration = opts.label.clone().or_else(|| reference.labels.as_ref().and_then(|l| iteration_label(l, &unstable)));
     let copts = checks::CheckOptions {
+        unstable: unstable.clone(),
         expect_labels: opts.expect_labels.clone(),
         iteration_label: iteration.clone(),
         max_attributed_share_diff: opts.max_attributed_share_diff,
@@ -519,7 +523,15 @@ pub fn compare_captures(base: &[Capture], trial: &[Capture], categories: &Catego
             push_unchecked(x, &mut unchecked);
         }
     }
+    let mut checked_once: Vec<&Side> = Vec::new();
     for c in &all {
+        // the same capture given twice (same file, same facts) is checked once on its own
+        let mut plain = c.side.clone();
+        plain.role = String::new();
+        if checked_once.iter().any(|s| { let mut t = (*s).clone(); t.role = String::new(); t == plain }) {
+            continue;
+        }
+        checked_once.push(&c.side);
         let (i, u) = checks::check_single(&c.side);
         invalidators.extend(i);
         for x in u {
@@ -589,7 +601,7 @@ pub fn compare_captures(base: &[Capture], trial: &[Capture], categories: &Catego
         let labels: BTreeSet<&String> = base
             .iter()
             .flat_map(|c| c.series.as_ref().unwrap().keys())
-            .filter(|l| checks::is_stable(l))
+            .filter(|l| !unstable.contains(*l))
             .filter(|l| trial.iter().any(|c| c.series.as_ref().unwrap().contains_key(*l)))
             .collect();
         let mut changes = Vec::new();
