@@ -188,6 +188,20 @@ fn bad_inputs_exit_2_naming_the_file() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cats.txt: rule 1 (gemm): bad regular expression"));
     let out = Command::cargo_bin("capture-compare").unwrap().arg(&good).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    // usage: an unknown --label, a bad --metric, both forms at once, a share out of range
+    let out = Command::cargo_bin("capture-compare").unwrap().arg(&good).arg(&good).args(["--label", "nope"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--label \"nope\": no capture has this range label (labels: vibeserve.api.poll"), "{}", String::from_utf8_lossy(&out.stderr));
+    for args in [vec!["--metric", "speed"], vec!["--max-attributed-share-diff", "2"], vec!["--bootstrap", "10"], vec!["--confidence", "1.5"]] {
+        let out = Command::cargo_bin("capture-compare").unwrap().arg(&good).arg(&good).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(args[0]), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = Command::cargo_bin("capture-compare").unwrap().arg(&good).arg(&good).arg("--baseline").arg(&good).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::cargo_bin("capture-compare").unwrap().arg("--baseline").arg(&good).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("both sides"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 // ---------------------------------------------------------------------------------------------------------

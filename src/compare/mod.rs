@@ -487,6 +487,16 @@ pub fn run(opts: &CompareOptions) -> Result<CompareDoc> {
     if base.is_empty() || trial.is_empty() {
         return Err(Error::input("a stored baseline without captures: nothing to compare"));
     }
+    if let Some(l) = &opts.label {
+        let known: BTreeSet<&String> = base.iter().chain(trial.iter()).flat_map(|c| c.labels.iter().flat_map(|m| m.keys()).chain(c.series.iter().flat_map(|s| s.keys()))).collect();
+        if !known.is_empty() && !known.contains(l) {
+            return Err(Error::usage(format!(
+                "--label {l:?}: no capture has this range label (labels: {})",
+                known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ))
+            .with_arg("--label"));
+        }
+    }
     Ok(compare_captures(&base, &trial, &categories, opts))
 }
 
