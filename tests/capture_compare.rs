@@ -869,3 +869,40 @@ fn graphs_vs_eager_is_refused() {
     let i = inv_of(&d, "cuda_graphs");
     assert_eq!((&i["a"], &i["b"]), (&json!("graphs"), &json!("eager")));
 }
+
+#[test]
+fn a_planted_kernel_slowdown_in_one_range_is_found_in_that_range() {
+    // every kernel launched inside vibeserve.sampling.d2h (runtime call on the range's thread, then
+    // correlationId) 10 % longer; its D2H memcpy and every other range untouched
+    let dir = tempfile::tempdir().unwrap();
+    let f = "nsys-2025.3.1/decode_clean.sqlite";
+    let a = planted(dir.path(), f, "a.sqlite", &[]);
+    let b = planted(
+        dir.path(),
+        f,
+        "b.sqlite",
+        &["UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start + ((end - start) * 11) / 10 WHERE correlationId IN (
+            SELECT r.correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+            JOIN NVTX_EVENTS n ON r.globalTid = n.globalTid AND r.start >= n.start AND r.start < n.end
+            LEFT JOIN StringIds s ON s.id = n.textId
+            WHERE COALESCE(n.text, s.value) = 'vibeserve.sampling.d2h');"
+            .into()],
+    );
+    let (d, code, _) = compare(&a, &b, &["--metric", "kernel_busy_union", "--label", "vibeserve.sampling.d2h", "--fail-on-regression", "1"]);
+    assert_eq!(d["verdict"], "COMPARABLE", "{:?}", d["invalidators"]);
+    let d2h = label(&d, "vibeserve.sampling.d2h");
+    assert_eq!(d2h["verdict"], "slower");
+    let busy = metric(d2h, "kernel_busy_union");
+    let rel = busy["relative_change"].as_f64().unwrap();
+    // the union also holds the unchanged memcpy: more than 0, at most the kernels' 10 %
+    assert!(rel > 0.01 && rel <= 0.10, "{rel}");
+    assert_eq!(metric(d2h, "host_wall")["verdict"], "no significant change");
+    // the replay's kernels were not touched
+    let replay = label(&d, "vibeserve.graph.replay");
+    assert_eq!(metric(replay, "kernel_busy_union")["relative_change"], 0.0);
+    assert_eq!(replay["verdict"], "no significant change");
+    // the CI gate on that label and metric trips
+    assert_eq!(code, 1);
+    assert_eq!(d["regression"]["failed"], true);
+    assert_eq!(d["regression"]["metric"], "kernel_busy_union");
+}

@@ -392,7 +392,8 @@ pub fn check_single(c: &Side) -> (Vec<Invalidator>, Vec<Unchecked>) {
     }
     let mut throttle_known = false;
     for (when, m) in [("start", &r.clocks_event_reasons_start), ("end", &r.clocks_event_reasons_end)] {
-        if let Some(mask) = m.value.is_null().then_some(None).unwrap_or_else(|| parse_mask(&m.value)) {
+        let mask = if m.value.is_null() { None } else { parse_mask(&m.value) };
+        if let Some(mask) = mask {
             throttle_known = true;
             if mask & THROTTLE_MASK != 0 {
                 out.push(inv(

@@ -371,8 +371,7 @@ fn gate_fact_of_bundle(bundle: &Value) -> Fact {
 /// Build a capture from loaded evidence.
 pub fn capture_of(ev: Evidence, role: &str, path: &std::path::Path, tier: crate::gate::Tier) -> Result<Capture> {
     let serve = ev.bundle.as_ref().and_then(|b| b.get("serve_capture")).filter(|v| v.is_object());
-    let prov_name = if ev.kind == "bundle" && ev.bundle.as_ref().map(|b| b.get("provenance").is_some()).unwrap_or(false) { "provenance" } else { "provenance" };
-    let mut run_facts = checks::run_facts(ev.provenance.as_ref(), prov_name, serve);
+    let mut run_facts = checks::run_facts(ev.provenance.as_ref(), "provenance", serve);
     run_facts.gate = match ev.kind.as_str() {
         "sqlite" | "nsys-rep" => gate_fact_of_export(path, tier)?,
         _ => ev.bundle.as_ref().map(gate_fact_of_bundle).unwrap_or_default(),
