@@ -329,7 +329,7 @@ fn parse_rfc3339_ns(s: &str) -> Option<i64> {
     let doy = (153 * mp + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146097 + doe - 719468;
-    Some(((days * 86400 + n(4)? * 3600 + n(5)? * 60 + n(6)?) * 1_000_000_000) as i64)
+    Some((days * 86400 + n(4)? * 3600 + n(5)? * 60 + n(6)?) * 1_000_000_000)
 }
 
 /// The gate verdict of a raw export, by gate-check's library at `tier`.
