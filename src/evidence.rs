@@ -172,6 +172,16 @@ pub struct Evidence {
     /// `kernel_profile.gates`: the gate-check verdict and its retry reasons, when the bundle has them.
     #[serde(skip)]
     pub gates: Option<(String, Vec<String>)>,
+    /// The whole JSON document when the input was a bundle (capture-compare reads `serve_capture`,
+    /// `question`, `benchmark`, `baselines` from it).
+    #[serde(skip)]
+    pub bundle: Option<Value>,
+    /// Per-occurrence values of every kept range (raw export only): the A/B statistics of capture-compare.
+    #[serde(skip)]
+    pub occurrences: Option<Vec<crate::compare::ab::Occ>>,
+    /// `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (raw export only).
+    #[serde(skip)]
+    pub started_utc_ns: Option<i64>,
 }
 
 /// Does the file start with the SQLite header? (false when it cannot be read: the JSON path reports that)
@@ -179,6 +189,11 @@ fn is_sqlite(path: &Path) -> bool {
     use std::io::Read;
     let mut head = [0u8; 16];
     std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).map(|_| &head == b"SQLite format 3\0").unwrap_or(false)
+}
+
+/// Does the file start with the SQLite header? (capture-compare's stored-baseline probe)
+pub fn looks_like_sqlite(path: &Path) -> bool {
+    is_sqlite(path)
 }
 
 /// Load evidence from a path: `.sqlite` (or any SQLite file) as an export, anything else as JSON.
@@ -233,6 +248,7 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
         )));
     }
     ev.kind = "bundle".into();
+    ev.bundle = Some(v.clone());
     if let Some(kp) = kp {
         if let Some(r) = kp.get("ranges").filter(|r| !r.is_null()) {
             // one ranges document, or a list of them (the first is used)
@@ -526,13 +542,20 @@ pub fn from_export(path: &Path) -> Result<Evidence> {
     ev.kernels = Some(kernels);
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
     ev.memcpy_time_ns = Some(memcpy);
-    ev.ranges = Some(export_ranges(export)?);
+    let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions::default())?;
+    ev.occurrences = Some(crate::compare::ab::occurrences_of(&a));
+    ev.ranges = Some(ranges_view_of(export, &a)?);
+    ev.started_utc_ns = crate::export::session_start_utc_ns(export)?;
     Ok(ev)
 }
 
 /// The ranges of an export, computed by the ranges library (`sqlite-ranges`, all labels, no window).
 pub fn export_ranges(export: &Export) -> Result<RangesView> {
     let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions::default())?;
+    ranges_view_of(export, &a)
+}
+
+fn ranges_view_of(export: &Export, a: &crate::ranges::Analysis) -> Result<RangesView> {
     let v = serde_json::to_value(&a.doc).map_err(|e| Error::input(format!("{}: ranges: {e}", export.name())))?;
     serde_json::from_value(v).map_err(|e| Error::input(format!("{}: ranges: {e}", export.name())))
 }

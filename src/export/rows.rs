@@ -657,3 +657,19 @@ type RowTimes = (Option<i64>, Option<i64>, Option<i64>);
 /// The timed tables of an export: NVTX and the CUDA ones.
 pub const TIMED_TABLES: [&str; 7] =
     [schema::NVTX_EVENTS, schema::RUNTIME, schema::KERNEL, schema::MEMCPY, schema::MEMSET, schema::GRAPH_TRACE, schema::SYNCHRONIZATION];
+
+impl Export {
+    /// When the capture session started: `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (UTC ns since the epoch);
+    /// None when the table is absent or empty (capture-compare checks that baseline and trial alternated).
+    pub fn session_start_utc_ns(&self) -> Result<Option<i64>> {
+        let Some(t) = self.optional(schema::TARGET_INFO_SESSION_START_TIME, &["utcEpochNs"])? else { return Ok(None) };
+        self.conn()
+            .query_row(&format!("SELECT min(utcEpochNs) FROM \"{}\"", t.name), [], |r| r.get::<_, Option<i64>>(0))
+            .map_err(self.sql_err("TARGET_INFO_SESSION_START_TIME.utcEpochNs"))
+    }
+}
+
+/// [`Export::session_start_utc_ns`] (the free function capture-compare calls).
+pub fn session_start_utc_ns(export: &Export) -> Result<Option<i64>> {
+    export.session_start_utc_ns()
+}
