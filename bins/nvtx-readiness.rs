@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with, OutputArgs};
-use nsyskit::contract::Error;
 use nsyskit::readiness::{self, ReadinessOptions, DEFAULT_MAX_OPAQUE_SHARE};
 
 /// Check that a capture's NVTX ranges can attribute engine time to named phases (the serving range taxonomy
@@ -41,17 +40,9 @@ fn main() {
         let opts = ReadinessOptions { range_prefix: a.range_prefix.clone(), max_opaque_share: a.max_opaque_share };
         let result = if a.capture == "-" {
             (|| {
-                let bytes = nsyskit::contract::Input::Stdin.read_bytes()?;
-                let tmp = tempfile::Builder::new()
-                    .prefix("nsyskit-stdin-")
-                    .suffix(".sqlite")
-                    .tempfile()
-                    .map_err(|e| Error::env(format!("cannot create a temporary file for <stdin>: {e}")))?;
-                std::fs::write(tmp.path(), &bytes).map_err(|e| Error::env(format!("cannot write a temporary file: {e}")))?;
-                let name = tmp.path().display().to_string();
-                let mut doc = readiness::run(tmp.path(), &opts, a.nsys.as_deref())
-                    .map_err(|e| Error { message: e.message.replace(&name, "<stdin>"), ..e })?;
-                doc.source.path = "<stdin>".into();
+                let copy = nsyskit::export::StdinCopy::read()?;
+                let mut doc = copy.run(|p| readiness::run(p, &opts, a.nsys.as_deref()))?;
+                doc.source.path = nsyskit::export::STDIN_NAME.into();
                 Ok(doc)
             })()
         } else {

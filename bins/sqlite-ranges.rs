@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 use nsyskit::contract::cli::{emit, main_with, report_error, OutputArgs};
-use nsyskit::contract::Error;
 use nsyskit::ranges::{self, RangesOptions};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -51,16 +50,9 @@ fn main() {
             let window = a.window.as_deref().map(ranges::parse_window).transpose()?;
             let opts = RangesOptions { range_prefix: a.range_prefix.clone(), window };
             if a.export == "-" {
-                let bytes = nsyskit::contract::Input::Stdin.read_bytes()?;
-                let tmp = tempfile::Builder::new()
-                    .prefix("nsyskit-stdin-")
-                    .suffix(".sqlite")
-                    .tempfile()
-                    .map_err(|e| Error::env(format!("cannot create a temporary file for <stdin>: {e}")))?;
-                std::fs::write(tmp.path(), &bytes).map_err(|e| Error::env(format!("cannot write a temporary file: {e}")))?;
-                let mut doc = ranges::run(tmp.path(), &opts, a.nsys.as_deref())
-                    .map_err(|e| Error { message: e.message.replace(&tmp.path().display().to_string(), "<stdin>"), ..e })?;
-                doc.source.path = "<stdin>".into();
+                let copy = nsyskit::export::StdinCopy::read()?;
+                let mut doc = copy.run(|p| ranges::run(p, &opts, a.nsys.as_deref()))?;
+                doc.source.path = nsyskit::export::STDIN_NAME.into();
                 Ok(doc)
             } else {
                 ranges::run(std::path::Path::new(&a.export), &opts, a.nsys.as_deref())

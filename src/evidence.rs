@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::categories::KernelStat;
 use crate::contract::{Error, Input, Result};
+use crate::export::schema;
 use crate::export::Export;
 
 /// One blocking API's calls inside a range (`ranges[].sync`).
@@ -568,7 +569,7 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
     } else if let Some(v) = export.nsys_version()? {
         f.nsys_version = Fact::known(Value::String(normalize_version(&v)), "META_DATA_EXPORT");
     }
-    let cap = export.name_values("META_DATA_CAPTURE")?;
+    let cap = export.capture_settings()?;
     if !cap.is_empty() {
         let trace = normalize_trace(cap.iter().filter(|(n, _)| n == "CAPTURE_EVENT_TYPE").filter_map(|(_, v)| v.as_deref()));
         f.trace_set = Fact::known(serde_json::json!(trace), "META_DATA_CAPTURE.CAPTURE_EVENT_TYPE");
@@ -588,44 +589,27 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
         if !window.is_empty() {
             f.window = Fact::known(Value::Object(window), "META_DATA_CAPTURE (START_TRIGGER, STOP_TRIGGER, START_DELAY_MS, …; nsys does not record --capture-range here)");
         }
-        if let Some((n, Some(v))) = cap.iter().find(|(n, _)| n.ends_with("CUDA_GRAPH_TRACE_OPTIONS:MODE")) {
-            f.graph_trace_level = Fact::known(Value::String(v.to_ascii_lowercase()), format!("META_DATA_CAPTURE.{n}"));
+        if let Some(m) = export.graph_trace_mode()? {
+            f.graph_trace_level = Fact::known(Value::String(m.mode), format!("META_DATA_CAPTURE.{}", m.key));
         }
     }
-    // graph evidence
+    // graph evidence: the export layer's graph facts (one definition for every tool)
     let mut ge = GraphEvidence::default();
-    let conn = export.conn();
-    if let Some(k) = export.optional("CUPTI_ACTIVITY_KIND_KERNEL", &["start", "end"])? {
+    let facts = export.graph_facts()?;
+    if let Some(k) = export.optional(schema::KERNEL, &["start", "end"])? {
         ge.kernels = export.count_rows(&k.name)?;
-        if k.has_column("graphNodeId") {
-            ge.kernels_with_graph_node = conn
-                .query_row(&format!("SELECT count(*) FROM \"{}\" WHERE graphNodeId IS NOT NULL", k.name), [], |r| r.get(0))
-                .map_err(export.sql_err("CUPTI_ACTIVITY_KIND_KERNEL.graphNodeId"))?;
-        }
     }
-    ge.graph_trace_rows = export.count_rows("CUPTI_ACTIVITY_KIND_GRAPH_TRACE")?;
-    if let Some(rt) = export.optional("CUPTI_ACTIVITY_KIND_RUNTIME", &["nameId"])? {
-        export.require("StringIds", &["id", "value"])?;
-        ge.graph_launch_calls = conn
-            .query_row(
-                &format!(
-                    "SELECT count(*) FROM \"{}\" r JOIN StringIds s ON s.id = r.nameId \
-                     WHERE s.value LIKE 'cudaGraphLaunch%' OR s.value LIKE 'cuGraphLaunch%'",
-                    rt.name
-                ),
-                [],
-                |r| r.get(0),
-            )
-            .map_err(export.sql_err("CUPTI_ACTIVITY_KIND_RUNTIME.nameId"))?;
-    }
+    ge.kernels_with_graph_node = facts.kernel_node_rows;
+    ge.graph_trace_rows = facts.graph_trace_rows;
+    ge.graph_launch_calls = facts.graph_launches;
     if !f.graph_trace_level.is_known() {
-        if ge.kernels_with_graph_node > 0 {
+        if facts.node_rows > 0 {
             f.graph_trace_level = Fact::known("node".into(), "CUPTI_ACTIVITY_KIND_KERNEL.graphNodeId set");
         } else if ge.graph_trace_rows > 0 {
             f.graph_trace_level = Fact::known("graph".into(), "CUPTI_ACTIVITY_KIND_GRAPH_TRACE rows");
         }
     }
-    let uses = ge.graph_launch_calls > 0 || ge.kernels_with_graph_node > 0 || ge.graph_trace_rows > 0;
+    let uses = ge.graph_launch_calls > 0 || facts.node_rows > 0 || ge.graph_trace_rows > 0;
     if uses {
         f.cuda_graphs = Fact::known("graphs".into(), "graph launches / graphNodeId / GRAPH_TRACE rows");
     } else if ge.kernels > 0 {
@@ -633,17 +617,8 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
     }
     f.graph_evidence = Some(ge);
     // instrumentation: NVTX domains and whether any NVTX range exists
-    if let Some(nv) = export.optional("NVTX_EVENTS", &["eventType", "text"])? {
-        let ranges: i64 = conn
-            .query_row(&format!("SELECT count(*) FROM \"{}\" WHERE eventType IN (59, 60)", nv.name), [], |r| r.get(0))
-            .map_err(export.sql_err("NVTX_EVENTS.eventType"))?;
-        let mut stmt = conn
-            .prepare(&format!("SELECT DISTINCT text FROM \"{}\" WHERE eventType = 75 AND text IS NOT NULL ORDER BY text", nv.name))
-            .map_err(export.sql_err("NVTX_EVENTS"))?;
-        let domains: Vec<String> = stmt
-            .query_map([], |r| r.get::<_, String>(0))
-            .and_then(|r| r.collect())
-            .map_err(export.sql_err("NVTX_EVENTS.text"))?;
+    if let Some(ranges) = export.nvtx_range_rows()? {
+        let domains = export.nvtx_domain_names()?;
         f.instrumentation = Fact::known(
             serde_json::json!({"nvtx_ranges_present": ranges > 0, "nvtx_domains": domains}),
             "NVTX_EVENTS (ranges present, named domains)",
@@ -652,61 +627,35 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
         f.instrumentation = Fact::known(serde_json::json!({"nvtx_ranges_present": false, "nvtx_domains": []}), "NVTX_EVENTS absent");
     }
     // GPU model(s)
-    if let Some(g) = export.optional("TARGET_INFO_GPU", &["name"])? {
-        let cols = ["chipName", "smCount", "totalMemory", "clockRate"];
-        let present: Vec<&str> = cols.iter().copied().filter(|c| g.has_column(c)).collect();
-        let sel = std::iter::once("name").chain(present.iter().copied()).map(|c| format!("CAST({c} AS TEXT)")).collect::<Vec<_>>().join(", ");
-        let mut stmt = conn.prepare(&format!("SELECT {sel} FROM \"{}\"", g.name)).map_err(export.sql_err("TARGET_INFO_GPU"))?;
-        let n = 1 + present.len();
-        let mut gpus: Vec<String> = stmt
-            .query_map([], |r| {
-                let mut parts = Vec::new();
-                for i in 0..n {
-                    let v: Option<String> = r.get(i)?;
-                    let label = if i == 0 { String::new() } else { format!("{}=", present[i - 1]) };
-                    parts.push(format!("{label}{}", v.unwrap_or_default()));
-                }
-                Ok(parts.join(" "))
-            })
-            .and_then(|r| r.collect())
-            .map_err(export.sql_err("TARGET_INFO_GPU"))?;
-        gpus.sort();
-        gpus.dedup();
-        if !gpus.is_empty() {
-            f.gpu = Fact::known(serde_json::json!(gpus), "TARGET_INFO_GPU (name, chipName, smCount, totalMemory, clockRate)");
-        }
+    let mut gpus: Vec<String> = export
+        .target_gpus()?
+        .into_iter()
+        .map(|row| {
+            row.into_iter()
+                .enumerate()
+                .map(|(i, (col, v))| format!("{}{}", if i == 0 { String::new() } else { format!("{col}=") }, v.unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    gpus.sort();
+    gpus.dedup();
+    if !gpus.is_empty() {
+        f.gpu = Fact::known(serde_json::json!(gpus), "TARGET_INFO_GPU (name, chipName, smCount, totalMemory, clockRate)");
     }
     Ok(f)
 }
 
 /// Kernel statistics by demangled name from the KERNEL table, and Σ duration of MEMCPY + MEMSET rows.
 pub fn export_kernel_stats(export: &Export) -> Result<(Vec<KernelStat>, i64)> {
-    let conn = export.conn();
-    let mut out = Vec::new();
-    if let Some(k) = export.optional("CUPTI_ACTIVITY_KIND_KERNEL", &["start", "end", "demangledName"])? {
-        export.require("StringIds", &["id", "value"])?;
-        let mut stmt = conn
-            .prepare(&format!(
-                "SELECT COALESCE(s.value, '<unknown kernel name id ' || k.demangledName || '>'), count(*), sum(k.end - k.start) \
-                 FROM \"{}\" k LEFT JOIN StringIds s ON s.id = k.demangledName GROUP BY 1",
-                k.name
-            ))
-            .map_err(export.sql_err("CUPTI_ACTIVITY_KIND_KERNEL"))?;
-        out = stmt
-            .query_map([], |r| Ok(KernelStat { name: r.get(0)?, instances: r.get(1)?, total_time_ns: r.get(2)? }))
-            .and_then(|r| r.collect())
-            .map_err(export.sql_err("CUPTI_ACTIVITY_KIND_KERNEL"))?;
-        out.sort_by(|a: &KernelStat, b: &KernelStat| b.total_time_ns.cmp(&a.total_time_ns).then_with(|| a.name.cmp(&b.name)));
-    }
-    let mut mem = 0i64;
-    for t in ["CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"] {
-        if let Some(ti) = export.optional(t, &["start", "end"])? {
-            let s: Option<i64> = conn
-                .query_row(&format!("SELECT sum(end - start) FROM \"{}\"", ti.name), [], |r| r.get(0))
-                .map_err(export.sql_err(t))?;
-            mem += s.unwrap_or(0);
-        }
-    }
+    let mut out: Vec<KernelStat> = export
+        .kernel_time_by_name()?
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, instances, total_time_ns)| KernelStat { name, instances, total_time_ns })
+        .collect();
+    out.sort_by(|a: &KernelStat, b: &KernelStat| b.total_time_ns.cmp(&a.total_time_ns).then_with(|| a.name.cmp(&b.name)));
+    let mem = export.sum_durations(schema::MEMCPY)? + export.sum_durations(schema::MEMSET)?;
     Ok((out, mem))
 }
 

@@ -13,6 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{Document, Error, Result, Tool};
+use crate::export::schema::{self, DeviceKind};
 use crate::export::{self, Export};
 
 // ---------------------------------------------------------------------------------------------------------
@@ -278,32 +279,18 @@ pub fn run(opts: &GateOptions) -> Result<GateDoc> {
         r.validate()?;
     }
     if opts.capture.as_os_str() == "-" {
-        let bytes = crate::contract::Input::Stdin.read_bytes().map_err(|e| e.with_arg("CAPTURE"))?;
-        let tmp = tempfile::Builder::new()
-            .prefix("nsyskit-gate-stdin-")
-            .tempdir()
-            .map_err(|e| Error::env(format!("cannot create a temporary folder: {e}")))?;
-        let path = tmp.path().join("stdin.sqlite");
-        std::fs::write(&path, &bytes).map_err(|e| Error::env(format!("cannot write a temporary file: {e}")))?;
-        let tmp_name = path.display().to_string();
-        let o = GateOptions { capture: path, ..opts.clone() };
-        return match run_path(&o) {
-            Ok(mut doc) => {
-                doc.source.path = "<stdin>".into();
-                doc.source.sqlite = Some("<stdin>".into());
-                for g in &mut doc.gates {
-                    g.reason = g.reason.replace(&tmp_name, "<stdin>");
-                    for ev in &mut g.evidence {
-                        *ev = ev.replace(&tmp_name, "<stdin>");
-                    }
-                }
-                Ok(doc)
+        let copy = crate::export::StdinCopy::read().map_err(|e| e.with_arg("CAPTURE"))?;
+        let o = GateOptions { capture: copy.path().to_path_buf(), ..opts.clone() };
+        let mut doc = copy.run(|_| run_path(&o))?;
+        doc.source.path = crate::export::STDIN_NAME.into();
+        doc.source.sqlite = Some(crate::export::STDIN_NAME.into());
+        for g in &mut doc.gates {
+            g.reason = copy.rename(&g.reason);
+            for ev in &mut g.evidence {
+                *ev = copy.rename(ev);
             }
-            Err(mut e) => {
-                e.message = e.message.replace(&tmp_name, "<stdin>");
-                Err(e)
-            }
-        };
+        }
+        return Ok(doc);
     }
     run_path(opts)
 }
@@ -444,20 +431,8 @@ fn ms(ns: i64) -> String {
     format!("{:.1} ms", ns as f64 / 1e6)
 }
 
-fn q1<T: rusqlite::types::FromSql>(e: &Export, sql: &str, what: &str) -> Result<T> {
-    e.conn().query_row(sql, [], |r| r.get::<_, T>(0)).map_err(e.sql_err(what))
-}
-
-/// The device tables present (KERNEL, MEMCPY, MEMSET), as stored, each required to have `start, end`.
-fn device_tables(e: &Export, cols: &[&str]) -> Result<Vec<String>> {
-    let mut v = Vec::new();
-    for t in ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"] {
-        if let Some(info) = e.optional(t, cols)? {
-            v.push(info.name.clone());
-        }
-    }
-    Ok(v)
-}
+/// The device tables of the GPU activity window and coverage (KERNEL, MEMCPY, MEMSET).
+const WINDOW_TABLES: [DeviceKind; 3] = [DeviceKind::Kernel, DeviceKind::Memcpy, DeviceKind::Memset];
 
 // ---------------------------------------------------------------------------------------------------------
 // G0 profiler health
@@ -538,16 +513,10 @@ fn excerpt(p: &HealthPatterns, line: &str) -> String {
 
 /// Profiler-health findings in the export's DIAGNOSTIC_EVENT rows (nsys 2024+; absent in 2023.4 exports).
 pub fn scan_diagnostics(e: &Export) -> Result<Vec<HealthFinding>> {
-    let Some(t) = e.optional("DIAGNOSTIC_EVENT", &["timestamp", "severity", "text"])? else { return Ok(Vec::new()) };
-    let sql = format!("SELECT timestamp, severity, CAST(text AS TEXT) FROM \"{}\" ORDER BY timestamp", t.name);
-    let mut stmt = e.conn().prepare(&sql).map_err(e.sql_err("DIAGNOSTIC_EVENT"))?;
-    let rows: Vec<(i64, i64, Option<String>)> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .and_then(|rows| rows.collect())
-        .map_err(e.sql_err("DIAGNOSTIC_EVENT"))?;
+    let rows = e.diagnostic_events()?;
     let p = health_patterns();
     let mut out = Vec::new();
-    for (ts, severity, text) in rows {
+    for crate::export::rows::DiagnosticRow { timestamp: ts, severity, text } in rows {
         let text = text.unwrap_or_default();
         // severity 3 = Error (ENUM_DIAGNOSTIC_SEVERITY_LEVEL); warnings such as "No CUDA events collected" for
         // a process that never used CUDA are normal and ignored.
@@ -676,15 +645,19 @@ pub fn settings_from_flags(flags: &str) -> TraceSettings {
 /// recorded `PROCESS_n:COMMAND` / `PROCESS_n:ARGUMENT_m` searched for `--cuda-graph-trace` (set when the
 /// profiled command is itself a launcher that carries nsys flags).
 pub fn settings_from_metadata(e: &Export) -> Result<(TraceSettings, TraceSettings)> {
-    let rows = e.name_values("META_DATA_CAPTURE")?;
+    let rows = e.capture_settings()?;
     let mut md = TraceSettings::default();
+    // the mode with the one definition of the export layer; its evidence line at the row's place
+    let mode = e.graph_trace_mode()?;
     let mut cmd_parts: Vec<(String, String)> = Vec::new();
     for (name, value) in &rows {
         let v = value.clone().unwrap_or_default();
-        if name.ends_with("CUDA_GRAPH_TRACE_OPTIONS:MODE") && md.graph_mode.is_none() {
-            md.graph_mode = Some(v.to_ascii_lowercase());
-            md.from.push(format!("META_DATA_CAPTURE {name}={v}"));
-        } else if name.ends_with(":COLLECT_CUDA_TRACE") {
+        if name.ends_with(crate::export::schema::capture_keys::GRAPH_TRACE_MODE_SUFFIX) {
+            if let Some(m) = mode.as_ref().filter(|m| &m.key == name && md.graph_mode.is_none()) {
+                md.graph_mode = Some(m.mode.clone());
+                md.from.push(format!("META_DATA_CAPTURE {}={}", m.key, m.raw));
+            }
+        } else if name.ends_with(crate::export::schema::capture_keys::COLLECT_CUDA_TRACE_SUFFIX) {
             let on = v.eq_ignore_ascii_case("true");
             if md.cuda_trace != Some(true) {
                 md.cuda_trace = Some(on);
@@ -767,38 +740,12 @@ pub fn settings_from_provenance(path: &str, doc: &serde_json::Value) -> TraceSet
     s
 }
 
-/// Graph launches and node-level device rows in the export.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct GraphData {
-    pub graph_launches: i64,
-    pub node_rows: i64,
-    pub graph_trace_rows: i64,
-    pub runtime_rows: i64,
-}
+/// Graph launches and node-level device rows in the export: [`crate::export::GraphFacts`], one definition
+/// for every tool.
+pub type GraphData = crate::export::GraphFacts;
 
 pub fn graph_data(e: &Export) -> Result<GraphData> {
-    let mut d = GraphData::default();
-    if let Some(rt) = e.optional("CUPTI_ACTIVITY_KIND_RUNTIME", &["nameId"])? {
-        e.require("StringIds", &["id", "value"])?;
-        d.runtime_rows = e.count_rows(&rt.name)?;
-        d.graph_launches = q1(
-            e,
-            &format!(
-                "SELECT count(*) FROM \"{}\" r JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE 'cudaGraphLaunch%' OR s.value LIKE 'cuGraphLaunch%'",
-                rt.name
-            ),
-            "CUPTI_ACTIVITY_KIND_RUNTIME",
-        )?;
-    }
-    for t in ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"] {
-        if let Some(info) = e.table(t) {
-            if info.has_column("graphNodeId") {
-                d.node_rows += q1::<i64>(e, &format!("SELECT count(*) FROM \"{}\" WHERE graphNodeId IS NOT NULL", info.name), t)?;
-            }
-        }
-    }
-    d.graph_trace_rows = e.count_rows("CUPTI_ACTIVITY_KIND_GRAPH_TRACE")?;
-    Ok(d)
+    e.graph_facts()
 }
 
 pub fn g1_graph_tracing(cx: &Context) -> Result<GateResult> {
@@ -978,36 +925,24 @@ pub struct Coverage {
 }
 
 pub fn coverage(e: &Export) -> Result<Option<Coverage>> {
-    let Some(rt) = e.optional("CUPTI_ACTIVITY_KIND_RUNTIME", &["end", "globalTid"])? else { return Ok(None) };
+    let Some(rt) = e.optional(schema::RUNTIME, &["end", "globalTid"])? else { return Ok(None) };
     let rt = rt.name.clone();
     let nrt = e.count_rows(&rt)?;
     if nrt == 0 {
         return Ok(None);
     }
     let mut c = Coverage {
-        last_runtime_end: q1(e, &format!("SELECT max(end) FROM \"{rt}\""), "CUPTI_ACTIVITY_KIND_RUNTIME")?,
-        cuda_threads: q1(e, &format!("SELECT count(DISTINCT globalTid) FROM \"{rt}\""), "CUPTI_ACTIVITY_KIND_RUNTIME")?,
+        last_runtime_end: e.max_end(schema::RUNTIME)?.unwrap_or(0),
+        cuda_threads: e.runtime_thread_count()?,
         ..Default::default()
     };
-    for t in device_tables(e, &["start", "end"])? {
-        let v: Option<i64> = q1(e, &format!("SELECT max(end) FROM \"{t}\""), &t)?;
-        c.last_device_end = c.last_device_end.max(v);
+    for k in WINDOW_TABLES {
+        c.last_device_end = c.last_device_end.max(e.max_end(k.table())?);
     }
-    if let Some(nv) = e.optional("NVTX_EVENTS", &["start", "end", "eventType", "globalTid"])? {
-        let sql = format!(
-            "SELECT count(*), coalesce(sum(n.start > ?1), 0), coalesce(max(max(n.start, coalesce(n.end, n.start))), 0)
-             FROM \"{}\" n WHERE n.eventType IN (34, 59, 60)
-             AND n.globalTid IN (SELECT DISTINCT globalTid FROM \"{rt}\")",
-            nv.name
-        );
-        let (a, b, m) = e
-            .conn()
-            .query_row(&sql, [c.last_runtime_end], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))
-            .map_err(e.sql_err("NVTX_EVENTS"))?;
-        c.nvtx_on_cuda_threads = a;
-        c.nvtx_after = b;
-        c.last_nvtx = m;
-    }
+    let (a, b, m) = e.nvtx_on_runtime_threads(c.last_runtime_end)?;
+    c.nvtx_on_cuda_threads = a;
+    c.nvtx_after = b;
+    c.last_nvtx = m;
     Ok(Some(c))
 }
 
@@ -1080,18 +1015,16 @@ pub struct Gap {
 pub type GpuWindow = ((i64, i64), Vec<Gap>);
 
 pub fn device_gaps(e: &Export) -> Result<Option<GpuWindow>> {
-    let tables = device_tables(e, &["start", "end"])?;
-    if tables.is_empty() {
+    if !WINDOW_TABLES.iter().any(|k| e.has_table(k.table())) {
         return Ok(None);
     }
-    // 16 bytes a row, sorted here (in place) rather than by SQLite (a temporary b-tree of the same rows)
+    // 16 bytes a row, sorted here (in place) rather than by SQLite (a temporary b-tree of the same rows);
+    // rows with a NULL or inverted interval are skipped by the export layer (counted in the document's
+    // source.skipped_rows)
     let mut rows: Vec<(i64, i64)> = Vec::new();
-    for t in &tables {
-        let mut stmt = e.conn().prepare(&format!("SELECT start, end FROM \"{t}\"")).map_err(e.sql_err(t))?;
-        let it = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))).map_err(e.sql_err(t))?;
-        for r in it {
-            rows.push(r.map_err(e.sql_err(t))?);
-        }
+    let mut skips = crate::export::RowSkips::new();
+    for k in WINDOW_TABLES {
+        e.device_intervals(k, &mut skips, |s, en| rows.push((s, en)))?;
     }
     rows.sort_unstable();
     let Some(&(first, _)) = rows.first() else { return Ok(None) };
@@ -1127,23 +1060,8 @@ pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
         ms(window),
         gaps.len()
     ));
-    if let Some(k) = e.optional("CUPTI_ACTIVITY_KIND_KERNEL", &["start"])? {
-        // the rate, for the reader: kernel starts in each tenth of the window
-        let sql = format!(
-            "SELECT min(9, (start - ?1) * 10 / ?2), count(*) FROM \"{}\" WHERE start >= ?1 GROUP BY 1 ORDER BY 1",
-            k.name
-        );
-        let mut stmt = e.conn().prepare(&sql).map_err(e.sql_err("CUPTI_ACTIVITY_KIND_KERNEL"))?;
-        let mut tenths = [0i64; 10];
-        let rows = stmt
-            .query_map([first, window], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
-            .and_then(|r| r.collect::<std::result::Result<Vec<_>, _>>())
-            .map_err(e.sql_err("CUPTI_ACTIVITY_KIND_KERNEL"))?;
-        for (i, n) in rows {
-            if (0..10).contains(&i) {
-                tenths[i as usize] += n;
-            }
-        }
+    // the rate, for the reader: kernel starts in each tenth of the window
+    if let Some(tenths) = e.kernel_start_tenths(first, window)? {
         g.evidence.push(format!(
             "kernel starts per tenth of the window: {}",
             tenths.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" ")

@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{Document, Error, Result, Tool};
+use crate::export::schema::{self, cols};
 use crate::export::{pid_of, tid_of, Export};
 use crate::ranges::{self, Occurrence, RangesOptions};
 
@@ -323,7 +324,7 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
         Some(p) => (Some(p.trim_end_matches('.').to_string()), false),
         None => (infer_prefix(&all), true),
     };
-    let runtime = export.optional("CUPTI_ACTIVITY_KIND_RUNTIME", &["start", "end", "globalTid", "nameId"])?.map(|t| t.name.clone());
+    let runtime = export.optional(schema::RUNTIME, &cols::RUNTIME)?.map(|t| t.name.clone());
 
     let mut notes = vec![
         "opaque_ns is iteration wall time covered by no child range under the prefix (the union of the children's intervals, clipped to the iteration); an opaque gap is not evidence of anything: scheduling, input preparation, attention planning, a hidden sync and Python overhead all look the same.".to_string(),
@@ -601,32 +602,14 @@ pub fn opaque(occ: &[Occurrence], iter_label: &str) -> (Iterations, Vec<OpaqueGa
     (it, gaps)
 }
 
-/// Runtime name ids (StringIds) for which `keep` says yes.
-fn name_ids(export: &Export, keep: impl Fn(&str) -> Option<String>) -> Result<HashMap<i64, String>> {
-    let t = export.require("StringIds", &["id", "value"])?;
-    let sql = format!("SELECT id, value FROM \"{}\"", t.name);
-    let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err("StringIds"))?;
-    let mut rows = stmt.query([]).map_err(export.sql_err("StringIds"))?;
-    let mut out = HashMap::new();
-    while let Some(row) = rows.next().map_err(export.sql_err("StringIds"))? {
-        let (Ok(id), Ok(v)) = (row.get::<_, i64>(0), row.get::<_, String>(1)) else { continue };
-        if let Some(k) = keep(&v) {
-            out.insert(id, k);
-        }
-    }
-    Ok(out)
-}
-
-fn id_list(ids: &HashMap<i64, String>) -> String {
-    ids.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(",")
-}
-
 /// Blocking sync runtime calls (by [`ranges::normalize_sync_api`]) whose start lies inside no occurrence of
 /// `occ` on their thread (`o.start <= r.start <= o.end`, the correlation rule of the ranges contract).
 pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrence]) -> Result<UnenclosedSyncs> {
     let mut out = UnenclosedSyncs { runtime_table: runtime.is_some(), sync_calls: 0, enclosed_calls: 0, by_api: Vec::new() };
-    let Some(table) = runtime else { return Ok(out) };
-    let ids = name_ids(export, |v| ranges::normalize_sync_api(v).map(str::to_string))?;
+    if runtime.is_none() {
+        return Ok(out);
+    }
+    let ids = export.string_ids_where(|v| ranges::normalize_sync_api(v).map(str::to_string))?;
     if ids.is_empty() {
         return Ok(out);
     }
@@ -646,20 +629,13 @@ pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrenc
         }
         *v = merged;
     }
-    let what = "CUPTI_ACTIVITY_KIND_RUNTIME";
-    let sql = format!("SELECT start, end, globalTid, nameId FROM \"{table}\" WHERE nameId IN ({})", id_list(&ids));
-    let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err(what))?;
-    let mut rows = stmt.query([]).map_err(export.sql_err(what))?;
     let mut by_api: BTreeMap<String, (u64, i64, BTreeSet<i64>, i64)> = BTreeMap::new();
-    while let Some(row) = rows.next().map_err(export.sql_err(what))? {
-        let get = |i: usize, col: &str| -> Result<Option<i64>> {
-            row.get::<_, Option<i64>>(i).map_err(|e| {
-                Error::input(format!("{}: {what}.{col}: {e}", export.name()))
-            })
-        };
-        let (Some(s), Some(e), Some(g), Some(n)) = (get(0, "start")?, get(1, "end")?, get(2, "globalTid")?, get(3, "nameId")?) else {
-            continue;
-        };
+    // rows with a NULL or inverted interval are skipped by the export layer (and counted there)
+    let mut skips = crate::export::RowSkips::new();
+    export.runtime_calls(&mut skips, |r| {
+        let (Some(g), Some(n)) = (r.global_tid, r.name_id) else { return Ok(()) };
+        let Some(api) = ids.get(&n) else { return Ok(()) };
+        let (s, e) = (r.start, r.end);
         out.sync_calls += 1;
         let enclosed = unions.get(&g).is_some_and(|u| {
             let k = u.partition_point(|iv| iv.0 <= s);
@@ -667,15 +643,15 @@ pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrenc
         });
         if enclosed {
             out.enclosed_calls += 1;
-            continue;
+            return Ok(());
         }
-        let api = ids[&n].clone();
-        let entry = by_api.entry(api).or_insert((0, 0, BTreeSet::new(), s));
+        let entry = by_api.entry(api.clone()).or_insert((0, 0, BTreeSet::new(), s));
         entry.0 += 1;
         entry.1 += e - s;
         entry.2.insert(g);
         entry.3 = entry.3.min(s);
-    }
+        Ok(())
+    })?;
     out.by_api = by_api
         .into_iter()
         .map(|(api, (calls, total_ns, th, first))| SyncApiCount { api, calls, total_ns, threads: th.len() as u64, first_start: first })
@@ -686,19 +662,8 @@ pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrenc
 
 /// Graph launches among the runtime calls, and the note on what a host range around a replay measures.
 fn cuda_graphs(export: &Export, runtime: Option<&str>, prefix: Option<&str>, replay_range: bool) -> Result<CudaGraphs> {
-    let mut launches = 0u64;
-    if let Some(table) = runtime {
-        let ids = name_ids(export, |v| {
-            (v.starts_with("cudaGraphLaunch") || v.starts_with("cuGraphLaunch")).then(|| v.to_string())
-        })?;
-        if !ids.is_empty() {
-            let sql = format!("SELECT count(*) FROM \"{table}\" WHERE nameId IN ({})", id_list(&ids));
-            launches = export
-                .conn()
-                .query_row(&sql, [], |r| r.get::<_, i64>(0))
-                .map_err(export.sql_err("CUPTI_ACTIVITY_KIND_RUNTIME"))? as u64;
-        }
-    }
+    // graph launches: the one definition of the export layer
+    let launches = if runtime.is_some() { export.graph_facts()?.graph_launches as u64 } else { 0 };
     let note = (launches > 0 || replay_range).then(|| {
         let replay = prefix.map(|p| format!("`{p}.graph.replay`")).unwrap_or_else(|| "a graph replay".into());
         format!(

@@ -26,12 +26,12 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rusqlite::types::ValueRef;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{Document, Error, Result, Tool};
-use crate::export::{ns_of, pid_of, tid_of, Export};
+use crate::export::schema::{self, cols, nvtx, DeviceKind};
+use crate::export::{ns_of, pid_of, tid_of, Export, RowSkips};
 
 use tree::MaxTree;
 
@@ -141,62 +141,6 @@ impl Hasher for Fx {
 type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 type FxSet<K> = HashSet<K, BuildHasherDefault<Fx>>;
 
-/// Read column `i` as an optional integer; any other type is an input error naming table and column.
-fn int_col(export: &Export, row: &rusqlite::Row, i: usize, table: &str, col: &str) -> Result<Option<i64>> {
-    match row.get_ref(i).map_err(export.sql_err(table))? {
-        ValueRef::Null => Ok(None),
-        ValueRef::Integer(v) => Ok(Some(v)),
-        other => Err(Error::input(format!(
-            "{}: schema mismatch: {table}.{col} holds a {} value, not the INTEGER nsys writes",
-            export.name(),
-            type_name(other)
-        ))),
-    }
-}
-
-fn text_col(export: &Export, row: &rusqlite::Row, i: usize, table: &str, col: &str) -> Result<Option<String>> {
-    match row.get_ref(i).map_err(export.sql_err(table))? {
-        ValueRef::Null => Ok(None),
-        ValueRef::Text(t) => Ok(Some(String::from_utf8_lossy(t).into_owned())),
-        other => Err(Error::input(format!(
-            "{}: schema mismatch: {table}.{col} holds a {} value, not the TEXT nsys writes",
-            export.name(),
-            type_name(other)
-        ))),
-    }
-}
-
-fn type_name(v: ValueRef) -> &'static str {
-    match v {
-        ValueRef::Null => "NULL",
-        ValueRef::Integer(_) => "INTEGER",
-        ValueRef::Real(_) => "REAL",
-        ValueRef::Text(_) => "TEXT",
-        ValueRef::Blob(_) => "BLOB",
-    }
-}
-
-/// Read `StringIds` values for `ids` (one scan of the table).
-fn strings_for(export: &Export, ids: &FxSet<i64>) -> Result<FxMap<i64, String>> {
-    let mut out = FxMap::default();
-    if ids.is_empty() {
-        return Ok(out);
-    }
-    let t = export.require("StringIds", &["id", "value"])?;
-    let sql = format!("SELECT id, value FROM \"{}\"", t.name);
-    let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err("StringIds"))?;
-    let mut rows = stmt.query([]).map_err(export.sql_err("StringIds"))?;
-    while let Some(row) = rows.next().map_err(export.sql_err("StringIds"))? {
-        let Some(id) = int_col(export, row, 0, "StringIds", "id")? else { continue };
-        if ids.contains(&id) {
-            if let Some(v) = text_col(export, row, 1, "StringIds", "value")? {
-                out.insert(id, v);
-            }
-        }
-    }
-    Ok(out)
-}
-
 struct RawRange {
     start: i64,
     end: i64,
@@ -209,64 +153,46 @@ struct RawRange {
 
 /// The kept NVTX range occurrences of an export, with depth and parent (see the module docs).
 pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedOccurrences> {
-    export.require("NVTX_EVENTS", &["start", "end", "eventType", "text", "textId", "globalTid"])?;
-    export.require("StringIds", &["id", "value"])?;
-    let t = export.table("NVTX_EVENTS").expect("checked");
-    let has_domain = t.has_column("domainId");
-    let sql = format!(
-        "SELECT start, end, eventType, text, textId, globalTid, {} FROM \"{}\" WHERE eventType IN (59, 60, 75)",
-        if has_domain { "domainId" } else { "NULL" },
-        t.name
-    );
-    let tbl = "NVTX_EVENTS";
-    let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err(tbl))?;
-    let mut rows = stmt.query([]).map_err(export.sql_err(tbl))?;
+    export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
+    export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
     let mut raw = Vec::new();
     // (NS(globalTid), domainId) → (textId, text) of the eventType 75 row naming it
     let mut domain_rows: Vec<(i64, i64, Option<i64>, Option<String>)> = Vec::new();
     let mut skipped = Skipped::default();
     let mut range_rows = 0u64;
-    while let Some(row) = rows.next().map_err(export.sql_err(tbl))? {
-        let et = int_col(export, row, 2, tbl, "eventType")?.unwrap_or(0);
-        let start = int_col(export, row, 0, tbl, "start")?;
-        let end = int_col(export, row, 1, tbl, "end")?;
-        let text = text_col(export, row, 3, tbl, "text")?;
-        let text_id = int_col(export, row, 4, tbl, "textId")?;
-        let gtid = int_col(export, row, 5, tbl, "globalTid")?;
-        let domain = int_col(export, row, 6, tbl, "domainId")?.filter(|&d| d != 0);
-        if et == 75 {
-            if let (Some(g), Some(d)) = (gtid, domain) {
-                domain_rows.push((ns_of(g), d, text_id, text));
+    export.nvtx_events(&[nvtx::PUSH_POP, nvtx::START_END, nvtx::DOMAIN_CREATE], |r| {
+        if r.event_type == nvtx::DOMAIN_CREATE {
+            if let (Some(g), Some(d)) = (r.global_tid, r.domain_id) {
+                domain_rows.push((ns_of(g), d, r.text_id, r.text));
             }
-            continue;
+            return Ok(());
         }
         range_rows += 1;
-        let (Some(start), Some(end)) = (start, end) else {
+        let (Some(start), Some(end)) = (r.start, r.end) else {
             skipped.open_or_inverted += 1;
-            continue;
+            return Ok(());
         };
         if end < start {
             skipped.open_or_inverted += 1;
-            continue;
+            return Ok(());
         }
-        if text_id.is_none() && text.is_none() {
+        if r.text_id.is_none() && r.text.is_none() {
             skipped.unlabeled += 1;
-            continue;
+            return Ok(());
         }
-        let Some(gtid) = gtid else {
+        let Some(gtid) = r.global_tid else {
             return Err(Error::input(format!(
                 "{}: NVTX_EVENTS row with start {start}: globalTid is NULL (the thread of a range is required)",
                 export.name()
             )));
         };
-        raw.push(RawRange { start, end, event_type: et, gtid, text_id, text, domain });
-    }
-    drop(rows);
-    drop(stmt);
+        raw.push(RawRange { start, end, event_type: r.event_type, gtid, text_id: r.text_id, text: r.text, domain: r.domain_id });
+        Ok(())
+    })?;
 
-    let mut ids: FxSet<i64> = raw.iter().filter_map(|r| r.text_id).collect();
+    let mut ids: std::collections::HashSet<i64> = raw.iter().filter_map(|r| r.text_id).collect();
     ids.extend(domain_rows.iter().filter_map(|d| d.2));
-    let strings = strings_for(export, &ids)?;
+    let strings = export.strings_for(&ids)?;
     let message = |text_id: Option<i64>, text: &Option<String>| -> Option<String> {
         match text_id {
             Some(id) => strings.get(&id).cloned(),
@@ -622,20 +548,13 @@ pub struct Analysis {
 
 /// The optional tables of the contract, in its order, with the columns read from each.
 pub const OPTIONAL_TABLES: [(&str, &[&str]); 7] = [
-    ("CUPTI_ACTIVITY_KIND_RUNTIME", &["start", "end", "globalTid", "correlationId", "nameId"]),
-    ("CUPTI_ACTIVITY_KIND_KERNEL", &["start", "end", "globalPid", "correlationId", "deviceId"]),
-    ("CUPTI_ACTIVITY_KIND_MEMCPY", &["start", "end", "globalPid", "correlationId", "deviceId"]),
-    ("CUPTI_ACTIVITY_KIND_MEMSET", &["start", "end", "globalPid", "correlationId", "deviceId"]),
-    ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", &["start", "end", "globalPid", "correlationId", "deviceId"]),
-    ("PROCESSES", &["globalPid", "pid", "name"]),
-    ("ThreadNames", &["nameId", "globalTid"]),
-];
-
-const DEVICE_TABLES: [&str; 4] = [
-    "CUPTI_ACTIVITY_KIND_KERNEL",
-    "CUPTI_ACTIVITY_KIND_MEMCPY",
-    "CUPTI_ACTIVITY_KIND_MEMSET",
-    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    (schema::RUNTIME, &cols::RUNTIME),
+    (schema::KERNEL, &cols::DEVICE),
+    (schema::MEMCPY, &cols::DEVICE),
+    (schema::MEMSET, &cols::DEVICE),
+    (schema::GRAPH_TRACE, &cols::DEVICE),
+    (schema::PROCESSES, &cols::PROCESSES),
+    (schema::THREAD_NAMES, &cols::THREAD_NAMES),
 ];
 
 /// Open the capture (an `.nsys-rep` is exported with `nsys`, default `NSYS_BIN`/PATH, into a temporary folder)
@@ -788,19 +707,72 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
 
 type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
 
-/// The analysis; the public per-occurrence vectors are built only when `detail` is asked for.
+/// The analysis; the public per-occurrence vectors are built only when `detail` is asked for. It runs as
+/// phases over one [`Work`]: [`load`], [`join_runtime`], [`attribute_device_rows`], [`map_threads`],
+/// [`aggregate`] and [`finish`].
 fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(RangesDoc, Detail)> {
-    // Validate every table first: a schema mismatch is an error before any work, never a partial report.
-    export.require("NVTX_EVENTS", &["start", "end", "eventType", "text", "textId", "globalTid"])?;
-    export.require("StringIds", &["id", "value"])?;
+    let mut w = load(export, opts)?;
+    let corr = join_runtime(export, &mut w)?;
+    attribute_device_rows(export, &mut w, corr)?;
+    let thread_diagnostics = map_threads(export, &w)?;
+    let (ranges, high_cardinality_labels) = aggregate(&w);
+    finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, detail)
+}
+
+/// What the phases share: the kept occurrences (labels as ids), their threads, their metrics so far.
+struct Work {
+    tables_present: Vec<String>,
+    skipped: Skipped,
+    /// Invalid intervals of the runtime and device tables (not delivered by the export layer).
+    row_skips: RowSkips,
+    occ: Vec<COcc>,
+    label_names: Vec<String>,
+    /// `(globalTid, lo, hi)` thread slices of `occ`.
+    slices: Vec<(i64, usize, usize)>,
+    /// Occurrence → its thread slice index.
+    thread_of: Vec<u32>,
+    /// globalTid → (slice index, lo, hi).
+    slice_of: FxMap<i64, (u32, usize, usize)>,
+    metrics: Vec<CMet>,
+    syncs: FxMap<u32, OccSync>,
+    th_runtime: Vec<u64>,
+    th_device: Vec<u64>,
+    /// Process key (NS) → small index of the correlation table.
+    proc_idx: FxMap<i64, u32>,
+    chains: Chains,
+    /// Process keys seen on device rows.
+    device_pids: FxSet<i64>,
+    per_device: Vec<DeviceTotals>,
+    kernels_total: u64,
+    kernel_work_total: i64,
+    kernels_attr: u64,
+    kernel_work_attr: i64,
+}
+
+impl Work {
+    fn present(&self, t: &str) -> bool {
+        self.tables_present.iter().any(|p| p == t)
+    }
+}
+
+/// `(process index, correlationId) → chain` of the runtime calls inside kept occurrences: a sorted Vec of
+/// packed keys, and a map for keys that do not pack.
+struct CorrTable {
+    corr: Vec<CorrEnt>,
+    wide: FxMap<(i64, i64), u32>,
+}
+
+/// Phase 1: validate every table (a schema mismatch is an error before any work, never a partial report),
+/// load the kept occurrences and intern their labels.
+fn load(export: &Export, opts: &RangesOptions) -> Result<Work> {
+    export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
+    export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
     let mut tables_present = Vec::new();
     for (t, cols) in OPTIONAL_TABLES {
         if export.optional(t, cols)?.is_some() {
             tables_present.push(t.to_string());
         }
     }
-    let present = |t: &str| tables_present.iter().any(|p| p == t);
-
     progress("reading NVTX_EVENTS");
     let loaded = load_occurrences(export, opts)?;
     let slices = thread_slices(&loaded.occurrences);
@@ -841,76 +813,77 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
         }
         slice_of.insert(g, (ti as u32, lo, hi));
     }
-    let ends: Vec<i64> = occ.iter().map(|o| o.end).collect();
-    let tree = MaxTree::new(&ends);
-    drop(ends);
+    let nth = slices.len();
+    Ok(Work {
+        tables_present,
+        skipped: loaded.skipped,
+        row_skips: RowSkips::new(),
+        occ,
+        label_names,
+        slices,
+        thread_of,
+        slice_of,
+        metrics: vec![CMet::EMPTY; n],
+        syncs: FxMap::default(),
+        th_runtime: vec![0u64; nth],
+        th_device: vec![0u64; nth],
+        proc_idx: FxMap::default(),
+        chains: Chains::new(),
+        device_pids: FxSet::default(),
+        per_device: Vec::new(),
+        kernels_total: 0,
+        kernel_work_total: 0,
+        kernels_attr: 0,
+        kernel_work_attr: 0,
+    })
+}
 
-    let mut metrics = vec![CMet::EMPTY; n];
-    let mut syncs: FxMap<u32, OccSync> = FxMap::default();
-    let mut th_runtime = vec![0u64; slices.len()];
-    let mut th_device = vec![0u64; slices.len()];
-
-    // process (NS) → small index; (index, correlationId) → chain
-    let mut proc_idx: FxMap<i64, u32> = FxMap::default();
+/// Phase 2: stream the runtime calls once; each call inside kept occurrences of its thread counts for them
+/// (calls, blocking syncs) and records `(process, correlationId) → occurrence chain` for the device rows.
+fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
     let mut corr: Vec<CorrEnt> = Vec::new();
     let mut corr_wide: FxMap<(i64, i64), u32> = FxMap::default();
-    let mut chains = Chains::new();
-
-    // ---- runtime calls
-    if present("CUPTI_ACTIVITY_KIND_RUNTIME") && n > 0 {
-        let tbl = "CUPTI_ACTIVITY_KIND_RUNTIME";
+    let n = w.occ.len();
+    if w.present(schema::RUNTIME) && n > 0 {
+        let tbl = schema::RUNTIME;
         // sync API name ids (one StringIds scan)
         let mut sync_ids: FxMap<i64, u8> = FxMap::default();
-        {
-            let t = export.table("StringIds").expect("checked");
-            let sql = format!("SELECT id, value FROM \"{}\"", t.name);
-            let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err("StringIds"))?;
-            let mut rows = stmt.query([]).map_err(export.sql_err("StringIds"))?;
-            while let Some(row) = rows.next().map_err(export.sql_err("StringIds"))? {
-                let Some(id) = int_col(export, row, 0, "StringIds", "id")? else { continue };
-                if let ValueRef::Text(v) = row.get_ref(1).map_err(export.sql_err("StringIds"))? {
-                    if v.len() < 64 && (v.starts_with(b"cu")) {
-                        if let Some(api) = std::str::from_utf8(v).ok().and_then(normalize_sync_api) {
-                            let idx = SYNC_APIS.iter().position(|a| *a == api).unwrap() as u8;
-                            sync_ids.insert(id, idx);
-                        }
-                    }
+        export.for_each_string(|id, v| {
+            if v.len() < 64 && v.starts_with(b"cu") {
+                if let Some(api) = std::str::from_utf8(v).ok().and_then(normalize_sync_api) {
+                    let idx = SYNC_APIS.iter().position(|a| *a == api).unwrap() as u8;
+                    sync_ids.insert(id, idx);
                 }
             }
-        }
-        let t = export.table(tbl).expect("checked");
-        let sql = format!("SELECT start, end, globalTid, correlationId, nameId FROM \"{}\"", t.name);
-        let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err(tbl))?;
+        })?;
+        let ends: Vec<i64> = w.occ.iter().map(|o| o.end).collect();
+        let tree = MaxTree::new(&ends);
+        drop(ends);
         // an upper bound, reserved once (untouched pages cost no memory): no copy while growing
-        let h: Option<i64> =
-            export.conn().query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
-        corr.reserve_exact(h.unwrap_or(0).clamp(0, 1 << 32) as usize);
-        let mut rows = stmt.query([]).map_err(export.sql_err(tbl))?;
+        corr.reserve_exact(export.row_count_hint(tbl));
         let mut hits: Vec<u32> = Vec::with_capacity(16);
         let mut last_hits: Vec<u32> = Vec::new();
         let mut last_chain = u32::MAX;
         let mut last_ns = i64::MIN;
         let mut last_pidx = 0u32;
         let mut seen = 0u64;
-        while let Some(row) = rows.next().map_err(export.sql_err(tbl))? {
+        let Work { occ, slice_of, metrics, syncs, th_runtime, proc_idx, chains, row_skips, .. } = w;
+        export.runtime_calls(row_skips, |r| {
             seen += 1;
             if seen & 0xF_FFFF == 0 {
                 progress(&format!("{tbl}: {seen} rows"));
             }
-            let Some(gtid) = int_col(export, row, 2, tbl, "globalTid")? else { continue };
-            let Some(&(ti, lo, hi)) = slice_of.get(&gtid) else { continue };
-            let Some(rs) = int_col(export, row, 0, tbl, "start")? else { continue };
+            let Some(gtid) = r.global_tid else { return Ok(()) };
+            let Some(&(ti, lo, hi)) = slice_of.get(&gtid) else { return Ok(()) };
+            let (rs, re) = (r.start, r.end);
             let cut = lo + occ[lo..hi].partition_point(|o| o.start <= rs);
             hits.clear();
             tree.collect_ge(lo, cut, rs, &mut hits);
             if hits.is_empty() {
-                continue;
+                return Ok(());
             }
-            let re = int_col(export, row, 1, tbl, "end")?.unwrap_or(rs);
-            let cid = int_col(export, row, 3, tbl, "correlationId")?;
-            let name_id = int_col(export, row, 4, tbl, "nameId")?;
             th_runtime[ti as usize] += 1;
-            let sync = name_id.and_then(|id| sync_ids.get(&id).copied());
+            let sync = r.name_id.and_then(|id| sync_ids.get(&id).copied());
             for &h in &hits {
                 let m = &mut metrics[h as usize];
                 m.runtime_calls += 1;
@@ -927,7 +900,7 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
                     }
                 }
             }
-            let Some(cid) = cid else { continue };
+            let Some(cid) = r.correlation_id else { return Ok(()) };
             let chain = if hits == last_hits && last_chain != u32::MAX {
                 last_chain
             } else {
@@ -948,7 +921,7 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
             };
             if (0..=u32::MAX as i64).contains(&cid) && pidx < (1 << 30) {
                 corr.push(CorrEnt { key: ((pidx as u64) << 32) | cid as u64, chain });
-                continue;
+                return Ok(());
             }
             let slot = corr_wide.entry((ns, cid)).or_insert(u32::MAX);
             if *slot == u32::MAX {
@@ -960,7 +933,8 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
                 u.dedup();
                 *slot = chains.intern(&u);
             }
-        }
+            Ok(())
+        })?;
     }
 
     // sort the correlation entries by key; a key seen on several calls gets the union of their chains
@@ -968,8 +942,9 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
         corr.sort_unstable_by_key(|e| e.key);
     }
     {
+        let chains = &mut w.chains;
         let len = corr.len();
-        let (mut i, mut w) = (0, 0);
+        let (mut i, mut o) = (0, 0);
         while i < len {
             let key = corr[i].key;
             let mut ch = corr[i].chain;
@@ -984,67 +959,67 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
                 }
                 j += 1;
             }
-            corr[w] = CorrEnt { key, chain: ch };
-            w += 1;
+            corr[o] = CorrEnt { key, chain: ch };
+            o += 1;
             i = j;
         }
-        corr.truncate(w);
+        corr.truncate(o);
     }
-    drop(tree);
     // the chain map is only needed to intern; the chains themselves stay
-    chains.map = FxMap::default();
-    chains.data.shrink_to_fit();
-    chains.offs.shrink_to_fit();
+    w.chains.map = FxMap::default();
+    w.chains.data.shrink_to_fit();
+    w.chains.offs.shrink_to_fit();
+    Ok(CorrTable { corr, wide: corr_wide })
+}
 
-    // ---- device rows
+/// Phase 3: stream the device rows once, attribute each through `(globalPid, correlationId)` to the
+/// occurrence chain of its runtime call, then sweep them by start to merge the per-occurrence and per-device
+/// interval unions.
+fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result<()> {
+    let CorrTable { corr, wide: corr_wide } = ct;
     let mut dev_ids: Vec<i64> = Vec::new();
     let mut dev_idx: FxMap<i64, u32> = FxMap::default();
-    let mut device_pids: FxSet<i64> = FxSet::default();
     let mut rows_out: Vec<DevRow> = Vec::new();
     let mut tags: Vec<Tag> = Vec::new();
     let mut tag_idx: FxMap<(u32, u32), u32> = FxMap::default();
     let mut last_tag_key = (u32::MAX, u32::MAX);
     let mut last_tag = u32::MAX;
     let mut corr_hint = 0usize;
-    let mut kernels_total = 0u64;
-    let mut kernel_work_total = 0i64;
-    let mut kernels_attr = 0u64;
-    let mut kernel_work_attr = 0i64;
     // Size the record vector once, exactly, without a scan: max(rowid) is one b-tree descent per table (absent
     // for WITHOUT ROWID tables). Growing by doubling would hold two copies at the peak.
-    let mut hint = 0usize;
-    for tbl in DEVICE_TABLES.iter().filter(|t| present(t)) {
-        let t = export.table(tbl).expect("checked");
-        let h: Option<i64> =
-            export.conn().query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
-        hint += h.unwrap_or(0).clamp(0, 1 << 32) as usize;
-    }
+    let hint: usize = DeviceKind::ALL.iter().filter(|k| w.present(k.table())).map(|k| export.row_count_hint(k.table())).sum();
     rows_out.reserve_exact(hint);
-    for (kind, tbl) in DEVICE_TABLES.iter().enumerate() {
-        if !present(tbl) {
+    for kind in DeviceKind::ALL {
+        let tbl = kind.table();
+        if !w.present(tbl) {
             continue;
         }
-        let t = export.table(tbl).expect("checked");
-        let sql = format!("SELECT start, end, globalPid, correlationId, deviceId FROM \"{}\"", t.name);
-        let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err(tbl))?;
-        let mut rows = stmt.query([]).map_err(export.sql_err(tbl))?;
         let mut last_gpid = i64::MIN;
         let mut last_pidx: Option<u32> = None;
         let mut last_dev = i64::MIN;
         let mut last_di = 0u32;
         let mut seen = 0u64;
-        while let Some(row) = rows.next().map_err(export.sql_err(tbl))? {
+        let Work {
+            metrics,
+            chains,
+            thread_of,
+            th_device,
+            device_pids,
+            proc_idx,
+            row_skips,
+            kernels_total,
+            kernel_work_total,
+            kernels_attr,
+            kernel_work_attr,
+            ..
+        } = &mut *w;
+        export.device_rows(kind, row_skips, |r| {
             seen += 1;
             if seen & 0xF_FFFF == 0 {
                 progress(&format!("{tbl}: {seen} rows"));
             }
-            let (Some(s), Some(e)) = (int_col(export, row, 0, tbl, "start")?, int_col(export, row, 1, tbl, "end")?) else {
-                continue;
-            };
-            let e = e.max(s);
-            let gpid = int_col(export, row, 2, tbl, "globalPid")?;
-            let cid = int_col(export, row, 3, tbl, "correlationId")?;
-            let dev = int_col(export, row, 4, tbl, "deviceId")?.unwrap_or(-1);
+            let (s, e) = (r.start, r.end);
+            let dev = r.device_id.unwrap_or(-1);
             if dev != last_dev {
                 let next = dev_ids.len() as u32;
                 last_di = *dev_idx.entry(dev).or_insert_with(|| {
@@ -1054,13 +1029,13 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
                 last_dev = dev;
             }
             let mut chain = u32::MAX;
-            if let Some(g) = gpid {
+            if let Some(g) = r.global_pid {
                 if g != last_gpid {
                     device_pids.insert(g);
                     last_gpid = g;
                     last_pidx = proc_idx.get(&g).copied();
                 }
-                if let (Some(p), Some(c)) = (last_pidx, cid) {
+                if let (Some(p), Some(c)) = (last_pidx, r.correlation_id) {
                     if (0..=u32::MAX as i64).contains(&c) && p < (1 << 30) {
                         let k = ((p as u64) << 32) | c as u64;
                         // device rows come nearly in correlation order: try the last hit and its successor first
@@ -1081,12 +1056,12 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
                     }
                 }
             }
-            if kind == 0 {
-                kernels_total += 1;
-                kernel_work_total += e - s;
+            if kind == DeviceKind::Kernel {
+                *kernels_total += 1;
+                *kernel_work_total += e - s;
                 if chain != u32::MAX {
-                    kernels_attr += 1;
-                    kernel_work_attr += e - s;
+                    *kernels_attr += 1;
+                    *kernel_work_attr += e - s;
                 }
             }
             if chain != u32::MAX {
@@ -1101,13 +1076,13 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
                 for &o in chains.get(chain).iter() {
                     let m = &mut metrics[o as usize];
                     match kind {
-                        0 => {
+                        DeviceKind::Kernel => {
                             m.kernels += 1;
                             m.kernel_work_ns += e - s;
                         }
-                        1 => m.memcpys += 1,
-                        2 => m.memsets += 1,
-                        _ => m.graph_traces += 1,
+                        DeviceKind::Memcpy => m.memcpys += 1,
+                        DeviceKind::Memset => m.memsets += 1,
+                        DeviceKind::GraphTrace => m.graph_traces += 1,
                     }
                 }
             }
@@ -1128,7 +1103,8 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
                 (u32::MAX, tags.len() as u32 - 1)
             };
             rows_out.push(DevRow { start: s, dur, tag });
-        }
+            Ok(())
+        })?;
     }
     drop(corr);
     drop(corr_wide);
@@ -1149,6 +1125,7 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
         .iter()
         .map(|&d| DeviceTotals { device_id: d, device_rows: 0, busy_union_ns: 0, first_start: i64::MAX, last_end: i64::MIN })
         .collect();
+    let (occ, metrics, chains) = (&w.occ, &mut w.metrics, &w.chains);
     for r in &rows_out {
         let tg = tags[r.tag as usize];
         let end = if r.dur == u32::MAX { tg.end } else { r.start + r.dur as i64 };
@@ -1204,55 +1181,37 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
     }
     let mut per_device: Vec<DeviceTotals> = dtot.into_iter().filter(|d| d.device_rows > 0).collect();
     per_device.sort_by_key(|d| d.device_id);
-    progress("summarising");
+    w.per_device = per_device;
+    Ok(())
+}
 
-    // ---- threads
-    let processes: FxSet<i64> = if present("PROCESSES") {
-        let t = export.table("PROCESSES").expect("checked");
-        let sql = format!("SELECT globalPid FROM \"{}\"", t.name);
-        let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err("PROCESSES"))?;
-        let mut rows = stmt.query([]).map_err(export.sql_err("PROCESSES"))?;
-        let mut s = FxSet::default();
-        while let Some(row) = rows.next().map_err(export.sql_err("PROCESSES"))? {
-            if let Some(g) = int_col(export, row, 0, "PROCESSES", "globalPid")? {
-                s.insert(g);
-            }
-        }
-        s
-    } else {
-        FxSet::default()
-    };
+/// Phase 4: one diagnostic per thread with kept occurrences: its process mapping (PROCESSES, else the
+/// device tables' globalPid, else unmapped: listed, never guessed), its name, what it owns.
+fn map_threads(export: &Export, w: &Work) -> Result<Vec<ThreadDiagnostics>> {
+    progress("summarising");
+    let processes = if w.present(schema::PROCESSES) { export.process_ids()? } else { Default::default() };
     let mut thread_name_ids: FxMap<i64, i64> = FxMap::default();
-    if present("ThreadNames") && !slices.is_empty() {
-        let t = export.table("ThreadNames").expect("checked");
-        let sql = format!("SELECT nameId, globalTid FROM \"{}\"", t.name);
-        let mut stmt = export.conn().prepare(&sql).map_err(export.sql_err("ThreadNames"))?;
-        let mut rows = stmt.query([]).map_err(export.sql_err("ThreadNames"))?;
-        while let Some(row) = rows.next().map_err(export.sql_err("ThreadNames"))? {
-            let (Some(nid), Some(g)) =
-                (int_col(export, row, 0, "ThreadNames", "nameId")?, int_col(export, row, 1, "ThreadNames", "globalTid")?)
-            else {
-                continue;
-            };
-            if slice_of.contains_key(&g) {
+    if w.present(schema::THREAD_NAMES) && !w.slices.is_empty() {
+        export.thread_names(|g, nid| {
+            if w.slice_of.contains_key(&g) {
                 thread_name_ids.insert(g, nid); // the last row for the thread wins
             }
-        }
+        })?;
     }
-    let names = strings_for(export, &thread_name_ids.values().copied().collect())?;
-    let mut thread_diagnostics = Vec::with_capacity(slices.len());
-    for (ti, &(g, lo, hi)) in slices.iter().enumerate() {
+    let names = export.strings_for(&thread_name_ids.values().copied().collect())?;
+    let mut thread_diagnostics = Vec::with_capacity(w.slices.len());
+    for (ti, &(g, lo, hi)) in w.slices.iter().enumerate() {
         let ns = ns_of(g);
         let mapping = if processes.contains(&ns) {
             "processes"
-        } else if device_pids.contains(&ns) {
+        } else if w.device_pids.contains(&ns) {
             "device_namespace_fallback"
         } else {
             "unmapped"
         };
         let is_main = tid_of(g) == pid_of(g);
         let mut attention = Vec::new();
-        if !is_main && th_device[ti] > 0 {
+        if !is_main && w.th_device[ti] > 0 {
             attention.push("non_main_thread_owns_device_work".to_string());
         }
         if mapping != "processes" {
@@ -1267,13 +1226,18 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
             is_main_thread: is_main,
             thread_name: thread_name_ids.get(&g).and_then(|nid| names.get(nid).cloned()),
             occurrences: (hi - lo) as u64,
-            runtime_calls: th_runtime[ti],
-            device_rows_attributed: th_device[ti],
+            runtime_calls: w.th_runtime[ti],
+            device_rows_attributed: w.th_device[ti],
             attention,
         });
     }
+    Ok(thread_diagnostics)
+}
 
-    // ---- labels
+/// Phase 5: per label, the sums over its occurrences (sorted by host wall time descending, then label), and
+/// the high-cardinality label groups.
+fn aggregate(w: &Work) -> (Vec<RangeStats>, Vec<HighCardinality>) {
+    let (occ, metrics, label_names) = (&w.occ, &w.metrics, &w.label_names);
     let mut by_label: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, o) in occ.iter().enumerate() {
         by_label.entry(label_names[o.label as usize].as_str()).or_default().push(i);
@@ -1325,7 +1289,7 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
             r.kernel_span_ns += m.span_ns();
             r.gpu_idle_within_kernel_span_ns += m.span_ns() - m.busy_ns;
             r.uncovered_host_time_ns += (wall - m.coverage_ns).max(0);
-            for (api, s) in syncs.get(&(i as u32)).map_or(&[][..], |s| &s.per_api[..]) {
+            for (api, s) in w.syncs.get(&(i as u32)).map_or(&[][..], |s| &s.per_api[..]) {
                 let e = r.sync.entry(SYNC_APIS[*api as usize].to_string()).or_default();
                 e.calls += s.calls;
                 e.total_ns += s.total_ns;
@@ -1344,32 +1308,33 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
         ranges.push(r);
     }
     ranges.sort_by(|a, b| b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.as_bytes().cmp(b.label.as_bytes())));
+    let high_cardinality_labels = high_cardinality(by_label.keys().copied());
+    (ranges, high_cardinality_labels)
+}
 
-    // ---- high-cardinality labels
-    let mut groups: BTreeMap<String, u64> = BTreeMap::new();
-    for label in by_label.keys() {
-        *groups.entry(digits_to_hash(label)).or_default() += 1;
-    }
-    let high_cardinality_labels: Vec<HighCardinality> =
-        groups.into_iter().filter(|(_, c)| *c >= 2).map(|(pattern, labels)| HighCardinality { pattern, labels }).collect();
-
-    // ---- notes
+/// Phase 6: the notes, the document, and (when asked) the public per-occurrence vectors.
+fn finish(
+    export: &Export,
+    opts: &RangesOptions,
+    mut w: Work,
+    ranges: Vec<RangeStats>,
+    thread_diagnostics: Vec<ThreadDiagnostics>,
+    high_cardinality_labels: Vec<HighCardinality>,
+    detail: bool,
+) -> Result<(RangesDoc, Detail)> {
     let mut notes = vec![
         "Nested labels overlap by construction: never add numbers of labels at different depths (see each label's `depths` and `parents`).".to_string(),
         "uncovered_host_time_ns is host time not covered by device work; it is NOT GPU idle (gpu_idle_within_kernel_span_ns is the device bubble).".to_string(),
         "kernel_busy_union_ns, kernel_span_ns and host_range_kernel_coverage_ns cover all device work (KERNEL, MEMCPY, MEMSET, GRAPH_TRACE); only kernel_work_ns is kernels alone.".to_string(),
         "Ranges still open when the capture ended are either absent from the export (nsys ended the application at cudaProfilerStop) or exported with their end clipped to the end of the capture (--capture-range-end=stop).".to_string(),
     ];
-    if !DEVICE_TABLES.iter().any(|t| present(t)) {
+    if !schema::DEVICE_TABLES.iter().any(|t| w.present(t)) {
         notes.push("No CUDA device table in this export (a capture without CUDA): no device work is attributed; that is a result, not an error.".to_string());
-    } else if !present("CUPTI_ACTIVITY_KIND_RUNTIME") {
+    } else if !w.present(schema::RUNTIME) {
         notes.push("No CUPTI_ACTIVITY_KIND_RUNTIME table: device work cannot be joined to ranges, all of it is unattributed.".to_string());
     }
-    let graph_mode = export
-        .name_values("META_DATA_CAPTURE")?
-        .into_iter()
-        .any(|(k, v)| k.ends_with("CUDA_GRAPH_TRACE_OPTIONS:MODE") && v.as_deref() == Some("Graph"));
-    if present("CUPTI_ACTIVITY_KIND_GRAPH_TRACE") {
+    let graph_mode = export.graph_trace_mode()?.is_some_and(|m| m.mode == "graph");
+    if w.present(schema::GRAPH_TRACE) {
         notes.push("CUDA graphs were traced at graph level: each replay is one opaque GRAPH_TRACE row (counted in graph_traces, not kernels).".to_string());
     } else if graph_mode {
         notes.push("CUDA graphs were traced at graph level (META_DATA_CAPTURE CUDA_GRAPH_TRACE_OPTIONS:MODE = Graph) and the export has no GRAPH_TRACE table: graph replays left no GPU row at all (seen with nsys 2023.4), so their device work is invisible here. Capture with --cuda-graph-trace=node.".to_string());
@@ -1382,6 +1347,8 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
     if fallback > 0 {
         notes.push(format!("{fallback} thread(s) belong to a process missing from PROCESSES (nsys omits traced fork children) and were mapped through the device tables' globalPid (mapping = device_namespace_fallback)."));
     }
+    let (kernels_total, kernels_attr, kernel_work_total, kernel_work_attr) =
+        (w.kernels_total, w.kernels_attr, w.kernel_work_total, w.kernel_work_attr);
     if kernels_total > kernels_attr {
         notes.push(format!(
             "{} of {} KERNEL rows ({} ns of {} ns) are not attributed to any kept range: reported in totals, never dropped.",
@@ -1391,10 +1358,10 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
             kernel_work_total
         ));
     }
-    if loaded.skipped.unlabeled + loaded.skipped.open_or_inverted > 0 {
+    if w.skipped.unlabeled + w.skipped.open_or_inverted > 0 {
         notes.push(format!(
             "Skipped NVTX range rows: {} without a message, {} with a NULL or inverted interval.",
-            loaded.skipped.unlabeled, loaded.skipped.open_or_inverted
+            w.skipped.unlabeled, w.skipped.open_or_inverted
         ));
     }
     if let Some((ws, we)) = opts.window {
@@ -1418,11 +1385,11 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
             exported_with: None,
             window: opts.window.map(|(start, end)| Window { start, end }),
         },
-        tables_present: tables_present.clone(),
+        tables_present: w.tables_present.clone(),
         ranges,
         thread_diagnostics,
         totals: Totals {
-            per_device,
+            per_device: std::mem::take(&mut w.per_device),
             kernels_total,
             kernel_work_total_ns: kernel_work_total,
             kernels_attributed: kernels_attr,
@@ -1430,14 +1397,14 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
             kernels_unattributed: kernels_total - kernels_attr,
             kernel_work_unattributed_ns: kernel_work_total - kernel_work_attr,
         },
-        skipped: loaded.skipped,
+        skipped: w.skipped,
         high_cardinality_labels,
         notes,
     };
     if !detail {
         return Ok((doc, None));
     }
-    drop(by_label);
+    let Work { occ, label_names, metrics, mut syncs, .. } = w;
     let occurrences: Vec<Occurrence> = occ
         .iter()
         .map(|o| Occurrence {

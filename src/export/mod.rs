@@ -1,18 +1,31 @@
-//! Read-only access to the SQLite file written by `nsys export --type sqlite`.
+//! The nsys export layer: everything nsyskit knows about the SQLite file written by `nsys export --type
+//! sqlite`. No other module writes SQL over an nsys table.
+//!
+//! - [`schema`]: table and column names, NVTX event type codes, the differences between nsys versions;
+//! - [`Export`]: a read-only connection with introspection (a missing table or column is an input error naming
+//!   the file, table and column), string-id lookups and typed, streamed row readers ([`rows`]);
+//! - [`graph`]: the CUDA graph facts (trace mode, node-level rows, graph launches), one definition each;
+//! - [`capture`]: an `.nsys-rep` exported into a temporary folder, standard input copied into one, and the one
+//!   `nsys export` command line.
 //!
 //! The evidence file is never modified: it is opened with `mode=ro` (plus `immutable=1` unless the file is in
 //! WAL mode, where `immutable` would hide un-checkpointed pages), and nothing here creates a table, index,
-//! view or temp table in it. A missing table or column is an [`Error`] naming the file, table and column.
-//!
-//! An `.nsys-rep` is exported first with the resolved nsys into a temporary folder, never next to the
-//! evidence ([`open_capture`]).
+//! view or temp table in it.
+
+pub mod capture;
+pub mod graph;
+pub mod rows;
+pub mod schema;
+
+pub use capture::{default_nsys, nsys_export_args, open_capture, run_nsys_export, CaptureSource, OpenedCapture, StdinCopy, STDIN_NAME};
+pub use graph::{GraphFacts, GraphTraceMode};
+pub use rows::{describe_skips, merge_skips, DeviceRow, IntervalSkips, NvtxRow, RowSkips, RuntimeRow, SyncRow};
+pub use schema::DeviceKind;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use crate::contract::{Error, Result};
 
@@ -274,101 +287,6 @@ fn uri_escape(path: &str) -> String {
         return s;
     }
     out
-}
-
-/// Where the analysed SQLite came from: given directly, or exported from a report into a temporary folder.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct CaptureSource {
-    /// The path the user gave.
-    pub path: String,
-    /// Its size in bytes.
-    pub size: u64,
-    /// `sqlite` when an export was given; `nsys-rep` when a report was exported by nsyskit.
-    pub kind: String,
-    /// For a report: the nsys that exported it and the temporary SQLite (deleted afterwards).
-    pub exported_with: Option<String>,
-    pub exported_sqlite: Option<String>,
-}
-
-/// An opened capture: the export, where it came from, and the temporary folder holding an export made from
-/// a report (deleted when dropped).
-pub struct OpenedCapture {
-    pub export: Export,
-    pub source: CaptureSource,
-    _tmp: Option<tempfile::TempDir>,
-}
-
-/// The nsys to use for exporting reports: resolved by [`crate::resolve::resolve`] (`NSYS_BIN`, else the first
-/// usable `nsys` on PATH, else the newest in the known install folders), verified with `--version`, not probed.
-pub fn default_nsys() -> Result<PathBuf> {
-    // NSYS_BIN, then PATH, then the known install folders, each verified (`--version`); see crate::resolve.
-    let opts = crate::resolve::ResolveOptions { probe: false, ..crate::resolve::ResolveOptions::from_env() };
-    crate::resolve::resolve(&opts)
-        .map(|r| r.path)
-        .map_err(|e| e.context("cannot export the .nsys-rep (or give the .sqlite export)"))
-}
-
-/// Open an `.sqlite` export, or export an `.nsys-rep` with `nsys` (default: [`default_nsys`]) into a
-/// temporary folder and open that.
-pub fn open_capture(path: &Path, nsys: Option<&Path>) -> Result<OpenedCapture> {
-    let name = path.display().to_string();
-    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::input(format!("{name}: no such file")),
-        _ => Error::input(format!("{name}: cannot read: {e}")),
-    })?;
-    if !meta.is_file() {
-        return Err(Error::input(format!("{name}: not a regular file")));
-    }
-    let is_rep = path.extension().map(|e| e == "nsys-rep" || e == "qdrep").unwrap_or(false);
-    if !is_rep {
-        let export = Export::open(path)?;
-        return Ok(OpenedCapture {
-            export,
-            source: CaptureSource { path: name, size: meta.len(), kind: "sqlite".into(), exported_with: None, exported_sqlite: None },
-            _tmp: None,
-        });
-    }
-    let nsys = match nsys {
-        Some(p) => p.to_path_buf(),
-        None => default_nsys()?,
-    };
-    let tmp = tempfile::Builder::new()
-        .prefix("nsyskit-export-")
-        .tempdir()
-        .map_err(|e| Error::env(format!("cannot create a temporary folder: {e}")))?;
-    let out = tmp.path().join("export.sqlite");
-    let output = std::process::Command::new(&nsys)
-        .arg("export")
-        .arg("--type=sqlite")
-        .arg("--force-overwrite=true")
-        .arg("--lazy=false")
-        .arg(format!("--output={}", out.display()))
-        .arg(path)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| Error::env(format!("cannot run {}: {e}", nsys.display())))?;
-    if !output.status.success() || !out.is_file() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let tail: String = format!("{stdout}{stderr}").lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
-        return Err(Error::input(format!(
-            "{name}: `{} export --type=sqlite` failed ({}): {tail}",
-            nsys.display(),
-            output.status
-        )));
-    }
-    let export = Export::open(&out)?;
-    Ok(OpenedCapture {
-        export,
-        source: CaptureSource {
-            path: name,
-            size: meta.len(),
-            kind: "nsys-rep".into(),
-            exported_with: Some(nsys.display().to_string()),
-            exported_sqlite: Some(out.display().to_string()),
-        },
-        _tmp: Some(tmp),
-    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,180 @@
+//! Getting an export to read: an `.sqlite` given directly, an `.nsys-rep` exported with `nsys export` into a
+//! temporary folder ([`open_capture`]), or an SQLite file read from standard input into a temporary folder
+//! ([`StdinCopy`]). The `nsys export` command line is written once here ([`nsys_export_args`]) for every caller
+//! (these readers, serve-capture, pod-attach).
+
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Export;
+use crate::contract::{Error, Result};
+
+/// The arguments after the nsys program of `nsys export` to SQLite: `export --type=sqlite
+/// --force-overwrite=true --lazy=false --output=OUT REPORT`. `--lazy=false` makes nsys write every table it
+/// knows up front (with `--lazy=true`, the default of some versions, tables appear only when first queried
+/// by nsys itself).
+pub fn nsys_export_args(report: &str, out: &str) -> Vec<String> {
+    vec![
+        "export".into(),
+        "--type=sqlite".into(),
+        "--force-overwrite=true".into(),
+        "--lazy=false".into(),
+        format!("--output={out}"),
+        report.into(),
+    ]
+}
+
+/// Run `nsys export` of `report` into `out` (stdin closed); the error names the report and nsys's last lines.
+pub fn run_nsys_export(nsys: &Path, report: &Path, out: &Path) -> Result<()> {
+    let name = report.display().to_string();
+    let output = std::process::Command::new(nsys)
+        .args(nsys_export_args(&name, &out.display().to_string()))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Error::env(format!("cannot run {}: {e}", nsys.display())))?;
+    if !output.status.success() || !out.is_file() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let text = format!("{stdout}{stderr}");
+        let tail: Vec<&str> = text.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
+        return Err(Error::input(format!(
+            "{name}: `{} export --type=sqlite` failed ({}): {}",
+            nsys.display(),
+            output.status,
+            tail.join(" | ")
+        )));
+    }
+    Ok(())
+}
+
+/// Where the analysed SQLite came from: given directly, or exported from a report into a temporary folder.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CaptureSource {
+    /// The path the user gave.
+    pub path: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// `sqlite` when an export was given; `nsys-rep` when a report was exported by nsyskit.
+    pub kind: String,
+    /// For a report: the nsys that exported it and the temporary SQLite (deleted afterwards).
+    pub exported_with: Option<String>,
+    pub exported_sqlite: Option<String>,
+}
+
+/// An opened capture: the export, where it came from, and the temporary folder holding an export made from
+/// a report (deleted when dropped).
+pub struct OpenedCapture {
+    pub export: Export,
+    pub source: CaptureSource,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+/// The nsys to use for exporting reports: resolved by [`crate::resolve::resolve`] (`NSYS_BIN`, else the first
+/// usable `nsys` on PATH, else the newest in the known install folders), verified with `--version`, not probed.
+pub fn default_nsys() -> Result<PathBuf> {
+    let opts = crate::resolve::ResolveOptions { probe: false, ..crate::resolve::ResolveOptions::from_env() };
+    crate::resolve::resolve(&opts)
+        .map(|r| r.path)
+        .map_err(|e| e.context("cannot export the .nsys-rep (or give the .sqlite export)"))
+}
+
+/// Is this path a report (`.nsys-rep`, `.qdrep`) rather than an export?
+pub fn is_report(path: &Path) -> bool {
+    path.extension().map(|e| e == "nsys-rep" || e == "qdrep").unwrap_or(false)
+}
+
+/// Open an `.sqlite` export, or export an `.nsys-rep` with `nsys` (default: [`default_nsys`]) into a
+/// temporary folder and open that.
+pub fn open_capture(path: &Path, nsys: Option<&Path>) -> Result<OpenedCapture> {
+    let name = path.display().to_string();
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::input(format!("{name}: no such file")),
+        _ => Error::input(format!("{name}: cannot read: {e}")),
+    })?;
+    if !meta.is_file() {
+        return Err(Error::input(format!("{name}: not a regular file")));
+    }
+    if !is_report(path) {
+        let export = Export::open(path)?;
+        return Ok(OpenedCapture {
+            export,
+            source: CaptureSource { path: name, size: meta.len(), kind: "sqlite".into(), exported_with: None, exported_sqlite: None },
+            _tmp: None,
+        });
+    }
+    let nsys = match nsys {
+        Some(p) => p.to_path_buf(),
+        None => default_nsys()?,
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("nsyskit-export-")
+        .tempdir()
+        .map_err(|e| Error::env(format!("cannot create a temporary folder: {e}")))?;
+    let out = tmp.path().join("export.sqlite");
+    run_nsys_export(&nsys, path, &out)?;
+    let export = Export::open(&out)?;
+    Ok(OpenedCapture {
+        export,
+        source: CaptureSource {
+            path: name,
+            size: meta.len(),
+            kind: "nsys-rep".into(),
+            exported_with: Some(nsys.display().to_string()),
+            exported_sqlite: Some(out.display().to_string()),
+        },
+        _tmp: Some(tmp),
+    })
+}
+
+/// An SQLite export read from standard input into a temporary folder (deleted when dropped). Messages and
+/// documents name it `<stdin>`: [`StdinCopy::rename`] and [`StdinCopy::rename_err`] replace its path.
+pub struct StdinCopy {
+    path: PathBuf,
+    name: String,
+    _dir: tempfile::TempDir,
+}
+
+/// How documents and messages name standard input.
+pub const STDIN_NAME: &str = "<stdin>";
+
+impl StdinCopy {
+    /// Read all of standard input into `TMP/nsyskit-stdin-XXXX/stdin.sqlite`.
+    pub fn read() -> Result<StdinCopy> {
+        let bytes = crate::contract::Input::Stdin.read_bytes()?;
+        Self::from_bytes(&bytes)
+    }
+
+    /// The same from bytes already read.
+    pub fn from_bytes(bytes: &[u8]) -> Result<StdinCopy> {
+        let dir = tempfile::Builder::new()
+            .prefix("nsyskit-stdin-")
+            .tempdir()
+            .map_err(|e| Error::env(format!("cannot create a temporary folder for {STDIN_NAME}: {e}")))?;
+        let path = dir.path().join("stdin.sqlite");
+        std::fs::write(&path, bytes).map_err(|e| Error::env(format!("cannot write a temporary file for {STDIN_NAME}: {e}")))?;
+        let name = path.display().to_string();
+        Ok(StdinCopy { path, name, _dir: dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `text` with the temporary path replaced by `<stdin>`.
+    pub fn rename(&self, text: &str) -> String {
+        text.replace(&self.name, STDIN_NAME)
+    }
+
+    /// The error with the temporary path replaced by `<stdin>`.
+    pub fn rename_err(&self, mut e: Error) -> Error {
+        e.message = self.rename(&e.message);
+        e
+    }
+
+    /// Run `f` on the copy; an error names `<stdin>`.
+    pub fn run<T>(&self, f: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+        f(&self.path).map_err(|e| self.rename_err(e))
+    }
+}

@@ -1,0 +1,99 @@
+//! The CUDA graph facts of an export, each with one definition used by every tool:
+//!
+//! - **graph-trace mode** ([`Export::graph_trace_mode`]): the first `META_DATA_CAPTURE` row named
+//!   `…CUDA_GRAPH_TRACE_OPTIONS:MODE` with a value, lower-cased (`node` / `graph`); nsys writes `Node`/`Graph`,
+//!   and the comparison is case-insensitive;
+//! - **node-level device rows** ([`GraphFacts::node_rows`]): rows of KERNEL, MEMCPY and MEMSET whose
+//!   `graphNodeId` is set (a graph node is a kernel, a memcpy or a memset; GRAPH_TRACE rows are whole
+//!   graph-level replays, never nodes); the KERNEL part is [`GraphFacts::kernel_node_rows`];
+//! - **graph launches** ([`GraphFacts::graph_launches`]): runtime calls whose API name starts with
+//!   `cudaGraphLaunch` or `cuGraphLaunch` ([`schema::is_graph_launch`], case-sensitive as nsys writes them);
+//! - **node-building events** ([`GraphFacts::node_events`]): rows of `CUDA_GRAPH_NODE_EVENTS` (nsys 2025.3)
+//!   or `CUDA_GRAPH_EVENTS` (nsys 2023.4), whichever the export has.
+
+use super::schema::{self, cols};
+use super::Export;
+use crate::contract::Result;
+
+/// The graph-trace mode recorded in `META_DATA_CAPTURE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphTraceMode {
+    /// The row's name (`PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE`).
+    pub key: String,
+    /// Its value as written (`Node`).
+    pub raw: String,
+    /// Lower-cased: `node` or `graph`.
+    pub mode: String,
+}
+
+/// Graph launches, node-level device rows and graph-level replay rows of an export.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GraphFacts {
+    /// Runtime calls that launch a graph.
+    pub graph_launches: i64,
+    /// KERNEL + MEMCPY + MEMSET rows with `graphNodeId` set.
+    pub node_rows: i64,
+    /// The KERNEL part of `node_rows`.
+    pub kernel_node_rows: i64,
+    /// `CUPTI_ACTIVITY_KIND_GRAPH_TRACE` rows (one per graph-level replay).
+    pub graph_trace_rows: i64,
+    /// `CUPTI_ACTIVITY_KIND_RUNTIME` rows.
+    pub runtime_rows: i64,
+    /// `(table, rows)` of the node-building events table, when the export has one.
+    pub node_events: Option<(String, i64)>,
+}
+
+impl Export {
+    /// The graph-trace mode of the capture settings (see the module docs), None when not recorded.
+    pub fn graph_trace_mode(&self) -> Result<Option<GraphTraceMode>> {
+        Ok(self.capture_settings()?.into_iter().find_map(|(key, v)| {
+            let raw = v?;
+            key.ends_with(schema::capture_keys::GRAPH_TRACE_MODE_SUFFIX).then(|| GraphTraceMode {
+                mode: raw.to_ascii_lowercase(),
+                key,
+                raw,
+            })
+        }))
+    }
+
+    /// The node-building events table present, newest name first.
+    pub fn graph_node_events_table(&self) -> Option<&'static str> {
+        schema::GRAPH_NODE_EVENTS_TABLES.into_iter().find(|t| self.has_table(t))
+    }
+
+    /// The graph facts (see the module docs).
+    pub fn graph_facts(&self) -> Result<GraphFacts> {
+        let mut d = GraphFacts::default();
+        if let Some(rt) = self.optional(schema::RUNTIME, &["nameId"])? {
+            let rt = rt.name.clone();
+            d.runtime_rows = self.count_rows(&rt)?;
+            let ids = self.string_ids_where(|v| schema::is_graph_launch(v).then_some(()))?;
+            if !ids.is_empty() {
+                let list = ids.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(",");
+                d.graph_launches = self
+                    .conn()
+                    .query_row(&format!("SELECT count(*) FROM \"{rt}\" WHERE nameId IN ({list})"), [], |r| r.get(0))
+                    .map_err(self.sql_err(schema::RUNTIME))?;
+            }
+        }
+        for t in schema::NODE_LEVEL_TABLES {
+            if let Some(info) = self.table(t) {
+                if info.has_column(cols::GRAPH_NODE_ID) {
+                    let n: i64 = self
+                        .conn()
+                        .query_row(&format!("SELECT count(*) FROM \"{}\" WHERE graphNodeId IS NOT NULL", info.name), [], |r| r.get(0))
+                        .map_err(self.sql_err(t))?;
+                    d.node_rows += n;
+                    if t == schema::KERNEL {
+                        d.kernel_node_rows = n;
+                    }
+                }
+            }
+        }
+        d.graph_trace_rows = self.count_rows(schema::GRAPH_TRACE)?;
+        if let Some(t) = self.graph_node_events_table() {
+            d.node_events = Some((t.to_string(), self.count_rows(t)?));
+        }
+        Ok(d)
+    }
+}

@@ -1,0 +1,111 @@
+//! The names of the nsys SQLite schema that nsyskit reads: tables, columns and NVTX event type codes.
+//!
+//! Every SQL statement over an nsys table is written in [`crate::export`] with these names; no other module
+//! spells a table name in SQL. Differences between nsys versions are resolved here once:
+//!
+//! | what | nsys 2023.4.4 | nsys 2025.3.1 | read as |
+//! |---|---|---|---|
+//! | graph node-building events | `CUDA_GRAPH_EVENTS` | `CUDA_GRAPH_NODE_EVENTS` (and `CUDA_GRAPH_EVENTS` for graph-level events) | [`GRAPH_NODE_EVENTS_TABLES`], the first present |
+//! | profiler diagnostics | absent | `DIAGNOSTIC_EVENT` | optional |
+//! | `CUPTI_ACTIVITY_KIND_SYNCHRONIZATION` sync type | `syncType` | `syncType` (+ `deprecatedSyncType`, values differ) | not interpreted |
+//! | NVTX message | `text` or `textId` → `StringIds` | same | [`crate::export::Export::nvtx_events`] resolves both |
+//!
+//! Tables are created lazily by nsys: a capture without CUDA has no `CUPTI_*` table at all, so every CUDA
+//! table is optional; a table that is present must have the columns read from it.
+
+pub const STRING_IDS: &str = "StringIds";
+pub const NVTX_EVENTS: &str = "NVTX_EVENTS";
+pub const RUNTIME: &str = "CUPTI_ACTIVITY_KIND_RUNTIME";
+pub const KERNEL: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
+pub const MEMCPY: &str = "CUPTI_ACTIVITY_KIND_MEMCPY";
+pub const MEMSET: &str = "CUPTI_ACTIVITY_KIND_MEMSET";
+pub const GRAPH_TRACE: &str = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE";
+pub const SYNCHRONIZATION: &str = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION";
+pub const PROCESSES: &str = "PROCESSES";
+pub const THREAD_NAMES: &str = "ThreadNames";
+pub const TARGET_INFO_GPU: &str = "TARGET_INFO_GPU";
+pub const META_DATA_CAPTURE: &str = "META_DATA_CAPTURE";
+pub const META_DATA_EXPORT: &str = "META_DATA_EXPORT";
+pub const DIAGNOSTIC_EVENT: &str = "DIAGNOSTIC_EVENT";
+/// nsys 2025.3 name of the graph node-building events table.
+pub const CUDA_GRAPH_NODE_EVENTS: &str = "CUDA_GRAPH_NODE_EVENTS";
+/// nsys 2023.4 name of the graph node-building events table (2025.3 keeps it for graph-level events).
+pub const CUDA_GRAPH_EVENTS: &str = "CUDA_GRAPH_EVENTS";
+/// Where node-building events are, newest name first.
+pub const GRAPH_NODE_EVENTS_TABLES: [&str; 2] = [CUDA_GRAPH_NODE_EVENTS, CUDA_GRAPH_EVENTS];
+
+/// The device activity tables, in the order of the ranges contract (index = [`DeviceKind`] as usize).
+pub const DEVICE_TABLES: [&str; 4] = [KERNEL, MEMCPY, MEMSET, GRAPH_TRACE];
+
+/// The device tables that can carry node-level graph rows (`graphNodeId` set): a graph node is a kernel, a
+/// memcpy or a memset; GRAPH_TRACE rows are whole graph-level replays, never nodes.
+pub const NODE_LEVEL_TABLES: [&str; 3] = [KERNEL, MEMCPY, MEMSET];
+
+/// One of [`DEVICE_TABLES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeviceKind {
+    Kernel = 0,
+    Memcpy = 1,
+    Memset = 2,
+    GraphTrace = 3,
+}
+
+impl DeviceKind {
+    pub const ALL: [DeviceKind; 4] = [DeviceKind::Kernel, DeviceKind::Memcpy, DeviceKind::Memset, DeviceKind::GraphTrace];
+    pub fn table(self) -> &'static str {
+        DEVICE_TABLES[self as usize]
+    }
+}
+
+/// Columns read from each table.
+pub mod cols {
+    pub const STRING_IDS: [&str; 2] = ["id", "value"];
+    /// Required NVTX columns (`domainId` is read when present).
+    pub const NVTX_EVENTS: [&str; 6] = ["start", "end", "eventType", "text", "textId", "globalTid"];
+    pub const RUNTIME: [&str; 5] = ["start", "end", "globalTid", "correlationId", "nameId"];
+    pub const DEVICE: [&str; 5] = ["start", "end", "globalPid", "correlationId", "deviceId"];
+    pub const PROCESSES: [&str; 3] = ["globalPid", "pid", "name"];
+    pub const THREAD_NAMES: [&str; 2] = ["nameId", "globalTid"];
+    pub const NAME_VALUE: [&str; 2] = ["name", "value"];
+    pub const DIAGNOSTIC_EVENT: [&str; 3] = ["timestamp", "severity", "text"];
+    pub const SYNCHRONIZATION: [&str; 4] = ["start", "end", "globalPid", "correlationId"];
+    pub const GRAPH_NODE_ID: &str = "graphNodeId";
+    pub const DEMANGLED_NAME: &str = "demangledName";
+    pub const DOMAIN_ID: &str = "domainId";
+    /// TARGET_INFO_GPU: `name`, then these when present.
+    pub const GPU_DETAILS: [&str; 4] = ["chipName", "smCount", "totalMemory", "clockRate"];
+}
+
+/// `NVTX_EVENTS.eventType` codes (nsys `NvtxEventType`).
+pub mod nvtx {
+    /// `nvtxMark`: an instant.
+    pub const MARK: i64 = 34;
+    /// `nvtxRangePush`/`nvtxRangePop`: a push/pop range (nested per thread).
+    pub const PUSH_POP: i64 = 59;
+    /// `nvtxRangeStart`/`nvtxRangeEnd`: a start/end range (may cross threads).
+    pub const START_END: i64 = 60;
+    /// `nvtxDomainCreate`: names the domain `domainId` of its process.
+    pub const DOMAIN_CREATE: i64 = 75;
+    /// The range event types.
+    pub const RANGES: [i64; 2] = [PUSH_POP, START_END];
+}
+
+/// `META_DATA_CAPTURE` names (suffixes of `PROCESS_n:…`).
+pub mod capture_keys {
+    /// `Node` or `Graph`: `--cuda-graph-trace` (absent when the option does not exist in that nsys).
+    pub const GRAPH_TRACE_MODE_SUFFIX: &str = "CUDA_GRAPH_TRACE_OPTIONS:MODE";
+    pub const COLLECT_CUDA_TRACE_SUFFIX: &str = ":COLLECT_CUDA_TRACE";
+}
+
+/// Runtime API names that launch a CUDA graph (prefixes, matched case-sensitively as nsys writes them, with
+/// any version suffix: `cudaGraphLaunch_v10000`, `cuGraphLaunch`).
+pub const GRAPH_LAUNCH_PREFIXES: [&str; 2] = ["cudaGraphLaunch", "cuGraphLaunch"];
+
+/// Is this runtime API name a graph launch? The one definition used by every tool.
+pub fn is_graph_launch(api: &str) -> bool {
+    GRAPH_LAUNCH_PREFIXES.iter().any(|p| api.starts_with(p))
+}
+
+/// The largest timestamp magnitude accepted on a timed row: 2^53 ns (about 104 days). nsys timestamps are ns
+/// since the session start; a row beyond this is not a real event (it would overflow sums).
+pub const MAX_TIMESTAMP_NS: i64 = 1 << 53;
