@@ -622,3 +622,13 @@ impl Export {
         h.unwrap_or(0).clamp(0, 1 << 32) as usize
     }
 }
+
+// ---- readers added for gate verdicts (helper H6)
+
+impl Export {
+    /// `TARGET_INFO_SYSTEM_ENV` `(name, value)` rows (empty when absent): `CudaDriverVersion` (`13000`),
+    /// `DeviceEnvironment` (`;`-separated `NAME=value`), ….
+    pub fn system_env(&self) -> Result<Vec<(String, Option<String>)>> {
+        self.name_values(schema::TARGET_INFO_SYSTEM_ENV)
+    }
+}
