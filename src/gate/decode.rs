@@ -147,6 +147,73 @@ pub fn kernel_mode(steps: &[Step]) -> (u64, usize) {
     c.into_iter().fold((0, 0), |best, (k, n)| if n > best.1 { (k, n) } else { best })
 }
 
+/// A decode-step shape: a kernel count that at least [`SHAPE_MIN_SHARE`] of the steps (and 3 or more) have.
+/// An engine that replays one CUDA graph per batch size has one shape per batch size it ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub kernels: u64,
+    pub steps: usize,
+}
+
+/// Smallest share of the steps a kernel count needs to be a shape of its own (rarer counts are outliers of
+/// the shapes: G7's business).
+pub const SHAPE_MIN_SHARE: f64 = 0.10;
+
+/// The shapes of a step list, most steps first (ties: the smaller count). Empty when no count qualifies.
+pub fn step_shapes(steps: &[Step]) -> Vec<Shape> {
+    let mut c: std::collections::BTreeMap<u64, usize> = std::collections::BTreeMap::new();
+    for s in steps {
+        *c.entry(s.kernels).or_default() += 1;
+    }
+    let n = steps.len().max(1);
+    let mut v: Vec<Shape> = c
+        .into_iter()
+        .filter(|&(k, m)| k > 0 && m >= 3 && m as f64 / n as f64 >= SHAPE_MIN_SHARE)
+        .map(|(kernels, steps)| Shape { kernels, steps })
+        .collect();
+    v.sort_by(|a, b| b.steps.cmp(&a.steps).then(a.kernels.cmp(&b.kernels)));
+    v
+}
+
+/// Regularity within shapes: for each shape, the step-start intervals between consecutive steps of that
+/// shape (same thread, adjacent in time) and how many lie in [median/2, 2·median] around that shape's median.
+/// Returns (inside, total, per-shape (kernels, median ns, inside, total)).
+pub fn shape_intervals(steps: &[Step], shapes: &[Shape]) -> (usize, usize, Vec<(u64, i64, usize, usize)>) {
+    let mut per = Vec::new();
+    let (mut inside_all, mut total_all) = (0, 0);
+    for sh in shapes {
+        let mut iv: Vec<i64> = steps
+            .windows(2)
+            .filter(|w| w[0].global_tid == w[1].global_tid && w[0].kernels == sh.kernels && w[1].kernels == sh.kernels)
+            .map(|w| w[1].start - w[0].start)
+            .collect();
+        iv.sort_unstable();
+        let med = lower_median(&iv);
+        let inside = iv.iter().filter(|&&x| 2 * x >= med && x <= 2 * med).count();
+        inside_all += inside;
+        total_all += iv.len();
+        per.push((sh.kernels, med, inside, iv.len()));
+    }
+    (inside_all, total_all, per)
+}
+
+/// The cause G6 names when G1 says the capture is graph-level: the decode steps' kernels are inside opaque
+/// GRAPH_TRACE rows, so neither kernel counts nor "no kernel" say anything about the threads.
+pub fn graph_level_cause(e: &Export) -> Result<Option<String>> {
+    let Some(mode) = e.graph_trace_mode()? else { return Ok(None) };
+    if mode.mode != "graph" {
+        return Ok(None);
+    }
+    let f = e.graph_facts()?;
+    if f.graph_launches == 0 && f.graph_trace_rows == 0 {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "graph-level capture (G1: --cuda-graph-trace=graph, from META_DATA_CAPTURE): the {} graph launches' kernels are {} opaque GRAPH_TRACE rows, so the decode steps' kernels are not in the export; re-capture with --cuda-graph-trace=node",
+        f.graph_launches, f.graph_trace_rows
+    )))
+}
+
 fn steps_of<'c>(cx: &'c Context) -> Result<&'c std::result::Result<DecodeSteps, String>> {
     let e = cx.export.expect("checked by the caller");
     if cx.steps.get().is_none() {
@@ -191,7 +258,26 @@ pub fn g6_decode_regularity(cx: &Context) -> Result<GateResult> {
     let inside = iv.iter().filter(|&&x| 2 * x >= med && x <= 2 * med).count();
     let gap_share = if iv.is_empty() { 0.0 } else { inside as f64 / iv.len() as f64 };
     let (mode, mode_n) = kernel_mode(&ds.steps);
-    let k_share = mode_n as f64 / n as f64;
+    let mut k_share = mode_n as f64 / n as f64;
+    // several shapes (one CUDA graph per batch size): regularity is judged within each shape
+    let shapes = step_shapes(&ds.steps);
+    let multi = shapes.len() >= 2;
+    let mut gap_share = gap_share;
+    if multi {
+        let (ins, tot, per) = shape_intervals(&ds.steps, &shapes);
+        gap_share = if tot == 0 { 0.0 } else { ins as f64 / tot as f64 };
+        k_share = shapes.iter().map(|s| s.steps).sum::<usize>() as f64 / n as f64;
+        g.evidence.push(format!(
+            "{} step shapes (kernels per step): {}",
+            shapes.len(),
+            per.iter()
+                .zip(&shapes)
+                .map(|((k, med, i, t), sh)| format!("{k} kernels in {} steps, {i} of {t} intervals in the bucket around its {} µs median", sh.steps, med / 1000))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    let graph_cause = graph_level_cause(cx.export.expect("checked above"))?;
     let pct = |v: &[i64], q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0);
     g.evidence.push(format!(
         "{n} steps; step-start intervals min/median/p90/max {}/{}/{}/{} µs; {inside} of {} in the dominant bucket [{} µs, {} µs]",
@@ -203,15 +289,14 @@ pub fn g6_decode_regularity(cx: &Context) -> Result<GateResult> {
         med / 2000,
         med * 2 / 1000
     ));
-    g.evidence.push(format!("kernels per step: most frequent {mode} in {mode_n} of {n} steps ({:.1} %)", k_share * 100.0));
+    g.evidence.push(format!("kernels per step: most frequent {mode} in {mode_n} of {n} steps ({:.1} %)", mode_n as f64 / n as f64 * 100.0));
     if mode == 0 {
         g.unit = "kernels per step".into();
-        return Ok(g.decide(
-            true,
-            0.0,
-            Some(1.0),
-            format!("most {} steps carry no kernel: the step range is not on the thread that launches the GPU work (or CUDA data is missing)", ds.label),
-        ));
+        let why = match &graph_cause {
+            Some(c) => format!("most {} steps carry no kernel: {c}", ds.label),
+            None => format!("most {} steps carry no kernel: the step range is not on the thread that launches the GPU work (or CUDA data is missing)", ds.label),
+        };
+        return Ok(g.decide(true, 0.0, Some(1.0), why));
     }
     if gap_share < t.min_dominant_gap_share {
         return Ok(g.decide(
@@ -219,10 +304,11 @@ pub fn g6_decode_regularity(cx: &Context) -> Result<GateResult> {
             gap_share,
             Some(t.min_dominant_gap_share),
             format!(
-                "irregular decode steps: only {:.1} % of step-start intervals lie within [median/2, 2·median] around the {} µs median (below {:.0} %); capture steady decode",
+                "irregular decode steps: only {:.1} % of step-start intervals lie within [median/2, 2·median] around the {} (below {:.0} %); capture steady decode{}",
                 gap_share * 100.0,
-                med / 1000,
-                t.min_dominant_gap_share * 100.0
+                if multi { format!("median of their shape ({} shapes)", shapes.len()) } else { format!("{} µs median", med / 1000) },
+                t.min_dominant_gap_share * 100.0,
+                graph_cause.as_ref().map(|c| format!(" ({c})")).unwrap_or_default()
             ),
         ));
     }
@@ -233,9 +319,15 @@ pub fn g6_decode_regularity(cx: &Context) -> Result<GateResult> {
             k_share,
             Some(t.min_stable_kernel_share),
             format!(
-                "unstable decode steps: the most frequent kernel count ({mode}) holds for only {:.1} % of steps (below {:.0} %)",
+                "unstable decode steps: {} hold(s) for only {:.1} % of steps (below {:.0} %){}",
+                if multi {
+                    format!("the {} step shapes ({})", shapes.len(), shapes.iter().map(|s| format!("{} kernels", s.kernels)).collect::<Vec<_>>().join(", "))
+                } else {
+                    format!("the most frequent kernel count ({mode})")
+                },
                 k_share * 100.0,
-                t.min_stable_kernel_share * 100.0
+                t.min_stable_kernel_share * 100.0,
+                graph_cause.as_ref().map(|c| format!("; {c}")).unwrap_or_default()
             ),
         ));
     }
@@ -243,13 +335,24 @@ pub fn g6_decode_regularity(cx: &Context) -> Result<GateResult> {
         false,
         gap_share,
         Some(t.min_dominant_gap_share),
-        format!(
-            "{n} {} steps: {:.1} % of step-start intervals in the dominant bucket around the {} µs median; {mode} kernels in {:.1} % of steps",
-            ds.label,
-            gap_share * 100.0,
-            med / 1000,
-            k_share * 100.0
-        ),
+        if multi {
+            format!(
+                "{n} {} steps in {} shapes ({}): {:.1} % of step-start intervals in the dominant bucket of their shape; the shapes hold {:.1} % of steps",
+                ds.label,
+                shapes.len(),
+                shapes.iter().map(|s| format!("{} kernels × {} steps", s.kernels, s.steps)).collect::<Vec<_>>().join(", "),
+                gap_share * 100.0,
+                k_share * 100.0
+            )
+        } else {
+            format!(
+                "{n} {} steps: {:.1} % of step-start intervals in the dominant bucket around the {} µs median; {mode} kernels in {:.1} % of steps",
+                ds.label,
+                gap_share * 100.0,
+                med / 1000,
+                k_share * 100.0
+            )
+        },
     ))
 }
 
@@ -330,4 +433,43 @@ pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
             format!("{} of {n} decode steps ({:.2} %) are unlike the dominant decode step", bad.len(), share * 100.0),
         )
     })
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::*;
+
+    /// Steps of one thread: `counts[i]` kernels, starting `gap_us[i]` µs after the previous one.
+    fn steps(spec: &[(u64, i64, usize)]) -> Vec<Step> {
+        let mut t = 0;
+        let mut v = Vec::new();
+        for &(kernels, gap_us, times) in spec {
+            for _ in 0..times {
+                v.push(Step { global_tid: 1, start: t, end: t + gap_us * 900, kernels, prefills: 0 });
+                t += gap_us * 1000;
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn two_graph_shapes_are_two_regular_shapes() {
+        // the case: batch 1 then batch 4, 126 and 127 kernels per step, each ~99 % regular
+        let s = steps(&[(126, 700, 62), (125, 700, 1), (127, 1900, 62), (128, 1900, 1)]);
+        let (mode, mode_n) = kernel_mode(&s);
+        assert_eq!((mode, mode_n), (126, 62));
+        assert!((mode_n as f64 / s.len() as f64) < 0.5, "a single mode holds under half: 'unstable' before");
+        let shapes = step_shapes(&s);
+        assert_eq!(shapes, vec![Shape { kernels: 126, steps: 62 }, Shape { kernels: 127, steps: 62 }]);
+        let (inside, total, per) = shape_intervals(&s, &shapes);
+        assert_eq!((inside, total), (122, 122));
+        assert_eq!(per[0].1, 700_000);
+        assert_eq!(per[1].1, 1_900_000);
+        // one shape: unchanged (shapes not used)
+        let one = steps(&[(50, 466, 400)]);
+        assert_eq!(step_shapes(&one), vec![Shape { kernels: 50, steps: 400 }]);
+        // a rare count (prefill steps, 15 of 400) is no shape
+        let mixed = steps(&[(56, 500, 385), (109, 2400, 15)]);
+        assert_eq!(step_shapes(&mixed).len(), 1);
+    }
 }

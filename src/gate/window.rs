@@ -129,6 +129,21 @@ pub fn g4_cuda_coverage(cx: &Context) -> Result<GateResult> {
     let mut g = GateResult::new("G4", "cuda-data-covers-window", "share");
     let Some(e) = cx.export else { return Ok(g.skip("no export to read (a .qdstrm: see G2)")) };
     let Some(c) = coverage(e)? else {
+        // device rows without the runtime calls that launched them: the table the joins need is gone
+        let device: i64 = [schema::KERNEL, schema::MEMCPY, schema::MEMSET].iter().map(|t| e.count_rows(t)).sum::<Result<i64>>()?;
+        if device > 0 {
+            let what = if e.has_table(schema::RUNTIME) { "an empty" } else { "no" };
+            return Ok(g.decide(
+                true,
+                0.0,
+                None,
+                format!(
+                    "{} holds {device} GPU rows but {what} {} table: the CUDA API calls are missing, so GPU work joins no thread or range and the coverage cannot be checked; re-export the report (or re-capture with --trace=cuda)",
+                    e.name(),
+                    schema::RUNTIME
+                ),
+            ));
+        }
         return Ok(g.skip("no CUDA runtime rows: nothing to compare (G1/G3 decide)"));
     };
     g.evidence.push(format!(
@@ -142,6 +157,18 @@ pub fn g4_cuda_coverage(cx: &Context) -> Result<GateResult> {
         c.nvtx_after,
         secs(c.last_nvtx)
     ));
+    if c.nvtx_on_cuda_threads == 0 && !e.has_table(schema::NVTX_EVENTS) {
+        return Ok(g.decide(
+            true,
+            0.0,
+            None,
+            format!(
+                "{} has no {} table: nothing shows how long the CUDA threads ran, so a CUDA trace that stopped early (see G0, the cbid 468 case) cannot be told from a complete one; capture with --trace=cuda,nvtx,osrt and annotate the engine with NVTX",
+                e.name(),
+                schema::NVTX_EVENTS
+            ),
+        ));
+    }
     if c.nvtx_on_cuda_threads == 0 {
         return Ok(g.skip("no NVTX events on the threads that call CUDA: nothing shows how long they ran (annotate the engine with NVTX)"));
     }
