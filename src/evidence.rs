@@ -525,7 +525,8 @@ pub fn from_export(path: &Path) -> Result<Evidence> {
 
 /// The ranges of an export, computed by the ranges library (`sqlite-ranges`, all labels, no window).
 pub fn export_ranges(export: &Export) -> Result<RangesView> {
-    let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions::default())?;
+    // labels folded by the one rule of crate::labels (as sqlite-ranges does by default)
+    let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions { fold: true, ..Default::default() })?;
     let v = serde_json::to_value(&a.doc).map_err(|e| Error::input(format!("{}: ranges: {e}", export.name())))?;
     serde_json::from_value(v).map_err(|e| Error::input(format!("{}: ranges: {e}", export.name())))
 }

@@ -216,7 +216,10 @@ impl HealthScan {
                 break;
             }
             if let Some(m) = p.perm.find(line) {
-                self.push("permission", Severity::Error, at, line, Some(m));
+                // one finding per line and class (`CUPTI_ERROR_INSUFFICIENT_PRIVILEGES: ERR_NVGPUCTRPERM` is one)
+                if !self.findings[before..].iter().any(|f| f.class == "permission") {
+                    self.push("permission", Severity::Error, at, line, Some(m));
+                }
             }
         }
         if let Some(m) = p.cupti_init.find(line) {
@@ -368,7 +371,7 @@ pub fn diagnose(s: &HealthScan, cuda: CudaData) -> Diagnosis {
             .filter_map(|f| p.unknown_api.captures(&f.text).map(|c| c[1].to_string()))
             .collect();
         d.causes.push(format!(
-            "unknown-runtime-api (runtime API function index {}, {}): nsys is older than the application's CUDA runtime and dropped CUDA data; profile with an nsys that knows this CUDA version",
+            "unknown-runtime-api (runtime API function index {}): nsys is older than the application's CUDA runtime and dropped CUDA data; profile with an nsys that knows this CUDA version (first at {})",
             ids.into_iter().collect::<Vec<_>>().join(", "),
             first_at(s, "unknown-runtime-api")
         ));
@@ -447,9 +450,10 @@ pub fn diagnose(s: &HealthScan, cuda: CudaData) -> Diagnosis {
             first_at(s, "nvtx-incompatible")
         ));
     }
-    if err("analysis-failed") && !err("unknown-runtime-api") {
+    if err("analysis-failed") {
+        let why = if err("unknown-runtime-api") { " (explained by the unknown runtime API function above)" } else { "" };
         d.causes.push(format!(
-            "analysis-failed ({}): nsys's analyser failed while importing the raw events, the report is incomplete; re-capture (see the console log's error)",
+            "analysis-failed ({}): nsys's analyser failed while importing the raw events, the report is incomplete{why}; re-capture (see the console log's error)",
             first_at(s, "analysis-failed")
         ));
     }
@@ -595,8 +599,9 @@ mod tests {
         // nsys 2023.4.4 on CUDA 12.5+: callback 468 unknown, then the analysis fails
         let s = scan_text("f.log", &fixture("nsys-2023.4.4_gpu_full_node_FAILED-cbid468.console.txt"));
         let d = diagnose(&s, CudaData::Unknown);
-        assert!(d.causes[0].starts_with("unknown-runtime-api (runtime API function index 468"), "{:?}", d.causes);
-        assert_eq!(d.causes.len(), 1, "analysis-failed is explained by the unknown index: {:?}", d.causes);
+        assert!(d.causes[0].starts_with("unknown-runtime-api (runtime API function index 468)"), "{:?}", d.causes);
+        assert_eq!(d.causes.len(), 2, "{:?}", d.causes);
+        assert!(d.causes[1].starts_with("analysis-failed") && d.causes[1].contains("explained by the unknown runtime API function"), "{:?}", d.causes);
         // clean nsys 2025.3.1 consoles: nothing
         for f in ["nsys-2025.3.1_hf_node.console.txt", "nsys-2025.3.1_hf_graph.console.txt", "nsys-2025.3.1_hf_eager.console.txt", "nsys-2025.3.1_gpu_full_node.console.txt"] {
             let s = scan_text(f, &fixture(f));

@@ -21,11 +21,11 @@
 //! recompilation of frame 0, not an occurrence of `0/0`), digits inside a word (`triton_poi_fused_add_0`,
 //! `layer3`), and a field this module does not know.
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// One folding rule (the serialised names are the `rules` of a [`FoldedLabel`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FoldRule {
     /// `, op_id = N` (emit_nvtx's per-call op id).
@@ -49,6 +49,9 @@ const FIELD_RULES: [(&str, FoldRule); 5] = [
     ("input_op_ids", FoldRule::InputOpIds),
     ("stream", FoldRule::Stream),
 ];
+
+/// How many folded labels a document lists (the rest are counted in `folded_left_out`).
+pub const REPORT_LIMIT: usize = 100;
 
 /// The placeholder a trailing number is replaced by.
 pub const NUMBER: &str = "<n>";
@@ -164,7 +167,7 @@ pub fn is_id_bearing(raw: &str) -> bool {
 }
 
 /// One folded label of a [`FoldReport`].
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FoldedLabel {
     /// The stable label.
     pub label: String,
@@ -179,7 +182,7 @@ pub struct FoldedLabel {
 }
 
 /// What folding did to a set of labels: one entry per stable label that some raw label was folded into.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FoldReport {
     /// Distinct labels before folding.
     pub raw_labels: u64,

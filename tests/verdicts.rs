@@ -148,3 +148,37 @@ fn a_missing_table_is_never_pass() {
     assert!(stdout.is_empty());
     assert!(stderr.contains("truncated.sqlite") && stderr.contains("corrupt or truncated") && stderr.contains("while reading "), "{stderr}");
 }
+
+#[test]
+fn sqlite_ranges_folds_emit_nvtx_labels_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let eager = export("nsys-2025.3.1/hf_eager.sqlite.xz", dir.path());
+    let (code, folded, _) = run("sqlite-ranges", &[eager.to_str().unwrap(), "--compact"]);
+    assert_eq!(code, 0);
+    let (code, raw, _) = run("sqlite-ranges", &[eager.to_str().unwrap(), "--no-fold", "--compact"]);
+    assert_eq!(code, 0);
+    // measured: 51 251 293 bytes raw, 67 990 folded; bounded by folded labels, not occurrences
+    assert!(raw.len() > 50_000_000 && folded.len() < 100_000, "{} / {}", raw.len(), folded.len());
+    let f = one_doc(folded.as_bytes());
+    let r = one_doc(raw.as_bytes());
+    assert_eq!(r["folded"], Value::Null);
+    assert_eq!(r["ranges"].as_array().unwrap().len(), 92184);
+    assert_eq!(f["ranges"].as_array().unwrap().len(), 86);
+    assert_eq!(f["folded"]["raw_labels"], 92184);
+    assert_eq!(f["folded"]["labels"], 86);
+    let mm = f["folded"]["folded"].as_array().unwrap().iter().find(|x| x["label"] == "aten::mm").expect("aten::mm folded");
+    assert_eq!(mm["rules"], serde_json::json!(["op_id"]));
+    assert!(mm["examples"][0].as_str().unwrap().starts_with("aten::mm, op_id = "));
+    // every occurrence is kept: the folded ranges hold as many occurrences as the raw ones
+    let occ = |d: &Value| d["ranges"].as_array().unwrap().iter().map(|x| x["occurrences"].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(occ(&f), occ(&r));
+    // node-level compiled capture: the inductor graph hashes stay distinct labels, op_id goes
+    let node = export("nsys-2025.3.1/hf_node.sqlite.xz", dir.path());
+    let (_, out, _) = run("sqlite-ranges", &[node.to_str().unwrap(), "--compact"]);
+    let d = one_doc(out.as_bytes());
+    let labels: Vec<&str> = d["ranges"].as_array().unwrap().iter().map(|x| x["label"].as_str().unwrap()).collect();
+    let fx: Vec<&&str> = labels.iter().filter(|l| l.starts_with("## Call CompiledFxGraph f")).collect();
+    assert!(!fx.is_empty() && fx.iter().all(|l| l.ends_with(" ##")), "{fx:?}");
+    assert!(labels.contains(&"Torch-Compiled Region: 0/0") && labels.contains(&"Torch-Compiled Region: 0/1"), "{labels:?}");
+    assert!(labels.contains(&"hf.batch.<n>") && labels.contains(&"hf.decode_step"));
+}

@@ -51,7 +51,7 @@ fn sqlite_ranges_top_five_by_busy_union() {
                       same: (($r.kernel_busy_union | into int) == $r.kernel_busy_union_ns)} }",
     );
     // independently: the library's document, sorted here
-    let opts = nsyskit::ranges::RangesOptions { range_prefix: Some("vibeserve.".into()), window: None };
+    let opts = nsyskit::ranges::RangesOptions { range_prefix: Some("vibeserve.".into()), window: None, fold: true };
     let mut doc = nsyskit::ranges::run(&fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &opts, None).unwrap();
     doc.ranges.sort_by(|a, b| b.kernel_busy_union_ns.cmp(&a.kernel_busy_union_ns));
     let want: Vec<_> = doc.ranges[..5]
