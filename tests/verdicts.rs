@@ -182,3 +182,18 @@ fn sqlite_ranges_folds_emit_nvtx_labels_by_default() {
     assert!(labels.contains(&"Torch-Compiled Region: 0/0") && labels.contains(&"Torch-Compiled Region: 0/1"), "{labels:?}");
     assert!(labels.contains(&"hf.batch.<n>") && labels.contains(&"hf.decode_step"));
 }
+
+#[test]
+fn g8_on_the_hf_capture_suggests_a_prefix_and_bounds_its_evidence() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = export("nsys-2025.3.1/hf_node.sqlite.xz", dir.path());
+    let (code, doc) = gate_check(&[node.to_str().unwrap(), "--readiness"]);
+    assert_eq!(code, 1);
+    let g8 = gate(&doc, "G8");
+    assert_eq!(g8["verdict"], "retry");
+    assert!(reason(&doc, "G8").contains("try --range-prefix hf"), "{}", reason(&doc, "G8"));
+    let ev: Vec<&str> = g8["evidence"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    assert!(ev.iter().any(|e| e.contains("suggested range prefix: hf (prefixes seen: aten::, hf.")), "{ev:?}");
+    assert!(ev.iter().any(|e| e.contains("more id-bearing label groups")), "{ev:?}");
+    assert!(ev.len() < 20, "{ev:?}");
+}

@@ -58,8 +58,14 @@ pub fn g8_readiness(cx: &Context) -> Result<GateResult> {
             gap.before.as_deref().unwrap_or("the iteration end")
         ));
     }
-    for h in &doc.naming.labels_with_ids {
+    for h in doc.naming.labels_with_ids.iter().take(10) {
         g.evidence.push(format!("{name}: labels carry ids: {} ({} labels, {} occurrences)", h.pattern, h.labels, h.occurrences));
+    }
+    if doc.naming.labels_with_ids.len() > 10 {
+        g.evidence.push(format!("{name}: … {} more id-bearing label groups (nvtx-readiness lists them)", doc.naming.labels_with_ids.len() - 10));
+    }
+    if let Some(p) = &doc.suggested_prefix {
+        g.evidence.push(format!("{name}: suggested range prefix: {p} (prefixes seen: {})", doc.prefixes_seen.iter().take(5).map(|x| x.prefix.as_str()).collect::<Vec<_>>().join(", ")));
     }
     for l in &doc.naming.outside_prefix_on_engine_threads {
         g.evidence.push(format!("{name}: label outside the prefix on an engine thread: {} ({} occurrences)", l.label, l.occurrences));
