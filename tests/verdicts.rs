@@ -87,6 +87,8 @@ fn g0_reads_real_logs_and_the_recorded_environment() {
     let r = reason(&doc, "G0");
     assert!(r.contains("CUDA_INJECTION64_PATH=/tmp/hf/libfake_injector.so (") && r.contains("injector.sqlite: TARGET_INFO_SYSTEM_ENV DeviceEnvironment)"), "{r}");
     assert!(r.contains("CUDA was traced anyway"), "{r}");
+    // G1 on it: nsys's default graph mode, no graph launched: said as such
+    assert!(reason(&doc, "G1").contains("this capture launched no CUDA graph"), "{}", reason(&doc, "G1"));
     // the same export with its CUDA rows gone: the injector is the named cause
     let lost = dir.path().join("injector_no_cuda.sqlite");
     std::fs::copy(&inj, &lost).unwrap();

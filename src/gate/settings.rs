@@ -190,11 +190,18 @@ pub fn g1_graph_tracing(cx: &Context) -> Result<GateResult> {
             true,
             measured,
             None,
-            format!(
-                "graph-level tracing (--cuda-graph-trace=graph, from {mode_from}): the {} graph launches' kernels are {}; re-capture with --cuda-graph-trace=node",
-                data.graph_launches,
-                if data.graph_trace_rows > 0 { format!("{} opaque GRAPH_TRACE rows", data.graph_trace_rows) } else { "not in the export".to_string() }
-            ),
+            if data.graph_launches == 0 && data.graph_trace_rows == 0 {
+                // the injector capture: nsys's default mode, no graph launched in it
+                format!(
+                    "graph-level tracing (--cuda-graph-trace=graph, from {mode_from}, nsys's default): this capture launched no CUDA graph, but an engine's graph replays would be opaque GRAPH_TRACE rows; re-capture with --cuda-graph-trace=node"
+                )
+            } else {
+                format!(
+                    "graph-level tracing (--cuda-graph-trace=graph, from {mode_from}): the {} graph launches' kernels are {}; re-capture with --cuda-graph-trace=node",
+                    data.graph_launches,
+                    if data.graph_trace_rows > 0 { format!("{} opaque GRAPH_TRACE rows", data.graph_trace_rows) } else { "not in the export".to_string() }
+                )
+            },
         )),
         _ if launches_hidden => Ok(g.decide(
             true,
