@@ -19,7 +19,7 @@ enum Format {
 #[command(
     name = "sqlite-ranges",
     version,
-    after_help = "Example:\n  sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve. --format table\n  sqlite-ranges fixtures/nsys-2023.4.4/gpu_range_node.sqlite --compact | jq '.ranges[0]'"
+    after_help = "Example:\n  sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve. --format table\n  sqlite-ranges fixtures/nsys-2023.4.4/gpu_range_node.sqlite --compact | jq '.ranges[0]'\n  sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --no-fold --compact | jq '.ranges | length'"
 )]
 struct Args {
     /// The export written by `nsys export --type sqlite` (or an .nsys-rep, exported into a temporary folder;
@@ -32,6 +32,10 @@ struct Args {
     /// Keep only occurrences lying inside [START, END] (ns, the export's clock): START <= start and end <= END
     #[arg(long, value_name = "START:END", allow_hyphen_values = true)]
     window: Option<String>,
+    /// Keep id-bearing labels as they are (`aten::mm, op_id = 41599`, `vibeserve.request.3`); by default they
+    /// are folded into stable ones (`aten::mm`, `vibeserve.request.<n>`) and the `folded` section says how
+    #[arg(long)]
+    no_fold: bool,
     /// Output format: the JSON document, or a human table
     #[arg(long, value_enum, default_value = "json")]
     format: Format,
@@ -48,7 +52,7 @@ fn main() {
         ranges::set_progress(std::io::stderr().is_terminal());
         let result = (|| {
             let window = a.window.as_deref().map(ranges::parse_window).transpose()?;
-            let opts = RangesOptions { range_prefix: a.range_prefix.clone(), window };
+            let opts = RangesOptions { range_prefix: a.range_prefix.clone(), window, fold: !a.no_fold };
             if a.export == "-" {
                 let copy = nsyskit::export::StdinCopy::read()?;
                 let mut doc = copy.run(|p| ranges::run(p, &opts, a.nsys.as_deref()))?;

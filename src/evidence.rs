@@ -542,7 +542,7 @@ pub fn from_export(path: &Path) -> Result<Evidence> {
     ev.kernels = Some(kernels);
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
     ev.memcpy_time_ns = Some(memcpy);
-    let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions::default())?;
+    let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions { fold: true, ..Default::default() })?;
     ev.occurrences = Some(crate::compare::ab::occurrences_of(&a));
     ev.ranges = Some(ranges_view_of(export, &a)?);
     ev.started_utc_ns = crate::export::session_start_utc_ns(export)?;
@@ -551,7 +551,8 @@ pub fn from_export(path: &Path) -> Result<Evidence> {
 
 /// The ranges of an export, computed by the ranges library (`sqlite-ranges`, all labels, no window).
 pub fn export_ranges(export: &Export) -> Result<RangesView> {
-    let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions::default())?;
+    // labels folded by the one rule of crate::labels (as sqlite-ranges does by default)
+    let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions { fold: true, ..Default::default() })?;
     ranges_view_of(export, &a)
 }
 

@@ -15,6 +15,8 @@ pub mod bundle;
 pub mod serve_capture;
 pub mod resolve;
 pub mod gate;
+pub mod labels;
+pub mod health_log;
 pub mod ranges;
 pub mod pod_attach;
 pub mod readiness;

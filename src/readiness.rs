@@ -110,7 +110,78 @@ pub struct ReadinessDoc {
     pub cuda_graphs: CudaGraphs,
     pub naming: Naming,
     pub unenclosed_syncs: UnenclosedSyncs,
+    /// The label prefixes seen (all ranges, labels folded): `hf.` for `hf.decode_step`, `aten::` for
+    /// `aten::mm, op_id = 41599`; most occurrences first.
+    pub prefixes_seen: Vec<PrefixCount>,
+    /// A prefix to try with --range-prefix when the capture has no `<P>.engine.iteration` range: the dotted
+    /// prefix (`hf`, `vibeserve`) with the most occurrences; null when none is seen or P was found.
+    pub suggested_prefix: Option<String>,
     pub notes: Vec<String>,
+}
+
+/// One label prefix and what it holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PrefixCount {
+    /// `hf.` (dotted) or `aten::` (C++-style).
+    pub prefix: String,
+    /// Distinct labels under it, after folding.
+    pub labels: u64,
+    pub occurrences: u64,
+}
+
+/// How many prefixes and id patterns a document lists.
+pub const LIST_LIMIT: usize = 50;
+
+/// A label's prefix: the text before its first `.` (a dotted name such as `hf.decode_step`), else before its
+/// first `::` (`aten::mm`); None for a label with neither, or with a space before the separator.
+pub fn label_prefix(label: &str) -> Option<String> {
+    let dot = label.find('.');
+    let colons = label.find("::");
+    let (i, sep) = match (dot, colons) {
+        (Some(d), Some(c)) if c < d => (c, "::"),
+        (Some(d), _) => (d, "."),
+        (None, Some(c)) => (c, "::"),
+        (None, None) => return None,
+    };
+    let head = &label[..i];
+    (!head.is_empty() && !head.contains(char::is_whitespace)).then(|| format!("{head}{sep}"))
+}
+
+/// The prefixes of a set of occurrences (labels folded first), most occurrences first (ties: byte order).
+pub fn prefixes_seen(all: &[Occurrence]) -> Vec<PrefixCount> {
+    let mut per: BTreeMap<String, (BTreeSet<String>, u64)> = BTreeMap::new();
+    let mut folder = crate::labels::Folder::new();
+    for o in all {
+        let l = folder.add(&o.label, 1);
+        if let Some(p) = label_prefix(&l) {
+            let e = per.entry(p).or_default();
+            e.0.insert(l);
+            e.1 += 1;
+        }
+    }
+    let mut v: Vec<PrefixCount> =
+        per.into_iter().map(|(prefix, (l, n))| PrefixCount { prefix, labels: l.len() as u64, occurrences: n }).collect();
+    v.sort_by(|a, b| b.occurrences.cmp(&a.occurrences).then_with(|| a.prefix.cmp(&b.prefix)));
+    v
+}
+
+/// The dotted prefix with the most occurrences (without its dot), the one to try with --range-prefix.
+pub fn suggest_prefix(seen: &[PrefixCount]) -> Option<String> {
+    seen.iter().find(|p| p.prefix.ends_with('.')).map(|p| p.prefix.trim_end_matches('.').to_string())
+}
+
+/// Id-bearing labels grouped by the label they fold into ([`crate::labels`], the rule `sqlite-ranges`
+/// folds with), most occurrences first, at most [`LIST_LIMIT`].
+pub fn id_patterns<'a>(labels: impl IntoIterator<Item = &'a str>) -> Vec<IdPattern> {
+    let mut f = crate::labels::Folder::new();
+    for l in labels {
+        f.add(l, 1);
+    }
+    f.report(LIST_LIMIT)
+        .folded
+        .into_iter()
+        .map(|x| IdPattern { pattern: x.label, labels: x.raw_labels, occurrences: x.occurrences, examples: x.examples })
+        .collect()
 }
 
 impl Document for ReadinessDoc {
@@ -229,8 +300,9 @@ pub struct CudaGraphs {
 /// Range-naming problems, each with counts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Naming {
-    /// Labels under the prefix carrying ids: the `high_cardinality_labels` of the ranges contract (digit runs
-    /// → `#`, groups of two or more labels).
+    /// Labels under the prefix (all labels when there is no prefix) carrying ids, grouped by the stable label
+    /// they fold into (`aten::mm, op_id = 41599` → `aten::mm`, `vibeserve.request.3` → `vibeserve.request.<n>`;
+    /// hashes and compile ids are not ids); most occurrences first, at most 50.
     pub labels_with_ids: Vec<IdPattern>,
     /// Labels not under the prefix opened on the engine's threads.
     pub outside_prefix_on_engine_threads: Vec<LabelCount>,
@@ -241,12 +313,13 @@ pub struct Naming {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct IdPattern {
+    /// The stable label they fold into.
     pub pattern: String,
-    /// Distinct labels matching it.
+    /// Distinct labels folded into it.
     pub labels: u64,
     /// Their occurrences.
     pub occurrences: u64,
-    /// Up to three of them (byte order).
+    /// Up to three of them (first seen).
     pub examples: Vec<String>,
 }
 
@@ -264,7 +337,7 @@ pub struct UnenclosedSyncs {
     pub runtime_table: bool,
     /// Blocking sync calls in the capture (all threads).
     pub sync_calls: u64,
-    /// Of them, those enclosed by a range under the prefix.
+    /// Of them, those enclosed by a range under the prefix (by any range when there is no prefix).
     pub enclosed_calls: u64,
     /// By API, calls descending: the unenclosed ones.
     pub by_api: Vec<SyncApiCount>,
@@ -335,15 +408,25 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
         "Nested labels overlap by construction: wall times of labels at different depths are never added.".to_string(),
     ];
 
+    let seen = prefixes_seen(&all);
     let Some(p) = prefix else {
         let (schema, tool) = ReadinessDoc::header();
-        let syncs = unenclosed_syncs(export, runtime.as_deref(), &[])?;
+        // no prefix: a sync inside ANY range is enclosed
+        let syncs = unenclosed_syncs(export, runtime.as_deref(), &all)?;
         notes.push("No range label ends in `.engine.iteration`: give --range-prefix P for a capture with P.engine.iteration ranges.".into());
+        let suggested = suggest_prefix(&seen);
+        let hint = match &suggested {
+            Some(s) => format!(
+                "; prefixes seen: {}; try --range-prefix {s} and name the engine step `{s}.engine.iteration`",
+                seen.iter().take(5).map(|p| format!("{} ({} labels, {} occurrences)", p.prefix, p.labels, p.occurrences)).collect::<Vec<_>>().join(", ")
+            ),
+            None => String::new(),
+        };
         return Ok(ReadinessDoc {
             schema,
             tool,
             verdict: ReadinessVerdict::Retry,
-            reason: format!("{RETRY_REASON}: no `<P>.engine.iteration` range in this capture, so no time can be attributed to engine phases"),
+            reason: format!("{RETRY_REASON}: no `<P>.engine.iteration` range in this capture, so no time can be attributed to engine phases{hint}"),
             source: source(export, None, inferred)?,
             threshold: ReadinessThreshold { max_opaque_share: opts.max_opaque_share },
             taxonomy: Vec::new(),
@@ -361,16 +444,18 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
             largest_opaque_gaps: Vec::new(),
             cuda_graphs: cuda_graphs(export, runtime.as_deref(), None, false)?,
             naming: Naming {
-                labels_with_ids: Vec::new(),
+                labels_with_ids: id_patterns(all.iter().map(|o| o.label.as_str())),
                 outside_prefix_on_engine_threads: Vec::new(),
                 labels_at_several_depths: Vec::new(),
             },
             unenclosed_syncs: syncs,
+            prefixes_seen: seen.into_iter().take(LIST_LIMIT).collect(),
+            suggested_prefix: suggested,
             notes,
         });
     };
     let under = format!("{p}.");
-    let occ = ranges::load_occurrences(export, &RangesOptions { range_prefix: Some(under.clone()), window: None })?.occurrences;
+    let occ = ranges::load_occurrences(export, &RangesOptions { range_prefix: Some(under.clone()), window: None, fold: false })?.occurrences;
     let iter_label = format!("{p}.engine.iteration");
 
     // ---- taxonomy and labels outside it
@@ -404,22 +489,7 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
 
     // ---- naming rules
     let engine: BTreeSet<i64> = iterations.engine_threads.iter().map(|t| t.global_tid).collect();
-    let mut occ_per_label: HashMap<&str, u64> = HashMap::new();
-    for o in &occ {
-        *occ_per_label.entry(o.label.as_str()).or_default() += 1;
-    }
-    let labels_with_ids: Vec<IdPattern> = ranges::high_cardinality(occ.iter().map(|o| o.label.as_str()))
-        .into_iter()
-        .map(|h| {
-            let members: Vec<&str> = per_label.keys().copied().filter(|l| ranges::digits_to_hash(l) == h.pattern).collect();
-            IdPattern {
-                occurrences: members.iter().map(|l| occ_per_label[l]).sum(),
-                examples: members.iter().take(3).map(|s| s.to_string()).collect(),
-                pattern: h.pattern,
-                labels: h.labels,
-            }
-        })
-        .collect();
+    let labels_with_ids: Vec<IdPattern> = id_patterns(occ.iter().map(|o| o.label.as_str()));
     let mut outside: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
     for o in all.iter().filter(|o| engine.contains(&o.global_tid) && !o.label.starts_with(&under)) {
         let e = outside.entry(o.label.as_str()).or_default();
@@ -480,6 +550,7 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
     if runtime.is_none() {
         notes.push("No CUPTI_ACTIVITY_KIND_RUNTIME table (a capture without CUDA): no blocking sync can be listed; that is a result, not an error.".into());
     }
+    let suggested_prefix = if iterations.occurrences == 0 { suggest_prefix(&seen).filter(|s| *s != p) } else { None };
     let (schema, tool) = ReadinessDoc::header();
     Ok(ReadinessDoc {
         schema,
@@ -495,6 +566,8 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
         cuda_graphs: graphs,
         naming: Naming { labels_with_ids, outside_prefix_on_engine_threads, labels_at_several_depths },
         unenclosed_syncs: unenclosed,
+        suggested_prefix,
+        prefixes_seen: seen.into_iter().take(LIST_LIMIT).collect(),
         notes,
     })
 }

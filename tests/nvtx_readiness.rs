@@ -150,7 +150,7 @@ fn gpu_full_node_taxonomy_ids_and_graph_note() {
     // the request ids are flagged
     let ids = doc["naming"]["labels_with_ids"].as_array().unwrap();
     assert_eq!(ids.len(), 1);
-    assert_eq!(ids[0]["pattern"], "vibeserve.request.#");
+    assert_eq!(ids[0]["pattern"], "vibeserve.request.<n>");
     assert_eq!(ids[0]["labels"], 4);
     assert_eq!(ids[0]["occurrences"], 4);
     // labels under the prefix outside the taxonomy are listed, not judged
@@ -247,7 +247,7 @@ fn cpu_nvtx_osrt_labels_at_two_depths_and_no_cuda() {
         assert_eq!(several.len(), 1, "{rel}: {several:?}");
         assert_eq!(several[0]["label"], "vibeserve.engine.input_preparation");
         assert_eq!(several[0]["depths"], serde_json::json!({"1": 50, "3": 50}));
-        assert_eq!(doc["naming"]["labels_with_ids"][0]["pattern"], "vibeserve.request.#");
+        assert_eq!(doc["naming"]["labels_with_ids"][0]["pattern"], "vibeserve.request.<n>");
         assert_eq!(doc["naming"]["labels_with_ids"][0]["labels"], 5);
         assert_eq!(doc["unenclosed_syncs"]["runtime_table"], false);
         assert_eq!(doc["unenclosed_syncs"]["by_api"], Value::Array(vec![]));
@@ -379,7 +379,7 @@ fn synthetic_opaque_gaps_are_hand_computed() {
         ]
     );
     assert_eq!(doc["naming"]["outside_prefix_on_engine_threads"], serde_json::json!([{"label": "python.gc", "occurrences": 2, "wall_ns": 15}]));
-    assert_eq!(doc["naming"]["labels_with_ids"], serde_json::json!([{"pattern": "e.step.#", "labels": 2, "occurrences": 2, "examples": ["e.step.1", "e.step.2"]}]));
+    assert_eq!(doc["naming"]["labels_with_ids"], serde_json::json!([{"pattern": "e.step.<n>", "labels": 2, "occurrences": 2, "examples": ["e.step.1", "e.step.2"]}]));
     assert_eq!(
         doc["naming"]["labels_at_several_depths"],
         serde_json::json!([{"label": "e.engine.scheduling", "depths": {"0": 1, "1": 2}}])
@@ -449,7 +449,7 @@ fn gate_check_reports_readiness_as_g8() {
     assert_eq!(g8["threshold"], 0.05);
     assert_eq!(g8["reason"], r["reason"]);
     assert_eq!(g8["at_ns"], r["largest_opaque_gaps"][0]["start"]);
-    assert!(g8["evidence"].as_array().unwrap().iter().any(|e| e.as_str().unwrap().contains("vibeserve.request.#")));
+    assert!(g8["evidence"].as_array().unwrap().iter().any(|e| e.as_str().unwrap().contains("vibeserve.request.<n>")));
 
     let out = Command::cargo_bin("gate-check")
         .unwrap()
@@ -517,4 +517,35 @@ fn no_iteration_label_and_no_prefix_is_a_retry() {
     assert_eq!(doc["iterations"]["opaque_share"], Value::Null);
     assert!(doc["reason"].as_str().unwrap().starts_with("add instrumentation before choosing an optimisation: no `<P>.engine.iteration` range"));
     assert!(doc["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("--range-prefix")));
+}
+
+#[test]
+fn hf_capture_names_prefixes_suggests_hf_and_counts_syncs_in_any_range() {
+    // fixtures/nsys-2025.3.1/hf_node (issue #14): emit_nvtx labels + our own hf.* ranges, no *.engine.iteration
+    let dir = tempfile::tempdir().unwrap();
+    let src = common::fixture("nsys-2025.3.1/hf_node.sqlite.xz");
+    let out = dir.path().join("hf_node.sqlite");
+    let x = std::process::Command::new("xz").arg("-dc").arg(&src).output().expect("xz");
+    std::fs::write(&out, &x.stdout).unwrap();
+    let o = assert_cmd::Command::cargo_bin("nvtx-readiness").unwrap().arg(&out).arg("--compact").output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["suggested_prefix"], "hf");
+    let reason = doc["reason"].as_str().unwrap();
+    assert!(reason.contains("prefixes seen: aten:: (79 labels, 15535 occurrences), hf. (4 labels, 100 occurrences)"), "{reason}");
+    assert!(reason.contains("try --range-prefix hf"), "{reason}");
+    // no prefix: a sync inside ANY range is enclosed (120 of 123; 3 cudaDeviceSynchronize outside every range)
+    assert_eq!(doc["unenclosed_syncs"]["sync_calls"], 123);
+    assert_eq!(doc["unenclosed_syncs"]["enclosed_calls"], 120);
+    // id-bearing labels are naming findings, folded by the shared rule (hashes kept apart)
+    let ids = doc["naming"]["labels_with_ids"].as_array().unwrap();
+    assert_eq!(ids[0]["pattern"], "aten::as_strided");
+    assert_eq!(ids[0]["occurrences"], 2440);
+    assert!(!ids.iter().any(|i| i["pattern"].as_str().unwrap().contains("Torch-Compiled Region: 0/<n>")));
+    // with the suggested prefix: hf.batch.<n> is the only id-bearing label under it
+    let o = assert_cmd::Command::cargo_bin("nvtx-readiness").unwrap().arg(&out).args(["--range-prefix", "hf", "--compact"]).output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["naming"]["labels_with_ids"][0]["pattern"], "hf.batch.<n>");
+    assert_eq!(doc["naming"]["labels_with_ids"].as_array().unwrap().len(), 1);
+    assert_eq!(doc["unenclosed_syncs"]["enclosed_calls"], 120);
 }

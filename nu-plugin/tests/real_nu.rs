@@ -51,7 +51,7 @@ fn sqlite_ranges_top_five_by_busy_union() {
                       same: (($r.kernel_busy_union | into int) == $r.kernel_busy_union_ns)} }",
     );
     // independently: the library's document, sorted here
-    let opts = nsyskit::ranges::RangesOptions { range_prefix: Some("vibeserve.".into()), window: None };
+    let opts = nsyskit::ranges::RangesOptions { range_prefix: Some("vibeserve.".into()), window: None, fold: true };
     let mut doc = nsyskit::ranges::run(&fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &opts, None).unwrap();
     doc.ranges.sort_by(|a, b| b.kernel_busy_union_ns.cmp(&a.kernel_busy_union_ns));
     let want: Vec<_> = doc.ranges[..5]
@@ -59,8 +59,14 @@ fn sqlite_ranges_top_five_by_busy_union() {
         .map(|r| json!({"label": r.label, "ns": r.kernel_busy_union_ns, "typed": "duration", "same": true}))
         .collect();
     assert_eq!(got, json!(want));
-    assert_eq!(got[0]["label"], "vibeserve.engine.iteration");
-    assert_eq!(got[0]["ns"], 22_263_904);
+    // the four vibeserve.request.N ranges are folded into one label by default (issue #14)
+    assert_eq!(got[0]["label"], "vibeserve.request.<n>");
+    assert_eq!(got[0]["ns"], 22_559_008);
+    assert_eq!(got[1]["label"], "vibeserve.engine.iteration");
+    assert_eq!(got[1]["ns"], 22_263_904);
+    // --no-fold: the raw labels, as the binary's flag
+    let raw = nu.json("sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve.request --no-fold | get ranges.label | sort");
+    assert_eq!(raw, json!(["vibeserve.request.0", "vibeserve.request.1", "vibeserve.request.2", "vibeserve.request.3"]));
 }
 
 #[test]

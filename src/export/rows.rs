@@ -673,3 +673,12 @@ impl Export {
 pub fn session_start_utc_ns(export: &Export) -> Result<Option<i64>> {
     export.session_start_utc_ns()
 }
+// ---- readers added for gate verdicts (helper H6)
+
+impl Export {
+    /// `TARGET_INFO_SYSTEM_ENV` `(name, value)` rows (empty when absent): `CudaDriverVersion` (`13000`),
+    /// `DeviceEnvironment` (`;`-separated `NAME=value`), ….
+    pub fn system_env(&self) -> Result<Vec<(String, Option<String>)>> {
+        self.name_values(schema::TARGET_INFO_SYSTEM_ENV)
+    }
+}

@@ -25,6 +25,8 @@ pub const PROCESSES: &str = "PROCESSES";
 pub const THREAD_NAMES: &str = "ThreadNames";
 pub const TARGET_INFO_GPU: &str = "TARGET_INFO_GPU";
 pub const TARGET_INFO_SESSION_START_TIME: &str = "TARGET_INFO_SESSION_START_TIME";
+/// `name, value` rows of the target system (`CudaDriverVersion`, `DeviceEnvironment`, …).
+pub const TARGET_INFO_SYSTEM_ENV: &str = "TARGET_INFO_SYSTEM_ENV";
 pub const META_DATA_CAPTURE: &str = "META_DATA_CAPTURE";
 pub const META_DATA_EXPORT: &str = "META_DATA_EXPORT";
 pub const DIAGNOSTIC_EVENT: &str = "DIAGNOSTIC_EVENT";

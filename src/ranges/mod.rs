@@ -47,6 +47,9 @@ pub struct RangesOptions {
     /// `(START, END)` in ns on the export's clock: keep only occurrences lying inside it,
     /// `START <= o.start` and `o.end <= END` (both inclusive).
     pub window: Option<(i64, i64)>,
+    /// Fold id-bearing labels into stable ones ([`crate::labels`]): `aten::mm, op_id = 41599` → `aten::mm`,
+    /// `vibeserve.request.3` → `vibeserve.request.<n>`. `sqlite-ranges` turns it on unless `--no-fold`.
+    pub fold: bool,
 }
 
 /// Parse `START:END` (integers in ns, may be negative, `START <= END`).
@@ -396,6 +399,9 @@ pub struct RangesDoc {
     pub skipped_rows: RowSkips,
     /// Kept labels grouped by replacing each run of digits with `#`; groups of two or more labels.
     pub high_cardinality_labels: Vec<HighCardinality>,
+    /// What label folding did (null with `--no-fold`): each folded label, its occurrences, how many raw
+    /// labels it holds, the rules and up to three raw examples; `ranges` then holds one object per folded label.
+    pub folded: Option<crate::labels::FoldReport>,
     pub notes: Vec<String>,
 }
 
@@ -752,6 +758,8 @@ struct Work {
     kernel_work_total: i64,
     kernels_attr: u64,
     kernel_work_attr: i64,
+    /// The label folding report (None without `fold`).
+    folded: Option<crate::labels::FoldReport>,
 }
 
 impl Work {
@@ -784,10 +792,14 @@ fn load(export: &Export, opts: &RangesOptions) -> Result<Work> {
     let n = loaded.occurrences.len();
     // labels as ids; the owned Strings are dropped before the big scans
     let mut label_names: Vec<String> = Vec::new();
+    let mut folder = opts.fold.then(crate::labels::Folder::new);
     let occ: Vec<COcc> = {
         let mut ids: FxMap<String, u32> = FxMap::default();
         let mut out = Vec::with_capacity(n);
-        for o in loaded.occurrences {
+        for mut o in loaded.occurrences {
+            if let Some(f) = folder.as_mut() {
+                o.label = f.add(&o.label, 1);
+            }
             let label = match ids.get(o.label.as_str()) {
                 Some(&id) => id,
                 None => {
@@ -840,6 +852,7 @@ fn load(export: &Export, opts: &RangesOptions) -> Result<Work> {
         kernel_work_total: 0,
         kernels_attr: 0,
         kernel_work_attr: 0,
+        folded: folder.map(|f| f.report(crate::labels::REPORT_LIMIT)),
     })
 }
 
@@ -1438,6 +1451,7 @@ fn finish(
         skipped: w.skipped,
         skipped_rows: std::mem::take(&mut w.row_skips),
         high_cardinality_labels,
+        folded: w.folded.take(),
         notes,
     };
     if !detail {

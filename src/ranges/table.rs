@@ -77,6 +77,19 @@ pub fn render_table(doc: &RangesDoc) -> String {
             t.attention.join(", ")
         ));
     }
+    if let Some(f) = doc.folded.as_ref().filter(|f| !f.folded.is_empty()) {
+        out.push_str(&format!(
+            "folded: {} raw labels into {} ({} occurrences folded; --no-fold keeps them):",
+            f.raw_labels, f.labels, f.folded_occurrences
+        ));
+        for x in f.folded.iter().take(10) {
+            out.push_str(&format!(" {} ({} labels, {} occ)", x.label, x.raw_labels, x.occurrences));
+        }
+        if f.folded.len() > 10 || f.folded_left_out > 0 {
+            out.push_str(&format!(" … {} more", f.folded.len().saturating_sub(10) as u64 + f.folded_left_out));
+        }
+        out.push('\n');
+    }
     for h in &doc.high_cardinality_labels {
         out.push_str(&format!("high-cardinality labels: {} ({} labels)\n", h.pattern, h.labels));
     }

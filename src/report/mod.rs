@@ -298,7 +298,10 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             for r in ranges.iter() {
                 *groups.entry(re.replace_all(&r.label, "#").into_owned()).or_default() += 1;
             }
-            let high_card = |l: &str| groups.get(re.replace_all(l, "#").as_ref()).copied().unwrap_or(0) >= 2;
+            // a folded per-request label (`vibeserve.request.<n>`, crate::labels) is one too
+            let high_card = |l: &str| {
+                l.contains(crate::labels::NUMBER) || groups.get(re.replace_all(l, "#").as_ref()).copied().unwrap_or(0) >= 2
+            };
             let mut cands: Vec<&RangeRow> =
                 ranges.iter().filter(|r| r.occurrences_with_device_work > 0 && !high_card(&r.label)).collect();
             if cands.is_empty() {

@@ -43,6 +43,11 @@ impl SimplePluginCommand for SqliteRanges {
                 "Keep only occurrences lying inside START:END (ns, the export's clock): START <= start and end <= END",
                 None,
             )
+            .switch(
+                "no-fold",
+                "Keep id-bearing labels as they are (`aten::mm, op_id = 41599`, `vibeserve.request.3`); by default they are folded into stable ones (`aten::mm`, `vibeserve.request.<n>`) and the `folded` section says how",
+                None,
+            )
             .named("nsys", SyntaxShape::Filepath, "The nsys used to export an .nsys-rep (default: $env.NSYS_BIN, else nsys on PATH)", None)
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
@@ -85,7 +90,8 @@ impl SimplePluginCommand for SqliteRanges {
                 .map_err(|e| nsyskit::contract::Error::usage(e.to_string()).with_arg("--window"))?
                 .map(|w| ranges::parse_window(&w.item))
                 .transpose()?;
-            let opts = RangesOptions { range_prefix: flag_str(call, "range-prefix").ok().flatten().map(|s| s.item), window, ..Default::default() };
+            let fold = !call.has_flag("no-fold").map_err(|e| nsyskit::contract::Error::usage(e.to_string()).with_arg("--no-fold"))?;
+            let opts = RangesOptions { range_prefix: flag_str(call, "range-prefix").ok().flatten().map(|s| s.item), window, fold };
             ranges::run(&export, &opts, nsys.as_deref())
         })();
         let doc = result.map_err(|e| labeled(e, call, &sig, Some(input.span())))?;

@@ -1,0 +1,502 @@
+//! `gate-check`: PASS/RETRY capture gates. A capture that ran proves nothing: each gate decides one reason
+//! why a capture cannot be analysed, with the number it measured and the threshold it compared it to.
+//!
+//! The gate list is an extensible `Vec<GateResult>`: one function per gate (`g0_profiler_health`, …), each
+//! taking the [`Context`] and returning one [`GateResult`]; [`gates`] calls them in order. A new gate is one
+//! more function and one more line in [`gates`].
+
+use std::cell::OnceCell;
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{Document, Error, Result, Tool};
+use crate::export::schema::DeviceKind;
+use crate::export::{self, Export};
+
+mod decode;
+mod health;
+mod readiness;
+mod settings;
+mod window;
+pub use decode::*;
+pub use health::*;
+pub use readiness::*;
+pub use settings::*;
+pub use window::*;
+
+// ---------------------------------------------------------------------------------------------------------
+// Document
+
+/// The overall verdict: PASS when no gate says retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Verdict {
+    #[serde(rename = "PASS")]
+    Pass,
+    #[serde(rename = "RETRY")]
+    Retry,
+}
+
+/// One gate's verdict: `skip` when the gate does not apply (wrong tier, no data it needs, decided elsewhere).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GateVerdict {
+    Pass,
+    Retry,
+    Skip,
+}
+
+/// Which analysis the capture is meant for; it selects G5 (throughput) or G6/G7 (decode) and the G2 default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    #[default]
+    Throughput,
+    Decode,
+}
+
+impl Tier {
+    pub fn parse(s: &str) -> Result<Tier> {
+        match s {
+            "throughput" => Ok(Tier::Throughput),
+            "decode" => Ok(Tier::Decode),
+            _ => Err(Error::usage(format!("--tier {s}: expected throughput or decode")).with_arg("--tier")),
+        }
+    }
+}
+
+/// One gate's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GateResult {
+    /// `G0` … `G7` (other gates may be appended by later tools).
+    pub id: String,
+    /// Short name, e.g. `profiler-health`.
+    pub name: String,
+    pub verdict: GateVerdict,
+    /// The number the gate decided on (null when it skipped before measuring).
+    pub measured: Option<f64>,
+    /// The threshold it was compared with (null when the gate has no numeric threshold).
+    pub threshold: Option<f64>,
+    /// The unit of `measured` and `threshold` (`findings`, `bytes`, `rows`, `share`, …).
+    pub unit: String,
+    /// One sentence: what was measured and why it passes, retries or skips; a retry says what to fix.
+    pub reason: String,
+    /// A timestamp (ns, export timebase) the verdict points at: where CUDA data stops (G4), where the longest
+    /// empty stretch starts (G5); null otherwise.
+    pub at_ns: Option<i64>,
+    /// The facts behind the verdict (log lines, metadata rows, counts), each naming where it was read.
+    pub evidence: Vec<String>,
+}
+
+impl GateResult {
+    fn new(id: &str, name: &str, unit: &str) -> GateResult {
+        GateResult {
+            id: id.into(),
+            name: name.into(),
+            verdict: GateVerdict::Skip,
+            measured: None,
+            threshold: None,
+            unit: unit.into(),
+            reason: String::new(),
+            at_ns: None,
+            evidence: Vec::new(),
+        }
+    }
+    fn skip(mut self, reason: impl Into<String>) -> GateResult {
+        self.verdict = GateVerdict::Skip;
+        self.reason = reason.into();
+        self
+    }
+    fn decide(mut self, retry: bool, measured: f64, threshold: Option<f64>, reason: impl Into<String>) -> GateResult {
+        self.verdict = if retry { GateVerdict::Retry } else { GateVerdict::Pass };
+        self.measured = Some(measured);
+        self.threshold = threshold;
+        self.reason = reason.into();
+        self
+    }
+}
+
+/// What was checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GateSource {
+    /// CAPTURE as given.
+    pub path: String,
+    /// `nsys-rep`, `sqlite` or `qdstrm`.
+    pub kind: String,
+    /// CAPTURE's size in bytes.
+    pub size: u64,
+    /// The SQLite export analysed: `--sqlite`, CAPTURE itself, or `exported` for a report nsyskit exported into
+    /// a temporary folder (deleted afterwards); null for a `.qdstrm`.
+    pub sqlite: Option<String>,
+    /// The nsys that exported a report (null unless nsyskit exported it).
+    pub exported_with: Option<String>,
+    /// The nsys version that wrote the export (META_DATA_EXPORT).
+    pub nsys_version: Option<String>,
+    /// `--log` and `--provenance` as given.
+    pub log: Option<String>,
+    pub provenance: Option<String>,
+    /// Rows of the runtime and device tables with a NULL `start`, NULL `end` or `end < start`, by table and
+    /// reason: skipped by every gate. Present only when a row was skipped.
+    #[serde(default, skip_serializing_if = "crate::export::RowSkips::is_empty")]
+    pub skipped_rows: crate::export::RowSkips,
+}
+
+/// `nsyskit.gate/v1`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GateDoc {
+    pub schema: String,
+    pub tool: Tool,
+    /// PASS when no gate says retry, else RETRY (exit 1).
+    pub verdict: Verdict,
+    pub tier: Tier,
+    pub source: GateSource,
+    /// The ids of the gates that said retry, in gate order.
+    pub retry: Vec<String>,
+    pub gates: Vec<GateResult>,
+}
+
+impl Document for GateDoc {
+    const KIND: &'static str = "gate";
+    const TOOL: &'static str = "gate-check";
+    fn exit_code(&self) -> i32 {
+        match self.verdict {
+            Verdict::Pass => 0,
+            Verdict::Retry => 1,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Options
+
+/// Every threshold, each a flag of `gate-check` (defaults documented in docs/gate-check.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Thresholds {
+    /// G2: smallest acceptable `.nsys-rep`, bytes; None = the tier default ([`default_min_rep_bytes`]).
+    pub min_rep_bytes: Option<u64>,
+    /// G4: largest share of NVTX events on CUDA threads that may start after the last CUDA runtime row.
+    pub max_nvtx_after_cuda_share: f64,
+    /// G5: an empty stretch (no kernel/memcpy/memset) is "long" when it is above this share of the GPU
+    /// activity window …
+    pub max_gap_share: f64,
+    /// … and at least this long (ms).
+    pub min_gap_ms: f64,
+    /// G6: smallest share of inter-step gaps inside the dominant bucket `[median/2, 2·median]`.
+    pub min_dominant_gap_share: f64,
+    /// G6: smallest share of steps whose kernel count equals the most frequent count.
+    pub min_stable_kernel_share: f64,
+    /// G7: a step is unlike the dominant shape when its duration is above this factor × the median duration …
+    pub duration_outlier_factor: f64,
+    /// … or its kernel count is above this factor × the most frequent count, or below it ÷ this factor.
+    pub kernel_outlier_factor: f64,
+    /// G7: largest share of steps unlike the dominant shape.
+    pub max_contaminated_share: f64,
+    /// G6: fewest decode steps the decode tier accepts.
+    pub min_decode_steps: usize,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            min_rep_bytes: None,
+            max_nvtx_after_cuda_share: 0.02,
+            max_gap_share: 0.25,
+            min_gap_ms: 500.0,
+            min_dominant_gap_share: 0.8,
+            min_stable_kernel_share: 0.8,
+            duration_outlier_factor: 3.0,
+            kernel_outlier_factor: 1.5,
+            max_contaminated_share: 0.01,
+            min_decode_steps: 20,
+        }
+    }
+}
+
+impl Thresholds {
+    /// Shares must lie in [0, 1], factors be ≥ 1, durations ≥ 0 (a usage error names the flag).
+    pub fn validate(&self) -> Result<()> {
+        let share = |v: f64, flag: &str| -> Result<()> {
+            if v.is_finite() && (0.0..=1.0).contains(&v) {
+                Ok(())
+            } else {
+                Err(Error::usage(format!("{flag} {v}: expected a share between 0 and 1")).with_arg(flag))
+            }
+        };
+        share(self.max_nvtx_after_cuda_share, "--max-nvtx-after-cuda-share")?;
+        share(self.max_gap_share, "--max-gap-share")?;
+        share(self.min_dominant_gap_share, "--min-dominant-gap-share")?;
+        share(self.min_stable_kernel_share, "--min-stable-kernel-share")?;
+        share(self.max_contaminated_share, "--max-contaminated-share")?;
+        for (v, flag) in [(self.duration_outlier_factor, "--duration-outlier-factor"), (self.kernel_outlier_factor, "--kernel-outlier-factor")] {
+            if !(v.is_finite() && v >= 1.0) {
+                return Err(Error::usage(format!("{flag} {v}: expected a factor ≥ 1")).with_arg(flag));
+            }
+        }
+        if !(self.min_gap_ms.is_finite() && self.min_gap_ms >= 0.0) {
+            return Err(Error::usage(format!("--min-gap-ms {}: expected milliseconds ≥ 0", self.min_gap_ms)).with_arg("--min-gap-ms"));
+        }
+        Ok(())
+    }
+}
+
+/// G2's default smallest report: 10 MB (10 000 000 bytes) for the throughput tier, 1 MB for the decode tier.
+pub fn default_min_rep_bytes(tier: Tier) -> u64 {
+    match tier {
+        Tier::Throughput => 10_000_000,
+        Tier::Decode => 1_000_000,
+    }
+}
+
+/// `gate-check`'s inputs.
+#[derive(Debug, Clone, Default)]
+pub struct GateOptions {
+    /// CAPTURE: `.nsys-rep`, `.sqlite` or `.qdstrm`.
+    pub capture: PathBuf,
+    /// `--sqlite`: the export of a `.nsys-rep` CAPTURE (no re-export).
+    pub sqlite: Option<PathBuf>,
+    /// `--log`: the nsys console log.
+    pub log: Option<PathBuf>,
+    /// `--provenance`: an `nsyskit.provenance/v1` document.
+    pub provenance: Option<PathBuf>,
+    pub tier: Tier,
+    /// `--decode-range`: the decode step label (default: the most frequent iteration-like label).
+    pub decode_range: Option<String>,
+    /// The nsys used to export a report (default: `NSYS_BIN`, else `nsys` on PATH).
+    pub nsys: Option<PathBuf>,
+    pub thresholds: Thresholds,
+    /// `--readiness`: append the NVTX readiness gate (G8, [`g8_readiness`]) with these options.
+    pub readiness: Option<crate::readiness::ReadinessOptions>,
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Context
+
+/// Everything a gate may look at. `export` is None for a `.qdstrm`.
+pub struct Context<'a> {
+    pub opts: &'a GateOptions,
+    pub source: &'a GateSource,
+    pub export: Option<&'a Export>,
+    /// `(path, text)` of `--log`.
+    pub log: Option<(String, String)>,
+    /// `(path, document)` of `--provenance`.
+    pub provenance: Option<(String, serde_json::Value)>,
+    /// The decode steps, read once for G6 and G7.
+    pub steps: OnceCell<std::result::Result<DecodeSteps, String>>,
+}
+
+/// Run every gate on the capture named in `opts`. CAPTURE `-` is an SQLite export read from standard input
+/// (copied into a temporary file, deleted afterwards; messages name it `<stdin>`).
+pub fn run(opts: &GateOptions) -> Result<GateDoc> {
+    opts.thresholds.validate()?;
+    if let Some(r) = &opts.readiness {
+        r.validate()?;
+    }
+    if opts.capture.as_os_str() == "-" {
+        let copy = crate::export::StdinCopy::read().map_err(|e| e.with_arg("CAPTURE"))?;
+        let o = GateOptions { capture: copy.path().to_path_buf(), ..opts.clone() };
+        let mut doc = copy.run(|_| run_path(&o))?;
+        doc.source.path = crate::export::STDIN_NAME.into();
+        doc.source.sqlite = Some(crate::export::STDIN_NAME.into());
+        for g in &mut doc.gates {
+            g.reason = copy.rename(&g.reason);
+            for ev in &mut g.evidence {
+                *ev = copy.rename(ev);
+            }
+        }
+        return Ok(doc);
+    }
+    run_path(opts)
+}
+
+fn run_path(opts: &GateOptions) -> Result<GateDoc> {
+    let capture = &opts.capture;
+    let name = capture.display().to_string();
+    let meta = std::fs::metadata(capture).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::input(format!("{name}: no such file")).with_arg("CAPTURE"),
+        _ => Error::input(format!("{name}: cannot read: {e}")).with_arg("CAPTURE"),
+    })?;
+    if !meta.is_file() {
+        return Err(Error::input(format!("{name}: not a regular file")).with_arg("CAPTURE"));
+    }
+    let ext = capture.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let kind = match ext.as_str() {
+        "nsys-rep" | "qdrep" => "nsys-rep",
+        "qdstrm" => "qdstrm",
+        _ => "sqlite",
+    };
+    if opts.sqlite.is_some() && kind != "nsys-rep" {
+        return Err(Error::usage(format!(
+            "--sqlite gives the export of a .nsys-rep CAPTURE, but {name} is a {kind} file"
+        ))
+        .with_arg("--sqlite"));
+    }
+    let log = match &opts.log {
+        Some(p) => {
+            let bytes = crate::contract::Input::Path(p.clone()).read_bytes().map_err(|e| e.with_arg("--log"))?;
+            Some((p.display().to_string(), String::from_utf8_lossy(&bytes).into_owned()))
+        }
+        None => None,
+    };
+    let provenance = match &opts.provenance {
+        Some(p) => Some((p.display().to_string(), read_provenance(p)?)),
+        None => None,
+    };
+    let mut source = GateSource {
+        path: name.clone(),
+        kind: kind.into(),
+        size: meta.len(),
+        sqlite: None,
+        exported_with: None,
+        nsys_version: None,
+        log: opts.log.as_ref().map(|p| p.display().to_string()),
+        provenance: opts.provenance.as_ref().map(|p| p.display().to_string()),
+        skipped_rows: Default::default(),
+    };
+    // Open the export (kept alive, with its temporary folder, until the gates ran).
+    let opened: Option<export::OpenedCapture>;
+    let given: Option<Export>;
+    match (kind, &opts.sqlite) {
+        ("qdstrm", _) => {
+            opened = None;
+            given = None;
+        }
+        ("nsys-rep", Some(s)) => {
+            let e = Export::open(s).map_err(|e| e.with_arg("--sqlite"))?;
+            source.sqlite = Some(s.display().to_string());
+            opened = None;
+            given = Some(e);
+        }
+        _ => {
+            let o = export::open_capture(capture, opts.nsys.as_deref()).map_err(|e| e.with_arg("CAPTURE"))?;
+            source.sqlite = Some(if o.source.kind == "nsys-rep" { "exported".into() } else { name.clone() });
+            source.exported_with = o.source.exported_with.clone();
+            opened = Some(o);
+            given = None;
+        }
+    }
+    let export = given.as_ref().or(opened.as_ref().map(|o| &o.export));
+    if let Some(e) = export {
+        check_is_nsys_export(e)?;
+        source.nsys_version = e.nsys_version()?;
+        // the gates aggregate in SQL: refuse impossible timestamps first, count invalid intervals
+        e.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
+        let timed = [export::schema::RUNTIME, export::schema::KERNEL, export::schema::MEMCPY, export::schema::MEMSET];
+        e.count_interval_skips(&timed, &mut source.skipped_rows)?;
+    }
+    let cx = Context { opts, source: &source, export, log, provenance, steps: OnceCell::new() };
+    let gates = gates(&cx)?;
+    let retry: Vec<String> = gates.iter().filter(|g| g.verdict == GateVerdict::Retry).map(|g| g.id.clone()).collect();
+    let (schema, tool) = GateDoc::header();
+    Ok(GateDoc {
+        schema,
+        tool,
+        verdict: if retry.is_empty() { Verdict::Pass } else { Verdict::Retry },
+        tier: opts.tier,
+        source,
+        retry,
+        gates,
+    })
+}
+
+/// The gate list, in order. Each gate is one function of the context.
+#[allow(clippy::vec_init_then_push)] // one line per gate: later gates are appended here
+pub fn gates(cx: &Context) -> Result<Vec<GateResult>> {
+    let mut out = Vec::new();
+    out.push(g0_profiler_health(cx)?);
+    out.push(g1_graph_tracing(cx)?);
+    out.push(g2_report_size(cx)?);
+    out.push(g3_kernel_rows(cx)?);
+    out.push(g4_cuda_coverage(cx)?);
+    out.push(g5_traffic(cx)?);
+    out.push(g6_decode_regularity(cx)?);
+    out.push(g7_prefill_contamination(cx)?);
+    if cx.opts.readiness.is_some() {
+        out.push(g8_readiness(cx)?);
+    }
+    Ok(out)
+}
+
+/// A file that is SQLite but not an nsys export is unusable input (exit 2).
+fn check_is_nsys_export(e: &Export) -> Result<()> {
+    e.require("StringIds", &["id", "value"]).map_err(|err| {
+        Error::input(format!("{}; not an `nsys export --type sqlite` file", err.message)).with_arg("CAPTURE")
+    })?;
+    Ok(())
+}
+
+fn read_provenance(p: &Path) -> Result<serde_json::Value> {
+    let name = p.display().to_string();
+    let bytes = crate::contract::Input::Path(p.to_path_buf()).read_bytes().map_err(|e| e.with_arg("--provenance"))?;
+    let docs = crate::contract::parse_json_stream(&bytes, &name).map_err(|e| e.with_arg("--provenance"))?;
+    let Some(doc) = docs.into_iter().next() else {
+        return Err(Error::input(format!("{name}: empty, expected an nsyskit.provenance/v1 JSON document")).with_arg("--provenance"));
+    };
+    if !doc.value.is_object() {
+        return Err(Error::input(format!("{name}: line {}: expected a JSON object (nsyskit.provenance/v1)", doc.line)).with_arg("--provenance"));
+    }
+    Ok(doc.value)
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Small helpers
+
+/// Nanoseconds as seconds with 3 decimals: `7.568 s`.
+pub fn secs(ns: i64) -> String {
+    format!("{:.3} s", ns as f64 / 1e9)
+}
+
+fn ms(ns: i64) -> String {
+    format!("{:.1} ms", ns as f64 / 1e6)
+}
+
+/// The device tables of the GPU activity window and coverage (KERNEL, MEMCPY, MEMSET).
+const WINDOW_TABLES: [DeviceKind; 3] = [DeviceKind::Kernel, DeviceKind::Memcpy, DeviceKind::Memset];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_read() {
+        let s = settings_from_flags("profile --trace=cuda,nvtx,osrt --cuda-graph-trace=node -o x");
+        assert_eq!(s.graph_mode.as_deref(), Some("node"));
+        assert_eq!(s.cuda_trace, Some(true));
+        let s = settings_from_flags("profile -t nvtx,osrt --cuda-graph-trace graph");
+        assert_eq!(s.graph_mode.as_deref(), Some("graph"));
+        assert_eq!(s.cuda_trace, Some(false));
+        assert_eq!(settings_from_flags("python3 x.py"), TraceSettings::default());
+    }
+
+    #[test]
+    fn log_lines_are_classified() {
+        let log = "ok line\n**** Analysis failed with:\nValue: \"x\\n[QuadDCommon::tag_message*] = Unknown runtime API function index: 468\\n\"\n\
+                   Error: CUPTI_ERROR_INVALID_DEVICE\nCUDA versions. CUPTI/Runtime/Driver: 12.4 / 13.0 / 12.2\nERR_NVGPUCTRPERM - user lacks permission\n";
+        let f = crate::health_log::scan_text("l.txt", log).findings;
+        let classes: Vec<&str> = f.iter().map(|x| x.class).collect();
+        assert_eq!(classes, vec!["analysis-failed", "unknown-runtime-api", "cupti-error", "versions", "permission"]);
+        assert_eq!(f[1].at, "l.txt:3");
+    }
+
+    #[test]
+    fn provenance_is_read_tolerantly() {
+        let d = serde_json::json!({"capture": {"flags": ["--trace=cuda,nvtx", "--cuda-graph-trace=node"]}});
+        let s = settings_from_provenance("p.json", &d);
+        assert_eq!(s.graph_mode.as_deref(), Some("node"));
+        // a whole `nsys profile` command without --cuda-graph-trace: nsys's default, graph
+        let d = serde_json::json!({"capture": {"flags_argv": ["profile", "--trace=cuda,nvtx", "app"]}});
+        assert_eq!(settings_from_provenance("p.json", &d).graph_mode.as_deref(), Some("graph"));
+        // extra flags only: unknown
+        let d = serde_json::json!({"capture": {"flags": "'--sample=none' '--backtrace=none'"}});
+        assert_eq!(settings_from_provenance("p.json", &d).graph_mode, None);
+        let d = serde_json::json!({"nsys": {"cmd": "nsys profile --cuda-graph-trace=node app"}});
+        assert_eq!(settings_from_provenance("p.json", &d).graph_mode.as_deref(), Some("node"));
+        assert_eq!(settings_from_provenance("p.json", &serde_json::json!({})), TraceSettings::default());
+        // nsys-resolve's shape: flags null when not given, flags_argv the split words
+        let d = serde_json::json!({"capture": {"flags": null, "flags_argv": []}});
+        assert_eq!(settings_from_provenance("p.json", &d), TraceSettings::default());
+        let d = serde_json::json!({"capture": {"flags": null, "flags_argv": ["-t", "cuda,nvtx", "--cuda-graph-trace=node"]}});
+        let s = settings_from_provenance("p.json", &d);
+        assert_eq!((s.graph_mode.as_deref(), s.cuda_trace), (Some("node"), Some(true)));
+    }
+}

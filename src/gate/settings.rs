@@ -1,0 +1,240 @@
+//! G1 trace settings: node-level CUDA graph tracing, from the export's metadata, the log and the provenance.
+#![allow(unused_imports)]
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{Document, Error, Result, Tool};
+use crate::export::schema::{self, DeviceKind};
+use crate::export::{self, Export};
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------------------------
+// G1 node-level graph tracing
+
+/// `--cuda-graph-trace` mode and CUDA tracing as recorded by one source.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TraceSettings {
+    /// `node` or `graph` (lower case), None when the source does not say.
+    pub graph_mode: Option<String>,
+    /// Whether CUDA tracing was on, None when the source does not say.
+    pub cuda_trace: Option<bool>,
+    /// Where it was read.
+    pub from: Vec<String>,
+}
+
+/// Read `--cuda-graph-trace=X` and `--trace=LIST` / `-t LIST` out of a flag string.
+pub fn settings_from_flags(flags: &str) -> TraceSettings {
+    let mut s = TraceSettings::default();
+    let graph = Regex::new(r"--cuda-graph-trace[= ]+'?([A-Za-z]+)").unwrap();
+    if let Some(m) = graph.captures(flags) {
+        s.graph_mode = Some(m[1].to_ascii_lowercase());
+    }
+    let trace = Regex::new(r#"(?:^|[\s'"])(?:--trace|-t)[= ]+([A-Za-z0-9_,-]+)"#).unwrap();
+    if let Some(m) = trace.captures(flags) {
+        s.cuda_trace = Some(m[1].split(',').any(|t| t.eq_ignore_ascii_case("cuda")));
+    }
+    s
+}
+
+/// From META_DATA_CAPTURE: `PROCESS_n:CUDA_GRAPH_TRACE_OPTIONS:MODE`, `PROCESS_n:COLLECT_CUDA_TRACE`; then the
+/// recorded `PROCESS_n:COMMAND` / `PROCESS_n:ARGUMENT_m` searched for `--cuda-graph-trace` (set when the
+/// profiled command is itself a launcher that carries nsys flags).
+pub fn settings_from_metadata(e: &Export) -> Result<(TraceSettings, TraceSettings)> {
+    let rows = e.capture_settings()?;
+    let mut md = TraceSettings::default();
+    // the mode with the one definition of the export layer; its evidence line at the row's place
+    let mode = e.graph_trace_mode()?;
+    let mut cmd_parts: Vec<(String, String)> = Vec::new();
+    for (name, value) in &rows {
+        let v = value.clone().unwrap_or_default();
+        if name.ends_with(crate::export::schema::capture_keys::GRAPH_TRACE_MODE_SUFFIX) {
+            if let Some(m) = mode.as_ref().filter(|m| &m.key == name && md.graph_mode.is_none()) {
+                md.graph_mode = Some(m.mode.clone());
+                md.from.push(format!("META_DATA_CAPTURE {}={}", m.key, m.raw));
+            }
+        } else if name.ends_with(crate::export::schema::capture_keys::COLLECT_CUDA_TRACE_SUFFIX) {
+            let on = v.eq_ignore_ascii_case("true");
+            if md.cuda_trace != Some(true) {
+                md.cuda_trace = Some(on);
+                md.from.push(format!("META_DATA_CAPTURE {name}={v}"));
+            }
+        } else if name.ends_with(":COMMAND") || name.contains(":ARGUMENT_") {
+            cmd_parts.push((name.clone(), v));
+        }
+    }
+    let joined = cmd_parts.iter().map(|(_, v)| v.as_str()).collect::<Vec<_>>().join(" ");
+    let mut cmd = settings_from_flags(&joined);
+    if cmd.graph_mode.is_some() || cmd.cuda_trace.is_some() {
+        cmd.from.push(format!("META_DATA_CAPTURE COMMAND/ARGUMENT rows: {joined}"));
+    }
+    Ok((md, cmd))
+}
+
+/// From an `nsyskit.provenance/v1` document: the capture flag string at `capture.flags` (a string, or an array
+/// of strings joined with spaces), else `capture.flags_argv`/`argv`/`command`/`args` (empty or null values
+/// do not count), else any string in the document
+/// that mentions `--cuda-graph-trace`. The nsys default (`--cuda-graph-trace=graph`, CUDA traced) applies when
+/// a flag string was found that does not set them.
+pub fn settings_from_provenance(path: &str, doc: &serde_json::Value) -> TraceSettings {
+    fn text_of(v: &serde_json::Value) -> Option<String> {
+        match v {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Array(a) => {
+                Some(a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" "))
+            }
+            _ => None,
+        }
+    }
+    fn all_strings(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::String(s) => out.push(s.clone()),
+            serde_json::Value::Array(a) => a.iter().for_each(|x| all_strings(x, out)),
+            serde_json::Value::Object(o) => o.values().for_each(|x| all_strings(x, out)),
+            _ => {}
+        }
+    }
+    // nsys-resolve writes the whole `nsys profile` argv to `capture.flags_argv` and the user's extra flags to
+    // `capture.flags`: the argv first, then the first other key that sets --cuda-graph-trace, then any.
+    let keys = ["flags_argv", "flags", "argv", "command", "args"];
+    let texts: Vec<(String, String)> = keys
+        .iter()
+        .filter_map(|k| {
+            doc.get("capture").and_then(|c| c.get(*k)).and_then(text_of).filter(|t| !t.trim().is_empty()).map(|t| (format!("capture.{k}"), t))
+        })
+        .collect();
+    let mut found: Option<(String, String)> = texts
+        .iter()
+        .find(|(k, t)| k == "capture.flags_argv" || t.contains("--cuda-graph-trace"))
+        .or(texts.first())
+        .cloned();
+    if found.is_none() {
+        let mut strings = Vec::new();
+        all_strings(doc, &mut strings);
+        if let Some(s) = strings.into_iter().find(|s| s.contains("--cuda-graph-trace")) {
+            found = Some(("a string mentioning --cuda-graph-trace".into(), s));
+        }
+    }
+    let Some((key, flags)) = found else { return TraceSettings::default() };
+    let mut s = settings_from_flags(&flags);
+    let explicit = s.graph_mode.is_some();
+    // nsys's defaults apply only to a whole `nsys profile` command line, not to a list of extra flags
+    let whole = flags.split_whitespace().any(|w| w.trim_matches(|c| c == '\'' || c == '"') == "profile");
+    let mut note = "";
+    if whole {
+        if s.graph_mode.is_none() {
+            s.graph_mode = Some("graph".into()); // nsys default
+            note = " (no --cuda-graph-trace: nsys default graph)";
+        }
+        if s.cuda_trace.is_none() {
+            s.cuda_trace = Some(true); // nsys default --trace includes cuda
+        }
+    } else if !explicit {
+        note = " (extra flags only: says nothing about --cuda-graph-trace)";
+    }
+    s.from.push(format!("{path} {key}: {flags}{note}"));
+    s
+}
+
+/// Graph launches and node-level device rows in the export: [`crate::export::GraphFacts`], one definition
+/// for every tool.
+pub type GraphData = crate::export::GraphFacts;
+
+pub fn graph_data(e: &Export) -> Result<GraphData> {
+    e.graph_facts()
+}
+
+pub fn g1_graph_tracing(cx: &Context) -> Result<GateResult> {
+    let mut g = GateResult::new("G1", "node-level-graph-tracing", "node-level device rows");
+    let Some(e) = cx.export else { return Ok(g.skip("no export to read (a .qdstrm: see G2)")) };
+    let (md, cmd) = settings_from_metadata(e)?;
+    let prov = cx.provenance.as_ref().map(|(p, d)| settings_from_provenance(p, d)).unwrap_or_default();
+    // mode: metadata, else command/arguments, else provenance
+    let (mode, mode_from) = if md.graph_mode.is_some() {
+        (md.graph_mode.clone(), "META_DATA_CAPTURE")
+    } else if cmd.graph_mode.is_some() {
+        (cmd.graph_mode.clone(), "the recorded command and arguments")
+    } else if prov.graph_mode.is_some() {
+        (prov.graph_mode.clone(), "--provenance")
+    } else {
+        (None, "")
+    };
+    let cuda = md.cuda_trace.or(cmd.cuda_trace).or(prov.cuda_trace);
+    let data = graph_data(e)?;
+    g.evidence.extend(md.from.iter().cloned());
+    g.evidence.extend(cmd.from.iter().cloned());
+    g.evidence.extend(prov.from.iter().cloned());
+    g.evidence.push(format!(
+        "{}: cudaGraphLaunch calls {}, KERNEL/MEMCPY/MEMSET rows with graphNodeId {}, GRAPH_TRACE rows {}, runtime rows {}",
+        e.name(),
+        data.graph_launches,
+        data.node_rows,
+        data.graph_trace_rows,
+        data.runtime_rows
+    ));
+    let measured = data.node_rows as f64;
+    if cuda == Some(false) || (cuda.is_none() && !e.has_table("CUPTI_ACTIVITY_KIND_RUNTIME")) {
+        return Ok(g.decide(
+            true,
+            measured,
+            None,
+            "CUDA tracing was off (no CUDA API or GPU rows can exist): capture with --trace=cuda,nvtx,osrt --cuda-graph-trace=node",
+        ));
+    }
+    let launches_hidden = data.graph_launches > 0 && data.node_rows == 0;
+    match mode.as_deref() {
+        Some("graph") => Ok(g.decide(
+            true,
+            measured,
+            None,
+            if data.graph_launches == 0 && data.graph_trace_rows == 0 {
+                // the injector capture: nsys's default mode, no graph launched in it
+                format!(
+                    "graph-level tracing (--cuda-graph-trace=graph, from {mode_from}, nsys's default): this capture launched no CUDA graph, but an engine's graph replays would be opaque GRAPH_TRACE rows; re-capture with --cuda-graph-trace=node"
+                )
+            } else {
+                format!(
+                    "graph-level tracing (--cuda-graph-trace=graph, from {mode_from}): the {} graph launches' kernels are {}; re-capture with --cuda-graph-trace=node",
+                    data.graph_launches,
+                    if data.graph_trace_rows > 0 { format!("{} opaque GRAPH_TRACE rows", data.graph_trace_rows) } else { "not in the export".to_string() }
+                )
+            },
+        )),
+        _ if launches_hidden => Ok(g.decide(
+            true,
+            measured,
+            None,
+            format!(
+                "{} cudaGraphLaunch calls but no KERNEL row has a graphNodeId: graph-level tracing ({}), the replayed work is {}; re-capture with --cuda-graph-trace=node",
+                data.graph_launches,
+                match mode.as_deref() {
+                    Some(m) => format!("recorded mode {m} from {mode_from}"),
+                    None => "mode not recorded".into(),
+                },
+                if data.graph_trace_rows > 0 { "opaque GRAPH_TRACE rows" } else { "invisible" }
+            ),
+        )),
+        Some(m) => Ok(g.decide(
+            false,
+            measured,
+            None,
+            format!(
+                "--cuda-graph-trace={m} (from {mode_from}), CUDA traced; {} cudaGraphLaunch calls, {} node-level device rows",
+                data.graph_launches, data.node_rows
+            ),
+        )),
+        None => Ok(g.decide(
+            false,
+            measured,
+            None,
+            if data.graph_launches == 0 {
+                "graph-trace mode not recorded (no META_DATA_CAPTURE mode row, no flag in the command or --provenance), but the capture has no cudaGraphLaunch call: nothing is hidden".to_string()
+            } else {
+                format!("graph-trace mode not recorded, but the data is node level: {} node-level device rows for {} cudaGraphLaunch calls", data.node_rows, data.graph_launches)
+            },
+        )),
+    }
+}

@@ -1,0 +1,327 @@
+//! G2–G5 window and size: report size, kernel rows, CUDA coverage of the window, traffic.
+#![allow(unused_imports)]
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{Document, Error, Result, Tool};
+use crate::export::schema::{self, DeviceKind};
+use crate::export::{self, Export};
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------------------------
+// G2 report size
+
+pub fn g2_report_size(cx: &Context) -> Result<GateResult> {
+    let g = GateResult::new("G2", "report-size", "bytes");
+    let min = cx.opts.thresholds.min_rep_bytes.unwrap_or_else(|| default_min_rep_bytes(cx.opts.tier));
+    let size = cx.source.size;
+    match cx.source.kind.as_str() {
+        "qdstrm" => Ok(g.decide(
+            true,
+            size as f64,
+            None,
+            format!(
+                "{} is a .qdstrm left instead of a .nsys-rep: nsys could not run its importer (QdstrmImporter), so no report was written and the raw stream embeds copies of every loaded library; fix the nsys installation (missing importer libraries) and re-capture",
+                cx.source.path
+            ),
+        )),
+        "nsys-rep" => {
+            let mut g = if size < min {
+                g.decide(
+                    true,
+                    size as f64,
+                    Some(min as f64),
+                    format!(
+                        "the report is {size} bytes, under the {} tier's {min} bytes: an idle or failed capture (nothing ran under load); re-capture under load, or lower --min-rep-bytes for a deliberately small capture",
+                        tier_name(cx.opts.tier)
+                    ),
+                )
+            } else {
+                g.decide(false, size as f64, Some(min as f64), format!("the report is {size} bytes (≥ {min})"))
+            };
+            g.evidence.push(format!("{}: {size} bytes", cx.source.path));
+            Ok(g)
+        }
+        _ => Ok(g.skip(
+            "an export was given, not a report: its size says nothing about the capture; give the .nsys-rep as CAPTURE (with --sqlite for its export) to check it",
+        )),
+    }
+}
+
+fn tier_name(t: Tier) -> &'static str {
+    match t {
+        Tier::Throughput => "throughput",
+        Tier::Decode => "decode",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// G3 kernel rows
+
+pub fn g3_kernel_rows(cx: &Context) -> Result<GateResult> {
+    let g = GateResult::new("G3", "kernel-rows", "rows");
+    let Some(e) = cx.export else { return Ok(g.skip("no export to read (a .qdstrm: see G2)")) };
+    let mut g = match e.table("CUPTI_ACTIVITY_KIND_KERNEL") {
+        None => g.decide(
+            true,
+            0.0,
+            Some(1.0),
+            "no CUDA kernel data: the export has no CUPTI_ACTIVITY_KIND_KERNEL table (nsys creates it only when it records a kernel)",
+        ),
+        Some(t) => {
+            let n = e.count_rows(&t.name)?;
+            if n == 0 {
+                g.decide(true, 0.0, Some(1.0), "no CUDA kernel data: CUPTI_ACTIVITY_KIND_KERNEL is empty")
+            } else {
+                g.decide(false, n as f64, Some(1.0), format!("{n} kernel rows"))
+            }
+        }
+    };
+    g.evidence.push(format!("{}: CUPTI_ACTIVITY_KIND_KERNEL rows {}", e.name(), e.count_rows("CUPTI_ACTIVITY_KIND_KERNEL")?));
+    Ok(g)
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// G4 CUDA data covers the window
+
+/// NVTX events (marks 34, push/pop 59, start/end 60) opened on threads that made CUDA runtime calls,
+/// against the end of the last CUDA runtime call.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Coverage {
+    pub cuda_threads: i64,
+    /// max(end) over CUPTI_ACTIVITY_KIND_RUNTIME.
+    pub last_runtime_end: i64,
+    /// max(end) over the device tables (None without device rows).
+    pub last_device_end: Option<i64>,
+    pub nvtx_on_cuda_threads: i64,
+    pub nvtx_after: i64,
+    /// max(start, end) of those NVTX events.
+    pub last_nvtx: i64,
+}
+
+pub fn coverage(e: &Export) -> Result<Option<Coverage>> {
+    let Some(rt) = e.optional(schema::RUNTIME, &["end", "globalTid"])? else { return Ok(None) };
+    let rt = rt.name.clone();
+    let nrt = e.count_rows(&rt)?;
+    if nrt == 0 {
+        return Ok(None);
+    }
+    let mut c = Coverage {
+        last_runtime_end: e.max_end(schema::RUNTIME)?.unwrap_or(0),
+        cuda_threads: e.runtime_thread_count()?,
+        ..Default::default()
+    };
+    for k in WINDOW_TABLES {
+        c.last_device_end = c.last_device_end.max(e.max_end(k.table())?);
+    }
+    let (a, b, m) = e.nvtx_on_runtime_threads(c.last_runtime_end)?;
+    c.nvtx_on_cuda_threads = a;
+    c.nvtx_after = b;
+    c.last_nvtx = m;
+    Ok(Some(c))
+}
+
+pub fn g4_cuda_coverage(cx: &Context) -> Result<GateResult> {
+    let mut g = GateResult::new("G4", "cuda-data-covers-window", "share");
+    let Some(e) = cx.export else { return Ok(g.skip("no export to read (a .qdstrm: see G2)")) };
+    let Some(c) = coverage(e)? else {
+        // device rows without the runtime calls that launched them: the table the joins need is gone
+        let device: i64 = [schema::KERNEL, schema::MEMCPY, schema::MEMSET].iter().map(|t| e.count_rows(t)).sum::<Result<i64>>()?;
+        if device > 0 {
+            let what = if e.has_table(schema::RUNTIME) { "an empty" } else { "no" };
+            return Ok(g.decide(
+                true,
+                0.0,
+                None,
+                format!(
+                    "{} holds {device} GPU rows but {what} {} table: the CUDA API calls are missing, so GPU work joins no thread or range and the coverage cannot be checked; re-export the report (or re-capture with --trace=cuda)",
+                    e.name(),
+                    schema::RUNTIME
+                ),
+            ));
+        }
+        return Ok(g.skip("no CUDA runtime rows: nothing to compare (G1/G3 decide)"));
+    };
+    g.evidence.push(format!(
+        "{}: last CUDA runtime row ends {} ({} ns); last device row ends {}; {} CUDA thread(s); NVTX events on them {}, starting after the last runtime row {}, last at {}",
+        e.name(),
+        secs(c.last_runtime_end),
+        c.last_runtime_end,
+        c.last_device_end.map(secs).unwrap_or_else(|| "-".into()),
+        c.cuda_threads,
+        c.nvtx_on_cuda_threads,
+        c.nvtx_after,
+        secs(c.last_nvtx)
+    ));
+    if c.nvtx_on_cuda_threads == 0 && !e.has_table(schema::NVTX_EVENTS) {
+        return Ok(g.decide(
+            true,
+            0.0,
+            None,
+            format!(
+                "{} has no {} table: nothing shows how long the CUDA threads ran, so a CUDA trace that stopped early (see G0, the cbid 468 case) cannot be told from a complete one; capture with --trace=cuda,nvtx,osrt and annotate the engine with NVTX",
+                e.name(),
+                schema::NVTX_EVENTS
+            ),
+        ));
+    }
+    if c.nvtx_on_cuda_threads == 0 {
+        return Ok(g.skip("no NVTX events on the threads that call CUDA: nothing shows how long they ran (annotate the engine with NVTX)"));
+    }
+    let share = c.nvtx_after as f64 / c.nvtx_on_cuda_threads as f64;
+    let max = cx.opts.thresholds.max_nvtx_after_cuda_share;
+    g.at_ns = Some(c.last_runtime_end);
+    let g = if share > max {
+        g.decide(
+            true,
+            share,
+            Some(max),
+            format!(
+                "CUDA data stops at {} (last CUDA runtime row) but {} of {} NVTX events on the CUDA thread(s) ({:.1} %) start after it, until {}: nsys silently lost the CUDA trace (see G0; e.g. an nsys older than the CUDA runtime); re-capture",
+                secs(c.last_runtime_end),
+                c.nvtx_after,
+                c.nvtx_on_cuda_threads,
+                share * 100.0,
+                secs(c.last_nvtx)
+            ),
+        )
+    } else {
+        g.decide(
+            false,
+            share,
+            Some(max),
+            format!(
+                "CUDA data lasts as long as the CUDA threads' NVTX ranges: {} of {} NVTX events start after the last CUDA runtime row ({})",
+                c.nvtx_after,
+                c.nvtx_on_cuda_threads,
+                secs(c.last_runtime_end)
+            ),
+        )
+    };
+    Ok(g)
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// G5 traffic
+
+/// An empty stretch of the GPU activity window: no kernel, memcpy or memset running.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gap {
+    pub start: i64,
+    pub end: i64,
+}
+
+/// The GPU activity window `[first start, last end]` over KERNEL, MEMCPY, MEMSET and its gaps (between the
+/// union of the intervals), longest first.
+/// `((first start, last end), gaps longest first)`.
+pub type GpuWindow = ((i64, i64), Vec<Gap>);
+
+pub fn device_gaps(e: &Export) -> Result<Option<GpuWindow>> {
+    if !WINDOW_TABLES.iter().any(|k| e.has_table(k.table())) {
+        return Ok(None);
+    }
+    // 16 bytes a row, sorted here (in place) rather than by SQLite (a temporary b-tree of the same rows);
+    // rows with a NULL or inverted interval are skipped by the export layer (counted in the document's
+    // source.skipped_rows)
+    let mut rows: Vec<(i64, i64)> = Vec::new();
+    let mut skips = crate::export::RowSkips::new();
+    for k in WINDOW_TABLES {
+        e.device_intervals(k, &mut skips, |s, en| rows.push((s, en)))?;
+    }
+    rows.sort_unstable();
+    let Some(&(first, _)) = rows.first() else { return Ok(None) };
+    let mut gaps = Vec::new();
+    let mut reach = i64::MIN;
+    for (s, en) in rows {
+        if reach != i64::MIN && s > reach {
+            gaps.push(Gap { start: reach, end: s });
+        }
+        reach = reach.max(en);
+    }
+    gaps.sort_by(|a, b| (b.end - b.start).cmp(&(a.end - a.start)).then(a.start.cmp(&b.start)));
+    Ok(Some(((first, reach), gaps)))
+}
+
+pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
+    let mut g = GateResult::new("G5", "traffic", "share");
+    if cx.opts.tier != Tier::Throughput {
+        return Ok(g.skip("throughput tier only"));
+    }
+    let Some(e) = cx.export else { return Ok(g.skip("no export to read (a .qdstrm: see G2)")) };
+    let Some(((first, last), gaps)) = device_gaps(e)? else {
+        return Ok(g.skip("no GPU rows (G3 decides)"));
+    };
+    let window = (last - first).max(1);
+    let t = &cx.opts.thresholds;
+    let min_gap_ns = (t.min_gap_ms * 1e6) as i64;
+    g.evidence.push(format!(
+        "{}: GPU activity window {} – {} ({}), {} empty stretches",
+        e.name(),
+        secs(first),
+        secs(last),
+        ms(window),
+        gaps.len()
+    ));
+    // the rate, for the reader: kernel starts in each tenth of the window
+    if let Some(tenths) = e.kernel_start_tenths(first, window)? {
+        g.evidence.push(format!(
+            "kernel starts per tenth of the window: {}",
+            tenths.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" ")
+        ));
+    }
+    for gap in gaps.iter().take(3) {
+        g.evidence.push(format!(
+            "empty {} – {} ({}, {:.1} % of the window)",
+            secs(gap.start),
+            secs(gap.end),
+            ms(gap.end - gap.start),
+            100.0 * (gap.end - gap.start) as f64 / window as f64
+        ));
+    }
+    let Some(longest) = gaps.first().copied() else {
+        return Ok(g.decide(false, 0.0, Some(t.max_gap_share), "the GPU is never idle inside its activity window"));
+    };
+    let len = longest.end - longest.start;
+    let share = len as f64 / window as f64;
+    g.at_ns = Some(longest.start);
+    let long: Vec<&Gap> = gaps
+        .iter()
+        .filter(|x| (x.end - x.start) as f64 / window as f64 > t.max_gap_share && x.end - x.start >= min_gap_ns)
+        .collect();
+    Ok(if !long.is_empty() {
+        let where_: Vec<String> = long.iter().map(|x| format!("{} – {}", secs(x.start), secs(x.end))).collect();
+        g.decide(
+            true,
+            share,
+            Some(t.max_gap_share),
+            format!(
+                "no kernel ran for {} ({:.1} % of the {} GPU activity window, above {:.0} % and ≥ {} ms) at {}: traffic was not steady (load stopped or stalled); re-capture under steady load",
+                ms(len),
+                share * 100.0,
+                ms(window),
+                t.max_gap_share * 100.0,
+                t.min_gap_ms,
+                where_.join(", ")
+            ),
+        )
+    } else {
+        g.decide(
+            false,
+            share,
+            Some(t.max_gap_share),
+            format!(
+                "kernels across the {} GPU activity window; longest empty stretch {} ({:.1} %) at {}; long means above {:.0} % of the window and ≥ {} ms",
+                ms(window),
+                ms(len),
+                share * 100.0,
+                secs(longest.start),
+                t.max_gap_share * 100.0,
+                t.min_gap_ms
+            ),
+        )
+    })
+}

@@ -1,0 +1,372 @@
+//! The one label-folding rule shared by `sqlite-ranges`, `nvtx-readiness` and `report`.
+//!
+//! Third-party NVTX carries ids in its labels: PyTorch's `torch.autograd.profiler.emit_nvtx()` names every op
+//! call `aten::mm, op_id = 41599` (plus `seq = N` with autograd on, `sizes = [[4, 256], [256, 256]]` with
+//! `record_shapes=True`, `stream = N`), and engines number their requests (`vibeserve.request.3`). Measured on
+//! a Hugging Face `generate()` capture (fixtures/nsys-2025.3.1/hf_eager): 92 185 distinct labels in 92 280 NVTX
+//! rows, so a per-label table is as long as the trace. Folding turns each into a stable label:
+//!
+//! | form | folded to | rule |
+//! |---|---|---|
+//! | `aten::mm, op_id = 41599` | `aten::mm` | `op_id` |
+//! | `aten::add, seq = 12, op_id = 7` | `aten::add` | `seq`, `op_id` |
+//! | `aten::mm, sizes = [[4, 256], [256, 256]]` | `aten::mm` | `sizes` |
+//! | `aten::cat, input_op_ids = [3, 4]` | `aten::cat` | `input_op_ids` |
+//! | `nccl:all_reduce, stream = 7` | `nccl:all_reduce` | `stream` |
+//! | `vibeserve.request.3` | `vibeserve.request.<n>` | `trailing_number` (a last dotted segment of digits only) |
+//! | `decode step 12` | `decode step <n>` | `trailing_number` (a last space-separated word of digits only) |
+//!
+//! Not folded: hashes and compile ids, which name different things (`## Call CompiledFxGraph
+//! fpfwjtfd4iuyycexefjctaadhoi5ngi4cv3hquuqiddusso5pqcc ##` keeps its hash; `Torch-Compiled Region: 0/1` is a
+//! recompilation of frame 0, not an occurrence of `0/0`), digits inside a word (`triton_poi_fused_add_0`,
+//! `layer3`), and a field this module does not know.
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One folding rule (the serialised names are the `rules` of a [`FoldedLabel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FoldRule {
+    /// `, op_id = N` (emit_nvtx's per-call op id).
+    OpId,
+    /// `, seq = N` (emit_nvtx's autograd sequence number).
+    Seq,
+    /// `, sizes = [...]` (emit_nvtx with `record_shapes=True`).
+    Sizes,
+    /// `, input_op_ids = [...]` (emit_nvtx with `record_shapes=True`).
+    InputOpIds,
+    /// `, stream = N`.
+    Stream,
+    /// A last dotted segment or last word made of digits only (`vibeserve.request.3`, `step 12`).
+    TrailingNumber,
+}
+
+const FIELD_RULES: [(&str, FoldRule); 5] = [
+    ("op_id", FoldRule::OpId),
+    ("seq", FoldRule::Seq),
+    ("sizes", FoldRule::Sizes),
+    ("input_op_ids", FoldRule::InputOpIds),
+    ("stream", FoldRule::Stream),
+];
+
+/// How many folded labels a document lists (the rest are counted in `folded_left_out`).
+pub const REPORT_LIMIT: usize = 100;
+
+/// The placeholder a trailing number is replaced by.
+pub const NUMBER: &str = "<n>";
+
+/// A label after folding, with the rules that changed it (empty: unchanged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fold {
+    pub label: String,
+    pub rules: Vec<FoldRule>,
+}
+
+impl Fold {
+    pub fn changed(&self) -> bool {
+        !self.rules.is_empty()
+    }
+}
+
+fn is_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `[...]` with balanced brackets, or an integer (optionally negative).
+fn is_field_value(v: &str, rule: FoldRule) -> bool {
+    let v = v.trim();
+    match rule {
+        FoldRule::Sizes | FoldRule::InputOpIds => {
+            v.starts_with('[') && v.ends_with(']') && {
+                let mut depth = 0i32;
+                v.chars().all(|c| {
+                    match c {
+                        '[' => depth += 1,
+                        ']' => depth -= 1,
+                        _ => {}
+                    }
+                    depth >= 0
+                }) && depth == 0
+            }
+        }
+        _ => is_digits(v.strip_prefix('-').unwrap_or(v)),
+    }
+}
+
+/// Split `base, k1 = v1, k2 = [a, b], …` into the base and its `key = value` fields, commas inside brackets
+/// belonging to the value. Returns None when the tail is not made of such fields (then nothing is folded).
+fn split_fields(raw: &str) -> Option<(&str, Vec<(&str, &str)>)> {
+    // the first ", ident = " starts the fields
+    let bytes = raw.as_bytes();
+    let mut depth = 0i32;
+    let mut cuts = Vec::new(); // byte offsets of top-level ", "
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'[' => depth += 1,
+            b']' => depth -= 1,
+            b',' if depth == 0 && bytes.get(i + 1) == Some(&b' ') => cuts.push(i),
+            _ => {}
+        }
+    }
+    let field_of = |s: &'_ str| -> Option<(usize, usize)> {
+        // "ident = value": returns (key end, value start)
+        let eq = s.find(" = ")?;
+        let key = &s[..eq];
+        (!key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')).then_some((eq, eq + 3))
+    };
+    let first = cuts.iter().position(|&c| field_of(&raw[c + 2..]).is_some())?;
+    let base = &raw[..cuts[first]];
+    let mut fields = Vec::new();
+    for (k, &c) in cuts[first..].iter().enumerate() {
+        let end = cuts.get(first + k + 1).copied().unwrap_or(raw.len());
+        let part = &raw[c + 2..end];
+        let (ke, vs) = field_of(part)?;
+        fields.push((&part[..ke], &part[vs..]));
+    }
+    Some((base, fields))
+}
+
+/// Fold one label (see the module documentation for the forms).
+pub fn fold_label(raw: &str) -> Fold {
+    let mut rules = Vec::new();
+    let mut label = raw.to_string();
+    if let Some((base, fields)) = split_fields(raw) {
+        let mut kept = Vec::new();
+        for (k, v) in &fields {
+            match FIELD_RULES.iter().find(|(name, _)| name == k) {
+                Some((_, rule)) if is_field_value(v, *rule) => rules.push(*rule),
+                _ => kept.push(format!("{k} = {v}")),
+            }
+        }
+        if !rules.is_empty() {
+            label = std::iter::once(base.to_string()).chain(kept).collect::<Vec<_>>().join(", ");
+        }
+    }
+    // a trailing number: last dotted segment or last word, digits only, after a non-empty head that is not
+    // itself a number (a label that IS a number, "3", stays)
+    let cut = match (label.rfind('.'), label.rfind(' ')) {
+        (Some(d), Some(s)) => Some(d.max(s)),
+        (a, b) => a.or(b),
+    };
+    if let Some(i) = cut {
+        let (head, tail) = (&label[..i], &label[i + 1..]);
+        if is_digits(tail) && !head.trim().is_empty() && !is_digits(head.trim()) {
+            label = format!("{head}{}{NUMBER}", &label[i..=i]);
+            rules.push(FoldRule::TrailingNumber);
+        }
+    }
+    rules.sort();
+    rules.dedup();
+    Fold { label, rules }
+}
+
+/// Whether a label carries an id that [`fold_label`] folds (a naming finding for `nvtx-readiness`).
+pub fn is_id_bearing(raw: &str) -> bool {
+    fold_label(raw).changed()
+}
+
+/// One folded label of a [`FoldReport`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FoldedLabel {
+    /// The stable label.
+    pub label: String,
+    /// Occurrences (NVTX ranges) it now holds, over all raw labels it folds.
+    pub occurrences: u64,
+    /// Distinct raw labels folded into it.
+    pub raw_labels: u64,
+    /// The rules that applied, over all its raw labels.
+    pub rules: Vec<FoldRule>,
+    /// Up to three raw labels, in first-seen order.
+    pub examples: Vec<String>,
+}
+
+/// What folding did to a set of labels: one entry per stable label that some raw label was folded into.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FoldReport {
+    /// Distinct labels before folding.
+    pub raw_labels: u64,
+    /// Distinct labels after folding (folded and unchanged together).
+    pub labels: u64,
+    /// Occurrences whose label was folded.
+    pub folded_occurrences: u64,
+    /// The folded labels, most occurrences first (ties by label), at most `limit` of them.
+    pub folded: Vec<FoldedLabel>,
+    /// Folded labels left out of `folded` by its limit.
+    pub folded_left_out: u64,
+}
+
+#[derive(Default)]
+struct Entry {
+    occurrences: u64,
+    raw: u64,
+    rules: Vec<FoldRule>,
+    examples: Vec<String>,
+}
+
+/// Accumulates raw labels (with their occurrence counts) and remembers what each folded into.
+#[derive(Default)]
+pub struct Folder {
+    /// raw label -> folded label (None: unchanged)
+    seen: std::collections::HashMap<String, Option<String>>,
+    folded: BTreeMap<String, Entry>,
+    unchanged: std::collections::HashSet<String>,
+    folded_occurrences: u64,
+}
+
+impl Folder {
+    pub fn new() -> Folder {
+        Folder::default()
+    }
+
+    /// Record `n` occurrences of `raw`; returns the label to use for it.
+    pub fn add(&mut self, raw: &str, n: u64) -> String {
+        let target = match self.seen.get(raw) {
+            Some(t) => t.clone(),
+            None => {
+                let f = fold_label(raw);
+                let t = f.changed().then(|| f.label.clone());
+                match &t {
+                    Some(label) => {
+                        let e = self.folded.entry(label.clone()).or_default();
+                        e.raw += 1;
+                        for r in f.rules {
+                            if !e.rules.contains(&r) {
+                                e.rules.push(r);
+                            }
+                        }
+                        e.rules.sort();
+                        if e.examples.len() < 3 {
+                            e.examples.push(raw.to_string());
+                        }
+                    }
+                    None => {
+                        self.unchanged.insert(raw.to_string());
+                    }
+                }
+                self.seen.insert(raw.to_string(), t.clone());
+                t
+            }
+        };
+        match target {
+            Some(label) => {
+                self.folded.get_mut(&label).expect("entry made above").occurrences += n;
+                self.folded_occurrences += n;
+                label
+            }
+            None => raw.to_string(),
+        }
+    }
+
+    /// The report, with at most `limit` folded labels listed.
+    pub fn report(&self, limit: usize) -> FoldReport {
+        let mut folded: Vec<FoldedLabel> = self
+            .folded
+            .iter()
+            .map(|(label, e)| FoldedLabel {
+                label: label.clone(),
+                occurrences: e.occurrences,
+                raw_labels: e.raw,
+                rules: e.rules.clone(),
+                examples: e.examples.clone(),
+            })
+            .collect();
+        folded.sort_by(|a, b| b.occurrences.cmp(&a.occurrences).then_with(|| a.label.cmp(&b.label)));
+        let left_out = folded.len().saturating_sub(limit) as u64;
+        folded.truncate(limit);
+        let mut stable: std::collections::HashSet<&str> = self.unchanged.iter().map(String::as_str).collect();
+        stable.extend(self.folded.keys().map(String::as_str));
+        FoldReport {
+            raw_labels: self.seen.len() as u64,
+            labels: stable.len() as u64,
+            folded_occurrences: self.folded_occurrences,
+            folded,
+            folded_left_out: left_out,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(raw: &str) -> (String, Vec<FoldRule>) {
+        let x = fold_label(raw);
+        (x.label, x.rules)
+    }
+
+    #[test]
+    fn emit_nvtx_fields_fold() {
+        // real labels of fixtures/nsys-2025.3.1/hf_node (emit_nvtx under no_grad: no seq)
+        assert_eq!(f("aten::mm, op_id = 41599"), ("aten::mm".into(), vec![FoldRule::OpId]));
+        assert_eq!(f("aten::randint, op_id = 1").0, "aten::randint");
+        assert_eq!(f("detach_, op_id = 15").0, "detach_");
+        assert_eq!(f("TorchDynamo Cache Lookup, op_id = 995").0, "TorchDynamo Cache Lookup");
+        // the other emit_nvtx fields (torch/autograd/profiler.py: seq with grad, sizes/input_op_ids with shapes)
+        assert_eq!(
+            f("aten::addmm, seq = 12, op_id = 7, sizes = [[4, 256], [256, 256], []], input_op_ids = [(5,0), (6,0)]"),
+            ("aten::addmm".into(), vec![FoldRule::OpId, FoldRule::Seq, FoldRule::Sizes, FoldRule::InputOpIds])
+        );
+        assert_eq!(f("nccl:all_reduce, stream = 7"), ("nccl:all_reduce".into(), vec![FoldRule::Stream]));
+        // an unknown field stays, a known one folds next to it
+        assert_eq!(f("custom, op_id = 3, tag = warm").0, "custom, tag = warm");
+        // a known field with a value that is not an id stays
+        assert_eq!(f("x, stream = default"), ("x, stream = default".into(), vec![]));
+        assert_eq!(f("x, sizes = [[1, 2]"), ("x, sizes = [[1, 2]".into(), vec![]));
+    }
+
+    #[test]
+    fn trailing_numbers_fold() {
+        assert_eq!(f("vibeserve.request.3"), ("vibeserve.request.<n>".into(), vec![FoldRule::TrailingNumber]));
+        assert_eq!(f("vibeserve.request.12").0, "vibeserve.request.<n>");
+        assert_eq!(f("hf.batch.4").0, "hf.batch.<n>");
+        assert_eq!(f("app.request.0").0, "app.request.<n>");
+        assert_eq!(f("decode step 12").0, "decode step <n>");
+        // not a number to fold: digits inside a word, a label that is a number, a version
+        assert_eq!(f("triton_poi_fused_add_0").1, vec![]);
+        assert_eq!(f("layer3").1, vec![]);
+        assert_eq!(f("3").1, vec![]);
+        assert_eq!(f("hf.decode_step").1, vec![]);
+        // both kinds at once
+        assert_eq!(f("step 7, op_id = 9"), ("step <n>".into(), vec![FoldRule::OpId, FoldRule::TrailingNumber]));
+    }
+
+    #[test]
+    fn hashes_and_compile_ids_are_not_folded_blindly() {
+        // real: the inductor graph's hash stays (two different graphs must stay two labels); only op_id goes
+        let raw = "## Call CompiledFxGraph fpfwjtfd4iuyycexefjctaadhoi5ngi4cv3hquuqiddusso5pqcc ##, op_id = 999";
+        assert_eq!(f(raw), ("## Call CompiledFxGraph fpfwjtfd4iuyycexefjctaadhoi5ngi4cv3hquuqiddusso5pqcc ##".into(), vec![FoldRule::OpId]));
+        let other = "## Call CompiledFxGraph fxabc123def4567890000000000000000000000000000000000 ##, op_id = 1";
+        assert_ne!(fold_label(raw).label, fold_label(other).label);
+        // a hash whose last characters are digits is still not a trailing number (no separator)
+        assert_eq!(f("CompiledFxGraph f3a9c0d1e2b4567").1, vec![]);
+        // real: frame 0 compiled twice (batch 1, then batch 4 recompiles): 0/0 and 0/1 stay apart
+        assert_eq!(f("Torch-Compiled Region: 0/0, op_id = 996").0, "Torch-Compiled Region: 0/0");
+        assert_eq!(f("Torch-Compiled Region: 0/1, op_id = 2000").0, "Torch-Compiled Region: 0/1");
+        // and a blind digits-to-# rule would have merged them: this one does not
+        assert!(!is_id_bearing("Torch-Compiled Region: 0/1"));
+    }
+
+    #[test]
+    fn folder_reports_what_it_folded() {
+        let mut fo = Folder::new();
+        for (i, n) in [(41599, 1), (41600, 2), (41601, 1)] {
+            assert_eq!(fo.add(&format!("aten::mm, op_id = {i}"), n), "aten::mm");
+        }
+        assert_eq!(fo.add("hf.decode_step", 94), "hf.decode_step");
+        assert_eq!(fo.add("vibeserve.request.1", 1), "vibeserve.request.<n>");
+        assert_eq!(fo.add("vibeserve.request.1", 1), "vibeserve.request.<n>");
+        assert_eq!(fo.add("vibeserve.request.2", 1), "vibeserve.request.<n>");
+        let r = fo.report(10);
+        assert_eq!(r.raw_labels, 6);
+        assert_eq!(r.labels, 3);
+        assert_eq!(r.folded_occurrences, 7);
+        assert_eq!(r.folded[0].label, "aten::mm");
+        assert_eq!((r.folded[0].occurrences, r.folded[0].raw_labels), (4, 3));
+        assert_eq!(r.folded[0].examples.len(), 3);
+        assert_eq!(r.folded[1].label, "vibeserve.request.<n>");
+        assert_eq!((r.folded[1].occurrences, r.folded[1].raw_labels), (3, 2));
+        let r1 = fo.report(1);
+        assert_eq!((r1.folded.len(), r1.folded_left_out), (1, 1));
+    }
+}
