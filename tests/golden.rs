@@ -5,7 +5,7 @@
 //!
 //! Each `.out` file is `exit N\n` followed by the binary's stdout. Run-dependent text is neutralised before
 //! the comparison, and only that: the absolute checkout path (`<ROOT>`) and the path of a temporary folder or
-//! file of nsyskit (`<TMP>`). No case records a run time: kern-csv-to-json gets `--captured-at` instead of
+//! file of nsyskit (`<TMP>`), and kern-csv-to-json's `source_mtime_utc` (`<MTIME>`, the checkout's time). No case records a run time: kern-csv-to-json gets `--captured-at` instead of
 //! its default (the CSV file's modification time, which is the checkout's time).
 //!
 //! Cases run in parallel on the debug binaries (the whole set takes seconds).
@@ -158,7 +158,10 @@ fn neutralise(text: &str) -> String {
     let root = root().display().to_string();
     let t = text.replace(&root, "<ROOT>");
     let tmp = regex::Regex::new(r"(/tmp|/var/tmp|/var/folders/[^\s\x22]*)/nsyskit-[A-Za-z0-9_.-]+").unwrap();
-    tmp.replace_all(&t, "<TMP>").into_owned()
+    let t = tmp.replace_all(&t, "<TMP>");
+    // a checkout's file mtimes are the clone's, not the capture's
+    let mtime = regex::Regex::new(r#""source_mtime_utc": ?"[^"]*""#).unwrap();
+    mtime.replace_all(&t, r#""source_mtime_utc": "<MTIME>""#).into_owned()
 }
 
 fn run_case(c: &Case) -> Vec<u8> {
