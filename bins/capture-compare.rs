@@ -36,6 +36,8 @@ struct Args {
 fn main() {
     main_with("capture-compare", || {
         let a = Args::parse();
+        // a serve-capture run folder that never reached a terminal state is not evidence (docs/serve-capture.md)
+        let unfinished = [&a.a, &a.b].into_iter().try_for_each(|p| nsyskit::serve_capture::refuse_unfinished(p));
         let opts = nsyskit::compare::CompareOptions {
             a: a.a,
             b: a.b,
@@ -44,6 +46,6 @@ fn main() {
             categories: a.categories,
             top: a.top,
         };
-        emit("capture-compare", nsyskit::compare::run(&opts), a.out.style())
+        emit("capture-compare", unfinished.and_then(|_| nsyskit::compare::run(&opts)), a.out.style())
     })
 }
