@@ -57,6 +57,10 @@ pub struct CaptureRecipe {
     pub env: Vec<EnvVar>,
     /// `--instrumentation NAME=STATE`, in the order given (the engine's NVTX/tracing switches).
     pub instrumentation: Vec<Switch>,
+    /// `CUDA_INJECTION64_PATH` where the engine starts from (`--env`, else this environment), recorded with
+    /// `--preflight`/`--record`; any value but nsys's own `libToolsInjection64.so` is a `cuda-injection` warning.
+    #[serde(default)]
+    pub cuda_injection64_path: Option<String>,
 }
 
 /// A chosen environment variable.
@@ -403,12 +407,16 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
         None => None,
     };
 
-    if preflight || opts.record.is_some() {
-        // the environment the engine starts from: ours, and the --env values given
-        let given = env.iter().find(|e| e.name == "CUDA_INJECTION64_PATH" && e.source == "given").and_then(|e| e.value.clone());
-        match given.map(|v| (v, "--env")).or_else(|| opts.cuda_injection.clone().map(|v| (v, "in the environment nsys and the engine start from"))) {
-            Some((v, _)) if is_nsys_injection(&v) => checks.push(check("cuda-injection", "pass", format!("CUDA_INJECTION64_PATH is nsys's own ({v})"))),
-            Some((v, whence)) => checks.push(check("cuda-injection", "warn", cuda_injection_reason(&v, whence))),
+    // the environment the engine starts from: the --env value given, else ours
+    let given = env.iter().find(|e| e.name == "CUDA_INJECTION64_PATH" && e.source == "given").and_then(|e| e.value.clone());
+    let injection = given.map(|v| (v, "--env")).or_else(|| opts.cuda_injection.clone().map(|v| (v, "in the environment nsys and the engine start from")));
+    if let Some((v, whence)) = injection.as_ref().filter(|(v, _)| !is_nsys_injection(v) && !preflight && opts.record.is_some()) {
+        eprintln!("nsys-resolve: warning: {}", cuda_injection_reason(v, whence));
+    }
+    if preflight {
+        match &injection {
+            Some((v, _)) if is_nsys_injection(v) => checks.push(check("cuda-injection", "pass", format!("CUDA_INJECTION64_PATH is nsys's own ({v})"))),
+            Some((v, whence)) => checks.push(check("cuda-injection", "warn", cuda_injection_reason(v, whence))),
             None => checks.push(check("cuda-injection", "pass", "CUDA_INJECTION64_PATH is not set")),
         }
         if let Some(g) = gpu.as_ref().filter(|g| g.status == "available") {
@@ -451,6 +459,7 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
             client_cmd,
             env,
             instrumentation,
+            cuda_injection64_path: injection.as_ref().filter(|_| want_gpu).map(|(v, _)| v.clone()),
         },
         repo,
         host: Host {
@@ -465,4 +474,23 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
         write_record(dir, &doc)?;
     }
     Ok(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nsys_versus_driver_cuda() {
+        // measured: 2023.4.4 truncates CUDA rows on the CUDA 13.0 driver of the H200 machine; 2025.3.1 does not
+        assert!(nsys_too_old_for_driver("2023.4.4.54-234433681190v0", "13.0").unwrap().contains("cbid 468"));
+        assert_eq!(nsys_too_old_for_driver("2025.3.1.90-253135822126v0", "13.0"), None);
+        assert_eq!(nsys_too_old_for_driver("2023.4.4.54", "12.4"), None);
+        assert!(nsys_too_old_for_driver("2022.1.1", "12.2").is_some());
+        assert!(nsys_too_old_for_driver("2025.3.1", "14.0").unwrap().contains("newer than any CUDA major"));
+        assert_eq!(nsys_too_old_for_driver("2025.3.1", "11.8"), None);
+        assert_eq!(nsys_too_old_for_driver("garbage", "13.0"), None);
+        assert!(is_nsys_injection("/opt/nvidia/nsight-systems/2025.3.1/target-linux-x64/libToolsInjection64.so"));
+        assert!(!is_nsys_injection("/opt/zymtrace/libzymtrace.so"));
+    }
 }

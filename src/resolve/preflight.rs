@@ -534,6 +534,17 @@ mod tests {
     }
 
     #[test]
+    fn clock_policy_answer() {
+        // the CSV form nvidia-smi prints for CLOCKS_QUERY (header names, units, [N/A]); no real capture of this
+        // query exists in fixtures/nvidia-smi yet
+        let t = "index, clocks_event_reasons.active, clocks.applications.graphics [MHz], clocks.applications.memory [MHz]\n0, 0x0000000000000004, 1980 MHz, 3201 MHz\n1, [N/A], [N/A], [N/A]\n";
+        let c = parse_clocks(t).unwrap();
+        assert_eq!(c[0], (0, Some("0x0000000000000004".into()), Some(1980), Some(3201)));
+        assert_eq!(c[1], (1, None, None, None));
+        assert!(parse_clocks("index\n0\n").is_err());
+    }
+
+    #[test]
     fn proc_net_tcp() {
         let t = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 12345 1 0000000000000000 100 0 0 10 0\n   1: 0100007F:1F91 0100007F:9999 01 00000000:00000000 00:00000000 00000000  1000        0 12346 1\n";
         let l = parse_proc_net_tcp(t, false);
