@@ -649,7 +649,7 @@ fn gpu_pin_and_gpu_release_check() {
         common::assert_valid(&doc);
         assert_eq!(code, Some(1), "{doc}\n{err}");
         assert_eq!(doc["gpu_pin"], serde_json::json!({"index": 0, "uuid": uuid, "cuda_visible_devices": "0"}));
-        assert_eq!(std::fs::read_to_string(&cvd_file).unwrap().trim(), "0", "the client runs pinned");
+        assert_eq!(std::fs::read_to_string(&cvd_file).unwrap_or_else(|e| panic!("{e}: {doc}\n{err}")).trim(), "0", "the client runs pinned");
         assert!(std::fs::read_to_string(out.join("nsys.log")).unwrap().contains("server CVD=0"), "the server runs pinned");
         let prov: Value = serde_json::from_slice(&std::fs::read(out.join("provenance.json")).unwrap()).unwrap();
         assert_eq!(prov["gpu"]["targets"], serde_json::json!([0]));
