@@ -810,3 +810,33 @@ fn unfinished_run_folders_are_refused_by_the_analysis_tools() {
     // a folder serve-capture has nothing to do with is not judged
     assert_eq!(nsyskit::serve_capture::run_state(tmp.path()), nsyskit::serve_capture::RunState::NotARun);
 }
+
+/// The real worker-death and GPU-release runs on the H200 (fixtures/serve-capture-gpu/checks, nsys 2025.3.1).
+#[test]
+fn the_h200_checks_documents() {
+    let read = |f: &str| -> Value { serde_json::from_slice(&std::fs::read(common::fixture(&format!("serve-capture-gpu/checks/{f}"))).unwrap()).unwrap() };
+    let (rel, prov, wrk) = (read("release.serve-capture.json"), read("release.provenance.json"), read("worker.serve-capture.json"));
+    for d in [&rel, &prov, &wrk] {
+        common::assert_valid(d);
+    }
+    assert_eq!(rel["outcome"], "ok");
+    assert_eq!(rel["cleanup"]["gpu_check"], "passed");
+    assert_eq!(rel["gpu_pin"]["index"], 0);
+    assert_eq!(rel["gpu_pin"]["uuid"], prov["gpu"]["gpus"][0]["uuid"]);
+    assert_eq!(prov["gpu"]["target_source"], "--gpu");
+    assert_eq!(prov["capture"]["instrumentation"], serde_json::json!([{"name": "nvtx", "state": "on"}]));
+    for g in [&prov["gpu"]["gpus"][0], &rel["gpu_end"]["gpus"][0]] {
+        assert_eq!(g["clocks_event_reasons_field"], "clocks_event_reasons.active");
+        assert!(g["clocks_event_reasons_active"].as_str().unwrap().starts_with("0x"));
+        assert_eq!((g["app_clock_graphics_mhz"].as_u64(), g["app_clock_memory_mhz"].as_u64()), (Some(1980), Some(3201)));
+    }
+    assert!(rel["processes"].as_array().unwrap().iter().all(|p| p["gone"] == true));
+    assert_eq!(wrk["outcome"], "failed");
+    assert_eq!(wrk["failures"][0]["stage"], "worker");
+    let w = wrk["processes"].as_array().unwrap().iter().find(|p| p["ended"] == "exit 7").expect("the worker that died");
+    assert_eq!(w["role"], "server-child");
+    assert!(w["signals_sent"].as_array().unwrap().is_empty());
+    let reason = wrk["failures"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains(&format!("worker pid {} ", w["pid"])) && reason.contains("exit 7") && reason.contains("--multiprocessing-fork"), "{reason}");
+    assert_eq!(wrk["cleanup"]["gpu_check"], "passed");
+}

@@ -535,12 +535,12 @@ mod tests {
 
     #[test]
     fn clock_policy_answer() {
-        // the CSV form nvidia-smi prints for CLOCKS_QUERY (header names, units, [N/A]); no real capture of this
-        // query exists in fixtures/nvidia-smi yet
-        let t = "index, clocks_event_reasons.active, clocks.applications.graphics [MHz], clocks.applications.memory [MHz]\n0, 0x0000000000000004, 1980 MHz, 3201 MHz\n1, [N/A], [N/A], [N/A]\n";
-        let c = parse_clocks(t).unwrap();
-        assert_eq!(c[0], (0, Some("0x0000000000000004".into()), Some(1980), Some(3201)));
-        assert_eq!(c[1], (1, None, None, None));
+        // the real H200 answer (driver 580.159.04, idle: reason 0x1 = GPU idle); both query names answer it
+        let c = parse_clocks(include_str!("../../fixtures/nvidia-smi/query_clocks.csv")).unwrap();
+        assert_eq!(c, vec![(0, Some("0x0000000000000001".into()), Some(1980), Some(3201))]);
+        // a GPU without the figures prints [N/A] (edge case, synthetic line in the same form)
+        let na = "index, clocks_event_reasons.active, clocks.applications.graphics [MHz], clocks.applications.memory [MHz]\n1, [N/A], [N/A], [N/A]\n";
+        assert_eq!(parse_clocks(na).unwrap(), vec![(1, None, None, None)]);
         assert!(parse_clocks("index\n0\n").is_err());
     }
 
