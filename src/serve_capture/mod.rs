@@ -607,6 +607,15 @@ struct Run<'a> {
     watcher: Option<procs::ExitWatcher>,
     /// A worker of the server failed while its parent lived (`stage: worker` recorded).
     worker_failed: bool,
+    /// What the preflight fixed.
+    p: Plan,
+    /// The recorded processes: nsys, the server, the clients (indices into `procs`).
+    prof: usize,
+    server_i: Option<usize>,
+    warmup_i: Option<usize>,
+    load_i: Option<usize>,
+    ready: Option<Ready>,
+    injection: Vec<InjectionFinding>,
 }
 
 impl Run<'_> {
@@ -852,10 +861,46 @@ fn tail_of(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join(" | ")
 }
 
+/// What the preflight fixed before anything starts: the URLs, the run folder, the resolved nsys and its argv,
+/// the provenance facts the later steps need, the window.
+struct Plan {
+    health: http::Url,
+    urls: Vec<(String, http::Url)>,
+    is_local: bool,
+    out: PathBuf,
+    nsys: PathBuf,
+    version: String,
+    args: Vec<String>,
+    added: Vec<AddedFlag>,
+    nsys_argv: Vec<String>,
+    files: Files,
+    gpu_start: Option<crate::resolve::GpuState>,
+    gpu_pin: Option<GpuPin>,
+    timed: bool,
+    window: Window,
+    preflight_failed: Option<String>,
+}
+
 /// Run the whole lifecycle. Errors (exit 2) only before anything was started; afterwards every problem is a
 /// failure in the document (exit 1), and the recorded processes are always cleaned up.
 pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
     let t0 = Instant::now();
+    let plan = preflight(o)?;
+    let mut r = Run::new(o, t0, plan);
+    if let Some(reason) = r.p.preflight_failed.clone() {
+        return r.refused(reason);
+    }
+    r.launch()?;
+    // each step returns false when the run cannot go on; the cleanup always runs
+    let _ = r.ready() && r.warmup() && r.load();
+    let (cleanup, gpu_end) = r.shutdown();
+    let (capture, gate) = r.analyse();
+    r.record_run(cleanup, gpu_end, capture, gate)
+}
+
+/// Step 1, before anything is created or started: the usage checks, nsys-resolve (the nsys, its capabilities,
+/// the preflight), the nsys argv; then the run folder, `run-state` and the provenance written at start.
+fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
     let health = http::Url::parse(&o.health).map_err(|e| e.with_arg("--health"))?;
     let mut urls = vec![(o.health.clone(), health.clone())];
     if let Some(m) = &o.models {
@@ -929,7 +974,7 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
 
     let timed = o.delay_s.is_some() || o.duration_s.is_some();
     let ranged = o.capture_range.as_deref().is_some_and(|r| r != "none");
-    let mut window = Window {
+    let window = Window {
         mode: if timed { "time" } else if ranged { "range" } else { "whole" }.into(),
         delay_s: o.delay_s,
         duration_s: o.duration_s,
@@ -939,30 +984,50 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
         end_est_s: None,
     };
 
-    if matches!(o.stop, StopSource::ProcessSignals) {
-        procs::install_stop_handlers();
-    }
-    let watcher = match procs::ExitWatcher::start() {
-        Ok(w) => Some(w),
-        Err(e) => {
-            eprintln!("serve-capture: note: no process-event connector ({e}): a worker's exit status is read only while it is a zombie");
-            None
+    Ok(Plan { health, urls, is_local, out, nsys, version, args, added, nsys_argv, files, gpu_start, gpu_pin, timed, window, preflight_failed })
+}
+
+impl<'a> Run<'a> {
+    fn new(o: &'a ServeCaptureOptions, t0: Instant, p: Plan) -> Run<'a> {
+        if matches!(o.stop, StopSource::ProcessSignals) {
+            procs::install_stop_handlers();
         }
-    };
-    let mut r = Run {
-        o,
-        t0,
-        out: out.clone(),
-        pids_dir: out.join("pids"),
-        procs: Vec::new(),
-        failures: Vec::new(),
-        stop_seen: None,
-        red,
-        watcher,
-        worker_failed: false,
-    };
-    if let Some(reason) = preflight_failed {
-        r.fail("preflight", format!("nsys-resolve says RETRY: {reason}; nothing was started (see {})", files.provenance));
+        let watcher = match procs::ExitWatcher::start() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                eprintln!("serve-capture: note: no process-event connector ({e}): a worker's exit status is read only while it is a zombie");
+                None
+            }
+        };
+        Run {
+            o,
+            t0,
+            out: p.out.clone(),
+            pids_dir: p.out.join("pids"),
+            procs: Vec::new(),
+            failures: Vec::new(),
+            stop_seen: None,
+            red: redactor(o),
+            watcher,
+            worker_failed: false,
+            p,
+            prof: 0,
+            server_i: None,
+            ready: None,
+            injection: Vec::new(),
+            warmup_i: None,
+            load_i: None,
+        }
+    }
+
+    /// The preflight said RETRY: nothing was started; the document says why.
+    fn refused(&mut self, reason: String) -> Result<ServeCaptureDoc> {
+        let r = self;
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        r.fail("preflight", format!("nsys-resolve says RETRY: {reason}; nothing was started (see {})", r.p.files.provenance));
         let (schema, tool) = ServeCaptureDoc::header();
         let doc = ServeCaptureDoc {
             schema,
@@ -970,11 +1035,11 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
             outcome: "failed".into(),
             failures: r.failures.clone(),
             out_dir: out.display().to_string(),
-            files,
-            nsys: NsysInfo { path: nsys.display().to_string(), version },
-            window,
-            nsys_argv,
-            added_flags: added,
+            files: r.p.files.clone(),
+            nsys: NsysInfo { path: nsys.display().to_string(), version: version.clone() },
+            window: r.p.window.clone(),
+            nsys_argv: r.p.nsys_argv.clone(),
+            added_flags: r.p.added.clone(),
             env_names: o.env.iter().map(|(k, _)| k.clone()).collect(),
             processes: vec![],
             ready: None,
@@ -983,80 +1048,94 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
             diagnostic: None,
             capture: None,
             gate: None,
-            cleanup: Cleanup { all_gone: true, port: Some(health.port), gpu_check: Some("not checked".into()), gpu_reason: Some("nothing was started".into()), ..Default::default() },
-            gpu_pin,
+            cleanup: Cleanup { all_gone: true, port: Some(r.p.health.port), gpu_check: Some("not checked".into()), gpu_reason: Some("nothing was started".into()), ..Default::default() },
+            gpu_pin: r.p.gpu_pin.clone(),
             injection: vec![],
             gpu_end: None,
             wall_s: r.now(),
         };
         let doc = finish_doc(&r.red, &out, doc)?;
         write_run_state(&out, "failed");
-        return Ok(doc);
+        Ok(doc)
+
     }
 
-    // 1. nsys profile … SERVER, in its own session, env set on the nsys process
-    let log = File::create(out.join("nsys.log")).map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
-    let log2 = log.try_clone().map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
-    let mut cmd = Command::new(&nsys);
-    cmd.args(&args).stdin(Stdio::null()).stdout(log).stderr(log2);
-    if let Some(d) = &o.cwd {
-        cmd.current_dir(d);
-    }
-    for (k, v) in &o.env {
-        cmd.env(k, v);
-    }
-    if let Some(p) = &gpu_pin {
-        cmd.env("CUDA_VISIBLE_DEVICES", &p.cuda_visible_devices);
-    }
-    new_session(&mut cmd);
-    r.say(format!("starting {}", shlex::try_join(nsys_argv.iter().map(String::as_str)).unwrap_or_default()));
-    let child = cmd.spawn().map_err(|e| Error::env(format!("cannot start {}: {e}", nsys.display())))?;
-    let ppid = child.id() as i32;
-    let pst = procs::stat(ppid).map(|s| s.starttime).unwrap_or(0);
-    let prof = r.record("profiler", ppid, pst, nsys_argv.clone(), Some(child));
-    let launched_at = r.now();
-    let ms = |x: f64| (x * 1000.0).round() / 1000.0;
-    if let Some(d) = o.delay_s {
-        window.start_est_s = Some(ms(launched_at + d));
-        window.end_est_s = o.duration_s.map(|x| ms(launched_at + d + x));
-    } else if let Some(x) = o.duration_s {
-        window.start_est_s = Some(launched_at);
-        window.end_est_s = Some(ms(launched_at + x));
+    /// Step 2: `nsys profile … SERVER` in its own session, env set on the nsys process.
+    fn launch(&mut self) -> Result<()> {
+        let r = self;
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        // 1. nsys profile … SERVER, in its own session, env set on the nsys process
+        let log = File::create(out.join("nsys.log")).map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
+        let log2 = log.try_clone().map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
+        let mut cmd = Command::new(&nsys);
+        cmd.args(&r.p.args).stdin(Stdio::null()).stdout(log).stderr(log2);
+        if let Some(d) = &o.cwd {
+            cmd.current_dir(d);
+        }
+        for (k, v) in &o.env {
+            cmd.env(k, v);
+        }
+        if let Some(p) = &r.p.gpu_pin {
+            cmd.env("CUDA_VISIBLE_DEVICES", &p.cuda_visible_devices);
+        }
+        new_session(&mut cmd);
+        r.say(format!("starting {}", shlex::try_join(r.p.nsys_argv.iter().map(String::as_str)).unwrap_or_default()));
+        let child = cmd.spawn().map_err(|e| Error::env(format!("cannot start {}: {e}", nsys.display())))?;
+        let ppid = child.id() as i32;
+        let pst = procs::stat(ppid).map(|s| s.starttime).unwrap_or(0);
+        let argv = r.p.nsys_argv.clone();
+        r.prof = r.record("profiler", ppid, pst, argv, Some(child));
+        let launched_at = r.now();
+        let ms = |x: f64| (x * 1000.0).round() / 1000.0;
+        if let Some(d) = o.delay_s {
+            r.p.window.start_est_s = Some(ms(launched_at + d));
+            r.p.window.end_est_s = o.duration_s.map(|x| ms(launched_at + d + x));
+        } else if let Some(x) = o.duration_s {
+            r.p.window.start_est_s = Some(launched_at);
+            r.p.window.end_est_s = Some(ms(launched_at + x));
+        }
+
+        Ok(())
     }
 
-    let mut ready = None;
-    let mut injection: Vec<InjectionFinding> = Vec::new();
-    let mut warmup_i = None;
-    let mut load_i = None;
-    let mut server_i: Option<usize> = None;
-
-    // 2. readiness
-    'life: {
+    /// Step 3: readiness (the server found under nsys, every URL 2xx, its workers recorded and watched, a
+    /// foreign CUDA injector in their environment refused).
+    fn ready(&mut self) -> bool {
+        let r = self;
+        let ppid = r.procs[r.prof].rec.pid as i32;
+        let urls = r.p.urls.clone();
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
         let deadline = Instant::now() + o.ready_timeout;
         let mut polls = 0u64;
         let mut last = String::new();
         loop {
             if r.stopped() {
-                break 'life;
+                return false;
             }
-            if server_i.is_none() {
+            if r.server_i.is_none() {
                 if let Some(s) = find_server(ppid, &o.server[0]) {
                     r.say(format!("server pid {} ({})", s.pid, s.comm));
-                    server_i = Some(r.record("server", s.pid, s.starttime, procs::cmdline(s.pid), None));
+                    r.server_i = Some(r.record("server", s.pid, s.starttime, procs::cmdline(s.pid), None));
                 }
             }
             if r.poll_end(prof) {
                 let how = r.procs[prof].rec.ended.clone().unwrap_or_default();
                 r.fail("ready", format!("the profiled process exited ({how} of nsys) before the server was ready; nsys.log: {}", tail_of(&out.join("nsys.log"), 4)));
-                break 'life;
+                return false;
             }
-            if let Some(si) = server_i {
+            if let Some(si) = r.server_i {
                 if r.poll_end(si) {
                     r.fail("ready", format!("the server (pid {}) exited before it was ready; nsys.log: {}", r.procs[si].rec.pid, tail_of(&out.join("nsys.log"), 4)));
-                    break 'life;
+                    return false;
                 }
                 if r.watch_workers(si) {
-                    break 'life;
+                    return false;
                 }
             }
             polls += 1;
@@ -1077,28 +1156,28 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
                 }
             }
             if all_ok {
-                if server_i.is_none() {
+                if r.server_i.is_none() {
                     if let Some(s) = find_server(ppid, &o.server[0]) {
-                        server_i = Some(r.record("server", s.pid, s.starttime, procs::cmdline(s.pid), None));
+                        r.server_i = Some(r.record("server", s.pid, s.starttime, procs::cmdline(s.pid), None));
                     }
                 }
                 let at = r.now();
                 r.say(format!("ready after {polls} polls"));
-                ready = Some(Ready { urls: urls.iter().map(|(s, _)| s.clone()).collect(), at_s: at, polls });
+                r.ready = Some(Ready { urls: urls.iter().map(|(s, _)| s.clone()).collect(), at_s: at, polls });
                 break;
             }
             if Instant::now() >= deadline {
                 r.fail("ready", format!("not ready after {} s (--ready-timeout); last: {last}", o.ready_timeout.as_secs_f64()));
-                break 'life;
+                return false;
             }
             std::thread::sleep(Duration::from_millis(250));
         }
-        let Some(si) = server_i else {
+        let Some(si) = r.server_i else {
             r.fail("server", format!("the server answers, but no descendant of nsys (pid {ppid}) runs '{}': serve-capture cannot stop it safely (is the URL served by another process?)", o.server[0]));
-            break 'life;
+            return false;
         };
-        record_tree(&mut r, si);
-        record_helpers(&mut r, ppid);
+        record_tree(r, si);
+        record_helpers(r, ppid);
         // a CUDA injector already in the engine's environment replaces nsys's (before any capture window)
         let cuda = o.trace.split(',').any(|t| t.trim() == "cuda" || t.trim().starts_with("cuda-"));
         for i in 0..r.procs.len() {
@@ -1107,7 +1186,7 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
                 continue;
             }
             if let Some(v) = procs::environ_var(rec.pid as i32, "CUDA_INJECTION64_PATH").filter(|v| !v.is_empty() && !crate::resolve::is_nsys_injection(v)) {
-                injection.push(InjectionFinding { role: rec.role.clone(), pid: rec.pid, value: v.clone(), blocks_cuda_tracing: cuda });
+                r.injection.push(InjectionFinding { role: rec.role.clone(), pid: rec.pid, value: v.clone(), blocks_cuda_tracing: cuda });
                 let why = crate::resolve::cuda_injection_reason(&v, &format!("in /proc/{}/environ of the {} process", rec.pid, rec.role));
                 if cuda {
                     r.fail("injection", format!("{why}; nothing was captured on purpose: the run stops before the warmup"));
@@ -1117,9 +1196,21 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
             }
         }
         if r.failures.iter().any(|f| f.stage == "injection") {
-            break 'life;
+            return false;
         }
 
+        true
+    }
+
+    /// Step 4: the warmup client, outside the capture window (and the time-window check).
+    fn warmup(&mut self) -> bool {
+        let r = self;
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        let window = r.p.window.clone();
+        let Some(si) = r.server_i else { return false };
         // 3. warmup, outside the capture window
         if let Some(w) = &o.warmup {
             r.say(format!("warmup: {}", w.join(" ")));
@@ -1127,10 +1218,10 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
                 Ok(i) => i,
                 Err(e) => {
                     r.fail("warmup", e);
-                    break 'life;
+                    return false;
                 }
             };
-            warmup_i = Some(i);
+            r.warmup_i = Some(i);
             if !r.wait_for(i, o.client_timeout, false, |r| r.poll_end(si) || r.watch_workers(si)) {
                 if r.stop_seen.is_none() && !r.worker_failed {
                     if r.procs[si].rec.ended.is_some() {
@@ -1139,12 +1230,12 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
                         r.fail("warmup", format!("the warmup client did not finish within {} s (--client-timeout)", o.client_timeout.as_secs_f64()));
                     }
                 }
-                break 'life;
+                return false;
             }
             let ended = r.procs[i].rec.ended.clone();
             if ended.as_deref() != Some("exit 0") {
                 r.fail("warmup", format!("the warmup client failed ({}); see {}/warmup.stderr", ended.unwrap_or_default(), out.display()));
-                break 'life;
+                return false;
             }
         }
         if let Some(ws) = window.start_est_s {
@@ -1153,20 +1244,32 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
                     "readiness and warmup took until {:.1} s, past the capture start (~{ws:.1} s = nsys launch + --delay {}): the warmup would be inside the capture; raise --delay",
                     r.now(), fmt_secs(o.delay_s.unwrap_or(0.0))
                 ));
-                break 'life;
+                return false;
             }
         }
 
+        true
+    }
+
+    /// Step 5: the load client spanning the window; in time mode the wait for the window to close.
+    fn load(&mut self) -> bool {
+        let r = self;
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        let window = r.p.window.clone();
+        let Some(si) = r.server_i else { return false };
         // 4. the load client, spanning the capture window
         r.say(format!("load: {}", o.load.join(" ")));
         let i = match r.spawn_client("load", &o.load) {
             Ok(i) => i,
             Err(e) => {
                 r.fail("load", e);
-                break 'life;
+                return false;
             }
         };
-        load_i = Some(i);
+        r.load_i = Some(i);
         let server_died = |r: &mut Run| r.poll_end(si) || (!timed && r.poll_end(prof)) || r.watch_workers(si);
         if !r.wait_for(i, o.client_timeout, false, server_died) {
             if r.stop_seen.is_none() && !r.worker_failed {
@@ -1176,11 +1279,11 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
                     r.fail("load", format!("the load client did not finish within {} s (--client-timeout)", o.client_timeout.as_secs_f64()));
                 }
             }
-            break 'life;
+            return false;
         }
         let ended = r.procs[i].rec.ended.clone();
         if r.watch_workers(si) {
-            break 'life;
+            return false;
         }
         if ended.as_deref() != Some("exit 0") {
             // A client that fails because the server is going away often sees the closed socket a moment before
@@ -1221,196 +1324,233 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
                 ));
             }
         }
+        true
     }
 
-    // 6. cleanup: only the recorded PIDs, reverse launch order
-    cleanup(&mut r, prof, server_i);
-    let stop_signal = r.stop_seen;
-    let all_gone = r.procs.iter_mut().all(|t| {
-        let c = t.child.as_mut().map(|c| matches!(c.try_wait(), Ok(Some(_)))).unwrap_or(false);
-        t.rec.gone = t.rec.ended.is_some() || c || !procs::alive(t.rec.pid as i32, t.rec.starttime_ticks);
-        t.rec.gone
-    });
-    if !all_gone {
-        let left: Vec<String> = r.procs.iter().filter(|t| !t.rec.gone).map(|t| format!("{} {}", t.rec.role, t.rec.pid)).collect();
-        r.fail("cleanup", format!("still running after TERM and KILL: {}", left.join(", ")));
-    }
-    let port = health.port;
-    let port_released = if is_local {
-        let until = Instant::now() + o.grace;
-        let mut listening = procs::port_listening(port);
-        while listening && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(100));
-            listening = procs::port_listening(port);
+    /// Step 6: stop only the recorded PIDs (reverse launch order); verify the port and the GPU are released.
+    fn shutdown(&mut self) -> (Cleanup, Option<crate::resolve::GpuState>) {
+        let r = self;
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        // 6. cleanup: only the recorded PIDs, reverse launch order
+        let server_i = r.server_i;
+        cleanup(r, prof, server_i);
+        let stop_signal = r.stop_seen;
+        let all_gone = r.procs.iter_mut().all(|t| {
+            let c = t.child.as_mut().map(|c| matches!(c.try_wait(), Ok(Some(_)))).unwrap_or(false);
+            t.rec.gone = t.rec.ended.is_some() || c || !procs::alive(t.rec.pid as i32, t.rec.starttime_ticks);
+            t.rec.gone
+        });
+        if !all_gone {
+            let left: Vec<String> = r.procs.iter().filter(|t| !t.rec.gone).map(|t| format!("{} {}", t.rec.role, t.rec.pid)).collect();
+            r.fail("cleanup", format!("still running after TERM and KILL: {}", left.join(", ")));
         }
-        if listening {
-            r.fail("cleanup", format!("port {port} is still listening after cleanup (a process serve-capture did not record holds it; it was not touched)"));
-        }
-        Some(!listening)
-    } else {
-        None
-    };
-    // the GPU resources: no recorded PID on a GPU, memory used back at its level at start
-    let (gpu_check, gpu_end) = verify_gpu(&mut r, gpu_start.as_ref());
-
-    // 7. the report: export and summarise
-    let mut capture = None;
-    let mut files = files;
-    if stop_signal.is_none() {
-        let rep = out.join("capture.nsys-rep");
-        let nsys_ended = r.procs[prof].rec.ended.clone();
-        if rep.is_file() {
-            files.report = Some(rep.display().to_string());
-            match export_report(&nsys, &rep, &out.join("capture.sqlite")) {
-                Ok((ranges, total, kernels)) => {
-                    files.sqlite = Some(out.join("capture.sqlite").display().to_string());
-                    capture = Some(CaptureResult {
-                        nsys_ended,
-                        report: files.report.clone(),
-                        sqlite: files.sqlite.clone(),
-                        nvtx_ranges: ranges,
-                        nvtx_range_total: total,
-                        kernel_rows: kernels,
-                    });
-                }
-                Err(e) => r.fail("capture", e.message),
+        let port = r.p.health.port;
+        let port_released = if r.p.is_local {
+            let until = Instant::now() + o.grace;
+            let mut listening = procs::port_listening(port);
+            while listening && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(100));
+                listening = procs::port_listening(port);
             }
+            if listening {
+                r.fail("cleanup", format!("port {port} is still listening after cleanup (a process serve-capture did not record holds it; it was not touched)"));
+            }
+            Some(!listening)
         } else {
-            let hint = no_report_hint(&window, nsys_ended.as_deref(), &r);
-            r.fail("capture", format!("nsys ({}) wrote no report {}: {hint}; nsys.log: {}", nsys_ended.clone().unwrap_or_default(), rep.display(), tail_of(&out.join("nsys.log"), 4)));
-            capture = Some(CaptureResult { nsys_ended, report: None, sqlite: None, nvtx_ranges: vec![], nvtx_range_total: 0, kernel_rows: 0 });
-        }
-        if let Some(c) = &capture {
-            // (only a finding of its own when the lifecycle went through: after an earlier failure it is expected)
-            if c.sqlite.is_some() && c.nvtx_range_total == 0 && o.trace.contains("nvtx") && r.failures.is_empty() {
-                let facts = c.sqlite.as_deref().and_then(|p| crate::export::Export::open(Path::new(p)).ok()).and_then(|ex| crate::export::nvtx_no_range_facts(&ex).ok());
-                let why = match facts {
-                    Some((_, Some(msg))) => format!(
-                        "the run emitted NVTX but nsys recorded no range, and its export says {msg:?}: the engine's NVTX library is incompatible with nsys {version} \
-                         (measured: Python nvtx 0.2.17 under nsys 2023.4.4 records only a domain-creation row; nvtx 0.2.10 records every range): pin the NVTX library or use a newer nsys"
-                    ),
-                    Some((n, None)) if n > 0 => format!(
-                        "the run emitted NVTX ({n} NVTX row(s) that are not ranges: domains, registered strings or marks) but the export holds no closed range: the engine's NVTX library may be incompatible with nsys {version}, or its ranges lie outside the window"
-                    ),
-                    _ => "the export holds no closed NVTX range: the load did not reach the capture window (or the server emits no NVTX)".into(),
-                };
-                r.fail("capture", why);
-            }
-        }
-    }
-
-    // 8. gate-check and sqlite-ranges on the export, into the run folder
-    let mut gate = None;
-    if let (Some(rep), Some(sql)) = (files.report.clone(), files.sqlite.clone()) {
-        let gopts = crate::gate::GateOptions {
-            capture: PathBuf::from(&rep),
-            sqlite: Some(PathBuf::from(&sql)),
-            log: Some(out.join("nsys.log")),
-            provenance: Some(out.join("provenance.json")),
-            tier: o.tier,
-            decode_range: o.decode_range.clone(),
-            nsys: Some(nsys.clone()),
-            thresholds: crate::gate::Thresholds { min_rep_bytes: o.min_rep_bytes, ..Default::default() },
-            ..Default::default()
+            None
         };
-        match crate::gate::run(&gopts).and_then(|g| write_json_redacted(&out.join("gate.json"), &g, &r.red).map(|_| g)) {
-            Ok(g) => {
-                files.gate = Some(out.join("gate.json").display().to_string());
-                let verdict = serde_json::to_value(g.verdict).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-                let reasons = g.gates.iter().filter(|x| g.retry.contains(&x.id)).map(|x| format!("{}: {}", x.id, x.reason)).collect();
-                gate = Some(GateSummary { verdict, retry: g.retry.clone(), reasons });
-            }
-            Err(e) => r.fail("postprocess", format!("gate-check: {}", e.message)),
-        }
-        match crate::ranges::run(Path::new(&sql), &crate::ranges::RangesOptions::default(), Some(&nsys))
-            .and_then(|d| write_json_redacted(&out.join("ranges.json"), &d, &r.red))
-        {
-            Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),
-            Err(e) => r.fail("postprocess", format!("sqlite-ranges: {}", e.message)),
-        }
+        let gpu_start = r.p.gpu_start.clone();
+        // the GPU resources: no recorded PID on a GPU, memory used back at its level at start
+        let (gpu_check, gpu_end) = verify_gpu(r, gpu_start.as_ref());
+
+        (Cleanup { all_gone, port: Some(port), port_released, stop_signal, ..gpu_check }, gpu_end)
     }
 
-    let client = |i: Option<usize>, role: &str, r: &Run| {
-        i.map(|i| {
-            let p = &r.procs[i].rec;
-            ClientRun {
-                argv: p.argv.clone(),
-                pid: p.pid,
-                started_at_s: p.recorded_at_s,
-                ended_at_s: p.ended_at_s,
-                wall_s: p.ended_at_s.map(|e| ((e - p.recorded_at_s) * 1000.0).round() / 1000.0),
-                exit_code: exit_code_of(&p.ended),
-                signal: signal_of(&p.ended),
-                stdout: out.join(format!("{role}.stdout")).display().to_string(),
-                stderr: out.join(format!("{role}.stderr")).display().to_string(),
-                spans_window: None,
+    /// Step 7: export and summarise the report; gate-check and sqlite-ranges into the run folder.
+    fn analyse(&mut self) -> (Option<CaptureResult>, Option<GateSummary>) {
+        let r = self;
+        let window = r.p.window.clone();
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        // 7. the report: export and summarise
+        let mut capture = None;
+        let mut files = r.p.files.clone();
+        let stop_signal = r.stop_seen;
+        if stop_signal.is_none() {
+            let rep = out.join("capture.nsys-rep");
+            let nsys_ended = r.procs[prof].rec.ended.clone();
+            if rep.is_file() {
+                files.report = Some(rep.display().to_string());
+                match export_report(&nsys, &rep, &out.join("capture.sqlite")) {
+                    Ok((ranges, total, kernels)) => {
+                        files.sqlite = Some(out.join("capture.sqlite").display().to_string());
+                        capture = Some(CaptureResult {
+                            nsys_ended,
+                            report: files.report.clone(),
+                            sqlite: files.sqlite.clone(),
+                            nvtx_ranges: ranges,
+                            nvtx_range_total: total,
+                            kernel_rows: kernels,
+                        });
+                    }
+                    Err(e) => r.fail("capture", e.message),
+                }
+            } else {
+                let hint = no_report_hint(&window, nsys_ended.as_deref(), &r);
+                r.fail("capture", format!("nsys ({}) wrote no report {}: {hint}; nsys.log: {}", nsys_ended.clone().unwrap_or_default(), rep.display(), tail_of(&out.join("nsys.log"), 4)));
+                capture = Some(CaptureResult { nsys_ended, report: None, sqlite: None, nvtx_ranges: vec![], nvtx_range_total: 0, kernel_rows: 0 });
             }
-        })
-    };
-    let warmup = client(warmup_i, "warmup", &r);
-    let mut load = client(load_i, "load", &r);
-    if let (Some(l), true) = (&mut load, timed) {
-        l.spans_window = Some(
-            window.start_est_s.is_some_and(|ws| l.started_at_s <= ws) && window.end_est_s.is_none_or(|we| l.ended_at_s.is_some_and(|e| e >= we)),
-        );
-    }
-    let diagnostic = load.as_ref().map(|l| diagnostic_of(l, &out.join("load.stdout")));
-    let outcome = if stop_signal.is_some() {
-        "interrupted"
-    } else if r.failures.is_empty() {
-        "ok"
-    } else {
-        "failed"
-    };
-    if stop_signal.is_none() {
-        files.bundle = Some(out.join("bundle.json").display().to_string());
-    }
-    let (schema, tool) = ServeCaptureDoc::header();
-    let doc = ServeCaptureDoc {
-        schema,
-        tool,
-        outcome: outcome.into(),
-        failures: r.failures.clone(),
-        out_dir: out.display().to_string(),
-        files,
-        nsys: NsysInfo { path: nsys.display().to_string(), version },
-        window,
-        nsys_argv,
-        added_flags: added,
-        env_names: o.env.iter().map(|(k, _)| k.clone()).collect(),
-        processes: r.procs.iter().map(|t| t.rec.clone()).collect(),
-        ready,
-        warmup,
-        load,
-        diagnostic,
-        capture,
-        gate,
-        cleanup: Cleanup { all_gone, port: Some(port), port_released, stop_signal, ..gpu_check },
-        gpu_pin,
-        injection,
-        gpu_end,
-        wall_s: r.now(),
-    };
-    let mut doc = finish_doc(&r.red, &out, doc)?;
-    // 9. the bundle: provenance, gate, ranges and this document, merged with bundle-merge
-    if let Some(b) = doc.files.bundle.clone() {
-        let merged = (|| -> Result<()> {
-            let mut docs = Vec::new();
-            for f in [Some(doc.files.provenance.clone()), doc.files.gate.clone(), doc.files.ranges.clone(), Some(doc.files.document.clone())].into_iter().flatten() {
-                docs.extend(crate::bundle::read_docs(&[crate::contract::Input::Path(PathBuf::from(f))])?);
+            if let Some(c) = &capture {
+                // (only a finding of its own when the lifecycle went through: after an earlier failure it is expected)
+                if c.sqlite.is_some() && c.nvtx_range_total == 0 && o.trace.contains("nvtx") && r.failures.is_empty() {
+                    let facts = c.sqlite.as_deref().and_then(|p| crate::export::Export::open(Path::new(p)).ok()).and_then(|ex| crate::export::nvtx_no_range_facts(&ex).ok());
+                    let why = match facts {
+                        Some((_, Some(msg))) => format!(
+                            "the run emitted NVTX but nsys recorded no range, and its export says {msg:?}: the engine's NVTX library is incompatible with nsys {version} \
+                             (measured: Python nvtx 0.2.17 under nsys 2023.4.4 records only a domain-creation row; nvtx 0.2.10 records every range): pin the NVTX library or use a newer nsys"
+                        ),
+                        Some((n, None)) if n > 0 => format!(
+                            "the run emitted NVTX ({n} NVTX row(s) that are not ranges: domains, registered strings or marks) but the export holds no closed range: the engine's NVTX library may be incompatible with nsys {version}, or its ranges lie outside the window"
+                        ),
+                        _ => "the export holds no closed NVTX range: the load did not reach the capture window (or the server emits no NVTX)".into(),
+                    };
+                    r.fail("capture", why);
+                }
             }
-            crate::bundle::run(Path::new(&b), &docs, crate::bundle::Mode::Write).map(|_| ())
-        })();
-        if let Err(e) = merged {
-            eprintln!("serve-capture: postprocess: bundle-merge: {}", e.message);
-            doc.failures.push(Failure { stage: "postprocess".into(), reason: format!("bundle-merge: {}", e.message) });
-            doc.outcome = "failed".into();
-            doc.files.bundle = None;
-            doc = finish_doc(&r.red, &out, doc)?;
         }
+
+        // 8. gate-check and sqlite-ranges on the export, into the run folder
+        let mut gate = None;
+        if let (Some(rep), Some(sql)) = (files.report.clone(), files.sqlite.clone()) {
+            let gopts = crate::gate::GateOptions {
+                capture: PathBuf::from(&rep),
+                sqlite: Some(PathBuf::from(&sql)),
+                log: Some(out.join("nsys.log")),
+                provenance: Some(out.join("provenance.json")),
+                tier: o.tier,
+                decode_range: o.decode_range.clone(),
+                nsys: Some(nsys.clone()),
+                thresholds: crate::gate::Thresholds { min_rep_bytes: o.min_rep_bytes, ..Default::default() },
+                ..Default::default()
+            };
+            match crate::gate::run(&gopts).and_then(|g| write_json_redacted(&out.join("gate.json"), &g, &r.red).map(|_| g)) {
+                Ok(g) => {
+                    files.gate = Some(out.join("gate.json").display().to_string());
+                    let verdict = serde_json::to_value(g.verdict).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+                    let reasons = g.gates.iter().filter(|x| g.retry.contains(&x.id)).map(|x| format!("{}: {}", x.id, x.reason)).collect();
+                    gate = Some(GateSummary { verdict, retry: g.retry.clone(), reasons });
+                }
+                Err(e) => r.fail("postprocess", format!("gate-check: {}", e.message)),
+            }
+            match crate::ranges::run(Path::new(&sql), &crate::ranges::RangesOptions::default(), Some(&nsys))
+                .and_then(|d| write_json_redacted(&out.join("ranges.json"), &d, &r.red))
+            {
+                Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),
+                Err(e) => r.fail("postprocess", format!("sqlite-ranges: {}", e.message)),
+            }
+        }
+
+        r.p.files = files;
+        (capture, gate)
     }
-    write_run_state(&out, &doc.outcome);
-    Ok(doc)
+
+    /// Step 8: the document (redacted) and the bundle; the run folder's terminal state.
+    fn record_run(&mut self, cleanup: Cleanup, gpu_end: Option<crate::resolve::GpuState>, capture: Option<CaptureResult>, gate: Option<GateSummary>) -> Result<ServeCaptureDoc> {
+        let r = self;
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        let mut files = r.p.files.clone();
+        let stop_signal = r.stop_seen;
+        let window = r.p.window.clone();
+        let client = |i: Option<usize>, role: &str, r: &Run| {
+            i.map(|i| {
+                let p = &r.procs[i].rec;
+                ClientRun {
+                    argv: p.argv.clone(),
+                    pid: p.pid,
+                    started_at_s: p.recorded_at_s,
+                    ended_at_s: p.ended_at_s,
+                    wall_s: p.ended_at_s.map(|e| ((e - p.recorded_at_s) * 1000.0).round() / 1000.0),
+                    exit_code: exit_code_of(&p.ended),
+                    signal: signal_of(&p.ended),
+                    stdout: out.join(format!("{role}.stdout")).display().to_string(),
+                    stderr: out.join(format!("{role}.stderr")).display().to_string(),
+                    spans_window: None,
+                }
+            })
+        };
+        let warmup = client(r.warmup_i, "warmup", r);
+        let mut load = client(r.load_i, "load", r);
+        if let (Some(l), true) = (&mut load, timed) {
+            l.spans_window = Some(
+                window.start_est_s.is_some_and(|ws| l.started_at_s <= ws) && window.end_est_s.is_none_or(|we| l.ended_at_s.is_some_and(|e| e >= we)),
+            );
+        }
+        let diagnostic = load.as_ref().map(|l| diagnostic_of(l, &out.join("load.stdout")));
+        let outcome = if stop_signal.is_some() {
+            "interrupted"
+        } else if r.failures.is_empty() {
+            "ok"
+        } else {
+            "failed"
+        };
+        if stop_signal.is_none() {
+            files.bundle = Some(out.join("bundle.json").display().to_string());
+        }
+        let (schema, tool) = ServeCaptureDoc::header();
+        let doc = ServeCaptureDoc {
+            schema,
+            tool,
+            outcome: outcome.into(),
+            failures: r.failures.clone(),
+            out_dir: out.display().to_string(),
+            files,
+            nsys: NsysInfo { path: nsys.display().to_string(), version: version.clone() },
+            window,
+            nsys_argv: r.p.nsys_argv.clone(),
+            added_flags: r.p.added.clone(),
+            env_names: o.env.iter().map(|(k, _)| k.clone()).collect(),
+            processes: r.procs.iter().map(|t| t.rec.clone()).collect(),
+            ready: r.ready.clone(),
+            warmup,
+            load,
+            diagnostic,
+            capture,
+            gate,
+            cleanup,
+            gpu_pin: r.p.gpu_pin.clone(),
+            injection: r.injection.clone(),
+            gpu_end,
+            wall_s: r.now(),
+        };
+        let mut doc = finish_doc(&r.red, &out, doc)?;
+        // 9. the bundle: provenance, gate, ranges and this document, merged with bundle-merge
+        if let Some(b) = doc.files.bundle.clone() {
+            let merged = (|| -> Result<()> {
+                let mut docs = Vec::new();
+                for f in [Some(doc.files.provenance.clone()), doc.files.gate.clone(), doc.files.ranges.clone(), Some(doc.files.document.clone())].into_iter().flatten() {
+                    docs.extend(crate::bundle::read_docs(&[crate::contract::Input::Path(PathBuf::from(f))])?);
+                }
+                crate::bundle::run(Path::new(&b), &docs, crate::bundle::Mode::Write).map(|_| ())
+            })();
+            if let Err(e) = merged {
+                eprintln!("serve-capture: postprocess: bundle-merge: {}", e.message);
+                doc.failures.push(Failure { stage: "postprocess".into(), reason: format!("bundle-merge: {}", e.message) });
+                doc.outcome = "failed".into();
+                doc.files.bundle = None;
+                doc = finish_doc(&r.red, &out, doc)?;
+            }
+        }
+        write_run_state(&out, &doc.outcome);
+        Ok(doc)
+    }
 }
 
 /// After shutdown: query nvidia-smi again (same target as at start) and check that no recorded PID holds a GPU
