@@ -840,3 +840,39 @@ fn the_h200_checks_documents() {
     assert!(reason.contains(&format!("worker pid {} ", w["pid"])) && reason.contains("exit 7") && reason.contains("--multiprocessing-fork"), "{reason}");
     assert_eq!(wrk["cleanup"]["gpu_check"], "passed");
 }
+
+/// Provenance at start: `--engine-repo` (revision, dirty state), `--instrumentation`, and `--shm`: a stale
+/// shared-memory segment left by an earlier run fails the preflight (nothing started), named in the reason.
+#[test]
+fn provenance_records_engine_revision_switch_and_stale_shm() {
+    let Some(e) = env_or_skip("provenance_records_engine_revision_switch_and_stale_shm") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("engine");
+    std::fs::create_dir_all(&repo).unwrap();
+    let git = |args: &[&str]| assert!(StdCommand::new("git").arg("-C").arg(&repo).args(args).output().unwrap().status.success(), "git {args:?}");
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("engine.py"), "print(1)\n").unwrap();
+    git(&["add", "."]);
+    git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]);
+    std::fs::write(repo.join("engine.py"), "print(2)\n").unwrap();
+    let seg = format!("/dev/shm/nsyskit_test_stale_{}", std::process::id());
+    std::fs::write(&seg, b"x").unwrap();
+    let port = free_port();
+    let out = tmp.path().join("run");
+    let mut args = base_args(e, port, &out);
+    args.extend(["--engine-repo".into(), repo.display().to_string(), "--instrumentation".into(), "nvtx=on".into()]);
+    args.extend(["--shm".into(), "nsyskit_test_stale_*".into(), "--load".into(), "true".into(), "--".into(), e.server.display().to_string(), port.to_string()]);
+    let (code, doc, err) = serve(&args, &[]);
+    std::fs::remove_file(&seg).unwrap();
+    assert_eq!(code, Some(1), "{doc}\n{err}");
+    assert_eq!(doc["failures"][0]["stage"], "preflight");
+    assert!(doc["failures"][0]["reason"].as_str().unwrap().contains(&seg), "{doc}");
+    assert!(doc["processes"].as_array().unwrap().is_empty(), "nothing started");
+    let prov: Value = serde_json::from_slice(&std::fs::read(out.join("provenance.json")).unwrap()).unwrap();
+    assert_eq!(prov["repo"]["dirty"], true);
+    assert_eq!(prov["repo"]["changes"], serde_json::json!([" M engine.py"]));
+    assert_eq!(prov["repo"]["revision"].as_str().unwrap().len(), 40);
+    assert_eq!(prov["capture"]["instrumentation"], serde_json::json!([{"name": "nvtx", "state": "on"}]));
+    assert_eq!(prov["shm"]["stale"], 1);
+    assert!(std::fs::read_to_string(out.join("run-state")).unwrap().starts_with("failed "));
+}
