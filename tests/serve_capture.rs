@@ -876,3 +876,23 @@ fn provenance_records_engine_revision_switch_and_stale_shm() {
     assert_eq!(prov["shm"]["stale"], 1);
     assert!(std::fs::read_to_string(out.join("run-state")).unwrap().starts_with("failed "));
 }
+
+/// The facts behind serve-capture's "no NVTX range" message, on the real exports of a Python `nvtx` 0.2.17 and
+/// 0.2.10 run under nsys 2023.4.4 (fixtures committed by the verdicts work; SKIP until they are merged).
+#[test]
+fn no_nvtx_range_facts_on_the_real_pynvtx_exports() {
+    let bad = common::fixture("nsys-2023.4.4/cpu_pynvtx_0_2_17.sqlite");
+    let good = common::fixture("nsys-2023.4.4/cpu_pynvtx_0_2_10.sqlite");
+    if !bad.is_file() || !good.is_file() {
+        eprintln!("SKIP no_nvtx_range_facts_on_the_real_pynvtx_exports: {} not there yet", bad.display());
+        return;
+    }
+    let ex = nsyskit::export::Export::open(&bad).unwrap();
+    let (other, msg) = nsyskit::export::nvtx_no_range_facts(&ex).unwrap();
+    assert_eq!(other, 1, "one domain-creation row");
+    assert!(msg.unwrap().contains("NVTX binary payload extension is incompatible"));
+    assert_eq!(nsyskit::serve_capture::summarize_export(&ex).unwrap().1, 0, "no closed range");
+    let ex = nsyskit::export::Export::open(&good).unwrap();
+    assert_eq!(nsyskit::export::nvtx_no_range_facts(&ex).unwrap().1, None);
+    assert!(nsyskit::serve_capture::summarize_export(&ex).unwrap().1 > 100);
+}
