@@ -881,8 +881,8 @@ fn provenance_records_engine_revision_switch_and_stale_shm() {
 /// 0.2.10 run under nsys 2023.4.4 (fixtures committed by the verdicts work; SKIP until they are merged).
 #[test]
 fn no_nvtx_range_facts_on_the_real_pynvtx_exports() {
-    let bad = common::fixture("nsys-2023.4.4/cpu_pynvtx_0_2_17.sqlite");
-    let good = common::fixture("nsys-2023.4.4/cpu_pynvtx_0_2_10.sqlite");
+    let bad = common::root().join("fixtures/nsys-2023.4.4/cpu_pynvtx_0_2_17.sqlite");
+    let good = common::root().join("fixtures/nsys-2023.4.4/cpu_pynvtx_0_2_10.sqlite");
     if !bad.is_file() || !good.is_file() {
         eprintln!("SKIP no_nvtx_range_facts_on_the_real_pynvtx_exports: {} not there yet", bad.display());
         return;
