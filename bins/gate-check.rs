@@ -84,6 +84,8 @@ struct Args {
 fn main() {
     main_with("gate-check", || {
         let a = Args::parse();
+        // a serve-capture run folder that never reached a terminal state is not evidence (docs/serve-capture.md)
+        let unfinished = [Some(&a.capture), a.sqlite.as_ref()].into_iter().flatten().try_for_each(|p| nsyskit::serve_capture::refuse_unfinished(p));
         let opts = Tier::parse(&a.tier).map(|tier| GateOptions {
             capture: a.capture.clone(),
             sqlite: a.sqlite.clone(),
@@ -109,6 +111,6 @@ fn main() {
                 max_opaque_share: a.max_opaque_share,
             }),
         });
-        emit("gate-check", opts.and_then(|o| gate::run(&o)), a.out.style())
+        emit("gate-check", unfinished.and(opts).and_then(|o| gate::run(&o)), a.out.style())
     })
 }

@@ -11,7 +11,8 @@ use nsyskit::resolve::{ProvenanceOptions, ResolveOptions};
 ///
 /// Search order: --nsys, NSYS_BIN, every `nsys` on PATH (PATH order), then the known install folders
 /// (/opt/nvidia/nsight-systems/*/bin/nsys, /opt/nvidia/nsight-systems-cli/*/bin/nsys, /usr/local/cuda*/bin/nsys,
-/// /usr/lib/nsight-systems/bin/nsys, Nsight Compute's …/host/target-linux-x64/nsys) newest version first.
+/// /usr/lib/nsight-systems/bin/nsys, Nsight Compute's …/host/target-linux-x64/nsys, and where scripts/get-nsys
+/// installs: $NSYS_HOME/usr/bin/nsys, ~/.cache/nsyskit/*/usr/bin/nsys) newest version first.
 /// NSYSKIT_NSYS_DIRS (`:`-separated globs) replaces the install folders. --nsys and NSYS_BIN are explicit:
 /// when unusable, nothing else is tried.
 ///

@@ -38,6 +38,8 @@ struct Args {
 fn main() {
     main_with("report", || {
         let a = Args::parse();
+        // a serve-capture run folder that never reached a terminal state is not evidence (docs/serve-capture.md)
+        let unfinished = nsyskit::serve_capture::refuse_unfinished(&a.input);
         let opts = nsyskit::report::ReportOptions {
             input: a.input,
             provenance: a.provenance,
@@ -46,6 +48,6 @@ fn main() {
             html: a.html,
             top: a.top,
         };
-        emit("report", nsyskit::report::run(&opts), a.out.style())
+        emit("report", unfinished.and_then(|_| nsyskit::report::run(&opts)), a.out.style())
     })
 }

@@ -21,6 +21,7 @@ serve-capture --trace nvtx,osrt --delay 3 --duration 3 \\\n    \
 --health http://127.0.0.1:18080/health --models http://127.0.0.1:18080/v1/models \\\n    \
 --warmup \"curl -sf -o /dev/null http://127.0.0.1:18080/generate\" \\\n    \
 --load \"/tmp/vibeserve_http --client 18080 8\" --out runs/cpu1 -- /tmp/vibeserve_http 18080\n\n\
+On this CPU example exit 1 is expected: a CPU-only capture has no CUDA rows, so gate-check says RETRY (G1, G3) with outcome ok.\n\n\
 Exit: 0 ok and gate-check PASS, 1 a stage failed or gate-check says RETRY (the document says which), 2 bad usage (nothing started), 130/143 interrupted by SIGINT/SIGTERM (after cleanup)."
 )]
 struct Args {
@@ -84,6 +85,24 @@ struct Args {
     /// gate-check G2: smallest acceptable .nsys-rep in bytes [default: the tier's]
     #[arg(long, value_name = "BYTES")]
     min_rep_bytes: Option<u64>,
+    /// Pin the run to this physical GPU: CUDA_VISIBLE_DEVICES=IDX on the server (through nsys) and the clients; a foreign process on it fails the preflight
+    #[arg(long, value_name = "IDX")]
+    gpu: Option<u32>,
+    /// The nvidia-smi to run (default: nvidia-smi on PATH; without one the GPU checks say "not checked")
+    #[arg(long, value_name = "PATH")]
+    nvidia_smi: Option<PathBuf>,
+    /// The engine's source tree: its git revision and dirty state go into provenance.json
+    #[arg(long, value_name = "DIR")]
+    engine_repo: Option<PathBuf>,
+    /// The engine's instrumentation switch state NAME=STATE (e.g. nvtx=on), recorded in provenance; repeatable
+    #[arg(long, value_name = "NAME=STATE")]
+    instrumentation: Vec<String>,
+    /// Stale /dev/shm segments matching this glob (vllm_*) or regex (re:^psm_) fail the preflight
+    #[arg(long, value_name = "PATTERN")]
+    shm: Option<String>,
+    /// After shutdown, GPU memory used on the target GPU(s) must be back within this many MiB of its level at start
+    #[arg(long, default_value_t = 256, value_name = "MIB")]
+    gpu_mem_tolerance: u64,
     /// The run folder (created; must be empty): report, export, logs, pids/, provenance.json, serve-capture.json
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
@@ -126,6 +145,12 @@ fn options(a: &Args) -> Result<ServeCaptureOptions> {
     o.tier = nsyskit::gate::Tier::parse(&a.tier).map_err(|e| e.with_arg("--tier"))?;
     o.decode_range = a.decode_range.clone();
     o.min_rep_bytes = a.min_rep_bytes;
+    o.gpu = a.gpu;
+    o.nvidia_smi = a.nvidia_smi.clone();
+    o.engine_repo = a.engine_repo.clone();
+    o.instrumentation = a.instrumentation.clone();
+    o.shm = a.shm.clone();
+    o.gpu_mem_tolerance_mib = a.gpu_mem_tolerance;
     Ok(o)
 }
 

@@ -505,3 +505,76 @@ fn the_resolved_canonical_path_exports_a_nsys_rep() {
     let cap = nsyskit::export::open_capture(&rep, Some(&resolved.path)).unwrap();
     assert!(cap.export.count_rows("NVTX_EVENTS").unwrap() > 0);
 }
+
+/// The preflight warns before a capture when the resolved nsys is older than the driver's CUDA major supports:
+/// the real nsys 2023.4.4 against the real H200 driver output (CUDA 13.0) is the measured cbid-468 case; the
+/// 2025.3.1 help texts behind a fake nsys of that version pass. A warning never fails the verdict.
+#[test]
+fn preflight_warns_when_nsys_is_older_than_the_driver_cuda() {
+    let Some(nsys) = real_nsys("preflight_warns_when_nsys_is_older_than_the_driver_cuda") else { return };
+    let t = tempfile::tempdir().unwrap();
+    let idle = fake_smi(&t.path().join("idle"), "query_gpu_idle.csv", "query_compute_apps_idle.csv");
+    let (code, doc, err) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").arg("--nvidia-smi").arg(&idle));
+    assert_eq!(code, 0, "a warning is not a RETRY: {doc}");
+    let c = check(&doc, "nsys-driver");
+    assert_eq!(c["status"], "warn");
+    let r = c["reason"].as_str().unwrap();
+    assert!(r.contains("older than 2025.3") && r.contains("CUDA 13.0") && r.contains("cbid 468"), "{r}");
+    assert!(err.contains("warning: nsys-driver"), "said before the capture: {err}");
+    let new = fake_nsys(&t.path().join("new"), "2025.3.1.90-253135822126v0");
+    let (code, doc, _) = run(cmd(&[]).arg("--nsys").arg(&new).arg("--preflight").arg("--nvidia-smi").arg(&idle));
+    assert_eq!(code, 0);
+    assert_eq!(check(&doc, "nsys-driver")["status"], "pass", "{doc}");
+    // the clock policy query is separate: an nvidia-smi that does not answer it leaves the fields null
+    assert!(doc["gpu"]["gpus"][0]["clocks_event_reasons_active"].is_null());
+}
+
+/// CUDA_INJECTION64_PATH already set where the engine starts from (this environment, or `--env`): a `warn`
+/// naming the value; nsys's own injection library passes.
+#[test]
+fn a_preset_cuda_injection_path_is_a_warning() {
+    let t = tempfile::tempdir().unwrap();
+    let nsys = fake_nsys(&t.path().join("n"), "2025.3.1.90-253135822126v0");
+    let (code, doc, err) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--record").arg(t.path().join("r")).env("CUDA_INJECTION64_PATH", "/opt/zymtrace/libzymtrace.so"));
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["capture"]["cuda_injection64_path"], "/opt/zymtrace/libzymtrace.so", "recorded in provenance");
+    assert!(err.contains("warning: CUDA_INJECTION64_PATH=/opt/zymtrace/libzymtrace.so is already set"), "{err}");
+    let (code, doc, err) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").env("CUDA_INJECTION64_PATH", "/opt/zymtrace/libzymtrace.so"));
+    assert_eq!(code, 0, "{doc}");
+    let c = check(&doc, "cuda-injection");
+    assert_eq!(c["status"], "warn");
+    assert!(c["reason"].as_str().unwrap().contains("CUDA_INJECTION64_PATH=/opt/zymtrace/libzymtrace.so is already set"), "{c}");
+    assert!(err.contains("warning: cuda-injection"), "{err}");
+    let (_, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").arg("--env").arg("CUDA_INJECTION64_PATH=/x/libzym.so").env_remove("CUDA_INJECTION64_PATH"));
+    assert_eq!(check(&doc, "cuda-injection")["status"], "warn");
+    let (_, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").env("CUDA_INJECTION64_PATH", "/opt/nsys/target-linux-x64/libToolsInjection64.so"));
+    assert_eq!(check(&doc, "cuda-injection")["status"], "pass");
+    let (_, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").env_remove("CUDA_INJECTION64_PATH"));
+    assert_eq!(check(&doc, "cuda-injection")["reason"], "CUDA_INJECTION64_PATH is not set");
+}
+
+/// nsys installed by the project's own scripts/get-nsys (`$NSYS_HOME/usr/bin/nsys`, default
+/// `~/.cache/nsyskit/*/usr/bin/nsys`) is found without NSYS_BIN or PATH.
+#[test]
+fn finds_nsys_in_the_projects_own_install_folder() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    fake_nsys(&home.join(".cache/nsyskit/nsys-2023.4/usr/bin"), "2023.4.4.54-234433681190v0");
+    let mut c = cmd(&[]);
+    c.env_remove("NSYSKIT_NSYS_DIRS").env_remove("NSYS_HOME").env("HOME", &home).arg("--no-probe");
+    let (code, doc, err) = run(&mut c);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(doc["nsys"]["source"], "install-dir");
+    assert!(doc["nsys"]["path"].as_str().unwrap().ends_with(".cache/nsyskit/nsys-2023.4/usr/bin/nsys"), "{doc}");
+    let nh = t.path().join("elsewhere");
+    fake_nsys(&nh.join("usr/bin"), "2025.3.1.90-253135822126v0");
+    let mut c = cmd(&[]);
+    c.env_remove("NSYSKIT_NSYS_DIRS").env("NSYS_HOME", &nh).env("HOME", t.path().join("nohome")).arg("--no-probe");
+    let (code, doc, err) = run(&mut c);
+    assert_eq!(code, 0, "{err}");
+    assert!(doc["nsys"]["path"].as_str().unwrap().starts_with(&nh.display().to_string()), "{doc}");
+    assert_eq!(
+        nsyskit::resolve::project_install_globs(Some(std::ffi::OsStr::new("/n")), Some(std::ffi::OsStr::new("/h"))),
+        ["/n/usr/bin/nsys", "/h/.cache/nsyskit/*/usr/bin/nsys"]
+    );
+}

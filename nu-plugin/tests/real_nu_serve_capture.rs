@@ -96,7 +96,12 @@ fn serve_capture_cpu_server_time_window() {
     for role in ["profiler", "server", "warmup", "load"] {
         assert!(got["roles"].as_array().unwrap().contains(&json!(role)), "{role}: {got}");
     }
-    assert_eq!(got["cleanup"], json!({"all_gone": true, "port": port, "port_released": true, "stop_signal": null}));
+    for (k, v) in [("all_gone", json!(true)), ("port", json!(port)), ("port_released", json!(true)), ("stop_signal", Value::Null)] {
+        assert_eq!(got["cleanup"][k], v, "{k}: {got}");
+    }
+    // without a GPU the release check is "not checked", never "passed"
+    let gpu_check = got["cleanup"]["gpu_check"].as_str().unwrap();
+    assert!(gpu_check == "not checked" || (gpu_check == "passed" && std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("nvidia-smi").is_file()))), "{got}");
     assert_cleaned_up(&got["processes"], port);
     // the record is the document the run folder keeps (what the binary prints), and the export agrees
     let kept: Value = serde_json::from_slice(&std::fs::read(out.join("serve-capture.json")).unwrap()).unwrap();
@@ -174,4 +179,31 @@ fn serve_capture_usage_errors_point_at_the_flag() {
     let err = nu.error("serve-capture --health http://127.0.0.1:9/ --load 'a \"b' --out /tmp/x -- sleep 1");
     assert!(err.contains("--load"), "{err}");
     assert!(err.contains("unbalanced quotes"), "{err}");
+}
+
+/// The flags added for issue #15 through the plugin: a worker of the server that exits 7 mid-load rejects the
+/// sample (a value, not an error); `--instrumentation` as a list lands in provenance; `--nvidia-smi` pointing at
+/// nothing makes the GPU release check "not checked".
+#[test]
+fn serve_capture_worker_death_and_new_flags() {
+    let Some(s) = setup("serve_capture_worker_death_and_new_flags") else { return };
+    let _g = NSYS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let port = common::free_port();
+    let out = s.tmp.path().join("wrun");
+    let got = s.nu.json(&format!(
+        "serve-capture --nsys '{nsys}' --trace nvtx,osrt --grace 3sec --health http://127.0.0.1:{port}/health \
+           --nvidia-smi '{none}' --instrumentation [nvtx=on graphs=off] --gpu-mem-tolerance 64 \
+           --load '{srv} --client {port} 8' --out '{out}' -- '{srv}' {port} --worker --worker-dies-after 30 \
+         | {{outcome: $in.outcome, stage: $in.failures.0.stage, reason: $in.failures.0.reason, cleanup: $in.cleanup}}",
+        nsys = s.nsys.display(),
+        none = s.tmp.path().join("no-nvidia-smi").display(),
+        srv = s.server.display(),
+        out = out.display(),
+    ));
+    assert_eq!(got["outcome"], "failed", "{got}");
+    assert_eq!(got["stage"], "worker");
+    assert!(got["reason"].as_str().unwrap().contains("exit 7"), "{got}");
+    assert_eq!(got["cleanup"]["gpu_check"], "not checked");
+    let prov: Value = serde_json::from_slice(&std::fs::read(out.join("provenance.json")).unwrap()).unwrap();
+    assert_eq!(prov["capture"]["instrumentation"], json!([{"name": "nvtx", "state": "on"}, {"name": "graphs", "state": "off"}]));
 }

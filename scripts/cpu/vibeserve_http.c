@@ -16,6 +16,10 @@
  *                    --nvtx-capture=vibeserve.capture, with NSYS_NVTX_PROFILER_REGISTER_ONLY=0 on nsys)
  *   GET /stop_profile   closes it
  *   --die-after N    exit(3) after serving N /generate requests (a server that dies mid-run)
+ *   --worker         fork one worker process at start (an engine's worker: it idles until signalled); the server
+ *                    reaps its children at once (SIGCHLD handler), as a real engine's process manager does
+ *   --worker-dies-after N   the worker ends after the server served N /generate requests (mid-load), with
+ *                    --worker-exit CODE (default 7) or --worker-signal SIG (e.g. 11); the server keeps running
  * Single-threaded, loopback only, HTTP/1.0-style (one request per connection, Connection: close).
  */
 #define _GNU_SOURCE
@@ -26,7 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -97,6 +103,30 @@ static int client_main(int port, double seconds, const char *path, int profile) 
     return failed ? 1 : 0;
 }
 
+static void reap(int sig) {
+    (void)sig;
+    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+}
+
+/* The worker: reads one byte per served request from the pipe; ends after `dies_after` of them. */
+static void worker_main(int rfd, long dies_after, int exit_code, int sig) {
+    long seen = 0;
+    char b;
+    while (read(rfd, &b, 1) == 1) {
+        if (dies_after >= 0 && ++seen >= dies_after) {
+            fprintf(stderr, "vibeserve_http worker %d: ending after %ld requests (%s %d)\n", getpid(), seen, sig ? "signal" : "exit", sig ? sig : exit_code);
+            if (sig) {
+                struct rlimit no_core = {0, 0};
+                setrlimit(RLIMIT_CORE, &no_core);
+                signal(sig, SIG_DFL);
+                raise(sig);
+            }
+            _exit(exit_code);
+        }
+    }
+    _exit(0);
+}
+
 int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "--client")) {
         const char *path = "/generate";
@@ -112,12 +142,30 @@ int main(int argc, char **argv) {
         return 2;
     }
     int port = atoi(argv[1]);
-    long die_after = -1, ready_after_ms = 0;
-    int never_ready = 0;
+    long die_after = -1, ready_after_ms = 0, worker_dies_after = -1;
+    int never_ready = 0, worker = 0, worker_exit = 7, worker_signal = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--die-after") && i + 1 < argc) die_after = atol(argv[++i]);
         else if (!strcmp(argv[i], "--never-ready")) never_ready = 1;
         else if (!strcmp(argv[i], "--ready-after-ms") && i + 1 < argc) ready_after_ms = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--worker")) worker = 1;
+        else if (!strcmp(argv[i], "--worker-dies-after") && i + 1 < argc) worker_dies_after = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--worker-exit") && i + 1 < argc) worker_exit = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--worker-signal") && i + 1 < argc) worker_signal = atoi(argv[++i]);
+    }
+    int wfd = -1;
+    if (worker) {
+        int p[2];
+        if (pipe(p) < 0) { perror("pipe"); return 1; }
+        struct sigaction sa = {0};
+        sa.sa_handler = reap;
+        sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+        sigaction(SIGCHLD, &sa, NULL);
+        pid_t w = fork();
+        if (w == 0) { close(p[1]); worker_main(p[0], worker_dies_after, worker_exit, worker_signal); }
+        close(p[0]);
+        wfd = p[1];
+        fprintf(stderr, "vibeserve_http: worker pid %d\n", (int)w);
     }
     signal(SIGPIPE, SIG_IGN);
     nvtxNameOsThreadA((uint32_t)gettid(), "vibeserve.api_server");
@@ -169,6 +217,7 @@ int main(int argc, char **argv) {
             }
             nvtxRangePop();
             served++;
+            if (wfd >= 0 && write(wfd, "r", 1) < 0) { close(wfd); wfd = -1; }
             reply(c, 200, "application/json", "{\"text\":\"vibe\",\"tokens\":4}");
             if (die_after >= 0 && served >= die_after) {
                 close(c);

@@ -21,7 +21,11 @@ NVTX ranges per request (torch.cuda.nvtx push/pop):
       vibeserve.sampling.d2h              (argmax + .cpu(): D2H copy + sync)
 
 One process owns CUDA and serves HTTP (single-threaded: requests run one after another, which keeps the decode
-steps regular). Usage: python3 vibeserve_http.py PORT [DECODE_STEPS]
+steps regular). Usage: python3 vibeserve_http.py PORT [DECODE_STEPS] [--worker] [--worker-dies-after N]
+
+--worker starts one engine worker process first (multiprocessing "spawn": fork+exec of python, as vLLM's engine
+core is) that allocates 512 MiB on the GPU and idles; with --worker-dies-after N it exits 7 after the server has
+served N requests, while the server keeps serving (serve-capture must reject that sample).
 """
 import json
 import sys
@@ -30,7 +34,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlparse
 
 PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 18080
-DECODE = int(sys.argv[2]) if len(sys.argv) > 2 else 32
+DECODE = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 32
+WORKER_DIES_AFTER = int(sys.argv[sys.argv.index("--worker-dies-after") + 1]) if "--worker-dies-after" in sys.argv else None
+WORKER = "--worker" in sys.argv or WORKER_DIES_AFTER is not None
 B, T_PROMPT, D, NH, NL, V, MAXLEN = 4, 64, 512, 8, 2, 4096, 4096
 DH = D // NH
 
@@ -149,6 +155,26 @@ def build_engine():
     return generate, torch
 
 
+def worker_main(conn, dies_after):
+    """An engine worker: holds GPU memory, counts the server's requests, exits 7 after `dies_after` of them."""
+    import os
+    import torch
+    buf = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+    buf.fill_(1)
+    torch.cuda.synchronize()
+    conn.send("ready")
+    seen = 0
+    while True:
+        try:
+            conn.recv()
+        except EOFError:
+            os._exit(0)
+        seen += 1
+        if dies_after is not None and seen >= dies_after:
+            print(f"vibeserve_http worker {os.getpid()}: exiting 7 after {seen} requests", flush=True)
+            os._exit(7)
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -176,6 +202,11 @@ class Handler(BaseHTTPRequestHandler):
         elif url.path == "/generate":
             n = int(parse_qs(url.query).get("tokens", [DECODE])[0])
             self.reply(200, json.dumps({"tokens": STATE["generate"](n)}))
+            if STATE.get("worker") is not None:
+                try:
+                    STATE["worker"].send(1)
+                except (BrokenPipeError, OSError):
+                    STATE["worker"] = None
         elif url.path == "/start_profile":
             STATE["torch"].cuda.synchronize()
             STATE["torch"].cuda.profiler.start()  # cudaProfilerStart
@@ -210,6 +241,15 @@ def main():
     done = threading.Event()
 
     def build():
+        if WORKER:
+            import multiprocessing
+            ctx = multiprocessing.get_context("spawn")
+            mine, theirs = ctx.Pipe()
+            w = ctx.Process(target=worker_main, args=(theirs, WORKER_DIES_AFTER), daemon=True)
+            w.start()
+            mine.recv()
+            STATE["worker"] = mine
+            print(f"vibeserve_http: worker pid {w.pid} holds 512 MiB on the GPU", flush=True)
         STATE["generate"], STATE["torch"] = build_engine()
         STATE["ready"] = True
         print(f"vibeserve_http: ready after {time.time() - t0:.1f} s", flush=True)

@@ -415,6 +415,8 @@ pub fn capture_of(ev: Evidence, role: &str, path: &std::path::Path, tier: crate:
 /// Load one input: a capture, or the captures of a stored baseline.
 fn load_input(path: &std::path::Path, role: &str, provenance: Option<&std::path::Path>, opts: &CompareOptions) -> Result<Vec<Capture>> {
     let arg = if role == "baseline" { "--baseline" } else { "--trial" };
+    // a serve-capture run folder that never reached a terminal state is not evidence (docs/serve-capture.md)
+    crate::serve_capture::refuse_unfinished(path).map_err(|e| e.with_arg(arg))?;
     // a stored baseline (a baseline document, or a bundle's baselines.NAME)
     if let Some(stored) = baseline::try_load(path, if role == "baseline" { opts.baseline_name.as_deref() } else { None }).map_err(|e| e.with_arg(arg))? {
         return Ok(stored.into_iter().map(|mut c| {

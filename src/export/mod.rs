@@ -342,3 +342,28 @@ mod tests {
         assert_eq!(uri_escape("/é"), "/%C3%A9");
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Appended by helper H5 (serve-capture), to move with the export layer: why an export holds no NVTX range.
+
+/// NVTX facts for "the capture's NVTX table has no range" (serve-capture's message): rows of `NVTX_EVENTS`
+/// that are not closed push/pop or start/end ranges (domain creation, registered strings, marks…), and nsys's
+/// own `NVTX binary payload extension is incompatible…` message from `StringIds` when it is there (measured:
+/// Python `nvtx` 0.2.17 under nsys 2023.4.4 records one domain-creation row, eventType 76, and that message).
+pub fn nvtx_no_range_facts(ex: &Export) -> Result<(u64, Option<String>)> {
+    let other = if ex.has_table("NVTX_EVENTS") {
+        ex.conn()
+            .query_row("SELECT COUNT(*) FROM NVTX_EVENTS WHERE NOT (eventType IN (59, 60) AND end IS NOT NULL)", [], |r| r.get::<_, i64>(0))
+            .map_err(ex.sql_err("NVTX_EVENTS"))? as u64
+    } else {
+        0
+    };
+    let msg = if ex.has_table("StringIds") {
+        ex.conn()
+            .query_row("SELECT value FROM StringIds WHERE value LIKE '%NVTX%incompatible%' LIMIT 1", [], |r| r.get::<_, String>(0))
+            .ok()
+    } else {
+        None
+    };
+    Ok((other, msg))
+}

@@ -29,8 +29,25 @@ pub const KNOWN_INSTALL_GLOBS: &[&str] = &[
 pub fn install_globs_from_env() -> Vec<String> {
     match std::env::var("NSYSKIT_NSYS_DIRS") {
         Ok(v) => v.split(':').filter(|s| !s.is_empty()).map(|s| s.to_string()).collect(),
-        Err(_) => KNOWN_INSTALL_GLOBS.iter().map(|s| s.to_string()).collect(),
+        Err(_) => {
+            let mut g: Vec<String> = KNOWN_INSTALL_GLOBS.iter().map(|s| s.to_string()).collect();
+            g.extend(project_install_globs(std::env::var_os("NSYS_HOME").as_deref(), std::env::var_os("HOME").as_deref()));
+            g
+        }
     }
+}
+
+/// Where this project's own `scripts/get-nsys` installs nsys: `$NSYS_HOME/usr/bin/nsys` (its DEST when
+/// `NSYS_HOME` is set) and `~/.cache/nsyskit/*/usr/bin/nsys` (its default DEST, `~/.cache/nsyskit/nsys-2023.4`).
+pub fn project_install_globs(nsys_home: Option<&std::ffi::OsStr>, home: Option<&std::ffi::OsStr>) -> Vec<String> {
+    let mut g = Vec::new();
+    if let Some(h) = nsys_home.filter(|h| !h.is_empty()) {
+        g.push(format!("{}/usr/bin/nsys", Path::new(h).display()));
+    }
+    if let Some(h) = home.filter(|h| !h.is_empty()) {
+        g.push(format!("{}/.cache/nsyskit/*/usr/bin/nsys", Path::new(h).display()));
+    }
+    g
 }
 
 /// Where to look for nsys and how long to wait for it.

@@ -21,19 +21,20 @@ use serde::{Deserialize, Serialize};
 use crate::contract::{Document, Error, Result, Tool};
 
 pub use caps::{compare_versions, declared_options, export_types, parse_capabilities, parse_version, version_key, Capabilities, TRACKED_SWITCHES};
-pub use find::{expand_glob, install_globs_from_env, glob_regex, probe_capabilities, resolve, run_with_timeout, verify, Candidate, Resolved, ResolveOptions, RunError, RunOutput, KNOWN_INSTALL_GLOBS};
+pub use find::{expand_glob, install_globs_from_env, project_install_globs, glob_regex, probe_capabilities, resolve, run_with_timeout, verify, Candidate, Resolved, ResolveOptions, RunError, RunOutput, KNOWN_INSTALL_GLOBS};
 pub use preflight::{
-    check_port, check_shm, parse_apps, parse_cuda_version, parse_gpus, parse_proc_net_tcp, query_gpus, Gpu, GpuProcess, GpuState, Holder, Listener,
+    check_port, check_shm, parse_apps, parse_clocks, query_clocks, Clocks, CLOCKS_QUERY, CLOCKS_QUERY_OLD, parse_cuda_version, parse_gpus, parse_proc_net_tcp, query_gpus, Gpu, GpuProcess, GpuState, Holder, Listener,
     PortState, ShmSegment, ShmState, TargetSpec, APPS_QUERY, GPU_QUERY,
 };
-pub use record::{hostname, is_secret_key, redact_command, repo_state, rfc3339, split_words, RepoState, REDACTED};
+pub use record::{hostname, is_secret_key, redact_command, redact_words, repo_state, rfc3339, split_words, Redactor, RepoState, REDACTED};
 
 /// One preflight check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Check {
-    /// `gpu`, `gpu-foreign-processes`, `port`, `shm`, `flags`.
+    /// `gpu`, `gpu-foreign-processes`, `port`, `shm`, `flags`, `nsys-driver`, `cuda-injection`.
     pub name: String,
-    /// `pass`, `fail` or `skip` (not applicable; never fails the run).
+    /// `pass`, `fail`, `warn` (a finding said before the capture; never fails the run) or `skip` (not
+    /// applicable; never fails the run).
     pub status: String,
     /// The measured reason, e.g. `pid 433 (python3) uses 10758 MiB on GPU 0`.
     pub reason: String,
@@ -56,6 +57,10 @@ pub struct CaptureRecipe {
     pub env: Vec<EnvVar>,
     /// `--instrumentation NAME=STATE`, in the order given (the engine's NVTX/tracing switches).
     pub instrumentation: Vec<Switch>,
+    /// `CUDA_INJECTION64_PATH` where the engine starts from (`--env`, else this environment), recorded with
+    /// `--preflight`/`--record`; any value but nsys's own `libToolsInjection64.so` is a `cuda-injection` warning.
+    #[serde(default)]
+    pub cuda_injection64_path: Option<String>,
 }
 
 /// A chosen environment variable.
@@ -153,6 +158,9 @@ pub struct ProvenanceOptions {
     pub instrumentation: Vec<String>,
     pub repo: Option<PathBuf>,
     pub artifacts: Vec<String>,
+    /// The value of `CUDA_INJECTION64_PATH` in the environment the engine is started from (the binary passes
+    /// its own environment's): checked with `--preflight`/`--record` (`cuda-injection`).
+    pub cuda_injection: Option<String>,
 }
 
 impl Default for ProvenanceOptions {
@@ -175,8 +183,53 @@ impl Default for ProvenanceOptions {
             instrumentation: vec![],
             repo: None,
             artifacts: vec![],
+            cuda_injection: std::env::var("CUDA_INJECTION64_PATH").ok().filter(|v| !v.is_empty()),
         }
     }
+}
+
+/// The oldest nsys release measured or documented to trace CUDA on a driver of each CUDA major: CUDA 13 drivers
+/// need nsys 2025.3 (measured on the H200, driver 580.159.04 / CUDA 13.0: nsys 2023.4.4 exits 0 and silently
+/// truncates the CUDA rows — `fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite`, CUPTI cbid 468 —
+/// while 2025.3.1 traces fully); CUDA 12 drivers need 2022.4 (the release shipped with CUDA 12.0).
+pub const NSYS_FOR_CUDA_MAJOR: &[(u64, &str)] = &[(12, "2022.4"), (13, "2025.3")];
+
+/// Is this nsys old for a driver of this CUDA version? `Some(reason)` when it is (a `warn` finding), `None`
+/// when it is recent enough or either version cannot be read.
+pub fn nsys_too_old_for_driver(nsys_version: &str, cuda_version: &str) -> Option<String> {
+    let major: u64 = cuda_version.split('.').next()?.parse().ok()?;
+    let nsys = version_key(nsys_version);
+    if nsys.is_empty() {
+        return None;
+    }
+    let (m, need) = NSYS_FOR_CUDA_MAJOR.iter().rev().find(|(m, _)| *m <= major)?;
+    if *m < major {
+        return Some(format!(
+            "the driver supports CUDA {cuda_version}, newer than any CUDA major this check knows (≤ {m}): nsys {nsys_version} may not trace it; \
+             check the CUDA rows of the capture (gate-check G3/G4)"
+        ));
+    }
+    (nsys < version_key(need)).then(|| {
+        format!(
+            "nsys {nsys_version} is older than {need}, the oldest known to trace CUDA on a CUDA {major} driver (this driver: CUDA {cuda_version}): \
+             measured, nsys 2023.4 on a CUDA 13 driver exits 0 and silently truncates the CUDA rows (CUPTI cbid 468); use nsys ≥ {need}"
+        )
+    })
+}
+
+/// Is this `CUDA_INJECTION64_PATH` nsys's own CUDA injection library (`libToolsInjection64.so`, which nsys sets
+/// on the process it launches)?
+pub fn is_nsys_injection(value: &str) -> bool {
+    Path::new(value).file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libToolsInjection"))
+}
+
+/// The `cuda-injection` finding for a `CUDA_INJECTION64_PATH` value set before the capture.
+pub fn cuda_injection_reason(value: &str, whence: &str) -> String {
+    format!(
+        "CUDA_INJECTION64_PATH={value} is already set ({whence}): another CUDA injector (e.g. zymtrace) blocks nsys's CUDA tracing \
+         when the engine keeps it (measured: nsys 2023.4.4 replaces it on the process it launches, so a server that sets it \
+         itself, or a process nsys attaches to, loses the CUDA rows); unset it in the engine's environment"
+    )
 }
 
 fn check(name: &str, status: &str, reason: impl Into<String>) -> Check {
@@ -354,6 +407,31 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
         None => None,
     };
 
+    // the environment the engine starts from: the --env value given, else ours
+    let given = env.iter().find(|e| e.name == "CUDA_INJECTION64_PATH" && e.source == "given").and_then(|e| e.value.clone());
+    let injection = given.map(|v| (v, "--env")).or_else(|| opts.cuda_injection.clone().map(|v| (v, "in the environment nsys and the engine start from")));
+    if let Some((v, whence)) = injection.as_ref().filter(|(v, _)| !is_nsys_injection(v) && !preflight && opts.record.is_some()) {
+        eprintln!("nsys-resolve: warning: {}", cuda_injection_reason(v, whence));
+    }
+    if preflight {
+        match &injection {
+            Some((v, _)) if is_nsys_injection(v) => checks.push(check("cuda-injection", "pass", format!("CUDA_INJECTION64_PATH is nsys's own ({v})"))),
+            Some((v, whence)) => checks.push(check("cuda-injection", "warn", cuda_injection_reason(v, whence))),
+            None => checks.push(check("cuda-injection", "pass", "CUDA_INJECTION64_PATH is not set")),
+        }
+        if let Some(g) = gpu.as_ref().filter(|g| g.status == "available") {
+            match g.cuda_version.as_deref() {
+                Some(cv) => match nsys_too_old_for_driver(&nsys.version, cv) {
+                    Some(why) => checks.push(check("nsys-driver", "warn", why)),
+                    None => checks.push(check("nsys-driver", "pass", format!("nsys {} traces CUDA on a CUDA {cv} driver", nsys.version))),
+                },
+                None => checks.push(check("nsys-driver", "skip", "the driver's CUDA version is unknown (nvidia-smi printed none)")),
+            }
+        }
+    }
+    for c in checks.iter().filter(|c| c.status == "warn") {
+        eprintln!("nsys-resolve: warning: {}: {}", c.name, c.reason);
+    }
     let failed: Vec<String> = checks.iter().filter(|c| c.status == "fail").map(|c| format!("{}: {}", c.name, c.reason)).collect();
     let server_cmd = opts.server_cmd.as_deref().map(|c| redact_command(c).0);
     let client_cmd = opts.client_cmd.as_deref().map(|c| redact_command(c).0);
@@ -381,6 +459,7 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
             client_cmd,
             env,
             instrumentation,
+            cuda_injection64_path: injection.as_ref().filter(|_| want_gpu).map(|(v, _)| v.clone()),
         },
         repo,
         host: Host {
@@ -395,4 +474,23 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
         write_record(dir, &doc)?;
     }
     Ok(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nsys_versus_driver_cuda() {
+        // measured: 2023.4.4 truncates CUDA rows on the CUDA 13.0 driver of the H200 machine; 2025.3.1 does not
+        assert!(nsys_too_old_for_driver("2023.4.4.54-234433681190v0", "13.0").unwrap().contains("cbid 468"));
+        assert_eq!(nsys_too_old_for_driver("2025.3.1.90-253135822126v0", "13.0"), None);
+        assert_eq!(nsys_too_old_for_driver("2023.4.4.54", "12.4"), None);
+        assert!(nsys_too_old_for_driver("2022.1.1", "12.2").is_some());
+        assert!(nsys_too_old_for_driver("2025.3.1", "14.0").unwrap().contains("newer than any CUDA major"));
+        assert_eq!(nsys_too_old_for_driver("2025.3.1", "11.8"), None);
+        assert_eq!(nsys_too_old_for_driver("garbage", "13.0"), None);
+        assert!(is_nsys_injection("/opt/nvidia/nsight-systems/2025.3.1/target-linux-x64/libToolsInjection64.so"));
+        assert!(!is_nsys_injection("/opt/zymtrace/libzymtrace.so"));
+    }
 }

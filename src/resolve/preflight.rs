@@ -11,6 +11,11 @@ use super::find::{glob_regex, run_with_timeout};
 
 /// The `--query-gpu` fields asked for (their CSV headers differ: `memory.used [MiB]`, `clocks.current.sm [MHz]`).
 pub const GPU_QUERY: &str = "index,uuid,name,driver_version,memory.used,memory.total,utilization.gpu,clocks.sm,clocks.max.sm";
+/// The clock-policy query, asked separately (so that the main query stays the one the fixtures replay): the
+/// active clock event reasons (throttling) and the application clocks. Drivers before the rename (R535) only know
+/// `clocks_throttle_reasons.active`: [`CLOCKS_QUERY_OLD`] is tried when this one fails.
+pub const CLOCKS_QUERY: &str = "index,clocks_event_reasons.active,clocks.applications.graphics,clocks.applications.memory";
+pub const CLOCKS_QUERY_OLD: &str = "index,clocks_throttle_reasons.active,clocks.applications.graphics,clocks.applications.memory";
 /// The `--query-compute-apps` fields asked for (`used_memory` prints as `used_gpu_memory [MiB]`).
 pub const APPS_QUERY: &str = "pid,process_name,used_memory,gpu_uuid";
 
@@ -26,6 +31,18 @@ pub struct Gpu {
     pub utilization_pct: Option<u64>,
     pub sm_clock_mhz: Option<u64>,
     pub sm_clock_max_mhz: Option<u64>,
+    /// The active clock event (throttle) reasons bitmask as nvidia-smi prints it (`0x0000000000000000` = none);
+    /// `null` when the clock query was not answered.
+    #[serde(default)]
+    pub clocks_event_reasons_active: Option<String>,
+    /// Which query name answered: `clocks_event_reasons.active` or (older drivers) `clocks_throttle_reasons.active`.
+    #[serde(default)]
+    pub clocks_event_reasons_field: Option<String>,
+    /// Application clocks (the clock policy), MHz: `clocks.applications.graphics` / `.memory`.
+    #[serde(default)]
+    pub app_clock_graphics_mhz: Option<u64>,
+    #[serde(default)]
+    pub app_clock_memory_mhz: Option<u64>,
     /// Whether this GPU is a target of the capture (`--gpu`, `CUDA_VISIBLE_DEVICES`, or every GPU).
     pub target: bool,
 }
@@ -129,10 +146,49 @@ pub fn parse_gpus(text: &str) -> Result<Vec<Gpu>, String> {
             utilization_pct: num(&p[6]),
             sm_clock_mhz: num(&p[7]),
             sm_clock_max_mhz: num(&p[8]),
+            clocks_event_reasons_active: None,
+            clocks_event_reasons_field: None,
+            app_clock_graphics_mhz: None,
+            app_clock_memory_mhz: None,
             target: false,
         });
     }
     Ok(out)
+}
+
+/// Clock policy of one GPU from the [`CLOCKS_QUERY`] answer: `(index, reasons, graphics MHz, memory MHz)`.
+pub type Clocks = (u32, Option<String>, Option<u64>, Option<u64>);
+
+/// Parse `nvidia-smi --query-gpu=CLOCKS_QUERY --format=csv` output (either query name).
+pub fn parse_clocks(text: &str) -> Result<Vec<Clocks>, String> {
+    let mut out = Vec::new();
+    for (i, p) in csv_rows(text, "--query-gpu (clocks)", 4)?.into_iter().enumerate() {
+        let index = p[0].parse::<u32>().map_err(|_| format!("--query-gpu (clocks): line {}: index {:?} is not a number", i + 2, p[0]))?;
+        let reasons = Some(p[1].clone()).filter(|r| r.starts_with("0x"));
+        out.push((index, reasons, num(&p[2]), num(&p[3])));
+    }
+    Ok(out)
+}
+
+/// Fill the clock-policy fields of `gpus` from nvidia-smi (new query name first, then the old one). Never an
+/// error: the fields stay `null` when neither query is answered.
+pub fn query_clocks(smi: &Path, gpus: &mut [Gpu], timeout: Duration) {
+    for (q, field) in [(CLOCKS_QUERY, "clocks_event_reasons.active"), (CLOCKS_QUERY_OLD, "clocks_throttle_reasons.active")] {
+        let Ok(o) = run_with_timeout(smi, &[&format!("--query-gpu={q}"), "--format=csv"], timeout) else { continue };
+        if !o.status.success() {
+            continue;
+        }
+        let Ok(rows) = parse_clocks(&o.stdout) else { continue };
+        for (index, reasons, g, m) in rows {
+            if let Some(x) = gpus.iter_mut().find(|x| x.index == index) {
+                x.clocks_event_reasons_field = reasons.as_ref().map(|_| field.to_string());
+                x.clocks_event_reasons_active = reasons;
+                x.app_clock_graphics_mhz = g;
+                x.app_clock_memory_mhz = m;
+            }
+        }
+        return;
+    }
 }
 
 /// Parse `nvidia-smi --query-compute-apps=APPS_QUERY --format=csv` output.
@@ -209,6 +265,7 @@ pub fn query_gpus(smi: Option<&Path>, target: &TargetSpec, timeout: Duration) ->
     };
     let cuda_version = run(&["--version"]).ok().and_then(|t| parse_cuda_version(&t)).or_else(|| run(&[]).ok().and_then(|t| parse_cuda_version(&t)));
     let mut gpus = gpus;
+    query_clocks(&smi, &mut gpus, timeout);
     let targets: Vec<u32> = match target {
         TargetSpec::Index(i) => vec![*i],
         TargetSpec::All => gpus.iter().map(|g| g.index).collect(),
@@ -474,6 +531,17 @@ mod tests {
         assert_eq!(parse_cuda_version(VERSION).as_deref(), Some("13.0"));
         assert_eq!(parse_cuda_version(TABLE).as_deref(), Some("13.0"));
         assert!(parse_gpus("index, uuid\n0, x\n").unwrap_err().contains("header has 2 columns"));
+    }
+
+    #[test]
+    fn clock_policy_answer() {
+        // the real H200 answer (driver 580.159.04, idle: reason 0x1 = GPU idle); both query names answer it
+        let c = parse_clocks(include_str!("../../fixtures/nvidia-smi/query_clocks.csv")).unwrap();
+        assert_eq!(c, vec![(0, Some("0x0000000000000001".into()), Some(1980), Some(3201))]);
+        // a GPU without the figures prints [N/A] (edge case, synthetic line in the same form)
+        let na = "index, clocks_event_reasons.active, clocks.applications.graphics [MHz], clocks.applications.memory [MHz]\n1, [N/A], [N/A], [N/A]\n";
+        assert_eq!(parse_clocks(na).unwrap(), vec![(1, None, None, None)]);
+        assert!(parse_clocks("index\n0\n").is_err());
     }
 
     #[test]

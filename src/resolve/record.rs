@@ -35,33 +35,99 @@ pub const REDACTED: &str = "<redacted>";
 /// Redact secrets in a command line: `KEY=value` words whose key is a secret (`HF_TOKEN=hf_x` →
 /// `HF_TOKEN=<redacted>`), and the value of flags whose name is one (`--api-key X`, `--api-key=X`).
 pub fn redact_command(cmd: &str) -> (String, bool) {
-    let words = split_words(cmd);
+    let (words, secrets) = redact_words(&split_words(cmd));
+    if secrets.is_empty() {
+        return (cmd.to_string(), false);
+    }
+    (words.iter().map(|w| if w.ends_with(REDACTED) { w.clone() } else { quote(w) }).collect::<Vec<_>>().join(" "), true)
+}
+
+/// The one redaction rule, on an argv: `KEY=value` words whose key is a secret ([`is_secret_key`]) become
+/// `KEY=<redacted>`, and so do `--secret-flag=value`; the word after a `--secret-flag` becomes `<redacted>`.
+/// Returns the redacted words and the secret values removed (for [`Redactor`]).
+pub fn redact_words(words: &[String]) -> (Vec<String>, Vec<String>) {
     let mut out: Vec<String> = Vec::new();
-    let mut redacted = false;
+    let mut secrets = Vec::new();
     let mut redact_next = false;
     for w in words {
         if redact_next {
             out.push(REDACTED.into());
-            redacted = true;
+            secrets.push(w.clone());
             redact_next = false;
             continue;
         }
-        if let Some((k, _)) = w.split_once('=') {
+        if let Some((k, v)) = w.split_once('=') {
             let name = k.trim_start_matches('-');
-            if !name.is_empty() && is_secret_key(&name.replace('-', "_")) {
+            if !name.is_empty() && !name.contains(char::is_whitespace) && is_secret_key(&name.replace('-', "_")) {
                 out.push(format!("{k}={REDACTED}"));
-                redacted = true;
+                secrets.push(v.to_string());
                 continue;
             }
         } else if w.starts_with("--") && is_secret_key(&w[2..].replace('-', "_")) {
             redact_next = true;
         }
-        out.push(quote(&w));
+        out.push(w.clone());
     }
-    if !redacted {
-        return (cmd.to_string(), false);
+    (out, secrets)
+}
+
+/// Redaction for every document and message of a run: built from the argvs and `NAME=VALUE` environment the
+/// run was given, it knows each secret value ([`redact_words`], [`is_secret_key`] on env names) and replaces it
+/// wherever it appears — in an argv, a `/proc/PID/cmdline`, a log line quoted in a reason, a whole JSON text.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    pub fn new<'a>(argvs: impl IntoIterator<Item = &'a [String]>, env: &[(String, String)]) -> Redactor {
+        let mut secrets: Vec<String> = Vec::new();
+        for a in argvs {
+            secrets.extend(redact_words(a).1);
+        }
+        for (k, v) in env {
+            if is_secret_key(k) {
+                secrets.push(v.clone());
+            }
+        }
+        // a value shorter than 4 characters would blank unrelated text; longest first so that no prefix of a
+        // secret is left behind
+        secrets.retain(|s| s.chars().count() >= 4 && s != REDACTED);
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
+        Redactor { secrets }
     }
-    (out.join(" "), true)
+    /// Whether there is anything to redact.
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty()
+    }
+    /// Every secret value in `text` replaced by `<redacted>`.
+    pub fn text(&self, text: &str) -> String {
+        let mut t = text.to_string();
+        for s in &self.secrets {
+            if t.contains(s.as_str()) {
+                t = t.replace(s.as_str(), REDACTED);
+            }
+        }
+        t
+    }
+    /// An argv with the rule of [`redact_words`] applied, then every known secret value replaced.
+    pub fn argv(&self, argv: &[String]) -> Vec<String> {
+        redact_words(argv).0.iter().map(|w| self.text(w)).collect()
+    }
+    /// A serialisable value as pretty JSON with every secret value replaced (JSON-escaped forms included).
+    pub fn json<T: Serialize>(&self, v: &T) -> String {
+        let text = serde_json::to_string_pretty(v).expect("serialises");
+        let mut t = self.text(&text);
+        for s in &self.secrets {
+            let esc = serde_json::to_string(s).expect("a string serialises");
+            let esc = &esc[1..esc.len() - 1];
+            if esc != s && t.contains(esc) {
+                t = t.replace(esc, REDACTED);
+            }
+        }
+        t
+    }
 }
 
 fn quote(w: &str) -> String {
@@ -213,6 +279,11 @@ mod tests {
         assert!(r);
         assert_eq!(c, "HF_TOKEN=<redacted> vllm serve m --api-key <redacted> --port 8000 --auth-token=<redacted>");
         assert_eq!(redact_command("vllm serve 'my model'"), ("vllm serve 'my model'".to_string(), false));
+        let argv: Vec<String> = ["srv", "--api-key", "sk-live-1234", "--token=abcd1234", "OPENAI_API_KEY=k-9999", "--port", "80"].map(String::from).into();
+        let r = Redactor::new([argv.as_slice()], &[("HF_TOKEN".into(), "hf_secret_1".into()), ("PORT".into(), "8000".into())]);
+        assert_eq!(r.argv(&argv), ["srv", "--api-key", "<redacted>", "--token=<redacted>", "OPENAI_API_KEY=<redacted>", "--port", "80"]);
+        assert_eq!(r.text("log: key sk-live-1234 and hf_secret_1 on 8000"), "log: key <redacted> and <redacted> on 8000");
+        assert!(!r.json(&serde_json::json!({"a": "x\"sk-live-1234"})).contains("sk-live"));
     }
 
     #[test]

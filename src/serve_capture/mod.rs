@@ -73,6 +73,20 @@ pub struct ServeCaptureOptions {
     /// The folder the server, nsys and the clients run in and a relative `out` is resolved against; None: the
     /// process's current folder (the binary). The plugin passes Nushell's current folder.
     pub cwd: Option<PathBuf>,
+    /// `--gpu IDX`: the physical GPU; `CUDA_VISIBLE_DEVICES=IDX` is set on nsys (so on the server) and on the
+    /// clients, and the preflight checks that GPU for foreign processes.
+    pub gpu: Option<u32>,
+    /// The nvidia-smi to run (None: `nvidia-smi` on PATH); without one the GPU checks are "not checked".
+    pub nvidia_smi: Option<PathBuf>,
+    /// `--engine-repo DIR`: the engine's source tree, its revision and dirty state go into provenance.
+    pub engine_repo: Option<PathBuf>,
+    /// `--instrumentation NAME=STATE` (e.g. `nvtx=on`), recorded in provenance.
+    pub instrumentation: Vec<String>,
+    /// `--shm PATTERN`: stale shared-memory segments matching it fail the preflight.
+    pub shm: Option<String>,
+    /// After shutdown, GPU memory used on the target GPU(s) must be back within this many MiB of its level at
+    /// start.
+    pub gpu_mem_tolerance_mib: u64,
 }
 
 /// A stop request set by the caller, with the signal it stands for (2 = SIGINT); shared between threads.
@@ -145,6 +159,12 @@ impl ServeCaptureOptions {
             min_rep_bytes: None,
             stop: StopSource::ProcessSignals,
             cwd: None,
+            gpu: None,
+            nvidia_smi: None,
+            engine_repo: None,
+            instrumentation: Vec::new(),
+            shm: None,
+            gpu_mem_tolerance_mib: 256,
         }
     }
 }
@@ -199,8 +219,38 @@ pub struct ServeCaptureDoc {
     /// gate-check on the capture (`OUT/gate.json`): PASS, or RETRY with the gates that said retry.
     pub gate: Option<GateSummary>,
     pub cleanup: Cleanup,
+    /// `--gpu IDX`: the physical GPU the run was pinned to (its UUID from nvidia-smi when there is one).
+    #[serde(default)]
+    pub gpu_pin: Option<GpuPin>,
+    /// `CUDA_INJECTION64_PATH` found in the environment of the server's processes (`/proc/PID/environ`) when
+    /// it is not nsys's own injection library.
+    #[serde(default)]
+    pub injection: Vec<InjectionFinding>,
+    /// nvidia-smi after shutdown (same fields as provenance's `gpu`, read at start): clocks, throttle reasons,
+    /// memory, compute processes. `null` when not queried (a stop signal) .
+    #[serde(default)]
+    pub gpu_end: Option<crate::resolve::GpuState>,
     /// Seconds from serve-capture's start to the end of the run.
     pub wall_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct GpuPin {
+    /// The physical nvidia-smi index.
+    pub index: u32,
+    /// Its UUID (`GPU-…`), `null` when nvidia-smi is not there.
+    pub uuid: Option<String>,
+    /// The value set on nsys (the server inherits it) and on the clients.
+    pub cuda_visible_devices: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct InjectionFinding {
+    pub role: String,
+    pub pid: i64,
+    pub value: String,
+    /// A failure (`stage: injection`) when CUDA is traced; only a warning otherwise.
+    pub blocks_cuda_tracing: bool,
 }
 
 impl Document for ServeCaptureDoc {
@@ -228,8 +278,8 @@ pub struct GateSummary {
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Failure {
-    /// `preflight`, `ready`, `warmup`, `window`, `load`, `server`, `capture`, `postprocess`, `cleanup`,
-    /// `interrupted`.
+    /// `preflight`, `ready`, `injection`, `warmup`, `window`, `load`, `server`, `worker`, `capture`,
+    /// `postprocess`, `cleanup`, `interrupted`.
     pub stage: String,
     pub reason: String,
 }
@@ -360,6 +410,18 @@ pub struct Cleanup {
     pub port_released: Option<bool>,
     /// The stop signal serve-capture received (2 = SIGINT, 15 = SIGTERM), if any.
     pub stop_signal: Option<i32>,
+    /// After shutdown: no recorded PID holds a GPU and the target GPUs' memory used is back at its level at
+    /// start (± `--gpu-mem-tolerance`): `passed`, `failed`, or `not checked` (no nvidia-smi: never "passed").
+    #[serde(default)]
+    pub gpu_check: Option<String>,
+    /// What was measured, or why it was not checked.
+    #[serde(default)]
+    pub gpu_reason: Option<String>,
+    /// Memory used on the target GPU(s) at start and after shutdown, MiB.
+    #[serde(default)]
+    pub gpu_memory_before_mib: Option<u64>,
+    #[serde(default)]
+    pub gpu_memory_after_mib: Option<u64>,
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -526,6 +588,8 @@ fn fmt_secs(x: f64) -> String {
 struct Tracked {
     rec: ProcessRecord,
     child: Option<Child>,
+    /// When it was recorded (an exit seen by the [`procs::ExitWatcher`] before this is someone else's).
+    since: Instant,
 }
 
 struct Run<'a> {
@@ -536,6 +600,22 @@ struct Run<'a> {
     procs: Vec<Tracked>,
     failures: Vec<Failure>,
     stop_seen: Option<i32>,
+    /// The one redaction rule for every document and message of this run.
+    red: crate::resolve::Redactor,
+    /// Exit statuses of processes that are not our children (the server's workers), when the kernel's
+    /// process-event connector is available (root).
+    watcher: Option<procs::ExitWatcher>,
+    /// A worker of the server failed while its parent lived (`stage: worker` recorded).
+    worker_failed: bool,
+    /// What the preflight fixed.
+    p: Plan,
+    /// The recorded processes: nsys, the server, the clients (indices into `procs`).
+    prof: usize,
+    server_i: Option<usize>,
+    warmup_i: Option<usize>,
+    load_i: Option<usize>,
+    ready: Option<Ready>,
+    injection: Vec<InjectionFinding>,
 }
 
 impl Run<'_> {
@@ -543,12 +623,12 @@ impl Run<'_> {
         (self.t0.elapsed().as_secs_f64() * 1000.0).round() / 1000.0
     }
     fn fail(&mut self, stage: &str, reason: impl Into<String>) {
-        let reason = reason.into();
+        let reason = self.red.text(&reason.into());
         eprintln!("serve-capture: {stage}: {reason}");
         self.failures.push(Failure { stage: stage.into(), reason });
     }
     fn say(&self, msg: impl AsRef<str>) {
-        eprintln!("serve-capture: [{:7.2}s] {}", self.t0.elapsed().as_secs_f64(), msg.as_ref());
+        eprintln!("serve-capture: [{:7.2}s] {}", self.t0.elapsed().as_secs_f64(), self.red.text(msg.as_ref()));
     }
     /// A stop signal arrived (recorded once as a failure).
     fn stopped(&mut self) -> bool {
@@ -566,7 +646,7 @@ impl Run<'_> {
             pid: pid as i64,
             starttime_ticks: starttime,
             parent_pid: procs::stat(pid).map(|s| s.ppid as i64).unwrap_or(-1),
-            argv,
+            argv: self.red.argv(&argv),
             recorded_at_s: self.now(),
             signals_sent: Vec::new(),
             ended: None,
@@ -576,7 +656,7 @@ impl Run<'_> {
         let n = self.procs.iter().filter(|p| p.rec.role == role).count();
         let file = if n == 0 { format!("{role}.pid") } else { format!("{role}.{n}.pid") };
         let _ = std::fs::write(self.pids_dir.join(file), format!("{pid} {starttime}\n"));
-        self.procs.push(Tracked { rec, child });
+        self.procs.push(Tracked { rec, child, since: Instant::now() });
         self.procs.len() - 1
     }
 
@@ -595,6 +675,9 @@ impl Run<'_> {
         if let Some(d) = &self.o.cwd {
             cmd.current_dir(d);
         }
+        if let Some(g) = self.o.gpu {
+            cmd.env("CUDA_VISIBLE_DEVICES", g.to_string());
+        }
         new_session(&mut cmd);
         let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
         let pid = child.id() as i32;
@@ -605,7 +688,7 @@ impl Run<'_> {
     /// Has tracked process `i` ended? Reaps our children and records how.
     fn poll_end(&mut self, i: usize) -> bool {
         let now = self.now();
-        let t = &mut self.procs[i];
+        let (watcher, t) = (&self.watcher, &mut self.procs[i]);
         if t.rec.ended.is_some() {
             return true;
         }
@@ -615,7 +698,24 @@ impl Run<'_> {
                 Ok(None) => None,
                 Err(_) => Some("gone".into()),
             },
-            None => (!procs::alive(t.rec.pid as i32, t.rec.starttime_ticks)).then(|| "gone".to_string()),
+            None if !procs::alive(t.rec.pid as i32, t.rec.starttime_ticks) => {
+                // a worker of the server: its status from the zombie entry, else the process-event connector
+                let status = if t.rec.role == "server-child" {
+                    let (pid, since) = (t.rec.pid as i32, t.since);
+                    procs::zombie_status(pid).or_else(|| {
+                        let w = watcher.as_ref()?;
+                        // the event may still be on its way from the socket to the watcher thread
+                        w.status(pid, since).or_else(|| {
+                            std::thread::sleep(Duration::from_millis(100));
+                            w.status(pid, since)
+                        })
+                    })
+                } else {
+                    None
+                };
+                Some(status.map(procs::describe_wait_status).unwrap_or_else(|| "gone".to_string()))
+            }
+            None => None,
         };
         if let Some(e) = ended {
             t.rec.ended = Some(e);
@@ -639,6 +739,46 @@ impl Run<'_> {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Watch the server's process tree while the run is live: record new descendants, and reject the sample
+    /// (`stage: worker`) when one exits non-zero or dies on a signal while its parent lives. Returns true once
+    /// such a failure was recorded (callers stop waiting).
+    fn watch_workers(&mut self, server: usize) -> bool {
+        if self.worker_failed {
+            return true;
+        }
+        record_tree(self, server);
+        for i in 0..self.procs.len() {
+            if self.procs[i].rec.role != "server-child" || self.procs[i].rec.ended.is_some() {
+                continue;
+            }
+            if !self.poll_end(i) {
+                continue;
+            }
+            let rec = self.procs[i].rec.clone();
+            let ended = rec.ended.clone().unwrap_or_default();
+            let parent = rec.parent_pid as i32;
+            let parent_alive = self.procs.iter().any(|p| p.rec.pid == rec.parent_pid && procs::alive(parent, p.rec.starttime_ticks));
+            if ended == "exit 0" || !parent_alive {
+                continue;
+            }
+            if ended == "gone" {
+                self.say(format!("worker pid {} ({}) ended while its parent {parent} lives; its exit status is unknown (reaped by its parent, no process-event connector)", rec.pid, rec.argv.join(" ")));
+                continue;
+            }
+            self.fail(
+                "worker",
+                format!(
+                    "worker pid {} ({}) of the server ended with {ended} while its parent pid {parent} still runs: the sample is rejected",
+                    rec.pid,
+                    rec.argv.join(" ")
+                ),
+            );
+            self.worker_failed = true;
+            return true;
+        }
+        false
     }
 
     /// TERM, then KILL after the grace, process `i` (only while it is the recorded one).
@@ -721,10 +861,46 @@ fn tail_of(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join(" | ")
 }
 
+/// What the preflight fixed before anything starts: the URLs, the run folder, the resolved nsys and its argv,
+/// the provenance facts the later steps need, the window.
+struct Plan {
+    health: http::Url,
+    urls: Vec<(String, http::Url)>,
+    is_local: bool,
+    out: PathBuf,
+    nsys: PathBuf,
+    version: String,
+    args: Vec<String>,
+    added: Vec<AddedFlag>,
+    nsys_argv: Vec<String>,
+    files: Files,
+    gpu_start: Option<crate::resolve::GpuState>,
+    gpu_pin: Option<GpuPin>,
+    timed: bool,
+    window: Window,
+    preflight_failed: Option<String>,
+}
+
 /// Run the whole lifecycle. Errors (exit 2) only before anything was started; afterwards every problem is a
 /// failure in the document (exit 1), and the recorded processes are always cleaned up.
 pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
     let t0 = Instant::now();
+    let plan = preflight(o)?;
+    let mut r = Run::new(o, t0, plan);
+    if let Some(reason) = r.p.preflight_failed.clone() {
+        return r.refused(reason);
+    }
+    r.launch()?;
+    // each step returns false when the run cannot go on; the cleanup always runs
+    let _ = r.ready() && r.warmup() && r.load();
+    let (cleanup, gpu_end) = r.shutdown();
+    let (capture, gate) = r.analyse();
+    r.record_run(cleanup, gpu_end, capture, gate)
+}
+
+/// Step 1, before anything is created or started: the usage checks, nsys-resolve (the nsys, its capabilities,
+/// the preflight), the nsys argv; then the run folder, `run-state` and the provenance written at start.
+fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
     let health = http::Url::parse(&o.health).map_err(|e| e.with_arg("--health"))?;
     let mut urls = vec![(o.health.clone(), health.clone())];
     if let Some(m) = &o.models {
@@ -756,8 +932,14 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
         server_cmd: Some(join(&o.server)),
         client_cmd: Some(join(&o.load)),
         env: o.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        gpu: o.gpu,
+        nvidia_smi: o.nvidia_smi.clone(),
+        repo: o.engine_repo.clone(),
+        instrumentation: o.instrumentation.clone(),
+        shm: o.shm.clone(),
         ..Default::default()
     };
+    let red = redactor(o);
     let prov = crate::resolve::run(&popts)?;
     let nsys = prov.nsys.path.clone();
     let version = prov.nsys.version.clone();
@@ -766,11 +948,19 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
     let out = abs_out;
     std::fs::create_dir_all(out.join("pids")).map_err(|e| Error::env(format!("--out {}: cannot create: {e}", out.display())).with_arg("--out"))?;
     let mut nsys_argv = vec![nsys.display().to_string()];
-    nsys_argv.extend(args.iter().cloned());
+    nsys_argv.extend(red.argv(&args));
+    // the run has started: gate-check, report and capture-compare refuse this folder until it ends
+    write_run_state(&out, "running");
     // provenance written at start, before the server is launched
     let mut prov = prov;
-    prov.capture.flags_argv = args.clone();
+    prov.capture.flags_argv = red.argv(&args);
+    let prov: crate::resolve::Provenance = serde_json::from_str(&red.json(&prov)).expect("a redacted provenance reads back");
     crate::resolve::write_record(&out, &prov)?;
+    let gpu_pin = o.gpu.map(|index| GpuPin {
+        index,
+        uuid: prov.gpu.as_ref().and_then(|g| g.gpus.iter().find(|x| x.index == index)).map(|x| x.uuid.clone()),
+        cuda_visible_devices: index.to_string(),
+    });
 
     let files = Files {
         provenance: out.join("provenance.json").display().to_string(),
@@ -780,10 +970,11 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
         ..Default::default()
     };
     let preflight_failed = (prov.verdict != "PASS").then(|| prov.reason.clone());
+    let gpu_start = prov.gpu.clone();
 
     let timed = o.delay_s.is_some() || o.duration_s.is_some();
     let ranged = o.capture_range.as_deref().is_some_and(|r| r != "none");
-    let mut window = Window {
+    let window = Window {
         mode: if timed { "time" } else if ranged { "range" } else { "whole" }.into(),
         delay_s: o.delay_s,
         duration_s: o.duration_s,
@@ -793,12 +984,50 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
         end_est_s: None,
     };
 
-    if matches!(o.stop, StopSource::ProcessSignals) {
-        procs::install_stop_handlers();
+    Ok(Plan { health, urls, is_local, out, nsys, version, args, added, nsys_argv, files, gpu_start, gpu_pin, timed, window, preflight_failed })
+}
+
+impl<'a> Run<'a> {
+    fn new(o: &'a ServeCaptureOptions, t0: Instant, p: Plan) -> Run<'a> {
+        if matches!(o.stop, StopSource::ProcessSignals) {
+            procs::install_stop_handlers();
+        }
+        let watcher = match procs::ExitWatcher::start() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                eprintln!("serve-capture: note: no process-event connector ({e}): a worker's exit status is read only while it is a zombie");
+                None
+            }
+        };
+        Run {
+            o,
+            t0,
+            out: p.out.clone(),
+            pids_dir: p.out.join("pids"),
+            procs: Vec::new(),
+            failures: Vec::new(),
+            stop_seen: None,
+            red: redactor(o),
+            watcher,
+            worker_failed: false,
+            p,
+            prof: 0,
+            server_i: None,
+            ready: None,
+            injection: Vec::new(),
+            warmup_i: None,
+            load_i: None,
+        }
     }
-    let mut r = Run { o, t0, out: out.clone(), pids_dir: out.join("pids"), procs: Vec::new(), failures: Vec::new(), stop_seen: None };
-    if let Some(reason) = preflight_failed {
-        r.fail("preflight", format!("nsys-resolve says RETRY: {reason}; nothing was started (see {})", files.provenance));
+
+    /// The preflight said RETRY: nothing was started; the document says why.
+    fn refused(&mut self, reason: String) -> Result<ServeCaptureDoc> {
+        let r = self;
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        r.fail("preflight", format!("nsys-resolve says RETRY: {reason}; nothing was started (see {})", r.p.files.provenance));
         let (schema, tool) = ServeCaptureDoc::header();
         let doc = ServeCaptureDoc {
             schema,
@@ -806,11 +1035,11 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
             outcome: "failed".into(),
             failures: r.failures.clone(),
             out_dir: out.display().to_string(),
-            files,
-            nsys: NsysInfo { path: nsys.display().to_string(), version },
-            window,
-            nsys_argv,
-            added_flags: added,
+            files: r.p.files.clone(),
+            nsys: NsysInfo { path: nsys.display().to_string(), version: version.clone() },
+            window: r.p.window.clone(),
+            nsys_argv: r.p.nsys_argv.clone(),
+            added_flags: r.p.added.clone(),
             env_names: o.env.iter().map(|(k, _)| k.clone()).collect(),
             processes: vec![],
             ready: None,
@@ -819,69 +1048,94 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
             diagnostic: None,
             capture: None,
             gate: None,
-            cleanup: Cleanup { all_gone: true, port: Some(health.port), port_released: None, stop_signal: None },
+            cleanup: Cleanup { all_gone: true, port: Some(r.p.health.port), gpu_check: Some("not checked".into()), gpu_reason: Some("nothing was started".into()), ..Default::default() },
+            gpu_pin: r.p.gpu_pin.clone(),
+            injection: vec![],
+            gpu_end: None,
             wall_s: r.now(),
         };
-        write_doc(&out, &doc)?;
-        return Ok(doc);
+        let doc = finish_doc(&r.red, &out, doc)?;
+        write_run_state(&out, "failed");
+        Ok(doc)
+
     }
 
-    // 1. nsys profile … SERVER, in its own session, env set on the nsys process
-    let log = File::create(out.join("nsys.log")).map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
-    let log2 = log.try_clone().map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
-    let mut cmd = Command::new(&nsys);
-    cmd.args(&args).stdin(Stdio::null()).stdout(log).stderr(log2);
-    if let Some(d) = &o.cwd {
-        cmd.current_dir(d);
-    }
-    for (k, v) in &o.env {
-        cmd.env(k, v);
-    }
-    new_session(&mut cmd);
-    r.say(format!("starting {}", shlex::try_join(nsys_argv.iter().map(String::as_str)).unwrap_or_default()));
-    let child = cmd.spawn().map_err(|e| Error::env(format!("cannot start {}: {e}", nsys.display())))?;
-    let ppid = child.id() as i32;
-    let pst = procs::stat(ppid).map(|s| s.starttime).unwrap_or(0);
-    let prof = r.record("profiler", ppid, pst, nsys_argv.clone(), Some(child));
-    let launched_at = r.now();
-    let ms = |x: f64| (x * 1000.0).round() / 1000.0;
-    if let Some(d) = o.delay_s {
-        window.start_est_s = Some(ms(launched_at + d));
-        window.end_est_s = o.duration_s.map(|x| ms(launched_at + d + x));
-    } else if let Some(x) = o.duration_s {
-        window.start_est_s = Some(launched_at);
-        window.end_est_s = Some(ms(launched_at + x));
+    /// Step 2: `nsys profile … SERVER` in its own session, env set on the nsys process.
+    fn launch(&mut self) -> Result<()> {
+        let r = self;
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        // 1. nsys profile … SERVER, in its own session, env set on the nsys process
+        let log = File::create(out.join("nsys.log")).map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
+        let log2 = log.try_clone().map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
+        let mut cmd = Command::new(&nsys);
+        cmd.args(&r.p.args).stdin(Stdio::null()).stdout(log).stderr(log2);
+        if let Some(d) = &o.cwd {
+            cmd.current_dir(d);
+        }
+        for (k, v) in &o.env {
+            cmd.env(k, v);
+        }
+        if let Some(p) = &r.p.gpu_pin {
+            cmd.env("CUDA_VISIBLE_DEVICES", &p.cuda_visible_devices);
+        }
+        new_session(&mut cmd);
+        r.say(format!("starting {}", shlex::try_join(r.p.nsys_argv.iter().map(String::as_str)).unwrap_or_default()));
+        let child = cmd.spawn().map_err(|e| Error::env(format!("cannot start {}: {e}", nsys.display())))?;
+        let ppid = child.id() as i32;
+        let pst = procs::stat(ppid).map(|s| s.starttime).unwrap_or(0);
+        let argv = r.p.nsys_argv.clone();
+        r.prof = r.record("profiler", ppid, pst, argv, Some(child));
+        let launched_at = r.now();
+        let ms = |x: f64| (x * 1000.0).round() / 1000.0;
+        if let Some(d) = o.delay_s {
+            r.p.window.start_est_s = Some(ms(launched_at + d));
+            r.p.window.end_est_s = o.duration_s.map(|x| ms(launched_at + d + x));
+        } else if let Some(x) = o.duration_s {
+            r.p.window.start_est_s = Some(launched_at);
+            r.p.window.end_est_s = Some(ms(launched_at + x));
+        }
+
+        Ok(())
     }
 
-    let mut ready = None;
-    let mut warmup_i = None;
-    let mut load_i = None;
-    let mut server_i: Option<usize> = None;
-
-    // 2. readiness
-    'life: {
+    /// Step 3: readiness (the server found under nsys, every URL 2xx, its workers recorded and watched, a
+    /// foreign CUDA injector in their environment refused).
+    fn ready(&mut self) -> bool {
+        let r = self;
+        let ppid = r.procs[r.prof].rec.pid as i32;
+        let urls = r.p.urls.clone();
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
         let deadline = Instant::now() + o.ready_timeout;
         let mut polls = 0u64;
         let mut last = String::new();
         loop {
             if r.stopped() {
-                break 'life;
+                return false;
             }
-            if server_i.is_none() {
+            if r.server_i.is_none() {
                 if let Some(s) = find_server(ppid, &o.server[0]) {
                     r.say(format!("server pid {} ({})", s.pid, s.comm));
-                    server_i = Some(r.record("server", s.pid, s.starttime, procs::cmdline(s.pid), None));
+                    r.server_i = Some(r.record("server", s.pid, s.starttime, procs::cmdline(s.pid), None));
                 }
             }
             if r.poll_end(prof) {
                 let how = r.procs[prof].rec.ended.clone().unwrap_or_default();
                 r.fail("ready", format!("the profiled process exited ({how} of nsys) before the server was ready; nsys.log: {}", tail_of(&out.join("nsys.log"), 4)));
-                break 'life;
+                return false;
             }
-            if let Some(si) = server_i {
+            if let Some(si) = r.server_i {
                 if r.poll_end(si) {
                     r.fail("ready", format!("the server (pid {}) exited before it was ready; nsys.log: {}", r.procs[si].rec.pid, tail_of(&out.join("nsys.log"), 4)));
-                    break 'life;
+                    return false;
+                }
+                if r.watch_workers(si) {
+                    return false;
                 }
             }
             polls += 1;
@@ -902,29 +1156,61 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
                 }
             }
             if all_ok {
-                if server_i.is_none() {
+                if r.server_i.is_none() {
                     if let Some(s) = find_server(ppid, &o.server[0]) {
-                        server_i = Some(r.record("server", s.pid, s.starttime, procs::cmdline(s.pid), None));
+                        r.server_i = Some(r.record("server", s.pid, s.starttime, procs::cmdline(s.pid), None));
                     }
                 }
                 let at = r.now();
                 r.say(format!("ready after {polls} polls"));
-                ready = Some(Ready { urls: urls.iter().map(|(s, _)| s.clone()).collect(), at_s: at, polls });
+                r.ready = Some(Ready { urls: urls.iter().map(|(s, _)| s.clone()).collect(), at_s: at, polls });
                 break;
             }
             if Instant::now() >= deadline {
                 r.fail("ready", format!("not ready after {} s (--ready-timeout); last: {last}", o.ready_timeout.as_secs_f64()));
-                break 'life;
+                return false;
             }
             std::thread::sleep(Duration::from_millis(250));
         }
-        let Some(si) = server_i else {
+        let Some(si) = r.server_i else {
             r.fail("server", format!("the server answers, but no descendant of nsys (pid {ppid}) runs '{}': serve-capture cannot stop it safely (is the URL served by another process?)", o.server[0]));
-            break 'life;
+            return false;
         };
-        record_tree(&mut r, si);
-        record_helpers(&mut r, ppid);
+        record_tree(r, si);
+        record_helpers(r, ppid);
+        // a CUDA injector already in the engine's environment replaces nsys's (before any capture window)
+        let cuda = o.trace.split(',').any(|t| t.trim() == "cuda" || t.trim().starts_with("cuda-"));
+        for i in 0..r.procs.len() {
+            let rec = r.procs[i].rec.clone();
+            if !matches!(rec.role.as_str(), "server" | "server-child") {
+                continue;
+            }
+            if let Some(v) = procs::environ_var(rec.pid as i32, "CUDA_INJECTION64_PATH").filter(|v| !v.is_empty() && !crate::resolve::is_nsys_injection(v)) {
+                r.injection.push(InjectionFinding { role: rec.role.clone(), pid: rec.pid, value: v.clone(), blocks_cuda_tracing: cuda });
+                let why = crate::resolve::cuda_injection_reason(&v, &format!("in /proc/{}/environ of the {} process", rec.pid, rec.role));
+                if cuda {
+                    r.fail("injection", format!("{why}; nothing was captured on purpose: the run stops before the warmup"));
+                } else {
+                    eprintln!("serve-capture: warning: {} (CUDA is not traced in this run)", r.red.text(&why));
+                }
+            }
+        }
+        if r.failures.iter().any(|f| f.stage == "injection") {
+            return false;
+        }
 
+        true
+    }
+
+    /// Step 4: the warmup client, outside the capture window (and the time-window check).
+    fn warmup(&mut self) -> bool {
+        let r = self;
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        let window = r.p.window.clone();
+        let Some(si) = r.server_i else { return false };
         // 3. warmup, outside the capture window
         if let Some(w) = &o.warmup {
             r.say(format!("warmup: {}", w.join(" ")));
@@ -932,24 +1218,24 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
                 Ok(i) => i,
                 Err(e) => {
                     r.fail("warmup", e);
-                    break 'life;
+                    return false;
                 }
             };
-            warmup_i = Some(i);
-            if !r.wait_for(i, o.client_timeout, false, |r| r.poll_end(si)) {
-                if r.stop_seen.is_none() {
+            r.warmup_i = Some(i);
+            if !r.wait_for(i, o.client_timeout, false, |r| r.poll_end(si) || r.watch_workers(si)) {
+                if r.stop_seen.is_none() && !r.worker_failed {
                     if r.procs[si].rec.ended.is_some() {
                         r.fail("server", format!("the server (pid {}) exited during the warmup", r.procs[si].rec.pid));
                     } else {
                         r.fail("warmup", format!("the warmup client did not finish within {} s (--client-timeout)", o.client_timeout.as_secs_f64()));
                     }
                 }
-                break 'life;
+                return false;
             }
             let ended = r.procs[i].rec.ended.clone();
             if ended.as_deref() != Some("exit 0") {
                 r.fail("warmup", format!("the warmup client failed ({}); see {}/warmup.stderr", ended.unwrap_or_default(), out.display()));
-                break 'life;
+                return false;
             }
         }
         if let Some(ws) = window.start_est_s {
@@ -958,32 +1244,47 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
                     "readiness and warmup took until {:.1} s, past the capture start (~{ws:.1} s = nsys launch + --delay {}): the warmup would be inside the capture; raise --delay",
                     r.now(), fmt_secs(o.delay_s.unwrap_or(0.0))
                 ));
-                break 'life;
+                return false;
             }
         }
 
+        true
+    }
+
+    /// Step 5: the load client spanning the window; in time mode the wait for the window to close.
+    fn load(&mut self) -> bool {
+        let r = self;
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        let window = r.p.window.clone();
+        let Some(si) = r.server_i else { return false };
         // 4. the load client, spanning the capture window
         r.say(format!("load: {}", o.load.join(" ")));
         let i = match r.spawn_client("load", &o.load) {
             Ok(i) => i,
             Err(e) => {
                 r.fail("load", e);
-                break 'life;
+                return false;
             }
         };
-        load_i = Some(i);
-        let server_died = |r: &mut Run| r.poll_end(si) || (!timed && r.poll_end(prof));
+        r.load_i = Some(i);
+        let server_died = |r: &mut Run| r.poll_end(si) || (!timed && r.poll_end(prof)) || r.watch_workers(si);
         if !r.wait_for(i, o.client_timeout, false, server_died) {
-            if r.stop_seen.is_none() {
+            if r.stop_seen.is_none() && !r.worker_failed {
                 if r.procs[si].rec.ended.is_some() || r.procs[prof].rec.ended.is_some() {
                     r.fail("server", format!("the server (pid {}) exited during the load (mid-run); nsys.log: {}", r.procs[si].rec.pid, tail_of(&out.join("nsys.log"), 3)));
                 } else {
                     r.fail("load", format!("the load client did not finish within {} s (--client-timeout)", o.client_timeout.as_secs_f64()));
                 }
             }
-            break 'life;
+            return false;
         }
         let ended = r.procs[i].rec.ended.clone();
+        if r.watch_workers(si) {
+            return false;
+        }
         if ended.as_deref() != Some("exit 0") {
             // A client that fails because the server is going away often sees the closed socket a moment before
             // the server process is gone: give the server a short grace before blaming the client.
@@ -1007,7 +1308,7 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
             let left = (we - r.now()).max(0.0);
             r.say(format!("waiting for the capture window to close (~{left:.1} s) and nsys to write its report"));
             let limit = Duration::from_secs_f64(left) + o.finalize_timeout;
-            if !r.wait_for(prof, limit, false, |_| false) && r.stop_seen.is_none() {
+            if !r.wait_for(prof, limit, false, |r| r.watch_workers(si)) && r.stop_seen.is_none() && !r.worker_failed {
                 r.fail("capture", format!("nsys did not end within {} s after the window closed (--finalize-timeout)", o.finalize_timeout.as_secs_f64()));
             }
         }
@@ -1023,188 +1324,417 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
                 ));
             }
         }
+        true
     }
 
-    // 6. cleanup: only the recorded PIDs, reverse launch order
-    cleanup(&mut r, prof, server_i);
-    let stop_signal = r.stop_seen;
-    let all_gone = r.procs.iter_mut().all(|t| {
-        let c = t.child.as_mut().map(|c| matches!(c.try_wait(), Ok(Some(_)))).unwrap_or(false);
-        t.rec.gone = t.rec.ended.is_some() || c || !procs::alive(t.rec.pid as i32, t.rec.starttime_ticks);
-        t.rec.gone
-    });
-    if !all_gone {
-        let left: Vec<String> = r.procs.iter().filter(|t| !t.rec.gone).map(|t| format!("{} {}", t.rec.role, t.rec.pid)).collect();
-        r.fail("cleanup", format!("still running after TERM and KILL: {}", left.join(", ")));
-    }
-    let port = health.port;
-    let port_released = if is_local {
-        let until = Instant::now() + o.grace;
-        let mut listening = procs::port_listening(port);
-        while listening && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(100));
-            listening = procs::port_listening(port);
+    /// Step 6: stop only the recorded PIDs (reverse launch order); verify the port and the GPU are released.
+    fn shutdown(&mut self) -> (Cleanup, Option<crate::resolve::GpuState>) {
+        let r = self;
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        // 6. cleanup: only the recorded PIDs, reverse launch order
+        let server_i = r.server_i;
+        cleanup(r, prof, server_i);
+        let stop_signal = r.stop_seen;
+        let all_gone = r.procs.iter_mut().all(|t| {
+            let c = t.child.as_mut().map(|c| matches!(c.try_wait(), Ok(Some(_)))).unwrap_or(false);
+            t.rec.gone = t.rec.ended.is_some() || c || !procs::alive(t.rec.pid as i32, t.rec.starttime_ticks);
+            t.rec.gone
+        });
+        if !all_gone {
+            let left: Vec<String> = r.procs.iter().filter(|t| !t.rec.gone).map(|t| format!("{} {}", t.rec.role, t.rec.pid)).collect();
+            r.fail("cleanup", format!("still running after TERM and KILL: {}", left.join(", ")));
         }
-        if listening {
-            r.fail("cleanup", format!("port {port} is still listening after cleanup (a process serve-capture did not record holds it; it was not touched)"));
-        }
-        Some(!listening)
-    } else {
-        None
-    };
-
-    // 7. the report: export and summarise
-    let mut capture = None;
-    let mut files = files;
-    if stop_signal.is_none() {
-        let rep = out.join("capture.nsys-rep");
-        let nsys_ended = r.procs[prof].rec.ended.clone();
-        if rep.is_file() {
-            files.report = Some(rep.display().to_string());
-            match export_report(&nsys, &rep, &out.join("capture.sqlite")) {
-                Ok((ranges, total, kernels)) => {
-                    files.sqlite = Some(out.join("capture.sqlite").display().to_string());
-                    capture = Some(CaptureResult {
-                        nsys_ended,
-                        report: files.report.clone(),
-                        sqlite: files.sqlite.clone(),
-                        nvtx_ranges: ranges,
-                        nvtx_range_total: total,
-                        kernel_rows: kernels,
-                    });
-                }
-                Err(e) => r.fail("capture", e.message),
+        let port = r.p.health.port;
+        let port_released = if r.p.is_local {
+            let until = Instant::now() + o.grace;
+            let mut listening = procs::port_listening(port);
+            while listening && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(100));
+                listening = procs::port_listening(port);
             }
+            if listening {
+                r.fail("cleanup", format!("port {port} is still listening after cleanup (a process serve-capture did not record holds it; it was not touched)"));
+            }
+            Some(!listening)
         } else {
-            r.fail("capture", format!("nsys ({}) wrote no report {}; nsys.log: {}", nsys_ended.clone().unwrap_or_default(), rep.display(), tail_of(&out.join("nsys.log"), 4)));
-            capture = Some(CaptureResult { nsys_ended, report: None, sqlite: None, nvtx_ranges: vec![], nvtx_range_total: 0, kernel_rows: 0 });
-        }
-        if let Some(c) = &capture {
-            // (only a finding of its own when the lifecycle went through: after an earlier failure it is expected)
-            if c.sqlite.is_some() && c.nvtx_range_total == 0 && o.trace.contains("nvtx") && r.failures.is_empty() {
-                r.fail("capture", "the export holds no closed NVTX range: the load did not reach the capture window (or the server emits no NVTX)");
-            }
-        }
-    }
-
-    // 8. gate-check and sqlite-ranges on the export, into the run folder
-    let mut gate = None;
-    if let (Some(rep), Some(sql)) = (files.report.clone(), files.sqlite.clone()) {
-        let gopts = crate::gate::GateOptions {
-            capture: PathBuf::from(&rep),
-            sqlite: Some(PathBuf::from(&sql)),
-            log: Some(out.join("nsys.log")),
-            provenance: Some(out.join("provenance.json")),
-            tier: o.tier,
-            decode_range: o.decode_range.clone(),
-            nsys: Some(nsys.clone()),
-            thresholds: crate::gate::Thresholds { min_rep_bytes: o.min_rep_bytes, ..Default::default() },
-            ..Default::default()
+            None
         };
-        match crate::gate::run(&gopts).and_then(|g| write_json(&out.join("gate.json"), &g).map(|_| g)) {
-            Ok(g) => {
-                files.gate = Some(out.join("gate.json").display().to_string());
-                let verdict = serde_json::to_value(g.verdict).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-                let reasons = g.gates.iter().filter(|x| g.retry.contains(&x.id)).map(|x| format!("{}: {}", x.id, x.reason)).collect();
-                gate = Some(GateSummary { verdict, retry: g.retry.clone(), reasons });
-            }
-            Err(e) => r.fail("postprocess", format!("gate-check: {}", e.message)),
-        }
-        match crate::ranges::run(Path::new(&sql), &crate::ranges::RangesOptions::default(), Some(&nsys))
-            .and_then(|d| write_json(&out.join("ranges.json"), &d))
-        {
-            Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),
-            Err(e) => r.fail("postprocess", format!("sqlite-ranges: {}", e.message)),
-        }
+        let gpu_start = r.p.gpu_start.clone();
+        // the GPU resources: no recorded PID on a GPU, memory used back at its level at start
+        let (gpu_check, gpu_end) = verify_gpu(r, gpu_start.as_ref());
+
+        (Cleanup { all_gone, port: Some(port), port_released, stop_signal, ..gpu_check }, gpu_end)
     }
 
-    let client = |i: Option<usize>, role: &str, r: &Run| {
-        i.map(|i| {
-            let p = &r.procs[i].rec;
-            ClientRun {
-                argv: p.argv.clone(),
-                pid: p.pid,
-                started_at_s: p.recorded_at_s,
-                ended_at_s: p.ended_at_s,
-                wall_s: p.ended_at_s.map(|e| ((e - p.recorded_at_s) * 1000.0).round() / 1000.0),
-                exit_code: exit_code_of(&p.ended),
-                signal: signal_of(&p.ended),
-                stdout: out.join(format!("{role}.stdout")).display().to_string(),
-                stderr: out.join(format!("{role}.stderr")).display().to_string(),
-                spans_window: None,
+    /// Step 7: export and summarise the report; gate-check and sqlite-ranges into the run folder.
+    fn analyse(&mut self) -> (Option<CaptureResult>, Option<GateSummary>) {
+        let r = self;
+        let window = r.p.window.clone();
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        // 7. the report: export and summarise
+        let mut capture = None;
+        let mut files = r.p.files.clone();
+        let stop_signal = r.stop_seen;
+        if stop_signal.is_none() {
+            let rep = out.join("capture.nsys-rep");
+            let nsys_ended = r.procs[prof].rec.ended.clone();
+            if rep.is_file() {
+                files.report = Some(rep.display().to_string());
+                match export_report(&nsys, &rep, &out.join("capture.sqlite")) {
+                    Ok((ranges, total, kernels)) => {
+                        files.sqlite = Some(out.join("capture.sqlite").display().to_string());
+                        capture = Some(CaptureResult {
+                            nsys_ended,
+                            report: files.report.clone(),
+                            sqlite: files.sqlite.clone(),
+                            nvtx_ranges: ranges,
+                            nvtx_range_total: total,
+                            kernel_rows: kernels,
+                        });
+                    }
+                    Err(e) => r.fail("capture", e.message),
+                }
+            } else {
+                let hint = no_report_hint(&window, nsys_ended.as_deref(), &r);
+                r.fail("capture", format!("nsys ({}) wrote no report {}: {hint}; nsys.log: {}", nsys_ended.clone().unwrap_or_default(), rep.display(), tail_of(&out.join("nsys.log"), 4)));
+                capture = Some(CaptureResult { nsys_ended, report: None, sqlite: None, nvtx_ranges: vec![], nvtx_range_total: 0, kernel_rows: 0 });
             }
-        })
-    };
-    let warmup = client(warmup_i, "warmup", &r);
-    let mut load = client(load_i, "load", &r);
-    if let (Some(l), true) = (&mut load, timed) {
-        l.spans_window = Some(
-            window.start_est_s.is_some_and(|ws| l.started_at_s <= ws) && window.end_est_s.is_none_or(|we| l.ended_at_s.is_some_and(|e| e >= we)),
-        );
-    }
-    let diagnostic = load.as_ref().map(|l| diagnostic_of(l, &out.join("load.stdout")));
-    let outcome = if stop_signal.is_some() {
-        "interrupted"
-    } else if r.failures.is_empty() {
-        "ok"
-    } else {
-        "failed"
-    };
-    if stop_signal.is_none() {
-        files.bundle = Some(out.join("bundle.json").display().to_string());
-    }
-    let (schema, tool) = ServeCaptureDoc::header();
-    let doc = ServeCaptureDoc {
-        schema,
-        tool,
-        outcome: outcome.into(),
-        failures: r.failures.clone(),
-        out_dir: out.display().to_string(),
-        files,
-        nsys: NsysInfo { path: nsys.display().to_string(), version },
-        window,
-        nsys_argv,
-        added_flags: added,
-        env_names: o.env.iter().map(|(k, _)| k.clone()).collect(),
-        processes: r.procs.iter().map(|t| t.rec.clone()).collect(),
-        ready,
-        warmup,
-        load,
-        diagnostic,
-        capture,
-        gate,
-        cleanup: Cleanup { all_gone, port: Some(port), port_released, stop_signal },
-        wall_s: r.now(),
-    };
-    let mut doc = doc;
-    write_doc(&out, &doc)?;
-    // 9. the bundle: provenance, gate, ranges and this document, merged with bundle-merge
-    if let Some(b) = doc.files.bundle.clone() {
-        let merged = (|| -> Result<()> {
-            let mut docs = Vec::new();
-            for f in [Some(doc.files.provenance.clone()), doc.files.gate.clone(), doc.files.ranges.clone(), Some(doc.files.document.clone())].into_iter().flatten() {
-                docs.extend(crate::bundle::read_docs(&[crate::contract::Input::Path(PathBuf::from(f))])?);
+            if let Some(c) = &capture {
+                // (only a finding of its own when the lifecycle went through: after an earlier failure it is expected)
+                if c.sqlite.is_some() && c.nvtx_range_total == 0 && o.trace.contains("nvtx") && r.failures.is_empty() {
+                    let facts = c.sqlite.as_deref().and_then(|p| crate::export::Export::open(Path::new(p)).ok()).and_then(|ex| crate::export::nvtx_no_range_facts(&ex).ok());
+                    let why = match facts {
+                        Some((_, Some(msg))) => format!(
+                            "the run emitted NVTX but nsys recorded no range, and its export says {msg:?}: the engine's NVTX library is incompatible with nsys {version} \
+                             (measured: Python nvtx 0.2.17 under nsys 2023.4.4 records only a domain-creation row; nvtx 0.2.10 records every range): pin the NVTX library or use a newer nsys"
+                        ),
+                        Some((n, None)) if n > 0 => format!(
+                            "the run emitted NVTX ({n} NVTX row(s) that are not ranges: domains, registered strings or marks) but the export holds no closed range: the engine's NVTX library may be incompatible with nsys {version}, or its ranges lie outside the window"
+                        ),
+                        _ => "the export holds no closed NVTX range: the load did not reach the capture window (or the server emits no NVTX)".into(),
+                    };
+                    r.fail("capture", why);
+                }
             }
-            crate::bundle::run(Path::new(&b), &docs, crate::bundle::Mode::Write).map(|_| ())
-        })();
-        if let Err(e) = merged {
-            eprintln!("serve-capture: postprocess: bundle-merge: {}", e.message);
-            doc.failures.push(Failure { stage: "postprocess".into(), reason: format!("bundle-merge: {}", e.message) });
-            doc.outcome = "failed".into();
-            doc.files.bundle = None;
-            write_doc(&out, &doc)?;
         }
+
+        // 8. gate-check and sqlite-ranges on the export, into the run folder
+        let mut gate = None;
+        if let (Some(rep), Some(sql)) = (files.report.clone(), files.sqlite.clone()) {
+            let gopts = crate::gate::GateOptions {
+                capture: PathBuf::from(&rep),
+                sqlite: Some(PathBuf::from(&sql)),
+                log: Some(out.join("nsys.log")),
+                provenance: Some(out.join("provenance.json")),
+                tier: o.tier,
+                decode_range: o.decode_range.clone(),
+                nsys: Some(nsys.clone()),
+                thresholds: crate::gate::Thresholds { min_rep_bytes: o.min_rep_bytes, ..Default::default() },
+                ..Default::default()
+            };
+            match crate::gate::run(&gopts).and_then(|g| write_json_redacted(&out.join("gate.json"), &g, &r.red).map(|_| g)) {
+                Ok(g) => {
+                    files.gate = Some(out.join("gate.json").display().to_string());
+                    let verdict = serde_json::to_value(g.verdict).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+                    let reasons = g.gates.iter().filter(|x| g.retry.contains(&x.id)).map(|x| format!("{}: {}", x.id, x.reason)).collect();
+                    gate = Some(GateSummary { verdict, retry: g.retry.clone(), reasons });
+                }
+                Err(e) => r.fail("postprocess", format!("gate-check: {}", e.message)),
+            }
+            match crate::ranges::run(Path::new(&sql), &crate::ranges::RangesOptions::default(), Some(&nsys))
+                .and_then(|d| write_json_redacted(&out.join("ranges.json"), &d, &r.red))
+            {
+                Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),
+                Err(e) => r.fail("postprocess", format!("sqlite-ranges: {}", e.message)),
+            }
+        }
+
+        r.p.files = files;
+        (capture, gate)
     }
-    Ok(doc)
+
+    /// Step 8: the document (redacted) and the bundle; the run folder's terminal state.
+    fn record_run(&mut self, cleanup: Cleanup, gpu_end: Option<crate::resolve::GpuState>, capture: Option<CaptureResult>, gate: Option<GateSummary>) -> Result<ServeCaptureDoc> {
+        let r = self;
+        let o = r.o;
+        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let (timed, prof) = (r.p.timed, r.prof);
+        let _ = (&out, &nsys, &version, timed, prof);
+        let mut files = r.p.files.clone();
+        let stop_signal = r.stop_seen;
+        let window = r.p.window.clone();
+        let client = |i: Option<usize>, role: &str, r: &Run| {
+            i.map(|i| {
+                let p = &r.procs[i].rec;
+                ClientRun {
+                    argv: p.argv.clone(),
+                    pid: p.pid,
+                    started_at_s: p.recorded_at_s,
+                    ended_at_s: p.ended_at_s,
+                    wall_s: p.ended_at_s.map(|e| ((e - p.recorded_at_s) * 1000.0).round() / 1000.0),
+                    exit_code: exit_code_of(&p.ended),
+                    signal: signal_of(&p.ended),
+                    stdout: out.join(format!("{role}.stdout")).display().to_string(),
+                    stderr: out.join(format!("{role}.stderr")).display().to_string(),
+                    spans_window: None,
+                }
+            })
+        };
+        let warmup = client(r.warmup_i, "warmup", r);
+        let mut load = client(r.load_i, "load", r);
+        if let (Some(l), true) = (&mut load, timed) {
+            l.spans_window = Some(
+                window.start_est_s.is_some_and(|ws| l.started_at_s <= ws) && window.end_est_s.is_none_or(|we| l.ended_at_s.is_some_and(|e| e >= we)),
+            );
+        }
+        let diagnostic = load.as_ref().map(|l| diagnostic_of(l, &out.join("load.stdout")));
+        let outcome = if stop_signal.is_some() {
+            "interrupted"
+        } else if r.failures.is_empty() {
+            "ok"
+        } else {
+            "failed"
+        };
+        if stop_signal.is_none() {
+            files.bundle = Some(out.join("bundle.json").display().to_string());
+        }
+        let (schema, tool) = ServeCaptureDoc::header();
+        let doc = ServeCaptureDoc {
+            schema,
+            tool,
+            outcome: outcome.into(),
+            failures: r.failures.clone(),
+            out_dir: out.display().to_string(),
+            files,
+            nsys: NsysInfo { path: nsys.display().to_string(), version: version.clone() },
+            window,
+            nsys_argv: r.p.nsys_argv.clone(),
+            added_flags: r.p.added.clone(),
+            env_names: o.env.iter().map(|(k, _)| k.clone()).collect(),
+            processes: r.procs.iter().map(|t| t.rec.clone()).collect(),
+            ready: r.ready.clone(),
+            warmup,
+            load,
+            diagnostic,
+            capture,
+            gate,
+            cleanup,
+            gpu_pin: r.p.gpu_pin.clone(),
+            injection: r.injection.clone(),
+            gpu_end,
+            wall_s: r.now(),
+        };
+        let mut doc = finish_doc(&r.red, &out, doc)?;
+        // 9. the bundle: provenance, gate, ranges and this document, merged with bundle-merge
+        if let Some(b) = doc.files.bundle.clone() {
+            let merged = (|| -> Result<()> {
+                let mut docs = Vec::new();
+                for f in [Some(doc.files.provenance.clone()), doc.files.gate.clone(), doc.files.ranges.clone(), Some(doc.files.document.clone())].into_iter().flatten() {
+                    docs.extend(crate::bundle::read_docs(&[crate::contract::Input::Path(PathBuf::from(f))])?);
+                }
+                crate::bundle::run(Path::new(&b), &docs, crate::bundle::Mode::Write).map(|_| ())
+            })();
+            if let Err(e) = merged {
+                eprintln!("serve-capture: postprocess: bundle-merge: {}", e.message);
+                doc.failures.push(Failure { stage: "postprocess".into(), reason: format!("bundle-merge: {}", e.message) });
+                doc.outcome = "failed".into();
+                doc.files.bundle = None;
+                doc = finish_doc(&r.red, &out, doc)?;
+            }
+        }
+        write_run_state(&out, &doc.outcome);
+        Ok(doc)
+    }
+}
+
+/// After shutdown: query nvidia-smi again (same target as at start) and check that no recorded PID holds a GPU
+/// and that the target GPUs' memory used is back at its level at start, within `gpu_mem_tolerance_mib`
+/// (polled up to `--grace`: the driver releases memory a moment after the process is gone). Without a GPU
+/// state at start or at the end this is `not checked`, never `passed`.
+fn verify_gpu(r: &mut Run, start: Option<&crate::resolve::GpuState>) -> (Cleanup, Option<crate::resolve::GpuState>) {
+    let not_checked = |why: String| Cleanup { gpu_check: Some("not checked".into()), gpu_reason: Some(why), ..Default::default() };
+    let Some(start) = start.filter(|g| g.status == "available") else {
+        let why = start.and_then(|g| g.reason.clone()).unwrap_or_else(|| "nvidia-smi was not queried at start".into());
+        return (not_checked(format!("no GPU state at start: {why}")), start.cloned());
+    };
+    let target = match r.o.gpu {
+        Some(i) => crate::resolve::TargetSpec::Index(i),
+        None => match std::env::var("CUDA_VISIBLE_DEVICES") {
+            Ok(v) => crate::resolve::TargetSpec::Visible(v),
+            Err(_) => crate::resolve::TargetSpec::All,
+        },
+    };
+    let used = |g: &crate::resolve::GpuState| -> Option<u64> { g.gpus.iter().filter(|x| x.target).map(|x| x.memory_used_mib).sum() };
+    let before = used(start);
+    let recorded: Vec<i64> = r.procs.iter().map(|t| t.rec.pid).collect();
+    let until = Instant::now() + r.o.grace.max(Duration::from_secs(1));
+    loop {
+        let end = crate::resolve::query_gpus(r.o.nvidia_smi.as_deref(), &target, Duration::from_secs(10));
+        if end.status != "available" {
+            let why = end.reason.clone().unwrap_or_default();
+            return (not_checked(format!("nvidia-smi after shutdown: {why}")), Some(end));
+        }
+        let held: Vec<String> = end
+            .processes
+            .iter()
+            .filter(|p| recorded.contains(&(p.pid as i64)))
+            .map(|p| format!("pid {} ({}) still holds {} on GPU {}", p.pid, p.process_name, p.used_memory_mib.map(|m| format!("{m} MiB")).unwrap_or_else(|| "memory".into()), p.gpu_index.map(|i| i.to_string()).unwrap_or_else(|| p.gpu_uuid.clone())))
+            .collect();
+        let after = used(&end);
+        let tol = r.o.gpu_mem_tolerance_mib;
+        let mem_back = match (before, after) {
+            (Some(b), Some(a)) => a <= b + tol,
+            _ => false,
+        };
+        if held.is_empty() && mem_back {
+            let reason = format!(
+                "no recorded PID on a GPU; memory used on the target GPU(s) {} MiB after shutdown, {} MiB at start (tolerance {tol} MiB)",
+                after.unwrap_or(0),
+                before.unwrap_or(0)
+            );
+            return (Cleanup { gpu_check: Some("passed".into()), gpu_reason: Some(reason), gpu_memory_before_mib: before, gpu_memory_after_mib: after, ..Default::default() }, Some(end));
+        }
+        if Instant::now() >= until {
+            let mut why = held;
+            match (before, after) {
+                (Some(b), Some(a)) if a > b + tol => why.push(format!("memory used on the target GPU(s) is {a} MiB after shutdown, {b} MiB at start (more than the {tol} MiB tolerance)")),
+                (Some(_), Some(_)) => {}
+                _ => why.push("nvidia-smi reports no memory used figure for the target GPU(s)".into()),
+            }
+            let reason = why.join("; ");
+            r.fail("cleanup", format!("GPU resources not released: {reason}"));
+            return (Cleanup { gpu_check: Some("failed".into()), gpu_reason: Some(reason), gpu_memory_before_mib: before, gpu_memory_after_mib: after, ..Default::default() }, Some(end));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Why nsys wrote no report, from what was measured with nsys 2023.4.4 on this project's CPU server: when the
+/// profiled application is stopped (SIGTERM) before any data was collected — a range capture whose range never
+/// opened, or a time window whose `--delay` had not passed — nsys exits 143 and prints `Generated:` with no
+/// file; when nsys itself gets SIGTERM before the window opened it exits 0 with no file.
+fn no_report_hint(w: &Window, nsys_ended: Option<&str>, r: &Run) -> String {
+    let server_stop = r.procs.iter().filter(|t| t.rec.role == "server").filter_map(|t| t.rec.ended_at_s).next();
+    let nsys_signalled = r.procs.iter().any(|t| t.rec.role == "profiler" && !t.rec.signals_sent.is_empty());
+    let before_window = match (w.start_est_s, server_stop) {
+        (Some(ws), Some(se)) => se < ws,
+        _ => false,
+    };
+    match (w.mode.as_str(), nsys_ended) {
+        ("range", Some("exit 143")) => format!(
+            "the capture range never opened: the server was stopped before any {} range start, so nsys had collected nothing (measured: nsys then exits 143 with no report). \
+             Check that the load opens the range ({}) in the process nsys traces (with --cuda-child: the CUDA worker, not the parent)",
+            w.capture_range.as_deref().unwrap_or("capture"),
+            if w.capture_range.as_deref() == Some("cudaProfilerApi") { "cudaProfilerStart" } else { "the NVTX trigger of --nvtx-capture" }
+        ),
+        ("time", Some("exit 143")) if before_window => "the server was stopped before the capture window opened (nsys launch + --delay): nothing was collected (measured: nsys then exits 143 with no report); lower --delay or make the load longer".into(),
+        (_, Some("exit 143")) => "the profiled application ended on SIGTERM before nsys had written the report (nsys exits 143 when its application does); raise --finalize-timeout or check nsys.log".into(),
+        (_, Some(e)) if nsys_signalled => format!("serve-capture had to stop nsys ({e}) after --finalize-timeout: the report was not finished; raise --finalize-timeout"),
+        ("time", _) if before_window => "the run ended before the capture window opened (nsys launch + --delay): nothing was collected".into(),
+        _ => "no measured cause matches; see nsys.log".into(),
+    }
+}
+
+/// The redaction of a run: every secret value in the server, client and nsys commands and in `--env`.
+fn redactor(o: &ServeCaptureOptions) -> crate::resolve::Redactor {
+    let mut argvs: Vec<&[String]> = vec![o.server.as_slice(), o.load.as_slice(), o.flags.as_slice()];
+    if let Some(w) = &o.warmup {
+        argvs.push(w.as_slice());
+    }
+    crate::resolve::Redactor::new(argvs, &o.env)
 }
 
 fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<()> {
-    let text = serde_json::to_string_pretty(v).expect("serialises") + "\n";
+    write_json_redacted(path, v, &crate::resolve::Redactor::default())
+}
+
+fn write_json_redacted<T: Serialize>(path: &Path, v: &T, red: &crate::resolve::Redactor) -> Result<()> {
+    let text = red.json(v) + "\n";
     std::fs::write(path, text).map_err(|e| Error::env(format!("{}: cannot write: {e}", path.display())))
 }
 
-fn write_doc(out: &Path, doc: &ServeCaptureDoc) -> Result<()> {
-    write_json(&out.join("serve-capture.json"), doc)
+/// Redact the document (every field, as JSON text) and write it to `OUT/serve-capture.json`.
+fn finish_doc(red: &crate::resolve::Redactor, out: &Path, doc: ServeCaptureDoc) -> Result<ServeCaptureDoc> {
+    let doc: ServeCaptureDoc = serde_json::from_str(&red.json(&doc)).expect("a redacted document reads back");
+    write_json(&out.join("serve-capture.json"), &doc)?;
+    Ok(doc)
+}
+
+fn write_run_state(out: &Path, state: &str) {
+    let _ = std::fs::write(out.join(RUN_STATE_FILE), format!("{state} {}\n", std::process::id()));
+}
+
+/// The file in a run folder that says how far the run got: `running PID` from the start, then `ok PID`,
+/// `failed PID` or `interrupted PID` once it reached its terminal state.
+pub const RUN_STATE_FILE: &str = "run-state";
+
+/// How far a serve-capture run folder got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunState {
+    /// Not a serve-capture run folder (no `run-state`, no `pids/`): nothing to say.
+    NotARun,
+    /// It reached a terminal state: `ok`, `failed` or `interrupted`.
+    Terminal(String),
+    /// serve-capture (this PID) is still running it.
+    Running(i32),
+    /// It started and never reached a terminal state (serve-capture killed, or the folder copied mid-run).
+    Unfinished(String),
+}
+
+/// The state of the run folder `dir` (see [`RunState`]).
+pub fn run_state(dir: &Path) -> RunState {
+    let text = match std::fs::read_to_string(dir.join(RUN_STATE_FILE)) {
+        Ok(t) => t,
+        // a folder from before the state file: serve-capture's pids/ and provenance.json without its document
+        Err(_) if dir.join("pids").is_dir() && dir.join("provenance.json").is_file() => {
+            return if dir.join("serve-capture.json").is_file() {
+                RunState::Terminal("unknown".into())
+            } else {
+                RunState::Unfinished("pids/ and provenance.json but no serve-capture.json".into())
+            };
+        }
+        Err(_) => return RunState::NotARun,
+    };
+    let mut w = text.split_whitespace();
+    let state = w.next().unwrap_or("").to_string();
+    let pid: i32 = w.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    match state.as_str() {
+        "ok" | "failed" | "interrupted" => RunState::Terminal(state),
+        "running" if pid > 0 && procs::stat(pid).is_some_and(|s| s.state != 'Z' && procs::cmdline(pid).first().is_some_and(|a| a.contains("serve-capture") || a.contains("nu_plugin"))) => {
+            RunState::Running(pid)
+        }
+        "running" => RunState::Unfinished(format!("serve-capture (pid {pid}) is gone")),
+        other => RunState::Unfinished(format!("{RUN_STATE_FILE} says {other:?}")),
+    }
+}
+
+/// For gate-check, report and capture-compare: refuse an input that lies in (or is) a serve-capture run folder
+/// that never reached a terminal state (exit 2, naming the folder and why). Anything else passes.
+pub fn refuse_unfinished(input: &Path) -> Result<()> {
+    if input.as_os_str() == "-" {
+        return Ok(());
+    }
+    let dir = if input.is_dir() { Some(input) } else { input.parent() };
+    let Some(dir) = dir.map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d }) else { return Ok(()) };
+    match run_state(dir) {
+        RunState::NotARun | RunState::Terminal(_) => Ok(()),
+        RunState::Running(pid) => Err(Error::input(format!(
+            "{}: the serve-capture run in {} is still running (pid {pid}): wait for it to end",
+            input.display(),
+            dir.display()
+        ))),
+        RunState::Unfinished(why) => Err(Error::input(format!(
+            "{}: the serve-capture run in {} never reached a terminal state ({why}): its files are not evidence; capture again",
+            input.display(),
+            dir.display()
+        ))),
+    }
 }
 
 /// Record the server's descendants (workers it forked) that are not recorded yet.

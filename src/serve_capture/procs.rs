@@ -104,6 +104,137 @@ pub fn listening_in(table: &str, port: u16) -> bool {
     })
 }
 
+/// The exit status of a zombie (`/proc/PID/stat` field 52, `exit_code`, in `waitpid` form), i.e. of a process
+/// that has ended but whose parent has not reaped it yet; None while it runs or once it is reaped.
+pub fn zombie_status(pid: i32) -> Option<i32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let close = text.rfind(')')?;
+    let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    if rest.first()? != &"Z" {
+        return None;
+    }
+    // field 52 is rest[49] (rest[0] is field 3)
+    rest.get(49)?.parse().ok()
+}
+
+/// A `waitpid` status as `exit N` or `signal SIGX`.
+pub fn describe_wait_status(status: i32) -> String {
+    if status & 0x7f == 0 {
+        format!("exit {}", (status >> 8) & 0xff)
+    } else {
+        format!("signal {}", signal_name(status & 0x7f))
+    }
+}
+
+/// `NAME` from `/proc/PID/environ` (the environment the process was exec'd with), if readable and set.
+pub fn environ_var(pid: i32, name: &str) -> Option<String> {
+    let b = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let want = format!("{name}=");
+    b.split(|&c| c == 0).find_map(|kv| {
+        let kv = String::from_utf8_lossy(kv);
+        kv.strip_prefix(want.as_str()).map(str::to_string)
+    })
+}
+
+/// Process exit statuses from the kernel's process-event connector (netlink `NETLINK_CONNECTOR`, `CN_IDX_PROC`):
+/// every process that exits on this machine, with its `waitpid` status, even when it is not our child and its
+/// parent reaps it at once. Needs `CAP_NET_ADMIN` (root); [`ExitWatcher::start`] returns None without it, and
+/// the caller falls back to [`zombie_status`].
+pub struct ExitWatcher {
+    exits: std::sync::Arc<std::sync::Mutex<HashMap<i32, (i32, std::time::Instant)>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ExitWatcher {
+    pub fn start() -> Result<ExitWatcher, String> {
+        // SAFETY: plain socket calls on a descriptor this function owns; buffers outlive the calls.
+        unsafe {
+            let fd = libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 11 /* NETLINK_CONNECTOR */);
+            if fd < 0 {
+                return Err(format!("netlink socket: {}", std::io::Error::last_os_error()));
+            }
+            let mut addr: libc::sockaddr_nl = std::mem::zeroed();
+            addr.nl_family = libc::AF_NETLINK as u16;
+            addr.nl_groups = 1; // CN_IDX_PROC
+            addr.nl_pid = 0;
+            if libc::bind(fd, &addr as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_nl>() as u32) < 0 {
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                return Err(format!("netlink bind: {e}"));
+            }
+            // nlmsghdr (16) + cn_msg {idx=1, val=1, seq, ack, len=4, flags} (20) + PROC_CN_MCAST_LISTEN (4)
+            let mut msg = [0u8; 40];
+            msg[0..4].copy_from_slice(&40u32.to_ne_bytes());
+            msg[4..6].copy_from_slice(&3u16.to_ne_bytes()); // NLMSG_DONE
+            msg[12..16].copy_from_slice(&(std::process::id()).to_ne_bytes());
+            msg[16..20].copy_from_slice(&1u32.to_ne_bytes());
+            msg[20..24].copy_from_slice(&1u32.to_ne_bytes());
+            msg[32..34].copy_from_slice(&4u16.to_ne_bytes());
+            msg[36..40].copy_from_slice(&1u32.to_ne_bytes());
+            if libc::send(fd, msg.as_ptr() as *const libc::c_void, msg.len(), 0) < 0 {
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                return Err(format!("netlink listen: {e}"));
+            }
+            let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv as *const _ as *const libc::c_void, std::mem::size_of::<libc::timeval>() as u32);
+            let exits = std::sync::Arc::new(std::sync::Mutex::new(HashMap::new()));
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (e2, s2) = (exits.clone(), stop.clone());
+            let thread = std::thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                while !s2.load(Ordering::SeqCst) {
+                    let n = libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0);
+                    if n <= 0 {
+                        continue;
+                    }
+                    let n = n as usize;
+                    let mut off = 0;
+                    while off + 16 <= n {
+                        let len = u32::from_ne_bytes(buf[off..off + 4].try_into().unwrap()) as usize;
+                        if len < 16 || off + len > n {
+                            break;
+                        }
+                        // proc_event at 36: what (4), cpu (4), timestamp (8), then exit: pid, tgid, code, signal
+                        let ev = off + 36;
+                        if ev + 32 <= off + len {
+                            let what = u32::from_ne_bytes(buf[ev..ev + 4].try_into().unwrap());
+                            if what == 0x8000_0000 {
+                                let pid = i32::from_ne_bytes(buf[ev + 16..ev + 20].try_into().unwrap());
+                                let tgid = i32::from_ne_bytes(buf[ev + 20..ev + 24].try_into().unwrap());
+                                let code = i32::from_ne_bytes(buf[ev + 24..ev + 28].try_into().unwrap());
+                                if pid == tgid {
+                                    if let Ok(mut m) = e2.lock() {
+                                        m.insert(pid, (code, std::time::Instant::now()));
+                                    }
+                                }
+                            }
+                        }
+                        off += (len + 3) & !3;
+                    }
+                }
+                libc::close(fd);
+            });
+            Ok(ExitWatcher { exits, stop, thread: Some(thread) })
+        }
+    }
+    /// The `waitpid` status of `pid`'s latest exit seen since `since`.
+    pub fn status(&self, pid: i32, since: std::time::Instant) -> Option<i32> {
+        let m = self.exits.lock().ok()?;
+        m.get(&pid).filter(|(_, t)| *t >= since).map(|(c, _)| *c)
+    }
+}
+
+impl Drop for ExitWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
@@ -171,6 +302,29 @@ mod tests {
         assert!(d.iter().any(|p| p.pid == child.id() as i32), "{d:?}");
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn exit_status_of_a_grandchild_reaped_by_its_parent() {
+        // sh forks `sh -c 'exit 7'` and reaps it itself: not our child, never a zombie we could see
+        let w = match ExitWatcher::start() {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("SKIP: no process-event connector here ({e})");
+                return;
+            }
+        };
+        let t0 = std::time::Instant::now();
+        let mut c = std::process::Command::new("sh").args(["-c", "sh -c 'sleep 0.2; exit 7' & echo $!; wait; sleep 0.3"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        use std::io::Read;
+        let mut out = String::new();
+        c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        c.wait().unwrap();
+        let pid: i32 = out.trim().parse().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(w.status(pid, t0).map(describe_wait_status).as_deref(), Some("exit 7"));
+        assert_eq!(describe_wait_status(libc::SIGKILL), "signal SIGKILL");
+        assert_eq!(describe_wait_status(3 << 8), "exit 3");
     }
 
     #[test]

@@ -168,6 +168,8 @@ impl SimplePluginCommand for NsysResolve {
                 None => None,
             },
             artifacts: flag_list(call, "artifact")?,
+            // the engine starts from Nushell's environment, not the plugin process's
+            cuda_injection: nu_env_raw(engine, "CUDA_INJECTION64_PATH")?.filter(|v| !v.is_empty()),
             ..ProvenanceOptions::default()
         };
         let doc = resolve::run(&opts).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;

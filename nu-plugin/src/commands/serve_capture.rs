@@ -98,6 +98,17 @@ impl SimplePluginCommand for ServeCapture {
                 "gate-check G2: smallest acceptable .nsys-rep, bytes or a filesize (default: the tier's)",
                 None,
             )
+            .named("gpu", SyntaxShape::Int, "Pin the run to this physical GPU: CUDA_VISIBLE_DEVICES=IDX on the server (through nsys) and the clients; a foreign process on it fails the preflight", None)
+            .named("nvidia-smi", SyntaxShape::Filepath, "The nvidia-smi to run (default: nvidia-smi on PATH; without one the GPU checks say \"not checked\")", None)
+            .named("engine-repo", SyntaxShape::Filepath, "The engine's source tree: its git revision and dirty state go into provenance.json", None)
+            .named(
+                "instrumentation",
+                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
+                "The engine's instrumentation switch state NAME=STATE (e.g. nvtx=on), or a list of them, recorded in provenance",
+                None,
+            )
+            .named("shm", SyntaxShape::String, "Stale /dev/shm segments matching this glob (vllm_*) or regex (re:^psm_) fail the preflight", None)
+            .named("gpu-mem-tolerance", SyntaxShape::Int, "After shutdown, GPU memory used on the target GPU(s) must be back within this many MiB of its level at start (default 256)", None)
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
     }
@@ -176,6 +187,24 @@ impl SimplePluginCommand for ServeCapture {
         }
         o.decode_range = flag_str(call, "decode-range")?.map(|s| s.item);
         o.min_rep_bytes = flag_bytes(call, "min-rep-bytes")?;
+        let index = |name: &str| -> Result<Option<u32>, LabeledError> {
+            match call.get_flag::<i64>(name)? {
+                None => Ok(None),
+                Some(g) => u32::try_from(g).map(Some).map_err(|_| {
+                    LabeledError::new(format!("--{name} {g}: expected a non-negative integer"))
+                        .with_code("nsyskit::usage")
+                        .with_label("bad argument", call.get_flag_span(name).unwrap_or(call.head))
+                }),
+            }
+        };
+        o.gpu = index("gpu")?;
+        if let Some(t) = index("gpu-mem-tolerance")? {
+            o.gpu_mem_tolerance_mib = t as u64;
+        }
+        o.nvidia_smi = flag_path(engine, call, "nvidia-smi")?;
+        o.engine_repo = flag_path(engine, call, "engine-repo")?;
+        o.instrumentation = flag_list(call, "instrumentation")?;
+        o.shm = flag_str(call, "shm")?.map(|s| s.item);
 
         // Ctrl-C reaches a plugin through the protocol, not as SIGINT: it sets the run's stop flag, and the run
         // cleans up exactly as the binary does on SIGINT.
