@@ -117,7 +117,10 @@ fn line_of(text: &str, pos: usize) -> usize {
 /// The whitespace at the start of the line holding `pos`.
 fn line_indent(text: &str, pos: usize) -> &str {
     let start = text[..pos].rfind('\n').map(|i| i + 1).unwrap_or(0);
-    let line = &text[start..];
+    let mut line = &text[start..];
+    if start == 0 {
+        line = line.trim_start_matches('\u{feff}'); // a BOM is not indentation
+    }
     &line[..line.len() - line.trim_start_matches([' ', '\t']).len()]
 }
 
@@ -139,9 +142,14 @@ fn detect_style(text: &str) -> Style {
         if let Some(m) = top.members.first() {
             pretty = text[open..m.key_start].contains('\n');
             if pretty {
+                // the unit is what the first member adds to the indentation of the `{` line (an indented
+                // top-level object, `  {`, does not double the unit)
                 let ind = line_indent(text, m.key_start);
-                if !ind.is_empty() {
-                    unit = ind.to_string();
+                let outer = line_indent(text, open);
+                match ind.strip_prefix(outer) {
+                    Some(u) if !u.is_empty() => unit = u.to_string(),
+                    _ if !ind.is_empty() => unit = ind.to_string(),
+                    _ => {}
                 }
             }
         }
