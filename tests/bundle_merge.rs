@@ -852,3 +852,176 @@ fn idempotent_for_any_formatting_of_the_bundle() {
     eprintln!("idempotence: {} randomly formatted bundles (seed {seed}), {} not idempotent", texts.len(), failures.len());
     assert!(failures.is_empty(), "{} of {} bundles:\n{}", failures.len(), texts.len(), failures.iter().take(3).cloned().collect::<Vec<_>>().join("\n"));
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Issue 17 regressions: what a bundle path may be, read-only bundles, hard links, stale temp files,
+// duplicate keys.
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {}", p.display());
+}
+
+/// Run bundle-merge with a time limit (a FIFO must never hang it): (exit code, stdout, stderr).
+fn merge_limited(args: &[&std::ffi::OsStr], stdin: &[u8]) -> (Option<i32>, Vec<u8>, String) {
+    let out = merge().args(args).write_stdin(stdin.to_vec()).timeout(std::time::Duration::from_secs(20)).output().unwrap();
+    (out.status.code(), out.stdout, String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+#[test]
+fn a_bundle_that_is_not_a_regular_file_is_refused_and_untouched() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let dir = tempfile::tempdir().unwrap();
+    let doc = serde_json::to_vec(&gate("PASS")).unwrap();
+    let fifo = dir.path().join("fifo.json");
+    mkfifo(&fifo);
+    let sock_path = dir.path().join("sock.json");
+    let _sock = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
+    let folder = dir.path().join("folder.json");
+    std::fs::create_dir(&folder).unwrap();
+    let null_before = std::fs::metadata("/dev/null").unwrap();
+    for (path, kind) in [
+        (Path::new("/dev/null"), "a character device"),
+        (fifo.as_path(), "a FIFO"),
+        (sock_path.as_path(), "a socket"),
+        (folder.as_path(), "a directory"),
+    ] {
+        for mode in [None, Some("--check"), Some("--stdout")] {
+            let mut args: Vec<&std::ffi::OsStr> = mode.iter().map(|m| std::ffi::OsStr::new(*m)).collect();
+            args.push(path.as_os_str());
+            let (code, stdout, err) = merge_limited(&args, &doc);
+            assert_eq!(code, Some(2), "{} {mode:?}: {err}", path.display());
+            assert!(stdout.is_empty());
+            assert!(err.contains(&format!("{}: is {kind}, not a bundle file", path.display())), "{err}");
+            assert!(!err.contains("panicked"), "{err}");
+            // no lock file and no temporary file beside it
+            assert!(!lock_path_of(path).exists(), "{}: a lock file was created", path.display());
+        }
+    }
+    let null_after = std::fs::metadata("/dev/null").unwrap();
+    assert!(null_after.file_type().is_char_device());
+    assert_eq!((null_before.ino(), null_before.rdev()), (null_after.ino(), null_after.rdev()));
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    assert_eq!(names.len(), 3, "nothing new beside the paths: {names:?}");
+}
+
+fn lock_path_of(p: &Path) -> PathBuf {
+    nsyskit::bundle::lock_path(p)
+}
+
+#[test]
+fn a_read_only_bundle_is_refused_and_check_and_stdout_still_read_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    std::fs::write(&bundle, "{\"keep\": 1.0}\n").unwrap();
+    std::fs::set_permissions(&bundle, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let doc = serde_json::to_vec(&gate("PASS")).unwrap();
+    let err = fail_merge(&bundle, &[], &doc);
+    assert!(err.contains("b.json: is read-only for you (mode 0444): refusing to replace it"), "{err}");
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), "{\"keep\": 1.0}\n");
+    assert_eq!(std::fs::metadata(&bundle).unwrap().permissions().mode() & 0o777, 0o444);
+    // nothing is written by --check and --stdout: they still work
+    let (code, _, _) = merge_limited(&[std::ffi::OsStr::new("--check"), bundle.as_os_str()], &doc);
+    assert_eq!(code, Some(1));
+    let (code, stdout, _) = merge_limited(&[std::ffi::OsStr::new("--stdout"), bundle.as_os_str()], &doc);
+    assert_eq!(code, Some(0));
+    assert!(String::from_utf8(stdout).unwrap().starts_with("{\"keep\": 1.0,"));
+}
+
+#[test]
+fn a_hard_linked_bundle_is_refused_so_the_links_never_diverge() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    let other = dir.path().join("other-name.json");
+    std::fs::write(&bundle, "{}\n").unwrap();
+    std::fs::hard_link(&bundle, &other).unwrap();
+    let ino = std::fs::metadata(&bundle).unwrap().ino();
+    let doc = serde_json::to_vec(&gate("PASS")).unwrap();
+    let err = fail_merge(&bundle, &[], &doc);
+    assert!(err.contains("b.json: has 2 hard links: an atomic replace would break them"), "{err}");
+    for p in [&bundle, &other] {
+        assert_eq!(std::fs::read_to_string(p).unwrap(), "{}\n");
+        assert_eq!(std::fs::metadata(p).unwrap().ino(), ino);
+    }
+    // with one name left it merges (and a symlink to it is still written through)
+    std::fs::remove_file(&other).unwrap();
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(&bundle, &link).unwrap();
+    run_merge(&link, &[], &doc, 0);
+    assert_eq!(read(&bundle)["kernel_profile"]["gates"]["verdict"], "PASS");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+}
+
+#[test]
+fn temp_files_of_a_killed_run_are_removed_under_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    std::fs::write(&bundle, "{}\n").unwrap();
+    // what a run killed between writing its temporary file and renaming it leaves (the name pattern of the
+    // real temp files: `.b.json.` + 6 random characters + `.tmp`)
+    let stale = dir.path().join(".b.json.Xq3zT9.tmp");
+    std::fs::write(&stale, vec![b'x'; 1 << 20]).unwrap();
+    // files that only look alike are not ours: kept
+    let keep = [dir.path().join(".b.json.notours.tmp"), dir.path().join(".other.json.Xq3zT9.tmp"), dir.path().join("b.json.tmp")];
+    for k in &keep {
+        std::fs::write(k, "mine").unwrap();
+    }
+    let doc = serde_json::to_vec(&gate("PASS")).unwrap();
+    // --check takes no lock and removes nothing
+    let (code, _, _) = merge_limited(&[std::ffi::OsStr::new("--check"), bundle.as_os_str()], &doc);
+    assert_eq!(code, Some(1));
+    assert!(stale.exists());
+    let out = merge().arg(&bundle).write_stdin(doc).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(".b.json.Xq3zT9.tmp, the temporary file of an interrupted earlier run"), "{err}");
+    assert!(!stale.exists(), "the stale temp file is gone");
+    for k in &keep {
+        assert_eq!(std::fs::read_to_string(k).unwrap(), "mine");
+    }
+    assert_eq!(read(&bundle)["kernel_profile"]["gates"]["verdict"], "PASS");
+    // and a real run leaves no temp file of its own
+    let tmps: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).filter(|n| n.starts_with(".b.json.") && n.len() == ".b.json.XXXXXX.tmp".len()).collect();
+    assert!(tmps.is_empty(), "{tmps:?}");
+}
+
+#[test]
+fn duplicate_keys_in_a_document_are_refused_naming_the_key_and_both_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    let before = "{\"kernel_profile\": {\"ranges\": {\"real\": true}}}\n";
+    std::fs::write(&bundle, before).unwrap();
+    // the real ranges array, then a second `ranges` member that last-wins parsing let replace it
+    let doc = "{\"schema\":\"nsyskit.ranges/v1\",\"tool\":{\"name\":\"sqlite-ranges\",\"version\":\"0\"},\n\"ranges\":[{\"label\":\"a\"}],\n\"ranges\":[]}\n";
+    let err = fail_merge(&bundle, &[], doc.as_bytes());
+    assert!(err.contains("<stdin>: line 3 column"), "{err}");
+    assert!(err.contains("duplicate key \"ranges\" at $.ranges"), "{err}");
+    assert!(err.contains("in the bundle that is kernel_profile.ranges.ranges"), "{err}");
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), before);
+    // deeper, in a file, in a list of documents
+    let f = dir.path().join("docs.json");
+    std::fs::write(&f, "[{\"schema\":\"nsyskit.gate/v1\",\"gates\":[{\"id\":\"G1\",\"id\":\"G2\"}]}]").unwrap();
+    let err = fail_merge(&bundle, &[&f], b"");
+    assert!(err.contains("docs.json: line 1 column"), "{err}");
+    assert!(err.contains("duplicate key \"id\" at $[0].gates[0].id"), "{err}");
+    assert!(err.contains("kernel_profile.gates.gates[0].id"), "{err}");
+    // a duplicate on the bundle's own path is refused too (as before)
+    std::fs::write(&bundle, "{\"kernel_profile\": {}, \"kernel_profile\": {}}").unwrap();
+    let err = fail_merge(&bundle, &[], &serde_json::to_vec(&gate("PASS")).unwrap());
+    assert!(err.contains("$.kernel_profile: duplicate key"), "{err}");
+}
+
+#[test]
+fn a_document_that_is_the_bundle_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    std::fs::write(&bundle, "{}\n").unwrap();
+    let link = dir.path().join("l.json");
+    std::os::unix::fs::symlink(&bundle, &link).unwrap();
+    let err = fail_merge(&bundle, &[&link], b"");
+    assert!(err.contains("is the input"), "{err}");
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), "{}\n");
+}

@@ -124,6 +124,8 @@ pub struct DocIn {
 pub struct Outcome {
     pub report: MergeReport,
     pub bundle_text: String,
+    /// Temporary files of an interrupted earlier run, removed under the lock (the binary lists them on stderr).
+    pub removed_temps: Vec<PathBuf>,
 }
 
 /// Read documents from inputs (paths or `-`): each a stream of JSON documents (one, concatenated or NDJSON);
@@ -140,7 +142,8 @@ pub fn read_docs(inputs: &[Input]) -> Result<Vec<DocIn>> {
 /// a top-level array is a list of documents.
 pub fn docs_from_bytes(bytes: &[u8], source: &str) -> Result<Vec<DocIn>> {
     let mut out = Vec::new();
-    for d in parse_json_stream(bytes, source)? {
+    let docs = parse_json_stream(bytes, source).map_err(|e| name_bundle_place(e, bytes))?;
+    for d in docs {
         match d.value {
             Value::Array(items) => out.extend(items.into_iter().map(|value| DocIn {
                 value,
@@ -151,6 +154,47 @@ pub fn docs_from_bytes(bytes: &[u8], source: &str) -> Result<Vec<DocIn>> {
         }
     }
     Ok(out)
+}
+
+/// A duplicate key in a document: add where that key would land in the bundle (`kernel_profile.ranges…`).
+fn name_bundle_place(e: Error, bytes: &[u8]) -> Error {
+    let Some(dpath) = crate::contract::duplicate_key_path(&e.message).map(String::from) else { return e };
+    let line: Option<usize> = e
+        .message
+        .split(": line ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok());
+    let text = std::str::from_utf8(bytes).unwrap_or("");
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    // parse leniently (last key wins) just to learn the document's kind
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let mut found: Option<Value> = None;
+    loop {
+        let offset = stream.byte_offset();
+        let rest = &text[offset..];
+        let start = offset + rest.len() - rest.trim_start().len();
+        let start_line = 1 + text[..start].matches('\n').count();
+        match stream.next() {
+            Some(Ok(v)) if line.map(|l| start_line <= l).unwrap_or(false) => found = Some(v),
+            _ => break,
+        }
+    }
+    let (doc, rest) = match (found, dpath.strip_prefix("$[")) {
+        (Some(Value::Array(items)), Some(r)) => {
+            let i: Option<usize> = r.split(']').next().and_then(|n| n.parse().ok());
+            let rest = r.split_once(']').map(|(_, t)| t.to_string()).unwrap_or_default();
+            (i.and_then(|i| items.get(i).cloned()), rest)
+        }
+        (v, _) => (v, dpath.trim_start_matches('$').to_string()),
+    };
+    let place = doc
+        .and_then(|value| edits_for(&DocIn { value, source: String::new(), line: 0 }).ok())
+        .and_then(|edits| edits.last().map(|e| e.dotted()));
+    match place {
+        Some(p) => Error::input(format!("{}; in the bundle that is {p}{rest}", e.message)),
+        None => e,
+    }
 }
 
 /// One value to set in the bundle.
@@ -367,23 +411,20 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
             .map_err(|e| Error::input(format!("{name}: cannot resolve the link: {e}")))?,
         _ => bundle.to_path_buf(),
     };
+    // a device, FIFO, socket or folder is never read, locked or replaced (`bundle-merge /dev/null` as root
+    // once replaced /dev/null with a regular file)
+    check_bundle_file(&target, &name, mode)?;
     let _lock = if mode == Mode::Write {
         Some(lock(&target, &name)?)
     } else {
         None
     };
+    // again under the lock: the file may have been created or replaced meanwhile
+    check_bundle_file(&target, &name, mode)?;
+    let removed_temps = if mode == Mode::Write { remove_stale_temps(&target) } else { Vec::new() };
 
     let old = match std::fs::metadata(&target) {
-        Ok(m) if m.is_dir() => {
-            return Err(Error::input(format!(
-                "{name}: is a directory, not a bundle file"
-            )))
-        }
-        Ok(m) => Some((
-            std::fs::read(&target)
-                .map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?,
-            m.permissions(),
-        )),
+        Ok(m) => Some((crate::contract::read_input(&target)?, m.permissions())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(Error::input(format!("{name}: cannot read: {e}"))),
     };
@@ -430,8 +471,72 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
     Ok(Outcome {
         report,
         bundle_text: new_text,
+        removed_temps,
     })
 }
+
+/// The bundle must be a regular file (or absent); to be written it must be writable by this user and have
+/// one name: replacing a file with several hard links would leave the other names holding the old bundle.
+fn check_bundle_file(target: &Path, name: &str, mode: Mode) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = match std::fs::metadata(target) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::input(format!("{name}: cannot read: {e}"))),
+    };
+    if !m.file_type().is_file() {
+        return Err(Error::input(format!(
+            "{name}: is {}, not a bundle file (bundle-merge reads and replaces regular files only; nothing was touched)",
+            crate::contract::file_kind(&m.file_type())
+        ))
+        .with_arg("BUNDLE"));
+    }
+    if mode != Mode::Write {
+        return Ok(());
+    }
+    let perm = m.mode() & 0o7777;
+    let c_path = std::ffi::CString::new(target.as_os_str().as_encoded_bytes()).ok();
+    let writable = c_path.map(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0).unwrap_or(false);
+    if m.permissions().readonly() || !writable {
+        return Err(Error::input(format!(
+            "{name}: is read-only for you (mode {perm:04o}): refusing to replace it; make it writable (chmod u+w) or use --stdout"
+        ))
+        .with_arg("BUNDLE"));
+    }
+    if m.nlink() > 1 {
+        return Err(Error::input(format!(
+            "{name}: has {} hard links: an atomic replace would break them (the other names would keep the old bundle); refusing. Merge into one copy (cp, then bundle-merge the copy), or use --stdout",
+            m.nlink()
+        ))
+        .with_arg("BUNDLE"));
+    }
+    Ok(())
+}
+
+/// Remove the temporary files (`.BUNDLE.XXXXXX.tmp`) that a killed earlier run left beside the bundle. Called
+/// under the lock, so no live run is writing one. Returns what it removed.
+fn remove_stale_temps(target: &Path) -> Vec<PathBuf> {
+    let dir = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let Some(file_name) = target.file_name().map(|f| f.to_string_lossy().to_string()) else { return Vec::new() };
+    let prefix = format!(".{file_name}.");
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(&dir) else { return out };
+    for e in entries.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        let Some(mid) = n.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".tmp")) else { continue };
+        let is_ours = mid.len() == TEMP_RAND_LEN && mid.bytes().all(|b| b.is_ascii_alphanumeric());
+        if is_ours && e.file_type().map(|t| t.is_file()).unwrap_or(false) && std::fs::remove_file(e.path()).is_ok() {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+/// Random characters in a temporary file's name (`.BUNDLE.XXXXXX.tmp`).
+const TEMP_RAND_LEN: usize = 6;
 
 /// The sidecar lock file of a bundle: `bundle.json` → `bundle.json.lock` (left in place afterwards).
 pub fn lock_path(bundle: &Path) -> PathBuf {
@@ -475,6 +580,7 @@ fn write_atomic(
     let env = |what: &str, e: std::io::Error| Error::env(format!("{name}: {what}: {e}"));
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{file_name}."))
+        .rand_bytes(TEMP_RAND_LEN)
         .suffix(".tmp")
         .tempfile_in(&dir)
         .map_err(|e| env("cannot create a temporary file beside it", e))?;
