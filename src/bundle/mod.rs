@@ -135,6 +135,14 @@ pub fn read_docs(inputs: &[Input]) -> Result<Vec<DocIn>> {
     for input in inputs {
         out.extend(docs_from_bytes(&input.read_bytes()?, &input.name())?);
     }
+    if out.is_empty() && !inputs.is_empty() {
+        let names: Vec<String> = inputs.iter().map(|i| i.name()).collect();
+        return Err(Error::input(format!(
+            "no documents to merge: {} held none (the input was empty)",
+            names.join(", ")
+        ))
+        .with_arg("DOC"));
+    }
     Ok(out)
 }
 
