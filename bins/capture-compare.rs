@@ -11,7 +11,7 @@ use nsyskit::contract::cli::{emit, main_with, OutputArgs};
     after_help = "Example (node- vs graph-level pair: refused, exit 1):\n  cd fixtures/nsys-2025.3.1 && capture-compare gpu_full_node.sqlite gpu_full_graph.sqlite"
 )]
 struct Args {
-    /// The baseline capture: bundle JSON, ranges JSON or nsys .sqlite export
+    /// The baseline capture: bundle JSON, ranges JSON or nsys .sqlite export (`-` = stdin, for one of A/B)
     #[arg(value_name = "A")]
     a: std::path::PathBuf,
     /// The capture compared with A
