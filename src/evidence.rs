@@ -166,6 +166,21 @@ pub struct Evidence {
     /// `kernel_profile.gates`: the gate-check verdict and its retry reasons, when the bundle has them.
     #[serde(skip)]
     pub gates: Option<(String, Vec<String>)>,
+    /// The whole JSON document when the input was a bundle (capture-compare reads `serve_capture`,
+    /// `question`, `benchmark`, `baselines` from it).
+    #[serde(skip)]
+    pub bundle: Option<Value>,
+    /// Per-occurrence values of every kept range (raw export only): the A/B statistics of capture-compare.
+    #[serde(skip)]
+    pub occurrences: Option<Vec<crate::compare::ab::Occ>>,
+    /// The private temporary copy of an export read from stdin or a FIFO (kept while the evidence lives, so
+    /// a second reader of the same export, such as capture-compare's gate, opens it instead of `-`).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub spooled: Option<std::sync::Arc<tempfile::TempPath>>,
+    /// `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (raw export only).
+    #[serde(skip)]
+    pub started_utc_ns: Option<i64>,
 }
 
 /// Does the file start with the SQLite header? (false when it cannot be read: the JSON path reports that; a
@@ -202,6 +217,7 @@ fn load_streamed(bytes: Vec<u8>, name: &str) -> Result<Evidence> {
     let tmp_name = tmp.path().display().to_string();
     let mut ev = from_export(tmp.path()).map_err(|e| Error { message: e.message.replace(&tmp_name, name), ..e })?;
     ev.source = name.to_string();
+    ev.spooled = Some(std::sync::Arc::new(tmp.into_temp_path()));
     Ok(ev)
 }
 
@@ -214,6 +230,16 @@ fn load_json(bytes: &[u8], name: &str) -> Result<Evidence> {
         return Err(Error::input(format!("{name}: expected one JSON document (an evidence bundle), found {}", docs.len())));
     }
     from_json(&docs[0].value, name)
+}
+
+/// Does the file start with the SQLite header? (capture-compare's stored-baseline probe)
+pub fn looks_like_sqlite(path: &Path) -> bool {
+    is_sqlite(path)
+}
+
+/// The file to open for a second look at the export: the private copy of stdin/a FIFO, else `path`.
+pub fn export_path<'a>(ev: &'a Evidence, path: &'a Path) -> &'a Path {
+    ev.spooled.as_deref().map(|p| p.as_ref()).unwrap_or(path)
 }
 
 /// Load evidence from a path (`-` = stdin): `.sqlite` (or any SQLite file) as an export, anything else as JSON.
@@ -276,6 +302,7 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
     ev.kind = "bundle".into();
     check_block_types(obj, name)?;
     let kp = kp.filter(|k| !k.is_null());
+    ev.bundle = Some(v.clone());
     if let Some(kp) = kp {
         if let Some(r) = kp.get("ranges").filter(|r| !r.is_null()) {
             // one ranges document, or a list of them (the first is used)
@@ -610,13 +637,20 @@ pub fn from_export(path: &Path) -> Result<Evidence> {
     ev.kernels = Some(kernels);
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
     ev.memcpy_time_ns = Some(memcpy);
-    ev.ranges = Some(export_ranges(export)?);
+    let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions::default())?;
+    ev.occurrences = Some(crate::compare::ab::occurrences_of(&a));
+    ev.ranges = Some(ranges_view_of(export, &a)?);
+    ev.started_utc_ns = crate::export::session_start_utc_ns(export)?;
     Ok(ev)
 }
 
 /// The ranges of an export, computed by the ranges library (`sqlite-ranges`, all labels, no window).
 pub fn export_ranges(export: &Export) -> Result<RangesView> {
     let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions::default())?;
+    ranges_view_of(export, &a)
+}
+
+fn ranges_view_of(export: &Export, a: &crate::ranges::Analysis) -> Result<RangesView> {
     let v = serde_json::to_value(&a.doc).map_err(|e| Error::input(format!("{}: ranges: {e}", export.name())))?;
     serde_json::from_value(v).map_err(|e| Error::input(format!("{}: ranges: {e}", export.name())))
 }

@@ -371,6 +371,16 @@ pub fn open_capture(path: &Path, nsys: Option<&Path>) -> Result<OpenedCapture> {
     })
 }
 
+/// capture-compare (H4): `TARGET_INFO_SESSION_START_TIME.utcEpochNs`, when the capture session started (UTC ns
+/// since the epoch); None when the table is absent or empty. Used to check that baseline and trial alternated.
+pub fn session_start_utc_ns(export: &Export) -> Result<Option<i64>> {
+    let Some(t) = export.optional("TARGET_INFO_SESSION_START_TIME", &["utcEpochNs"])? else { return Ok(None) };
+    export
+        .conn()
+        .query_row(&format!("SELECT min(utcEpochNs) FROM \"{}\"", t.name), [], |r| r.get::<_, Option<i64>>(0))
+        .map_err(export.sql_err("TARGET_INFO_SESSION_START_TIME.utcEpochNs"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -247,3 +247,48 @@ fn report_and_capture_compare_take_paths_and_records() {
     let same = nu.json(&format!("capture-compare (sqlite-ranges {node}) (sqlite-ranges {node}) | get verdict"));
     assert_eq!(same, json!("COMPARABLE"));
 }
+
+#[test]
+fn capture_compare_ab_numbers_match_the_binary() {
+    let Some(nu) = Nu::or_skip("capture_compare_ab_numbers_match_the_binary") else { return };
+    let clean = "fixtures/nsys-2025.3.1/decode_clean.sqlite";
+    let mixed = "fixtures/nsys-2025.3.1/decode_mixed.sqlite";
+    // the library's document, as the binary prints it
+    let want = nsyskit::compare::run(&nsyskit::compare::CompareOptions {
+        baseline: vec![common::root().join(clean)],
+        trial: vec![common::root().join(clean)],
+        fail_on_regression: Some(5.0),
+        ab: nsyskit::compare::ab::AbSettings { resamples: 300, ..Default::default() },
+        ..Default::default()
+    })
+    .unwrap();
+    let want = serde_json::to_value(&want.ab).unwrap();
+    let got = nu.json(&format!("capture-compare --baseline [{clean}] --trial [{clean}] --bootstrap 300 --fail-on-regression 5 | get ab"));
+    // the same numbers in the Nushell table (nu adds duration companions to *_ns fields; floats pass through
+    // nu's own number formatting, so they are compared to 1e-12)
+    let (g, w) = (got["labels"].as_array().unwrap(), want["labels"].as_array().unwrap());
+    assert_eq!(g.len(), w.len());
+    for (gl, wl) in g.iter().zip(w) {
+        assert_eq!((&gl["label"], &gl["verdict"]), (&wl["label"], &wl["verdict"]));
+        for (gm, wm) in gl["metrics"].as_array().unwrap().iter().zip(wl["metrics"].as_array().unwrap()) {
+            for side in ["baseline", "trial"] {
+                for k in ["n", "median_ns", "p90_ns", "p99_ns"] {
+                    assert_eq!(gm[side][k], wm[side][k], "{} {} {side} {k}", wl["label"], wm["metric"]);
+                }
+            }
+            for k in ["relative_change", "ci_low", "ci_high"] {
+                match (gm[k].as_f64(), wm[k].as_f64()) {
+                    (Some(x), Some(y)) => assert!((x - y).abs() < 1e-12, "{k}: {x} vs {y}"),
+                    (x, y) => assert_eq!(x, y, "{k}"),
+                }
+            }
+        }
+    }
+    let it = nu.json(&format!(
+        "capture-compare --baseline [{clean}] --trial [{clean}] --bootstrap 300 | get ab.labels | where label == vibeserve.engine.iteration | get 0.verdict"
+    ));
+    assert_eq!(it, json!("no significant change"));
+    // a refusal is data: G7 named with --tier decode
+    let g = nu.json(&format!("capture-compare --tier decode {clean} {mixed} | get invalidators | where check == gate | get 0.a.retry"));
+    assert_eq!(g, json!(["G7"]));
+}

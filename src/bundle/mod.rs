@@ -32,6 +32,8 @@ pub enum Placement {
     At(&'static str),
     /// `comparisons.<key>`: the key names the two compared inputs (see [`comparison_key`]).
     Comparisons,
+    /// `<path>.<name>`: keyed by the document's `name` (named baselines of capture-compare).
+    Named(&'static str),
 }
 
 /// The placement table: every document kind nsyskit writes, and where bundle-merge puts it.
@@ -45,6 +47,9 @@ pub const PLACEMENTS: &[(&str, Placement)] = &[
     ("report", Placement::At("report")),
     ("serve-capture", Placement::At("serve_capture")),
     ("pod-attach", Placement::At("pod_attach")),
+    ("question", Placement::At("question")),
+    ("benchmark", Placement::At("benchmark")),
+    ("baseline", Placement::Named("baselines")),
 ];
 
 /// Where documents of `kind` (the `<kind>` of `nsyskit.<kind>/v1`) go, or None when bundle-merge does not
@@ -267,6 +272,14 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
                 path: vec!["comparisons".into(), key],
                 value: doc.value.clone(),
             }]
+        }
+        Placement::Named(prefix) => {
+            let name = obj
+                .get("name")
+                .and_then(|n| n.as_str())
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| Error::input(format!("{whr}: $.name: missing or not a string (it names the entry under {prefix})")))?;
+            vec![Edit { path: vec![prefix.into(), name.into()], value: doc.value.clone() }]
         }
         Placement::KernelProfile => {
             let report = obj
@@ -738,6 +751,9 @@ mod tests {
             "report",
             "serve-capture",
             "pod-attach",
+            "question",
+            "benchmark",
+            "baseline",
         ] {
             assert!(placement(k).is_some(), "{k}");
         }

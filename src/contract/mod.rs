@@ -98,7 +98,10 @@ pub fn all_schemas() -> Vec<(&'static str, serde_json::Value)> {
         (crate::pod_attach::PodAttachDoc::KIND, json_schema::<crate::pod_attach::PodAttachDoc>()),
         (crate::readiness::ReadinessDoc::KIND, json_schema::<crate::readiness::ReadinessDoc>()),
         (crate::compare::CompareDoc::KIND, json_schema::<crate::compare::CompareDoc>()),
+        (crate::compare::baseline::BaselineDoc::KIND, json_schema::<crate::compare::baseline::BaselineDoc>()),
         (crate::report::ReportDoc::KIND, json_schema::<crate::report::ReportDoc>()),
+        (crate::report::question::QuestionDoc::KIND, json_schema::<crate::report::question::QuestionDoc>()),
+        (crate::report::question::BenchmarkDoc::KIND, json_schema::<crate::report::question::BenchmarkDoc>()),
     ]
 }
 

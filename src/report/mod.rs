@@ -28,6 +28,7 @@
 //! 7. otherwise → `mixed_or_unclear`
 
 pub mod html;
+pub mod question;
 
 use std::path::PathBuf;
 
@@ -193,6 +194,9 @@ pub struct ReportDoc {
     pub facts: evidence::CaptureFacts,
     /// Where `--html` was written.
     pub html: Option<String>,
+    /// The bundle's `question` (measured share, Amdahl bound) and `benchmark` (unprofiled score reconciled
+    /// with GPU busy per step): src/report/question.rs; null when the bundle has neither.
+    pub question: Option<question::QuestionSection>,
     pub notes: Vec<String>,
 }
 
@@ -571,6 +575,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
         notes.extend(rv.notes.iter().map(|n| format!("ranges: {n}")));
     }
     notes.push("nested labels overlap: numbers of labels at different depths are never added".into());
+    let question = question::section(ev, categories, primary.map(|p| p.label.as_str()))?;
 
     Ok(ReportDoc {
         schema,
@@ -595,6 +600,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
         provenance: ev.provenance.clone().unwrap_or(Value::Null),
         facts: ev.facts.clone(),
         html: None,
+        question,
         notes,
     })
 }

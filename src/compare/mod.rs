@@ -1,0 +1,1006 @@
+//! `capture-compare`: are captures comparable, and if they are, is the trial faster.
+//!
+//! Two forms. `capture-compare A B` compares one pair; `capture-compare --baseline A1 A2 … --trial B1 B2 …`
+//! compares several captures per side. Every input is checked against the first baseline (A) for every
+//! invalidator of the serving-run manual (Step 2 and "What invalidates a comparison"): capture flags, mode,
+//! trace set, resolved nsys path and version, node- vs graph-level tracing, graphs vs eager, workload identity,
+//! warmup and window, instrumentation switch and patch, GPU model/index/UUID, clock policy; and every input on
+//! its own for a foreign GPU process, a gate-check RETRY, a run that did not end ok, thermal throttling and
+//! clocks that changed during the run; plus expected producer ranges / the iteration label missing on one side
+//! and attributed kernel-work shares that differ by more than a threshold. Both values are shown; a fact that
+//! is unknown on a side is listed in `unchecked` (`--strict` refuses on it). A refused comparison (exit 1)
+//! carries no deltas and no statistics.
+//!
+//! When comparable: per-range and per-kernel deltas (pair form), and the A/B statistics of [`ab`] per stable
+//! label (median/p90/p99 of host wall, kernel busy union and GPU idle in span, the relative change of the
+//! median with a seeded bootstrap interval, a verdict). `--fail-on-regression PCT` exits 1 when the chosen
+//! label is slower than PCT % with confidence. Named baselines ([`baseline`]) are stored in and read from a
+//! bundle.
+
+pub mod ab;
+pub mod baseline;
+pub mod checks;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::categories::{category_shares, Categories, CategoryShare, KernelStat};
+use crate::contract::{Document, Error, Result, Tool};
+use crate::evidence::{self, CaptureFacts, Evidence, Fact, RangeRow};
+use ab::{AbSettings, LabelChange, Metric, Series};
+use checks::RunFacts;
+
+/// What `capture-compare` is asked to do.
+#[derive(Debug, Clone)]
+pub struct CompareOptions {
+    /// The two-argument form (empty paths when `baseline`/`trial` are used).
+    pub a: PathBuf,
+    pub b: PathBuf,
+    /// `--baseline A1 A2 …` / `--trial B1 B2 …`.
+    pub baseline: Vec<PathBuf>,
+    pub trial: Vec<PathBuf>,
+    /// `--baseline-name NAME`: baseline-side bundles are read as their stored baseline `baselines.NAME`.
+    pub baseline_name: Option<String>,
+    /// Provenance documents adding facts to A / B (pair form only).
+    pub provenance_a: Option<PathBuf>,
+    pub provenance_b: Option<PathBuf>,
+    /// `--categories FILE`; None = the built-in rules.
+    pub categories: Option<PathBuf>,
+    /// How many kernel deltas to list (0 = all).
+    pub top: usize,
+    /// `--strict`: a fact unknown on a side makes the comparison not comparable.
+    pub strict: bool,
+    /// `--tier`: the gate-check tier used for raw exports (bundles carry their own gate verdict).
+    pub tier: crate::gate::Tier,
+    /// `--expect-label L` (repeatable): the producer ranges both sides must contain (default: every stable label).
+    pub expect_labels: Vec<String>,
+    /// `--max-attributed-share-diff`: a share in [0, 1] (default 0.05 = 5 points).
+    pub max_attributed_share_diff: f64,
+    /// `--label`: the label whose verdict `--fail-on-regression` reads (default: the iteration label).
+    pub label: Option<String>,
+    /// `--metric`: `host_wall` (default), `kernel_busy_union` or `gpu_idle_within_kernel_span`.
+    pub metric: String,
+    /// `--fail-on-regression PCT`.
+    pub fail_on_regression: Option<f64>,
+    pub ab: AbSettings,
+}
+
+impl Default for CompareOptions {
+    fn default() -> Self {
+        CompareOptions {
+            a: PathBuf::new(),
+            b: PathBuf::new(),
+            baseline: Vec::new(),
+            trial: Vec::new(),
+            baseline_name: None,
+            provenance_a: None,
+            provenance_b: None,
+            categories: None,
+            top: 50,
+            strict: false,
+            tier: crate::gate::Tier::default(),
+            expect_labels: Vec::new(),
+            max_attributed_share_diff: 0.05,
+            label: None,
+            metric: "host_wall".into(),
+            fail_on_regression: None,
+            ab: AbSettings::default(),
+        }
+    }
+}
+
+/// One capture: where it came from and its facts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Side {
+    pub source: String,
+    /// `bundle`, `ranges`, `sqlite`, `nsys-rep`, or `baseline` (a stored named baseline).
+    pub kind: String,
+    /// `baseline` or `trial` (A is the first baseline, B the first trial).
+    pub role: String,
+    pub facts: CaptureFacts,
+    pub run_facts: RunFacts,
+    /// Whether per-range and per-kernel data were available.
+    pub has_ranges: bool,
+    pub kernels_source: Option<String>,
+    /// `totals.kernel_work_attributed_ns / kernel_work_total_ns` of its ranges (null: no kernel work).
+    pub attributed_kernel_share: Option<f64>,
+    /// When the capture started (UTC ns): `TARGET_INFO_SESSION_START_TIME`, or the provenance time.
+    pub started_utc_ns: Option<i64>,
+    pub started_source: Option<String>,
+    /// Per-occurrence values were available (A/B statistics).
+    pub has_occurrences: bool,
+    /// The unprofiled benchmark score recorded beside the run (`benchmark` of a bundle), as given.
+    pub benchmark: Option<Value>,
+    /// The profiled client's throughput (`serve_capture.diagnostic`): diagnostic only, never compared.
+    pub diagnostic_throughput: Option<Value>,
+}
+
+/// A reason the captures are not comparable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Invalidator {
+    /// The check (docs/compare-report.md lists them all): `nsys_version`, `nsys_path`, `capture_flags`,
+    /// `capture_mode`, `trace_set`, `graph_trace_level`, `cuda_graphs`, `window`, `warmup`, `warmup_command`,
+    /// `client_command`, `request_rate`, `concurrency`, `seed_policy`, `instrumentation`,
+    /// `instrumentation_patch`, `gpu`, `gpu_index`, `gpu_uuid`, `clock_policy`, `application_clocks`,
+    /// `clock_policy_end`, `foreign_gpu_process`, `gate`, `run_outcome`, `thermal_throttling`,
+    /// `clock_stability`, `iteration_label`, `expected_ranges`, `attributed_share`, or with `--strict` any of
+    /// them when unknown.
+    pub check: String,
+    /// The captures concerned (one for a per-capture check, two for a pairwise one).
+    pub sides: Vec<String>,
+    /// The values of the first and second capture (for an object such as capture_flags, only the keys that
+    /// differ; for a per-capture check `a` is the capture's value and `b` null; `"unknown"` with --strict).
+    pub a: Value,
+    pub b: Value,
+    pub reason: String,
+}
+
+/// A fact that could not be checked because a side does not record it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Unchecked {
+    pub check: String,
+    pub sides: Vec<String>,
+    pub reason: String,
+}
+
+/// `b - a` and `(b - a) / a` (null when a = 0).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Delta {
+    pub a: i64,
+    pub b: i64,
+    pub delta: i64,
+    pub relative: Option<f64>,
+}
+
+impl Delta {
+    pub fn new(a: i64, b: i64) -> Delta {
+        Delta { a, b, delta: b - a, relative: if a != 0 { Some((b - a) as f64 / a as f64) } else { None } }
+    }
+}
+
+/// Per-label deltas (sums over occurrences, as in the ranges document).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RangeDelta {
+    pub label: String,
+    /// `both`, `a_only` or `b_only`.
+    pub present: String,
+    /// |Δ host_wall_time_ns| + |Δ kernel_busy_union_ns|: the sort key.
+    pub impact_ns: i64,
+    pub occurrences: Delta,
+    pub host_wall_time_ns: Delta,
+    /// Mean wall per occurrence (integer ns, floor), comparable when the runs differ in length.
+    pub wall_ns_per_occurrence: Delta,
+    pub host_range_kernel_coverage_ns: Delta,
+    pub kernel_busy_union_ns: Delta,
+    pub gpu_idle_within_kernel_span_ns: Delta,
+    pub uncovered_host_time_ns: Delta,
+    pub kernels: Delta,
+    pub runtime_calls: Delta,
+}
+
+/// Per-kernel-name deltas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KernelDelta {
+    pub name: String,
+    pub category: String,
+    /// |Δ total_time_ns|: the sort key.
+    pub impact_ns: i64,
+    pub total_time_ns: Delta,
+    pub instances: Delta,
+    /// Mean duration per instance (integer ns, floor).
+    pub mean_ns: Delta,
+}
+
+/// A kernel seen on one side only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KernelOnly {
+    pub name: String,
+    pub category: String,
+    pub total_time_ns: i64,
+    pub instances: i64,
+}
+
+/// Category shares of both sides and their delta.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CategoryDelta {
+    pub category: String,
+    pub total_time_ns: Delta,
+    pub share_a: f64,
+    pub share_b: f64,
+}
+
+/// The A/B statistics (only when comparable and every input has per-occurrence values).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AbResult {
+    /// `two-level percentile bootstrap of the relative change of the median` (docs/compare-report.md).
+    pub method: String,
+    pub resamples: usize,
+    pub seed: u64,
+    pub confidence: f64,
+    /// The metric each label's `verdict` is about.
+    pub metric: String,
+    /// The label `--fail-on-regression` reads (`--label`, else the iteration label).
+    pub label: Option<String>,
+    pub baseline_captures: usize,
+    pub trial_captures: usize,
+    /// Per stable label present on both sides, in label order.
+    pub labels: Vec<LabelChange>,
+}
+
+/// `--fail-on-regression PCT`: the chosen label's verdict against the threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RegressionCheck {
+    pub label: String,
+    pub metric: String,
+    pub threshold_pct: f64,
+    /// The lower end of the interval of the relative change, in percent (null: not measurable).
+    pub ci_low_pct: Option<f64>,
+    pub relative_change_pct: Option<f64>,
+    /// The label is slower than `threshold_pct` with confidence (the lower end of the interval exceeds it): exit 1.
+    pub failed: bool,
+    pub reason: String,
+}
+
+/// The throughput scores of both sides: compared only when both are unprofiled benchmark scores.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThroughputComparison {
+    pub compared: bool,
+    pub reason: String,
+    /// Per metric both sides share (e.g. `tpot_ms`): first baseline and first trial score.
+    pub scores: BTreeMap<String, (f64, f64)>,
+}
+
+/// `nsyskit.compare/v1`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct CompareDoc {
+    pub schema: String,
+    pub tool: Tool,
+    /// `COMPARABLE` or `REFUSED` (exit 1).
+    pub verdict: String,
+    /// The first baseline and the first trial (the pair in the two-argument form).
+    pub a: Side,
+    pub b: Side,
+    /// Every baseline and trial capture, in the order given (stored baselines expanded).
+    pub baseline: Vec<Side>,
+    pub trial: Vec<Side>,
+    /// `--strict` was given: unknown facts refuse.
+    pub strict: bool,
+    pub invalidators: Vec<Invalidator>,
+    pub unchecked: Vec<Unchecked>,
+    /// Time-order warnings (baseline and trial not alternated, start times unknown).
+    pub warnings: Vec<String>,
+    /// The iteration label used by the checks and as the default `--label`.
+    pub iteration_label: Option<String>,
+    /// Sorted by impact; null when refused, when either side has no ranges, or with several captures per side.
+    pub range_deltas: Option<Vec<RangeDelta>>,
+    /// Kernels on both sides, sorted by impact; null when refused or when either side has no kernel data.
+    pub kernel_deltas: Option<Vec<KernelDelta>>,
+    pub kernels_appeared: Option<Vec<KernelOnly>>,
+    pub kernels_vanished: Option<Vec<KernelOnly>>,
+    pub category_deltas: Option<Vec<CategoryDelta>>,
+    /// Null when refused or when an input has no per-occurrence values (a bundle: give the .sqlite export).
+    pub ab: Option<AbResult>,
+    pub regression: Option<RegressionCheck>,
+    pub throughput: ThroughputComparison,
+    /// `builtin` or the `--categories` file.
+    pub categories_source: String,
+    pub notes: Vec<String>,
+}
+
+impl Document for CompareDoc {
+    const KIND: &'static str = "compare";
+    const TOOL: &'static str = "capture-compare";
+    fn exit_code(&self) -> i32 {
+        if self.verdict == "COMPARABLE" && !self.regression.as_ref().map(|r| r.failed).unwrap_or(false) {
+            0
+        } else {
+            1
+        }
+    }
+}
+
+/// One loaded capture.
+#[derive(Debug, Clone)]
+pub struct Capture {
+    pub side: Side,
+    /// The evidence (None for a stored baseline).
+    pub evidence: Option<Evidence>,
+    /// Occurrences per label (None: no ranges).
+    pub labels: Option<BTreeMap<String, i64>>,
+    /// Per-label per-occurrence series (None: not available).
+    pub series: Option<BTreeMap<String, Series>>,
+}
+
+fn parse_rfc3339_ns(s: &str) -> Option<i64> {
+    // 2026-11-29T23:19:13Z
+    let re = regex::Regex::new(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?Z$").ok()?;
+    let c = re.captures(s.trim())?;
+    let n = |i: usize| c[i].parse::<i64>().ok();
+    let (y, m, d) = (n(1)?, n(2)?, n(3)?);
+    // days from civil (Howard Hinnant)
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146097 + doe - 719468;
+    Some((days * 86400 + n(4)? * 3600 + n(5)? * 60 + n(6)?) * 1_000_000_000)
+}
+
+/// The gate verdict of a raw export, by gate-check's library at `tier`.
+fn gate_fact_of_export(path: &std::path::Path, tier: crate::gate::Tier) -> Result<Fact> {
+    let doc = crate::gate::run(&crate::gate::GateOptions { capture: path.to_path_buf(), tier, ..Default::default() })?;
+    let v = serde_json::to_value(&doc).map_err(|e| Error::input(format!("{}: gate: {e}", path.display())))?;
+    let reasons: Vec<String> = v["gates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|g| g["verdict"] == "retry")
+        .map(|g| format!("{}: {}", g["id"].as_str().unwrap_or("?"), g["reason"].as_str().unwrap_or("")))
+        .collect();
+    let tier_name = v.get("tier").cloned().unwrap_or(Value::Null);
+    Ok(Fact {
+        value: json!({"verdict": v["verdict"], "retry": v["retry"], "reasons": reasons, "tier": tier_name}),
+        source: format!("gate-check --tier {} (run on the export)", tier_name.as_str().unwrap_or("?")),
+    })
+}
+
+/// The gate verdict a bundle records: `kernel_profile.gates`, else `serve_capture.gate`.
+fn gate_fact_of_bundle(bundle: &Value) -> Fact {
+    if let Some(g) = bundle.pointer("/kernel_profile/gates").filter(|g| g.is_object()) {
+        let reasons: Vec<String> = g["gates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|x| x["verdict"] == "retry")
+            .map(|x| format!("{}: {}", x["id"].as_str().unwrap_or("?"), x["reason"].as_str().unwrap_or("")))
+            .collect();
+        return Fact { value: json!({"verdict": g["verdict"], "retry": g["retry"], "reasons": reasons, "tier": g["tier"]}), source: "kernel_profile.gates".into() };
+    }
+    if let Some(g) = bundle.pointer("/serve_capture/gate").filter(|g| g.is_object()) {
+        return Fact { value: json!({"verdict": g["verdict"], "retry": g["retry"], "reasons": g["reasons"]}), source: "serve_capture.gate".into() };
+    }
+    Fact::default()
+}
+
+/// Build a capture from loaded evidence.
+pub fn capture_of(ev: Evidence, role: &str, path: &std::path::Path, tier: crate::gate::Tier) -> Result<Capture> {
+    let serve = ev.bundle.as_ref().and_then(|b| b.get("serve_capture")).filter(|v| v.is_object());
+    let mut run_facts = checks::run_facts(ev.provenance.as_ref(), "provenance", serve);
+    run_facts.gate = match ev.kind.as_str() {
+        "sqlite" | "nsys-rep" => gate_fact_of_export(evidence::export_path(&ev, path), tier)?,
+        _ => ev.bundle.as_ref().map(gate_fact_of_bundle).unwrap_or_default(),
+    };
+    let labels = ev.ranges.as_ref().map(|r| {
+        let mut m = BTreeMap::new();
+        for row in &r.ranges {
+            *m.entry(row.label.clone()).or_insert(0) += row.occurrences;
+        }
+        m
+    });
+    let share = ev.ranges.as_ref().and_then(|r| {
+        (r.totals.kernel_work_total_ns > 0).then(|| r.totals.kernel_work_attributed_ns as f64 / r.totals.kernel_work_total_ns as f64)
+    });
+    let (started, started_source) = match ev.started_utc_ns {
+        Some(t) => (Some(t), Some("TARGET_INFO_SESSION_START_TIME.utcEpochNs".to_string())),
+        None => match ev.provenance.as_ref().and_then(|p| p.pointer("/host/time_utc")).and_then(|t| t.as_str()).and_then(parse_rfc3339_ns) {
+            Some(t) => (Some(t), Some("provenance.host.time_utc".into())),
+            None => (None, None),
+        },
+    };
+    let series = ev.occurrences.as_ref().map(|o| ab::series_by_label(o));
+    let side = Side {
+        source: ev.source.clone(),
+        kind: ev.kind.clone(),
+        role: role.into(),
+        facts: ev.facts.clone(),
+        run_facts,
+        has_ranges: ev.ranges.is_some(),
+        kernels_source: ev.kernels_source.clone(),
+        attributed_kernel_share: share,
+        started_utc_ns: started,
+        started_source,
+        has_occurrences: series.is_some(),
+        benchmark: ev.bundle.as_ref().and_then(|b| b.get("benchmark")).filter(|v| !v.is_null()).cloned(),
+        diagnostic_throughput: serve.and_then(|s| s.get("diagnostic")).filter(|v| !v.is_null()).cloned(),
+    };
+    Ok(Capture { side, evidence: Some(ev), labels, series })
+}
+
+/// Load one input: a capture, or the captures of a stored baseline.
+fn load_input(path: &std::path::Path, role: &str, provenance: Option<&std::path::Path>, opts: &CompareOptions) -> Result<Vec<Capture>> {
+    let arg = if role == "baseline" { "--baseline" } else { "--trial" };
+    // a stored baseline (a baseline document, or a bundle's baselines.NAME)
+    if let Some(stored) = baseline::try_load(path, if role == "baseline" { opts.baseline_name.as_deref() } else { None }).map_err(|e| e.with_arg(arg))? {
+        return Ok(stored.into_iter().map(|mut c| {
+            c.side.role = role.into();
+            c
+        }).collect());
+    }
+    let ev = evidence::load(path, provenance).map_err(|e| e.with_arg(arg))?;
+    Ok(vec![capture_of(ev, role, path, opts.tier)?])
+}
+
+/// The iteration label: the most frequent iteration-like stable label of the reference (ties: label).
+pub fn iteration_label(labels: &BTreeMap<String, i64>, unstable: &BTreeSet<String>) -> Option<String> {
+    labels
+        .iter()
+        .filter(|(l, n)| **n > 0 && !unstable.contains(*l) && crate::gate::is_iteration_like(l))
+        .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
+        .map(|(l, _)| l.clone())
+}
+
+/// Load the inputs and compare them.
+pub fn run(opts: &CompareOptions) -> Result<CompareDoc> {
+    let categories = match &opts.categories {
+        Some(p) => Categories::from_file(p).map_err(|e| e.with_arg("--categories"))?,
+        None => Categories::builtin(),
+    };
+    if Metric::parse(&opts.metric).is_none() {
+        return Err(Error::usage(format!("--metric {}: expected host_wall, kernel_busy_union or gpu_idle_within_kernel_span", opts.metric)).with_arg("--metric"));
+    }
+    if !(opts.max_attributed_share_diff.is_finite() && (0.0..=1.0).contains(&opts.max_attributed_share_diff)) {
+        return Err(Error::usage(format!("--max-attributed-share-diff {}: expected a share between 0 and 1", opts.max_attributed_share_diff)).with_arg("--max-attributed-share-diff"));
+    }
+    if !(opts.ab.confidence > 0.5 && opts.ab.confidence < 1.0) {
+        return Err(Error::usage(format!("--confidence {}: expected a level between 0.5 and 1 (e.g. 0.95)", opts.ab.confidence)).with_arg("--confidence"));
+    }
+    if opts.ab.resamples < 100 {
+        return Err(Error::usage(format!("--bootstrap {}: expected at least 100 resamples", opts.ab.resamples)).with_arg("--bootstrap"));
+    }
+    if let Some(p) = opts.fail_on_regression {
+        if !(p.is_finite() && p >= 0.0) {
+            return Err(Error::usage(format!("--fail-on-regression {p}: expected a percentage ≥ 0")).with_arg("--fail-on-regression"));
+        }
+    }
+    let pair = !opts.a.as_os_str().is_empty() || !opts.b.as_os_str().is_empty();
+    let (mut base, mut trial) = (Vec::new(), Vec::new());
+    if pair {
+        if !opts.baseline.is_empty() || !opts.trial.is_empty() {
+            return Err(Error::usage("give either A B or --baseline … --trial …, not both"));
+        }
+        if opts.a.as_os_str().is_empty() || opts.b.as_os_str().is_empty() {
+            return Err(Error::usage("the two-argument form needs A and B"));
+        }
+        base.extend(load_input(&opts.a, "baseline", opts.provenance_a.as_deref(), opts).map_err(|e| e.with_arg("A"))?);
+        trial.extend(load_input(&opts.b, "trial", opts.provenance_b.as_deref(), opts).map_err(|e| e.with_arg("B"))?);
+    } else {
+        if opts.baseline.is_empty() || opts.trial.is_empty() {
+            return Err(Error::usage("give A B, or --baseline A1 [A2 …] --trial B1 [B2 …] (both sides)"));
+        }
+        if opts.provenance_a.is_some() || opts.provenance_b.is_some() {
+            return Err(Error::usage("--provenance-a/-b belong to the two-argument form; with --baseline/--trial give bundles that carry their provenance"));
+        }
+        for p in &opts.baseline {
+            base.extend(load_input(p, "baseline", None, opts)?);
+        }
+        for p in &opts.trial {
+            trial.extend(load_input(p, "trial", None, opts)?);
+        }
+    }
+    if base.is_empty() || trial.is_empty() {
+        return Err(Error::input("a stored baseline without captures: nothing to compare"));
+    }
+    if let Some(l) = &opts.label {
+        let known: BTreeSet<&String> = base.iter().chain(trial.iter()).flat_map(|c| c.labels.iter().flat_map(|m| m.keys()).chain(c.series.iter().flat_map(|s| s.keys()))).collect();
+        if !known.is_empty() && !known.contains(l) {
+            return Err(Error::usage(format!(
+                "--label {l:?}: no capture has this range label (labels: {})",
+                known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ))
+            .with_arg("--label"));
+        }
+    }
+    Ok(compare_captures(&base, &trial, &categories, opts))
+}
+
+/// Compare loaded captures: checks, then deltas (one capture per side) and A/B statistics.
+pub fn compare_captures(base: &[Capture], trial: &[Capture], categories: &Categories, opts: &CompareOptions) -> CompareDoc {
+    let (schema, tool) = CompareDoc::header();
+    let reference = &base[0];
+    let unstable = checks::unstable_labels(base.iter().chain(trial.iter()).flat_map(|c| {
+        c.labels.iter().flat_map(|l| l.keys()).chain(c.series.iter().flat_map(|s| s.keys())).map(|k| k.as_str())
+    }));
+    let iteration = opts.label.clone().or_else(|| reference.labels.as_ref().and_then(|l| iteration_label(l, &unstable)));
+    let copts = checks::CheckOptions {
+        unstable: unstable.clone(),
+        expect_labels: opts.expect_labels.clone(),
+        iteration_label: iteration.clone(),
+        max_attributed_share_diff: opts.max_attributed_share_diff,
+    };
+    let all: Vec<&Capture> = base.iter().chain(trial.iter()).collect();
+    let mut invalidators = Vec::new();
+    let mut unchecked = Vec::new();
+    let mut seen_unchecked: BTreeSet<(String, Vec<String>)> = BTreeSet::new();
+    let mut push_unchecked = |u: Unchecked, list: &mut Vec<Unchecked>| {
+        if seen_unchecked.insert((u.check.clone(), u.sides.clone())) {
+            list.push(u);
+        }
+    };
+    let ci = |c: &'_ Capture| -> (Side, Option<BTreeMap<String, i64>>) { (c.side.clone(), c.labels.clone()) };
+    let (rs, rl) = ci(reference);
+    for other in all.iter().skip(1) {
+        let (os, ol) = ci(other);
+        let (i, u) = checks::check_pair(&checks::CheckInput { side: &rs, labels: rl.as_ref() }, &checks::CheckInput { side: &os, labels: ol.as_ref() }, &copts);
+        invalidators.extend(i);
+        for x in u {
+            push_unchecked(x, &mut unchecked);
+        }
+    }
+    let mut checked_once: Vec<&Side> = Vec::new();
+    for c in &all {
+        // the same capture given twice (same file, same facts) is checked once on its own
+        let mut plain = c.side.clone();
+        plain.role = String::new();
+        if checked_once.iter().any(|s| { let mut t = (*s).clone(); t.role = String::new(); t == plain }) {
+            continue;
+        }
+        checked_once.push(&c.side);
+        let (i, u) = checks::check_single(&c.side);
+        invalidators.extend(i);
+        for x in u {
+            push_unchecked(x, &mut unchecked);
+        }
+    }
+    if opts.strict {
+        for u in &unchecked {
+            invalidators.push(Invalidator {
+                check: u.check.clone(),
+                sides: u.sides.clone(),
+                a: json!("unknown"),
+                b: json!("unknown"),
+                reason: format!("unknown under --strict: {}", u.reason),
+            });
+        }
+    }
+    let refused = !invalidators.is_empty();
+    let mut notes = Vec::new();
+    let warnings = alternation_warnings(base, trial);
+    let throughput = throughput_comparison(&base[0].side, &trial[0].side);
+    let mut doc = CompareDoc {
+        schema,
+        tool,
+        verdict: if refused { "REFUSED".into() } else { "COMPARABLE".into() },
+        a: base[0].side.clone(),
+        b: trial[0].side.clone(),
+        baseline: base.iter().map(|c| c.side.clone()).collect(),
+        trial: trial.iter().map(|c| c.side.clone()).collect(),
+        strict: opts.strict,
+        invalidators,
+        unchecked,
+        warnings,
+        iteration_label: iteration.clone(),
+        range_deltas: None,
+        kernel_deltas: None,
+        kernels_appeared: None,
+        kernels_vanished: None,
+        category_deltas: None,
+        ab: None,
+        regression: None,
+        throughput,
+        categories_source: categories.source().to_string(),
+        notes: Vec::new(),
+    };
+    if refused {
+        notes.push("not comparable: no deltas and no statistics are computed (fix each invalidator, or capture again)".into());
+        doc.notes = notes;
+        return doc;
+    }
+    if !doc.unchecked.is_empty() {
+        notes.push(format!(
+            "{} comparability check(s) could not be made (see unchecked; --strict refuses on them): the result is only as trustworthy as those facts",
+            doc.unchecked.len()
+        ));
+    }
+    if base.len() == 1 && trial.len() == 1 {
+        if let (Some(a), Some(b)) = (&base[0].evidence, &trial[0].evidence) {
+            pair_deltas(&mut doc, &mut notes, a, b, categories, opts.top);
+        }
+    } else {
+        notes.push("several captures per side: per-range and per-kernel deltas are left out; the A/B statistics compare the sides".into());
+    }
+    // A/B statistics
+    let metric = Metric::parse(&opts.metric).unwrap_or(Metric::HostWall);
+    if all.iter().all(|c| c.series.is_some()) {
+        let labels: BTreeSet<&String> = base
+            .iter()
+            .flat_map(|c| c.series.as_ref().unwrap().keys())
+            .filter(|l| !unstable.contains(*l))
+            .filter(|l| trial.iter().any(|c| c.series.as_ref().unwrap().contains_key(*l)))
+            .collect();
+        let mut changes = Vec::new();
+        for l in labels {
+            let sb: Vec<&Series> = base.iter().filter_map(|c| c.series.as_ref().unwrap().get(l)).collect();
+            let st: Vec<&Series> = trial.iter().filter_map(|c| c.series.as_ref().unwrap().get(l)).collect();
+            changes.push(ab::compare_label(l, &sb, &st, &opts.ab, metric));
+        }
+        if base.len() == 1 || trial.len() == 1 {
+            notes.push("one capture on a side: the interval covers the noise between occurrences of that run, not between runs (capture more runs per side)".into());
+        }
+        doc.ab = Some(AbResult {
+            method: "two-level percentile bootstrap (captures, then occurrences) of median(trial)/median(baseline) − 1".into(),
+            resamples: opts.ab.resamples,
+            seed: opts.ab.seed,
+            confidence: opts.ab.confidence,
+            metric: metric.name().into(),
+            label: iteration.clone(),
+            baseline_captures: base.len(),
+            trial_captures: trial.len(),
+            labels: changes,
+        });
+    } else {
+        let missing: Vec<String> = all.iter().filter(|c| c.series.is_none()).map(|c| c.side.source.clone()).collect();
+        notes.push(format!("A/B statistics need per-occurrence values (a .sqlite export or a stored baseline); none for: {}", missing.join(", ")));
+    }
+    if let Some(pct) = opts.fail_on_regression {
+        doc.regression = Some(regression_check(doc.ab.as_ref(), iteration.as_deref(), metric, pct));
+    }
+    doc.notes = notes;
+    doc
+}
+
+fn regression_check(ab: Option<&AbResult>, label: Option<&str>, metric: Metric, pct: f64) -> RegressionCheck {
+    let fail = |label: &str, reason: String| RegressionCheck {
+        label: label.into(),
+        metric: metric.name().into(),
+        threshold_pct: pct,
+        ci_low_pct: None,
+        relative_change_pct: None,
+        failed: true,
+        reason,
+    };
+    let Some(label) = label else { return fail("", "no label to check: give --label (no iteration-like label in the baseline)".into()) };
+    let Some(ab) = ab else { return fail(label, "no A/B statistics (see notes): the regression check cannot pass without them".into()) };
+    let Some(lc) = ab.labels.iter().find(|l| l.label == label) else {
+        return fail(label, format!("label {label:?} is not on both sides: the regression check cannot pass"));
+    };
+    let m = lc.metrics.iter().find(|m| m.metric == metric.name()).expect("every metric is computed");
+    let lo = m.ci_low.map(|x| x * 100.0);
+    let rel = m.relative_change.map(|x| x * 100.0);
+    let failed = lo.map(|l| l > pct).unwrap_or(false);
+    let reason = match (rel, lo) {
+        (Some(r), Some(l)) if failed => format!("{label} {}: {r:+.2}% (interval from {l:+.2}%): slower than {pct}% with confidence", metric.name()),
+        (Some(r), Some(l)) => format!("{label} {}: {r:+.2}% (interval from {l:+.2}%): not slower than {pct}% with confidence", metric.name()),
+        _ => format!("{label} {}: not measurable (too few occurrences or a zero baseline median): not failed", metric.name()),
+    };
+    RegressionCheck { label: label.into(), metric: metric.name().into(), threshold_pct: pct, ci_low_pct: lo, relative_change_pct: rel, failed, reason }
+}
+
+/// Warnings when baseline and trial captures were not alternated in time.
+fn alternation_warnings(base: &[Capture], trial: &[Capture]) -> Vec<String> {
+    let mut out = Vec::new();
+    if base.len() + trial.len() <= 2 {
+        return out;
+    }
+    let all: Vec<&Capture> = base.iter().chain(trial.iter()).collect();
+    let unknown: Vec<&str> = all.iter().filter(|c| c.side.started_utc_ns.is_none()).map(|c| c.side.source.as_str()).collect();
+    if !unknown.is_empty() {
+        out.push(format!("cannot check that baseline and trial alternated: start time unknown for {}", unknown.join(", ")));
+        return out;
+    }
+    let mut order: Vec<&Capture> = all.clone();
+    order.sort_by_key(|c| c.side.started_utc_ns);
+    let roles: Vec<&str> = order.iter().map(|c| if c.side.role == "baseline" { "A" } else { "B" }).collect();
+    let runs = roles.windows(2).filter(|w| w[0] == w[1]).count();
+    // the fewest same-role neighbours any order can have
+    let (na, nb) = (base.len(), trial.len());
+    let least = na.max(nb).saturating_sub(na.min(nb) + 1);
+    if runs > least {
+        let last_a = order.iter().rposition(|c| c.side.role == "baseline");
+        let first_b = order.iter().position(|c| c.side.role == "trial");
+        let blocked = matches!((last_a, first_b), (Some(a), Some(b)) if a < b) || {
+            let last_b = order.iter().rposition(|c| c.side.role == "trial");
+            let first_a = order.iter().position(|c| c.side.role == "baseline");
+            matches!((last_b, first_a), (Some(b), Some(a)) if b < a)
+        };
+        out.push(format!(
+            "baseline and trial were not alternated in time (order by start: {}){}: clock and thermal drift can pass for a change; alternate the runs",
+            roles.join(""),
+            if blocked { ", one side ran entirely before the other" } else { "" }
+        ));
+    }
+    out
+}
+
+/// Scores of a benchmark record: `scores` (object of numbers) or the recognised keys of `client_json`.
+pub fn benchmark_scores(b: &Value) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    if let Some(o) = b.get("scores").and_then(|s| s.as_object()) {
+        for (k, v) in o {
+            if let Some(x) = v.as_f64() {
+                out.insert(k.clone(), x);
+            }
+        }
+    }
+    out
+}
+
+fn throughput_comparison(a: &Side, b: &Side) -> ThroughputComparison {
+    let kind = |s: &Side| -> &'static str {
+        match (&s.benchmark, &s.diagnostic_throughput) {
+            (Some(bm), _) if !bm.get("profiled").and_then(|p| p.as_bool()).unwrap_or(false) => "unprofiled",
+            (Some(_), _) | (None, Some(_)) => "profiled",
+            _ => "none",
+        }
+    };
+    let (ka, kb) = (kind(a), kind(b));
+    let none = |reason: String| ThroughputComparison { compared: false, reason, scores: BTreeMap::new() };
+    match (ka, kb) {
+        ("unprofiled", "unprofiled") => {
+            let sa = benchmark_scores(a.benchmark.as_ref().unwrap());
+            let sb = benchmark_scores(b.benchmark.as_ref().unwrap());
+            let scores: BTreeMap<String, (f64, f64)> = sa.iter().filter_map(|(k, x)| sb.get(k).map(|y| (k.clone(), (*x, *y)))).collect();
+            ThroughputComparison { compared: !scores.is_empty(), reason: if scores.is_empty() { "no score metric on both sides".into() } else { "unprofiled benchmark scores of both sides (the first baseline and the first trial)".into() }, scores }
+        }
+        ("none", _) | (_, "none") => none("no throughput score on one side".into()),
+        _ => none(format!(
+            "not compared: a profiled run's throughput is diagnostic only ({ka} vs {kb}); record unprofiled benchmark scores on both sides"
+        )),
+    }
+}
+
+fn pair_deltas(doc: &mut CompareDoc, notes: &mut Vec<String>, a: &Evidence, b: &Evidence, categories: &Categories, top: usize) {
+    match (&a.ranges, &b.ranges) {
+        (Some(ra), Some(rb)) => {
+            doc.range_deltas = Some(range_deltas(&ra.ranges, &rb.ranges));
+            notes.push("range deltas are per label; nested labels overlap: never add deltas of labels at different depths".into());
+        }
+        _ => notes.push("per-range deltas need ranges on both sides (a bundle with kernel_profile.ranges, or an export)".into()),
+    }
+    match (&a.kernels, &b.kernels) {
+        (Some(ka), Some(kb)) => {
+            let (deltas, appeared, vanished) = kernel_deltas(ka, kb, categories, top);
+            doc.kernel_deltas = Some(deltas);
+            doc.kernels_appeared = Some(appeared);
+            doc.kernels_vanished = Some(vanished);
+            doc.category_deltas = Some(category_deltas(&category_shares(categories, ka), &category_shares(categories, kb)));
+            if a.kernels_source != b.kernels_source {
+                notes.push(format!(
+                    "kernel statistics come from different sources ({} vs {}): a top-N list may omit kernels that exist",
+                    a.kernels_source.as_deref().unwrap_or("?"),
+                    b.kernels_source.as_deref().unwrap_or("?")
+                ));
+            }
+        }
+        _ => notes.push("per-kernel deltas need kernel statistics on both sides".into()),
+    }
+}
+
+/// The invalidators and unchecked facts of a pair.
+pub fn check_comparable(a: &CaptureFacts, b: &CaptureFacts) -> (Vec<Invalidator>, Vec<Unchecked>) {
+    let mut inv = Vec::new();
+    let mut unchecked = Vec::new();
+    let checks: [(&str, &Fact, &Fact, &str); 10] = [
+        ("nsys_version", &a.nsys_version, &b.nsys_version, "different nsys versions"),
+        ("trace_set", &a.trace_set, &b.trace_set, "different trace sets"),
+        ("capture_flags", &a.capture_flags, &b.capture_flags, "different capture flags"),
+        ("graph_trace_level", &a.graph_trace_level, &b.graph_trace_level, "one capture is node-level and the other graph-level (--cuda-graph-trace)"),
+        ("cuda_graphs", &a.cuda_graphs, &b.cuda_graphs, "CUDA graphs in one capture and eager launches in the other"),
+        ("window", &a.window, &b.window, "different capture window"),
+        ("warmup", &a.warmup, &b.warmup, "different warmup"),
+        ("instrumentation", &a.instrumentation, &b.instrumentation, "different instrumentation state"),
+        ("gpu", &a.gpu, &b.gpu, "different GPU"),
+        ("clock_policy", &a.clock_policy, &b.clock_policy, "different GPU clock policy"),
+    ];
+    for (check, fa, fb, why) in checks {
+        match (fa.is_known(), fb.is_known()) {
+            (true, true) if std::mem::discriminant(&fa.value) != std::mem::discriminant(&fb.value) => {
+                unchecked.push(Unchecked {
+                    check: check.into(),
+                    sides: Vec::new(),
+                    reason: format!("recorded differently ({} vs {}): give both sides the same kind of evidence (e.g. a provenance document for each)", fa.source, fb.source),
+                });
+            }
+            (true, true) => {
+                if fa.value != fb.value {
+                    let detail = if check == "capture_flags" { flag_diff(&fa.value, &fb.value) } else { String::new() };
+                    let (va, vb) = differing(&fa.value, &fb.value);
+                    inv.push(Invalidator {
+                        check: check.into(),
+                        sides: Vec::new(),
+                        a: va,
+                        b: vb,
+                        reason: if detail.is_empty() {
+                            format!("{why}: {} vs {}", short(&fa.value), short(&fb.value))
+                        } else {
+                            format!("{why}: {detail}")
+                        },
+                    });
+                }
+            }
+            (ka, kb) => {
+                let missing = match (ka, kb) {
+                    (false, false) => "A and B",
+                    (false, true) => "A",
+                    _ => "B",
+                };
+                unchecked.push(Unchecked { check: check.into(), sides: Vec::new(), reason: format!("not recorded in {missing}") });
+            }
+        }
+    }
+    // a foreign GPU process in either capture invalidates the pair on its own
+    for (which, f) in [("A", &a.foreign_gpu_processes), ("B", &b.foreign_gpu_processes)] {
+        if !f.is_known() {
+            unchecked.push(Unchecked {
+                check: "foreign_gpu_process".into(),
+                sides: Vec::new(),
+                reason: format!("{which} does not record the GPU's other processes (give a provenance document)"),
+            });
+        } else if foreign_present(&f.value) {
+            inv.push(Invalidator {
+                check: "foreign_gpu_process".into(),
+                sides: Vec::new(),
+                a: a.foreign_gpu_processes.value.clone(),
+                b: b.foreign_gpu_processes.value.clone(),
+                reason: format!("a foreign GPU process ran during capture {which}: {}", short(&f.value)),
+            });
+        }
+    }
+    (inv, unchecked)
+}
+
+/// For two objects, only their differing keys (absent = null); other values as they are.
+fn differing(a: &Value, b: &Value) -> (Value, Value) {
+    match (a.as_object(), b.as_object()) {
+        (Some(oa), Some(ob)) => {
+            let keys: BTreeSet<&String> = oa.keys().chain(ob.keys()).filter(|k| oa.get(*k) != ob.get(*k)).collect();
+            let pick = |o: &serde_json::Map<String, Value>| {
+                Value::Object(keys.iter().map(|k| ((*k).clone(), o.get(*k).cloned().unwrap_or(Value::Null))).collect())
+            };
+            (pick(oa), pick(ob))
+        }
+        _ => (a.clone(), b.clone()),
+    }
+}
+
+pub(crate) fn foreign_present(v: &Value) -> bool {
+    match v {
+        Value::Array(a) => !a.is_empty(),
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().unwrap_or(0.0) > 0.0,
+        Value::Object(o) => !o.is_empty(),
+        Value::String(s) => !s.is_empty(),
+        Value::Null => false,
+    }
+}
+
+fn short(v: &Value) -> String {
+    let s = match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if s.chars().count() > 160 {
+        format!("{}…", s.chars().take(160).collect::<String>())
+    } else {
+        s
+    }
+}
+
+/// `KEY: a vs b` for each differing key of two flag objects (or the whole values when not objects).
+fn flag_diff(a: &Value, b: &Value) -> String {
+    match (a.as_object(), b.as_object()) {
+        (Some(oa), Some(ob)) => {
+            let keys: BTreeSet<&String> = oa.keys().chain(ob.keys()).collect();
+            keys.into_iter()
+                .filter(|k| oa.get(*k) != ob.get(*k))
+                .map(|k| {
+                    let show = |o: &serde_json::Map<String, Value>| o.get(k).map(short).unwrap_or_else(|| "(absent)".into());
+                    format!("{k}: {} vs {}", show(oa), show(ob))
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        }
+        _ => format!("{} vs {}", short(a), short(b)),
+    }
+}
+
+/// Per-label deltas over the union of labels, sorted by impact (desc), then label.
+pub fn range_deltas(a: &[RangeRow], b: &[RangeRow]) -> Vec<RangeDelta> {
+    let ma: BTreeMap<&str, &RangeRow> = a.iter().map(|r| (r.label.as_str(), r)).collect();
+    let mb: BTreeMap<&str, &RangeRow> = b.iter().map(|r| (r.label.as_str(), r)).collect();
+    let labels: BTreeSet<&str> = ma.keys().chain(mb.keys()).copied().collect();
+    let zero = RangeRow::default();
+    let mut out: Vec<RangeDelta> = labels
+        .into_iter()
+        .map(|l| {
+            let ra = ma.get(l).copied().unwrap_or(&zero);
+            let rb = mb.get(l).copied().unwrap_or(&zero);
+            let present = match (ma.contains_key(l), mb.contains_key(l)) {
+                (true, true) => "both",
+                (true, false) => "a_only",
+                _ => "b_only",
+            };
+            let per = |r: &RangeRow| if r.occurrences > 0 { r.host_wall_time_ns / r.occurrences } else { 0 };
+            let wall = Delta::new(ra.host_wall_time_ns, rb.host_wall_time_ns);
+            let busy = Delta::new(ra.kernel_busy_union_ns, rb.kernel_busy_union_ns);
+            RangeDelta {
+                label: l.to_string(),
+                present: present.into(),
+                impact_ns: wall.delta.abs() + busy.delta.abs(),
+                occurrences: Delta::new(ra.occurrences, rb.occurrences),
+                host_wall_time_ns: wall,
+                wall_ns_per_occurrence: Delta::new(per(ra), per(rb)),
+                host_range_kernel_coverage_ns: Delta::new(ra.host_range_kernel_coverage_ns, rb.host_range_kernel_coverage_ns),
+                kernel_busy_union_ns: busy,
+                gpu_idle_within_kernel_span_ns: Delta::new(ra.gpu_idle_within_kernel_span_ns, rb.gpu_idle_within_kernel_span_ns),
+                uncovered_host_time_ns: Delta::new(ra.uncovered_host_time_ns, rb.uncovered_host_time_ns),
+                kernels: Delta::new(ra.kernels, rb.kernels),
+                runtime_calls: Delta::new(ra.runtime_calls, rb.runtime_calls),
+            }
+        })
+        .collect();
+    out.sort_by(|x, y| y.impact_ns.cmp(&x.impact_ns).then_with(|| x.label.cmp(&y.label)));
+    out
+}
+
+/// Kernel deltas (names on both sides, sorted by impact), kernels that appeared and vanished (by time).
+pub fn kernel_deltas(
+    a: &[KernelStat],
+    b: &[KernelStat],
+    categories: &Categories,
+    top: usize,
+) -> (Vec<KernelDelta>, Vec<KernelOnly>, Vec<KernelOnly>) {
+    let sum = |ks: &[KernelStat]| {
+        let mut m: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for k in ks {
+            let e = m.entry(k.name.clone()).or_default();
+            e.0 += k.total_time_ns;
+            e.1 += k.instances;
+        }
+        m
+    };
+    let (ma, mb) = (sum(a), sum(b));
+    let mut deltas = Vec::new();
+    let mut vanished = Vec::new();
+    let mut appeared = Vec::new();
+    for (name, &(ta, ia)) in &ma {
+        match mb.get(name) {
+            Some(&(tb, ib)) => {
+                let mean = |t: i64, i: i64| if i > 0 { t / i } else { 0 };
+                let total = Delta::new(ta, tb);
+                deltas.push(KernelDelta {
+                    name: name.clone(),
+                    category: categories.categorize(name).to_string(),
+                    impact_ns: total.delta.abs(),
+                    total_time_ns: total,
+                    instances: Delta::new(ia, ib),
+                    mean_ns: Delta::new(mean(ta, ia), mean(tb, ib)),
+                });
+            }
+            None => vanished.push(KernelOnly { name: name.clone(), category: categories.categorize(name).into(), total_time_ns: ta, instances: ia }),
+        }
+    }
+    for (name, &(tb, ib)) in &mb {
+        if !ma.contains_key(name) {
+            appeared.push(KernelOnly { name: name.clone(), category: categories.categorize(name).into(), total_time_ns: tb, instances: ib });
+        }
+    }
+    deltas.sort_by(|x, y| y.impact_ns.cmp(&x.impact_ns).then_with(|| x.name.cmp(&y.name)));
+    if top > 0 {
+        deltas.truncate(top);
+    }
+    let by_time = |x: &KernelOnly, y: &KernelOnly| y.total_time_ns.cmp(&x.total_time_ns).then_with(|| x.name.cmp(&y.name));
+    appeared.sort_by(by_time);
+    vanished.sort_by(by_time);
+    (deltas, appeared, vanished)
+}
+
+fn category_deltas(a: &[CategoryShare], b: &[CategoryShare]) -> Vec<CategoryDelta> {
+    let cats: BTreeSet<&str> = a.iter().chain(b.iter()).map(|c| c.category.as_str()).collect();
+    let find = |l: &[CategoryShare], c: &str| l.iter().find(|x| x.category == c).map(|x| (x.total_time_ns, x.share)).unwrap_or((0, 0.0));
+    let mut out: Vec<CategoryDelta> = cats
+        .into_iter()
+        .map(|c| {
+            let (ta, sa) = find(a, c);
+            let (tb, sb) = find(b, c);
+            CategoryDelta { category: c.to_string(), total_time_ns: Delta::new(ta, tb), share_a: sa, share_b: sb }
+        })
+        .collect();
+    out.sort_by(|x, y| y.total_time_ns.delta.abs().cmp(&x.total_time_ns.delta.abs()).then_with(|| x.category.cmp(&y.category)));
+    out
+}
