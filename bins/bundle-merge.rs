@@ -49,7 +49,15 @@ fn main() {
         } else {
             Mode::Write
         };
-        let result = read_docs(&inputs).and_then(|docs| run(&a.bundle, &docs, mode));
+        let doc_paths: Vec<&std::path::Path> = inputs.iter().filter_map(|i| i.path()).collect();
+        let result = nsyskit::contract::refuse_output_over_input(&a.bundle, "BUNDLE", &doc_paths)
+            .and_then(|_| read_docs(&inputs))
+            .and_then(|docs| run(&a.bundle, &docs, mode));
+        if let Ok(o) = &result {
+            for t in &o.removed_temps {
+                eprintln!("bundle-merge: removed {}, the temporary file of an interrupted earlier run", t.display());
+            }
+        }
         match (mode, result) {
             (Mode::Stdout, Ok(outcome)) => {
                 eprint!("{}", render(&outcome.report, Style::Compact));

@@ -15,7 +15,7 @@ use nsyskit::contract::cli::{emit, main_with, OutputArgs};
     after_help = "Examples:\n  cd fixtures/nsys-2025.3.1\n  capture-compare gpu_full_node.sqlite gpu_full_graph.sqlite            # node vs graph level: refused, exit 1\n  capture-compare --tier decode decode_clean.sqlite decode_mixed.sqlite  # G7 RETRY on the second: refused\n  capture-compare --baseline gpu_full_node.sqlite --trial gpu_full_node.sqlite --fail-on-regression 5"
 )]
 struct Args {
-    /// The baseline capture: bundle JSON, ranges JSON, nsys .sqlite export or stored baseline
+    /// The baseline capture: bundle JSON, ranges JSON, nsys .sqlite export or stored baseline (`-` = stdin, for one of A/B)
     #[arg(value_name = "A", required_unless_present = "baseline")]
     a: Option<std::path::PathBuf>,
     /// The capture compared with A

@@ -1,9 +1,9 @@
 //! kern-csv-to-json: `nsys stats --format csv` output → one typed JSON document (`nsyskit.stats/v1`).
 
 use clap::Parser;
-use nsyskit::contract::cli::{emit, main_with, OutputArgs};
+use nsyskit::contract::cli::{main_with, report_error, OutputArgs};
 use nsyskit::contract::Input;
-use nsyskit::kern_csv::{run, KernCsvOptions, DEFAULT_TOP};
+use nsyskit::kern_csv::{run_to_writer, KernCsvOptions, DEFAULT_TOP};
 
 /// Convert one `nsys stats --format csv` report (a file, or `-` for stdin) into typed JSON: times become
 /// integer nanoseconds whatever the CSV's time unit (rounded half away from zero), percentages floats, counts
@@ -43,10 +43,11 @@ fn main() {
             top: a.top,
             captured_at: a.captured_at,
         };
-        emit(
-            "kern-csv-to-json",
-            run(&Input::parse(&a.input), &opts),
-            a.out.style(),
-        )
+        // the rows are streamed to stdout (a large trace report is never held in memory)
+        let mut out = std::io::stdout().lock();
+        match run_to_writer(&Input::parse(&a.input), &opts, a.out.style(), &mut out) {
+            Ok(code) => code,
+            Err(e) => report_error("kern-csv-to-json", &e),
+        }
     })
 }

@@ -13,10 +13,10 @@ use nsyskit::contract::cli::{emit, main_with, OutputArgs};
     after_help = "Example:\n  report fixtures/nsys-2025.3.1/gpu_full_node.sqlite --html /tmp/report.html --pretty"
 )]
 struct Args {
-    /// Evidence bundle JSON, ranges JSON or nsys .sqlite export
+    /// Evidence bundle JSON, ranges JSON or nsys .sqlite export (`-` = stdin; a FIFO is read like stdin)
     #[arg(value_name = "BUNDLE")]
     input: std::path::PathBuf,
-    /// Write a self-contained HTML page with the bars, top kernels and categories
+    /// Write a self-contained HTML page with the bars, top kernels and categories (never over an input)
     #[arg(long, value_name = "OUT.html")]
     html: Option<std::path::PathBuf>,
     /// Classify this range label instead of the automatic primary range

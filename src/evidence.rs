@@ -179,16 +179,63 @@ pub struct Evidence {
     /// Per-occurrence values of every kept range (raw export only): the A/B statistics of capture-compare.
     #[serde(skip)]
     pub occurrences: Option<Vec<crate::compare::ab::Occ>>,
+    /// The private temporary copy of an export read from stdin or a FIFO (kept while the evidence lives, so
+    /// a second reader of the same export, such as capture-compare's gate, opens it instead of `-`).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub spooled: Option<std::sync::Arc<tempfile::TempPath>>,
     /// `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (raw export only).
     #[serde(skip)]
     pub started_utc_ns: Option<i64>,
 }
 
-/// Does the file start with the SQLite header? (false when it cannot be read: the JSON path reports that)
+/// Does the file start with the SQLite header? (false when it cannot be read: the JSON path reports that; a
+/// FIFO or a device is never opened here, so nothing hangs)
 fn is_sqlite(path: &Path) -> bool {
     use std::io::Read;
+    let regular = std::fs::metadata(path).map(|m| m.is_file()).unwrap_or(false);
     let mut head = [0u8; 16];
-    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).map(|_| &head == b"SQLite format 3\0").unwrap_or(false)
+    regular
+        && crate::contract::open_input(path).ok().and_then(|mut f| f.read_exact(&mut head).ok()).is_some()
+        && &head == SQLITE_MAGIC
+}
+
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Standard input can be read once per process: a second `-` is an error, not an empty input.
+static STDIN_TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Bytes that are not a regular file (`-`, a FIFO, `<(cmd)`): an SQLite export among them is copied to a
+/// private temporary file (never beside the input) and read from there; anything else is JSON.
+fn load_streamed(bytes: Vec<u8>, name: &str) -> Result<Evidence> {
+    if !bytes.starts_with(SQLITE_MAGIC) {
+        return load_json(&bytes, name);
+    }
+    let mut tmp = tempfile::Builder::new()
+        .prefix("nsyskit-stdin-")
+        .suffix(".sqlite")
+        .tempfile()
+        .map_err(|e| Error::env(format!("{name}: cannot create a temporary copy of the export: {e}")))?;
+    use std::io::Write;
+    tmp.write_all(&bytes)
+        .and_then(|_| tmp.flush())
+        .map_err(|e| Error::env(format!("{name}: cannot write a temporary copy of the export: {e}")))?;
+    let tmp_name = tmp.path().display().to_string();
+    let mut ev = from_export(tmp.path()).map_err(|e| Error { message: e.message.replace(&tmp_name, name), ..e })?;
+    ev.source = name.to_string();
+    ev.spooled = Some(std::sync::Arc::new(tmp.into_temp_path()));
+    Ok(ev)
+}
+
+fn load_json(bytes: &[u8], name: &str) -> Result<Evidence> {
+    let docs = crate::contract::parse_json_stream(bytes, name)?;
+    if docs.is_empty() {
+        return Err(Error::input(format!("{name}: empty: expected one JSON document (an evidence bundle) or an SQLite export")));
+    }
+    if docs.len() != 1 {
+        return Err(Error::input(format!("{name}: expected one JSON document (an evidence bundle), found {}", docs.len())));
+    }
+    from_json(&docs[0].value, name)
 }
 
 /// Does the file start with the SQLite header? (capture-compare's stored-baseline probe)
@@ -196,21 +243,32 @@ pub fn looks_like_sqlite(path: &Path) -> bool {
     is_sqlite(path)
 }
 
-/// Load evidence from a path: `.sqlite` (or any SQLite file) as an export, anything else as JSON.
+/// The file to open for a second look at the export: the private copy of stdin/a FIFO, else `path`.
+pub fn export_path<'a>(ev: &'a Evidence, path: &'a Path) -> &'a Path {
+    ev.spooled.as_deref().map(|p| p.as_ref()).unwrap_or(path)
+}
+
+/// Load evidence from a path (`-` = stdin): `.sqlite` (or any SQLite file) as an export, anything else as JSON.
 /// `provenance` is an optional `nsyskit.provenance/v1` document that adds facts to an export (or replaces the
 /// bundle's own provenance block).
 pub fn load(path: &Path, provenance: Option<&Path>) -> Result<Evidence> {
     let name = path.display().to_string();
     let is_rep = path.extension().map(|e| e == "nsys-rep" || e == "qdrep").unwrap_or(false);
-    let mut ev = if is_rep || is_sqlite(path) {
+    let is_fifo = {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::metadata(path).map(|m| m.file_type().is_fifo()).unwrap_or(false)
+    };
+    let mut ev = if path == Path::new("-") {
+        if STDIN_TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::usage("-: standard input is given twice; it can be read only once"));
+        }
+        load_streamed(Input::Stdin.read_bytes()?, "<stdin>")?
+    } else if is_fifo {
+        load_streamed(crate::contract::read_input(path)?, &name)?
+    } else if is_rep || is_sqlite(path) {
         from_export(path)?
     } else {
-        let bytes = Input::Path(path.to_path_buf()).read_bytes()?;
-        let docs = crate::contract::parse_json_stream(&bytes, &name)?;
-        if docs.len() != 1 {
-            return Err(Error::input(format!("{name}: expected one JSON document (an evidence bundle), found {}", docs.len())));
-        }
-        from_json(&docs[0].value, &name)?
+        load_json(&Input::Path(path.to_path_buf()).read_bytes()?, &name)?
     };
     if let Some(p) = provenance {
         let pname = p.display().to_string();
@@ -248,6 +306,8 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
         )));
     }
     ev.kind = "bundle".into();
+    check_block_types(obj, name)?;
+    let kp = kp.filter(|k| !k.is_null());
     ev.bundle = Some(v.clone());
     if let Some(kp) = kp {
         if let Some(r) = kp.get("ranges").filter(|r| !r.is_null()) {
@@ -280,6 +340,49 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
         ev.provenance = Some(p.clone());
     }
     Ok(ev)
+}
+
+/// The blocks nsyskit places in a bundle (bundle-merge's placement table) must have their type: a string
+/// where `kernel_profile` belongs is an input error naming the JSON path, not an empty bundle. Null counts as
+/// absent.
+fn check_block_types(obj: &serde_json::Map<String, Value>, name: &str) -> Result<()> {
+    fn type_name(v: &Value) -> &'static str {
+        match v {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+            Value::Object(_) => "an object",
+        }
+    }
+    let want_object = |v: Option<&Value>, path: &str| -> Result<()> {
+        match v {
+            None | Some(Value::Null) | Some(Value::Object(_)) => Ok(()),
+            Some(v) => Err(Error::input(format!("{name}: {path}: expected an object, found {}", type_name(v)))),
+        }
+    };
+    for k in ["kernel_profile", "provenance", "report", "comparisons", "serve_capture", "pod_attach"] {
+        want_object(obj.get(k), &format!("$.{k}"))?;
+    }
+    let Some(kp) = obj.get("kernel_profile").and_then(|k| k.as_object()) else { return Ok(()) };
+    for k in ["gates", "readiness", "stats", "totals"] {
+        want_object(kp.get(k), &format!("$.kernel_profile.{k}"))?;
+    }
+    match kp.get("ranges") {
+        None | Some(Value::Null) | Some(Value::Object(_)) | Some(Value::Array(_)) => {}
+        Some(v) => {
+            return Err(Error::input(format!(
+                "{name}: $.kernel_profile.ranges: expected an object (a ranges document) or an array of them, found {}",
+                type_name(v)
+            )))
+        }
+    }
+    match kp.get("top_kernels") {
+        None | Some(Value::Null) | Some(Value::Array(_)) => {}
+        Some(v) => return Err(Error::input(format!("{name}: $.kernel_profile.top_kernels: expected an array, found {}", type_name(v)))),
+    }
+    Ok(())
 }
 
 fn ranges_view(v: &Value, at: &str) -> Result<RangesView> {

@@ -13,13 +13,14 @@
 //! * `Avg GPU Ops`, `Avg Range Lvl`, `Avg Num Child` — floats; every other column is an integer.
 //! * An empty cell is `null`.
 
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::contract::{Document, Error, Input, Result, Tool};
+use crate::contract::{Document, Error, Input, Result, Style, Tool};
 
 /// Default of `--top`.
 pub const DEFAULT_TOP: usize = 20;
@@ -451,15 +452,91 @@ pub fn report_names() -> Vec<&'static str> {
     v
 }
 
-/// Read the input and convert it (the binary's and the Nushell command's entry point for paths and stdin).
+/// Read the input and convert it, the whole document in memory (the Nushell command's entry point for paths
+/// and stdin). The binary streams instead: [`run_to_writer`].
 pub fn run(input: &Input, opts: &KernCsvOptions) -> Result<KernCsvDoc> {
-    let bytes = input.read_bytes()?;
-    let mtime = input
-        .path()
-        .and_then(|p| std::fs::metadata(p).ok())
-        .and_then(|m| m.modified().ok())
-        .map(rfc3339_utc);
-    convert(&bytes, &input.name(), input.path(), mtime, opts)
+    let (mut src, name, mtime) = open_source(input)?;
+    let mut p = prepare(&mut src, &name, input.path(), mtime, opts)?;
+    let mut rows = Vec::new();
+    let _ = for_each_row(&mut src, &p, &name, |r| {
+        rows.push(r);
+        Ok(())
+    })?;
+    p.doc.rows = rows;
+    Ok(p.doc)
+}
+
+/// Convert the input and write the document to `out` exactly as [`crate::contract::render`] would print
+/// [`run`]'s document, without holding the rows in memory: a first pass checks every row (so an error is
+/// reported before anything is written) and computes the kernel totals, a second pass writes the rows.
+/// stdin and FIFOs are first copied to an anonymous temporary file. Returns the document's exit code.
+pub fn run_to_writer(input: &Input, opts: &KernCsvOptions, style: Style, out: &mut dyn Write) -> Result<i32> {
+    let (mut src, name, mtime) = open_source(input)?;
+    let p = prepare(&mut src, &name, input.path(), mtime, opts)?;
+    let code = p.doc.exit_code();
+    let head = crate::contract::render(&p.doc, style);
+    let pretty = style.resolve_for_stdout() == Style::Pretty;
+    let marker = if pretty { "\"rows\": []" } else { "\"rows\":[]" };
+    let at = head.find(marker).expect("the document has an empty rows array") + marker.len() - 1;
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, out);
+    let written = (|| -> std::io::Result<std::io::Result<()>> {
+        w.write_all(head[..at].as_bytes())?;
+        let mut n = 0usize;
+        let r = for_each_row(&mut src, &p, &name, |row| {
+            if n > 0 {
+                w.write_all(b",")?;
+            }
+            if pretty {
+                let text = serde_json::to_string_pretty(&row).expect("a row serialises");
+                w.write_all(b"\n    ")?;
+                w.write_all(text.replace('\n', "\n    ").as_bytes())?;
+            } else {
+                serde_json::to_writer(&mut w, &row).map_err(std::io::Error::other)?;
+            }
+            n += 1;
+            Ok(())
+        });
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(std::io::Error::other(e.message))),
+        };
+        r?;
+        if pretty && n > 0 {
+            w.write_all(b"\n  ")?;
+        }
+        w.write_all(head[at..].as_bytes())?;
+        w.flush()?;
+        Ok(Ok(()))
+    })();
+    match written {
+        Ok(Ok(())) => Ok(code),
+        Ok(Err(e)) => Err(Error::input(e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(code),
+        Err(e) => Err(Error::env(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+/// A seekable copy of the input: the file itself, or (stdin, a FIFO) an anonymous temporary file.
+fn open_source(input: &Input) -> Result<(std::fs::File, String, Option<String>)> {
+    let name = input.name();
+    let spool = |r: &mut dyn Read| -> Result<std::fs::File> {
+        let mut f = tempfile::tempfile().map_err(|e| Error::env(format!("{name}: cannot create a temporary file: {e}")))?;
+        std::io::copy(r, &mut f).map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?;
+        Ok(f)
+    };
+    match input {
+        Input::Stdin => Ok((spool(&mut std::io::stdin().lock())?, name, None)),
+        Input::Path(p) => {
+            let mut f = crate::contract::open_input(p)?;
+            let m = f.metadata().map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?;
+            let mtime = m.modified().ok().map(rfc3339_utc);
+            if m.is_file() {
+                Ok((f, name, mtime))
+            } else {
+                Ok((spool(&mut f)?, name, mtime))
+            }
+        }
+    }
 }
 
 /// Convert CSV bytes. `source` names the input in messages and in the document; `path` (when the input is a
@@ -472,6 +549,45 @@ pub fn convert(
     mtime: Option<String>,
     opts: &KernCsvOptions,
 ) -> Result<KernCsvDoc> {
+    let mut cur = std::io::Cursor::new(bytes);
+    let mut p = prepare(&mut cur, source, path, mtime, opts)?;
+    let mut rows = Vec::new();
+    let _ = for_each_row(&mut cur, &p, source, |r| {
+        rows.push(r);
+        Ok(())
+    })?;
+    p.doc.rows = rows;
+    Ok(p.doc)
+}
+
+/// Everything of the document but its rows, and where the rows are.
+struct Prepared {
+    doc: KernCsvDoc,
+    parsed: Vec<ParsedCol>,
+    header: Vec<String>,
+    /// Byte offset of the first data line, end of the report's section, and the first data line's number.
+    rows_at: Option<(u64, u64, usize)>,
+}
+
+const BOM: &[u8] = "\u{feff}".as_bytes();
+
+/// One report of the input (nsys's console output of several reports has one per `Processing` line).
+struct SectionInfo {
+    processing: Option<String>,
+    first_line: usize,
+    end: u64,
+    /// Its first line that is not blank and not nsys console chatter: SKIPPED, or the CSV header.
+    first: Option<(usize, u64, Option<String>)>,
+}
+
+/// Pass 0 (the lines: UTF-8, sections, header) and pass 1 (every row converted, kernel totals).
+fn prepare<R: Read + Seek>(
+    r: &mut R,
+    source: &str,
+    path: Option<&Path>,
+    mtime: Option<String>,
+    opts: &KernCsvOptions,
+) -> Result<Prepared> {
     let forced = match &opts.report {
         Some(r) => Some(find_report(r).ok_or_else(|| {
             Error::usage(format!(
@@ -490,15 +606,55 @@ pub fn convert(
             .with_arg("--captured-at"));
         }
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| {
-        let line = 1 + bytes[..e.valid_up_to()]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count();
-        Error::input(format!("{source}: line {line}: not UTF-8 text"))
-    })?;
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let sections = split_sections(text);
+    let io = |e: std::io::Error| Error::input(format!("{source}: cannot read: {e}"));
+    // pass 0: split into sections line by line
+    r.seek(SeekFrom::Start(0)).map_err(io)?;
+    let mut sections = vec![SectionInfo { processing: None, first_line: 1, end: 0, first: None }];
+    {
+        let mut br = BufReader::with_capacity(1 << 16, &mut *r);
+        let (mut buf, mut offset, mut n) = (Vec::new(), 0u64, 0usize);
+        loop {
+            buf.clear();
+            let k = br.read_until(b'\n', &mut buf).map_err(io)?;
+            if k == 0 {
+                break;
+            }
+            n += 1;
+            let line_start = offset;
+            offset += k as u64;
+            let mut content: &[u8] = buf.strip_suffix(b"\n").unwrap_or(&buf);
+            content = content.strip_suffix(b"\r").unwrap_or(content);
+            let mut text_start = line_start;
+            if n == 1 {
+                // byte-order marks (a doubled one too: a re-encoded file) are not text
+                while let Some(rest) = content.strip_prefix(BOM) {
+                    content = rest;
+                    text_start += BOM.len() as u64;
+                }
+            }
+            let text = std::str::from_utf8(content)
+                .map_err(|_| Error::input(format!("{source}: line {n}: not UTF-8 text")))?;
+            if let Some(name) = processing_report(text) {
+                let cur = sections.last_mut().unwrap();
+                if cur.processing.is_some() || cur.first.is_some() {
+                    cur.end = line_start;
+                    sections.push(SectionInfo { processing: Some(name), first_line: n, end: 0, first: None });
+                } else {
+                    cur.processing = Some(name);
+                }
+            }
+            let cur = sections.last_mut().unwrap();
+            let t = text.trim();
+            if cur.first.is_none() && !t.is_empty() {
+                if let Some(reason) = t.strip_prefix("SKIPPED:") {
+                    cur.first = Some((n, text_start, Some(reason.trim().to_string())));
+                } else if !is_preamble(t) {
+                    cur.first = Some((n, text_start, None));
+                }
+            }
+        }
+        sections.last_mut().unwrap().end = offset;
+    }
     let section = pick_section(&sections, forced, source)?;
 
     let (schema, tool) = KernCsvDoc::header();
@@ -535,67 +691,37 @@ pub fn convert(
         file_report.map(|(r, n)| (r, n, "file-name"))
     };
 
-    // skip preamble lines; find SKIPPED or the header
-    let mut body_start = None;
-    for (i, line) in section.lines.iter().enumerate() {
-        let t = line.text.trim();
-        if t.is_empty() {
-            continue;
-        }
-        if let Some(reason) = t.strip_prefix("SKIPPED:") {
+    let empty = || {
+        Error::input(format!(
+            "{source}: empty: no CSV header (nsys stats writes no file for a report it SKIPPED; its console says why)"
+        ))
+    };
+    let (first_line, header_at) = match &section.first {
+        None => return Err(empty()),
+        Some((line, _, Some(reason))) => {
             let (r, n, how) = named.clone().ok_or_else(|| {
                 Error::input(format!(
-                    "{source}: line {}: nsys skipped the report ({}) but the report cannot be told: use --report",
-                    line.number,
-                    reason.trim()
+                    "{source}: line {line}: nsys skipped the report ({reason}) but the report cannot be told: use --report"
                 ))
                 .with_arg("--report")
             })?;
             set_name(&mut doc, r, &n, how);
             doc.status = "skipped".into();
-            doc.skipped_reason = Some(reason.trim().to_string());
+            doc.skipped_reason = Some(reason.clone());
             if doc.is_kernel_report() {
-                doc.totals = Some(KernelTotals {
-                    kernels: 0,
-                    instances: 0,
-                    total_time_ns: 0,
-                });
+                doc.totals = Some(KernelTotals { kernels: 0, instances: 0, total_time_ns: 0 });
                 doc.top_kernels = Some(Vec::new());
             }
-            return Ok(doc);
+            return Ok(Prepared { doc, parsed: Vec::new(), header: Vec::new(), rows_at: None });
         }
-        if is_preamble(t) {
-            continue;
-        }
-        body_start = Some(i);
-        break;
-    }
-    let Some(body_start) = body_start else {
-        return Err(Error::input(format!(
-            "{source}: empty: no CSV header (nsys stats writes no file for a report it SKIPPED; its console says why)"
-        )));
+        Some((line, at, None)) => (*line, *at),
     };
-    let body_lines = &section.lines[body_start..];
-    let first_line = body_lines[0].number;
-    let body: String = body_lines
-        .iter()
-        .map(|l| l.text)
-        .collect::<Vec<_>>()
-        .join("\n");
 
-    let mut rdr = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .from_reader(body.as_bytes());
-    let mut records = rdr.records();
-    let header = match records.next() {
-        Some(Ok(h)) => h.iter().map(|s| s.to_string()).collect::<Vec<String>>(),
-        Some(Err(e)) => {
-            return Err(Error::input(format!(
-                "{source}: line {first_line}: bad CSV header: {e}"
-            )))
-        }
-        None => unreachable!("body has a non-blank first line"),
+    r.seek(SeekFrom::Start(header_at)).map_err(io)?;
+    let mut records = Records::new(BufReader::with_capacity(1 << 16, &mut *r), section.end - header_at, first_line);
+    let header = match records.next_record().map_err(|e| e.into_error(source))? {
+        Some((_, h)) => h,
+        None => return Err(empty()),
     };
     let parsed: Vec<ParsedCol> = header.iter().map(|h| parse_header(h)).collect();
     let signature: Vec<String> = parsed.iter().map(|c| c.signature.clone()).collect();
@@ -662,68 +788,176 @@ pub fn convert(
         })
         .collect();
 
-    let (mut seen_byte, mut seen_lines) = (0usize, 0usize);
-    for rec in records {
-        let rec = rec.map_err(|e| csv_error(source, first_line, &e))?;
-        if rec.iter().all(|f| f.trim().is_empty()) && rec.len() == 1 {
-            continue; // a blank (or whitespace-only) line
+    // pass 1: every row converts (errors before any output), kernel totals and the top kernels
+    let rows_at = (header_at + records.consumed, section.end, records.line);
+    let mut summary = doc.is_kernel_report().then(|| Summary::new(opts.top));
+    let mut summary_error: Option<Error> = None;
+    let mut i = 0usize;
+    while let Some((line, rec)) = records.next_record().map_err(|e| e.into_error(source))? {
+        let row = convert_row(&rec, line, &parsed, &header, source)?;
+        if let Some(s) = summary.as_mut() {
+            if let Err(e) = s.add(&row, i, source) {
+                summary_error.get_or_insert(e);
+            }
         }
-        // the record's line: skip the blank lines the reader stepped over, count newlines before it
-        let mut byte = rec
-            .position()
-            .map(|p| p.byte() as usize)
-            .unwrap_or(0)
-            .min(body.len());
-        while byte < body.len() && matches!(body.as_bytes()[byte], b'\n' | b'\r') {
-            byte += 1;
-        }
-        if byte >= seen_byte {
-            seen_lines += body.as_bytes()[seen_byte..byte]
-                .iter()
-                .filter(|&&b| b == b'\n')
-                .count();
-            seen_byte = byte;
-        }
-        let line = body_lines[seen_lines.min(body_lines.len() - 1)].number;
-        if rec.len() != header.len() {
-            return Err(Error::input(format!(
-                "{source}: line {line}: {} fields, the header has {}",
-                rec.len(),
-                header.len()
-            )));
-        }
-        let mut row = Map::new();
-        for ((cell, col), h) in rec.iter().zip(&parsed).zip(&header) {
-            let v = col.convert(cell).map_err(|why| {
-                Error::input(format!(
-                    "{source}: line {line}: column \"{h}\": {why}: {cell:?}"
-                ))
-            })?;
-            row.insert(col.key.clone(), v);
-        }
-        doc.rows.push(row);
+        i += 1;
     }
-
-    if doc.is_kernel_report() {
-        let (totals, top) = kernel_summary(&doc.rows, opts.top, source)?;
+    if let Some(e) = summary_error {
+        return Err(e);
+    }
+    if let Some(s) = summary {
+        let (totals, top) = s.finish(source)?;
         doc.totals = Some(totals);
         doc.top_kernels = Some(top);
     }
-    Ok(doc)
+    Ok(Prepared { doc, parsed, header, rows_at: Some(rows_at) })
+}
+
+/// Pass 2: the rows again, converted, in order, to `sink`. The outer error is the input's (it changed since
+/// pass 1), the inner one the sink's.
+fn for_each_row<R: Read + Seek>(
+    r: &mut R,
+    p: &Prepared,
+    source: &str,
+    mut sink: impl FnMut(Map<String, Value>) -> std::io::Result<()>,
+) -> Result<std::io::Result<()>> {
+    let Some((at, end, line)) = p.rows_at else { return Ok(Ok(())) };
+    r.seek(SeekFrom::Start(at)).map_err(|e| Error::input(format!("{source}: cannot read: {e}")))?;
+    let mut records = Records::new(BufReader::with_capacity(1 << 16, &mut *r), end - at, line);
+    while let Some((line, rec)) = records.next_record().map_err(|e| e.into_error(source))? {
+        let row = convert_row(&rec, line, &p.parsed, &p.header, source)?;
+        if let Err(e) = sink(row) {
+            return Ok(Err(e));
+        }
+    }
+    Ok(Ok(()))
+}
+
+fn convert_row(rec: &[String], line: usize, parsed: &[ParsedCol], header: &[String], source: &str) -> Result<Map<String, Value>> {
+    if rec.len() != header.len() {
+        return Err(Error::input(format!(
+            "{source}: line {line}: {} fields, the header has {}",
+            rec.len(),
+            header.len()
+        )));
+    }
+    let mut row = Map::new();
+    for ((cell, col), h) in rec.iter().zip(parsed).zip(header) {
+        let v = col.convert(cell).map_err(|why| {
+            Error::input(format!(
+                "{source}: line {line}: column \"{h}\": {why}: {cell:?}"
+            ))
+        })?;
+        row.insert(col.key.clone(), v);
+    }
+    Ok(row)
+}
+
+enum RecordError {
+    Io(std::io::Error),
+    /// A quoted field opened on this line is never closed.
+    Unterminated(usize),
+}
+
+impl RecordError {
+    fn into_error(self, source: &str) -> Error {
+        match self {
+            RecordError::Io(e) => Error::input(format!("{source}: cannot read: {e}")),
+            RecordError::Unterminated(l) => Error::input(format!(
+                "{source}: line {l}: unterminated quoted field: the quote opened on line {l} is never closed (it would swallow every following row)"
+            )),
+        }
+    }
+}
+
+/// CSV records (RFC 4180 as nsys writes it, and as the `csv` crate reads it: a quote opens a quoted field
+/// only at the start of a field, `""` inside it is a quote, a line break inside it is part of the field)
+/// read one line at a time, each with the line it starts on. Blank lines are skipped. A CR before a line
+/// break is dropped.
+struct Records<R: BufRead> {
+    r: std::io::Take<R>,
+    /// The number of the next line, and the bytes consumed so far.
+    line: usize,
+    consumed: u64,
+    buf: Vec<u8>,
+}
+
+impl<R: BufRead> Records<R> {
+    fn new(r: R, limit: u64, first_line: usize) -> Self {
+        Records { r: r.take(limit), line: first_line, consumed: 0, buf: Vec::new() }
+    }
+
+    fn next_record(&mut self) -> std::result::Result<Option<(usize, Vec<String>)>, RecordError> {
+        #[derive(PartialEq)]
+        enum St {
+            Start,
+            Plain,
+            Quoted,
+            QuoteInQuoted,
+        }
+        loop {
+            let start_line = self.line;
+            let (mut fields, mut field, mut st, mut started) = (Vec::new(), String::new(), St::Start, false);
+            loop {
+                self.buf.clear();
+                let k = self.r.read_until(b'\n', &mut self.buf).map_err(RecordError::Io)?;
+                if k == 0 {
+                    if !started {
+                        return Ok(None);
+                    }
+                    if st == St::Quoted {
+                        return Err(RecordError::Unterminated(start_line));
+                    }
+                    break;
+                }
+                started = true;
+                self.consumed += k as u64;
+                self.line += 1;
+                let mut l: &[u8] = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
+                l = l.strip_suffix(b"\r").unwrap_or(l);
+                let text = String::from_utf8_lossy(l);
+                for c in text.chars() {
+                    match (&st, c) {
+                        (St::Start, '"') => st = St::Quoted,
+                        (St::Start | St::Plain | St::QuoteInQuoted, ',') => {
+                            fields.push(std::mem::take(&mut field));
+                            st = St::Start;
+                        }
+                        (St::Start | St::Plain, c) => {
+                            field.push(c);
+                            st = St::Plain;
+                        }
+                        (St::Quoted, '"') => st = St::QuoteInQuoted,
+                        (St::Quoted, c) => field.push(c),
+                        (St::QuoteInQuoted, '"') => {
+                            field.push('"');
+                            st = St::Quoted;
+                        }
+                        (St::QuoteInQuoted, c) => {
+                            field.push(c);
+                            st = St::Plain;
+                        }
+                    }
+                }
+                if st == St::Quoted {
+                    field.push('\n');
+                    continue;
+                }
+                break;
+            }
+            fields.push(field);
+            if fields.len() == 1 && fields[0].trim().is_empty() {
+                continue; // a blank (or whitespace-only) line
+            }
+            return Ok(Some((start_line, fields)));
+        }
+    }
 }
 
 fn set_name(doc: &mut KernCsvDoc, def: &ReportDef, given: &str, how: &str) {
     doc.report = def.name.to_string();
     doc.report_alias = (given != def.name).then(|| given.to_string());
     doc.detected_from = how.to_string();
-}
-
-fn csv_error(source: &str, first_line: usize, e: &csv::Error) -> Error {
-    let line = e.position().map(|p| first_line + p.line() as usize - 1);
-    match line {
-        Some(l) => Error::input(format!("{source}: line {l}: bad CSV: {e}")),
-        None => Error::input(format!("{source}: bad CSV: {e}")),
-    }
 }
 
 /// Lines nsys prints around a report on its console.
@@ -733,50 +967,6 @@ fn is_preamble(t: &str) -> bool {
         || t.starts_with("NOTICE:")
         || t.starts_with("Exporting ")
         || t.starts_with("Using ")
-}
-
-struct Line<'a> {
-    number: usize,
-    text: &'a str,
-}
-
-struct Section<'a> {
-    /// The report named by nsys's `Processing [...] with [.../NAME.py]` line.
-    processing: Option<String>,
-    lines: Vec<Line<'a>>,
-}
-
-/// Split the text into reports: each `Processing [...] with [...]` line starts one (nsys's console output of
-/// several reports); a plain CSV file is one section.
-fn split_sections(text: &str) -> Vec<Section<'_>> {
-    let mut sections = vec![Section {
-        processing: None,
-        lines: Vec::new(),
-    }];
-    for (i, raw) in text.split('\n').enumerate() {
-        let line = raw.strip_suffix('\r').unwrap_or(raw);
-        if let Some(name) = processing_report(line) {
-            let cur = sections.last_mut().unwrap();
-            if cur.processing.is_some()
-                || cur
-                    .lines
-                    .iter()
-                    .any(|l| !l.text.trim().is_empty() && !is_preamble(l.text.trim()))
-            {
-                sections.push(Section {
-                    processing: Some(name),
-                    lines: Vec::new(),
-                });
-            } else {
-                cur.processing = Some(name);
-            }
-        }
-        sections.last_mut().unwrap().lines.push(Line {
-            number: i + 1,
-            text: line,
-        });
-    }
-    sections
 }
 
 /// `Processing [x.sqlite] with [/…/reports/osrt_sum.py]...` → `osrt_sum`.
@@ -789,11 +979,11 @@ fn processing_report(line: &str) -> Option<String> {
     Some(file.strip_suffix(".py").unwrap_or(file).to_string())
 }
 
-fn pick_section<'a, 'b>(
-    sections: &'b [Section<'a>],
+fn pick_section<'b>(
+    sections: &'b [SectionInfo],
     forced: Option<&ReportDef>,
     source: &str,
-) -> Result<&'b Section<'a>> {
+) -> Result<&'b SectionInfo> {
     if sections.len() == 1 {
         return Ok(&sections[0]);
     }
@@ -802,7 +992,7 @@ fn pick_section<'a, 'b>(
         .map(|s| s.processing.clone().unwrap_or_else(|| "?".into()))
         .collect();
     if let Some(r) = forced {
-        let hits: Vec<&Section> = sections
+        let hits: Vec<&SectionInfo> = sections
             .iter()
             .filter(|s| {
                 s.processing
@@ -826,7 +1016,7 @@ fn pick_section<'a, 'b>(
     }
     Err(Error::input(format!(
         "{source}: line {}: the input holds {} reports ({}); kern-csv-to-json converts one: pick it with --report",
-        sections[1].lines[0].number,
+        sections[1].first_line,
         sections.len(),
         names.join(", ")
     ))
@@ -1002,70 +1192,87 @@ pub fn decimal_to_ns(s: &str, pow: u32) -> Option<i64> {
     i64::try_from(v).ok()
 }
 
-fn kernel_summary(
-    rows: &[Map<String, Value>],
+/// Kernel totals and the top kernels, one row at a time (ties keep CSV order); only the top candidates are
+/// kept.
+struct Summary {
     top: usize,
-    source: &str,
-) -> Result<(KernelTotals, Vec<TopKernel>)> {
-    let int = |row: &Map<String, Value>, k: &str, i: usize| -> Result<i64> {
-        row.get(k)
-            .and_then(|v| v.as_i64())
-            .ok_or_else(|| Error::input(format!("{source}: data row {}: {k} is empty", i + 1)))
-    };
-    let mut total: i64 = 0;
-    let mut instances: u64 = 0;
-    for (i, r) in rows.iter().enumerate() {
-        total = total.saturating_add(int(r, "total_time_ns", i)?);
-        instances = instances.saturating_add(int(r, "instances", i)?.max(0) as u64);
+    total: i64,
+    instances: u64,
+    kernels: u64,
+    cands: Vec<Cand>,
+}
+
+struct Cand {
+    index: usize,
+    name: String,
+    total: i64,
+    instances: i64,
+    rest: [Option<i64>; 5],
+    time_pct: f64,
+}
+
+const REST: [&str; 5] = ["avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns"];
+
+impl Summary {
+    fn new(top: usize) -> Summary {
+        Summary { top, total: 0, instances: 0, kernels: 0, cands: Vec::new() }
     }
-    let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.sort_by_key(|&i| {
-        std::cmp::Reverse(
-            rows[i]
-                .get("total_time_ns")
+
+    fn add(&mut self, row: &Map<String, Value>, i: usize, source: &str) -> Result<()> {
+        let int = |k: &str| -> Result<i64> {
+            row.get(k)
                 .and_then(|v| v.as_i64())
-                .unwrap_or(0),
-        )
-    });
-    let n = if top == 0 {
-        rows.len()
-    } else {
-        top.min(rows.len())
-    };
-    let mut out = Vec::with_capacity(n);
-    for (rank, &i) in order.iter().take(n).enumerate() {
-        let r = &rows[i];
-        let t = int(r, "total_time_ns", i)?;
-        out.push(TopKernel {
-            rank: rank as u64 + 1,
-            name: r
-                .get("name")
-                .and_then(|v| v.as_str())
-                .unwrap_or("")
-                .to_string(),
-            total_time_ns: t,
-            instances: int(r, "instances", i)?,
-            avg_ns: int(r, "avg_ns", i)?,
-            med_ns: int(r, "med_ns", i)?,
-            min_ns: int(r, "min_ns", i)?,
-            max_ns: int(r, "max_ns", i)?,
-            stddev_ns: int(r, "stddev_ns", i)?,
-            time_pct: r.get("time_pct").and_then(|v| v.as_f64()).unwrap_or(0.0),
-            share: if total > 0 {
-                t as f64 / total as f64
-            } else {
-                0.0
-            },
-        });
-    }
-    Ok((
-        KernelTotals {
-            kernels: rows.len() as u64,
+                .ok_or_else(|| Error::input(format!("{source}: data row {}: {k} is empty", i + 1)))
+        };
+        let total = int("total_time_ns")?;
+        let instances = int("instances")?;
+        self.total = self.total.saturating_add(total);
+        self.instances = self.instances.saturating_add(instances.max(0) as u64);
+        self.kernels += 1;
+        self.cands.push(Cand {
+            index: i,
+            name: row.get("name").and_then(|v| v.as_str()).unwrap_or("").to_string(),
+            total,
             instances,
-            total_time_ns: total,
-        },
-        out,
-    ))
+            rest: REST.map(|k| row.get(k).and_then(|v| v.as_i64())),
+            time_pct: row.get("time_pct").and_then(|v| v.as_f64()).unwrap_or(0.0),
+        });
+        if self.top > 0 && self.cands.len() >= 2 * self.top.max(64) {
+            self.sort();
+            self.cands.truncate(self.top);
+        }
+        Ok(())
+    }
+
+    fn sort(&mut self) {
+        self.cands.sort_by_key(|c| (std::cmp::Reverse(c.total), c.index));
+    }
+
+    fn finish(mut self, source: &str) -> Result<(KernelTotals, Vec<TopKernel>)> {
+        self.sort();
+        let n = if self.top == 0 { self.cands.len() } else { self.top.min(self.cands.len()) };
+        let mut out = Vec::with_capacity(n);
+        for (rank, c) in self.cands.into_iter().take(n).enumerate() {
+            let mut rest = [0i64; 5];
+            for (j, v) in c.rest.iter().enumerate() {
+                rest[j] = v.ok_or_else(|| Error::input(format!("{source}: data row {}: {} is empty", c.index + 1, REST[j])))?;
+            }
+            out.push(TopKernel {
+                rank: rank as u64 + 1,
+                name: c.name,
+                total_time_ns: c.total,
+                instances: c.instances,
+                avg_ns: rest[0],
+                med_ns: rest[1],
+                min_ns: rest[2],
+                max_ns: rest[3],
+                stddev_ns: rest[4],
+                time_pct: c.time_pct,
+                share: if self.total > 0 { c.total as f64 / self.total as f64 } else { 0.0 },
+            });
+        }
+        Ok((KernelTotals { kernels: self.kernels, instances: self.instances, total_time_ns: self.total }, out))
+    }
 }
 
 /// `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` (a `t`/`z` or a space separator is accepted, as RFC 3339 allows).
@@ -1169,6 +1376,68 @@ mod tests {
         assert!(!is_rfc3339("2026-11-29"));
         assert!(!is_rfc3339("2026-13-29T22:43:05Z"));
         assert!(!is_rfc3339("yesterday"));
+    }
+
+    fn fixture_csvs() -> Vec<std::path::PathBuf> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+        let mut out = Vec::new();
+        for v in std::fs::read_dir(&root).unwrap() {
+            let stats = v.unwrap().path().join("stats");
+            if let Ok(d) = std::fs::read_dir(&stats) {
+                out.extend(d.map(|e| e.unwrap().path()).filter(|p| p.extension().map(|e| e == "csv").unwrap_or(false)));
+            }
+        }
+        out.sort();
+        assert!(out.len() > 20, "{out:?}");
+        out
+    }
+
+    #[test]
+    fn records_match_the_csv_crate_on_every_fixture() {
+        for p in fixture_csvs() {
+            let bytes = std::fs::read(&p).unwrap();
+            let mut ours = Records::new(std::io::Cursor::new(&bytes[..]), bytes.len() as u64, 1);
+            let mut theirs = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(&bytes[..]);
+            for rec in theirs.records() {
+                let rec = rec.unwrap();
+                let want: Vec<String> = rec.iter().map(String::from).collect();
+                let (_, got) = ours.next_record().ok().flatten().unwrap_or_else(|| panic!("{}: ends early", p.display()));
+                assert_eq!(got, want, "{}", p.display());
+            }
+            assert!(ours.next_record().ok().flatten().is_none(), "{}", p.display());
+        }
+    }
+
+    #[test]
+    fn quoted_fields_line_numbers_and_unterminated_quotes() {
+        let text = "a,b\n\n\"x\"\"y\",\"two\r\nlines\"\r\n  \n\"q\"z,3\n";
+        let mut r = Records::new(std::io::Cursor::new(text.as_bytes()), text.len() as u64, 10);
+        assert_eq!(r.next_record().ok().flatten(), Some((10, vec!["a".to_string(), "b".into()])));
+        assert_eq!(r.next_record().ok().flatten(), Some((12, vec!["x\"y".to_string(), "two\nlines".into()])));
+        assert_eq!(r.next_record().ok().flatten(), Some((15, vec!["qz".to_string(), "3".into()])));
+        assert!(r.next_record().ok().flatten().is_none());
+        let text = "a,b\n1,\"open\n2,3\n4,5\n";
+        let mut r = Records::new(std::io::Cursor::new(text.as_bytes()), text.len() as u64, 1);
+        r.next_record().ok();
+        match r.next_record() {
+            Err(RecordError::Unterminated(2)) => {}
+            _ => panic!("an unterminated quote on line 2"),
+        }
+    }
+
+    #[test]
+    fn streamed_output_equals_the_rendered_document() {
+        for p in fixture_csvs() {
+            let input = Input::Path(p.clone());
+            let opts = KernCsvOptions { top: 3, ..Default::default() };
+            let doc = run(&input, &opts).unwrap();
+            for style in [Style::Pretty, Style::Compact] {
+                let mut out = Vec::new();
+                let code = run_to_writer(&input, &opts, style, &mut out).unwrap();
+                assert_eq!(code, doc.exit_code());
+                assert!(String::from_utf8(out).unwrap() == crate::contract::render(&doc, style), "{} {style:?}", p.display());
+            }
+        }
     }
 
     #[test]

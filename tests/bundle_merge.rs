@@ -609,3 +609,419 @@ fn real_documents_of_a_serve_capture_run() {
     assert_eq!(common::one_doc(&out.stdout)["changed"], false);
     assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text);
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Idempotence for any formatting of the bundle (issue 17: an indented top-level `{` grew on every merge).
+
+/// splitmix64: a small seeded generator (no dependency; the same seed gives the same cases).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+        xs[self.below(xs.len())]
+    }
+}
+
+/// A JSON text tree that keeps leaf text as written (number text such as `1.0`, string escapes).
+enum Node {
+    Leaf(String),
+    Arr(Vec<Node>),
+    Obj(Vec<(String, Node)>),
+}
+
+const LEAVES: &[&str] = &[
+    "1", "1.0", "-0.5e-3", "1E+2", "12345678901234567890", "true", "false", "null", "\"x\"", "\"a\\u00e9\\n\"",
+    "\"tab\\tq\\\"\"", "\"\\/\"", "\"{[,:]}\"", "\"\"",
+];
+
+fn rand_node(r: &mut Rng, depth: usize, keys: &[&str]) -> Node {
+    match if depth >= 3 { 0 } else { r.below(4) } {
+        0 | 1 => Node::Leaf(r.pick(LEAVES).to_string()),
+        2 => Node::Arr((0..r.below(4)).map(|_| rand_node(r, depth + 1, keys)).collect()),
+        _ => Node::Obj(rand_members(r, depth + 1, keys)),
+    }
+}
+
+fn rand_members(r: &mut Rng, depth: usize, keys: &[&str]) -> Vec<(String, Node)> {
+    let mut out: Vec<(String, Node)> = Vec::new();
+    for _ in 0..r.below(5) {
+        let k = r.pick(keys).to_string();
+        if out.iter().all(|(x, _)| *x != k) {
+            out.push((k, rand_node(r, depth, &["a", "b", "verdict", "gates", "é", "k\\\"q"])));
+        }
+    }
+    out
+}
+
+/// A random bundle: unknown members, sometimes a `kernel_profile` (object, maybe holding owned places) and
+/// `comparisons`, and owned top-level places holding anything.
+fn rand_bundle(r: &mut Rng) -> Node {
+    let mut members = rand_members(r, 1, &["benchmark", "seed", "ratio", "notes", "report", "provenance", "zz"]);
+    if r.chance(60) {
+        let mut kp = rand_members(r, 2, &["owner_note", "gates", "ranges", "top_kernels", "totals", "keep"]);
+        if r.chance(40) {
+            kp.push(("stats".into(), Node::Obj(rand_members(r, 3, &["cuda_gpu_kern_sum", "nvtx_sum", "x"]))));
+        }
+        let at = r.below(members.len() + 1);
+        members.insert(at, ("kernel_profile".into(), Node::Obj(kp)));
+    }
+    if r.chance(30) {
+        members.push(("comparisons".into(), Node::Obj(rand_members(r, 2, &["a vs b", "old"]))));
+    }
+    Node::Obj(members)
+}
+
+struct Fmt {
+    nl: &'static str,
+    unit: String,
+}
+
+fn ws(r: &mut Rng) -> &'static str {
+    ["", "", " ", "  ", "\t"][r.below(5)]
+}
+
+/// Write a node with random formatting: each container pretty or compact, random spaces around `:` and `,`,
+/// trailing whitespace at line ends.
+fn write_node(r: &mut Rng, n: &Node, f: &Fmt, indent: &str, out: &mut String) {
+    let (open, close, items): (char, char, Vec<(Option<&str>, &Node)>) = match n {
+        Node::Leaf(t) => {
+            out.push_str(t);
+            return;
+        }
+        Node::Arr(v) => ('[', ']', v.iter().map(|x| (None, x)).collect()),
+        Node::Obj(m) => ('{', '}', m.iter().map(|(k, x)| (Some(k.as_str()), x)).collect()),
+    };
+    out.push(open);
+    if items.is_empty() {
+        out.push_str(ws(r));
+        out.push(close);
+        return;
+    }
+    let pretty = r.chance(70);
+    let inner = format!("{indent}{}", f.unit);
+    for (i, (k, v)) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(ws(r));
+            out.push(',');
+        }
+        if pretty {
+            if r.chance(20) {
+                out.push_str(ws(r)); // trailing whitespace
+            }
+            out.push_str(f.nl);
+            out.push_str(&inner);
+        } else {
+            out.push_str(ws(r));
+        }
+        if let Some(k) = k {
+            out.push('"');
+            out.push_str(k);
+            out.push('"');
+            out.push_str(ws(r));
+            out.push(':');
+            out.push_str(ws(r));
+        }
+        write_node(r, v, f, &inner, out);
+    }
+    if pretty {
+        out.push_str(f.nl);
+        out.push_str(indent);
+    } else {
+        out.push_str(ws(r));
+    }
+    out.push(close);
+}
+
+fn rand_text(r: &mut Rng) -> String {
+    let f = Fmt {
+        nl: if r.chance(30) { "\r\n" } else { "\n" },
+        unit: ["  ", "    ", "\t", " ", "   ", "\t\t"][r.below(6)].to_string(),
+    };
+    let mut out = String::new();
+    if r.chance(10) {
+        out.push('\u{feff}');
+    }
+    let lead = [String::new(), "  ".into(), "\t".into(), f.nl.to_string(), format!("{}  ", f.nl)][r.below(5)].clone();
+    out.push_str(&lead);
+    let indent = lead.rsplit('\n').next().unwrap_or("").to_string();
+    let bundle = rand_bundle(r);
+    write_node(r, &bundle, &f, &indent, &mut out);
+    out.push_str([String::new(), f.nl.to_string(), format!("  {}", f.nl), "\t".into()][r.below(4)].as_str());
+    out
+}
+
+fn rand_docs(r: &mut Rng) -> Vec<nsyskit::bundle::DocIn> {
+    let tool = json!({"name": "t", "version": "0"});
+    let all = [
+        json!({"schema": "nsyskit.gate/v1", "tool": tool, "verdict": "PASS", "gates": [{"id": "G1", "v": 1.5}]}),
+        json!({"schema": "nsyskit.ranges/v1", "tool": tool, "ranges": [], "nested": {"a": {"b": [1, 2, {}]}, "e": []}}),
+        json!({"schema": "nsyskit.stats/v1", "tool": tool, "report": "cuda_gpu_kern_sum", "source": "k.csv",
+               "top_kernels": [{"rank": 1, "name": "k"}], "totals": {"kernels": 1}, "captured_at": null}),
+        json!({"schema": "nsyskit.stats/v1", "tool": tool, "report": "nvtx_sum", "rows": [{"a": "é\n"}]}),
+        json!({"schema": "nsyskit.compare/v1", "tool": tool, "a": "x.sqlite", "b": "y.sqlite", "deltas": {}}),
+        json!({"schema": "nsyskit.report/v1", "tool": tool, "class": "mixed_or_unclear"}),
+        json!({"schema": "nsyskit.provenance/v1", "tool": tool, "flags": ["--trace=cuda"]}),
+    ];
+    let n = 1 + r.below(3);
+    (0..n)
+        .map(|i| nsyskit::bundle::DocIn { value: all[r.below(all.len())].clone(), source: "d.json".into(), line: i + 1 })
+        .collect()
+}
+
+/// A dotted place as its keys (the key under `comparisons` may hold dots).
+fn split_place(p: &str) -> Vec<&str> {
+    match p.strip_prefix("comparisons.") {
+        Some(k) => vec!["comparisons", k],
+        None => p.split('.').collect(),
+    }
+}
+
+/// The bundle's value with the places the documents own removed (what must survive the merge as it was).
+fn without_owned(v: &Value, places: &[String]) -> Value {
+    let mut v = v.clone();
+    for p in places {
+        let parts = split_place(p);
+        let parent = format!("/{}", parts[..parts.len() - 1].join("/"));
+        let parent = if parts.len() == 1 { Some(&mut v) } else { v.pointer_mut(&parent) };
+        if let Some(o) = parent.and_then(|x| x.as_object_mut()) {
+            o.remove(*parts.last().unwrap());
+        }
+    }
+    if let Some(kp) = v.get_mut("kernel_profile").and_then(|k| k.as_object_mut()) {
+        if kp.get("stats").map(|s| s.as_object().map(|o| o.is_empty()).unwrap_or(false)).unwrap_or(false) {
+            kp.remove("stats");
+        }
+    }
+    // parents that the merge created are not part of the old text either
+    for k in ["kernel_profile", "comparisons"] {
+        if v.get(k).map(|x| x.as_object().map(|o| o.is_empty()).unwrap_or(false)).unwrap_or(false) {
+            v.as_object_mut().unwrap().remove(k);
+        }
+    }
+    v
+}
+
+#[test]
+fn idempotent_for_any_formatting_of_the_bundle() {
+    use nsyskit::bundle::merge_text;
+    let cases: usize = std::env::var("NSYSKIT_PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(2000);
+    let seed: u64 = std::env::var("NSYSKIT_HOSTILE_SEED").ok().and_then(|c| c.parse().ok()).unwrap_or(17);
+    let mut r = Rng(seed);
+    // the case of the issue first
+    let mut texts = vec!["  {}".to_string(), "  {\n    \"a\": 1\n  }\n".to_string(), "\t{\r\n\t\t\"a\": 1 \r\n\t}".to_string()];
+    while texts.len() < cases {
+        texts.push(rand_text(&mut r));
+    }
+    let mut failures = Vec::new();
+    for (i, t0) in texts.iter().enumerate() {
+        let v0: Value = serde_json::from_str(t0.trim_start_matches('\u{feff}')).unwrap_or_else(|e| panic!("case {i}: generator wrote bad JSON ({e}): {t0:?}"));
+        let docs = rand_docs(&mut r);
+        let docs2 = rand_docs(&mut r);
+        let (t1, placed) = merge_text(Some(t0), "b.json", &docs).unwrap_or_else(|e| panic!("case {i}: {e}\n{t0:?}"));
+        let v1: Value = serde_json::from_str(t1.trim_start_matches('\u{feff}')).unwrap_or_else(|e| panic!("case {i}: merged text is not JSON ({e}): {t1:?}"));
+        let places: Vec<String> = placed.iter().flat_map(|m| m.places.clone()).collect();
+        // every document is at its place (the last one per place wins)
+        for (d, m) in docs.iter().zip(&placed) {
+            let last = m.places.last().unwrap();
+            let later = placed.iter().zip(&docs).skip_while(|(x, _)| !std::ptr::eq(*x, m)).skip(1).any(|(x, _)| x.places.contains(last));
+            if !later {
+                let ptr = format!("/{}", split_place(last).join("/"));
+                assert_eq!(v1.pointer(&ptr), Some(&d.value), "case {i}: {last} not merged\n{t1:?}");
+            }
+        }
+        assert_eq!(without_owned(&v1, &places), without_owned(&v0, &places), "case {i}: a field it does not own changed\n{t0:?}\n{t1:?}");
+        let (t1b, _) = merge_text(Some(&t1), "b.json", &docs).unwrap();
+        let (t2, _) = merge_text(Some(&t1), "b.json", &docs2).unwrap();
+        let (t2b, _) = merge_text(Some(&t2), "b.json", &docs2).unwrap();
+        if t1b != t1 || t2b != t2 {
+            failures.push(format!("case {i}: not idempotent: {t0:?}\n first merge:  {t1:?}\n merged again: {t1b:?}"));
+        }
+    }
+    eprintln!("idempotence: {} randomly formatted bundles (seed {seed}), {} not idempotent", texts.len(), failures.len());
+    assert!(failures.is_empty(), "{} of {} bundles:\n{}", failures.len(), texts.len(), failures.iter().take(3).cloned().collect::<Vec<_>>().join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Issue 17 regressions: what a bundle path may be, read-only bundles, hard links, stale temp files,
+// duplicate keys.
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {}", p.display());
+}
+
+/// Run bundle-merge with a time limit (a FIFO must never hang it): (exit code, stdout, stderr).
+fn merge_limited(args: &[&std::ffi::OsStr], stdin: &[u8]) -> (Option<i32>, Vec<u8>, String) {
+    let out = merge().args(args).write_stdin(stdin.to_vec()).timeout(std::time::Duration::from_secs(20)).output().unwrap();
+    (out.status.code(), out.stdout, String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+#[test]
+fn a_bundle_that_is_not_a_regular_file_is_refused_and_untouched() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let dir = tempfile::tempdir().unwrap();
+    let doc = serde_json::to_vec(&gate("PASS")).unwrap();
+    let fifo = dir.path().join("fifo.json");
+    mkfifo(&fifo);
+    let sock_path = dir.path().join("sock.json");
+    let _sock = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
+    let folder = dir.path().join("folder.json");
+    std::fs::create_dir(&folder).unwrap();
+    let null_before = std::fs::metadata("/dev/null").unwrap();
+    for (path, kind) in [
+        (Path::new("/dev/null"), "a character device"),
+        (fifo.as_path(), "a FIFO"),
+        (sock_path.as_path(), "a socket"),
+        (folder.as_path(), "a directory"),
+    ] {
+        for mode in [None, Some("--check"), Some("--stdout")] {
+            let mut args: Vec<&std::ffi::OsStr> = mode.iter().map(|m| std::ffi::OsStr::new(*m)).collect();
+            args.push(path.as_os_str());
+            let (code, stdout, err) = merge_limited(&args, &doc);
+            assert_eq!(code, Some(2), "{} {mode:?}: {err}", path.display());
+            assert!(stdout.is_empty());
+            assert!(err.contains(&format!("{}: is {kind}, not a bundle file", path.display())), "{err}");
+            assert!(!err.contains("panicked"), "{err}");
+            // no lock file and no temporary file beside it
+            assert!(!lock_path_of(path).exists(), "{}: a lock file was created", path.display());
+        }
+    }
+    let null_after = std::fs::metadata("/dev/null").unwrap();
+    assert!(null_after.file_type().is_char_device());
+    assert_eq!((null_before.ino(), null_before.rdev()), (null_after.ino(), null_after.rdev()));
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    assert_eq!(names.len(), 3, "nothing new beside the paths: {names:?}");
+}
+
+fn lock_path_of(p: &Path) -> PathBuf {
+    nsyskit::bundle::lock_path(p)
+}
+
+#[test]
+fn a_read_only_bundle_is_refused_and_check_and_stdout_still_read_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    std::fs::write(&bundle, "{\"keep\": 1.0}\n").unwrap();
+    std::fs::set_permissions(&bundle, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let doc = serde_json::to_vec(&gate("PASS")).unwrap();
+    let err = fail_merge(&bundle, &[], &doc);
+    assert!(err.contains("b.json: is read-only for you (mode 0444): refusing to replace it"), "{err}");
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), "{\"keep\": 1.0}\n");
+    assert_eq!(std::fs::metadata(&bundle).unwrap().permissions().mode() & 0o777, 0o444);
+    // nothing is written by --check and --stdout: they still work
+    let (code, _, _) = merge_limited(&[std::ffi::OsStr::new("--check"), bundle.as_os_str()], &doc);
+    assert_eq!(code, Some(1));
+    let (code, stdout, _) = merge_limited(&[std::ffi::OsStr::new("--stdout"), bundle.as_os_str()], &doc);
+    assert_eq!(code, Some(0));
+    assert!(String::from_utf8(stdout).unwrap().starts_with("{\"keep\": 1.0,"));
+}
+
+#[test]
+fn a_hard_linked_bundle_is_refused_so_the_links_never_diverge() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    let other = dir.path().join("other-name.json");
+    std::fs::write(&bundle, "{}\n").unwrap();
+    std::fs::hard_link(&bundle, &other).unwrap();
+    let ino = std::fs::metadata(&bundle).unwrap().ino();
+    let doc = serde_json::to_vec(&gate("PASS")).unwrap();
+    let err = fail_merge(&bundle, &[], &doc);
+    assert!(err.contains("b.json: has 2 hard links: an atomic replace would break them"), "{err}");
+    for p in [&bundle, &other] {
+        assert_eq!(std::fs::read_to_string(p).unwrap(), "{}\n");
+        assert_eq!(std::fs::metadata(p).unwrap().ino(), ino);
+    }
+    // with one name left it merges (and a symlink to it is still written through)
+    std::fs::remove_file(&other).unwrap();
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(&bundle, &link).unwrap();
+    run_merge(&link, &[], &doc, 0);
+    assert_eq!(read(&bundle)["kernel_profile"]["gates"]["verdict"], "PASS");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+}
+
+#[test]
+fn temp_files_of_a_killed_run_are_removed_under_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    std::fs::write(&bundle, "{}\n").unwrap();
+    // what a run killed between writing its temporary file and renaming it leaves (the name pattern of the
+    // real temp files: `.b.json.` + 6 random characters + `.tmp`)
+    let stale = dir.path().join(".b.json.Xq3zT9.tmp");
+    std::fs::write(&stale, vec![b'x'; 1 << 20]).unwrap();
+    // files that only look alike are not ours: kept
+    let keep = [dir.path().join(".b.json.notours.tmp"), dir.path().join(".other.json.Xq3zT9.tmp"), dir.path().join("b.json.tmp")];
+    for k in &keep {
+        std::fs::write(k, "mine").unwrap();
+    }
+    let doc = serde_json::to_vec(&gate("PASS")).unwrap();
+    // --check takes no lock and removes nothing
+    let (code, _, _) = merge_limited(&[std::ffi::OsStr::new("--check"), bundle.as_os_str()], &doc);
+    assert_eq!(code, Some(1));
+    assert!(stale.exists());
+    let out = merge().arg(&bundle).write_stdin(doc).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(".b.json.Xq3zT9.tmp, the temporary file of an interrupted earlier run"), "{err}");
+    assert!(!stale.exists(), "the stale temp file is gone");
+    for k in &keep {
+        assert_eq!(std::fs::read_to_string(k).unwrap(), "mine");
+    }
+    assert_eq!(read(&bundle)["kernel_profile"]["gates"]["verdict"], "PASS");
+    // and a real run leaves no temp file of its own
+    let tmps: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).filter(|n| n.starts_with(".b.json.") && n.len() == ".b.json.XXXXXX.tmp".len()).collect();
+    assert!(tmps.is_empty(), "{tmps:?}");
+}
+
+#[test]
+fn duplicate_keys_in_a_document_are_refused_naming_the_key_and_both_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    let before = "{\"kernel_profile\": {\"ranges\": {\"real\": true}}}\n";
+    std::fs::write(&bundle, before).unwrap();
+    // the real ranges array, then a second `ranges` member that last-wins parsing let replace it
+    let doc = "{\"schema\":\"nsyskit.ranges/v1\",\"tool\":{\"name\":\"sqlite-ranges\",\"version\":\"0\"},\n\"ranges\":[{\"label\":\"a\"}],\n\"ranges\":[]}\n";
+    let err = fail_merge(&bundle, &[], doc.as_bytes());
+    assert!(err.contains("<stdin>: line 3 column"), "{err}");
+    assert!(err.contains("duplicate key \"ranges\" at $.ranges"), "{err}");
+    assert!(err.contains("in the bundle that is kernel_profile.ranges.ranges"), "{err}");
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), before);
+    // deeper, in a file, in a list of documents
+    let f = dir.path().join("docs.json");
+    std::fs::write(&f, "[{\"schema\":\"nsyskit.gate/v1\",\"gates\":[{\"id\":\"G1\",\"id\":\"G2\"}]}]").unwrap();
+    let err = fail_merge(&bundle, &[&f], b"");
+    assert!(err.contains("docs.json: line 1 column"), "{err}");
+    assert!(err.contains("duplicate key \"id\" at $[0].gates[0].id"), "{err}");
+    assert!(err.contains("kernel_profile.gates.gates[0].id"), "{err}");
+    // a duplicate on the bundle's own path is refused too (as before)
+    std::fs::write(&bundle, "{\"kernel_profile\": {}, \"kernel_profile\": {}}").unwrap();
+    let err = fail_merge(&bundle, &[], &serde_json::to_vec(&gate("PASS")).unwrap());
+    assert!(err.contains("$.kernel_profile: duplicate key"), "{err}");
+}
+
+#[test]
+fn a_document_that_is_the_bundle_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    std::fs::write(&bundle, "{}\n").unwrap();
+    let link = dir.path().join("l.json");
+    std::os::unix::fs::symlink(&bundle, &link).unwrap();
+    let err = fail_merge(&bundle, &[&link], b"");
+    assert!(err.contains("is the input"), "{err}");
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), "{}\n");
+}

@@ -328,6 +328,43 @@ fn real_bundles_compare_and_a_foreign_gpu_process_refuses() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Issue 17 regressions: a FIFO never hangs, `-` is stdin (once), a known block of the wrong type is refused.
+
+fn compare_raw(args: &[&std::ffi::OsStr], stdin: Vec<u8>) -> std::process::Output {
+    Command::cargo_bin("capture-compare").unwrap().args(args).write_stdin(stdin).timeout(std::time::Duration::from_secs(120)).output().unwrap()
+}
+
+#[test]
+fn fifo_stdin_and_wrong_block_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = common::fixture("nsys-2025.3.1/decode_clean.sqlite");
+    let fifo = dir.path().join("b.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let o = compare_raw(&[a.as_os_str(), fifo.as_os_str()], vec![]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("b.fifo: empty"), "{}", String::from_utf8_lossy(&o.stderr));
+    // the export against itself through stdin: comparable, zero deltas
+    let o = compare_raw(&[a.as_os_str(), "-".as_ref()], std::fs::read(&a).unwrap());
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let d = common::one_doc(&o.stdout);
+    assert_eq!(d["b"]["source"], "<stdin>");
+    assert_eq!(d["verdict"], "COMPARABLE", "{d}");
+    // stdin cannot be both sides
+    let o = compare_raw(&["-".as_ref(), "-".as_ref()], std::fs::read(&a).unwrap());
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("standard input is given twice"));
+    // a bundle whose kernel_profile is a string was accepted (exit 0); now exit 2 naming the path
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, serde_json::to_vec(&json!({"kernel_profile": "x", "provenance": {}})).unwrap()).unwrap();
+    let o = compare_raw(&[a.as_os_str(), bad.as_os_str()], vec![]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bad.json: $.kernel_profile: expected an object, found a string"));
+    let o = compare_raw(&["/dev/null".as_ref(), a.as_os_str()], vec![]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/dev/null: is a character device"));
+}
+
 // The real refusals of issue #15, A/B statistics on real and planted data, and every invalidator.
 
 fn inv_of<'a>(d: &'a Value, check: &str) -> &'a Value {

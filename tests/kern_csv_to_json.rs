@@ -599,3 +599,90 @@ fn captured_at_comes_from_the_flag_or_the_file_time() {
         "2026-11-29T21:05:00+01:00"
     );
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Issue 17 regressions: two BOMs, an unterminated quote, FIFOs and devices as the input.
+
+const KERN_HEADER: &str = "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n";
+
+fn fails(out: &std::process::Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(out.stdout.is_empty(), "no document on a failure");
+    assert!(!err.contains("internal error") && !err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn doubled_byte_order_marks_never_panic() {
+    let real = std::fs::read(common::fixture("nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv")).unwrap();
+    let bom = "\u{feff}".as_bytes();
+    let once = convert_bytes(&[bom, &real].concat(), &["-"]);
+    assert_eq!(once.status.code(), Some(0));
+    let want = common::one_doc(&once.stdout);
+    // two (or three) BOMs in a row count as one; the document is the same
+    for n in [2, 3] {
+        let out = convert_bytes(&[bom.repeat(n), real.clone()].concat(), &["-"]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(common::one_doc(&out.stdout)["rows"], want["rows"]);
+    }
+    // BOMs and nothing else, or BOMs then blank lines: empty input, exit 2 (this panicked)
+    for input in [bom.repeat(2), [bom.repeat(2), b"\n\n".to_vec()].concat(), b"\"\"\n".to_vec()] {
+        let err = fails(&convert_bytes(&input, &["-"]));
+        assert!(err.contains("<stdin>: empty: no CSV header"), "{err}");
+    }
+}
+
+#[test]
+fn an_unterminated_quote_is_an_error_naming_its_line() {
+    let csv = format!("{KERN_HEADER}1.0,10,1,10,10,10,10,0,k1\n2.0,20,1,20,20,20,20,0,\"k2 unterminated\n3.0,30,1,30,30,30,30,0,k3\n4.0,40,1,40,40,40,40,0,k4\n");
+    let err = fails(&convert_bytes(csv.as_bytes(), &["-"]));
+    assert!(err.contains("<stdin>: line 3: unterminated quoted field"), "{err}");
+    // in a file, named by its path; on the last line too
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("x_cuda_gpu_kern_sum.csv");
+    std::fs::write(&p, format!("{KERN_HEADER}1.0,10,1,10,10,10,10,0,\"k1")).unwrap();
+    let out = bin().arg(&p).output().unwrap();
+    let err = fails(&out);
+    assert!(err.contains(&format!("{}: line 2: unterminated quoted field", p.display())), "{err}");
+    // a properly quoted field with a line break, commas and doubled quotes is one field of one row
+    let csv = format!("{KERN_HEADER}1.0,10,1,10,10,10,10,0,\"a, \"\"b\"\"\nc\"\n2.0,20,1,20,20,20,20,0,k2\n");
+    let out = convert_bytes(csv.as_bytes(), &["-"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let d = common::one_doc(&out.stdout);
+    assert_eq!(d["rows"][0]["name"], "a, \"b\"\nc");
+    assert_eq!(d["rows"].as_array().unwrap().len(), 2);
+    // an error in a later row still names its own line after a multi-line field
+    let csv = format!("{KERN_HEADER}1.0,10,1,10,10,10,10,0,\"a\nb\"\n2.0,x,1,20,20,20,20,0,k2\n");
+    let err = fails(&convert_bytes(csv.as_bytes(), &["-"]));
+    assert!(err.contains("<stdin>: line 4: column \"Total Time (ns)\": not a decimal time"), "{err}");
+}
+
+#[test]
+fn fifos_and_devices_as_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("k_cuda_gpu_kern_sum.csv");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let limit = std::time::Duration::from_secs(30);
+    // nothing writes to it: empty at once, never a hang
+    let err = fails(&bin().arg(&fifo).timeout(limit).output().unwrap());
+    assert!(err.contains("empty: no CSV header"), "{err}");
+    // a writer: converted like the file (`<(nsys stats …)` is such a pipe)
+    let real = common::fixture("nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv");
+    let writer = {
+        let (fifo, real) = (fifo.clone(), real.clone());
+        std::thread::spawn(move || std::fs::write(&fifo, std::fs::read(real).unwrap()).unwrap())
+    };
+    let out = bin().arg(&fifo).timeout(limit).output().unwrap();
+    writer.join().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let d = common::one_doc(&out.stdout);
+    assert_eq!(d["totals"]["instances"], 9579);
+    for dev in ["/dev/zero", "/dev/null"] {
+        let err = fails(&bin().arg(dev).timeout(limit).output().unwrap());
+        assert!(err.contains(&format!("{dev}: is a character device")), "{err}");
+    }
+    let err = fails(&bin().arg(dir.path()).output().unwrap());
+    assert!(err.contains("is a directory"), "{err}");
+}

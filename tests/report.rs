@@ -516,3 +516,103 @@ fn real_serve_capture_documents_in_a_bundle() {
     assert_eq!(inv.len(), 1, "{inv:?}");
     assert_eq!((&inv[0]["check"], &inv[0]["a"]["retry"]), (&Value::from("gate"), &serde_json::json!(["G2"])));
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Issue 17 regressions: input handling (FIFO, stdin, wrong block types) and an output over an input.
+
+fn report_cmd(args: &[&std::ffi::OsStr], stdin: Vec<u8>) -> std::process::Output {
+    Command::cargo_bin("report").unwrap().args(args).write_stdin(stdin).timeout(std::time::Duration::from_secs(120)).output().unwrap()
+}
+
+#[test]
+fn html_over_an_input_is_refused_even_through_a_symlink_or_a_hard_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("cap.sqlite");
+    std::fs::copy(common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &cap).unwrap();
+    let before = std::fs::read(&cap).unwrap();
+    let mtime = std::fs::metadata(&cap).unwrap().modified().unwrap();
+    let sym = dir.path().join("sym.html");
+    std::os::unix::fs::symlink(&cap, &sym).unwrap();
+    let hard = dir.path().join("hard.html");
+    std::fs::hard_link(&cap, &hard).unwrap();
+    let prov = dir.path().join("prov.json");
+    std::fs::write(&prov, r#"{"schema":"nsyskit.provenance/v1","tool":{"name":"nsys-resolve","version":"0"}}"#).unwrap();
+    for (out, input) in [(&cap, &cap), (&sym, &cap), (&hard, &cap), (&prov, &prov)] {
+        let o = report_cmd(&[cap.as_os_str(), "--provenance".as_ref(), prov.as_os_str(), "--html".as_ref(), out.as_os_str()], vec![]);
+        assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("--html {}: is the input {}", out.display(), input.display())), "{err}");
+        assert!(o.stdout.is_empty());
+    }
+    assert_eq!(std::fs::read(&cap).unwrap(), before, "the evidence is byte-identical");
+    assert_eq!(std::fs::metadata(&cap).unwrap().modified().unwrap(), mtime);
+    // a different output path works
+    let ok = dir.path().join("r.html");
+    let o = report_cmd(&[cap.as_os_str(), "--html".as_ref(), ok.as_os_str()], vec![]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read_to_string(&ok).unwrap().contains("<html"));
+}
+
+#[test]
+fn a_fifo_never_hangs_and_stdin_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("in.json");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    // nothing writes to it: exit 2 at once, naming it
+    let o = report_cmd(&[fifo.as_os_str()], vec![]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("in.json: empty"), "{}", String::from_utf8_lossy(&o.stderr));
+    // a writer on the FIFO: read like a file (an SQLite export through a FIFO or stdin is copied to a private
+    // temporary file, never beside the input)
+    let export = common::fixture("nsys-2025.3.1/decode_clean.sqlite");
+    let from_file = common::one_doc(&report_cmd(&[export.as_os_str()], vec![]).stdout);
+    let writer = {
+        let (fifo, export) = (fifo.clone(), export.clone());
+        std::thread::spawn(move || std::fs::write(&fifo, std::fs::read(&export).unwrap()).unwrap())
+    };
+    let o = report_cmd(&[fifo.as_os_str()], vec![]);
+    writer.join().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let via_fifo = common::one_doc(&o.stdout);
+    assert_eq!(via_fifo["class"], from_file["class"]);
+    assert_eq!(via_fifo["evidence"], from_file["evidence"]);
+    let o = report_cmd(&["-".as_ref()], std::fs::read(&export).unwrap());
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let via_stdin = common::one_doc(&o.stdout);
+    assert_eq!(via_stdin["source"], "<stdin>");
+    assert_eq!(via_stdin["evidence"], from_file["evidence"]);
+    // a bundle on stdin
+    let b = bundle(1_000_000, 900_000, 850_000, 900_000, json!({}), gemm(800_000));
+    let o = report_cmd(&["-".as_ref()], serde_json::to_vec(&b).unwrap());
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    common::one_doc(&o.stdout);
+    // a device is refused
+    let o = report_cmd(&["/dev/zero".as_ref()], vec![]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/dev/zero: is a character device"));
+}
+
+#[test]
+fn a_known_block_of_the_wrong_type_is_refused_naming_its_path() {
+    let ok = bundle(1_000_000, 900_000, 850_000, 900_000, json!({}), gemm(800_000));
+    for (ptr, bad, path, found) in [
+        ("/kernel_profile", json!("x"), "$.kernel_profile", "a string"),
+        ("/kernel_profile/gates", json!([1]), "$.kernel_profile.gates", "an array"),
+        ("/kernel_profile/ranges", json!(3), "$.kernel_profile.ranges", "a number"),
+        ("/kernel_profile/top_kernels", json!({}), "$.kernel_profile.top_kernels", "an object"),
+        ("/provenance", json!(true), "$.provenance", "a boolean"),
+    ] {
+        let mut b = ok.clone();
+        let (parent, key) = ptr.rsplit_once('/').unwrap();
+        let parent = if parent.is_empty() { Some(&mut b) } else { b.pointer_mut(parent) };
+        parent.and_then(|p| p.as_object_mut()).expect("parent object").insert(key.to_string(), bad);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.json");
+        std::fs::write(&p, serde_json::to_vec(&b).unwrap()).unwrap();
+        let o = report_cmd(&[p.as_os_str()], vec![]);
+        assert_eq!(o.status.code(), Some(2), "{ptr}: {}", String::from_utf8_lossy(&o.stdout));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("b.json: {path}: expected")) && err.contains(found), "{err}");
+    }
+}

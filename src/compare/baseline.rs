@@ -113,7 +113,9 @@ fn captures_of(doc: &Value, at: &str, path: &Path) -> Result<Vec<Capture>> {
 /// None: an ordinary capture.
 pub fn try_load(path: &Path, name: Option<&str>) -> Result<Option<Vec<Capture>>> {
     let is_json = !crate::evidence::looks_like_sqlite(path) && !path.extension().map(|e| e == "nsys-rep" || e == "qdrep").unwrap_or(false);
-    if !is_json {
+    // `-`, a FIFO or a device is read once, by evidence::load (reading it here would consume it)
+    let regular = std::fs::metadata(path).map(|m| m.is_file()).unwrap_or(false);
+    if !is_json || !regular {
         return Ok(None);
     }
     let bytes = Input::Path(path.to_path_buf()).read_bytes()?;

@@ -373,7 +373,7 @@ pub fn capture_of(ev: Evidence, role: &str, path: &std::path::Path, tier: crate:
     let serve = ev.bundle.as_ref().and_then(|b| b.get("serve_capture")).filter(|v| v.is_object());
     let mut run_facts = checks::run_facts(ev.provenance.as_ref(), "provenance", serve);
     run_facts.gate = match ev.kind.as_str() {
-        "sqlite" | "nsys-rep" => gate_fact_of_export(path, tier)?,
+        "sqlite" | "nsys-rep" => gate_fact_of_export(evidence::export_path(&ev, path), tier)?,
         _ => ev.bundle.as_ref().map(gate_fact_of_bundle).unwrap_or_default(),
     };
     let labels = ev.ranges.as_ref().map(|r| {

@@ -50,17 +50,9 @@ impl Input {
     }
 }
 
-/// Read a whole file, with errors that name it.
+/// Read a whole file, with errors that name it (a FIFO never hangs; a directory or device is refused).
 pub fn read_file(p: &Path) -> Result<Vec<u8>> {
-    match std::fs::metadata(p) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::input(format!("{}: no such file", p.display())))
-        }
-        Err(e) => return Err(Error::input(format!("{}: cannot read: {e}", p.display()))),
-        Ok(m) if m.is_dir() => return Err(Error::input(format!("{}: is a directory, not a file", p.display()))),
-        Ok(_) => {}
-    }
-    std::fs::read(p).map_err(|e| Error::input(format!("{}: cannot read: {e}", p.display())))
+    super::paths::read_input(p)
 }
 
 /// One JSON document of a stream, with where it started (1-based line) for messages.
@@ -79,7 +71,7 @@ pub fn parse_json_stream(bytes: &[u8], source: &str) -> Result<Vec<JsonDoc>> {
     })?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut out = Vec::new();
-    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>();
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<super::StrictValue>();
     loop {
         // where the next document starts: skip whitespace from the current offset
         let offset = stream.byte_offset();
@@ -88,7 +80,15 @@ pub fn parse_json_stream(bytes: &[u8], source: &str) -> Result<Vec<JsonDoc>> {
         let start_line = 1 + text[..offset + skipped].matches('\n').count();
         match stream.next() {
             None => break,
-            Some(Ok(value)) => out.push(JsonDoc { value, line: start_line }),
+            Some(Ok(super::StrictValue(value))) => out.push(JsonDoc { value, line: start_line }),
+            Some(Err(e)) if super::json::duplicate_key_path(&e.to_string()).is_some() => {
+                return Err(Error::input(format!(
+                    "{source}: line {} column {}: {}",
+                    e.line(),
+                    e.column(),
+                    strip_position(&e.to_string())
+                )))
+            }
             Some(Err(e)) => {
                 return Err(Error::input(format!(
                     "{source}: line {} column {}: not valid JSON: {}",

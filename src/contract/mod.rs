@@ -11,12 +11,16 @@
 
 mod error;
 mod input;
+mod json;
+mod paths;
 mod output;
 pub mod cli;
 mod time;
 
 pub use error::{Error, ErrorKind, Result};
 pub use input::{parse_json_stream, Input, JsonDoc};
+pub use paths::{file_kind, open_input, read_input, refuse_output_over_input, same_file};
+pub use json::{duplicate_key_path, push_key, StrictValue};
 pub use output::{render, Style};
 pub use time::rfc3339_utc;
 

@@ -211,6 +211,11 @@ pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
         Some(p) => Categories::from_file(p).map_err(|e| e.with_arg("--categories"))?,
         None => Categories::builtin(),
     };
+    if let Some(out) = &opts.html {
+        let inputs: Vec<&std::path::Path> =
+            [Some(opts.input.as_path()), opts.provenance.as_deref(), opts.categories.as_deref()].into_iter().flatten().collect();
+        crate::contract::refuse_output_over_input(out, "--html", &inputs)?;
+    }
     let ev = evidence::load(&opts.input, opts.provenance.as_deref()).map_err(|e| e.with_arg("BUNDLE"))?;
     let mut doc = classify(&ev, &categories, opts.label.as_deref(), opts.top)?;
     if let Some(out) = &opts.html {

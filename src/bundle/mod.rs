@@ -17,6 +17,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod editor;
+
 use crate::contract::{kind_of_schema_id, parse_json_stream, Document, Error, Input, Result, Tool};
 
 /// Where one document kind goes in a bundle.
@@ -127,6 +129,8 @@ pub struct DocIn {
 pub struct Outcome {
     pub report: MergeReport,
     pub bundle_text: String,
+    /// Temporary files of an interrupted earlier run, removed under the lock (the binary lists them on stderr).
+    pub removed_temps: Vec<PathBuf>,
 }
 
 /// Read documents from inputs (paths or `-`): each a stream of JSON documents (one, concatenated or NDJSON);
@@ -136,6 +140,14 @@ pub fn read_docs(inputs: &[Input]) -> Result<Vec<DocIn>> {
     for input in inputs {
         out.extend(docs_from_bytes(&input.read_bytes()?, &input.name())?);
     }
+    if out.is_empty() && !inputs.is_empty() {
+        let names: Vec<String> = inputs.iter().map(|i| i.name()).collect();
+        return Err(Error::input(format!(
+            "no documents to merge: {} held none (the input was empty)",
+            names.join(", ")
+        ))
+        .with_arg("DOC"));
+    }
     Ok(out)
 }
 
@@ -143,7 +155,8 @@ pub fn read_docs(inputs: &[Input]) -> Result<Vec<DocIn>> {
 /// a top-level array is a list of documents.
 pub fn docs_from_bytes(bytes: &[u8], source: &str) -> Result<Vec<DocIn>> {
     let mut out = Vec::new();
-    for d in parse_json_stream(bytes, source)? {
+    let docs = parse_json_stream(bytes, source).map_err(|e| name_bundle_place(e, bytes))?;
+    for d in docs {
         match d.value {
             Value::Array(items) => out.extend(items.into_iter().map(|value| DocIn {
                 value,
@@ -154,6 +167,47 @@ pub fn docs_from_bytes(bytes: &[u8], source: &str) -> Result<Vec<DocIn>> {
         }
     }
     Ok(out)
+}
+
+/// A duplicate key in a document: add where that key would land in the bundle (`kernel_profile.ranges…`).
+fn name_bundle_place(e: Error, bytes: &[u8]) -> Error {
+    let Some(dpath) = crate::contract::duplicate_key_path(&e.message).map(String::from) else { return e };
+    let line: Option<usize> = e
+        .message
+        .split(": line ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok());
+    let text = std::str::from_utf8(bytes).unwrap_or("");
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    // parse leniently (last key wins) just to learn the document's kind
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let mut found: Option<Value> = None;
+    loop {
+        let offset = stream.byte_offset();
+        let rest = &text[offset..];
+        let start = offset + rest.len() - rest.trim_start().len();
+        let start_line = 1 + text[..start].matches('\n').count();
+        match stream.next() {
+            Some(Ok(v)) if line.map(|l| start_line <= l).unwrap_or(false) => found = Some(v),
+            _ => break,
+        }
+    }
+    let (doc, rest) = match (found, dpath.strip_prefix("$[")) {
+        (Some(Value::Array(items)), Some(r)) => {
+            let i: Option<usize> = r.split(']').next().and_then(|n| n.parse().ok());
+            let rest = r.split_once(']').map(|(_, t)| t.to_string()).unwrap_or_default();
+            (i.and_then(|i| items.get(i).cloned()), rest)
+        }
+        (v, _) => (v, dpath.trim_start_matches('$').to_string()),
+    };
+    let place = doc
+        .and_then(|value| edits_for(&DocIn { value, source: String::new(), line: 0 }).ok())
+        .and_then(|edits| edits.last().map(|e| e.dotted()));
+    match place {
+        Some(p) => Error::input(format!("{}; in the bundle that is {p}{rest}", e.message)),
+        None => e,
+    }
 }
 
 /// One value to set in the bundle.
@@ -336,7 +390,7 @@ pub fn merge_text(
     let mut merged = Vec::new();
     for (d, edits) in docs.iter().zip(plans) {
         for e in &edits {
-            text = apply(&text, e, bundle_name)?;
+            text = editor::apply(&text, &e.path, &e.value, bundle_name)?;
         }
         merged.push(MergedDoc {
             source: d.source.clone(),
@@ -378,23 +432,20 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
             .map_err(|e| Error::input(format!("{name}: cannot resolve the link: {e}")))?,
         _ => bundle.to_path_buf(),
     };
+    // a device, FIFO, socket or folder is never read, locked or replaced (`bundle-merge /dev/null` as root
+    // once replaced /dev/null with a regular file)
+    check_bundle_file(&target, &name, mode)?;
     let _lock = if mode == Mode::Write {
         Some(lock(&target, &name)?)
     } else {
         None
     };
+    // again under the lock: the file may have been created or replaced meanwhile
+    check_bundle_file(&target, &name, mode)?;
+    let removed_temps = if mode == Mode::Write { remove_stale_temps(&target) } else { Vec::new() };
 
     let old = match std::fs::metadata(&target) {
-        Ok(m) if m.is_dir() => {
-            return Err(Error::input(format!(
-                "{name}: is a directory, not a bundle file"
-            )))
-        }
-        Ok(m) => Some((
-            std::fs::read(&target)
-                .map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?,
-            m.permissions(),
-        )),
+        Ok(m) => Some((crate::contract::read_input(&target)?, m.permissions())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(Error::input(format!("{name}: cannot read: {e}"))),
     };
@@ -441,8 +492,72 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
     Ok(Outcome {
         report,
         bundle_text: new_text,
+        removed_temps,
     })
 }
+
+/// The bundle must be a regular file (or absent); to be written it must be writable by this user and have
+/// one name: replacing a file with several hard links would leave the other names holding the old bundle.
+fn check_bundle_file(target: &Path, name: &str, mode: Mode) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = match std::fs::metadata(target) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::input(format!("{name}: cannot read: {e}"))),
+    };
+    if !m.file_type().is_file() {
+        return Err(Error::input(format!(
+            "{name}: is {}, not a bundle file (bundle-merge reads and replaces regular files only; nothing was touched)",
+            crate::contract::file_kind(&m.file_type())
+        ))
+        .with_arg("BUNDLE"));
+    }
+    if mode != Mode::Write {
+        return Ok(());
+    }
+    let perm = m.mode() & 0o7777;
+    let c_path = std::ffi::CString::new(target.as_os_str().as_encoded_bytes()).ok();
+    let writable = c_path.map(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0).unwrap_or(false);
+    if m.permissions().readonly() || !writable {
+        return Err(Error::input(format!(
+            "{name}: is read-only for you (mode {perm:04o}): refusing to replace it; make it writable (chmod u+w) or use --stdout"
+        ))
+        .with_arg("BUNDLE"));
+    }
+    if m.nlink() > 1 {
+        return Err(Error::input(format!(
+            "{name}: has {} hard links: an atomic replace would break them (the other names would keep the old bundle); refusing. Merge into one copy (cp, then bundle-merge the copy), or use --stdout",
+            m.nlink()
+        ))
+        .with_arg("BUNDLE"));
+    }
+    Ok(())
+}
+
+/// Remove the temporary files (`.BUNDLE.XXXXXX.tmp`) that a killed earlier run left beside the bundle. Called
+/// under the lock, so no live run is writing one. Returns what it removed.
+fn remove_stale_temps(target: &Path) -> Vec<PathBuf> {
+    let dir = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let Some(file_name) = target.file_name().map(|f| f.to_string_lossy().to_string()) else { return Vec::new() };
+    let prefix = format!(".{file_name}.");
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(&dir) else { return out };
+    for e in entries.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        let Some(mid) = n.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".tmp")) else { continue };
+        let is_ours = mid.len() == TEMP_RAND_LEN && mid.bytes().all(|b| b.is_ascii_alphanumeric());
+        if is_ours && e.file_type().map(|t| t.is_file()).unwrap_or(false) && std::fs::remove_file(e.path()).is_ok() {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+/// Random characters in a temporary file's name (`.BUNDLE.XXXXXX.tmp`).
+const TEMP_RAND_LEN: usize = 6;
 
 /// The sidecar lock file of a bundle: `bundle.json` → `bundle.json.lock` (left in place afterwards).
 pub fn lock_path(bundle: &Path) -> PathBuf {
@@ -486,6 +601,7 @@ fn write_atomic(
     let env = |what: &str, e: std::io::Error| Error::env(format!("{name}: {what}: {e}"));
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{file_name}."))
+        .rand_bytes(TEMP_RAND_LEN)
         .suffix(".tmp")
         .tempfile_in(&dir)
         .map_err(|e| env("cannot create a temporary file beside it", e))?;
@@ -506,286 +622,6 @@ fn write_atomic(
         let _ = d.sync_all();
     }
     Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// In-place text editing of a valid JSON text.
-
-struct Member {
-    key: String,
-    key_start: usize,
-    value_start: usize,
-    value_end: usize,
-}
-
-struct Obj {
-    open: usize,
-    close: usize,
-    members: Vec<Member>,
-}
-
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
-    while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
-        i += 1;
-    }
-    i
-}
-
-/// End (exclusive) of the string starting at `i` (a `"`).
-fn string_end(b: &[u8], mut i: usize) -> usize {
-    i += 1;
-    while i < b.len() {
-        match b[i] {
-            b'\\' => i += 2,
-            b'"' => return i + 1,
-            _ => i += 1,
-        }
-    }
-    i
-}
-
-/// End (exclusive) of the value starting at `i`.
-fn value_end(b: &[u8], i: usize) -> usize {
-    match b[i] {
-        b'"' => string_end(b, i),
-        b'{' | b'[' => {
-            let mut depth = 0usize;
-            let mut j = i;
-            while j < b.len() {
-                match b[j] {
-                    b'"' => {
-                        j = string_end(b, j);
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return j + 1;
-                        }
-                    }
-                    _ => {}
-                }
-                j += 1;
-            }
-            j
-        }
-        _ => {
-            let mut j = i;
-            while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
-            {
-                j += 1;
-            }
-            j
-        }
-    }
-}
-
-/// The members of the object whose `{` is at `open` (the text is valid JSON).
-fn scan_object(text: &str, open: usize) -> Obj {
-    let b = text.as_bytes();
-    let mut members = Vec::new();
-    let mut i = skip_ws(b, open + 1);
-    while b[i] != b'}' {
-        let key_start = i;
-        let key_end = string_end(b, i);
-        let key: String = serde_json::from_str(&text[key_start..key_end]).unwrap_or_default();
-        i = skip_ws(b, key_end);
-        i = skip_ws(b, i + 1); // ':'
-        let value_start = i;
-        let end = value_end(b, i);
-        members.push(Member {
-            key,
-            key_start,
-            value_start,
-            value_end: end,
-        });
-        i = skip_ws(b, end);
-        if b[i] == b',' {
-            i = skip_ws(b, i + 1);
-        }
-    }
-    Obj {
-        open,
-        close: i,
-        members,
-    }
-}
-
-fn line_of(text: &str, pos: usize) -> usize {
-    1 + text[..pos].matches('\n').count()
-}
-
-/// The whitespace at the start of the line holding `pos`.
-fn line_indent(text: &str, pos: usize) -> &str {
-    let start = text[..pos].rfind('\n').map(|i| i + 1).unwrap_or(0);
-    let line = &text[start..];
-    &line[..line.len() - line.trim_start_matches([' ', '\t']).len()]
-}
-
-struct Style {
-    newline: &'static str,
-    unit: String,
-    /// The top-level object is pretty-printed (or empty): new members of empty objects are written pretty.
-    pretty: bool,
-}
-
-fn detect_style(text: &str) -> Style {
-    let newline = if text.contains("\r\n") { "\r\n" } else { "\n" };
-    let b = text.as_bytes();
-    let open = skip_ws(b, text.len() - text.trim_start_matches('\u{feff}').len());
-    let mut unit = "  ".to_string();
-    let mut pretty = true;
-    if open < b.len() && b[open] == b'{' {
-        let top = scan_object(text, open);
-        if let Some(m) = top.members.first() {
-            pretty = text[open..m.key_start].contains('\n');
-            if pretty {
-                let ind = line_indent(text, m.key_start);
-                if !ind.is_empty() {
-                    unit = ind.to_string();
-                }
-            }
-        }
-    }
-    Style {
-        newline,
-        unit,
-        pretty,
-    }
-}
-
-fn render(value: &Value, pretty: bool, indent: &str, style: &Style) -> String {
-    if !pretty {
-        return serde_json::to_string(value).expect("a JSON value serialises");
-    }
-    let mut buf = Vec::new();
-    let fmt = serde_json::ser::PrettyFormatter::with_indent(style.unit.as_bytes());
-    let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
-    value.serialize(&mut ser).expect("a JSON value serialises");
-    let s = String::from_utf8(buf).expect("serde_json writes UTF-8");
-    s.replace('\n', &format!("{}{indent}", style.newline))
-}
-
-/// Set `edit.path` to `edit.value` in `text` (valid JSON whose top level must be an object).
-fn apply(text: &str, edit: &Edit, bundle_name: &str) -> Result<String> {
-    let style = detect_style(text);
-    let b = text.as_bytes();
-    let open = skip_ws(b, text.len() - text.trim_start_matches('\u{feff}').len());
-    if b[open] != b'{' {
-        let v: Value =
-            serde_json::from_str(text.trim_start_matches('\u{feff}')).unwrap_or(Value::Null);
-        return Err(Error::input(format!(
-            "{bundle_name}: $: the bundle must be a JSON object, found {}",
-            type_name(&v)
-        )));
-    }
-    let mut obj = scan_object(text, open);
-    let mut jpath = String::from("$");
-    for (depth, key) in edit.path.iter().enumerate() {
-        let hits: Vec<&Member> = obj.members.iter().filter(|m| &m.key == key).collect();
-        if hits.len() > 1 {
-            return Err(Error::input(format!(
-                "{bundle_name}: line {}: {jpath}.{key}: duplicate key (bundle-merge will not guess which one counts)",
-                line_of(text, hits[1].key_start)
-            )));
-        }
-        let last = depth + 1 == edit.path.len();
-        match hits.first() {
-            Some(m) if last => {
-                let pretty = obj_pretty(text, &obj, &style);
-                let indent = line_indent(text, m.key_start);
-                let rendered = render(&edit.value, pretty, indent, &style);
-                return Ok(format!(
-                    "{}{}{}",
-                    &text[..m.value_start],
-                    rendered,
-                    &text[m.value_end..]
-                ));
-            }
-            Some(m) => {
-                if b[m.value_start] != b'{' {
-                    let v: Value = serde_json::from_str(&text[m.value_start..m.value_end])
-                        .unwrap_or(Value::Null);
-                    return Err(Error::input(format!(
-                        "{bundle_name}: line {}: {jpath}.{key}: must be an object (bundle-merge places documents in it), found {}",
-                        line_of(text, m.key_start),
-                        type_name(&v)
-                    )));
-                }
-                jpath = format!("{jpath}.{key}");
-                obj = scan_object(text, m.value_start);
-            }
-            None => {
-                // build the missing rest of the path as nested objects and insert it here
-                let mut value = edit.value.clone();
-                for k in edit.path[depth + 1..].iter().rev() {
-                    let mut m = serde_json::Map::new();
-                    m.insert(k.clone(), value);
-                    value = Value::Object(m);
-                }
-                return Ok(insert_member(text, &obj, key, &value, &style));
-            }
-        }
-    }
-    unreachable!("the loop returns at the last path element")
-}
-
-/// An object is pretty-printed when a newline precedes its first member.
-fn obj_pretty(text: &str, obj: &Obj, style: &Style) -> bool {
-    obj.members
-        .first()
-        .map(|m| text[obj.open..m.key_start].contains('\n'))
-        .unwrap_or(style.pretty)
-}
-
-fn insert_member(text: &str, obj: &Obj, key: &str, value: &Value, style: &Style) -> String {
-    let key_text = serde_json::to_string(key).expect("a string serialises");
-    match obj.members.last() {
-        Some(last) => {
-            let pretty = obj_pretty(text, obj, style);
-            // reuse the separator between key and value of the last member (`: ` or `:`)
-            let key_end = string_end(text.as_bytes(), last.key_start);
-            let sep = &text[key_end..last.value_start];
-            let sep = if sep.contains('\n') { ": " } else { sep };
-            if pretty {
-                let indent = line_indent(text, last.key_start);
-                let rendered = render(value, true, indent, style);
-                format!(
-                    "{},{}{indent}{key_text}{sep}{rendered}{}",
-                    &text[..last.value_end],
-                    style.newline,
-                    &text[last.value_end..]
-                )
-            } else {
-                let rendered = render(value, false, "", style);
-                format!(
-                    "{},{key_text}{sep}{rendered}{}",
-                    &text[..last.value_end],
-                    &text[last.value_end..]
-                )
-            }
-        }
-        None if !style.pretty => {
-            let rendered = render(value, false, "", style);
-            format!(
-                "{}{{{key_text}:{rendered}}}{}",
-                &text[..obj.open],
-                &text[obj.close + 1..]
-            )
-        }
-        None => {
-            let outer = line_indent(text, obj.open).to_string();
-            let indent = format!("{outer}{}", style.unit);
-            let rendered = render(value, true, &indent, style);
-            format!(
-                "{}{{{nl}{indent}{key_text}: {rendered}{nl}{outer}}}{}",
-                &text[..obj.open],
-                &text[obj.close + 1..],
-                nl = style.newline
-            )
-        }
-    }
 }
 
 #[cfg(test)]
