@@ -29,30 +29,7 @@ use serde_json::Value;
 
 /// Cases (by id) that fail only until the export layer's SQLite fixes are merged (H1, issue 17
 /// "SQLite readers"): reported and skipped. Remove the list after merging them.
-const PENDING_EXPORT_FIXES: &[&str] = &[
-    // WAL side files: every reader creates `-wal`/`-shm` next to a WAL-mode export
-    "wal-mode/capture-compare",
-    "wal-mode/gate-check",
-    "wal-mode/nvtx-readiness",
-    "wal-mode/report",
-    "wal-mode/sqlite-ranges",
-    // sums overflow on `end = 2^62` (a panic in debug, negative totals in release)
-    "huge:CUPTI_ACTIVITY_KIND_KERNEL/sqlite-ranges",
-    "huge:CUPTI_ACTIVITY_KIND_MEMCPY/sqlite-ranges",
-    "huge:CUPTI_ACTIVITY_KIND_RUNTIME/capture-compare",
-    "huge:CUPTI_ACTIVITY_KIND_RUNTIME/report",
-    "huge:CUPTI_ACTIVITY_KIND_RUNTIME/sqlite-ranges",
-    "huge:NVTX_EVENTS/capture-compare",
-    "huge:NVTX_EVENTS/nvtx-readiness",
-    "huge:NVTX_EVENTS/report",
-    "huge:NVTX_EVENTS/sqlite-ranges",
-    // end < start outside NVTX is summed, not skipped (negative sync totals)
-    "inverted:CUPTI_ACTIVITY_KIND_RUNTIME/report",
-    "inverted:CUPTI_ACTIVITY_KIND_RUNTIME/sqlite-ranges",
-    // kernel rows with a NULL start or end vanish from kernels_total without being counted as skipped
-    "null-end:CUPTI_ACTIVITY_KIND_KERNEL/sqlite-ranges",
-    "null-start:CUPTI_ACTIVITY_KIND_KERNEL/sqlite-ranges",
-];
+const PENDING_EXPORT_FIXES: &[&str] = &[];
 
 /// Rows of CUPTI_ACTIVITY_KIND_KERNEL in the base fixture (nsys-2025.3.1/gpu_full_node.sqlite).
 const KERNEL_ROWS: i64 = 9579;
