@@ -156,6 +156,8 @@ pub fn docs_from_bytes(bytes: &[u8], source: &str) -> Result<Vec<DocIn>> {
 pub struct Edit {
     pub path: Vec<String>,
     pub value: Value,
+    /// Leave a non-null value already there as it is (a CSV's mtime never replaces the capture's start).
+    pub keep_existing: bool,
 }
 
 impl Edit {
@@ -168,6 +170,7 @@ fn at(path: &str, value: Value) -> Edit {
     Edit {
         path: path.split('.').map(String::from).collect(),
         value,
+        keep_existing: false,
     }
 }
 
@@ -206,12 +209,22 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
         )));
     };
     Ok(match p {
-        Placement::At(path) => vec![at(path, doc.value.clone())],
+        Placement::At(path) => {
+            let mut edits = vec![at(path, doc.value.clone())];
+            // a ranges document knows when its capture started (the export's session start)
+            if kind == "ranges" {
+                if let Some(t) = doc.value.pointer("/source/capture/captured_at").filter(|t| t.is_string()) {
+                    edits.push(at("kernel_profile.captured_at", t.clone()));
+                }
+            }
+            edits
+        }
         Placement::Comparisons => {
             let key = comparison_key(&doc.value);
             vec![Edit {
                 path: vec!["comparisons".into(), key],
                 value: doc.value.clone(),
+                keep_existing: false,
             }]
         }
         Placement::KernelProfile => {
@@ -242,14 +255,20 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
                 edits.push(at("kernel_profile.top_kernels", top.clone()));
                 edits.push(at("kernel_profile.totals", totals.clone()));
                 edits.push(at("kernel_profile.summary_csv_path", csv_path));
-                edits.push(at(
+                // the CSV's mtime is only an upper bound of the capture time: it fills a gap, it never replaces
+                // the capture's start a ranges document recorded
+                let mut captured = at(
                     "kernel_profile.captured_at",
                     obj.get("captured_at").cloned().unwrap_or(Value::Null),
-                ));
+                );
+                captured.keep_existing =
+                    obj.get("captured_at_from").and_then(|v| v.as_str()) != Some("--captured-at");
+                edits.push(captured);
             }
             edits.push(Edit {
                 path: vec!["kernel_profile".into(), "stats".into(), report.to_string()],
                 value: doc.value.clone(),
+                keep_existing: false,
             });
             edits
         }
@@ -679,6 +698,9 @@ fn apply(text: &str, edit: &Edit, bundle_name: &str) -> Result<String> {
         }
         let last = depth + 1 == edit.path.len();
         match hits.first() {
+            Some(m) if last && edit.keep_existing && &text[m.value_start..m.value_end] != "null" => {
+                return Ok(text.to_string());
+            }
             Some(m) if last => {
                 let pretty = obj_pretty(text, &obj, &style);
                 let indent = line_indent(text, m.key_start);

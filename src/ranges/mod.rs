@@ -488,6 +488,10 @@ pub struct RangesSource {
     pub exported_with: Option<String>,
     /// `--window` when given: occurrences with `start <= o.start` and `o.end <= end` were kept.
     pub window: Option<Window>,
+    /// When and on what the capture was taken (export metadata: session start, GPUs, driver, duration);
+    /// bundle-merge copies `capture.captured_at` to `kernel_profile.captured_at`.
+    #[serde(default)]
+    pub capture: Option<crate::export::CaptureInfo>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -1417,6 +1421,7 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(
             kind: "sqlite".into(),
             exported_with: None,
             window: opts.window.map(|(start, end)| Window { start, end }),
+            capture: Some(crate::export::capture_info(export)?),
         },
         tables_present: tables_present.clone(),
         ranges,

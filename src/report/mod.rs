@@ -61,6 +61,9 @@ pub const LAUNCH_KERNELS_PER_CALL_MAX: f64 = 1.5;
 pub const LAUNCH_HOST_NS_PER_CALL_MAX: f64 = 20_000.0;
 pub const PYTHON_OUTSIDE_SPAN_MIN: f64 = 0.50;
 
+/// The category row of kernel time that a cut kernel list omits (its share of the totals, not guessed).
+pub const NOT_LISTED: &str = "not_listed";
+
 /// How many non-primary, non-child labels the evidence rows list at most.
 const OTHER_ROWS_MAX: usize = 30;
 
@@ -144,7 +147,8 @@ pub struct TopKernel {
     pub category: String,
     pub total_time_ns: i64,
     pub instances: i64,
-    /// Share of the kernel time of all kernels listed by the source.
+    /// Share of the kernel time of the whole kernel table (its totals when the source records them, never only
+    /// the kernels listed).
     pub share: f64,
 }
 
@@ -168,6 +172,53 @@ pub struct Unattributed {
     pub statements: Vec<String>,
 }
 
+/// What a reader looks for first: when, on what and with which nsys the capture was taken, and its kernels.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CaptureHeader {
+    /// The capture's start (RFC 3339 UTC; null when no export metadata reached the report).
+    pub captured_at: Option<String>,
+    pub captured_at_from: Option<String>,
+    /// GPU names (the export's TARGET_INFO_GPU, else the comparability fact `gpu`).
+    pub gpus: Vec<String>,
+    pub driver_version: Option<String>,
+    pub cuda_driver_version: Option<String>,
+    /// The nsys that exported the capture (the comparability fact `nsys_version`).
+    pub nsys_version: Option<String>,
+    /// Duration of the capture (ANALYSIS_DETAILS).
+    pub duration_ns: Option<i64>,
+    /// The capture window as recorded (the comparability fact `window`).
+    pub window: Value,
+    /// The `--cuda-graph-trace` level (`node`, `graph`, null).
+    pub graph_trace_level: Option<String>,
+    /// Distinct kernel names, kernel instances and Σ kernel time of the whole kernel table.
+    pub kernel_names: Option<i64>,
+    pub kernel_instances: Option<i64>,
+    pub kernel_time_ns: Option<i64>,
+}
+
+/// One direct child of the primary range and its part of the primary's host wall.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SplitPart {
+    pub label: String,
+    pub host_wall_time_ns: i64,
+    /// `host_wall_time_ns` / the primary's host wall.
+    pub share_of_primary: f64,
+    /// Some occurrences of this label have another parent: its wall is an upper bound of the part under the
+    /// primary.
+    pub also_under_other_parents: bool,
+}
+
+/// The primary range split into its direct children, and the time no child covers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PrimarySplit {
+    pub label: String,
+    pub host_wall_time_ns: i64,
+    pub children: Vec<SplitPart>,
+    /// Primary wall − Σ children walls (never negative; children on several threads can overlap).
+    pub not_in_any_child_ns: i64,
+    pub not_in_any_child_share: f64,
+}
+
 /// `nsyskit.report/v1`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ReportDoc {
@@ -180,6 +231,10 @@ pub struct ReportDoc {
     /// mixed_or_unclear`.
     pub class: String,
     pub decision: Decision,
+    /// The capture header of the page.
+    pub capture: CaptureHeader,
+    /// The primary range split into its direct children (null without a primary range).
+    pub primary_split: Option<PrimarySplit>,
     pub signals: Signals,
     pub evidence: Vec<EvidenceRow>,
     pub top_kernels: Vec<TopKernel>,
@@ -263,6 +318,20 @@ fn row(r: &RangeRow, role: &str) -> EvidenceRow {
     }
 }
 
+/// A duration for a human: `5.838 s`, `524.242 ms`, `1.514 ms`, `146.3 µs`, `820 ns`.
+pub fn dur(ns: i64) -> String {
+    let a = ns.unsigned_abs() as f64;
+    if a >= 1e9 {
+        format!("{:.3} s", ns as f64 / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    } else if a >= 1e3 {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    } else {
+        format!("{ns} ns")
+    }
+}
+
 fn pct(x: Option<f64>) -> String {
     x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into())
 }
@@ -318,8 +387,37 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
 
     // kernels and categories
     let kernels: &[KernelStat] = ev.kernels.as_deref().unwrap_or(&[]);
-    let cats = category_shares(categories, kernels);
-    let kernel_time: i64 = kernels.iter().map(|k| k.total_time_ns).sum();
+    let mut cats = category_shares(categories, kernels);
+    let listed_time: i64 = kernels.iter().map(|k| k.total_time_ns).sum();
+    // shares are taken over the whole kernel table: when the list is cut (kern-csv-to-json --top), what it
+    // omits is one `not_listed` row, never silently dropped from the denominator
+    let kernel_time = match &ev.kernel_totals {
+        Some(t) if t.total_time_ns > listed_time => {
+            let missing_names = t.kernels.map(|n| (n - kernels.len() as i64).max(0) as usize).unwrap_or(0);
+            let missing_inst = t.instances.map(|n| (n - kernels.iter().map(|k| k.instances).sum::<i64>()).max(0)).unwrap_or(0);
+            notes.push(format!(
+                "the kernel list has {} of {} kernel names; the {} ns it omits are the row not_listed, and every share is of {}'s total {} ns",
+                kernels.len(),
+                t.kernels.map(|n| n.to_string()).unwrap_or_else(|| "?".into()),
+                t.total_time_ns - listed_time,
+                t.source,
+                t.total_time_ns
+            ));
+            cats.push(CategoryShare {
+                category: NOT_LISTED.into(),
+                kernel_names: missing_names,
+                instances: missing_inst,
+                total_time_ns: t.total_time_ns - listed_time,
+                share: 0.0,
+            });
+            t.total_time_ns
+        }
+        _ => listed_time,
+    };
+    for c in cats.iter_mut() {
+        c.share = if kernel_time > 0 { c.total_time_ns as f64 / kernel_time as f64 } else { 0.0 };
+    }
+    cats.sort_by(|a, b| b.total_time_ns.cmp(&a.total_time_ns).then_with(|| a.category.cmp(&b.category)));
     let mut sorted: Vec<&KernelStat> = kernels.iter().collect();
     sorted.sort_by(|a, b| b.total_time_ns.cmp(&a.total_time_ns).then_with(|| a.name.cmp(&b.name)));
     let top_kernels: Vec<TopKernel> = sorted
@@ -503,10 +601,10 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
         u.kernel_work_unattributed_ns = Some(t.kernel_work_unattributed_ns);
         u.kernel_work_unattributed_fraction = frac(t.kernel_work_unattributed_ns, t.kernel_work_total_ns);
         u.statements.push(format!(
-            "{} of {} kernels ({} ns, {} of kernel work) are not attributed to any kept range",
+            "{} of {} kernels ({}, {} of kernel work) are not attributed to any kept range",
             t.kernels_unattributed,
             t.kernels_total,
-            t.kernel_work_unattributed_ns,
+            dur(t.kernel_work_unattributed_ns),
             pct(u.kernel_work_unattributed_fraction)
         ));
         for th in &rv.thread_diagnostics {
@@ -536,15 +634,16 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     if let Some(p) = primary {
         u.primary_uncovered_host_time_ns = Some(p.uncovered_host_time_ns);
         u.statements.push(format!(
-            "{} ns of the host time of {:?} is not covered by device work (host time, not GPU idle)",
-            p.uncovered_host_time_ns, p.label
+            "{} of the host time of {:?} is not covered by device work (host time, not GPU idle)",
+            dur(p.uncovered_host_time_ns),
+            p.label
         ));
     }
     u.uncategorized_kernel_time_ns = cats.iter().filter(|c| c.category == crate::categories::OTHER).map(|c| c.total_time_ns).sum();
     if u.uncategorized_kernel_time_ns > 0 {
         u.statements.push(format!(
-            "{} ns of kernel time ({}) matches no category rule (category other)",
-            u.uncategorized_kernel_time_ns,
+            "{} of kernel time ({}) matches no category rule (category other)",
+            dur(u.uncategorized_kernel_time_ns),
             pct(Some(share_of(crate::categories::OTHER)))
         ));
     }
@@ -559,13 +658,76 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     }
     if ev.kernels.is_none() {
         u.statements.push("no kernel statistics: top kernels and categories are unknown".into());
-    } else if ev.kernels_source.as_deref() == Some("kernel_profile.top_kernels") {
-        notes.push("top kernels and category shares come from the bundle's kernel list; kernels it omits are not counted".into());
+    } else if ev.kernels_source.as_deref() == Some("kernel_profile.top_kernels") && ev.kernel_totals.is_none() {
+        notes.push("top kernels and category shares come from the bundle's kernel list and it records no totals: kernels it omits are not counted".into());
+    }
+    let not_listed: i64 = cats.iter().filter(|c| c.category == NOT_LISTED).map(|c| c.total_time_ns).sum();
+    if not_listed > 0 {
+        u.statements.push(format!(
+            "{} of kernel time ({}) belongs to kernels the bundle's list omits (category not_listed): their names and categories are unknown",
+            dur(not_listed),
+            pct(frac(not_listed, kernel_time))
+        ));
     }
     if let Some(rv) = &ev.ranges {
         notes.extend(rv.notes.iter().map(|n| format!("ranges: {n}")));
     }
     notes.push("nested labels overlap: numbers of labels at different depths are never added".into());
+
+    // the capture header
+    let c = ev.capture.clone().unwrap_or_default();
+    let fact_str = |f: &evidence::Fact| f.value.as_str().map(String::from);
+    let capture = CaptureHeader {
+        captured_at: c.captured_at.clone(),
+        captured_at_from: c.captured_at_from.clone(),
+        gpus: if !c.gpus.is_empty() {
+            c.gpus.clone()
+        } else {
+            match &ev.facts.gpu.value {
+                Value::Array(a) => a.iter().filter_map(|g| g.as_str().map(String::from)).collect(),
+                Value::String(g) => vec![g.clone()],
+                _ => Vec::new(),
+            }
+        },
+        driver_version: c.driver_version.clone(),
+        cuda_driver_version: c.cuda_driver_version.clone(),
+        nsys_version: fact_str(&ev.facts.nsys_version),
+        duration_ns: c.duration_ns,
+        window: ev.facts.window.value.clone(),
+        graph_trace_level: fact_str(&ev.facts.graph_trace_level),
+        kernel_names: ev.kernel_totals.as_ref().and_then(|t| t.kernels).or(ev.kernels.as_ref().map(|k| k.len() as i64)),
+        kernel_instances: ev
+            .kernel_totals
+            .as_ref()
+            .and_then(|t| t.instances)
+            .or(ev.kernels.as_ref().map(|k| k.iter().map(|x| x.instances).sum())),
+        kernel_time_ns: ev.kernels.as_ref().map(|_| kernel_time),
+    };
+    // the primary range split into its direct children
+    let primary_split = primary.map(|p| {
+        let w = p.host_wall_time_ns;
+        let children: Vec<SplitPart> = evidence
+            .iter()
+            .filter(|e| e.role == "child")
+            .map(|e| {
+                let r = ranges.iter().find(|r| r.label == e.label);
+                SplitPart {
+                    label: e.label.clone(),
+                    host_wall_time_ns: e.host_wall_time_ns,
+                    share_of_primary: frac(e.host_wall_time_ns, w).unwrap_or(0.0),
+                    also_under_other_parents: r.map(|r| r.parents.keys().any(|k| k != &p.label)).unwrap_or(false),
+                }
+            })
+            .collect();
+        let rest = (w - children.iter().map(|c| c.host_wall_time_ns).sum::<i64>()).max(0);
+        PrimarySplit {
+            label: p.label.clone(),
+            host_wall_time_ns: w,
+            children,
+            not_in_any_child_ns: rest,
+            not_in_any_child_share: frac(rest, w).unwrap_or(0.0),
+        }
+    });
 
     Ok(ReportDoc {
         schema,
@@ -580,6 +742,8 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             primary_label: primary.map(|p| p.label.clone()),
             primary_label_choice: choice,
         },
+        capture,
+        primary_split,
         signals: s,
         evidence,
         top_kernels,
