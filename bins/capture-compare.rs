@@ -7,8 +7,9 @@ use nsyskit::contract::cli::{emit, main_with, OutputArgs};
 /// exports. Exit 0: comparable, deltas printed; 1: refused, each invalidator listed; 2: bad usage or input.
 #[derive(Parser)]
 #[command(
+    name = "capture-compare",
     version,
-    after_help = "Example (node- vs graph-level pair: refused, exit 1):\n  cd fixtures/nsys-2025.3.1 && capture-compare gpu_full_node.sqlite gpu_full_graph.sqlite"
+    after_help = "Example (node- vs graph-level pair: refused, exit 1):\n  cd fixtures/nsys-2025.3.1 && \\\n    capture-compare gpu_full_node.sqlite gpu_full_graph.sqlite"
 )]
 struct Args {
     /// The baseline capture: bundle JSON, ranges JSON or nsys .sqlite export
