@@ -204,3 +204,49 @@ fn the_demo_page_as_chromium_renders_it() {
         std::fs::copy(&png, keep).unwrap();
     }
 }
+
+#[test]
+fn a_graph_level_capture_gets_no_class_and_no_workload_ranking() {
+    // gpu_full_graph: --cuda-graph-trace=graph, 200 graph launches = 200 opaque GRAPH_TRACE rows; the KERNEL
+    // table holds only the 579 eager kernels (before: python_overhead_bound R6, reduce_kernel "56 %")
+    let graph = "nsys-2025.3.1/gpu_full_graph.sqlite";
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    let b = bundle.to_str().unwrap();
+    for bin in ["sqlite-ranges", "gate-check"] {
+        let (doc, rc) = run(bin, &[common::fixture(graph).to_str().unwrap()], None);
+        assert!(rc == 0 || (bin == "gate-check" && rc == 1));
+        assert_eq!(run("bundle-merge", &[b], Some(doc)).1, 0);
+    }
+    let html = dir.path().join("g.html");
+    for r in [report(&common::fixture(graph), &[]), report(&bundle, &["--html", html.to_str().unwrap()])] {
+        assert_eq!((r["class"].as_str().unwrap(), r["decision"]["rule"].as_str().unwrap()), ("mixed_or_unclear", "R0"), "{}", r["decision"]["reason"]);
+        let reason = r["decision"]["reason"].as_str().unwrap();
+        assert!(reason.contains("graph-level tracing") && reason.contains("200 CUDA graph launches") && reason.contains("--cuda-graph-trace=node"), "{reason}");
+        assert!(r["kernels_scope"].as_str().unwrap().starts_with("eager kernels only"));
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("id=\"kernels-scope\"") && page.contains("not the workload&#39;s kernel ranking"));
+    // the node-level capture of the same program keeps its class and lists every kernel
+    let r = report(&common::fixture(CAP), &[]);
+    assert_eq!(r["class"], "python_overhead_bound");
+    assert_eq!(r["kernels_scope"], "every kernel of the capture");
+}
+
+#[test]
+fn a_range_that_launches_graphs_is_measured_by_its_correlated_busy_union() {
+    // vibeserve.graph.replay (node level): 200 occurrences, 400 runtime calls, 9000 kernels; the launch returns
+    // before the replay runs, so its host-clipped coverage is 0.239 ms of 23.270 ms while its kernels are busy
+    // 19.929 ms: coverage 85.6 %, not 1.0 %
+    let r = report(&common::fixture(CAP), &["--label", "vibeserve.graph.replay"]);
+    let e = &r["evidence"][0];
+    assert_eq!(e["label"], "vibeserve.graph.replay");
+    let (busy, wall, clipped) = (e["kernel_busy_union_ns"].as_i64().unwrap(), e["host_wall_time_ns"].as_i64().unwrap(), e["host_range_kernel_coverage_ns"].as_i64().unwrap());
+    assert!(clipped * 10 < busy, "{clipped} vs {busy}");
+    assert!((r["signals"]["coverage_fraction"].as_f64().unwrap() - busy as f64 / wall as f64).abs() < 1e-12);
+    assert!(r["signals"]["coverage_source"].as_str().unwrap().starts_with("kernel_busy_union_ns"));
+    assert_eq!((r["class"].as_str().unwrap(), r["decision"]["rule"].as_str().unwrap()), ("kernel_bound", "R3"), "{}", r["decision"]["reason"]);
+    // an eager range keeps the host-clipped coverage
+    let r = report(&common::fixture(CAP), &["--label", "vibeserve.sampling.d2h"]);
+    assert_eq!(r["signals"]["coverage_source"], "host_range_kernel_coverage_ns / host_wall_time_ns");
+}

@@ -251,7 +251,11 @@ pub fn render(doc: &ReportDoc) -> String {
     }
 
     // categories
-    h.push_str("<h2>Kernel categories</h2>");
+    let eager_only = doc.kernels_scope.starts_with("eager");
+    if eager_only {
+        let _ = write!(h, "<p class=\"warn\" id=\"kernels-scope\">{}</p>", escape(&doc.kernels_scope));
+    }
+    h.push_str(if eager_only { "<h2>Kernel categories of the eager kernels (not the workload's)</h2>" } else { "<h2>Kernel categories</h2>" });
     if doc.categories.is_empty() {
         h.push_str("<p>No kernel statistics.</p>");
     } else {
@@ -280,7 +284,7 @@ pub fn render(doc: &ReportDoc) -> String {
     }
 
     // top kernels: one axis, 100% of kernel time = 160 px
-    h.push_str("<h2>Top kernels</h2>");
+    h.push_str(if eager_only { "<h2>Eager kernels (graph replays are opaque: not the workload's ranking)</h2>" } else { "<h2>Top kernels</h2>" });
     if doc.top_kernels.is_empty() {
         h.push_str("<p>No kernel statistics.</p>");
     } else {
@@ -363,7 +367,7 @@ h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #e2e
 .class{padding:2px 10px;border-radius:4px;background:#2d3748;color:#fff;font-family:monospace}\
 .kernel_bound{background:#2b6cb0}.cpu_launch_bound{background:#c05621}.python_overhead_bound{background:#b7791f}\
 .sync_bound{background:#805ad5}.memcpy_bound{background:#319795}.comm_bound{background:#d53f8c}.mixed_or_unclear{background:#718096}\
-.reason{font-size:15px}.src{color:#718096;font-size:12px}.unk{color:#a0aec0;font-style:italic}\
+.reason{font-size:15px}.warn{background:#fffaf0;border-left:4px solid #dd6b20;padding:6px 10px}.src{color:#718096;font-size:12px}.unk{color:#a0aec0;font-style:italic}\
 table{border-collapse:collapse;margin-top:8px}td,th{padding:3px 8px;text-align:left;vertical-align:top;border-bottom:1px solid #edf2f7}\
 table.kv th{font-weight:600;color:#4a5568;white-space:nowrap}\
 td.num{text-align:right;font-variant-numeric:tabular-nums}td.label,th.label{font-family:monospace;font-size:12px;max-width:520px;overflow:hidden}\

@@ -114,6 +114,9 @@ pub struct EvidenceRow {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Signals {
     pub coverage_fraction: Option<f64>,
+    /// How `coverage_fraction` was measured: host-clipped coverage, or (for a range that launches CUDA graphs)
+    /// the busy union of the device work correlated to it.
+    pub coverage_source: Option<String>,
     pub idle_in_span_fraction: Option<f64>,
     pub outside_span_fraction: Option<f64>,
     /// Host wall of the primary range per runtime call it made (ns).
@@ -241,6 +244,9 @@ pub struct ReportDoc {
     pub categories: Vec<CategoryShare>,
     pub categories_source: String,
     pub kernels_source: Option<String>,
+    /// What `top_kernels` and `categories` cover (`every kernel of the capture`, or `eager kernels only: …` on a
+    /// graph-level capture, where they are not the workload's ranking).
+    pub kernels_scope: String,
     pub unattributed: Unattributed,
     /// The provenance block as given (null when none).
     pub provenance: Value,
@@ -431,6 +437,10 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             share: if kernel_time > 0 { k.total_time_ns as f64 / kernel_time as f64 } else { 0.0 },
         })
         .collect();
+    let mut kernels_scope = match ev.kernels_source.as_deref() {
+        Some(_) => "every kernel of the capture".to_string(),
+        None => "no kernel statistics".to_string(),
+    };
     let share_of = |c: &str| cats.iter().find(|x| x.category == c).map(|x| x.share).unwrap_or(0.0);
 
     // signals
@@ -449,10 +459,22 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
         }
         _ => {}
     }
+    let graphs_used = ev.facts.cuda_graphs.value.as_str() == Some("graphs");
     if let Some(p) = primary {
         let w = p.host_wall_time_ns;
         let (sync_ns, mem_ns) = sync_split(p);
-        s.coverage_fraction = frac(p.host_range_kernel_coverage_ns, w);
+        // a range that launches CUDA graphs returns long before its replayed kernels run: its host-clipped
+        // coverage measures the launch, so its coverage is the busy union of the device work correlated to it
+        let launches_graphs = p.graph_traces > 0 || (graphs_used && p.kernels > p.runtime_calls);
+        if launches_graphs {
+            s.coverage_fraction = frac(p.kernel_busy_union_ns.min(w), w);
+            s.coverage_source = Some(
+                "kernel_busy_union_ns / host_wall_time_ns: the range launches CUDA graphs, whose replayed work runs after the launch returns (host-clipped coverage would measure the launch)".into(),
+            );
+        } else {
+            s.coverage_fraction = frac(p.host_range_kernel_coverage_ns, w);
+            s.coverage_source = Some("host_range_kernel_coverage_ns / host_wall_time_ns".into());
+        }
         s.idle_in_span_fraction = frac(p.gpu_idle_within_kernel_span_ns, p.kernel_span_ns);
         s.outside_span_fraction = frac((w - p.kernel_span_ns.min(w)).max(0), w);
         s.sync_fraction = frac(sync_ns, w);
@@ -468,6 +490,18 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             g.graph_launch_calls
         )
     });
+    // graph-level tracing (--cuda-graph-trace=graph): every replay is one opaque GRAPH_TRACE row, the kernel
+    // table holds only the kernels launched outside graphs
+    let opaque_graphs = ev.facts.graph_evidence.as_ref().filter(|g| g.graph_trace_rows > 0 && g.kernels_with_graph_node == 0).map(|g| {
+        format!(
+            "graph-level tracing: the {} CUDA graph launches ran as {} opaque GRAPH_TRACE rows, so the kernel table holds only the {} kernels launched outside graphs; neither a class nor a kernel ranking of the workload can be established from them (the kernels listed are the eager ones only); capture again with --cuda-graph-trace=node",
+            g.graph_launch_calls, g.graph_trace_rows, if g.kernels > 0 { g.kernels.to_string() } else { "eager".into() }
+        )
+    });
+    if opaque_graphs.is_some() {
+        kernels_scope = "eager kernels only: graph replays are opaque GRAPH_TRACE rows (graph-level tracing), so this is not the workload's kernel ranking".into();
+        notes.push(format!("top_kernels and categories: {kernels_scope}"));
+    }
     // rules
     let ge = |x: Option<f64>, t: f64| x.map(|v| v >= t).unwrap_or(false);
     let le = |x: Option<f64>, t: f64| x.map(|v| v <= t).unwrap_or(false);
@@ -475,6 +509,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     let (class, rule, reason): (&str, &str, String) = match primary {
         None => ("mixed_or_unclear", "R0", "no NVTX range in the evidence: nothing to attribute device work to".into()),
         Some(_) if invisible_graphs.is_some() => ("mixed_or_unclear", "R0", invisible_graphs.clone().unwrap_or_default()),
+        Some(_) if opaque_graphs.is_some() => ("mixed_or_unclear", "R0", opaque_graphs.clone().unwrap_or_default()),
         Some(p) if p.kernel_busy_union_ns == 0 => (
             "mixed_or_unclear",
             "R0",
@@ -750,6 +785,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
         categories: cats,
         categories_source: categories.source().to_string(),
         kernels_source: ev.kernels_source.clone(),
+        kernels_scope,
         unattributed: u,
         provenance: ev.provenance.clone().unwrap_or(Value::Null),
         facts: ev.facts.clone(),
