@@ -1552,3 +1552,9 @@ mod tests {
         assert_eq!(digits_to_hash("a1b22c"), "a#b#c");
     }
 }
+
+/// The ranges document of an open export, without the per-occurrence vectors [`analyze`] keeps (appended by
+/// H7 for `report` and `capture-compare`, which need the document only: it bounds their memory).
+pub fn analyze_doc(export: &Export, opts: &RangesOptions) -> Result<RangesDoc> {
+    Ok(analyze_impl(export, opts, false)?.0)
+}

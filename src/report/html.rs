@@ -175,6 +175,9 @@ pub fn render(doc: &ReportDoc) -> String {
             .enumerate()
             .map(|(i, p)| (p.host_wall_time_ns, COLORS[i % COLORS.len()], format!("{} {} ({})", p.label, dur(p.host_wall_time_ns), pct(p.share_of_primary))))
             .collect();
+        if sp.more_children > 0 {
+            parts.push((sp.more_children_ns, "#718096", format!("{} more child labels {}", sp.more_children, dur(sp.more_children_ns))));
+        }
         parts.push((sp.not_in_any_child_ns, "#cbd5e0", format!("in no child range {}", dur(sp.not_in_any_child_ns))));
         h.push_str(&axis_bar("split", &parts, px, 900.0, 22.0));
         h.push_str("<table class=\"split\" id=\"split\"><tr><th></th><th>child range</th><th>share of its wall</th><th>host wall</th></tr>");
@@ -187,6 +190,15 @@ pub fn render(doc: &ReportDoc) -> String {
                 if p.also_under_other_parents { " <span class=\"src\">(also under other parents: an upper bound)</span>" } else { "" },
                 pct(p.share_of_primary),
                 escape(&dur(p.host_wall_time_ns))
+            );
+        }
+        if sp.more_children > 0 {
+            let _ = write!(
+                h,
+                "<tr><td><span class=\"sw\" style=\"background:#718096\"></span></td><td>{} more child labels</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                sp.more_children,
+                pct(sp.more_children_share),
+                escape(&dur(sp.more_children_ns))
             );
         }
         let _ = write!(

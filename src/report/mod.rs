@@ -64,6 +64,9 @@ pub const PYTHON_OUTSIDE_SPAN_MIN: f64 = 0.50;
 /// The category row of kernel time that a cut kernel list omits (its share of the totals, not guessed).
 pub const NOT_LISTED: &str = "not_listed";
 
+/// How many direct children of the primary range `primary_split` lists (the rest are summed).
+const SPLIT_PARTS_MAX: usize = 20;
+
 /// How many non-primary, non-child labels the evidence rows list at most.
 const OTHER_ROWS_MAX: usize = 30;
 
@@ -216,7 +219,12 @@ pub struct SplitPart {
 pub struct PrimarySplit {
     pub label: String,
     pub host_wall_time_ns: i64,
+    /// The longest direct children (at most 20).
     pub children: Vec<SplitPart>,
+    /// Direct children not listed, and their summed host wall.
+    pub more_children: usize,
+    pub more_children_ns: i64,
+    pub more_children_share: f64,
     /// Primary wall − Σ children walls (never negative; children on several threads can overlap).
     pub not_in_any_child_ns: i64,
     pub not_in_any_child_share: f64,
@@ -613,14 +621,26 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     };
 
     // evidence rows: primary, its direct children, then the others by wall
+    // (labels are looked up in a set: an export can hold ~10⁵ distinct labels, e.g. one per torch op with its
+    // shapes, and a list scan per label made `report` quadratic: 188 s on a 10.7 MB export)
     let mut evidence = Vec::new();
+    let mut children: Vec<&RangeRow> = Vec::new();
     if let Some(p) = primary {
         evidence.push(row(p, "primary"));
-        let mut children: Vec<&RangeRow> = ranges.iter().filter(|r| r.label != p.label && r.parents.contains_key(&p.label)).collect();
+        children = ranges.iter().filter(|r| r.label != p.label && r.parents.contains_key(&p.label)).collect();
         children.sort_by(|a, b| b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.cmp(&b.label)));
-        evidence.extend(children.into_iter().map(|r| row(r, "child")));
+        if children.len() > OTHER_ROWS_MAX {
+            notes.push(format!(
+                "{} further direct children of {:?} are not listed as evidence rows (only the {OTHER_ROWS_MAX} longest; primary_split counts them all)",
+                children.len() - OTHER_ROWS_MAX,
+                p.label
+            ));
+        }
+        evidence.extend(children.iter().take(OTHER_ROWS_MAX).map(|r| row(r, "child")));
     }
-    let mut others: Vec<&RangeRow> = ranges.iter().filter(|r| !evidence.iter().any(|e| e.label == r.label)).collect();
+    let listed: std::collections::HashSet<&str> =
+        primary.iter().map(|p| p.label.as_str()).chain(children.iter().map(|r| r.label.as_str())).collect();
+    let mut others: Vec<&RangeRow> = ranges.iter().filter(|r| !listed.contains(r.label.as_str())).collect();
     others.sort_by(|a, b| b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.cmp(&b.label)));
     if others.len() > OTHER_ROWS_MAX {
         notes.push(format!("{} further labels are not listed (only the {OTHER_ROWS_MAX} longest)", others.len() - OTHER_ROWS_MAX));
@@ -741,24 +761,24 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     // the primary range split into its direct children
     let primary_split = primary.map(|p| {
         let w = p.host_wall_time_ns;
-        let children: Vec<SplitPart> = evidence
-            .iter()
-            .filter(|e| e.role == "child")
-            .map(|e| {
-                let r = ranges.iter().find(|r| r.label == e.label);
-                SplitPart {
-                    label: e.label.clone(),
-                    host_wall_time_ns: e.host_wall_time_ns,
-                    share_of_primary: frac(e.host_wall_time_ns, w).unwrap_or(0.0),
-                    also_under_other_parents: r.map(|r| r.parents.keys().any(|k| k != &p.label)).unwrap_or(false),
-                }
-            })
-            .collect();
-        let rest = (w - children.iter().map(|c| c.host_wall_time_ns).sum::<i64>()).max(0);
+        let part = |r: &RangeRow| SplitPart {
+            label: r.label.clone(),
+            host_wall_time_ns: r.host_wall_time_ns,
+            share_of_primary: frac(r.host_wall_time_ns, w).unwrap_or(0.0),
+            also_under_other_parents: r.parents.keys().any(|k| k != &p.label),
+        };
+        let all_children: i64 = children.iter().map(|c| c.host_wall_time_ns).sum();
+        let listed: Vec<SplitPart> = children.iter().take(SPLIT_PARTS_MAX).map(|r| part(r)).collect();
+        let more = children.len().saturating_sub(SPLIT_PARTS_MAX);
+        let more_ns: i64 = children.iter().skip(SPLIT_PARTS_MAX).map(|c| c.host_wall_time_ns).sum();
+        let rest = (w - all_children).max(0);
         PrimarySplit {
             label: p.label.clone(),
             host_wall_time_ns: w,
-            children,
+            children: listed,
+            more_children: more,
+            more_children_ns: more_ns,
+            more_children_share: frac(more_ns, w).unwrap_or(0.0),
             not_in_any_child_ns: rest,
             not_in_any_child_share: frac(rest, w).unwrap_or(0.0),
         }
