@@ -17,7 +17,7 @@ use nsyskit::contract::{render, Error, Input, Style};
 #[command(
     name = "bundle-merge",
     version,
-    after_help = "Examples:\n  kern-csv-to-json fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv > k.json\n  bundle-merge bundle.json k.json\n  gate-check rep.sqlite | bundle-merge bundle.json\n  bundle-merge --check bundle.json k.json gate.json"
+    after_help = "Examples:\n  kern-csv-to-json \\\n    fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv > k.json\n  bundle-merge bundle.json k.json\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    | bundle-merge bundle.json\n  bundle-merge --check bundle.json k.json  # exit 0: nothing would change"
 )]
 struct Args {
     /// The evidence bundle (a JSON object; created when absent)

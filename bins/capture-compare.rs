@@ -11,8 +11,9 @@ use nsyskit::contract::cli::{emit, main_with, OutputArgs};
 /// `--fail-on-regression` tripped, or `--save-baseline` over captures that are not comparable; 2: bad usage or input.
 #[derive(Parser)]
 #[command(
+    name = "capture-compare",
     version,
-    after_help = "Examples:\n  cd fixtures/nsys-2025.3.1\n  capture-compare gpu_full_node.sqlite gpu_full_graph.sqlite            # node vs graph level: refused, exit 1\n  capture-compare --tier decode decode_clean.sqlite decode_mixed.sqlite  # G7 RETRY on the second: refused\n  capture-compare --baseline gpu_full_node.sqlite --trial gpu_full_node.sqlite --fail-on-regression 5"
+    after_help = "Examples (from the repository root):\n  cd fixtures/nsys-2025.3.1\n  capture-compare gpu_full_node.sqlite gpu_full_graph.sqlite  # exit 1\n  capture-compare --tier decode decode_clean.sqlite \\\n    decode_mixed.sqlite  # exit 1\n  capture-compare --baseline gpu_full_node.sqlite \\\n    --trial gpu_full_node.sqlite --fail-on-regression 5"
 )]
 struct Args {
     /// The baseline capture: bundle JSON, ranges JSON, nsys .sqlite export or stored baseline (`-` = stdin, for one of A/B)

@@ -13,7 +13,7 @@ use nsyskit::readiness::ReadinessOptions;
 #[command(
     name = "gate-check",
     version,
-    after_help = "Example:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n      --log fixtures/logs/nsys-2023.4.4_gpu_full_node_FAILED-cbid468.console.txt\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --readiness --range-prefix vibeserve"
+    after_help = "Examples:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  f=nsys-2023.4.4_gpu_full_node_FAILED-cbid468\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n    --log fixtures/logs/$f.console.txt  # exit 1: RETRY G0, G4\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode # exit 1\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --readiness --range-prefix vibeserve"
 )]
 struct Args {
     /// The capture: an .nsys-rep (exported with nsys: NSYS_BIN, else nsys on PATH), an .sqlite export, a

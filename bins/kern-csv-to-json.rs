@@ -13,7 +13,7 @@ use nsyskit::kern_csv::{run_to_writer, KernCsvOptions, DEFAULT_TOP};
 #[command(
     name = "kern-csv-to-json",
     version,
-    after_help = "Examples:\n  kern-csv-to-json fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv --top 5 --pretty\n  nsys stats --report cuda_gpu_kern_sum --format csv --output - rep.sqlite | kern-csv-to-json -\n  kern-csv-to-json stats.csv | bundle-merge bundle.json"
+    after_help = "Examples:\n  kern-csv-to-json --top 5 --pretty \\\n    fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv\n  nsys stats --report cuda_gpu_kern_sum --format csv --output - \\\n    fixtures/nsys-2023.4.4/gpu_range_node.sqlite | kern-csv-to-json -\n  kern-csv-to-json \\\n    fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv \\\n    | bundle-merge bundle.json"
 )]
 struct Args {
     /// The CSV file written by `nsys stats --format csv`, or `-` for stdin (nsys's console output with its

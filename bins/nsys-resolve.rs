@@ -22,7 +22,7 @@ use nsyskit::resolve::{ProvenanceOptions, ResolveOptions};
 #[command(
     name = "nsys-resolve",
     version,
-    after_help = "Examples:\n  nsys-resolve --nsys /root/.cache/nsyskit/nsys-2023.4/usr/bin/nsys --pretty\n  nsys-resolve --preflight --gpu 0 --port 8000 --shm 'vllm_*' --record runs/r1\n  nsys-resolve --flags '--trace=cuda,nvtx --cuda-graph-trace=node' --repo . --env HF_TOKEN"
+    after_help = "Examples:\n  nsys-resolve --nsys \"$(scripts/get-nsys)\" --pretty\n  nsys-resolve --preflight --gpu 0 --port 8000 --shm 'vllm_*' \\\n    --record runs/r1\n  nsys-resolve --flags '--trace=cuda,nvtx --cuda-graph-trace=node' \\\n    --repo . --env HF_TOKEN"
 )]
 struct Args {
     /// Use exactly this nsys (no fallback when it is unusable)

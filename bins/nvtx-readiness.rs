@@ -13,7 +13,7 @@ use nsyskit::readiness::{self, ReadinessOptions, DEFAULT_MAX_OPAQUE_SHARE};
 #[command(
     name = "nvtx-readiness",
     version,
-    after_help = "Example:\n  nvtx-readiness fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve --pretty\n  nvtx-readiness fixtures/nsys-2025.3.1/decode_clean.sqlite --compact | jq '.iterations'"
+    after_help = "Examples:\n  nvtx-readiness fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --range-prefix vibeserve --pretty\n  nvtx-readiness fixtures/nsys-2025.3.1/decode_clean.sqlite --compact \\\n    | jq '.iterations'"
 )]
 struct Args {
     /// The export written by `nsys export --type sqlite` (or an .nsys-rep, exported into a temporary folder;

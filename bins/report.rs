@@ -9,8 +9,9 @@ use nsyskit::contract::cli::{emit, main_with, OutputArgs};
 /// export. `--html OUT.html` also writes a self-contained page (no network, no script).
 #[derive(Parser)]
 #[command(
+    name = "report",
     version,
-    after_help = "Example:\n  report fixtures/nsys-2025.3.1/gpu_full_node.sqlite --html /tmp/report.html --pretty"
+    after_help = "Example:\n  report fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --html /tmp/report.html --pretty"
 )]
 struct Args {
     /// Evidence bundle JSON, ranges JSON or nsys .sqlite export (`-` = stdin; a FIFO is read like stdin)

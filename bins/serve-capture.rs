@@ -14,15 +14,7 @@ use nsyskit::serve_capture::{self, ServeCaptureOptions};
     name = "serve-capture",
     version,
     about = "Profile a server you control under nsys: readiness, warmup, bounded load across the capture window, clean stop",
-    after_help = "Example (CPU only, nsys 2023.4 in NSYS_BIN; the test server is scripts/cpu/vibeserve_http.c):\n  \
-NVTX_INC=$(dirname $(find -L \"$(dirname \"$NSYS_BIN\")/..\" -path '*nvtx/include/nvtx3' | head -1))\n  \
-gcc -O1 -I\"$NVTX_INC\" scripts/cpu/vibeserve_http.c -o /tmp/vibeserve_http -ldl\n  \
-serve-capture --trace nvtx,osrt --delay 3 --duration 3 \\\n    \
---health http://127.0.0.1:18080/health --models http://127.0.0.1:18080/v1/models \\\n    \
---warmup \"curl -sf -o /dev/null http://127.0.0.1:18080/generate\" \\\n    \
---load \"/tmp/vibeserve_http --client 18080 8\" --out runs/cpu1 -- /tmp/vibeserve_http 18080\n\n\
-On this CPU example exit 1 is expected: a CPU-only capture has no CUDA rows, so gate-check says RETRY (G1, G3) with outcome ok.\n\n\
-Exit: 0 ok and gate-check PASS, 1 a stage failed or gate-check says RETRY (the document says which), 2 bad usage (nothing started), 130/143 interrupted by SIGINT/SIGTERM (after cleanup)."
+    after_help = "Example (CPU only, nsys 2023.4 in NSYS_BIN, the test server scripts/cpu/vibeserve_http.c; exit 1 expected: the capture, ranges and bundle are written, but a CPU-only capture has no CUDA data, so gate-check says RETRY G1/G3):\n  NVTX_INC=$(dirname $(find -L \"$(dirname \"$NSYS_BIN\")/..\" \\\n    -path '*nvtx/include/nvtx3' | head -1))\n  gcc -O1 -I\"$NVTX_INC\" scripts/cpu/vibeserve_http.c \\\n    -o /tmp/vibeserve_http -ldl\n  serve-capture --trace nvtx,osrt --delay 3 --duration 3 \\\n    --health http://127.0.0.1:18080/health \\\n    --models http://127.0.0.1:18080/v1/models \\\n    --warmup \"curl -sf -o /dev/null http://127.0.0.1:18080/generate\" \\\n    --load \"/tmp/vibeserve_http --client 18080 8\" \\\n    --out runs/cpu1 -- /tmp/vibeserve_http 18080\n\nExit: 0 ok and gate-check PASS, 1 a stage failed or gate-check says RETRY (the document says which), 2 bad usage (nothing started), 130/143 interrupted by SIGINT/SIGTERM (after cleanup)."
 )]
 struct Args {
     /// The nsys binary (default: NSYS_BIN, else nsys on PATH)

@@ -19,7 +19,7 @@ enum Format {
 #[command(
     name = "sqlite-ranges",
     version,
-    after_help = "Example:\n  sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve. --format table\n  sqlite-ranges fixtures/nsys-2023.4.4/gpu_range_node.sqlite --compact | jq '.ranges[0]'\n  sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --no-fold --compact | jq '.ranges | length'"
+    after_help = "Examples:\n  sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --range-prefix vibeserve. --format table\n  sqlite-ranges fixtures/nsys-2023.4.4/gpu_range_node.sqlite --compact \\\n    | jq '.ranges[0]'\n  sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --no-fold \\\n    --compact | jq '.ranges | length'"
 )]
 struct Args {
     /// The export written by `nsys export --type sqlite` (or an .nsys-rep, exported into a temporary folder;

@@ -169,6 +169,14 @@ pub struct Evidence {
     /// The provenance block as given.
     #[serde(skip)]
     pub provenance: Option<Value>,
+    /// When and on what the capture was taken (the export's metadata, or the bundle's ranges document
+    /// `source.capture`).
+    #[serde(skip)]
+    pub capture: Option<crate::export::CaptureInfo>,
+    /// The totals of the whole kernel table (`kernel_profile.totals`) when the bundle records them: shares are
+    /// taken over these, whatever part of the table `kernels` lists.
+    #[serde(skip)]
+    pub kernel_totals: Option<KernelTotals>,
     /// `kernel_profile.gates`: the gate-check verdict and its retry reasons, when the bundle has them.
     #[serde(skip)]
     pub gates: Option<(String, Vec<String>)>,
@@ -187,6 +195,16 @@ pub struct Evidence {
     /// `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (raw export only).
     #[serde(skip)]
     pub started_utc_ns: Option<i64>,
+}
+
+/// The totals of a capture's whole kernel table, as a bundle records them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KernelTotals {
+    pub total_time_ns: i64,
+    pub kernels: Option<i64>,
+    pub instances: Option<i64>,
+    /// Where they were read (`kernel_profile.totals`).
+    pub source: String,
 }
 
 /// Does the file start with the SQLite header? (false when it cannot be read: the JSON path reports that; a
@@ -296,6 +314,7 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
     if schema == "nsyskit.ranges/v1" {
         ev.kind = "ranges".into();
         ev.ranges = Some(ranges_view(v, &format!("{name}: $"))?);
+        ev.capture = v.pointer("/source/capture").and_then(|c| serde_json::from_value(c.clone()).ok());
         return Ok(ev);
     }
     let kp = obj.get("kernel_profile");
@@ -317,6 +336,7 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
                 _ => (r, "$.kernel_profile.ranges"),
             };
             ev.ranges = Some(ranges_view(r, &format!("{name}: {at}"))?);
+            ev.capture = r.pointer("/source/capture").and_then(|c| serde_json::from_value(c.clone()).ok());
         }
         if let Some(tk) = kp.get("top_kernels").filter(|t| !t.is_null()) {
             let Some(list) = tk.as_array() else {
@@ -330,6 +350,29 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
             }
             ev.kernels = Some(ks);
             ev.kernels_source = Some("kernel_profile.top_kernels".into());
+        }
+        // the full kernel table kern-csv-to-json keeps at kernel_profile.stats.<report>.rows (top_kernels may be
+        // cut by --top): preferred, so that shares never come from a truncated list
+        for report in crate::kern_csv::KERNEL_REPORTS {
+            let Some(rows) = kp.get("stats").and_then(|s| s.get(*report)).and_then(|d| d.get("rows")).and_then(|r| r.as_array()) else { continue };
+            let ks: Option<Vec<KernelStat>> = rows.iter().map(kernel_stat).collect();
+            if let Some(ks) = ks.filter(|k| !k.is_empty()) {
+                ev.kernels = Some(ks);
+                ev.kernels_source = Some(format!("kernel_profile.stats.{report}.rows"));
+                break;
+            }
+        }
+        // the totals of the whole kernel table: the denominator of every share
+        let totals = kp.get("totals").filter(|t| t.is_object()).map(|t| (t, "kernel_profile.totals")).or_else(|| {
+            crate::kern_csv::KERNEL_REPORTS
+                .iter()
+                .find_map(|r| kp.get("stats").and_then(|s| s.get(*r)).and_then(|d| d.get("totals")).filter(|t| t.is_object()).map(|t| (t, "kernel_profile.stats totals")))
+        });
+        if let Some((t, at)) = totals {
+            let n = |k: &str| t.get(k).and_then(|v| v.as_i64());
+            if let Some(total) = n("total_time_ns") {
+                ev.kernel_totals = Some(KernelTotals { total_time_ns: total, kernels: n("kernels"), instances: n("instances"), source: at.into() });
+            }
         }
     }
     if let Some(kp) = kp {
@@ -641,6 +684,7 @@ pub fn from_export(path: &Path) -> Result<Evidence> {
     export.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
     let mut ev = Evidence { source: cap.source.path.clone(), kind: cap.source.kind.clone(), ..Default::default() };
     ev.facts = export_facts(export)?;
+    ev.capture = Some(crate::export::capture_info(export)?);
     let (kernels, memcpy) = export_kernel_stats(export)?;
     ev.kernels = Some(kernels);
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
@@ -654,9 +698,13 @@ pub fn from_export(path: &Path) -> Result<Evidence> {
 
 /// The ranges of an export, computed by the ranges library (`sqlite-ranges`, all labels, no window).
 pub fn export_ranges(export: &Export) -> Result<RangesView> {
-    // labels folded by the one rule of crate::labels (as sqlite-ranges does by default)
-    let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions { fold: true, ..Default::default() })?;
-    ranges_view_of(export, &a)
+    // the document only (no per-occurrence vectors), through compact bytes rather than a Value tree: this
+    // bounds what report/capture-compare hold on exports with ~10⁵ labels; labels folded by the one rule of
+    // crate::labels (as sqlite-ranges does by default)
+    let doc = crate::ranges::analyze_doc(export, &crate::ranges::RangesOptions { fold: true, ..Default::default() })?;
+    let bytes = serde_json::to_vec(&doc).map_err(|e| Error::input(format!("{}: ranges: {e}", export.name())))?;
+    drop(doc);
+    serde_json::from_slice(&bytes).map_err(|e| Error::input(format!("{}: ranges: {e}", export.name())))
 }
 
 fn ranges_view_of(export: &Export, a: &crate::ranges::Analysis) -> Result<RangesView> {

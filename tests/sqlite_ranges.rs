@@ -252,7 +252,7 @@ fn a_report_is_exported_into_a_temporary_folder() {
     let tmp = tempfile::tempdir().unwrap();
     let rep = tmp.path().join("cpu.nsys-rep");
     std::fs::copy(common::fixture("nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep"), &rep).unwrap();
-    let out = ranges_cmd().arg(&rep).arg("--nsys").arg(&nsys).output().unwrap();
+    let out = ranges_cmd().arg(&rep).arg("--nsys").arg(&nsys).arg("--no-fold").output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let doc = common::one_doc(&out.stdout);
     assert_eq!(doc["source"]["kind"], "nsys-rep");

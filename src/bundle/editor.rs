@@ -174,7 +174,7 @@ fn render(value: &Value, pretty: bool, indent: &str, style: &Style) -> String {
 }
 
 /// Set `path` to `value` in `text` (valid JSON whose top level must be an object).
-pub(crate) fn apply(text: &str, path: &[String], value: &Value, bundle_name: &str) -> Result<String> {
+pub(crate) fn apply(text: &str, path: &[String], value: &Value, keep_existing: bool, bundle_name: &str) -> Result<String> {
     let style = detect_style(text);
     let b = text.as_bytes();
     let open = skip_ws(b, text.len() - text.trim_start_matches('\u{feff}').len());
@@ -198,6 +198,9 @@ pub(crate) fn apply(text: &str, path: &[String], value: &Value, bundle_name: &st
         }
         let last = depth + 1 == path.len();
         match hits.first() {
+            Some(m) if last && keep_existing && &text[m.value_start..m.value_end] != "null" => {
+                return Ok(text.to_string());
+            }
             Some(m) if last => {
                 let pretty = obj_pretty(text, &obj, &style);
                 let indent = line_indent(text, m.key_start);

@@ -215,6 +215,8 @@ fn name_bundle_place(e: Error, bytes: &[u8]) -> Error {
 pub struct Edit {
     pub path: Vec<String>,
     pub value: Value,
+    /// Leave a non-null value already there as it is (a CSV's mtime never replaces the capture's start).
+    pub keep_existing: bool,
 }
 
 impl Edit {
@@ -227,6 +229,7 @@ fn at(path: &str, value: Value) -> Edit {
     Edit {
         path: path.split('.').map(String::from).collect(),
         value,
+        keep_existing: false,
     }
 }
 
@@ -265,12 +268,22 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
         )));
     };
     Ok(match p {
-        Placement::At(path) => vec![at(path, doc.value.clone())],
+        Placement::At(path) => {
+            let mut edits = vec![at(path, doc.value.clone())];
+            // a ranges document knows when its capture started (the export's session start)
+            if kind == "ranges" {
+                if let Some(t) = doc.value.pointer("/source/capture/captured_at").filter(|t| t.is_string()) {
+                    edits.push(at("kernel_profile.captured_at", t.clone()));
+                }
+            }
+            edits
+        }
         Placement::Comparisons => {
             let key = comparison_key(&doc.value);
             vec![Edit {
                 path: vec!["comparisons".into(), key],
                 value: doc.value.clone(),
+                keep_existing: false,
             }]
         }
         Placement::Named(prefix) => {
@@ -279,7 +292,7 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
                 .and_then(|n| n.as_str())
                 .filter(|n| !n.is_empty())
                 .ok_or_else(|| Error::input(format!("{whr}: $.name: missing or not a string (it names the entry under {prefix})")))?;
-            vec![Edit { path: vec![prefix.into(), name.into()], value: doc.value.clone() }]
+            vec![Edit { path: vec![prefix.into(), name.into()], value: doc.value.clone(), keep_existing: false }]
         }
         Placement::KernelProfile => {
             let report = obj
@@ -309,14 +322,20 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
                 edits.push(at("kernel_profile.top_kernels", top.clone()));
                 edits.push(at("kernel_profile.totals", totals.clone()));
                 edits.push(at("kernel_profile.summary_csv_path", csv_path));
-                edits.push(at(
+                // the CSV's mtime is only an upper bound of the capture time: it fills a gap, it never replaces
+                // the capture's start a ranges document recorded
+                let mut captured = at(
                     "kernel_profile.captured_at",
                     obj.get("captured_at").cloned().unwrap_or(Value::Null),
-                ));
+                );
+                captured.keep_existing =
+                    obj.get("captured_at_from").and_then(|v| v.as_str()) != Some("--captured-at");
+                edits.push(captured);
             }
             edits.push(Edit {
                 path: vec!["kernel_profile".into(), "stats".into(), report.to_string()],
                 value: doc.value.clone(),
+                keep_existing: false,
             });
             edits
         }
@@ -390,7 +409,7 @@ pub fn merge_text(
     let mut merged = Vec::new();
     for (d, edits) in docs.iter().zip(plans) {
         for e in &edits {
-            text = editor::apply(&text, &e.path, &e.value, bundle_name)?;
+            text = editor::apply(&text, &e.path, &e.value, e.keep_existing, bundle_name)?;
         }
         merged.push(MergedDoc {
             source: d.source.clone(),

@@ -178,3 +178,70 @@ impl StdinCopy {
         f(&self.path).map_err(|e| self.rename_err(e))
     }
 }
+
+// ---- the capture header (`report`) and the capture start the ranges document carries (bundle-merge records it
+// as `kernel_profile.captured_at`, not a file's mtime)
+
+
+/// When and on what a capture was taken, as the export records it. Every field is null when the export does
+/// not record it (these tables are metadata, not evidence: their absence is not an error).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CaptureInfo {
+    /// The capture's start, RFC 3339 UTC (`TARGET_INFO_SESSION_START_TIME.utcTime`).
+    pub captured_at: Option<String>,
+    /// Where `captured_at` was read.
+    pub captured_at_from: Option<String>,
+    /// GPU names (`TARGET_INFO_GPU.name`), sorted, distinct.
+    pub gpus: Vec<String>,
+    /// NVIDIA driver (`TARGET_INFO_SYSTEM_ENV` `NvDriverVersion`; `0` on a machine without a driver is null).
+    pub driver_version: Option<String>,
+    /// The CUDA version the driver supports (`CudaDriverVersion`, e.g. `13000` = 13.0).
+    pub cuda_driver_version: Option<String>,
+    /// The capture's duration and its bounds on the export's clock (`ANALYSIS_DETAILS`).
+    pub duration_ns: Option<i64>,
+    pub start_ns: Option<i64>,
+    pub stop_ns: Option<i64>,
+}
+
+/// The capture header of an export (read-only; optional tables give nulls).
+pub fn capture_info(export: &Export) -> Result<CaptureInfo> {
+    let mut c = CaptureInfo::default();
+    let conn = export.conn();
+    if let Some(t) = export.optional("TARGET_INFO_SESSION_START_TIME", &["utcTime"])? {
+        let v: Option<String> = conn
+            .query_row(&format!("SELECT CAST(utcTime AS TEXT) FROM \"{}\" LIMIT 1", t.name), [], |r| r.get(0))
+            .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
+            .map_err(export.sql_err("TARGET_INFO_SESSION_START_TIME.utcTime"))?;
+        if let Some(v) = v.filter(|v| !v.trim().is_empty()) {
+            let v = v.trim();
+            c.captured_at = Some(if v.ends_with('Z') || v.contains('+') { v.to_string() } else { format!("{v}Z") });
+            c.captured_at_from = Some("TARGET_INFO_SESSION_START_TIME.utcTime".into());
+        }
+    }
+    if let Some(t) = export.optional("TARGET_INFO_GPU", &["name"])? {
+        let mut stmt = conn.prepare(&format!("SELECT DISTINCT name FROM \"{}\" WHERE name IS NOT NULL ORDER BY name", t.name)).map_err(export.sql_err("TARGET_INFO_GPU.name"))?;
+        c.gpus = stmt.query_map([], |r| r.get::<_, String>(0)).and_then(|r| r.collect()).map_err(export.sql_err("TARGET_INFO_GPU.name"))?;
+    }
+    if let Some(t) = export.optional("TARGET_INFO_SYSTEM_ENV", &["name", "value"])? {
+        let get = |key: &str| -> Result<Option<String>> {
+            conn.query_row(&format!("SELECT CAST(value AS TEXT) FROM \"{}\" WHERE name = ?1 LIMIT 1", t.name), [key], |r| r.get::<_, Option<String>>(0))
+                .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
+                .map_err(export.sql_err("TARGET_INFO_SYSTEM_ENV"))
+        };
+        let known = |v: Option<String>| v.filter(|v| !v.trim().is_empty() && v.trim() != "0");
+        c.driver_version = known(get("NvDriverVersion")?);
+        c.cuda_driver_version = known(get("CudaDriverVersion")?);
+    }
+    if let Some(t) = export.optional("ANALYSIS_DETAILS", &["duration", "startTime", "stopTime"])? {
+        let row: Option<(Option<i64>, Option<i64>, Option<i64>)> = conn
+            .query_row(&format!("SELECT duration, startTime, stopTime FROM \"{}\" LIMIT 1", t.name), [], |r| Ok(Some((r.get(0)?, r.get(1)?, r.get(2)?))))
+            .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
+            .map_err(export.sql_err("ANALYSIS_DETAILS"))?;
+        if let Some((d, s, e)) = row {
+            c.duration_ns = d;
+            c.start_ns = s;
+            c.stop_ns = e;
+        }
+    }
+    Ok(c)
+}

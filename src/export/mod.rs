@@ -26,7 +26,7 @@ pub mod graph;
 pub mod rows;
 pub mod schema;
 
-pub use capture::{default_nsys, nsys_export_args, open_capture, run_nsys_export, CaptureSource, OpenedCapture, StdinCopy, STDIN_NAME};
+pub use capture::{capture_info, CaptureInfo, default_nsys, nsys_export_args, open_capture, run_nsys_export, CaptureSource, OpenedCapture, StdinCopy, STDIN_NAME};
 pub use graph::{GraphFacts, GraphTraceMode};
 pub use rows::{describe_skips, merge_skips, session_start_utc_ns, DeviceRow, IntervalSkips, NvtxRow, RowSkips, RuntimeRow, SyncRow};
 pub use schema::DeviceKind;

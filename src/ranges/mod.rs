@@ -424,6 +424,10 @@ pub struct RangesSource {
     pub exported_with: Option<String>,
     /// `--window` when given: occurrences with `start <= o.start` and `o.end <= end` were kept.
     pub window: Option<TimeWindow>,
+    /// When and on what the capture was taken (export metadata: session start, GPUs, driver, duration);
+    /// bundle-merge copies `capture.captured_at` to `kernel_profile.captured_at`.
+    #[serde(default)]
+    pub capture: Option<crate::export::CaptureInfo>,
 }
 
 /// `--window START:END` of sqlite-ranges, in ns on the export's clock (not serve-capture's capture window).
@@ -1435,6 +1439,7 @@ fn finish(
             kind: "sqlite".into(),
             exported_with: None,
             window: opts.window.map(|(start, end)| TimeWindow { start, end }),
+            capture: Some(crate::export::capture_info(export)?),
         },
         tables_present: w.tables_present.clone(),
         ranges,
@@ -1566,4 +1571,10 @@ mod tests {
         assert_eq!(digits_to_hash("vibeserve.request.12"), "vibeserve.request.#");
         assert_eq!(digits_to_hash("a1b22c"), "a#b#c");
     }
+}
+
+/// The ranges document of an open export, without the per-occurrence vectors [`analyze`] keeps (appended by
+/// H7 for `report` and `capture-compare`, which need the document only: it bounds their memory).
+pub fn analyze_doc(export: &Export, opts: &RangesOptions) -> Result<RangesDoc> {
+    Ok(analyze_impl(export, opts, false)?.0)
 }

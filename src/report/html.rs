@@ -1,12 +1,20 @@
 //! `report --html`: one self-contained page (inline CSS and SVG, no script, no network).
 //!
-//! Per range label two stacked bars, each scaled to 100 % of its own total: host wall = coverage by device
-//! work + uncovered host time, and device-work span = busy + idle within span. Then the top kernels with
-//! their categories and the category shares.
+//! From the top: the verdict and its reason; the capture header (GPU, driver, nsys, start, duration, window,
+//! kernels); the primary range split into its direct children (one bar = its host wall); per range label two
+//! bars on ONE time axis for the whole section (the longest wall or span is the full width, so 5 837 ms and
+//! 3 ms never look the same length): host wall = coverage by device work + uncovered host time, and
+//! device-work span = busy + idle within span; the kernel categories and top kernels as shares of the whole
+//! kernel table; what is not attributed; the decision signals and the provenance as tables.
+//!
+//! Every bar segment carries `data-ns` (its duration) and every bar `data-axis` (its section), so a test can
+//! check the geometry the browser rendered against the document.
 
 use std::fmt::Write;
 
-use super::ReportDoc;
+use serde_json::Value;
+
+use super::{dur, ReportDoc};
 
 /// HTML-escape text for element content and attribute values.
 pub fn escape(s: &str) -> String {
@@ -28,6 +36,10 @@ fn ms(ns: i64) -> String {
     format!("{:.3} ms", ns as f64 / 1e6)
 }
 
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
 fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() > n {
         format!("{}…", s.chars().take(n).collect::<String>())
@@ -38,28 +50,68 @@ fn truncate(s: &str, n: usize) -> String {
 
 const COLORS: &[&str] = &["#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795", "#b7791f", "#718096", "#e53e3e", "#4a5568"];
 
-/// A horizontal stacked bar: `(value, color, title)` parts scaled to their sum over `width` pixels.
-fn stacked_bar(parts: &[(i64, &str, String)], width: f64, height: f64) -> String {
-    let total: i64 = parts.iter().map(|p| p.0.max(0)).sum();
+/// Width in pixels of the time axis of the ranges section and of the split bar.
+pub const AXIS_PX: f64 = 360.0;
+
+/// A horizontal bar on a shared axis: `(ns, color, title)` parts, `px_per_ns` pixels per nanosecond, inside an
+/// SVG `width` wide (the axis), the unused rest left blank.
+fn axis_bar(axis: &str, parts: &[(i64, &str, String)], px_per_ns: f64, width: f64, height: f64) -> String {
     let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" role=\"img\"><rect x=\"0\" y=\"0\" width=\"{width}\" height=\"{height}\" fill=\"#edf2f7\"/>"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" role=\"img\" data-axis=\"{axis}\"><rect x=\"0\" y=\"0\" width=\"{width}\" height=\"{height}\" fill=\"#f7fafc\"/>"
     );
-    if total > 0 {
-        let mut x = 0.0;
-        for (v, color, title) in parts {
-            let w = width * (*v).max(0) as f64 / total as f64;
-            if w > 0.0 {
-                let _ = write!(
-                    svg,
-                    "<rect x=\"{x:.2}\" y=\"0\" width=\"{w:.2}\" height=\"{height}\" fill=\"{color}\"><title>{}</title></rect>",
-                    escape(title)
-                );
-            }
-            x += w;
-        }
+    let mut x = 0.0;
+    for (v, color, title) in parts {
+        let w = px_per_ns * (*v).max(0) as f64;
+        let _ = write!(
+            svg,
+            "<rect class=\"seg\" data-ns=\"{}\" x=\"{x:.3}\" y=\"0\" width=\"{w:.3}\" height=\"{height}\" fill=\"{color}\"><title>{}</title></rect>",
+            (*v).max(0),
+            escape(title)
+        );
+        x += w;
     }
     svg.push_str("</svg>");
     svg
+}
+
+fn row(h: &mut String, key: &str, id: &str, value: &str) {
+    let _ = write!(h, "<tr><th>{}</th><td data-k=\"{}\">{}</td></tr>", escape(key), escape(id), value);
+}
+
+fn opt(s: &Option<String>) -> String {
+    s.as_deref().map(escape).unwrap_or_else(|| "<span class=\"unk\">not recorded</span>".into())
+}
+
+/// A JSON value flattened into `(dotted path, text)` rows (arrays of scalars joined; at most `max` rows).
+fn flatten(v: &Value, path: String, out: &mut Vec<(String, String)>, max: usize) {
+    if out.len() >= max {
+        return;
+    }
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                flatten(x, p, out, max);
+            }
+        }
+        Value::Array(a) if a.iter().all(|x| !x.is_object() && !x.is_array()) => {
+            out.push((path, a.iter().map(scalar).collect::<Vec<_>>().join(" ")));
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                flatten(x, format!("{path}[{i}]"), out, max);
+            }
+        }
+        x => out.push((path, scalar(x))),
+    }
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::Null => "—".into(),
+        Value::String(s) => s.clone(),
+        x => x.to_string(),
+    }
 }
 
 /// Render the report as a self-contained HTML page.
@@ -73,7 +125,7 @@ pub fn render(doc: &ReportDoc) -> String {
     );
     let _ = write!(
         h,
-        "<h1>nsyskit report <span class=\"class {c}\">{c}</span></h1><p class=\"reason\"><b>{rule}</b>: {reason}</p><p class=\"src\">source: {src} ({kind}); primary range: {label} ({choice})</p>",
+        "<h1>nsyskit report <span class=\"class {c}\" id=\"class\">{c}</span></h1><p class=\"reason\"><b>{rule}</b>: {reason}</p><p class=\"src\">source: {src} ({kind}); primary range: {label} ({choice})</p>",
         c = escape(&doc.class),
         rule = escape(&doc.decision.rule),
         reason = escape(&doc.decision.reason),
@@ -83,32 +135,118 @@ pub fn render(doc: &ReportDoc) -> String {
         choice = escape(&doc.decision.primary_label_choice),
     );
 
-    // ranges
+    // capture header
+    let c = &doc.capture;
+    h.push_str("<h2>Capture</h2><table class=\"kv\" id=\"capture\">");
+    row(&mut h, "GPU", "gpu", &if c.gpus.is_empty() { opt(&None) } else { escape(&c.gpus.join(", ")) });
+    let cuda = c.cuda_driver_version.as_deref().and_then(|v| v.parse::<i64>().ok()).map(|v| format!(" (CUDA {}.{})", v / 1000, (v % 1000) / 10));
+    row(&mut h, "driver", "driver", &format!("{}{}", opt(&c.driver_version), escape(&cuda.unwrap_or_default())));
+    row(&mut h, "nsys (export)", "nsys", &opt(&c.nsys_version));
+    row(
+        &mut h,
+        "captured at",
+        "captured_at",
+        &format!("{}{}", opt(&c.captured_at), c.captured_at_from.as_deref().map(|f| format!(" <span class=\"src\">({})</span>", escape(f))).unwrap_or_default()),
+    );
+    row(&mut h, "duration", "duration", &c.duration_ns.map(dur).map(|d| escape(&d)).unwrap_or_else(|| opt(&None)));
+    let window = match &c.window {
+        Value::Null => opt(&None),
+        Value::String(s) => escape(s),
+        Value::Object(m) => escape(&m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| format!("{k}={}", scalar(v))).collect::<Vec<_>>().join(", ")),
+        v => escape(&v.to_string()),
+    };
+    row(&mut h, "window", "window", &window);
+    row(&mut h, "CUDA graph trace", "graph_trace", &opt(&c.graph_trace_level));
+    let kernels = match (c.kernel_names, c.kernel_instances, c.kernel_time_ns) {
+        (Some(n), Some(i), Some(t)) => format!("{n} kernel names, {i} launches, {} of kernel time", dur(t)),
+        (Some(n), _, _) => format!("{n} kernel names"),
+        _ => "no kernel statistics".into(),
+    };
+    row(&mut h, "kernels", "kernels", &escape(&kernels));
+    h.push_str("</table>");
+
+    // the primary range split into its children
+    if let Some(sp) = &doc.primary_split {
+        let _ = write!(h, "<h2>Where the time of {} went</h2>", escape(&sp.label));
+        let px = if sp.host_wall_time_ns > 0 { 900.0 / sp.host_wall_time_ns as f64 } else { 0.0 };
+        let mut parts: Vec<(i64, &str, String)> = sp
+            .children
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.host_wall_time_ns, COLORS[i % COLORS.len()], format!("{} {} ({})", p.label, dur(p.host_wall_time_ns), pct(p.share_of_primary))))
+            .collect();
+        if sp.more_children > 0 {
+            parts.push((sp.more_children_ns, "#718096", format!("{} more child labels {}", sp.more_children, dur(sp.more_children_ns))));
+        }
+        parts.push((sp.not_in_any_child_ns, "#cbd5e0", format!("in no child range {}", dur(sp.not_in_any_child_ns))));
+        h.push_str(&axis_bar("split", &parts, px, 900.0, 22.0));
+        h.push_str("<table class=\"split\" id=\"split\"><tr><th></th><th>child range</th><th>share of its wall</th><th>host wall</th></tr>");
+        for (i, p) in sp.children.iter().enumerate() {
+            let _ = write!(
+                h,
+                "<tr><td><span class=\"sw\" style=\"background:{}\"></span></td><td class=\"label\">{}{}</td><td class=\"num\" data-k=\"split-share\">{}</td><td class=\"num\">{}</td></tr>",
+                COLORS[i % COLORS.len()],
+                escape(&p.label),
+                if p.also_under_other_parents { " <span class=\"src\">(also under other parents: an upper bound)</span>" } else { "" },
+                pct(p.share_of_primary),
+                escape(&dur(p.host_wall_time_ns))
+            );
+        }
+        if sp.more_children > 0 {
+            let _ = write!(
+                h,
+                "<tr><td><span class=\"sw\" style=\"background:#718096\"></span></td><td>{} more child labels</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                sp.more_children,
+                pct(sp.more_children_share),
+                escape(&dur(sp.more_children_ns))
+            );
+        }
+        let _ = write!(
+            h,
+            "<tr><td><span class=\"sw\" style=\"background:#cbd5e0\"></span></td><td>in no child range</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr></table>",
+            pct(sp.not_in_any_child_share),
+            escape(&dur(sp.not_in_any_child_ns))
+        );
+        let _ = write!(h, "<p class=\"src\">100% = {} of host wall, summed over its occurrences.</p>", escape(&dur(sp.host_wall_time_ns)));
+    }
+
+    // ranges, one axis
     h.push_str("<h2>Ranges</h2><p class=\"legend\"><span style=\"background:#38a169\"></span>covered by device work <span style=\"background:#a0aec0\"></span>uncovered host time (not GPU idle) &nbsp; <span style=\"background:#2b6cb0\"></span>GPU busy <span style=\"background:#dd6b20\"></span>GPU idle within span</p>");
     if doc.evidence.is_empty() {
         h.push_str("<p>No NVTX ranges in the evidence.</p>");
     } else {
-        h.push_str("<table class=\"ranges\"><tr><th>label</th><th>role</th><th>occ.</th><th>host wall: coverage | uncovered</th><th>device span: busy | idle in span</th></tr>");
+        let longest = doc.evidence.iter().map(|r| r.host_wall_time_ns.max(r.kernel_span_ns)).max().unwrap_or(0).max(1);
+        let px = AXIS_PX / longest as f64;
+        let _ = write!(
+            h,
+            "<p class=\"src\" id=\"ranges-axis\" data-axis-ns=\"{longest}\">one time axis for every bar below: the full width ({AXIS_PX} px) is {}, the longest host wall or device span</p>",
+            escape(&dur(longest))
+        );
+        h.push_str("<table class=\"ranges\" id=\"ranges\"><tr><th>label</th><th>role</th><th>occ.</th><th>host wall: coverage | uncovered</th><th>device span: busy | idle in span</th></tr>");
         for r in &doc.evidence {
-            let cov = stacked_bar(
+            let cov = axis_bar(
+                "ranges",
                 &[
                     (r.host_range_kernel_coverage_ns, "#38a169", format!("coverage {}", ms(r.host_range_kernel_coverage_ns))),
                     (r.uncovered_host_time_ns, "#a0aec0", format!("uncovered host time {}", ms(r.uncovered_host_time_ns))),
                 ],
-                300.0,
-                16.0,
+                px,
+                AXIS_PX,
+                14.0,
             );
-            let busy = stacked_bar(
+            let busy = axis_bar(
+                "ranges",
                 &[
                     (r.kernel_busy_union_ns, "#2b6cb0", format!("busy {}", ms(r.kernel_busy_union_ns))),
                     (r.gpu_idle_within_kernel_span_ns, "#dd6b20", format!("idle in span {}", ms(r.gpu_idle_within_kernel_span_ns))),
                 ],
-                300.0,
-                16.0,
+                px,
+                AXIS_PX,
+                14.0,
             );
             let _ = write!(
                 h,
-                "<tr class=\"{role}\"><td class=\"label\" title=\"{lt}\">{l}</td><td>{role}</td><td class=\"num\">{occ}</td><td>{cov}<div class=\"cap\">wall {w} = {c} + {u}</div></td><td>{busy}<div class=\"cap\">span {s} = {b} + {i}</div></td></tr>",
+                "<tr class=\"{role}\" data-label=\"{lt}\"><td class=\"label\" title=\"{lt}\">{l}</td><td>{role}</td><td class=\"num\">{occ}</td><td>{cov}<div class=\"cap\">wall {w} = {c} + {u}</div></td><td>{busy}<div class=\"cap\">span {s} = {b} + {i}</div></td></tr>",
                 role = escape(&r.role),
                 lt = escape(&r.label),
                 l = escape(&truncate(&r.label, 48)),
@@ -125,44 +263,50 @@ pub fn render(doc: &ReportDoc) -> String {
     }
 
     // categories
-    h.push_str("<h2>Kernel categories</h2>");
+    let eager_only = doc.kernels_scope.starts_with("eager");
+    if eager_only {
+        let _ = write!(h, "<p class=\"warn\" id=\"kernels-scope\">{}</p>", escape(&doc.kernels_scope));
+    }
+    h.push_str(if eager_only { "<h2>Kernel categories of the eager kernels (not the workload's)</h2>" } else { "<h2>Kernel categories</h2>" });
     if doc.categories.is_empty() {
         h.push_str("<p>No kernel statistics.</p>");
     } else {
+        let total: i64 = doc.categories.iter().map(|c| c.total_time_ns).sum::<i64>().max(1);
         let parts: Vec<(i64, &str, String)> = doc
             .categories
             .iter()
             .enumerate()
             .map(|(i, c)| (c.total_time_ns, COLORS[i % COLORS.len()], format!("{} {:.1}%", c.category, c.share * 100.0)))
             .collect();
-        h.push_str(&stacked_bar(&parts, 900.0, 24.0));
-        h.push_str("<table class=\"cats\"><tr><th></th><th>category</th><th>share</th><th>time</th><th>instances</th><th>names</th></tr>");
+        h.push_str(&axis_bar("categories", &parts, 900.0 / total as f64, 900.0, 22.0));
+        h.push_str("<table class=\"cats\" id=\"categories\"><tr><th></th><th>category</th><th>share</th><th>time</th><th>instances</th><th>names</th></tr>");
         for (i, c) in doc.categories.iter().enumerate() {
             let _ = write!(
                 h,
-                "<tr><td><span class=\"sw\" style=\"background:{}\"></span></td><td>{}</td><td class=\"num\">{:.1}%</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                "<tr data-category=\"{cat}\"><td><span class=\"sw\" style=\"background:{}\"></span></td><td>{cat}</td><td class=\"num\" data-k=\"category-share\">{:.1}%</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
                 COLORS[i % COLORS.len()],
-                escape(&c.category),
                 c.share * 100.0,
                 ms(c.total_time_ns),
                 c.instances,
-                c.kernel_names
+                c.kernel_names,
+                cat = escape(&c.category),
             );
         }
-        let _ = write!(h, "</table><p class=\"src\">rules: {}</p>", escape(&doc.categories_source));
+        let _ = write!(h, "</table><p class=\"src\">shares of {} of kernel time (the whole kernel table; rules: {})</p>", escape(&dur(total)), escape(&doc.categories_source));
     }
 
-    // top kernels
-    h.push_str("<h2>Top kernels</h2>");
+    // top kernels: one axis, 100% of kernel time = 160 px
+    h.push_str(if eager_only { "<h2>Eager kernels (graph replays are opaque: not the workload's ranking)</h2>" } else { "<h2>Top kernels</h2>" });
     if doc.top_kernels.is_empty() {
         h.push_str("<p>No kernel statistics.</p>");
     } else {
-        h.push_str("<table class=\"kernels\"><tr><th>share</th><th>time</th><th>instances</th><th>category</th><th>kernel</th></tr>");
+        let total = doc.capture.kernel_time_ns.unwrap_or(0).max(1);
+        h.push_str("<table class=\"kernels\" id=\"kernels\"><tr><th>share</th><th>time</th><th>instances</th><th>category</th><th>kernel</th></tr>");
         for k in doc.top_kernels.iter().take(25) {
-            let bar = stacked_bar(&[(((k.share * 1000.0) as i64).max(1), "#2b6cb0", format!("{:.1}%", k.share * 100.0)), ((1000 - (k.share * 1000.0) as i64).max(0), "#edf2f7", String::new())], 120.0, 12.0);
+            let bar = axis_bar("kernels", &[(k.total_time_ns, "#2b6cb0", format!("{:.1}%", k.share * 100.0))], 160.0 / total as f64, 160.0, 12.0);
             let _ = write!(
                 h,
-                "<tr><td>{bar} {:.1}%</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"label\" title=\"{}\">{}</td></tr>",
+                "<tr><td>{bar} <span data-k=\"kernel-share\">{:.1}%</span></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"label\" title=\"{}\">{}</td></tr>",
                 k.share * 100.0,
                 ms(k.total_time_ns),
                 k.instances,
@@ -172,18 +316,60 @@ pub fn render(doc: &ReportDoc) -> String {
             );
         }
         h.push_str("</table>");
+        if doc.top_kernels.len() > 25 {
+            let _ = write!(h, "<p class=\"src\">{} more kernels in the JSON document.</p>", doc.top_kernels.len() - 25);
+        }
     }
 
-    // unattributed, signals, provenance
-    h.push_str("<h2>Not attributed</h2><ul>");
+    // unattributed
+    h.push_str("<h2>Not attributed</h2><ul id=\"unattributed\">");
     for s in &doc.unattributed.statements {
         let _ = write!(h, "<li>{}</li>", escape(s));
     }
-    h.push_str("</ul><h2>Signals</h2><pre>");
-    h.push_str(&escape(&serde_json::to_string_pretty(&doc.signals).unwrap_or_default()));
-    h.push_str("</pre><h2>Provenance</h2><pre>");
-    h.push_str(&escape(&serde_json::to_string_pretty(&doc.provenance).unwrap_or_default()));
-    h.push_str("</pre>");
+    h.push_str("</ul>");
+
+    // signals as a table
+    h.push_str("<h2>Signals</h2><table class=\"kv\" id=\"signals\"><tr><th>signal</th><th>value</th><th>what it measures</th></tr>");
+    let s = &doc.signals;
+    let sig: [(&str, Option<f64>, bool, &str); 9] = [
+        ("coverage_fraction", s.coverage_fraction, true, "host wall of the primary range covered by device work"),
+        ("idle_in_span_fraction", s.idle_in_span_fraction, true, "GPU idle within the device-work span"),
+        ("outside_span_fraction", s.outside_span_fraction, true, "host wall outside any device-work span"),
+        ("host_ns_per_runtime_call", s.host_ns_per_runtime_call, false, "host wall per CUDA runtime call"),
+        ("kernels_per_runtime_call", s.kernels_per_runtime_call, false, "kernels per runtime call (≫ 1 with CUDA graphs)"),
+        ("sync_fraction", s.sync_fraction, true, "host wall in blocking synchronisation"),
+        ("memcpy_api_fraction", s.memcpy_api_fraction, true, "host wall in blocking copy calls"),
+        ("comm_share", s.comm_share, true, "kernel time in communication kernels"),
+        ("memcpy_device_share", s.memcpy_device_share, true, "device time in copies"),
+    ];
+    for (name, v, is_frac, what) in sig {
+        let text = match (v, is_frac, name) {
+            (None, _, _) => "<span class=\"unk\">not measurable here</span>".to_string(),
+            (Some(x), true, _) => pct(x),
+            (Some(x), false, "host_ns_per_runtime_call") => escape(&dur(x.round() as i64)),
+            (Some(x), false, _) => format!("{x:.2}"),
+        };
+        let _ = write!(h, "<tr><td class=\"label\">{name}</td><td class=\"num\" data-k=\"signal-{name}\">{text}</td><td>{}</td></tr>", escape(what));
+    }
+    if let Some(src) = &s.memcpy_device_share_source {
+        let _ = write!(h, "<tr><td class=\"label\">memcpy_device_share_source</td><td colspan=\"2\">{}</td></tr>", escape(src));
+    }
+    h.push_str("</table>");
+
+    // provenance as a table
+    h.push_str("<h2>Provenance</h2>");
+    if doc.provenance.is_null() {
+        h.push_str("<p id=\"provenance\" class=\"unk\">No provenance record in the evidence: <code>nsys-resolve --record DIR</code> writes one (the nsys used, its flags, the GPU preflight); merge it with <code>bundle-merge</code> or pass <code>report --provenance FILE</code>. The capture header above comes from the export's own metadata.</p>");
+    } else {
+        let mut rows = Vec::new();
+        flatten(&doc.provenance, String::new(), &mut rows, 200);
+        h.push_str("<table class=\"kv\" id=\"provenance\">");
+        for (k, v) in rows.iter().filter(|(k, _)| k != "schema" && !k.starts_with("tool.")) {
+            let _ = write!(h, "<tr><th class=\"label\">{}</th><td>{}</td></tr>", escape(k), escape(&truncate(v, 300)));
+        }
+        h.push_str("</table>");
+    }
+
     let _ = write!(h, "<p class=\"src\">{} {}</p></body></html>\n", escape(&doc.tool.name), escape(&doc.tool.version));
     h
 }
@@ -193,9 +379,10 @@ h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #e2e
 .class{padding:2px 10px;border-radius:4px;background:#2d3748;color:#fff;font-family:monospace}\
 .kernel_bound{background:#2b6cb0}.cpu_launch_bound{background:#c05621}.python_overhead_bound{background:#b7791f}\
 .sync_bound{background:#805ad5}.memcpy_bound{background:#319795}.comm_bound{background:#d53f8c}.mixed_or_unclear{background:#718096}\
-.reason{font-size:15px}.src{color:#718096;font-size:12px}\
+.reason{font-size:15px}.warn{background:#fffaf0;border-left:4px solid #dd6b20;padding:6px 10px}.src{color:#718096;font-size:12px}.unk{color:#a0aec0;font-style:italic}\
 table{border-collapse:collapse;margin-top:8px}td,th{padding:3px 8px;text-align:left;vertical-align:top;border-bottom:1px solid #edf2f7}\
-td.num{text-align:right;font-variant-numeric:tabular-nums}td.label{font-family:monospace;font-size:12px;max-width:520px;overflow:hidden}\
+table.kv th{font-weight:600;color:#4a5568;white-space:nowrap}\
+td.num{text-align:right;font-variant-numeric:tabular-nums}td.label,th.label{font-family:monospace;font-size:12px;max-width:520px;overflow:hidden}\
 tr.primary td{background:#ebf8ff}.cap{font-size:11px;color:#4a5568}\
 .legend span,.sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 10px;vertical-align:middle}\
-pre{background:#f7fafc;padding:8px;font-size:12px;overflow:auto;max-height:400px}";
+svg{display:block}svg[data-axis=kernels]{display:inline-block;vertical-align:middle}";

@@ -62,6 +62,12 @@ pub const LAUNCH_KERNELS_PER_CALL_MAX: f64 = 1.5;
 pub const LAUNCH_HOST_NS_PER_CALL_MAX: f64 = 20_000.0;
 pub const PYTHON_OUTSIDE_SPAN_MIN: f64 = 0.50;
 
+/// The category row of kernel time that a cut kernel list omits (its share of the totals, not guessed).
+pub const NOT_LISTED: &str = "not_listed";
+
+/// How many direct children of the primary range `primary_split` lists (the rest are summed).
+const SPLIT_PARTS_MAX: usize = 20;
+
 /// How many non-primary, non-child labels the evidence rows list at most.
 const OTHER_ROWS_MAX: usize = 30;
 
@@ -112,6 +118,9 @@ pub struct EvidenceRow {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Signals {
     pub coverage_fraction: Option<f64>,
+    /// How `coverage_fraction` was measured: host-clipped coverage, or (for a range that launches CUDA graphs)
+    /// the busy union of the device work correlated to it.
+    pub coverage_source: Option<String>,
     pub idle_in_span_fraction: Option<f64>,
     pub outside_span_fraction: Option<f64>,
     /// Host wall of the primary range per runtime call it made (ns).
@@ -145,7 +154,8 @@ pub struct TopKernel {
     pub category: String,
     pub total_time_ns: i64,
     pub instances: i64,
-    /// Share of the kernel time of all kernels listed by the source.
+    /// Share of the kernel time of the whole kernel table (its totals when the source records them, never only
+    /// the kernels listed).
     pub share: f64,
 }
 
@@ -169,6 +179,58 @@ pub struct Unattributed {
     pub statements: Vec<String>,
 }
 
+/// What a reader looks for first: when, on what and with which nsys the capture was taken, and its kernels.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CaptureHeader {
+    /// The capture's start (RFC 3339 UTC; null when no export metadata reached the report).
+    pub captured_at: Option<String>,
+    pub captured_at_from: Option<String>,
+    /// GPU names (the export's TARGET_INFO_GPU, else the comparability fact `gpu`).
+    pub gpus: Vec<String>,
+    pub driver_version: Option<String>,
+    pub cuda_driver_version: Option<String>,
+    /// The nsys that exported the capture (the comparability fact `nsys_version`).
+    pub nsys_version: Option<String>,
+    /// Duration of the capture (ANALYSIS_DETAILS).
+    pub duration_ns: Option<i64>,
+    /// The capture window as recorded (the comparability fact `window`).
+    pub window: Value,
+    /// The `--cuda-graph-trace` level (`node`, `graph`, null).
+    pub graph_trace_level: Option<String>,
+    /// Distinct kernel names, kernel instances and Σ kernel time of the whole kernel table.
+    pub kernel_names: Option<i64>,
+    pub kernel_instances: Option<i64>,
+    pub kernel_time_ns: Option<i64>,
+}
+
+/// One direct child of the primary range and its part of the primary's host wall.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SplitPart {
+    pub label: String,
+    pub host_wall_time_ns: i64,
+    /// `host_wall_time_ns` / the primary's host wall.
+    pub share_of_primary: f64,
+    /// Some occurrences of this label have another parent: its wall is an upper bound of the part under the
+    /// primary.
+    pub also_under_other_parents: bool,
+}
+
+/// The primary range split into its direct children, and the time no child covers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PrimarySplit {
+    pub label: String,
+    pub host_wall_time_ns: i64,
+    /// The longest direct children (at most 20).
+    pub children: Vec<SplitPart>,
+    /// Direct children not listed, and their summed host wall.
+    pub more_children: usize,
+    pub more_children_ns: i64,
+    pub more_children_share: f64,
+    /// Primary wall − Σ children walls (never negative; children on several threads can overlap).
+    pub not_in_any_child_ns: i64,
+    pub not_in_any_child_share: f64,
+}
+
 /// `nsyskit.report/v1`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ReportDoc {
@@ -181,12 +243,19 @@ pub struct ReportDoc {
     /// mixed_or_unclear`.
     pub class: String,
     pub decision: Decision,
+    /// The capture header of the page.
+    pub capture: CaptureHeader,
+    /// The primary range split into its direct children (null without a primary range).
+    pub primary_split: Option<PrimarySplit>,
     pub signals: Signals,
     pub evidence: Vec<EvidenceRow>,
     pub top_kernels: Vec<TopKernel>,
     pub categories: Vec<CategoryShare>,
     pub categories_source: String,
     pub kernels_source: Option<String>,
+    /// What `top_kernels` and `categories` cover (`every kernel of the capture`, or `eager kernels only: …` on a
+    /// graph-level capture, where they are not the workload's ranking).
+    pub kernels_scope: String,
     pub unattributed: Unattributed,
     /// The provenance block as given (null when none).
     pub provenance: Value,
@@ -272,6 +341,20 @@ fn row(r: &RangeRow, role: &str) -> EvidenceRow {
     }
 }
 
+/// A duration for a human: `5.838 s`, `524.242 ms`, `1.514 ms`, `146.3 µs`, `820 ns`.
+pub fn dur(ns: i64) -> String {
+    let a = ns.unsigned_abs() as f64;
+    if a >= 1e9 {
+        format!("{:.3} s", ns as f64 / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    } else if a >= 1e3 {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    } else {
+        format!("{ns} ns")
+    }
+}
+
 fn pct(x: Option<f64>) -> String {
     x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into())
 }
@@ -330,8 +413,37 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
 
     // kernels and categories
     let kernels: &[KernelStat] = ev.kernels.as_deref().unwrap_or(&[]);
-    let cats = category_shares(categories, kernels);
-    let kernel_time: i64 = kernels.iter().map(|k| k.total_time_ns).sum();
+    let mut cats = category_shares(categories, kernels);
+    let listed_time: i64 = kernels.iter().map(|k| k.total_time_ns).sum();
+    // shares are taken over the whole kernel table: when the list is cut (kern-csv-to-json --top), what it
+    // omits is one `not_listed` row, never silently dropped from the denominator
+    let kernel_time = match &ev.kernel_totals {
+        Some(t) if t.total_time_ns > listed_time => {
+            let missing_names = t.kernels.map(|n| (n - kernels.len() as i64).max(0) as usize).unwrap_or(0);
+            let missing_inst = t.instances.map(|n| (n - kernels.iter().map(|k| k.instances).sum::<i64>()).max(0)).unwrap_or(0);
+            notes.push(format!(
+                "the kernel list has {} of {} kernel names; the {} ns it omits are the row not_listed, and every share is of {}'s total {} ns",
+                kernels.len(),
+                t.kernels.map(|n| n.to_string()).unwrap_or_else(|| "?".into()),
+                t.total_time_ns - listed_time,
+                t.source,
+                t.total_time_ns
+            ));
+            cats.push(CategoryShare {
+                category: NOT_LISTED.into(),
+                kernel_names: missing_names,
+                instances: missing_inst,
+                total_time_ns: t.total_time_ns - listed_time,
+                share: 0.0,
+            });
+            t.total_time_ns
+        }
+        _ => listed_time,
+    };
+    for c in cats.iter_mut() {
+        c.share = if kernel_time > 0 { c.total_time_ns as f64 / kernel_time as f64 } else { 0.0 };
+    }
+    cats.sort_by(|a, b| b.total_time_ns.cmp(&a.total_time_ns).then_with(|| a.category.cmp(&b.category)));
     let mut sorted: Vec<&KernelStat> = kernels.iter().collect();
     sorted.sort_by(|a, b| b.total_time_ns.cmp(&a.total_time_ns).then_with(|| a.name.cmp(&b.name)));
     let top_kernels: Vec<TopKernel> = sorted
@@ -345,6 +457,10 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             share: if kernel_time > 0 { k.total_time_ns as f64 / kernel_time as f64 } else { 0.0 },
         })
         .collect();
+    let mut kernels_scope = match ev.kernels_source.as_deref() {
+        Some(_) => "every kernel of the capture".to_string(),
+        None => "no kernel statistics".to_string(),
+    };
     let share_of = |c: &str| cats.iter().find(|x| x.category == c).map(|x| x.share).unwrap_or(0.0);
 
     // signals
@@ -363,10 +479,22 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
         }
         _ => {}
     }
+    let graphs_used = ev.facts.cuda_graphs.value.as_str() == Some("graphs");
     if let Some(p) = primary {
         let w = p.host_wall_time_ns;
         let (sync_ns, mem_ns) = sync_split(p);
-        s.coverage_fraction = frac(p.host_range_kernel_coverage_ns, w);
+        // a range that launches CUDA graphs returns long before its replayed kernels run: its host-clipped
+        // coverage measures the launch, so its coverage is the busy union of the device work correlated to it
+        let launches_graphs = p.graph_traces > 0 || (graphs_used && p.kernels > p.runtime_calls);
+        if launches_graphs {
+            s.coverage_fraction = frac(p.kernel_busy_union_ns.min(w), w);
+            s.coverage_source = Some(
+                "kernel_busy_union_ns / host_wall_time_ns: the range launches CUDA graphs, whose replayed work runs after the launch returns (host-clipped coverage would measure the launch)".into(),
+            );
+        } else {
+            s.coverage_fraction = frac(p.host_range_kernel_coverage_ns, w);
+            s.coverage_source = Some("host_range_kernel_coverage_ns / host_wall_time_ns".into());
+        }
         s.idle_in_span_fraction = frac(p.gpu_idle_within_kernel_span_ns, p.kernel_span_ns);
         s.outside_span_fraction = frac((w - p.kernel_span_ns.min(w)).max(0), w);
         s.sync_fraction = frac(sync_ns, w);
@@ -382,6 +510,18 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             g.graph_launch_calls
         )
     });
+    // graph-level tracing (--cuda-graph-trace=graph): every replay is one opaque GRAPH_TRACE row, the kernel
+    // table holds only the kernels launched outside graphs
+    let opaque_graphs = ev.facts.graph_evidence.as_ref().filter(|g| g.graph_trace_rows > 0 && g.kernels_with_graph_node == 0).map(|g| {
+        format!(
+            "graph-level tracing: the {} CUDA graph launches ran as {} opaque GRAPH_TRACE rows, so the kernel table holds only the {} kernels launched outside graphs; neither a class nor a kernel ranking of the workload can be established from them (the kernels listed are the eager ones only); capture again with --cuda-graph-trace=node",
+            g.graph_launch_calls, g.graph_trace_rows, if g.kernels > 0 { g.kernels.to_string() } else { "eager".into() }
+        )
+    });
+    if opaque_graphs.is_some() {
+        kernels_scope = "eager kernels only: graph replays are opaque GRAPH_TRACE rows (graph-level tracing), so this is not the workload's kernel ranking".into();
+        notes.push(format!("top_kernels and categories: {kernels_scope}"));
+    }
     // rules
     let ge = |x: Option<f64>, t: f64| x.map(|v| v >= t).unwrap_or(false);
     let le = |x: Option<f64>, t: f64| x.map(|v| v <= t).unwrap_or(false);
@@ -389,6 +529,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     let (class, rule, reason): (&str, &str, String) = match primary {
         None => ("mixed_or_unclear", "R0", "no NVTX range in the evidence: nothing to attribute device work to".into()),
         Some(_) if invisible_graphs.is_some() => ("mixed_or_unclear", "R0", invisible_graphs.clone().unwrap_or_default()),
+        Some(_) if opaque_graphs.is_some() => ("mixed_or_unclear", "R0", opaque_graphs.clone().unwrap_or_default()),
         Some(p) if p.kernel_busy_union_ns == 0 => (
             "mixed_or_unclear",
             "R0",
@@ -492,14 +633,26 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     };
 
     // evidence rows: primary, its direct children, then the others by wall
+    // (labels are looked up in a set: an export can hold ~10⁵ distinct labels, e.g. one per torch op with its
+    // shapes, and a list scan per label made `report` quadratic: 188 s on a 10.7 MB export)
     let mut evidence = Vec::new();
+    let mut children: Vec<&RangeRow> = Vec::new();
     if let Some(p) = primary {
         evidence.push(row(p, "primary"));
-        let mut children: Vec<&RangeRow> = ranges.iter().filter(|r| r.label != p.label && r.parents.contains_key(&p.label)).collect();
+        children = ranges.iter().filter(|r| r.label != p.label && r.parents.contains_key(&p.label)).collect();
         children.sort_by(|a, b| b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.cmp(&b.label)));
-        evidence.extend(children.into_iter().map(|r| row(r, "child")));
+        if children.len() > OTHER_ROWS_MAX {
+            notes.push(format!(
+                "{} further direct children of {:?} are not listed as evidence rows (only the {OTHER_ROWS_MAX} longest; primary_split counts them all)",
+                children.len() - OTHER_ROWS_MAX,
+                p.label
+            ));
+        }
+        evidence.extend(children.iter().take(OTHER_ROWS_MAX).map(|r| row(r, "child")));
     }
-    let mut others: Vec<&RangeRow> = ranges.iter().filter(|r| !evidence.iter().any(|e| e.label == r.label)).collect();
+    let listed: std::collections::HashSet<&str> =
+        primary.iter().map(|p| p.label.as_str()).chain(children.iter().map(|r| r.label.as_str())).collect();
+    let mut others: Vec<&RangeRow> = ranges.iter().filter(|r| !listed.contains(r.label.as_str())).collect();
     others.sort_by(|a, b| b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.cmp(&b.label)));
     if others.len() > OTHER_ROWS_MAX {
         notes.push(format!("{} further labels are not listed (only the {OTHER_ROWS_MAX} longest)", others.len() - OTHER_ROWS_MAX));
@@ -515,10 +668,10 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
         u.kernel_work_unattributed_ns = Some(t.kernel_work_unattributed_ns);
         u.kernel_work_unattributed_fraction = frac(t.kernel_work_unattributed_ns, t.kernel_work_total_ns);
         u.statements.push(format!(
-            "{} of {} kernels ({} ns, {} of kernel work) are not attributed to any kept range",
+            "{} of {} kernels ({}, {} of kernel work) are not attributed to any kept range",
             t.kernels_unattributed,
             t.kernels_total,
-            t.kernel_work_unattributed_ns,
+            dur(t.kernel_work_unattributed_ns),
             pct(u.kernel_work_unattributed_fraction)
         ));
         for th in &rv.thread_diagnostics {
@@ -548,15 +701,16 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     if let Some(p) = primary {
         u.primary_uncovered_host_time_ns = Some(p.uncovered_host_time_ns);
         u.statements.push(format!(
-            "{} ns of the host time of {:?} is not covered by device work (host time, not GPU idle)",
-            p.uncovered_host_time_ns, p.label
+            "{} of the host time of {:?} is not covered by device work (host time, not GPU idle)",
+            dur(p.uncovered_host_time_ns),
+            p.label
         ));
     }
     u.uncategorized_kernel_time_ns = cats.iter().filter(|c| c.category == crate::categories::OTHER).map(|c| c.total_time_ns).sum();
     if u.uncategorized_kernel_time_ns > 0 {
         u.statements.push(format!(
-            "{} ns of kernel time ({}) matches no category rule (category other)",
-            u.uncategorized_kernel_time_ns,
+            "{} of kernel time ({}) matches no category rule (category other)",
+            dur(u.uncategorized_kernel_time_ns),
             pct(Some(share_of(crate::categories::OTHER)))
         ));
     }
@@ -571,14 +725,77 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     }
     if ev.kernels.is_none() {
         u.statements.push("no kernel statistics: top kernels and categories are unknown".into());
-    } else if ev.kernels_source.as_deref() == Some("kernel_profile.top_kernels") {
-        notes.push("top kernels and category shares come from the bundle's kernel list; kernels it omits are not counted".into());
+    } else if ev.kernels_source.as_deref() == Some("kernel_profile.top_kernels") && ev.kernel_totals.is_none() {
+        notes.push("top kernels and category shares come from the bundle's kernel list and it records no totals: kernels it omits are not counted".into());
+    }
+    let not_listed: i64 = cats.iter().filter(|c| c.category == NOT_LISTED).map(|c| c.total_time_ns).sum();
+    if not_listed > 0 {
+        u.statements.push(format!(
+            "{} of kernel time ({}) belongs to kernels the bundle's list omits (category not_listed): their names and categories are unknown",
+            dur(not_listed),
+            pct(frac(not_listed, kernel_time))
+        ));
     }
     if let Some(rv) = &ev.ranges {
         notes.extend(rv.notes.iter().map(|n| format!("ranges: {n}")));
     }
     notes.push("nested labels overlap: numbers of labels at different depths are never added".into());
     let question = question::section(ev, categories, primary.map(|p| p.label.as_str()))?;
+
+    // the capture header
+    let c = ev.capture.clone().unwrap_or_default();
+    let fact_str = |f: &evidence::Fact| f.value.as_str().map(String::from);
+    let capture = CaptureHeader {
+        captured_at: c.captured_at.clone(),
+        captured_at_from: c.captured_at_from.clone(),
+        gpus: if !c.gpus.is_empty() {
+            c.gpus.clone()
+        } else {
+            match &ev.facts.gpu.value {
+                Value::Array(a) => a.iter().filter_map(|g| g.as_str().map(String::from)).collect(),
+                Value::String(g) => vec![g.clone()],
+                _ => Vec::new(),
+            }
+        },
+        driver_version: c.driver_version.clone(),
+        cuda_driver_version: c.cuda_driver_version.clone(),
+        nsys_version: fact_str(&ev.facts.nsys_version),
+        duration_ns: c.duration_ns,
+        window: ev.facts.window.value.clone(),
+        graph_trace_level: fact_str(&ev.facts.graph_trace_level),
+        kernel_names: ev.kernel_totals.as_ref().and_then(|t| t.kernels).or(ev.kernels.as_ref().map(|k| k.len() as i64)),
+        kernel_instances: ev
+            .kernel_totals
+            .as_ref()
+            .and_then(|t| t.instances)
+            .or(ev.kernels.as_ref().map(|k| k.iter().map(|x| x.instances).sum())),
+        kernel_time_ns: ev.kernels.as_ref().map(|_| kernel_time),
+    };
+    // the primary range split into its direct children
+    let primary_split = primary.map(|p| {
+        let w = p.host_wall_time_ns;
+        let part = |r: &RangeRow| SplitPart {
+            label: r.label.clone(),
+            host_wall_time_ns: r.host_wall_time_ns,
+            share_of_primary: frac(r.host_wall_time_ns, w).unwrap_or(0.0),
+            also_under_other_parents: r.parents.keys().any(|k| k != &p.label),
+        };
+        let all_children: i64 = children.iter().map(|c| c.host_wall_time_ns).sum();
+        let listed: Vec<SplitPart> = children.iter().take(SPLIT_PARTS_MAX).map(|r| part(r)).collect();
+        let more = children.len().saturating_sub(SPLIT_PARTS_MAX);
+        let more_ns: i64 = children.iter().skip(SPLIT_PARTS_MAX).map(|c| c.host_wall_time_ns).sum();
+        let rest = (w - all_children).max(0);
+        PrimarySplit {
+            label: p.label.clone(),
+            host_wall_time_ns: w,
+            children: listed,
+            more_children: more,
+            more_children_ns: more_ns,
+            more_children_share: frac(more_ns, w).unwrap_or(0.0),
+            not_in_any_child_ns: rest,
+            not_in_any_child_share: frac(rest, w).unwrap_or(0.0),
+        }
+    });
 
     Ok(ReportDoc {
         schema,
@@ -593,12 +810,15 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             primary_label: primary.map(|p| p.label.clone()),
             primary_label_choice: choice,
         },
+        capture,
+        primary_split,
         signals: s,
         evidence,
         top_kernels,
         categories: cats,
         categories_source: categories.source().to_string(),
         kernels_source: ev.kernels_source.clone(),
+        kernels_scope,
         unattributed: u,
         provenance: ev.provenance.clone().unwrap_or(Value::Null),
         facts: ev.facts.clone(),

@@ -41,7 +41,7 @@ pub fn nsys_or_skip(test: &str) -> Option<PathBuf> {
     match nsyskit::export::default_nsys() {
         Ok(p) if p.exists() || which_ok(&p) => Some(p),
         _ => {
-            eprintln!("SKIP {test}: no nsys (set NSYS_BIN=$(scripts/get-nsys) to run it)");
+            skip(test, "no nsys (set NSYS_BIN=$(scripts/get-nsys) to run it)");
             None
         }
     }
@@ -49,4 +49,59 @@ pub fn nsys_or_skip(test: &str) -> Option<PathBuf> {
 
 fn which_ok(p: &Path) -> bool {
     std::process::Command::new(p).arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// A test that cannot run here says why: `SKIP <test>: <reason>` on stderr, and the same line appended to the
+/// file named by `NSYSKIT_SKIP_LOG` when set (scripts/test prints them at the end and, under `CI=true`, fails).
+pub fn skip(test: &str, reason: &str) {
+    let line = format!("SKIP {test}: {reason}");
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("NSYSKIT_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+/// The chromium binary for page tests, or None after [`skip`] (`NSYSKIT_CHROMIUM`, then PATH).
+pub fn chromium_or_skip(test: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("NSYSKIT_CHROMIUM") {
+        return Some(PathBuf::from(p));
+    }
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        if let Ok(p) = which::which(name) {
+            return Some(p);
+        }
+    }
+    skip(test, "no chromium (apt-get install -y chromium, or run scripts/test)");
+    None
+}
+
+/// Render `page` in headless chromium with a measuring script appended (a copy: the page itself has no
+/// script) and return the DOM it dumps and, per bar segment, `(axis, ns, rendered width px)`.
+pub fn render_and_measure(chromium: &Path, page: &Path, dir: &Path) -> (String, Vec<(String, i64, f64)>) {
+    let html = std::fs::read_to_string(page).unwrap();
+    let probe = "<pre id=\"measured\"></pre><script>const m=[];document.querySelectorAll('svg[data-axis] rect.seg').forEach(r=>m.push([r.closest('svg').dataset.axis,+r.dataset.ns,r.getBoundingClientRect().width]));document.getElementById('measured').textContent=JSON.stringify(m);</script></body>";
+    let copy = dir.join("measure.html");
+    std::fs::write(&copy, html.replace("</body>", probe)).unwrap();
+    let out = std::process::Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .args(["--window-size=1200,1600", "--dump-dom"])
+        .arg(format!("file://{}", copy.display()))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout).to_string();
+    let start = dom.find("<pre id=\"measured\">").unwrap_or_else(|| panic!("chromium dumped no DOM: {}", String::from_utf8_lossy(&out.stderr))) + 19;
+    let end = start + dom[start..].find("</pre>").unwrap();
+    let m: serde_json::Value = serde_json::from_str(&dom[start..end]).unwrap();
+    let segs = m.as_array().unwrap().iter().map(|s| (s[0].as_str().unwrap().to_string(), s[1].as_i64().unwrap(), s[2].as_f64().unwrap())).collect();
+    (dom, segs)
+}
+
+/// The text of every element with `data-k="key"`, in page order.
+pub fn cells(dom: &str, key: &str) -> Vec<String> {
+    let re = regex::Regex::new(&format!(r#"data-k="{}"[^>]*>([^<]*)"#, regex::escape(key))).unwrap();
+    re.captures_iter(dom).map(|c| c[1].to_string()).collect()
 }

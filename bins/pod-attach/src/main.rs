@@ -7,8 +7,9 @@ use nsyskit_pod_attach::{connect_and_run, options, runtime, Flags, Gate, Outcome
 /// export and stats CSVs out with sha256 checks, run gate-check on it, and clean up.
 #[derive(Parser, Debug)]
 #[command(
+    name = "pod-attach",
     version,
-    after_help = "Example (prints the exact API requests and container argv; needs no cluster):\n  pod-attach --dry-run --pod vllm-0 --container engine \\\n    --image 'registry.example/nsys@sha256:<digest>' --duration 10"
+    after_help = "Example (prints the exact API requests and container argv; needs no cluster):\n  pod-attach --dry-run --pod vllm-0 --container engine \\\n    --image 'registry.example/nsys:2025.3.1' --duration 10"
 )]
 struct Args {
     /// Namespace of the pod

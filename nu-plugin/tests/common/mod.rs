@@ -21,7 +21,7 @@ impl Nu {
     pub fn or_skip(test: &str) -> Option<Nu> {
         let bin = std::env::var_os("NSYSKIT_NU").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_NU));
         if !bin.is_file() {
-            eprintln!("SKIP {test}: no nu binary at {} (set NSYSKIT_NU; scripts/test installs nushell@0.115.1)", bin.display());
+            skip(&format!("SKIP {test}: no nu binary at {} (set NSYSKIT_NU; scripts/test installs nushell@0.115.1)", bin.display()));
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -94,7 +94,7 @@ pub fn nsys_or_skip(test: &str) -> Option<PathBuf> {
     if nsys.is_file() {
         Some(nsys)
     } else {
-        eprintln!("SKIP {test}: no nsys at {} (set NSYS_BIN; scripts/get-nsys installs nsys 2023.4)", nsys.display());
+        skip(&format!("SKIP {test}: no nsys at {} (set NSYS_BIN; scripts/get-nsys installs nsys 2023.4)", nsys.display()));
         None
     }
 }
@@ -119,7 +119,7 @@ pub fn cpu_server_or_skip(test: &str, nsys: &Path, dir: &Path) -> Option<PathBuf
         d = dir.parent().map(Path::to_path_buf);
     }
     let Some(inc) = inc else {
-        eprintln!("SKIP {test}: no NVTX headers in the nsys install {}", nsys.display());
+        skip(&format!("SKIP {test}: no NVTX headers in the nsys install {}", nsys.display()));
         return None;
     };
     let server = dir.join("vibeserve_http");
@@ -128,7 +128,7 @@ pub fn cpu_server_or_skip(test: &str, nsys: &Path, dir: &Path) -> Option<PathBuf
         Ok(o) if o.status.success() => Some(server),
         Ok(o) => panic!("gcc failed on {}: {}", src.display(), String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            eprintln!("SKIP {test}: no gcc ({e})");
+            skip(&format!("SKIP {test}: no gcc ({e})"));
             None
         }
     }
@@ -138,4 +138,16 @@ pub fn cpu_server_or_skip(test: &str, nsys: &Path, dir: &Path) -> Option<PathBuf
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
+}
+
+/// Print a `SKIP <test>: <reason>` line and append it to the file named by `NSYSKIT_SKIP_LOG` (scripts/test
+/// lists them at the end and fails under CI=true).
+pub fn skip(line: &str) {
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("NSYSKIT_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{line}");
+        }
+    }
 }
