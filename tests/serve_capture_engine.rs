@@ -251,3 +251,50 @@ fn modules_loaded_and_iteration_records_on_a_cpu_server() {
     assert_eq!(bundle["iterations"]["records"], n);
     assert_eq!(bundle["serve_capture"]["modules"][0]["loaded"], true);
 }
+
+/// Records that fail validation, and a server that writes none, are failures with stage `iterations`
+/// (outcome failed, exit 1) naming the line and the JSON path; the copy and its document are still kept.
+#[test]
+fn bad_or_missing_iteration_records_fail_the_run() {
+    let Some(e) = env_or_skip("bad_or_missing_iteration_records_fail_the_run") else { return };
+    let tmp = tempfile::tempdir_in(e.dir.path()).unwrap();
+    // wrappers with the server's basename (serve-capture finds the server by it) that exec the real server
+    let wrap = |name: &str, body: &str| {
+        let d = tmp.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        let w = d.join("vibeserve_http");
+        std::fs::write(&w, format!("#!/bin/sh\n{body}\nexec {} \"$@\"\n", e.server.display())).unwrap();
+        std::fs::set_permissions(&w, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        w
+    };
+    // a record without its phase, before the server's valid ones
+    let bad = wrap("bad", r#"echo '{"iteration":0,"rank":0,"prefill_chunks":[],"decode_kv_lens":[],"scheduled_tokens":1,"scheduled_requests":1,"batch_size":1,"graph_mode":"none","backend":"cpu"}' >> "$NSYSKIT_ITERATION_RECORDS""#);
+    let none = wrap("none", "unset NSYSKIT_ITERATION_RECORDS");
+    for (w, want) in [(&bad, "line 1 $.phase: missing (a required field)"), (&none, "the server wrote no iteration records at")] {
+        let port = free_port();
+        let out = w.parent().unwrap().join("run");
+        let records = w.parent().unwrap().join("records.jsonl");
+        let mut a = s(&["--nsys", e.nsys.to_str().unwrap(), "--trace", "nvtx,osrt", "--grace", "3"]);
+        a.extend(["--health".into(), format!("http://127.0.0.1:{port}/health")]);
+        a.extend(["--load".into(), format!("{} --client {port} 1", e.server.display())]);
+        a.extend(["--iteration-records".into(), records.display().to_string()]);
+        a.extend(["--out".into(), out.display().to_string(), "--".into(), w.display().to_string(), port.to_string()]);
+        let (code, stdout, stderr) = serve(&a);
+        let doc = common::one_doc(&stdout);
+        assert_eq!(code, Some(1), "{doc}\n{stderr}");
+        assert_eq!(doc["outcome"], "failed", "{doc}");
+        let f = doc["failures"].as_array().unwrap();
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0]["stage"], "iterations");
+        assert!(f[0]["reason"].as_str().unwrap().contains(want), "{f:?}");
+        if w == &bad {
+            assert_eq!(doc["iterations"]["verdict"], "RETRY");
+            let idoc: Value = serde_json::from_str(&std::fs::read_to_string(out.join("iterations.json")).unwrap()).unwrap();
+            assert_eq!(idoc["problems"].as_array().unwrap().len(), 1, "{idoc}");
+            assert!(idoc["records"].as_u64().unwrap() > 1);
+        } else {
+            assert!(doc["iterations"]["copy"].is_null());
+            assert!(!out.join("iterations.jsonl").exists());
+        }
+    }
+}
