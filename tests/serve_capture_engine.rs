@@ -136,6 +136,17 @@ fn launcher_contracts_refuse_before_anything_starts() {
         assert!(!out.exists(), "the run folder was created for a refused start");
         assert!(!marker.exists(), "the server was started");
     }
+    // --iteration-records: a file left from an earlier run, or a contradicting --env, is refused the same way
+    let old = tmp.path().join("old.jsonl");
+    std::fs::write(&old, "{}\n").unwrap();
+    let (code, _, stderr) = serve(&base(&["--iteration-records", old.to_str().unwrap()], &[]));
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("exists already: records from an earlier run"), "{stderr}");
+    let fresh = tmp.path().join("fresh.jsonl");
+    let (code, _, stderr) = serve(&base(&["--iteration-records", fresh.to_str().unwrap(), "--env", "NSYSKIT_ITERATION_RECORDS=/tmp/other"], &[]));
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("contradicts --iteration-records"), "{stderr}");
+    assert!(!out.exists() && !marker.exists() && !fresh.exists());
     // the contract met, the run goes on to the next check (here: the nsys that does not exist, still exit 2)
     let (code, _, stderr) = serve(&base(&["--engine", "vllm", "--capture-range", "cudaProfilerApi"], &["--profiler-config.profiler=cuda"]));
     assert_eq!(code, Some(2));

@@ -972,6 +972,15 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
         (false, None) => std::path::absolute(p).unwrap_or_else(|_| p.clone()),
     });
     if let Some(p) = &iter_path {
+        if let Some((_, v)) = o.env.iter().find(|(k, v)| k == crate::iterations::RECORDS_ENV && Path::new(v) != p.as_path()) {
+            return Err(Error::usage(format!(
+                "--env {}={v} contradicts --iteration-records {}: give the path once (serve-capture sets {} itself)",
+                crate::iterations::RECORDS_ENV,
+                p.display(),
+                crate::iterations::RECORDS_ENV
+            ))
+            .with_arg("--iteration-records"));
+        }
         if p.exists() {
             return Err(Error::usage(format!(
                 "--iteration-records {}: exists already: records from an earlier run would be taken as this run's; remove it or give a fresh path",
