@@ -69,10 +69,21 @@ pub fn requirements(required: &[String], engine: Option<&str>, capture_range: Op
     Ok(out)
 }
 
-/// Does `argv` carry `flag`? `--f` matches `--f` and `--f=anything`; `--f=v` matches `--f=v` and `--f v`.
+/// Does `argv` carry `flag`? `--f` matches `--f` and `--f=anything`; `--f=v` matches `--f=v` and `--f v`; a
+/// dotted `--group.key=v` is also met by the group given as JSON (`--group '{"key": "v"}'`, `--group={...}`),
+/// as vLLM's `--profiler-config` accepts.
 pub fn has_flag(argv: &[String], flag: &str) -> bool {
+    let json_group = |name: &str, value: &str| -> bool {
+        let Some((group, key)) = name.rsplit_once('.') else { return false };
+        let holds = |j: &str| serde_json::from_str::<serde_json::Value>(j).ok().is_some_and(|v| v.get(key).and_then(|x| x.as_str()) == Some(value));
+        argv.iter().enumerate().any(|(i, a)| {
+            (a == group && argv.get(i + 1).is_some_and(|j| holds(j))) || a.strip_prefix(group).and_then(|r| r.strip_prefix('=')).is_some_and(holds)
+        })
+    };
     match flag.split_once('=') {
-        Some((name, value)) => argv.iter().enumerate().any(|(i, a)| a == flag || (a == name && argv.get(i + 1).is_some_and(|v| v == value))),
+        Some((name, value)) => {
+            argv.iter().enumerate().any(|(i, a)| a == flag || (a == name && argv.get(i + 1).is_some_and(|v| v == value))) || json_group(name, value)
+        }
         None => argv.iter().any(|a| a == flag || a.strip_prefix(flag).is_some_and(|rest| rest.starts_with('='))),
     }
 }
@@ -277,6 +288,9 @@ mod tests {
         assert!(!has_flag(&a, "--profiler-config.profiler=torch"));
         assert!(has_flag(&v(&["--profiler-config.profiler=cuda"]), "--profiler-config.profiler=cuda"));
         assert!(has_flag(&a, "--enforce-eager"));
+        assert!(has_flag(&v(&["--profiler-config", r#"{"profiler": "cuda"}"#]), "--profiler-config.profiler=cuda"));
+        assert!(has_flag(&v(&[r#"--profiler-config={"profiler":"cuda","x":1}"#]), "--profiler-config.profiler=cuda"));
+        assert!(!has_flag(&v(&["--profiler-config", r#"{"profiler": "torch"}"#]), "--profiler-config.profiler=cuda"));
         assert!(!has_flag(&a, "--alignment-nvtx-ranges"), "a prefix of another flag is not that flag");
         let reqs = requirements(&[], Some("sglang"), None).unwrap();
         let e = check_argv(&v(&["sglang", "--alignment-nvtx-ranges"]), &reqs).unwrap_err();
