@@ -95,6 +95,21 @@ struct Args {
     /// After shutdown, GPU memory used on the target GPU(s) must be back within this many MiB of its level at start
     #[arg(long, default_value_t = 256, value_name = "MIB")]
     gpu_mem_tolerance: u64,
+    /// A flag the server command must carry (repeatable): without it serve-capture refuses to start (exit 2, nothing launched)
+    #[arg(long, value_name = "FLAG", allow_hyphen_values = true)]
+    require_argv: Vec<String>,
+    /// The engine (sglang, vllm): implies the server flags its capture mode needs (sglang: --alignment-nvtx-ranges, --alignment-iteration-records; vllm with --capture-range: --profiler-config.profiler=cuda)
+    #[arg(long, value_name = "ENGINE")]
+    engine: Option<String>,
+    /// A generated/JIT module (.so, cache entry) to record: size, sha256, mtime, and whether the server processes mapped it (repeatable; PATH=SHA256 pins it)
+    #[arg(long, value_name = "PATH[=SHA256]")]
+    module: Vec<String>,
+    /// A --module that is missing or differs from its pinned sha256 fails before the server is launched (exit 2)
+    #[arg(long)]
+    strict_prebuilt: bool,
+    /// The file the server writes its iteration records to (told through NSYSKIT_ITERATION_RECORDS, set on nsys); collected into the run folder and validated (iterations.json)
+    #[arg(long, value_name = "FILE")]
+    iteration_records: Option<PathBuf>,
     /// The run folder (created; must be empty): report, export, logs, pids/, provenance.json, serve-capture.json
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
@@ -143,6 +158,11 @@ fn options(a: &Args) -> Result<ServeCaptureOptions> {
     o.instrumentation = a.instrumentation.clone();
     o.shm = a.shm.clone();
     o.gpu_mem_tolerance_mib = a.gpu_mem_tolerance;
+    o.require_argv = a.require_argv.clone();
+    o.engine = a.engine.clone();
+    o.modules = a.module.iter().map(|m| serve_capture::engine::parse_module(m)).collect::<Result<_>>()?;
+    o.strict_prebuilt = a.strict_prebuilt;
+    o.iteration_records = a.iteration_records.clone();
     Ok(o)
 }
 

@@ -25,3 +25,4 @@ pub mod evidence;
 pub mod compare;
 pub mod report;
 pub mod schemas;
+pub mod iterations;

@@ -207,3 +207,64 @@ fn serve_capture_worker_death_and_new_flags() {
     let prov: Value = serde_json::from_slice(&std::fs::read(out.join("provenance.json")).unwrap()).unwrap();
     assert_eq!(prov["capture"]["instrumentation"], json!([{"name": "nvtx", "state": "on"}, {"name": "graphs", "state": "off"}]));
 }
+
+/// The flags of issue #22 through the plugin (the binary's twins): `--require-argv` and `--module` as lists,
+/// `--strict-prebuilt` refusing a missing module before anything starts, and `--iteration-records`.
+#[test]
+fn serve_capture_engine_flags() {
+    let Some(s) = setup("serve_capture_engine_flags") else { return };
+    let _g = NSYS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = s.tmp.path();
+    for (name, body) in [("used", "int used(void) { return 1; }\n"), ("unused", "int unused(void) { return 2; }\n")] {
+        std::fs::write(dir.join(format!("{name}.c")), body).unwrap();
+        let st = std::process::Command::new("gcc")
+            .args(["-shared", "-fPIC"])
+            .arg(dir.join(format!("{name}.c")))
+            .arg("-o")
+            .arg(dir.join(format!("{name}.so")))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let (used, unused) = (dir.join("used.so"), dir.join("unused.so"));
+    // --strict-prebuilt with a missing module: an error, no run folder
+    let refused = dir.join("refused");
+    let err = s.nu.error(&format!(
+        "serve-capture --nsys '{nsys}' --health http://127.0.0.1:9/health --load 'true' --module ['{missing}' '{used}'] --strict-prebuilt --out '{out}' -- '{srv}' 9",
+        nsys = s.nsys.display(),
+        missing = dir.join("missing.so").display(),
+        used = used.display(),
+        out = refused.display(),
+        srv = s.server.display(),
+    ));
+    assert!(err.contains("missing.so is missing"), "{err}");
+    assert!(!refused.exists());
+    // --engine sglang without its flags: refused, naming the flag
+    let err = s.nu.error(&format!("serve-capture --engine sglang --health http://127.0.0.1:9/health --load 'true' --out '{}' -- '{}' 9", refused.display(), s.server.display()));
+    assert!(err.contains("lacks --alignment-nvtx-ranges: required by --engine sglang"), "{err}");
+    assert!(!refused.exists());
+
+    let port = common::free_port();
+    let out = dir.join("erun");
+    let records = dir.join("records.jsonl");
+    let got = s.nu.json(&format!(
+        "serve-capture --nsys '{nsys}' --trace nvtx,osrt --grace 3sec --health http://127.0.0.1:{port}/health \
+           --require-argv ['--load-module'] --module ['{used}' '{unused}'] --iteration-records '{records}' \
+           --load '{srv} --client {port} 1' --out '{out}' -- '{srv}' {port} --load-module '{used}' \
+         | {{outcome: $in.outcome, modules: $in.modules, iterations: $in.iterations, launcher: $in.launcher}}",
+        nsys = s.nsys.display(),
+        used = used.display(),
+        unused = unused.display(),
+        records = records.display(),
+        srv = s.server.display(),
+        out = out.display(),
+    ));
+    assert_eq!(got["outcome"], "ok", "{got}");
+    assert_eq!(got["modules"][0]["loaded"], true, "{got}");
+    assert_eq!(got["modules"][0]["loaded_by_pid"].as_array().unwrap().len(), 1);
+    assert_eq!(got["modules"][1]["loaded"], false);
+    assert_eq!(got["iterations"]["verdict"], "PASS");
+    assert!(got["iterations"]["records"].as_u64().unwrap() >= 4);
+    assert_eq!(got["launcher"]["required"][0]["flag"], "--load-module");
+    assert!(out.join("iterations.json").is_file());
+}

@@ -20,11 +20,17 @@
  *                    reaps its children at once (SIGCHLD handler), as a real engine's process manager does
  *   --worker-dies-after N   the worker ends after the server served N /generate requests (mid-load), with
  *                    --worker-exit CODE (default 7) or --worker-signal SIG (e.g. 11); the server keeps running
+ *   --load-module PATH    dlopen(PATH) at start (repeatable): a generated/JIT module the engine loads (for
+ *                    serve-capture --module); a failed dlopen exits 4
+ *   NSYSKIT_ITERATION_RECORDS=FILE (environment)   append one JSON line per engine iteration to FILE (the format of
+ *                    docs/iterations.md: CLOCK_MONOTONIC start_ns/end_ns, phase, geometry, rank 0, backend "cpu")
  * Single-threaded, loopback only, HTTP/1.0-style (one request per connection, Connection: close).
  */
 #define _GNU_SOURCE
 #include <nvtx3/nvToolsExt.h>
 #include <arpa/inet.h>
+#include <dlfcn.h>
+#include <stdint.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -40,6 +46,12 @@ static double now_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
 static void busy_us(long us) {
@@ -152,7 +164,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--worker-dies-after") && i + 1 < argc) worker_dies_after = atol(argv[++i]);
         else if (!strcmp(argv[i], "--worker-exit") && i + 1 < argc) worker_exit = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--worker-signal") && i + 1 < argc) worker_signal = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--load-module") && i + 1 < argc) {
+            const char *m = argv[++i];
+            if (!dlopen(m, RTLD_NOW | RTLD_GLOBAL)) { fprintf(stderr, "vibeserve_http: dlopen %s: %s\n", m, dlerror()); return 4; }
+            fprintf(stderr, "vibeserve_http: loaded module %s\n", m);
+        }
     }
+    FILE *records = NULL;
+    const char *records_path = getenv("NSYSKIT_ITERATION_RECORDS");
+    if (records_path && *records_path && !(records = fopen(records_path, "a"))) { perror(records_path); return 1; }
+    long iteration = 0;
     int wfd = -1;
     if (worker) {
         int p[2];
@@ -206,6 +227,7 @@ int main(int argc, char **argv) {
         } else if (!strncmp(req, "GET /generate", 13)) {
             nvtxRangePushA("vibeserve.request");
             for (int it = 0; it < 4; it++) {
+                uint64_t t_start = now_ns();
                 nvtxRangePushA("vibeserve.engine.iteration");
                 nvtxRangePushA("vibeserve.engine.scheduling");
                 busy_us(150);
@@ -214,6 +236,22 @@ int main(int argc, char **argv) {
                 busy_us(600);
                 nvtxRangePop();
                 nvtxRangePop();
+                uint64_t t_end = now_ns();
+                if (records) {
+                    /* the first iteration of a request is its prefill (one 16-token chunk), then decode steps */
+                    if (it == 0)
+                        fprintf(records, "{\"iteration\":%ld,\"rank\":0,\"start_ns\":%llu,\"end_ns\":%llu,\"elapsed_ns\":%llu,"
+                                "\"phase\":\"prefill\",\"prefill_chunks\":[16],\"decode_kv_lens\":[],\"scheduled_tokens\":16,"
+                                "\"scheduled_requests\":1,\"batch_size\":1,\"graph_mode\":\"none\",\"backend\":\"cpu\"}\n",
+                                iteration, (unsigned long long)t_start, (unsigned long long)t_end, (unsigned long long)(t_end - t_start));
+                    else
+                        fprintf(records, "{\"iteration\":%ld,\"rank\":0,\"start_ns\":%llu,\"end_ns\":%llu,\"elapsed_ns\":%llu,"
+                                "\"phase\":\"decode\",\"prefill_chunks\":[],\"decode_kv_lens\":[%d],\"scheduled_tokens\":1,"
+                                "\"scheduled_requests\":1,\"batch_size\":1,\"graph_mode\":\"none\",\"backend\":\"cpu\"}\n",
+                                iteration, (unsigned long long)t_start, (unsigned long long)t_end, (unsigned long long)(t_end - t_start), 16 + it);
+                    fflush(records);
+                }
+                iteration++;
             }
             nvtxRangePop();
             served++;

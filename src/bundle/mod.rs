@@ -49,6 +49,7 @@ pub const PLACEMENTS: &[(&str, Placement)] = &[
     ("pod-attach", Placement::At("pod_attach")),
     ("question", Placement::At("question")),
     ("benchmark", Placement::At("benchmark")),
+    ("iterations", Placement::At("iterations")),
     ("baseline", Placement::Named("baselines")),
 ];
 

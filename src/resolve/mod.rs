@@ -61,6 +61,10 @@ pub struct CaptureRecipe {
     /// `--preflight`/`--record`; any value but nsys's own `libToolsInjection64.so` is a `cuda-injection` warning.
     #[serde(default)]
     pub cuda_injection64_path: Option<String>,
+    /// serve-capture's launcher contract: the server argv that was checked against `--require-argv` and what
+    /// `--engine` implies (null outside serve-capture, or when nothing was required).
+    #[serde(default)]
+    pub launcher: Option<crate::serve_capture::engine::LauncherCheck>,
 }
 
 /// A chosen environment variable.
@@ -460,6 +464,7 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
             env,
             instrumentation,
             cuda_injection64_path: injection.as_ref().filter(|_| want_gpu).map(|(v, _)| v.clone()),
+            launcher: None,
         },
         repo,
         host: Host {

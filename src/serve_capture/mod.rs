@@ -11,6 +11,7 @@
 //! Afterwards the report is exported next to it (`OUT/capture.sqlite`) and summarised. The load client's
 //! throughput under the profiler is recorded as `diagnostic_only`, never as a score.
 
+pub mod engine;
 pub mod http;
 pub mod procs;
 
@@ -87,6 +88,17 @@ pub struct ServeCaptureOptions {
     /// After shutdown, GPU memory used on the target GPU(s) must be back within this many MiB of its level at
     /// start.
     pub gpu_mem_tolerance_mib: u64,
+    /// `--require-argv FLAG` (repeatable): flags the server command must carry, checked before anything starts.
+    pub require_argv: Vec<String>,
+    /// `--engine sglang|vllm`: implies the flags its capture mode needs (see [`engine::requirements`]).
+    pub engine: Option<String>,
+    /// `--module PATH[=SHA256]` (repeatable): generated/JIT modules whose identity and loading are recorded.
+    pub modules: Vec<engine::ModuleSpec>,
+    /// `--strict-prebuilt`: a listed module missing or not matching its pin fails before anything starts.
+    pub strict_prebuilt: bool,
+    /// `--iteration-records FILE`: where the server writes its iteration records (given to it as
+    /// `NSYSKIT_ITERATION_RECORDS`, set on nsys); collected into the run folder and validated.
+    pub iteration_records: Option<PathBuf>,
 }
 
 /// A stop request set by the caller, with the signal it stands for (2 = SIGINT); shared between threads.
@@ -165,6 +177,11 @@ impl ServeCaptureOptions {
             instrumentation: Vec::new(),
             shm: None,
             gpu_mem_tolerance_mib: 256,
+            require_argv: Vec::new(),
+            engine: None,
+            modules: Vec::new(),
+            strict_prebuilt: false,
+            iteration_records: None,
         }
     }
 }
@@ -230,8 +247,32 @@ pub struct ServeCaptureDoc {
     /// memory, compute processes. `null` when not queried (a stop signal) .
     #[serde(default)]
     pub gpu_end: Option<crate::resolve::GpuState>,
+    /// The launcher contract checked before the start (`--require-argv`, `--engine`); null when none.
+    #[serde(default)]
+    pub launcher: Option<engine::LauncherCheck>,
+    /// `--module`s: identity at start and whether this run's server processes mapped them
+    /// (`path`, `sha256`, `loaded`, `loaded_by_pid`, …).
+    #[serde(default)]
+    pub modules: Vec<engine::ModuleRecord>,
+    /// `--iteration-records`: what was collected and validated (null when not asked).
+    #[serde(default)]
+    pub iterations: Option<IterationsResult>,
     /// Seconds from serve-capture's start to the end of the run.
     pub wall_s: f64,
+}
+
+/// The iteration records of the run: where the server wrote them, the copy in the run folder, the validation.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct IterationsResult {
+    /// The file the server was told to write (`NSYSKIT_ITERATION_RECORDS`).
+    pub source: String,
+    /// `OUT/iterations.jsonl` (null when the server wrote nothing).
+    pub copy: Option<String>,
+    /// `OUT/iterations.json` (`nsyskit.iterations/v1`).
+    pub document: Option<String>,
+    pub verdict: Option<String>,
+    pub records: u64,
+    pub usable_as_time: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -298,6 +339,9 @@ pub struct Files {
     pub gate: Option<String>,
     pub ranges: Option<String>,
     pub bundle: Option<String>,
+    /// `OUT/iterations.json` with `--iteration-records`.
+    #[serde(default)]
+    pub iterations: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -616,6 +660,9 @@ struct Run<'a> {
     load_i: Option<usize>,
     ready: Option<Ready>,
     injection: Vec<InjectionFinding>,
+    /// `--module`s, their loading filled in by [`Run::scan_modules`].
+    modules: Vec<engine::ModuleRecord>,
+    iterations: Option<IterationsResult>,
 }
 
 impl Run<'_> {
@@ -879,6 +926,9 @@ struct Plan {
     timed: bool,
     window: Window,
     preflight_failed: Option<String>,
+    launcher: Option<engine::LauncherCheck>,
+    /// `--iteration-records`, absolute.
+    iter_path: Option<PathBuf>,
 }
 
 /// Run the whole lifecycle. Errors (exit 2) only before anything was started; afterwards every problem is a
@@ -892,8 +942,11 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
     }
     r.launch()?;
     // each step returns false when the run cannot go on; the cleanup always runs
-    let _ = r.ready() && r.warmup() && r.load();
+    // the modules are looked up in the live server processes' maps after each step
+    let _ = r.ready() && r.scan_modules() && r.warmup() && r.scan_modules() && r.load();
+    r.scan_modules();
     let (cleanup, gpu_end) = r.shutdown();
+    r.collect_iterations();
     let (capture, gate) = r.analyse();
     r.record_run(cleanup, gpu_end, capture, gate)
 }
@@ -901,6 +954,41 @@ pub fn run(o: &ServeCaptureOptions) -> Result<ServeCaptureDoc> {
 /// Step 1, before anything is created or started: the usage checks, nsys-resolve (the nsys, its capabilities,
 /// the preflight), the nsys argv; then the run folder, `run-state` and the provenance written at start.
 fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
+    // the launcher contract and the prebuilt modules, before anything else: exit 2, nothing created or started
+    let reqs = engine::requirements(&o.require_argv, o.engine.as_deref(), o.capture_range.as_deref())?;
+    if o.server.is_empty() {
+        return Err(Error::usage("no server command after --"));
+    }
+    engine::check_argv(&o.server, &reqs)?;
+    let launcher = (!reqs.is_empty() || o.engine.is_some()).then(|| engine::LauncherCheck {
+        engine: o.engine.clone(),
+        required: reqs,
+        checked_argv: redactor(o).argv(&o.server),
+    });
+    engine::inspect_modules(&o.modules, o.cwd.as_deref(), o.strict_prebuilt)?;
+    let iter_path = o.iteration_records.as_ref().map(|p| match (p.is_absolute(), &o.cwd) {
+        (true, _) => p.clone(),
+        (false, Some(d)) => d.join(p),
+        (false, None) => std::path::absolute(p).unwrap_or_else(|_| p.clone()),
+    });
+    if let Some(p) = &iter_path {
+        if let Some((_, v)) = o.env.iter().find(|(k, v)| k == crate::iterations::RECORDS_ENV && Path::new(v) != p.as_path()) {
+            return Err(Error::usage(format!(
+                "--env {}={v} contradicts --iteration-records {}: give the path once (serve-capture sets {} itself)",
+                crate::iterations::RECORDS_ENV,
+                p.display(),
+                crate::iterations::RECORDS_ENV
+            ))
+            .with_arg("--iteration-records"));
+        }
+        if p.exists() {
+            return Err(Error::usage(format!(
+                "--iteration-records {}: exists already: records from an earlier run would be taken as this run's; remove it or give a fresh path",
+                p.display()
+            ))
+            .with_arg("--iteration-records"));
+        }
+    }
     let health = http::Url::parse(&o.health).map_err(|e| e.with_arg("--health"))?;
     let mut urls = vec![(o.health.clone(), health.clone())];
     if let Some(m) = &o.models {
@@ -954,6 +1042,7 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
     // provenance written at start, before the server is launched
     let mut prov = prov;
     prov.capture.flags_argv = red.argv(&args);
+    prov.capture.launcher = launcher.clone();
     let prov: crate::resolve::Provenance = serde_json::from_str(&red.json(&prov)).expect("a redacted provenance reads back");
     crate::resolve::write_record(&out, &prov)?;
     let gpu_pin = o.gpu.map(|index| GpuPin {
@@ -984,7 +1073,7 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
         end_est_s: None,
     };
 
-    Ok(Plan { health, urls, is_local, out, nsys, version, args, added, nsys_argv, files, gpu_start, gpu_pin, timed, window, preflight_failed })
+    Ok(Plan { health, urls, is_local, out, nsys, version, args, added, nsys_argv, files, gpu_start, gpu_pin, timed, window, preflight_failed, launcher, iter_path })
 }
 
 impl<'a> Run<'a> {
@@ -1017,7 +1106,65 @@ impl<'a> Run<'a> {
             injection: Vec::new(),
             warmup_i: None,
             load_i: None,
+            // read again at start (the preflight checked them): the identity of the files this run may load
+            modules: engine::inspect_modules(&o.modules, o.cwd.as_deref(), false).unwrap_or_default(),
+            iterations: None,
         }
+    }
+
+    /// Read the live server processes' /proc/PID/maps for the `--module`s. Always true (a step of the chain).
+    fn scan_modules(&mut self) -> bool {
+        if self.modules.is_empty() {
+            return true;
+        }
+        let pids: Vec<i32> = self
+            .procs
+            .iter()
+            .filter(|t| matches!(t.rec.role.as_str(), "server" | "server-child") && t.rec.ended.is_none() && procs::alive(t.rec.pid as i32, t.rec.starttime_ticks))
+            .map(|t| t.rec.pid as i32)
+            .collect();
+        let at = self.now();
+        engine::scan(&mut self.modules, &pids, at);
+        true
+    }
+
+    /// After shutdown: copy the server's iteration records into the run folder and validate them.
+    fn collect_iterations(&mut self) {
+        let Some(src) = self.p.iter_path.clone() else { return };
+        let out = self.out.clone();
+        let mut res = IterationsResult { source: src.display().to_string(), copy: None, document: None, verdict: None, records: 0, usable_as_time: false };
+        if !src.is_file() {
+            self.fail("iterations", format!("the server wrote no iteration records at {} (it is told the path through {}): does it write them?", src.display(), crate::iterations::RECORDS_ENV));
+            self.iterations = Some(res);
+            return;
+        }
+        let copy = out.join("iterations.jsonl");
+        if let Err(e) = std::fs::copy(&src, &copy) {
+            self.fail("iterations", format!("cannot copy {} to {}: {e}", src.display(), copy.display()));
+            self.iterations = Some(res);
+            return;
+        }
+        res.copy = Some(copy.display().to_string());
+        match crate::iterations::validate_file(&copy) {
+            Ok(d) => {
+                let path = out.join("iterations.json");
+                if let Err(e) = write_json_redacted(&path, &d, &self.red) {
+                    self.fail("iterations", e.message);
+                } else {
+                    res.document = Some(path.display().to_string());
+                    self.p.files.iterations = res.document.clone();
+                }
+                if d.verdict != "PASS" {
+                    let first: Vec<String> = d.problems.iter().take(3).map(|p| format!("line {} {}: {}", p.line, p.path, p.message)).collect();
+                    self.fail("iterations", format!("the iteration records fail validation ({} problem(s)): {}", d.problems.len(), first.join("; ")));
+                }
+                res.verdict = Some(d.verdict.clone());
+                res.records = d.records;
+                res.usable_as_time = d.usable_as_time;
+            }
+            Err(e) => self.fail("iterations", e.message),
+        }
+        self.iterations = Some(res);
     }
 
     /// The preflight said RETRY: nothing was started; the document says why.
@@ -1052,6 +1199,9 @@ impl<'a> Run<'a> {
             gpu_pin: r.p.gpu_pin.clone(),
             injection: vec![],
             gpu_end: None,
+            launcher: r.p.launcher.clone(),
+            modules: r.modules.clone(),
+            iterations: None,
             wall_s: r.now(),
         };
         let doc = finish_doc(&r.red, &out, doc)?;
@@ -1080,6 +1230,9 @@ impl<'a> Run<'a> {
         }
         if let Some(p) = &r.p.gpu_pin {
             cmd.env("CUDA_VISIBLE_DEVICES", &p.cuda_visible_devices);
+        }
+        if let Some(p) = &r.p.iter_path {
+            cmd.env(crate::iterations::RECORDS_ENV, p);
         }
         new_session(&mut cmd);
         r.say(format!("starting {}", shlex::try_join(r.p.nsys_argv.iter().map(String::as_str)).unwrap_or_default()));
@@ -1528,6 +1681,9 @@ impl<'a> Run<'a> {
             gpu_pin: r.p.gpu_pin.clone(),
             injection: r.injection.clone(),
             gpu_end,
+            launcher: r.p.launcher.clone(),
+            modules: r.modules.clone(),
+            iterations: r.iterations.clone(),
             wall_s: r.now(),
         };
         let mut doc = finish_doc(&r.red, &out, doc)?;
@@ -1535,7 +1691,7 @@ impl<'a> Run<'a> {
         if let Some(b) = doc.files.bundle.clone() {
             let merged = (|| -> Result<()> {
                 let mut docs = Vec::new();
-                for f in [Some(doc.files.provenance.clone()), doc.files.gate.clone(), doc.files.ranges.clone(), Some(doc.files.document.clone())].into_iter().flatten() {
+                for f in [Some(doc.files.provenance.clone()), doc.files.gate.clone(), doc.files.ranges.clone(), doc.files.iterations.clone(), Some(doc.files.document.clone())].into_iter().flatten() {
                     docs.extend(crate::bundle::read_docs(&[crate::contract::Input::Path(PathBuf::from(f))])?);
                 }
                 crate::bundle::run(Path::new(&b), &docs, crate::bundle::Mode::Write).map(|_| ())

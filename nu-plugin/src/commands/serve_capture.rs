@@ -109,6 +109,21 @@ impl SimplePluginCommand for ServeCapture {
             )
             .named("shm", SyntaxShape::String, "Stale /dev/shm segments matching this glob (vllm_*) or regex (re:^psm_) fail the preflight", None)
             .named("gpu-mem-tolerance", SyntaxShape::Int, "After shutdown, GPU memory used on the target GPU(s) must be back within this many MiB of its level at start (default 256)", None)
+            .named(
+                "require-argv",
+                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
+                "A flag the server command must carry (or a list of them): without it serve-capture refuses to start (exit 2, nothing launched)",
+                None,
+            )
+            .named("engine", SyntaxShape::String, "The engine (sglang, vllm): implies the server flags its capture mode needs (sglang: --alignment-nvtx-ranges, --alignment-iteration-records; vllm with --capture-range: --profiler-config.profiler=cuda)", None)
+            .named(
+                "module",
+                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
+                "A generated/JIT module (.so, cache entry) to record: size, sha256, mtime, and whether the server processes mapped it (or a list; PATH=SHA256 pins it)",
+                None,
+            )
+            .switch("strict-prebuilt", "A --module that is missing or differs from its pinned sha256 fails before the server is launched (exit 2)", None)
+            .named("iteration-records", SyntaxShape::Filepath, "The file the server writes its iteration records to (told through NSYSKIT_ITERATION_RECORDS, set on nsys); collected into the run folder and validated (iterations.json)", None)
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
     }
@@ -205,6 +220,14 @@ impl SimplePluginCommand for ServeCapture {
         o.engine_repo = flag_path(engine, call, "engine-repo")?;
         o.instrumentation = flag_list(call, "instrumentation")?;
         o.shm = flag_str(call, "shm")?.map(|s| s.item);
+        o.require_argv = flag_list(call, "require-argv")?;
+        o.engine = flag_str(call, "engine")?.map(|s| s.item);
+        o.modules = flag_list(call, "module")?
+            .iter()
+            .map(|m| serve_capture::engine::parse_module(m).map_err(|e| labeled(e, call, &sig, None)))
+            .collect::<Result<_, _>>()?;
+        o.strict_prebuilt = call.has_flag("strict-prebuilt")?;
+        o.iteration_records = flag_path(engine, call, "iteration-records")?;
 
         // Ctrl-C reaches a plugin through the protocol, not as SIGINT: it sets the run's stop flag, and the run
         // cleans up exactly as the binary does on SIGINT.
