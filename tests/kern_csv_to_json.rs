@@ -469,22 +469,8 @@ fn real_nsys_stats_in_other_units() {
 }
 
 #[test]
-fn help_has_a_runnable_example_and_version_works() {
-    let out = bin().arg("--help").output().unwrap();
-    assert!(out.status.success());
-    let help = String::from_utf8_lossy(&out.stdout).to_string();
-    let example = help
-        .lines()
-        .find(|l| l.trim_start().starts_with("kern-csv-to-json fixtures/"))
-        .expect("an example");
-    let args: Vec<&str> = example.split_whitespace().skip(1).collect();
-    let out = bin()
-        .current_dir(common::root())
-        .args(&args)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    common::one_doc(&out.stdout);
+fn version_works_and_a_missing_file_is_exit_2() {
+    // the help's examples run as printed in tests/help_examples.rs
     let out = bin().arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
     let out = bin().arg("/nonexistent.csv").output().unwrap();

@@ -415,9 +415,7 @@ fn bad_input_exits_2_naming_the_fault() {
 
 #[test]
 fn help_example_runs() {
-    let out = Command::cargo_bin("nvtx-readiness").unwrap().arg("--help").output().unwrap();
-    let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("nvtx-readiness fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve"), "{help}");
+    // the help's examples run as printed in tests/help_examples.rs; this is the documented command of docs/nvtx-readiness.md
     let out = Command::cargo_bin("nvtx-readiness")
         .unwrap()
         .current_dir(common::root())
