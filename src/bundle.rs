@@ -30,6 +30,9 @@ pub enum Placement {
     At(&'static str),
     /// `comparisons.<key>`: the key names the two compared inputs (see [`comparison_key`]).
     Comparisons,
+    /// `nsyskit.pod-attach/v1`: the whole document at `pod_attach`, and each member of its `kernel_profile`
+    /// (when an object) at `kernel_profile.<member>` (the seed's step-5 fields).
+    PodAttach,
 }
 
 /// The placement table: every document kind nsyskit writes, and where bundle-merge puts it.
@@ -42,7 +45,7 @@ pub const PLACEMENTS: &[(&str, Placement)] = &[
     ("compare", Placement::Comparisons),
     ("report", Placement::At("report")),
     ("serve-capture", Placement::At("serve_capture")),
-    ("pod-attach", Placement::At("pod_attach")),
+    ("pod-attach", Placement::PodAttach),
 ];
 
 /// Where documents of `kind` (the `<kind>` of `nsyskit.<kind>/v1`) go, or None when bundle-merge does not
@@ -207,6 +210,15 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
     };
     Ok(match p {
         Placement::At(path) => vec![at(path, doc.value.clone())],
+        Placement::PodAttach => {
+            let mut edits = vec![at("pod_attach", doc.value.clone())];
+            if let Some(Value::Object(kp)) = obj.get("kernel_profile") {
+                for (k, v) in kp {
+                    edits.push(Edit { path: vec!["kernel_profile".into(), k.clone()], value: v.clone() });
+                }
+            }
+            edits
+        }
         Placement::Comparisons => {
             let key = comparison_key(&doc.value);
             vec![Edit {
