@@ -1393,8 +1393,9 @@ pub fn note_cmdlines(env: &mut EngineEnv, chain: &[String]) {
 /// need a fact or it could not be checked. Returns the warnings.
 ///
 /// * `CUDA_INJECTION64_PATH`: nsys traces CUDA by setting it to its own `libToolsInjection64.so` (measured with
-///   nsys 2023.4: set with `--trace=cuda`, absent with `--trace=osrt`). Another value (a zymtrace-style
-///   injector) takes the one injection slot: refused for every strategy. For attach any value is refused (the
+///   nsys 2023.4: set with `--trace=cuda` or `--capture-range=cudaProfilerApi`; an inherited value is replaced,
+///   and with `--trace=osrt` alone removed). Another value (set by a zymtrace-style launcher between nsys and the
+///   engine, or with no nsys at all) takes the one injection slot: refused for every strategy. For attach any value is refused (the
 ///   slot is taken). Absent under endpoint/session: a warning (that nsys records no CUDA).
 /// * endpoint on a vLLM engine: `/start_profile` calls `cudaProfilerStart` only with
 ///   `--profiler-config.profiler=cuda` (or `VLLM_TORCH_CUDA_PROFILE=1`): refused without it. Not a vLLM

@@ -129,11 +129,26 @@ impl KubeCluster {
             }
             e
         };
-        let (r1, e) = tokio::join!(read_out, read_err);
+        // stdout and stderr are read together; a sink error returns at once (dropping the process aborts it),
+        // without waiting for a stderr that may never end
+        tokio::pin!(read_out);
+        tokio::pin!(read_err);
+        let mut err_done = None;
+        let r1 = loop {
+            tokio::select! {
+                r = &mut read_out => break r,
+                e = &mut read_err, if err_done.is_none() => err_done = Some(e),
+            }
+        };
         if let Err(x) = r1 {
+            // stop the exec at once: its stderr and status would otherwise wait behind unread stdout
             p.abort();
             return Err(x);
         }
+        let e = match err_done {
+            Some(e) => e,
+            None => read_err.await,
+        };
         let st = status.await;
         let _ = p.join().await;
         let status_message = st.as_ref().filter(|s| s.status.as_deref() != Some("Success")).map(|s| s.message.clone().unwrap_or_default());
@@ -597,8 +612,16 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     let mut sink = pa::TarSink::new(out_dir, expected, o.max_copy_bytes)?;
     let ctx = || format!("copy-out from {}/{pod_name} {}", o.namespace, o.workdir);
     let tar = c.exec_stream(&o.namespace, &pod_name, &tools, &pa::argv_tar(&o.workdir, &names), &mut sink).await.map_err(|e| e.context(ctx()))?;
-    if tar.exit_code != Some(0) {
-        return Err(Error::env(format!("{}: tar in the container exited {:?}: {}", ctx(), tar.exit_code, String::from_utf8_lossy(&tar.stderr).trim())));
+    match tar.exit_code {
+        Some(0) => {}
+        None => {
+            return Err(Error::env(format!(
+                "{}: the exec stream ended after {} bytes without tar's exit status: the copy was interrupted; nothing kept",
+                ctx(),
+                sink.received()
+            )))
+        }
+        Some(code) => return Err(Error::env(format!("{}: tar in the container exited {code}: {}; nothing kept", ctx(), String::from_utf8_lossy(&tar.stderr).trim()))),
     }
     let copied = sink.commit().map_err(|e| e.context(ctx()))?;
     let sqlite = out_dir.join(format!("{}.sqlite", o.capture_name));
