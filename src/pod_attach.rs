@@ -2211,4 +2211,70 @@ mod tests {
         let after = parse_report_listing("10\t100\t/o/a.nsys-rep\n20\t200\t/o/a.1.nsys-rep\n");
         assert_eq!(new_reports(&before, &after)[0].path, "/o/a.1.nsys-rep");
     }
+    #[test]
+    fn library_gate_matches_gate_run() {
+        let fx = |p: &str| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(p);
+        let (rep, sqlite) = (fx("nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep"), fx("nsys-2023.4.4/cpu_nvtx_osrt.sqlite"));
+        let g = run_gate(&Gate::Library, &rep, &sqlite);
+        assert_eq!(g.verdict, "RETRY", "{}", g.reason);
+        let want = crate::gate::run(&crate::gate::GateOptions { capture: rep.clone(), sqlite: Some(sqlite.clone()), ..Default::default() }).unwrap();
+        assert_eq!(g.document.unwrap(), serde_json::to_value(&want).unwrap());
+        assert!(g.reason.starts_with("gate-check (library): gates "), "{}", g.reason);
+        assert_eq!(run_gate(&Gate::Library, &rep, &fx("nope.sqlite")).verdict, "NOT_RUN");
+    }
+
+    /// `--bundle` on a real kernel CSV (nsys 2025.3.1 on the H200): the seed's fields, top_kernels from the CSV,
+    /// the files under profiles/ with the sha256 of the bytes written, the bundle's other bytes kept.
+    #[test]
+    fn bundle_fills_kernel_profile_from_a_real_csv() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let csv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv");
+        let mut files = Vec::new();
+        for (name, bytes) in [("capture.nsys-rep", b"not a real report".to_vec()), ("capture_cuda_gpu_kern_sum.csv", std::fs::read(&csv).unwrap()), ("capture_cuda_api_sum.csv", b"x".to_vec())] {
+            std::fs::write(out.join(name), &bytes).unwrap();
+            files.push(CopiedFile { name: name.into(), path: out.join(name).display().to_string(), size: bytes.len() as u64, sha256: sha256_hex(&bytes) });
+        }
+        let mut o = opts();
+        o.bundle = Some(dir.path().join("b").display().to_string());
+        let mut doc = dry_run(&o).unwrap();
+        doc.dry_run = false;
+        doc.files = files;
+        doc.provenance = Some(Provenance {
+            namespace: "ns".into(), pod: "p".into(), pod_uid: None, node: None, container: "engine".into(), container_image: None,
+            sidecar: Some("nsyskit-x".into()), sidecar_image: Some(DEFAULT_SIDECAR_IMAGE.into()), sidecar_image_digest: image_digest(DEFAULT_SIDECAR_IMAGE).unwrap(),
+            sidecar_image_id: None, nsys_install: None, nsys: NsysCaps::default(),
+            engine: Some(EngineChoice { pid: 4242, cmdline: "VLLM::EngineCore".into(), cuda_owner: true, matched: vec![4242], nsys_ancestor: None }),
+            engine_env: None, captured_at: Some("2026-12-01T13:00:00Z".into()), source_report: None, started_at_unix_s: 0.0, capture_s: 5.0,
+        });
+        let b = dir.path().join("b");
+        std::fs::create_dir_all(&b).unwrap();
+        let before = "{\"run_id\": \"x\",\n \"n\": 1.0, \"kernel_profile\": {\"keep\": [1 ,2]}}\n";
+        std::fs::write(b.join(BUNDLE_FILE), before).unwrap();
+        write_bundle(&b, &mut doc, &o).unwrap();
+        let kp = doc.kernel_profile.clone().unwrap();
+        assert_eq!(kp.captured_at, "2026-12-01T13:00:00Z");
+        assert_eq!((kp.nsys_rep_path.as_str(), kp.summary_csv_path.as_deref(), kp.cuda_api_csv_path.as_deref()), ("profiles/capture.nsys-rep", Some("profiles/gpu_kern_sum.csv"), Some("profiles/cuda_api_sum.csv")));
+        assert_eq!((kp.duration_s, kp.vllm_pid, kp.sidecar_image.as_deref()), (5.0, Some(4242), Some(DEFAULT_SIDECAR_IMAGE)));
+        let top = kp.top_kernels.clone().unwrap();
+        assert!(!top.is_empty() && top[0].rank == 1 && top[0].instances > 0, "{top:?}");
+        assert_eq!(std::fs::read(b.join("profiles/gpu_kern_sum.csv")).unwrap(), std::fs::read(&csv).unwrap());
+        let text = std::fs::read_to_string(b.join(BUNDLE_FILE)).unwrap();
+        assert!(text.starts_with("{\"run_id\": \"x\",\n \"n\": 1.0, \"kernel_profile\": {\"keep\": [1 ,2]"), "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let k = &v["kernel_profile"];
+        for f in ["captured_at", "nsys_rep_path", "summary_csv_path", "duration_s", "vllm_pid", "sidecar_image", "method", "top_kernels"] {
+            assert!(!k[f].is_null(), "{f}: {k}");
+        }
+        assert_eq!(k["top_kernels"][0]["name"], top[0].name.as_str());
+        assert_eq!(k["summary_csv_path"], "profiles/gpu_kern_sum.csv");
+        assert_eq!(k["stats"]["cuda_gpu_kern_sum"]["source"], "profiles/gpu_kern_sum.csv");
+        assert_eq!(v["pod_attach"]["kernel_profile"]["vllm_pid"], 4242);
+        // a file whose bytes do not match its sha256 is not put in the bundle
+        let mut doc2 = doc.clone();
+        doc2.files[0].sha256 = "0".repeat(64);
+        assert!(write_bundle(&b, &mut doc2, &o).unwrap_err().message.contains("deleted"));
+    }
+
 }
