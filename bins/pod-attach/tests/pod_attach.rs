@@ -679,7 +679,9 @@ fn flood_after_the_archive_is_cut_at_the_cap() {
 #[test]
 fn big_report_streams_to_disk_and_max_copy_bytes_refuses_it() {
     let nsys = nsys_or_skip!("big_report_streams_to_disk_and_max_copy_bytes_refuses_it");
-    let big = standin::FLOOD_BYTES;
+    // 300 MB by default (the suite stays quick); NSYSKIT_POD_ATTACH_BIG_BYTES=1500000000 is the 1.5 GB
+    // (measured: docs/pod-attach.md)
+    let big: u64 = std::env::var("NSYSKIT_POD_ATTACH_BIG_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(300_000_000);
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::BigReport(big));
     let dir = tempfile::tempdir().unwrap();
     let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "big");
@@ -703,11 +705,11 @@ fn big_report_streams_to_disk_and_max_copy_bytes_refuses_it() {
     assert!(!si.exec_argv0s().iter().any(|a| a.starts_with("tar ")), "no tar stream was asked for");
     let (out, rss, wall, out_dir, _) = run("full", &[]);
     let d = one_doc(&out);
-    eprintln!("MEASURED big_report (1.5 GB copied to disk, sha256 checked): peak RSS {:.1} MiB, wall {wall:.1} s", rss as f64 / 1024.0);
+    eprintln!("MEASURED big_report ({big} bytes copied to disk, sha256 checked): peak RSS {:.1} MiB, wall {wall:.1} s", rss as f64 / 1024.0);
     let f = d["files"].as_array().unwrap().iter().find(|f| f["name"] == "capture.nsys-rep").unwrap().clone();
     assert_eq!(f["size"], big);
     assert_eq!(std::fs::metadata(out_dir.join("capture.nsys-rep")).unwrap().len(), big);
-    assert!(rss < 1 << 20, "peak RSS {rss} KiB for a {big}-byte file: it was held in memory");
+    assert!((rss as u64) * 1024 < big / 2, "peak RSS {rss} KiB for a {big}-byte file: it was held in memory");
     std::fs::remove_file(out_dir.join("capture.nsys-rep")).unwrap();
 }
 
