@@ -24,7 +24,7 @@ static NSYS_LOCK: Mutex<()> = Mutex::new(());
 #[test]
 fn pod_attach_dry_run_plan() {
     let Some(nu) = Nu::or_skip("pod_attach_dry_run_plan") else { return };
-    let image = "r/x@sha256:0123abcd";
+    let image = "r/x@sha256:0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd";
     let got = nu.json(&format!(
         "pod-attach --dry-run --pod vllm-0 --container engine --image '{image}' --duration 7sec \
          | {{n: ($in.plan | length), dry_run: $in.dry_run, strategy: $in.strategy, \
@@ -50,20 +50,25 @@ fn pod_attach_dry_run_plan() {
     assert_eq!(got["wait"], json!(7.0), "--duration 7sec is 7 s");
     assert_eq!(got["execs_are_argv"], true);
     // bad usage is a LabeledError at the flag
-    let script = "pod-attach --dry-run --pod p --image i --process-match '('";
+    let script = "pod-attach --dry-run --pod p --process-match '('";
     let err = nu.error(script);
     assert!(err.contains("--process-match \"(\" is not a valid regex"), "{err}");
     assert!(err.contains("nsyskit::usage") && err.contains("bad argument (--process-match)"), "{err}");
     let at = script.find("--process-match").unwrap() + 1;
     assert!(err.contains(&format!("label at line 2, columns {at} to {}", script.len())), "{err}");
-    let err = nu.error("hide-env -i NSYSKIT_SIDECAR_IMAGE; pod-attach --dry-run --pod p");
-    assert!(err.contains("--image is required for --strategy endpoint"), "{err}");
+    // no --image and no $env.NSYSKIT_SIDECAR_IMAGE: the seed's Path A image; an unpinned one is refused
+    let got = nu.json("hide-env -i NSYSKIT_SIDECAR_IMAGE; pod-attach --dry-run --pod p --container c | get plan | where method? == PATCH | get 0.body.spec.ephemeralContainers.0.image");
+    assert_eq!(got, json!(nsyskit::pod_attach::DEFAULT_SIDECAR_IMAGE));
+    let err = nu.error("pod-attach --dry-run --pod p --image nvcr.io/nvidia/cuda:12.9.1-devel-ubuntu22.04");
+    assert!(err.contains("not pinned by digest") && err.contains("--allow-unpinned-image"), "{err}");
+    let got = nu.json("pod-attach --dry-run --pod p --image nvcr.io/nvidia/cuda:12.9.1-devel-ubuntu22.04 --allow-unpinned-image --install-nsys apt | get plan | where kind == exec | get argv | where {|a| 'install' in $a} | get 0");
+    assert_eq!(got, json!(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y", "install", "--no-install-recommends", "nsight-systems-cli"]));
     // the site default comes from Nushell's $env.NSYSKIT_SIDECAR_IMAGE (set inside nu, not the plugin's own env)
     let got = nu.json(
-        "$env.NSYSKIT_SIDECAR_IMAGE = 'site.example/nsys@sha256:5e'; \
+        "$env.NSYSKIT_SIDECAR_IMAGE = 'site.example/nsys@sha256:5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e'; \
          pod-attach --dry-run --pod p --container c | get plan | where method? == PATCH | get 0.body.spec.ephemeralContainers.0.image",
     );
-    assert_eq!(got, json!("site.example/nsys@sha256:5e"));
+    assert_eq!(got, json!("site.example/nsys@sha256:5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e"));
 }
 
 /// nu with $env.KUBECONFIG pointing at the stand-in, set inside Nushell (the plugin reads Nushell's
@@ -81,7 +86,7 @@ fn pod_attach_lookup_errors_against_the_standin() {
         TarFault::None,
     );
     let dir = tempfile::tempdir().unwrap();
-    let base = format!("pod-attach --image registry.invalid/nsys@sha256:00 --duration 1 --wait-timeout 5 --out-dir '{}'", dir.path().join("out").display());
+    let base = format!("pod-attach --image registry.invalid/nsys@sha256:0000000000000000000000000000000000000000000000000000000000000000 --duration 1 --wait-timeout 5 --out-dir '{}'", dir.path().join("out").display());
     let script = format!("{base} --selector app=none");
     let err = nu.error(&with_cluster(&si, &script));
     assert!(err.contains("no pod in namespace default matches selector \"app=none\""), "{err}");
@@ -183,7 +188,7 @@ fn pod_attach_session_capture_gated_by_the_library() {
     let si = StandIn::start(vec![pod("engine-0", json!({"app": "vllm"}), &["engine"])], PatchMode::Ok, TarFault::None);
     let dir = tempfile::tempdir().unwrap();
     let eng = Engine::start(&nsys, dir.path(), "ok");
-    let work = dir.path().join("work");
+    let work = dir.path().join("nsyskit-pod-attach-work");
     // --out-dir relative to Nushell's current folder
     let got = nu.json(&with_cluster(
         &si,
@@ -241,7 +246,7 @@ fn pod_attach_ctrl_c_mid_capture_cleans_up() {
     let si = StandIn::start(vec![pod("engine-0", json!({"app": "vllm"}), &["engine"])], PatchMode::Ok, TarFault::None);
     let dir = tempfile::tempdir().unwrap();
     let eng = Engine::start(&nsys, dir.path(), "cc");
-    let work = dir.path().join("work");
+    let work = dir.path().join("nsyskit-pod-attach-work");
     let script = format!(
         "plugin use nsyskit\n{}",
         with_cluster(&si, &format!("pod-attach {} --out-dir '{}'", session_args(&nsys, &eng, &work, "60"), dir.path().join("out").display()))

@@ -34,6 +34,9 @@ pub enum Placement {
     Comparisons,
     /// `<path>.<name>`: keyed by the document's `name` (named baselines of capture-compare).
     Named(&'static str),
+    /// `nsyskit.pod-attach/v1`: the whole document at `pod_attach`, and each member of its `kernel_profile`
+    /// (when an object) at `kernel_profile.<member>` (the seed's step-5 fields).
+    PodAttach,
 }
 
 /// The placement table: every document kind nsyskit writes, and where bundle-merge puts it.
@@ -46,7 +49,7 @@ pub const PLACEMENTS: &[(&str, Placement)] = &[
     ("compare", Placement::Comparisons),
     ("report", Placement::At("report")),
     ("serve-capture", Placement::At("serve_capture")),
-    ("pod-attach", Placement::At("pod_attach")),
+    ("pod-attach", Placement::PodAttach),
     ("question", Placement::At("question")),
     ("benchmark", Placement::At("benchmark")),
     ("iterations", Placement::At("iterations")),
@@ -275,6 +278,15 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
             if kind == "ranges" {
                 if let Some(t) = doc.value.pointer("/source/capture/captured_at").filter(|t| t.is_string()) {
                     edits.push(at("kernel_profile.captured_at", t.clone()));
+                }
+            }
+            edits
+        }
+        Placement::PodAttach => {
+            let mut edits = vec![at("pod_attach", doc.value.clone())];
+            if let Some(Value::Object(kp)) = obj.get("kernel_profile") {
+                for (k, v) in kp {
+                    edits.push(Edit { path: vec!["kernel_profile".into(), k.clone()], value: v.clone(), keep_existing: false });
                 }
             }
             edits

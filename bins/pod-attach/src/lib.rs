@@ -14,6 +14,7 @@ use kube::api::{AttachParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use nsyskit::contract::{Document, Error, Result};
 use nsyskit::pod_attach::{self as pa, Options, PodAttachDoc, Strategy};
+pub use nsyskit::pod_attach::{options, run_gate, Flags, Gate};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What a command run in a container returned.
@@ -37,6 +38,9 @@ pub trait Cluster {
     /// `"reason: message"` of the pod's events, oldest first.
     async fn events(&self, ns: &str, pod: &str) -> Result<Vec<String>>;
     async fn exec(&self, ns: &str, pod: &str, container: &str, argv: &[String]) -> Result<ExecOutput>;
+    /// Like [`Cluster::exec`], but stdout goes to `sink` as it arrives (never held whole): the copy-out's tar
+    /// stream. A `sink` error stops the exec. The returned `stdout` is empty.
+    async fn exec_stream(&self, ns: &str, pod: &str, container: &str, argv: &[String], sink: &mut pa::TarSink) -> Result<ExecOutput>;
     /// `POST path` to `port` of the pod through a port-forward; the HTTP status code and body.
     async fn http_post(&self, ns: &str, pod: &str, port: u16, path: &str) -> Result<(u16, String)>;
 }
@@ -56,7 +60,16 @@ fn kube_err(what: &str, e: kube::Error) -> Error {
 impl KubeCluster {
     /// The normal kube way: KUBECONFIG / ~/.kube/config, else in-cluster.
     pub async fn connect() -> Result<KubeCluster> {
-        let client = Client::try_default().await.map_err(|e| kube_err("cannot load a Kubernetes client config (KUBECONFIG, ~/.kube/config or in-cluster)", e))?;
+        let client = Client::try_default().await.map_err(|e| {
+            let files: Vec<PathBuf> = match std::env::var_os("KUBECONFIG") {
+                Some(v) => std::env::split_paths(&v).collect(),
+                None => std::env::var_os("HOME").map(|h| vec![PathBuf::from(h).join(".kube/config")]).unwrap_or_default(),
+            };
+            Error::env(format!(
+                "cannot load a Kubernetes client config (KUBECONFIG, ~/.kube/config or in-cluster): {}",
+                redact_config_error(&e.to_string(), &files)
+            ))
+        })?;
         Ok(KubeCluster { client })
     }
     /// With an explicit `KUBECONFIG` value (one path or a `:`-separated list, merged like kubectl; the Nushell
@@ -72,17 +85,94 @@ impl KubeCluster {
         let merged = paths
             .iter()
             .try_fold(kube::config::Kubeconfig::default(), |m, p| kube::config::Kubeconfig::read_from(p).and_then(|c| m.merge(c)))
-            .map_err(|e| Error::env(format!("{what}: {e}")))?;
+            .map_err(|e| Error::env(format!("{what}: {}", redact_config_error(&e.to_string(), &paths))))?;
         let config = kube::Config::from_custom_kubeconfig(merged, &kube::config::KubeConfigOptions::default())
             .await
-            .map_err(|e| Error::env(format!("{what}: {e}")))?;
+            .map_err(|e| Error::env(format!("{what}: {}", redact_config_error(&e.to_string(), &paths))))?;
         let client = Client::try_from(config).map_err(|e| kube_err(&what, e))?;
         Ok(KubeCluster { client })
     }
     fn pods(&self, ns: &str) -> Api<Pod> {
         Api::namespaced(self.client.clone(), ns)
     }
+    /// Run `argv`, giving stdout to `on_out` chunk by chunk; stderr is kept (its last [`MAX_EXEC_STDERR`] bytes).
+    async fn exec_inner(&self, ns: &str, pod: &str, container: &str, argv: &[String], on_out: &mut (dyn FnMut(&[u8]) -> Result<()> + Send)) -> Result<ExecOutput> {
+        let ap = AttachParams::default().container(container).stdin(false).stdout(true).stderr(true);
+        let what = || format!("exec in {ns}/{pod} container {container} of {:?}", argv.first().map(String::as_str).unwrap_or(""));
+        let mut p = self.pods(ns).exec(pod, argv.to_vec(), &ap).await.map_err(|e| kube_err(&what(), e))?;
+        let mut out = p.stdout().ok_or_else(|| Error::env(format!("{}: no stdout stream", what())))?;
+        let mut err = p.stderr().ok_or_else(|| Error::env(format!("{}: no stderr stream", what())))?;
+        let status = p.take_status().ok_or_else(|| Error::env(format!("{}: no status channel", what())))?;
+        let read_out = async {
+            let mut buf = vec![0u8; 256 * 1024];
+            loop {
+                let n = out.read(&mut buf).await.map_err(|e| Error::env(format!("{}: reading output: {e}", what())))?;
+                if n == 0 {
+                    return Ok::<(), Error>(());
+                }
+                on_out(&buf[..n])?;
+            }
+        };
+        let read_err = async {
+            let mut e = Vec::new();
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                match err.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        e.extend_from_slice(&buf[..n]);
+                        if e.len() > MAX_EXEC_STDERR {
+                            e.drain(..e.len() - MAX_EXEC_STDERR);
+                        }
+                    }
+                }
+            }
+            e
+        };
+        // stdout and stderr are read together; a sink error returns at once (dropping the process aborts it),
+        // without waiting for a stderr that may never end
+        tokio::pin!(read_out);
+        tokio::pin!(read_err);
+        let mut err_done = None;
+        let r1 = loop {
+            tokio::select! {
+                r = &mut read_out => break r,
+                e = &mut read_err, if err_done.is_none() => err_done = Some(e),
+            }
+        };
+        if let Err(x) = r1 {
+            // stop the exec at once: its stderr and status would otherwise wait behind unread stdout
+            p.abort();
+            return Err(x);
+        }
+        let e = match err_done {
+            Some(e) => e,
+            None => read_err.await,
+        };
+        let st = status.await;
+        let _ = p.join().await;
+        let status_message = st.as_ref().filter(|s| s.status.as_deref() != Some("Success")).map(|s| s.message.clone().unwrap_or_default());
+        let exit_code = st.map(|s| {
+            if s.status.as_deref() == Some("Success") {
+                0
+            } else {
+                s.details
+                    .and_then(|d| d.causes)
+                    .and_then(|c| c.into_iter().find(|c| c.reason.as_deref() == Some("ExitCode")))
+                    .and_then(|c| c.message)
+                    .and_then(|m| m.parse().ok())
+                    .unwrap_or(-1)
+            }
+        });
+        Ok(ExecOutput { stdout: Vec::new(), stderr: e, exit_code, status_message })
+    }
 }
+
+/// Most bytes of stdout kept from a command (listings, probes); more is an error.
+pub const MAX_EXEC_OUTPUT: usize = 64 << 20;
+/// Most bytes of stderr kept from a command (its tail).
+pub const MAX_EXEC_STDERR: usize = 64 << 10;
+
 
 impl Cluster for KubeCluster {
     async fn get_pod(&self, ns: &str, name: &str) -> Result<Pod> {
@@ -115,31 +205,21 @@ impl Cluster for KubeCluster {
         Ok(l.items.into_iter().map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.message.unwrap_or_default())).collect())
     }
     async fn exec(&self, ns: &str, pod: &str, container: &str, argv: &[String]) -> Result<ExecOutput> {
-        let ap = AttachParams::default().container(container).stdin(false).stdout(true).stderr(true);
-        let what = || format!("exec in {ns}/{pod} container {container} of {:?}", argv.first().map(String::as_str).unwrap_or(""));
-        let mut p = self.pods(ns).exec(pod, argv.to_vec(), &ap).await.map_err(|e| kube_err(&what(), e))?;
-        let mut out = p.stdout().expect("stdout requested");
-        let mut err = p.stderr().expect("stderr requested");
-        let status = p.take_status().expect("first take");
-        let (mut o, mut e) = (Vec::new(), Vec::new());
-        let (r1, r2) = tokio::join!(out.read_to_end(&mut o), err.read_to_end(&mut e));
-        r1.and(r2).map_err(|e| Error::env(format!("{}: reading output: {e}", what())))?;
-        let st = status.await;
-        let _ = p.join().await;
-        let status_message = st.as_ref().filter(|s| s.status.as_deref() != Some("Success")).map(|s| s.message.clone().unwrap_or_default());
-        let exit_code = st.map(|s| {
-            if s.status.as_deref() == Some("Success") {
-                0
-            } else {
-                s.details
-                    .and_then(|d| d.causes)
-                    .and_then(|c| c.into_iter().find(|c| c.reason.as_deref() == Some("ExitCode")))
-                    .and_then(|c| c.message)
-                    .and_then(|m| m.parse().ok())
-                    .unwrap_or(-1)
-            }
-        });
-        Ok(ExecOutput { stdout: o, stderr: e, exit_code, status_message })
+        let mut out = Vec::new();
+        let mut r = self
+            .exec_inner(ns, pod, container, argv, &mut |b: &[u8]| {
+                if out.len() + b.len() > MAX_EXEC_OUTPUT {
+                    return Err(Error::env(format!("more than {MAX_EXEC_OUTPUT} bytes of output: stopped (a broken or hostile API server?)")));
+                }
+                out.extend_from_slice(b);
+                Ok(())
+            })
+            .await?;
+        r.stdout = out;
+        Ok(r)
+    }
+    async fn exec_stream(&self, ns: &str, pod: &str, container: &str, argv: &[String], sink: &mut pa::TarSink) -> Result<ExecOutput> {
+        self.exec_inner(ns, pod, container, argv, &mut |b: &[u8]| sink.feed(b)).await
     }
     async fn http_post(&self, ns: &str, pod: &str, port: u16, path: &str) -> Result<(u16, String)> {
         let what = format!("POST {path} to port {port} of {ns}/{pod} through a port-forward");
@@ -161,6 +241,37 @@ impl Cluster for KubeCluster {
         let body = text.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default();
         Ok((code, body))
     }
+}
+
+/// A kubeconfig loading error fit to print: only its first line (the YAML parser's source snippet, which can
+/// show a `token:` line, is dropped), with every credential value of the kubeconfig `files` (`token`,
+/// `password`, `*-data`, `id-token`, `refresh-token`, `access-token`, `secret`) and every long quoted string
+/// replaced by `<redacted>`.
+pub fn redact_config_error(msg: &str, files: &[PathBuf]) -> String {
+    let mut m = msg.lines().next().unwrap_or("").trim_end().to_string();
+    if let Some(i) = m.find(" --> ") {
+        m.truncate(i);
+    }
+    let key = |k: &str| {
+        let k = k.trim().trim_start_matches('-').trim().trim_matches('"').to_ascii_lowercase();
+        k.contains("token") || k.contains("password") || k.ends_with("-data") || k.contains("secret")
+    };
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(f) else { continue };
+        for line in text.lines() {
+            // `key: value` and flow-style `{key: value, …}`
+            for part in line.split([',', '{', '}']) {
+                if let Some((k, v)) = part.split_once(':') {
+                    let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
+                    if key(k) && v.len() >= 4 {
+                        m = m.replace(v, "<redacted>");
+                    }
+                }
+            }
+        }
+    }
+    let q = regex::Regex::new(r#""[^"]{8,}""#).unwrap();
+    q.replace_all(&m, "\"<redacted>\"").to_string()
 }
 
 /// What the run has set up, so cleanup can undo it even when the run future was dropped (Ctrl-C).
@@ -222,7 +333,8 @@ pub async fn find_pod<C: Cluster>(c: &C, o: &Options) -> Result<Pod> {
     }
 }
 
-async fn wait_sidecar<C: Cluster>(c: &C, o: &Options, pod: &str) -> Result<()> {
+/// Wait until the sidecar runs; its `imageID` from the pod's status (what the kubelet pulled), when reported.
+async fn wait_sidecar<C: Cluster>(c: &C, o: &Options, pod: &str) -> Result<Option<String>> {
     let t0 = Instant::now();
     let fail = |why: String, events: Vec<String>| {
         Error::env(format!(
@@ -235,9 +347,10 @@ async fn wait_sidecar<C: Cluster>(c: &C, o: &Options, pod: &str) -> Result<()> {
     loop {
         let p = c.get_pod(&o.namespace, pod).await?;
         let st = p.status.as_ref().and_then(|s| s.ephemeral_container_statuses.as_ref()).and_then(|v| v.iter().find(|s| s.name == o.sidecar_name).cloned());
+        let image_id = st.as_ref().map(|s| s.image_id.clone()).filter(|i| !i.is_empty());
         if let Some(state) = st.and_then(|s| s.state) {
             if state.running.is_some() {
-                return Ok(());
+                return Ok(image_id);
             }
             if let Some(t) = state.terminated {
                 let ev = c.events(&o.namespace, pod).await.unwrap_or_default();
@@ -263,88 +376,6 @@ fn now_s() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-/// How the copied capture is gated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Gate {
-    /// No gate-check: the verdict is `NOT_RUN` with this reason.
-    Skip(String),
-    /// Run this `gate-check` program (`REPORT --sqlite SQLITE --compact`) and read its exit code and document
-    /// (the binary: `--gate-check`, else the one next to pod-attach, else on PATH).
-    Program(PathBuf),
-    /// Call [`nsyskit::gate::run`] in this process (the Nushell plugin: no subprocess, no binary to find).
-    Library,
-}
-
-impl Gate {
-    /// The binary's choice: `--gate-check PATH`, else `gate-check` next to the running program, else on `PATH`,
-    /// else [`Gate::Skip`].
-    pub fn find_program(explicit: Option<&Path>) -> Gate {
-        if let Some(g) = explicit {
-            return Gate::Program(g.to_path_buf());
-        }
-        let beside = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("gate-check"))).filter(|p| p.is_file());
-        let found = beside.or_else(|| {
-            std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("gate-check")).find(|p| p.is_file()))
-        });
-        match found {
-            Some(p) => Gate::Program(p),
-            None => Gate::Skip("no gate-check binary found (next to pod-attach, on PATH, or --gate-check)".into()),
-        }
-    }
-}
-
-fn retry_ids(doc: Option<&serde_json::Value>) -> Vec<String> {
-    doc.and_then(|d| d.get("retry"))
-        .and_then(|r| r.as_array())
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
-        .unwrap_or_default()
-}
-
-/// Gate the copied files (`REPORT`, with its export `SQLITE`): `PASS`, `RETRY`, else `NOT_RUN` with why.
-pub fn run_gate(gate: &Gate, report: &Path, sqlite: &Path) -> pa::GateResult {
-    match gate {
-        Gate::Skip(reason) => pa::GateResult { verdict: "NOT_RUN".into(), reason: reason.clone(), document: None },
-        Gate::Program(bin) => run_gate_program(bin, report, sqlite),
-        Gate::Library => {
-            let opts = nsyskit::gate::GateOptions { capture: report.to_path_buf(), sqlite: Some(sqlite.to_path_buf()), ..Default::default() };
-            match nsyskit::gate::run(&opts) {
-                Ok(doc) => {
-                    let code = doc.exit_code();
-                    let doc = serde_json::to_value(&doc).ok();
-                    let (verdict, reason) = if code == 0 {
-                        ("PASS", "gate-check (library) said PASS".to_string())
-                    } else {
-                        ("RETRY", format!("gate-check (library): gates {} said retry (see document.gates)", retry_ids(doc.as_ref()).join(",")))
-                    };
-                    pa::GateResult { verdict: verdict.into(), reason, document: doc }
-                }
-                Err(e) => pa::GateResult { verdict: "NOT_RUN".into(), reason: format!("gate-check (library): {}", e.message), document: None },
-            }
-        }
-    }
-}
-
-fn run_gate_program(bin: &Path, report: &Path, sqlite: &Path) -> pa::GateResult {
-    match std::process::Command::new(bin).arg(report).arg("--sqlite").arg(sqlite).arg("--compact").output() {
-        Ok(out) => {
-            let doc = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok();
-            let verdict = match out.status.code() {
-                Some(0) => "PASS",
-                Some(1) => "RETRY",
-                _ => "NOT_RUN",
-            };
-            let retry = retry_ids(doc.as_ref());
-            let reason = match verdict {
-                "NOT_RUN" => format!("{} exited {:?}: {}", bin.display(), out.status.code(), String::from_utf8_lossy(&out.stderr).trim()),
-                "RETRY" => format!("{} exited 1: gates {} said retry (see document.gates)", bin.display(), retry.join(",")),
-                _ => format!("{} exited 0", bin.display()),
-            };
-            pa::GateResult { verdict: verdict.into(), reason, document: doc }
-        }
-        Err(e) => pa::GateResult { verdict: "NOT_RUN".into(), reason: format!("{}: {e}", bin.display()), document: None },
-    }
-}
-
 /// Execute a whole capture. `setup` records what was created so that [`cleanup`] can undo it.
 pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) -> Result<PodAttachDoc> {
     o.validate()?;
@@ -367,13 +398,60 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
 
     let sidecar = o.strategy != Strategy::Session;
     let tools = if sidecar { o.sidecar_name.clone() } else { container.clone() };
+    let mut warnings = Vec::new();
+    let mut image_id = None;
     if sidecar {
         say(&format!("adding ephemeral container {} ({})", o.sidecar_name, o.image));
         c.patch_ephemeral(&o.namespace, &pod_name, &pa::ephemeral_patch(o)).await?;
         setup.lock().unwrap().sidecar_added = true;
-        wait_sidecar(c, o, &pod_name).await?;
+        image_id = wait_sidecar(c, o, &pod_name).await?;
     }
     setup.lock().unwrap().tools_container = Some(tools.clone());
+    let image_digest = if sidecar {
+        let from_ref = pa::image_digest(&o.image)?;
+        let from_status = image_id.as_deref().and_then(|i| i.rsplit_once('@')).map(|(_, d)| d.to_string()).filter(|d| pa::image_digest(&format!("x@{d}")).ok().flatten().is_some());
+        match (&from_ref, &from_status) {
+            (Some(a), Some(b)) if a != b => warnings.push(format!("the pod reports sidecar image {} but --image is pinned to {a}", image_id.clone().unwrap_or_default())),
+            (None, None) => warnings.push(format!("--allow-unpinned-image: the pod reported no digest for {}; none recorded", o.image)),
+            (None, Some(d)) => warnings.push(format!("--allow-unpinned-image: {} resolved to {d} (from the pod's status)", o.image)),
+            _ => {}
+        }
+        from_ref.or(from_status)
+    } else {
+        None
+    };
+
+    // Path B: install nsys in the sidecar.
+    let mut nsys_install = None;
+    if let Some(how) = o.install_nsys {
+        let [update, install, query] = pa::argv_install_nsys(how);
+        say(&format!("--install-nsys apt: installing {} in {}", pa::NSYS_APT_PACKAGE, o.sidecar_name));
+        for argv in [&update, &install] {
+            let r = c.exec(&o.namespace, &pod_name, &tools, argv).await?;
+            if r.exit_code != Some(0) {
+                let tail = |b: &[u8]| {
+                    let t = String::from_utf8_lossy(b);
+                    let lines: Vec<&str> = t.lines().filter(|l| !l.trim().is_empty()).collect();
+                    lines[lines.len().saturating_sub(6)..].join(" | ")
+                };
+                return Err(Error::env(format!(
+                    "--install-nsys apt failed in sidecar {}: `{}` {}: {}",
+                    o.sidecar_name,
+                    argv.join(" "),
+                    match r.exit_code {
+                        Some(c) => format!("exited {c}"),
+                        None => "ended without an exit status".into(),
+                    },
+                    [tail(&r.stderr), tail(&r.stdout), r.status_message.clone().unwrap_or_default()].into_iter().filter(|x| !x.is_empty()).collect::<Vec<_>>().join(" | ")
+                ))
+                .with_arg("--install-nsys"));
+            }
+        }
+        let v = exec_ok(c, o, &pod_name, &tools, &query).await?;
+        let version = String::from_utf8_lossy(&v.stdout).trim().to_string();
+        say(&format!("--install-nsys apt: {} {version}", pa::NSYS_APT_PACKAGE));
+        nsys_install = Some(pa::NsysInstall { method: how, package: pa::NSYS_APT_PACKAGE.into(), version });
+    }
 
     // Engine PID.
     let listing = exec_ok(c, o, &pod_name, &tools, &pa::argv_proc_list()).await?;
@@ -382,7 +460,6 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     if o.strategy != Strategy::Session {
         engine = Ok(engine?);
     }
-    let mut warnings = Vec::new();
     // nsys capabilities.
     let [a1, a2, a3] = pa::argv_nsys_probe(&o.nsys);
     let v = exec_ok(c, o, &pod_name, &tools, &a1).await?;
@@ -403,17 +480,32 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
         }
         (_, r) => Some(r?),
     };
+    let mut engine_env = None;
     if let Some(e) = &engine {
         say(&format!("engine PID {} ({})", e.pid, e.cmdline));
         if !e.cuda_owner {
             warnings.push(format!("engine PID {} shows no /dev/nvidia* descriptor and no libcuda mapping", e.pid));
         }
+        // the engine's environment (only the checked variables leave the container) and command lines
+        let r = exec_ok(c, o, &pod_name, &tools, &pa::argv_env_check(&e.pid.to_string())).await?;
+        let mut env = pa::parse_env_check(e.pid, &String::from_utf8_lossy(&r.stdout));
+        pa::note_cmdlines(&mut env, &pa::engine_chain(&procs, e.pid));
+        let w = pa::check_engine_env(strategy, &env)?;
+        for x in &w {
+            say(&format!("warning: {x}"));
+        }
+        warnings.extend(w);
+        engine_env = Some(env);
     }
 
-    exec_ok(c, o, &pod_name, &tools, &pa::argv_mkdir(&o.workdir)).await?;
+    exec_ok(c, o, &pod_name, &tools, &pa::argv_mkdir_parent(&o.workdir)).await?;
+    exec_ok(c, o, &pod_name, &tools, &pa::argv_mkdir(&o.workdir))
+        .await
+        .map_err(|e| e.context(format!("--workdir {} must not exist yet (cleanup removes it)", o.workdir)).with_arg("--workdir"))?;
     setup.lock().unwrap().workdir_made = true;
     let rep = format!("{}/{}.nsys-rep", o.workdir, o.capture_name);
     let t_cap = Instant::now();
+    let captured_at: String;
     let source_report;
     match strategy {
         Strategy::Endpoint => {
@@ -439,6 +531,7 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
                 ));
             }
             setup.lock().unwrap().profiling_started = true;
+            captured_at = nsyskit::contract::rfc3339_utc(SystemTime::now());
             let (code, body) = c.http_post(&o.namespace, &pod_name, o.port, "/start_profile").await?;
             if !(200..300).contains(&code) {
                 return Err(Error::env(format!("POST /start_profile answered {code}: {}", body.trim())));
@@ -481,6 +574,7 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
         }
         Strategy::Session => {
             setup.lock().unwrap().profiling_started = true;
+            captured_at = nsyskit::contract::rfc3339_utc(SystemTime::now());
             exec_ok(c, o, &pod_name, &tools, &pa::argv_session_start(o)).await?;
             say(&format!("capturing for {} s", o.duration_s));
             tokio::time::sleep(Duration::from_secs_f64(o.duration_s)).await;
@@ -491,6 +585,7 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
         Strategy::Attach => {
             let e = engine.as_ref().expect("attach has an engine");
             setup.lock().unwrap().profiling_started = true;
+            captured_at = nsyskit::contract::rfc3339_utc(SystemTime::now());
             say(&format!("capturing for {} s", o.duration_s));
             exec_ok(c, o, &pod_name, &tools, &pa::argv_attach(o, &e.pid.to_string())).await?;
             setup.lock().unwrap().profiling_stopped = true;
@@ -510,28 +605,25 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     let names = pa::files_to_copy(&String::from_utf8_lossy(&ls.stdout), &o.capture_name)?;
     let sizes = pa::parse_sizes(&String::from_utf8_lossy(&exec_ok(c, o, &pod_name, &tools, &pa::argv_sizes(&o.workdir, &names)).await?.stdout))?;
     let sums = pa::parse_sha256sum(&String::from_utf8_lossy(&exec_ok(c, o, &pod_name, &tools, &pa::argv_checksums(&o.workdir, &names)).await?.stdout))?;
-    say(&format!("copying {} files out", names.len()));
-    let tar = c.exec(&o.namespace, &pod_name, &tools, &pa::argv_tar(&o.workdir, &names)).await?;
+    let expected = pa::expected_files(&names, &sizes, &sums, o.max_copy_bytes)?;
+    let total: u64 = expected.values().map(|e| e.size).sum();
+    say(&format!("copying {} files out ({total} bytes)", names.len()));
     let out_dir = std::path::Path::new(&o.out_dir);
-    std::fs::create_dir_all(out_dir).map_err(|e| Error::env(format!("{}: {e}", out_dir.display())).with_arg("--out-dir"))?;
-    let files = pa::untar_checked(&tar.stdout, out_dir).map_err(|e| e.context(format!("copy-out from {}/{pod_name} {}", o.namespace, o.workdir)))?;
-    if tar.exit_code != Some(0) {
-        return Err(Error::env(format!("tar in the container exited {:?}: {}", tar.exit_code, String::from_utf8_lossy(&tar.stderr).trim())));
-    }
-    let mut copied = Vec::new();
-    for n in &names {
-        let (_, bytes) = files.iter().find(|(f, _)| f == n).ok_or_else(|| Error::env(format!("copy-out: {n} missing from the tar stream")))?;
-        let local = pa::sha256_hex(bytes);
-        let remote = sums.get(n).ok_or_else(|| Error::env(format!("copy-out: no sha256 for {n} from the container")))?;
-        let rsize = *sizes.get(n).ok_or_else(|| Error::env(format!("copy-out: no size for {n} from the container")))?;
-        if rsize != bytes.len() as u64 || &local != remote {
+    let mut sink = pa::TarSink::new(out_dir, expected, o.max_copy_bytes)?;
+    let ctx = || format!("copy-out from {}/{pod_name} {}", o.namespace, o.workdir);
+    let tar = c.exec_stream(&o.namespace, &pod_name, &tools, &pa::argv_tar(&o.workdir, &names), &mut sink).await.map_err(|e| e.context(ctx()))?;
+    match tar.exit_code {
+        Some(0) => {}
+        None => {
             return Err(Error::env(format!(
-                "copy-out: {n} differs: container {rsize} bytes sha256 {remote}, received {} bytes sha256 {local}",
-                bytes.len()
-            )));
+                "{}: the exec stream ended after {} bytes without tar's exit status: the copy was interrupted; nothing kept",
+                ctx(),
+                sink.received()
+            )))
         }
-        copied.push(pa::CopiedFile { name: n.clone(), path: out_dir.join(n).to_string_lossy().to_string(), size: rsize, sha256: local });
+        Some(code) => return Err(Error::env(format!("{}: tar in the container exited {code}: {}; nothing kept", ctx(), String::from_utf8_lossy(&tar.stderr).trim()))),
     }
+    let copied = sink.commit().map_err(|e| e.context(ctx()))?;
     let sqlite = out_dir.join(format!("{}.sqlite", o.capture_name));
     let gate = run_gate(gate, &out_dir.join(format!("{}.nsys-rep", o.capture_name)), &sqlite);
     if gate.verdict == "NOT_RUN" {
@@ -557,8 +649,13 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
             container_image: cs,
             sidecar: sidecar.then(|| o.sidecar_name.clone()),
             sidecar_image: sidecar.then(|| o.image.clone()),
+            sidecar_image_digest: image_digest,
+            sidecar_image_id: image_id,
+            nsys_install,
             nsys: caps,
             engine,
+            engine_env,
+            captured_at: Some(captured_at),
             source_report,
             started_at_unix_s: started,
             capture_s,
@@ -566,6 +663,8 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
         out_dir: Some(o.out_dir.clone()),
         files: copied,
         gate: Some(gate),
+        kernel_profile: None,
+        bundle: None,
         cleanup: vec![],
         warnings,
     })
@@ -623,83 +722,6 @@ pub async fn cleanup<C: Cluster>(c: &C, o: &Options, setup: &Shared) -> Vec<Stri
     log
 }
 
-/// pod-attach's flags as plain values, with the binary's defaults ([`Flags::default`]); both adapters (the
-/// binary's clap arguments, the Nushell command's signature) fill one and call [`options`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct Flags {
-    pub namespace: String,
-    pub pod: Option<String>,
-    pub selector: Option<String>,
-    pub container: Option<String>,
-    pub image: Option<String>,
-    pub profile: String,
-    pub strategy: String,
-    pub process_match: String,
-    pub duration: f64,
-    pub nsys: String,
-    pub workdir: Option<String>,
-    pub out_dir: String,
-    pub port: u16,
-    pub session: String,
-    pub wait_timeout: u64,
-    pub capture_name: String,
-}
-
-impl Default for Flags {
-    fn default() -> Flags {
-        Flags {
-            namespace: "default".into(),
-            pod: None,
-            selector: None,
-            container: None,
-            image: None,
-            profile: "general".into(),
-            strategy: "endpoint".into(),
-            process_match: pa::DEFAULT_PROCESS_MATCH.into(),
-            duration: 10.0,
-            nsys: "nsys".into(),
-            workdir: None,
-            out_dir: "pod-attach-out".into(),
-            port: 8000,
-            session: "nsyskit".into(),
-            wait_timeout: 120,
-            capture_name: "capture".into(),
-        }
-    }
-}
-
-/// The run's [`Options`] from the flags: a per-run id names the sidecar (`nsyskit-ID`) and the default work
-/// folder (`/tmp/nsyskit-pod-attach-ID`), and a per-run sleep length lets cleanup recognise this sidecar's sleep.
-/// Validated (usage errors name the flag).
-pub fn options(f: &Flags) -> Result<Options> {
-    let id = format!(
-        "{:x}",
-        std::process::id() as u64 ^ (SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0) & 0xffff_ffff)
-    );
-    let o = Options {
-        namespace: f.namespace.clone(),
-        pod: f.pod.clone(),
-        selector: f.selector.clone(),
-        container: f.container.clone(),
-        image: f.image.clone().unwrap_or_default(),
-        profile: pa::SecurityProfile::parse(&f.profile)?,
-        strategy: Strategy::parse(&f.strategy)?,
-        process_match: f.process_match.clone(),
-        duration_s: f.duration,
-        nsys: f.nsys.clone(),
-        workdir: f.workdir.clone().unwrap_or_else(|| format!("/tmp/nsyskit-pod-attach-{id}")),
-        out_dir: f.out_dir.clone(),
-        port: f.port,
-        session: f.session.clone(),
-        sidecar_name: format!("nsyskit-{id}"),
-        sidecar_sleep_s: (f.duration.ceil() as u64) + 3 * f.wait_timeout + 600 + (std::process::id() as u64 % 997),
-        wait_timeout_s: f.wait_timeout,
-        capture_name: f.capture_name.clone(),
-    };
-    o.validate()?;
-    Ok(o)
-}
-
 /// How a run ended, after cleanup.
 #[derive(Debug)]
 pub enum Outcome {
@@ -729,7 +751,13 @@ pub async fn run_with_cleanup<C: Cluster>(c: &C, o: &Options, gate: &Gate, cance
     match outcome {
         Err(why) => Outcome::Interrupted(why, log),
         Ok(Ok(mut doc)) => {
-            doc.cleanup = log;
+            doc.cleanup = log.clone();
+            if let Some(dir) = &o.bundle {
+                if let Err(e) = pa::write_bundle(Path::new(dir), &mut doc, o) {
+                    return Outcome::Failed(e.context(format!("the capture is in {}, but", o.out_dir)), log);
+                }
+                say(&format!("bundle: kernel_profile merged into {}", Path::new(dir).join(pa::BUNDLE_FILE).display()));
+            }
             Outcome::Done(Box::new(doc))
         }
         Ok(Err(e)) => Outcome::Failed(e, log),
@@ -752,44 +780,22 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| Error::env(format!("cannot start the async runtime: {e}")))
 }
 
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn fixture(rel: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(rel)
-    }
-
     #[test]
-    fn options_from_default_flags() {
-        let f = Flags { pod: Some("vllm-0".into()), image: Some("r/x@sha256:ab".into()), ..Flags::default() };
-        let o = options(&f).unwrap();
-        assert_eq!((o.namespace.as_str(), o.strategy, o.port, o.duration_s, o.nsys.as_str()), ("default", Strategy::Endpoint, 8000, 10.0, "nsys"));
-        assert!(o.sidecar_name.starts_with("nsyskit-"));
-        assert_eq!(o.workdir, format!("/tmp/nsyskit-pod-attach-{}", &o.sidecar_name["nsyskit-".len()..]));
-        assert!(o.sidecar_sleep_s >= 10 + 3 * 120 + 600);
-        let e = options(&Flags { duration: 0.0, ..f.clone() }).unwrap_err();
-        assert_eq!(e.arg.as_deref(), Some("--duration"));
-        let e = options(&Flags { pod: None, ..f }).unwrap_err();
-        assert_eq!(e.arg.as_deref(), Some("--pod"));
-    }
-
-    #[test]
-    fn library_gate_matches_gate_run() {
-        let rep = fixture("nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep");
-        let sqlite = fixture("nsys-2023.4.4/cpu_nvtx_osrt.sqlite");
-        let g = run_gate(&Gate::Library, &rep, &sqlite);
-        // a CPU-only capture: RETRY with the gate document, exactly what gate::run says
-        assert_eq!(g.verdict, "RETRY", "{}", g.reason);
-        let want = nsyskit::gate::run(&nsyskit::gate::GateOptions { capture: rep.clone(), sqlite: Some(sqlite.clone()), ..Default::default() }).unwrap();
-        let got = g.document.unwrap();
-        let want = serde_json::to_value(&want).unwrap();
-        assert_eq!(got, want);
-        assert!(g.reason.contains(&format!("gates {} said retry", want["retry"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect::<Vec<_>>().join(","))), "{}", g.reason);
-        let bad = run_gate(&Gate::Library, &rep, &fixture("nope.sqlite"));
-        assert_eq!(bad.verdict, "NOT_RUN");
-        assert!(bad.reason.contains("nope.sqlite"), "{}", bad.reason);
-        let skip = run_gate(&Gate::Skip("no gate".into()), &rep, &sqlite);
-        assert_eq!((skip.verdict.as_str(), skip.reason.as_str()), ("NOT_RUN", "no gate"));
+    fn config_errors_never_show_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("kc");
+        std::fs::write(&f, "users:\n- name: u\n  user: {token: SUPERSECRET-tok-123, : }\n").unwrap();
+        let msg = "failed to parse kubeconfig YAML: error: line 3 column 38: cannot deserialize null\n --> <input>:3:38\n  |\n3 |   user: {token: SUPERSECRET-tok-123, : }\n";
+        let r = redact_config_error(msg, &[f.clone()]);
+        assert!(!r.contains("SUPERSECRET") && r.contains("line 3 column 38"), "{r}");
+        let r = redact_config_error("invalid type: string \"SUPERSECRET-tok-123\", expected a map", &[]);
+        assert!(!r.contains("SUPERSECRET"), "{r}");
+        let r = redact_config_error("token SUPERSECRET-tok-123 is bad", &[f]);
+        assert!(!r.contains("SUPERSECRET"), "{r}");
     }
 }

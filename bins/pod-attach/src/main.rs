@@ -9,7 +9,7 @@ use nsyskit_pod_attach::{connect_and_run, options, runtime, Flags, Gate, Outcome
 #[command(
     name = "pod-attach",
     version,
-    after_help = "Example (prints the exact API requests and container argv; needs no cluster):\n  pod-attach --dry-run --pod vllm-0 --container engine \\\n    --image 'registry.example/nsys:2025.3.1' --duration 10"
+    after_help = "Examples (print the exact API requests and container argv; need no cluster):\n  pod-attach --dry-run --pod vllm-0 --container engine --duration 10\n  pod-attach --dry-run --pod vllm-0 --container engine \\\n    --image nvcr.io/nvidia/cuda:12.9.1-devel-ubuntu22.04 \\\n    --allow-unpinned-image --install-nsys apt\n\nExit: 0 captured (gate PASS or not run), 1 gate RETRY, 2 error, 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP (after cleanup)."
 )]
 struct Args {
     /// Namespace of the pod
@@ -24,10 +24,17 @@ struct Args {
     /// The engine's container (the sidecar's targetContainerName); may be left out when the pod has one container
     #[arg(long, short = 'c')]
     container: Option<String>,
-    /// Sidecar image with nsys, pinned by digest [default: $NSYSKIT_SIDECAR_IMAGE]; required unless --strategy
-    /// session (no built-in default: see docs/pod-attach.md)
+    /// Sidecar image with nsys, pinned by digest [default: $NSYSKIT_SIDECAR_IMAGE, else the seed's Path A image
+    /// ghcr.io/cfregly/nsys-sidecar:0.1.0@sha256:3146de96…]; not used by --strategy session
     #[arg(long)]
     image: Option<String>,
+    /// Accept an --image not pinned by @sha256:<digest> (the digest the pod reports is recorded)
+    #[arg(long)]
+    allow_unpinned_image: bool,
+    /// Install nsys in the sidecar before probing it: apt (apt-get install nsight-systems-cli; Path B, e.g. with
+    /// --image nvcr.io/nvidia/cuda:12.9.1-devel-ubuntu22.04)
+    #[arg(long, value_name = "METHOD")]
+    install_nsys: Option<String>,
     /// Security setting of the sidecar, like kubectl debug's: general (SYS_PTRACE) or sysadmin (privileged)
     #[arg(long, default_value_t = Flags::default().profile)]
     profile: String,
@@ -38,18 +45,27 @@ struct Args {
     /// Regex over /proc/*/cmdline finding the engine (children are followed to the CUDA-owning one)
     #[arg(long, default_value_t = Flags::default().process_match)]
     process_match: String,
-    /// Capture window in seconds
+    /// Capture window in seconds (the seed's 120 s by default)
     #[arg(long, default_value_t = Flags::default().duration)]
     duration: f64,
     /// nsys program in the container that runs it
     #[arg(long, default_value_t = Flags::default().nsys)]
     nsys: String,
-    /// Scratch folder in that container (removed at cleanup)
+    /// Scratch folder in that container, created by pod-attach and removed at cleanup: an absolute path whose
+    /// last component starts with nsyskit-pod-attach- [default: /tmp/nsyskit-pod-attach-ID]
     #[arg(long)]
     workdir: Option<String>,
     /// Local folder for the copied files
     #[arg(long, short = 'o', default_value_t = Flags::default().out_dir)]
     out_dir: String,
+    /// Refuse a copy-out whose files total more bytes [default: the sizes stat gives in the container; the
+    /// stream is cut past them]
+    #[arg(long, value_name = "BYTES")]
+    max_copy_bytes: Option<u64>,
+    /// Evidence bundle folder: copy the report and CSVs into DIR/profiles/ and merge kernel_profile into
+    /// DIR/inference_perfbench_v1.json
+    #[arg(long, value_name = "DIR")]
+    bundle: Option<String>,
     /// Engine HTTP port (endpoint strategy)
     #[arg(long, default_value_t = Flags::default().port)]
     port: u16,
@@ -62,7 +78,7 @@ struct Args {
     /// Base name of the copied files
     #[arg(long, default_value_t = Flags::default().capture_name)]
     capture_name: String,
-    /// gate-check program (default: next to pod-attach, else on PATH)
+    /// Gate with this gate-check program instead of the library's gate (run in process by default)
     #[arg(long)]
     gate_check: Option<std::path::PathBuf>,
     /// Print the plan (API requests and exec argv) as JSON; contacts no cluster
@@ -80,6 +96,10 @@ impl Args {
             selector: self.selector.clone(),
             container: self.container.clone(),
             image: self.image.clone().or_else(|| std::env::var(pa::SIDECAR_IMAGE_ENV).ok().filter(|s| !s.is_empty())),
+            allow_unpinned_image: self.allow_unpinned_image,
+            install_nsys: self.install_nsys.clone(),
+            max_copy_bytes: self.max_copy_bytes,
+            bundle: self.bundle.clone(),
             profile: self.profile.clone(),
             strategy: self.strategy.clone(),
             process_match: self.process_match.clone(),
@@ -110,18 +130,36 @@ fn main() {
             Ok(rt) => rt,
             Err(e) => return report_error("pod-attach", &e),
         };
-        let gate = Gate::find_program(a.gate_check.as_deref());
-        let sigint = async {
-            let _ = tokio::signal::ctrl_c().await;
-            "SIGINT".to_string()
+        let gate = match &a.gate_check {
+            Some(p) => Gate::Program(p.clone()),
+            None => Gate::Library,
         };
-        match rt.block_on(connect_and_run(None, &o, &gate, sigint)) {
+        // SIGINT, SIGTERM and SIGHUP all stop the run and run the same cleanup
+        let signals = async {
+            use tokio::signal::unix::{signal, SignalKind};
+            match (signal(SignalKind::terminate()), signal(SignalKind::hangup())) {
+                (Ok(mut term), Ok(mut hup)) => tokio::select! {
+                    _ = tokio::signal::ctrl_c() => "SIGINT".to_string(),
+                    _ = term.recv() => "SIGTERM".to_string(),
+                    _ = hup.recv() => "SIGHUP".to_string(),
+                },
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    "SIGINT".to_string()
+                }
+            }
+        };
+        match rt.block_on(async { connect_and_run(None, &o, &gate, signals).await }) {
             Err(e) => report_error("pod-attach", &e),
             Ok(Outcome::Done(doc)) => emit("pod-attach", Ok(*doc), style),
             Ok(Outcome::Failed(e, _)) => report_error("pod-attach", &e),
             Ok(Outcome::Interrupted(why, _)) => {
                 eprintln!("pod-attach: error: interrupted by {why} before the capture was copied out");
-                130
+                match why.as_str() {
+                    "SIGTERM" => 143,
+                    "SIGHUP" => 129,
+                    _ => 130,
+                }
             }
         }
     })

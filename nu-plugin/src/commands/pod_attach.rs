@@ -10,7 +10,7 @@ use nsyskit_pod_attach::{connect_and_run, options, runtime, Flags, Gate, Outcome
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_value, flag_path, flag_seconds, flag_str, labeled, nu_env};
+use crate::call::{category, doc_value, flag_bytes, flag_path, flag_seconds, flag_str, labeled, nu_env};
 use crate::NsyskitPlugin;
 
 pub struct PodAttach;
@@ -57,19 +57,23 @@ impl SimplePluginCommand for PodAttach {
             .named("pod", SyntaxShape::String, "Pod name (else --selector must match exactly one pod)", None)
             .named("selector", SyntaxShape::String, "Label selector to find the pod, e.g. app=vllm", Some('l'))
             .named("container", SyntaxShape::String, "The engine's container (the sidecar's targetContainerName); may be left out when the pod has one container", Some('c'))
-            .named("image", SyntaxShape::String, "Sidecar image with nsys, pinned by digest (default: $env.NSYSKIT_SIDECAR_IMAGE); required unless --strategy session", None)
+            .named("image", SyntaxShape::String, "Sidecar image with nsys, pinned by digest (default: $env.NSYSKIT_SIDECAR_IMAGE, else the seed's Path A image ghcr.io/cfregly/nsys-sidecar:0.1.0@sha256:3146de96…); not used by --strategy session", None)
+            .switch("allow-unpinned-image", "Accept an --image not pinned by @sha256:<digest> (the digest the pod reports is recorded)", None)
+            .named("install-nsys", SyntaxShape::String, "Install nsys in the sidecar before probing it: apt (apt-get install nsight-systems-cli; Path B, e.g. with --image nvcr.io/nvidia/cuda:12.9.1-devel-ubuntu22.04)", None)
             .named("profile", SyntaxShape::String, "Security setting of the sidecar: general (SYS_PTRACE, the default) or sysadmin (privileged)", None)
             .named("strategy", SyntaxShape::String, "endpoint (the default: engine under nsys --capture-range=cudaProfilerApi --capture-range-end=stop|repeat), session, or attach (only if the sidecar's nsys lists --attach-pid)", None)
             .named("process-match", SyntaxShape::String, "Regex over /proc/*/cmdline finding the engine (default: vllm serve|EngineCore)", None)
-            .named("duration", secs(), "Capture window, seconds or a duration (default 10)", None)
+            .named("duration", secs(), "Capture window, seconds or a duration (default 120, the seed's)", None)
             .named("nsys", SyntaxShape::String, "nsys program in the container that runs it (default nsys)", None)
-            .named("workdir", SyntaxShape::String, "Scratch folder in that container, removed at cleanup (default /tmp/nsyskit-pod-attach-ID)", None)
+            .named("workdir", SyntaxShape::String, "Scratch folder in that container, created by pod-attach and removed at cleanup: an absolute path whose last component starts with nsyskit-pod-attach- (default /tmp/nsyskit-pod-attach-ID)", None)
             .named("out-dir", SyntaxShape::Filepath, "Local folder for the copied files (default pod-attach-out)", Some('o'))
+            .named("max-copy-bytes", SyntaxShape::OneOf(vec![SyntaxShape::Int, SyntaxShape::Filesize]), "Refuse a copy-out whose files total more bytes (default: the sizes stat gives in the container; the stream is cut past them)", None)
+            .named("bundle", SyntaxShape::Filepath, "Evidence bundle folder: copy the report and CSVs into DIR/profiles/ and merge kernel_profile into DIR/inference_perfbench_v1.json", None)
             .named("port", SyntaxShape::Int, "Engine HTTP port, endpoint strategy (default 8000)", None)
             .named("session", SyntaxShape::String, "nsys session name, session strategy (default nsyskit)", None)
             .named("wait-timeout", secs(), "Seconds to wait for the sidecar to run and for the report to appear (default 120)", None)
             .named("capture-name", SyntaxShape::String, "Base name of the copied files (default capture)", None)
-            .named("gate-check", SyntaxShape::Filepath, "Gate with this gate-check program instead of the library", None)
+            .named("gate-check", SyntaxShape::Filepath, "Gate with this gate-check program instead of the library's gate (run in process by default)", None)
             .switch("dry-run", "Give the plan (API requests and exec argv); contacts no cluster", None)
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
@@ -82,14 +86,19 @@ impl SimplePluginCommand for PodAttach {
     fn examples(&self) -> Vec<Example<'_>> {
         vec![
             Example {
-                example: "(pod-attach --dry-run --pod vllm-0 --container engine --image 'registry.example/nsys@sha256:ab' --duration 10sec).plan.1.path",
+                example: "(pod-attach --dry-run --pod vllm-0 --container engine --duration 10sec).plan.1.path",
                 description: "The plan of a capture (needs no cluster); its second API request adds the ephemeral sidecar",
                 result: Some(Value::test_string("/api/v1/namespaces/default/pods/vllm-0/ephemeralcontainers")),
             },
             Example {
-                example: "(pod-attach --dry-run --pod vllm-0 --container engine --strategy session).plan.2.argv",
+                example: "(pod-attach --dry-run --pod vllm-0 --container engine --strategy session).plan.3.argv",
                 description: "The session strategy adds no sidecar: nsys runs in the engine's own container (no --image needed)",
                 result: Some(Value::test_list(vec![Value::test_string("nsys"), Value::test_string("--version")])),
+            },
+            Example {
+                example: "(pod-attach --dry-run --pod vllm-0 --container engine).plan.1.body.spec.ephemeralContainers.0.image",
+                description: "Without --image (and $env.NSYSKIT_SIDECAR_IMAGE) the sidecar is the seed's Path A image, pinned by digest",
+                result: Some(Value::test_string(nsyskit::pod_attach::DEFAULT_SIDECAR_IMAGE)),
             },
         ]
     }
@@ -113,6 +122,10 @@ impl SimplePluginCommand for PodAttach {
                 Some(i) => Some(i),
                 None => nu_env(engine, nsyskit::pod_attach::SIDECAR_IMAGE_ENV)?,
             },
+            allow_unpinned_image: call.has_flag("allow-unpinned-image")?,
+            install_nsys: s("install-nsys")?,
+            max_copy_bytes: flag_bytes(call, "max-copy-bytes")?,
+            bundle: flag_path(engine, call, "bundle")?.map(|p| p.display().to_string()),
             profile: s("profile")?.unwrap_or(d.profile),
             strategy: s("strategy")?.unwrap_or(d.strategy),
             process_match: s("process-match")?.unwrap_or(d.process_match),

@@ -19,7 +19,12 @@ if sys.argv[1] == "core":
 
 marker, portfile, outdir, report, libcuda = sys.argv[2:7]
 stop_mode = sys.argv[7:8] == ["stop"]
-child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "core", libcuda, "EngineCore", marker])
+# STANDIN_SET_CUDA_INJECTION64_PATH: set CUDA_INJECTION64_PATH for the CUDA-owning child, as a zymtrace-style
+# launcher between nsys and the engine would (nsys itself replaces an inherited value with its own library)
+child_env = dict(os.environ)
+if os.environ.get("STANDIN_SET_CUDA_INJECTION64_PATH"):
+    child_env["CUDA_INJECTION64_PATH"] = os.environ["STANDIN_SET_CUDA_INJECTION64_PATH"]
+child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "core", libcuda, "EngineCore", marker], env=child_env)
 hits = os.path.join(os.path.dirname(outdir.rstrip("/")), "engine-hits.log")
 n = [0]
 

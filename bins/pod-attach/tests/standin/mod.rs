@@ -35,6 +35,7 @@ pub enum PatchMode {
     ImagePullError,
 }
 
+/// How the stand-in subverts the copy-out (the hostile API server of issue 16).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TarFault {
     None,
@@ -42,7 +43,26 @@ pub enum TarFault {
     Cut,
     /// Replace the tar stream with one whose entry is `../escaped.nsys-rep`.
     DotDot,
+    /// The real stream, with its first file sent a second time with other bytes (same name, same size).
+    Duplicate,
+    /// The real stream plus an unexpected extra file.
+    Extra,
+    /// A symbolic link named like the report, pointing at `/etc/passwd`.
+    Symlink,
+    /// An entry with an absolute path.
+    Absolute,
+    /// The report's header announces 1.5 GB (its stat said far less).
+    Oversize,
+    /// The real stream followed by 1.5 GB of zeros, generated as it is sent (never held).
+    Flood,
+    /// The report's bytes changed in transit (same size): its sha256 check must fail and the file be deleted.
+    Corrupt,
+    /// A genuine large report: before the work folder is listed, its `.nsys-rep` is extended (sparse) to this
+    /// many bytes, so the real stat, sha256sum and tar stream it.
+    BigReport(u64),
 }
+
+pub const FLOOD_BYTES: u64 = 1_500_000_000;
 
 pub struct Shared {
     pub pods: Vec<Value>,
@@ -57,6 +77,8 @@ pub struct Shared {
     pub env: HashMap<String, String>,
     /// Offer only `v4.channel.k8s.io` for exec (an older API server); else v5 and v4.
     pub v4_only: bool,
+    /// Every request path (with query) the server received, in order.
+    pub requests: Vec<String>,
 }
 
 pub struct StandIn {
@@ -150,7 +172,10 @@ async fn get_pod(State(st): State<S>, headers: axum::http::HeaderMap, Path((_ns,
                 _ if polls < 2 => json!({"waiting": {"reason": "ContainerCreating"}}),
                 _ => json!({"running": {"startedAt": "2026-11-29T00:00:01Z"}}),
             };
-            json!({"name": c["name"], "image": c["image"], "imageID": "", "ready": false, "restartCount": 0, "state": state})
+            // what a kubelet reports: the image with the digest it pulled
+            let image = c["image"].as_str().unwrap_or("");
+            let image_id = if image.contains("@sha256:") { image.to_string() } else { format!("{image}@sha256:{}", "ab".repeat(32)) };
+            json!({"name": c["name"], "image": c["image"], "imageID": image_id, "ready": false, "restartCount": 0, "state": state})
         }).collect();
         p["status"]["ephemeralContainerStatuses"] = json!(statuses);
     }
@@ -221,12 +246,17 @@ async fn exec(State(st): State<S>, headers: axum::http::HeaderMap, RawQuery(q): 
 }
 
 fn tar_header(name: &str, size: usize) -> Vec<u8> {
+    tar_header_t(name, size as u64, b'0', "")
+}
+
+fn tar_header_t(name: &str, size: u64, typ: u8, link: &str) -> Vec<u8> {
     let mut h = vec![0u8; 512];
     h[..name.len()].copy_from_slice(name.as_bytes());
     h[100..107].copy_from_slice(b"0000644");
     h[124..135].copy_from_slice(format!("{size:011o}").as_bytes());
     h[136..147].copy_from_slice(b"00000000000");
-    h[156] = b'0';
+    h[156] = typ;
+    h[157..157 + link.len()].copy_from_slice(link.as_bytes());
     h[257..263].copy_from_slice(b"ustar\0");
     h[263..265].copy_from_slice(b"00");
     for b in &mut h[148..156] { *b = b' '; }
@@ -241,6 +271,19 @@ async fn run_exec(st: S, mut sock: WebSocket, argv: Vec<String>) {
         (s.root.clone(), s.tar_fault, s.env.clone())
     };
     let is_tar = argv.first().map(String::as_str) == Some("tar");
+    if let TarFault::BigReport(n) = fault {
+        // before the work folder is listed: make its report a genuine large (sparse) file
+        if argv.first().map(String::as_str) == Some("find") && argv.iter().any(|a| a == "%f\n") {
+            if let Ok(rd) = std::fs::read_dir(&argv[1]) {
+                for e in rd.flatten() {
+                    if e.file_name().to_string_lossy().ends_with(".nsys-rep") {
+                        let f = std::fs::OpenOptions::new().write(true).open(e.path()).unwrap();
+                        f.set_len(n).unwrap();
+                    }
+                }
+            }
+        }
+    }
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]).current_dir(&root).envs(&env).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
     let mut child = match cmd.spawn() {
@@ -257,14 +300,103 @@ async fn run_exec(st: S, mut sock: WebSocket, argv: Vec<String>) {
     let mut out = child.stdout.take().unwrap();
     let mut errs = child.stderr.take().unwrap();
     let (mut o, mut e) = (Vec::new(), Vec::new());
-    let _ = tokio::join!(out.read_to_end(&mut o), errs.read_to_end(&mut e));
+    if matches!(fault, TarFault::None | TarFault::BigReport(_)) {
+        // as a kubelet does: stdout goes out as it comes (a large tar stream is never held here either)
+        let err_task = tokio::spawn(async move {
+            let mut e = Vec::new();
+            let _ = errs.read_to_end(&mut e).await;
+            e
+        });
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match out.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let mut f = vec![1u8];
+                    f.extend_from_slice(&buf[..n]);
+                    if sock.send(Message::Binary(f.into())).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        e = err_task.await.unwrap_or_default();
+    } else {
+        let _ = tokio::join!(out.read_to_end(&mut o), errs.read_to_end(&mut e));
+    }
     let status = child.wait().await.ok().and_then(|s| s.code()).unwrap_or(-1);
-    if is_tar && fault == TarFault::DotDot {
-        let body = b"not what tar sent";
-        let mut t = tar_header("../escaped.nsys-rep", body.len());
+    let entry = |name: &str, body: &[u8]| {
+        let mut t = tar_header(name, body.len());
         t.extend_from_slice(body);
-        t.resize(t.len().div_ceil(512) * 512 + 1024, 0);
-        o = t;
+        t.resize(t.len().div_ceil(512) * 512, 0);
+        t
+    };
+    // the real stream without its end blocks: headers + bodies of the real entries
+    let real_entries = |o: &[u8]| -> (Vec<u8>, String, usize) {
+        let mut off = 0;
+        let mut first = (String::new(), 0usize);
+        while off + 512 <= o.len() && o[off..off + 512].iter().any(|&b| b != 0) {
+            let h = &o[off..off + 512];
+            let name = String::from_utf8_lossy(&h[..h[..100].iter().position(|&b| b == 0).unwrap_or(100)]).to_string();
+            let size = usize::from_str_radix(String::from_utf8_lossy(&h[124..135]).trim_matches(|c: char| c == '\0' || c == ' '), 8).unwrap_or(0);
+            if first.0.is_empty() {
+                first = (name, size);
+            }
+            off += 512 + size.div_ceil(512) * 512;
+        }
+        (o[..off].to_vec(), first.0, first.1)
+    };
+    let end = |mut t: Vec<u8>| {
+        t.extend(vec![0u8; 1024]);
+        t.resize(t.len().div_ceil(10240) * 10240, 0);
+        t
+    };
+    if is_tar {
+        match fault {
+            TarFault::DotDot => o = end(entry("../escaped.nsys-rep", b"not what tar sent")),
+            TarFault::Absolute => o = end(entry("/tmp/escaped.nsys-rep", b"not what tar sent")),
+            TarFault::Duplicate => {
+                let (mut t, name, size) = real_entries(&o);
+                t.extend(entry(&name, &vec![b'X'; size]));
+                o = end(t);
+            }
+            TarFault::Extra => {
+                let (mut t, _, _) = real_entries(&o);
+                t.extend(entry("extra.sh", b"#!/bin/sh\necho pwned\n"));
+                o = end(t);
+            }
+            TarFault::Symlink => {
+                let (_, name, _) = real_entries(&o);
+                o = end(tar_header_t(&name, 0, b'2', "/etc/passwd"));
+            }
+            TarFault::Oversize => {
+                let (_, name, _) = real_entries(&o);
+                let mut t = tar_header_t(&name, FLOOD_BYTES, b'0', "");
+                t.extend(vec![0u8; 1 << 20]);
+                o = t;
+            }
+            TarFault::Corrupt => {
+                // flip one byte of the first file's body
+                o[512] ^= 0xff;
+            }
+            _ => {}
+        }
+    }
+    if is_tar && fault == TarFault::Flood {
+        for chunk in o.chunks(32 * 1024) {
+            let mut f = vec![1u8];
+            f.extend_from_slice(chunk);
+            if sock.send(Message::Binary(f.into())).await.is_err() { return; }
+        }
+        let zeros = vec![0u8; 1 << 20];
+        let mut sent = 0u64;
+        while sent < FLOOD_BYTES {
+            let mut f = vec![1u8];
+            f.extend_from_slice(&zeros);
+            if sock.send(Message::Binary(f.into())).await.is_err() { return; }
+            sent += zeros.len() as u64;
+        }
+        o.clear();
     }
     let cut = is_tar && fault == TarFault::Cut;
     if cut {
@@ -356,13 +488,23 @@ async fn run_portforward(st: S, sock: WebSocket, port: u16) {
     st.lock().unwrap().http.push((port, line));
 }
 
+async fn record(State(st): State<S>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let pq = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+    st.lock().unwrap().requests.push(format!("{} {pq}", req.method()));
+    next.run(req).await
+}
+
+async fn fallback() -> Response {
+    err(StatusCode::NOT_FOUND, "NotFound", "the server could not find the requested resource")
+}
+
 impl StandIn {
     pub fn start(pods: Vec<Value>, patch_mode: PatchMode, tar_fault: TarFault) -> StandIn {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         let state = Arc::new(Mutex::new(Shared {
-            pods, patch_mode, tar_fault, root, execs: vec![], http: vec![], sidecar: None, sidecar_polls: 0, saw_token: false, env: HashMap::new(), v4_only: false,
+            pods, patch_mode, tar_fault, root, execs: vec![], http: vec![], sidecar: None, sidecar_polls: 0, saw_token: false, env: HashMap::new(), v4_only: false, requests: vec![],
         }));
         let (ptx, prx) = std::sync::mpsc::channel();
         let st2 = state.clone();
@@ -376,6 +518,8 @@ impl StandIn {
                     .route("/api/v1/namespaces/{ns}/pods/{name}/exec", any(exec))
                     .route("/api/v1/namespaces/{ns}/pods/{name}/portforward", any(portforward))
                     .route("/api/v1/namespaces/{ns}/events", get(events))
+                    .fallback(fallback)
+                    .layer(axum::middleware::from_fn_with_state(st2.clone(), record))
                     .with_state(st2);
                 let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 ptx.send(l.local_addr().unwrap().port()).unwrap();
