@@ -19,6 +19,7 @@ pub fn all() -> Vec<(&'static str, serde_json::Value)> {
         (crate::compare::baseline::BaselineDoc::KIND, json_schema::<crate::compare::baseline::BaselineDoc>()),
         (crate::report::ReportDoc::KIND, json_schema::<crate::report::ReportDoc>()),
         (crate::report::question::QuestionDoc::KIND, json_schema::<crate::report::question::QuestionDoc>()),
+        (crate::step_budget::StepBudgetDoc::KIND, json_schema::<crate::step_budget::StepBudgetDoc>()),
         (crate::report::question::BenchmarkDoc::KIND, json_schema::<crate::report::question::BenchmarkDoc>()),
     ]
 }
