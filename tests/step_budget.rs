@@ -286,3 +286,21 @@ fn bad_usage_and_input_exit_2_naming_the_problem() {
     let (code, doc, err) = step_budget(&[f.to_str().unwrap()]);
     assert!(code == 2 || doc["step_label"].as_str().is_some(), "{err}");
 }
+
+#[test]
+fn the_document_merges_into_the_bundle_at_kernel_profile_step_budget() {
+    let f = fixture("nsys-2025.3.1/decode_clean.sqlite");
+    let out = Command::cargo_bin("step-budget").unwrap().arg(&f).arg("--compact").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle.json");
+    std::fs::write(&bundle, "{}\n").unwrap();
+    let m = Command::cargo_bin("bundle-merge").unwrap().arg(&bundle).write_stdin(out.stdout.clone()).output().unwrap();
+    assert_eq!(m.status.code(), Some(0), "{}", String::from_utf8_lossy(&m.stderr));
+    let summary = one_doc(&m.stdout);
+    assert_eq!(summary["documents"][0]["places"][0], "kernel_profile.step_budget");
+    let b: Value = serde_json::from_str(&std::fs::read_to_string(&bundle).unwrap()).unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(b["kernel_profile"]["step_budget"]["verdict"], doc["verdict"]);
+    assert_eq!(b["kernel_profile"]["step_budget"]["steps"].as_array().unwrap().len(), 400);
+}
