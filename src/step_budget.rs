@@ -153,7 +153,7 @@ pub struct Group {
 pub struct VerdictRow {
     pub name: String,
     pub value_ns: i64,
-    /// Share of all steps' wall (or of the median period for `median_gpu_busy`).
+    /// Share of the non-outlier steps' wall (or of the median period for `median_gpu_busy`).
     pub share: Option<f64>,
 }
 
@@ -164,6 +164,8 @@ pub struct Verdict {
     /// The rule that fired (docs/step-budget.md).
     pub rule: String,
     pub reason: String,
+    /// Steps whose components the shares are over: the steps that are not outliers.
+    pub steps_used: usize,
     pub rows: Vec<VerdictRow>,
 }
 
@@ -361,7 +363,16 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
         })
         .collect();
     groups.sort_by(|a, b| b.steps.cmp(&a.steps).then(a.kernels.cmp(&b.kernels)));
-    let verdict = verdict_of(&totals, &distributions, pacing.as_ref(), graph_level, nccl_kernels);
+    // the verdict reads the typical step: the totals over the steps that are not outliers (all when every step is)
+    let typical: Vec<&Step> = steps.iter().filter(|s| !outliers.iter().any(|o| o.index == s.index)).collect();
+    let typical: Vec<&Step> = if typical.is_empty() { steps.iter().collect() } else { typical };
+    let mut vt: BTreeMap<String, i64> = BTreeMap::new();
+    vt.insert("wall".into(), typical.iter().map(|s| s.wall_ns).sum());
+    for (n, name) in Components::NAMES.iter().enumerate() {
+        vt.insert(name.to_string(), typical.iter().map(|s| s.components.values()[n]).sum());
+    }
+    let mut verdict = verdict_of(&vt, &distributions, pacing.as_ref(), graph_level, nccl_kernels);
+    verdict.steps_used = typical.len();
     let mut notes = vec![
         "not in this version: GPU idle attribution per gap, launch-latency distributions, per-rank budgets, exposed NCCL communication, report integration, --trace output".to_string(),
     ];
@@ -457,6 +468,7 @@ fn verdict_of(totals: &BTreeMap<String, i64>, dists: &BTreeMap<String, Dist>, pa
             class: "mixed_or_unclear".into(),
             rule: "graph_level_capture".into(),
             reason: "graph-level capture: the graph replays are single GRAPH_TRACE rows, no node-level kernel rows; re-capture with --cuda-graph-trace=node".into(),
+            steps_used: 0,
             rows,
         };
     }
@@ -469,6 +481,7 @@ fn verdict_of(totals: &BTreeMap<String, i64>, dists: &BTreeMap<String, Dist>, pa
             class: "kernel_bound".into(),
             rule: "gpu_saturated".into(),
             reason: format!("the median step's correlated GPU busy ({busy} ns) is ≥ {GPU_SATURATED_SHARE} of the median start-to-start period ({period} ns)"),
+            steps_used: 0,
             rows: r,
         };
     }
@@ -483,16 +496,17 @@ fn verdict_of(totals: &BTreeMap<String, i64>, dists: &BTreeMap<String, Dist>, pa
             "comm" => "comm_bound",
             _ => "python_overhead_bound",
         };
-        let mut reason = format!("{} is {:.1}% of all steps' wall (≥ {:.0}%)", top.name, share * 100.0, DOMINANT_SHARE * 100.0);
+        let mut reason = format!("{} is {:.1}% of the typical (non-outlier) steps' wall (≥ {:.0}%)", top.name, share * 100.0, DOMINANT_SHARE * 100.0);
         if nccl > 0 {
             reason.push_str("; NCCL kernels exist and are counted in gpu_kernel");
         }
-        return Verdict { class: class.into(), rule: "dominant_component".into(), reason, rows };
+        return Verdict { class: class.into(), rule: "dominant_component".into(), reason, steps_used: 0, rows };
     }
     Verdict {
         class: "mixed_or_unclear".into(),
         rule: "no_dominant_component".into(),
-        reason: format!("no component reaches {:.0}% of all steps' wall (largest: {} at {:.1}%)", DOMINANT_SHARE * 100.0, top.name, share * 100.0),
+        reason: format!("no component reaches {:.0}% of the typical steps' wall (largest: {} at {:.1}%)", DOMINANT_SHARE * 100.0, top.name, share * 100.0),
+        steps_used: 0,
         rows,
     }
 }

@@ -202,6 +202,8 @@ fn decode_mixed_prefill_steps_are_the_outliers() {
     let groups = doc["groups"].as_array().unwrap();
     assert!(groups.len() >= 2, "{groups:?}");
     assert_eq!(groups[0]["steps"], 360);
+    // the verdict reads the 385 typical steps, not the prefill ones
+    assert_eq!(doc["verdict"]["steps_used"], 385);
 }
 
 #[test]
