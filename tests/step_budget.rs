@@ -306,3 +306,40 @@ fn the_document_merges_into_the_bundle_at_kernel_profile_step_budget() {
     assert_eq!(b["kernel_profile"]["step_budget"]["verdict"], doc["verdict"]);
     assert_eq!(b["kernel_profile"]["step_budget"]["steps"].as_array().unwrap().len(), 400);
 }
+
+#[test]
+fn intervals_agree_with_the_metrics_of_the_same_join() {
+    // ranges::analyze_with_intervals yields, per wanted occurrence, exactly the rows behind its metrics
+    let f = fixture("nsys-2025.3.1/serve_node.sqlite");
+    let ex = nsyskit::export::Export::open(&f).unwrap();
+    let opts = nsyskit::ranges::RangesOptions { fold: true, ..Default::default() };
+    let (a, iv) = nsyskit::ranges::analyze_with_intervals(&ex, &opts, &|l| l == "vibeserve.engine.iteration").unwrap();
+    let plain = nsyskit::ranges::analyze(&ex, &opts).unwrap();
+    assert_eq!(a.metrics, plain.metrics);
+    let mut seen = 0;
+    for (i, o) in a.occurrences.iter().enumerate() {
+        if o.label != "vibeserve.engine.iteration" {
+            assert!(iv[i].device.is_empty() && iv[i].runtime.is_empty());
+            continue;
+        }
+        seen += 1;
+        let m = &a.metrics[i];
+        assert_eq!(iv[i].device.len() as u64, m.device_rows());
+        assert_eq!(iv[i].runtime.len() as u64, m.runtime_calls);
+        assert_eq!(iv[i].runtime.iter().filter(|r| r.sync).count() as u64, m.sync_calls);
+        let busy: i64 = union(iv[i].device.iter().map(|d| (d.start, d.end)).collect()).iter().map(|(a, b)| b - a).sum();
+        assert_eq!(busy, m.busy_ns);
+    }
+    assert_eq!(seen, 1190);
+}
+
+#[test]
+fn stdin_gives_the_same_steps() {
+    let f = fixture("nsys-2025.3.1/decode_clean.sqlite");
+    let (_, by_path, _) = step_budget(&[f.to_str().unwrap()]);
+    let out = Command::cargo_bin("step-budget").unwrap().args(["-", "--compact"]).write_stdin(std::fs::read(&f).unwrap()).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let doc = one_doc(&out.stdout);
+    assert_eq!(doc["source"], "<stdin>");
+    assert_eq!(doc["steps"], by_path["steps"]);
+}
