@@ -18,6 +18,7 @@ pub mod gate;
 pub mod labels;
 pub mod health_log;
 pub mod ranges;
+pub mod step_budget;
 pub mod pod_attach;
 pub mod readiness;
 pub mod categories;

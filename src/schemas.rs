@@ -20,6 +20,7 @@ pub fn all() -> Vec<(&'static str, serde_json::Value)> {
         (crate::report::ReportDoc::KIND, json_schema::<crate::report::ReportDoc>()),
         (crate::report::question::QuestionDoc::KIND, json_schema::<crate::report::question::QuestionDoc>()),
         (crate::iterations::IterationsDoc::KIND, json_schema::<crate::iterations::IterationsDoc>()),
+        (crate::step_budget::StepBudgetDoc::KIND, json_schema::<crate::step_budget::StepBudgetDoc>()),
         (crate::report::question::BenchmarkDoc::KIND, json_schema::<crate::report::question::BenchmarkDoc>()),
     ]
 }

@@ -45,6 +45,7 @@ pub const PLACEMENTS: &[(&str, Placement)] = &[
     ("gate", Placement::At("kernel_profile.gates")),
     ("ranges", Placement::At("kernel_profile.ranges")),
     ("readiness", Placement::At("kernel_profile.readiness")),
+    ("step-budget", Placement::At("kernel_profile.step_budget")),
     ("provenance", Placement::At("provenance")),
     ("compare", Placement::Comparisons),
     ("report", Placement::At("report")),

@@ -764,6 +764,64 @@ struct Work {
     kernel_work_attr: i64,
     /// The label folding report (None without `fold`).
     folded: Option<crate::labels::FoldReport>,
+    /// Per-occurrence interval collection for the labels asked by [`analyze_with_intervals`] (None otherwise).
+    collect: Option<Collect>,
+}
+
+/// What [`analyze_with_intervals`] collects while the phases run.
+struct Collect {
+    /// Label id → collect its occurrences' intervals.
+    want: Vec<bool>,
+    per_occ: FxMap<u32, OccurrenceIntervals>,
+}
+
+/// A device row attributed to an occurrence by the join (same rows as its metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CorrelatedDeviceRow {
+    pub start: i64,
+    pub end: i64,
+    pub kind: DeviceKind,
+    pub device_id: i64,
+}
+
+/// A runtime call counted in an occurrence (on its thread, starting inside it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnclosedRuntimeCall {
+    pub start: i64,
+    pub end: i64,
+    /// `StringIds` id of the API name.
+    pub name_id: Option<i64>,
+    /// Blocking sync API ([`normalize_sync_api`]).
+    pub sync: bool,
+}
+
+/// The intervals behind one occurrence's metrics: its correlated device rows and its runtime calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OccurrenceIntervals {
+    pub device: Vec<CorrelatedDeviceRow>,
+    pub runtime: Vec<EnclosedRuntimeCall>,
+}
+
+/// [`analyze`], plus the intervals of every occurrence whose label satisfies `want` (parallel to
+/// `occurrences`; empty for the others). The same join as the metrics: runtime calls on the occurrence's
+/// thread, then `(globalPid, correlationId)` — no second join.
+pub fn analyze_with_intervals(export: &Export, opts: &RangesOptions, want: &dyn Fn(&str) -> bool) -> Result<(Analysis, Vec<OccurrenceIntervals>)> {
+    let mut w = load(export, opts)?;
+    w.collect = Some(Collect { want: w.label_names.iter().map(|l| want(l)).collect(), per_occ: FxMap::default() });
+    let corr = join_runtime(export, &mut w)?;
+    attribute_device_rows(export, &mut w, corr)?;
+    let thread_diagnostics = map_threads(export, &w)?;
+    let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
+    let mut per_occ = w.collect.take().map(|c| c.per_occ).unwrap_or_default();
+    let n = w.occ.len();
+    let (doc, detail) = finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, true)?;
+    let (occurrences, metrics) = detail.expect("asked for");
+    let mut iv: Vec<OccurrenceIntervals> = (0..n).map(|i| per_occ.remove(&(i as u32)).unwrap_or_default()).collect();
+    for v in &mut iv {
+        v.device.sort_by_key(|d| (d.start, d.end));
+        v.runtime.sort_by_key(|r| (r.start, r.end));
+    }
+    Ok((Analysis { doc, occurrences, metrics }, iv))
 }
 
 impl Work {
@@ -857,6 +915,7 @@ fn load(export: &Export, opts: &RangesOptions) -> Result<Work> {
         kernels_attr: 0,
         kernel_work_attr: 0,
         folded: folder.map(|f| f.report(crate::labels::REPORT_LIMIT)),
+        collect: None,
     })
 }
 
@@ -893,7 +952,7 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
         let mut last_ns = i64::MIN;
         let mut last_pidx = 0u32;
         let mut seen = 0u64;
-        let Work { occ, slice_of, metrics, syncs, th_runtime, proc_idx, chains, row_skips, .. } = w;
+        let Work { occ, slice_of, metrics, syncs, th_runtime, proc_idx, chains, row_skips, collect, .. } = w;
         export.runtime_calls(row_skips, |r| {
             seen += 1;
             if seen & 0xF_FFFF == 0 {
@@ -911,6 +970,11 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
             th_runtime[ti as usize] += 1;
             let sync = r.name_id.and_then(|id| sync_ids.get(&id).copied());
             for &h in &hits {
+                if let Some(c) = collect.as_mut() {
+                    if c.want[occ[h as usize].label as usize] {
+                        c.per_occ.entry(h).or_default().runtime.push(EnclosedRuntimeCall { start: rs, end: re, name_id: r.name_id, sync: sync.is_some() });
+                    }
+                }
                 let m = &mut metrics[h as usize];
                 m.runtime_calls += 1;
                 if let Some(api) = sync {
@@ -1037,6 +1101,8 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
             kernel_work_total,
             kernels_attr,
             kernel_work_attr,
+            collect,
+            occ,
             ..
         } = &mut *w;
         export.device_rows(kind, row_skips, |r| {
@@ -1100,6 +1166,11 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
                     }
                 }
                 for &o in chains.get(chain).iter() {
+                    if let Some(c) = collect.as_mut() {
+                        if c.want[occ[o as usize].label as usize] {
+                            c.per_occ.entry(o).or_default().device.push(CorrelatedDeviceRow { start: s, end: e, kind, device_id: dev });
+                        }
+                    }
                     let m = &mut metrics[o as usize];
                     match kind {
                         DeviceKind::Kernel => {

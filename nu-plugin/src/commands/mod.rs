@@ -15,6 +15,7 @@ mod pod_attach;
 mod report;
 mod serve_capture;
 mod sqlite_ranges;
+mod step_budget;
 
 pub use bundle_merge::BundleMerge;
 pub use capture_compare::CaptureCompare;
@@ -27,6 +28,7 @@ pub use pod_attach::PodAttach;
 pub use report::Report;
 pub use serve_capture::ServeCapture;
 pub use sqlite_ranges::SqliteRanges;
+pub use step_budget::StepBudget;
 
 /// Every command of the plugin.
 pub fn all() -> Vec<Box<dyn PluginCommand<Plugin = NsyskitPlugin>>> {
@@ -42,5 +44,6 @@ pub fn all() -> Vec<Box<dyn PluginCommand<Plugin = NsyskitPlugin>>> {
         Box::new(FromNsyskit),
         Box::new(ServeCapture),
         Box::new(PodAttach),
+        Box::new(StepBudget),
     ]
 }
