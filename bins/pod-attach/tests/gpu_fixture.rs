@@ -99,3 +99,39 @@ fn endpoint_export_is_the_checksummed_copy_and_gates_reproduce() {
     let node_rows: i64 = ex.conn().query_row("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL", [], |r| r.get(0)).unwrap();
     assert!(node_rows > 100_000, "{node_rows}");
 }
+
+/// `--bundle` on the H200 (scripts/gpu-pod-attach `CASES=bundle`, fixtures/pod-attach-gpu/bundle): the bundle's
+/// `kernel_profile` carries every field of the seed's step 5 with real values, the bundle's own bytes before
+/// the run survive, and `top_kernels` equals the copied kernel CSV row for row.
+#[test]
+fn the_h200_bundle_has_every_seed_field() {
+    let text = std::fs::read_to_string(fixture("bundle/inference_perfbench_v1.json")).unwrap();
+    let b: Value = serde_json::from_str(&text).unwrap();
+    let kp = &b["kernel_profile"];
+    let doc = doc("bundle/pod-attach.json");
+    assert_eq!(doc["kernel_profile"]["vllm_pid"], kp["vllm_pid"]);
+    assert_eq!(kp["nsys_rep_path"], "profiles/capture.nsys-rep");
+    assert_eq!(kp["summary_csv_path"], "profiles/gpu_kern_sum.csv");
+    assert_eq!(kp["cuda_api_csv_path"], "profiles/cuda_api_sum.csv");
+    assert_eq!(kp["duration_s"], 3.0);
+    assert!(kp["vllm_pid"].as_i64().unwrap() > 0);
+    assert_eq!(kp["method"], "ephemeral-container-share-processes");
+    let image = kp["sidecar_image"].as_str().unwrap();
+    assert!(image.starts_with("ghcr.io/cfregly/nsys-sidecar:0.1.0@sha256:3146de96"), "{image}");
+    assert!(image.ends_with(kp["sidecar_image_digest"].as_str().unwrap()));
+    // the UTC of the capture itself (this run: 2026-12-01T14:43:01Z), not a file's mtime
+    assert!(kp["captured_at"].as_str().unwrap().starts_with("2026-12-01T14:4"), "{}", kp["captured_at"]);
+    // what the bundle held before the run is byte for byte still there
+    assert!(text.contains(r#""numbers": [1.0, 12345678901234567890]"#), "{text}");
+    assert_eq!(kp["operator_note"], "kept byte for byte");
+    // top_kernels = the CSV's rows (name, total time, instances)
+    let csv = std::fs::read_to_string(fixture("bundle/profiles/gpu_kern_sum.csv")).unwrap();
+    let top = kp["top_kernels"].as_array().unwrap();
+    assert!(!top.is_empty());
+    for (row, k) in csv.lines().skip(1).zip(top) {
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!(k["total_time_ns"].as_i64().unwrap(), f[1].parse::<i64>().unwrap());
+        assert_eq!(k["instances"].as_i64().unwrap(), f[2].parse::<i64>().unwrap());
+        assert_eq!(k["name"].as_str().unwrap(), f[8..].join(","));
+    }
+}
