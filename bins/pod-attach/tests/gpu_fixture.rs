@@ -128,10 +128,29 @@ fn the_h200_bundle_has_every_seed_field() {
     let csv = std::fs::read_to_string(fixture("bundle/profiles/gpu_kern_sum.csv")).unwrap();
     let top = kp["top_kernels"].as_array().unwrap();
     assert!(!top.is_empty());
+    assert_eq!(top.len(), csv.lines().skip(1).filter(|l| !l.trim().is_empty()).count().min(top.len()));
     for (row, k) in csv.lines().skip(1).zip(top) {
-        let f: Vec<&str> = row.split(',').collect();
+        let f = csv_fields(row);
         assert_eq!(k["total_time_ns"].as_i64().unwrap(), f[1].parse::<i64>().unwrap());
         assert_eq!(k["instances"].as_i64().unwrap(), f[2].parse::<i64>().unwrap());
-        assert_eq!(k["name"].as_str().unwrap(), f[8..].join(","));
+        assert_eq!(k["name"].as_str().unwrap(), f[8]);
     }
+}
+
+/// The fields of one CSV line (RFC 4180 quotes, `""` inside a quoted field).
+fn csv_fields(line: &str) -> Vec<String> {
+    let (mut out, mut cur, mut quoted, mut chars) = (Vec::new(), String::new(), false, line.chars().peekable());
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
 }
