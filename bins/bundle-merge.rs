@@ -37,11 +37,8 @@ struct Args {
 fn main() {
     main_with("bundle-merge", || {
         let a = Args::parse();
-        let inputs: Vec<Input> = if a.docs.is_empty() {
-            vec![Input::Stdin]
-        } else {
-            a.docs.iter().map(|d| Input::parse(d)).collect()
-        };
+        let inputs: Vec<Input> =
+            if a.docs.is_empty() { vec![Input::Stdin] } else { a.docs.iter().map(|d| Input::parse(d)).collect() };
         let mode = if a.check {
             Mode::Check
         } else if a.stdout {
@@ -62,16 +59,10 @@ fn main() {
             (Mode::Stdout, Ok(outcome)) => {
                 eprint!("{}", render(&outcome.report, Style::Compact));
                 let mut out = std::io::stdout().lock();
-                match out
-                    .write_all(outcome.bundle_text.as_bytes())
-                    .and_then(|_| out.flush())
-                {
+                match out.write_all(outcome.bundle_text.as_bytes()).and_then(|_| out.flush()) {
                     Ok(()) => 0,
                     Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
-                    Err(e) => report_error(
-                        "bundle-merge",
-                        &Error::env(format!("cannot write to stdout: {e}")),
-                    ),
+                    Err(e) => report_error("bundle-merge", &Error::env(format!("cannot write to stdout: {e}"))),
                 }
             }
             (_, result) => emit("bundle-merge", result.map(|o| o.report), a.out.style()),

@@ -85,7 +85,13 @@ fn main() {
         let a = Args::parse();
         let tier = match nsyskit::gate::Tier::parse(&a.tier) {
             Ok(t) => t,
-            Err(e) => return emit::<nsyskit::compare::CompareDoc>("capture-compare", Err(e.with_arg("--tier")), a.out.style()),
+            Err(e) => {
+                return emit::<nsyskit::compare::CompareDoc>(
+                    "capture-compare",
+                    Err(e.with_arg("--tier")),
+                    a.out.style(),
+                )
+            }
         };
         let opts = nsyskit::compare::CompareOptions {
             a: a.a.unwrap_or_default(),

@@ -85,7 +85,10 @@ fn main() {
     main_with("gate-check", || {
         let a = Args::parse();
         // a serve-capture run folder that never reached a terminal state is not evidence (docs/serve-capture.md)
-        let unfinished = [Some(&a.capture), a.sqlite.as_ref()].into_iter().flatten().try_for_each(|p| nsyskit::serve_capture::refuse_unfinished(p));
+        let unfinished = [Some(&a.capture), a.sqlite.as_ref()]
+            .into_iter()
+            .flatten()
+            .try_for_each(|p| nsyskit::serve_capture::refuse_unfinished(p));
         let opts = Tier::parse(&a.tier).map(|tier| GateOptions {
             capture: a.capture.clone(),
             sqlite: a.sqlite.clone(),

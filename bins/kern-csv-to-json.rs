@@ -38,11 +38,7 @@ struct Args {
 fn main() {
     main_with("kern-csv-to-json", || {
         let a = Args::parse();
-        let opts = KernCsvOptions {
-            report: a.report,
-            top: a.top,
-            captured_at: a.captured_at,
-        };
+        let opts = KernCsvOptions { report: a.report, top: a.top, captured_at: a.captured_at };
         // the rows are streamed to stdout (a large trace report is never held in memory)
         let mut out = std::io::stdout().lock();
         match run_to_writer(&Input::parse(&a.input), &opts, a.out.style(), &mut out) {

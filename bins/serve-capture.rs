@@ -121,7 +121,8 @@ struct Args {
 }
 
 fn secs(x: f64, flag: &str) -> Result<Duration> {
-    Duration::try_from_secs_f64(x).map_err(|_| nsyskit::contract::Error::usage(format!("{flag} {x}: expected seconds >= 0")).with_arg(flag))
+    Duration::try_from_secs_f64(x)
+        .map_err(|_| nsyskit::contract::Error::usage(format!("{flag} {x}: expected seconds >= 0")).with_arg(flag))
 }
 
 fn options(a: &Args) -> Result<ServeCaptureOptions> {

@@ -42,7 +42,8 @@ fn main() {
         out.execute("ATTACH DATABASE ?1 AS src", [&args[1]]).unwrap();
     }
     let tables: Vec<(String, String)> = {
-        let mut st = out.prepare("SELECT name, sql FROM src.sqlite_master WHERE type = 'table' AND sql IS NOT NULL").unwrap();
+        let mut st =
+            out.prepare("SELECT name, sql FROM src.sqlite_master WHERE type = 'table' AND sql IS NOT NULL").unwrap();
         let v = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|r| r.unwrap()).collect();
         v
     };
@@ -58,7 +59,8 @@ fn main() {
     let mut max_corr = 0i64;
     for t in &REPLICATED[1..] {
         if tables.iter().any(|(n, _)| n == t) {
-            let m: Option<i64> = out.query_row(&format!("SELECT max(correlationId) FROM src.{t}"), [], |r| r.get(0)).unwrap();
+            let m: Option<i64> =
+                out.query_row(&format!("SELECT max(correlationId) FROM src.{t}"), [], |r| r.get(0)).unwrap();
             max_corr = max_corr.max(m.unwrap_or(0));
         }
     }
@@ -73,7 +75,8 @@ fn main() {
         };
         let list = cols.iter().map(|c| format!("\"{c}\"")).collect::<Vec<_>>().join(", ");
         if !REPLICATED.contains(&name.as_str()) {
-            out.execute_batch(&format!("INSERT INTO main.\"{name}\" ({list}) SELECT {list} FROM src.\"{name}\"")).unwrap();
+            out.execute_batch(&format!("INSERT INTO main.\"{name}\" ({list}) SELECT {list} FROM src.\"{name}\""))
+                .unwrap();
             continue;
         }
         for k in 0..copies {
@@ -86,7 +89,10 @@ fn main() {
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
-            out.execute_batch(&format!("INSERT INTO main.\"{name}\" ({list}) SELECT {sel} FROM src.\"{name}\" ORDER BY rowid")).unwrap();
+            out.execute_batch(&format!(
+                "INSERT INTO main.\"{name}\" ({list}) SELECT {sel} FROM src.\"{name}\" ORDER BY rowid"
+            ))
+            .unwrap();
         }
         eprint!("\r{name}: {copies} copies\x1b[K");
     }
@@ -98,8 +104,11 @@ fn main() {
 
 fn scan_floor(path: &str) {
     let t = Instant::now();
-    let c = Connection::open_with_flags(format!("file:{path}?mode=ro&immutable=1"), OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI)
-        .unwrap();
+    let c = Connection::open_with_flags(
+        format!("file:{path}?mode=ro&immutable=1"),
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+    )
+    .unwrap();
     let queries = [
         ("NVTX_EVENTS", "SELECT start, end, eventType, text, textId, globalTid, domainId FROM NVTX_EVENTS WHERE eventType IN (59, 60, 75)"),
         ("StringIds", "SELECT id, value FROM StringIds"),
@@ -112,7 +121,8 @@ fn scan_floor(path: &str) {
     let mut acc = 0i64;
     let mut rows = 0u64;
     for (table, q) in queries {
-        let exists: i64 = c.query_row("SELECT count(*) FROM sqlite_master WHERE name = ?1", [table], |r| r.get(0)).unwrap();
+        let exists: i64 =
+            c.query_row("SELECT count(*) FROM sqlite_master WHERE name = ?1", [table], |r| r.get(0)).unwrap();
         if exists == 0 {
             continue;
         }

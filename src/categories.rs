@@ -101,7 +101,12 @@ impl Categories {
                 return Err(Error::input(format!("{source}: rule {}: empty category name", i + 1)));
             }
             let re = RegexBuilder::new(&r.pattern).case_insensitive(true).build().map_err(|e| {
-                Error::input(format!("{source}: rule {} ({}): bad regular expression {:?}: {e}", i + 1, r.category, r.pattern))
+                Error::input(format!(
+                    "{source}: rule {} ({}): bad regular expression {:?}: {e}",
+                    i + 1,
+                    r.category,
+                    r.pattern
+                ))
             })?;
             out.push((r, re));
         }
@@ -132,11 +137,17 @@ impl Categories {
                     continue;
                 }
                 let Some((c, p)) = line.split_once('=') else {
-                    return Err(Error::input(format!("{source}: line {}: expected `category=regex`, got {line:?}", i + 1)));
+                    return Err(Error::input(format!(
+                        "{source}: line {}: expected `category=regex`, got {line:?}",
+                        i + 1
+                    )));
                 };
                 let (c, p) = (c.trim(), p.trim());
                 if c.is_empty() || p.is_empty() {
-                    return Err(Error::input(format!("{source}: line {}: empty category or pattern in {line:?}", i + 1)));
+                    return Err(Error::input(format!(
+                        "{source}: line {}: empty category or pattern in {line:?}",
+                        i + 1
+                    )));
                 }
                 rules.push(CategoryRule { category: c.to_string(), pattern: p.to_string() });
             }
@@ -162,9 +173,8 @@ impl Categories {
 }
 
 fn parse_json_rules(text: &str, source: &str) -> Result<Vec<CategoryRule>> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-        Error::input(format!("{source}: line {} column {}: not valid JSON: {e}", e.line(), e.column()))
-    })?;
+    let v: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| Error::input(format!("{source}: line {} column {}: not valid JSON: {e}", e.line(), e.column())))?;
     let list = match &v {
         serde_json::Value::Array(a) => a.clone(),
         serde_json::Value::Object(o) if o.contains_key("rules") => match &o["rules"] {
@@ -224,12 +234,18 @@ mod tests {
     fn builtin_rules_on_real_kernel_names() {
         let c = Categories::builtin();
         assert_eq!(c.categorize("nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_NNT"), "gemm");
-        assert_eq!(c.categorize("void at::native::<unnamed>::vectorized_layer_norm_kernel<c10::Half, float, (bool)0>(int)"), "norm");
+        assert_eq!(
+            c.categorize("void at::native::<unnamed>::vectorized_layer_norm_kernel<c10::Half, float, (bool)0>(int)"),
+            "norm"
+        );
         assert_eq!(c.categorize("void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<c10::Half, at::native::ArgMaxOps<float>>>(T3)"), "sampling");
         assert_eq!(c.categorize("void at::native::reduce_kernel<(int)512, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor>>>(T3)"), "reduce");
         assert_eq!(c.categorize("void <unnamed>::softmax_warp_forward<float, float, float, (int)9>(T2 *)"), "sampling");
         assert_eq!(c.categorize("void at::native::vectorized_elementwise_kernel<(int)8, at::native::CUDAFunctor_add<c10::Half>>(int, T2, T3)"), "elementwise");
-        assert_eq!(c.categorize("ncclDevKernel_AllReduce_Sum_f16_RING_LL(ncclDevKernelArgsStorage<4096>)"), "communication");
+        assert_eq!(
+            c.categorize("ncclDevKernel_AllReduce_Sum_f16_RING_LL(ncclDevKernelArgsStorage<4096>)"),
+            "communication"
+        );
         assert_eq!(c.categorize("cutlass_flash_fwd_kernel"), "attention");
         assert_eq!(c.categorize("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>"), "attention");
         assert_eq!(c.categorize("ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_64x3_nn"), "gemm");

@@ -248,10 +248,15 @@ fn load_streamed(bytes: Vec<u8>, name: &str) -> Result<Evidence> {
 fn load_json(bytes: &[u8], name: &str) -> Result<Evidence> {
     let docs = crate::contract::parse_json_stream(bytes, name)?;
     if docs.is_empty() {
-        return Err(Error::input(format!("{name}: empty: expected one JSON document (an evidence bundle) or an SQLite export")));
+        return Err(Error::input(format!(
+            "{name}: empty: expected one JSON document (an evidence bundle) or an SQLite export"
+        )));
     }
     if docs.len() != 1 {
-        return Err(Error::input(format!("{name}: expected one JSON document (an evidence bundle), found {}", docs.len())));
+        return Err(Error::input(format!(
+            "{name}: expected one JSON document (an evidence bundle), found {}",
+            docs.len()
+        )));
     }
     from_json(&docs[0].value, name)
 }
@@ -345,7 +350,9 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
             let mut ks = Vec::new();
             for (i, k) in list.iter().enumerate() {
                 ks.push(kernel_stat(k).ok_or_else(|| {
-                    Error::input(format!("{name}: $.kernel_profile.top_kernels[{i}]: expected {{name, total time ns, instances}}"))
+                    Error::input(format!(
+                        "{name}: $.kernel_profile.top_kernels[{i}]: expected {{name, total time ns, instances}}"
+                    ))
                 })?);
             }
             ev.kernels = Some(ks);
@@ -354,7 +361,11 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
         // the full kernel table kern-csv-to-json keeps at kernel_profile.stats.<report>.rows (top_kernels may be
         // cut by --top): preferred, so that shares never come from a truncated list
         for report in crate::kern_csv::KERNEL_REPORTS {
-            let Some(rows) = kp.get("stats").and_then(|s| s.get(*report)).and_then(|d| d.get("rows")).and_then(|r| r.as_array()) else { continue };
+            let Some(rows) =
+                kp.get("stats").and_then(|s| s.get(*report)).and_then(|d| d.get("rows")).and_then(|r| r.as_array())
+            else {
+                continue;
+            };
             let ks: Option<Vec<KernelStat>> = rows.iter().map(kernel_stat).collect();
             if let Some(ks) = ks.filter(|k| !k.is_empty()) {
                 ev.kernels = Some(ks);
@@ -364,14 +375,23 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
         }
         // the totals of the whole kernel table: the denominator of every share
         let totals = kp.get("totals").filter(|t| t.is_object()).map(|t| (t, "kernel_profile.totals")).or_else(|| {
-            crate::kern_csv::KERNEL_REPORTS
-                .iter()
-                .find_map(|r| kp.get("stats").and_then(|s| s.get(*r)).and_then(|d| d.get("totals")).filter(|t| t.is_object()).map(|t| (t, "kernel_profile.stats totals")))
+            crate::kern_csv::KERNEL_REPORTS.iter().find_map(|r| {
+                kp.get("stats")
+                    .and_then(|s| s.get(*r))
+                    .and_then(|d| d.get("totals"))
+                    .filter(|t| t.is_object())
+                    .map(|t| (t, "kernel_profile.stats totals"))
+            })
         });
         if let Some((t, at)) = totals {
             let n = |k: &str| t.get(k).and_then(|v| v.as_i64());
             if let Some(total) = n("total_time_ns") {
-                ev.kernel_totals = Some(KernelTotals { total_time_ns: total, kernels: n("kernels"), instances: n("instances"), source: at.into() });
+                ev.kernel_totals = Some(KernelTotals {
+                    total_time_ns: total,
+                    kernels: n("kernels"),
+                    instances: n("instances"),
+                    source: at.into(),
+                });
             }
         }
     }
@@ -423,7 +443,12 @@ fn check_block_types(obj: &serde_json::Map<String, Value>, name: &str) -> Result
     }
     match kp.get("top_kernels") {
         None | Some(Value::Null) | Some(Value::Array(_)) => {}
-        Some(v) => return Err(Error::input(format!("{name}: $.kernel_profile.top_kernels: expected an array, found {}", type_name(v)))),
+        Some(v) => {
+            return Err(Error::input(format!(
+                "{name}: $.kernel_profile.top_kernels: expected an array, found {}",
+                type_name(v)
+            )))
+        }
     }
     Ok(())
 }
@@ -432,12 +457,15 @@ fn ranges_view(v: &Value, at: &str) -> Result<RangesView> {
     if !v.get("ranges").map(|r| r.is_array()).unwrap_or(false) {
         return Err(Error::input(format!("{at}: expected an nsyskit.ranges/v1 document with a ranges array")));
     }
-    serde_json::from_value::<RangesView>(v.clone()).map_err(|e| Error::input(format!("{at}: not a ranges document: {e}")))
+    serde_json::from_value::<RangesView>(v.clone())
+        .map_err(|e| Error::input(format!("{at}: not a ranges document: {e}")))
 }
 
 fn kernel_stat(k: &Value) -> Option<KernelStat> {
     let name = k.get("name").or_else(|| k.get("Name"))?.as_str()?.to_string();
-    let num = |keys: &[&str]| keys.iter().find_map(|key| k.get(*key).and_then(|v| v.as_i64().or_else(|| v.as_f64().map(|f| f as i64))));
+    let num = |keys: &[&str]| {
+        keys.iter().find_map(|key| k.get(*key).and_then(|v| v.as_i64().or_else(|| v.as_f64().map(|f| f as i64))))
+    };
     let total = num(&["total_time_ns", "total_ns", "time_total_ns", "total_time", "Total Time (ns)"])?;
     let instances = num(&["instances", "Instances", "count"]).unwrap_or(0);
     Some(KernelStat { name, total_time_ns: total, instances })
@@ -450,7 +478,10 @@ fn apply_bundle_documents(ev: &mut Evidence, kp: &Value) {
     for (path, doc) in [("kernel_profile.ranges", kp.get("ranges")), ("kernel_profile.gates", kp.get("gates"))] {
         if let Some(v) = doc.and_then(|d| d.pointer("/source/nsys_version")).and_then(|v| v.as_str()) {
             if !f.nsys_version.is_known() {
-                f.nsys_version = Fact::known(Value::String(normalize_version(v)), format!("{path}.source.nsys_version (the nsys that exported it)"));
+                f.nsys_version = Fact::known(
+                    Value::String(normalize_version(v)),
+                    format!("{path}.source.nsys_version (the nsys that exported it)"),
+                );
             }
         }
     }
@@ -460,9 +491,19 @@ fn apply_bundle_documents(ev: &mut Evidence, kp: &Value) {
     }
     let Some(g) = kp.get("gates").filter(|g| g.is_object()) else { return };
     let verdict = g.get("verdict").and_then(|v| v.as_str()).unwrap_or("").to_string();
-    let retry: Vec<String> = g.get("retry").and_then(|r| r.as_array()).map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default();
+    let retry: Vec<String> = g
+        .get("retry")
+        .and_then(|r| r.as_array())
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .unwrap_or_default();
     ev.gates = Some((verdict, retry));
-    let Some(g1) = g.get("gates").and_then(|l| l.as_array()).and_then(|l| l.iter().find(|x| x.get("id").and_then(|i| i.as_str()) == Some("G1"))) else { return };
+    let Some(g1) = g
+        .get("gates")
+        .and_then(|l| l.as_array())
+        .and_then(|l| l.iter().find(|x| x.get("id").and_then(|i| i.as_str()) == Some("G1")))
+    else {
+        return;
+    };
     let mut text = g1.get("reason").and_then(|r| r.as_str()).unwrap_or("").to_string();
     for e in g1.get("evidence").and_then(|e| e.as_array()).into_iter().flatten() {
         text.push('\n');
@@ -481,7 +522,12 @@ fn apply_bundle_documents(ev: &mut Evidence, kp: &Value) {
             Value::String(if uses { "graphs" } else { "eager" }.into()),
             "kernel_profile.gates G1 evidence (graph launches, graphNodeId rows, GRAPH_TRACE rows)",
         );
-        f.graph_evidence = Some(GraphEvidence { graph_launch_calls: launches, kernels_with_graph_node: node_rows, graph_trace_rows: trace_rows, kernels: 0 });
+        f.graph_evidence = Some(GraphEvidence {
+            graph_launch_calls: launches,
+            kernels_with_graph_node: node_rows,
+            graph_trace_rows: trace_rows,
+            kernels: 0,
+        });
     }
 }
 
@@ -518,7 +564,10 @@ pub fn apply_provenance(f: &mut CaptureFacts, p: &Value, prefix: &str) {
     if let Value::String(v) = &f.nsys_version.value {
         f.nsys_version.value = Value::String(normalize_version(v));
     }
-    set(&mut f.capture_flags, &["capture.flags_argv", "capture.flags", "capture.argv", "capture.args", "capture_flags"]);
+    set(
+        &mut f.capture_flags,
+        &["capture.flags_argv", "capture.flags", "capture.argv", "capture.args", "capture_flags"],
+    );
     // a flag string is compared as its list of words
     if let Value::String(s) = &f.capture_flags.value {
         let words: Vec<Value> = s.split_whitespace().map(|w| Value::String(w.to_string())).collect();
@@ -531,7 +580,9 @@ pub fn apply_provenance(f: &mut CaptureFacts, p: &Value, prefix: &str) {
         }
     }
     // empty flags (`flags_argv: []` when --flags was not given) record nothing
-    if f.capture_flags.value.as_array().map(|a| a.is_empty()).unwrap_or(false) && f.capture_flags.source.starts_with(prefix) {
+    if f.capture_flags.value.as_array().map(|a| a.is_empty()).unwrap_or(false)
+        && f.capture_flags.source.starts_with(prefix)
+    {
         f.capture_flags = Fact::default();
     }
     set(&mut f.trace_set, &["capture.trace", "capture.trace_set", "trace_set"]);
@@ -565,17 +616,21 @@ pub fn apply_provenance(f: &mut CaptureFacts, p: &Value, prefix: &str) {
                         .filter(|q| q.get("on_target").and_then(|t| t.as_bool()).unwrap_or(true))
                         .map(|q| serde_json::json!({"pid": q.get("pid"), "process_name": q.get("process_name"), "used_memory_mib": q.get("used_memory_mib")}))
                         .collect();
-                    f.foreign_gpu_processes = Fact::known(Value::Array(foreign), format!("{prefix}.gpu.processes[on_target]"));
+                    f.foreign_gpu_processes =
+                        Fact::known(Value::Array(foreign), format!("{prefix}.gpu.processes[on_target]"));
                 }
             }
         }
     }
     // flags given as words: derive the trace set, graph level and window when not given separately
-    if let Some(args) = f.capture_flags.value.as_array().cloned().filter(|_| f.capture_flags.source.starts_with(prefix)) {
+    if let Some(args) = f.capture_flags.value.as_array().cloned().filter(|_| f.capture_flags.source.starts_with(prefix))
+    {
         let args: Vec<String> = args.iter().filter_map(|a| a.as_str().map(String::from)).collect();
         let opt = |name: &str| -> Option<String> {
             args.iter().enumerate().find_map(|(i, a)| {
-                a.strip_prefix(&format!("{name}=")).map(String::from).or_else(|| (a == name).then(|| args.get(i + 1).cloned()).flatten())
+                a.strip_prefix(&format!("{name}="))
+                    .map(String::from)
+                    .or_else(|| (a == name).then(|| args.get(i + 1).cloned()).flatten())
             })
         };
         let from = |flag: &str| format!("{prefix}.capture flags {flag}");
@@ -598,7 +653,10 @@ pub fn apply_provenance(f: &mut CaptureFacts, p: &Value, prefix: &str) {
                     "--capture-range" => opt("-c"),
                     _ => None,
                 };
-                w.insert(k.trim_start_matches("--").to_string(), opt(k).or(short).map(Value::String).unwrap_or(Value::Null));
+                w.insert(
+                    k.trim_start_matches("--").to_string(),
+                    opt(k).or(short).map(Value::String).unwrap_or(Value::Null),
+                );
             }
             f.window = Fact::known(Value::Object(w), from("--delay/--duration/--capture-range/--capture-range-end"));
         }
@@ -611,11 +669,44 @@ pub fn apply_provenance(f: &mut CaptureFacts, p: &Value, prefix: &str) {
 /// `--force-overwrite`/`-f`, `--stats`, `--export`).
 pub fn profile_flags(words: &[String]) -> Vec<String> {
     const TAKES_VALUE: &[&str] = &[
-        "-t", "-o", "-c", "-y", "-d", "-s", "-b", "-w", "-x", "-p", "-e", "-n", "-f", "--trace", "--output",
-        "--capture-range", "--capture-range-end", "--cuda-graph-trace", "--delay", "--duration", "--sample",
-        "--cpuctxsw", "--backtrace", "--kill", "--resolve-symbols", "--trace-fork-before-exec", "--force-overwrite",
-        "--stats", "--export", "--env-var", "--cuda-memory-usage", "--gpu-metrics-devices", "--nvtx-capture",
-        "--osrt-threshold", "--wait", "--show-output", "--session-new", "--python-sampling",
+        "-t",
+        "-o",
+        "-c",
+        "-y",
+        "-d",
+        "-s",
+        "-b",
+        "-w",
+        "-x",
+        "-p",
+        "-e",
+        "-n",
+        "-f",
+        "--trace",
+        "--output",
+        "--capture-range",
+        "--capture-range-end",
+        "--cuda-graph-trace",
+        "--delay",
+        "--duration",
+        "--sample",
+        "--cpuctxsw",
+        "--backtrace",
+        "--kill",
+        "--resolve-symbols",
+        "--trace-fork-before-exec",
+        "--force-overwrite",
+        "--stats",
+        "--export",
+        "--env-var",
+        "--cuda-memory-usage",
+        "--gpu-metrics-devices",
+        "--nvtx-capture",
+        "--osrt-threshold",
+        "--wait",
+        "--show-output",
+        "--session-new",
+        "--python-sampling",
     ];
     const PER_RUN: &[&str] = &["-o", "--output", "-f", "--force-overwrite", "--stats", "--export"];
     let mut out = Vec::new();
@@ -740,20 +831,25 @@ fn is_run_specific(key: &str) -> bool {
         || k.contains("ENVIRONMENT_VARIABLE")
 }
 
-const WINDOW_KEYS: &[&str] = &["START_TRIGGER", "STOP_TRIGGER", "START_DELAY_MS", "START_FRAME_VALUE", "RUN_DURATION_FRAMES"];
+const WINDOW_KEYS: &[&str] =
+    &["START_TRIGGER", "STOP_TRIGGER", "START_DELAY_MS", "START_FRAME_VALUE", "RUN_DURATION_FRAMES"];
 
 /// The comparability facts of an export.
 pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
     let mut f = CaptureFacts::default();
     let meta = export.name_values("META_DATA_EXPORT")?;
     if let Some((_, Some(v))) = meta.iter().find(|(n, _)| n == "EXPORT_PRODUCT_VERSION") {
-        f.nsys_version = Fact::known(Value::String(normalize_version(v)), "META_DATA_EXPORT.EXPORT_PRODUCT_VERSION (the nsys that exported it)");
+        f.nsys_version = Fact::known(
+            Value::String(normalize_version(v)),
+            "META_DATA_EXPORT.EXPORT_PRODUCT_VERSION (the nsys that exported it)",
+        );
     } else if let Some(v) = export.nsys_version()? {
         f.nsys_version = Fact::known(Value::String(normalize_version(&v)), "META_DATA_EXPORT");
     }
     let cap = export.capture_settings()?;
     if !cap.is_empty() {
-        let trace = normalize_trace(cap.iter().filter(|(n, _)| n == "CAPTURE_EVENT_TYPE").filter_map(|(_, v)| v.as_deref()));
+        let trace =
+            normalize_trace(cap.iter().filter(|(n, _)| n == "CAPTURE_EVENT_TYPE").filter_map(|(_, v)| v.as_deref()));
         f.trace_set = Fact::known(serde_json::json!(trace), "META_DATA_CAPTURE.CAPTURE_EVENT_TYPE");
         let mut flags = serde_json::Map::new();
         let mut sorted: Vec<&(String, Option<String>)> = cap.iter().filter(|(n, _)| !is_run_specific(n)).collect();
@@ -806,7 +902,8 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
             "NVTX_EVENTS (ranges present, named domains)",
         );
     } else {
-        f.instrumentation = Fact::known(serde_json::json!({"nvtx_ranges_present": false, "nvtx_domains": []}), "NVTX_EVENTS absent");
+        f.instrumentation =
+            Fact::known(serde_json::json!({"nvtx_ranges_present": false, "nvtx_domains": []}), "NVTX_EVENTS absent");
     }
     // GPU model(s)
     let mut gpus: Vec<String> = export
@@ -815,7 +912,9 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
         .map(|row| {
             row.into_iter()
                 .enumerate()
-                .map(|(i, (col, v))| format!("{}{}", if i == 0 { String::new() } else { format!("{col}=") }, v.unwrap_or_default()))
+                .map(|(i, (col, v))| {
+                    format!("{}{}", if i == 0 { String::new() } else { format!("{col}=") }, v.unwrap_or_default())
+                })
                 .collect::<Vec<_>>()
                 .join(" ")
         })
@@ -823,7 +922,8 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
     gpus.sort();
     gpus.dedup();
     if !gpus.is_empty() {
-        f.gpu = Fact::known(serde_json::json!(gpus), "TARGET_INFO_GPU (name, chipName, smCount, totalMemory, clockRate)");
+        f.gpu =
+            Fact::known(serde_json::json!(gpus), "TARGET_INFO_GPU (name, chipName, smCount, totalMemory, clockRate)");
     }
     Ok(f)
 }
@@ -836,7 +936,9 @@ pub fn export_kernel_stats(export: &Export) -> Result<(Vec<KernelStat>, i64)> {
         .into_iter()
         .map(|(name, instances, total_time_ns)| KernelStat { name, instances, total_time_ns })
         .collect();
-    out.sort_by(|a: &KernelStat, b: &KernelStat| b.total_time_ns.cmp(&a.total_time_ns).then_with(|| a.name.cmp(&b.name)));
+    out.sort_by(|a: &KernelStat, b: &KernelStat| {
+        b.total_time_ns.cmp(&a.total_time_ns).then_with(|| a.name.cmp(&b.name))
+    });
     let mem = export.sum_durations(schema::MEMCPY)? + export.sum_durations(schema::MEMSET)?;
     Ok((out, mem))
 }
@@ -847,10 +949,11 @@ mod tests {
 
     #[test]
     fn profile_flags_keep_switches_only() {
-        let w: Vec<String> = "profile --trace=cuda,nvtx -o /tmp/x --capture-range cudaProfilerApi --kill=none python3 app.py 18080"
-            .split_whitespace()
-            .map(String::from)
-            .collect();
+        let w: Vec<String> =
+            "profile --trace=cuda,nvtx -o /tmp/x --capture-range cudaProfilerApi --kill=none python3 app.py 18080"
+                .split_whitespace()
+                .map(String::from)
+                .collect();
         assert_eq!(profile_flags(&w), vec!["--trace=cuda,nvtx", "--capture-range=cudaProfilerApi", "--kill=none"]);
         assert_eq!(normalize_version("2023.4.4.54-234433681190v0"), "2023.4.4");
         assert_eq!(normalize_trace(["OSRuntime", "Cuda", "NvtxEvents"].into_iter()), vec!["cuda", "nvtx", "osrt"]);

@@ -58,7 +58,9 @@ pub struct CudaVersion {
 impl CudaVersion {
     /// kineto's and CUDA's integer form, 1000·major + 10·minor: 12090 → 12.9, 13000 → 13.0.
     pub fn from_int(n: u64) -> Option<CudaVersion> {
-        (1000..1_000_000).contains(&n).then(|| CudaVersion { major: (n / 1000) as u32, minor: ((n % 1000) / 10) as u32 })
+        (1000..1_000_000)
+            .contains(&n)
+            .then(|| CudaVersion { major: (n / 1000) as u32, minor: ((n % 1000) / 10) as u32 })
     }
 
     /// `12.9`, `13.0.2`, `12` (a number of 100 or more, e.g. a driver release 580.159, is not a CUDA version).
@@ -267,7 +269,13 @@ impl HealthScan {
     /// Add the driver's CUDA version recorded by the export (TARGET_INFO_SYSTEM_ENV `CudaDriverVersion`).
     pub fn export_driver_version(&mut self, at: &str, value: &str) {
         if let Some(d) = driver_version_from_export(value) {
-            self.versions.push(Versions { at: at.to_string(), form: "export", cupti: None, runtime: None, driver: Some(d) });
+            self.versions.push(Versions {
+                at: at.to_string(),
+                form: "export",
+                cupti: None,
+                runtime: None,
+                driver: Some(d),
+            });
         }
     }
 
@@ -429,11 +437,18 @@ pub fn diagnose(s: &HealthScan, cuda: CudaData) -> Diagnosis {
         }
     }
     if cupti_failed && skew.is_none() {
-        let name = s.of("cupti-error").next().and_then(|f| patterns().cupti_error.find(&f.text).map(|m| m.as_str().to_string()));
+        let name = s
+            .of("cupti-error")
+            .next()
+            .and_then(|f| patterns().cupti_error.find(&f.text).map(|m| m.as_str().to_string()));
         let mut c = format!(
             "cupti-init ({}, {}): CUPTI failed, no CUDA data was collected by the profiler that printed it",
             name.unwrap_or_else(|| "CUPTI initialization failed".into()),
-            d.errors.iter().find(|f| f.class == "cupti-error" || f.class == "cupti-init-failed").map(|f| f.at.as_str()).unwrap_or("")
+            d.errors
+                .iter()
+                .find(|f| f.class == "cupti-error" || f.class == "cupti-init-failed")
+                .map(|f| f.at.as_str())
+                .unwrap_or("")
         );
         match (&rt, &dr) {
             (Some((r, _)), Some((dv, _))) => c.push_str(&format!("; versions agree (CUDA runtime {r}, driver {dv}), so not a major-version skew")),
@@ -451,14 +466,18 @@ pub fn diagnose(s: &HealthScan, cuda: CudaData) -> Diagnosis {
         ));
     }
     if err("analysis-failed") {
-        let why = if err("unknown-runtime-api") { " (explained by the unknown runtime API function above)" } else { "" };
+        let why =
+            if err("unknown-runtime-api") { " (explained by the unknown runtime API function above)" } else { "" };
         d.causes.push(format!(
             "analysis-failed ({}): nsys's analyser failed while importing the raw events, the report is incomplete{why}; re-capture (see the console log's error)",
             first_at(s, "analysis-failed")
         ));
     }
     if err("diagnostic-error") {
-        d.causes.push(format!("nsys reported an error ({}): read it before trusting the capture", first_at(s, "diagnostic-error")));
+        d.causes.push(format!(
+            "nsys reported an error ({}): read it before trusting the capture",
+            first_at(s, "diagnostic-error")
+        ));
     }
     if let (Some(at), false) = (&admin0, err("permission")) {
         d.notes.push(format!("RmProfilingAdminOnly: 0 ({at}): profiling is not restricted to admins (evidence against a permission cause)"));
@@ -516,7 +535,11 @@ mod tests {
         assert!(!d.retry() && d.notes[0].contains("toolkit-vs-driver major-version skew"), "{:?}", d);
         // with no CUDA data in the export: the skew is the cause
         let d = diagnose(&s, CudaData::Missing);
-        assert!(d.causes[0].starts_with("toolkit-vs-driver major-version skew: CUDA runtime 12.9 vs driver 13.0"), "{:?}", d);
+        assert!(
+            d.causes[0].starts_with("toolkit-vs-driver major-version skew: CUDA runtime 12.9 vs driver 13.0"),
+            "{:?}",
+            d
+        );
     }
 
     #[test]
@@ -528,10 +551,16 @@ mod tests {
                    INFO:2026-01-01 1:1 init.cpp:119] If you see CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, refer to https://developer.nvidia.com/nvidia-development-tools-solutions-err-nvgpuctrperm-cupti\n";
         let mut s = scan_text("engine.log", log);
         s.text("params", &fixture("driver-params_580.159.04.txt"));
-        assert!(!s.has("permission"), "the hint line and RmProfilingAdminOnly: 0 are not permission errors: {:?}", s.findings);
+        assert!(
+            !s.has("permission"),
+            "the hint line and RmProfilingAdminOnly: 0 are not permission errors: {:?}",
+            s.findings
+        );
         let d = diagnose(&s, CudaData::Missing);
         assert_eq!(d.causes.len(), 1, "{:?}", d.causes);
-        assert!(d.causes[0].starts_with("toolkit-vs-driver major-version skew: CUDA runtime 12.9 vs driver 13.0 (CUPTI failed to initialise)"));
+        assert!(d.causes[0].starts_with(
+            "toolkit-vs-driver major-version skew: CUDA runtime 12.9 vs driver 13.0 (CUPTI failed to initialise)"
+        ));
         assert!(d.causes[0].contains("not permission: RmProfilingAdminOnly: 0 at params:1"), "{}", d.causes[0]);
     }
 
@@ -556,7 +585,10 @@ mod tests {
         assert!(!d.retry(), "{:?}", d);
         assert!(d.notes[0].contains("evidence against a permission cause"), "{:?}", d.notes);
         // only 1 or ERR_NVGPUCTRPERM point at permission
-        for line in ["RmProfilingAdminOnly: 1", "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"] {
+        for line in [
+            "RmProfilingAdminOnly: 1",
+            "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters",
+        ] {
             let d = diagnose(&scan_text("x", line), CudaData::Unknown);
             assert!(d.causes[0].starts_with("permission (x:1)"), "{line}: {:?}", d.causes);
         }
@@ -575,7 +607,11 @@ mod tests {
         assert!(d.notes.iter().any(|n| n.contains("lost CUPTI to nsys")), "{:?}", d.notes);
         // log alone: the conflict is the cause (not permission, not a skew: versions agree)
         let d = diagnose(&s, CudaData::Unknown);
-        assert!(d.causes[0].starts_with("cupti-conflict (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, k.txt:3)"), "{:?}", d.causes);
+        assert!(
+            d.causes[0].starts_with("cupti-conflict (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, k.txt:3)"),
+            "{:?}",
+            d.causes
+        );
         assert!(!d.causes.iter().any(|c| c.starts_with("permission")));
     }
 
@@ -584,14 +620,26 @@ mod tests {
         // real: the injector capture's DeviceEnvironment entry (fixtures/nsys-2025.3.1/injector) and nsys's own
         let s = scan_text("env", "CUDA_INJECTION64_PATH=/tmp/hf/libfake_injector.so;CC=/opt/gcc/bin/gcc\n");
         assert_eq!(s.injections, vec![Injection { at: "env:1".into(), path: "/tmp/hf/libfake_injector.so".into() }]);
-        let s2 = scan_text("meta", "PROCESS_0:ENVIRONMENT_VARIABLE|CUDA_INJECTION64_PATH=\"/opt/zymtrace/libzymtrace_cuda.so\"\n");
+        let s2 = scan_text(
+            "meta",
+            "PROCESS_0:ENVIRONMENT_VARIABLE|CUDA_INJECTION64_PATH=\"/opt/zymtrace/libzymtrace_cuda.so\"\n",
+        );
         assert_eq!(s2.injections[0].path, "/opt/zymtrace/libzymtrace_cuda.so");
-        assert!(scan_text("x", "CUDA_INJECTION64_PATH=/opt/nvidia/nsight-systems/target-linux-x64/libToolsInjection64.so").injections.is_empty());
+        assert!(scan_text(
+            "x",
+            "CUDA_INJECTION64_PATH=/opt/nvidia/nsight-systems/target-linux-x64/libToolsInjection64.so"
+        )
+        .injections
+        .is_empty());
         // measured: nsys 2025.3.1 traced CUDA with this injector loaded: a note, not a RETRY
         let d = diagnose(&s, CudaData::Present);
         assert!(!d.retry() && d.notes[0].contains("CUDA was traced anyway"), "{:?}", d);
         let d = diagnose(&s, CudaData::Missing);
-        assert!(d.causes[0].starts_with("foreign CUDA injection: CUDA_INJECTION64_PATH=/tmp/hf/libfake_injector.so"), "{:?}", d);
+        assert!(
+            d.causes[0].starts_with("foreign CUDA injection: CUDA_INJECTION64_PATH=/tmp/hf/libfake_injector.so"),
+            "{:?}",
+            d
+        );
     }
 
     #[test]
@@ -601,15 +649,29 @@ mod tests {
         let d = diagnose(&s, CudaData::Unknown);
         assert!(d.causes[0].starts_with("unknown-runtime-api (runtime API function index 468)"), "{:?}", d.causes);
         assert_eq!(d.causes.len(), 2, "{:?}", d.causes);
-        assert!(d.causes[1].starts_with("analysis-failed") && d.causes[1].contains("explained by the unknown runtime API function"), "{:?}", d.causes);
+        assert!(
+            d.causes[1].starts_with("analysis-failed")
+                && d.causes[1].contains("explained by the unknown runtime API function"),
+            "{:?}",
+            d.causes
+        );
         // clean nsys 2025.3.1 consoles: nothing
-        for f in ["nsys-2025.3.1_hf_node.console.txt", "nsys-2025.3.1_hf_graph.console.txt", "nsys-2025.3.1_hf_eager.console.txt", "nsys-2025.3.1_gpu_full_node.console.txt"] {
+        for f in [
+            "nsys-2025.3.1_hf_node.console.txt",
+            "nsys-2025.3.1_hf_graph.console.txt",
+            "nsys-2025.3.1_hf_eager.console.txt",
+            "nsys-2025.3.1_gpu_full_node.console.txt",
+        ] {
             let s = scan_text(f, &fixture(f));
             assert!(s.findings.is_empty(), "{f}: {:?}", s.findings);
         }
         // nsys 2025's DIAGNOSTIC_EVENT wording for its CUPTI (real, hf_node)
         let mut s = HealthScan::new();
-        s.line("d", "Loaded CUPTI library: /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/libcupti.so.13.0", false);
+        s.line(
+            "d",
+            "Loaded CUPTI library: /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/libcupti.so.13.0",
+            false,
+        );
         assert_eq!((s.versions[0].form, s.versions[0].cupti.as_deref()), ("nsys-cupti-library", Some("13.0")));
         // a diagnostic error nsys did not explain further
         let mut s = HealthScan::new();

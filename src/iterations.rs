@@ -215,15 +215,36 @@ pub fn validate_text(text: &str, source: &str) -> IterationsDoc {
         for r in rs {
             if let Some(p) = prev {
                 if r.iteration <= p.iteration {
-                    problems.push(Problem { line: r.line, path: "$.iteration".into(), message: format!("rank {rank}: iteration {} does not follow iteration {} (line {})", r.iteration, p.iteration, p.line) });
+                    problems.push(Problem {
+                        line: r.line,
+                        path: "$.iteration".into(),
+                        message: format!(
+                            "rank {rank}: iteration {} does not follow iteration {} (line {})",
+                            r.iteration, p.iteration, p.line
+                        ),
+                    });
                 }
             }
             if let (Some(p), Some(s)) = (prev_timed, r.start) {
                 let (ps, pe) = (p.start.unwrap_or(0), p.end.unwrap_or(0));
                 if s < ps {
-                    problems.push(Problem { line: r.line, path: "$.start_ns".into(), message: format!("rank {rank}: the monotonic clock goes back: start_ns {s} < {ps} of line {}", p.line) });
+                    problems.push(Problem {
+                        line: r.line,
+                        path: "$.start_ns".into(),
+                        message: format!(
+                            "rank {rank}: the monotonic clock goes back: start_ns {s} < {ps} of line {}",
+                            p.line
+                        ),
+                    });
                 } else if s < pe {
-                    problems.push(Problem { line: r.line, path: "$.start_ns".into(), message: format!("rank {rank}: overlaps the iteration of line {}: start_ns {s} < its end_ns {pe}", p.line) });
+                    problems.push(Problem {
+                        line: r.line,
+                        path: "$.start_ns".into(),
+                        message: format!(
+                            "rank {rank}: overlaps the iteration of line {}: start_ns {s} < its end_ns {pe}",
+                            p.line
+                        ),
+                    });
                 }
             }
             prev = Some(r);
@@ -253,7 +274,11 @@ pub fn validate_text(text: &str, source: &str) -> IterationsDoc {
     let timed = recs.iter().filter(|r| r.start.is_some()).count() as u64;
     let shape_only = recs.len() as u64 - timed;
     if records == 0 {
-        problems.push(Problem { line: 0, path: "$".into(), message: "the file holds no record (did the server write any? is the path the one it writes?)".into() });
+        problems.push(Problem {
+            line: 0,
+            path: "$".into(),
+            message: "the file holds no record (did the server write any? is the path the one it writes?)".into(),
+        });
     }
     let valid = problems.is_empty();
     let usable_as_time = valid && timed == records && records > 0;
@@ -307,7 +332,8 @@ mod tests {
 
     #[test]
     fn valid_timed_records_are_usable_as_time() {
-        let t = [rec(0, 0, Some(100), Some(200)), rec(0, 1, Some(150), Some(260)), rec(1, 0, Some(200), Some(300))].join("\n");
+        let t = [rec(0, 0, Some(100), Some(200)), rec(0, 1, Some(150), Some(260)), rec(1, 0, Some(200), Some(300))]
+            .join("\n");
         let d = validate_text(&t, "x");
         assert_eq!(d.verdict, "PASS", "{:?}", d.problems);
         assert!(d.usable_as_time);
@@ -321,7 +347,13 @@ mod tests {
     #[test]
     fn overlap_backwards_clock_and_missing_fields_are_named() {
         // ranks are checked separately: rank 1 overlapping rank 0 is fine, within rank 0 it is not
-        let t = [rec(0, 0, Some(100), Some(200)), rec(1, 0, Some(150), Some(250)), rec(2, 0, Some(90), Some(95)), rec(0, 1, Some(100), Some(200))].join("\n");
+        let t = [
+            rec(0, 0, Some(100), Some(200)),
+            rec(1, 0, Some(150), Some(250)),
+            rec(2, 0, Some(90), Some(95)),
+            rec(0, 1, Some(100), Some(200)),
+        ]
+        .join("\n");
         let d = validate_text(&t, "x");
         assert_eq!(d.verdict, "RETRY");
         assert!(!d.usable_as_time);
@@ -331,14 +363,22 @@ mod tests {
         assert!(d.problems[1].message.contains("goes back"), "{}", d.problems[1].message);
 
         let d = validate_text("{\"iteration\": 0, \"rank\": 0}\n[1]\nnope\n", "x");
-        assert!(d.problems.iter().any(|p| p.line == 1 && p.path == "$.phase" && p.message.contains("missing")), "{:?}", d.problems);
+        assert!(
+            d.problems.iter().any(|p| p.line == 1 && p.path == "$.phase" && p.message.contains("missing")),
+            "{:?}",
+            d.problems
+        );
         assert!(d.problems.iter().any(|p| p.line == 2 && p.message.contains("not a JSON object")));
         assert!(d.problems.iter().any(|p| p.line == 3 && p.message.contains("not JSON")));
 
         let d = validate_text(&[rec(3, 0, None, None), rec(3, 0, None, None)].join("\n"), "x");
         assert!(d.problems.iter().any(|p| p.line == 2 && p.path == "$.iteration"), "{:?}", d.problems);
         let d = validate_text(&rec(0, 0, Some(5), None), "x");
-        assert!(d.problems.iter().any(|p| p.path == "$.end_ns" && p.message.contains("both or neither")), "{:?}", d.problems);
+        assert!(
+            d.problems.iter().any(|p| p.path == "$.end_ns" && p.message.contains("both or neither")),
+            "{:?}",
+            d.problems
+        );
         let d = validate_text("", "x");
         assert_eq!(d.verdict, "RETRY");
     }

@@ -145,11 +145,7 @@ pub struct KernCsvOptions {
 
 impl Default for KernCsvOptions {
     fn default() -> Self {
-        KernCsvOptions {
-            report: None,
-            top: DEFAULT_TOP,
-            captured_at: None,
-        }
+        KernCsvOptions { report: None, top: DEFAULT_TOP, captured_at: None }
     }
 }
 
@@ -313,16 +309,7 @@ pub const REPORTS: &[ReportDef] = &[
     ReportDef {
         name: "cuda_gpu_mem_size_sum",
         aliases: &["gpumemsizesum"],
-        header: &[
-            "Total (MB)",
-            "Count",
-            "Avg (MB)",
-            "Med (MB)",
-            "Min (MB)",
-            "Max (MB)",
-            "StdDev (MB)",
-            "Operation",
-        ],
+        header: &["Total (MB)", "Count", "Avg (MB)", "Med (MB)", "Min (MB)", "Max (MB)", "StdDev (MB)", "Operation"],
     },
     ReportDef {
         name: "cuda_kern_exec_sum",
@@ -360,17 +347,7 @@ pub const REPORTS: &[ReportDef] = &[
     ReportDef {
         name: "cuda_api_trace",
         aliases: &["cudaapitrace"],
-        header: &[
-            "Start (T)",
-            "Duration (T)",
-            "Name",
-            "Result",
-            "CorrID",
-            "Pid",
-            "Tid",
-            "T-Pri",
-            "Thread Name",
-        ],
+        header: &["Start (T)", "Duration (T)", "Name", "Result", "CorrID", "Pid", "Tid", "T-Pri", "Thread Name"],
     },
     ReportDef {
         name: "cuda_gpu_trace",
@@ -440,9 +417,7 @@ const FLOAT_COLUMNS: &[&str] = &["Avg GPU Ops", "Avg Range Lvl", "Avg Num Child"
 
 /// Look a report up by its current or older name.
 pub fn find_report(name: &str) -> Option<&'static ReportDef> {
-    REPORTS
-        .iter()
-        .find(|r| r.name == name || r.aliases.contains(&name))
+    REPORTS.iter().find(|r| r.name == name || r.aliases.contains(&name))
 }
 
 /// Every report name accepted by `--report` (current names, then older ones).
@@ -520,7 +495,8 @@ pub fn run_to_writer(input: &Input, opts: &KernCsvOptions, style: Style, out: &m
 fn open_source(input: &Input) -> Result<(std::fs::File, String, Option<String>)> {
     let name = input.name();
     let spool = |r: &mut dyn Read| -> Result<std::fs::File> {
-        let mut f = tempfile::tempfile().map_err(|e| Error::env(format!("{name}: cannot create a temporary file: {e}")))?;
+        let mut f =
+            tempfile::tempfile().map_err(|e| Error::env(format!("{name}: cannot create a temporary file: {e}")))?;
         std::io::copy(r, &mut f).map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?;
         Ok(f)
     };
@@ -590,20 +566,15 @@ fn prepare<R: Read + Seek>(
 ) -> Result<Prepared> {
     let forced = match &opts.report {
         Some(r) => Some(find_report(r).ok_or_else(|| {
-            Error::usage(format!(
-                "--report {r}: unknown report; known: {}",
-                report_names().join(", ")
-            ))
-            .with_arg("--report")
+            Error::usage(format!("--report {r}: unknown report; known: {}", report_names().join(", ")))
+                .with_arg("--report")
         })?),
         None => None,
     };
     if let Some(t) = &opts.captured_at {
         if !is_rfc3339(t) {
-            return Err(Error::usage(format!(
-                "--captured-at {t:?}: not an RFC 3339 time (e.g. 2026-11-29T22:43:05Z)"
-            ))
-            .with_arg("--captured-at"));
+            return Err(Error::usage(format!("--captured-at {t:?}: not an RFC 3339 time (e.g. 2026-11-29T22:43:05Z)"))
+                .with_arg("--captured-at"));
         }
     }
     let io = |e: std::io::Error| Error::input(format!("{source}: cannot read: {e}"));
@@ -725,15 +696,8 @@ fn prepare<R: Read + Seek>(
     };
     let parsed: Vec<ParsedCol> = header.iter().map(|h| parse_header(h)).collect();
     let signature: Vec<String> = parsed.iter().map(|c| c.signature.clone()).collect();
-    let candidates: Vec<&'static ReportDef> = REPORTS
-        .iter()
-        .filter(|r| {
-            r.header
-                .iter()
-                .copied()
-                .eq(signature.iter().map(|s| s.as_str()))
-        })
-        .collect();
+    let candidates: Vec<&'static ReportDef> =
+        REPORTS.iter().filter(|r| r.header.iter().copied().eq(signature.iter().map(|s| s.as_str()))).collect();
 
     let (def, name, how) = match (forced, candidates.as_slice()) {
         (Some(r), _) => {
@@ -775,17 +739,11 @@ fn prepare<R: Read + Seek>(
     set_name(&mut doc, def, &name, how);
 
     // one time unit per file in practice; record it (the first seen), convert each column by its own
-    doc.csv_time_unit = parsed
-        .iter()
-        .find_map(|c| c.unit.map(|(u, _)| u.to_string()));
+    doc.csv_time_unit = parsed.iter().find_map(|c| c.unit.map(|(u, _)| u.to_string()));
     doc.columns = parsed
         .iter()
         .zip(&header)
-        .map(|(c, h)| Column {
-            header: h.clone(),
-            key: c.key.clone(),
-            kind: c.kind.as_str().to_string(),
-        })
+        .map(|(c, h)| Column { header: h.clone(), key: c.key.clone(), kind: c.kind.as_str().to_string() })
         .collect();
 
     // pass 1: every row converts (errors before any output), kernel totals and the top kernels
@@ -833,7 +791,13 @@ fn for_each_row<R: Read + Seek>(
     Ok(Ok(()))
 }
 
-fn convert_row(rec: &[String], line: usize, parsed: &[ParsedCol], header: &[String], source: &str) -> Result<Map<String, Value>> {
+fn convert_row(
+    rec: &[String],
+    line: usize,
+    parsed: &[ParsedCol],
+    header: &[String],
+    source: &str,
+) -> Result<Map<String, Value>> {
     if rec.len() != header.len() {
         return Err(Error::input(format!(
             "{source}: line {line}: {} fields, the header has {}",
@@ -843,11 +807,9 @@ fn convert_row(rec: &[String], line: usize, parsed: &[ParsedCol], header: &[Stri
     }
     let mut row = Map::new();
     for ((cell, col), h) in rec.iter().zip(parsed).zip(header) {
-        let v = col.convert(cell).map_err(|why| {
-            Error::input(format!(
-                "{source}: line {line}: column \"{h}\": {why}: {cell:?}"
-            ))
-        })?;
+        let v = col
+            .convert(cell)
+            .map_err(|why| Error::input(format!("{source}: line {line}: column \"{h}\": {why}: {cell:?}")))?;
         row.insert(col.key.clone(), v);
     }
     Ok(row)
@@ -979,28 +941,15 @@ fn processing_report(line: &str) -> Option<String> {
     Some(file.strip_suffix(".py").unwrap_or(file).to_string())
 }
 
-fn pick_section<'b>(
-    sections: &'b [SectionInfo],
-    forced: Option<&ReportDef>,
-    source: &str,
-) -> Result<&'b SectionInfo> {
+fn pick_section<'b>(sections: &'b [SectionInfo], forced: Option<&ReportDef>, source: &str) -> Result<&'b SectionInfo> {
     if sections.len() == 1 {
         return Ok(&sections[0]);
     }
-    let names: Vec<String> = sections
-        .iter()
-        .map(|s| s.processing.clone().unwrap_or_else(|| "?".into()))
-        .collect();
+    let names: Vec<String> = sections.iter().map(|s| s.processing.clone().unwrap_or_else(|| "?".into())).collect();
     if let Some(r) = forced {
         let hits: Vec<&SectionInfo> = sections
             .iter()
-            .filter(|s| {
-                s.processing
-                    .as_deref()
-                    .and_then(find_report)
-                    .map(|d| d.name)
-                    == Some(r.name)
-            })
+            .filter(|s| s.processing.as_deref().and_then(find_report).map(|d| d.name) == Some(r.name))
             .collect();
         if hits.len() == 1 {
             return Ok(hits[0]);
@@ -1101,12 +1050,7 @@ fn parse_header(h: &str) -> ParsedCol {
                 "MB/s" => (format!("{}_mb_per_s", snake(label)), Kind::MegabytesPerS),
                 _ => (snake(h), Kind::Text),
             };
-            return ParsedCol {
-                signature: h.to_string(),
-                key,
-                kind,
-                unit: None,
-            };
+            return ParsedCol { signature: h.to_string(), key, kind, unit: None };
         }
     }
     let kind = if TEXT_COLUMNS.contains(&h) {
@@ -1116,12 +1060,7 @@ fn parse_header(h: &str) -> ParsedCol {
     } else {
         Kind::Integer
     };
-    ParsedCol {
-        signature: h.to_string(),
-        key: snake(h),
-        kind,
-        unit: None,
-    }
+    ParsedCol { signature: h.to_string(), key: snake(h), kind, unit: None }
 }
 
 /// `Total Time` → `total_time`, `Reg/Trd` → `reg_per_trd`, `T-Pri` → `t_pri`.
@@ -1179,10 +1118,7 @@ pub fn decimal_to_ns(s: &str, pow: u32) -> Option<i64> {
     }
     let p = pow as usize;
     let mut mag: i128 = 0;
-    for b in int
-        .bytes()
-        .chain(frac.bytes().chain(std::iter::repeat(b'0')).take(p))
-    {
+    for b in int.bytes().chain(frac.bytes().chain(std::iter::repeat(b'0')).take(p)) {
         mag = mag.checked_mul(10)?.checked_add((b - b'0') as i128)?;
     }
     if frac.len() > p && frac.as_bytes()[p] >= b'5' {
@@ -1255,7 +1191,8 @@ impl Summary {
         for (rank, c) in self.cands.into_iter().take(n).enumerate() {
             let mut rest = [0i64; 5];
             for (j, v) in c.rest.iter().enumerate() {
-                rest[j] = v.ok_or_else(|| Error::input(format!("{source}: data row {}: {} is empty", c.index + 1, REST[j])))?;
+                rest[j] =
+                    v.ok_or_else(|| Error::input(format!("{source}: data row {}: {} is empty", c.index + 1, REST[j])))?;
             }
             out.push(TopKernel {
                 rank: rank as u64 + 1,
@@ -1311,10 +1248,7 @@ mod tests {
     #[test]
     fn header_typing() {
         let c = parse_header("Total Time (us)");
-        assert_eq!(
-            (c.key.as_str(), c.kind, c.signature.as_str()),
-            ("total_time_ns", Kind::TimeNs, "Total Time (T)")
-        );
+        assert_eq!((c.key.as_str(), c.kind, c.signature.as_str()), ("total_time_ns", Kind::TimeNs, "Total Time (T)"));
         assert_eq!(parse_header("Time (%)").key, "time_pct");
         assert_eq!(parse_header("Reg/Trd").key, "reg_per_trd");
         assert_eq!(parse_header("Throughput (MB/s)").key, "throughput_mb_per_s");
@@ -1325,11 +1259,7 @@ mod tests {
     #[test]
     fn every_report_header_types_every_column_and_keys_are_unique() {
         for r in REPORTS {
-            let keys: Vec<String> = r
-                .header
-                .iter()
-                .map(|h| parse_header(&h.replace("(T)", "(ns)")).key)
-                .collect();
+            let keys: Vec<String> = r.header.iter().map(|h| parse_header(&h.replace("(T)", "(ns)")).key).collect();
             let mut dedup = keys.clone();
             dedup.sort();
             dedup.dedup();
@@ -1340,30 +1270,19 @@ mod tests {
     #[test]
     fn file_names_pick_the_report() {
         let n = |s: &str| report_from_file_name(Path::new(s)).map(|(r, n)| (r.name, n));
-        assert_eq!(
-            n("x/gpu_full_node_cuda_api_sum.csv"),
-            Some(("cuda_api_sum", "cuda_api_sum".into()))
-        );
+        assert_eq!(n("x/gpu_full_node_cuda_api_sum.csv"), Some(("cuda_api_sum", "cuda_api_sum".into())));
         assert_eq!(n("a_osrt_sum.csv"), Some(("osrt_sum", "osrt_sum".into())));
         assert_eq!(n("nvtx_sum.csv"), Some(("nvtx_sum", "nvtx_sum".into())));
-        assert_eq!(
-            n("r_nvtx_pushpop_sum.csv"),
-            Some(("nvtx_pushpop_sum", "nvtx_pushpop_sum".into()))
-        );
-        assert_eq!(
-            n("r_gpukernsum.csv"),
-            Some(("cuda_gpu_kern_sum", "gpukernsum".into()))
-        );
+        assert_eq!(n("r_nvtx_pushpop_sum.csv"), Some(("nvtx_pushpop_sum", "nvtx_pushpop_sum".into())));
+        assert_eq!(n("r_gpukernsum.csv"), Some(("cuda_gpu_kern_sum", "gpukernsum".into())));
         assert_eq!(n("stats.csv"), None);
     }
 
     #[test]
     fn processing_lines_name_the_report() {
         assert_eq!(
-            processing_report(
-                "Processing [a.sqlite] with [/usr/lib/nsight-systems/reports/osrt_sum.py]... "
-            )
-            .as_deref(),
+            processing_report("Processing [a.sqlite] with [/usr/lib/nsight-systems/reports/osrt_sum.py]... ")
+                .as_deref(),
             Some("osrt_sum")
         );
         assert_eq!(processing_report("Time (%),Total"), None);
@@ -1401,7 +1320,8 @@ mod tests {
             for rec in theirs.records() {
                 let rec = rec.unwrap();
                 let want: Vec<String> = rec.iter().map(String::from).collect();
-                let (_, got) = ours.next_record().ok().flatten().unwrap_or_else(|| panic!("{}: ends early", p.display()));
+                let (_, got) =
+                    ours.next_record().ok().flatten().unwrap_or_else(|| panic!("{}: ends early", p.display()));
                 assert_eq!(got, want, "{}", p.display());
             }
             assert!(ours.next_record().ok().flatten().is_none(), "{}", p.display());
@@ -1435,7 +1355,11 @@ mod tests {
                 let mut out = Vec::new();
                 let code = run_to_writer(&input, &opts, style, &mut out).unwrap();
                 assert_eq!(code, doc.exit_code());
-                assert!(String::from_utf8(out).unwrap() == crate::contract::render(&doc, style), "{} {style:?}", p.display());
+                assert!(
+                    String::from_utf8(out).unwrap() == crate::contract::render(&doc, style),
+                    "{} {style:?}",
+                    p.display()
+                );
             }
         }
     }

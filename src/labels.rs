@@ -335,7 +335,13 @@ mod tests {
     fn hashes_and_compile_ids_are_not_folded_blindly() {
         // real: the inductor graph's hash stays (two different graphs must stay two labels); only op_id goes
         let raw = "## Call CompiledFxGraph fpfwjtfd4iuyycexefjctaadhoi5ngi4cv3hquuqiddusso5pqcc ##, op_id = 999";
-        assert_eq!(f(raw), ("## Call CompiledFxGraph fpfwjtfd4iuyycexefjctaadhoi5ngi4cv3hquuqiddusso5pqcc ##".into(), vec![FoldRule::OpId]));
+        assert_eq!(
+            f(raw),
+            (
+                "## Call CompiledFxGraph fpfwjtfd4iuyycexefjctaadhoi5ngi4cv3hquuqiddusso5pqcc ##".into(),
+                vec![FoldRule::OpId]
+            )
+        );
         let other = "## Call CompiledFxGraph fxabc123def4567890000000000000000000000000000000000 ##, op_id = 1";
         assert_ne!(fold_label(raw).label, fold_label(other).label);
         // a hash whose last characters are digits is still not a trailing number (no separator)

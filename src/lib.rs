@@ -8,22 +8,22 @@
 //!   versions), with read-only, typed readers; every tool reads exports through it.
 //! - [`schemas`]: the registry of every document kind (above the tools, so `contract` knows no tool).
 
-pub mod contract;
-pub mod export;
-pub mod kern_csv;
 pub mod bundle;
-pub mod serve_capture;
-pub mod resolve;
-pub mod gate;
-pub mod labels;
-pub mod health_log;
-pub mod ranges;
-pub mod step_budget;
-pub mod pod_attach;
-pub mod readiness;
 pub mod categories;
-pub mod evidence;
 pub mod compare;
-pub mod report;
-pub mod schemas;
+pub mod contract;
+pub mod evidence;
+pub mod export;
+pub mod gate;
+pub mod health_log;
 pub mod iterations;
+pub mod kern_csv;
+pub mod labels;
+pub mod pod_attach;
+pub mod ranges;
+pub mod readiness;
+pub mod report;
+pub mod resolve;
+pub mod schemas;
+pub mod serve_capture;
+pub mod step_budget;

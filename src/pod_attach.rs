@@ -112,7 +112,8 @@ impl Strategy {
             "endpoint" => Ok(Strategy::Endpoint),
             "session" => Ok(Strategy::Session),
             "attach" => Ok(Strategy::Attach),
-            _ => Err(Error::usage(format!("unknown strategy {s:?}: expected endpoint, session or attach")).with_arg("--strategy")),
+            _ => Err(Error::usage(format!("unknown strategy {s:?}: expected endpoint, session or attach"))
+                .with_arg("--strategy")),
         }
     }
 }
@@ -132,7 +133,9 @@ impl SecurityProfile {
         match s {
             "general" => Ok(SecurityProfile::General),
             "sysadmin" => Ok(SecurityProfile::Sysadmin),
-            _ => Err(Error::usage(format!("unknown profile {s:?}: expected general or sysadmin")).with_arg("--profile")),
+            _ => {
+                Err(Error::usage(format!("unknown profile {s:?}: expected general or sysadmin")).with_arg("--profile"))
+            }
         }
     }
     /// The container `securityContext` this profile sets.
@@ -297,7 +300,10 @@ pub fn image_digest(image: &str) -> Result<Option<String>> {
     if hex.len() == 64 && hex.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)) {
         Ok(Some(d.to_string()))
     } else {
-        Err(Error::usage(format!("--image {image:?}: `@{d}` is not a digest (expected @sha256: and 64 lowercase hex digits)")).with_arg("--image"))
+        Err(Error::usage(format!(
+            "--image {image:?}: `@{d}` is not a digest (expected @sha256: and 64 lowercase hex digits)"
+        ))
+        .with_arg("--image"))
     }
 }
 
@@ -348,23 +354,36 @@ impl Options {
         }
         if let Some(c) = &self.container {
             if !is_dns1123_label(c) {
-                return Err(Error::usage(format!("--container {c:?} is not a DNS-1123 label (1-63 of a-z, 0-9, '-')")).with_arg("--container"));
+                return Err(Error::usage(format!("--container {c:?} is not a DNS-1123 label (1-63 of a-z, 0-9, '-')"))
+                    .with_arg("--container"));
             }
         }
         if let Some(sel) = &self.selector {
             if sel.trim().is_empty() || sel.chars().any(|c| c.is_control()) {
-                return Err(Error::usage(format!("--selector {sel:?} is empty or holds control characters")).with_arg("--selector"));
+                return Err(Error::usage(format!("--selector {sel:?} is empty or holds control characters"))
+                    .with_arg("--selector"));
             }
         }
-        regex::Regex::new(&self.process_match)
-            .map_err(|e| Error::usage(format!("--process-match {:?} is not a valid regex: {e}", self.process_match)).with_arg("--process-match"))?;
+        regex::Regex::new(&self.process_match).map_err(|e| {
+            Error::usage(format!("--process-match {:?} is not a valid regex: {e}", self.process_match))
+                .with_arg("--process-match")
+        })?;
         if !(self.duration_s > 0.0 && self.duration_s.is_finite()) {
-            return Err(Error::usage(format!("--duration must be a positive number of seconds, got {}", self.duration_s)).with_arg("--duration"));
+            return Err(Error::usage(format!(
+                "--duration must be a positive number of seconds, got {}",
+                self.duration_s
+            ))
+            .with_arg("--duration"));
         }
         check_workdir(&self.workdir)?;
         for (flag, v) in [("--session", &self.session), ("--capture-name", &self.capture_name)] {
-            if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.') || v.starts_with('.') {
-                return Err(Error::usage(format!("{flag} {v:?} must be letters, digits, '-', '_' or '.'")).with_arg(flag));
+            if v.is_empty()
+                || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+                || v.starts_with('.')
+            {
+                return Err(
+                    Error::usage(format!("{flag} {v:?} must be letters, digits, '-', '_' or '.'")).with_arg(flag)
+                );
             }
         }
         if !is_dns1123_label(&self.sidecar_name) {
@@ -380,7 +399,9 @@ impl Options {
         }
         if self.strategy != Strategy::Session {
             if self.image.trim().is_empty() {
-                return Err(Error::usage(format!("--image is empty (default {DEFAULT_SIDECAR_IMAGE})")).with_arg("--image"));
+                return Err(
+                    Error::usage(format!("--image is empty (default {DEFAULT_SIDECAR_IMAGE})")).with_arg("--image")
+                );
             }
             if image_digest(&self.image)?.is_none() && !self.allow_unpinned_image {
                 return Err(Error::usage(format!(
@@ -392,7 +413,10 @@ impl Options {
                 .with_arg("--image"));
             }
         } else if self.install_nsys.is_some() {
-            return Err(Error::usage("--install-nsys installs nsys in the sidecar; the session strategy adds no sidecar").with_arg("--install-nsys"));
+            return Err(Error::usage(
+                "--install-nsys installs nsys in the sidecar; the session strategy adds no sidecar",
+            )
+            .with_arg("--install-nsys"));
         }
         Ok(())
     }
@@ -434,7 +458,13 @@ pub fn pod_path(ns: &str, pod: &str) -> String {
 /// `<POD>` placeholder, which is kept).
 fn path_segment(v: &str) -> String {
     v.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"-._~<>".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~<>".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
         .collect()
 }
 
@@ -485,7 +515,16 @@ pub fn argv_install_nsys(how: InstallNsys) -> [Vec<String>; 3] {
     match how {
         InstallNsys::Apt => [
             s(&["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "update"]),
-            s(&["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y", "install", "--no-install-recommends", NSYS_APT_PACKAGE]),
+            s(&[
+                "env",
+                "DEBIAN_FRONTEND=noninteractive",
+                "apt-get",
+                "-q",
+                "-y",
+                "install",
+                "--no-install-recommends",
+                NSYS_APT_PACKAGE,
+            ]),
             s(&["dpkg-query", "-W", "-f=${Version}", NSYS_APT_PACKAGE]),
         ],
     }
@@ -494,18 +533,45 @@ pub fn argv_install_nsys(how: InstallNsys) -> [Vec<String>; 3] {
 /// Percent-encoding of a query value (RFC 3986 unreserved characters kept).
 pub fn url_encode(v: &str) -> String {
     v.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
         .collect()
 }
 /// argv: list the `.nsys-rep` files of a folder (size, mtime, path) — used before and after the capture.
 pub fn argv_list_reports(dir: &str) -> Vec<String> {
-    s(&["find", dir, "-maxdepth", "1", "-type", "f", "-name", "*.nsys-rep", "-exec", "stat", "-c", "%s\t%Y\t%n", "{}", "+"])
+    s(&[
+        "find",
+        dir,
+        "-maxdepth",
+        "1",
+        "-type",
+        "f",
+        "-name",
+        "*.nsys-rep",
+        "-exec",
+        "stat",
+        "-c",
+        "%s\t%Y\t%n",
+        "{}",
+        "+",
+    ])
 }
 pub fn argv_copy(src: &str, dst: &str) -> Vec<String> {
     s(&["cp", "--", src, dst])
 }
 pub fn argv_session_start(o: &Options) -> Vec<String> {
-    vec![o.nsys.clone(), "start".into(), format!("--session={}", o.session), "-o".into(), format!("{}/{}", o.workdir, o.capture_name)]
+    vec![
+        o.nsys.clone(),
+        "start".into(),
+        format!("--session={}", o.session),
+        "-o".into(),
+        format!("{}/{}", o.workdir, o.capture_name),
+    ]
 }
 pub fn argv_session_stop(o: &Options) -> Vec<String> {
     vec![o.nsys.clone(), "stop".into(), format!("--session={}", o.session)]
@@ -577,10 +643,20 @@ pub fn plan(o: &Options) -> Vec<Step> {
     let base = pod_path(&o.namespace, pod);
     let mut v = Vec::new();
     match &o.pod {
-        Some(_) => v.push(Step::Api { method: "GET".into(), path: base.clone(), content_type: None, body: None, why: "find the pod".into() }),
+        Some(_) => v.push(Step::Api {
+            method: "GET".into(),
+            path: base.clone(),
+            content_type: None,
+            body: None,
+            why: "find the pod".into(),
+        }),
         None => v.push(Step::Api {
             method: "GET".into(),
-            path: format!("/api/v1/namespaces/{}/pods?labelSelector={}", o.namespace, url_encode(o.selector.as_deref().unwrap_or(""))),
+            path: format!(
+                "/api/v1/namespaces/{}/pods?labelSelector={}",
+                o.namespace,
+                url_encode(o.selector.as_deref().unwrap_or(""))
+            ),
             content_type: None,
             body: None,
             why: "find exactly one pod by selector".into(),
@@ -597,10 +673,20 @@ pub fn plan(o: &Options) -> Vec<Step> {
             body: Some(ephemeral_patch(o)),
             why: "add the nsys sidecar sharing the engine's PID namespace".into(),
         });
-        v.push(Step::Api { method: "GET".into(), path: base.clone(), content_type: None, body: None, why: format!("poll until {} runs (up to {} s)", o.sidecar_name, o.wait_timeout_s) });
         v.push(Step::Api {
             method: "GET".into(),
-            path: format!("/api/v1/namespaces/{}/events?fieldSelector={}", o.namespace, url_encode(&format!("involvedObject.name={pod}"))),
+            path: base.clone(),
+            content_type: None,
+            body: None,
+            why: format!("poll until {} runs (up to {} s)", o.sidecar_name, o.wait_timeout_s),
+        });
+        v.push(Step::Api {
+            method: "GET".into(),
+            path: format!(
+                "/api/v1/namespaces/{}/events?fieldSelector={}",
+                o.namespace,
+                url_encode(&format!("involvedObject.name={pod}"))
+            ),
             content_type: None,
             body: None,
             why: "only if the sidecar fails to run: the pod's events for the error".into(),
@@ -613,7 +699,10 @@ pub fn plan(o: &Options) -> Vec<Step> {
         v.push(exec(q, "--install-nsys apt: record the installed version"));
     }
     v.push(exec(argv_proc_list(), "list /proc to find the engine PID"));
-    v.push(exec(argv_env_check("<ENGINE_PID>"), "engine environment: CUDA_INJECTION64_PATH (a foreign CUDA injector blocks tracing), VLLM_TORCH_CUDA_PROFILE"));
+    v.push(exec(
+        argv_env_check("<ENGINE_PID>"),
+        "engine environment: CUDA_INJECTION64_PATH (a foreign CUDA injector blocks tracing), VLLM_TORCH_CUDA_PROFILE",
+    ));
     for a in argv_nsys_probe(&o.nsys) {
         v.push(exec(a, "probe nsys capabilities"));
     }
@@ -622,11 +711,27 @@ pub fn plan(o: &Options) -> Vec<Step> {
     match o.strategy {
         Strategy::Endpoint => {
             v.push(exec(argv_list_reports("/proc/<NSYS_PID>/root/<NSYS_OUTPUT_DIR>"), "reports before the capture"));
-            v.push(Step::Http { method: "POST".into(), port: o.port, path: "/start_profile".into(), why: "engine calls cudaProfilerStart".into() });
+            v.push(Step::Http {
+                method: "POST".into(),
+                port: o.port,
+                path: "/start_profile".into(),
+                why: "engine calls cudaProfilerStart".into(),
+            });
             v.push(Step::Wait { seconds: o.duration_s, why: "capture window".into() });
-            v.push(Step::Http { method: "POST".into(), port: o.port, path: "/stop_profile".into(), why: "engine calls cudaProfilerStop; nsys writes a report".into() });
-            v.push(exec(argv_list_reports("/proc/<NSYS_PID>/root/<NSYS_OUTPUT_DIR>"), "poll for the new report until its size is stable"));
-            v.push(exec(argv_copy("/proc/<NSYS_PID>/root/<NEW_REPORT>", &format!("{}/{}.nsys-rep", o.workdir, o.capture_name)), "take the report"));
+            v.push(Step::Http {
+                method: "POST".into(),
+                port: o.port,
+                path: "/stop_profile".into(),
+                why: "engine calls cudaProfilerStop; nsys writes a report".into(),
+            });
+            v.push(exec(
+                argv_list_reports("/proc/<NSYS_PID>/root/<NSYS_OUTPUT_DIR>"),
+                "poll for the new report until its size is stable",
+            ));
+            v.push(exec(
+                argv_copy("/proc/<NSYS_PID>/root/<NEW_REPORT>", &format!("{}/{}.nsys-rep", o.workdir, o.capture_name)),
+                "take the report",
+            ));
         }
         Strategy::Session => {
             v.push(exec(argv_session_start(o), "start the session's collection"));
@@ -646,7 +751,10 @@ pub fn plan(o: &Options) -> Vec<Step> {
     v.push(exec(argv_tar(&o.workdir, &files), "copy out (tar stream over exec, written to disk as it arrives: only the listed regular files, each once, size and sha256 of the bytes written checked, capped)"));
     v.push(exec(argv_cleanup_workdir(&o.workdir), "cleanup: scratch folder"));
     if sidecar {
-        v.push(exec(argv_end_sleep(o.sidecar_sleep_s), "cleanup: end the sidecar's sleep (ephemeral containers cannot be removed)"));
+        v.push(exec(
+            argv_end_sleep(o.sidecar_sleep_s),
+            "cleanup: end the sidecar's sleep (ephemeral containers cannot be removed)",
+        ));
     }
     v
 }
@@ -675,7 +783,12 @@ pub fn parse_proc_listing(text: &str) -> Result<Vec<ProcEntry>> {
         }
         let mut f = line.splitn(4, '\t');
         let (pid, ppid, cuda, cmd) = (f.next(), f.next(), f.next(), f.next());
-        let bad = || Error::input(format!("/proc listing line {}: expected PID<TAB>PPID<TAB>CUDA<TAB>CMDLINE, got {line:?}", i + 1));
+        let bad = || {
+            Error::input(format!(
+                "/proc listing line {}: expected PID<TAB>PPID<TAB>CUDA<TAB>CMDLINE, got {line:?}",
+                i + 1
+            ))
+        };
         let pid: u32 = pid.and_then(|p| p.parse().ok()).ok_or_else(bad)?;
         let ppid: u32 = ppid.map(|p| p.trim().parse().unwrap_or(0)).ok_or_else(bad)?;
         let cuda = match cuda {
@@ -715,15 +828,22 @@ fn is_nsys_cmd(cmd: &str) -> bool {
 /// another match's subtree), that one is chosen with `cuda_owner: false`. Anything else is an error listing the
 /// candidates. nsys's own processes never count as the engine.
 pub fn select_engine(procs: &[ProcEntry], pattern: &str) -> Result<EngineChoice> {
-    let re = regex::Regex::new(pattern).map_err(|e| Error::usage(format!("--process-match {pattern:?}: {e}")).with_arg("--process-match"))?;
+    let re = regex::Regex::new(pattern)
+        .map_err(|e| Error::usage(format!("--process-match {pattern:?}: {e}")).with_arg("--process-match"))?;
     let by_pid: BTreeMap<u32, &ProcEntry> = procs.iter().map(|p| (p.pid, p)).collect();
     let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for p in procs {
         children.entry(p.ppid).or_default().push(p.pid);
     }
-    let matched: Vec<u32> = procs.iter().filter(|p| !is_nsys_cmd(&p.cmdline) && re.is_match(&p.cmdline)).map(|p| p.pid).collect();
+    let matched: Vec<u32> =
+        procs.iter().filter(|p| !is_nsys_cmd(&p.cmdline) && re.is_match(&p.cmdline)).map(|p| p.pid).collect();
     let list = |pids: &mut dyn Iterator<Item = u32>| -> String {
-        pids.filter_map(|p| by_pid.get(&p)).map(|p| format!("  {} (ppid {}, cuda {}): {}", p.pid, p.ppid, if p.cuda { "yes" } else { "no" }, p.cmdline)).collect::<Vec<_>>().join("\n")
+        pids.filter_map(|p| by_pid.get(&p))
+            .map(|p| {
+                format!("  {} (ppid {}, cuda {}): {}", p.pid, p.ppid, if p.cuda { "yes" } else { "no" }, p.cmdline)
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     };
     if matched.is_empty() {
         let shown = procs.iter().take(40).map(|p| format!("  {}: {}", p.pid, p.cmdline)).collect::<Vec<_>>().join("\n");
@@ -741,7 +861,8 @@ pub fn select_engine(procs: &[ProcEntry], pattern: &str) -> Result<EngineChoice>
             stack.extend(children.get(&p).into_iter().flatten().copied());
         }
     }
-    let owners: Vec<u32> = set.iter().copied().filter(|p| by_pid.get(p).is_some_and(|e| e.cuda && !is_nsys_cmd(&e.cmdline))).collect();
+    let owners: Vec<u32> =
+        set.iter().copied().filter(|p| by_pid.get(p).is_some_and(|e| e.cuda && !is_nsys_cmd(&e.cmdline))).collect();
     let chosen = match owners.len() {
         1 => owners[0],
         0 => {
@@ -868,11 +989,19 @@ pub fn check_endpoint_nsys(choice: &EngineChoice) -> Result<EndpointNsys> {
     let out = opt("--output").or_else(|| opt("-o"));
     let dir = out.as_deref().and_then(|o| {
         let dir = Path::new(o).parent().map(|p| p.to_string_lossy().to_string()).unwrap_or_default();
-        if o.starts_with('/') { Some(if dir.is_empty() { "/".into() } else { dir }) } else { None }
+        if o.starts_with('/') {
+            Some(if dir.is_empty() { "/".into() } else { dir })
+        } else {
+            None
+        }
     });
     let report_name = out.as_deref().and_then(|o| Path::new(o).file_name()).map(|f| {
         let f = f.to_string_lossy();
-        if f.ends_with(".nsys-rep") { f.to_string() } else { format!("{f}.nsys-rep") }
+        if f.ends_with(".nsys-rep") {
+            f.to_string()
+        } else {
+            format!("{f}.nsys-rep")
+        }
     });
     Ok(EndpointNsys { dir, report_name, end })
 }
@@ -900,14 +1029,22 @@ pub fn parse_report_listing(text: &str) -> Vec<ReportFile> {
     text.lines()
         .filter_map(|l| {
             let mut f = l.splitn(3, '\t');
-            Some(ReportFile { size: f.next()?.parse().ok()?, mtime: f.next()?.parse().ok()?, path: f.next()?.to_string() })
+            Some(ReportFile {
+                size: f.next()?.parse().ok()?,
+                mtime: f.next()?.parse().ok()?,
+                path: f.next()?.to_string(),
+            })
         })
         .collect()
 }
 
 /// Reports in `after` that are new or changed since `before`.
 pub fn new_reports(before: &[ReportFile], after: &[ReportFile]) -> Vec<ReportFile> {
-    after.iter().filter(|a| !before.iter().any(|b| b.path == a.path && b.mtime == a.mtime && b.size == a.size)).cloned().collect()
+    after
+        .iter()
+        .filter(|a| !before.iter().any(|b| b.path == a.path && b.mtime == a.mtime && b.size == a.size))
+        .cloned()
+        .collect()
 }
 
 /// Lowercase hex sha256 of bytes.
@@ -920,7 +1057,10 @@ pub fn sha256_hex(data: &[u8]) -> String {
 pub fn parse_sha256sum(text: &str) -> Result<BTreeMap<String, String>> {
     let mut m = BTreeMap::new();
     for (i, l) in text.lines().enumerate() {
-        let (h, p) = l.split_once("  ").or_else(|| l.split_once(" *")).ok_or_else(|| Error::input(format!("sha256sum output line {}: {l:?}", i + 1)))?;
+        let (h, p) = l
+            .split_once("  ")
+            .or_else(|| l.split_once(" *"))
+            .ok_or_else(|| Error::input(format!("sha256sum output line {}: {l:?}", i + 1)))?;
         if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(Error::input(format!("sha256sum output line {}: not a sha256: {l:?}", i + 1)));
         }
@@ -949,14 +1089,18 @@ pub fn files_to_copy(listing: &str, capture_name: &str) -> Result<Vec<String>> {
         if l.contains('/') || l == ".." || l == "." {
             return Err(Error::input(format!("work folder listing: {l:?} is not a plain file name")));
         }
-        let keep = l.starts_with(capture_name) && (l.ends_with(".nsys-rep") || l.ends_with(".sqlite") || l.ends_with(".csv"));
+        let keep =
+            l.starts_with(capture_name) && (l.ends_with(".nsys-rep") || l.ends_with(".sqlite") || l.ends_with(".csv"));
         if keep {
             names.push(l.to_string());
         }
     }
     names.sort();
     if !names.iter().any(|n| n.ends_with(".nsys-rep")) {
-        return Err(Error::env(format!("no {capture_name}.nsys-rep in the work folder (listing: {:?})", listing.lines().collect::<Vec<_>>())));
+        return Err(Error::env(format!(
+            "no {capture_name}.nsys-rep in the work folder (listing: {:?})",
+            listing.lines().collect::<Vec<_>>()
+        )));
     }
     Ok(names)
 }
@@ -981,11 +1125,17 @@ pub struct Expected {
 
 /// The expected files of a copy-out, from the container's `stat` and `sha256sum` listings: every name must be in
 /// both; `max_copy_bytes` refuses a total over it before any byte is copied.
-pub fn expected_files(names: &[String], sizes: &BTreeMap<String, u64>, sums: &BTreeMap<String, String>, max_copy_bytes: Option<u64>) -> Result<BTreeMap<String, Expected>> {
+pub fn expected_files(
+    names: &[String],
+    sizes: &BTreeMap<String, u64>,
+    sums: &BTreeMap<String, String>,
+    max_copy_bytes: Option<u64>,
+) -> Result<BTreeMap<String, Expected>> {
     let mut m = BTreeMap::new();
     for n in names {
         let size = *sizes.get(n).ok_or_else(|| Error::env(format!("copy-out: no size for {n} from the container")))?;
-        let sha256 = sums.get(n).ok_or_else(|| Error::env(format!("copy-out: no sha256 for {n} from the container")))?.clone();
+        let sha256 =
+            sums.get(n).ok_or_else(|| Error::env(format!("copy-out: no sha256 for {n} from the container")))?.clone();
         m.insert(n.clone(), Expected { size, sha256 });
     }
     let total: u64 = m.values().map(|e| e.size).sum();
@@ -1051,10 +1201,16 @@ pub struct TarSink {
 impl TarSink {
     /// `dest` is created when missing; `cap` None: [`tar_stream_cap`] of `expected`.
     pub fn new(dest: &Path, expected: BTreeMap<String, Expected>, cap: Option<u64>) -> Result<TarSink> {
-        std::fs::create_dir_all(dest).map_err(|e| Error::env(format!("{}: {e}", dest.display())).with_arg("--out-dir"))?;
-        let id = format!("{:x}{:x}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0));
+        std::fs::create_dir_all(dest)
+            .map_err(|e| Error::env(format!("{}: {e}", dest.display())).with_arg("--out-dir"))?;
+        let id = format!(
+            "{:x}{:x}",
+            std::process::id(),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0)
+        );
         let staging = dest.join(format!(".nsyskit-copy-{id}"));
-        std::fs::create_dir(&staging).map_err(|e| Error::env(format!("{}: {e}", staging.display())).with_arg("--out-dir"))?;
+        std::fs::create_dir(&staging)
+            .map_err(|e| Error::env(format!("{}: {e}", staging.display())).with_arg("--out-dir"))?;
         let auto = tar_stream_cap(&expected);
         Ok(TarSink {
             dest: dest.to_path_buf(),
@@ -1144,7 +1300,10 @@ impl TarSink {
                 }
                 TarState::End => {
                     if data.iter().any(|&b| b != 0) {
-                        let msg = format!("tar stream: data after the end-of-archive at byte {}: refused (unexpected extra content)", self.offset);
+                        let msg = format!(
+                            "tar stream: data after the end-of-archive at byte {}: refused (unexpected extra content)",
+                            self.offset
+                        );
                         return Err(self.fail(msg));
                     }
                     self.offset += data.len() as u64;
@@ -1166,7 +1325,8 @@ impl TarSink {
             let end = f.iter().position(|&c| c == 0).unwrap_or(f.len());
             String::from_utf8_lossy(&f[..end]).to_string()
         };
-        let stored = u64::from_str_radix(field(148, 156).trim_matches(|c: char| c == ' ' || c == '\0'), 8).map_err(|_| format!("tar header at byte {off}: bad checksum field"))?;
+        let stored = u64::from_str_radix(field(148, 156).trim_matches(|c: char| c == ' ' || c == '\0'), 8)
+            .map_err(|_| format!("tar header at byte {off}: bad checksum field"))?;
         let sum: u64 = h.iter().enumerate().map(|(i, &b)| if (148..156).contains(&i) { 32 } else { b as u64 }).sum();
         if sum != stored {
             return Err(format!("tar header at byte {off}: checksum mismatch (stored {stored}, computed {sum})"));
@@ -1175,12 +1335,16 @@ impl TarSink {
         let prefix = if &h[257..262] == b"ustar" { field(345, 500) } else { String::new() };
         let path = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
         let size_s = field(124, 136);
-        let size = u64::from_str_radix(size_s.trim_matches(|c: char| c == ' ' || c == '\0'), 8).map_err(|_| format!("tar entry {path:?} at byte {off}: bad size field {size_s:?}"))?;
+        let size = u64::from_str_radix(size_s.trim_matches(|c: char| c == ' ' || c == '\0'), 8)
+            .map_err(|_| format!("tar entry {path:?} at byte {off}: bad size field {size_s:?}"))?;
         let typ = h[156];
         if path.starts_with('/') {
             return Err(format!("tar entry {path:?} at byte {off}: absolute path rejected"));
         }
-        if Path::new(&path).components().any(|c| matches!(c, Component::ParentDir | Component::RootDir | Component::Prefix(_))) {
+        if Path::new(&path)
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::RootDir | Component::Prefix(_)))
+        {
             return Err(format!("tar entry {path:?} at byte {off}: `..` component rejected"));
         }
         if !matches!(typ, b'0' | 0) {
@@ -1194,7 +1358,9 @@ impl TarSink {
             return Err(format!("tar entry {path:?} at byte {off}: type {:?} ({what}) rejected: only the listed regular files are copied", typ as char));
         }
         if path.contains('/') || path.is_empty() || path == "." {
-            return Err(format!("tar entry {path:?} at byte {off}: not a plain file name of the work folder: rejected"));
+            return Err(format!(
+                "tar entry {path:?} at byte {off}: not a plain file name of the work folder: rejected"
+            ));
         }
         let Some(exp) = self.expected.get(&path).cloned() else {
             return Err(format!(
@@ -1203,7 +1369,9 @@ impl TarSink {
             ));
         };
         if self.done.iter().any(|(n, _, _)| *n == path) {
-            return Err(format!("tar entry {path:?} at byte {off}: the same file a second time: rejected (nothing kept)"));
+            return Err(format!(
+                "tar entry {path:?} at byte {off}: the same file a second time: rejected (nothing kept)"
+            ));
         }
         if size != exp.size {
             return Err(format!("tar entry {path:?} at byte {off}: announces {size} bytes, the container's stat said {}: rejected before reading it", exp.size));
@@ -1216,7 +1384,13 @@ impl TarSink {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&target)
             .map_err(|e| format!("{}: {e}", target.display()))?;
-        self.cur = Some(CurFile { name: path, file: std::io::BufWriter::with_capacity(256 * 1024, file), hasher: Sha256::new(), remaining: size, size });
+        self.cur = Some(CurFile {
+            name: path,
+            file: std::io::BufWriter::with_capacity(256 * 1024, file),
+            hasher: Sha256::new(),
+            remaining: size,
+            size,
+        });
         self.state = TarState::Body;
         if size == 0 {
             self.finish_file()?;
@@ -1258,7 +1432,8 @@ impl TarSink {
             );
             return Err(self.fail(msg));
         }
-        let missing: Vec<String> = self.expected.keys().filter(|n| !self.done.iter().any(|(d, _, _)| d == *n)).cloned().collect();
+        let missing: Vec<String> =
+            self.expected.keys().filter(|n| !self.done.iter().any(|(d, _, _)| d == *n)).cloned().collect();
         if !missing.is_empty() {
             let msg = format!("copy-out: {} missing from the tar stream; nothing kept", missing.join(", "));
             return Err(self.fail(msg));
@@ -1315,12 +1490,16 @@ pub fn copy_verified(src: &Path, dir: &Path, name: &str, sha256: &str) -> Result
     })();
     match res {
         Ok((n, got)) if got == sha256 => {
-            std::fs::rename(&tmp, dir.join(name)).map_err(|e| Error::env(format!("{}: {e}", dir.join(name).display())))?;
+            std::fs::rename(&tmp, dir.join(name))
+                .map_err(|e| Error::env(format!("{}: {e}", dir.join(name).display())))?;
             Ok(n)
         }
         Ok((_, got)) => {
             let _ = std::fs::remove_file(&tmp);
-            Err(Error::env(format!("{}: copied bytes have sha256 {got}, expected {sha256}: deleted", dir.join(name).display())))
+            Err(Error::env(format!(
+                "{}: copied bytes have sha256 {got}, expected {sha256}: deleted",
+                dir.join(name).display()
+            )))
         }
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
@@ -1387,7 +1566,10 @@ pub fn engine_chain(procs: &[ProcEntry], pid: u32) -> Vec<String> {
 /// Fill the command-line facts of `env` from the engine's chain of command lines ([`engine_chain`]).
 pub fn note_cmdlines(env: &mut EngineEnv, chain: &[String]) {
     let vllm = regex::Regex::new(r"(^|[\s/])vllm(\s|$)|vllm\.entrypoints|VLLM::").unwrap();
-    let flag = regex::Regex::new(r#"--profiler-config\.profiler(=|\s+)cuda(\s|$)|--profiler-config(=|\s+)\{[^}]*"?profiler"?\s*:\s*"?cuda\b"#).unwrap();
+    let flag = regex::Regex::new(
+        r#"--profiler-config\.profiler(=|\s+)cuda(\s|$)|--profiler-config(=|\s+)\{[^}]*"?profiler"?\s*:\s*"?cuda\b"#,
+    )
+    .unwrap();
     env.vllm = chain.iter().any(|c| vllm.is_match(c));
     env.profiler_config_cuda = chain.iter().any(|c| flag.is_match(c));
 }
@@ -1435,7 +1617,8 @@ pub fn check_engine_env(strategy: Strategy, env: &EngineEnv) -> Result<Vec<Strin
         _ => {}
     }
     if strategy == Strategy::Endpoint {
-        let env_switch = env.vllm_torch_cuda_profile.as_deref().is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        let env_switch =
+            env.vllm_torch_cuda_profile.as_deref().is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
         if env.vllm && !env.profiler_config_cuda && !env_switch {
             return Err(Error::env(format!(
                 "strategy endpoint refused: the vLLM engine (PID {pid}) was started without --profiler-config.profiler=cuda, \
@@ -1528,21 +1711,33 @@ pub fn write_bundle(dir: &Path, doc: &mut PodAttachDoc, o: &Options) -> Result<(
     for p in [dir, profiles.as_path()] {
         if let Ok(m) = std::fs::symlink_metadata(p) {
             if m.file_type().is_symlink() || !m.is_dir() {
-                return Err(Error::input(format!("--bundle: {} is {}, not a folder: refused", p.display(), if m.file_type().is_symlink() { "a symbolic link" } else { "a file" })).with_arg("--bundle"));
+                return Err(Error::input(format!(
+                    "--bundle: {} is {}, not a folder: refused",
+                    p.display(),
+                    if m.file_type().is_symlink() { "a symbolic link" } else { "a file" }
+                ))
+                .with_arg("--bundle"));
             }
         }
     }
-    std::fs::create_dir_all(&profiles).map_err(|e| Error::env(format!("{}: {e}", profiles.display())).with_arg("--bundle"))?;
+    std::fs::create_dir_all(&profiles)
+        .map_err(|e| Error::env(format!("{}: {e}", profiles.display())).with_arg("--bundle"))?;
     let mut copied = Vec::new();
     for (src, dst) in bundle_names(&o.capture_name) {
         let Some(f) = doc.files.iter().find(|f| f.name == src) else { continue };
         let n = copy_verified(Path::new(&f.path), &profiles, dst, &f.sha256)?;
-        copied.push(CopiedFile { name: dst.to_string(), path: format!("profiles/{dst}"), size: n, sha256: f.sha256.clone() });
+        copied.push(CopiedFile {
+            name: dst.to_string(),
+            path: format!("profiles/{dst}"),
+            size: n,
+            sha256: f.sha256.clone(),
+        });
     }
     if !copied.iter().any(|c| c.name == "capture.nsys-rep") {
         return Err(Error::env("--bundle: the report was not copied out"));
     }
-    let captured_at = prov.captured_at.clone().unwrap_or_else(|| crate::contract::rfc3339_utc(std::time::SystemTime::now()));
+    let captured_at =
+        prov.captured_at.clone().unwrap_or_else(|| crate::contract::rfc3339_utc(std::time::SystemTime::now()));
     let mut stats = None;
     let mut top = None;
     if copied.iter().any(|c| c.name == "gpu_kern_sum.csv") {
@@ -1554,18 +1749,32 @@ pub fn write_bundle(dir: &Path, doc: &mut PodAttachDoc, o: &Options) -> Result<(
                 top = s.top_kernels.clone();
                 stats = Some(s);
             }
-            Ok(s) => doc.warnings.push(format!("--bundle: nsys stats skipped cuda_gpu_kern_sum ({}): no top_kernels", s.skipped_reason.unwrap_or_default())),
-            Err(e) => doc.warnings.push(format!("--bundle: profiles/gpu_kern_sum.csv ({} bytes) not converted: {}: no top_kernels", bytes.len(), e.message)),
+            Ok(s) => doc.warnings.push(format!(
+                "--bundle: nsys stats skipped cuda_gpu_kern_sum ({}): no top_kernels",
+                s.skipped_reason.unwrap_or_default()
+            )),
+            Err(e) => doc.warnings.push(format!(
+                "--bundle: profiles/gpu_kern_sum.csv ({} bytes) not converted: {}: no top_kernels",
+                bytes.len(),
+                e.message
+            )),
         }
     } else {
-        doc.warnings.push("--bundle: nsys stats wrote no cuda_gpu_kern_sum CSV: no summary_csv_path, no top_kernels".into());
+        doc.warnings
+            .push("--bundle: nsys stats wrote no cuda_gpu_kern_sum CSV: no summary_csv_path, no top_kernels".into());
     }
     let sidecar = doc.strategy != Strategy::Session;
     doc.kernel_profile = Some(KernelProfile {
         captured_at,
         nsys_rep_path: "profiles/capture.nsys-rep".into(),
-        summary_csv_path: copied.iter().any(|c| c.name == "gpu_kern_sum.csv").then(|| "profiles/gpu_kern_sum.csv".into()),
-        cuda_api_csv_path: copied.iter().any(|c| c.name == "cuda_api_sum.csv").then(|| "profiles/cuda_api_sum.csv".into()),
+        summary_csv_path: copied
+            .iter()
+            .any(|c| c.name == "gpu_kern_sum.csv")
+            .then(|| "profiles/gpu_kern_sum.csv".into()),
+        cuda_api_csv_path: copied
+            .iter()
+            .any(|c| c.name == "cuda_api_sum.csv")
+            .then(|| "profiles/cuda_api_sum.csv".into()),
         duration_s: o.duration_s,
         vllm_pid: prov.engine.as_ref().map(|e| e.pid),
         sidecar_image: prov.sidecar_image.clone(),
@@ -1578,9 +1787,17 @@ pub fn write_bundle(dir: &Path, doc: &mut PodAttachDoc, o: &Options) -> Result<(
     doc.bundle = Some(BundleOut { dir: dir.display().to_string(), file: file.display().to_string(), profiles: copied });
     let mut docs = Vec::new();
     if let Some(s) = &stats {
-        docs.push(crate::bundle::DocIn { value: serde_json::to_value(s).map_err(|e| Error::env(e.to_string()))?, source: "profiles/gpu_kern_sum.csv".into(), line: 1 });
+        docs.push(crate::bundle::DocIn {
+            value: serde_json::to_value(s).map_err(|e| Error::env(e.to_string()))?,
+            source: "profiles/gpu_kern_sum.csv".into(),
+            line: 1,
+        });
     }
-    docs.push(crate::bundle::DocIn { value: serde_json::to_value(&*doc).map_err(|e| Error::env(e.to_string()))?, source: "pod-attach".into(), line: 1 });
+    docs.push(crate::bundle::DocIn {
+        value: serde_json::to_value(&*doc).map_err(|e| Error::env(e.to_string()))?,
+        source: "pod-attach".into(),
+        line: 1,
+    });
     crate::bundle::run(&file, &docs, crate::bundle::Mode::Write).map_err(|e| e.context("--bundle"))?;
     Ok(())
 }
@@ -1645,7 +1862,12 @@ impl Default for Flags {
 pub fn options(f: &Flags) -> Result<Options> {
     let id = format!(
         "{:x}",
-        std::process::id() as u64 ^ (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0) & 0xffff_ffff)
+        std::process::id() as u64
+            ^ (std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0)
+                & 0xffff_ffff)
     );
     let o = Options {
         namespace: f.namespace.clone(),
@@ -1667,7 +1889,10 @@ pub fn options(f: &Flags) -> Result<Options> {
         port: f.port,
         session: f.session.clone(),
         sidecar_name: format!("nsyskit-{id}"),
-        sidecar_sleep_s: (f.duration.ceil().max(0.0) as u64) + 3 * f.wait_timeout + 600 + (std::process::id() as u64 % 997),
+        sidecar_sleep_s: (f.duration.ceil().max(0.0) as u64)
+            + 3 * f.wait_timeout
+            + 600
+            + (std::process::id() as u64 % 997),
         wait_timeout_s: f.wait_timeout,
         capture_name: f.capture_name.clone(),
     };
@@ -1701,7 +1926,11 @@ pub fn run_gate(gate: &Gate, report: &Path, sqlite: &Path) -> GateResult {
         Gate::Skip(reason) => GateResult { verdict: "NOT_RUN".into(), reason: reason.clone(), document: None },
         Gate::Program(bin) => run_gate_program(bin, report, sqlite),
         Gate::Library => {
-            let opts = crate::gate::GateOptions { capture: report.to_path_buf(), sqlite: Some(sqlite.to_path_buf()), ..Default::default() };
+            let opts = crate::gate::GateOptions {
+                capture: report.to_path_buf(),
+                sqlite: Some(sqlite.to_path_buf()),
+                ..Default::default()
+            };
             match crate::gate::run(&opts) {
                 Ok(doc) => {
                     let code = doc.exit_code();
@@ -1709,11 +1938,21 @@ pub fn run_gate(gate: &Gate, report: &Path, sqlite: &Path) -> GateResult {
                     let (verdict, reason) = if code == 0 {
                         ("PASS", "gate-check (library) said PASS".to_string())
                     } else {
-                        ("RETRY", format!("gate-check (library): gates {} said retry (see document.gates)", retry_ids(doc.as_ref()).join(",")))
+                        (
+                            "RETRY",
+                            format!(
+                                "gate-check (library): gates {} said retry (see document.gates)",
+                                retry_ids(doc.as_ref()).join(",")
+                            ),
+                        )
                     };
                     GateResult { verdict: verdict.into(), reason, document: doc }
                 }
-                Err(e) => GateResult { verdict: "NOT_RUN".into(), reason: format!("gate-check (library): {}", e.message), document: None },
+                Err(e) => GateResult {
+                    verdict: "NOT_RUN".into(),
+                    reason: format!("gate-check (library): {}", e.message),
+                    document: None,
+                },
             }
         }
     }
@@ -1730,8 +1969,15 @@ fn run_gate_program(bin: &Path, report: &Path, sqlite: &Path) -> GateResult {
             };
             let retry = retry_ids(doc.as_ref());
             let reason = match verdict {
-                "NOT_RUN" => format!("{} exited {:?}: {}", bin.display(), out.status.code(), String::from_utf8_lossy(&out.stderr).trim()),
-                "RETRY" => format!("{} exited 1: gates {} said retry (see document.gates)", bin.display(), retry.join(",")),
+                "NOT_RUN" => format!(
+                    "{} exited {:?}: {}",
+                    bin.display(),
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+                "RETRY" => {
+                    format!("{} exited 1: gates {} said retry (see document.gates)", bin.display(), retry.join(","))
+                }
                 _ => format!("{} exited 0", bin.display()),
             };
             GateResult { verdict: verdict.into(), reason, document: doc }
@@ -1823,7 +2069,9 @@ pub fn dry_run(o: &Options) -> Result<PodAttachDoc> {
     let (schema, tool) = PodAttachDoc::header();
     let mut warnings = Vec::new();
     if o.pod.is_none() || o.container.is_none() {
-        warnings.push("without --pod and --container the plan shows <POD>/<CONTAINER>: a run finds them through the API".into());
+        warnings.push(
+            "without --pod and --container the plan shows <POD>/<CONTAINER>: a run finds them through the API".into(),
+        );
     }
     Ok(PodAttachDoc {
         schema,
@@ -1839,7 +2087,11 @@ pub fn dry_run(o: &Options) -> Result<PodAttachDoc> {
         files: vec![],
         gate: None,
         kernel_profile: None,
-        bundle: o.bundle.as_ref().map(|d| BundleOut { dir: d.clone(), file: Path::new(d).join(BUNDLE_FILE).display().to_string(), profiles: vec![] }),
+        bundle: o.bundle.as_ref().map(|d| BundleOut {
+            dir: d.clone(),
+            file: Path::new(d).join(BUNDLE_FILE).display().to_string(),
+            profiles: vec![],
+        }),
         cleanup: vec![],
         warnings,
     })
@@ -1882,7 +2134,8 @@ mod tests {
 
     #[test]
     fn real_nsys_help_texts() {
-        let c23 = NsysCaps::from_help(&real_help("2023.4.4", "version.txt"), "", &real_help("2023.4.4", "profile-help.txt"));
+        let c23 =
+            NsysCaps::from_help(&real_help("2023.4.4", "version.txt"), "", &real_help("2023.4.4", "profile-help.txt"));
         assert!(c23.capture_range && c23.capture_range_end && !c23.attach_pid, "{c23:?}");
         assert_eq!(c23.version.as_deref(), Some("2023.4.4.54-234433681190v0"));
         let c25 = NsysCaps::from_help("", "", &real_help("2025.3.1", "profile-help.txt"));
@@ -1892,7 +2145,11 @@ mod tests {
 
     #[test]
     fn attach_refused_without_flag_and_endpoint_allowed() {
-        let caps = NsysCaps::from_help("NVIDIA Nsight Systems version 2023.4.4", "\tlaunch   Launch\n\tstart   Start\n\tstop   Stop\n", &real_help("2023.4.4", "profile-help.txt"));
+        let caps = NsysCaps::from_help(
+            "NVIDIA Nsight Systems version 2023.4.4",
+            "\tlaunch   Launch\n\tstart   Start\n\tstop   Stop\n",
+            &real_help("2023.4.4", "profile-help.txt"),
+        );
         let e = choose_strategy(Strategy::Attach, &caps).unwrap_err();
         assert!(e.message.contains("--attach-pid") && e.message.contains("2023.4.4"), "{}", e.message);
         assert_eq!(choose_strategy(Strategy::Endpoint, &caps).unwrap(), Strategy::Endpoint);
@@ -1945,7 +2202,10 @@ mod tests {
         assert!(c.cuda_owner);
         assert_eq!(c.nsys_ancestor.as_ref().unwrap().pid, 1);
         let ep = check_endpoint_nsys(&c).unwrap();
-        assert_eq!(ep, EndpointNsys { dir: Some("/out".into()), report_name: Some("run.nsys-rep".into()), end: RangeEnd::Repeat });
+        assert_eq!(
+            ep,
+            EndpointNsys { dir: Some("/out".into()), report_name: Some("run.nsys-rep".into()), end: RangeEnd::Repeat }
+        );
     }
 
     #[test]
@@ -1954,24 +2214,46 @@ mod tests {
         assert!(e.message.contains("no process matches") && e.message.contains("sleep 10"));
         let two = vec![pe(3, 1, true, "vllm serve a"), pe(4, 1, true, "vllm serve b")];
         let e = select_engine(&two, DEFAULT_PROCESS_MATCH).unwrap_err();
-        assert!(e.message.contains("ambiguous") && e.message.contains("vllm serve a") && e.message.contains("vllm serve b"), "{}", e.message);
+        assert!(
+            e.message.contains("ambiguous") && e.message.contains("vllm serve a") && e.message.contains("vllm serve b"),
+            "{}",
+            e.message
+        );
         let two_cpu = vec![pe(3, 1, false, "vllm serve a"), pe(4, 1, false, "vllm serve b")];
         assert!(select_engine(&two_cpu, DEFAULT_PROCESS_MATCH).unwrap_err().message.contains("2 processes match"));
     }
 
     #[test]
     fn endpoint_refuses_wrong_capture_range() {
-        let procs = vec![pe(1, 0, false, "nsys profile --capture-range=cudaProfilerApi python3 -m vllm serve"), pe(2, 1, true, "vllm serve m")];
+        let procs = vec![
+            pe(1, 0, false, "nsys profile --capture-range=cudaProfilerApi python3 -m vllm serve"),
+            pe(2, 1, true, "vllm serve m"),
+        ];
         let c = select_engine(&procs, DEFAULT_PROCESS_MATCH).unwrap();
         let e = check_endpoint_nsys(&c).unwrap_err();
-        assert!(e.message.contains("--capture-range-end=stop") && e.message.contains("(none: stop-shutdown)"), "{}", e.message);
+        assert!(
+            e.message.contains("--capture-range-end=stop") && e.message.contains("(none: stop-shutdown)"),
+            "{}",
+            e.message
+        );
         for bad in ["stop-shutdown", "repeat-shutdown:2", "none"] {
-            let procs = vec![pe(1, 0, false, &format!("nsys profile -c cudaProfilerApi --capture-range-end={bad} vllm serve")), pe(2, 1, true, "vllm serve m")];
+            let procs = vec![
+                pe(1, 0, false, &format!("nsys profile -c cudaProfilerApi --capture-range-end={bad} vllm serve")),
+                pe(2, 1, true, "vllm serve m"),
+            ];
             let c = select_engine(&procs, DEFAULT_PROCESS_MATCH).unwrap();
             assert!(check_endpoint_nsys(&c).unwrap_err().message.contains("refused"), "{bad}");
         }
         // stop: accepted, one report per engine start; relative -o → the cwd
-        let procs = vec![pe(1, 0, false, "nsys profile --capture-range cudaProfilerApi --capture-range-end stop -o eng.nsys-rep vllm serve"), pe(2, 1, true, "vllm serve m")];
+        let procs = vec![
+            pe(
+                1,
+                0,
+                false,
+                "nsys profile --capture-range cudaProfilerApi --capture-range-end stop -o eng.nsys-rep vllm serve",
+            ),
+            pe(2, 1, true, "vllm serve m"),
+        ];
         let c = select_engine(&procs, DEFAULT_PROCESS_MATCH).unwrap();
         let ep = check_endpoint_nsys(&c).unwrap();
         assert_eq!(ep, EndpointNsys { dir: None, report_name: Some("eng.nsys-rep".into()), end: RangeEnd::Stop });
@@ -2035,7 +2317,8 @@ mod tests {
     }
 
     fn only_files(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+        let mut v: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
         v.sort();
         v
     }
@@ -2054,19 +2337,36 @@ mod tests {
         }
         let cases: Vec<(Vec<u8>, &str)> = vec![
             // the same file twice: the first copy matches, the second is other bytes
-            (tar_of(&[("capture.nsys-rep", b"abc", b'0'), ("capture.nsys-rep", b"xyz", b'0'), ("capture.sqlite", b"", b'0')]), "the same file a second time"),
+            (
+                tar_of(&[
+                    ("capture.nsys-rep", b"abc", b'0'),
+                    ("capture.nsys-rep", b"xyz", b'0'),
+                    ("capture.sqlite", b"", b'0'),
+                ]),
+                "the same file a second time",
+            ),
             (tar_of(&[("../evil", b"x", b'0')]), "`..` component rejected"),
             (tar_of(&[("a/../../evil", b"x", b'0')]), "`..` component rejected"),
             (tar_of(&[("/etc/evil", b"x", b'0')]), "absolute path rejected"),
             (tar_of(&[("capture.nsys-rep", b"", b'2')]), "a symbolic link"),
             (tar_of(&[("capture.nsys-rep", b"", b'1')]), "a hard link"),
-            (tar_of(&[("capture.nsys-rep", b"abc", b'0'), ("capture.sqlite", b"", b'0'), ("extra.sh", b"x", b'0')]), "unexpected extra file"),
+            (
+                tar_of(&[("capture.nsys-rep", b"abc", b'0'), ("capture.sqlite", b"", b'0'), ("extra.sh", b"x", b'0')]),
+                "unexpected extra file",
+            ),
             (tar_of(&[("sub/capture.sqlite", b"", b'0')]), "not a plain file name"),
             (tar_of(&[("capture.nsys-rep", b"abd", b'0'), ("capture.sqlite", b"", b'0')]), "differs"),
             (tar_of(&[("capture.nsys-rep", b"abcdef", b'0')]), "announces 6 bytes, the container's stat said 3"),
             (tar_of(&[("capture.nsys-rep", b"abc", b'0')]), "capture.sqlite missing"),
             (ok[..600].to_vec(), "interrupted"),
-            ({ let mut v = ok.clone(); v.extend_from_slice(b"junk"); v }, "data after the end-of-archive"),
+            (
+                {
+                    let mut v = ok.clone();
+                    v.extend_from_slice(b"junk");
+                    v
+                },
+                "data after the end-of-archive",
+            ),
         ];
         for (stream, want_msg) in cases {
             let dir = tempfile::tempdir().unwrap();
@@ -2083,7 +2383,8 @@ mod tests {
         assert!(e.message.contains("runs past 10240 bytes"), "{}", e.message);
         // --max-copy-bytes refuses a total over it before anything is copied
         let sizes: BTreeMap<String, u64> = [("a".to_string(), 10u64), ("b".to_string(), 20)].into();
-        let sums: BTreeMap<String, String> = [("a".to_string(), "0".repeat(64)), ("b".to_string(), "0".repeat(64))].into();
+        let sums: BTreeMap<String, String> =
+            [("a".to_string(), "0".repeat(64)), ("b".to_string(), "0".repeat(64))].into();
         let e = expected_files(&["a".into(), "b".into()], &sizes, &sums, Some(29)).unwrap_err();
         assert!(e.message.contains("total 30 bytes") && e.message.contains("--max-copy-bytes 29"), "{}", e.message);
         assert!(expected_files(&["a".into(), "b".into()], &sizes, &sums, Some(30)).is_ok());
@@ -2114,13 +2415,29 @@ mod tests {
             assert!(!is_dns1123_subdomain(bad), "{bad}");
         }
         assert!(is_dns1123_label("inference") && !is_dns1123_label("a.b") && !is_dns1123_label(&"x".repeat(64)));
-        for bad in ["/tmp", "/", "/root", "/tmp/", "tmp/nsyskit-pod-attach-x", "/tmp/nsyskit-pod-attach-", "/tmp/../nsyskit-pod-attach-x", "/tmp//nsyskit-pod-attach-x", "/tmp/./nsyskit-pod-attach-x", "/tmp/nsyskit-pod-attach-x/", "/tmp/nsyskit-pod-attach-x y", "/home/u"] {
+        for bad in [
+            "/tmp",
+            "/",
+            "/root",
+            "/tmp/",
+            "tmp/nsyskit-pod-attach-x",
+            "/tmp/nsyskit-pod-attach-",
+            "/tmp/../nsyskit-pod-attach-x",
+            "/tmp//nsyskit-pod-attach-x",
+            "/tmp/./nsyskit-pod-attach-x",
+            "/tmp/nsyskit-pod-attach-x/",
+            "/tmp/nsyskit-pod-attach-x y",
+            "/home/u",
+        ] {
             let e = check_workdir(bad).unwrap_err();
             assert_eq!(e.arg.as_deref(), Some("--workdir"), "{bad}");
         }
         check_workdir("/tmp/nsyskit-pod-attach-1f").unwrap();
         check_workdir("/scratch/run/nsyskit-pod-attach-a.b_c").unwrap();
-        assert_eq!(image_digest(DEFAULT_SIDECAR_IMAGE).unwrap().as_deref(), Some("sha256:3146de96f6022a8cc36f86d1b8c0281cb940e51e2c3dc49c315646ad66ede43d"));
+        assert_eq!(
+            image_digest(DEFAULT_SIDECAR_IMAGE).unwrap().as_deref(),
+            Some("sha256:3146de96f6022a8cc36f86d1b8c0281cb940e51e2c3dc49c315646ad66ede43d")
+        );
         assert_eq!(image_digest(PATH_B_IMAGE).unwrap(), None);
         assert!(image_digest("r/x@sha256:00").is_err());
         let mut o = opts();
@@ -2162,14 +2479,24 @@ mod tests {
         assert!(check_engine_env(Strategy::Attach, &none).unwrap().is_empty());
         assert!(check_engine_env(Strategy::Session, &none).unwrap()[0].contains("no CUDA_INJECTION64_PATH"));
         let unread = parse_env_check(9, "unreadable\n");
-        assert!(!unread.readable && check_engine_env(Strategy::Attach, &unread).unwrap()[0].contains("cannot read /proc/9/environ"));
+        assert!(
+            !unread.readable
+                && check_engine_env(Strategy::Attach, &unread).unwrap()[0].contains("cannot read /proc/9/environ")
+        );
         // vLLM's profiler switch, endpoint only
         let mut v = parse_env_check(9, nsys_inj);
         note_cmdlines(&mut v, &["VLLM::EngineCore".into(), "python3 /usr/bin/vllm serve m --port 8000".into()]);
         assert!(v.vllm && !v.profiler_config_cuda);
-        assert!(check_engine_env(Strategy::Endpoint, &v).unwrap_err().message.contains("--profiler-config.profiler=cuda"));
+        assert!(check_engine_env(Strategy::Endpoint, &v)
+            .unwrap_err()
+            .message
+            .contains("--profiler-config.profiler=cuda"));
         assert!(check_engine_env(Strategy::Session, &v).is_ok());
-        for cmd in ["vllm serve m --profiler-config.profiler=cuda", "vllm serve m --profiler-config.profiler cuda", r#"vllm serve m --profiler-config {"profiler": "cuda"}"#] {
+        for cmd in [
+            "vllm serve m --profiler-config.profiler=cuda",
+            "vllm serve m --profiler-config.profiler cuda",
+            r#"vllm serve m --profiler-config {"profiler": "cuda"}"#,
+        ] {
             let mut v2 = v.clone();
             note_cmdlines(&mut v2, &[cmd.into()]);
             assert!(v2.profiler_config_cuda, "{cmd}");
@@ -2187,15 +2514,47 @@ mod tests {
 
     #[test]
     fn plan_shows_default_image_and_path_b_install() {
-        let o = options(&Flags { pod: Some("vllm-0".into()), container: Some("engine".into()), ..Flags::default() }).unwrap();
+        let o = options(&Flags { pod: Some("vllm-0".into()), container: Some("engine".into()), ..Flags::default() })
+            .unwrap();
         let p = plan(&o);
-        let patch = p.iter().find_map(|s| match s { Step::Api { body: Some(b), .. } => Some(b.clone()), _ => None }).unwrap();
+        let patch = p
+            .iter()
+            .find_map(|s| match s {
+                Step::Api { body: Some(b), .. } => Some(b.clone()),
+                _ => None,
+            })
+            .unwrap();
         assert_eq!(patch["spec"]["ephemeralContainers"][0]["image"], DEFAULT_SIDECAR_IMAGE);
         assert!(p.iter().any(|s| matches!(s, Step::Wait { seconds, .. } if *seconds == 120.0)));
-        let b = options(&Flags { pod: Some("vllm-0".into()), image: Some(PATH_B_IMAGE.into()), allow_unpinned_image: true, install_nsys: Some("apt".into()), ..Flags::default() }).unwrap();
-        let argvs: Vec<Vec<String>> = plan(&b).into_iter().filter_map(|s| match s { Step::Exec { argv, .. } => Some(argv), _ => None }).collect();
+        let b = options(&Flags {
+            pod: Some("vllm-0".into()),
+            image: Some(PATH_B_IMAGE.into()),
+            allow_unpinned_image: true,
+            install_nsys: Some("apt".into()),
+            ..Flags::default()
+        })
+        .unwrap();
+        let argvs: Vec<Vec<String>> = plan(&b)
+            .into_iter()
+            .filter_map(|s| match s {
+                Step::Exec { argv, .. } => Some(argv),
+                _ => None,
+            })
+            .collect();
         let i = argvs.iter().position(|a| a.contains(&"install".to_string())).expect("install step");
-        assert_eq!(argvs[i], s(&["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y", "install", "--no-install-recommends", "nsight-systems-cli"]));
+        assert_eq!(
+            argvs[i],
+            s(&[
+                "env",
+                "DEBIAN_FRONTEND=noninteractive",
+                "apt-get",
+                "-q",
+                "-y",
+                "install",
+                "--no-install-recommends",
+                "nsight-systems-cli"
+            ])
+        );
         assert_eq!(argvs[i + 1][0], "dpkg-query");
         let probe = argvs.iter().position(|a| a.get(1).map(String::as_str) == Some("--version")).unwrap();
         assert!(i < probe, "install before the nsys probe");
@@ -2204,10 +2563,13 @@ mod tests {
     #[test]
     fn sha_and_listings() {
         assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-        let m = parse_sha256sum("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  /w/capture.nsys-rep\n").unwrap();
+        let m =
+            parse_sha256sum("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  /w/capture.nsys-rep\n")
+                .unwrap();
         assert_eq!(m["capture.nsys-rep"].len(), 64);
         assert_eq!(parse_sizes("3\t/w/capture.nsys-rep\n").unwrap()["capture.nsys-rep"], 3);
-        let names = files_to_copy("capture.nsys-rep\ncapture.sqlite\ncapture_nvtx_sum.csv\nother.txt\n", "capture").unwrap();
+        let names =
+            files_to_copy("capture.nsys-rep\ncapture.sqlite\ncapture_nvtx_sum.csv\nother.txt\n", "capture").unwrap();
         assert_eq!(names, vec!["capture.nsys-rep", "capture.sqlite", "capture_nvtx_sum.csv"]);
         assert!(files_to_copy("capture.sqlite\n", "capture").is_err());
         let before = parse_report_listing("10\t100\t/o/a.nsys-rep\n");
@@ -2220,7 +2582,12 @@ mod tests {
         let (rep, sqlite) = (fx("nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep"), fx("nsys-2023.4.4/cpu_nvtx_osrt.sqlite"));
         let g = run_gate(&Gate::Library, &rep, &sqlite);
         assert_eq!(g.verdict, "RETRY", "{}", g.reason);
-        let want = crate::gate::run(&crate::gate::GateOptions { capture: rep.clone(), sqlite: Some(sqlite.clone()), ..Default::default() }).unwrap();
+        let want = crate::gate::run(&crate::gate::GateOptions {
+            capture: rep.clone(),
+            sqlite: Some(sqlite.clone()),
+            ..Default::default()
+        })
+        .unwrap();
         assert_eq!(g.document.unwrap(), serde_json::to_value(&want).unwrap());
         assert!(g.reason.starts_with("gate-check (library): gates "), "{}", g.reason);
         assert_eq!(run_gate(&Gate::Library, &rep, &fx("nope.sqlite")).verdict, "NOT_RUN");
@@ -2233,11 +2600,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         std::fs::create_dir_all(&out).unwrap();
-        let csv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv");
+        let csv = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv");
         let mut files = Vec::new();
-        for (name, bytes) in [("capture.nsys-rep", b"not a real report".to_vec()), ("capture_cuda_gpu_kern_sum.csv", std::fs::read(&csv).unwrap()), ("capture_cuda_api_sum.csv", b"x".to_vec())] {
+        for (name, bytes) in [
+            ("capture.nsys-rep", b"not a real report".to_vec()),
+            ("capture_cuda_gpu_kern_sum.csv", std::fs::read(&csv).unwrap()),
+            ("capture_cuda_api_sum.csv", b"x".to_vec()),
+        ] {
             std::fs::write(out.join(name), &bytes).unwrap();
-            files.push(CopiedFile { name: name.into(), path: out.join(name).display().to_string(), size: bytes.len() as u64, sha256: sha256_hex(&bytes) });
+            files.push(CopiedFile {
+                name: name.into(),
+                path: out.join(name).display().to_string(),
+                size: bytes.len() as u64,
+                sha256: sha256_hex(&bytes),
+            });
         }
         let mut o = opts();
         o.bundle = Some(dir.path().join("b").display().to_string());
@@ -2245,11 +2622,30 @@ mod tests {
         doc.dry_run = false;
         doc.files = files;
         doc.provenance = Some(Provenance {
-            namespace: "ns".into(), pod: "p".into(), pod_uid: None, node: None, container: "engine".into(), container_image: None,
-            sidecar: Some("nsyskit-x".into()), sidecar_image: Some(DEFAULT_SIDECAR_IMAGE.into()), sidecar_image_digest: image_digest(DEFAULT_SIDECAR_IMAGE).unwrap(),
-            sidecar_image_id: None, nsys_install: None, nsys: NsysCaps::default(),
-            engine: Some(EngineChoice { pid: 4242, cmdline: "VLLM::EngineCore".into(), cuda_owner: true, matched: vec![4242], nsys_ancestor: None }),
-            engine_env: None, captured_at: Some("2026-12-01T13:00:00Z".into()), source_report: None, started_at_unix_s: 0.0, capture_s: 5.0,
+            namespace: "ns".into(),
+            pod: "p".into(),
+            pod_uid: None,
+            node: None,
+            container: "engine".into(),
+            container_image: None,
+            sidecar: Some("nsyskit-x".into()),
+            sidecar_image: Some(DEFAULT_SIDECAR_IMAGE.into()),
+            sidecar_image_digest: image_digest(DEFAULT_SIDECAR_IMAGE).unwrap(),
+            sidecar_image_id: None,
+            nsys_install: None,
+            nsys: NsysCaps::default(),
+            engine: Some(EngineChoice {
+                pid: 4242,
+                cmdline: "VLLM::EngineCore".into(),
+                cuda_owner: true,
+                matched: vec![4242],
+                nsys_ancestor: None,
+            }),
+            engine_env: None,
+            captured_at: Some("2026-12-01T13:00:00Z".into()),
+            source_report: None,
+            started_at_unix_s: 0.0,
+            capture_s: 5.0,
         });
         let b = dir.path().join("b");
         std::fs::create_dir_all(&b).unwrap();
@@ -2258,8 +2654,14 @@ mod tests {
         write_bundle(&b, &mut doc, &o).unwrap();
         let kp = doc.kernel_profile.clone().unwrap();
         assert_eq!(kp.captured_at, "2026-12-01T13:00:00Z");
-        assert_eq!((kp.nsys_rep_path.as_str(), kp.summary_csv_path.as_deref(), kp.cuda_api_csv_path.as_deref()), ("profiles/capture.nsys-rep", Some("profiles/gpu_kern_sum.csv"), Some("profiles/cuda_api_sum.csv")));
-        assert_eq!((kp.duration_s, kp.vllm_pid, kp.sidecar_image.as_deref()), (5.0, Some(4242), Some(DEFAULT_SIDECAR_IMAGE)));
+        assert_eq!(
+            (kp.nsys_rep_path.as_str(), kp.summary_csv_path.as_deref(), kp.cuda_api_csv_path.as_deref()),
+            ("profiles/capture.nsys-rep", Some("profiles/gpu_kern_sum.csv"), Some("profiles/cuda_api_sum.csv"))
+        );
+        assert_eq!(
+            (kp.duration_s, kp.vllm_pid, kp.sidecar_image.as_deref()),
+            (5.0, Some(4242), Some(DEFAULT_SIDECAR_IMAGE))
+        );
         let top = kp.top_kernels.clone().unwrap();
         assert!(!top.is_empty() && top[0].rank == 1 && top[0].instances > 0, "{top:?}");
         assert_eq!(std::fs::read(b.join("profiles/gpu_kern_sum.csv")).unwrap(), std::fs::read(&csv).unwrap());
@@ -2267,7 +2669,16 @@ mod tests {
         assert!(text.starts_with("{\"run_id\": \"x\",\n \"n\": 1.0, \"kernel_profile\": {\"keep\": [1 ,2]"), "{text}");
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let k = &v["kernel_profile"];
-        for f in ["captured_at", "nsys_rep_path", "summary_csv_path", "duration_s", "vllm_pid", "sidecar_image", "method", "top_kernels"] {
+        for f in [
+            "captured_at",
+            "nsys_rep_path",
+            "summary_csv_path",
+            "duration_s",
+            "vllm_pid",
+            "sidecar_image",
+            "method",
+            "top_kernels",
+        ] {
             assert!(!k[f].is_null(), "{f}: {k}");
         }
         assert_eq!(k["top_kernels"][0]["name"], top[0].name.as_str());
@@ -2279,5 +2690,4 @@ mod tests {
         doc2.files[0].sha256 = "0".repeat(64);
         assert!(write_bundle(&b, &mut doc2, &o).unwrap_err().message.contains("deleted"));
     }
-
 }

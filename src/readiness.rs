@@ -68,8 +68,10 @@ impl ReadinessOptions {
         }
         if let Some(p) = &self.range_prefix {
             if p.trim_end_matches('.').is_empty() {
-                return Err(Error::usage(format!("--range-prefix {p:?}: expected a non-empty prefix such as vibeserve"))
-                    .with_arg("--range-prefix"));
+                return Err(Error::usage(format!(
+                    "--range-prefix {p:?}: expected a non-empty prefix such as vibeserve"
+                ))
+                .with_arg("--range-prefix"));
             }
         }
         Ok(())
@@ -159,8 +161,10 @@ pub fn prefixes_seen(all: &[Occurrence]) -> Vec<PrefixCount> {
             e.1 += 1;
         }
     }
-    let mut v: Vec<PrefixCount> =
-        per.into_iter().map(|(prefix, (l, n))| PrefixCount { prefix, labels: l.len() as u64, occurrences: n }).collect();
+    let mut v: Vec<PrefixCount> = per
+        .into_iter()
+        .map(|(prefix, (l, n))| PrefixCount { prefix, labels: l.len() as u64, occurrences: n })
+        .collect();
     v.sort_by(|a, b| b.occurrences.cmp(&a.occurrences).then_with(|| a.prefix.cmp(&b.prefix)));
     v
 }
@@ -418,7 +422,11 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
         let hint = match &suggested {
             Some(s) => format!(
                 "; prefixes seen: {}; try --range-prefix {s} and name the engine step `{s}.engine.iteration`",
-                seen.iter().take(5).map(|p| format!("{} ({} labels, {} occurrences)", p.prefix, p.labels, p.occurrences)).collect::<Vec<_>>().join(", ")
+                seen.iter()
+                    .take(5)
+                    .map(|p| format!("{} ({} labels, {} occurrences)", p.prefix, p.labels, p.occurrences))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             None => String::new(),
         };
@@ -455,7 +463,11 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
         });
     };
     let under = format!("{p}.");
-    let occ = ranges::load_occurrences(export, &RangesOptions { range_prefix: Some(under.clone()), window: None, fold: false })?.occurrences;
+    let occ = ranges::load_occurrences(
+        export,
+        &RangesOptions { range_prefix: Some(under.clone()), window: None, fold: false },
+    )?
+    .occurrences;
     let iter_label = format!("{p}.engine.iteration");
 
     // ---- taxonomy and labels outside it
@@ -484,7 +496,9 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
 
     // ---- opaque share
     let (iterations, mut gaps) = opaque(&occ, &iter_label);
-    gaps.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns).then(a.start.cmp(&b.start)).then(a.global_tid.cmp(&b.global_tid)));
+    gaps.sort_by(|a, b| {
+        b.duration_ns.cmp(&a.duration_ns).then(a.start.cmp(&b.start)).then(a.global_tid.cmp(&b.global_tid))
+    });
     gaps.truncate(TOP_GAPS);
 
     // ---- naming rules
@@ -496,8 +510,10 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
         e.0 += 1;
         e.1 += o.end - o.start;
     }
-    let mut outside_prefix_on_engine_threads: Vec<LabelCount> =
-        outside.into_iter().map(|(l, (n, w))| LabelCount { label: l.to_string(), occurrences: n, wall_ns: w }).collect();
+    let mut outside_prefix_on_engine_threads: Vec<LabelCount> = outside
+        .into_iter()
+        .map(|(l, (n, w))| LabelCount { label: l.to_string(), occurrences: n, wall_ns: w })
+        .collect();
     sort_counts(&mut outside_prefix_on_engine_threads);
     let mut depths: BTreeMap<&str, BTreeMap<u32, u64>> = BTreeMap::new();
     for o in &occ {
@@ -680,14 +696,16 @@ pub fn opaque(occ: &[Occurrence], iter_label: &str) -> (Iterations, Vec<OpaqueGa
     }
     it.opaque_ns = it.wall_ns - it.named_ns;
     it.opaque_share = (it.wall_ns > 0).then(|| it.opaque_ns as f64 / it.wall_ns as f64);
-    it.engine_threads = threads.into_iter().map(|g| ThreadRef { global_tid: g, pid: pid_of(g), tid: tid_of(g) }).collect();
+    it.engine_threads =
+        threads.into_iter().map(|g| ThreadRef { global_tid: g, pid: pid_of(g), tid: tid_of(g) }).collect();
     (it, gaps)
 }
 
 /// Blocking sync runtime calls (by [`ranges::normalize_sync_api`]) whose start lies inside no occurrence of
 /// `occ` on their thread (`o.start <= r.start <= o.end`, the correlation rule of the ranges contract).
 pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrence]) -> Result<UnenclosedSyncs> {
-    let mut out = UnenclosedSyncs { runtime_table: runtime.is_some(), sync_calls: 0, enclosed_calls: 0, by_api: Vec::new() };
+    let mut out =
+        UnenclosedSyncs { runtime_table: runtime.is_some(), sync_calls: 0, enclosed_calls: 0, by_api: Vec::new() };
     if runtime.is_none() {
         return Ok(out);
     }
@@ -738,7 +756,13 @@ pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrenc
     })?;
     out.by_api = by_api
         .into_iter()
-        .map(|(api, (calls, total_ns, th, first))| SyncApiCount { api, calls, total_ns, threads: th.len() as u64, first_start: first })
+        .map(|(api, (calls, total_ns, th, first))| SyncApiCount {
+            api,
+            calls,
+            total_ns,
+            threads: th.len() as u64,
+            first_start: first,
+        })
         .collect();
     out.by_api.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| a.api.cmp(&b.api)));
     Ok(out)
@@ -762,7 +786,16 @@ mod tests {
     use super::*;
 
     fn o(label: &str, tid: i64, start: i64, end: i64) -> Occurrence {
-        Occurrence { label: label.into(), global_tid: tid, start, end, event_type: 59, domain_id: None, depth: 0, parent: None }
+        Occurrence {
+            label: label.into(),
+            global_tid: tid,
+            start,
+            end,
+            event_type: 59,
+            domain_id: None,
+            depth: 0,
+            parent: None,
+        }
     }
 
     #[test]
@@ -802,7 +835,8 @@ mod tests {
 
     #[test]
     fn prefix_is_inferred_from_the_most_frequent_iteration_label() {
-        let occ = vec![o("a.engine.iteration", 1, 0, 1), o("b.engine.iteration", 1, 2, 3), o("b.engine.iteration", 1, 4, 5)];
+        let occ =
+            vec![o("a.engine.iteration", 1, 0, 1), o("b.engine.iteration", 1, 2, 3), o("b.engine.iteration", 1, 4, 5)];
         assert_eq!(infer_prefix(&occ).as_deref(), Some("b"));
         assert_eq!(infer_prefix(&occ[..1]).as_deref(), Some("a"));
         assert_eq!(infer_prefix(&[o("x", 1, 0, 1)]), None);

@@ -63,9 +63,18 @@ pub struct Components {
 }
 
 impl Components {
-    pub const NAMES: [&'static str; 7] = ["gpu_kernel", "gpu_memcpy", "sync_wait", "launch_api", "other_api", "comm", "unattributed"];
+    pub const NAMES: [&'static str; 7] =
+        ["gpu_kernel", "gpu_memcpy", "sync_wait", "launch_api", "other_api", "comm", "unattributed"];
     pub fn values(&self) -> [i64; 7] {
-        [self.gpu_kernel, self.gpu_memcpy, self.sync_wait, self.launch_api, self.other_api, self.comm, self.unattributed]
+        [
+            self.gpu_kernel,
+            self.gpu_memcpy,
+            self.sync_wait,
+            self.launch_api,
+            self.other_api,
+            self.comm,
+            self.unattributed,
+        ]
     }
     pub fn sum(&self) -> i64 {
         self.values().iter().sum()
@@ -216,7 +225,13 @@ fn rank(sorted: &[i64], q: f64) -> i64 {
 pub fn dist(values: impl IntoIterator<Item = i64>) -> Dist {
     let mut v: Vec<i64> = values.into_iter().collect();
     v.sort_unstable();
-    Dist { count: v.len(), median: rank(&v, 0.5), p90: rank(&v, 0.9), p99: rank(&v, 0.99), max: v.last().copied().unwrap_or(0) }
+    Dist {
+        count: v.len(),
+        median: rank(&v, 0.5),
+        p90: rank(&v, 0.9),
+        p99: rank(&v, 0.99),
+        max: v.last().copied().unwrap_or(0),
+    }
 }
 
 /// Length of the union of intervals (any order, unclipped).
@@ -263,7 +278,11 @@ fn is_launch(name: &str) -> bool {
 /// Analyse an open export.
 pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDoc> {
     if !(opts.outlier_factor.is_finite() && opts.outlier_factor > 1.0) {
-        return Err(Error::usage(format!("--outlier-factor {}: expected a number greater than 1", opts.outlier_factor)).with_arg("--outlier-factor"));
+        return Err(Error::usage(format!(
+            "--outlier-factor {}: expected a number greater than 1",
+            opts.outlier_factor
+        ))
+        .with_arg("--outlier-factor"));
     }
     let ropts = RangesOptions { fold: opts.fold, ..Default::default() };
     // pass 1 (labels only) when the step label is not given: the doc's label counts
@@ -271,7 +290,8 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
         Some(l) => (l.clone(), "--step".to_string()),
         None => {
             let a = ranges::analyze(export, &ropts)?;
-            let labels: BTreeMap<String, i64> = a.doc.ranges.iter().map(|r| (r.label.clone(), r.occurrences as i64)).collect();
+            let labels: BTreeMap<String, i64> =
+                a.doc.ranges.iter().map(|r| (r.label.clone(), r.occurrences as i64)).collect();
             let unstable = crate::compare::checks::unstable_labels(labels.keys().map(|k| k.as_str()));
             match crate::compare::iteration_label(&labels, &unstable) {
                 Some(l) => (l, "iteration_label".to_string()),
@@ -290,11 +310,17 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
     let mut idx: Vec<usize> = (0..a.occurrences.len()).filter(|&i| a.occurrences[i].label == label).collect();
     if idx.is_empty() {
         let known: Vec<&str> = a.doc.ranges.iter().take(8).map(|r| r.label.as_str()).collect();
-        return Err(Error::input(format!("{}: no occurrence of the step label {label:?} (labels: {})", export.name(), known.join(", "))).with_arg("--step"));
+        return Err(Error::input(format!(
+            "{}: no occurrence of the step label {label:?} (labels: {})",
+            export.name(),
+            known.join(", ")
+        ))
+        .with_arg("--step"));
     }
     idx.sort_by_key(|&i| (a.occurrences[i].start, a.occurrences[i].end, a.occurrences[i].global_tid));
     // runtime API names of the steps' calls
-    let ids: std::collections::HashSet<i64> = idx.iter().flat_map(|&i| iv[i].runtime.iter().filter_map(|r| r.name_id)).collect();
+    let ids: std::collections::HashSet<i64> =
+        idx.iter().flat_map(|&i| iv[i].runtime.iter().filter_map(|r| r.name_id)).collect();
     let names = export.strings_for(&ids)?;
     let nccl_kernels: u64 = export
         .kernel_time_by_name()?
@@ -325,7 +351,9 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
             graph_launches: iv[i]
                 .runtime
                 .iter()
-                .filter(|r| r.name_id.and_then(|id| names.get(&id)).is_some_and(|n| crate::export::schema::is_graph_launch(n)))
+                .filter(|r| {
+                    r.name_id.and_then(|id| names.get(&id)).is_some_and(|n| crate::export::schema::is_graph_launch(n))
+                })
                 .count() as u64,
             gpu_busy_ns: m.busy_ns,
             gpu_span_ns: m.span_ns,
@@ -337,7 +365,8 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
     }
     // graph-level: the steps launch graphs (or own GRAPH_TRACE rows) and the export has no node-level row:
     // the replays are single GRAPH_TRACE rows (nsys 2024+) or invisible (nsys 2023.4 has no GRAPH_TRACE table)
-    let graph_level = steps.iter().any(|s| s.graph_traces > 0 || s.graph_launches > 0) && export.graph_facts()?.node_rows == 0;
+    let graph_level =
+        steps.iter().any(|s| s.graph_traces > 0 || s.graph_launches > 0) && export.graph_facts()?.node_rows == 0;
     let distributions = distributions_of(&steps, true);
     let mut totals: BTreeMap<String, i64> = BTreeMap::new();
     totals.insert("wall".into(), steps.iter().map(|s| s.wall_ns).sum());
@@ -348,7 +377,12 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
     let outliers: Vec<Outlier> = steps
         .iter()
         .filter(|s| median_wall > 0 && s.wall_ns as f64 > opts.outlier_factor * median_wall as f64)
-        .map(|s| Outlier { index: s.index, start_ns: s.start_ns, wall_ns: s.wall_ns, ratio_to_median: s.wall_ns as f64 / median_wall as f64 })
+        .map(|s| Outlier {
+            index: s.index,
+            start_ns: s.start_ns,
+            wall_ns: s.wall_ns,
+            ratio_to_median: s.wall_ns as f64 / median_wall as f64,
+        })
         .collect();
     let pacing = pacing_of(&steps);
     let mut by_shape: BTreeMap<u64, Vec<&Step>> = BTreeMap::new();
@@ -406,7 +440,12 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
 }
 
 /// The partition of one step from its intervals.
-pub fn step_components(start: i64, end: i64, iv: &OccurrenceIntervals, names: &std::collections::HashMap<i64, String>) -> Components {
+pub fn step_components(
+    start: i64,
+    end: i64,
+    iv: &OccurrenceIntervals,
+    names: &std::collections::HashMap<i64, String>,
+) -> Components {
     let mut cls: Vec<Vec<(i64, i64)>> = vec![Vec::new(); 5];
     for d in &iv.device {
         let k = match d.kind {
@@ -426,7 +465,15 @@ pub fn step_components(start: i64, end: i64, iv: &OccurrenceIntervals, names: &s
         cls[k].push((r.start, r.end));
     }
     let (v, rest) = partition(start, end, &cls);
-    Components { gpu_kernel: v[0], gpu_memcpy: v[1], sync_wait: v[2], launch_api: v[3], other_api: v[4], comm: 0, unattributed: rest }
+    Components {
+        gpu_kernel: v[0],
+        gpu_memcpy: v[1],
+        sync_wait: v[2],
+        launch_api: v[3],
+        other_api: v[4],
+        comm: 0,
+        unattributed: rest,
+    }
 }
 
 fn distributions_of(steps: &[Step], all: bool) -> BTreeMap<String, Dist> {
@@ -451,12 +498,26 @@ fn pacing_of(steps: &[Step]) -> Option<Pacing> {
     let d = dist(iv.iter().copied());
     let n = iv.len() as f64;
     let mean = iv.iter().map(|&x| x as f64).sum::<f64>() / n;
-    let cv = (iv.len() >= 2 && mean > 0.0).then(|| (iv.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt() / mean);
+    let cv = (iv.len() >= 2 && mean > 0.0)
+        .then(|| (iv.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt() / mean);
     let ratio = (d.median > 0).then(|| d.p90 as f64 / d.median as f64);
-    Some(Pacing { intervals: d, min: *iv.iter().min().unwrap(), mean_ns: mean, cv, p90_over_median: ratio, regular: ratio.is_some_and(|r| r <= 1.25) })
+    Some(Pacing {
+        intervals: d,
+        min: *iv.iter().min().unwrap(),
+        mean_ns: mean,
+        cv,
+        p90_over_median: ratio,
+        regular: ratio.is_some_and(|r| r <= 1.25),
+    })
 }
 
-fn verdict_of(totals: &BTreeMap<String, i64>, dists: &BTreeMap<String, Dist>, pacing: Option<&Pacing>, graph_level: bool, nccl: u64) -> Verdict {
+fn verdict_of(
+    totals: &BTreeMap<String, i64>,
+    dists: &BTreeMap<String, Dist>,
+    pacing: Option<&Pacing>,
+    graph_level: bool,
+    nccl: u64,
+) -> Verdict {
     let wall = totals["wall"].max(1);
     let mut rows: Vec<VerdictRow> = Components::NAMES
         .iter()
@@ -475,7 +536,10 @@ fn verdict_of(totals: &BTreeMap<String, i64>, dists: &BTreeMap<String, Dist>, pa
     let period = pacing.map(|p| p.intervals.median).unwrap_or(0);
     let busy = dists["gpu_busy"].median;
     if period > 0 && busy as f64 >= GPU_SATURATED_SHARE * period as f64 {
-        let mut r = vec![VerdictRow { name: "median_gpu_busy".into(), value_ns: busy, share: Some(busy as f64 / period as f64) }, VerdictRow { name: "median_step_period".into(), value_ns: period, share: None }];
+        let mut r = vec![
+            VerdictRow { name: "median_gpu_busy".into(), value_ns: busy, share: Some(busy as f64 / period as f64) },
+            VerdictRow { name: "median_step_period".into(), value_ns: period, share: None },
+        ];
         r.extend(rows);
         return Verdict {
             class: "kernel_bound".into(),
@@ -496,7 +560,12 @@ fn verdict_of(totals: &BTreeMap<String, i64>, dists: &BTreeMap<String, Dist>, pa
             "comm" => "comm_bound",
             _ => "python_overhead_bound",
         };
-        let mut reason = format!("{} is {:.1}% of the typical (non-outlier) steps' wall (≥ {:.0}%)", top.name, share * 100.0, DOMINANT_SHARE * 100.0);
+        let mut reason = format!(
+            "{} is {:.1}% of the typical (non-outlier) steps' wall (≥ {:.0}%)",
+            top.name,
+            share * 100.0,
+            DOMINANT_SHARE * 100.0
+        );
         if nccl > 0 {
             reason.push_str("; NCCL kernels exist and are counted in gpu_kernel");
         }
@@ -505,7 +574,12 @@ fn verdict_of(totals: &BTreeMap<String, i64>, dists: &BTreeMap<String, Dist>, pa
     Verdict {
         class: "mixed_or_unclear".into(),
         rule: "no_dominant_component".into(),
-        reason: format!("no component reaches {:.0}% of the typical steps' wall (largest: {} at {:.1}%)", DOMINANT_SHARE * 100.0, top.name, share * 100.0),
+        reason: format!(
+            "no component reaches {:.0}% of the typical steps' wall (largest: {} at {:.1}%)",
+            DOMINANT_SHARE * 100.0,
+            top.name,
+            share * 100.0
+        ),
         steps_used: 0,
         rows,
     }

@@ -14,16 +14,8 @@ fn merge() -> Command {
 }
 
 fn kern_csv(args: &[&str]) -> Vec<u8> {
-    let out = Command::cargo_bin("kern-csv-to-json")
-        .unwrap()
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.code() == Some(0) || out.status.code() == Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::cargo_bin("kern-csv-to-json").unwrap().args(args).output().unwrap();
+    assert!(out.status.code() == Some(0) || out.status.code() == Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     common::one_doc(&out.stdout);
     out.stdout
 }
@@ -39,34 +31,14 @@ fn gate(verdict: &str) -> Value {
 
 /// Run bundle-merge, check its exit code and validate its summary.
 fn run_merge(bundle: &Path, docs: &[&Path], stdin: &[u8], code: i32) -> Value {
-    let out = merge()
-        .arg(bundle)
-        .args(docs)
-        .write_stdin(stdin.to_vec())
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = merge().arg(bundle).args(docs).write_stdin(stdin.to_vec()).output().unwrap();
+    assert_eq!(out.status.code(), Some(code), "{}", String::from_utf8_lossy(&out.stderr));
     common::one_doc(&out.stdout)
 }
 
 fn fail_merge(bundle: &Path, docs: &[&Path], stdin: &[u8]) -> String {
-    let out = merge()
-        .arg(bundle)
-        .args(docs)
-        .write_stdin(stdin.to_vec())
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = merge().arg(bundle).args(docs).write_stdin(stdin.to_vec()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!err.contains("panicked"), "{err}");
@@ -81,10 +53,7 @@ fn fixture_csvs() -> Vec<PathBuf> {
     let mut v = Vec::new();
     for ver in std::fs::read_dir(common::root().join("fixtures")).unwrap() {
         if let Ok(rd) = std::fs::read_dir(ver.unwrap().path().join("stats")) {
-            v.extend(
-                rd.map(|f| f.unwrap().path())
-                    .filter(|p| p.extension().is_some_and(|e| e == "csv")),
-            );
+            v.extend(rd.map(|f| f.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "csv")));
         }
     }
     v.sort();
@@ -96,20 +65,11 @@ fn every_fixture_csv_merges_and_top_kernels_match_the_csv_row_for_row() {
     let dir = tempfile::tempdir().unwrap();
     let mut kernel_files = 0;
     // one bundle per capture, all its reports merged by one bundle-merge run
-    let mut by_bundle: std::collections::BTreeMap<PathBuf, Vec<(PathBuf, PathBuf)>> =
-        Default::default();
+    let mut by_bundle: std::collections::BTreeMap<PathBuf, Vec<(PathBuf, PathBuf)>> = Default::default();
     for (i, f) in fixture_csvs().into_iter().enumerate() {
         let name = f.file_stem().unwrap().to_str().unwrap();
         let capture = name.split('_').take(3).collect::<Vec<_>>().join("_");
-        let version = f
-            .parent()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap();
+        let version = f.parent().unwrap().parent().unwrap().file_name().unwrap().to_str().unwrap();
         let bundle = dir.path().join(format!("{version}_{capture}.json"));
         let doc = dir.path().join(format!("doc{i}.json"));
         std::fs::write(&doc, kern_csv(&[f.to_str().unwrap(), "--top", "0"])).unwrap();
@@ -123,20 +83,9 @@ fn every_fixture_csv_merges_and_top_kernels_match_the_csv_row_for_row() {
         let b = read(bundle);
         for (f, d) in files {
             let doc = std::fs::read(d).unwrap();
-            let report = serde_json::from_slice::<Value>(&doc).unwrap()["report"]
-                .as_str()
-                .unwrap()
-                .to_string();
-            assert_eq!(
-                b["kernel_profile"]["stats"][&report]["report"],
-                report.as_str(),
-                "{}",
-                f.display()
-            );
-            assert_eq!(
-                b["kernel_profile"]["stats"][&report],
-                serde_json::from_slice::<Value>(&doc).unwrap()
-            );
+            let report = serde_json::from_slice::<Value>(&doc).unwrap()["report"].as_str().unwrap().to_string();
+            assert_eq!(b["kernel_profile"]["stats"][&report]["report"], report.as_str(), "{}", f.display());
+            assert_eq!(b["kernel_profile"]["stats"][&report], serde_json::from_slice::<Value>(&doc).unwrap());
             if report != "cuda_gpu_kern_sum" {
                 continue;
             }
@@ -151,24 +100,10 @@ fn every_fixture_csv_merges_and_top_kernels_match_the_csv_row_for_row() {
             for (i, (k, r)) in top.iter().zip(&rows).enumerate() {
                 let ns = |s: &str| s.parse::<f64>().unwrap().round() as i64;
                 assert_eq!(k["rank"], i + 1);
-                assert_eq!(
-                    k["name"].as_str().unwrap(),
-                    &r[8],
-                    "{} row {i}",
-                    f.display()
-                );
-                assert_eq!(
-                    k["time_pct"].as_f64().unwrap(),
-                    r[0].parse::<f64>().unwrap()
-                );
-                assert_eq!(
-                    k["total_time_ns"].as_i64().unwrap(),
-                    r[1].parse::<i64>().unwrap()
-                );
-                assert_eq!(
-                    k["instances"].as_i64().unwrap(),
-                    r[2].parse::<i64>().unwrap()
-                );
+                assert_eq!(k["name"].as_str().unwrap(), &r[8], "{} row {i}", f.display());
+                assert_eq!(k["time_pct"].as_f64().unwrap(), r[0].parse::<f64>().unwrap());
+                assert_eq!(k["total_time_ns"].as_i64().unwrap(), r[1].parse::<i64>().unwrap());
+                assert_eq!(k["instances"].as_i64().unwrap(), r[2].parse::<i64>().unwrap());
                 assert_eq!(k["avg_ns"].as_i64().unwrap(), ns(&r[3]));
                 assert_eq!(k["med_ns"].as_i64().unwrap(), ns(&r[4]));
                 assert_eq!(k["min_ns"].as_i64().unwrap(), ns(&r[5]));
@@ -192,69 +127,30 @@ fn lossless_for_everything_it_does_not_own() {
     let kern = stats("nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv");
     run_merge(&bundle, &[], &kern, 0);
     let text = std::fs::read_to_string(&bundle).unwrap();
-    assert!(
-        text.starts_with(&format!(
-            "{head},\n    \"top_kernels\": [\n      {{\n        \"rank\": 1,"
-        )),
-        "{text}"
-    );
+    assert!(text.starts_with(&format!("{head},\n    \"top_kernels\": [\n      {{\n        \"rank\": 1,")), "{text}");
     assert!(text.ends_with(tail), "{text}");
     let v = read(&bundle);
     assert_eq!(v["kernel_profile"]["owner_note"], "keep me");
-    assert_eq!(
-        v["kernel_profile"]["top_kernels"][0]["total_time_ns"],
-        6009202
-    );
+    assert_eq!(v["kernel_profile"]["top_kernels"][0]["total_time_ns"], 6009202);
     let keys: Vec<&String> = v["kernel_profile"].as_object().unwrap().keys().collect();
-    assert_eq!(
-        keys,
-        [
-            "owner_note",
-            "gpu",
-            "top_kernels",
-            "totals",
-            "summary_csv_path",
-            "captured_at",
-            "stats"
-        ]
-    );
+    assert_eq!(keys, ["owner_note", "gpu", "top_kernels", "totals", "summary_csv_path", "captured_at", "stats"]);
     // idempotent: the same documents again give the same bytes, and --check says so
     run_merge(&bundle, &[], &kern, 0);
     assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text);
-    let out = merge()
-        .arg("--check")
-        .arg(&bundle)
-        .write_stdin(kern.clone())
-        .output()
-        .unwrap();
+    let out = merge().arg("--check").arg(&bundle).write_stdin(kern.clone()).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(common::one_doc(&out.stdout)["changed"], false);
     // a different document replaces only its own place
     let other = stats("nsys-2025.3.1/stats/decode_clean_cuda_gpu_kern_sum.csv");
-    let out = merge()
-        .arg("--check")
-        .arg(&bundle)
-        .write_stdin(other.clone())
-        .output()
-        .unwrap();
+    let out = merge().arg("--check").arg(&bundle).write_stdin(other.clone()).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(common::one_doc(&out.stdout)["changed"], true);
-    assert_eq!(
-        std::fs::read_to_string(&bundle).unwrap(),
-        text,
-        "--check writes nothing"
-    );
+    assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text, "--check writes nothing");
     run_merge(&bundle, &[], &other, 0);
     let text2 = std::fs::read_to_string(&bundle).unwrap();
     assert!(text2.starts_with(head) && text2.ends_with(tail));
-    assert_eq!(
-        read(&bundle)["kernel_profile"]["top_kernels"][0]["name"],
-        "nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_NNT"
-    );
-    assert_eq!(
-        read(&bundle)["kernel_profile"]["top_kernels"][0]["total_time_ns"],
-        12365275
-    );
+    assert_eq!(read(&bundle)["kernel_profile"]["top_kernels"][0]["name"], "nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_NNT");
+    assert_eq!(read(&bundle)["kernel_profile"]["top_kernels"][0]["total_time_ns"], 12365275);
 }
 
 #[test]
@@ -266,10 +162,7 @@ fn a_retry_gate_is_recorded_and_documents_come_from_files_and_streams() {
     let summary = run_merge(&bundle, &[&g], b"", 0);
     assert_eq!(summary["created"], true);
     assert_eq!(summary["written"], true);
-    assert_eq!(
-        summary["documents"][0]["places"],
-        json!(["kernel_profile.gates"])
-    );
+    assert_eq!(summary["documents"][0]["places"], json!(["kernel_profile.gates"]));
     assert_eq!(read(&bundle)["kernel_profile"]["gates"]["verdict"], "RETRY");
     // NDJSON on stdin: provenance + a PASS gate (which replaces the RETRY)
     let prov = json!({"schema": "nsyskit.provenance/v1", "tool": {"name": "nsys-resolve", "version": "0.1.0"}, "nsys": {"version": "2025.3.1"}});
@@ -296,14 +189,8 @@ fn a_retry_gate_is_recorded_and_documents_come_from_files_and_streams() {
     let cmp = json!({"schema": "nsyskit.compare/v1", "tool": {"name": "capture-compare", "version": "0.1.0"},
                      "a": {"path": "a.sqlite"}, "b": {"path": "b.sqlite"}});
     let s = run_merge(&bundle, &[], cmp.to_string().as_bytes(), 0);
-    assert_eq!(
-        s["documents"][0]["places"][0],
-        "comparisons.a.sqlite vs b.sqlite"
-    );
-    assert_eq!(
-        read(&bundle)["comparisons"]["a.sqlite vs b.sqlite"]["a"]["path"],
-        "a.sqlite"
-    );
+    assert_eq!(s["documents"][0]["places"][0], "comparisons.a.sqlite vs b.sqlite");
+    assert_eq!(read(&bundle)["comparisons"]["a.sqlite vs b.sqlite"]["a"]["path"], "a.sqlite");
 }
 
 #[test]
@@ -312,19 +199,10 @@ fn bad_bundles_and_bad_documents_leave_the_bundle_byte_identical() {
     let doc = serde_json::to_vec(&gate("PASS")).unwrap();
     let cases: &[(&str, &str)] = &[
         ("not json", "b.json: line 1 column 2: not valid JSON"),
-        (
-            "[1, 2]",
-            "b.json: $: the bundle must be a JSON object, found an array",
-        ),
+        ("[1, 2]", "b.json: $: the bundle must be a JSON object, found an array"),
         ("\"str\"", "must be a JSON object, found a string"),
-        (
-            "{\n  \"a\": 1,\n  \"kernel_profile\": [1]\n}",
-            "b.json: line 3: $.kernel_profile: must be an object",
-        ),
-        (
-            "{\"kernel_profile\": {\"gates\": 1}, \"kernel_profile\": {}}",
-            "duplicate key",
-        ),
+        ("{\n  \"a\": 1,\n  \"kernel_profile\": [1]\n}", "b.json: line 3: $.kernel_profile: must be an object"),
+        ("{\"kernel_profile\": {\"gates\": 1}, \"kernel_profile\": {}}", "duplicate key"),
         ("{\"a\": 1}{\"b\": 2}", "not valid JSON"),
     ];
     for (content, msg) in cases {
@@ -332,10 +210,7 @@ fn bad_bundles_and_bad_documents_leave_the_bundle_byte_identical() {
         std::fs::write(&bundle, format!("{content}\n")).unwrap();
         let err = fail_merge(&bundle, &[], &doc);
         assert!(err.contains(msg), "{content}: {err}");
-        assert_eq!(
-            std::fs::read_to_string(&bundle).unwrap(),
-            format!("{content}\n")
-        );
+        assert_eq!(std::fs::read_to_string(&bundle).unwrap(), format!("{content}\n"));
     }
     let bundle = dir.path().join("good.json");
     let original = "{\"x\": 1.0}";
@@ -346,15 +221,9 @@ fn bad_bundles_and_bad_documents_leave_the_bundle_byte_identical() {
             "<stdin>: line 2: $.schema: bundle-merge has no place for \"nsyskit.unknown/v1\"",
         ),
         (b"{\"no\": 1}", "$.schema: missing"),
-        (
-            b"\n\n{\"schema\": \"x\"",
-            "<stdin>: line 4 column 14: not valid JSON",
-        ),
+        (b"\n\n{\"schema\": \"x\"", "<stdin>: line 4 column 14: not valid JSON"),
         (b"42", "$: a document must be a JSON object"),
-        (
-            b"{\"schema\": \"nsyskit.stats/v1\", \"report\": \"cuda_gpu_kern_sum\"}",
-            "$.top_kernels: missing",
-        ),
+        (b"{\"schema\": \"nsyskit.stats/v1\", \"report\": \"cuda_gpu_kern_sum\"}", "$.top_kernels: missing"),
     ];
     for (d, msg) in bad_docs {
         // a good document first: nothing is merged when any document is bad
@@ -369,16 +238,8 @@ fn bad_bundles_and_bad_documents_leave_the_bundle_byte_identical() {
     assert!(err.contains("/nonexistent/doc.json: no such file"));
     assert_eq!(std::fs::read_to_string(&bundle).unwrap(), original);
     assert!(!dir.path().join("b.json.tmp").exists());
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert!(
-        leftovers
-            .iter()
-            .all(|n| !n.to_string_lossy().ends_with(".tmp")),
-        "{leftovers:?}"
-    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(leftovers.iter().all(|n| !n.to_string_lossy().ends_with(".tmp")), "{leftovers:?}");
 }
 
 #[test]
@@ -390,12 +251,7 @@ fn permissions_stdout_and_check() {
     std::fs::set_permissions(&bundle, std::fs::Permissions::from_mode(0o640)).unwrap();
     let doc = serde_json::to_vec(&gate("RETRY")).unwrap();
     // --stdout: the merged bundle on stdout, the summary on stderr, nothing written
-    let out = merge()
-        .arg("--stdout")
-        .arg(&bundle)
-        .write_stdin(doc.clone())
-        .output()
-        .unwrap();
+    let out = merge().arg("--stdout").arg(&bundle).write_stdin(doc.clone()).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(printed["kernel_profile"]["gates"]["verdict"], "RETRY");
@@ -406,20 +262,10 @@ fn permissions_stdout_and_check() {
     // --check: exit 1, nothing written
     let s = run_merge(&bundle, &[], &doc, 0);
     assert_eq!(s["written"], true);
-    assert_eq!(
-        std::fs::read(&bundle).unwrap(),
-        out.stdout,
-        "--stdout printed exactly what is written"
-    );
-    assert_eq!(
-        std::fs::metadata(&bundle).unwrap().permissions().mode() & 0o777,
-        0o640
-    );
+    assert_eq!(std::fs::read(&bundle).unwrap(), out.stdout, "--stdout printed exactly what is written");
+    assert_eq!(std::fs::metadata(&bundle).unwrap().permissions().mode() & 0o777, 0o640);
     let s = run_merge(&bundle, &[], &doc, 0);
-    assert_eq!(
-        (s["changed"].as_bool(), s["written"].as_bool()),
-        (Some(false), Some(false))
-    );
+    assert_eq!((s["changed"].as_bool(), s["written"].as_bool()), (Some(false), Some(false)));
     // a new bundle in a missing folder is an error naming it
     let err = fail_merge(&dir.path().join("no/such/b.json"), &[], &doc);
     assert!(err.contains("no/such/b.json"), "{err}");
@@ -445,11 +291,7 @@ fn parallel_merges_lose_nothing() {
     let mut docs = Vec::new();
     for r in reports {
         let p = dir.path().join(format!("{r}.json"));
-        std::fs::write(
-            &p,
-            stats(&format!("nsys-2025.3.1/stats/gpu_full_node_{r}.csv")),
-        )
-        .unwrap();
+        std::fs::write(&p, stats(&format!("nsys-2025.3.1/stats/gpu_full_node_{r}.csv"))).unwrap();
         docs.push(p);
     }
     let g = dir.path().join("gate.json");
@@ -476,15 +318,9 @@ fn parallel_merges_lose_nothing() {
         let v = read(&bundle);
         assert_eq!(v["run"], 1.0);
         for r in reports {
-            assert_eq!(
-                v["kernel_profile"]["stats"][r]["report"], r,
-                "round {round}: {r} lost"
-            );
+            assert_eq!(v["kernel_profile"]["stats"][r]["report"], r, "round {round}: {r} lost");
         }
-        assert_eq!(
-            v["kernel_profile"]["gates"]["verdict"], "RETRY",
-            "round {round}: gate lost"
-        );
+        assert_eq!(v["kernel_profile"]["gates"]["verdict"], "RETRY", "round {round}: gate lost");
         assert!(v["kernel_profile"]["top_kernels"].is_array());
     }
 }
@@ -499,9 +335,7 @@ fn bom_non_utf8_and_symlinked_bundles() {
     run_merge(&bundle, &[], &doc, 0);
     let text = std::fs::read_to_string(&bundle).unwrap();
     assert!(
-        text.starts_with(
-            "\u{feff}{\n    \"a\": 1,\n    \"kernel_profile\": {\n        \"gates\": {\n"
-        ),
+        text.starts_with("\u{feff}{\n    \"a\": 1,\n    \"kernel_profile\": {\n        \"gates\": {\n"),
         "{text:?}"
     );
     assert!(text.ends_with("\n    }\n}"), "{text:?}");
@@ -519,10 +353,7 @@ fn bom_non_utf8_and_symlinked_bundles() {
     let link = dir.path().join("link.json");
     std::os::unix::fs::symlink(&target, &link).unwrap();
     run_merge(&link, &[], &doc, 0);
-    assert!(std::fs::symlink_metadata(&link)
-        .unwrap()
-        .file_type()
-        .is_symlink());
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
     assert_eq!(read(&target)["kernel_profile"]["gates"]["verdict"], "PASS");
 }
 
@@ -532,45 +363,21 @@ fn bom_non_utf8_and_symlinked_bundles() {
 fn real_documents_of_a_serve_capture_run() {
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("inference_perfbench_v1.json");
-    std::fs::write(
-        &bundle,
-        "{\n  \"model\": \"vibeserve\",\n  \"throughput_tok_s\": 1234.50\n}\n",
-    )
-    .unwrap();
+    std::fs::write(&bundle, "{\n  \"model\": \"vibeserve\",\n  \"throughput_tok_s\": 1234.50\n}\n").unwrap();
     let fx = |n: &str| common::fixture(&format!("serve-capture-gpu/{n}.json"));
-    let files = [
-        fx("provenance"),
-        fx("gate"),
-        fx("ranges"),
-        fx("serve-capture"),
-    ];
+    let files = [fx("provenance"), fx("gate"), fx("ranges"), fx("serve-capture")];
     let paths: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
     let kern = stats("nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv");
     let mut cmd = merge();
     cmd.arg(&bundle).args(&paths).arg("-").write_stdin(kern);
     let out = cmd.output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let summary = common::one_doc(&out.stdout);
-    let places: Vec<&str> = summary["documents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["places"][0].as_str().unwrap())
-        .collect();
+    let places: Vec<&str> =
+        summary["documents"].as_array().unwrap().iter().map(|d| d["places"][0].as_str().unwrap()).collect();
     assert_eq!(
         places,
-        [
-            "provenance",
-            "kernel_profile.gates",
-            "kernel_profile.ranges",
-            "serve_capture",
-            "kernel_profile.top_kernels"
-        ]
+        ["provenance", "kernel_profile.gates", "kernel_profile.ranges", "serve_capture", "kernel_profile.top_kernels"]
     );
     let b = read(&bundle);
     assert_eq!(b["kernel_profile"]["gates"]["verdict"], "RETRY");
@@ -583,14 +390,13 @@ fn real_documents_of_a_serve_capture_run() {
         assert_eq!(place, &read(file), "{}", file.display());
     }
     let text = std::fs::read_to_string(&bundle).unwrap();
-    assert!(text.starts_with(
-        "{\n  \"model\": \"vibeserve\",\n  \"throughput_tok_s\": 1234.50,\n  \"provenance\": {"
-    ));
+    assert!(text.starts_with("{\n  \"model\": \"vibeserve\",\n  \"throughput_tok_s\": 1234.50,\n  \"provenance\": {"));
     // the same run again: same bytes
     let mut cmd = merge();
-    cmd.arg(&bundle).args(&paths).arg("-").write_stdin(stats(
-        "nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv",
-    ));
+    cmd.arg(&bundle)
+        .args(&paths)
+        .arg("-")
+        .write_stdin(stats("nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv"));
     let out = cmd.output().unwrap();
     assert_eq!(common::one_doc(&out.stdout)["changed"], false);
     assert_eq!(std::fs::read_to_string(&bundle).unwrap(), text);
@@ -628,8 +434,20 @@ enum Node {
 }
 
 const LEAVES: &[&str] = &[
-    "1", "1.0", "-0.5e-3", "1E+2", "12345678901234567890", "true", "false", "null", "\"x\"", "\"a\\u00e9\\n\"",
-    "\"tab\\tq\\\"\"", "\"\\/\"", "\"{[,:]}\"", "\"\"",
+    "1",
+    "1.0",
+    "-0.5e-3",
+    "1E+2",
+    "12345678901234567890",
+    "true",
+    "false",
+    "null",
+    "\"x\"",
+    "\"a\\u00e9\\n\"",
+    "\"tab\\tq\\\"\"",
+    "\"\\/\"",
+    "\"{[,:]}\"",
+    "\"\"",
 ];
 
 fn rand_node(r: &mut Rng, depth: usize, keys: &[&str]) -> Node {
@@ -762,7 +580,11 @@ fn rand_docs(r: &mut Rng) -> Vec<nsyskit::bundle::DocIn> {
     ];
     let n = 1 + r.below(3);
     (0..n)
-        .map(|i| nsyskit::bundle::DocIn { value: all[r.below(all.len())].clone(), source: "d.json".into(), line: i + 1 })
+        .map(|i| nsyskit::bundle::DocIn {
+            value: all[r.below(all.len())].clone(),
+            source: "d.json".into(),
+            line: i + 1,
+        })
         .collect()
 }
 
@@ -806,28 +628,40 @@ fn idempotent_for_any_formatting_of_the_bundle() {
     let seed: u64 = std::env::var("NSYSKIT_HOSTILE_SEED").ok().and_then(|c| c.parse().ok()).unwrap_or(17);
     let mut r = Rng(seed);
     // the case of the issue first
-    let mut texts = vec!["  {}".to_string(), "  {\n    \"a\": 1\n  }\n".to_string(), "\t{\r\n\t\t\"a\": 1 \r\n\t}".to_string()];
+    let mut texts =
+        vec!["  {}".to_string(), "  {\n    \"a\": 1\n  }\n".to_string(), "\t{\r\n\t\t\"a\": 1 \r\n\t}".to_string()];
     while texts.len() < cases {
         texts.push(rand_text(&mut r));
     }
     let mut failures = Vec::new();
     for (i, t0) in texts.iter().enumerate() {
-        let v0: Value = serde_json::from_str(t0.trim_start_matches('\u{feff}')).unwrap_or_else(|e| panic!("case {i}: generator wrote bad JSON ({e}): {t0:?}"));
+        let v0: Value = serde_json::from_str(t0.trim_start_matches('\u{feff}'))
+            .unwrap_or_else(|e| panic!("case {i}: generator wrote bad JSON ({e}): {t0:?}"));
         let docs = rand_docs(&mut r);
         let docs2 = rand_docs(&mut r);
         let (t1, placed) = merge_text(Some(t0), "b.json", &docs).unwrap_or_else(|e| panic!("case {i}: {e}\n{t0:?}"));
-        let v1: Value = serde_json::from_str(t1.trim_start_matches('\u{feff}')).unwrap_or_else(|e| panic!("case {i}: merged text is not JSON ({e}): {t1:?}"));
+        let v1: Value = serde_json::from_str(t1.trim_start_matches('\u{feff}'))
+            .unwrap_or_else(|e| panic!("case {i}: merged text is not JSON ({e}): {t1:?}"));
         let places: Vec<String> = placed.iter().flat_map(|m| m.places.clone()).collect();
         // every document is at its place (the last one per place wins)
         for (d, m) in docs.iter().zip(&placed) {
             let last = m.places.last().unwrap();
-            let later = placed.iter().zip(&docs).skip_while(|(x, _)| !std::ptr::eq(*x, m)).skip(1).any(|(x, _)| x.places.contains(last));
+            let later = placed
+                .iter()
+                .zip(&docs)
+                .skip_while(|(x, _)| !std::ptr::eq(*x, m))
+                .skip(1)
+                .any(|(x, _)| x.places.contains(last));
             if !later {
                 let ptr = format!("/{}", split_place(last).join("/"));
                 assert_eq!(v1.pointer(&ptr), Some(&d.value), "case {i}: {last} not merged\n{t1:?}");
             }
         }
-        assert_eq!(without_owned(&v1, &places), without_owned(&v0, &places), "case {i}: a field it does not own changed\n{t0:?}\n{t1:?}");
+        assert_eq!(
+            without_owned(&v1, &places),
+            without_owned(&v0, &places),
+            "case {i}: a field it does not own changed\n{t0:?}\n{t1:?}"
+        );
         let (t1b, _) = merge_text(Some(&t1), "b.json", &docs).unwrap();
         let (t2, _) = merge_text(Some(&t1), "b.json", &docs2).unwrap();
         let (t2b, _) = merge_text(Some(&t2), "b.json", &docs2).unwrap();
@@ -835,8 +669,18 @@ fn idempotent_for_any_formatting_of_the_bundle() {
             failures.push(format!("case {i}: not idempotent: {t0:?}\n first merge:  {t1:?}\n merged again: {t1b:?}"));
         }
     }
-    eprintln!("idempotence: {} randomly formatted bundles (seed {seed}), {} not idempotent", texts.len(), failures.len());
-    assert!(failures.is_empty(), "{} of {} bundles:\n{}", failures.len(), texts.len(), failures.iter().take(3).cloned().collect::<Vec<_>>().join("\n"));
+    eprintln!(
+        "idempotence: {} randomly formatted bundles (seed {seed}), {} not idempotent",
+        texts.len(),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} bundles:\n{}",
+        failures.len(),
+        texts.len(),
+        failures.iter().take(3).cloned().collect::<Vec<_>>().join("\n")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -850,7 +694,8 @@ fn mkfifo(p: &Path) {
 
 /// Run bundle-merge with a time limit (a FIFO must never hang it): (exit code, stdout, stderr).
 fn merge_limited(args: &[&std::ffi::OsStr], stdin: &[u8]) -> (Option<i32>, Vec<u8>, String) {
-    let out = merge().args(args).write_stdin(stdin.to_vec()).timeout(std::time::Duration::from_secs(20)).output().unwrap();
+    let out =
+        merge().args(args).write_stdin(stdin.to_vec()).timeout(std::time::Duration::from_secs(20)).output().unwrap();
     (out.status.code(), out.stdout, String::from_utf8_lossy(&out.stderr).to_string())
 }
 
@@ -888,7 +733,8 @@ fn a_bundle_that_is_not_a_regular_file_is_refused_and_untouched() {
     assert!(null_after.file_type().is_char_device());
     assert_eq!((null_before.ino(), null_before.rdev()), (null_after.ino(), null_after.rdev()));
     assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
-    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    let names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
     assert_eq!(names.len(), 3, "nothing new beside the paths: {names:?}");
 }
 
@@ -951,7 +797,11 @@ fn temp_files_of_a_killed_run_are_removed_under_the_lock() {
     let stale = dir.path().join(".b.json.Xq3zT9.tmp");
     std::fs::write(&stale, vec![b'x'; 1 << 20]).unwrap();
     // files that only look alike are not ours: kept
-    let keep = [dir.path().join(".b.json.notours.tmp"), dir.path().join(".other.json.Xq3zT9.tmp"), dir.path().join("b.json.tmp")];
+    let keep = [
+        dir.path().join(".b.json.notours.tmp"),
+        dir.path().join(".other.json.Xq3zT9.tmp"),
+        dir.path().join("b.json.tmp"),
+    ];
     for k in &keep {
         std::fs::write(k, "mine").unwrap();
     }
@@ -970,7 +820,11 @@ fn temp_files_of_a_killed_run_are_removed_under_the_lock() {
     }
     assert_eq!(read(&bundle)["kernel_profile"]["gates"]["verdict"], "PASS");
     // and a real run leaves no temp file of its own
-    let tmps: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).filter(|n| n.starts_with(".b.json.") && n.len() == ".b.json.XXXXXX.tmp".len()).collect();
+    let tmps: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with(".b.json.") && n.len() == ".b.json.XXXXXX.tmp".len())
+        .collect();
     assert!(tmps.is_empty(), "{tmps:?}");
 }
 

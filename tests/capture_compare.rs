@@ -8,7 +8,14 @@ use serde_json::{json, Value};
 
 fn compare(a: &std::path::Path, b: &std::path::Path, extra: &[&str]) -> (Value, i32, String) {
     // 400 resamples keep the debug-build tests quick (the default is 2000)
-    let out = Command::cargo_bin("capture-compare").unwrap().arg(a).arg(b).args(extra).args(["--bootstrap", "400"]).output().unwrap();
+    let out = Command::cargo_bin("capture-compare")
+        .unwrap()
+        .arg(a)
+        .arg(b)
+        .args(extra)
+        .args(["--bootstrap", "400"])
+        .output()
+        .unwrap();
     let code = out.status.code().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(code == 0 || code == 1, "exit {code}: {stderr}");
@@ -82,8 +89,13 @@ fn a_capture_against_itself_has_zero_deltas() {
         }
     }
     // what the exports do not record is stated, not guessed
-    let unchecked: Vec<&str> = d["unchecked"].as_array().unwrap().iter().map(|u| u["check"].as_str().unwrap()).collect();
-    assert!(unchecked.contains(&"warmup") && unchecked.contains(&"foreign_gpu_process") && unchecked.contains(&"clock_policy"));
+    let unchecked: Vec<&str> =
+        d["unchecked"].as_array().unwrap().iter().map(|u| u["check"].as_str().unwrap()).collect();
+    assert!(
+        unchecked.contains(&"warmup")
+            && unchecked.contains(&"foreign_gpu_process")
+            && unchecked.contains(&"clock_policy")
+    );
 }
 
 fn bundle(version: &str, warmup: i64, foreign: Value, kernels: Value) -> Value {
@@ -117,7 +129,11 @@ fn bundles_refused_for_provenance_invalidators() {
     let dir = tempfile::tempdir().unwrap();
     let k = json!([{"name": "nvjet_a", "total_time_ns": 100, "instances": 1}]);
     let a = write(dir.path(), "a.json", &bundle("2025.3.1", 50, json!([]), k.clone()));
-    let b = write(dir.path(), "b.json", &bundle("2025.3.1", 10, json!([{"pid": 433, "used_memory_mib": 10240}]), k.clone()));
+    let b = write(
+        dir.path(),
+        "b.json",
+        &bundle("2025.3.1", 10, json!([{"pid": 433, "used_memory_mib": 10240}]), k.clone()),
+    );
     let (d, code, _) = compare(&a, &b, &[]);
     assert_eq!(code, 1);
     let c = checks(&d);
@@ -150,11 +166,22 @@ fn bundles_deltas_appear_and_vanish() {
     assert_eq!(rd[0]["host_wall_time_ns"]["delta"], 0);
     // the provenance gives these facts; graph use (graph launches and kernels are only in an export), the gate
     // verdict and the run's outcome are not recorded: stated as unknown, not guessed
-    let unchecked: Vec<&str> = d["unchecked"].as_array().unwrap().iter().map(|u| u["check"].as_str().unwrap()).collect();
+    let unchecked: Vec<&str> =
+        d["unchecked"].as_array().unwrap().iter().map(|u| u["check"].as_str().unwrap()).collect();
     for c in ["cuda_graphs", "gate", "run_outcome", "nsys_path", "gpu_uuid", "client_command"] {
         assert!(unchecked.contains(&c), "{c} in {unchecked:?}");
     }
-    for c in ["nsys_version", "warmup", "gpu", "clock_policy", "trace_set", "graph_trace_level", "window", "capture_flags", "foreign_gpu_process"] {
+    for c in [
+        "nsys_version",
+        "warmup",
+        "gpu",
+        "clock_policy",
+        "trace_set",
+        "graph_trace_level",
+        "window",
+        "capture_flags",
+        "foreign_gpu_process",
+    ] {
         assert!(!unchecked.contains(&c), "{c} in {unchecked:?}");
     }
     // bundles carry no per-occurrence values: no statistics, and a note says why
@@ -164,7 +191,9 @@ fn bundles_deltas_appear_and_vanish() {
     let (d, code, _) = compare(&a, &b, &["--strict"]);
     assert_eq!(code, 1);
     let strict: Vec<&Value> = d["invalidators"].as_array().unwrap().iter().collect();
-    assert!(strict.iter().any(|i| i["check"] == "cuda_graphs" && i["a"] == "unknown" && i["reason"].as_str().unwrap().starts_with("unknown under --strict")));
+    assert!(strict.iter().any(|i| i["check"] == "cuda_graphs"
+        && i["a"] == "unknown"
+        && i["reason"].as_str().unwrap().starts_with("unknown under --strict")));
 }
 
 #[test]
@@ -183,21 +212,55 @@ fn bad_inputs_exit_2_naming_the_file() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.sqlite: no such file"));
     let cats = dir.path().join("cats.txt");
     std::fs::write(&cats, "gemm=(").unwrap();
-    let out = Command::cargo_bin("capture-compare").unwrap().arg(&good).arg(&good).arg("--categories").arg(&cats).output().unwrap();
+    let out = Command::cargo_bin("capture-compare")
+        .unwrap()
+        .arg(&good)
+        .arg(&good)
+        .arg("--categories")
+        .arg(&cats)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cats.txt: rule 1 (gemm): bad regular expression"));
     let out = Command::cargo_bin("capture-compare").unwrap().arg(&good).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     // usage: an unknown --label, a bad --metric, both forms at once, a share out of range
-    let out = Command::cargo_bin("capture-compare").unwrap().arg(&good).arg(&good).args(["--label", "nope"]).output().unwrap();
+    let out = Command::cargo_bin("capture-compare")
+        .unwrap()
+        .arg(&good)
+        .arg(&good)
+        .args(["--label", "nope"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--label \"nope\": no capture has this range label (labels: vibeserve.api.poll"), "{}", String::from_utf8_lossy(&out.stderr));
-    for args in [vec!["--metric", "speed"], vec!["--max-attributed-share-diff", "2"], vec!["--bootstrap", "10"], vec!["--confidence", "1.5"]] {
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--label \"nope\": no capture has this range label (labels: vibeserve.api.poll"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for args in [
+        vec!["--metric", "speed"],
+        vec!["--max-attributed-share-diff", "2"],
+        vec!["--bootstrap", "10"],
+        vec!["--confidence", "1.5"],
+    ] {
         let out = Command::cargo_bin("capture-compare").unwrap().arg(&good).arg(&good).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains(args[0]), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(args[0]),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    let out = Command::cargo_bin("capture-compare").unwrap().arg(&good).arg(&good).arg("--baseline").arg(&good).output().unwrap();
+    let out = Command::cargo_bin("capture-compare")
+        .unwrap()
+        .arg(&good)
+        .arg(&good)
+        .arg("--baseline")
+        .arg(&good)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = Command::cargo_bin("capture-compare").unwrap().arg("--baseline").arg(&good).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -236,11 +299,22 @@ fn stdout_of(bin: &str, args: &[&std::ffi::OsStr]) -> Vec<u8> {
     out.stdout
 }
 
-fn real_bundle(dir: &std::path::Path, capture: &str, nsys: &std::path::Path, smi: &std::path::Path) -> std::path::PathBuf {
+fn real_bundle(
+    dir: &std::path::Path,
+    capture: &str,
+    nsys: &std::path::Path,
+    smi: &std::path::Path,
+) -> std::path::PathBuf {
     real_bundle_tier(dir, capture, nsys, smi, "throughput")
 }
 
-fn real_bundle_tier(dir: &std::path::Path, capture: &str, nsys: &std::path::Path, smi: &std::path::Path, tier: &str) -> std::path::PathBuf {
+fn real_bundle_tier(
+    dir: &std::path::Path,
+    capture: &str,
+    nsys: &std::path::Path,
+    smi: &std::path::Path,
+    tier: &str,
+) -> std::path::PathBuf {
     let sqlite = common::fixture(&format!("nsys-2025.3.1/{capture}.sqlite"));
     let csv = common::fixture(&format!("nsys-2025.3.1/stats/{capture}_cuda_gpu_kern_sum.csv"));
     let mut docs = Vec::new();
@@ -258,10 +332,12 @@ fn real_bundle_tier(dir: &std::path::Path, capture: &str, nsys: &std::path::Path
             "--gpu".as_ref(),
             "0".as_ref(),
             "--flags".as_ref(),
-            "--trace=cuda,nvtx,osrt --cuda-graph-trace=node --capture-range=cudaProfilerApi --capture-range-end=stop".as_ref(),
+            "--trace=cuda,nvtx,osrt --cuda-graph-trace=node --capture-range=cudaProfilerApi --capture-range-end=stop"
+                .as_ref(),
         ],
     ));
-    let bundle = dir.join(format!("{capture}.{tier}.{}.json", smi.parent().unwrap().file_name().unwrap().to_string_lossy()));
+    let bundle =
+        dir.join(format!("{capture}.{tier}.{}.json", smi.parent().unwrap().file_name().unwrap().to_string_lossy()));
     let out = Command::cargo_bin("bundle-merge").unwrap().arg(&bundle).write_stdin(docs).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     bundle
@@ -285,13 +361,20 @@ fn real_bundles_compare_and_a_foreign_gpu_process_refuses() {
     assert_eq!(code, 0, "{:?}", d["invalidators"]);
     assert_eq!(d["a"]["facts"]["foreign_gpu_processes"]["value"], json!([]));
     assert_eq!(d["a"]["facts"]["graph_trace_level"]["value"], "node");
-    assert!(d["a"]["run_facts"]["gpu_uuid"]["value"].as_str().unwrap().starts_with("GPU-"), "{}", d["a"]["run_facts"]["gpu_uuid"]);
+    assert!(
+        d["a"]["run_facts"]["gpu_uuid"]["value"].as_str().unwrap().starts_with("GPU-"),
+        "{}",
+        d["a"]["run_facts"]["gpu_uuid"]
+    );
     assert_eq!(d["a"]["run_facts"]["gpu_index"]["value"], 0);
     assert_eq!(d["a"]["run_facts"]["gate"]["value"]["verdict"], "PASS");
     // per-range deltas from the two real ranges documents: all zero
-    let ra = nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None).unwrap();
+    let ra =
+        nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None).unwrap();
     let it = d["range_deltas"].as_array().unwrap().iter().find(|r| r["label"] == "vibeserve.engine.iteration").unwrap();
-    let wall = |doc: &nsyskit::ranges::RangesDoc| doc.ranges.iter().find(|r| r.label == "vibeserve.engine.iteration").unwrap().host_wall_time_ns;
+    let wall = |doc: &nsyskit::ranges::RangesDoc| {
+        doc.ranges.iter().find(|r| r.label == "vibeserve.engine.iteration").unwrap().host_wall_time_ns
+    };
     assert_eq!(it["host_wall_time_ns"]["a"], wall(&ra));
     assert_eq!(it["host_wall_time_ns"]["delta"], 0);
 
@@ -331,7 +414,13 @@ fn real_bundles_compare_and_a_foreign_gpu_process_refuses() {
 // Issue 17 regressions: a FIFO never hangs, `-` is stdin (once), a known block of the wrong type is refused.
 
 fn compare_raw(args: &[&std::ffi::OsStr], stdin: Vec<u8>) -> std::process::Output {
-    Command::cargo_bin("capture-compare").unwrap().args(args).write_stdin(stdin).timeout(std::time::Duration::from_secs(120)).output().unwrap()
+    Command::cargo_bin("capture-compare")
+        .unwrap()
+        .args(args)
+        .write_stdin(stdin)
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -359,7 +448,9 @@ fn fifo_stdin_and_wrong_block_types() {
     std::fs::write(&bad, serde_json::to_vec(&json!({"kernel_profile": "x", "provenance": {}})).unwrap()).unwrap();
     let o = compare_raw(&[a.as_os_str(), bad.as_os_str()], vec![]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("bad.json: $.kernel_profile: expected an object, found a string"));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("bad.json: $.kernel_profile: expected an object, found a string")
+    );
     let o = compare_raw(&["/dev/null".as_ref(), a.as_os_str()], vec![]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/dev/null: is a character device"));
@@ -368,7 +459,12 @@ fn fifo_stdin_and_wrong_block_types() {
 // The real refusals of issue #15, A/B statistics on real and planted data, and every invalidator.
 
 fn inv_of<'a>(d: &'a Value, check: &str) -> &'a Value {
-    d["invalidators"].as_array().unwrap().iter().find(|i| i["check"] == check).unwrap_or_else(|| panic!("no {check} invalidator in {:?}", checks(d)))
+    d["invalidators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["check"] == check)
+        .unwrap_or_else(|| panic!("no {check} invalidator in {:?}", checks(d)))
 }
 
 #[test]
@@ -471,7 +567,8 @@ fn stretch_sql(path: &std::path::Path, num: i64, den: i64) -> Vec<String> {
         if cols.is_empty() {
             continue;
         }
-        let set: Vec<String> = cols.iter().map(|c| format!("\"{c}\" = {t0} + ((\"{c}\" - {t0}) * {num}) / {den}")).collect();
+        let set: Vec<String> =
+            cols.iter().map(|c| format!("\"{c}\" = {t0} + ((\"{c}\" - {t0}) * {num}) / {den}")).collect();
         out.push(format!("UPDATE \"{t}\" SET {};", set.join(", ")));
     }
     out
@@ -575,14 +672,24 @@ fn a_planted_ten_percent_slowdown_is_detected_and_zero_is_not() {
     sql.push(set_start(t + 3 * sec));
     let b2 = planted(dir.path(), f, "b2.sqlite", &sql);
     let run = |args: &[&std::ffi::OsStr]| {
-        let out = Command::cargo_bin("capture-compare").unwrap().args(args).args(["--bootstrap", "400"]).output().unwrap();
+        let out =
+            Command::cargo_bin("capture-compare").unwrap().args(args).args(["--bootstrap", "400"]).output().unwrap();
         let code = out.status.code().unwrap();
         assert!(code == 0 || code == 1, "{}", String::from_utf8_lossy(&out.stderr));
         (common::one_doc(&out.stdout), code)
     };
     let os = |s: &'static str| std::ffi::OsStr::new(s);
     // inputs in any order; alternated in time (a1 b1 a2 b2): no warning
-    let (d, code) = run(&[os("--baseline"), a2.as_os_str(), a1.as_os_str(), os("--trial"), b1.as_os_str(), b2.as_os_str(), os("--fail-on-regression"), os("5")]);
+    let (d, code) = run(&[
+        os("--baseline"),
+        a2.as_os_str(),
+        a1.as_os_str(),
+        os("--trial"),
+        b1.as_os_str(),
+        b2.as_os_str(),
+        os("--fail-on-regression"),
+        os("5"),
+    ]);
     assert_eq!(d["verdict"], "COMPARABLE", "{:?}", d["invalidators"]);
     assert!(d["warnings"].as_array().unwrap().is_empty(), "{:?}", d["warnings"]);
     assert_eq!(d["ab"]["baseline_captures"], 2);
@@ -604,11 +711,21 @@ fn a_planted_ten_percent_slowdown_is_detected_and_zero_is_not() {
     assert_eq!(d["regression"]["failed"], true);
     assert!(d["regression"]["ci_low_pct"].as_f64().unwrap() > 5.0);
     // 15 %: not beyond it → exit 0; the same inputs give the same statistics (seeded)
-    let (d2, code) = run(&[os("--baseline"), a2.as_os_str(), a1.as_os_str(), os("--trial"), b1.as_os_str(), b2.as_os_str(), os("--fail-on-regression"), os("15")]);
+    let (d2, code) = run(&[
+        os("--baseline"),
+        a2.as_os_str(),
+        a1.as_os_str(),
+        os("--trial"),
+        b1.as_os_str(),
+        b2.as_os_str(),
+        os("--fail-on-regression"),
+        os("15"),
+    ]);
     assert_eq!((code, d2["regression"]["failed"].as_bool()), (0, Some(false)));
     assert_eq!(d["ab"], d2["ab"]);
     // planted 0 %: two copies of the same capture — nothing flagged, --fail-on-regression 0 passes
-    let (d, code) = run(&[os("--baseline"), a1.as_os_str(), os("--trial"), a2.as_os_str(), os("--fail-on-regression"), os("0")]);
+    let (d, code) =
+        run(&[os("--baseline"), a1.as_os_str(), os("--trial"), a2.as_os_str(), os("--fail-on-regression"), os("0")]);
     assert_eq!(code, 0);
     for l in d["ab"]["labels"].as_array().unwrap() {
         assert_eq!(l["verdict"], "no significant change", "{l}");
@@ -617,10 +734,16 @@ fn a_planted_ten_percent_slowdown_is_detected_and_zero_is_not() {
     // so give the baselines both before the trials)
     let late = planted(dir.path(), f, "b3.sqlite", &[set_start(t + 10 * sec)]);
     let late2 = planted(dir.path(), f, "b4.sqlite", &[set_start(t + 11 * sec)]);
-    let (d, _) = run(&[os("--baseline"), a1.as_os_str(), a2.as_os_str(), os("--trial"), late.as_os_str(), late2.as_os_str()]);
+    let (d, _) =
+        run(&[os("--baseline"), a1.as_os_str(), a2.as_os_str(), os("--trial"), late.as_os_str(), late2.as_os_str()]);
     let w = d["warnings"].as_array().unwrap();
     assert_eq!(w.len(), 1, "{w:?}");
-    assert!(w[0].as_str().unwrap().contains("not alternated") && w[0].as_str().unwrap().contains("AABB") && w[0].as_str().unwrap().contains("entirely before"), "{w:?}");
+    assert!(
+        w[0].as_str().unwrap().contains("not alternated")
+            && w[0].as_str().unwrap().contains("AABB")
+            && w[0].as_str().unwrap().contains("entirely before"),
+        "{w:?}"
+    );
 }
 
 #[test]
@@ -630,21 +753,40 @@ fn named_baselines_are_stored_in_and_read_from_a_bundle() {
     let a1 = planted(dir.path(), f, "a1.sqlite", &[]);
     let sql = stretch_sql(&a1, 11, 10);
     let b1 = planted(dir.path(), f, "b1.sqlite", &sql);
-    let out = Command::cargo_bin("capture-compare").unwrap().arg("--baseline").arg(&a1).arg(f.replace("nsys-2025.3.1/", "")).current_dir(common::root().join("fixtures/nsys-2025.3.1")).args(["--save-baseline", "main"]).output().unwrap();
+    let out = Command::cargo_bin("capture-compare")
+        .unwrap()
+        .arg("--baseline")
+        .arg(&a1)
+        .arg(f.replace("nsys-2025.3.1/", ""))
+        .current_dir(common::root().join("fixtures/nsys-2025.3.1"))
+        .args(["--save-baseline", "main"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let base = common::one_doc(&out.stdout);
     assert_eq!(base["schema"], "nsyskit.baseline/v1");
     assert_eq!(base["name"], "main");
     assert_eq!(base["captures"].as_array().unwrap().len(), 2);
-    assert_eq!(base["captures"][0]["series"]["vibeserve.engine.iteration"]["host_wall_ns"].as_array().unwrap().len(), 400);
+    assert_eq!(
+        base["captures"][0]["series"]["vibeserve.engine.iteration"]["host_wall_ns"].as_array().unwrap().len(),
+        400
+    );
     // bundle-merge stores it at baselines.main
     let bundle = dir.path().join("bundle.json");
-    let out = Command::cargo_bin("bundle-merge").unwrap().arg(&bundle).write_stdin(out.stdout.clone()).output().unwrap();
+    let out =
+        Command::cargo_bin("bundle-merge").unwrap().arg(&bundle).write_stdin(out.stdout.clone()).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let merged = common::one_doc(&out.stdout);
     assert_eq!(merged["documents"][0]["places"][0], "baselines.main");
     // read back: the trial is compared against the stored captures (facts and gates checked as well)
-    let out = Command::cargo_bin("capture-compare").unwrap().arg("--baseline").arg(&bundle).args(["--baseline-name", "main", "--bootstrap", "400", "--trial"]).arg(&b1).output().unwrap();
+    let out = Command::cargo_bin("capture-compare")
+        .unwrap()
+        .arg("--baseline")
+        .arg(&bundle)
+        .args(["--baseline-name", "main", "--bootstrap", "400", "--trial"])
+        .arg(&b1)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let d = common::one_doc(&out.stdout);
     assert_eq!(d["verdict"], "COMPARABLE", "{:?}", d["invalidators"]);
@@ -653,12 +795,26 @@ fn named_baselines_are_stored_in_and_read_from_a_bundle() {
     assert_eq!(label(&d, "vibeserve.engine.iteration")["verdict"], "slower");
     // a stored baseline is checked like a capture: against a CPU capture it refuses (gates, ranges)
     let cpu = common::fixture("nsys-2025.3.1/cpu_nvtx_osrt.sqlite");
-    let out = Command::cargo_bin("capture-compare").unwrap().arg("--baseline").arg(&bundle).args(["--baseline-name", "main", "--trial"]).arg(&cpu).output().unwrap();
+    let out = Command::cargo_bin("capture-compare")
+        .unwrap()
+        .arg("--baseline")
+        .arg(&bundle)
+        .args(["--baseline-name", "main", "--trial"])
+        .arg(&cpu)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let d = common::one_doc(&out.stdout);
     assert!(checks(&d).contains(&"gate".to_string()));
     // an unknown name: exit 2 naming the stored ones
-    let out = Command::cargo_bin("capture-compare").unwrap().arg("--baseline").arg(&bundle).args(["--baseline-name", "nope", "--trial"]).arg(&b1).output().unwrap();
+    let out = Command::cargo_bin("capture-compare")
+        .unwrap()
+        .arg("--baseline")
+        .arg(&bundle)
+        .args(["--baseline-name", "nope", "--trial"])
+        .arg(&b1)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("$.baselines.nope: no such baseline (stored: main)"), "{err}");
@@ -699,33 +855,86 @@ fn every_provenance_invalidator_refuses_with_both_values() {
     let dir = tempfile::tempdir().unwrap();
     let pa = write(dir.path(), "pa.json", &full_provenance());
     // the same capture and provenance on both sides: comparable
-    let (d, code, _) = compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pa.to_str().unwrap()]);
+    let (d, code, _) =
+        compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pa.to_str().unwrap()]);
     assert_eq!(code, 0, "{:?}", d["invalidators"]);
     assert_eq!(d["a"]["run_facts"]["capture_mode"]["value"], "range");
     assert_eq!(d["a"]["run_facts"]["request_rate"]["value"], 4);
     // (check, path in the provenance, new value, expected a, expected b)
     let cases: Vec<(&str, &str, Value, Value, Value)> = vec![
         ("nsys_version", "nsys.version", json!("2025.3.2.0"), json!("2025.3.1"), json!("2025.3.2")),
-        ("nsys_path", "nsys.path", json!("/usr/local/bin/nsys"), json!("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys"), json!("/usr/local/bin/nsys")),
-        ("capture_flags", "capture.flags_argv", json!(["profile", "--trace=cuda,nvtx,osrt", "--cuda-graph-trace=node", "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--sample=none", "python3", "server.py"]), Value::Null, Value::Null),
-        ("client_command", "capture.client_cmd", json!("python3 load_client.py http://127.0.0.1:18080 4"), json!("python3 load_client.py http://127.0.0.1:18080 1"), json!("python3 load_client.py http://127.0.0.1:18080 4")),
+        (
+            "nsys_path",
+            "nsys.path",
+            json!("/usr/local/bin/nsys"),
+            json!("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys"),
+            json!("/usr/local/bin/nsys"),
+        ),
+        (
+            "capture_flags",
+            "capture.flags_argv",
+            json!([
+                "profile",
+                "--trace=cuda,nvtx,osrt",
+                "--cuda-graph-trace=node",
+                "--capture-range=cudaProfilerApi",
+                "--capture-range-end=stop",
+                "--sample=none",
+                "python3",
+                "server.py"
+            ]),
+            Value::Null,
+            Value::Null,
+        ),
+        (
+            "client_command",
+            "capture.client_cmd",
+            json!("python3 load_client.py http://127.0.0.1:18080 4"),
+            json!("python3 load_client.py http://127.0.0.1:18080 1"),
+            json!("python3 load_client.py http://127.0.0.1:18080 4"),
+        ),
         ("request_rate", "workload.request_rate", json!(8), json!(4), json!(8)),
         ("concurrency", "workload.concurrency", json!(4), json!(1), json!(4)),
         ("seed_policy", "workload.seed_policy", json!("random"), json!("fixed:0"), json!("random")),
         ("warmup", "capture.warmup", json!("0 requests"), json!("3 requests"), json!("0 requests")),
-        ("instrumentation", "capture.instrumentation", json!([{"name": "VS_NVTX", "state": "off"}]), json!([{"name": "VS_NVTX", "state": "on"}]), json!([{"name": "VS_NVTX", "state": "off"}])),
-        ("instrumentation_patch", "capture.instrumentation_patch", json!("sha256:2222"), json!("sha256:1111"), json!("sha256:2222")),
+        (
+            "instrumentation",
+            "capture.instrumentation",
+            json!([{"name": "VS_NVTX", "state": "off"}]),
+            json!([{"name": "VS_NVTX", "state": "on"}]),
+            json!([{"name": "VS_NVTX", "state": "off"}]),
+        ),
+        (
+            "instrumentation_patch",
+            "capture.instrumentation_patch",
+            json!("sha256:2222"),
+            json!("sha256:1111"),
+            json!("sha256:2222"),
+        ),
         ("gpu", "gpu.gpus.0.name", json!("NVIDIA H100"), json!(["NVIDIA H200"]), json!(["NVIDIA H100"])),
         ("gpu_index", "gpu.gpus.0.index", json!(3), json!(0), json!(3)),
-        ("gpu_uuid", "gpu.gpus.0.uuid", json!("GPU-other"), json!("GPU-cce536fc-5671-8c56-30c3-5f6fa3d29c2e"), json!("GPU-other")),
+        (
+            "gpu_uuid",
+            "gpu.gpus.0.uuid",
+            json!("GPU-other"),
+            json!("GPU-cce536fc-5671-8c56-30c3-5f6fa3d29c2e"),
+            json!("GPU-other"),
+        ),
         ("clock_policy", "gpu.clock_policy", json!("locked:1500"), json!("default"), json!("locked:1500")),
-        ("application_clocks", "gpu.gpus.0.app_clock_graphics_mhz", json!(1500), json!({"graphics_mhz": 1980, "memory_mhz": 3201}), json!({"graphics_mhz": 1500, "memory_mhz": 3201})),
+        (
+            "application_clocks",
+            "gpu.gpus.0.app_clock_graphics_mhz",
+            json!(1500),
+            json!({"graphics_mhz": 1980, "memory_mhz": 3201}),
+            json!({"graphics_mhz": 1500, "memory_mhz": 3201}),
+        ),
     ];
     for (check, path, value, ea, eb) in cases {
         let mut p = full_provenance();
         set_path(&mut p, path, value);
         let pb = write(dir.path(), &format!("pb_{check}.json"), &p);
-        let (d, code, _) = compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
+        let (d, code, _) =
+            compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
         assert_eq!(code, 1, "{check}");
         assert_eq!(checks(&d), vec![check.to_string()], "{check}: {:?}", d["invalidators"]);
         let i = &d["invalidators"][0];
@@ -736,52 +945,120 @@ fn every_provenance_invalidator_refuses_with_both_values() {
     }
     // flag words that change the trace set / graph level / window / mode refuse on those facts
     for (flags, expect) in [
-        (json!(["profile", "--trace=cuda,nvtx", "--cuda-graph-trace=node", "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "python3", "server.py"]), "trace_set"),
-        (json!(["profile", "--trace=cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "python3", "server.py"]), "graph_trace_level"),
-        (json!(["profile", "--trace=cuda,nvtx,osrt", "--cuda-graph-trace=node", "--delay=60", "--duration=10", "python3", "server.py"]), "window"),
-        (json!(["profile", "--trace=cuda,nvtx,osrt", "--cuda-graph-trace=node", "--delay=60", "--duration=10", "python3", "server.py"]), "capture_mode"),
+        (
+            json!([
+                "profile",
+                "--trace=cuda,nvtx",
+                "--cuda-graph-trace=node",
+                "--capture-range=cudaProfilerApi",
+                "--capture-range-end=stop",
+                "python3",
+                "server.py"
+            ]),
+            "trace_set",
+        ),
+        (
+            json!([
+                "profile",
+                "--trace=cuda,nvtx,osrt",
+                "--capture-range=cudaProfilerApi",
+                "--capture-range-end=stop",
+                "python3",
+                "server.py"
+            ]),
+            "graph_trace_level",
+        ),
+        (
+            json!([
+                "profile",
+                "--trace=cuda,nvtx,osrt",
+                "--cuda-graph-trace=node",
+                "--delay=60",
+                "--duration=10",
+                "python3",
+                "server.py"
+            ]),
+            "window",
+        ),
+        (
+            json!([
+                "profile",
+                "--trace=cuda,nvtx,osrt",
+                "--cuda-graph-trace=node",
+                "--delay=60",
+                "--duration=10",
+                "python3",
+                "server.py"
+            ]),
+            "capture_mode",
+        ),
     ] {
         let mut p = full_provenance();
         p["capture"]["flags_argv"] = flags;
         let pb = write(dir.path(), &format!("pf_{expect}.json"), &p);
-        let (d, code, _) = compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
+        let (d, code, _) =
+            compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
         assert_eq!(code, 1, "{expect}");
         assert!(checks(&d).contains(&expect.to_string()), "{expect}: {:?}", checks(&d));
     }
     let mode = {
         let mut p = full_provenance();
-        p["capture"]["flags_argv"] = json!(["profile", "--trace=cuda,nvtx,osrt", "--cuda-graph-trace=node", "--delay=60", "--duration=10", "python3", "server.py"]);
+        p["capture"]["flags_argv"] = json!([
+            "profile",
+            "--trace=cuda,nvtx,osrt",
+            "--cuda-graph-trace=node",
+            "--delay=60",
+            "--duration=10",
+            "python3",
+            "server.py"
+        ]);
         let pb = write(dir.path(), "pmode.json", &p);
         compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]).0
     };
-    assert_eq!((&inv_of(&mode, "capture_mode")["a"], &inv_of(&mode, "capture_mode")["b"]), (&json!("range"), &json!("time")));
+    assert_eq!(
+        (&inv_of(&mode, "capture_mode")["a"], &inv_of(&mode, "capture_mode")["b"]),
+        (&json!("range"), &json!("time"))
+    );
     // a foreign process or throttling on ONE side refuses, naming that side
     let mut p = full_provenance();
-    p["gpu"]["processes"] = json!([{"pid": 433, "process_name": "python3", "used_memory_mib": 10240, "on_target": true}]);
+    p["gpu"]["processes"] =
+        json!([{"pid": 433, "process_name": "python3", "used_memory_mib": 10240, "on_target": true}]);
     let pb = write(dir.path(), "pforeign.json", &p);
-    let (d, _, _) = compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
+    let (d, _, _) =
+        compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
     assert_eq!(checks(&d), vec!["foreign_gpu_process"]);
     assert_eq!(d["invalidators"][0]["a"][0]["pid"], 433);
     let mut p = full_provenance();
     p["gpu"]["gpus"][0]["clocks_event_reasons_active"] = json!("0x0000000000000040");
     let pb = write(dir.path(), "pthrottle.json", &p);
-    let (d, _, _) = compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
+    let (d, _, _) =
+        compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
     assert_eq!(checks(&d), vec!["thermal_throttling"]);
     assert!(d["invalidators"][0]["reason"].as_str().unwrap().contains("hw_thermal_slowdown"));
     // SW power cap alone is not thermal throttling
     let mut p = full_provenance();
     p["gpu"]["gpus"][0]["clocks_event_reasons_active"] = json!("0x0000000000000004");
     let pb = write(dir.path(), "ppower.json", &p);
-    let (_, code, _) = compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
+    let (_, code, _) =
+        compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
     assert_eq!(code, 0);
     // a field absent on one side is unknown, not a difference; --strict refuses on it
     let mut p = full_provenance();
     p["workload"].as_object_mut().unwrap().remove("seed_policy");
     let pb = write(dir.path(), "punknown.json", &p);
-    let (d, code, _) = compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
+    let (d, code, _) =
+        compare(&cap, &cap, &["--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
     assert_eq!(code, 0);
-    assert!(d["unchecked"].as_array().unwrap().iter().any(|u| u["check"] == "seed_policy" && u["reason"] == "not recorded in the second"));
-    let (d, code, _) = compare(&cap, &cap, &["--strict", "--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()]);
+    assert!(d["unchecked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|u| u["check"] == "seed_policy" && u["reason"] == "not recorded in the second"));
+    let (d, code, _) = compare(
+        &cap,
+        &cap,
+        &["--strict", "--provenance-a", pa.to_str().unwrap(), "--provenance-b", pb.to_str().unwrap()],
+    );
     assert_eq!(code, 1);
     let i = inv_of(&d, "seed_policy");
     assert_eq!((&i["a"], &i["b"]), (&json!("unknown"), &json!("unknown")));
@@ -809,7 +1086,10 @@ fn serve_bundle(outcome: &str, clocks_end: i64, reasons_end: &str, warmup: &str,
 }
 
 fn ranges_doc(labels: &[(&str, i64)], attributed: i64, total: i64) -> Value {
-    let rows: Vec<Value> = labels.iter().map(|(l, n)| json!({"label": l, "occurrences": n, "host_wall_time_ns": 1000 * n, "depths": {"0": n}})).collect();
+    let rows: Vec<Value> = labels
+        .iter()
+        .map(|(l, n)| json!({"label": l, "occurrences": n, "host_wall_time_ns": 1000 * n, "depths": {"0": n}}))
+        .collect();
     json!({"schema": "nsyskit.ranges/v1", "ranges": rows, "totals": {"kernel_work_total_ns": total, "kernel_work_attributed_ns": attributed}, "thread_diagnostics": []})
 }
 
@@ -828,9 +1108,47 @@ fn every_run_invalidator_refuses_on_serve_capture_bundles() {
         ("clock_stability", serve_bundle("ok", 1755, "0x0000000000000000", "3", std_ranges.clone(), json!({}))),
         ("thermal_throttling", serve_bundle("ok", 1980, "0x0000000000000020", "3", std_ranges.clone(), json!({}))),
         ("warmup_command", serve_bundle("ok", 1980, "0x0000000000000000", "10", std_ranges.clone(), json!({}))),
-        ("iteration_label", serve_bundle("ok", 1980, "0x0000000000000000", "3", ranges_doc(&[("vibeserve.graph.replay", 400)], 990, 1000), json!({}))),
-        ("expected_ranges", serve_bundle("ok", 1980, "0x0000000000000000", "3", ranges_doc(&[("vibeserve.engine.iteration", 400), ("vibeserve.graph.replay", 400), ("vibeserve.model.prefill", 3)], 990, 1000), json!({}))),
-        ("attributed_share", serve_bundle("ok", 1980, "0x0000000000000000", "3", ranges_doc(&[("vibeserve.engine.iteration", 400), ("vibeserve.graph.replay", 400)], 700, 1000), json!({}))),
+        (
+            "iteration_label",
+            serve_bundle(
+                "ok",
+                1980,
+                "0x0000000000000000",
+                "3",
+                ranges_doc(&[("vibeserve.graph.replay", 400)], 990, 1000),
+                json!({}),
+            ),
+        ),
+        (
+            "expected_ranges",
+            serve_bundle(
+                "ok",
+                1980,
+                "0x0000000000000000",
+                "3",
+                ranges_doc(
+                    &[
+                        ("vibeserve.engine.iteration", 400),
+                        ("vibeserve.graph.replay", 400),
+                        ("vibeserve.model.prefill", 3),
+                    ],
+                    990,
+                    1000,
+                ),
+                json!({}),
+            ),
+        ),
+        (
+            "attributed_share",
+            serve_bundle(
+                "ok",
+                1980,
+                "0x0000000000000000",
+                "3",
+                ranges_doc(&[("vibeserve.engine.iteration", 400), ("vibeserve.graph.replay", 400)], 700, 1000),
+                json!({}),
+            ),
+        ),
     ];
     for (check, bundle) in cases {
         let b = write(dir.path(), &format!("b_{check}.json"), &bundle);
@@ -842,7 +1160,9 @@ fn every_run_invalidator_refuses_on_serve_capture_bundles() {
         assert!(!i["reason"].as_str().unwrap().is_empty());
         match check {
             "run_outcome" => assert_eq!(i["a"], "failed"),
-            "clock_stability" => assert_eq!((&i["a"]["graphics_mhz"], &i["b"]["graphics_mhz"]), (&json!(1980), &json!(1755))),
+            "clock_stability" => {
+                assert_eq!((&i["a"]["graphics_mhz"], &i["b"]["graphics_mhz"]), (&json!(1980), &json!(1755)))
+            }
             "attributed_share" => assert_eq!((i["a"].as_f64(), i["b"].as_f64()), (Some(0.99), Some(0.7))),
             "expected_ranges" => assert_eq!(i["b"], json!(["vibeserve.model.prefill"])),
             "iteration_label" => assert_eq!((&i["a"], &i["b"]), (&json!(400), &json!(0))),
@@ -850,12 +1170,24 @@ fn every_run_invalidator_refuses_on_serve_capture_bundles() {
         }
     }
     // a share difference within the threshold passes; a lower threshold refuses it
-    let near = write(dir.path(), "near.json", &serve_bundle("ok", 1980, "0x0000000000000000", "3", ranges_doc(&[("vibeserve.engine.iteration", 400), ("vibeserve.graph.replay", 400)], 960, 1000), json!({})));
+    let near = write(
+        dir.path(),
+        "near.json",
+        &serve_bundle(
+            "ok",
+            1980,
+            "0x0000000000000000",
+            "3",
+            ranges_doc(&[("vibeserve.engine.iteration", 400), ("vibeserve.graph.replay", 400)], 960, 1000),
+            json!({}),
+        ),
+    );
     assert_eq!(compare(&a, &near, &[]).1, 0);
     assert_eq!(compare(&a, &near, &["--max-attributed-share-diff", "0.01"]).1, 1);
     // a gate RETRY recorded by serve-capture refuses
     let mut g = ok.clone();
-    g["serve_capture"]["gate"] = json!({"verdict": "RETRY", "retry": ["G2"], "reasons": ["G2: the report is 1911082 bytes"]});
+    g["serve_capture"]["gate"] =
+        json!({"verdict": "RETRY", "retry": ["G2"], "reasons": ["G2: the report is 1911082 bytes"]});
     let gb = write(dir.path(), "gate.json", &g);
     let (d, _, _) = compare(&a, &gb, &[]);
     assert_eq!(inv_of(&d, "gate")["a"]["retry"], json!(["G2"]));
@@ -883,7 +1215,14 @@ fn profiled_throughput_is_never_compared_with_an_unprofiled_score() {
     // B has only the profiled client's throughput: never compared
     let (d, _, _) = compare(&a, &p, &[]);
     assert_eq!(d["throughput"]["compared"], false);
-    assert!(d["throughput"]["reason"].as_str().unwrap().contains("profiled run's throughput is diagnostic only (unprofiled vs profiled)"), "{}", d["throughput"]);
+    assert!(
+        d["throughput"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("profiled run's throughput is diagnostic only (unprofiled vs profiled)"),
+        "{}",
+        d["throughput"]
+    );
     assert_eq!(d["b"]["diagnostic_throughput"]["diagnostic_only"], true);
     let (d, _, _) = compare(&p, &p, &[]);
     assert_eq!(d["throughput"]["compared"], false);
@@ -929,7 +1268,11 @@ fn a_planted_kernel_slowdown_in_one_range_is_found_in_that_range() {
             WHERE COALESCE(n.text, s.value) = 'vibeserve.sampling.d2h');"
             .into()],
     );
-    let (d, code, _) = compare(&a, &b, &["--metric", "kernel_busy_union", "--label", "vibeserve.sampling.d2h", "--fail-on-regression", "1"]);
+    let (d, code, _) = compare(
+        &a,
+        &b,
+        &["--metric", "kernel_busy_union", "--label", "vibeserve.sampling.d2h", "--fail-on-regression", "1"],
+    );
     assert_eq!(d["verdict"], "COMPARABLE", "{:?}", d["invalidators"]);
     let d2h = label(&d, "vibeserve.sampling.d2h");
     assert_eq!(d2h["verdict"], "slower");

@@ -12,7 +12,11 @@ use rusqlite::Connection;
 
 fn raw(rel: &str) -> Connection {
     let p = common::fixture(rel);
-    Connection::open_with_flags(format!("file:{}?mode=ro&immutable=1", p.display()), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI).unwrap()
+    Connection::open_with_flags(
+        format!("file:{}?mode=ro&immutable=1", p.display()),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+    )
+    .unwrap()
 }
 
 fn q(c: &Connection, sql: &str) -> i64 {
@@ -34,7 +38,11 @@ fn graph_node_events_table_is_resolved_per_nsys_version() {
         assert_eq!(ex.graph_node_events_table(), Some(table), "{f}");
         let facts = ex.graph_facts().unwrap();
         let c = raw(f);
-        assert_eq!(facts.node_events, Some((table.to_string(), q(&c, &format!("SELECT count(*) FROM {table}")))), "{f}");
+        assert_eq!(
+            facts.node_events,
+            Some((table.to_string(), q(&c, &format!("SELECT count(*) FROM {table}")))),
+            "{f}"
+        );
     }
     // graph-level 2025.3 capture: CUDA_GRAPH_EVENTS only (graph-level events), no node table
     let ex = Export::open(&common::fixture("nsys-2025.3.1/gpu_full_graph.sqlite")).unwrap();
@@ -71,7 +79,11 @@ fn graph_facts_have_one_definition_on_every_version() {
             }
         }
         assert_eq!(g.node_rows, node, "{f}");
-        assert_eq!(g.kernel_node_rows, q(&c, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL"), "{f}");
+        assert_eq!(
+            g.kernel_node_rows,
+            q(&c, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL"),
+            "{f}"
+        );
         let mode = ex.graph_trace_mode().unwrap().expect("both versions record the mode");
         let node_level = f.contains("node");
         assert_eq!(mode.mode, if node_level { "node" } else { "graph" }, "{f}");
@@ -82,7 +94,9 @@ fn graph_facts_have_one_definition_on_every_version() {
 
 #[test]
 fn typed_readers_match_the_tables_on_every_version() {
-    for f in ["nsys-2023.4.4/gpu_range_node.sqlite", "nsys-2025.3.1/gpu_full_node.sqlite", "nsys-2025.3.1/serve_node.sqlite"] {
+    for f in
+        ["nsys-2023.4.4/gpu_range_node.sqlite", "nsys-2025.3.1/gpu_full_node.sqlite", "nsys-2025.3.1/serve_node.sqlite"]
+    {
         let ex = Export::open(&common::fixture(f)).unwrap();
         let c = raw(f);
         let mut skips = RowSkips::new();
@@ -93,7 +107,14 @@ fn typed_readers_match_the_tables_on_every_version() {
             Ok(())
         })
         .unwrap();
-        assert_eq!((n, sum), (q(&c, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME"), q(&c, "SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_RUNTIME")), "{f}");
+        assert_eq!(
+            (n, sum),
+            (
+                q(&c, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME"),
+                q(&c, "SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+            ),
+            "{f}"
+        );
         for k in DeviceKind::ALL {
             let t = k.table();
             if q(&c, &format!("SELECT count(*) FROM sqlite_master WHERE name = '{t}'")) == 0 {
@@ -108,7 +129,11 @@ fn typed_readers_match_the_tables_on_every_version() {
             })
             .unwrap();
             assert_eq!(n, q(&c, &format!("SELECT count(*) FROM {t}")), "{f} {t}");
-            assert_eq!(corr.len() as i64, q(&c, &format!("SELECT count(*) FROM (SELECT DISTINCT globalPid, correlationId FROM {t})")), "{f} {t}");
+            assert_eq!(
+                corr.len() as i64,
+                q(&c, &format!("SELECT count(*) FROM (SELECT DISTINCT globalPid, correlationId FROM {t})")),
+                "{f} {t}"
+            );
         }
         let mut sync = 0i64;
         ex.sync_rows(&mut skips, |_| {
@@ -127,7 +152,11 @@ fn typed_readers_match_the_tables_on_every_version() {
         })
         .unwrap();
         assert_eq!(ranges, q(&c, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60)"), "{f}");
-        assert_eq!(ex.process_ids().unwrap().len() as i64, q(&c, "SELECT count(DISTINCT globalPid) FROM PROCESSES"), "{f}");
+        assert_eq!(
+            ex.process_ids().unwrap().len() as i64,
+            q(&c, "SELECT count(DISTINCT globalPid) FROM PROCESSES"),
+            "{f}"
+        );
         // DIAGNOSTIC_EVENT exists from nsys 2024 on
         let diag = ex.diagnostic_events().unwrap();
         if f.contains("2023") {
@@ -153,13 +182,20 @@ fn a_missing_column_names_file_table_and_column() {
     let ex = Export::open(&p).unwrap();
     let e = ex.runtime_calls(&mut RowSkips::new(), |_| Ok(())).unwrap_err();
     assert_eq!(e.exit_code(), 2);
-    assert!(e.message.contains("x.sqlite") && e.message.contains("CUPTI_ACTIVITY_KIND_RUNTIME has no column correlationId"), "{}", e.message);
+    assert!(
+        e.message.contains("x.sqlite") && e.message.contains("CUPTI_ACTIVITY_KIND_RUNTIME has no column correlationId"),
+        "{}",
+        e.message
+    );
 }
 
 #[test]
 fn one_nsys_export_command_line() {
     let v = nsyskit::export::nsys_export_args("r.nsys-rep", "o.sqlite");
-    assert_eq!(v, ["export", "--type=sqlite", "--force-overwrite=true", "--lazy=false", "--output=o.sqlite", "r.nsys-rep"]);
+    assert_eq!(
+        v,
+        ["export", "--type=sqlite", "--force-overwrite=true", "--lazy=false", "--output=o.sqlite", "r.nsys-rep"]
+    );
 }
 
 /// The export layer is the only code that reads nsys tables: no SQL and no raw connection outside src/export/

@@ -51,17 +51,20 @@ fn gpu_full_node_passes() {
     assert_eq!(gate(&doc, "G0")["verdict"], "pass");
     assert_eq!(gate(&doc, "G1")["verdict"], "pass");
     assert_eq!(gate(&doc, "G1")["measured"], 9400.0); // 200 replays × 47 nodes
-    // no report to measure: an export was given (the documented small-capture case: G2 skips)
+                                                      // no report to measure: an export was given (the documented small-capture case: G2 skips)
     assert_eq!(gate(&doc, "G2")["verdict"], "skip");
     assert_eq!(gate(&doc, "G3")["measured"], 9579.0);
     assert_eq!(gate(&doc, "G4")["measured"], 0.0);
     let g5 = gate(&doc, "G5");
     assert_eq!(g5["verdict"], "pass");
     assert_eq!(g5["at_ns"], 8423154279i64);
-    assert!(g5["evidence"].to_string().contains("kernel starts per tenth of the window: 43 3 1 2 0 6 35 289 0 9200"), "{g5}");
+    assert!(
+        g5["evidence"].to_string().contains("kernel starts per tenth of the window: 43 3 1 2 0 6 35 289 0 9200"),
+        "{g5}"
+    );
     assert_eq!(gate(&doc, "G6")["verdict"], "skip");
     assert!(doc["source"]["nsys_version"].as_str().unwrap().starts_with("2025.3"), "{}", doc["source"]); // META_DATA_EXPORT says 2025.3.2.0
-    // the evidence is untouched
+                                                                                                         // the evidence is untouched
     let after = std::fs::metadata(&f).unwrap();
     assert_eq!(before.modified().unwrap(), after.modified().unwrap());
     assert_eq!(bytes, std::fs::read(&f).unwrap());
@@ -120,11 +123,8 @@ fn failed_capture_retries_at_g4_without_its_log() {
     assert!((share - 1022.0 / 1028.0).abs() < 1e-12, "{share}");
     assert!(g4["reason"].as_str().unwrap().contains("CUDA data stops at 7.568 s"), "{}", g4["reason"]);
     // the threshold is a flag
-    let (code, doc, _) = gate_check(&[
-        &p("nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite"),
-        "--max-nvtx-after-cuda-share",
-        "1",
-    ]);
+    let (code, doc, _) =
+        gate_check(&[&p("nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite"), "--max-nvtx-after-cuda-share", "1"]);
     assert_eq!(code, 0);
     assert_eq!(gate(&doc, "G4")["verdict"], "pass");
 }
@@ -147,13 +147,8 @@ fn cpu_captures_retry_at_g3() {
 #[test]
 fn g5_finds_long_empty_stretches() {
     // with thresholds lowered to the toy workload's scale, gpu_full_node's 123 ms hole is "long"
-    let (code, doc, _) = gate_check(&[
-        &p("nsys-2025.3.1/gpu_full_node.sqlite"),
-        "--max-gap-share",
-        "0.1",
-        "--min-gap-ms",
-        "100",
-    ]);
+    let (code, doc, _) =
+        gate_check(&[&p("nsys-2025.3.1/gpu_full_node.sqlite"), "--max-gap-share", "0.1", "--min-gap-ms", "100"]);
     assert_eq!(code, 1);
     assert_eq!(retry(&doc), ["G5"]);
     let g5 = gate(&doc, "G5");
@@ -268,7 +263,12 @@ fn unusable_input_exits_2() {
 }
 
 /// A small synthetic export: a graph launch whose kernels carry no graphNodeId, and no graph-mode row.
-fn synthetic_export(dir: &std::path::Path, name: &str, with_node_rows: bool, diagnostics: &[(i64, &str)]) -> std::path::PathBuf {
+fn synthetic_export(
+    dir: &std::path::Path,
+    name: &str,
+    with_node_rows: bool,
+    diagnostics: &[(i64, &str)],
+) -> std::path::PathBuf {
     let path = dir.join(name);
     let c = rusqlite::Connection::open(&path).unwrap();
     c.execute_batch(
@@ -284,7 +284,8 @@ fn synthetic_export(dir: &std::path::Path, name: &str, with_node_rows: bool, dia
     )
     .unwrap();
     let node = if with_node_rows { "5" } else { "NULL" };
-    c.execute_batch(&format!("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (300, 400, 16777216, 7, {node});")).unwrap();
+    c.execute_batch(&format!("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (300, 400, 16777216, 7, {node});"))
+        .unwrap();
     for (sev, text) in diagnostics {
         c.execute("INSERT INTO DIAGNOSTIC_EVENT VALUES (10, 1, 1, ?1, ?2, 0)", rusqlite::params![sev, text]).unwrap();
     }
@@ -299,7 +300,11 @@ fn g1_decides_from_data_and_provenance_when_metadata_is_silent() {
     assert_eq!(code, 1);
     let g1 = gate(&doc, "G1");
     assert_eq!(g1["verdict"], "retry");
-    assert!(g1["reason"].as_str().unwrap().contains("1 cudaGraphLaunch calls but no KERNEL row has a graphNodeId"), "{}", g1["reason"]);
+    assert!(
+        g1["reason"].as_str().unwrap().contains("1 cudaGraphLaunch calls but no KERNEL row has a graphNodeId"),
+        "{}",
+        g1["reason"]
+    );
     let node = synthetic_export(dir.path(), "node.sqlite", true, &[]);
     let (_, doc, _) = gate_check(&[node.to_str().unwrap()]);
     assert_eq!(gate(&doc, "G1")["verdict"], "pass");
@@ -329,7 +334,10 @@ fn g0_names_the_cause_in_diagnostics_and_logs() {
         dir.path(),
         "diag.sqlite",
         true,
-        &[(2, "No CUDA events collected. Does the process use CUDA?"), (3, "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES: ERR_NVGPUCTRPERM")],
+        &[
+            (2, "No CUDA events collected. Does the process use CUDA?"),
+            (3, "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES: ERR_NVGPUCTRPERM"),
+        ],
     );
     let (code, doc, _) = gate_check(&[e.to_str().unwrap()]);
     assert_eq!(code, 1);
@@ -346,7 +354,12 @@ fn g0_names_the_cause_in_diagnostics_and_logs() {
     let (_, doc, _) = gate_check(&[clean.to_str().unwrap(), "--log", log.to_str().unwrap()]);
     let reason = gate(&doc, "G0")["reason"].as_str().unwrap().to_string();
     // the dotted versions line: runtime 12.4 vs driver 11.8 is named as a toolkit-vs-driver major skew
-    assert!(reason.contains("toolkit-vs-driver major-version skew: CUDA runtime 12.4 vs driver 11.8 (CUPTI failed to initialise)"), "{reason}");
+    assert!(
+        reason.contains(
+            "toolkit-vs-driver major-version skew: CUDA runtime 12.4 vs driver 11.8 (CUPTI failed to initialise)"
+        ),
+        "{reason}"
+    );
     // the real logs of the captures that worked have no finding
     for log in [
         "logs/nsys-2025.3.1_gpu_full_node.console.txt",
@@ -392,14 +405,9 @@ fn decode_mixed_retries_at_g7() {
     let reason = g7["reason"].as_str().unwrap();
     assert!(reason.contains("15 of 400 decode steps") && reason.contains("15 contain a prefill range"), "{reason}");
     assert_eq!(g7["at_ns"], 22532138i64); // the first contaminated step
-    // the threshold is a flag
-    let (code, doc, _) = gate_check(&[
-        &p("nsys-2025.3.1/decode_mixed.sqlite"),
-        "--tier",
-        "decode",
-        "--max-contaminated-share",
-        "0.05",
-    ]);
+                                          // the threshold is a flag
+    let (code, doc, _) =
+        gate_check(&[&p("nsys-2025.3.1/decode_mixed.sqlite"), "--tier", "decode", "--max-contaminated-share", "0.05"]);
     assert_eq!(code, 0);
     assert_eq!(gate(&doc, "G7")["verdict"], "pass");
 }
@@ -417,7 +425,11 @@ fn decode_range_flag_picks_the_step_label() {
     let (code, doc, _) = gate_check(&[&f, "--tier", "decode", "--decode-range", "nope"]);
     assert_eq!(code, 1);
     let reason = gate(&doc, "G6")["reason"].as_str().unwrap().to_string();
-    assert!(reason.contains("--decode-range nope: no such NVTX range") && reason.contains("vibeserve.engine.iteration (400)"), "{reason}");
+    assert!(
+        reason.contains("--decode-range nope: no such NVTX range")
+            && reason.contains("vibeserve.engine.iteration (400)"),
+        "{reason}"
+    );
     assert_eq!(gate(&doc, "G7")["verdict"], "skip");
     // a CPU-only capture: its steps carry no kernel
     let (_, doc, _) = gate_check(&[&p("nsys-2023.4.4/cpu_nvtx_osrt.sqlite"), "--tier", "decode"]);
@@ -450,7 +462,13 @@ fn real_serve_capture_with_its_log_and_provenance() {
     assert_eq!(code, 0, "{doc}");
     assert_eq!(doc["verdict"], "PASS");
     let g1 = gate(&doc, "G1");
-    assert!(g1["evidence"].to_string().contains("capture.flags_argv: profile --trace=cuda,nvtx,osrt --cuda-graph-trace=node"), "{}", g1["evidence"]);
+    assert!(
+        g1["evidence"]
+            .to_string()
+            .contains("capture.flags_argv: profile --trace=cuda,nvtx,osrt --cuda-graph-trace=node"),
+        "{}",
+        g1["evidence"]
+    );
     let recorded = std::fs::read(fixture("serve-capture-gpu/gate.json")).unwrap();
     let recorded = one_doc(&recorded); // the document written on the GPU machine matches our schema
     assert_eq!(recorded["retry"], serde_json::json!(["G2"]));
@@ -465,7 +483,10 @@ fn real_serve_capture_with_its_log_and_provenance() {
     let (code, doc, _) = gate_check(&[graph.to_str().unwrap(), "--provenance", &prov]);
     assert_eq!(code, 1); // provenance says node, but the data shows a graph launch without node rows
     let reason = gate(&doc, "G1")["reason"].as_str().unwrap().to_string();
-    assert!(reason.contains("recorded mode node from --provenance") && reason.contains("no KERNEL row has a graphNodeId"), "{reason}");
+    assert!(
+        reason.contains("recorded mode node from --provenance") && reason.contains("no KERNEL row has a graphNodeId"),
+        "{reason}"
+    );
     let node = synthetic_export(dir.path(), "node.sqlite", true, &[]);
     let (code, doc, _) = gate_check(&[node.to_str().unwrap(), "--provenance", &prov]);
     // the synthetic export has no NVTX_EVENTS table: G4 cannot check the coverage, never PASS (issue #14)

@@ -58,9 +58,17 @@ fn cases() -> Vec<Case> {
         let s = stem(f);
         v.push(case(format!("gate-check__{s}"), "gate-check", &[&p, "--pretty"]));
         v.push(case(format!("sqlite-ranges__{s}"), "sqlite-ranges", &[&p, "--pretty"]));
-        v.push(case(format!("sqlite-ranges__{s}__prefix"), "sqlite-ranges", &[&p, "--range-prefix", "vibeserve.", "--pretty"]));
+        v.push(case(
+            format!("sqlite-ranges__{s}__prefix"),
+            "sqlite-ranges",
+            &[&p, "--range-prefix", "vibeserve.", "--pretty"],
+        ));
         v.push(case(format!("nvtx-readiness__{s}"), "nvtx-readiness", &[&p, "--pretty"]));
-        v.push(case(format!("nvtx-readiness__{s}__prefix"), "nvtx-readiness", &[&p, "--range-prefix", "vibeserve", "--pretty"]));
+        v.push(case(
+            format!("nvtx-readiness__{s}__prefix"),
+            "nvtx-readiness",
+            &[&p, "--range-prefix", "vibeserve", "--pretty"],
+        ));
         v.push(case(format!("report__{s}"), "report", &[&p, "--pretty"]));
         if f.contains("decode_") {
             v.push(case(format!("gate-check__{s}__decode"), "gate-check", &[&p, "--tier", "decode", "--pretty"]));
@@ -107,7 +115,9 @@ fn cases() -> Vec<Case> {
         &[&fx("nsys-2025.3.1/decode_mixed.sqlite"), "--window", "0:3000000000", "--pretty"],
     ));
     // stdin (`-`)
-    for (bin, extra) in [("gate-check", &[][..]), ("sqlite-ranges", &["--range-prefix", "vibeserve."][..]), ("nvtx-readiness", &[][..])] {
+    for (bin, extra) in
+        [("gate-check", &[][..]), ("sqlite-ranges", &["--range-prefix", "vibeserve."][..]), ("nvtx-readiness", &[][..])]
+    {
         let mut args = vec!["-".to_string()];
         args.extend(extra.iter().map(|s| s.to_string()));
         args.push("--pretty".into());
@@ -239,12 +249,24 @@ fn every_binary_on_every_fixture_is_unchanged() {
         }
         match std::fs::read(&path) {
             Ok(want) if want == got => {}
-            Ok(want) => failures.push(format!("{}: differs from {} ({}); {}", c.name, rel(&path), first_diff(&want, &got), cmdline(c))),
+            Ok(want) => failures.push(format!(
+                "{}: differs from {} ({}); {}",
+                c.name,
+                rel(&path),
+                first_diff(&want, &got),
+                cmdline(c)
+            )),
             Err(_) => failures.push(format!("{}: no golden file {} (bless with NSYSKIT_BLESS=1)", c.name, rel(&path))),
         }
     }
     eprintln!("golden: {} cases{}", cases.len(), if bless { " blessed" } else { "" });
-    assert!(failures.is_empty(), "{} of {} golden cases changed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} golden cases changed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 fn rel(p: &Path) -> String {

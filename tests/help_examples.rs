@@ -75,7 +75,10 @@ fn examples(help: &str) -> Vec<Block> {
             .into_iter()
             .enumerate()
             .map(|(i, c)| {
-                let own = c.rsplit_once('#').and_then(|(_, comment)| exit_re.captures(comment)).map(|m| m[1].parse::<i32>().unwrap());
+                let own = c
+                    .rsplit_once('#')
+                    .and_then(|(_, comment)| exit_re.captures(comment))
+                    .map(|m| m[1].parse::<i32>().unwrap());
                 let expect = own.or(if i + 1 == n { header_exit } else { None }).unwrap_or(0);
                 (c, expect)
             })
@@ -107,14 +110,19 @@ fn stand_in_root() -> tempfile::TempDir {
             .map(|o| o.status.success())
             .unwrap_or(false)
     };
-    assert!(git(&["init", "-q"]) && git(&["commit", "-q", "--allow-empty", "-m", "stand-in"]), "git is needed for the stand-in root");
+    assert!(
+        git(&["init", "-q"]) && git(&["commit", "-q", "--allow-empty", "-m", "stand-in"]),
+        "git is needed for the stand-in root"
+    );
     d
 }
 
 #[test]
 fn every_help_example_runs_as_printed() {
     let bins = bin_dir();
-    let nsys = nsyskit::export::default_nsys().ok().filter(|p| Command::new(p).arg("--version").output().map(|o| o.status.success()).unwrap_or(false));
+    let nsys = nsyskit::export::default_nsys()
+        .ok()
+        .filter(|p| Command::new(p).arg("--version").output().map(|o| o.status.success()).unwrap_or(false));
     let path = format!(
         "{}:{}{}",
         bins.display(),
@@ -126,7 +134,10 @@ fn every_help_example_runs_as_printed() {
         let exe = bins.join(b);
         if !exe.exists() {
             // pod-attach is its own crate: built by `cargo build --workspace` (scripts/test)
-            common::skip(&format!("help examples of {b}"), &format!("{} not built (cargo build --workspace)", exe.display()));
+            common::skip(
+                &format!("help examples of {b}"),
+                &format!("{} not built (cargo build --workspace)", exe.display()),
+            );
             skipped += 1;
             continue;
         }
@@ -143,13 +154,24 @@ fn every_help_example_runs_as_printed() {
                 needs.push("nsys");
             }
             for t in ["jq", "gcc", "curl", "git"] {
-                if script.split(|c: char| c.is_whitespace() || c == '|' || c == '(' || c == ';' || c == '"').any(|w| w == t) || (t == "git" && script.contains("--repo")) {
+                if script
+                    .split(|c: char| c.is_whitespace() || c == '|' || c == '(' || c == ';' || c == '"')
+                    .any(|w| w == t)
+                    || (t == "git" && script.contains("--repo"))
+                {
                     needs.push(t);
                 }
             }
-            let missing: Vec<&str> = needs.iter().copied().filter(|t| if *t == "nsys" { nsys.is_none() } else { !have(t) }).collect();
+            let missing: Vec<&str> =
+                needs.iter().copied().filter(|t| if *t == "nsys" { nsys.is_none() } else { !have(t) }).collect();
             if !missing.is_empty() {
-                common::skip(&format!("help example of {b} ({header})"), &format!("needs {} (scripts/test installs nsys; apt-get install jq gcc curl git)", missing.join(", ")));
+                common::skip(
+                    &format!("help example of {b} ({header})"),
+                    &format!(
+                        "needs {} (scripts/test installs nsys; apt-get install jq gcc curl git)",
+                        missing.join(", ")
+                    ),
+                );
                 skipped += 1;
                 continue;
             }
@@ -172,11 +194,23 @@ fn every_help_example_runs_as_printed() {
             let out = c.output().unwrap();
             ran += 1;
             let rc = out.status.code().unwrap_or(-1);
-            eprintln!("example of {b} ({header}): {} commands, {}", commands.len(), if rc == 0 { "each exited as expected" } else { "FAILED" });
+            eprintln!(
+                "example of {b} ({header}): {} commands, {}",
+                commands.len(),
+                if rc == 0 { "each exited as expected" } else { "FAILED" }
+            );
             if rc != 0 {
                 failed.push(format!(
                     "{b}: {header}\n{script}\nexit {rc}\nstderr: {}",
-                    String::from_utf8_lossy(&out.stderr).lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+                    String::from_utf8_lossy(&out.stderr)
+                        .lines()
+                        .rev()
+                        .take(8)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect::<Vec<_>>()
+                        .join("\n")
                 ));
             }
         }
@@ -208,7 +242,10 @@ fn the_example_parser_reads_blocks_and_expected_exits() {
     let e = examples(help);
     assert_eq!(e.len(), 1);
     assert_eq!(e[0].header, "Examples (a refusal, exit 1 expected because it is refused):");
-    assert_eq!(e[0].commands, vec![("a --b \\\n  --c  # exit 2: bad".to_string(), 2), ("d".to_string(), 0), ("e".to_string(), 1)]);
+    assert_eq!(
+        e[0].commands,
+        vec![("a --b \\\n  --c  # exit 2: bad".to_string(), 2), ("d".to_string(), 0), ("e".to_string(), 1)]
+    );
 }
 
 #[test]
@@ -222,7 +259,8 @@ fn help_examples_fit_80_columns() {
         }
         let wide = Command::new(&exe).arg("--help").env("COLUMNS", "200").output().unwrap();
         let narrow = Command::new(&exe).arg("--help").env("COLUMNS", "80").output().unwrap();
-        let cmds = |o: &[u8]| examples(&String::from_utf8_lossy(o)).into_iter().flat_map(|b| b.commands).collect::<Vec<_>>();
+        let cmds =
+            |o: &[u8]| examples(&String::from_utf8_lossy(o)).into_iter().flat_map(|b| b.commands).collect::<Vec<_>>();
         assert_eq!(cmds(&narrow.stdout), cmds(&wide.stdout), "{b}: an example line is wrapped at 80 columns");
     }
 }

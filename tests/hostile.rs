@@ -103,7 +103,15 @@ fn sqlite_runs(id: &str, x: &Path, pristine: &Path, culprit: &[&str]) -> Vec<Run
     c.extend(culprit.iter().map(|s| s.to_string()));
     let mut runs = Vec::new();
     for b in ["gate-check", "sqlite-ranges", "nvtx-readiness", "report"] {
-        runs.push(Run { id: format!("{id}/{b}"), args: vec![os(b), os(x)], stdin: vec![], culprit: c.clone(), must_fail: false, check_values: true, extra: None });
+        runs.push(Run {
+            id: format!("{id}/{b}"),
+            args: vec![os(b), os(x)],
+            stdin: vec![],
+            culprit: c.clone(),
+            must_fail: false,
+            check_values: true,
+            extra: None,
+        });
     }
     runs.push(Run {
         id: format!("{id}/capture-compare"),
@@ -132,7 +140,13 @@ fn sqlite_job(id: &str, base: &Path, pristine: &Path, sql: &str, culprit: &[&str
         c.execute_batch(sql).unwrap_or_else(|e| panic!("{id}: {sql}: {e}"));
     }
     let _ = std::fs::remove_file(p.with_extension("sqlite-journal"));
-    Job { inputs: vec![p.clone()], dirs: vec![d.path().to_path_buf()], runs: sqlite_runs(id, &p, pristine, culprit), _keep: vec![], _tmp: Some(d) }
+    Job {
+        inputs: vec![p.clone()],
+        dirs: vec![d.path().to_path_buf()],
+        runs: sqlite_runs(id, &p, pristine, culprit),
+        _keep: vec![],
+        _tmp: Some(d),
+    }
 }
 
 /// SQL that rebuilds a table without its constraints (NOT NULL), so NULLs can be written into it.
@@ -141,7 +155,9 @@ fn unconstrained(t: &str) -> String {
 }
 
 fn has_table(c: &rusqlite::Connection, t: &str) -> bool {
-    c.query_row("SELECT count(*) FROM sqlite_master WHERE type='table' AND name=?1", [t], |r| r.get::<_, i64>(0)).unwrap() > 0
+    c.query_row("SELECT count(*) FROM sqlite_master WHERE type='table' AND name=?1", [t], |r| r.get::<_, i64>(0))
+        .unwrap()
+        > 0
 }
 
 fn mkfifo(p: &Path) {
@@ -150,7 +166,9 @@ fn mkfifo(p: &Path) {
 }
 
 fn listing(d: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(d).map(|r| r.map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect()).unwrap_or_default();
+    let mut v: Vec<String> = std::fs::read_dir(d)
+        .map(|r| r.map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect())
+        .unwrap_or_default();
     v.sort();
     v
 }
@@ -171,7 +189,8 @@ fn bad_values(v: &Value, path: &str, out: &mut Vec<String>) {
                 let p = format!("{path}.{k}");
                 if let Some(n) = x.as_f64() {
                     let dur = k.ends_with("_ns") && !k.contains("delta");
-                    let frac = (k.ends_with("_share") || k == "share" || k.ends_with("_fraction")) && !k.contains("delta");
+                    let frac =
+                        (k.ends_with("_share") || k == "share" || k.ends_with("_fraction")) && !k.contains("delta");
                     if (dur && n < 0.0) || (frac && !(0.0..=1.0 + 1e-9).contains(&n)) {
                         out.push(format!("{p} = {n}"));
                     }
@@ -226,12 +245,14 @@ fn check(run: &Run) -> Result<String, String> {
     }
     match code {
         0 | 1 if !run.must_fail => {
-            let docs = nsyskit::contract::parse_json_stream(&out.stdout, "stdout").map_err(|e| format!("exit {code}, stdout is not JSON: {e}"))?;
+            let docs = nsyskit::contract::parse_json_stream(&out.stdout, "stdout")
+                .map_err(|e| format!("exit {code}, stdout is not JSON: {e}"))?;
             if docs.len() != 1 {
                 return Err(format!("exit {code} with {} documents on stdout", docs.len()));
             }
             let doc = &docs[0].value;
-            std::panic::catch_unwind(|| common::assert_valid(doc)).map_err(|_| format!("exit {code}: the document does not match its schema"))?;
+            std::panic::catch_unwind(|| common::assert_valid(doc))
+                .map_err(|_| format!("exit {code}: the document does not match its schema"))?;
             if let Some(f) = run.extra {
                 f(doc).map_err(|e| format!("exit {code}: {e}"))?;
             }
@@ -239,7 +260,10 @@ fn check(run: &Run) -> Result<String, String> {
                 let mut bad = Vec::new();
                 bad_values(doc, "$", &mut bad);
                 if !bad.is_empty() {
-                    return Err(format!("exit {code} with impossible values: {}", bad.iter().take(4).cloned().collect::<Vec<_>>().join(", ")));
+                    return Err(format!(
+                        "exit {code} with impossible values: {}",
+                        bad.iter().take(4).cloned().collect::<Vec<_>>().join(", ")
+                    ));
                 }
             }
             Ok(format!("exit {code}"))
@@ -296,7 +320,13 @@ fn sqlite_jobs(rng: &mut Rng) -> Vec<Job> {
 
     // the pristine capture: the contract holds on the real thing
     let (d, p) = copy_into(&base, "cap.sqlite");
-    jobs.push(Job { inputs: vec![p.clone()], dirs: vec![d.path().into()], runs: sqlite_runs("pristine", &p, &pristine, &[]), _keep: vec![], _tmp: Some(d) });
+    jobs.push(Job {
+        inputs: vec![p.clone()],
+        dirs: vec![d.path().into()],
+        runs: sqlite_runs("pristine", &p, &pristine, &[]),
+        _keep: vec![],
+        _tmp: Some(d),
+    });
 
     // truncations: inside the header, at a few seeded offsets, one byte short
     let len = std::fs::metadata(&base).unwrap().len();
@@ -322,7 +352,13 @@ fn sqlite_jobs(rng: &mut Rng) -> Vec<Job> {
         let at = 4096 + rng.below(len - 4096) as usize;
         bytes[at] ^= 0xff;
         std::fs::write(&p, bytes).unwrap();
-        jobs.push(Job { inputs: vec![p.clone()], dirs: vec![d.path().into()], runs: sqlite_runs(&format!("flipped@{at}"), &p, &pristine, &[]), _keep: vec![], _tmp: Some(d) });
+        jobs.push(Job {
+            inputs: vec![p.clone()],
+            dirs: vec![d.path().into()],
+            runs: sqlite_runs(&format!("flipped@{at}"), &p, &pristine, &[]),
+            _keep: vec![],
+            _tmp: Some(d),
+        });
     }
 
     let timed = [
@@ -335,7 +371,14 @@ fn sqlite_jobs(rng: &mut Rng) -> Vec<Job> {
         "CUDA_GRAPH_NODE_EVENTS",
     ];
     // dropped tables: the timed ones and those that name things
-    for t in timed.iter().copied().chain(["StringIds", "ThreadNames", "META_DATA_CAPTURE", "META_DATA_EXPORT", "TARGET_INFO_GPU", "PROCESSES"]) {
+    for t in timed.iter().copied().chain([
+        "StringIds",
+        "ThreadNames",
+        "META_DATA_CAPTURE",
+        "META_DATA_EXPORT",
+        "TARGET_INFO_GPU",
+        "PROCESSES",
+    ]) {
         if has_table(&conn, t) {
             jobs.push(sqlite_job(&format!("dropped:{t}"), &base, &pristine, &format!("DROP TABLE {t};"), &[t]));
         }
@@ -395,8 +438,20 @@ fn sqlite_jobs(rng: &mut Rng) -> Vec<Job> {
             }
             jobs.push(job);
         }
-        jobs.push(sqlite_job(&format!("inverted:{t}"), &base, &pristine, &format!("UPDATE {t} SET \"end\" = start - 1000 WHERE {rows};"), &[]));
-        jobs.push(sqlite_job(&format!("huge:{t}"), &base, &pristine, &format!("UPDATE {t} SET \"end\" = 4611686018427387904 WHERE {rows};"), &[]));
+        jobs.push(sqlite_job(
+            &format!("inverted:{t}"),
+            &base,
+            &pristine,
+            &format!("UPDATE {t} SET \"end\" = start - 1000 WHERE {rows};"),
+            &[],
+        ));
+        jobs.push(sqlite_job(
+            &format!("huge:{t}"),
+            &base,
+            &pristine,
+            &format!("UPDATE {t} SET \"end\" = 4611686018427387904 WHERE {rows};"),
+            &[],
+        ));
     }
     // WAL mode: committed pages that only the -wal file holds, and nothing may appear beside the export
     jobs.push(sqlite_job("wal-mode", &base, &pristine, "PRAGMA journal_mode=WAL;", &[]));
@@ -404,10 +459,21 @@ fn sqlite_jobs(rng: &mut Rng) -> Vec<Job> {
     {
         let (d, p) = copy_into(&base, "cap.sqlite");
         let w = rusqlite::Connection::open(&p).unwrap();
-        w.execute_batch(&format!("PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; {} BEGIN IMMEDIATE; {}", nvtx_insert("committed.label"), nvtx_insert("uncommitted.label"))).unwrap();
+        w.execute_batch(&format!(
+            "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; {} BEGIN IMMEDIATE; {}",
+            nvtx_insert("committed.label"),
+            nvtx_insert("uncommitted.label")
+        ))
+        .unwrap();
         let mut runs = sqlite_runs("wal-writer", &p, &pristine, &[]);
         runs.iter_mut().for_each(|r| r.extra = Some(no_uncommitted));
-        jobs.push(Job { inputs: vec![p.clone()], dirs: vec![d.path().into()], runs, _keep: vec![Box::new(Mutex::new(w))], _tmp: Some(d) });
+        jobs.push(Job {
+            inputs: vec![p.clone()],
+            dirs: vec![d.path().into()],
+            runs,
+            _keep: vec![Box::new(Mutex::new(w))],
+            _tmp: Some(d),
+        });
     }
     // a rollback-journal writer holding the write lock
     {
@@ -416,16 +482,39 @@ fn sqlite_jobs(rng: &mut Rng) -> Vec<Job> {
         w.execute_batch(&format!("BEGIN IMMEDIATE; {}", nvtx_insert("uncommitted.label"))).unwrap();
         let mut runs = sqlite_runs("locked-writer", &p, &pristine, &[]);
         runs.iter_mut().for_each(|r| r.extra = Some(no_uncommitted));
-        jobs.push(Job { inputs: vec![p.clone()], dirs: vec![d.path().into()], runs, _keep: vec![Box::new(Mutex::new(w))], _tmp: Some(d) });
+        jobs.push(Job {
+            inputs: vec![p.clone()],
+            dirs: vec![d.path().into()],
+            runs,
+            _keep: vec![Box::new(Mutex::new(w))],
+            _tmp: Some(d),
+        });
     }
     // not SQLite at all: JSON, CSV and binary junk under an .sqlite name
-    for (what, bytes) in [("json", b"{\"a\": 1}".to_vec()), ("text", b"hello\n".to_vec()), ("empty", vec![]), ("junk", (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect())] {
+    for (what, bytes) in [
+        ("json", b"{\"a\": 1}".to_vec()),
+        ("text", b"hello\n".to_vec()),
+        ("empty", vec![]),
+        ("junk", (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect()),
+    ] {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("cap.sqlite");
         std::fs::write(&p, bytes).unwrap();
-        jobs.push(Job { inputs: vec![p.clone()], dirs: vec![d.path().into()], runs: sqlite_runs(&format!("not-sqlite:{what}"), &p, &pristine, &[]), _keep: vec![], _tmp: Some(d) });
+        jobs.push(Job {
+            inputs: vec![p.clone()],
+            dirs: vec![d.path().into()],
+            runs: sqlite_runs(&format!("not-sqlite:{what}"), &p, &pristine, &[]),
+            _keep: vec![],
+            _tmp: Some(d),
+        });
     }
-    jobs.push(Job { inputs: vec![pristine.clone()], dirs: vec![], runs: vec![], _keep: vec![Box::new(pristine_dir)], _tmp: None });
+    jobs.push(Job {
+        inputs: vec![pristine.clone()],
+        dirs: vec![],
+        runs: vec![],
+        _keep: vec![Box::new(pristine_dir)],
+        _tmp: None,
+    });
     jobs
 }
 
@@ -443,22 +532,60 @@ fn path_jobs() -> Vec<Job> {
     let good_bundle = bundle_dir.path().join("b.json");
     std::fs::write(&good_bundle, "{}\n").unwrap();
     let doc = d.path().join("doc.json");
-    std::fs::write(&doc, r#"{"schema":"nsyskit.gate/v1","tool":{"name":"gate-check","version":"0"},"verdict":"PASS"}"#).unwrap();
+    std::fs::write(&doc, r#"{"schema":"nsyskit.gate/v1","tool":{"name":"gate-check","version":"0"},"verdict":"PASS"}"#)
+        .unwrap();
     let mut runs = Vec::new();
     for p in [fifo.clone(), sock.clone(), folder.clone(), PathBuf::from("/dev/null"), PathBuf::from("/dev/zero")] {
         let pn = p.display().to_string();
         let kind = p.file_name().unwrap().to_string_lossy().to_string();
         for b in ["gate-check", "sqlite-ranges", "nvtx-readiness", "report", "kern-csv-to-json"] {
-            runs.push(Run { id: format!("path:{kind}/{b}"), args: vec![os(b), os(&p)], stdin: vec![], culprit: vec![pn.clone()], must_fail: true, check_values: false, extra: None });
+            runs.push(Run {
+                id: format!("path:{kind}/{b}"),
+                args: vec![os(b), os(&p)],
+                stdin: vec![],
+                culprit: vec![pn.clone()],
+                must_fail: true,
+                check_values: false,
+                extra: None,
+            });
         }
-        runs.push(Run { id: format!("path:{kind}/capture-compare"), args: vec![os("capture-compare"), os(&p), os(&csv)], stdin: vec![], culprit: vec![pn.clone()], must_fail: true, check_values: false, extra: None });
-        runs.push(Run { id: format!("path:{kind}/bundle-merge-bundle"), args: vec![os("bundle-merge"), os(&p), os(&doc)], stdin: vec![], culprit: vec![pn.clone()], must_fail: true, check_values: false, extra: None });
-        runs.push(Run { id: format!("path:{kind}/bundle-merge-doc"), args: vec![os("bundle-merge"), os(&good_bundle), os(&p)], stdin: vec![], culprit: vec![pn.clone()], must_fail: true, check_values: false, extra: None });
+        runs.push(Run {
+            id: format!("path:{kind}/capture-compare"),
+            args: vec![os("capture-compare"), os(&p), os(&csv)],
+            stdin: vec![],
+            culprit: vec![pn.clone()],
+            must_fail: true,
+            check_values: false,
+            extra: None,
+        });
+        runs.push(Run {
+            id: format!("path:{kind}/bundle-merge-bundle"),
+            args: vec![os("bundle-merge"), os(&p), os(&doc)],
+            stdin: vec![],
+            culprit: vec![pn.clone()],
+            must_fail: true,
+            check_values: false,
+            extra: None,
+        });
+        runs.push(Run {
+            id: format!("path:{kind}/bundle-merge-doc"),
+            args: vec![os("bundle-merge"), os(&good_bundle), os(&p)],
+            stdin: vec![],
+            culprit: vec![pn.clone()],
+            must_fail: true,
+            check_values: false,
+            extra: None,
+        });
         // an output over an input
     }
     runs.push(Run {
         id: "same-inode/report-html".into(),
-        args: vec![os("report"), os(common::fixture("nsys-2025.3.1/gpu_full_node.sqlite")), os("--html"), os(common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"))],
+        args: vec![
+            os("report"),
+            os(common::fixture("nsys-2025.3.1/gpu_full_node.sqlite")),
+            os("--html"),
+            os(common::fixture("nsys-2025.3.1/gpu_full_node.sqlite")),
+        ],
         stdin: vec![],
         culprit: vec!["--html".into(), "gpu_full_node.sqlite".into()],
         must_fail: true,
@@ -477,7 +604,11 @@ fn path_jobs() -> Vec<Job> {
 /// Malformed CSV for kern-csv-to-json: truncations, quotes, BOMs, wrong field counts, bad bytes.
 fn csv_jobs(rng: &mut Rng) -> Vec<Job> {
     let mut jobs = Vec::new();
-    for rel in ["nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv", "nsys-2025.3.1/stats/gpu_full_node_nvtx_sum.csv", "nsys-2025.3.1/stats/gpu_full_node_cuda_api_sum.csv"] {
+    for rel in [
+        "nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv",
+        "nsys-2025.3.1/stats/gpu_full_node_nvtx_sum.csv",
+        "nsys-2025.3.1/stats/gpu_full_node_cuda_api_sum.csv",
+    ] {
         let real = std::fs::read(common::fixture(rel)).unwrap();
         let name = Path::new(rel).file_name().unwrap().to_string_lossy().to_string();
         let n = real.len() as u64;
@@ -503,7 +634,11 @@ fn csv_jobs(rng: &mut Rng) -> Vec<Job> {
         let mut v = real.clone();
         v.splice(l..l, b"x".iter().copied());
         variants.push(("bad-number".into(), v, vec![]));
-        variants.push(("crlf".into(), String::from_utf8(real.clone()).unwrap().replace('\n', "\r\n").into_bytes(), vec![]));
+        variants.push((
+            "crlf".into(),
+            String::from_utf8(real.clone()).unwrap().replace('\n', "\r\n").into_bytes(),
+            vec![],
+        ));
         variants.push(("nul-bytes".into(), [real.clone(), vec![0u8; 64]].concat(), vec![]));
         for (what, bytes, extra) in variants {
             let d = tempfile::tempdir().unwrap();
@@ -514,8 +649,29 @@ fn csv_jobs(rng: &mut Rng) -> Vec<Job> {
             let mut stdin_culprit = vec!["<stdin>".to_string()];
             stdin_culprit.extend(extra);
             let runs = vec![
-                Run { id: format!("csv:{what}:{name}/kern-csv-to-json"), args: vec![os("kern-csv-to-json"), os(&p)], stdin: vec![], culprit, must_fail: false, check_values: true, extra: None },
-                Run { id: format!("csv:{what}:{name}/kern-csv-to-json-stdin"), args: vec![os("kern-csv-to-json"), os("-"), os("--report"), os(name.trim_start_matches("gpu_full_node_").trim_end_matches(".csv"))], stdin: bytes.clone(), culprit: stdin_culprit, must_fail: false, check_values: true, extra: None },
+                Run {
+                    id: format!("csv:{what}:{name}/kern-csv-to-json"),
+                    args: vec![os("kern-csv-to-json"), os(&p)],
+                    stdin: vec![],
+                    culprit,
+                    must_fail: false,
+                    check_values: true,
+                    extra: None,
+                },
+                Run {
+                    id: format!("csv:{what}:{name}/kern-csv-to-json-stdin"),
+                    args: vec![
+                        os("kern-csv-to-json"),
+                        os("-"),
+                        os("--report"),
+                        os(name.trim_start_matches("gpu_full_node_").trim_end_matches(".csv")),
+                    ],
+                    stdin: bytes.clone(),
+                    culprit: stdin_culprit,
+                    must_fail: false,
+                    check_values: true,
+                    extra: None,
+                },
             ];
             jobs.push(Job { inputs: vec![p], dirs: vec![d.path().into()], runs, _keep: vec![], _tmp: Some(d) });
         }
@@ -537,11 +693,16 @@ fn json_jobs(rng: &mut Rng) -> Vec<Job> {
         docs.push(out.stdout);
     }
     let stream = docs.concat();
-    let out = std::process::Command::new(bin("bundle-merge")).arg(&real_bundle).stdin(std::process::Stdio::piped()).spawn().and_then(|mut c| {
-        use std::io::Write;
-        c.stdin.take().unwrap().write_all(&stream)?;
-        c.wait_with_output()
-    }).unwrap();
+    let out = std::process::Command::new(bin("bundle-merge"))
+        .arg(&real_bundle)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(&stream)?;
+            c.wait_with_output()
+        })
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let bundle = std::fs::read(&real_bundle).unwrap();
     let n = bundle.len() as u64;
@@ -565,7 +726,11 @@ fn json_jobs(rng: &mut Rng) -> Vec<Job> {
     }
     // a duplicate key: a second, empty ranges block after the real one
     let text = String::from_utf8(bundle.clone()).unwrap();
-    let dup = text.replacen("\"kernel_profile\": {", "\"kernel_profile\": {\n    \"ranges\": {\"schema\": \"nsyskit.ranges/v1\", \"ranges\": []},", 1);
+    let dup = text.replacen(
+        "\"kernel_profile\": {",
+        "\"kernel_profile\": {\n    \"ranges\": {\"schema\": \"nsyskit.ranges/v1\", \"ranges\": []},",
+        1,
+    );
     variants.push(("duplicate-key".into(), dup.into_bytes(), vec!["duplicate key".into(), "ranges".into()]));
     let mut flipped = bundle.clone();
     let at = rng.below(n) as usize;
@@ -588,26 +753,84 @@ fn json_jobs(rng: &mut Rng) -> Vec<Job> {
         let gate_doc = out_dir.path().join("gate.json");
         std::fs::write(&gate_doc, &docs[1]).unwrap();
         let mut runs = vec![
-            Run { id: format!("json:{what}/report"), args: vec![os("report"), os(&p)], stdin: vec![], culprit: culprit.clone(), must_fail: false, check_values: true, extra: None },
-            Run { id: format!("json:{what}/capture-compare"), args: vec![os("capture-compare"), os(&p), os(&other)], stdin: vec![], culprit: culprit.clone(), must_fail: false, check_values: false, extra: None },
-            Run { id: format!("json:{what}/report-stdin"), args: vec![os("report"), os("-")], stdin: bytes.clone(), culprit: { let mut c = vec!["<stdin>".to_string()]; c.extend(extra.clone()); c }, must_fail: false, check_values: true, extra: None },
+            Run {
+                id: format!("json:{what}/report"),
+                args: vec![os("report"), os(&p)],
+                stdin: vec![],
+                culprit: culprit.clone(),
+                must_fail: false,
+                check_values: true,
+                extra: None,
+            },
+            Run {
+                id: format!("json:{what}/capture-compare"),
+                args: vec![os("capture-compare"), os(&p), os(&other)],
+                stdin: vec![],
+                culprit: culprit.clone(),
+                must_fail: false,
+                check_values: false,
+                extra: None,
+            },
+            Run {
+                id: format!("json:{what}/report-stdin"),
+                args: vec![os("report"), os("-")],
+                stdin: bytes.clone(),
+                culprit: {
+                    let mut c = vec!["<stdin>".to_string()];
+                    c.extend(extra.clone());
+                    c
+                },
+                must_fail: false,
+                check_values: true,
+                extra: None,
+            },
             // the mutated file as the bundle of a merge (--check: nothing written; the file must not change)
-            Run { id: format!("json:{what}/bundle-merge-check"), args: vec![os("bundle-merge"), os("--check"), os(&p), os(&gate_doc)], stdin: vec![], culprit: vec!["bundle.json".into()], must_fail: false, check_values: false, extra: None },
+            Run {
+                id: format!("json:{what}/bundle-merge-check"),
+                args: vec![os("bundle-merge"), os("--check"), os(&p), os(&gate_doc)],
+                stdin: vec![],
+                culprit: vec!["bundle.json".into()],
+                must_fail: false,
+                check_values: false,
+                extra: None,
+            },
         ];
         // the document stream as documents of a merge into another bundle (which must stay byte-identical
         // on exit 2): only the real stream, truncated or mutated
         if what != "real" {
-            runs.push(Run { id: format!("json:{what}/bundle-merge-docs"), args: vec![os("bundle-merge"), os("--check"), os(&target), os(&p)], stdin: vec![], culprit: vec!["bundle.json".into()], must_fail: false, check_values: false, extra: None });
+            runs.push(Run {
+                id: format!("json:{what}/bundle-merge-docs"),
+                args: vec![os("bundle-merge"), os("--check"), os(&target), os(&p)],
+                stdin: vec![],
+                culprit: vec!["bundle.json".into()],
+                must_fail: false,
+                check_values: false,
+                extra: None,
+            });
         }
-        jobs.push(Job { inputs: vec![p, target, gate_doc], dirs: vec![d.path().into(), out_dir.path().into()], runs, _keep: vec![Box::new(out_dir)], _tmp: Some(d) });
+        jobs.push(Job {
+            inputs: vec![p, target, gate_doc],
+            dirs: vec![d.path().into(), out_dir.path().into()],
+            runs,
+            _keep: vec![Box::new(out_dir)],
+            _tmp: Some(d),
+        });
     }
     // document streams on stdin of a real merge: truncated, duplicate keys, not objects, unknown schemas
     let sn = stream.len() as u64;
     let mut streams: Vec<(String, Vec<u8>, Vec<String>)> = Vec::new();
     for off in [1, sn / 3, sn - 2].into_iter().chain((0..2).map(|_| rng.below(sn))) {
-        streams.push((format!("stream-truncated@{off}"), stream[..off as usize].to_vec(), vec!["<stdin>".into(), "line".into()]));
+        streams.push((
+            format!("stream-truncated@{off}"),
+            stream[..off as usize].to_vec(),
+            vec!["<stdin>".into(), "line".into()],
+        ));
     }
-    streams.push(("stream-duplicate".into(), br#"{"schema":"nsyskit.gate/v1","verdict":"PASS","verdict":"RETRY"}"#.to_vec(), vec!["duplicate key".into(), "$.verdict".into(), "kernel_profile.gates.verdict".into()]));
+    streams.push((
+        "stream-duplicate".into(),
+        br#"{"schema":"nsyskit.gate/v1","verdict":"PASS","verdict":"RETRY"}"#.to_vec(),
+        vec!["duplicate key".into(), "$.verdict".into(), "kernel_profile.gates.verdict".into()],
+    ));
     streams.push(("stream-not-object".into(), b"[1, 2]".to_vec(), vec!["<stdin>".into(), "$".into()]));
     streams.push(("stream-unknown".into(), br#"{"schema":"nsyskit.nope/v1"}"#.to_vec(), vec!["$.schema".into()]));
     streams.push(("stream-empty".into(), vec![], vec!["no documents".into()]));
@@ -617,13 +840,27 @@ fn json_jobs(rng: &mut Rng) -> Vec<Job> {
         let b = d.path().join("target.json");
         std::fs::write(&b, "{\n  \"owner\": 1.0\n}\n").unwrap();
         let ok = what == "stream-real";
-        let runs = vec![Run { id: format!("json:{what}/bundle-merge"), args: vec![os("bundle-merge"), os(&b)], stdin: bytes, culprit, must_fail: !ok, check_values: false, extra: None }];
+        let runs = vec![Run {
+            id: format!("json:{what}/bundle-merge"),
+            args: vec![os("bundle-merge"), os(&b)],
+            stdin: bytes,
+            culprit,
+            must_fail: !ok,
+            check_values: false,
+            extra: None,
+        }];
         // on exit 2 the bundle is byte-identical: watch it (the real stream writes it, so it is not watched)
         let inputs = if ok { vec![] } else { vec![b.clone()] };
         let dirs = if ok { vec![] } else { vec![d.path().into()] };
         jobs.push(Job { inputs, dirs, runs, _keep: vec![], _tmp: Some(d) });
     }
-    jobs.push(Job { inputs: vec![real_bundle], dirs: vec![], runs: vec![], _keep: vec![Box::new(real_bundle_dir)], _tmp: None });
+    jobs.push(Job {
+        inputs: vec![real_bundle],
+        dirs: vec![],
+        runs: vec![],
+        _keep: vec![Box::new(real_bundle_dir)],
+        _tmp: None,
+    });
     jobs
 }
 

@@ -75,7 +75,12 @@ fn run(c: &mut Command) -> (i32, Value, String) {
 }
 
 fn check<'a>(doc: &'a Value, name: &str) -> &'a Value {
-    doc["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no check {name}: {doc}"))
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name}: {doc}"))
 }
 
 #[test]
@@ -114,13 +119,20 @@ fn resolves_and_probes_the_real_nsys_2023_4() {
 fn flags_the_real_nsys_cannot_run_fail_the_check() {
     let Some(nsys) = real_nsys("flags_the_real_nsys_cannot_run_fail_the_check") else { return };
     let empty = tempfile::tempdir().unwrap();
-    let (code, doc, _) = run(cmd(&[empty.path()]).arg("--nsys").arg(&nsys).arg("--flags").arg("--trace=cuda,nvtx --attach-pid=1234 --cuda-graph-trace=node"));
+    let (code, doc, _) = run(cmd(&[empty.path()])
+        .arg("--nsys")
+        .arg(&nsys)
+        .arg("--flags")
+        .arg("--trace=cuda,nvtx --attach-pid=1234 --cuda-graph-trace=node"));
     assert_eq!(code, 1);
     assert_eq!(doc["verdict"], "RETRY");
     assert_eq!(doc["capture"]["unsupported_flags"], serde_json::json!(["--attach-pid"]));
     assert_eq!(check(&doc, "flags")["status"], "fail");
     assert!(doc["reason"].as_str().unwrap().contains("has no --attach-pid"));
-    let (code, doc, _) = run(cmd(&[empty.path()]).arg("--nsys").arg(&nsys).arg("--flags=--trace=cuda,nvtx --cuda-graph-trace=node --capture-range=cudaProfilerApi"));
+    let (code, doc, _) = run(cmd(&[empty.path()])
+        .arg("--nsys")
+        .arg(&nsys)
+        .arg("--flags=--trace=cuda,nvtx --cuda-graph-trace=node --capture-range=cudaProfilerApi"));
     assert_eq!(code, 0);
     assert_eq!(check(&doc, "flags")["status"], "pass");
 }
@@ -223,7 +235,11 @@ fn nothing_usable_is_exit_2_listing_every_candidate() {
     assert_eq!(code, 2);
     assert_eq!(doc, Value::Null);
     assert!(stderr.starts_with("nsys-resolve: error: no usable nsys found; candidates:"), "{stderr}");
-    assert!(stderr.contains(&format!("1. {} [PATH]: `--version` printed no nsys version", t.path().join("g/nsys").display())), "{stderr}");
+    assert!(
+        stderr
+            .contains(&format!("1. {} [PATH]: `--version` printed no nsys version", t.path().join("g/nsys").display())),
+        "{stderr}"
+    );
     assert!(stderr.contains(&format!("searched PATH, {glob})")), "the search is named: {stderr}");
     // with nothing anywhere
     let (code, _, stderr) = run(&mut cmd(&[]));
@@ -250,7 +266,11 @@ fn install_folders_newest_version_first() {
     let r = nsyskit::resolve::resolve(&opts).unwrap();
     assert_eq!(r.version, "2025.3.1.90-2");
     assert_eq!(r.source, "install-dir");
-    assert!(r.capabilities.pytorch && !r.capabilities.attach_pid, "probed from the 2025.3.1 help: {:?}", r.capabilities);
+    assert!(
+        r.capabilities.pytorch && !r.capabilities.attach_pid,
+        "probed from the 2025.3.1 help: {:?}",
+        r.capabilities
+    );
     let order: Vec<Option<&str>> = r.candidates.iter().map(|c| c.version.as_deref()).collect();
     assert_eq!(order, [Some("2025.3.1.90-2"), Some("2024.6.2.225-3"), Some("2023.4.4.54-1"), None]);
     assert_eq!(r.candidates[0].reason, "newest usable nsys in the known install folders");
@@ -299,24 +319,44 @@ fn preflight_flags_a_foreign_process_on_the_target_gpu() {
     assert_eq!(g["processes"][0]["gpu_index"], 0);
 
     // CUDA_VISIBLE_DEVICES by UUID selects GPU 0 too
-    let (code, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").arg("--nvidia-smi").arg(&foreign).env("CUDA_VISIBLE_DEVICES", "GPU-d88ae72a"));
+    let (code, doc, _) = run(cmd(&[])
+        .arg("--nsys")
+        .arg(&nsys)
+        .arg("--preflight")
+        .arg("--nvidia-smi")
+        .arg(&foreign)
+        .env("CUDA_VISIBLE_DEVICES", "GPU-d88ae72a"));
     assert_eq!(code, 1);
     assert_eq!(doc["gpu"]["targets"], serde_json::json!([0]));
     assert_eq!(doc["gpu"]["target_source"], "CUDA_VISIBLE_DEVICES");
 
     // an empty CUDA_VISIBLE_DEVICES hides every GPU
-    let (code, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").arg("--nvidia-smi").arg(&foreign).env("CUDA_VISIBLE_DEVICES", ""));
+    let (code, doc, _) = run(cmd(&[])
+        .arg("--nsys")
+        .arg(&nsys)
+        .arg("--preflight")
+        .arg("--nvidia-smi")
+        .arg(&foreign)
+        .env("CUDA_VISIBLE_DEVICES", ""));
     assert_eq!(code, 1);
     assert_eq!(check(&doc, "gpu")["reason"], "no target GPU: CUDA_VISIBLE_DEVICES selects none of the 1 GPUs");
 
     // a target GPU that does not exist is a failed check, not a crash
-    let (code, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").arg("--nvidia-smi").arg(&foreign).arg("--gpu").arg("1"));
+    let (code, doc, _) = run(cmd(&[])
+        .arg("--nsys")
+        .arg(&nsys)
+        .arg("--preflight")
+        .arg("--nvidia-smi")
+        .arg(&foreign)
+        .arg("--gpu")
+        .arg("1"));
     assert_eq!(code, 1);
     assert_eq!(check(&doc, "gpu")["reason"], "target GPU 1 not found (1 GPUs listed)");
     assert_eq!(check(&doc, "gpu-foreign-processes")["status"], "pass", "the process is on GPU 0");
 
     // idle: pass
-    let (code, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").arg("--nvidia-smi").arg(&idle).arg("--gpu").arg("0"));
+    let (code, doc, _) =
+        run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").arg("--nvidia-smi").arg(&idle).arg("--gpu").arg("0"));
     assert_eq!(code, 0, "{doc}");
     assert_eq!(doc["verdict"], "PASS");
     assert_eq!(check(&doc, "gpu")["reason"], "target GPU 0 (NVIDIA H200) from --gpu");
@@ -328,7 +368,12 @@ fn no_nvidia_smi_is_unavailable_and_fails_only_with_require_gpu() {
     let Some(nsys) = real_nsys("no_nvidia_smi_is_unavailable_and_fails_only_with_require_gpu") else { return };
     let empty = tempfile::tempdir().unwrap();
     let mut c = Command::cargo_bin("nsys-resolve").unwrap();
-    c.env("PATH", empty.path()).env("NSYSKIT_NSYS_DIRS", "").env_remove("CUDA_VISIBLE_DEVICES").arg("--nsys").arg(&nsys).arg("--preflight");
+    c.env("PATH", empty.path())
+        .env("NSYSKIT_NSYS_DIRS", "")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .arg("--nsys")
+        .arg(&nsys)
+        .arg("--preflight");
     let (code, doc, _) = run(&mut c);
     assert_eq!(code, 0);
     assert_eq!(doc["gpu"]["status"], "unavailable");
@@ -338,10 +383,18 @@ fn no_nvidia_smi_is_unavailable_and_fails_only_with_require_gpu() {
     assert_eq!(code, 1);
     assert_eq!(check(&doc, "gpu")["status"], "fail");
     // an nvidia-smi that cannot talk to the driver
-    let broken = script(empty.path(), "nvidia-smi", "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"; exit 9");
+    let broken = script(
+        empty.path(),
+        "nvidia-smi",
+        "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"; exit 9",
+    );
     let (code, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--require-gpu").arg("--nvidia-smi").arg(&broken));
     assert_eq!(code, 1);
-    assert!(doc["gpu"]["reason"].as_str().unwrap().contains("exited with exit status: 9: NVIDIA-SMI has failed"), "{}", doc["gpu"]);
+    assert!(
+        doc["gpu"]["reason"].as_str().unwrap().contains("exited with exit status: 9: NVIDIA-SMI has failed"),
+        "{}",
+        doc["gpu"]
+    );
 }
 
 #[test]
@@ -356,7 +409,10 @@ fn port_in_use_names_the_holder() {
     assert_eq!(p["listeners"][0]["local_address"], format!("127.0.0.1:{port}"));
     assert_eq!(p["listeners"][0]["holders"][0]["pid"], std::process::id());
     let reason = check(&doc, "port")["reason"].as_str().unwrap().to_string();
-    assert!(reason.starts_with(&format!("port {port} is in use: 127.0.0.1:{port} held by pid {}", std::process::id())), "{reason}");
+    assert!(
+        reason.starts_with(&format!("port {port} is in use: 127.0.0.1:{port} held by pid {}", std::process::id())),
+        "{reason}"
+    );
     drop(l);
     let (code, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--port").arg(port.to_string()));
     assert_eq!(code, 0, "{doc}");
@@ -425,7 +481,16 @@ fn record_writes_the_same_document_with_secrets_redacted() {
         .args(["--flags", "--trace=cuda,nvtx --cuda-graph-trace=node -o 'my rep'"])
         .args(["--server-cmd", "HF_TOKEN=hf_live vllm serve m --api-key sk-123 --port 8000"])
         .args(["--client-cmd", "vllm bench serve --port 8000"])
-        .args(["--env", "HF_TOKEN", "--env", "VLLM_USE_V1", "--env", "my_api_key=zq-not-a-hex-secret", "--env", "UNSET_THING"])
+        .args([
+            "--env",
+            "HF_TOKEN",
+            "--env",
+            "VLLM_USE_V1",
+            "--env",
+            "my_api_key=zq-not-a-hex-secret",
+            "--env",
+            "UNSET_THING",
+        ])
         .args(["--instrumentation", "nvtx=on", "--artifact", "runs/r1/capture.nsys-rep"])
         .env("HF_TOKEN", "hf_secret_value")
         .env("VLLM_USE_V1", "1")
@@ -440,23 +505,47 @@ fn record_writes_the_same_document_with_secrets_redacted() {
     assert_eq!(serde_json::to_value(&loaded).unwrap(), doc);
     let e = nsyskit::resolve::load_record(&repo.join("a.py")).unwrap_err();
     assert!(e.message.starts_with(&format!("{}: not JSON", repo.join("a.py").display())), "{}", e.message);
-    assert!(!text.contains("hf_secret_value") && !text.contains("hf_live") && !text.contains("sk-123") && !text.contains("zq-not-a-hex-secret"), "{text}");
+    assert!(
+        !text.contains("hf_secret_value")
+            && !text.contains("hf_live")
+            && !text.contains("sk-123")
+            && !text.contains("zq-not-a-hex-secret"),
+        "{text}"
+    );
     let env = doc["capture"]["env"].as_array().unwrap();
-    assert_eq!(env[0], serde_json::json!({"name": "HF_TOKEN", "value": "<redacted>", "redacted": true, "source": "environment"}));
-    assert_eq!(env[1], serde_json::json!({"name": "VLLM_USE_V1", "value": "1", "redacted": false, "source": "environment"}));
+    assert_eq!(
+        env[0],
+        serde_json::json!({"name": "HF_TOKEN", "value": "<redacted>", "redacted": true, "source": "environment"})
+    );
+    assert_eq!(
+        env[1],
+        serde_json::json!({"name": "VLLM_USE_V1", "value": "1", "redacted": false, "source": "environment"})
+    );
     assert_eq!(env[2]["value"], "<redacted>");
-    assert_eq!(env[3], serde_json::json!({"name": "UNSET_THING", "value": null, "redacted": false, "source": "environment"}));
+    assert_eq!(
+        env[3],
+        serde_json::json!({"name": "UNSET_THING", "value": null, "redacted": false, "source": "environment"})
+    );
     assert_eq!(doc["capture"]["server_cmd"], "HF_TOKEN=<redacted> vllm serve m --api-key <redacted> --port 8000");
     assert_eq!(doc["capture"]["flags"], "--trace=cuda,nvtx --cuda-graph-trace=node -o 'my rep'");
-    assert_eq!(doc["capture"]["flags_argv"], serde_json::json!(["--trace=cuda,nvtx", "--cuda-graph-trace=node", "-o", "my rep"]));
+    assert_eq!(
+        doc["capture"]["flags_argv"],
+        serde_json::json!(["--trace=cuda,nvtx", "--cuda-graph-trace=node", "-o", "my rep"])
+    );
     assert_eq!(doc["capture"]["instrumentation"], serde_json::json!([{"name": "nvtx", "state": "on"}]));
     assert_eq!(doc["repo"]["revision"], rev);
     assert_eq!(doc["repo"]["branch"], "main");
     assert_eq!(doc["repo"]["dirty"], false);
     assert_eq!(doc["gpu"]["gpus"][0]["name"], "NVIDIA H200");
     assert_eq!(doc["gpu"]["cuda_version"], "13.0");
-    assert!(doc["checks"].as_array().unwrap().iter().all(|c| c["name"] == "flags"), "--record alone runs no preflight checks");
-    assert_eq!(doc["artifacts"], serde_json::json!(["runs/r1/capture.nsys-rep", dir.join("provenance.json").display().to_string()]));
+    assert!(
+        doc["checks"].as_array().unwrap().iter().all(|c| c["name"] == "flags"),
+        "--record alone runs no preflight checks"
+    );
+    assert_eq!(
+        doc["artifacts"],
+        serde_json::json!(["runs/r1/capture.nsys-rep", dir.join("provenance.json").display().to_string()])
+    );
     let time = doc["host"]["time_utc"].as_str().unwrap();
     assert!(regex::Regex::new(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$").unwrap().is_match(time), "{time}");
     assert!(doc["host"]["hostname"].is_string());
@@ -470,7 +559,10 @@ fn record_writes_the_same_document_with_secrets_redacted() {
     // not a repository: exit 2 naming it
     let (code, _, stderr) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--repo").arg(t.path().join("runs")));
     assert_eq!(code, 2);
-    assert!(stderr.contains(&t.path().join("runs").display().to_string()) && stderr.contains("not a git repository"), "{stderr}");
+    assert!(
+        stderr.contains(&t.path().join("runs").display().to_string()) && stderr.contains("not a git repository"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -524,19 +616,41 @@ fn preflight_warns_when_nsys_is_older_than_the_driver_cuda() {
 fn a_preset_cuda_injection_path_is_a_warning() {
     let t = tempfile::tempdir().unwrap();
     let nsys = fake_nsys(&t.path().join("n"), "2025.3.1.90-253135822126v0");
-    let (code, doc, err) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--record").arg(t.path().join("r")).env("CUDA_INJECTION64_PATH", "/opt/zymtrace/libzymtrace.so"));
+    let (code, doc, err) = run(cmd(&[])
+        .arg("--nsys")
+        .arg(&nsys)
+        .arg("--record")
+        .arg(t.path().join("r"))
+        .env("CUDA_INJECTION64_PATH", "/opt/zymtrace/libzymtrace.so"));
     assert_eq!(code, 0, "{doc}");
     assert_eq!(doc["capture"]["cuda_injection64_path"], "/opt/zymtrace/libzymtrace.so", "recorded in provenance");
     assert!(err.contains("warning: CUDA_INJECTION64_PATH=/opt/zymtrace/libzymtrace.so is already set"), "{err}");
-    let (code, doc, err) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").env("CUDA_INJECTION64_PATH", "/opt/zymtrace/libzymtrace.so"));
+    let (code, doc, err) = run(cmd(&[])
+        .arg("--nsys")
+        .arg(&nsys)
+        .arg("--preflight")
+        .env("CUDA_INJECTION64_PATH", "/opt/zymtrace/libzymtrace.so"));
     assert_eq!(code, 0, "{doc}");
     let c = check(&doc, "cuda-injection");
     assert_eq!(c["status"], "warn");
-    assert!(c["reason"].as_str().unwrap().contains("CUDA_INJECTION64_PATH=/opt/zymtrace/libzymtrace.so is already set"), "{c}");
+    assert!(
+        c["reason"].as_str().unwrap().contains("CUDA_INJECTION64_PATH=/opt/zymtrace/libzymtrace.so is already set"),
+        "{c}"
+    );
     assert!(err.contains("warning: cuda-injection"), "{err}");
-    let (_, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").arg("--env").arg("CUDA_INJECTION64_PATH=/x/libzym.so").env_remove("CUDA_INJECTION64_PATH"));
+    let (_, doc, _) = run(cmd(&[])
+        .arg("--nsys")
+        .arg(&nsys)
+        .arg("--preflight")
+        .arg("--env")
+        .arg("CUDA_INJECTION64_PATH=/x/libzym.so")
+        .env_remove("CUDA_INJECTION64_PATH"));
     assert_eq!(check(&doc, "cuda-injection")["status"], "warn");
-    let (_, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").env("CUDA_INJECTION64_PATH", "/opt/nsys/target-linux-x64/libToolsInjection64.so"));
+    let (_, doc, _) = run(cmd(&[])
+        .arg("--nsys")
+        .arg(&nsys)
+        .arg("--preflight")
+        .env("CUDA_INJECTION64_PATH", "/opt/nsys/target-linux-x64/libToolsInjection64.so"));
     assert_eq!(check(&doc, "cuda-injection")["status"], "pass");
     let (_, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--preflight").env_remove("CUDA_INJECTION64_PATH"));
     assert_eq!(check(&doc, "cuda-injection")["reason"], "CUDA_INJECTION64_PATH is not set");

@@ -32,7 +32,13 @@ fn p(rel: &str) -> String {
 }
 
 fn present(doc: &Value) -> Vec<String> {
-    doc["taxonomy"].as_array().unwrap().iter().filter(|t| t["present"] == true).map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    doc["taxonomy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["present"] == true)
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -55,7 +61,9 @@ fn occurrences(path: &Path, prefix: &str) -> Vec<Occ> {
         )
         .unwrap();
     let rows = st
-        .query_map([], |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?)))
+        .query_map([], |r| {
+            Ok((r.get::<_, Option<String>>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+        })
         .unwrap();
     rows.filter_map(|r| {
         let (l, tid, start, end) = r.unwrap();
@@ -110,7 +118,9 @@ fn check_opaque_against_reference(rel: &str, doc: &Value) {
     assert_eq!(got.len(), 10.min(gaps.len()));
     assert_eq!(got, gaps[..got.len()].to_vec(), "{rel}: the ten largest gaps");
     for g in doc["largest_opaque_gaps"].as_array().unwrap() {
-        assert!(g["iteration_start"].as_i64() <= g["start"].as_i64() && g["end"].as_i64() <= g["iteration_end"].as_i64());
+        assert!(
+            g["iteration_start"].as_i64() <= g["start"].as_i64() && g["end"].as_i64() <= g["iteration_end"].as_i64()
+        );
     }
 }
 
@@ -129,10 +139,21 @@ fn gpu_full_node_taxonomy_ids_and_graph_note() {
     assert_eq!(doc["source"]["range_prefix_inferred"], false);
     // META_DATA_EXPORT names the exporter: 2025.3.2.0 for this 2025.3.1 capture
     assert!(doc["source"]["nsys_version"].as_str().unwrap().starts_with("2025.3"), "{}", doc["source"]);
-    assert_eq!(present(&doc), ["engine.iteration", "engine.scheduling", "engine.input_preparation", "graph.replay", "sampling.d2h"]);
-    let tax: BTreeMap<&str, &Value> = doc["taxonomy"].as_array().unwrap().iter().map(|t| (t["name"].as_str().unwrap(), t)).collect();
+    assert_eq!(
+        present(&doc),
+        ["engine.iteration", "engine.scheduling", "engine.input_preparation", "graph.replay", "sampling.d2h"]
+    );
+    let tax: BTreeMap<&str, &Value> =
+        doc["taxonomy"].as_array().unwrap().iter().map(|t| (t["name"].as_str().unwrap(), t)).collect();
     assert_eq!(tax.len(), 11);
-    for missing in ["attention.planning", "graph.preparation", "token.acceptance", "request.cleanup", "api.detokenization", "api.streaming"] {
+    for missing in [
+        "attention.planning",
+        "graph.preparation",
+        "token.acceptance",
+        "request.cleanup",
+        "api.detokenization",
+        "api.streaming",
+    ] {
         assert_eq!(tax[missing]["present"], false);
         assert_eq!(tax[missing]["occurrences"], 0);
         assert_eq!(tax[missing]["label"], format!("vibeserve.{missing}"));
@@ -154,7 +175,8 @@ fn gpu_full_node_taxonomy_ids_and_graph_note() {
     assert_eq!(ids[0]["labels"], 4);
     assert_eq!(ids[0]["occurrences"], 4);
     // labels under the prefix outside the taxonomy are listed, not judged
-    let outside: Vec<&str> = doc["outside_taxonomy"].as_array().unwrap().iter().map(|l| l["label"].as_str().unwrap()).collect();
+    let outside: Vec<&str> =
+        doc["outside_taxonomy"].as_array().unwrap().iter().map(|l| l["label"].as_str().unwrap()).collect();
     for l in ["vibeserve.api.serve", "vibeserve.model.prefill", "vibeserve.request.0", "vibeserve.graph.capture"] {
         assert!(outside.contains(&l), "{l} in {outside:?}");
     }
@@ -190,7 +212,10 @@ fn decode_clean_lists_its_one_unenclosed_sync() {
     let rel = "nsys-2025.3.1/decode_clean.sqlite";
     let (code, doc) = readiness(&[&p(rel), "--range-prefix", "vibeserve"]);
     assert_eq!(code, 0);
-    assert_eq!(present(&doc), ["engine.iteration", "engine.scheduling", "engine.input_preparation", "graph.replay", "sampling.d2h"]);
+    assert_eq!(
+        present(&doc),
+        ["engine.iteration", "engine.scheduling", "engine.input_preparation", "graph.replay", "sampling.d2h"]
+    );
     assert_eq!(doc["iterations"]["occurrences"], 400);
     check_opaque_against_reference(rel, &doc);
     // reference: blocking syncs whose start lies in no vibeserve.* range on their thread
@@ -221,7 +246,8 @@ fn decode_mixed_request_ranges_shift_the_nesting_depth() {
     let (code, doc) = readiness(&[&p(rel), "--range-prefix", "vibeserve"]);
     assert_eq!(code, 0);
     check_opaque_against_reference(rel, &doc);
-    let outside: Vec<&str> = doc["outside_taxonomy"].as_array().unwrap().iter().map(|l| l["label"].as_str().unwrap()).collect();
+    let outside: Vec<&str> =
+        doc["outside_taxonomy"].as_array().unwrap().iter().map(|l| l["label"].as_str().unwrap()).collect();
     assert_eq!(outside, ["vibeserve.request", "vibeserve.api.poll", "vibeserve.model.prefill"]);
     // the request start/end ranges enclose 0..3 iterations: the same label lands at several depths
     let several: BTreeMap<&str, &Value> = doc["naming"]["labels_at_several_depths"]
@@ -242,7 +268,11 @@ fn cpu_nvtx_osrt_labels_at_two_depths_and_no_cuda() {
     for rel in ["nsys-2023.4.4/cpu_nvtx_osrt.sqlite", "nsys-2025.3.1/cpu_nvtx_osrt.sqlite"] {
         let (code, doc) = readiness(&[&p(rel), "--range-prefix", "vibeserve"]);
         assert_eq!(code, 0, "{rel}");
-        assert_eq!(present(&doc), ["engine.iteration", "engine.scheduling", "engine.input_preparation", "sampling.d2h"], "{rel}");
+        assert_eq!(
+            present(&doc),
+            ["engine.iteration", "engine.scheduling", "engine.input_preparation", "sampling.d2h"],
+            "{rel}"
+        );
         let several = doc["naming"]["labels_at_several_depths"].as_array().unwrap();
         assert_eq!(several.len(), 1, "{rel}: {several:?}");
         assert_eq!(several[0]["label"], "vibeserve.engine.input_preparation");
@@ -287,7 +317,13 @@ fn the_evidence_file_is_unchanged_and_stdin_works() {
     let f = common::fixture(rel);
     let before = (std::fs::read(&f).unwrap(), std::fs::metadata(&f).unwrap().modified().unwrap());
     let (_, from_path) = readiness(&[&p(rel)]);
-    let out = Command::cargo_bin("nvtx-readiness").unwrap().arg("-").arg("--compact").write_stdin(before.0.clone()).output().unwrap();
+    let out = Command::cargo_bin("nvtx-readiness")
+        .unwrap()
+        .arg("-")
+        .arg("--compact")
+        .write_stdin(before.0.clone())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let from_stdin = common::one_doc(&out.stdout);
     assert_eq!(from_stdin["source"]["path"], "<stdin>");
@@ -301,7 +337,8 @@ fn the_evidence_file_is_unchanged_and_stdin_works() {
 fn a_report_is_exported_with_nsys() {
     let Some(nsys) = common::nsys_or_skip("a_report_is_exported_with_nsys") else { return };
     let rep = p("nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep");
-    let out = Command::cargo_bin("nvtx-readiness").unwrap().args([&rep, "--compact", "--nsys"]).arg(&nsys).output().unwrap();
+    let out =
+        Command::cargo_bin("nvtx-readiness").unwrap().args([&rep, "--compact", "--nsys"]).arg(&nsys).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let doc = common::one_doc(&out.stdout);
     let (_, sqlite) = readiness(&[&p("nsys-2023.4.4/cpu_nvtx_osrt.sqlite")]);
@@ -323,8 +360,11 @@ fn synthetic(dir: &Path, rows: &[(&str, i64, i64, i64)]) -> String {
     )
     .unwrap();
     for (label, tid, s, e) in rows {
-        c.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?1, ?2, 59, ?3, ?4)", rusqlite::params![s, e, label, tid])
-            .unwrap();
+        c.execute(
+            "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?1, ?2, 59, ?3, ?4)",
+            rusqlite::params![s, e, label, tid],
+        )
+        .unwrap();
     }
     path.display().to_string()
 }
@@ -378,8 +418,14 @@ fn synthetic_opaque_gaps_are_hand_computed() {
             (90, 100, s("e.sampling.d2h"), Value::Null),
         ]
     );
-    assert_eq!(doc["naming"]["outside_prefix_on_engine_threads"], serde_json::json!([{"label": "python.gc", "occurrences": 2, "wall_ns": 15}]));
-    assert_eq!(doc["naming"]["labels_with_ids"], serde_json::json!([{"pattern": "e.step.<n>", "labels": 2, "occurrences": 2, "examples": ["e.step.1", "e.step.2"]}]));
+    assert_eq!(
+        doc["naming"]["outside_prefix_on_engine_threads"],
+        serde_json::json!([{"label": "python.gc", "occurrences": 2, "wall_ns": 15}])
+    );
+    assert_eq!(
+        doc["naming"]["labels_with_ids"],
+        serde_json::json!([{"pattern": "e.step.<n>", "labels": 2, "occurrences": 2, "examples": ["e.step.1", "e.step.2"]}])
+    );
     assert_eq!(
         doc["naming"]["labels_at_several_depths"],
         serde_json::json!([{"label": "e.engine.scheduling", "depths": {"0": 1, "1": 2}}])
@@ -436,7 +482,11 @@ fn gate_check_reports_readiness_as_g8() {
     let plain = common::one_doc(&out.stdout);
     assert!(plain["gates"].as_array().unwrap().iter().all(|g| g["id"] != "G8"), "G8 only with --readiness");
 
-    let out = Command::cargo_bin("gate-check").unwrap().args([&f, "--readiness", "--range-prefix", "vibeserve", "--compact"]).output().unwrap();
+    let out = Command::cargo_bin("gate-check")
+        .unwrap()
+        .args([&f, "--readiness", "--range-prefix", "vibeserve", "--compact"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let doc = common::one_doc(&out.stdout);
     let g8 = doc["gates"].as_array().unwrap().iter().find(|g| g["id"] == "G8").unwrap().clone();
@@ -467,7 +517,11 @@ fn gate_check_reports_readiness_as_g8() {
 fn a_readiness_document_merges_into_the_bundle() {
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("bundle.json");
-    let out = Command::cargo_bin("nvtx-readiness").unwrap().args([&p("nsys-2025.3.1/decode_clean.sqlite"), "--compact"]).output().unwrap();
+    let out = Command::cargo_bin("nvtx-readiness")
+        .unwrap()
+        .args([&p("nsys-2025.3.1/decode_clean.sqlite"), "--compact"])
+        .output()
+        .unwrap();
     let doc = common::one_doc(&out.stdout);
     let m = Command::cargo_bin("bundle-merge").unwrap().arg(&bundle).write_stdin(out.stdout.clone()).output().unwrap();
     assert_eq!(m.status.code(), Some(0), "{}", String::from_utf8_lossy(&m.stderr));
@@ -475,11 +529,16 @@ fn a_readiness_document_merges_into_the_bundle() {
     let b: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
     assert_eq!(b["kernel_profile"]["readiness"], doc);
     // and through the library: the document read back from the library merges at the same place
-    let lib = nsyskit::readiness::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None).unwrap();
+    let lib = nsyskit::readiness::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None)
+        .unwrap();
     let value = serde_json::to_value(&lib).unwrap();
     common::assert_valid(&value);
-    let (text, merged) =
-        nsyskit::bundle::merge_text(None, "bundle.json", &[nsyskit::bundle::DocIn { value: value.clone(), source: "lib".into(), line: 1 }]).unwrap();
+    let (text, merged) = nsyskit::bundle::merge_text(
+        None,
+        "bundle.json",
+        &[nsyskit::bundle::DocIn { value: value.clone(), source: "lib".into(), line: 1 }],
+    )
+    .unwrap();
     assert_eq!(merged.len(), 1);
     let b: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(b["kernel_profile"]["readiness"]["iterations"], doc["iterations"]);
@@ -492,7 +551,10 @@ fn serve_node_a_real_http_engine_is_ready() {
     let (code, doc) = readiness(&[&p(rel)]);
     assert_eq!(code, 0);
     assert_eq!(doc["source"]["range_prefix"], "vibeserve");
-    assert_eq!(present(&doc), ["engine.iteration", "engine.scheduling", "engine.input_preparation", "graph.replay", "sampling.d2h"]);
+    assert_eq!(
+        present(&doc),
+        ["engine.iteration", "engine.scheduling", "engine.input_preparation", "graph.replay", "sampling.d2h"]
+    );
     assert_eq!(doc["iterations"]["occurrences"], 1190);
     check_opaque_against_reference(rel, &doc);
     // the largest gap opens an iteration, before scheduling: where a range is missing
@@ -513,7 +575,10 @@ fn no_iteration_label_and_no_prefix_is_a_retry() {
     assert_eq!(doc["source"]["range_prefix_inferred"], false);
     assert_eq!(doc["taxonomy"], Value::Array(vec![]));
     assert_eq!(doc["iterations"]["opaque_share"], Value::Null);
-    assert!(doc["reason"].as_str().unwrap().starts_with("add instrumentation before choosing an optimisation: no `<P>.engine.iteration` range"));
+    assert!(doc["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("add instrumentation before choosing an optimisation: no `<P>.engine.iteration` range"));
     assert!(doc["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("--range-prefix")));
 }
 
@@ -530,7 +595,10 @@ fn hf_capture_names_prefixes_suggests_hf_and_counts_syncs_in_any_range() {
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(doc["suggested_prefix"], "hf");
     let reason = doc["reason"].as_str().unwrap();
-    assert!(reason.contains("prefixes seen: aten:: (79 labels, 15535 occurrences), hf. (4 labels, 100 occurrences)"), "{reason}");
+    assert!(
+        reason.contains("prefixes seen: aten:: (79 labels, 15535 occurrences), hf. (4 labels, 100 occurrences)"),
+        "{reason}"
+    );
     assert!(reason.contains("try --range-prefix hf"), "{reason}");
     // no prefix: a sync inside ANY range is enclosed (120 of 123; 3 cudaDeviceSynchronize outside every range)
     assert_eq!(doc["unenclosed_syncs"]["sync_calls"], 123);
@@ -541,7 +609,12 @@ fn hf_capture_names_prefixes_suggests_hf_and_counts_syncs_in_any_range() {
     assert_eq!(ids[0]["occurrences"], 2440);
     assert!(!ids.iter().any(|i| i["pattern"].as_str().unwrap().contains("Torch-Compiled Region: 0/<n>")));
     // with the suggested prefix: hf.batch.<n> is the only id-bearing label under it
-    let o = assert_cmd::Command::cargo_bin("nvtx-readiness").unwrap().arg(&out).args(["--range-prefix", "hf", "--compact"]).output().unwrap();
+    let o = assert_cmd::Command::cargo_bin("nvtx-readiness")
+        .unwrap()
+        .arg(&out)
+        .args(["--range-prefix", "hf", "--compact"])
+        .output()
+        .unwrap();
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(doc["naming"]["labels_with_ids"][0]["pattern"], "hf.batch.<n>");
     assert_eq!(doc["naming"]["labels_with_ids"].as_array().unwrap().len(), 1);

@@ -28,7 +28,12 @@ fn bundle(dir: &std::path::Path, name: &str, extra: &[Value]) -> std::path::Path
     let out = Command::cargo_bin("bundle-merge").unwrap().arg(&path).write_stdin(docs).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let summary = common::one_doc(&out.stdout);
-    let places: Vec<String> = summary["documents"].as_array().unwrap().iter().flat_map(|d| d["places"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string())).collect();
+    let places: Vec<String> = summary["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|d| d["places"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()))
+        .collect();
     for e in extra {
         let kind = e["schema"].as_str().unwrap().trim_start_matches("nsyskit.").trim_end_matches("/v1").to_string();
         assert!(places.contains(&kind), "{kind} placed: {places:?}");
@@ -58,7 +63,8 @@ fn report_states_the_measured_share_and_the_amdahl_bound() {
     let (d, code, err) = report(&b);
     assert_eq!(code, 0, "{err}");
     // the numbers from the real ranges document
-    let rd = nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None).unwrap();
+    let rd =
+        nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None).unwrap();
     let row = |l: &str| rd.ranges.iter().find(|r| r.label == l).unwrap().clone();
     let (it, d2h) = (row("vibeserve.engine.iteration"), row("vibeserve.sampling.d2h"));
     let share = d2h.host_wall_time_ns as f64 / it.host_wall_time_ns as f64;
@@ -88,8 +94,17 @@ fn kernel_category_questions_and_unmeasurable_ones() {
     let (d, code, err) = report(&bundle(dir.path(), "k.json", &[q]));
     assert_eq!(code, 0, "{err}");
     let a = &d["question"]["question"];
-    let gemm: i64 = d["categories"].as_array().unwrap().iter().filter(|c| c["category"] == "gemm").map(|c| c["total_time_ns"].as_i64().unwrap()).sum();
-    let it = d["evidence"].as_array().unwrap().iter().find(|r| r["label"] == "vibeserve.engine.iteration").unwrap()["host_wall_time_ns"].as_i64().unwrap();
+    let gemm: i64 = d["categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["category"] == "gemm")
+        .map(|c| c["total_time_ns"].as_i64().unwrap())
+        .sum();
+    let it = d["evidence"].as_array().unwrap().iter().find(|r| r["label"] == "vibeserve.engine.iteration").unwrap()
+        ["host_wall_time_ns"]
+        .as_i64()
+        .unwrap();
     assert!(gemm > 0);
     assert!((a["measured_share"].as_f64().unwrap() - gemm as f64 / it as f64).abs() < 1e-12);
     assert!(a["share_basis"].as_str().unwrap().contains("upper bound"));

@@ -257,7 +257,12 @@ fn memcpy_bound_synthetic_export() {
 fn comm_bound_synthetic_export() {
     let s = Synth::new().steps(10, 1000 * US, |s, t| {
         let c = s.call("cudaLaunchKernel_v7000", t, t + 5 * US);
-        s.kernel("ncclDevKernel_AllReduce_Sum_f16_RING_LL(ncclDevKernelArgsStorage<4096>)", c, t + 10 * US, t + 810 * US);
+        s.kernel(
+            "ncclDevKernel_AllReduce_Sum_f16_RING_LL(ncclDevKernelArgsStorage<4096>)",
+            c,
+            t + 10 * US,
+            t + 810 * US,
+        );
         let c = s.call("cudaLaunchKernel_v7000", t + 6 * US, t + 9 * US);
         s.kernel(GEMM, c, t + 820 * US, t + 900 * US);
     });
@@ -384,7 +389,10 @@ fn categories_override_file() {
     let dir = tempfile::tempdir().unwrap();
     let cats = dir.path().join("cats.txt");
     std::fs::write(&cats, "# mine\nmatmul=nvjet\n").unwrap();
-    let (r, _) = report_on(&bundle(1_000_000, 900_000, 900_000, 1_000_000, json!({}), gemm(900_000)), &["--categories", cats.to_str().unwrap()]);
+    let (r, _) = report_on(
+        &bundle(1_000_000, 900_000, 900_000, 1_000_000, json!({}), gemm(900_000)),
+        &["--categories", cats.to_str().unwrap()],
+    );
     assert_eq!(r["categories"][0]["category"], "matmul");
     assert_eq!(r["categories_source"], cats.display().to_string());
 }
@@ -415,24 +423,34 @@ fn html_page_is_self_contained_and_renders_in_headless_chromium() {
     assert!(page.starts_with("<!DOCTYPE html>"));
     // 25 µs of host time per runtime call (≥ 20 µs): R6, not R5 (the class CSS names every class: check the badge)
     assert_eq!(r["class"], "python_overhead_bound");
-    assert!(page.contains("id=\"class\">python_overhead_bound<") && page.contains("<svg") && page.contains("step.schedule"));
+    assert!(
+        page.contains("id=\"class\">python_overhead_bound<") && page.contains("<svg") && page.contains("step.schedule")
+    );
     for banned in ["http://", "https://", "<script", "<link", "src=\"//", "@import"] {
         // the only URL allowed is the SVG namespace
         let n = page.matches(banned).count();
         let allowed = if banned == "http://" { page.matches("http://www.w3.org/2000/svg").count() } else { 0 };
         assert_eq!(n, allowed, "the page must not reference {banned}");
     }
-    let Some(chromium) = common::chromium_or_skip("html_page_is_self_contained_and_renders_in_headless_chromium") else { return };
+    let Some(chromium) = common::chromium_or_skip("html_page_is_self_contained_and_renders_in_headless_chromium")
+    else {
+        return;
+    };
     // the page as the browser built it: every section, and the numbers of the document
     let (dom, segs) = common::render_and_measure(&chromium, &html, dir.path());
-    for id in ["class", "capture", "split", "ranges", "categories", "kernels", "signals", "provenance", "unattributed"] {
+    for id in ["class", "capture", "split", "ranges", "categories", "kernels", "signals", "provenance", "unattributed"]
+    {
         assert!(dom.contains(&format!("id=\"{id}\"")), "the page has no #{id}");
     }
     assert!(dom.contains(&format!(">{}<", r["class"].as_str().unwrap())), "{}", r["class"]);
     assert_eq!(common::cells(&dom, "kernel-share"), vec!["100.0%"]);
-    assert_eq!(common::cells(&dom, "signal-coverage_fraction"), vec![format!("{:.1}%", r["signals"]["coverage_fraction"].as_f64().unwrap() * 100.0)]);
+    assert_eq!(
+        common::cells(&dom, "signal-coverage_fraction"),
+        vec![format!("{:.1}%", r["signals"]["coverage_fraction"].as_f64().unwrap() * 100.0)]
+    );
     // step.schedule is a tenth of step's wall: drawn a tenth as long on the one axis of the ranges section
-    let wall_px = |label_wall: i64| segs.iter().filter(|s| s.0 == "ranges" && s.1 == label_wall).map(|s| s.2).fold(0.0, f64::max);
+    let wall_px =
+        |label_wall: i64| segs.iter().filter(|s| s.0 == "ranges" && s.1 == label_wall).map(|s| s.2).fold(0.0, f64::max);
     let (step, sched) = (wall_px(700_000), wall_px(100_000));
     assert!((step / sched - 7.0).abs() < 0.05, "uncovered 700 µs drawn {step} px, 100 µs drawn {sched} px");
     let png = dir.path().join("x.png");
@@ -472,7 +490,8 @@ fn real_fixtures_classes() {
     let r = run("nsys-2025.3.1/gpu_full_node.sqlite");
     assert_eq!(class_rule(&r), ("python_overhead_bound", "R6"), "{}", r["decision"]["reason"]);
     assert_eq!(r["decision"]["primary_label"], "vibeserve.engine.iteration");
-    let doc = nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &Default::default(), None).unwrap();
+    let doc = nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &Default::default(), None)
+        .unwrap();
     let it = doc.ranges.iter().find(|x| x.label == "vibeserve.engine.iteration").unwrap();
     assert_eq!(r["evidence"][0]["host_range_kernel_coverage_ns"], it.host_range_kernel_coverage_ns);
     assert_eq!(r["evidence"][0]["uncovered_host_time_ns"], it.uncovered_host_time_ns);
@@ -508,12 +527,22 @@ fn real_serve_capture_documents_in_a_bundle() {
     let ranges: Value = serde_json::from_slice(&std::fs::read(docs.join("ranges.json")).unwrap()).unwrap();
     let label = r["decision"]["primary_label"].as_str().unwrap();
     let row = ranges["ranges"].as_array().unwrap().iter().find(|x| x["label"] == label).unwrap();
-    for k in ["host_wall_time_ns", "host_range_kernel_coverage_ns", "kernel_busy_union_ns", "gpu_idle_within_kernel_span_ns", "uncovered_host_time_ns"] {
+    for k in [
+        "host_wall_time_ns",
+        "host_range_kernel_coverage_ns",
+        "kernel_busy_union_ns",
+        "gpu_idle_within_kernel_span_ns",
+        "uncovered_host_time_ns",
+    ] {
         assert_eq!(r["evidence"][0][k], row[k], "{k}");
     }
     assert_eq!(r["provenance"]["schema"], "nsyskit.provenance/v1");
     assert_eq!(r["facts"]["graph_trace_level"]["value"], "node");
-    assert!(r["facts"]["capture_flags"]["value"].as_array().unwrap().iter().all(|w| w.as_str().unwrap().starts_with('-')));
+    assert!(r["facts"]["capture_flags"]["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|w| w.as_str().unwrap().starts_with('-')));
     assert!(nsyskit::report::CLASSES.contains(&r["class"].as_str().unwrap()));
     // the bundle against itself: its gate-check said RETRY (G2, a deliberately small report), so capture-compare
     // refuses it, naming that gate once (issue #15: a RETRY capture is never compared)
@@ -529,7 +558,13 @@ fn real_serve_capture_documents_in_a_bundle() {
 // Issue 17 regressions: input handling (FIFO, stdin, wrong block types) and an output over an input.
 
 fn report_cmd(args: &[&std::ffi::OsStr], stdin: Vec<u8>) -> std::process::Output {
-    Command::cargo_bin("report").unwrap().args(args).write_stdin(stdin).timeout(std::time::Duration::from_secs(120)).output().unwrap()
+    Command::cargo_bin("report")
+        .unwrap()
+        .args(args)
+        .write_stdin(stdin)
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -544,9 +579,13 @@ fn html_over_an_input_is_refused_even_through_a_symlink_or_a_hard_link() {
     let hard = dir.path().join("hard.html");
     std::fs::hard_link(&cap, &hard).unwrap();
     let prov = dir.path().join("prov.json");
-    std::fs::write(&prov, r#"{"schema":"nsyskit.provenance/v1","tool":{"name":"nsys-resolve","version":"0"}}"#).unwrap();
+    std::fs::write(&prov, r#"{"schema":"nsyskit.provenance/v1","tool":{"name":"nsys-resolve","version":"0"}}"#)
+        .unwrap();
     for (out, input) in [(&cap, &cap), (&sym, &cap), (&hard, &cap), (&prov, &prov)] {
-        let o = report_cmd(&[cap.as_os_str(), "--provenance".as_ref(), prov.as_os_str(), "--html".as_ref(), out.as_os_str()], vec![]);
+        let o = report_cmd(
+            &[cap.as_os_str(), "--provenance".as_ref(), prov.as_os_str(), "--html".as_ref(), out.as_os_str()],
+            vec![],
+        );
         assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(&format!("--html {}: is the input {}", out.display(), input.display())), "{err}");

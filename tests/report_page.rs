@@ -28,7 +28,8 @@ fn demo_bundle(dir: &Path) -> PathBuf {
     let (stats, rc) = run("kern-csv-to-json", &["--top", "5", common::fixture(CSV).to_str().unwrap()], None);
     assert_eq!(rc, 0);
     assert_eq!(run("bundle-merge", &[b], Some(stats)).1, 0);
-    let (ranges, rc) = run("sqlite-ranges", &[common::fixture(CAP).to_str().unwrap(), "--range-prefix", "vibeserve."], None);
+    let (ranges, rc) =
+        run("sqlite-ranges", &[common::fixture(CAP).to_str().unwrap(), "--range-prefix", "vibeserve."], None);
     assert_eq!(rc, 0);
     assert_eq!(run("bundle-merge", &[b], Some(ranges)).1, 0);
     let (gate, rc) = run("gate-check", &[common::fixture(CAP).to_str().unwrap()], None);
@@ -46,7 +47,12 @@ fn report(input: &Path, extra: &[&str]) -> Value {
 }
 
 fn shares(r: &Value) -> Vec<(String, f64)> {
-    r["categories"].as_array().unwrap().iter().map(|c| (c["category"].as_str().unwrap().to_string(), c["share"].as_f64().unwrap())).collect()
+    r["categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["category"].as_str().unwrap().to_string(), c["share"].as_f64().unwrap()))
+        .collect()
 }
 
 #[test]
@@ -92,11 +98,20 @@ fn a_bundle_with_only_the_cut_list_counts_what_it_omits() {
     assert_eq!(r["kernels_source"], "kernel_profile.top_kernels");
     assert!((r["top_kernels"][0]["share"].as_f64().unwrap() - 0.27791557).abs() < 1e-6);
     let cats = shares(&r);
-    let listed: i64 = v["kernel_profile"]["top_kernels"].as_array().unwrap().iter().map(|k| k["total_time_ns"].as_i64().unwrap()).sum();
+    let listed: i64 = v["kernel_profile"]["top_kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["total_time_ns"].as_i64().unwrap())
+        .sum();
     let nl = cats.iter().find(|(c, _)| c == "not_listed").expect("a not_listed row");
     assert!((nl.1 - (21622401 - listed) as f64 / 21622401.0).abs() < 1e-12);
     assert!((cats.iter().map(|c| c.1).sum::<f64>() - 1.0).abs() < 1e-9);
-    assert!(r["unattributed"]["statements"].as_array().unwrap().iter().any(|s| s.as_str().unwrap().contains("not_listed")));
+    assert!(r["unattributed"]["statements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s.as_str().unwrap().contains("not_listed")));
 }
 
 #[test]
@@ -112,7 +127,11 @@ fn the_bundle_records_the_capture_start_not_a_file_mtime() {
     assert_eq!(run("bundle-merge", &[b], Some(stats)).1, 0);
     let v: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
     assert_eq!(v["kernel_profile"]["captured_at"], "2026-11-29T20:38:21Z");
-    let (stats, _) = run("kern-csv-to-json", &["--captured-at", "2026-11-29T20:38:20Z", common::fixture(CSV).to_str().unwrap()], None);
+    let (stats, _) = run(
+        "kern-csv-to-json",
+        &["--captured-at", "2026-11-29T20:38:20Z", common::fixture(CSV).to_str().unwrap()],
+        None,
+    );
     assert_eq!(run("bundle-merge", &[b], Some(stats)).1, 0);
     let v: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
     assert_eq!(v["kernel_profile"]["captured_at"], "2026-11-29T20:38:20Z");
@@ -155,7 +174,8 @@ fn the_demo_page_as_chromium_renders_it() {
     let page = dir.path().join("report.html");
     let r = report(&bundle, &["--html", page.to_str().unwrap()]);
     let (dom, segs) = common::render_and_measure(&chromium, &page, dir.path());
-    for id in ["class", "capture", "split", "ranges", "categories", "kernels", "signals", "provenance", "unattributed"] {
+    for id in ["class", "capture", "split", "ranges", "categories", "kernels", "signals", "provenance", "unattributed"]
+    {
         assert!(dom.contains(&format!("id=\"{id}\"")), "the page has no #{id}");
     }
     // the header shows the document's numbers
@@ -164,10 +184,21 @@ fn the_demo_page_as_chromium_renders_it() {
     assert_eq!(common::cells(&dom, "driver")[0], "580.159.04 (CUDA 13.0)");
     assert_eq!(common::cells(&dom, "kernels")[0], "28 kernel names, 9579 launches, 21.622 ms of kernel time");
     // shares as printed equal the document's, the top kernel is 27.8 %, not 47.3 %
-    let ks: Vec<String> = r["top_kernels"].as_array().unwrap().iter().take(25).map(|k| format!("{:.1}%", k["share"].as_f64().unwrap() * 100.0)).collect();
+    let ks: Vec<String> = r["top_kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(25)
+        .map(|k| format!("{:.1}%", k["share"].as_f64().unwrap() * 100.0))
+        .collect();
     assert_eq!(common::cells(&dom, "kernel-share"), ks);
     assert_eq!(ks[0], "27.8%");
-    let cs: Vec<String> = r["categories"].as_array().unwrap().iter().map(|c| format!("{:.1}%", c["share"].as_f64().unwrap() * 100.0)).collect();
+    let cs: Vec<String> = r["categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{:.1}%", c["share"].as_f64().unwrap() * 100.0))
+        .collect();
     assert_eq!(common::cells(&dom, "category-share"), cs);
     assert_eq!(cs[..2], ["39.8%".to_string(), "38.2%".to_string()]);
     assert_eq!(common::cells(&dom, "split-share")[0], "83.5%");
@@ -181,7 +212,13 @@ fn the_demo_page_as_chromium_renders_it() {
         let big = s.iter().max_by_key(|x| x.1).unwrap();
         let k = big.2 / big.1 as f64;
         for x in &s {
-            assert!((x.2 - k * x.1 as f64).abs() < 0.01 + 1e-3 * x.2, "{axis}: {} ns drawn {} px, expected {}", x.1, x.2, k * x.1 as f64);
+            assert!(
+                (x.2 - k * x.1 as f64).abs() < 0.01 + 1e-3 * x.2,
+                "{axis}: {} ns drawn {} px, expected {}",
+                x.1,
+                x.2,
+                k * x.1 as f64
+            );
         }
     }
     // api.serve's 5 837.784 ms wall is the full axis; scheduling's 3.242 ms is drawn 1800× shorter
@@ -220,9 +257,19 @@ fn a_graph_level_capture_gets_no_class_and_no_workload_ranking() {
     }
     let html = dir.path().join("g.html");
     for r in [report(&common::fixture(graph), &[]), report(&bundle, &["--html", html.to_str().unwrap()])] {
-        assert_eq!((r["class"].as_str().unwrap(), r["decision"]["rule"].as_str().unwrap()), ("mixed_or_unclear", "R0"), "{}", r["decision"]["reason"]);
+        assert_eq!(
+            (r["class"].as_str().unwrap(), r["decision"]["rule"].as_str().unwrap()),
+            ("mixed_or_unclear", "R0"),
+            "{}",
+            r["decision"]["reason"]
+        );
         let reason = r["decision"]["reason"].as_str().unwrap();
-        assert!(reason.contains("graph-level tracing") && reason.contains("200 CUDA graph launches") && reason.contains("--cuda-graph-trace=node"), "{reason}");
+        assert!(
+            reason.contains("graph-level tracing")
+                && reason.contains("200 CUDA graph launches")
+                && reason.contains("--cuda-graph-trace=node"),
+            "{reason}"
+        );
         assert!(r["kernels_scope"].as_str().unwrap().starts_with("eager kernels only"));
     }
     let page = std::fs::read_to_string(&html).unwrap();
@@ -241,11 +288,20 @@ fn a_range_that_launches_graphs_is_measured_by_its_correlated_busy_union() {
     let r = report(&common::fixture(CAP), &["--label", "vibeserve.graph.replay"]);
     let e = &r["evidence"][0];
     assert_eq!(e["label"], "vibeserve.graph.replay");
-    let (busy, wall, clipped) = (e["kernel_busy_union_ns"].as_i64().unwrap(), e["host_wall_time_ns"].as_i64().unwrap(), e["host_range_kernel_coverage_ns"].as_i64().unwrap());
+    let (busy, wall, clipped) = (
+        e["kernel_busy_union_ns"].as_i64().unwrap(),
+        e["host_wall_time_ns"].as_i64().unwrap(),
+        e["host_range_kernel_coverage_ns"].as_i64().unwrap(),
+    );
     assert!(clipped * 10 < busy, "{clipped} vs {busy}");
     assert!((r["signals"]["coverage_fraction"].as_f64().unwrap() - busy as f64 / wall as f64).abs() < 1e-12);
     assert!(r["signals"]["coverage_source"].as_str().unwrap().starts_with("kernel_busy_union_ns"));
-    assert_eq!((r["class"].as_str().unwrap(), r["decision"]["rule"].as_str().unwrap()), ("kernel_bound", "R3"), "{}", r["decision"]["reason"]);
+    assert_eq!(
+        (r["class"].as_str().unwrap(), r["decision"]["rule"].as_str().unwrap()),
+        ("kernel_bound", "R3"),
+        "{}",
+        r["decision"]["reason"]
+    );
     // an eager range keeps the host-clipped coverage
     let r = report(&common::fixture(CAP), &["--label", "vibeserve.sampling.d2h"]);
     assert_eq!(r["signals"]["coverage_source"], "host_range_kernel_coverage_ns / host_wall_time_ns");

@@ -51,14 +51,8 @@ fn env_or_skip(test: &str) -> Option<&'static Env> {
         let dir = tempfile::tempdir().unwrap();
         let server = dir.path().join("vibeserve_http");
         let src = common::root().join("scripts/cpu/vibeserve_http.c");
-        let out = StdCommand::new("gcc")
-            .args(["-O1", "-I"])
-            .arg(&inc)
-            .arg(&src)
-            .arg("-o")
-            .arg(&server)
-            .arg("-ldl")
-            .output();
+        let out =
+            StdCommand::new("gcc").args(["-O1", "-I"]).arg(&inc).arg(&src).arg("-o").arg(&server).arg("-ldl").output();
         match out {
             Ok(o) if o.status.success() => Some(Env { nsys, server, _dir: dir }),
             Ok(o) => panic!("gcc failed on {}: {}", src.display(), String::from_utf8_lossy(&o.stderr)),
@@ -127,7 +121,12 @@ fn base_args(e: &Env, port: u16, out: &Path) -> Vec<String> {
 }
 
 fn role<'a>(doc: &'a Value, role: &str) -> &'a Value {
-    doc["processes"].as_array().unwrap().iter().find(|p| p["role"] == role).unwrap_or_else(|| panic!("no {role} in {doc}"))
+    doc["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["role"] == role)
+        .unwrap_or_else(|| panic!("no {role} in {doc}"))
 }
 
 #[test]
@@ -192,7 +191,11 @@ fn captures_a_cpu_server_with_a_time_window() {
     let ex = nsyskit::export::Export::open(&sqlite).unwrap();
     let n: i64 = ex
         .conn()
-        .query_row("SELECT count(*) FROM NVTX_EVENTS WHERE text = 'vibeserve.engine.iteration' AND end IS NOT NULL", [], |r| r.get(0))
+        .query_row(
+            "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'vibeserve.engine.iteration' AND end IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
     assert!(n > 100, "only {n} iterations in the 3 s window");
     let ranges = doc["capture"]["nvtx_ranges"].as_array().unwrap();
@@ -266,9 +269,13 @@ fn captures_a_cpu_server_with_a_range_window() {
     assert_eq!(doc["env_names"], serde_json::json!(["NSYS_NVTX_PROFILER_REGISTER_ONLY"]));
     let argv: Vec<&str> = doc["nsys_argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert!(argv.contains(&"--capture-range=nvtx") && argv.contains(&"--capture-range-end=stop"), "{argv:?}");
-    assert!(!argv.iter().any(|a| a.contains("NSYS_NVTX_PROFILER_REGISTER_ONLY")), "env goes on the nsys process, not its argv");
+    assert!(
+        !argv.iter().any(|a| a.contains("NSYS_NVTX_PROFILER_REGISTER_ONLY")),
+        "env goes on the nsys process, not its argv"
+    );
     let ranges = doc["capture"]["nvtx_ranges"].as_array().unwrap();
-    let count = |name: &str| ranges.iter().find(|r| r["name"] == name).map(|r| r["count"].as_i64().unwrap()).unwrap_or(0);
+    let count =
+        |name: &str| ranges.iter().find(|r| r["name"] == name).map(|r| r["count"].as_i64().unwrap()).unwrap_or(0);
     assert_eq!(count("vibeserve.capture"), 1, "{ranges:?}");
     let inside = count("vibeserve.request");
     let total = doc["diagnostic"]["requests"].as_i64().unwrap();
@@ -338,7 +345,8 @@ fn server_dying_mid_run_is_a_failure() {
     assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
     assert_all_gone_and_port_free(&doc, port);
     // nsys still wrote the report of what happened, with the 30 requests
-    let req = doc["capture"]["nvtx_ranges"].as_array().unwrap().iter().find(|r| r["name"] == "vibeserve.request").unwrap();
+    let req =
+        doc["capture"]["nvtx_ranges"].as_array().unwrap().iter().find(|r| r["name"] == "vibeserve.request").unwrap();
     assert_eq!(req["count"], 30);
 }
 
@@ -477,7 +485,16 @@ fn refuses_when_nsys_lacks_mandatory_flags() {
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let out = tmp.path().join("run");
     let base = |extra: &[&str]| {
-        let mut v: Vec<String> = vec!["--nsys".into(), fake.display().to_string(), "--health".into(), "http://127.0.0.1:1/health".into(), "--load".into(), "true".into(), "--out".into(), out.display().to_string()];
+        let mut v: Vec<String> = vec![
+            "--nsys".into(),
+            fake.display().to_string(),
+            "--health".into(),
+            "http://127.0.0.1:1/health".into(),
+            "--load".into(),
+            "true".into(),
+            "--out".into(),
+            out.display().to_string(),
+        ];
         v.extend(extra.iter().map(|s| s.to_string()));
         v
     };
@@ -486,17 +503,29 @@ fn refuses_when_nsys_lacks_mandatory_flags() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("refused") && err.contains("--cuda-graph-trace"), "{err}");
     assert!(o.stdout.is_empty());
-    let o = Command::cargo_bin("serve-capture").unwrap().args(base(&["--trace", "nvtx", "--cuda-child", "--", "/bin/sleep", "30"])).output().unwrap();
+    let o = Command::cargo_bin("serve-capture")
+        .unwrap()
+        .args(base(&["--trace", "nvtx", "--cuda-child", "--", "/bin/sleep", "30"]))
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--trace-fork-before-exec"));
     // env on the command line of the profiled program is refused
-    let o = Command::cargo_bin("serve-capture").unwrap().args(base(&["--trace", "nvtx", "--", "env", "A=1", "/bin/sleep", "30"])).output().unwrap();
+    let o = Command::cargo_bin("serve-capture")
+        .unwrap()
+        .args(base(&["--trace", "nvtx", "--", "env", "A=1", "/bin/sleep", "30"]))
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--env NAME=VALUE"));
     // a non-empty run folder is refused
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("x"), "").unwrap();
-    let o = Command::cargo_bin("serve-capture").unwrap().args(base(&["--trace", "nvtx", "--", "/bin/sleep", "30"])).output().unwrap();
+    let o = Command::cargo_bin("serve-capture")
+        .unwrap()
+        .args(base(&["--trace", "nvtx", "--", "/bin/sleep", "30"]))
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not empty"));
     // bad quoting in a command
@@ -519,7 +548,9 @@ fn help_has_a_runnable_example() {
 /// document matches today's schema, and the summary serve-capture wrote is reproduced from the committed export.
 #[test]
 fn the_h200_run_document_matches_its_export() {
-    let doc: Value = serde_json::from_slice(&std::fs::read(common::fixture("serve-capture-gpu/serve-capture.json")).unwrap()).unwrap();
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(common::fixture("serve-capture-gpu/serve-capture.json")).unwrap())
+            .unwrap();
     common::assert_valid(&doc);
     assert_eq!(doc["outcome"], "ok");
     assert_eq!(doc["window"]["mode"], "range");
@@ -576,7 +607,13 @@ fn worker_dying_mid_load_rejects_the_sample() {
         let out = tmp.path().join("run");
         let mut args = base_args(e, port, &out);
         args.extend(["--nvidia-smi".into(), tmp.path().join("no-nvidia-smi").display().to_string()]);
-        args.extend(["--load".into(), format!("{} --client {port} 8", e.server.display()), "--".into(), e.server.display().to_string(), port.to_string()]);
+        args.extend([
+            "--load".into(),
+            format!("{} --client {port} 8", e.server.display()),
+            "--".into(),
+            e.server.display().to_string(),
+            port.to_string(),
+        ]);
         args.extend(["--worker", "--worker-dies-after", "40"].map(String::from));
         args.extend(extra.iter().map(|s| s.to_string()));
         let t = Instant::now();
@@ -588,7 +625,12 @@ fn worker_dying_mid_load_rejects_the_sample() {
         assert_eq!(f["stage"], "worker", "{doc}");
         let worker = role(&doc, "server-child");
         let reason = f["reason"].as_str().unwrap();
-        assert!(reason.contains(&format!("worker pid {} ", worker["pid"])) && reason.contains("--worker-dies-after 40") && reason.contains(status), "{reason}");
+        assert!(
+            reason.contains(&format!("worker pid {} ", worker["pid"]))
+                && reason.contains("--worker-dies-after 40")
+                && reason.contains(status),
+            "{reason}"
+        );
         assert!(reason.contains(&format!("parent pid {}", role(&doc, "server")["pid"])), "{reason}");
         assert_eq!(worker["ended"], status);
         assert!(worker["signals_sent"].as_array().unwrap().is_empty(), "it ended by itself: {worker}");
@@ -639,18 +681,35 @@ fn gpu_pin_and_gpu_release_check() {
         let out = tmp.path().join("run");
         let smi = phased_smi(&tmp.path().join("smi"), &out, idle, after);
         // the server wrapper prints the CUDA_VISIBLE_DEVICES it got (into nsys.log), then runs the server (its child)
-        let srv = script(&tmp.path().join("srv"), &format!("#!/bin/sh\necho \"server CVD=$CUDA_VISIBLE_DEVICES\" >&2\n{} \"$@\"\n", e.server.display()));
+        let srv = script(
+            &tmp.path().join("srv"),
+            &format!("#!/bin/sh\necho \"server CVD=$CUDA_VISIBLE_DEVICES\" >&2\n{} \"$@\"\n", e.server.display()),
+        );
         let cvd_file = tmp.path().join("client-cvd");
         let mut args = base_args(e, port, &out);
         args.extend(["--gpu".into(), "0".into(), "--nvidia-smi".into(), smi.display().to_string()]);
-        args.extend(["--load".into(), format!("sh -c 'echo $CUDA_VISIBLE_DEVICES > {}; {} --client {port} 1'", cvd_file.display(), e.server.display())]);
+        args.extend([
+            "--load".into(),
+            format!(
+                "sh -c 'echo $CUDA_VISIBLE_DEVICES > {}; {} --client {port} 1'",
+                cvd_file.display(),
+                e.server.display()
+            ),
+        ]);
         args.extend(["--".into(), srv.display().to_string(), port.to_string()]);
         let (code, doc, err) = serve(&args, &[("CUDA_VISIBLE_DEVICES", "3")]);
         common::assert_valid(&doc);
         assert_eq!(code, Some(1), "{doc}\n{err}");
         assert_eq!(doc["gpu_pin"], serde_json::json!({"index": 0, "uuid": uuid, "cuda_visible_devices": "0"}));
-        assert_eq!(std::fs::read_to_string(&cvd_file).unwrap_or_else(|e| panic!("{e}: {doc}\n{err}")).trim(), "0", "the client runs pinned");
-        assert!(std::fs::read_to_string(out.join("nsys.log")).unwrap().contains("server CVD=0"), "the server runs pinned");
+        assert_eq!(
+            std::fs::read_to_string(&cvd_file).unwrap_or_else(|e| panic!("{e}: {doc}\n{err}")).trim(),
+            "0",
+            "the client runs pinned"
+        );
+        assert!(
+            std::fs::read_to_string(out.join("nsys.log")).unwrap().contains("server CVD=0"),
+            "the server runs pinned"
+        );
         let prov: Value = serde_json::from_slice(&std::fs::read(out.join("provenance.json")).unwrap()).unwrap();
         assert_eq!(prov["gpu"]["targets"], serde_json::json!([0]));
         assert_eq!(prov["gpu"]["target_source"], "--gpu");
@@ -664,7 +723,12 @@ fn gpu_pin_and_gpu_release_check() {
         } else {
             assert_eq!(doc["outcome"], "failed");
             assert_eq!(c["gpu_memory_after_mib"], 10767);
-            let f = doc["failures"].as_array().unwrap().iter().find(|f| f["stage"] == "cleanup").expect("a cleanup failure");
+            let f = doc["failures"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["stage"] == "cleanup")
+                .expect("a cleanup failure");
             assert!(f["reason"].as_str().unwrap().contains("10767 MiB after shutdown, 0 MiB at start"), "{f}");
         }
         assert_eq!(doc["gpu_end"]["gpus"][0]["memory_used_mib"], if want == "passed" { 0 } else { 10767 });
@@ -680,7 +744,10 @@ fn gpu_pin_and_gpu_release_check() {
     let (code, doc, _) = serve(&args, &[]);
     assert_eq!(code, Some(1));
     assert_eq!(doc["failures"][0]["stage"], "preflight");
-    assert!(doc["failures"][0]["reason"].as_str().unwrap().contains("pid 433 (python3) uses 10758 MiB on GPU 0"), "{doc}");
+    assert!(
+        doc["failures"][0]["reason"].as_str().unwrap().contains("pid 433 (python3) uses 10758 MiB on GPU 0"),
+        "{doc}"
+    );
     assert!(doc["processes"].as_array().unwrap().is_empty());
 }
 
@@ -693,14 +760,29 @@ fn foreign_cuda_injection_in_the_server_environment_is_refused() {
     let port = free_port();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    let srv = script(&tmp.path().join("zymserve"), &format!("#!/bin/sh\nexport CUDA_INJECTION64_PATH=/opt/zymtrace/libzymtrace.so\n{} \"$@\"\n", e.server.display()));
+    let srv = script(
+        &tmp.path().join("zymserve"),
+        &format!(
+            "#!/bin/sh\nexport CUDA_INJECTION64_PATH=/opt/zymtrace/libzymtrace.so\n{} \"$@\"\n",
+            e.server.display()
+        ),
+    );
     let mut args = base_args(e, port, &out);
     args[3] = "cuda,nvtx,osrt".into();
-    args.extend(["--load".into(), format!("{} --client {port} 2", e.server.display()), "--".into(), srv.display().to_string(), port.to_string()]);
+    args.extend([
+        "--load".into(),
+        format!("{} --client {port} 2", e.server.display()),
+        "--".into(),
+        srv.display().to_string(),
+        port.to_string(),
+    ]);
     let (code, doc, err) = serve(&args, &[]);
     assert_eq!(code, Some(1), "{doc}\n{err}");
     assert_eq!(doc["failures"][0]["stage"], "injection", "{doc}");
-    assert!(doc["failures"][0]["reason"].as_str().unwrap().contains("CUDA_INJECTION64_PATH=/opt/zymtrace/libzymtrace.so"), "{doc}");
+    assert!(
+        doc["failures"][0]["reason"].as_str().unwrap().contains("CUDA_INJECTION64_PATH=/opt/zymtrace/libzymtrace.so"),
+        "{doc}"
+    );
     assert_eq!(doc["injection"][0]["value"], "/opt/zymtrace/libzymtrace.so");
     assert_eq!(doc["injection"][0]["role"], "server-child", "the wrapper's child, the engine itself");
     assert_eq!(doc["injection"][0]["blocks_cuda_tracing"], true);
@@ -719,11 +801,21 @@ fn secrets_are_redacted_in_every_document_and_message() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let mut args = base_args(e, port, &out);
-    args.extend(["--delay", "2", "--duration", "1", "--min-rep-bytes", "1000", "--env", "API_TOKEN=tok-SECRET456"].map(String::from));
+    args.extend(
+        ["--delay", "2", "--duration", "1", "--min-rep-bytes", "1000", "--env", "API_TOKEN=tok-SECRET456"]
+            .map(String::from),
+    );
     args.extend(["--warmup".into(), format!("{} --client {port} 0.2", e.server.display())]);
     args.extend(["--load".into(), format!("{} --client {port} 4", e.server.display())]);
-    args.extend(["--".into(), e.server.display().to_string(), port.to_string(), "--api-key".into(), "sk-test-SECRET123".into()]);
-    let o = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(240)).output().unwrap();
+    args.extend([
+        "--".into(),
+        e.server.display().to_string(),
+        port.to_string(),
+        "--api-key".into(),
+        "sk-test-SECRET123".into(),
+    ]);
+    let o =
+        Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(240)).output().unwrap();
     let doc = common::one_doc(&o.stdout);
     assert_eq!(doc["outcome"], "ok", "{doc}");
     for (what, bytes) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
@@ -771,13 +863,33 @@ fn a_range_that_never_opened_is_named_as_the_cause_of_no_report() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let mut args = base_args(e, port, &out);
-    args.extend(["--capture-range", "nvtx", "--flags", "--nvtx-capture=vibeserve.capture", "--env", "NSYS_NVTX_PROFILER_REGISTER_ONLY=0"].map(String::from));
-    args.extend(["--load".into(), format!("{} --client {port} 1", e.server.display()), "--".into(), e.server.display().to_string(), port.to_string()]);
+    args.extend(
+        [
+            "--capture-range",
+            "nvtx",
+            "--flags",
+            "--nvtx-capture=vibeserve.capture",
+            "--env",
+            "NSYS_NVTX_PROFILER_REGISTER_ONLY=0",
+        ]
+        .map(String::from),
+    );
+    args.extend([
+        "--load".into(),
+        format!("{} --client {port} 1", e.server.display()),
+        "--".into(),
+        e.server.display().to_string(),
+        port.to_string(),
+    ]);
     let (code, doc, err) = serve(&args, &[]);
     assert_eq!(code, Some(1), "{doc}\n{err}");
-    let f = doc["failures"].as_array().unwrap().iter().find(|f| f["stage"] == "capture").unwrap_or_else(|| panic!("{doc}"));
+    let f =
+        doc["failures"].as_array().unwrap().iter().find(|f| f["stage"] == "capture").unwrap_or_else(|| panic!("{doc}"));
     let reason = f["reason"].as_str().unwrap();
-    assert!(reason.contains("nsys (exit 143) wrote no report") && reason.contains("the capture range never opened"), "{reason}");
+    assert!(
+        reason.contains("nsys (exit 143) wrote no report") && reason.contains("the capture range never opened"),
+        "{reason}"
+    );
     assert_all_gone_and_port_free(&doc, port);
 }
 
@@ -797,11 +909,21 @@ fn unfinished_run_folders_are_refused_by_the_analysis_tools() {
     std::fs::write(run.join("run-state"), format!("running {dead}\n")).unwrap();
     assert!(matches!(nsyskit::serve_capture::run_state(&run), nsyskit::serve_capture::RunState::Unfinished(_)));
     let sql = run.join("capture.sqlite").display().to_string();
-    for (bin, args) in [("gate-check", vec![sql.clone()]), ("report", vec![sql.clone()]), ("capture-compare", vec![sql.clone(), common::fixture("nsys-2025.3.1/gpu_full_node.sqlite").display().to_string()])] {
+    for (bin, args) in [
+        ("gate-check", vec![sql.clone()]),
+        ("report", vec![sql.clone()]),
+        (
+            "capture-compare",
+            vec![sql.clone(), common::fixture("nsys-2025.3.1/gpu_full_node.sqlite").display().to_string()],
+        ),
+    ] {
         let o = Command::cargo_bin(bin).unwrap().args(&args).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{bin}");
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("never reached a terminal state") && err.contains(&run.display().to_string()), "{bin}: {err}");
+        assert!(
+            err.contains("never reached a terminal state") && err.contains(&run.display().to_string()),
+            "{bin}: {err}"
+        );
         assert!(o.stdout.is_empty());
     }
     std::fs::write(run.join("run-state"), "ok 1\n").unwrap();
@@ -814,8 +936,12 @@ fn unfinished_run_folders_are_refused_by_the_analysis_tools() {
 /// The real worker-death and GPU-release runs on the H200 (fixtures/serve-capture-gpu/checks, nsys 2025.3.1).
 #[test]
 fn the_h200_checks_documents() {
-    let read = |f: &str| -> Value { serde_json::from_slice(&std::fs::read(common::fixture(&format!("serve-capture-gpu/checks/{f}"))).unwrap()).unwrap() };
-    let (rel, prov, wrk) = (read("release.serve-capture.json"), read("release.provenance.json"), read("worker.serve-capture.json"));
+    let read = |f: &str| -> Value {
+        serde_json::from_slice(&std::fs::read(common::fixture(&format!("serve-capture-gpu/checks/{f}"))).unwrap())
+            .unwrap()
+    };
+    let (rel, prov, wrk) =
+        (read("release.serve-capture.json"), read("release.provenance.json"), read("worker.serve-capture.json"));
     for d in [&rel, &prov, &wrk] {
         common::assert_valid(d);
     }
@@ -828,7 +954,10 @@ fn the_h200_checks_documents() {
     for g in [&prov["gpu"]["gpus"][0], &rel["gpu_end"]["gpus"][0]] {
         assert_eq!(g["clocks_event_reasons_field"], "clocks_event_reasons.active");
         assert!(g["clocks_event_reasons_active"].as_str().unwrap().starts_with("0x"));
-        assert_eq!((g["app_clock_graphics_mhz"].as_u64(), g["app_clock_memory_mhz"].as_u64()), (Some(1980), Some(3201)));
+        assert_eq!(
+            (g["app_clock_graphics_mhz"].as_u64(), g["app_clock_memory_mhz"].as_u64()),
+            (Some(1980), Some(3201))
+        );
     }
     assert!(rel["processes"].as_array().unwrap().iter().all(|p| p["gone"] == true));
     assert_eq!(wrk["outcome"], "failed");
@@ -837,7 +966,12 @@ fn the_h200_checks_documents() {
     assert_eq!(w["role"], "server-child");
     assert!(w["signals_sent"].as_array().unwrap().is_empty());
     let reason = wrk["failures"][0]["reason"].as_str().unwrap();
-    assert!(reason.contains(&format!("worker pid {} ", w["pid"])) && reason.contains("exit 7") && reason.contains("--multiprocessing-fork"), "{reason}");
+    assert!(
+        reason.contains(&format!("worker pid {} ", w["pid"]))
+            && reason.contains("exit 7")
+            && reason.contains("--multiprocessing-fork"),
+        "{reason}"
+    );
     assert_eq!(wrk["cleanup"]["gpu_check"], "passed");
 }
 
@@ -849,7 +983,12 @@ fn provenance_records_engine_revision_switch_and_stale_shm() {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("engine");
     std::fs::create_dir_all(&repo).unwrap();
-    let git = |args: &[&str]| assert!(StdCommand::new("git").arg("-C").arg(&repo).args(args).output().unwrap().status.success(), "git {args:?}");
+    let git = |args: &[&str]| {
+        assert!(
+            StdCommand::new("git").arg("-C").arg(&repo).args(args).output().unwrap().status.success(),
+            "git {args:?}"
+        )
+    };
     git(&["init", "-q", "-b", "main"]);
     std::fs::write(repo.join("engine.py"), "print(1)\n").unwrap();
     git(&["add", "."]);
@@ -861,7 +1000,15 @@ fn provenance_records_engine_revision_switch_and_stale_shm() {
     let out = tmp.path().join("run");
     let mut args = base_args(e, port, &out);
     args.extend(["--engine-repo".into(), repo.display().to_string(), "--instrumentation".into(), "nvtx=on".into()]);
-    args.extend(["--shm".into(), "nsyskit_test_stale_*".into(), "--load".into(), "true".into(), "--".into(), e.server.display().to_string(), port.to_string()]);
+    args.extend([
+        "--shm".into(),
+        "nsyskit_test_stale_*".into(),
+        "--load".into(),
+        "true".into(),
+        "--".into(),
+        e.server.display().to_string(),
+        port.to_string(),
+    ]);
     let (code, doc, err) = serve(&args, &[]);
     std::fs::remove_file(&seg).unwrap();
     assert_eq!(code, Some(1), "{doc}\n{err}");

@@ -37,14 +37,22 @@ fn env_or_skip(test: &str) -> Option<&'static Env> {
         let nsys = common::nsys_or_skip("serve_capture_engine")?;
         let real = std::fs::canonicalize(&nsys).ok()?;
         let inc = real.ancestors().take(6).flat_map(|d| {
-            [d.join("lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nvtx/include"), d.join("target-linux-x64/nvtx/include"), d.join("nvtx/include")]
+            [
+                d.join("lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nvtx/include"),
+                d.join("target-linux-x64/nvtx/include"),
+                d.join("nvtx/include"),
+            ]
         });
         let inc = inc.into_iter().find(|c| c.join("nvtx3/nvToolsExt.h").is_file())?;
         let dir = tempfile::tempdir().unwrap();
         let server = dir.path().join("vibeserve_http");
         let src = common::root().join("scripts/cpu/vibeserve_http.c");
         let i = format!("-I{}", inc.display());
-        gcc(&["-O1", &i, src.to_str().unwrap(), "-o", server.to_str().unwrap(), "-ldl"]).then_some(Env { nsys, server, dir })
+        gcc(&["-O1", &i, src.to_str().unwrap(), "-o", server.to_str().unwrap(), "-ldl"]).then_some(Env {
+            nsys,
+            server,
+            dir,
+        })
     });
     if e.is_none() {
         eprintln!("SKIP {test}: needs nsys, gcc and the NVTX headers");
@@ -111,7 +119,8 @@ fn launcher_contracts_refuse_before_anything_starts() {
     let (sh, marker) = marker_server(tmp.path());
     let out = tmp.path().join("run");
     let base = |extra: &[&str], server: &[&str]| {
-        let mut a = s(&["--nsys", "/nonexistent/nsys", "--health", "http://127.0.0.1:9/health", "--load", "true", "--out"]);
+        let mut a =
+            s(&["--nsys", "/nonexistent/nsys", "--health", "http://127.0.0.1:9/health", "--load", "true", "--out"]);
         a.push(out.display().to_string());
         a.extend(s(extra));
         a.push("--".into());
@@ -123,9 +132,17 @@ fn launcher_contracts_refuse_before_anything_starts() {
         (&["--require-argv", "--enable-nvtx"], &["--port", "1"], "lacks --enable-nvtx: required by --require-argv"),
         // a prefix of another flag is not that flag
         (&["--require-argv", "--enable-nvtx"], &["--enable-nvtx-ranges"], "lacks --enable-nvtx"),
-        (&["--engine", "sglang"], &["--alignment-nvtx-ranges"], "lacks --alignment-iteration-records: required by --engine sglang"),
+        (
+            &["--engine", "sglang"],
+            &["--alignment-nvtx-ranges"],
+            "lacks --alignment-iteration-records: required by --engine sglang",
+        ),
         (&["--engine", "sglang"], &[], "lacks --alignment-nvtx-ranges"),
-        (&["--engine", "vllm", "--capture-range", "cudaProfilerApi"], &["--profiler-config.profiler", "torch"], "lacks --profiler-config.profiler=cuda: required by --engine vllm with --capture-range cudaProfilerApi"),
+        (
+            &["--engine", "vllm", "--capture-range", "cudaProfilerApi"],
+            &["--profiler-config.profiler", "torch"],
+            "lacks --profiler-config.profiler=cuda: required by --engine vllm with --capture-range cudaProfilerApi",
+        ),
         (&["--engine", "tgi"], &[], "--engine \"tgi\": expected one of sglang, vllm"),
     ];
     for (extra, server, want) in cases {
@@ -143,12 +160,16 @@ fn launcher_contracts_refuse_before_anything_starts() {
     assert_eq!(code, Some(2));
     assert!(stderr.contains("exists already: records from an earlier run"), "{stderr}");
     let fresh = tmp.path().join("fresh.jsonl");
-    let (code, _, stderr) = serve(&base(&["--iteration-records", fresh.to_str().unwrap(), "--env", "NSYSKIT_ITERATION_RECORDS=/tmp/other"], &[]));
+    let (code, _, stderr) = serve(&base(
+        &["--iteration-records", fresh.to_str().unwrap(), "--env", "NSYSKIT_ITERATION_RECORDS=/tmp/other"],
+        &[],
+    ));
     assert_eq!(code, Some(2));
     assert!(stderr.contains("contradicts --iteration-records"), "{stderr}");
     assert!(!out.exists() && !marker.exists() && !fresh.exists());
     // the contract met, the run goes on to the next check (here: the nsys that does not exist, still exit 2)
-    let (code, _, stderr) = serve(&base(&["--engine", "vllm", "--capture-range", "cudaProfilerApi"], &["--profiler-config.profiler=cuda"]));
+    let (code, _, stderr) =
+        serve(&base(&["--engine", "vllm", "--capture-range", "cudaProfilerApi"], &["--profiler-config.profiler=cuda"]));
     assert_eq!(code, Some(2));
     assert!(!stderr.contains("lacks"), "{stderr}");
     assert!(!marker.exists());
@@ -164,7 +185,8 @@ fn strict_prebuilt_refuses_and_leaves_no_process() {
     let so = build_so(tmp.path(), "kern", "int kern_answer(void) { return 42; }\n");
     let out = tmp.path().join("run");
     let run = |module: String, strict: bool| {
-        let mut a = s(&["--nsys", "/nonexistent/nsys", "--health", "http://127.0.0.1:9/health", "--load", "true", "--module"]);
+        let mut a =
+            s(&["--nsys", "/nonexistent/nsys", "--health", "http://127.0.0.1:9/health", "--load", "true", "--module"]);
         a.push(module);
         if strict {
             a.push("--strict-prebuilt".into());
@@ -179,7 +201,10 @@ fn strict_prebuilt_refuses_and_leaves_no_process() {
     let wrong = "0".repeat(64);
     let (code, _, stderr) = run(format!("{}={wrong}", so.display()), true);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains(&format!("has sha256 {}", sha256(&so))) && stderr.contains(&format!("pins {wrong}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("has sha256 {}", sha256(&so))) && stderr.contains(&format!("pins {wrong}")),
+        "{stderr}"
+    );
     assert!(!out.exists() && !marker.exists());
     assert!(processes_with(&token).is_empty(), "{:?}", processes_with(&token));
     // the right pin passes the module check (the run then stops at the nsys that does not exist)
@@ -220,7 +245,8 @@ fn modules_loaded_and_iteration_records_on_a_cpu_server() {
     assert!(matches!(code, Some(0) | Some(1)), "{code:?} {stderr}");
     assert_eq!(doc["outcome"], "ok", "{doc}\n{stderr}");
     common::assert_valid(&doc);
-    let server_pid = doc["processes"].as_array().unwrap().iter().find(|p| p["role"] == "server").unwrap()["pid"].as_i64().unwrap();
+    let server_pid =
+        doc["processes"].as_array().unwrap().iter().find(|p| p["role"] == "server").unwrap()["pid"].as_i64().unwrap();
 
     let mods = doc["modules"].as_array().unwrap();
     assert_eq!(mods.len(), 2);
@@ -257,7 +283,11 @@ fn modules_loaded_and_iteration_records_on_a_cpu_server() {
     assert_eq!(idoc["schema"], "nsyskit.iterations/v1");
     assert_eq!(idoc["phases"]["prefill"].as_u64().unwrap() * 4, n);
     assert_eq!(idoc["ranks"][0]["rank"], 0);
-    assert!(idoc["ranks"][0]["busy_ns"].as_u64().unwrap() > n * 500_000, "each iteration busy-waits 750 us: {}", idoc["ranks"][0]);
+    assert!(
+        idoc["ranks"][0]["busy_ns"].as_u64().unwrap() > n * 500_000,
+        "each iteration busy-waits 750 us: {}",
+        idoc["ranks"][0]
+    );
     let bundle: Value = serde_json::from_str(&std::fs::read_to_string(out.join("bundle.json")).unwrap()).unwrap();
     assert_eq!(bundle["iterations"]["records"], n);
     assert_eq!(bundle["serve_capture"]["modules"][0]["loaded"], true);
@@ -279,9 +309,14 @@ fn bad_or_missing_iteration_records_fail_the_run() {
         w
     };
     // a record without its phase, before the server's valid ones
-    let bad = wrap("bad", r#"echo '{"iteration":0,"rank":0,"prefill_chunks":[],"decode_kv_lens":[],"scheduled_tokens":1,"scheduled_requests":1,"batch_size":1,"graph_mode":"none","backend":"cpu"}' >> "$NSYSKIT_ITERATION_RECORDS""#);
+    let bad = wrap(
+        "bad",
+        r#"echo '{"iteration":0,"rank":0,"prefill_chunks":[],"decode_kv_lens":[],"scheduled_tokens":1,"scheduled_requests":1,"batch_size":1,"graph_mode":"none","backend":"cpu"}' >> "$NSYSKIT_ITERATION_RECORDS""#,
+    );
     let none = wrap("none", "unset NSYSKIT_ITERATION_RECORDS");
-    for (w, want) in [(&bad, "line 1 $.phase: missing (a required field)"), (&none, "the server wrote no iteration records at")] {
+    for (w, want) in
+        [(&bad, "line 1 $.phase: missing (a required field)"), (&none, "the server wrote no iteration records at")]
+    {
         let port = free_port();
         let out = w.parent().unwrap().join("run");
         let records = w.parent().unwrap().join("records.jsonl");
@@ -300,7 +335,8 @@ fn bad_or_missing_iteration_records_fail_the_run() {
         assert!(f[0]["reason"].as_str().unwrap().contains(want), "{f:?}");
         if w == &bad {
             assert_eq!(doc["iterations"]["verdict"], "RETRY");
-            let idoc: Value = serde_json::from_str(&std::fs::read_to_string(out.join("iterations.json")).unwrap()).unwrap();
+            let idoc: Value =
+                serde_json::from_str(&std::fs::read_to_string(out.join("iterations.json")).unwrap()).unwrap();
             assert_eq!(idoc["problems"].as_array().unwrap().len(), 1, "{idoc}");
             assert!(idoc["records"].as_u64().unwrap() > 1);
         } else {

@@ -60,7 +60,11 @@ fn compare_with_reference(path: &Path, prefix: Option<&str>, doc: &Value) {
     for (g, w) in got_ranges.iter().zip(want_ranges) {
         assert_eq!(g, w, "{name}: label {}", w["label"]);
     }
-    assert_eq!(strip_attention(doc["thread_diagnostics"].clone()), want["thread_diagnostics"], "{name}: thread_diagnostics");
+    assert_eq!(
+        strip_attention(doc["thread_diagnostics"].clone()),
+        want["thread_diagnostics"],
+        "{name}: thread_diagnostics"
+    );
     assert_eq!(doc["totals"], want["totals"], "{name}: totals");
     assert_eq!(doc["skipped"], want["skipped"], "{name}: skipped");
     assert_eq!(doc["high_cardinality_labels"], want["high_cardinality_labels"], "{name}: high_cardinality_labels");
@@ -93,14 +97,23 @@ fn prefix_filter_matches_the_reference() {
     let doc = run_ok(&[path.to_str().unwrap(), "--range-prefix", "vibeserve.engine."]);
     assert_eq!(doc["source"]["range_prefix"], "vibeserve.engine.");
     let labels: Vec<&str> = doc["ranges"].as_array().unwrap().iter().map(|r| r["label"].as_str().unwrap()).collect();
-    assert_eq!(labels, ["vibeserve.engine.iteration", "vibeserve.engine.input_preparation", "vibeserve.engine.scheduling"]);
+    assert_eq!(
+        labels,
+        ["vibeserve.engine.iteration", "vibeserve.engine.input_preparation", "vibeserve.engine.scheduling"]
+    );
     compare_with_reference(&path, Some("vibeserve.engine."), &doc);
     // input_preparation is now at depth 1 under iteration only (the request.* ranges are filtered out)
     assert_eq!(doc["ranges"][1]["depths"], json!({"1": 204}));
     assert_eq!(doc["ranges"][1]["parents"], json!({"vibeserve.engine.iteration": 204}));
     // skipped counts cover all rows, before any prefix
     let c = ro(&path);
-    let open: i64 = c.query_row("SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59,60) AND (end IS NULL OR end < start)", [], |r| r.get(0)).unwrap();
+    let open: i64 = c
+        .query_row(
+            "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59,60) AND (end IS NULL OR end < start)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
     assert_eq!(doc["skipped"]["open_or_inverted"], open);
 }
 
@@ -119,7 +132,11 @@ fn window_keeps_occurrences_lying_inside_it() {
     let path = common::fixture("nsys-2025.3.1/decode_clean.sqlite");
     let c = ro(&path);
     let (lo, hi): (i64, i64) = c
-        .query_row("SELECT min(start), max(end) FROM NVTX_EVENTS WHERE eventType IN (59,60) AND end IS NOT NULL", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(
+            "SELECT min(start), max(end) FROM NVTX_EVENTS WHERE eventType IN (59,60) AND end IS NOT NULL",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .unwrap();
     let (ws, we) = (lo + (hi - lo) / 3, lo + 2 * (hi - lo) / 3);
     let doc = run_ok(&[path.to_str().unwrap(), "--window", &format!("{ws}:{we}")]);
@@ -130,8 +147,12 @@ fn window_keeps_occurrences_lying_inside_it() {
             *want.entry(o.label).or_default() += 1;
         }
     }
-    let got: HashMap<String, u64> =
-        doc["ranges"].as_array().unwrap().iter().map(|r| (r["label"].as_str().unwrap().to_string(), r["occurrences"].as_u64().unwrap())).collect();
+    let got: HashMap<String, u64> = doc["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["label"].as_str().unwrap().to_string(), r["occurrences"].as_u64().unwrap()))
+        .collect();
     assert!(!got.is_empty());
     assert_eq!(got, want);
     assert_eq!(doc["totals"]["kernels_total"], 20000, "totals cover the whole capture");
@@ -152,7 +173,9 @@ fn ro(path: &Path) -> Connection {
 fn csv_rows(path: &Path) -> Vec<HashMap<String, String>> {
     let mut r = csv::Reader::from_path(path).unwrap();
     let headers = r.headers().unwrap().clone();
-    r.records().map(|rec| headers.iter().zip(rec.unwrap().iter()).map(|(h, v)| (h.to_string(), v.to_string())).collect()).collect()
+    r.records()
+        .map(|rec| headers.iter().zip(rec.unwrap().iter()).map(|(h, v)| (h.to_string(), v.to_string())).collect())
+        .collect()
 }
 
 /// nsys 2025 writes ranges of the default domain as `:label`; the contract's label has no domain prefix then.
@@ -163,7 +186,8 @@ fn nsys_label(s: &str) -> &str {
 fn check_against_stats(fixture: &str, stats_dir: &Path, base: &str) {
     let path = common::fixture(fixture);
     let doc = run_ok(&[path.to_str().unwrap()]);
-    let ours: HashMap<&str, &Value> = doc["ranges"].as_array().unwrap().iter().map(|r| (r["label"].as_str().unwrap(), r)).collect();
+    let ours: HashMap<&str, &Value> =
+        doc["ranges"].as_array().unwrap().iter().map(|r| (r["label"].as_str().unwrap(), r)).collect();
     // instance counts: nvtx_sum
     let sum = stats_dir.join(format!("{base}_nvtx_sum.csv"));
     let rows = csv_rows(&sum);
@@ -172,7 +196,11 @@ fn check_against_stats(fixture: &str, stats_dir: &Path, base: &str) {
         let l = nsys_label(&row["Range"]);
         let r = ours.get(l).unwrap_or_else(|| panic!("{fixture}: nsys range {l} missing"));
         assert_eq!(r["occurrences"].as_u64().unwrap(), row["Instances"].parse::<u64>().unwrap(), "{fixture}: {l}");
-        assert_eq!(r["host_wall_time_ns"].as_i64().unwrap(), row["Total Time (ns)"].parse::<i64>().unwrap(), "{fixture}: {l}");
+        assert_eq!(
+            r["host_wall_time_ns"].as_i64().unwrap(),
+            row["Total Time (ns)"].parse::<i64>().unwrap(),
+            "{fixture}: {l}"
+        );
     }
     assert_eq!(rows.len(), ours.len(), "{fixture}: same labels");
     // kernel counts per range: nvtx_kern_sum (kernels under a range; a row with an empty range name holds
@@ -181,12 +209,21 @@ fn check_against_stats(fixture: &str, stats_dir: &Path, base: &str) {
     if kern.exists() {
         let mut per: HashMap<String, u64> = HashMap::new();
         for row in csv_rows(&kern) {
-            *per.entry(nsys_label(&row["NVTX Range"]).to_string()).or_default() += row["Kern Inst"].parse::<u64>().unwrap();
+            *per.entry(nsys_label(&row["NVTX Range"]).to_string()).or_default() +=
+                row["Kern Inst"].parse::<u64>().unwrap();
         }
         for (l, r) in &ours {
-            assert_eq!(r["kernels"].as_u64().unwrap(), per.get(*l).copied().unwrap_or(0), "{fixture}: kernels under {l}");
+            assert_eq!(
+                r["kernels"].as_u64().unwrap(),
+                per.get(*l).copied().unwrap_or(0),
+                "{fixture}: kernels under {l}"
+            );
         }
-        assert_eq!(doc["totals"]["kernels_unattributed"].as_u64().unwrap(), per.get("").copied().unwrap_or(0), "{fixture}");
+        assert_eq!(
+            doc["totals"]["kernels_unattributed"].as_u64().unwrap(),
+            per.get("").copied().unwrap_or(0),
+            "{fixture}"
+        );
     }
     // nvtx_gpu_proj_sum: instances are ours, or (in the FAILED capture) only those with GPU work
     let proj = stats_dir.join(format!("{base}_nvtx_gpu_proj_sum.csv"));
@@ -196,7 +233,8 @@ fn check_against_stats(fixture: &str, stats_dir: &Path, base: &str) {
             let r = ours[l];
             let inst = row["Range Instances"].parse::<u64>().unwrap();
             assert!(
-                inst == r["occurrences"].as_u64().unwrap() || inst == r["occurrences_with_device_work"].as_u64().unwrap(),
+                inst == r["occurrences"].as_u64().unwrap()
+                    || inst == r["occurrences_with_device_work"].as_u64().unwrap(),
                 "{fixture}: {l}: nsys {inst} instances"
             );
             assert!(r["occurrences_with_device_work"].as_u64().unwrap() > 0, "{fixture}: {l} has GPU work per nsys");
@@ -273,7 +311,8 @@ fn real_capture_facts() {
     let doc = run_ok(&[common::fixture("nsys-2023.4.4/cpu_nvtx_osrt.sqlite").to_str().unwrap()]);
     assert_eq!(doc["tables_present"], json!(["PROCESSES", "ThreadNames"]));
     assert_eq!(doc["totals"]["per_device"], json!([]));
-    let child: Vec<&Value> = doc["thread_diagnostics"].as_array().unwrap().iter().filter(|t| t["mapping"] == "unmapped").collect();
+    let child: Vec<&Value> =
+        doc["thread_diagnostics"].as_array().unwrap().iter().filter(|t| t["mapping"] == "unmapped").collect();
     assert_eq!(child.len(), 1);
     assert_eq!(child[0]["attention"], json!(["unmapped"]));
     assert!(doc["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("No CUDA device table")));
@@ -311,11 +350,13 @@ fn real_capture_facts() {
 #[test]
 fn table_format_prints_a_human_table() {
     let path = common::fixture("nsys-2023.4.4/gpu_range_node.sqlite");
-    let out = ranges_cmd().arg(&path).args(["--format", "table", "--range-prefix", "vibeserve.graph."]).output().unwrap();
+    let out =
+        ranges_cmd().arg(&path).args(["--format", "table", "--range-prefix", "vibeserve.graph."]).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
     let header = text.lines().next().unwrap();
-    for col in ["label", "occ", "wall_ms", "coverage", "busy_ms", "idle_in_span_ms", "uncovered_ms", "kernels", "syncs"] {
+    for col in ["label", "occ", "wall_ms", "coverage", "busy_ms", "idle_in_span_ms", "uncovered_ms", "kernels", "syncs"]
+    {
         assert!(header.contains(col), "{header}");
     }
     let replay = text.lines().find(|l| l.starts_with("vibeserve.graph.replay ")).unwrap();
@@ -380,7 +421,8 @@ fn device_ddl(t: &str) -> String {
     format!("CREATE TABLE {t} (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, graphNodeId INTEGER);")
 }
 const PROCESSES_DDL: &str = "CREATE TABLE PROCESSES (globalPid INTEGER, pid INTEGER, name TEXT);";
-const THREADNAMES_DDL: &str = "CREATE TABLE ThreadNames (nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER);";
+const THREADNAMES_DDL: &str =
+    "CREATE TABLE ThreadNames (nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER);";
 
 const fn gp(pid: i64) -> i64 {
     (1 << 48) | (pid << 24)
@@ -403,7 +445,15 @@ fn db(sql: &str) -> Db {
     Db { _dir: dir, path }
 }
 
-fn nvtx(start: i64, end: Option<i64>, et: i64, text: Option<&str>, tid: i64, text_id: Option<i64>, domain: Option<i64>) -> String {
+fn nvtx(
+    start: i64,
+    end: Option<i64>,
+    et: i64,
+    text: Option<&str>,
+    tid: i64,
+    text_id: Option<i64>,
+    domain: Option<i64>,
+) -> String {
     let q = |s: Option<&str>| s.map(|s| format!("'{s}'")).unwrap_or("NULL".into());
     let n = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or("NULL".into());
     format!("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, textId, domainId) VALUES ({start}, {}, {et}, {}, {tid}, {}, {});\n", n(end), q(text), n(text_id), n(domain))
@@ -426,7 +476,12 @@ fn synthetic_sql() -> String {
     s += NVTX_DDL;
     s += STRINGS_DDL;
     s += RUNTIME_DDL;
-    for t in ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"] {
+    for t in [
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    ] {
         s += &device_ddl(t);
     }
     s += PROCESSES_DDL;
@@ -463,7 +518,7 @@ fn synthetic_sql() -> String {
     s += &dv("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", 140, 400, A, 7, 0);
     s += &dv(k, 0, 5, A, 6, 0); // launched from thread 101 outside any range
     s += &dv(k, 2600, 2700, A, 5, 0); // launched outside any range
-    // process B: correlation id 1 again, must not cross-join with A
+                                      // process B: correlation id 1 again, must not cross-join with A
     let tb = gt(B, B);
     s += &nvtx(0, Some(100), 59, Some("bproc"), tb, None, None);
     s += &nvtx(60, Some(70), 59, Some("step"), tb, None, Some(5)); // domain 5 is not named in B
@@ -493,7 +548,8 @@ fn synthetic_export_hand_computed() {
     assert_eq!(labels, ["outer", "req.1", "req.2", "inner", "bproc", "child", "lonely", "MyDomain:step", "step"]);
     assert_eq!(doc["skipped"], json!({"unlabeled": 1, "open_or_inverted": 2}));
 
-    let sync_both = json!({"cudaMemcpy": {"calls": 1, "total_ns": 100}, "cudaStreamSynchronize": {"calls": 1, "total_ns": 700}});
+    let sync_both =
+        json!({"cudaMemcpy": {"calls": 1, "total_ns": 100}, "cudaStreamSynchronize": {"calls": 1, "total_ns": 700}});
     let outer = range(&doc, "outer");
     let expect_outer = json!({
         "label": "outer", "occurrences": 1, "occurrences_with_device_work": 1, "runtime_calls": 5,
@@ -527,7 +583,12 @@ fn synthetic_export_hand_computed() {
     );
     let step = range(&doc, "MyDomain:step");
     assert_eq!(
-        (step["runtime_calls"].clone(), step["graph_traces"].clone(), step["kernel_busy_union_ns"].clone(), step["host_range_kernel_coverage_ns"].clone()),
+        (
+            step["runtime_calls"].clone(),
+            step["graph_traces"].clone(),
+            step["kernel_busy_union_ns"].clone(),
+            step["host_range_kernel_coverage_ns"].clone()
+        ),
         (json!(1), json!(1), json!(260), json!(10))
     );
     assert_eq!(step["uncovered_host_time_ns"], 40);
@@ -543,7 +604,10 @@ fn synthetic_export_hand_computed() {
     assert_eq!(req2["parents"], json!({"": 1}));
     // B: its own kernel only (no cross-join on correlation id 1); its "step" has no domain prefix
     let b = range(&doc, "bproc");
-    assert_eq!((b["kernels"].clone(), b["kernel_work_ns"].clone(), b["kernel_busy_union_ns"].clone()), (json!(1), json!(30), json!(30)));
+    assert_eq!(
+        (b["kernels"].clone(), b["kernel_work_ns"].clone(), b["kernel_busy_union_ns"].clone()),
+        (json!(1), json!(30), json!(30))
+    );
     assert_eq!(range(&doc, "step")["parents"], json!({"bproc": 1}));
     // C: fallback mapping, its kernel attributed
     assert_eq!(range(&doc, "child")["kernels"], 1);
@@ -556,11 +620,24 @@ fn synthetic_export_hand_computed() {
     let th = doc["thread_diagnostics"].as_array().unwrap();
     let summary: Vec<(i64, &str, u64, u64, u64)> = th
         .iter()
-        .map(|t| (t["pid"].as_i64().unwrap(), t["mapping"].as_str().unwrap(), t["occurrences"].as_u64().unwrap(), t["runtime_calls"].as_u64().unwrap(), t["device_rows_attributed"].as_u64().unwrap()))
+        .map(|t| {
+            (
+                t["pid"].as_i64().unwrap(),
+                t["mapping"].as_str().unwrap(),
+                t["occurrences"].as_u64().unwrap(),
+                t["runtime_calls"].as_u64().unwrap(),
+                t["device_rows_attributed"].as_u64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         summary,
-        [(A, "processes", 6, 5, 6), (B, "processes", 2, 1, 1), (C, "device_namespace_fallback", 1, 1, 1), (D, "unmapped", 1, 1, 0)]
+        [
+            (A, "processes", 6, 5, 6),
+            (B, "processes", 2, 1, 1),
+            (C, "device_namespace_fallback", 1, 1, 1),
+            (D, "unmapped", 1, 1, 0)
+        ]
     );
     assert_eq!(th[0]["thread_name"], "thread-A-main", "the last ThreadNames row wins");
     assert_eq!(th[0]["namespace"], gp(A));
@@ -600,7 +677,10 @@ fn synthetic_library_api_exposes_occurrences() {
     assert_eq!(a.occurrences.len(), a.metrics.len());
     let i = a.occurrences.iter().position(|o| o.label == "outer").unwrap();
     let m = &a.metrics[i];
-    assert_eq!((m.busy_ns, m.coverage_ns, m.span_ns, m.first_device_start, m.last_device_end), (1110, 960, 2000, Some(-800), Some(1200)));
+    assert_eq!(
+        (m.busy_ns, m.coverage_ns, m.span_ns, m.first_device_start, m.last_device_end),
+        (1110, 960, 2000, Some(-800), Some(1200))
+    );
     assert_eq!((m.sync_calls, m.sync_ns), (2, 800));
 }
 
@@ -678,7 +758,8 @@ fn bad_input_is_exit_2_with_a_clear_message() {
     let e = run_err(&[d.path.to_str().unwrap()]);
     assert!(e.contains("CUPTI_ACTIVITY_KIND_RUNTIME.correlationId") && e.contains("REAL"), "{e}");
     // bad flags are usage errors
-    let out = ranges_cmd().arg(common::fixture("nsys-2025.3.1/gpu_full_node.sqlite")).arg("--format=yaml").output().unwrap();
+    let out =
+        ranges_cmd().arg(common::fixture("nsys-2025.3.1/gpu_full_node.sqlite")).arg("--format=yaml").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
 

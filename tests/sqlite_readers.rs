@@ -40,7 +40,12 @@ fn run(bin: &str, input: &Path) -> (i32, Vec<u8>, String) {
     if bin == "capture-compare" {
         c.arg(input);
     }
-    let out = c.arg("--compact").env("NSYS_BIN", "/nonexistent/nsys").timeout(std::time::Duration::from_secs(60)).output().unwrap();
+    let out = c
+        .arg("--compact")
+        .env("NSYS_BIN", "/nonexistent/nsys")
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
     (out.status.code().unwrap_or(-1), out.stdout, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -87,7 +92,10 @@ fn wal_export_with_a_live_writer_is_refused_and_nothing_is_created() {
     for (bin, code, stdout, stderr) in run_all_unchanged(dir.path(), &p) {
         assert_eq!(code, 2, "{bin}: {stderr}");
         assert!(stdout.is_empty(), "{bin}");
-        assert!(stderr.contains("capture.sqlite") && stderr.contains("WAL") && stderr.contains("-wal"), "{bin}: {stderr}");
+        assert!(
+            stderr.contains("capture.sqlite") && stderr.contains("WAL") && stderr.contains("-wal"),
+            "{bin}: {stderr}"
+        );
         assert!(!stderr.contains("UNCOMMITTED"), "{bin}");
     }
     w.execute_batch("ROLLBACK").unwrap();
@@ -117,18 +125,25 @@ fn rollback_journal_writer_never_shows_uncommitted_data() {
     let p = copy_fixture(dir.path(), "nsys-2025.3.1/gpu_full_node.sqlite");
     let w = Connection::open(&p).unwrap();
     // a reserved lock, the change in the writer's cache only: readers see the committed export
-    w.execute_batch("BEGIN IMMEDIATE; UPDATE NVTX_EVENTS SET text = 'vibeserve.UNCOMMITTED' WHERE eventType = 59;").unwrap();
+    w.execute_batch("BEGIN IMMEDIATE; UPDATE NVTX_EVENTS SET text = 'vibeserve.UNCOMMITTED' WHERE eventType = 59;")
+        .unwrap();
     for (bin, code, stdout, stderr) in run_all_unchanged(dir.path(), &p) {
         assert!(code == 0 || code == 1, "{bin}: {stderr}");
         assert!(!String::from_utf8_lossy(&stdout).contains("UNCOMMITTED"), "{bin} read a writer's uncommitted label");
     }
     // the writer spills its changes into the file (exclusive lock): readers wait, then exit 2, reading nothing
-    w.execute_batch("PRAGMA cache_size=1; INSERT INTO StringIds SELECT id + 10000000, value || 'UNCOMMITTED' FROM StringIds;").unwrap();
+    w.execute_batch(
+        "PRAGMA cache_size=1; INSERT INTO StringIds SELECT id + 10000000, value || 'UNCOMMITTED' FROM StringIds;",
+    )
+    .unwrap();
     let journal = dir.path().join("capture.sqlite-journal");
     assert!(journal.exists());
     let (code, stdout, stderr) = run("sqlite-ranges", &p);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stdout.is_empty() && stderr.contains("capture.sqlite") && stderr.contains("locked by another program"), "{stderr}");
+    assert!(
+        stdout.is_empty() && stderr.contains("capture.sqlite") && stderr.contains("locked by another program"),
+        "{stderr}"
+    );
 
     // a hot journal: the spilled file and its journal copied while the writer holds them, then left alone
     let hot = tempfile::tempdir().unwrap();
@@ -156,7 +171,9 @@ fn mutated(dir: &Path, rel: &str, sql: &str) -> PathBuf {
 #[test]
 fn impossible_timestamps_are_exit_2_naming_table_column_and_row() {
     let big = 1i64 << 62;
-    for (table, col) in [("NVTX_EVENTS", "end"), ("CUPTI_ACTIVITY_KIND_KERNEL", "end"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "start")] {
+    for (table, col) in
+        [("NVTX_EVENTS", "end"), ("CUPTI_ACTIVITY_KIND_KERNEL", "end"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "start")]
+    {
         let dir = tempfile::tempdir().unwrap();
         let rowid: i64 = {
             let c = Connection::open(common::fixture("nsys-2025.3.1/gpu_full_node.sqlite")).unwrap();
@@ -177,7 +194,10 @@ fn impossible_timestamps_are_exit_2_naming_table_column_and_row() {
             }
             assert_eq!(code, 2, "{bin} {table}.{col}: {stderr}");
             assert!(stdout.is_empty());
-            assert!(stderr.contains(&format!("{table}.{col} = {big}")) && stderr.contains(&format!("row id {rowid}")), "{bin}: {stderr}");
+            assert!(
+                stderr.contains(&format!("{table}.{col} = {big}")) && stderr.contains(&format!("row id {rowid}")),
+                "{bin}: {stderr}"
+            );
         }
     }
 }
@@ -185,7 +205,8 @@ fn impossible_timestamps_are_exit_2_naming_table_column_and_row() {
 #[test]
 fn null_and_inverted_intervals_are_skipped_and_counted_by_every_reader() {
     // nsys declares start/end NOT NULL: rebuild each timed table without the constraint, then mutate rows
-    let rebuild = |t: &str| format!("CREATE TABLE x AS SELECT * FROM {t}; DROP TABLE {t}; ALTER TABLE x RENAME TO {t};");
+    let rebuild =
+        |t: &str| format!("CREATE TABLE x AS SELECT * FROM {t}; DROP TABLE {t}; ALTER TABLE x RENAME TO {t};");
     let mut sql = String::new();
     let mutate = [
         ("CUPTI_ACTIVITY_KIND_RUNTIME", 3, 2),
@@ -195,7 +216,9 @@ fn null_and_inverted_intervals_are_skipped_and_counted_by_every_reader() {
     ];
     for (t, nulls, inverted) in mutate {
         sql += &rebuild(t);
-        sql += &format!("UPDATE {t} SET start = NULL WHERE rowid IN (SELECT rowid FROM {t} ORDER BY rowid LIMIT {nulls});");
+        sql += &format!(
+            "UPDATE {t} SET start = NULL WHERE rowid IN (SELECT rowid FROM {t} ORDER BY rowid LIMIT {nulls});"
+        );
         sql += &format!(
             "UPDATE {t} SET end = start - 7 WHERE rowid IN (SELECT rowid FROM {t} WHERE start IS NOT NULL ORDER BY rowid DESC LIMIT {inverted});"
         );
@@ -213,7 +236,12 @@ fn null_and_inverted_intervals_are_skipped_and_counted_by_every_reader() {
         }
         assert_eq!(v.as_object().unwrap().len(), tables.len(), "{v}");
     };
-    let all = ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"];
+    let all = [
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+    ];
 
     // sqlite-ranges: skipped_rows, a note, and no negative or vanished total
     let (code, stdout, stderr) = run("sqlite-ranges", &p);
@@ -222,7 +250,11 @@ fn null_and_inverted_intervals_are_skipped_and_counted_by_every_reader() {
     expect(&r["skipped_rows"], &all);
     let kernels = count("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL");
     assert_eq!(r["totals"]["kernels_total"], kernels - 5 - 4, "the valid kernel rows are all counted");
-    assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("CUPTI_ACTIVITY_KIND_KERNEL: 5 with a NULL start, 4 with end < start")));
+    assert!(r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap().contains("CUPTI_ACTIVITY_KIND_KERNEL: 5 with a NULL start, 4 with end < start")));
     for range in r["ranges"].as_array().unwrap() {
         for (k, v) in range.as_object().unwrap() {
             if let Some(n) = v.as_i64() {
@@ -253,7 +285,10 @@ fn null_and_inverted_intervals_are_skipped_and_counted_by_every_reader() {
     let rep = doc(&stdout);
     let notes = rep["notes"].as_array().unwrap();
     assert!(
-        notes.iter().any(|n| n.as_str().unwrap().contains("CUPTI_ACTIVITY_KIND_MEMCPY: 2 with a NULL start, 1 with end < start")),
+        notes.iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("CUPTI_ACTIVITY_KIND_MEMCPY: 2 with a NULL start, 1 with end < start")),
         "{notes:?}"
     );
     let share = rep["signals"]["memcpy_device_share"].as_f64().unwrap();
@@ -278,6 +313,12 @@ fn graph_trace_rows_with_null_or_inverted_intervals_are_counted() {
     let r = doc(&stdout);
     assert_eq!(r["skipped_rows"][t]["null_end"], 3, "{}", r["skipped_rows"]);
     assert_eq!(r["skipped_rows"][t]["inverted"], 2);
-    let traces: u64 = r["ranges"].as_array().unwrap().iter().filter(|x| x["label"] == "vibeserve.graph.replay").map(|x| x["graph_traces"].as_u64().unwrap()).sum();
+    let traces: u64 = r["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["label"] == "vibeserve.graph.replay")
+        .map(|x| x["graph_traces"].as_u64().unwrap())
+        .sum();
     assert_eq!(traces, 200 - 5, "the valid replays are still attributed");
 }

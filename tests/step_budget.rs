@@ -40,7 +40,8 @@ fn step_budget(args: &[&str]) -> (i32, Value, String) {
     (code, one_doc(&out.stdout), stderr)
 }
 
-const COMPONENTS: [&str; 7] = ["gpu_kernel", "gpu_memcpy", "sync_wait", "launch_api", "other_api", "comm", "unattributed"];
+const COMPONENTS: [&str; 7] =
+    ["gpu_kernel", "gpu_memcpy", "sync_wait", "launch_api", "other_api", "comm", "unattributed"];
 
 /// Every step's components are non-negative integers summing exactly to its wall; the totals are the sums.
 fn assert_adds_up(doc: &Value) {
@@ -84,18 +85,29 @@ fn independent(path: &Path, label: &str) -> Vec<(i64, i64, i64, i64, i64)> {
              WHERE e.eventType IN (59, 60) AND e.end IS NOT NULL AND COALESCE(e.text, s.value) = ?1 ORDER BY e.start, e.end",
         )
         .unwrap();
-    let steps: Vec<(i64, i64, i64)> = st.query_map([label], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(|r| r.unwrap()).collect();
-    let tables: Vec<String> = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"]
-        .iter()
-        .filter(|t| c.query_row("SELECT count(*) FROM sqlite_master WHERE name = ?1", [t], |r| r.get::<_, i64>(0)).unwrap() > 0)
-        .map(|t| t.to_string())
-        .collect();
+    let steps: Vec<(i64, i64, i64)> =
+        st.query_map([label], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(|r| r.unwrap()).collect();
+    let tables: Vec<String> = [
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    ]
+    .iter()
+    .filter(|t| {
+        c.query_row("SELECT count(*) FROM sqlite_master WHERE name = ?1", [t], |r| r.get::<_, i64>(0)).unwrap() > 0
+    })
+    .map(|t| t.to_string())
+    .collect();
     // device rows by (globalPid, correlationId), runtime calls by thread (sorted by start)
     let mut dev: HashMap<(i64, i64), Vec<(i64, i64, bool)>> = HashMap::new();
     for t in &tables {
         let mut q = c.prepare(&format!("SELECT globalPid, correlationId, start, end FROM \"{t}\" WHERE end >= start AND correlationId IS NOT NULL")).unwrap();
         let k = t.ends_with("KERNEL");
-        for r in q.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))).unwrap() {
+        for r in q
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?)))
+            .unwrap()
+        {
             let (g, id, a, b) = r.unwrap();
             dev.entry((g, id)).or_default().push((a, b, k));
         }
@@ -141,7 +153,11 @@ fn cross_check(path: &Path, doc: &Value) {
         assert_eq!(s["gpu_busy_ns"].as_i64().unwrap(), busy, "GPU busy of step {i}");
         assert_eq!(s["kernels"].as_i64().unwrap(), kernels, "kernels of step {i}");
         let c = &s["components"];
-        assert_eq!(c["gpu_kernel"].as_i64().unwrap() + c["gpu_memcpy"].as_i64().unwrap(), inside, "GPU busy inside the wall of step {i}");
+        assert_eq!(
+            c["gpu_kernel"].as_i64().unwrap() + c["gpu_memcpy"].as_i64().unwrap(),
+            inside,
+            "GPU busy inside the wall of step {i}"
+        );
         assert!(s["gpu_idle_in_span_ns"].as_i64().unwrap() == s["gpu_span_ns"].as_i64().unwrap() - busy);
     }
 }
@@ -180,7 +196,8 @@ fn decode_mixed_prefill_steps_are_the_outliers() {
     let mut st = c
         .prepare("SELECT e.start, e.end FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId WHERE COALESCE(e.text, s.value) = 'vibeserve.model.prefill'")
         .unwrap();
-    let prefills: Vec<(i64, i64)> = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|r| r.unwrap()).collect();
+    let prefills: Vec<(i64, i64)> =
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|r| r.unwrap()).collect();
     assert_eq!(prefills.len(), 15);
     let contaminated: Vec<i64> = doc["steps"]
         .as_array()
@@ -215,7 +232,15 @@ fn serve_node_adds_up_and_matches_an_independent_join() {
     assert_eq!(doc["steps"].as_array().unwrap().len(), 1190);
     assert_adds_up(&doc);
     cross_check(&f, &doc);
-    let vocab = ["kernel_bound", "cpu_launch_bound", "python_overhead_bound", "sync_bound", "memcpy_bound", "comm_bound", "mixed_or_unclear"];
+    let vocab = [
+        "kernel_bound",
+        "cpu_launch_bound",
+        "python_overhead_bound",
+        "sync_bound",
+        "memcpy_bound",
+        "comm_bound",
+        "mixed_or_unclear",
+    ];
     assert!(vocab.contains(&doc["verdict"]["class"].as_str().unwrap()));
     assert!(!doc["verdict"]["rows"].as_array().unwrap().is_empty());
 }
@@ -234,13 +259,19 @@ fn hf_node_first_decode_step_of_each_call_is_an_outlier() {
     let mut st = c
         .prepare("SELECT e.start, e.end FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId WHERE COALESCE(e.text, s.value) = 'hf.generate' ORDER BY e.start")
         .unwrap();
-    let calls: Vec<(i64, i64)> = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|r| r.unwrap()).collect();
+    let calls: Vec<(i64, i64)> =
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|r| r.unwrap()).collect();
     assert_eq!(calls.len(), 2);
     let steps = doc["steps"].as_array().unwrap();
     let firsts: Vec<i64> = calls
         .iter()
         .map(|&(cs, ce)| {
-            steps.iter().find(|s| s["start_ns"].as_i64().unwrap() >= cs && s["start_ns"].as_i64().unwrap() <= ce).unwrap()["index"].as_i64().unwrap()
+            steps
+                .iter()
+                .find(|s| s["start_ns"].as_i64().unwrap() >= cs && s["start_ns"].as_i64().unwrap() <= ce)
+                .unwrap()["index"]
+                .as_i64()
+                .unwrap()
         })
         .collect();
     let out: Vec<i64> = doc["outliers"].as_array().unwrap().iter().map(|o| o["index"].as_i64().unwrap()).collect();
@@ -337,7 +368,12 @@ fn intervals_agree_with_the_metrics_of_the_same_join() {
 fn stdin_gives_the_same_steps() {
     let f = fixture("nsys-2025.3.1/decode_clean.sqlite");
     let (_, by_path, _) = step_budget(&[f.to_str().unwrap()]);
-    let out = Command::cargo_bin("step-budget").unwrap().args(["-", "--compact"]).write_stdin(std::fs::read(&f).unwrap()).output().unwrap();
+    let out = Command::cargo_bin("step-budget")
+        .unwrap()
+        .args(["-", "--compact"])
+        .write_stdin(std::fs::read(&f).unwrap())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let doc = one_doc(&out.stdout);
     assert_eq!(doc["source"], "<stdin>");

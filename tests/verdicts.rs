@@ -55,7 +55,11 @@ fn nvtx_recorded_but_empty_is_a_named_retry() {
     assert_eq!(code, 1);
     assert_eq!(gate(&doc, "G0")["verdict"], "retry");
     let r = reason(&doc, "G0");
-    assert!(r.contains("nvtx-incompatible (") && r.contains("cpu_pynvtx_0_2_17.sqlite: StringIds id 121 (NVTX_EVENTS: 1 row(s), no range))"), "{r}");
+    assert!(
+        r.contains("nvtx-incompatible (")
+            && r.contains("cpu_pynvtx_0_2_17.sqlite: StringIds id 121 (NVTX_EVENTS: 1 row(s), no range))"),
+        "{r}"
+    );
     assert!(r.contains("nvtx 0.2.17"), "{r}");
     // the same program with nvtx 0.2.10: every range, no such finding (G0 has nothing to read in a 2023.4 export)
     let f = fixture("nsys-2023.4.4/cpu_pynvtx_0_2_10.sqlite");
@@ -79,13 +83,20 @@ fn g0_reads_real_logs_and_the_recorded_environment() {
     let (_, doc) = gate_check(&[node.to_str().unwrap(), "--log", params.to_str().unwrap()]);
     assert_eq!(gate(&doc, "G0")["verdict"], "pass");
     let r = reason(&doc, "G0");
-    assert!(r.contains("evidence against a permission cause") && !r.contains("insufficient GPU profiling permission"), "{r}");
+    assert!(
+        r.contains("evidence against a permission cause") && !r.contains("insufficient GPU profiling permission"),
+        "{r}"
+    );
     // the injector run: CUDA_INJECTION64_PATH recorded in TARGET_INFO_SYSTEM_ENV, CUDA traced anyway
     let inj = export("nsys-2025.3.1/injector.sqlite.xz", dir.path());
     let (_, doc) = gate_check(&[inj.to_str().unwrap()]);
     assert_eq!(gate(&doc, "G0")["verdict"], "pass");
     let r = reason(&doc, "G0");
-    assert!(r.contains("CUDA_INJECTION64_PATH=/tmp/hf/libfake_injector.so (") && r.contains("injector.sqlite: TARGET_INFO_SYSTEM_ENV DeviceEnvironment)"), "{r}");
+    assert!(
+        r.contains("CUDA_INJECTION64_PATH=/tmp/hf/libfake_injector.so (")
+            && r.contains("injector.sqlite: TARGET_INFO_SYSTEM_ENV DeviceEnvironment)"),
+        "{r}"
+    );
     assert!(r.contains("CUDA was traced anyway"), "{r}");
     // G1 on it: nsys's default graph mode, no graph launched: said as such
     assert!(reason(&doc, "G1").contains("this capture launched no CUDA graph"), "{}", reason(&doc, "G1"));
@@ -113,7 +124,10 @@ fn g6_names_graph_level_tracing_and_passes_node_level() {
     let node = export("nsys-2025.3.1/hf_node.sqlite.xz", dir.path());
     let (_, doc) = gate_check(&[node.to_str().unwrap(), "--tier", "decode", "--decode-range", "hf.decode_step"]);
     assert_eq!(gate(&doc, "G6")["verdict"], "pass", "{}", reason(&doc, "G6"));
-    assert!(reason(&doc, "G6").contains("94 hf.decode_step steps") && reason(&doc, "G6").contains("74 kernels in 98.9 % of steps"));
+    assert!(
+        reason(&doc, "G6").contains("94 hf.decode_step steps")
+            && reason(&doc, "G6").contains("74 kernels in 98.9 % of steps")
+    );
     let eager = export("nsys-2025.3.1/hf_eager.sqlite.xz", dir.path());
     let (_, doc) = gate_check(&[eager.to_str().unwrap(), "--tier", "decode", "--decode-range", "hf.decode_step"]);
     assert_eq!(gate(&doc, "G6")["verdict"], "pass", "{}", reason(&doc, "G6"));
@@ -133,7 +147,11 @@ fn a_missing_table_is_never_pass() {
         for tier in ["throughput", "decode"] {
             let (code, doc) = gate_check(&[p.to_str().unwrap(), "--tier", tier]);
             assert_eq!(code, 1, "{table} {tier}: {doc}");
-            let named = doc["gates"].as_array().unwrap().iter().any(|g| g["verdict"] == "retry" && g["reason"].as_str().unwrap().contains(table));
+            let named = doc["gates"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|g| g["verdict"] == "retry" && g["reason"].as_str().unwrap().contains(table));
             assert!(named, "{table} {tier}: no RETRY names the table: {doc}");
         }
     }
@@ -148,7 +166,12 @@ fn a_missing_table_is_never_pass() {
     let (code, stdout, stderr) = run("gate-check", &[p.to_str().unwrap()]);
     assert_eq!(code, 2, "{stdout}");
     assert!(stdout.is_empty());
-    assert!(stderr.contains("truncated.sqlite") && stderr.contains("corrupt or truncated") && stderr.contains("while reading "), "{stderr}");
+    assert!(
+        stderr.contains("truncated.sqlite")
+            && stderr.contains("corrupt or truncated")
+            && stderr.contains("while reading "),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -168,11 +191,13 @@ fn sqlite_ranges_folds_emit_nvtx_labels_by_default() {
     assert_eq!(f["ranges"].as_array().unwrap().len(), 86);
     assert_eq!(f["folded"]["raw_labels"], 92184);
     assert_eq!(f["folded"]["labels"], 86);
-    let mm = f["folded"]["folded"].as_array().unwrap().iter().find(|x| x["label"] == "aten::mm").expect("aten::mm folded");
+    let mm =
+        f["folded"]["folded"].as_array().unwrap().iter().find(|x| x["label"] == "aten::mm").expect("aten::mm folded");
     assert_eq!(mm["rules"], serde_json::json!(["op_id"]));
     assert!(mm["examples"][0].as_str().unwrap().starts_with("aten::mm, op_id = "));
     // every occurrence is kept: the folded ranges hold as many occurrences as the raw ones
-    let occ = |d: &Value| d["ranges"].as_array().unwrap().iter().map(|x| x["occurrences"].as_u64().unwrap()).sum::<u64>();
+    let occ =
+        |d: &Value| d["ranges"].as_array().unwrap().iter().map(|x| x["occurrences"].as_u64().unwrap()).sum::<u64>();
     assert_eq!(occ(&f), occ(&r));
     // node-level compiled capture: the inductor graph hashes stay distinct labels, op_id goes
     let node = export("nsys-2025.3.1/hf_node.sqlite.xz", dir.path());
@@ -181,7 +206,10 @@ fn sqlite_ranges_folds_emit_nvtx_labels_by_default() {
     let labels: Vec<&str> = d["ranges"].as_array().unwrap().iter().map(|x| x["label"].as_str().unwrap()).collect();
     let fx: Vec<&&str> = labels.iter().filter(|l| l.starts_with("## Call CompiledFxGraph f")).collect();
     assert!(!fx.is_empty() && fx.iter().all(|l| l.ends_with(" ##")), "{fx:?}");
-    assert!(labels.contains(&"Torch-Compiled Region: 0/0") && labels.contains(&"Torch-Compiled Region: 0/1"), "{labels:?}");
+    assert!(
+        labels.contains(&"Torch-Compiled Region: 0/0") && labels.contains(&"Torch-Compiled Region: 0/1"),
+        "{labels:?}"
+    );
     assert!(labels.contains(&"hf.batch.<n>") && labels.contains(&"hf.decode_step"));
 }
 

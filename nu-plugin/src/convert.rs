@@ -129,9 +129,7 @@ fn is_companion(record: &Record, key: &str, value: &Value) -> bool {
         Value::Filesize { .. } => Companion::Filesize(key.to_string()),
         _ => return false,
     };
-    record
-        .iter()
-        .any(|(k, v)| matches!(v, Value::Int { .. }) && companion_for(k).as_ref() == Some(&wanted))
+    record.iter().any(|(k, v)| matches!(v, Value::Int { .. }) && companion_for(k).as_ref() == Some(&wanted))
 }
 
 /// A date as JSON text: RFC 3339, `Z` for UTC, as many fraction digits as needed.
@@ -214,8 +212,19 @@ mod tests {
         let cols: Vec<&str> = r.columns().map(|s| s.as_str()).collect();
         assert_eq!(
             cols,
-            ["host_wall_time_ns", "host_wall_time", "transfer_bytes", "transfer", "bytes", "size", "size_filesize",
-             "nested", "ns", "x_ns", "y_ns"],
+            [
+                "host_wall_time_ns",
+                "host_wall_time",
+                "transfer_bytes",
+                "transfer",
+                "bytes",
+                "size",
+                "size_filesize",
+                "nested",
+                "ns",
+                "x_ns",
+                "y_ns"
+            ],
             "`bytes` gets no `size` companion: the document has its own `size`"
         );
         assert_eq!(r.get("host_wall_time_ns"), Some(&Value::test_int(1_500_000)));

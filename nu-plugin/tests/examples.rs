@@ -18,10 +18,15 @@ fn every_command_has_passing_examples() {
     let mut test = plugin_test();
     let all = commands::all();
     assert!(!all.is_empty());
-    let nsys = std::path::Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cache/nsyskit/nsys-2023.4/usr/bin/nsys");
+    let nsys = std::path::Path::new(&std::env::var("HOME").unwrap_or_default())
+        .join(".cache/nsyskit/nsys-2023.4/usr/bin/nsys");
     for cmd in &all {
         if matches!(cmd.name(), "nsys-resolve" | "serve-capture") && !nsys.is_file() {
-            eprintln!("SKIP {} examples: no nsys 2023.4 at {} (scripts/get-nsys installs it)", cmd.name(), nsys.display());
+            eprintln!(
+                "SKIP {} examples: no nsys 2023.4 at {} (scripts/get-nsys installs it)",
+                cmd.name(),
+                nsys.display()
+            );
             continue;
         }
         if cmd.name() == "serve-capture" {
@@ -30,7 +35,11 @@ fn every_command_has_passing_examples() {
             let _ = std::fs::remove_dir_all(&run);
         }
         assert!(!cmd.examples().is_empty(), "{} has no example", cmd.name());
-        assert!(cmd.examples().iter().all(|e| e.result.is_some()), "{}: every example has a checked result", cmd.name());
+        assert!(
+            cmd.examples().iter().all(|e| e.result.is_some()),
+            "{}: every example has a checked result",
+            cmd.name()
+        );
         test.test_examples(&cmd.examples()).unwrap_or_else(|e| panic!("{}: {e:?}", cmd.name()));
     }
 }

@@ -33,7 +33,9 @@ fn typed_values_in_a_real_shell() {
     let v = nu.json(r#"'{"wall_ns": 1500000}' | from nsyskit | get wall | $in == 1.5ms"#);
     assert_eq!(v, json!(true));
     // the round trip back to JSON drops the companions and keeps the exact text of the timestamp
-    let v = nu.json(r#"'{"wall_ns": 1500000, "captured_at": "2026-11-29T22:45:59Z"}' | from nsyskit | from nsyskit | columns"#);
+    let v = nu.json(
+        r#"'{"wall_ns": 1500000, "captured_at": "2026-11-29T22:45:59Z"}' | from nsyskit | from nsyskit | columns"#,
+    );
     assert_eq!(v, json!(["wall_ns", "wall", "captured_at"]));
 }
 
@@ -66,15 +68,17 @@ fn sqlite_ranges_top_five_by_busy_union() {
     assert_eq!(got[1]["ns"], 22_263_904);
     // --no-fold: the raw labels, as the binary's flag
     let raw = nu.json("sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve.request --no-fold | get ranges.label | sort");
-    assert_eq!(raw, json!(["vibeserve.request.0", "vibeserve.request.1", "vibeserve.request.2", "vibeserve.request.3"]));
+    assert_eq!(
+        raw,
+        json!(["vibeserve.request.0", "vibeserve.request.1", "vibeserve.request.2", "vibeserve.request.3"])
+    );
 }
 
 #[test]
 fn gate_check_retry_is_data() {
     let Some(nu) = Nu::or_skip("gate_check_retry_is_data") else { return };
-    let got = nu.json(
-        "gate-check fixtures/nsys-2025.3.1/gpu_full_graph.sqlite | get gates | where verdict == retry | get id",
-    );
+    let got = nu
+        .json("gate-check fixtures/nsys-2025.3.1/gpu_full_graph.sqlite | get gates | where verdict == retry | get id");
     assert_eq!(got, json!(["G1"]));
     // the FAILED capture: G0 with its console log, G4 (where CUDA data stops, a duration companion of at_ns)
     let got = nu.json(
@@ -115,7 +119,8 @@ fn gate_check_every_fixture_from_ls() {
         let doc = nsyskit::gate::run(&opts).unwrap();
         assert_eq!(row["verdict"], serde_json::to_value(doc.verdict).unwrap(), "{file}");
     }
-    let verdict_of = |name: &str| rows.iter().find(|r| r["file"].as_str().unwrap().ends_with(name)).unwrap()["verdict"].clone();
+    let verdict_of =
+        |name: &str| rows.iter().find(|r| r["file"].as_str().unwrap().ends_with(name)).unwrap()["verdict"].clone();
     assert_eq!(verdict_of("nsys-2025.3.1/gpu_full_node.sqlite"), "PASS");
     assert_eq!(verdict_of("nsys-2025.3.1/gpu_full_graph.sqlite"), "RETRY");
     assert_eq!(verdict_of("nsys-2023.4.4/cpu_nvtx_osrt.sqlite"), "RETRY");
@@ -128,9 +133,9 @@ fn kern_csv_from_open_raw() {
     let got = nu.json(&format!(
         "open {csv} --raw | kern-csv-to-json | get top_kernels | each {{|k| [$k.name $k.total_time_ns ($k.total_time | describe)] }}"
     ));
-    let doc = nsyskit::kern_csv::run(&nsyskit::contract::Input::Path(common::root().join(csv)), &Default::default()).unwrap();
-    let want: Vec<_> =
-        doc.top_kernels.unwrap().iter().map(|k| json!([k.name, k.total_time_ns, "duration"])).collect();
+    let doc =
+        nsyskit::kern_csv::run(&nsyskit::contract::Input::Path(common::root().join(csv)), &Default::default()).unwrap();
+    let want: Vec<_> = doc.top_kernels.unwrap().iter().map(|k| json!([k.name, k.total_time_ns, "duration"])).collect();
     assert_eq!(want.len(), 20);
     assert_eq!(got, json!(want));
     // the path argument gives the same kernels
@@ -144,10 +149,8 @@ fn gate_check_into_bundle_merge_matches_the_library() {
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("bundle.json");
     let capture = "fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite";
-    let summary = nu.json(&format!(
-        "gate-check {capture} | bundle-merge '{}' | select written documents",
-        bundle.display()
-    ));
+    let summary =
+        nu.json(&format!("gate-check {capture} | bundle-merge '{}' | select written documents", bundle.display()));
     assert_eq!(summary["written"], true);
     assert_eq!(summary["documents"][0]["places"], json!(["kernel_profile.gates"]));
     // the bytes equal what the library writes for the same gate document: the companions (`at` for `at_ns`,
@@ -178,7 +181,10 @@ fn errors_point_at_the_offending_argument() {
     assert!(err.contains("fixtures/nope.sqlite: no such file"), "{err}");
     assert!(err.contains("unusable input (CAPTURE)"), "{err}");
     let at = "gate-check ".len() + 1;
-    assert!(err.contains(&format!("label at line 2, columns {at} to {}", at - 1 + "fixtures/nope.sqlite".len())), "{err}");
+    assert!(
+        err.contains(&format!("label at line 2, columns {at} to {}", at - 1 + "fixtures/nope.sqlite".len())),
+        "{err}"
+    );
 
     let err = nu.error("'{\"schema\": \"nsyskit.nope/v1\"}' | from nsyskit | bundle-merge --stdout x.json");
     assert!(err.contains("pipeline input: line 1: $.schema"), "{err}");
@@ -194,9 +200,9 @@ fn relative_paths_follow_nushell_cd() {
 #[test]
 fn nsys_resolve_reads_nushell_environment() {
     let Some(nu) = Nu::or_skip("nsys_resolve_reads_nushell_environment") else { return };
-    let nsys = std::env::var_os("NSYS_BIN")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(&std::env::var("HOME").unwrap()).join(".cache/nsyskit/nsys-2023.4/usr/bin/nsys"));
+    let nsys = std::env::var_os("NSYS_BIN").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::path::Path::new(&std::env::var("HOME").unwrap()).join(".cache/nsyskit/nsys-2023.4/usr/bin/nsys")
+    });
     if !nsys.is_file() {
         eprintln!("SKIP nsys_resolve_reads_nushell_environment: no nsys at {} (scripts/get-nsys)", nsys.display());
         return;
@@ -269,7 +275,9 @@ fn capture_compare_ab_numbers_match_the_binary() {
     })
     .unwrap();
     let want = serde_json::to_value(&want.ab).unwrap();
-    let got = nu.json(&format!("capture-compare --baseline [{clean}] --trial [{clean}] --bootstrap 300 --fail-on-regression 5 | get ab"));
+    let got = nu.json(&format!(
+        "capture-compare --baseline [{clean}] --trial [{clean}] --bootstrap 300 --fail-on-regression 5 | get ab"
+    ));
     // the same numbers in the Nushell table (nu adds duration companions to *_ns fields; floats pass through
     // nu's own number formatting, so they are compared to 1e-12)
     let (g, w) = (got["labels"].as_array().unwrap(), want["labels"].as_array().unwrap());
@@ -295,6 +303,8 @@ fn capture_compare_ab_numbers_match_the_binary() {
     ));
     assert_eq!(it, json!("no significant change"));
     // a refusal is data: G7 named with --tier decode
-    let g = nu.json(&format!("capture-compare --tier decode {clean} {mixed} | get invalidators | where check == gate | get 0.a.retry"));
+    let g = nu.json(&format!(
+        "capture-compare --tier decode {clean} {mixed} | get invalidators | where check == gate | get 0.a.retry"
+    ));
     assert_eq!(g, json!(["G7"]));
 }

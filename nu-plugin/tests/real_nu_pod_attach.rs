@@ -62,7 +62,19 @@ fn pod_attach_dry_run_plan() {
     let err = nu.error("pod-attach --dry-run --pod p --image nvcr.io/nvidia/cuda:12.9.1-devel-ubuntu22.04");
     assert!(err.contains("not pinned by digest") && err.contains("--allow-unpinned-image"), "{err}");
     let got = nu.json("pod-attach --dry-run --pod p --image nvcr.io/nvidia/cuda:12.9.1-devel-ubuntu22.04 --allow-unpinned-image --install-nsys apt | get plan | where kind == exec | get argv | where {|a| 'install' in $a} | get 0");
-    assert_eq!(got, json!(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y", "install", "--no-install-recommends", "nsight-systems-cli"]));
+    assert_eq!(
+        got,
+        json!([
+            "env",
+            "DEBIAN_FRONTEND=noninteractive",
+            "apt-get",
+            "-q",
+            "-y",
+            "install",
+            "--no-install-recommends",
+            "nsight-systems-cli"
+        ])
+    );
     // the site default comes from Nushell's $env.NSYSKIT_SIDECAR_IMAGE (set inside nu, not the plugin's own env)
     let got = nu.json(
         "$env.NSYSKIT_SIDECAR_IMAGE = 'site.example/nsys@sha256:5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e'; \
@@ -81,7 +93,10 @@ fn with_cluster(si: &StandIn, pipeline: &str) -> String {
 fn pod_attach_lookup_errors_against_the_standin() {
     let Some(nu) = Nu::or_skip("pod_attach_lookup_errors_against_the_standin") else { return };
     let si = StandIn::start(
-        vec![pod("engine-0", json!({"app": "vllm"}), &["engine"]), pod("engine-1", json!({"app": "vllm"}), &["engine"])],
+        vec![
+            pod("engine-0", json!({"app": "vllm"}), &["engine"]),
+            pod("engine-1", json!({"app": "vllm"}), &["engine"]),
+        ],
         PatchMode::Ok,
         TarFault::None,
     );
@@ -153,11 +168,17 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        let _ = Command::new(&self.nsys).arg("shutdown").arg(format!("--session={}", self.session)).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let _ = Command::new(&self.nsys)
+            .arg("shutdown")
+            .arg(format!("--session={}", self.session))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let mut pids = vec![self.child.id()];
         for d in std::fs::read_dir("/proc").unwrap().flatten() {
             let Ok(pid) = d.file_name().to_string_lossy().parse::<u32>() else { continue };
-            let cmd = String::from_utf8_lossy(&std::fs::read(d.path().join("cmdline")).unwrap_or_default()).replace('\0', " ");
+            let cmd = String::from_utf8_lossy(&std::fs::read(d.path().join("cmdline")).unwrap_or_default())
+                .replace('\0', " ");
             if cmd.contains("standin_engine.py") && cmd.split(' ').any(|w| w == self.marker) {
                 pids.push(pid);
             }
@@ -249,7 +270,14 @@ fn pod_attach_ctrl_c_mid_capture_cleans_up() {
     let work = dir.path().join("nsyskit-pod-attach-work");
     let script = format!(
         "plugin use nsyskit\n{}",
-        with_cluster(&si, &format!("pod-attach {} --out-dir '{}'", session_args(&nsys, &eng, &work, "60"), dir.path().join("out").display()))
+        with_cluster(
+            &si,
+            &format!(
+                "pod-attach {} --out-dir '{}'",
+                session_args(&nsys, &eng, &work, "60"),
+                dir.path().join("out").display()
+            )
+        )
     );
     let mut child = nu.command(&script).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());

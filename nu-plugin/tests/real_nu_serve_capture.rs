@@ -96,12 +96,20 @@ fn serve_capture_cpu_server_time_window() {
     for role in ["profiler", "server", "warmup", "load"] {
         assert!(got["roles"].as_array().unwrap().contains(&json!(role)), "{role}: {got}");
     }
-    for (k, v) in [("all_gone", json!(true)), ("port", json!(port)), ("port_released", json!(true)), ("stop_signal", Value::Null)] {
+    for (k, v) in
+        [("all_gone", json!(true)), ("port", json!(port)), ("port_released", json!(true)), ("stop_signal", Value::Null)]
+    {
         assert_eq!(got["cleanup"][k], v, "{k}: {got}");
     }
     // without a GPU the release check is "not checked", never "passed"
     let gpu_check = got["cleanup"]["gpu_check"].as_str().unwrap();
-    assert!(gpu_check == "not checked" || (gpu_check == "passed" && std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("nvidia-smi").is_file()))), "{got}");
+    assert!(
+        gpu_check == "not checked"
+            || (gpu_check == "passed"
+                && std::env::var_os("PATH")
+                    .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("nvidia-smi").is_file()))),
+        "{got}"
+    );
     assert_cleaned_up(&got["processes"], port);
     // the record is the document the run folder keeps (what the binary prints), and the export agrees
     let kept: Value = serde_json::from_slice(&std::fs::read(out.join("serve-capture.json")).unwrap()).unwrap();
@@ -109,7 +117,11 @@ fn serve_capture_cpu_server_time_window() {
     let ex = nsyskit::export::Export::open(&out.join("capture.sqlite")).unwrap();
     let n: i64 = ex
         .conn()
-        .query_row("SELECT count(*) FROM NVTX_EVENTS WHERE text = 'vibeserve.engine.iteration' AND end IS NOT NULL", [], |r| r.get(0))
+        .query_row(
+            "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'vibeserve.engine.iteration' AND end IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
     assert!(n > 100, "only {n} iterations in the 3 s window");
     assert_eq!(got["iterations"], json!(n));
@@ -132,13 +144,12 @@ fn serve_capture_ctrl_c_cleans_up() {
         out = out.display(),
         server = server_cmd(&s, port),
     );
-    let child = s
-        .nu
-        .command(&script)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child =
+        s.nu.command(&script)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
     let t = Instant::now();
     while !out.join("pids/load.pid").exists() {
         assert!(t.elapsed() < Duration::from_secs(60), "the load client never started");
@@ -167,13 +178,19 @@ fn serve_capture_ctrl_c_cleans_up() {
 fn serve_capture_usage_errors_point_at_the_flag() {
     let Some(nu) = Nu::or_skip("serve_capture_usage_errors_point_at_the_flag") else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let script = format!("serve-capture --health ftp://x/health --load 'true' --out '{}' -- sleep 1", tmp.path().join("r").display());
+    let script = format!(
+        "serve-capture --health ftp://x/health --load 'true' --out '{}' -- sleep 1",
+        tmp.path().join("r").display()
+    );
     let err = nu.error(&script);
     assert!(err.contains("nsyskit::usage"), "{err}");
     assert!(err.contains("(--health)"), "{err}");
     // the label covers `--health ftp://x/health` (1-based columns; the script is on line 2, after `plugin use`)
     let at = script.find("--health").unwrap() + 1;
-    assert!(err.contains(&format!("label at line 2, columns {at} to {}", at - 1 + "--health ftp://x/health".len())), "{err}");
+    assert!(
+        err.contains(&format!("label at line 2, columns {at} to {}", at - 1 + "--health ftp://x/health".len())),
+        "{err}"
+    );
     assert!(!Path::new(&tmp.path().join("r")).exists(), "nothing is created on a usage error");
     // an unbalanced client command: the span of --load's value
     let err = nu.error("serve-capture --health http://127.0.0.1:9/ --load 'a \"b' --out /tmp/x -- sleep 1");
@@ -205,7 +222,10 @@ fn serve_capture_worker_death_and_new_flags() {
     assert!(got["reason"].as_str().unwrap().contains("exit 7"), "{got}");
     assert_eq!(got["cleanup"]["gpu_check"], "not checked");
     let prov: Value = serde_json::from_slice(&std::fs::read(out.join("provenance.json")).unwrap()).unwrap();
-    assert_eq!(prov["capture"]["instrumentation"], json!([{"name": "nvtx", "state": "on"}, {"name": "graphs", "state": "off"}]));
+    assert_eq!(
+        prov["capture"]["instrumentation"],
+        json!([{"name": "nvtx", "state": "on"}, {"name": "graphs", "state": "off"}])
+    );
 }
 
 /// The flags of issue #22 through the plugin (the binary's twins): `--require-argv` and `--module` as lists,
@@ -240,7 +260,11 @@ fn serve_capture_engine_flags() {
     assert!(err.contains("missing.so is missing"), "{err}");
     assert!(!refused.exists());
     // --engine sglang without its flags: refused, naming the flag
-    let err = s.nu.error(&format!("serve-capture --engine sglang --health http://127.0.0.1:9/health --load 'true' --out '{}' -- '{}' 9", refused.display(), s.server.display()));
+    let err = s.nu.error(&format!(
+        "serve-capture --engine sglang --health http://127.0.0.1:9/health --load 'true' --out '{}' -- '{}' 9",
+        refused.display(),
+        s.server.display()
+    ));
     assert!(err.contains("lacks --alignment-nvtx-ranges: required by --engine sglang"), "{err}");
     assert!(!refused.exists());
 

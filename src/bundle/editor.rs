@@ -8,7 +8,6 @@ use serde_json::Value;
 use super::type_name;
 use crate::contract::{Error, Result};
 
-
 struct Member {
     key: String,
     key_start: usize,
@@ -70,8 +69,7 @@ fn value_end(b: &[u8], i: usize) -> usize {
         }
         _ => {
             let mut j = i;
-            while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
-            {
+            while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
                 j += 1;
             }
             j
@@ -92,22 +90,13 @@ fn scan_object(text: &str, open: usize) -> Obj {
         i = skip_ws(b, i + 1); // ':'
         let value_start = i;
         let end = value_end(b, i);
-        members.push(Member {
-            key,
-            key_start,
-            value_start,
-            value_end: end,
-        });
+        members.push(Member { key, key_start, value_start, value_end: end });
         i = skip_ws(b, end);
         if b[i] == b',' {
             i = skip_ws(b, i + 1);
         }
     }
-    Obj {
-        open,
-        close: i,
-        members,
-    }
+    Obj { open, close: i, members }
 }
 
 fn line_of(text: &str, pos: usize) -> usize {
@@ -154,11 +143,7 @@ fn detect_style(text: &str) -> Style {
             }
         }
     }
-    Style {
-        newline,
-        unit,
-        pretty,
-    }
+    Style { newline, unit, pretty }
 }
 
 fn render(value: &Value, pretty: bool, indent: &str, style: &Style) -> String {
@@ -174,13 +159,18 @@ fn render(value: &Value, pretty: bool, indent: &str, style: &Style) -> String {
 }
 
 /// Set `path` to `value` in `text` (valid JSON whose top level must be an object).
-pub(crate) fn apply(text: &str, path: &[String], value: &Value, keep_existing: bool, bundle_name: &str) -> Result<String> {
+pub(crate) fn apply(
+    text: &str,
+    path: &[String],
+    value: &Value,
+    keep_existing: bool,
+    bundle_name: &str,
+) -> Result<String> {
     let style = detect_style(text);
     let b = text.as_bytes();
     let open = skip_ws(b, text.len() - text.trim_start_matches('\u{feff}').len());
     if b[open] != b'{' {
-        let v: Value =
-            serde_json::from_str(text.trim_start_matches('\u{feff}')).unwrap_or(Value::Null);
+        let v: Value = serde_json::from_str(text.trim_start_matches('\u{feff}')).unwrap_or(Value::Null);
         return Err(Error::input(format!(
             "{bundle_name}: $: the bundle must be a JSON object, found {}",
             type_name(&v)
@@ -205,17 +195,11 @@ pub(crate) fn apply(text: &str, path: &[String], value: &Value, keep_existing: b
                 let pretty = obj_pretty(text, &obj, &style);
                 let indent = line_indent(text, m.key_start);
                 let rendered = render(value, pretty, indent, &style);
-                return Ok(format!(
-                    "{}{}{}",
-                    &text[..m.value_start],
-                    rendered,
-                    &text[m.value_end..]
-                ));
+                return Ok(format!("{}{}{}", &text[..m.value_start], rendered, &text[m.value_end..]));
             }
             Some(m) => {
                 if b[m.value_start] != b'{' {
-                    let v: Value = serde_json::from_str(&text[m.value_start..m.value_end])
-                        .unwrap_or(Value::Null);
+                    let v: Value = serde_json::from_str(&text[m.value_start..m.value_end]).unwrap_or(Value::Null);
                     return Err(Error::input(format!(
                         "{bundle_name}: line {}: {jpath}.{key}: must be an object (bundle-merge places documents in it), found {}",
                         line_of(text, m.key_start),
@@ -242,10 +226,7 @@ pub(crate) fn apply(text: &str, path: &[String], value: &Value, keep_existing: b
 
 /// An object is pretty-printed when a newline precedes its first member.
 fn obj_pretty(text: &str, obj: &Obj, style: &Style) -> bool {
-    obj.members
-        .first()
-        .map(|m| text[obj.open..m.key_start].contains('\n'))
-        .unwrap_or(style.pretty)
+    obj.members.first().map(|m| text[obj.open..m.key_start].contains('\n')).unwrap_or(style.pretty)
 }
 
 fn insert_member(text: &str, obj: &Obj, key: &str, value: &Value, style: &Style) -> String {
@@ -268,20 +249,12 @@ fn insert_member(text: &str, obj: &Obj, key: &str, value: &Value, style: &Style)
                 )
             } else {
                 let rendered = render(value, false, "", style);
-                format!(
-                    "{},{key_text}{sep}{rendered}{}",
-                    &text[..last.value_end],
-                    &text[last.value_end..]
-                )
+                format!("{},{key_text}{sep}{rendered}{}", &text[..last.value_end], &text[last.value_end..])
             }
         }
         None if !style.pretty => {
             let rendered = render(value, false, "", style);
-            format!(
-                "{}{{{key_text}:{rendered}}}{}",
-                &text[..obj.open],
-                &text[obj.close + 1..]
-            )
+            format!("{}{{{key_text}:{rendered}}}{}", &text[..obj.open], &text[obj.close + 1..])
         }
         None => {
             let outer = line_indent(text, obj.open).to_string();

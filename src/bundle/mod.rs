@@ -163,11 +163,9 @@ pub fn docs_from_bytes(bytes: &[u8], source: &str) -> Result<Vec<DocIn>> {
     let docs = parse_json_stream(bytes, source).map_err(|e| name_bundle_place(e, bytes))?;
     for d in docs {
         match d.value {
-            Value::Array(items) => out.extend(items.into_iter().map(|value| DocIn {
-                value,
-                source: source.to_string(),
-                line: d.line,
-            })),
+            Value::Array(items) => {
+                out.extend(items.into_iter().map(|value| DocIn { value, source: source.to_string(), line: d.line }))
+            }
             value => out.push(DocIn { value, source: source.to_string(), line: d.line }),
         }
     }
@@ -177,12 +175,8 @@ pub fn docs_from_bytes(bytes: &[u8], source: &str) -> Result<Vec<DocIn>> {
 /// A duplicate key in a document: add where that key would land in the bundle (`kernel_profile.ranges…`).
 fn name_bundle_place(e: Error, bytes: &[u8]) -> Error {
     let Some(dpath) = crate::contract::duplicate_key_path(&e.message).map(String::from) else { return e };
-    let line: Option<usize> = e
-        .message
-        .split(": line ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok());
+    let line: Option<usize> =
+        e.message.split(": line ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok());
     let text = std::str::from_utf8(bytes).unwrap_or("");
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     // parse leniently (last key wins) just to learn the document's kind
@@ -231,11 +225,7 @@ impl Edit {
 }
 
 fn at(path: &str, value: Value) -> Edit {
-    Edit {
-        path: path.split('.').map(String::from).collect(),
-        value,
-        keep_existing: false,
-    }
+    Edit { path: path.split('.').map(String::from).collect(), value, keep_existing: false }
 }
 
 /// The edits a document makes to a bundle; an unknown schema or a document missing what its placement
@@ -243,29 +233,16 @@ fn at(path: &str, value: Value) -> Edit {
 pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
     let whr = format!("{}: line {}", doc.source, doc.line);
     let obj = doc.value.as_object().ok_or_else(|| {
-        Error::input(format!(
-            "{whr}: $: a document must be a JSON object, found {}",
-            type_name(&doc.value)
-        ))
+        Error::input(format!("{whr}: $: a document must be a JSON object, found {}", type_name(&doc.value)))
     })?;
     let schema = obj
         .get("schema")
-        .ok_or_else(|| {
-            Error::input(format!(
-                "{whr}: $.schema: missing (not an nsyskit document)"
-            ))
-        })?
+        .ok_or_else(|| Error::input(format!("{whr}: $.schema: missing (not an nsyskit document)")))?
         .as_str()
         .ok_or_else(|| Error::input(format!("{whr}: $.schema: not a string")))?;
-    let known = PLACEMENTS
-        .iter()
-        .map(|(k, _)| format!("nsyskit.{k}/v1"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let known = PLACEMENTS.iter().map(|(k, _)| format!("nsyskit.{k}/v1")).collect::<Vec<_>>().join(", ");
     let kind = kind_of_schema_id(schema).ok_or_else(|| {
-        Error::input(format!(
-            "{whr}: $.schema: {schema:?} is not an nsyskit schema; bundle-merge places {known}"
-        ))
+        Error::input(format!("{whr}: $.schema: {schema:?} is not an nsyskit schema; bundle-merge places {known}"))
     })?;
     let Some(p) = placement(kind) else {
         return Err(Error::input(format!(
@@ -287,25 +264,23 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
             let mut edits = vec![at("pod_attach", doc.value.clone())];
             if let Some(Value::Object(kp)) = obj.get("kernel_profile") {
                 for (k, v) in kp {
-                    edits.push(Edit { path: vec!["kernel_profile".into(), k.clone()], value: v.clone(), keep_existing: false });
+                    edits.push(Edit {
+                        path: vec!["kernel_profile".into(), k.clone()],
+                        value: v.clone(),
+                        keep_existing: false,
+                    });
                 }
             }
             edits
         }
         Placement::Comparisons => {
             let key = comparison_key(&doc.value);
-            vec![Edit {
-                path: vec!["comparisons".into(), key],
-                value: doc.value.clone(),
-                keep_existing: false,
-            }]
+            vec![Edit { path: vec!["comparisons".into(), key], value: doc.value.clone(), keep_existing: false }]
         }
         Placement::Named(prefix) => {
-            let name = obj
-                .get("name")
-                .and_then(|n| n.as_str())
-                .filter(|n| !n.is_empty())
-                .ok_or_else(|| Error::input(format!("{whr}: $.name: missing or not a string (it names the entry under {prefix})")))?;
+            let name = obj.get("name").and_then(|n| n.as_str()).filter(|n| !n.is_empty()).ok_or_else(|| {
+                Error::input(format!("{whr}: $.name: missing or not a string (it names the entry under {prefix})"))
+            })?;
             vec![Edit { path: vec![prefix.into(), name.into()], value: doc.value.clone(), keep_existing: false }]
         }
         Placement::KernelProfile => {
@@ -316,18 +291,11 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
                 .ok_or_else(|| Error::input(format!("{whr}: $.report: missing or not a string")))?;
             let mut edits = Vec::new();
             if crate::kern_csv::KERNEL_REPORTS.contains(&report) {
-                let top = obj
-                    .get("top_kernels")
-                    .filter(|v| v.is_array())
-                    .ok_or_else(|| {
-                        Error::input(format!(
-                            "{whr}: $.top_kernels: missing or not an array (a {report} document)"
-                        ))
-                    })?;
+                let top = obj.get("top_kernels").filter(|v| v.is_array()).ok_or_else(|| {
+                    Error::input(format!("{whr}: $.top_kernels: missing or not an array (a {report} document)"))
+                })?;
                 let totals = obj.get("totals").filter(|v| v.is_object()).ok_or_else(|| {
-                    Error::input(format!(
-                        "{whr}: $.totals: missing or not an object (a {report} document)"
-                    ))
+                    Error::input(format!("{whr}: $.totals: missing or not an object (a {report} document)"))
                 })?;
                 let csv_path = match obj.get("source") {
                     Some(Value::String(s)) if s != "<stdin>" => Value::String(s.clone()),
@@ -338,12 +306,9 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
                 edits.push(at("kernel_profile.summary_csv_path", csv_path));
                 // the CSV's mtime is only an upper bound of the capture time: it fills a gap, it never replaces
                 // the capture's start a ranges document recorded
-                let mut captured = at(
-                    "kernel_profile.captured_at",
-                    obj.get("captured_at").cloned().unwrap_or(Value::Null),
-                );
-                captured.keep_existing =
-                    obj.get("captured_at_from").and_then(|v| v.as_str()) != Some("--captured-at");
+                let mut captured =
+                    at("kernel_profile.captured_at", obj.get("captured_at").cloned().unwrap_or(Value::Null));
+                captured.keep_existing = obj.get("captured_at_from").and_then(|v| v.as_str()) != Some("--captured-at");
                 edits.push(captured);
             }
             edits.push(Edit {
@@ -363,9 +328,9 @@ pub fn comparison_key(doc: &Value) -> String {
     fn ident(v: Option<&Value>) -> Option<String> {
         match v? {
             Value::String(s) => Some(s.clone()),
-            Value::Object(o) => ["path", "source", "label", "name"]
-                .iter()
-                .find_map(|k| o.get(*k)?.as_str().map(String::from)),
+            Value::Object(o) => {
+                ["path", "source", "label", "name"].iter().find_map(|k| o.get(*k)?.as_str().map(String::from))
+            }
             _ => None,
         }
     }
@@ -396,11 +361,7 @@ fn type_name(v: &Value) -> &'static str {
 
 /// Merge documents into bundle text (None or blank: a new bundle). Pure: no file access. Returns the new text
 /// and, per document, the dotted paths it set.
-pub fn merge_text(
-    old: Option<&str>,
-    bundle_name: &str,
-    docs: &[DocIn],
-) -> Result<(String, Vec<MergedDoc>)> {
+pub fn merge_text(old: Option<&str>, bundle_name: &str, docs: &[DocIn]) -> Result<(String, Vec<MergedDoc>)> {
     let mut plans = Vec::new();
     for d in docs {
         plans.push(edits_for(d)?);
@@ -428,12 +389,7 @@ pub fn merge_text(
         merged.push(MergedDoc {
             source: d.source.clone(),
             line: d.line,
-            schema: d
-                .value
-                .get("schema")
-                .and_then(|s| s.as_str())
-                .unwrap_or("")
-                .to_string(),
+            schema: d.value.get("schema").and_then(|s| s.as_str()).unwrap_or("").to_string(),
             places: edits.iter().map(|e| e.dotted()).collect(),
         });
     }
@@ -451,9 +407,7 @@ fn strip_position(msg: &str) -> String {
 pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
     let name = bundle.display().to_string();
     if docs.is_empty() {
-        return Err(
-            Error::input("no documents to merge (the input was empty)".to_string()).with_arg("DOC"),
-        );
+        return Err(Error::input("no documents to merge (the input was empty)".to_string()).with_arg("DOC"));
     }
     // validate every document before touching anything
     for d in docs {
@@ -461,18 +415,15 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
     }
     // write to the target of a symlink, not over the link
     let target: PathBuf = match std::fs::symlink_metadata(bundle) {
-        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(bundle)
-            .map_err(|e| Error::input(format!("{name}: cannot resolve the link: {e}")))?,
+        Ok(m) if m.file_type().is_symlink() => {
+            std::fs::canonicalize(bundle).map_err(|e| Error::input(format!("{name}: cannot resolve the link: {e}")))?
+        }
         _ => bundle.to_path_buf(),
     };
     // a device, FIFO, socket or folder is never read, locked or replaced (`bundle-merge /dev/null` as root
     // once replaced /dev/null with a regular file)
     check_bundle_file(&target, &name, mode)?;
-    let _lock = if mode == Mode::Write {
-        Some(lock(&target, &name)?)
-    } else {
-        None
-    };
+    let _lock = if mode == Mode::Write { Some(lock(&target, &name)?) } else { None };
     // again under the lock: the file may have been created or replaced meanwhile
     check_bundle_file(&target, &name, mode)?;
     let removed_temps = if mode == Mode::Write { remove_stale_temps(&target) } else { Vec::new() };
@@ -484,10 +435,7 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
     };
     let old_text = match &old {
         Some((bytes, _)) => Some(std::str::from_utf8(bytes).map_err(|e| {
-            let line = 1 + bytes[..e.valid_up_to()]
-                .iter()
-                .filter(|&&b| b == b'\n')
-                .count();
+            let line = 1 + bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count();
             Error::input(format!("{name}: line {line}: not UTF-8 text"))
         })?),
         None => None,
@@ -496,12 +444,7 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
     let changed = old_text != Some(new_text.as_str());
     let mut written = false;
     if mode == Mode::Write && changed {
-        write_atomic(
-            &target,
-            new_text.as_bytes(),
-            old.as_ref().map(|(_, p)| p.clone()),
-            &name,
-        )?;
+        write_atomic(&target, new_text.as_bytes(), old.as_ref().map(|(_, p)| p.clone()), &name)?;
         written = true;
     }
     let (schema, tool) = MergeReport::header();
@@ -522,11 +465,7 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
         bytes_after: new_text.len() as u64,
         documents: merged,
     };
-    Ok(Outcome {
-        report,
-        bundle_text: new_text,
-        removed_temps,
-    })
+    Ok(Outcome { report, bundle_text: new_text, removed_temps })
 }
 
 /// The bundle must be a regular file (or absent); to be written it must be writable by this user and have
@@ -606,31 +545,17 @@ fn lock(bundle: &Path, name: &str) -> Result<File> {
         .truncate(false)
         .write(true)
         .open(&lp)
-        .map_err(|e| {
-            Error::env(format!(
-                "{name}: cannot create the lock file {}: {e}",
-                lp.display()
-            ))
-        })?;
-    f.lock()
-        .map_err(|e| Error::env(format!("{name}: cannot lock {}: {e}", lp.display())))?;
+        .map_err(|e| Error::env(format!("{name}: cannot create the lock file {}: {e}", lp.display())))?;
+    f.lock().map_err(|e| Error::env(format!("{name}: cannot lock {}: {e}", lp.display())))?;
     Ok(f)
 }
 
-fn write_atomic(
-    target: &Path,
-    bytes: &[u8],
-    perms: Option<std::fs::Permissions>,
-    name: &str,
-) -> Result<()> {
+fn write_atomic(target: &Path, bytes: &[u8], perms: Option<std::fs::Permissions>, name: &str) -> Result<()> {
     let dir = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let file_name = target
-        .file_name()
-        .map(|f| f.to_string_lossy().to_string())
-        .unwrap_or_else(|| "bundle".into());
+    let file_name = target.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_else(|| "bundle".into());
     let env = |what: &str, e: std::io::Error| Error::env(format!("{name}: {what}: {e}"));
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{file_name}."))
@@ -643,14 +568,9 @@ fn write_atomic(
         use std::os::unix::fs::PermissionsExt;
         std::fs::Permissions::from_mode(0o644)
     });
-    tmp.as_file()
-        .set_permissions(perms)
-        .map_err(|e| env("cannot set permissions", e))?;
-    tmp.as_file()
-        .sync_all()
-        .map_err(|e| env("cannot fsync", e))?;
-    tmp.persist(target)
-        .map_err(|e| env("cannot rename into place", e.error))?;
+    tmp.as_file().set_permissions(perms).map_err(|e| env("cannot set permissions", e))?;
+    tmp.as_file().sync_all().map_err(|e| env("cannot fsync", e))?;
+    tmp.persist(target).map_err(|e| env("cannot rename into place", e.error))?;
     if let Ok(d) = File::open(&dir) {
         let _ = d.sync_all();
     }
@@ -663,11 +583,7 @@ mod tests {
     use serde_json::json;
 
     fn doc(v: Value) -> DocIn {
-        DocIn {
-            value: v,
-            source: "t.json".into(),
-            line: 1,
-        }
+        DocIn { value: v, source: "t.json".into(), line: 1 }
     }
     fn gate(verdict: &str) -> Value {
         json!({"schema": "nsyskit.gate/v1", "tool": {"name": "gate-check", "version": "0"}, "verdict": verdict})
@@ -679,10 +595,7 @@ mod tests {
         assert_eq!(placed[0].places, vec!["kernel_profile.gates"]);
         let v: Value = serde_json::from_str(&t1).unwrap();
         assert_eq!(v["kernel_profile"]["gates"]["verdict"], "RETRY");
-        assert!(
-            t1.starts_with("{\n  \"kernel_profile\": {\n    \"gates\": {\n      \"schema\""),
-            "{t1}"
-        );
+        assert!(t1.starts_with("{\n  \"kernel_profile\": {\n    \"gates\": {\n      \"schema\""), "{t1}");
         assert!(t1.ends_with("}\n"));
         let (t2, _) = merge_text(Some(&t1), "b.json", &[doc(gate("RETRY"))]).unwrap();
         assert_eq!(t1, t2);
@@ -720,37 +633,23 @@ mod tests {
     fn compact_bundles_stay_compact() {
         let old = "{\"a\":1.0,\"kernel_profile\":{}}";
         let (new, _) = merge_text(Some(old), "b.json", &[doc(gate("PASS"))]).unwrap();
-        assert!(
-            new.starts_with("{\"a\":1.0,\"kernel_profile\":{\"gates\":{\"schema\":"),
-            "{new}"
-        );
+        assert!(new.starts_with("{\"a\":1.0,\"kernel_profile\":{\"gates\":{\"schema\":"), "{new}");
         assert!(!new.contains('\n'));
         let (again, _) = merge_text(Some(&new), "b.json", &[doc(gate("PASS"))]).unwrap();
         assert_eq!(new, again);
         let (top, _) = merge_text(Some("{\"a\":1}"), "b.json", &[doc(gate("PASS"))]).unwrap();
-        assert!(
-            top.starts_with("{\"a\":1,\"kernel_profile\":{\"gates\":{"),
-            "{top}"
-        );
+        assert!(top.starts_with("{\"a\":1,\"kernel_profile\":{\"gates\":{"), "{top}");
     }
 
     #[test]
     fn bad_bundles_and_documents_are_input_errors() {
-        let e = |old: &str| {
-            merge_text(Some(old), "b.json", &[doc(gate("PASS"))])
-                .unwrap_err()
-                .message
-        };
+        let e = |old: &str| merge_text(Some(old), "b.json", &[doc(gate("PASS"))]).unwrap_err().message;
         assert!(e("[1]").contains("$: the bundle must be a JSON object, found an array"));
         assert!(e("{\"a\":").starts_with("b.json: line 1 column 5: not valid JSON"));
-        assert!(
-            e("{\n\"kernel_profile\": 3}").contains("line 2: $.kernel_profile: must be an object")
-        );
+        assert!(e("{\n\"kernel_profile\": 3}").contains("line 2: $.kernel_profile: must be an object"));
         assert!(e("{\"kernel_profile\": {}, \"kernel_profile\": {}}").contains("duplicate key"));
         let bad = |v: Value| merge_text(None, "b.json", &[doc(v)]).unwrap_err().message;
-        assert!(
-            bad(json!({"schema": "nsyskit.nope/v1"})).contains("no place for \"nsyskit.nope/v1\"")
-        );
+        assert!(bad(json!({"schema": "nsyskit.nope/v1"})).contains("no place for \"nsyskit.nope/v1\""));
         assert!(bad(json!({"schema": "other/v1"})).contains("not an nsyskit schema"));
         assert!(bad(json!({"a": 1})).contains("$.schema: missing"));
         assert!(bad(json!([1])).contains("must be a JSON object"));
@@ -760,16 +659,10 @@ mod tests {
 
     #[test]
     fn comparison_keys_are_stable() {
-        assert_eq!(
-            comparison_key(&json!({"a": {"path": "x.sqlite"}, "b": "y.sqlite"})),
-            "x.sqlite vs y.sqlite"
-        );
+        assert_eq!(comparison_key(&json!({"a": {"path": "x.sqlite"}, "b": "y.sqlite"})), "x.sqlite vs y.sqlite");
         let k = comparison_key(&json!({"schema": "nsyskit.compare/v1", "q": 1}));
         assert!(k.starts_with("doc-") && k.len() == 20);
-        assert_eq!(
-            k,
-            comparison_key(&json!({"schema": "nsyskit.compare/v1", "q": 1}))
-        );
+        assert_eq!(k, comparison_key(&json!({"schema": "nsyskit.compare/v1", "q": 1})));
     }
 
     #[test]

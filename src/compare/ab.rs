@@ -202,7 +202,13 @@ fn pooled(series: &[&Series], m: Metric) -> Vec<i64> {
 }
 
 /// Compare one label: `base` and `trial` hold the label's series of each capture that has it.
-pub fn compare_label(label: &str, base: &[&Series], trial: &[&Series], settings: &AbSettings, chosen: Metric) -> LabelChange {
+pub fn compare_label(
+    label: &str,
+    base: &[&Series],
+    trial: &[&Series],
+    settings: &AbSettings,
+    chosen: Metric,
+) -> LabelChange {
     // a per-label seed: the same label gets the same stream whatever other labels exist
     let mut h: u64 = settings.seed ^ 0xcbf29ce484222325;
     for b in label.bytes() {
@@ -277,7 +283,8 @@ pub fn compare_label(label: &str, base: &[&Series], trial: &[&Series], settings:
             }
         })
         .collect();
-    let chosen_verdict = metrics.iter().find(|c| c.metric == chosen.name()).map(|c| c.verdict.clone()).unwrap_or_default();
+    let chosen_verdict =
+        metrics.iter().find(|c| c.metric == chosen.name()).map(|c| c.verdict.clone()).unwrap_or_default();
     LabelChange {
         label: label.to_string(),
         baseline_captures: base.len(),
@@ -293,7 +300,11 @@ mod tests {
     use super::*;
 
     fn series(v: &[i64]) -> Series {
-        Series { host_wall_ns: v.to_vec(), kernel_busy_union_ns: v.to_vec(), gpu_idle_within_kernel_span_ns: vec![0; v.len()] }
+        Series {
+            host_wall_ns: v.to_vec(),
+            kernel_busy_union_ns: v.to_vec(),
+            gpu_idle_within_kernel_span_ns: vec![0; v.len()],
+        }
     }
 
     #[test]

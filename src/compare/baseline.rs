@@ -54,10 +54,14 @@ impl Document for BaselineDoc {
 /// `--save-baseline NAME`: load `opts.baseline` and store them.
 pub fn save(opts: &CompareOptions, name: &str) -> Result<BaselineDoc> {
     if name.is_empty() || name.contains('.') {
-        return Err(Error::usage(format!("--save-baseline {name:?}: expected a non-empty name without dots (it becomes the key baselines.NAME)")).with_arg("--save-baseline"));
+        return Err(Error::usage(format!(
+            "--save-baseline {name:?}: expected a non-empty name without dots (it becomes the key baselines.NAME)"
+        ))
+        .with_arg("--save-baseline"));
     }
     if opts.baseline.is_empty() || !opts.trial.is_empty() || !opts.a.as_os_str().is_empty() {
-        return Err(Error::usage("--save-baseline NAME takes --baseline A1 [A2 …] only (no --trial, no A B)").with_arg("--save-baseline"));
+        return Err(Error::usage("--save-baseline NAME takes --baseline A1 [A2 …] only (no --trial, no A B)")
+            .with_arg("--save-baseline"));
     }
     let mut caps = Vec::new();
     for p in &opts.baseline {
@@ -76,14 +80,21 @@ pub fn save(opts: &CompareOptions, name: &str) -> Result<BaselineDoc> {
     // the captures of a baseline must be comparable among themselves
     let (mut invalidators, mut unchecked) = (Vec::new(), Vec::new());
     if caps.len() > 1 {
-        let doc = super::compare_captures(&caps[..1], &caps[1..], &crate::categories::Categories::builtin(), &CompareOptions { fail_on_regression: None, ..opts.clone() });
+        let doc = super::compare_captures(
+            &caps[..1],
+            &caps[1..],
+            &crate::categories::Categories::builtin(),
+            &CompareOptions { fail_on_regression: None, ..opts.clone() },
+        );
         invalidators = doc.invalidators;
         unchecked = doc.unchecked;
     }
     if !invalidators.is_empty() {
         notes.push("the baseline captures are not comparable among themselves (see invalidators): exit 1".into());
     }
-    let unstable = super::checks::unstable_labels(caps.iter().flat_map(|c| c.series.iter().flat_map(|s| s.keys())).map(|k| k.as_str()));
+    let unstable = super::checks::unstable_labels(
+        caps.iter().flat_map(|c| c.series.iter().flat_map(|s| s.keys())).map(|k| k.as_str()),
+    );
     let captures = caps
         .into_iter()
         .map(|c| StoredCapture {
@@ -112,7 +123,8 @@ fn captures_of(doc: &Value, at: &str, path: &Path) -> Result<Vec<Capture>> {
 /// A stored baseline, if `path` is one (a baseline document) or a bundle read with `--baseline-name`.
 /// None: an ordinary capture.
 pub fn try_load(path: &Path, name: Option<&str>) -> Result<Option<Vec<Capture>>> {
-    let is_json = !crate::evidence::looks_like_sqlite(path) && !path.extension().map(|e| e == "nsys-rep" || e == "qdrep").unwrap_or(false);
+    let is_json = !crate::evidence::looks_like_sqlite(path)
+        && !path.extension().map(|e| e == "nsys-rep" || e == "qdrep").unwrap_or(false);
     // `-`, a FIFO or a device is read once, by evidence::load (reading it here would consume it)
     let regular = std::fs::metadata(path).map(|m| m.is_file()).unwrap_or(false);
     if !is_json || !regular {
@@ -127,7 +139,9 @@ pub fn try_load(path: &Path, name: Option<&str>) -> Result<Option<Vec<Capture>>>
     }
     let Some(name) = name else { return Ok(None) };
     let Some(stored) = v.get("baselines").and_then(|b| b.as_object()) else {
-        return Err(Error::input(format!("{pname}: $.baselines: missing: the bundle stores no named baseline (--baseline-name {name})")));
+        return Err(Error::input(format!(
+            "{pname}: $.baselines: missing: the bundle stores no named baseline (--baseline-name {name})"
+        )));
     };
     let Some(doc) = stored.get(name) else {
         return Err(Error::input(format!(

@@ -68,7 +68,13 @@ fn targets(gpus: Option<&Value>) -> Vec<&Value> {
 
 fn per_target(gpus: &[&Value], key: &str) -> Option<Value> {
     let vals: Vec<Value> = gpus.iter().map(|g| g.get(key).cloned().unwrap_or(Value::Null)).collect();
-    (!vals.is_empty() && vals.iter().all(|v| !v.is_null())).then(|| if vals.len() == 1 { vals[0].clone() } else { Value::Array(vals) })
+    (!vals.is_empty() && vals.iter().all(|v| !v.is_null())).then(|| {
+        if vals.len() == 1 {
+            vals[0].clone()
+        } else {
+            Value::Array(vals)
+        }
+    })
 }
 
 fn clocks(gpus: &[&Value]) -> Option<Value> {
@@ -103,7 +109,10 @@ pub fn run_facts(prov: Option<&Value>, prov_name: &str, serve: Option<&Value>) -
         } else {
             "whole"
         };
-        f.capture_mode = fact(json!(mode), pn("capture.flags_argv (--capture-range → range, --delay/--duration → time, else whole)"));
+        f.capture_mode = fact(
+            json!(mode),
+            pn("capture.flags_argv (--capture-range → range, --delay/--duration → time, else whole)"),
+        );
     }
     if let Some(v) = get(p, "capture.client_cmd") {
         f.client_command = fact(v.clone(), pn("capture.client_cmd"));
@@ -111,7 +120,11 @@ pub fn run_facts(prov: Option<&Value>, prov_name: &str, serve: Option<&Value>) -
         let words: Vec<&str> = a.iter().filter_map(|x| x.as_str()).collect();
         f.client_command = fact(json!(words.join(" ")), sn("load.argv"));
     }
-    for (slot, key) in [(&mut f.request_rate, "request_rate"), (&mut f.concurrency, "concurrency"), (&mut f.seed_policy, "seed_policy")] {
+    for (slot, key) in [
+        (&mut f.request_rate, "request_rate"),
+        (&mut f.concurrency, "concurrency"),
+        (&mut f.seed_policy, "seed_policy"),
+    ] {
         if let Some(v) = get(p, &format!("workload.{key}")) {
             *slot = fact(v.clone(), pn(&format!("workload.{key}")));
         }
@@ -262,17 +275,36 @@ pub fn check_pair(x: &CheckInput, y: &CheckInput, o: &CheckOptions) -> (Vec<Inva
         ("concurrency", &ra.concurrency, &rb.concurrency, "different concurrency"),
         ("seed_policy", &ra.seed_policy, &rb.seed_policy, "different seed policy"),
         ("warmup_command", &ra.warmup_command, &rb.warmup_command, "different warmup client"),
-        ("instrumentation_patch", &ra.instrumentation_patch, &rb.instrumentation_patch, "different diagnostic instrumentation patches"),
+        (
+            "instrumentation_patch",
+            &ra.instrumentation_patch,
+            &rb.instrumentation_patch,
+            "different diagnostic instrumentation patches",
+        ),
         ("gpu_index", &ra.gpu_index, &rb.gpu_index, "different physical GPU index"),
         ("gpu_uuid", &ra.gpu_uuid, &rb.gpu_uuid, "a different GPU (UUID)"),
-        ("application_clocks", &ra.application_clocks_start, &rb.application_clocks_start, "different application clocks (clock policy)"),
-        ("clock_policy_end", &ra.application_clocks_end, &rb.application_clocks_end, "different application clocks at the end of the run"),
+        (
+            "application_clocks",
+            &ra.application_clocks_start,
+            &rb.application_clocks_start,
+            "different application clocks (clock policy)",
+        ),
+        (
+            "clock_policy_end",
+            &ra.application_clocks_end,
+            &rb.application_clocks_end,
+            "different application clocks at the end of the run",
+        ),
     ];
     for (check, fa, fb, why) in two {
         match (fa.is_known(), fb.is_known()) {
-            (true, true) if fa.value != fb.value => {
-                out.push(inv(check, &[a, b], fa.value.clone(), fb.value.clone(), format!("{why}: {} vs {}", short(&fa.value), short(&fb.value))))
-            }
+            (true, true) if fa.value != fb.value => out.push(inv(
+                check,
+                &[a, b],
+                fa.value.clone(),
+                fb.value.clone(),
+                format!("{why}: {} vs {}", short(&fa.value), short(&fb.value)),
+            )),
             (true, true) => {}
             (ka, kb) => {
                 let missing = match (ka, kb) {
@@ -302,7 +334,11 @@ pub fn check_pair(x: &CheckInput, y: &CheckInput, o: &CheckOptions) -> (Vec<Inva
                         &[a, b],
                         json!(la.get(it).copied().unwrap_or(0)),
                         json!(lb.get(it).copied().unwrap_or(0)),
-                        format!("the iteration label {it:?} is missing from one capture (occurrences {} vs {})", la.get(it).copied().unwrap_or(0), lb.get(it).copied().unwrap_or(0)),
+                        format!(
+                            "the iteration label {it:?} is missing from one capture (occurrences {} vs {})",
+                            la.get(it).copied().unwrap_or(0),
+                            lb.get(it).copied().unwrap_or(0)
+                        ),
                     ));
                 }
             }
@@ -312,15 +348,30 @@ pub fn check_pair(x: &CheckInput, y: &CheckInput, o: &CheckOptions) -> (Vec<Inva
             if !only_a.is_empty() || !only_b.is_empty() || !neither.is_empty() {
                 let mut why = Vec::new();
                 if !only_a.is_empty() {
-                    why.push(format!("only in the first: {}", only_a.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+                    why.push(format!(
+                        "only in the first: {}",
+                        only_a.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                    ));
                 }
                 if !only_b.is_empty() {
-                    why.push(format!("only in the second: {}", only_b.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+                    why.push(format!(
+                        "only in the second: {}",
+                        only_b.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                    ));
                 }
                 if !neither.is_empty() {
-                    why.push(format!("in neither: {}", neither.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+                    why.push(format!(
+                        "in neither: {}",
+                        neither.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                    ));
                 }
-                out.push(inv("expected_ranges", &[a, b], json!(only_a), json!(only_b), format!("an expected producer range is missing from one side ({})", why.join("; "))));
+                out.push(inv(
+                    "expected_ranges",
+                    &[a, b],
+                    json!(only_a),
+                    json!(only_b),
+                    format!("an expected producer range is missing from one side ({})", why.join("; ")),
+                ));
             }
         }
         _ => unchecked.push(unk("expected_ranges", &[a, b], "per-label occurrences need ranges on both sides".into())),
@@ -344,7 +395,11 @@ pub fn check_pair(x: &CheckInput, y: &CheckInput, o: &CheckOptions) -> (Vec<Inva
                 ));
             }
         }
-        _ => unchecked.push(unk("attributed_share", &[a, b], "the attributed kernel-work share needs ranges totals with kernel work on both sides".into())),
+        _ => unchecked.push(unk(
+            "attributed_share",
+            &[a, b],
+            "the attributed kernel-work share needs ranges totals with kernel work on both sides".into(),
+        )),
     }
     (out, unchecked)
 }
@@ -357,9 +412,19 @@ pub fn check_single(c: &Side) -> (Vec<Invalidator>, Vec<Unchecked>) {
     let s = [c];
     let f = &c.facts.foreign_gpu_processes;
     if !f.is_known() {
-        unchecked.push(unk("foreign_gpu_process", &s, format!("{} does not record the GPU's other processes (give a provenance document)", c.source)));
+        unchecked.push(unk(
+            "foreign_gpu_process",
+            &s,
+            format!("{} does not record the GPU's other processes (give a provenance document)", c.source),
+        ));
     } else if super::foreign_present(&f.value) {
-        out.push(inv("foreign_gpu_process", &s, f.value.clone(), Value::Null, format!("a foreign GPU process ran during capture {}: {}", c.source, short(&f.value))));
+        out.push(inv(
+            "foreign_gpu_process",
+            &s,
+            f.value.clone(),
+            Value::Null,
+            format!("a foreign GPU process ran during capture {}: {}", c.source, short(&f.value)),
+        ));
     }
     let r = &c.run_facts;
     match &r.gate.value {
@@ -367,8 +432,16 @@ pub fn check_single(c: &Side) -> (Vec<Invalidator>, Vec<Unchecked>) {
         g => {
             let verdict = g.get("verdict").and_then(|v| v.as_str()).unwrap_or("");
             if verdict != "PASS" {
-                let retry: Vec<String> = g.get("retry").and_then(|r| r.as_array()).map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default();
-                let reasons: Vec<String> = g.get("reasons").and_then(|r| r.as_array()).map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default();
+                let retry: Vec<String> = g
+                    .get("retry")
+                    .and_then(|r| r.as_array())
+                    .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                    .unwrap_or_default();
+                let reasons: Vec<String> = g
+                    .get("reasons")
+                    .and_then(|r| r.as_array())
+                    .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                    .unwrap_or_default();
                 out.push(inv(
                     "gate",
                     &s,
@@ -378,7 +451,11 @@ pub fn check_single(c: &Side) -> (Vec<Invalidator>, Vec<Unchecked>) {
                         "gate-check says {verdict} for {} ({}): {}",
                         c.source,
                         if retry.is_empty() { "no gate named".to_string() } else { retry.join(", ") },
-                        if reasons.is_empty() { "fix the capture before comparing it".to_string() } else { reasons.join("; ") }
+                        if reasons.is_empty() {
+                            "fix the capture before comparing it".to_string()
+                        } else {
+                            reasons.join("; ")
+                        }
                     ),
                 ));
             }
@@ -386,9 +463,19 @@ pub fn check_single(c: &Side) -> (Vec<Invalidator>, Vec<Unchecked>) {
     }
     match r.run_outcome.value.as_str() {
         None if r.run_outcome.is_known() => {}
-        None => unchecked.push(unk("run_outcome", &s, format!("{}: no serve-capture outcome (not a serve-capture run folder bundle)", c.source))),
+        None => unchecked.push(unk(
+            "run_outcome",
+            &s,
+            format!("{}: no serve-capture outcome (not a serve-capture run folder bundle)", c.source),
+        )),
         Some("ok") => {}
-        Some(o) => out.push(inv("run_outcome", &s, json!(o), Value::Null, format!("the run of {} did not complete (serve-capture outcome {o:?}): reject the sample", c.source))),
+        Some(o) => out.push(inv(
+            "run_outcome",
+            &s,
+            json!(o),
+            Value::Null,
+            format!("the run of {} did not complete (serve-capture outcome {o:?}): reject the sample", c.source),
+        )),
     }
     let mut throttle_known = false;
     for (when, m) in [("start", &r.clocks_event_reasons_start), ("end", &r.clocks_event_reasons_end)] {
@@ -401,7 +488,12 @@ pub fn check_single(c: &Side) -> (Vec<Invalidator>, Vec<Unchecked>) {
                     &s,
                     m.value.clone(),
                     Value::Null,
-                    format!("{} was throttled at the {when} of the run (clocks_event_reasons {}: {})", c.source, short(&m.value), reason_names(mask).join(", ")),
+                    format!(
+                        "{} was throttled at the {when} of the run (clocks_event_reasons {}: {})",
+                        c.source,
+                        short(&m.value),
+                        reason_names(mask).join(", ")
+                    ),
                 ));
             }
         }
@@ -415,10 +507,19 @@ pub fn check_single(c: &Side) -> (Vec<Invalidator>, Vec<Unchecked>) {
             &s,
             r.application_clocks_start.value.clone(),
             r.application_clocks_end.value.clone(),
-            format!("the application clocks of {} changed during the run: {} at start vs {} at end", c.source, short(&r.application_clocks_start.value), short(&r.application_clocks_end.value)),
+            format!(
+                "the application clocks of {} changed during the run: {} at start vs {} at end",
+                c.source,
+                short(&r.application_clocks_start.value),
+                short(&r.application_clocks_end.value)
+            ),
         )),
         (true, true) => {}
-        _ => unchecked.push(unk("clock_stability", &s, format!("{}: application clocks not recorded at both start and end", c.source))),
+        _ => unchecked.push(unk(
+            "clock_stability",
+            &s,
+            format!("{}: application clocks not recorded at both start and end", c.source),
+        )),
     }
     (out, unchecked)
 }

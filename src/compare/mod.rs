@@ -360,10 +360,16 @@ fn gate_fact_of_bundle(bundle: &Value) -> Fact {
             .filter(|x| x["verdict"] == "retry")
             .map(|x| format!("{}: {}", x["id"].as_str().unwrap_or("?"), x["reason"].as_str().unwrap_or("")))
             .collect();
-        return Fact { value: json!({"verdict": g["verdict"], "retry": g["retry"], "reasons": reasons, "tier": g["tier"]}), source: "kernel_profile.gates".into() };
+        return Fact {
+            value: json!({"verdict": g["verdict"], "retry": g["retry"], "reasons": reasons, "tier": g["tier"]}),
+            source: "kernel_profile.gates".into(),
+        };
     }
     if let Some(g) = bundle.pointer("/serve_capture/gate").filter(|g| g.is_object()) {
-        return Fact { value: json!({"verdict": g["verdict"], "retry": g["retry"], "reasons": g["reasons"]}), source: "serve_capture.gate".into() };
+        return Fact {
+            value: json!({"verdict": g["verdict"], "retry": g["retry"], "reasons": g["reasons"]}),
+            source: "serve_capture.gate".into(),
+        };
     }
     Fact::default()
 }
@@ -384,11 +390,18 @@ pub fn capture_of(ev: Evidence, role: &str, path: &std::path::Path, tier: crate:
         m
     });
     let share = ev.ranges.as_ref().and_then(|r| {
-        (r.totals.kernel_work_total_ns > 0).then(|| r.totals.kernel_work_attributed_ns as f64 / r.totals.kernel_work_total_ns as f64)
+        (r.totals.kernel_work_total_ns > 0)
+            .then(|| r.totals.kernel_work_attributed_ns as f64 / r.totals.kernel_work_total_ns as f64)
     });
     let (started, started_source) = match ev.started_utc_ns {
         Some(t) => (Some(t), Some("TARGET_INFO_SESSION_START_TIME.utcEpochNs".to_string())),
-        None => match ev.provenance.as_ref().and_then(|p| p.pointer("/host/time_utc")).and_then(|t| t.as_str()).and_then(parse_rfc3339_ns) {
+        None => match ev
+            .provenance
+            .as_ref()
+            .and_then(|p| p.pointer("/host/time_utc"))
+            .and_then(|t| t.as_str())
+            .and_then(parse_rfc3339_ns)
+        {
             Some(t) => (Some(t), Some("provenance.host.time_utc".into())),
             None => (None, None),
         },
@@ -413,16 +426,27 @@ pub fn capture_of(ev: Evidence, role: &str, path: &std::path::Path, tier: crate:
 }
 
 /// Load one input: a capture, or the captures of a stored baseline.
-fn load_input(path: &std::path::Path, role: &str, provenance: Option<&std::path::Path>, opts: &CompareOptions) -> Result<Vec<Capture>> {
+fn load_input(
+    path: &std::path::Path,
+    role: &str,
+    provenance: Option<&std::path::Path>,
+    opts: &CompareOptions,
+) -> Result<Vec<Capture>> {
     let arg = if role == "baseline" { "--baseline" } else { "--trial" };
     // a serve-capture run folder that never reached a terminal state is not evidence (docs/serve-capture.md)
     crate::serve_capture::refuse_unfinished(path).map_err(|e| e.with_arg(arg))?;
     // a stored baseline (a baseline document, or a bundle's baselines.NAME)
-    if let Some(stored) = baseline::try_load(path, if role == "baseline" { opts.baseline_name.as_deref() } else { None }).map_err(|e| e.with_arg(arg))? {
-        return Ok(stored.into_iter().map(|mut c| {
-            c.side.role = role.into();
-            c
-        }).collect());
+    if let Some(stored) =
+        baseline::try_load(path, if role == "baseline" { opts.baseline_name.as_deref() } else { None })
+            .map_err(|e| e.with_arg(arg))?
+    {
+        return Ok(stored
+            .into_iter()
+            .map(|mut c| {
+                c.side.role = role.into();
+                c
+            })
+            .collect());
     }
     let ev = evidence::load(path, provenance).map_err(|e| e.with_arg(arg))?;
     Ok(vec![capture_of(ev, role, path, opts.tier)?])
@@ -444,20 +468,34 @@ pub fn run(opts: &CompareOptions) -> Result<CompareDoc> {
         None => Categories::builtin(),
     };
     if Metric::parse(&opts.metric).is_none() {
-        return Err(Error::usage(format!("--metric {}: expected host_wall, kernel_busy_union or gpu_idle_within_kernel_span", opts.metric)).with_arg("--metric"));
+        return Err(Error::usage(format!(
+            "--metric {}: expected host_wall, kernel_busy_union or gpu_idle_within_kernel_span",
+            opts.metric
+        ))
+        .with_arg("--metric"));
     }
     if !(opts.max_attributed_share_diff.is_finite() && (0.0..=1.0).contains(&opts.max_attributed_share_diff)) {
-        return Err(Error::usage(format!("--max-attributed-share-diff {}: expected a share between 0 and 1", opts.max_attributed_share_diff)).with_arg("--max-attributed-share-diff"));
+        return Err(Error::usage(format!(
+            "--max-attributed-share-diff {}: expected a share between 0 and 1",
+            opts.max_attributed_share_diff
+        ))
+        .with_arg("--max-attributed-share-diff"));
     }
     if !(opts.ab.confidence > 0.5 && opts.ab.confidence < 1.0) {
-        return Err(Error::usage(format!("--confidence {}: expected a level between 0.5 and 1 (e.g. 0.95)", opts.ab.confidence)).with_arg("--confidence"));
+        return Err(Error::usage(format!(
+            "--confidence {}: expected a level between 0.5 and 1 (e.g. 0.95)",
+            opts.ab.confidence
+        ))
+        .with_arg("--confidence"));
     }
     if opts.ab.resamples < 100 {
-        return Err(Error::usage(format!("--bootstrap {}: expected at least 100 resamples", opts.ab.resamples)).with_arg("--bootstrap"));
+        return Err(Error::usage(format!("--bootstrap {}: expected at least 100 resamples", opts.ab.resamples))
+            .with_arg("--bootstrap"));
     }
     if let Some(p) = opts.fail_on_regression {
         if !(p.is_finite() && p >= 0.0) {
-            return Err(Error::usage(format!("--fail-on-regression {p}: expected a percentage ≥ 0")).with_arg("--fail-on-regression"));
+            return Err(Error::usage(format!("--fail-on-regression {p}: expected a percentage ≥ 0"))
+                .with_arg("--fail-on-regression"));
         }
     }
     let pair = !opts.a.as_os_str().is_empty() || !opts.b.as_os_str().is_empty();
@@ -489,7 +527,11 @@ pub fn run(opts: &CompareOptions) -> Result<CompareDoc> {
         return Err(Error::input("a stored baseline without captures: nothing to compare"));
     }
     if let Some(l) = &opts.label {
-        let known: BTreeSet<&String> = base.iter().chain(trial.iter()).flat_map(|c| c.labels.iter().flat_map(|m| m.keys()).chain(c.series.iter().flat_map(|s| s.keys()))).collect();
+        let known: BTreeSet<&String> = base
+            .iter()
+            .chain(trial.iter())
+            .flat_map(|c| c.labels.iter().flat_map(|m| m.keys()).chain(c.series.iter().flat_map(|s| s.keys())))
+            .collect();
         if !known.is_empty() && !known.contains(l) {
             return Err(Error::usage(format!(
                 "--label {l:?}: no capture has this range label (labels: {})",
@@ -502,13 +544,19 @@ pub fn run(opts: &CompareOptions) -> Result<CompareDoc> {
 }
 
 /// Compare loaded captures: checks, then deltas (one capture per side) and A/B statistics.
-pub fn compare_captures(base: &[Capture], trial: &[Capture], categories: &Categories, opts: &CompareOptions) -> CompareDoc {
+pub fn compare_captures(
+    base: &[Capture],
+    trial: &[Capture],
+    categories: &Categories,
+    opts: &CompareOptions,
+) -> CompareDoc {
     let (schema, tool) = CompareDoc::header();
     let reference = &base[0];
     let unstable = checks::unstable_labels(base.iter().chain(trial.iter()).flat_map(|c| {
         c.labels.iter().flat_map(|l| l.keys()).chain(c.series.iter().flat_map(|s| s.keys())).map(|k| k.as_str())
     }));
-    let iteration = opts.label.clone().or_else(|| reference.labels.as_ref().and_then(|l| iteration_label(l, &unstable)));
+    let iteration =
+        opts.label.clone().or_else(|| reference.labels.as_ref().and_then(|l| iteration_label(l, &unstable)));
     let copts = checks::CheckOptions {
         unstable: unstable.clone(),
         expect_labels: opts.expect_labels.clone(),
@@ -528,7 +576,11 @@ pub fn compare_captures(base: &[Capture], trial: &[Capture], categories: &Catego
     let (rs, rl) = ci(reference);
     for other in all.iter().skip(1) {
         let (os, ol) = ci(other);
-        let (i, u) = checks::check_pair(&checks::CheckInput { side: &rs, labels: rl.as_ref() }, &checks::CheckInput { side: &os, labels: ol.as_ref() }, &copts);
+        let (i, u) = checks::check_pair(
+            &checks::CheckInput { side: &rs, labels: rl.as_ref() },
+            &checks::CheckInput { side: &os, labels: ol.as_ref() },
+            &copts,
+        );
         invalidators.extend(i);
         for x in u {
             push_unchecked(x, &mut unchecked);
@@ -539,7 +591,11 @@ pub fn compare_captures(base: &[Capture], trial: &[Capture], categories: &Catego
         // the same capture given twice (same file, same facts) is checked once on its own
         let mut plain = c.side.clone();
         plain.role = String::new();
-        if checked_once.iter().any(|s| { let mut t = (*s).clone(); t.role = String::new(); t == plain }) {
+        if checked_once.iter().any(|s| {
+            let mut t = (*s).clone();
+            t.role = String::new();
+            t == plain
+        }) {
             continue;
         }
         checked_once.push(&c.side);
@@ -589,7 +645,9 @@ pub fn compare_captures(base: &[Capture], trial: &[Capture], categories: &Catego
         notes: Vec::new(),
     };
     if refused {
-        notes.push("not comparable: no deltas and no statistics are computed (fix each invalidator, or capture again)".into());
+        notes.push(
+            "not comparable: no deltas and no statistics are computed (fix each invalidator, or capture again)".into(),
+        );
         doc.notes = notes;
         return doc;
     }
@@ -625,7 +683,8 @@ pub fn compare_captures(base: &[Capture], trial: &[Capture], categories: &Catego
             notes.push("one capture on a side: the interval covers the noise between occurrences of that run, not between runs (capture more runs per side)".into());
         }
         doc.ab = Some(AbResult {
-            method: "two-level percentile bootstrap (captures, then occurrences) of median(trial)/median(baseline) − 1".into(),
+            method: "two-level percentile bootstrap (captures, then occurrences) of median(trial)/median(baseline) − 1"
+                .into(),
             resamples: opts.ab.resamples,
             seed: opts.ab.seed,
             confidence: opts.ab.confidence,
@@ -637,7 +696,10 @@ pub fn compare_captures(base: &[Capture], trial: &[Capture], categories: &Catego
         });
     } else {
         let missing: Vec<String> = all.iter().filter(|c| c.series.is_none()).map(|c| c.side.source.clone()).collect();
-        notes.push(format!("A/B statistics need per-occurrence values (a .sqlite export or a stored baseline); none for: {}", missing.join(", ")));
+        notes.push(format!(
+            "A/B statistics need per-occurrence values (a .sqlite export or a stored baseline); none for: {}",
+            missing.join(", ")
+        ));
     }
     if let Some(pct) = opts.fail_on_regression {
         doc.regression = Some(regression_check(doc.ab.as_ref(), iteration.as_deref(), metric, pct));
@@ -656,8 +718,12 @@ fn regression_check(ab: Option<&AbResult>, label: Option<&str>, metric: Metric, 
         failed: true,
         reason,
     };
-    let Some(label) = label else { return fail("", "no label to check: give --label (no iteration-like label in the baseline)".into()) };
-    let Some(ab) = ab else { return fail(label, "no A/B statistics (see notes): the regression check cannot pass without them".into()) };
+    let Some(label) = label else {
+        return fail("", "no label to check: give --label (no iteration-like label in the baseline)".into());
+    };
+    let Some(ab) = ab else {
+        return fail(label, "no A/B statistics (see notes): the regression check cannot pass without them".into());
+    };
     let Some(lc) = ab.labels.iter().find(|l| l.label == label) else {
         return fail(label, format!("label {label:?} is not on both sides: the regression check cannot pass"));
     };
@@ -666,11 +732,27 @@ fn regression_check(ab: Option<&AbResult>, label: Option<&str>, metric: Metric, 
     let rel = m.relative_change.map(|x| x * 100.0);
     let failed = lo.map(|l| l > pct).unwrap_or(false);
     let reason = match (rel, lo) {
-        (Some(r), Some(l)) if failed => format!("{label} {}: {r:+.2}% (interval from {l:+.2}%): slower than {pct}% with confidence", metric.name()),
-        (Some(r), Some(l)) => format!("{label} {}: {r:+.2}% (interval from {l:+.2}%): not slower than {pct}% with confidence", metric.name()),
-        _ => format!("{label} {}: not measurable (too few occurrences or a zero baseline median): not failed", metric.name()),
+        (Some(r), Some(l)) if failed => {
+            format!("{label} {}: {r:+.2}% (interval from {l:+.2}%): slower than {pct}% with confidence", metric.name())
+        }
+        (Some(r), Some(l)) => format!(
+            "{label} {}: {r:+.2}% (interval from {l:+.2}%): not slower than {pct}% with confidence",
+            metric.name()
+        ),
+        _ => format!(
+            "{label} {}: not measurable (too few occurrences or a zero baseline median): not failed",
+            metric.name()
+        ),
     };
-    RegressionCheck { label: label.into(), metric: metric.name().into(), threshold_pct: pct, ci_low_pct: lo, relative_change_pct: rel, failed, reason }
+    RegressionCheck {
+        label: label.into(),
+        metric: metric.name().into(),
+        threshold_pct: pct,
+        ci_low_pct: lo,
+        relative_change_pct: rel,
+        failed,
+        reason,
+    }
 }
 
 /// Warnings when baseline and trial captures were not alternated in time.
@@ -680,9 +762,13 @@ fn alternation_warnings(base: &[Capture], trial: &[Capture]) -> Vec<String> {
         return out;
     }
     let all: Vec<&Capture> = base.iter().chain(trial.iter()).collect();
-    let unknown: Vec<&str> = all.iter().filter(|c| c.side.started_utc_ns.is_none()).map(|c| c.side.source.as_str()).collect();
+    let unknown: Vec<&str> =
+        all.iter().filter(|c| c.side.started_utc_ns.is_none()).map(|c| c.side.source.as_str()).collect();
     if !unknown.is_empty() {
-        out.push(format!("cannot check that baseline and trial alternated: start time unknown for {}", unknown.join(", ")));
+        out.push(format!(
+            "cannot check that baseline and trial alternated: start time unknown for {}",
+            unknown.join(", ")
+        ));
         return out;
     }
     let mut order: Vec<&Capture> = all.clone();
@@ -746,13 +832,25 @@ fn throughput_comparison(a: &Side, b: &Side) -> ThroughputComparison {
     }
 }
 
-fn pair_deltas(doc: &mut CompareDoc, notes: &mut Vec<String>, a: &Evidence, b: &Evidence, categories: &Categories, top: usize) {
+fn pair_deltas(
+    doc: &mut CompareDoc,
+    notes: &mut Vec<String>,
+    a: &Evidence,
+    b: &Evidence,
+    categories: &Categories,
+    top: usize,
+) {
     match (&a.ranges, &b.ranges) {
         (Some(ra), Some(rb)) => {
             doc.range_deltas = Some(range_deltas(&ra.ranges, &rb.ranges));
-            notes.push("range deltas are per label; nested labels overlap: never add deltas of labels at different depths".into());
+            notes.push(
+                "range deltas are per label; nested labels overlap: never add deltas of labels at different depths"
+                    .into(),
+            );
         }
-        _ => notes.push("per-range deltas need ranges on both sides (a bundle with kernel_profile.ranges, or an export)".into()),
+        _ => notes.push(
+            "per-range deltas need ranges on both sides (a bundle with kernel_profile.ranges, or an export)".into(),
+        ),
     }
     match (&a.kernels, &b.kernels) {
         (Some(ka), Some(kb)) => {
@@ -760,7 +858,8 @@ fn pair_deltas(doc: &mut CompareDoc, notes: &mut Vec<String>, a: &Evidence, b: &
             doc.kernel_deltas = Some(deltas);
             doc.kernels_appeared = Some(appeared);
             doc.kernels_vanished = Some(vanished);
-            doc.category_deltas = Some(category_deltas(&category_shares(categories, ka), &category_shares(categories, kb)));
+            doc.category_deltas =
+                Some(category_deltas(&category_shares(categories, ka), &category_shares(categories, kb)));
             if a.kernels_source != b.kernels_source {
                 notes.push(format!(
                     "kernel statistics come from different sources ({} vs {}): a top-N list may omit kernels that exist",
@@ -781,7 +880,12 @@ pub fn check_comparable(a: &CaptureFacts, b: &CaptureFacts) -> (Vec<Invalidator>
         ("nsys_version", &a.nsys_version, &b.nsys_version, "different nsys versions"),
         ("trace_set", &a.trace_set, &b.trace_set, "different trace sets"),
         ("capture_flags", &a.capture_flags, &b.capture_flags, "different capture flags"),
-        ("graph_trace_level", &a.graph_trace_level, &b.graph_trace_level, "one capture is node-level and the other graph-level (--cuda-graph-trace)"),
+        (
+            "graph_trace_level",
+            &a.graph_trace_level,
+            &b.graph_trace_level,
+            "one capture is node-level and the other graph-level (--cuda-graph-trace)",
+        ),
         ("cuda_graphs", &a.cuda_graphs, &b.cuda_graphs, "CUDA graphs in one capture and eager launches in the other"),
         ("window", &a.window, &b.window, "different capture window"),
         ("warmup", &a.warmup, &b.warmup, "different warmup"),
@@ -821,7 +925,11 @@ pub fn check_comparable(a: &CaptureFacts, b: &CaptureFacts) -> (Vec<Invalidator>
                     (false, true) => "A",
                     _ => "B",
                 };
-                unchecked.push(Unchecked { check: check.into(), sides: Vec::new(), reason: format!("not recorded in {missing}") });
+                unchecked.push(Unchecked {
+                    check: check.into(),
+                    sides: Vec::new(),
+                    reason: format!("not recorded in {missing}"),
+                });
             }
         }
     }
@@ -891,7 +999,8 @@ fn flag_diff(a: &Value, b: &Value) -> String {
             keys.into_iter()
                 .filter(|k| oa.get(*k) != ob.get(*k))
                 .map(|k| {
-                    let show = |o: &serde_json::Map<String, Value>| o.get(k).map(short).unwrap_or_else(|| "(absent)".into());
+                    let show =
+                        |o: &serde_json::Map<String, Value>| o.get(k).map(short).unwrap_or_else(|| "(absent)".into());
                     format!("{k}: {} vs {}", show(oa), show(ob))
                 })
                 .collect::<Vec<_>>()
@@ -927,9 +1036,15 @@ pub fn range_deltas(a: &[RangeRow], b: &[RangeRow]) -> Vec<RangeDelta> {
                 occurrences: Delta::new(ra.occurrences, rb.occurrences),
                 host_wall_time_ns: wall,
                 wall_ns_per_occurrence: Delta::new(per(ra), per(rb)),
-                host_range_kernel_coverage_ns: Delta::new(ra.host_range_kernel_coverage_ns, rb.host_range_kernel_coverage_ns),
+                host_range_kernel_coverage_ns: Delta::new(
+                    ra.host_range_kernel_coverage_ns,
+                    rb.host_range_kernel_coverage_ns,
+                ),
                 kernel_busy_union_ns: busy,
-                gpu_idle_within_kernel_span_ns: Delta::new(ra.gpu_idle_within_kernel_span_ns, rb.gpu_idle_within_kernel_span_ns),
+                gpu_idle_within_kernel_span_ns: Delta::new(
+                    ra.gpu_idle_within_kernel_span_ns,
+                    rb.gpu_idle_within_kernel_span_ns,
+                ),
                 uncovered_host_time_ns: Delta::new(ra.uncovered_host_time_ns, rb.uncovered_host_time_ns),
                 kernels: Delta::new(ra.kernels, rb.kernels),
                 runtime_calls: Delta::new(ra.runtime_calls, rb.runtime_calls),
@@ -974,19 +1089,30 @@ pub fn kernel_deltas(
                     mean_ns: Delta::new(mean(ta, ia), mean(tb, ib)),
                 });
             }
-            None => vanished.push(KernelOnly { name: name.clone(), category: categories.categorize(name).into(), total_time_ns: ta, instances: ia }),
+            None => vanished.push(KernelOnly {
+                name: name.clone(),
+                category: categories.categorize(name).into(),
+                total_time_ns: ta,
+                instances: ia,
+            }),
         }
     }
     for (name, &(tb, ib)) in &mb {
         if !ma.contains_key(name) {
-            appeared.push(KernelOnly { name: name.clone(), category: categories.categorize(name).into(), total_time_ns: tb, instances: ib });
+            appeared.push(KernelOnly {
+                name: name.clone(),
+                category: categories.categorize(name).into(),
+                total_time_ns: tb,
+                instances: ib,
+            });
         }
     }
     deltas.sort_by(|x, y| y.impact_ns.cmp(&x.impact_ns).then_with(|| x.name.cmp(&y.name)));
     if top > 0 {
         deltas.truncate(top);
     }
-    let by_time = |x: &KernelOnly, y: &KernelOnly| y.total_time_ns.cmp(&x.total_time_ns).then_with(|| x.name.cmp(&y.name));
+    let by_time =
+        |x: &KernelOnly, y: &KernelOnly| y.total_time_ns.cmp(&x.total_time_ns).then_with(|| x.name.cmp(&y.name));
     appeared.sort_by(by_time);
     vanished.sort_by(by_time);
     (deltas, appeared, vanished)
@@ -994,7 +1120,9 @@ pub fn kernel_deltas(
 
 fn category_deltas(a: &[CategoryShare], b: &[CategoryShare]) -> Vec<CategoryDelta> {
     let cats: BTreeSet<&str> = a.iter().chain(b.iter()).map(|c| c.category.as_str()).collect();
-    let find = |l: &[CategoryShare], c: &str| l.iter().find(|x| x.category == c).map(|x| (x.total_time_ns, x.share)).unwrap_or((0, 0.0));
+    let find = |l: &[CategoryShare], c: &str| {
+        l.iter().find(|x| x.category == c).map(|x| (x.total_time_ns, x.share)).unwrap_or((0, 0.0))
+    };
     let mut out: Vec<CategoryDelta> = cats
         .into_iter()
         .map(|c| {
@@ -1003,6 +1131,8 @@ fn category_deltas(a: &[CategoryShare], b: &[CategoryShare]) -> Vec<CategoryDelt
             CategoryDelta { category: c.to_string(), total_time_ns: Delta::new(ta, tb), share_a: sa, share_b: sb }
         })
         .collect();
-    out.sort_by(|x, y| y.total_time_ns.delta.abs().cmp(&x.total_time_ns.delta.abs()).then_with(|| x.category.cmp(&y.category)));
+    out.sort_by(|x, y| {
+        y.total_time_ns.delta.abs().cmp(&x.total_time_ns.delta.abs()).then_with(|| x.category.cmp(&y.category))
+    });
     out
 }

@@ -114,7 +114,8 @@ mod tests {
         assert_eq!(duplicate_key_path(&e), Some("$.a[1].b"));
         let e = serde_json::from_str::<StrictValue>(r#"{"x y": {}, "x y": 1}"#).unwrap_err().to_string();
         assert!(e.contains(r#"at $["x y"]"#), "{e}");
-        let v = serde_json::from_str::<StrictValue>(r#"{"n": 12345678901234567890, "f": 1.5, "s": "é", "z": null}"#).unwrap();
+        let v = serde_json::from_str::<StrictValue>(r#"{"n": 12345678901234567890, "f": 1.5, "s": "é", "z": null}"#)
+            .unwrap();
         assert_eq!(v.0, serde_json::json!({"n": 12345678901234567890u64, "f": 1.5, "s": "é", "z": null}));
     }
 }

@@ -9,19 +9,19 @@
 //!   ([`parse_json_stream`]).
 //! * Output is one JSON document on stdout, pretty on a terminal and compact otherwise ([`Style`]).
 
+pub mod cli;
 mod error;
 mod input;
 mod json;
-mod paths;
 mod output;
-pub mod cli;
+mod paths;
 mod time;
 
 pub use error::{Error, ErrorKind, Result};
 pub use input::{parse_json_stream, Input, JsonDoc};
-pub use paths::{file_kind, open_input, read_input, refuse_output_over_input, same_file};
 pub use json::{duplicate_key_path, push_key, StrictValue};
 pub use output::{render, Style};
+pub use paths::{file_kind, open_input, read_input, refuse_output_over_input, same_file};
 pub use time::rfc3339_utc;
 
 use schemars::JsonSchema;
@@ -77,7 +77,10 @@ pub fn json_schema<T: Document>() -> serde_json::Value {
     let mut schema = serde_json::to_value(schemars::schema_for!(T)).expect("schema serialises");
     let id = schema_id(T::KIND);
     if let Some(obj) = schema.as_object_mut() {
-        obj.insert("$id".into(), serde_json::Value::String(format!("https://nsyskit.invalid/schemas/{}.v1.schema.json", T::KIND)));
+        obj.insert(
+            "$id".into(),
+            serde_json::Value::String(format!("https://nsyskit.invalid/schemas/{}.v1.schema.json", T::KIND)),
+        );
         if let Some(props) = obj.get_mut("properties").and_then(|p| p.as_object_mut()) {
             props.insert("schema".into(), serde_json::json!({"const": id, "type": "string"}));
         }

@@ -100,7 +100,13 @@ pub fn open_capture(path: &Path, nsys: Option<&Path>) -> Result<OpenedCapture> {
         let export = Export::open(path)?;
         return Ok(OpenedCapture {
             export,
-            source: CaptureSource { path: name, size: meta.len(), kind: "sqlite".into(), exported_with: None, exported_sqlite: None },
+            source: CaptureSource {
+                path: name,
+                size: meta.len(),
+                kind: "sqlite".into(),
+                exported_with: None,
+                exported_sqlite: None,
+            },
             _tmp: None,
         });
     }
@@ -153,7 +159,8 @@ impl StdinCopy {
             .tempdir()
             .map_err(|e| Error::env(format!("cannot create a temporary folder for {STDIN_NAME}: {e}")))?;
         let path = dir.path().join("stdin.sqlite");
-        std::fs::write(&path, bytes).map_err(|e| Error::env(format!("cannot write a temporary file for {STDIN_NAME}: {e}")))?;
+        std::fs::write(&path, bytes)
+            .map_err(|e| Error::env(format!("cannot write a temporary file for {STDIN_NAME}: {e}")))?;
         let name = path.display().to_string();
         Ok(StdinCopy { path, name, _dir: dir })
     }
@@ -181,7 +188,6 @@ impl StdinCopy {
 
 // ---- the capture header (`report`) and the capture start the ranges document carries (bundle-merge records it
 // as `kernel_profile.captured_at`, not a file's mtime)
-
 
 /// When and on what a capture was taken, as the export records it. Every field is null when the export does
 /// not record it (these tables are metadata, not evidence: their absence is not an error).
@@ -219,14 +225,23 @@ pub fn capture_info(export: &Export) -> Result<CaptureInfo> {
         }
     }
     if let Some(t) = export.optional("TARGET_INFO_GPU", &["name"])? {
-        let mut stmt = conn.prepare(&format!("SELECT DISTINCT name FROM \"{}\" WHERE name IS NOT NULL ORDER BY name", t.name)).map_err(export.sql_err("TARGET_INFO_GPU.name"))?;
-        c.gpus = stmt.query_map([], |r| r.get::<_, String>(0)).and_then(|r| r.collect()).map_err(export.sql_err("TARGET_INFO_GPU.name"))?;
+        let mut stmt = conn
+            .prepare(&format!("SELECT DISTINCT name FROM \"{}\" WHERE name IS NOT NULL ORDER BY name", t.name))
+            .map_err(export.sql_err("TARGET_INFO_GPU.name"))?;
+        c.gpus = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .and_then(|r| r.collect())
+            .map_err(export.sql_err("TARGET_INFO_GPU.name"))?;
     }
     if let Some(t) = export.optional("TARGET_INFO_SYSTEM_ENV", &["name", "value"])? {
         let get = |key: &str| -> Result<Option<String>> {
-            conn.query_row(&format!("SELECT CAST(value AS TEXT) FROM \"{}\" WHERE name = ?1 LIMIT 1", t.name), [key], |r| r.get::<_, Option<String>>(0))
-                .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
-                .map_err(export.sql_err("TARGET_INFO_SYSTEM_ENV"))
+            conn.query_row(
+                &format!("SELECT CAST(value AS TEXT) FROM \"{}\" WHERE name = ?1 LIMIT 1", t.name),
+                [key],
+                |r| r.get::<_, Option<String>>(0),
+            )
+            .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
+            .map_err(export.sql_err("TARGET_INFO_SYSTEM_ENV"))
         };
         let known = |v: Option<String>| v.filter(|v| !v.trim().is_empty() && v.trim() != "0");
         c.driver_version = known(get("NvDriverVersion")?);
@@ -234,7 +249,9 @@ pub fn capture_info(export: &Export) -> Result<CaptureInfo> {
     }
     if let Some(t) = export.optional("ANALYSIS_DETAILS", &["duration", "startTime", "stopTime"])? {
         let row: Option<(Option<i64>, Option<i64>, Option<i64>)> = conn
-            .query_row(&format!("SELECT duration, startTime, stopTime FROM \"{}\" LIMIT 1", t.name), [], |r| Ok(Some((r.get(0)?, r.get(1)?, r.get(2)?))))
+            .query_row(&format!("SELECT duration, startTime, stopTime FROM \"{}\" LIMIT 1", t.name), [], |r| {
+                Ok(Some((r.get(0)?, r.get(1)?, r.get(2)?)))
+            })
             .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
             .map_err(export.sql_err("ANALYSIS_DETAILS"))?;
         if let Some((d, s, e)) = row {

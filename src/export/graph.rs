@@ -81,7 +81,11 @@ impl Export {
                 if info.has_column(cols::GRAPH_NODE_ID) {
                     let n: i64 = self
                         .conn()
-                        .query_row(&format!("SELECT count(*) FROM \"{}\" WHERE graphNodeId IS NOT NULL", info.name), [], |r| r.get(0))
+                        .query_row(
+                            &format!("SELECT count(*) FROM \"{}\" WHERE graphNodeId IS NOT NULL", info.name),
+                            [],
+                            |r| r.get(0),
+                        )
                         .map_err(self.sql_err(t))?;
                     d.node_rows += n;
                     if t == schema::KERNEL {

@@ -26,9 +26,14 @@ pub mod graph;
 pub mod rows;
 pub mod schema;
 
-pub use capture::{capture_info, CaptureInfo, default_nsys, nsys_export_args, open_capture, run_nsys_export, CaptureSource, OpenedCapture, StdinCopy, STDIN_NAME};
+pub use capture::{
+    capture_info, default_nsys, nsys_export_args, open_capture, run_nsys_export, CaptureInfo, CaptureSource,
+    OpenedCapture, StdinCopy, STDIN_NAME,
+};
 pub use graph::{GraphFacts, GraphTraceMode};
-pub use rows::{describe_skips, merge_skips, session_start_utc_ns, DeviceRow, IntervalSkips, NvtxRow, RowSkips, RuntimeRow, SyncRow};
+pub use rows::{
+    describe_skips, merge_skips, session_start_utc_ns, DeviceRow, IntervalSkips, NvtxRow, RowSkips, RuntimeRow, SyncRow,
+};
 pub use schema::DeviceKind;
 
 use std::collections::HashMap;
@@ -142,7 +147,8 @@ impl Export {
         }
         // WAL without side files: everything is in the main file, and `immutable` keeps SQLite from creating
         // -wal/-shm. Rollback journal: ordinary locking keeps a live writer's uncommitted pages out of the read.
-        let uri = format!("file:{}?mode=ro{}", uri_escape(&abs.to_string_lossy()), if wal { "&immutable=1" } else { "" });
+        let uri =
+            format!("file:{}?mode=ro{}", uri_escape(&abs.to_string_lossy()), if wal { "&immutable=1" } else { "" });
         let conn = Connection::open_with_flags(
             &uri,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -152,17 +158,19 @@ impl Export {
         conn.busy_timeout(std::time::Duration::from_secs(2))
             .map_err(|e| Error::input(format!("{name}: cannot configure read-only access: {e}")))?;
         // Temporary b-trees (sorts) in memory, never in a file next to the evidence.
-        conn.execute_batch("PRAGMA query_only = 1; PRAGMA temp_store = MEMORY;")
-            .map_err(|e| Error::input(format!("{name}: cannot configure read-only access: {}", describe_sql_error(&e))))?;
+        conn.execute_batch("PRAGMA query_only = 1; PRAGMA temp_store = MEMORY;").map_err(|e| {
+            Error::input(format!("{name}: cannot configure read-only access: {}", describe_sql_error(&e)))
+        })?;
         let mut tables = HashMap::new();
         {
-            let mut stmt = conn
-                .prepare("SELECT name FROM sqlite_master WHERE type IN ('table','view')")
-                .map_err(|e| Error::input(format!("{name}: not a readable SQLite database: {}", describe_sql_error(&e))))?;
-            let names: Vec<String> = stmt
-                .query_map([], |r| r.get::<_, String>(0))
-                .and_then(|rows| rows.collect())
-                .map_err(|e| Error::input(format!("{name}: not a readable SQLite database: {}", describe_sql_error(&e))))?;
+            let mut stmt =
+                conn.prepare("SELECT name FROM sqlite_master WHERE type IN ('table','view')").map_err(|e| {
+                    Error::input(format!("{name}: not a readable SQLite database: {}", describe_sql_error(&e)))
+                })?;
+            let names: Vec<String> =
+                stmt.query_map([], |r| r.get::<_, String>(0)).and_then(|rows| rows.collect()).map_err(|e| {
+                    Error::input(format!("{name}: not a readable SQLite database: {}", describe_sql_error(&e)))
+                })?;
             for t in names {
                 let cols = table_columns(&conn, &t).map_err(|e| Error::input(format!("{name}: table {t}: {e}")))?;
                 tables.insert(t.to_ascii_lowercase(), TableInfo { name: t, columns: cols });
@@ -353,14 +361,20 @@ mod tests {
 pub fn nvtx_no_range_facts(ex: &Export) -> Result<(u64, Option<String>)> {
     let other = if ex.has_table("NVTX_EVENTS") {
         ex.conn()
-            .query_row("SELECT COUNT(*) FROM NVTX_EVENTS WHERE NOT (eventType IN (59, 60) AND end IS NOT NULL)", [], |r| r.get::<_, i64>(0))
+            .query_row(
+                "SELECT COUNT(*) FROM NVTX_EVENTS WHERE NOT (eventType IN (59, 60) AND end IS NOT NULL)",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
             .map_err(ex.sql_err("NVTX_EVENTS"))? as u64
     } else {
         0
     };
     let msg = if ex.has_table("StringIds") {
         ex.conn()
-            .query_row("SELECT value FROM StringIds WHERE value LIKE '%NVTX%incompatible%' LIMIT 1", [], |r| r.get::<_, String>(0))
+            .query_row("SELECT value FROM StringIds WHERE value LIKE '%NVTX%incompatible%' LIMIT 1", [], |r| {
+                r.get::<_, String>(0)
+            })
             .ok()
     } else {
         None

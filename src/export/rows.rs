@@ -258,7 +258,12 @@ impl Export {
     }
 
     /// Every valid row of one device table (none when absent); invalid intervals are counted in `skips`.
-    pub fn device_rows(&self, kind: DeviceKind, skips: &mut RowSkips, mut f: impl FnMut(DeviceRow) -> Result<()>) -> Result<()> {
+    pub fn device_rows(
+        &self,
+        kind: DeviceKind,
+        skips: &mut RowSkips,
+        mut f: impl FnMut(DeviceRow) -> Result<()>,
+    ) -> Result<()> {
         let tbl = kind.table();
         if self.optional(tbl, &cols::DEVICE)?.is_none() {
             return Ok(());
@@ -325,8 +330,10 @@ impl Export {
                 "SELECT coalesce(sum(start IS NULL), 0), coalesce(sum(start IS NOT NULL AND end IS NULL), 0), coalesce(sum(end < start), 0) FROM \"{}\"",
                 t.name
             );
-            let (a, b, c): (i64, i64, i64) =
-                self.conn().query_row(&sql, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).map_err(self.sql_err(tbl))?;
+            let (a, b, c): (i64, i64, i64) = self
+                .conn()
+                .query_row(&sql, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(self.sql_err(tbl))?;
             if a + b + c > 0 {
                 let e = skips.entry(tbl.to_string()).or_default();
                 e.null_start += a as u64;
@@ -360,7 +367,8 @@ impl Export {
             return Ok(());
         }
         self.scan(tbl, &cols::THREAD_NAMES).run("", |_, row| {
-            if let (Some(nid), Some(g)) = (self.int_at(row, 1, tbl, "nameId")?, self.int_at(row, 2, tbl, "globalTid")?) {
+            if let (Some(nid), Some(g)) = (self.int_at(row, 1, tbl, "nameId")?, self.int_at(row, 2, tbl, "globalTid")?)
+            {
                 f(g, nid);
             }
             Ok(())
@@ -632,13 +640,12 @@ impl Export {
                 "SELECT rowid, start, end FROM \"{}\" WHERE start NOT BETWEEN -?1 AND ?1 OR end NOT BETWEEN -?1 AND ?1 LIMIT 1",
                 t.name
             );
-            let hit: Option<RowTimes> = match self.conn().query_row(&sql, [MAX_TIMESTAMP_NS], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            }) {
-                Ok(v) => Some(v),
-                Err(rusqlite::Error::QueryReturnedNoRows) => None,
-                Err(e) => return Err(self.sql_err(tbl)(e)),
-            };
+            let hit: Option<RowTimes> =
+                match self.conn().query_row(&sql, [MAX_TIMESTAMP_NS], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))) {
+                    Ok(v) => Some(v),
+                    Err(rusqlite::Error::QueryReturnedNoRows) => None,
+                    Err(e) => return Err(self.sql_err(tbl)(e)),
+                };
             if let Some((rowid, start, end)) = hit {
                 self.check_ts(tbl, "start", rowid, start)?;
                 self.check_ts(tbl, "end", rowid, end)?;
@@ -655,8 +662,15 @@ pub type GpuRow = Vec<(&'static str, Option<String>)>;
 type RowTimes = (Option<i64>, Option<i64>, Option<i64>);
 
 /// The timed tables of an export: NVTX and the CUDA ones.
-pub const TIMED_TABLES: [&str; 7] =
-    [schema::NVTX_EVENTS, schema::RUNTIME, schema::KERNEL, schema::MEMCPY, schema::MEMSET, schema::GRAPH_TRACE, schema::SYNCHRONIZATION];
+pub const TIMED_TABLES: [&str; 7] = [
+    schema::NVTX_EVENTS,
+    schema::RUNTIME,
+    schema::KERNEL,
+    schema::MEMCPY,
+    schema::MEMSET,
+    schema::GRAPH_TRACE,
+    schema::SYNCHRONIZATION,
+];
 
 impl Export {
     /// When the capture session started: `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (UTC ns since the epoch);

@@ -54,7 +54,8 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
-    pub const ALL: [DeviceKind; 4] = [DeviceKind::Kernel, DeviceKind::Memcpy, DeviceKind::Memset, DeviceKind::GraphTrace];
+    pub const ALL: [DeviceKind; 4] =
+        [DeviceKind::Kernel, DeviceKind::Memcpy, DeviceKind::Memset, DeviceKind::GraphTrace];
     pub fn table(self) -> &'static str {
         DEVICE_TABLES[self as usize]
     }

@@ -99,7 +99,13 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
     let mut steps: Vec<Step> = Vec::new();
     for (i, o) in a.occurrences.iter().enumerate() {
         if o.label == label {
-            steps.push(Step { global_tid: o.global_tid, start: o.start, end: o.end, kernels: a.metrics[i].kernels, prefills: 0 });
+            steps.push(Step {
+                global_tid: o.global_tid,
+                start: o.start,
+                end: o.end,
+                kernels: a.metrics[i].kernels,
+                prefills: 0,
+            });
         }
     }
     steps.sort_by_key(|s| (s.global_tid, s.start));
@@ -272,7 +278,11 @@ pub fn g6_decode_regularity(cx: &Context) -> Result<GateResult> {
             shapes.len(),
             per.iter()
                 .zip(&shapes)
-                .map(|((k, med, i, t), sh)| format!("{k} kernels in {} steps, {i} of {t} intervals in the bucket around its {} µs median", sh.steps, med / 1000))
+                .map(|((k, med, i, t), sh)| format!(
+                    "{k} kernels in {} steps, {i} of {t} intervals in the bucket around its {} µs median",
+                    sh.steps,
+                    med / 1000
+                ))
                 .collect::<Vec<_>>()
                 .join("; ")
         ));
@@ -289,7 +299,10 @@ pub fn g6_decode_regularity(cx: &Context) -> Result<GateResult> {
         med / 2000,
         med * 2 / 1000
     ));
-    g.evidence.push(format!("kernels per step: most frequent {mode} in {mode_n} of {n} steps ({:.1} %)", mode_n as f64 / n as f64 * 100.0));
+    g.evidence.push(format!(
+        "kernels per step: most frequent {mode} in {mode_n} of {n} steps ({:.1} %)",
+        mode_n as f64 / n as f64 * 100.0
+    ));
     if mode == 0 {
         g.unit = "kernels per step".into();
         let why = match &graph_cause {
@@ -321,7 +334,11 @@ pub fn g6_decode_regularity(cx: &Context) -> Result<GateResult> {
             format!(
                 "unstable decode steps: {} hold(s) for only {:.1} % of steps (below {:.0} %){}",
                 if multi {
-                    format!("the {} step shapes ({})", shapes.len(), shapes.iter().map(|s| format!("{} kernels", s.kernels)).collect::<Vec<_>>().join(", "))
+                    format!(
+                        "the {} step shapes ({})",
+                        shapes.len(),
+                        shapes.iter().map(|s| format!("{} kernels", s.kernels)).collect::<Vec<_>>().join(", ")
+                    )
                 } else {
                     format!("the most frequent kernel count ({mode})")
                 },
@@ -382,7 +399,8 @@ pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
     let mut bad: Vec<&Step> = Vec::new();
     for s in &ds.steps {
         let p = s.prefills > 0;
-        let k = (s.kernels as f64) > mode as f64 * t.kernel_outlier_factor || (s.kernels as f64) * t.kernel_outlier_factor < mode as f64;
+        let k = (s.kernels as f64) > mode as f64 * t.kernel_outlier_factor
+            || (s.kernels as f64) * t.kernel_outlier_factor < mode as f64;
         let d = (s.end - s.start) as f64 > med as f64 * t.duration_outlier_factor;
         by_prefill += p as usize;
         by_kernels += k as usize;

@@ -72,7 +72,11 @@ pub fn health_scan(cx: &Context) -> Result<(HealthScan, Vec<String>)> {
             let msgs = e.string_ids_where(|v| v.contains(NVTX_INCOMPATIBLE).then(|| v.to_string()))?;
             if let Some((id, msg)) = msgs.into_iter().min_by_key(|(id, _)| *id) {
                 let rows = e.count_rows(schema::NVTX_EVENTS)?;
-                scan.line(&format!("{}: StringIds id {id} (NVTX_EVENTS: {rows} row(s), no range)", e.name()), &msg, false);
+                scan.line(
+                    &format!("{}: StringIds id {id} (NVTX_EVENTS: {rows} row(s), no range)", e.name()),
+                    &msg,
+                    false,
+                );
                 sources.push(format!("{} StringIds", e.name()));
             }
         }
@@ -106,7 +110,12 @@ pub fn g0_profiler_health(cx: &Context) -> Result<GateResult> {
     let d = health_log::diagnose(&scan, cuda_data(cx.export)?);
     let n = d.errors.len();
     let mut g = if d.retry() {
-        g.decide(true, n as f64, Some(0.0), format!("{n} profiler error line(s) in {}; {}", sources.join(" and "), d.causes.join("; ")))
+        g.decide(
+            true,
+            n as f64,
+            Some(0.0),
+            format!("{n} profiler error line(s) in {}; {}", sources.join(" and "), d.causes.join("; ")),
+        )
     } else {
         let mut r = format!("no profiler error in {}", sources.join(" and "));
         if !d.notes.is_empty() {

@@ -228,13 +228,17 @@ impl Thresholds {
         share(self.min_dominant_gap_share, "--min-dominant-gap-share")?;
         share(self.min_stable_kernel_share, "--min-stable-kernel-share")?;
         share(self.max_contaminated_share, "--max-contaminated-share")?;
-        for (v, flag) in [(self.duration_outlier_factor, "--duration-outlier-factor"), (self.kernel_outlier_factor, "--kernel-outlier-factor")] {
+        for (v, flag) in [
+            (self.duration_outlier_factor, "--duration-outlier-factor"),
+            (self.kernel_outlier_factor, "--kernel-outlier-factor"),
+        ] {
             if !(v.is_finite() && v >= 1.0) {
                 return Err(Error::usage(format!("{flag} {v}: expected a factor ≥ 1")).with_arg(flag));
             }
         }
         if !(self.min_gap_ms.is_finite() && self.min_gap_ms >= 0.0) {
-            return Err(Error::usage(format!("--min-gap-ms {}: expected milliseconds ≥ 0", self.min_gap_ms)).with_arg("--min-gap-ms"));
+            return Err(Error::usage(format!("--min-gap-ms {}: expected milliseconds ≥ 0", self.min_gap_ms))
+                .with_arg("--min-gap-ms"));
         }
         Ok(())
     }
@@ -430,10 +434,12 @@ fn read_provenance(p: &Path) -> Result<serde_json::Value> {
     let bytes = crate::contract::Input::Path(p.to_path_buf()).read_bytes().map_err(|e| e.with_arg("--provenance"))?;
     let docs = crate::contract::parse_json_stream(&bytes, &name).map_err(|e| e.with_arg("--provenance"))?;
     let Some(doc) = docs.into_iter().next() else {
-        return Err(Error::input(format!("{name}: empty, expected an nsyskit.provenance/v1 JSON document")).with_arg("--provenance"));
+        return Err(Error::input(format!("{name}: empty, expected an nsyskit.provenance/v1 JSON document"))
+            .with_arg("--provenance"));
     };
     if !doc.value.is_object() {
-        return Err(Error::input(format!("{name}: line {}: expected a JSON object (nsyskit.provenance/v1)", doc.line)).with_arg("--provenance"));
+        return Err(Error::input(format!("{name}: line {}: expected a JSON object (nsyskit.provenance/v1)", doc.line))
+            .with_arg("--provenance"));
     }
     Ok(doc.value)
 }

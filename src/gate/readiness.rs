@@ -46,7 +46,10 @@ pub fn g8_readiness(cx: &Context) -> Result<GateResult> {
     if doc.iterations.occurrences > 0 {
         g.evidence.push(format!(
             "{name}: {} iterations, wall {} ns, opaque {} ns, {} without a child range",
-            doc.iterations.occurrences, doc.iterations.wall_ns, doc.iterations.opaque_ns, doc.iterations.without_children
+            doc.iterations.occurrences,
+            doc.iterations.wall_ns,
+            doc.iterations.opaque_ns,
+            doc.iterations.without_children
         ));
     }
     if let Some(gap) = doc.largest_opaque_gaps.first() {
@@ -59,23 +62,38 @@ pub fn g8_readiness(cx: &Context) -> Result<GateResult> {
         ));
     }
     for h in doc.naming.labels_with_ids.iter().take(10) {
-        g.evidence.push(format!("{name}: labels carry ids: {} ({} labels, {} occurrences)", h.pattern, h.labels, h.occurrences));
+        g.evidence.push(format!(
+            "{name}: labels carry ids: {} ({} labels, {} occurrences)",
+            h.pattern, h.labels, h.occurrences
+        ));
     }
     if doc.naming.labels_with_ids.len() > 10 {
-        g.evidence.push(format!("{name}: … {} more id-bearing label groups (nvtx-readiness lists them)", doc.naming.labels_with_ids.len() - 10));
+        g.evidence.push(format!(
+            "{name}: … {} more id-bearing label groups (nvtx-readiness lists them)",
+            doc.naming.labels_with_ids.len() - 10
+        ));
     }
     if let Some(p) = &doc.suggested_prefix {
-        g.evidence.push(format!("{name}: suggested range prefix: {p} (prefixes seen: {})", doc.prefixes_seen.iter().take(5).map(|x| x.prefix.as_str()).collect::<Vec<_>>().join(", ")));
+        g.evidence.push(format!(
+            "{name}: suggested range prefix: {p} (prefixes seen: {})",
+            doc.prefixes_seen.iter().take(5).map(|x| x.prefix.as_str()).collect::<Vec<_>>().join(", ")
+        ));
     }
     for l in &doc.naming.outside_prefix_on_engine_threads {
-        g.evidence.push(format!("{name}: label outside the prefix on an engine thread: {} ({} occurrences)", l.label, l.occurrences));
+        g.evidence.push(format!(
+            "{name}: label outside the prefix on an engine thread: {} ({} occurrences)",
+            l.label, l.occurrences
+        ));
     }
     for d in &doc.naming.labels_at_several_depths {
         let depths: Vec<String> = d.depths.iter().map(|(k, v)| format!("{k}: {v}")).collect();
         g.evidence.push(format!("{name}: label at several depths: {} ({})", d.label, depths.join(", ")));
     }
     for s in &doc.unenclosed_syncs.by_api {
-        g.evidence.push(format!("{name}: blocking sync outside any range under the prefix: {} × {} ({} ns)", s.calls, s.api, s.total_ns));
+        g.evidence.push(format!(
+            "{name}: blocking sync outside any range under the prefix: {} × {} ({} ns)",
+            s.calls, s.api, s.total_ns
+        ));
     }
     if let Some(n) = &doc.cuda_graphs.note {
         g.evidence.push(n.clone());

@@ -83,9 +83,7 @@ pub fn settings_from_provenance(path: &str, doc: &serde_json::Value) -> TraceSet
     fn text_of(v: &serde_json::Value) -> Option<String> {
         match v {
             serde_json::Value::String(s) => Some(s.clone()),
-            serde_json::Value::Array(a) => {
-                Some(a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" "))
-            }
+            serde_json::Value::Array(a) => Some(a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" ")),
             _ => None,
         }
     }
@@ -103,7 +101,11 @@ pub fn settings_from_provenance(path: &str, doc: &serde_json::Value) -> TraceSet
     let texts: Vec<(String, String)> = keys
         .iter()
         .filter_map(|k| {
-            doc.get("capture").and_then(|c| c.get(*k)).and_then(text_of).filter(|t| !t.trim().is_empty()).map(|t| (format!("capture.{k}"), t))
+            doc.get("capture")
+                .and_then(|c| c.get(*k))
+                .and_then(text_of)
+                .filter(|t| !t.trim().is_empty())
+                .map(|t| (format!("capture.{k}"), t))
         })
         .collect();
     let mut found: Option<(String, String)> = texts

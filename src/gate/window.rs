@@ -81,7 +81,11 @@ pub fn g3_kernel_rows(cx: &Context) -> Result<GateResult> {
             }
         }
     };
-    g.evidence.push(format!("{}: CUPTI_ACTIVITY_KIND_KERNEL rows {}", e.name(), e.count_rows("CUPTI_ACTIVITY_KIND_KERNEL")?));
+    g.evidence.push(format!(
+        "{}: CUPTI_ACTIVITY_KIND_KERNEL rows {}",
+        e.name(),
+        e.count_rows("CUPTI_ACTIVITY_KIND_KERNEL")?
+    ));
     Ok(g)
 }
 
@@ -130,7 +134,8 @@ pub fn g4_cuda_coverage(cx: &Context) -> Result<GateResult> {
     let Some(e) = cx.export else { return Ok(g.skip("no export to read (a .qdstrm: see G2)")) };
     let Some(c) = coverage(e)? else {
         // device rows without the runtime calls that launched them: the table the joins need is gone
-        let device: i64 = [schema::KERNEL, schema::MEMCPY, schema::MEMSET].iter().map(|t| e.count_rows(t)).sum::<Result<i64>>()?;
+        let device: i64 =
+            [schema::KERNEL, schema::MEMCPY, schema::MEMSET].iter().map(|t| e.count_rows(t)).sum::<Result<i64>>()?;
         if device > 0 {
             let what = if e.has_table(schema::RUNTIME) { "an empty" } else { "no" };
             return Ok(g.decide(

@@ -54,7 +54,9 @@ pub struct RangesOptions {
 
 /// Parse `START:END` (integers in ns, may be negative, `START <= END`).
 pub fn parse_window(s: &str) -> Result<(i64, i64)> {
-    let bad = || Error::usage(format!("--window {s:?}: expected START:END in ns (integers, START <= END)")).with_arg("--window");
+    let bad = || {
+        Error::usage(format!("--window {s:?}: expected START:END in ns (integers, START <= END)")).with_arg("--window")
+    };
     // the separator is the first ':' that is not at position 0 (a leading '-' is a sign, never ':')
     let (a, b) = s.split_once(':').ok_or_else(bad)?;
     let a: i64 = a.trim().parse().map_err(|_| bad())?;
@@ -189,7 +191,15 @@ pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedO
                 export.name()
             )));
         };
-        raw.push(RawRange { start, end, event_type: r.event_type, gtid, text_id: r.text_id, text: r.text, domain: r.domain_id });
+        raw.push(RawRange {
+            start,
+            end,
+            event_type: r.event_type,
+            gtid,
+            text_id: r.text_id,
+            text: r.text,
+            domain: r.domain_id,
+        });
         Ok(())
     })?;
 
@@ -285,7 +295,7 @@ fn nest(occ: &mut [Occurrence], tree: &MaxTree) {
                 k += 1;
             }
             let rank = ends.partition_point(|&e| e < occ[i].end); // number of distinct ends < end_i
-            // earlier ones with end < end_i
+                                                                  // earlier ones with end < end_i
             let mut less = 0u32;
             let mut r = rank;
             while r > 0 {
@@ -592,7 +602,6 @@ pub fn run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>) -> Result<Ran
     Ok(a.doc)
 }
 
-
 /// Interned occurrence chains (ascending occurrence indices) in one arena. Occurrence indices ascend with
 /// the thread, so a chain's distinct threads are the changes of `thread_of` along it: no per-chain thread list.
 struct Chains {
@@ -805,7 +814,11 @@ pub struct OccurrenceIntervals {
 /// [`analyze`], plus the intervals of every occurrence whose label satisfies `want` (parallel to
 /// `occurrences`; empty for the others). The same join as the metrics: runtime calls on the occurrence's
 /// thread, then `(globalPid, correlationId)` — no second join.
-pub fn analyze_with_intervals(export: &Export, opts: &RangesOptions, want: &dyn Fn(&str) -> bool) -> Result<(Analysis, Vec<OccurrenceIntervals>)> {
+pub fn analyze_with_intervals(
+    export: &Export,
+    opts: &RangesOptions,
+    want: &dyn Fn(&str) -> bool,
+) -> Result<(Analysis, Vec<OccurrenceIntervals>)> {
     let mut w = load(export, opts)?;
     w.collect = Some(Collect { want: w.label_names.iter().map(|l| want(l)).collect(), per_occ: FxMap::default() });
     let corr = join_runtime(export, &mut w)?;
@@ -972,7 +985,12 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
             for &h in &hits {
                 if let Some(c) = collect.as_mut() {
                     if c.want[occ[h as usize].label as usize] {
-                        c.per_occ.entry(h).or_default().runtime.push(EnclosedRuntimeCall { start: rs, end: re, name_id: r.name_id, sync: sync.is_some() });
+                        c.per_occ.entry(h).or_default().runtime.push(EnclosedRuntimeCall {
+                            start: rs,
+                            end: re,
+                            name_id: r.name_id,
+                            sync: sync.is_some(),
+                        });
                     }
                 }
                 let m = &mut metrics[h as usize];
@@ -1077,7 +1095,8 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
     let mut corr_hint = 0usize;
     // Size the record vector once, exactly, without a scan: max(rowid) is one b-tree descent per table (absent
     // for WITHOUT ROWID tables). Growing by doubling would hold two copies at the peak.
-    let hint: usize = DeviceKind::ALL.iter().filter(|k| w.present(k.table())).map(|k| export.row_count_hint(k.table())).sum();
+    let hint: usize =
+        DeviceKind::ALL.iter().filter(|k| w.present(k.table())).map(|k| export.row_count_hint(k.table())).sum();
     rows_out.reserve_exact(hint);
     for kind in DeviceKind::ALL {
         let tbl = kind.table();
@@ -1168,7 +1187,12 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
                 for &o in chains.get(chain).iter() {
                     if let Some(c) = collect.as_mut() {
                         if c.want[occ[o as usize].label as usize] {
-                            c.per_occ.entry(o).or_default().device.push(CorrelatedDeviceRow { start: s, end: e, kind, device_id: dev });
+                            c.per_occ.entry(o).or_default().device.push(CorrelatedDeviceRow {
+                                start: s,
+                                end: e,
+                                kind,
+                                device_id: dev,
+                            });
                         }
                     }
                     let m = &mut metrics[o as usize];
@@ -1228,7 +1252,13 @@ fn sweep(w: &mut Work, mut rows_out: Vec<DevRow>, tags: Vec<Tag>, dev_ids: &[i64
     let mut dcur = vec![Cur { s: 0, e: 0, open: false }; dev_ids.len()];
     let mut dtot: Vec<DeviceTotals> = dev_ids
         .iter()
-        .map(|&d| DeviceTotals { device_id: d, device_rows: 0, busy_union_ns: 0, first_start: i64::MAX, last_end: i64::MIN })
+        .map(|&d| DeviceTotals {
+            device_id: d,
+            device_rows: 0,
+            busy_union_ns: 0,
+            first_start: i64::MAX,
+            last_end: i64::MIN,
+        })
         .collect();
     let (occ, metrics, chains) = (&w.occ, &mut w.metrics, &w.chains);
     for r in &rows_out {
@@ -1412,7 +1442,11 @@ fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, Vec<HighCard
                 add(&mut e.total_ns, s.total_ns, "sync total_ns")?;
             }
             *r.depths.entry(o.depth).or_default() += 1;
-            let parent = if o.parent == u32::MAX { String::new() } else { label_names[occ[o.parent as usize].label as usize].clone() };
+            let parent = if o.parent == u32::MAX {
+                String::new()
+            } else {
+                label_names[occ[o.parent as usize].label as usize].clone()
+            };
             *r.parents.entry(parent).or_default() += 1;
         }
         if r.host_wall_time_ns > 0 {
@@ -1424,7 +1458,9 @@ fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, Vec<HighCard
         }
         ranges.push(r);
     }
-    ranges.sort_by(|a, b| b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.as_bytes().cmp(b.label.as_bytes())));
+    ranges.sort_by(|a, b| {
+        b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.as_bytes().cmp(b.label.as_bytes()))
+    });
     let high_cardinality_labels = high_cardinality(by_label.keys().copied());
     Ok((ranges, high_cardinality_labels))
 }
@@ -1448,7 +1484,10 @@ fn finish(
     if !schema::DEVICE_TABLES.iter().any(|t| w.present(t)) {
         notes.push("No CUDA device table in this export (a capture without CUDA): no device work is attributed; that is a result, not an error.".to_string());
     } else if !w.present(schema::RUNTIME) {
-        notes.push("No CUPTI_ACTIVITY_KIND_RUNTIME table: device work cannot be joined to ranges, all of it is unattributed.".to_string());
+        notes.push(
+            "No CUPTI_ACTIVITY_KIND_RUNTIME table: device work cannot be joined to ranges, all of it is unattributed."
+                .to_string(),
+        );
     }
     let graph_mode = export.graph_trace_mode()?.is_some_and(|m| m.mode == "graph");
     if w.present(schema::GRAPH_TRACE) {

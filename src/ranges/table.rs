@@ -9,7 +9,8 @@ fn ms(ns: i64) -> String {
 /// One line per label: label, occurrences, wall, coverage, busy, idle in span, uncovered, kernels, syncs
 /// (times in ms), then totals and notes.
 pub fn render_table(doc: &RangesDoc) -> String {
-    let header = ["label", "occ", "wall_ms", "coverage", "busy_ms", "idle_in_span_ms", "uncovered_ms", "kernels", "syncs"];
+    let header =
+        ["label", "occ", "wall_ms", "coverage", "busy_ms", "idle_in_span_ms", "uncovered_ms", "kernels", "syncs"];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in &doc.ranges {
         let syncs: u64 = r.sync.values().map(|s| s.calls).sum();

@@ -48,7 +48,8 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
-const COLORS: &[&str] = &["#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795", "#b7791f", "#718096", "#e53e3e", "#4a5568"];
+const COLORS: &[&str] =
+    &["#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795", "#b7791f", "#718096", "#e53e3e", "#4a5568"];
 
 /// Width in pixels of the time axis of the ranges section and of the split bar.
 pub const AXIS_PX: f64 = 360.0;
@@ -139,20 +140,37 @@ pub fn render(doc: &ReportDoc) -> String {
     let c = &doc.capture;
     h.push_str("<h2>Capture</h2><table class=\"kv\" id=\"capture\">");
     row(&mut h, "GPU", "gpu", &if c.gpus.is_empty() { opt(&None) } else { escape(&c.gpus.join(", ")) });
-    let cuda = c.cuda_driver_version.as_deref().and_then(|v| v.parse::<i64>().ok()).map(|v| format!(" (CUDA {}.{})", v / 1000, (v % 1000) / 10));
+    let cuda = c
+        .cuda_driver_version
+        .as_deref()
+        .and_then(|v| v.parse::<i64>().ok())
+        .map(|v| format!(" (CUDA {}.{})", v / 1000, (v % 1000) / 10));
     row(&mut h, "driver", "driver", &format!("{}{}", opt(&c.driver_version), escape(&cuda.unwrap_or_default())));
     row(&mut h, "nsys (export)", "nsys", &opt(&c.nsys_version));
     row(
         &mut h,
         "captured at",
         "captured_at",
-        &format!("{}{}", opt(&c.captured_at), c.captured_at_from.as_deref().map(|f| format!(" <span class=\"src\">({})</span>", escape(f))).unwrap_or_default()),
+        &format!(
+            "{}{}",
+            opt(&c.captured_at),
+            c.captured_at_from
+                .as_deref()
+                .map(|f| format!(" <span class=\"src\">({})</span>", escape(f)))
+                .unwrap_or_default()
+        ),
     );
     row(&mut h, "duration", "duration", &c.duration_ns.map(dur).map(|d| escape(&d)).unwrap_or_else(|| opt(&None)));
     let window = match &c.window {
         Value::Null => opt(&None),
         Value::String(s) => escape(s),
-        Value::Object(m) => escape(&m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| format!("{k}={}", scalar(v))).collect::<Vec<_>>().join(", ")),
+        Value::Object(m) => escape(
+            &m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| format!("{k}={}", scalar(v)))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
         v => escape(&v.to_string()),
     };
     row(&mut h, "window", "window", &window);
@@ -173,10 +191,20 @@ pub fn render(doc: &ReportDoc) -> String {
             .children
             .iter()
             .enumerate()
-            .map(|(i, p)| (p.host_wall_time_ns, COLORS[i % COLORS.len()], format!("{} {} ({})", p.label, dur(p.host_wall_time_ns), pct(p.share_of_primary))))
+            .map(|(i, p)| {
+                (
+                    p.host_wall_time_ns,
+                    COLORS[i % COLORS.len()],
+                    format!("{} {} ({})", p.label, dur(p.host_wall_time_ns), pct(p.share_of_primary)),
+                )
+            })
             .collect();
         if sp.more_children > 0 {
-            parts.push((sp.more_children_ns, "#718096", format!("{} more child labels {}", sp.more_children, dur(sp.more_children_ns))));
+            parts.push((
+                sp.more_children_ns,
+                "#718096",
+                format!("{} more child labels {}", sp.more_children, dur(sp.more_children_ns)),
+            ));
         }
         parts.push((sp.not_in_any_child_ns, "#cbd5e0", format!("in no child range {}", dur(sp.not_in_any_child_ns))));
         h.push_str(&axis_bar("split", &parts, px, 900.0, 22.0));
@@ -207,7 +235,11 @@ pub fn render(doc: &ReportDoc) -> String {
             pct(sp.not_in_any_child_share),
             escape(&dur(sp.not_in_any_child_ns))
         );
-        let _ = write!(h, "<p class=\"src\">100% = {} of host wall, summed over its occurrences.</p>", escape(&dur(sp.host_wall_time_ns)));
+        let _ = write!(
+            h,
+            "<p class=\"src\">100% = {} of host wall, summed over its occurrences.</p>",
+            escape(&dur(sp.host_wall_time_ns))
+        );
     }
 
     // ranges, one axis
@@ -227,8 +259,16 @@ pub fn render(doc: &ReportDoc) -> String {
             let cov = axis_bar(
                 "ranges",
                 &[
-                    (r.host_range_kernel_coverage_ns, "#38a169", format!("coverage {}", ms(r.host_range_kernel_coverage_ns))),
-                    (r.uncovered_host_time_ns, "#a0aec0", format!("uncovered host time {}", ms(r.uncovered_host_time_ns))),
+                    (
+                        r.host_range_kernel_coverage_ns,
+                        "#38a169",
+                        format!("coverage {}", ms(r.host_range_kernel_coverage_ns)),
+                    ),
+                    (
+                        r.uncovered_host_time_ns,
+                        "#a0aec0",
+                        format!("uncovered host time {}", ms(r.uncovered_host_time_ns)),
+                    ),
                 ],
                 px,
                 AXIS_PX,
@@ -238,7 +278,11 @@ pub fn render(doc: &ReportDoc) -> String {
                 "ranges",
                 &[
                     (r.kernel_busy_union_ns, "#2b6cb0", format!("busy {}", ms(r.kernel_busy_union_ns))),
-                    (r.gpu_idle_within_kernel_span_ns, "#dd6b20", format!("idle in span {}", ms(r.gpu_idle_within_kernel_span_ns))),
+                    (
+                        r.gpu_idle_within_kernel_span_ns,
+                        "#dd6b20",
+                        format!("idle in span {}", ms(r.gpu_idle_within_kernel_span_ns)),
+                    ),
                 ],
                 px,
                 AXIS_PX,
@@ -267,7 +311,11 @@ pub fn render(doc: &ReportDoc) -> String {
     if eager_only {
         let _ = write!(h, "<p class=\"warn\" id=\"kernels-scope\">{}</p>", escape(&doc.kernels_scope));
     }
-    h.push_str(if eager_only { "<h2>Kernel categories of the eager kernels (not the workload's)</h2>" } else { "<h2>Kernel categories</h2>" });
+    h.push_str(if eager_only {
+        "<h2>Kernel categories of the eager kernels (not the workload's)</h2>"
+    } else {
+        "<h2>Kernel categories</h2>"
+    });
     if doc.categories.is_empty() {
         h.push_str("<p>No kernel statistics.</p>");
     } else {
@@ -276,7 +324,9 @@ pub fn render(doc: &ReportDoc) -> String {
             .categories
             .iter()
             .enumerate()
-            .map(|(i, c)| (c.total_time_ns, COLORS[i % COLORS.len()], format!("{} {:.1}%", c.category, c.share * 100.0)))
+            .map(|(i, c)| {
+                (c.total_time_ns, COLORS[i % COLORS.len()], format!("{} {:.1}%", c.category, c.share * 100.0))
+            })
             .collect();
         h.push_str(&axis_bar("categories", &parts, 900.0 / total as f64, 900.0, 22.0));
         h.push_str("<table class=\"cats\" id=\"categories\"><tr><th></th><th>category</th><th>share</th><th>time</th><th>instances</th><th>names</th></tr>");
@@ -292,18 +342,33 @@ pub fn render(doc: &ReportDoc) -> String {
                 cat = escape(&c.category),
             );
         }
-        let _ = write!(h, "</table><p class=\"src\">shares of {} of kernel time (the whole kernel table; rules: {})</p>", escape(&dur(total)), escape(&doc.categories_source));
+        let _ = write!(
+            h,
+            "</table><p class=\"src\">shares of {} of kernel time (the whole kernel table; rules: {})</p>",
+            escape(&dur(total)),
+            escape(&doc.categories_source)
+        );
     }
 
     // top kernels: one axis, 100% of kernel time = 160 px
-    h.push_str(if eager_only { "<h2>Eager kernels (graph replays are opaque: not the workload's ranking)</h2>" } else { "<h2>Top kernels</h2>" });
+    h.push_str(if eager_only {
+        "<h2>Eager kernels (graph replays are opaque: not the workload's ranking)</h2>"
+    } else {
+        "<h2>Top kernels</h2>"
+    });
     if doc.top_kernels.is_empty() {
         h.push_str("<p>No kernel statistics.</p>");
     } else {
         let total = doc.capture.kernel_time_ns.unwrap_or(0).max(1);
         h.push_str("<table class=\"kernels\" id=\"kernels\"><tr><th>share</th><th>time</th><th>instances</th><th>category</th><th>kernel</th></tr>");
         for k in doc.top_kernels.iter().take(25) {
-            let bar = axis_bar("kernels", &[(k.total_time_ns, "#2b6cb0", format!("{:.1}%", k.share * 100.0))], 160.0 / total as f64, 160.0, 12.0);
+            let bar = axis_bar(
+                "kernels",
+                &[(k.total_time_ns, "#2b6cb0", format!("{:.1}%", k.share * 100.0))],
+                160.0 / total as f64,
+                160.0,
+                12.0,
+            );
             let _ = write!(
                 h,
                 "<tr><td>{bar} <span data-k=\"kernel-share\">{:.1}%</span></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"label\" title=\"{}\">{}</td></tr>",
@@ -336,7 +401,12 @@ pub fn render(doc: &ReportDoc) -> String {
         ("idle_in_span_fraction", s.idle_in_span_fraction, true, "GPU idle within the device-work span"),
         ("outside_span_fraction", s.outside_span_fraction, true, "host wall outside any device-work span"),
         ("host_ns_per_runtime_call", s.host_ns_per_runtime_call, false, "host wall per CUDA runtime call"),
-        ("kernels_per_runtime_call", s.kernels_per_runtime_call, false, "kernels per runtime call (≫ 1 with CUDA graphs)"),
+        (
+            "kernels_per_runtime_call",
+            s.kernels_per_runtime_call,
+            false,
+            "kernels per runtime call (≫ 1 with CUDA graphs)",
+        ),
         ("sync_fraction", s.sync_fraction, true, "host wall in blocking synchronisation"),
         ("memcpy_api_fraction", s.memcpy_api_fraction, true, "host wall in blocking copy calls"),
         ("comm_share", s.comm_share, true, "kernel time in communication kernels"),
@@ -349,10 +419,18 @@ pub fn render(doc: &ReportDoc) -> String {
             (Some(x), false, "host_ns_per_runtime_call") => escape(&dur(x.round() as i64)),
             (Some(x), false, _) => format!("{x:.2}"),
         };
-        let _ = write!(h, "<tr><td class=\"label\">{name}</td><td class=\"num\" data-k=\"signal-{name}\">{text}</td><td>{}</td></tr>", escape(what));
+        let _ = write!(
+            h,
+            "<tr><td class=\"label\">{name}</td><td class=\"num\" data-k=\"signal-{name}\">{text}</td><td>{}</td></tr>",
+            escape(what)
+        );
     }
     if let Some(src) = &s.memcpy_device_share_source {
-        let _ = write!(h, "<tr><td class=\"label\">memcpy_device_share_source</td><td colspan=\"2\">{}</td></tr>", escape(src));
+        let _ = write!(
+            h,
+            "<tr><td class=\"label\">memcpy_device_share_source</td><td colspan=\"2\">{}</td></tr>",
+            escape(src)
+        );
     }
     h.push_str("</table>");
 

@@ -282,22 +282,29 @@ pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
     };
     if let Some(out) = &opts.html {
         let inputs: Vec<&std::path::Path> =
-            [Some(opts.input.as_path()), opts.provenance.as_deref(), opts.categories.as_deref()].into_iter().flatten().collect();
+            [Some(opts.input.as_path()), opts.provenance.as_deref(), opts.categories.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect();
         crate::contract::refuse_output_over_input(out, "--html", &inputs)?;
     }
     let ev = evidence::load(&opts.input, opts.provenance.as_deref()).map_err(|e| e.with_arg("BUNDLE"))?;
     let mut doc = classify(&ev, &categories, opts.label.as_deref(), opts.top)?;
     if let Some(out) = &opts.html {
         let page = html::render(&doc);
-        std::fs::write(out, page)
-            .map_err(|e| Error::env(format!("{}: cannot write the HTML page: {e}", out.display())).with_arg("--html"))?;
+        std::fs::write(out, page).map_err(|e| {
+            Error::env(format!("{}: cannot write the HTML page: {e}", out.display())).with_arg("--html")
+        })?;
         doc.html = Some(out.display().to_string());
     }
     Ok(doc)
 }
 
 fn is_memcpy_api(api: &str) -> bool {
-    api.starts_with("cudaMemcpy") || api.starts_with("cudaMemset") || api.starts_with("cuMemcpy") || api.starts_with("cuMemset")
+    api.starts_with("cudaMemcpy")
+        || api.starts_with("cudaMemset")
+        || api.starts_with("cuMemcpy")
+        || api.starts_with("cuMemset")
 }
 
 fn sync_split(r: &RangeRow) -> (i64, i64) {
@@ -388,7 +395,8 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             }
             // a folded per-request label (`vibeserve.request.<n>`, crate::labels) is one too
             let high_card = |l: &str| {
-                l.contains(crate::labels::NUMBER) || groups.get(re.replace_all(l, "#").as_ref()).copied().unwrap_or(0) >= 2
+                l.contains(crate::labels::NUMBER)
+                    || groups.get(re.replace_all(l, "#").as_ref()).copied().unwrap_or(0) >= 2
             };
             let mut cands: Vec<&RangeRow> =
                 ranges.iter().filter(|r| r.occurrences_with_device_work > 0 && !high_card(&r.label)).collect();
@@ -420,7 +428,8 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     let kernel_time = match &ev.kernel_totals {
         Some(t) if t.total_time_ns > listed_time => {
             let missing_names = t.kernels.map(|n| (n - kernels.len() as i64).max(0) as usize).unwrap_or(0);
-            let missing_inst = t.instances.map(|n| (n - kernels.iter().map(|k| k.instances).sum::<i64>()).max(0)).unwrap_or(0);
+            let missing_inst =
+                t.instances.map(|n| (n - kernels.iter().map(|k| k.instances).sum::<i64>()).max(0)).unwrap_or(0);
             notes.push(format!(
                 "the kernel list has {} of {} kernel names; the {} ns it omits are the row not_listed, and every share is of {}'s total {} ns",
                 kernels.len(),
@@ -528,7 +537,9 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     let lt = |x: Option<f64>, t: f64| x.map(|v| v < t).unwrap_or(false);
     let (class, rule, reason): (&str, &str, String) = match primary {
         None => ("mixed_or_unclear", "R0", "no NVTX range in the evidence: nothing to attribute device work to".into()),
-        Some(_) if invisible_graphs.is_some() => ("mixed_or_unclear", "R0", invisible_graphs.clone().unwrap_or_default()),
+        Some(_) if invisible_graphs.is_some() => {
+            ("mixed_or_unclear", "R0", invisible_graphs.clone().unwrap_or_default())
+        }
         Some(_) if opaque_graphs.is_some() => ("mixed_or_unclear", "R0", opaque_graphs.clone().unwrap_or_default()),
         Some(p) if p.kernel_busy_union_ns == 0 => (
             "mixed_or_unclear",
@@ -537,7 +548,15 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
         ),
         Some(p) => {
             if ge(s.comm_share, COMM_SHARE_MIN) {
-                ("comm_bound", "R1", format!("communication kernels take {} of kernel time (≥ {:.0}%)", pct(s.comm_share), COMM_SHARE_MIN * 100.0))
+                (
+                    "comm_bound",
+                    "R1",
+                    format!(
+                        "communication kernels take {} of kernel time (≥ {:.0}%)",
+                        pct(s.comm_share),
+                        COMM_SHARE_MIN * 100.0
+                    ),
+                )
             } else if ge(s.memcpy_device_share, MEMCPY_SHARE_MIN) || ge(s.memcpy_api_fraction, MEMCPY_SHARE_MIN) {
                 (
                     "memcpy_bound",
@@ -550,7 +569,9 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
                         MEMCPY_SHARE_MIN * 100.0
                     ),
                 )
-            } else if ge(s.coverage_fraction, KERNEL_COVERAGE_MIN) && le(s.idle_in_span_fraction, KERNEL_IDLE_IN_SPAN_MAX) {
+            } else if ge(s.coverage_fraction, KERNEL_COVERAGE_MIN)
+                && le(s.idle_in_span_fraction, KERNEL_IDLE_IN_SPAN_MAX)
+            {
                 (
                     "kernel_bound",
                     "R3",
@@ -597,7 +618,8 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
                     ),
                 )
             } else if lt(s.coverage_fraction, LOW_COVERAGE_MAX)
-                && (ge(s.host_ns_per_runtime_call, LAUNCH_HOST_NS_PER_CALL_MAX) || ge(s.outside_span_fraction, PYTHON_OUTSIDE_SPAN_MIN))
+                && (ge(s.host_ns_per_runtime_call, LAUNCH_HOST_NS_PER_CALL_MAX)
+                    || ge(s.outside_span_fraction, PYTHON_OUTSIDE_SPAN_MIN))
             {
                 (
                     "python_overhead_bound",
@@ -655,7 +677,10 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     let mut others: Vec<&RangeRow> = ranges.iter().filter(|r| !listed.contains(r.label.as_str())).collect();
     others.sort_by(|a, b| b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.cmp(&b.label)));
     if others.len() > OTHER_ROWS_MAX {
-        notes.push(format!("{} further labels are not listed (only the {OTHER_ROWS_MAX} longest)", others.len() - OTHER_ROWS_MAX));
+        notes.push(format!(
+            "{} further labels are not listed (only the {OTHER_ROWS_MAX} longest)",
+            others.len() - OTHER_ROWS_MAX
+        ));
     }
     evidence.extend(others.into_iter().take(OTHER_ROWS_MAX).map(|r| row(r, "other")));
 
@@ -706,7 +731,8 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             p.label
         ));
     }
-    u.uncategorized_kernel_time_ns = cats.iter().filter(|c| c.category == crate::categories::OTHER).map(|c| c.total_time_ns).sum();
+    u.uncategorized_kernel_time_ns =
+        cats.iter().filter(|c| c.category == crate::categories::OTHER).map(|c| c.total_time_ns).sum();
     if u.uncategorized_kernel_time_ns > 0 {
         u.statements.push(format!(
             "{} of kernel time ({}) matches no category rule (category other)",

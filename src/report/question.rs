@@ -134,18 +134,23 @@ pub struct QuestionSection {
 
 fn check_share(v: Option<f64>, at: &str, src: &str) -> Result<()> {
     match v {
-        Some(x) if !(x.is_finite() && (0.0..=1.0).contains(&x)) => Err(Error::input(format!("{src}: $.question.{at}: {x}: expected a share between 0 and 1"))),
+        Some(x) if !(x.is_finite() && (0.0..=1.0).contains(&x)) => {
+            Err(Error::input(format!("{src}: $.question.{at}: {x}: expected a share between 0 and 1")))
+        }
         _ => Ok(()),
     }
 }
 
 /// Parse a question document (the bundle's `question` block).
 pub fn parse_question(v: &Value, src: &str) -> Result<QuestionDoc> {
-    let q: QuestionDoc = serde_json::from_value(v.clone()).map_err(|e| Error::input(format!("{src}: $.question: not an nsyskit.question/v1 document: {e}")))?;
+    let q: QuestionDoc = serde_json::from_value(v.clone())
+        .map_err(|e| Error::input(format!("{src}: $.question: not an nsyskit.question/v1 document: {e}")))?;
     let c = &q.contributor;
     let n = [c.label.is_some(), c.kernel_category.is_some(), c.kernel_pattern.is_some()].iter().filter(|x| **x).count();
     if n != 1 {
-        return Err(Error::input(format!("{src}: $.question.contributor: give exactly one of label, kernel_category, kernel_pattern")));
+        return Err(Error::input(format!(
+            "{src}: $.question.contributor: give exactly one of label, kernel_category, kernel_pattern"
+        )));
     }
     check_share(q.expected_share, "expected_share", src)?;
     check_share(q.max_win, "max_win", src)?;
@@ -191,19 +196,28 @@ pub fn section(ev: &Evidence, categories: &Categories, primary: Option<&str>) ->
         let denom = reference.map(|r| r.host_wall_time_ns).filter(|w| *w > 0);
         let (num, basis): (Option<i64>, String) = if let Some(l) = &q.contributor.label {
             let r = find(ranges, l);
-            let nested = r.map(|r| per.as_deref().map(|p| r.parents.contains_key(p) || r.label == p).unwrap_or(false)).unwrap_or(false);
+            let nested = r
+                .map(|r| per.as_deref().map(|p| r.parents.contains_key(p) || r.label == p).unwrap_or(false))
+                .unwrap_or(false);
             (
                 r.map(|r| r.host_wall_time_ns),
                 format!(
                     "host wall of {l:?} / host wall of {:?}{}",
                     per.as_deref().unwrap_or("?"),
-                    if r.is_some() && !nested { " (the label is not a direct child of the reference: the share may count time outside it)" } else { "" }
+                    if r.is_some() && !nested {
+                        " (the label is not a direct child of the reference: the share may count time outside it)"
+                    } else {
+                        ""
+                    }
                 ),
             )
         } else {
             let re = match &q.contributor.kernel_pattern {
                 Some(p) => Some(regex::RegexBuilder::new(p).case_insensitive(true).build().map_err(|e| {
-                    Error::input(format!("{}: $.question.contributor.kernel_pattern: bad regular expression {p:?}: {e}", ev.source))
+                    Error::input(format!(
+                        "{}: $.question.contributor.kernel_pattern: bad regular expression {p:?}: {e}",
+                        ev.source
+                    ))
                 })?),
                 None => None,
             };
@@ -226,7 +240,13 @@ pub fn section(ev: &Evidence, categories: &Categories, primary: Option<&str>) ->
         };
         let saved = share.map(|s| s.min(1.0));
         let speedup = saved.and_then(|s| (s < 1.0).then(|| 1.0 / (1.0 - s)));
-        let name = q.contributor.label.clone().or(q.contributor.kernel_category.clone()).or(q.contributor.kernel_pattern.clone()).unwrap_or_default();
+        let name = q
+            .contributor
+            .label
+            .clone()
+            .or(q.contributor.kernel_category.clone())
+            .or(q.contributor.kernel_pattern.clone())
+            .unwrap_or_default();
         let statement = match saved {
             None if denom.is_none() => format!("the reference range {:?} is not in this capture (or has no host wall): the share of {name:?} cannot be measured", per.as_deref().unwrap_or("?")),
             None => format!("{name:?} is not measurable in this capture (no such label or no kernel statistics)"),
@@ -266,7 +286,9 @@ pub fn section(ev: &Evidence, categories: &Categories, primary: Option<&str>) ->
         });
     }
     if let Some(bv) = b {
-        let bm: BenchmarkDoc = serde_json::from_value(bv.clone()).map_err(|e| Error::input(format!("{}: $.benchmark: not an nsyskit.benchmark/v1 document: {e}", ev.source)))?;
+        let bm: BenchmarkDoc = serde_json::from_value(bv.clone()).map_err(|e| {
+            Error::input(format!("{}: $.benchmark: not an nsyskit.benchmark/v1 document: {e}", ev.source))
+        })?;
         let step = primary.and_then(|p| find(ranges, p));
         let steps = step.map(|r| r.occurrences).unwrap_or(0);
         let per_step = |ns: i64| (steps > 0).then(|| ns as f64 / steps as f64 / 1e6);
@@ -303,7 +325,10 @@ pub fn section(ev: &Evidence, categories: &Categories, primary: Option<&str>) ->
         }
         let diag = bundle.pointer("/serve_capture/diagnostic").filter(|v| !v.is_null()).cloned();
         if diag.is_some() {
-            st.push("the profiled client's throughput (serve_capture.diagnostic) is diagnostic only: never the score".into());
+            st.push(
+                "the profiled client's throughput (serve_capture.diagnostic) is diagnostic only: never the score"
+                    .into(),
+            );
         }
         out.score = Some(ScoreReconciliation {
             step_label: primary.map(String::from),
@@ -321,4 +346,3 @@ pub fn section(ev: &Evidence, categories: &Categories, primary: Option<&str>) ->
     }
     Ok(Some(out))
 }
-

@@ -144,10 +144,7 @@ fn expand_alternatives(name: &str) -> Vec<String> {
             let (pre, rest) = name.split_at(open);
             let alts = &rest[1..close - open];
             let post = &rest[close - open + 1..];
-            return alts
-                .split('|')
-                .flat_map(|a| expand_alternatives(&format!("{pre}{a}{post}")))
-                .collect();
+            return alts.split('|').flat_map(|a| expand_alternatives(&format!("{pre}{a}{post}"))).collect();
         }
     }
     vec![name.trim_end_matches('-').to_string()]
@@ -270,7 +267,17 @@ mod tests {
     #[test]
     fn declared_options_of_real_help() {
         let o = declared_options(PROFILE_2023);
-        for n in ["backtrace", "capture-range", "help", "output", "trace", "delay", "nvtx-domain-include", "nvtx-domain-exclude", "export"] {
+        for n in [
+            "backtrace",
+            "capture-range",
+            "help",
+            "output",
+            "trace",
+            "delay",
+            "nvtx-domain-include",
+            "nvtx-domain-exclude",
+            "export",
+        ] {
             assert!(o.iter().any(|x| x == n), "{n} missing from {o:?}");
         }
         // prose mentions are not declarations
@@ -289,14 +296,27 @@ mod tests {
     #[test]
     fn real_2025_3_help() {
         let c = parse_capabilities(PROFILE_2025, EXPORT_2025);
-        assert!(c.cuda_graph_trace && c.capture_range && c.capture_range_end && c.trace_fork_before_exec && c.python_sampling);
+        assert!(
+            c.cuda_graph_trace
+                && c.capture_range
+                && c.capture_range_end
+                && c.trace_fork_before_exec
+                && c.python_sampling
+        );
         assert!(c.pytorch, "2025.3.1 has --pytorch");
         assert!(!c.attach_pid, "this 2025.3.1 build has no --attach-pid either");
         assert_eq!(c.export_types, ["sqlite", "hdf", "text", "json", "info", "arrow", "arrowdir", "parquetdir"]);
         let o = declared_options(PROFILE_2025);
         // 69 plain declaration lines (+1 for `--nvtx-domain-[include|exclude]=`), 11 tagged `(Experimental)`/`(Deprecated)`
         assert_eq!(o.len(), 81, "{o:?}");
-        for n in ["cuda-event-trace", "cuda-trace-all-apis", "python-functions-trace", "syscall", "enable", "gpu-metrics-devices"] {
+        for n in [
+            "cuda-event-trace",
+            "cuda-trace-all-apis",
+            "python-functions-trace",
+            "syscall",
+            "enable",
+            "gpu-metrics-devices",
+        ] {
             assert!(o.iter().any(|x| x == n), "{n} missing");
         }
         let e = declared_options(EXPORT_2025);
@@ -307,7 +327,10 @@ mod tests {
     #[test]
     fn versions() {
         assert_eq!(parse_version(VERSION_2023).as_deref(), Some("2023.4.4.54-234433681190v0"));
-        assert_eq!(parse_version("NVIDIA Nsight Systems version 2025.3.1.90-253135822126v0\n").as_deref(), Some("2025.3.1.90-253135822126v0"));
+        assert_eq!(
+            parse_version("NVIDIA Nsight Systems version 2025.3.1.90-253135822126v0\n").as_deref(),
+            Some("2025.3.1.90-253135822126v0")
+        );
         assert_eq!(parse_version("garbage"), None);
         assert_eq!(parse_version("version banana"), None);
         assert_eq!(parse_version(""), None);

@@ -31,7 +31,10 @@ pub fn install_globs_from_env() -> Vec<String> {
         Ok(v) => v.split(':').filter(|s| !s.is_empty()).map(|s| s.to_string()).collect(),
         Err(_) => {
             let mut g: Vec<String> = KNOWN_INSTALL_GLOBS.iter().map(|s| s.to_string()).collect();
-            g.extend(project_install_globs(std::env::var_os("NSYS_HOME").as_deref(), std::env::var_os("HOME").as_deref()));
+            g.extend(project_install_globs(
+                std::env::var_os("NSYS_HOME").as_deref(),
+                std::env::var_os("HOME").as_deref(),
+            ));
             g
         }
     }
@@ -214,7 +217,8 @@ pub fn expand_glob(pattern: &str) -> Vec<PathBuf> {
             let re = glob_regex(comp);
             for p in &paths {
                 let Ok(rd) = std::fs::read_dir(p) else { continue };
-                let mut names: Vec<String> = rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+                let mut names: Vec<String> =
+                    rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
                 names.sort();
                 for n in names {
                     if re.is_match(&n) {
@@ -332,7 +336,9 @@ pub fn probe_capabilities(nsys: &Path, timeout: Duration) -> std::result::Result
     let export = run("export")?;
     let caps = parse_capabilities(&profile, &export);
     if !caps.capture_range && caps.export_types.is_empty() {
-        return Err("`profile --help`/`export --help` do not look like nsys help (no --capture-range, no export types)".into());
+        return Err(
+            "`profile --help`/`export --help` do not look like nsys help (no --capture-range, no export types)".into(),
+        );
     }
     Ok(caps)
 }
@@ -383,7 +389,14 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
     // verification results, indexed like `cands`
     let mut ok: Vec<bool> = Vec::new();
     for (i, f) in found.iter().enumerate() {
-        let mut c = Candidate { path: f.path.clone(), source: f.source.into(), canonical: None, version: None, chosen: false, reason: String::new() };
+        let mut c = Candidate {
+            path: f.path.clone(),
+            source: f.source.into(),
+            canonical: None,
+            version: None,
+            chosen: false,
+            reason: String::new(),
+        };
         if let (Some(src), true) = (explicit, i > 0) {
             c.canonical = std::fs::canonicalize(&f.path).ok();
             c.reason = format!("not considered: {src} was given");

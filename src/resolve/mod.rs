@@ -20,13 +20,23 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::{Document, Error, Result, Tool};
 
-pub use caps::{compare_versions, declared_options, export_types, parse_capabilities, parse_version, version_key, Capabilities, TRACKED_SWITCHES};
-pub use find::{expand_glob, install_globs_from_env, project_install_globs, glob_regex, probe_capabilities, resolve, run_with_timeout, verify, Candidate, Resolved, ResolveOptions, RunError, RunOutput, KNOWN_INSTALL_GLOBS};
-pub use preflight::{
-    check_port, check_shm, parse_apps, parse_clocks, query_clocks, Clocks, CLOCKS_QUERY, CLOCKS_QUERY_OLD, parse_cuda_version, parse_gpus, parse_proc_net_tcp, query_gpus, Gpu, GpuProcess, GpuState, Holder, Listener,
-    PortState, ShmSegment, ShmState, TargetSpec, APPS_QUERY, GPU_QUERY,
+pub use caps::{
+    compare_versions, declared_options, export_types, parse_capabilities, parse_version, version_key, Capabilities,
+    TRACKED_SWITCHES,
 };
-pub use record::{hostname, is_secret_key, redact_command, redact_words, repo_state, rfc3339, split_words, Redactor, RepoState, REDACTED};
+pub use find::{
+    expand_glob, glob_regex, install_globs_from_env, probe_capabilities, project_install_globs, resolve,
+    run_with_timeout, verify, Candidate, ResolveOptions, Resolved, RunError, RunOutput, KNOWN_INSTALL_GLOBS,
+};
+pub use preflight::{
+    check_port, check_shm, parse_apps, parse_clocks, parse_cuda_version, parse_gpus, parse_proc_net_tcp, query_clocks,
+    query_gpus, Clocks, Gpu, GpuProcess, GpuState, Holder, Listener, PortState, ShmSegment, ShmState, TargetSpec,
+    APPS_QUERY, CLOCKS_QUERY, CLOCKS_QUERY_OLD, GPU_QUERY,
+};
+pub use record::{
+    hostname, is_secret_key, redact_command, redact_words, repo_state, rfc3339, split_words, Redactor, RepoState,
+    REDACTED,
+};
 
 /// One preflight check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -262,14 +272,17 @@ fn switches(specs: &[String]) -> Result<Vec<Switch>> {
         .iter()
         .map(|s| match s.split_once('=') {
             Some((k, v)) if !k.is_empty() => Ok(Switch { name: k.into(), state: v.into() }),
-            _ => Err(Error::usage(format!("--instrumentation {s:?}: expected NAME=STATE (e.g. nvtx=on)")).with_arg("--instrumentation")),
+            _ => Err(Error::usage(format!("--instrumentation {s:?}: expected NAME=STATE (e.g. nvtx=on)"))
+                .with_arg("--instrumentation")),
         })
         .collect()
 }
 
 /// Write `dir/provenance.json` (pretty JSON, written to a temporary file then renamed into place).
 pub fn write_record(dir: &Path, doc: &Provenance) -> Result<PathBuf> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::env(format!("{}: cannot create the record folder: {e}", dir.display())).with_arg("--record"))?;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::env(format!("{}: cannot create the record folder: {e}", dir.display())).with_arg("--record")
+    })?;
     let path = dir.join("provenance.json");
     let text = serde_json::to_string_pretty(doc).expect("provenance serialises") + "\n";
     let tmp = dir.join(".provenance.json.tmp");
@@ -284,7 +297,8 @@ pub fn write_record(dir: &Path, doc: &Provenance) -> Result<PathBuf> {
 pub fn load_record(path: &Path) -> Result<Provenance> {
     let name = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| Error::input(format!("{name}: not JSON: {e}")))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| Error::input(format!("{name}: not JSON: {e}")))?;
     let id = crate::contract::schema_id(Provenance::KIND);
     match value.get("schema").and_then(|s| s.as_str()) {
         Some(s) if s == id => {}
@@ -311,9 +325,17 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
         if !nsys.probed {
             checks.push(check("flags", "skip", "capabilities not probed"));
         } else if unsupported_flags.is_empty() {
-            checks.push(check("flags", "pass", format!("nsys {} supports every tracked switch in --flags", nsys.version)));
+            checks.push(check(
+                "flags",
+                "pass",
+                format!("nsys {} supports every tracked switch in --flags", nsys.version),
+            ));
         } else {
-            checks.push(check("flags", "fail", format!("nsys {} has no {}", nsys.version, unsupported_flags.join(", "))));
+            checks.push(check(
+                "flags",
+                "fail",
+                format!("nsys {} has no {}", nsys.version, unsupported_flags.join(", ")),
+            ));
         }
     }
 
@@ -337,16 +359,30 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
             if opts.require_gpu {
                 checks.push(check("gpu", "fail", format!("gpu unavailable: {why}")));
             } else {
-                checks.push(check("gpu", "skip", format!("gpu unavailable: {why} (a failure only with --require-gpu)")));
+                checks.push(check(
+                    "gpu",
+                    "skip",
+                    format!("gpu unavailable: {why} (a failure only with --require-gpu)"),
+                ));
             }
         } else {
-            let missing: Vec<String> = g.targets.iter().filter(|t| !g.gpus.iter().any(|x| x.index == **t)).map(|t| t.to_string()).collect();
+            let missing: Vec<String> =
+                g.targets.iter().filter(|t| !g.gpus.iter().any(|x| x.index == **t)).map(|t| t.to_string()).collect();
             if g.targets.is_empty() {
-                checks.push(check("gpu", "fail", format!("no target GPU: {} selects none of the {} GPUs", g.target_source, g.gpus.len())));
+                checks.push(check(
+                    "gpu",
+                    "fail",
+                    format!("no target GPU: {} selects none of the {} GPUs", g.target_source, g.gpus.len()),
+                ));
             } else if !missing.is_empty() {
-                checks.push(check("gpu", "fail", format!("target GPU {} not found ({} GPUs listed)", missing.join(", "), g.gpus.len())));
+                checks.push(check(
+                    "gpu",
+                    "fail",
+                    format!("target GPU {} not found ({} GPUs listed)", missing.join(", "), g.gpus.len()),
+                ));
             } else {
-                let names: Vec<String> = g.gpus.iter().filter(|x| x.target).map(|x| format!("{} ({})", x.index, x.name)).collect();
+                let names: Vec<String> =
+                    g.gpus.iter().filter(|x| x.target).map(|x| format!("{} ({})", x.index, x.name)).collect();
                 checks.push(check("gpu", "pass", format!("target GPU {} from {}", names.join(", "), g.target_source)));
             }
             let foreign: Vec<String> = g
@@ -355,13 +391,22 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
                 .filter(|p| p.on_target)
                 .map(|p| {
                     let mem = p.used_memory_mib.map(|m| format!("{m} MiB")).unwrap_or_else(|| "unknown memory".into());
-                    format!("pid {} ({}) uses {mem} on GPU {}", p.pid, p.process_name, p.gpu_index.map(|i| i.to_string()).unwrap_or_default())
+                    format!(
+                        "pid {} ({}) uses {mem} on GPU {}",
+                        p.pid,
+                        p.process_name,
+                        p.gpu_index.map(|i| i.to_string()).unwrap_or_default()
+                    )
                 })
                 .collect();
             if foreign.is_empty() {
                 checks.push(check("gpu-foreign-processes", "pass", "no compute process on the target GPU"));
             } else {
-                checks.push(check("gpu-foreign-processes", "fail", format!("foreign process on the target GPU: {}", foreign.join("; "))));
+                checks.push(check(
+                    "gpu-foreign-processes",
+                    "fail",
+                    format!("foreign process on the target GPU: {}", foreign.join("; ")),
+                ));
             }
         }
     }
@@ -375,8 +420,13 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
                         .listeners
                         .iter()
                         .map(|l| {
-                            let hs: Vec<String> = l.holders.iter().map(|h| format!("pid {} ({})", h.pid, h.command)).collect();
-                            let hs = if hs.is_empty() { format!("uid {}, process not visible", l.uid) } else { hs.join(", ") };
+                            let hs: Vec<String> =
+                                l.holders.iter().map(|h| format!("pid {} ({})", h.pid, h.command)).collect();
+                            let hs = if hs.is_empty() {
+                                format!("uid {}, process not visible", l.uid)
+                            } else {
+                                hs.join(", ")
+                            };
                             format!("{} held by {hs}", l.local_address)
                         })
                         .collect();
@@ -396,9 +446,17 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
             Ok(s) => {
                 let stale: Vec<&str> = s.segments.iter().filter(|x| x.stale).map(|x| x.path.as_str()).collect();
                 if stale.is_empty() {
-                    checks.push(check("shm", "pass", format!("no stale segment matches {pat:?} ({} in use)", s.segments.len())));
+                    checks.push(check(
+                        "shm",
+                        "pass",
+                        format!("no stale segment matches {pat:?} ({} in use)", s.segments.len()),
+                    ));
                 } else {
-                    checks.push(check("shm", "fail", format!("{} stale segment(s) match {pat:?}: {}", stale.len(), stale.join(", "))));
+                    checks.push(check(
+                        "shm",
+                        "fail",
+                        format!("{} stale segment(s) match {pat:?}: {}", stale.len(), stale.join(", ")),
+                    ));
                 }
                 Some(s)
             }
@@ -412,14 +470,21 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
     };
 
     // the environment the engine starts from: the --env value given, else ours
-    let given = env.iter().find(|e| e.name == "CUDA_INJECTION64_PATH" && e.source == "given").and_then(|e| e.value.clone());
-    let injection = given.map(|v| (v, "--env")).or_else(|| opts.cuda_injection.clone().map(|v| (v, "in the environment nsys and the engine start from")));
-    if let Some((v, whence)) = injection.as_ref().filter(|(v, _)| !is_nsys_injection(v) && !preflight && opts.record.is_some()) {
+    let given =
+        env.iter().find(|e| e.name == "CUDA_INJECTION64_PATH" && e.source == "given").and_then(|e| e.value.clone());
+    let injection = given
+        .map(|v| (v, "--env"))
+        .or_else(|| opts.cuda_injection.clone().map(|v| (v, "in the environment nsys and the engine start from")));
+    if let Some((v, whence)) =
+        injection.as_ref().filter(|(v, _)| !is_nsys_injection(v) && !preflight && opts.record.is_some())
+    {
         eprintln!("nsys-resolve: warning: {}", cuda_injection_reason(v, whence));
     }
     if preflight {
         match &injection {
-            Some((v, _)) if is_nsys_injection(v) => checks.push(check("cuda-injection", "pass", format!("CUDA_INJECTION64_PATH is nsys's own ({v})"))),
+            Some((v, _)) if is_nsys_injection(v) => {
+                checks.push(check("cuda-injection", "pass", format!("CUDA_INJECTION64_PATH is nsys's own ({v})")))
+            }
             Some((v, whence)) => checks.push(check("cuda-injection", "warn", cuda_injection_reason(v, whence))),
             None => checks.push(check("cuda-injection", "pass", "CUDA_INJECTION64_PATH is not set")),
         }
@@ -427,19 +492,29 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
             match g.cuda_version.as_deref() {
                 Some(cv) => match nsys_too_old_for_driver(&nsys.version, cv) {
                     Some(why) => checks.push(check("nsys-driver", "warn", why)),
-                    None => checks.push(check("nsys-driver", "pass", format!("nsys {} traces CUDA on a CUDA {cv} driver", nsys.version))),
+                    None => checks.push(check(
+                        "nsys-driver",
+                        "pass",
+                        format!("nsys {} traces CUDA on a CUDA {cv} driver", nsys.version),
+                    )),
                 },
-                None => checks.push(check("nsys-driver", "skip", "the driver's CUDA version is unknown (nvidia-smi printed none)")),
+                None => checks.push(check(
+                    "nsys-driver",
+                    "skip",
+                    "the driver's CUDA version is unknown (nvidia-smi printed none)",
+                )),
             }
         }
     }
     for c in checks.iter().filter(|c| c.status == "warn") {
         eprintln!("nsys-resolve: warning: {}: {}", c.name, c.reason);
     }
-    let failed: Vec<String> = checks.iter().filter(|c| c.status == "fail").map(|c| format!("{}: {}", c.name, c.reason)).collect();
+    let failed: Vec<String> =
+        checks.iter().filter(|c| c.status == "fail").map(|c| format!("{}: {}", c.name, c.reason)).collect();
     let server_cmd = opts.server_cmd.as_deref().map(|c| redact_command(c).0);
     let client_cmd = opts.client_cmd.as_deref().map(|c| redact_command(c).0);
-    let record_path = opts.record.as_ref().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).join("provenance.json"));
+    let record_path =
+        opts.record.as_ref().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).join("provenance.json"));
     let mut artifacts = opts.artifacts.clone();
     if let Some(p) = &record_path {
         artifacts.push(p.display().to_string());

@@ -10,12 +10,15 @@ use serde::{Deserialize, Serialize};
 use super::find::{glob_regex, run_with_timeout};
 
 /// The `--query-gpu` fields asked for (their CSV headers differ: `memory.used [MiB]`, `clocks.current.sm [MHz]`).
-pub const GPU_QUERY: &str = "index,uuid,name,driver_version,memory.used,memory.total,utilization.gpu,clocks.sm,clocks.max.sm";
+pub const GPU_QUERY: &str =
+    "index,uuid,name,driver_version,memory.used,memory.total,utilization.gpu,clocks.sm,clocks.max.sm";
 /// The clock-policy query, asked separately (so that the main query stays the one the fixtures replay): the
 /// active clock event reasons (throttling) and the application clocks. Drivers before the rename (R535) only know
 /// `clocks_throttle_reasons.active`: [`CLOCKS_QUERY_OLD`] is tried when this one fails.
-pub const CLOCKS_QUERY: &str = "index,clocks_event_reasons.active,clocks.applications.graphics,clocks.applications.memory";
-pub const CLOCKS_QUERY_OLD: &str = "index,clocks_throttle_reasons.active,clocks.applications.graphics,clocks.applications.memory";
+pub const CLOCKS_QUERY: &str =
+    "index,clocks_event_reasons.active,clocks.applications.graphics,clocks.applications.memory";
+pub const CLOCKS_QUERY_OLD: &str =
+    "index,clocks_throttle_reasons.active,clocks.applications.graphics,clocks.applications.memory";
 /// The `--query-compute-apps` fields asked for (`used_memory` prints as `used_gpu_memory [MiB]`).
 pub const APPS_QUERY: &str = "pid,process_name,used_memory,gpu_uuid";
 
@@ -135,7 +138,9 @@ pub fn parse_gpus(text: &str) -> Result<Vec<Gpu>, String> {
     let mut out = Vec::new();
     for (i, p) in csv_rows(text, "--query-gpu", 9)?.into_iter().enumerate() {
         let p = fix_columns(p, 9, 2);
-        let index = p[0].parse::<u32>().map_err(|_| format!("--query-gpu: line {}: index {:?} is not a number", i + 2, p[0]))?;
+        let index = p[0]
+            .parse::<u32>()
+            .map_err(|_| format!("--query-gpu: line {}: index {:?} is not a number", i + 2, p[0]))?;
         out.push(Gpu {
             index,
             uuid: p[1].clone(),
@@ -163,7 +168,9 @@ pub type Clocks = (u32, Option<String>, Option<u64>, Option<u64>);
 pub fn parse_clocks(text: &str) -> Result<Vec<Clocks>, String> {
     let mut out = Vec::new();
     for (i, p) in csv_rows(text, "--query-gpu (clocks)", 4)?.into_iter().enumerate() {
-        let index = p[0].parse::<u32>().map_err(|_| format!("--query-gpu (clocks): line {}: index {:?} is not a number", i + 2, p[0]))?;
+        let index = p[0]
+            .parse::<u32>()
+            .map_err(|_| format!("--query-gpu (clocks): line {}: index {:?} is not a number", i + 2, p[0]))?;
         let reasons = Some(p[1].clone()).filter(|r| r.starts_with("0x"));
         out.push((index, reasons, num(&p[2]), num(&p[3])));
     }
@@ -173,7 +180,9 @@ pub fn parse_clocks(text: &str) -> Result<Vec<Clocks>, String> {
 /// Fill the clock-policy fields of `gpus` from nvidia-smi (new query name first, then the old one). Never an
 /// error: the fields stay `null` when neither query is answered.
 pub fn query_clocks(smi: &Path, gpus: &mut [Gpu], timeout: Duration) {
-    for (q, field) in [(CLOCKS_QUERY, "clocks_event_reasons.active"), (CLOCKS_QUERY_OLD, "clocks_throttle_reasons.active")] {
+    for (q, field) in
+        [(CLOCKS_QUERY, "clocks_event_reasons.active"), (CLOCKS_QUERY_OLD, "clocks_throttle_reasons.active")]
+    {
         let Ok(o) = run_with_timeout(smi, &[&format!("--query-gpu={q}"), "--format=csv"], timeout) else { continue };
         if !o.status.success() {
             continue;
@@ -196,7 +205,9 @@ pub fn parse_apps(text: &str) -> Result<Vec<GpuProcess>, String> {
     let mut out = Vec::new();
     for (i, p) in csv_rows(text, "--query-compute-apps", 4)?.into_iter().enumerate() {
         let p = fix_columns(p, 4, 1);
-        let pid = p[0].parse::<u32>().map_err(|_| format!("--query-compute-apps: line {}: pid {:?} is not a number", i + 2, p[0]))?;
+        let pid = p[0]
+            .parse::<u32>()
+            .map_err(|_| format!("--query-compute-apps: line {}: pid {:?} is not a number", i + 2, p[0]))?;
         out.push(GpuProcess {
             pid,
             process_name: p[1].clone(),
@@ -251,7 +262,12 @@ pub fn query_gpus(smi: Option<&Path>, target: &TargetSpec, timeout: Duration) ->
         if !o.status.success() {
             let msg = format!("{}{}", o.stdout, o.stderr);
             let msg = msg.split_whitespace().collect::<Vec<_>>().join(" ");
-            return Err(format!("`nvidia-smi {}` exited with {}: {}", args.join(" "), o.status, msg.chars().take(300).collect::<String>()));
+            return Err(format!(
+                "`nvidia-smi {}` exited with {}: {}",
+                args.join(" "),
+                o.status,
+                msg.chars().take(300).collect::<String>()
+            ));
         }
         Ok(o.stdout)
     };
@@ -259,11 +275,15 @@ pub fn query_gpus(smi: Option<&Path>, target: &TargetSpec, timeout: Duration) ->
         Ok(g) => g,
         Err(e) => return unavailable(e, Some(&smi), source),
     };
-    let mut procs = match run(&[&format!("--query-compute-apps={APPS_QUERY}"), "--format=csv"]).and_then(|t| parse_apps(&t)) {
-        Ok(p) => p,
-        Err(e) => return unavailable(e, Some(&smi), source),
-    };
-    let cuda_version = run(&["--version"]).ok().and_then(|t| parse_cuda_version(&t)).or_else(|| run(&[]).ok().and_then(|t| parse_cuda_version(&t)));
+    let mut procs =
+        match run(&[&format!("--query-compute-apps={APPS_QUERY}"), "--format=csv"]).and_then(|t| parse_apps(&t)) {
+            Ok(p) => p,
+            Err(e) => return unavailable(e, Some(&smi), source),
+        };
+    let cuda_version = run(&["--version"])
+        .ok()
+        .and_then(|t| parse_cuda_version(&t))
+        .or_else(|| run(&[]).ok().and_then(|t| parse_cuda_version(&t)));
     let mut gpus = gpus;
     query_clocks(&smi, &mut gpus, timeout);
     let targets: Vec<u32> = match target {
@@ -275,7 +295,10 @@ pub fn query_gpus(smi: Option<&Path>, target: &TargetSpec, timeout: Duration) ->
             .filter(|s| !s.is_empty())
             .filter_map(|s| match s.parse::<u32>() {
                 Ok(i) => Some(i),
-                Err(_) => gpus.iter().find(|g| g.uuid.starts_with(s) || g.uuid.strip_prefix("GPU-").is_some_and(|u| u.starts_with(s))).map(|g| g.index),
+                Err(_) => gpus
+                    .iter()
+                    .find(|g| g.uuid.starts_with(s) || g.uuid.strip_prefix("GPU-").is_some_and(|u| u.starts_with(s)))
+                    .map(|g| g.index),
             })
             .collect(),
     };
@@ -372,7 +395,13 @@ pub fn parse_proc_net_tcp(text: &str, v6: bool) -> Vec<(String, u16, u32, u64)> 
 fn holder(pid: u32) -> Holder {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string();
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| b.split(|c| *c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect::<Vec<_>>().join(" "))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .unwrap_or_default();
     Holder { pid, command: comm, cmdline }
 }
@@ -402,7 +431,8 @@ pub fn check_port(port: u16) -> Result<PortState, String> {
         return Err("cannot read /proc/net/tcp or /proc/net/tcp6".into());
     }
     if !listeners.is_empty() {
-        let wanted: HashMap<String, usize> = listeners.iter().enumerate().map(|(i, l)| (format!("socket:[{}]", l.inode), i)).collect();
+        let wanted: HashMap<String, usize> =
+            listeners.iter().enumerate().map(|(i, l)| (format!("socket:[{}]", l.inode), i)).collect();
         for pid in pids() {
             let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
             for e in rd.filter_map(|e| e.ok()) {
@@ -462,7 +492,13 @@ pub fn check_shm(dir: &Path, pattern: &str) -> Result<ShmState, String> {
         .collect();
     names.sort_by(|a, b| a.0.cmp(&b.0));
     if names.is_empty() {
-        return Ok(ShmState { pattern: pattern.into(), syntax: syntax.into(), dir: dir.display().to_string(), segments: vec![], stale: 0 });
+        return Ok(ShmState {
+            pattern: pattern.into(),
+            syntax: syntax.into(),
+            dir: dir.display().to_string(),
+            segments: vec![],
+            stale: 0,
+        });
     }
     let paths: Vec<String> = names.iter().map(|(n, _)| dir.join(n).display().to_string()).collect();
     let mut holders: Vec<Vec<Holder>> = vec![vec![]; paths.len()];
@@ -502,7 +538,13 @@ pub fn check_shm(dir: &Path, pattern: &str) -> Result<ShmState, String> {
         segs.push(ShmSegment { path: p, size: m.len(), modified, stale: h.is_empty(), holders: h });
     }
     let stale = segs.iter().filter(|s| s.stale).count();
-    Ok(ShmState { pattern: pattern.into(), syntax: syntax.into(), dir: dir.display().to_string(), segments: segs, stale })
+    Ok(ShmState {
+        pattern: pattern.into(),
+        syntax: syntax.into(),
+        dir: dir.display().to_string(),
+        segments: segs,
+        stale,
+    })
 }
 
 #[cfg(test)]

@@ -241,7 +241,10 @@ pub fn repo_state(dir: &Path) -> Result<RepoState> {
         .map_err(|e| fail(format!("no commit to record ({e})")))?
         .trim()
         .to_string();
-    let branch = git(dir, &["symbolic-ref", "--quiet", "--short", "HEAD"]).ok().map(|b| b.trim().to_string()).filter(|b| !b.is_empty());
+    let branch = git(dir, &["symbolic-ref", "--quiet", "--short", "HEAD"])
+        .ok()
+        .map(|b| b.trim().to_string())
+        .filter(|b| !b.is_empty());
     let status = git(dir, &["status", "--porcelain=v1", "--untracked-files=normal"]).map_err(fail)?;
     let lines: Vec<String> = status.lines().filter(|l| !l.is_empty()).map(|l| l.to_string()).collect();
     Ok(RepoState {
@@ -269,7 +272,9 @@ mod tests {
 
     #[test]
     fn secrets() {
-        for k in ["HF_TOKEN", "hf_token", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "AuthHeader", "keyring"] {
+        for k in
+            ["HF_TOKEN", "hf_token", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "AuthHeader", "keyring"]
+        {
             assert!(is_secret_key(k), "{k}");
         }
         for k in ["CUDA_VISIBLE_DEVICES", "VLLM_USE_V1", "PATH"] {
@@ -279,16 +284,31 @@ mod tests {
         assert!(r);
         assert_eq!(c, "HF_TOKEN=<redacted> vllm serve m --api-key <redacted> --port 8000 --auth-token=<redacted>");
         assert_eq!(redact_command("vllm serve 'my model'"), ("vllm serve 'my model'".to_string(), false));
-        let argv: Vec<String> = ["srv", "--api-key", "sk-live-1234", "--token=abcd1234", "OPENAI_API_KEY=k-9999", "--port", "80"].map(String::from).into();
-        let r = Redactor::new([argv.as_slice()], &[("HF_TOKEN".into(), "hf_secret_1".into()), ("PORT".into(), "8000".into())]);
-        assert_eq!(r.argv(&argv), ["srv", "--api-key", "<redacted>", "--token=<redacted>", "OPENAI_API_KEY=<redacted>", "--port", "80"]);
-        assert_eq!(r.text("log: key sk-live-1234 and hf_secret_1 on 8000"), "log: key <redacted> and <redacted> on 8000");
+        let argv: Vec<String> =
+            ["srv", "--api-key", "sk-live-1234", "--token=abcd1234", "OPENAI_API_KEY=k-9999", "--port", "80"]
+                .map(String::from)
+                .into();
+        let r = Redactor::new(
+            [argv.as_slice()],
+            &[("HF_TOKEN".into(), "hf_secret_1".into()), ("PORT".into(), "8000".into())],
+        );
+        assert_eq!(
+            r.argv(&argv),
+            ["srv", "--api-key", "<redacted>", "--token=<redacted>", "OPENAI_API_KEY=<redacted>", "--port", "80"]
+        );
+        assert_eq!(
+            r.text("log: key sk-live-1234 and hf_secret_1 on 8000"),
+            "log: key <redacted> and <redacted> on 8000"
+        );
         assert!(!r.json(&serde_json::json!({"a": "x\"sk-live-1234"})).contains("sk-live"));
     }
 
     #[test]
     fn words() {
-        assert_eq!(split_words(r#"--trace=cuda,nvtx -o 'my rep' "a \"b\"" c\ d"#), ["--trace=cuda,nvtx", "-o", "my rep", "a \"b\"", "c d"]);
+        assert_eq!(
+            split_words(r#"--trace=cuda,nvtx -o 'my rep' "a \"b\"" c\ d"#),
+            ["--trace=cuda,nvtx", "-o", "my rep", "a \"b\"", "c d"]
+        );
         assert!(split_words("   ").is_empty());
         assert_eq!(split_words("''"), [""]);
     }

@@ -36,7 +36,11 @@ pub struct LauncherCheck {
 pub const ENGINES: &[&str] = &["sglang", "vllm"];
 
 /// The requirements: `required` (from `--require-argv`), then those `engine` and the window imply.
-pub fn requirements(required: &[String], engine: Option<&str>, capture_range: Option<&str>) -> Result<Vec<ArgvRequirement>> {
+pub fn requirements(
+    required: &[String],
+    engine: Option<&str>,
+    capture_range: Option<&str>,
+) -> Result<Vec<ArgvRequirement>> {
     let mut out: Vec<ArgvRequirement> = Vec::new();
     let mut add = |flag: &str, why: String| {
         if !out.iter().any(|r| r.flag == flag) {
@@ -45,7 +49,8 @@ pub fn requirements(required: &[String], engine: Option<&str>, capture_range: Op
     };
     for f in required {
         if !f.starts_with('-') || f.len() < 2 {
-            return Err(Error::usage(format!("--require-argv {f:?}: expected a flag (starting with -)")).with_arg("--require-argv"));
+            return Err(Error::usage(format!("--require-argv {f:?}: expected a flag (starting with -)"))
+                .with_arg("--require-argv"));
         }
         add(f, "--require-argv".into());
     }
@@ -59,11 +64,16 @@ pub fn requirements(required: &[String], engine: Option<&str>, capture_range: Op
         Some("vllm") => {
             // a range-bounded window opens on cudaProfilerStart: vLLM calls it only with the CUDA profiler
             if capture_range.is_some_and(|r| r != "none") {
-                add("--profiler-config.profiler=cuda", format!("--engine vllm with --capture-range {}", capture_range.unwrap_or_default()));
+                add(
+                    "--profiler-config.profiler=cuda",
+                    format!("--engine vllm with --capture-range {}", capture_range.unwrap_or_default()),
+                );
             }
         }
         Some(e) => {
-            return Err(Error::usage(format!("--engine {e:?}: expected one of {}", ENGINES.join(", "))).with_arg("--engine"));
+            return Err(
+                Error::usage(format!("--engine {e:?}: expected one of {}", ENGINES.join(", "))).with_arg("--engine")
+            );
         }
     }
     Ok(out)
@@ -75,14 +85,22 @@ pub fn requirements(required: &[String], engine: Option<&str>, capture_range: Op
 pub fn has_flag(argv: &[String], flag: &str) -> bool {
     let json_group = |name: &str, value: &str| -> bool {
         let Some((group, key)) = name.rsplit_once('.') else { return false };
-        let holds = |j: &str| serde_json::from_str::<serde_json::Value>(j).ok().is_some_and(|v| v.get(key).and_then(|x| x.as_str()) == Some(value));
+        let holds = |j: &str| {
+            serde_json::from_str::<serde_json::Value>(j)
+                .ok()
+                .is_some_and(|v| v.get(key).and_then(|x| x.as_str()) == Some(value))
+        };
         argv.iter().enumerate().any(|(i, a)| {
-            (a == group && argv.get(i + 1).is_some_and(|j| holds(j))) || a.strip_prefix(group).and_then(|r| r.strip_prefix('=')).is_some_and(holds)
+            (a == group && argv.get(i + 1).is_some_and(|j| holds(j)))
+                || a.strip_prefix(group).and_then(|r| r.strip_prefix('=')).is_some_and(holds)
         })
     };
     match flag.split_once('=') {
         Some((name, value)) => {
-            argv.iter().enumerate().any(|(i, a)| a == flag || (a == name && argv.get(i + 1).is_some_and(|v| v == value))) || json_group(name, value)
+            argv.iter()
+                .enumerate()
+                .any(|(i, a)| a == flag || (a == name && argv.get(i + 1).is_some_and(|v| v == value)))
+                || json_group(name, value)
         }
         None => argv.iter().any(|a| a == flag || a.strip_prefix(flag).is_some_and(|rest| rest.starts_with('='))),
     }
@@ -123,7 +141,9 @@ pub fn parse_module(s: &str) -> Result<ModuleSpec> {
             return Ok(ModuleSpec { path: PathBuf::from(p), sha256: Some(h.to_ascii_lowercase()) });
         }
         if h.chars().all(|c| c.is_ascii_hexdigit()) && !h.is_empty() {
-            return Err(Error::usage(format!("--module {s}: {h:?} is not a sha256 (64 hex digits)")).with_arg("--module"));
+            return Err(
+                Error::usage(format!("--module {s}: {h:?} is not a sha256 (64 hex digits)")).with_arg("--module")
+            );
         }
     }
     Ok(ModuleSpec { path: PathBuf::from(s), sha256: None })
@@ -184,13 +204,19 @@ pub fn inspect_modules(specs: &[ModuleSpec], cwd: Option<&Path>, strict: bool) -
         };
         let md = std::fs::metadata(&path).ok().filter(|m| m.is_file());
         let sha = match &md {
-            Some(_) => Some(sha256_file(&path).map_err(|e| Error::input(format!("--module {}: cannot read: {e}", path.display())).with_arg("--module"))?),
+            Some(_) => Some(sha256_file(&path).map_err(|e| {
+                Error::input(format!("--module {}: cannot read: {e}", path.display())).with_arg("--module")
+            })?),
             None => None,
         };
         let matches = s.sha256.as_ref().map(|want| sha.as_deref() == Some(want.as_str()));
         if strict {
             if md.is_none() {
-                return Err(Error::input(format!("--strict-prebuilt: module {} is missing (not a file): nothing was started", path.display())).with_arg("--module"));
+                return Err(Error::input(format!(
+                    "--strict-prebuilt: module {} is missing (not a file): nothing was started",
+                    path.display()
+                ))
+                .with_arg("--module"));
             }
             if matches == Some(false) {
                 return Err(Error::input(format!(
@@ -250,7 +276,9 @@ pub fn scan(mods: &mut [ModuleRecord], pids: &[i32], at_s: f64) {
         // the mapping names the path the loader opened: compare it canonicalised with ours
         let canon = std::fs::canonicalize(&m.path).map(|p| p.display().to_string()).unwrap_or_else(|_| m.path.clone());
         for (pid, files) in &maps {
-            if files.iter().any(|(i, p)| *i == ino && (*p == m.path || *p == canon)) && !m.loaded_by_pid.contains(&(*pid as i64)) {
+            if files.iter().any(|(i, p)| *i == ino && (*p == m.path || *p == canon))
+                && !m.loaded_by_pid.contains(&(*pid as i64))
+            {
                 m.loaded_by_pid.push(*pid as i64);
                 m.loaded = true;
                 m.first_seen_s.get_or_insert(at_s);
@@ -270,7 +298,10 @@ mod tests {
     #[test]
     fn engine_implications() {
         let r = requirements(&[], Some("sglang"), None).unwrap();
-        assert_eq!(r.iter().map(|x| x.flag.as_str()).collect::<Vec<_>>(), ["--alignment-nvtx-ranges", "--alignment-iteration-records"]);
+        assert_eq!(
+            r.iter().map(|x| x.flag.as_str()).collect::<Vec<_>>(),
+            ["--alignment-nvtx-ranges", "--alignment-iteration-records"]
+        );
         assert!(requirements(&[], Some("vllm"), None).unwrap().is_empty());
         let r = requirements(&[], Some("vllm"), Some("cudaProfilerApi")).unwrap();
         assert_eq!(r[0].flag, "--profiler-config.profiler=cuda");
@@ -283,7 +314,15 @@ mod tests {
 
     #[test]
     fn flags_are_matched_whole() {
-        let a = v(&["python", "-m", "vllm", "--profiler-config.profiler", "cuda", "--enforce-eager=1", "--alignment-nvtx-ranges-x"]);
+        let a = v(&[
+            "python",
+            "-m",
+            "vllm",
+            "--profiler-config.profiler",
+            "cuda",
+            "--enforce-eager=1",
+            "--alignment-nvtx-ranges-x",
+        ]);
         assert!(has_flag(&a, "--profiler-config.profiler=cuda"));
         assert!(!has_flag(&a, "--profiler-config.profiler=torch"));
         assert!(has_flag(&v(&["--profiler-config.profiler=cuda"]), "--profiler-config.profiler=cuda"));
@@ -295,14 +334,21 @@ mod tests {
         let reqs = requirements(&[], Some("sglang"), None).unwrap();
         let e = check_argv(&v(&["sglang", "--alignment-nvtx-ranges"]), &reqs).unwrap_err();
         assert_eq!(e.exit_code(), 2);
-        assert!(e.message.contains("lacks --alignment-iteration-records: required by --engine sglang"), "{}", e.message);
+        assert!(
+            e.message.contains("lacks --alignment-iteration-records: required by --engine sglang"),
+            "{}",
+            e.message
+        );
         check_argv(&v(&["s", "--alignment-nvtx-ranges", "--alignment-iteration-records"]), &reqs).unwrap();
     }
 
     #[test]
     fn module_specs() {
         let h = "ab".repeat(32);
-        assert_eq!(parse_module(&format!("/a/b.so={h}")).unwrap(), ModuleSpec { path: "/a/b.so".into(), sha256: Some(h.clone()) });
+        assert_eq!(
+            parse_module(&format!("/a/b.so={h}")).unwrap(),
+            ModuleSpec { path: "/a/b.so".into(), sha256: Some(h.clone()) }
+        );
         assert_eq!(parse_module("/a/k=v.so").unwrap().sha256, None);
         assert!(parse_module("/a/b.so=abc").is_err());
         assert!(parse_module("").is_err());

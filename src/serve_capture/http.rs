@@ -18,7 +18,9 @@ impl Url {
     /// Parse a plain-HTTP URL (no TLS: serve-capture talks to a server on this machine).
     pub fn parse(s: &str) -> Result<Url> {
         let rest = s.strip_prefix("http://").ok_or_else(|| {
-            Error::usage(format!("'{s}': only http:// URLs are supported (the server is polled on this machine, without TLS)"))
+            Error::usage(format!(
+                "'{s}': only http:// URLs are supported (the server is polled on this machine, without TLS)"
+            ))
         })?;
         let (hostport, path) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].to_string()),
@@ -52,7 +54,10 @@ fn parse_port(p: &str, url: &str) -> Result<u16> {
 /// GET the URL; Ok(status code) when a response came back, Err(reason) when the connection or the response
 /// failed (refused, timed out, not HTTP).
 pub fn get_status(url: &Url, timeout: Duration) -> std::result::Result<u16, String> {
-    let addrs: Vec<_> = (url.host.as_str(), url.port).to_socket_addrs().map_err(|e| format!("cannot resolve {}: {e}", url.host))?.collect();
+    let addrs: Vec<_> = (url.host.as_str(), url.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {}: {e}", url.host))?
+        .collect();
     let mut last = String::from("no address");
     for addr in addrs {
         match TcpStream::connect_timeout(&addr, timeout) {
@@ -60,7 +65,10 @@ pub fn get_status(url: &Url, timeout: Duration) -> std::result::Result<u16, Stri
                 let _ = s.set_read_timeout(Some(timeout));
                 let _ = s.set_write_timeout(Some(timeout));
                 let host = if url.host.contains(':') { format!("[{}]", url.host) } else { url.host.clone() };
-                let req = format!("GET {} HTTP/1.1\r\nHost: {host}:{}\r\nConnection: close\r\nAccept: */*\r\n\r\n", url.path, url.port);
+                let req = format!(
+                    "GET {} HTTP/1.1\r\nHost: {host}:{}\r\nConnection: close\r\nAccept: */*\r\n\r\n",
+                    url.path, url.port
+                );
                 s.write_all(req.as_bytes()).map_err(|e| format!("cannot send the request: {e}"))?;
                 let mut head = Vec::new();
                 let mut buf = [0u8; 1024];

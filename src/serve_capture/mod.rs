@@ -111,7 +111,8 @@ impl StopFlag {
     }
     /// Ask the run to stop as if `sig` had been received (the first request wins).
     pub fn request(&self, sig: i32) {
-        let _ = self.0.compare_exchange(0, sig, std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst);
+        let _ =
+            self.0.compare_exchange(0, sig, std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst);
     }
     /// Ask the run to stop as on Ctrl-C (SIGINT): outcome `interrupted`, `cleanup.stop_signal` 2.
     pub fn interrupt(&self) {
@@ -189,8 +190,9 @@ impl ServeCaptureOptions {
 /// Split a command given as one string (`--warmup "curl -s URL"`) with POSIX shell-word rules, for exec
 /// without a shell. `flag` names the argument in errors.
 pub fn split_command(s: &str, flag: &str) -> Result<Vec<String>> {
-    let words = shlex::split(s)
-        .ok_or_else(|| Error::usage(format!("{flag} '{s}': unbalanced quotes or a trailing backslash")).with_arg(flag))?;
+    let words = shlex::split(s).ok_or_else(|| {
+        Error::usage(format!("{flag} '{s}': unbalanced quotes or a trailing backslash")).with_arg(flag)
+    })?;
     Ok(words)
 }
 
@@ -488,9 +490,15 @@ fn owned_flag(word: &str) -> Option<&'static str> {
 }
 
 /// Check the options and build the `nsys profile` argv (without the nsys path) and the flags added.
-pub fn build_nsys_args(o: &ServeCaptureOptions, caps: &Capabilities, report_base: &Path) -> Result<(Vec<String>, Vec<AddedFlag>)> {
+pub fn build_nsys_args(
+    o: &ServeCaptureOptions,
+    caps: &Capabilities,
+    report_base: &Path,
+) -> Result<(Vec<String>, Vec<AddedFlag>)> {
     if o.server.is_empty() {
-        return Err(Error::usage("no server command: give it after `--`: serve-capture … -- SERVER ARGS…").with_arg("SERVER"));
+        return Err(
+            Error::usage("no server command: give it after `--`: serve-capture … -- SERVER ARGS…").with_arg("SERVER")
+        );
     }
     let prog = Path::new(&o.server[0]).file_name().and_then(|s| s.to_str()).unwrap_or("");
     if prog == "env" {
@@ -513,7 +521,10 @@ pub fn build_nsys_args(o: &ServeCaptureOptions, caps: &Capabilities, report_base
     let timed = o.delay_s.is_some() || o.duration_s.is_some();
     let ranged = o.capture_range.as_deref().is_some_and(|r| r != "none");
     if timed && ranged {
-        return Err(Error::usage("--delay/--duration (time-bounded window) and --capture-range (range-bounded window) exclude each other").with_arg("--capture-range"));
+        return Err(Error::usage(
+            "--delay/--duration (time-bounded window) and --capture-range (range-bounded window) exclude each other",
+        )
+        .with_arg("--capture-range"));
     }
     for (v, f) in [(o.delay_s, "--delay"), (o.duration_s, "--duration")] {
         if let Some(x) = v {
@@ -555,7 +566,10 @@ pub fn build_nsys_args(o: &ServeCaptureOptions, caps: &Capabilities, report_base
         }
         if user_graph.is_none() {
             args.push("--cuda-graph-trace=node".into());
-            added.push(AddedFlag { flag: "--cuda-graph-trace=node".into(), why: "CUDA is traced: graph-replayed kernels only exist at node level".into() });
+            added.push(AddedFlag {
+                flag: "--cuda-graph-trace=node".into(),
+                why: "CUDA is traced: graph-replayed kernels only exist at node level".into(),
+            });
         }
     }
     let user_fork = o.flags.iter().find(|f| f.starts_with("--trace-fork-before-exec"));
@@ -595,12 +609,17 @@ pub fn build_nsys_args(o: &ServeCaptureOptions, caps: &Capabilities, report_base
         }
         args.push(format!("--capture-range-end={end}"));
         if o.capture_range_end.is_none() {
-            added.push(AddedFlag { flag: "--capture-range-end=stop".into(), why: "the server keeps running after the range; serve-capture stops it".into() });
+            added.push(AddedFlag {
+                flag: "--capture-range-end=stop".into(),
+                why: "the server keeps running after the range; serve-capture stops it".into(),
+            });
         }
     }
     for f in &o.flags {
         if let Some(use_instead) = owned_flag(f) {
-            return Err(Error::usage(format!("--flags: '{f}' is set by serve-capture: use {use_instead}")).with_arg("--flags"));
+            return Err(
+                Error::usage(format!("--flags: '{f}' is set by serve-capture: use {use_instead}")).with_arg("--flags")
+            );
         }
     }
     // --kill exists in every nsys serve-capture supports (2020.x onwards); resolve does not track it
@@ -682,7 +701,10 @@ impl Run<'_> {
         let s = self.o.stop.signal();
         if s != 0 && self.stop_seen.is_none() {
             self.stop_seen = Some(s);
-            self.fail("interrupted", format!("{} received: stopping and cleaning up the recorded processes", procs::signal_name(s)));
+            self.fail(
+                "interrupted",
+                format!("{} received: stopping and cleaning up the recorded processes", procs::signal_name(s)),
+            );
         }
         s != 0
     }
@@ -775,7 +797,13 @@ impl Run<'_> {
 
     /// Wait for process `i` up to `limit`, stopping early on a stop signal (unless `ignore_stop`) or when
     /// `also` says so. Returns whether it ended.
-    fn wait_for(&mut self, i: usize, limit: Duration, ignore_stop: bool, mut also: impl FnMut(&mut Self) -> bool) -> bool {
+    fn wait_for(
+        &mut self,
+        i: usize,
+        limit: Duration,
+        ignore_stop: bool,
+        mut also: impl FnMut(&mut Self) -> bool,
+    ) -> bool {
         let until = Instant::now() + limit;
         loop {
             if self.poll_end(i) {
@@ -806,7 +834,8 @@ impl Run<'_> {
             let rec = self.procs[i].rec.clone();
             let ended = rec.ended.clone().unwrap_or_default();
             let parent = rec.parent_pid as i32;
-            let parent_alive = self.procs.iter().any(|p| p.rec.pid == rec.parent_pid && procs::alive(parent, p.rec.starttime_ticks));
+            let parent_alive =
+                self.procs.iter().any(|p| p.rec.pid == rec.parent_pid && procs::alive(parent, p.rec.starttime_ticks));
             if ended == "exit 0" || !parent_alive {
                 continue;
             }
@@ -972,7 +1001,9 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
         (false, None) => std::path::absolute(p).unwrap_or_else(|_| p.clone()),
     });
     if let Some(p) = &iter_path {
-        if let Some((_, v)) = o.env.iter().find(|(k, v)| k == crate::iterations::RECORDS_ENV && Path::new(v) != p.as_path()) {
+        if let Some((_, v)) =
+            o.env.iter().find(|(k, v)| k == crate::iterations::RECORDS_ENV && Path::new(v) != p.as_path())
+        {
             return Err(Error::usage(format!(
                 "--env {}={v} contradicts --iteration-records {}: give the path once (serve-capture sets {} itself)",
                 crate::iterations::RECORDS_ENV,
@@ -1007,7 +1038,11 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
             .map(|mut d| d.next().is_none())
             .map_err(|e| Error::usage(format!("--out {}: {e}", abs_out.display())).with_arg("--out"))?;
         if !empty {
-            return Err(Error::usage(format!("--out {}: exists and is not empty: give a fresh run folder", abs_out.display())).with_arg("--out"));
+            return Err(Error::usage(format!(
+                "--out {}: exists and is not empty: give a fresh run folder",
+                abs_out.display()
+            ))
+            .with_arg("--out"));
         }
     }
     // nsys-resolve: the nsys, its capabilities, the preflight (GPU, port) and the provenance document
@@ -1034,7 +1069,8 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
     // everything is checked before anything is created or started
     let (args, added) = build_nsys_args(o, &prov.nsys.capabilities, &abs_out.join("capture"))?;
     let out = abs_out;
-    std::fs::create_dir_all(out.join("pids")).map_err(|e| Error::env(format!("--out {}: cannot create: {e}", out.display())).with_arg("--out"))?;
+    std::fs::create_dir_all(out.join("pids"))
+        .map_err(|e| Error::env(format!("--out {}: cannot create: {e}", out.display())).with_arg("--out"))?;
     let mut nsys_argv = vec![nsys.display().to_string()];
     nsys_argv.extend(red.argv(&args));
     // the run has started: gate-check, report and capture-compare refuse this folder until it ends
@@ -1043,7 +1079,8 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
     let mut prov = prov;
     prov.capture.flags_argv = red.argv(&args);
     prov.capture.launcher = launcher.clone();
-    let prov: crate::resolve::Provenance = serde_json::from_str(&red.json(&prov)).expect("a redacted provenance reads back");
+    let prov: crate::resolve::Provenance =
+        serde_json::from_str(&red.json(&prov)).expect("a redacted provenance reads back");
     crate::resolve::write_record(&out, &prov)?;
     let gpu_pin = o.gpu.map(|index| GpuPin {
         index,
@@ -1064,7 +1101,14 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
     let timed = o.delay_s.is_some() || o.duration_s.is_some();
     let ranged = o.capture_range.as_deref().is_some_and(|r| r != "none");
     let window = Window {
-        mode: if timed { "time" } else if ranged { "range" } else { "whole" }.into(),
+        mode: if timed {
+            "time"
+        } else if ranged {
+            "range"
+        } else {
+            "whole"
+        }
+        .into(),
         delay_s: o.delay_s,
         duration_s: o.duration_s,
         capture_range: o.capture_range.clone().filter(|_| ranged),
@@ -1073,7 +1117,25 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
         end_est_s: None,
     };
 
-    Ok(Plan { health, urls, is_local, out, nsys, version, args, added, nsys_argv, files, gpu_start, gpu_pin, timed, window, preflight_failed, launcher, iter_path })
+    Ok(Plan {
+        health,
+        urls,
+        is_local,
+        out,
+        nsys,
+        version,
+        args,
+        added,
+        nsys_argv,
+        files,
+        gpu_start,
+        gpu_pin,
+        timed,
+        window,
+        preflight_failed,
+        launcher,
+        iter_path,
+    })
 }
 
 impl<'a> Run<'a> {
@@ -1120,7 +1182,11 @@ impl<'a> Run<'a> {
         let pids: Vec<i32> = self
             .procs
             .iter()
-            .filter(|t| matches!(t.rec.role.as_str(), "server" | "server-child") && t.rec.ended.is_none() && procs::alive(t.rec.pid as i32, t.rec.starttime_ticks))
+            .filter(|t| {
+                matches!(t.rec.role.as_str(), "server" | "server-child")
+                    && t.rec.ended.is_none()
+                    && procs::alive(t.rec.pid as i32, t.rec.starttime_ticks)
+            })
             .map(|t| t.rec.pid as i32)
             .collect();
         let at = self.now();
@@ -1132,9 +1198,23 @@ impl<'a> Run<'a> {
     fn collect_iterations(&mut self) {
         let Some(src) = self.p.iter_path.clone() else { return };
         let out = self.out.clone();
-        let mut res = IterationsResult { source: src.display().to_string(), copy: None, document: None, verdict: None, records: 0, usable_as_time: false };
+        let mut res = IterationsResult {
+            source: src.display().to_string(),
+            copy: None,
+            document: None,
+            verdict: None,
+            records: 0,
+            usable_as_time: false,
+        };
         if !src.is_file() {
-            self.fail("iterations", format!("the server wrote no iteration records at {} (it is told the path through {}): does it write them?", src.display(), crate::iterations::RECORDS_ENV));
+            self.fail(
+                "iterations",
+                format!(
+                    "the server wrote no iteration records at {} (it is told the path through {}): does it write them?",
+                    src.display(),
+                    crate::iterations::RECORDS_ENV
+                ),
+            );
             self.iterations = Some(res);
             return;
         }
@@ -1155,8 +1235,20 @@ impl<'a> Run<'a> {
                     self.p.files.iterations = res.document.clone();
                 }
                 if d.verdict != "PASS" {
-                    let first: Vec<String> = d.problems.iter().take(3).map(|p| format!("line {} {}: {}", p.line, p.path, p.message)).collect();
-                    self.fail("iterations", format!("the iteration records fail validation ({} problem(s)): {}", d.problems.len(), first.join("; ")));
+                    let first: Vec<String> = d
+                        .problems
+                        .iter()
+                        .take(3)
+                        .map(|p| format!("line {} {}: {}", p.line, p.path, p.message))
+                        .collect();
+                    self.fail(
+                        "iterations",
+                        format!(
+                            "the iteration records fail validation ({} problem(s)): {}",
+                            d.problems.len(),
+                            first.join("; ")
+                        ),
+                    );
                 }
                 res.verdict = Some(d.verdict.clone());
                 res.records = d.records;
@@ -1174,7 +1266,10 @@ impl<'a> Run<'a> {
         let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
         let (timed, prof) = (r.p.timed, r.prof);
         let _ = (&out, &nsys, &version, timed, prof);
-        r.fail("preflight", format!("nsys-resolve says RETRY: {reason}; nothing was started (see {})", r.p.files.provenance));
+        r.fail(
+            "preflight",
+            format!("nsys-resolve says RETRY: {reason}; nothing was started (see {})", r.p.files.provenance),
+        );
         let (schema, tool) = ServeCaptureDoc::header();
         let doc = ServeCaptureDoc {
             schema,
@@ -1195,7 +1290,13 @@ impl<'a> Run<'a> {
             diagnostic: None,
             capture: None,
             gate: None,
-            cleanup: Cleanup { all_gone: true, port: Some(r.p.health.port), gpu_check: Some("not checked".into()), gpu_reason: Some("nothing was started".into()), ..Default::default() },
+            cleanup: Cleanup {
+                all_gone: true,
+                port: Some(r.p.health.port),
+                gpu_check: Some("not checked".into()),
+                gpu_reason: Some("nothing was started".into()),
+                ..Default::default()
+            },
             gpu_pin: r.p.gpu_pin.clone(),
             injection: vec![],
             gpu_end: None,
@@ -1207,7 +1308,6 @@ impl<'a> Run<'a> {
         let doc = finish_doc(&r.red, &out, doc)?;
         write_run_state(&out, "failed");
         Ok(doc)
-
     }
 
     /// Step 2: `nsys profile … SERVER` in its own session, env set on the nsys process.
@@ -1218,7 +1318,8 @@ impl<'a> Run<'a> {
         let (timed, prof) = (r.p.timed, r.prof);
         let _ = (&out, &nsys, &version, timed, prof);
         // 1. nsys profile … SERVER, in its own session, env set on the nsys process
-        let log = File::create(out.join("nsys.log")).map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
+        let log =
+            File::create(out.join("nsys.log")).map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
         let log2 = log.try_clone().map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
         let mut cmd = Command::new(&nsys);
         cmd.args(&r.p.args).stdin(Stdio::null()).stdout(log).stderr(log2);
@@ -1279,12 +1380,25 @@ impl<'a> Run<'a> {
             }
             if r.poll_end(prof) {
                 let how = r.procs[prof].rec.ended.clone().unwrap_or_default();
-                r.fail("ready", format!("the profiled process exited ({how} of nsys) before the server was ready; nsys.log: {}", tail_of(&out.join("nsys.log"), 4)));
+                r.fail(
+                    "ready",
+                    format!(
+                        "the profiled process exited ({how} of nsys) before the server was ready; nsys.log: {}",
+                        tail_of(&out.join("nsys.log"), 4)
+                    ),
+                );
                 return false;
             }
             if let Some(si) = r.server_i {
                 if r.poll_end(si) {
-                    r.fail("ready", format!("the server (pid {}) exited before it was ready; nsys.log: {}", r.procs[si].rec.pid, tail_of(&out.join("nsys.log"), 4)));
+                    r.fail(
+                        "ready",
+                        format!(
+                            "the server (pid {}) exited before it was ready; nsys.log: {}",
+                            r.procs[si].rec.pid,
+                            tail_of(&out.join("nsys.log"), 4)
+                        ),
+                    );
                     return false;
                 }
                 if r.watch_workers(si) {
@@ -1320,7 +1434,10 @@ impl<'a> Run<'a> {
                 break;
             }
             if Instant::now() >= deadline {
-                r.fail("ready", format!("not ready after {} s (--ready-timeout); last: {last}", o.ready_timeout.as_secs_f64()));
+                r.fail(
+                    "ready",
+                    format!("not ready after {} s (--ready-timeout); last: {last}", o.ready_timeout.as_secs_f64()),
+                );
                 return false;
             }
             std::thread::sleep(Duration::from_millis(250));
@@ -1338,11 +1455,24 @@ impl<'a> Run<'a> {
             if !matches!(rec.role.as_str(), "server" | "server-child") {
                 continue;
             }
-            if let Some(v) = procs::environ_var(rec.pid as i32, "CUDA_INJECTION64_PATH").filter(|v| !v.is_empty() && !crate::resolve::is_nsys_injection(v)) {
-                r.injection.push(InjectionFinding { role: rec.role.clone(), pid: rec.pid, value: v.clone(), blocks_cuda_tracing: cuda });
-                let why = crate::resolve::cuda_injection_reason(&v, &format!("in /proc/{}/environ of the {} process", rec.pid, rec.role));
+            if let Some(v) = procs::environ_var(rec.pid as i32, "CUDA_INJECTION64_PATH")
+                .filter(|v| !v.is_empty() && !crate::resolve::is_nsys_injection(v))
+            {
+                r.injection.push(InjectionFinding {
+                    role: rec.role.clone(),
+                    pid: rec.pid,
+                    value: v.clone(),
+                    blocks_cuda_tracing: cuda,
+                });
+                let why = crate::resolve::cuda_injection_reason(
+                    &v,
+                    &format!("in /proc/{}/environ of the {} process", rec.pid, rec.role),
+                );
                 if cuda {
-                    r.fail("injection", format!("{why}; nothing was captured on purpose: the run stops before the warmup"));
+                    r.fail(
+                        "injection",
+                        format!("{why}; nothing was captured on purpose: the run stops before the warmup"),
+                    );
                 } else {
                     eprintln!("serve-capture: warning: {} (CUDA is not traced in this run)", r.red.text(&why));
                 }
@@ -1380,14 +1510,27 @@ impl<'a> Run<'a> {
                     if r.procs[si].rec.ended.is_some() {
                         r.fail("server", format!("the server (pid {}) exited during the warmup", r.procs[si].rec.pid));
                     } else {
-                        r.fail("warmup", format!("the warmup client did not finish within {} s (--client-timeout)", o.client_timeout.as_secs_f64()));
+                        r.fail(
+                            "warmup",
+                            format!(
+                                "the warmup client did not finish within {} s (--client-timeout)",
+                                o.client_timeout.as_secs_f64()
+                            ),
+                        );
                     }
                 }
                 return false;
             }
             let ended = r.procs[i].rec.ended.clone();
             if ended.as_deref() != Some("exit 0") {
-                r.fail("warmup", format!("the warmup client failed ({}); see {}/warmup.stderr", ended.unwrap_or_default(), out.display()));
+                r.fail(
+                    "warmup",
+                    format!(
+                        "the warmup client failed ({}); see {}/warmup.stderr",
+                        ended.unwrap_or_default(),
+                        out.display()
+                    ),
+                );
                 return false;
             }
         }
@@ -1427,9 +1570,22 @@ impl<'a> Run<'a> {
         if !r.wait_for(i, o.client_timeout, false, server_died) {
             if r.stop_seen.is_none() && !r.worker_failed {
                 if r.procs[si].rec.ended.is_some() || r.procs[prof].rec.ended.is_some() {
-                    r.fail("server", format!("the server (pid {}) exited during the load (mid-run); nsys.log: {}", r.procs[si].rec.pid, tail_of(&out.join("nsys.log"), 3)));
+                    r.fail(
+                        "server",
+                        format!(
+                            "the server (pid {}) exited during the load (mid-run); nsys.log: {}",
+                            r.procs[si].rec.pid,
+                            tail_of(&out.join("nsys.log"), 3)
+                        ),
+                    );
                 } else {
-                    r.fail("load", format!("the load client did not finish within {} s (--client-timeout)", o.client_timeout.as_secs_f64()));
+                    r.fail(
+                        "load",
+                        format!(
+                            "the load client did not finish within {} s (--client-timeout)",
+                            o.client_timeout.as_secs_f64()
+                        ),
+                    );
                 }
             }
             return false;
@@ -1452,8 +1608,19 @@ impl<'a> Run<'a> {
                 std::thread::sleep(Duration::from_millis(50));
             };
             let stage = if died { "server" } else { "load" };
-            let why = if died { format!("; the server (pid {}) exited during the load (mid-run)", r.procs[si].rec.pid) } else { String::new() };
-            r.fail(stage, format!("the load client failed ({}){why}; see {}/load.stderr", ended.unwrap_or_default(), out.display()));
+            let why = if died {
+                format!("; the server (pid {}) exited during the load (mid-run)", r.procs[si].rec.pid)
+            } else {
+                String::new()
+            };
+            r.fail(
+                stage,
+                format!(
+                    "the load client failed ({}){why}; see {}/load.stderr",
+                    ended.unwrap_or_default(),
+                    out.display()
+                ),
+            );
         }
 
         // 5. time mode: wait for the window to close (nsys exits by itself after --duration with --kill=none)
@@ -1462,7 +1629,13 @@ impl<'a> Run<'a> {
             r.say(format!("waiting for the capture window to close (~{left:.1} s) and nsys to write its report"));
             let limit = Duration::from_secs_f64(left) + o.finalize_timeout;
             if !r.wait_for(prof, limit, false, |r| r.watch_workers(si)) && r.stop_seen.is_none() && !r.worker_failed {
-                r.fail("capture", format!("nsys did not end within {} s after the window closed (--finalize-timeout)", o.finalize_timeout.as_secs_f64()));
+                r.fail(
+                    "capture",
+                    format!(
+                        "nsys did not end within {} s after the window closed (--finalize-timeout)",
+                        o.finalize_timeout.as_secs_f64()
+                    ),
+                );
             }
         }
         if timed {
@@ -1497,7 +1670,8 @@ impl<'a> Run<'a> {
             t.rec.gone
         });
         if !all_gone {
-            let left: Vec<String> = r.procs.iter().filter(|t| !t.rec.gone).map(|t| format!("{} {}", t.rec.role, t.rec.pid)).collect();
+            let left: Vec<String> =
+                r.procs.iter().filter(|t| !t.rec.gone).map(|t| format!("{} {}", t.rec.role, t.rec.pid)).collect();
             r.fail("cleanup", format!("still running after TERM and KILL: {}", left.join(", ")));
         }
         let port = r.p.health.port;
@@ -1555,13 +1729,32 @@ impl<'a> Run<'a> {
                 }
             } else {
                 let hint = no_report_hint(&window, nsys_ended.as_deref(), &r);
-                r.fail("capture", format!("nsys ({}) wrote no report {}: {hint}; nsys.log: {}", nsys_ended.clone().unwrap_or_default(), rep.display(), tail_of(&out.join("nsys.log"), 4)));
-                capture = Some(CaptureResult { nsys_ended, report: None, sqlite: None, nvtx_ranges: vec![], nvtx_range_total: 0, kernel_rows: 0 });
+                r.fail(
+                    "capture",
+                    format!(
+                        "nsys ({}) wrote no report {}: {hint}; nsys.log: {}",
+                        nsys_ended.clone().unwrap_or_default(),
+                        rep.display(),
+                        tail_of(&out.join("nsys.log"), 4)
+                    ),
+                );
+                capture = Some(CaptureResult {
+                    nsys_ended,
+                    report: None,
+                    sqlite: None,
+                    nvtx_ranges: vec![],
+                    nvtx_range_total: 0,
+                    kernel_rows: 0,
+                });
             }
             if let Some(c) = &capture {
                 // (only a finding of its own when the lifecycle went through: after an earlier failure it is expected)
                 if c.sqlite.is_some() && c.nvtx_range_total == 0 && o.trace.contains("nvtx") && r.failures.is_empty() {
-                    let facts = c.sqlite.as_deref().and_then(|p| crate::export::Export::open(Path::new(p)).ok()).and_then(|ex| crate::export::nvtx_no_range_facts(&ex).ok());
+                    let facts = c
+                        .sqlite
+                        .as_deref()
+                        .and_then(|p| crate::export::Export::open(Path::new(p)).ok())
+                        .and_then(|ex| crate::export::nvtx_no_range_facts(&ex).ok());
                     let why = match facts {
                         Some((_, Some(msg))) => format!(
                             "the run emitted NVTX but nsys recorded no range, and its export says {msg:?}: the engine's NVTX library is incompatible with nsys {version} \
@@ -1591,11 +1784,21 @@ impl<'a> Run<'a> {
                 thresholds: crate::gate::Thresholds { min_rep_bytes: o.min_rep_bytes, ..Default::default() },
                 ..Default::default()
             };
-            match crate::gate::run(&gopts).and_then(|g| write_json_redacted(&out.join("gate.json"), &g, &r.red).map(|_| g)) {
+            match crate::gate::run(&gopts)
+                .and_then(|g| write_json_redacted(&out.join("gate.json"), &g, &r.red).map(|_| g))
+            {
                 Ok(g) => {
                     files.gate = Some(out.join("gate.json").display().to_string());
-                    let verdict = serde_json::to_value(g.verdict).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-                    let reasons = g.gates.iter().filter(|x| g.retry.contains(&x.id)).map(|x| format!("{}: {}", x.id, x.reason)).collect();
+                    let verdict = serde_json::to_value(g.verdict)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    let reasons = g
+                        .gates
+                        .iter()
+                        .filter(|x| g.retry.contains(&x.id))
+                        .map(|x| format!("{}: {}", x.id, x.reason))
+                        .collect();
                     gate = Some(GateSummary { verdict, retry: g.retry.clone(), reasons });
                 }
                 Err(e) => r.fail("postprocess", format!("gate-check: {}", e.message)),
@@ -1613,7 +1816,13 @@ impl<'a> Run<'a> {
     }
 
     /// Step 8: the document (redacted) and the bundle; the run folder's terminal state.
-    fn record_run(&mut self, cleanup: Cleanup, gpu_end: Option<crate::resolve::GpuState>, capture: Option<CaptureResult>, gate: Option<GateSummary>) -> Result<ServeCaptureDoc> {
+    fn record_run(
+        &mut self,
+        cleanup: Cleanup,
+        gpu_end: Option<crate::resolve::GpuState>,
+        capture: Option<CaptureResult>,
+        gate: Option<GateSummary>,
+    ) -> Result<ServeCaptureDoc> {
         let r = self;
         let o = r.o;
         let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
@@ -1643,7 +1852,8 @@ impl<'a> Run<'a> {
         let mut load = client(r.load_i, "load", r);
         if let (Some(l), true) = (&mut load, timed) {
             l.spans_window = Some(
-                window.start_est_s.is_some_and(|ws| l.started_at_s <= ws) && window.end_est_s.is_none_or(|we| l.ended_at_s.is_some_and(|e| e >= we)),
+                window.start_est_s.is_some_and(|ws| l.started_at_s <= ws)
+                    && window.end_est_s.is_none_or(|we| l.ended_at_s.is_some_and(|e| e >= we)),
             );
         }
         let diagnostic = load.as_ref().map(|l| diagnostic_of(l, &out.join("load.stdout")));
@@ -1691,14 +1901,24 @@ impl<'a> Run<'a> {
         if let Some(b) = doc.files.bundle.clone() {
             let merged = (|| -> Result<()> {
                 let mut docs = Vec::new();
-                for f in [Some(doc.files.provenance.clone()), doc.files.gate.clone(), doc.files.ranges.clone(), doc.files.iterations.clone(), Some(doc.files.document.clone())].into_iter().flatten() {
+                for f in [
+                    Some(doc.files.provenance.clone()),
+                    doc.files.gate.clone(),
+                    doc.files.ranges.clone(),
+                    doc.files.iterations.clone(),
+                    Some(doc.files.document.clone()),
+                ]
+                .into_iter()
+                .flatten()
+                {
                     docs.extend(crate::bundle::read_docs(&[crate::contract::Input::Path(PathBuf::from(f))])?);
                 }
                 crate::bundle::run(Path::new(&b), &docs, crate::bundle::Mode::Write).map(|_| ())
             })();
             if let Err(e) = merged {
                 eprintln!("serve-capture: postprocess: bundle-merge: {}", e.message);
-                doc.failures.push(Failure { stage: "postprocess".into(), reason: format!("bundle-merge: {}", e.message) });
+                doc.failures
+                    .push(Failure { stage: "postprocess".into(), reason: format!("bundle-merge: {}", e.message) });
                 doc.outcome = "failed".into();
                 doc.files.bundle = None;
                 doc = finish_doc(&r.red, &out, doc)?;
@@ -1714,7 +1934,8 @@ impl<'a> Run<'a> {
 /// (polled up to `--grace`: the driver releases memory a moment after the process is gone). Without a GPU
 /// state at start or at the end this is `not checked`, never `passed`.
 fn verify_gpu(r: &mut Run, start: Option<&crate::resolve::GpuState>) -> (Cleanup, Option<crate::resolve::GpuState>) {
-    let not_checked = |why: String| Cleanup { gpu_check: Some("not checked".into()), gpu_reason: Some(why), ..Default::default() };
+    let not_checked =
+        |why: String| Cleanup { gpu_check: Some("not checked".into()), gpu_reason: Some(why), ..Default::default() };
     let Some(start) = start.filter(|g| g.status == "available") else {
         let why = start.and_then(|g| g.reason.clone()).unwrap_or_else(|| "nvidia-smi was not queried at start".into());
         return (not_checked(format!("no GPU state at start: {why}")), start.cloned());
@@ -1726,7 +1947,9 @@ fn verify_gpu(r: &mut Run, start: Option<&crate::resolve::GpuState>) -> (Cleanup
             Err(_) => crate::resolve::TargetSpec::All,
         },
     };
-    let used = |g: &crate::resolve::GpuState| -> Option<u64> { g.gpus.iter().filter(|x| x.target).map(|x| x.memory_used_mib).sum() };
+    let used = |g: &crate::resolve::GpuState| -> Option<u64> {
+        g.gpus.iter().filter(|x| x.target).map(|x| x.memory_used_mib).sum()
+    };
     let before = used(start);
     let recorded: Vec<i64> = r.procs.iter().map(|t| t.rec.pid).collect();
     let until = Instant::now() + r.o.grace.max(Duration::from_secs(1));
@@ -1740,7 +1963,15 @@ fn verify_gpu(r: &mut Run, start: Option<&crate::resolve::GpuState>) -> (Cleanup
             .processes
             .iter()
             .filter(|p| recorded.contains(&(p.pid as i64)))
-            .map(|p| format!("pid {} ({}) still holds {} on GPU {}", p.pid, p.process_name, p.used_memory_mib.map(|m| format!("{m} MiB")).unwrap_or_else(|| "memory".into()), p.gpu_index.map(|i| i.to_string()).unwrap_or_else(|| p.gpu_uuid.clone())))
+            .map(|p| {
+                format!(
+                    "pid {} ({}) still holds {} on GPU {}",
+                    p.pid,
+                    p.process_name,
+                    p.used_memory_mib.map(|m| format!("{m} MiB")).unwrap_or_else(|| "memory".into()),
+                    p.gpu_index.map(|i| i.to_string()).unwrap_or_else(|| p.gpu_uuid.clone())
+                )
+            })
             .collect();
         let after = used(&end);
         let tol = r.o.gpu_mem_tolerance_mib;
@@ -1754,7 +1985,16 @@ fn verify_gpu(r: &mut Run, start: Option<&crate::resolve::GpuState>) -> (Cleanup
                 after.unwrap_or(0),
                 before.unwrap_or(0)
             );
-            return (Cleanup { gpu_check: Some("passed".into()), gpu_reason: Some(reason), gpu_memory_before_mib: before, gpu_memory_after_mib: after, ..Default::default() }, Some(end));
+            return (
+                Cleanup {
+                    gpu_check: Some("passed".into()),
+                    gpu_reason: Some(reason),
+                    gpu_memory_before_mib: before,
+                    gpu_memory_after_mib: after,
+                    ..Default::default()
+                },
+                Some(end),
+            );
         }
         if Instant::now() >= until {
             let mut why = held;
@@ -1765,7 +2005,16 @@ fn verify_gpu(r: &mut Run, start: Option<&crate::resolve::GpuState>) -> (Cleanup
             }
             let reason = why.join("; ");
             r.fail("cleanup", format!("GPU resources not released: {reason}"));
-            return (Cleanup { gpu_check: Some("failed".into()), gpu_reason: Some(reason), gpu_memory_before_mib: before, gpu_memory_after_mib: after, ..Default::default() }, Some(end));
+            return (
+                Cleanup {
+                    gpu_check: Some("failed".into()),
+                    gpu_reason: Some(reason),
+                    gpu_memory_before_mib: before,
+                    gpu_memory_after_mib: after,
+                    ..Default::default()
+                },
+                Some(end),
+            );
         }
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -1862,7 +2111,15 @@ pub fn run_state(dir: &Path) -> RunState {
     let pid: i32 = w.next().and_then(|p| p.parse().ok()).unwrap_or(0);
     match state.as_str() {
         "ok" | "failed" | "interrupted" => RunState::Terminal(state),
-        "running" if pid > 0 && procs::stat(pid).is_some_and(|s| s.state != 'Z' && procs::cmdline(pid).first().is_some_and(|a| a.contains("serve-capture") || a.contains("nu_plugin"))) => {
+        "running"
+            if pid > 0
+                && procs::stat(pid).is_some_and(|s| {
+                    s.state != 'Z'
+                        && procs::cmdline(pid)
+                            .first()
+                            .is_some_and(|a| a.contains("serve-capture") || a.contains("nu_plugin"))
+                }) =>
+        {
             RunState::Running(pid)
         }
         "running" => RunState::Unfinished(format!("serve-capture (pid {pid}) is gone")),
@@ -1933,7 +2190,8 @@ fn cleanup(r: &mut Run, prof: usize, server: Option<usize>) {
         }
     }
     // the server tree, latest first
-    let mut tree: Vec<usize> = order.iter().copied().filter(|&i| matches!(r.procs[i].rec.role.as_str(), "server" | "server-child")).collect();
+    let mut tree: Vec<usize> =
+        order.iter().copied().filter(|&i| matches!(r.procs[i].rec.role.as_str(), "server" | "server-child")).collect();
     tree.sort_by_key(|&i| std::cmp::Reverse((r.procs[i].rec.starttime_ticks, r.procs[i].rec.pid)));
     for i in tree {
         r.stop(i);
@@ -1957,7 +2215,11 @@ fn cleanup(r: &mut Run, prof: usize, server: Option<usize>) {
 
 fn diagnostic_of(l: &ClientRun, stdout: &Path) -> Diagnostic {
     let last = std::fs::read_to_string(stdout).unwrap_or_default();
-    let v = last.lines().rev().find(|l| !l.trim().is_empty()).and_then(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok());
+    let v = last
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok());
     let num = |k: &str| v.as_ref().and_then(|v| v.get(k)).and_then(|x| x.as_u64());
     let (requests, tokens) = (num("requests"), num("tokens"));
     let per = |n: Option<u64>| match (n, l.wall_s) {
@@ -2009,10 +2271,21 @@ mod tests {
     use super::*;
 
     fn opts() -> ServeCaptureOptions {
-        ServeCaptureOptions::new(vec!["./srv".into(), "8000".into()], "http://127.0.0.1:8000/health".into(), vec!["curl".into()], "/tmp/x".into())
+        ServeCaptureOptions::new(
+            vec!["./srv".into(), "8000".into()],
+            "http://127.0.0.1:8000/health".into(),
+            vec!["curl".into()],
+            "/tmp/x".into(),
+        )
     }
     fn all_caps() -> Capabilities {
-        Capabilities { cuda_graph_trace: true, trace_fork_before_exec: true, capture_range: true, capture_range_end: true, ..Default::default() }
+        Capabilities {
+            cuda_graph_trace: true,
+            trace_fork_before_exec: true,
+            capture_range: true,
+            capture_range_end: true,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -2024,8 +2297,16 @@ mod tests {
         assert_eq!(
             a,
             [
-                "profile", "--trace=cuda,nvtx,osrt", "--cuda-graph-trace=node", "--trace-fork-before-exec=true",
-                "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--kill=none", "--output=/o/capture", "./srv", "8000"
+                "profile",
+                "--trace=cuda,nvtx,osrt",
+                "--cuda-graph-trace=node",
+                "--trace-fork-before-exec=true",
+                "--capture-range=cudaProfilerApi",
+                "--capture-range-end=stop",
+                "--kill=none",
+                "--output=/o/capture",
+                "./srv",
+                "8000"
             ]
         );
         assert_eq!(added.len(), 4);
@@ -2042,7 +2323,10 @@ mod tests {
         assert!(build_nsys_args(&o, &caps, Path::new("/o/c")).is_ok(), "no CUDA traced: no graph flag needed");
         o.cuda_child = true;
         caps.trace_fork_before_exec = false;
-        assert!(build_nsys_args(&o, &caps, Path::new("/o/c")).unwrap_err().message.contains("--trace-fork-before-exec"));
+        assert!(build_nsys_args(&o, &caps, Path::new("/o/c"))
+            .unwrap_err()
+            .message
+            .contains("--trace-fork-before-exec"));
         let mut o = opts();
         o.flags = vec!["--cuda-graph-trace=graph".into()];
         assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("refused"));
@@ -2054,13 +2338,19 @@ mod tests {
         assert!(e.message.contains("--env NAME=VALUE"), "{}", e.message);
         let mut o = opts();
         o.warmup = Some(vec!["curl".into()]);
-        assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("--warmup needs a capture window"));
+        assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c"))
+            .unwrap_err()
+            .message
+            .contains("--warmup needs a capture window"));
         o.duration_s = Some(5.0);
         assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("needs --delay"));
         o.delay_s = Some(5.0);
         assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).is_ok());
         o.capture_range = Some("cudaProfilerApi".into());
-        assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c")).unwrap_err().message.contains("exclude each other"));
+        assert!(build_nsys_args(&o, &all_caps(), Path::new("/o/c"))
+            .unwrap_err()
+            .message
+            .contains("exclude each other"));
     }
 
     #[test]
@@ -2073,14 +2363,21 @@ mod tests {
             let mut o = opts();
             o.cuda_child = true;
             o.capture_range = Some("cudaProfilerApi".into());
-            let (a, _) = build_nsys_args(&o, &caps, Path::new("/o/capture")).unwrap_or_else(|e| panic!("{v}: {}", e.message));
-            assert!(a.contains(&"--cuda-graph-trace=node".to_string()) && a.contains(&"--trace-fork-before-exec=true".to_string()));
+            let (a, _) =
+                build_nsys_args(&o, &caps, Path::new("/o/capture")).unwrap_or_else(|e| panic!("{v}: {}", e.message));
+            assert!(
+                a.contains(&"--cuda-graph-trace=node".to_string())
+                    && a.contains(&"--trace-fork-before-exec=true".to_string())
+            );
         }
     }
 
     #[test]
     fn commands_split_like_a_shell() {
-        assert_eq!(split_command("curl -s 'http://x/a b' \"q\"", "--load").unwrap(), ["curl", "-s", "http://x/a b", "q"]);
+        assert_eq!(
+            split_command("curl -s 'http://x/a b' \"q\"", "--load").unwrap(),
+            ["curl", "-s", "http://x/a b", "q"]
+        );
         assert!(split_command("curl 'unclosed", "--load").is_err());
         assert_eq!(parse_env("A=b=c").unwrap(), ("A".into(), "b=c".into()));
         assert!(parse_env("=x").is_err());

@@ -38,7 +38,9 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
 /// The command line of a process (NUL-separated argv), empty when gone or a kernel thread.
 pub fn cmdline(pid: i32) -> Vec<String> {
     std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| b.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+        .map(|b| {
+            b.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect()
+        })
         .unwrap_or_default()
 }
 
@@ -89,9 +91,9 @@ pub fn signal_if_same(pid: i32, starttime: u64, sig: i32) -> bool {
 
 /// Is some socket in LISTEN state on this TCP port (IPv4 or IPv6, this network namespace)?
 pub fn port_listening(port: u16) -> bool {
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).map(|t| listening_in(&t, port)).unwrap_or(false)
-    })
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .any(|f| std::fs::read_to_string(f).map(|t| listening_in(&t, port)).unwrap_or(false))
 }
 
 /// Parse a `/proc/net/tcp{,6}` table: any row with local port `port` in state `0A` (LISTEN)?
@@ -150,7 +152,8 @@ impl ExitWatcher {
     pub fn start() -> Result<ExitWatcher, String> {
         // SAFETY: plain socket calls on a descriptor this function owns; buffers outlive the calls.
         unsafe {
-            let fd = libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 11 /* NETLINK_CONNECTOR */);
+            let fd =
+                libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 11 /* NETLINK_CONNECTOR */);
             if fd < 0 {
                 return Err(format!("netlink socket: {}", std::io::Error::last_os_error()));
             }
@@ -158,7 +161,12 @@ impl ExitWatcher {
             addr.nl_family = libc::AF_NETLINK as u16;
             addr.nl_groups = 1; // CN_IDX_PROC
             addr.nl_pid = 0;
-            if libc::bind(fd, &addr as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_nl>() as u32) < 0 {
+            if libc::bind(
+                fd,
+                &addr as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_nl>() as u32,
+            ) < 0
+            {
                 let e = std::io::Error::last_os_error();
                 libc::close(fd);
                 return Err(format!("netlink bind: {e}"));
@@ -178,7 +186,13 @@ impl ExitWatcher {
                 return Err(format!("netlink listen: {e}"));
             }
             let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
-            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv as *const _ as *const libc::c_void, std::mem::size_of::<libc::timeval>() as u32);
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
             let exits = std::sync::Arc::new(std::sync::Mutex::new(HashMap::new()));
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let (e2, s2) = (exits.clone(), stop.clone());
@@ -282,7 +296,8 @@ mod tests {
 
     #[test]
     fn stat_with_odd_command_names() {
-        let s = parse_stat("4242 (my (odd) name) S 17 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10").unwrap();
+        let s = parse_stat("4242 (my (odd) name) S 17 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10")
+            .unwrap();
         assert_eq!(s.pid, 4242);
         assert_eq!(s.comm, "my (odd) name");
         assert_eq!(s.state, 'S');
@@ -315,7 +330,11 @@ mod tests {
             }
         };
         let t0 = std::time::Instant::now();
-        let mut c = std::process::Command::new("sh").args(["-c", "sh -c 'sleep 0.2; exit 7' & echo $!; wait; sleep 0.3"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let mut c = std::process::Command::new("sh")
+            .args(["-c", "sh -c 'sleep 0.2; exit 7' & echo $!; wait; sleep 0.3"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
         use std::io::Read;
         let mut out = String::new();
         c.stdout.take().unwrap().read_to_string(&mut out).unwrap();

@@ -17,12 +17,14 @@ pub fn fixture(rel: &str) -> PathBuf {
 
 /// Validate a document against `schemas/<kind>.v1.schema.json`, chosen by its `schema` field.
 pub fn assert_valid(doc: &serde_json::Value) {
-    let id = doc.get("schema").and_then(|s| s.as_str()).unwrap_or_else(|| panic!("document has no schema field: {doc}"));
+    let id =
+        doc.get("schema").and_then(|s| s.as_str()).unwrap_or_else(|| panic!("document has no schema field: {doc}"));
     let kind = nsyskit::contract::kind_of_schema_id(id).unwrap_or_else(|| panic!("not an nsyskit schema id: {id}"));
     let path = root().join("schemas").join(format!("{kind}.v1.schema.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{}: invalid schema: {e}", path.display()));
+    let validator =
+        jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{}: invalid schema: {e}", path.display()));
     let errors: Vec<String> = validator.iter_errors(doc).map(|e| format!("{} at {}", e, e.instance_path())).collect();
     assert!(errors.is_empty(), "document does not match {}:\n{}", path.display(), errors.join("\n"));
 }
@@ -86,17 +88,33 @@ pub fn render_and_measure(chromium: &Path, page: &Path, dir: &Path) -> (String, 
     let copy = dir.join("measure.html");
     std::fs::write(&copy, html.replace("</body>", probe)).unwrap();
     let out = std::process::Command::new(chromium)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ])
         .arg(format!("--user-data-dir={}", dir.join("profile").display()))
         .args(["--window-size=1200,1600", "--dump-dom"])
         .arg(format!("file://{}", copy.display()))
         .output()
         .unwrap();
     let dom = String::from_utf8_lossy(&out.stdout).to_string();
-    let start = dom.find("<pre id=\"measured\">").unwrap_or_else(|| panic!("chromium dumped no DOM: {}", String::from_utf8_lossy(&out.stderr))) + 19;
+    let start = dom
+        .find("<pre id=\"measured\">")
+        .unwrap_or_else(|| panic!("chromium dumped no DOM: {}", String::from_utf8_lossy(&out.stderr)))
+        + 19;
     let end = start + dom[start..].find("</pre>").unwrap();
     let m: serde_json::Value = serde_json::from_str(&dom[start..end]).unwrap();
-    let segs = m.as_array().unwrap().iter().map(|s| (s[0].as_str().unwrap().to_string(), s[1].as_i64().unwrap(), s[2].as_f64().unwrap())).collect();
+    let segs = m
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s[0].as_str().unwrap().to_string(), s[1].as_i64().unwrap(), s[2].as_f64().unwrap()))
+        .collect();
     (dom, segs)
 }
 

@@ -28,8 +28,10 @@ fn open(path: &Path) -> Connection {
 }
 
 fn has_table(c: &Connection, t: &str) -> bool {
-    c.query_row("SELECT count(*) FROM sqlite_master WHERE type='table' AND lower(name)=lower(?1)", [t], |r| r.get::<_, i64>(0))
-        .unwrap()
+    c.query_row("SELECT count(*) FROM sqlite_master WHERE type='table' AND lower(name)=lower(?1)", [t], |r| {
+        r.get::<_, i64>(0)
+    })
+    .unwrap()
         > 0
 }
 
@@ -55,10 +57,25 @@ fn union_len(mut iv: Vec<(i64, i64)>) -> i64 {
 
 pub fn sync_name(name: &str) -> Option<String> {
     const LIST: [&str; 19] = [
-        "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaStreamQuery", "cudaEventQuery",
-        "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cudaMemset",
-        "cudaMemset2D", "cudaMemset3D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
-        "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyDtoD",
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaStreamQuery",
+        "cudaEventQuery",
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cudaMemcpy3D",
+        "cudaMemcpyToSymbol",
+        "cudaMemcpyFromSymbol",
+        "cudaMemset",
+        "cudaMemset2D",
+        "cudaMemset3D",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "cuMemcpyDtoH",
+        "cuMemcpyHtoD",
+        "cuMemcpyDtoD",
     ];
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let re = RE.get_or_init(|| regex::Regex::new("_v[0-9]+|_pt").unwrap());
@@ -79,7 +96,14 @@ pub fn occurrences(c: &Connection, prefix: Option<&str>) -> Vec<RefOcc> {
     let mut st = c.prepare(sql).unwrap();
     let rows = st
         .query_map([], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?, r.get::<_, Option<String>>(4)?, r.get::<_, Option<String>>(5)?))
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, Option<String>>(4)?,
+                r.get::<_, Option<String>>(5)?,
+            ))
         })
         .unwrap();
     let mut out = Vec::new();
@@ -119,7 +143,16 @@ pub fn expected(path: &Path, prefix: Option<&str>) -> Value {
             .prepare("SELECT r.rowid, r.start, r.end, r.globalTid, r.correlationId, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r LEFT JOIN StringIds s ON s.id = r.nameId")
             .unwrap();
         let rows = st
-            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?, r.get::<_, Option<i64>>(4)?, r.get::<_, Option<String>>(5)?)))
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                ))
+            })
             .unwrap();
         for row in rows {
             let (id, s, e, t, corr, name) = row.unwrap();
@@ -145,14 +178,30 @@ pub fn expected(path: &Path, prefix: Option<&str>) -> Value {
     }
 
     // device rows per occurrence: (table index, rowid, start, end), looked up by (globalPid, correlationId)
-    let tables = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"];
+    let tables = [
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    ];
     let mut by_key: HashMap<(i64, i64), Vec<(usize, i64, i64, i64)>> = HashMap::new();
     for (ti, t) in tables.iter().enumerate() {
         if !has_table(&c, t) {
             continue;
         }
         let mut st = c.prepare(&format!("SELECT rowid, start, end, globalPid, correlationId FROM {t}")).unwrap();
-        for row in st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, Option<i64>>(3)?, r.get::<_, Option<i64>>(4)?))).unwrap() {
+        for row in st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                ))
+            })
+            .unwrap()
+        {
             let (id, s, e, g, corr) = row.unwrap();
             if let (Some(g), Some(corr)) = (g, corr) {
                 by_key.entry((g, corr)).or_default().push((ti, id, s, e));
@@ -210,7 +259,8 @@ pub fn expected(path: &Path, prefix: Option<&str>) -> Value {
     for (label, idx) in &labels {
         let mut walls: Vec<i64> = idx.iter().map(|&i| occ[i].end - occ[i].start).collect();
         walls.sort();
-        let (mut with_dev, mut rc, mut kw, mut cov, mut busy, mut span, mut unc) = (0u64, 0u64, 0i64, 0i64, 0i64, 0i64, 0i64);
+        let (mut with_dev, mut rc, mut kw, mut cov, mut busy, mut span, mut unc) =
+            (0u64, 0u64, 0i64, 0i64, 0i64, 0i64, 0i64);
         let mut counts = [0u64; 4];
         let mut sync: BTreeMap<String, (u64, i64)> = BTreeMap::new();
         let mut depths: BTreeMap<String, u64> = BTreeMap::new();
@@ -236,15 +286,22 @@ pub fn expected(path: &Path, prefix: Option<&str>) -> Value {
                 }
             }
             let b = union_len(d.iter().map(|&(_, _, s, e)| (s, e)).collect());
-            let cv = union_len(d.iter().map(|&(_, _, s, e)| (s.max(o.start), e.min(o.end))).filter(|(s, e)| s < e).collect());
-            let sp = if d.is_empty() { 0 } else { d.iter().map(|x| x.3).max().unwrap() - d.iter().map(|x| x.2).min().unwrap() };
+            let cv = union_len(
+                d.iter().map(|&(_, _, s, e)| (s.max(o.start), e.min(o.end))).filter(|(s, e)| s < e).collect(),
+            );
+            let sp = if d.is_empty() {
+                0
+            } else {
+                d.iter().map(|x| x.3).max().unwrap() - d.iter().map(|x| x.2).min().unwrap()
+            };
             busy += b;
             cov += cv;
             span += sp;
             unc += (o.end - o.start - cv).max(0);
         }
         let wall: i64 = walls.iter().sum();
-        let sync_v: serde_json::Map<String, Value> = sync.into_iter().map(|(k, (c, t))| (k, json!({"calls": c, "total_ns": t}))).collect();
+        let sync_v: serde_json::Map<String, Value> =
+            sync.into_iter().map(|(k, (c, t))| (k, json!({"calls": c, "total_ns": t}))).collect();
         ranges.push(json!({
             "label": label,
             "occurrences": idx.len(),
@@ -267,7 +324,10 @@ pub fn expected(path: &Path, prefix: Option<&str>) -> Value {
         }));
     }
     ranges.sort_by(|a, b| {
-        b["host_wall_time_ns"].as_i64().cmp(&a["host_wall_time_ns"].as_i64()).then(a["label"].as_str().unwrap().as_bytes().cmp(b["label"].as_str().unwrap().as_bytes()))
+        b["host_wall_time_ns"]
+            .as_i64()
+            .cmp(&a["host_wall_time_ns"].as_i64())
+            .then(a["label"].as_str().unwrap().as_bytes().cmp(b["label"].as_str().unwrap().as_bytes()))
     });
 
     // threads
@@ -285,15 +345,26 @@ pub fn expected(path: &Path, prefix: Option<&str>) -> Value {
             continue;
         }
         let mut st = c.prepare(&format!("SELECT globalPid, deviceId, start, end FROM {t}")).unwrap();
-        for row in st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))).unwrap() {
+        for row in st
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?)))
+            .unwrap()
+        {
             let (g, d, s, e) = row.unwrap();
             device_pids.insert(g);
             per_dev.entry(d).or_default().push((s, e));
         }
     }
     let names: HashMap<i64, String> = if has_table(&c, "ThreadNames") {
-        let mut st = c.prepare("SELECT t.globalTid, s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId ORDER BY t.rowid").unwrap();
-        let v = st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))).unwrap().map(|x| x.unwrap()).collect();
+        let mut st = c
+            .prepare(
+                "SELECT t.globalTid, s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId ORDER BY t.rowid",
+            )
+            .unwrap();
+        let v = st
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+            .unwrap()
+            .map(|x| x.unwrap())
+            .collect();
         v
     } else {
         HashMap::new()
@@ -327,7 +398,10 @@ pub fn expected(path: &Path, prefix: Option<&str>) -> Value {
 
     // totals
     let (kt, kwt): (i64, i64) = if has_table(&c, "CUPTI_ACTIVITY_KIND_KERNEL") {
-        c.query_row("SELECT count(*), coalesce(sum(end - start), 0) FROM CUPTI_ACTIVITY_KIND_KERNEL", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap()
+        c.query_row("SELECT count(*), coalesce(sum(end - start), 0) FROM CUPTI_ACTIVITY_KIND_KERNEL", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap()
     } else {
         (0, 0)
     };
@@ -371,7 +445,8 @@ pub fn expected(path: &Path, prefix: Option<&str>) -> Value {
     for l in labels.keys() {
         *groups.entry(re.replace_all(l, "#").into_owned()).or_default() += 1;
     }
-    let high: Vec<Value> = groups.into_iter().filter(|(_, n)| *n >= 2).map(|(p, n)| json!({"pattern": p, "labels": n})).collect();
+    let high: Vec<Value> =
+        groups.into_iter().filter(|(_, n)| *n >= 2).map(|(p, n)| json!({"pattern": p, "labels": n})).collect();
 
     json!({
         "ranges": ranges,

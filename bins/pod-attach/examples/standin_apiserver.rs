@@ -51,9 +51,16 @@ fn main() {
         containers.push("engine".into());
     }
     let names: Vec<&str> = containers.iter().map(String::as_str).collect();
-    let si = standin::StandIn::start(vec![standin::pod(&pod_name, json!({"app": "vllm"}), &names)], standin::PatchMode::Ok, standin::TarFault::None);
+    let si = standin::StandIn::start(
+        vec![standin::pod(&pod_name, json!({"app": "vllm"}), &names)],
+        standin::PatchMode::Ok,
+        standin::TarFault::None,
+    );
     std::fs::copy(&si.kubeconfig, &kubeconfig).expect("write the kubeconfig");
-    eprintln!("standin_apiserver: listening on 127.0.0.1:{} (pod {pod_name}, containers {names:?}); kubeconfig {kubeconfig}", si.port);
+    eprintln!(
+        "standin_apiserver: listening on 127.0.0.1:{} (pod {pod_name}, containers {names:?}); kubeconfig {kubeconfig}",
+        si.port
+    );
     // end on SIGINT/SIGTERM (the default action would skip the cleanup of the sidecar's sleep and the exec log)
     if until_stdin {
         let mut sink = Vec::new();
@@ -70,8 +77,10 @@ fn main() {
     }
     if let Some(p) = exec_log {
         let s = si.state.lock().unwrap();
-        let lines: String = s.execs.iter().map(|(c, a)| json!({"container": c, "argv": a}).to_string() + "\n").collect();
-        let http: String = s.http.iter().map(|(port, l)| json!({"portforward": port, "line": l}).to_string() + "\n").collect();
+        let lines: String =
+            s.execs.iter().map(|(c, a)| json!({"container": c, "argv": a}).to_string() + "\n").collect();
+        let http: String =
+            s.http.iter().map(|(port, l)| json!({"portforward": port, "line": l}).to_string() + "\n").collect();
         std::fs::write(&p, lines + &http).expect("write the exec log");
     }
     eprintln!("standin_apiserver: stopped");

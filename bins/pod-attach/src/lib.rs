@@ -40,7 +40,14 @@ pub trait Cluster {
     async fn exec(&self, ns: &str, pod: &str, container: &str, argv: &[String]) -> Result<ExecOutput>;
     /// Like [`Cluster::exec`], but stdout goes to `sink` as it arrives (never held whole): the copy-out's tar
     /// stream. A `sink` error stops the exec. The returned `stdout` is empty.
-    async fn exec_stream(&self, ns: &str, pod: &str, container: &str, argv: &[String], sink: &mut pa::TarSink) -> Result<ExecOutput>;
+    async fn exec_stream(
+        &self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+        argv: &[String],
+        sink: &mut pa::TarSink,
+    ) -> Result<ExecOutput>;
     /// `POST path` to `port` of the pod through a port-forward; the HTTP status code and body.
     async fn http_post(&self, ns: &str, pod: &str, port: u16, path: &str) -> Result<(u16, String)>;
 }
@@ -63,7 +70,9 @@ impl KubeCluster {
         let client = Client::try_default().await.map_err(|e| {
             let files: Vec<PathBuf> = match std::env::var_os("KUBECONFIG") {
                 Some(v) => std::env::split_paths(&v).collect(),
-                None => std::env::var_os("HOME").map(|h| vec![PathBuf::from(h).join(".kube/config")]).unwrap_or_default(),
+                None => {
+                    std::env::var_os("HOME").map(|h| vec![PathBuf::from(h).join(".kube/config")]).unwrap_or_default()
+                }
             };
             Error::env(format!(
                 "cannot load a Kubernetes client config (KUBECONFIG, ~/.kube/config or in-cluster): {}",
@@ -77,14 +86,21 @@ impl KubeCluster {
     ///
     /// [`connect`]: KubeCluster::connect
     pub async fn connect_with(kubeconfig: Option<&std::ffi::OsStr>) -> Result<KubeCluster> {
-        let paths: Vec<PathBuf> = kubeconfig.map(|v| std::env::split_paths(v).filter(|p| !p.as_os_str().is_empty()).collect()).unwrap_or_default();
+        let paths: Vec<PathBuf> = kubeconfig
+            .map(|v| std::env::split_paths(v).filter(|p| !p.as_os_str().is_empty()).collect())
+            .unwrap_or_default();
         if paths.is_empty() {
             return KubeCluster::connect().await;
         }
-        let what = format!("cannot load the Kubernetes client config KUBECONFIG={}", kubeconfig.unwrap_or_default().to_string_lossy());
+        let what = format!(
+            "cannot load the Kubernetes client config KUBECONFIG={}",
+            kubeconfig.unwrap_or_default().to_string_lossy()
+        );
         let merged = paths
             .iter()
-            .try_fold(kube::config::Kubeconfig::default(), |m, p| kube::config::Kubeconfig::read_from(p).and_then(|c| m.merge(c)))
+            .try_fold(kube::config::Kubeconfig::default(), |m, p| {
+                kube::config::Kubeconfig::read_from(p).and_then(|c| m.merge(c))
+            })
             .map_err(|e| Error::env(format!("{what}: {}", redact_config_error(&e.to_string(), &paths))))?;
         let config = kube::Config::from_custom_kubeconfig(merged, &kube::config::KubeConfigOptions::default())
             .await
@@ -96,9 +112,18 @@ impl KubeCluster {
         Api::namespaced(self.client.clone(), ns)
     }
     /// Run `argv`, giving stdout to `on_out` chunk by chunk; stderr is kept (its last [`MAX_EXEC_STDERR`] bytes).
-    async fn exec_inner(&self, ns: &str, pod: &str, container: &str, argv: &[String], on_out: &mut (dyn FnMut(&[u8]) -> Result<()> + Send)) -> Result<ExecOutput> {
+    async fn exec_inner(
+        &self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+        argv: &[String],
+        on_out: &mut (dyn FnMut(&[u8]) -> Result<()> + Send),
+    ) -> Result<ExecOutput> {
         let ap = AttachParams::default().container(container).stdin(false).stdout(true).stderr(true);
-        let what = || format!("exec in {ns}/{pod} container {container} of {:?}", argv.first().map(String::as_str).unwrap_or(""));
+        let what = || {
+            format!("exec in {ns}/{pod} container {container} of {:?}", argv.first().map(String::as_str).unwrap_or(""))
+        };
         let mut p = self.pods(ns).exec(pod, argv.to_vec(), &ap).await.map_err(|e| kube_err(&what(), e))?;
         let mut out = p.stdout().ok_or_else(|| Error::env(format!("{}: no stdout stream", what())))?;
         let mut err = p.stderr().ok_or_else(|| Error::env(format!("{}: no stderr stream", what())))?;
@@ -151,7 +176,10 @@ impl KubeCluster {
         };
         let st = status.await;
         let _ = p.join().await;
-        let status_message = st.as_ref().filter(|s| s.status.as_deref() != Some("Success")).map(|s| s.message.clone().unwrap_or_default());
+        let status_message = st
+            .as_ref()
+            .filter(|s| s.status.as_deref() != Some("Success"))
+            .map(|s| s.message.clone().unwrap_or_default());
         let exit_code = st.map(|s| {
             if s.status.as_deref() == Some("Success") {
                 0
@@ -173,13 +201,16 @@ pub const MAX_EXEC_OUTPUT: usize = 64 << 20;
 /// Most bytes of stderr kept from a command (its tail).
 pub const MAX_EXEC_STDERR: usize = 64 << 10;
 
-
 impl Cluster for KubeCluster {
     async fn get_pod(&self, ns: &str, name: &str) -> Result<Pod> {
         self.pods(ns).get(name).await.map_err(|e| kube_err(&format!("GET {}", pa::pod_path(ns, name)), e))
     }
     async fn list_pods(&self, ns: &str, selector: &str) -> Result<Vec<Pod>> {
-        let l = self.pods(ns).list(&ListParams::default().labels(selector)).await.map_err(|e| kube_err(&format!("list pods in {ns} with selector {selector:?}"), e))?;
+        let l = self
+            .pods(ns)
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map_err(|e| kube_err(&format!("list pods in {ns} with selector {selector:?}"), e))?;
         Ok(l.items)
     }
     async fn patch_ephemeral(&self, ns: &str, name: &str, body: &serde_json::Value) -> Result<Pod> {
@@ -201,15 +232,23 @@ impl Cluster for KubeCluster {
     }
     async fn events(&self, ns: &str, pod: &str) -> Result<Vec<String>> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), ns);
-        let l = api.list(&ListParams::default().fields(&format!("involvedObject.name={pod}"))).await.map_err(|e| kube_err("list events", e))?;
-        Ok(l.items.into_iter().map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.message.unwrap_or_default())).collect())
+        let l = api
+            .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
+            .await
+            .map_err(|e| kube_err("list events", e))?;
+        Ok(l.items
+            .into_iter()
+            .map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect())
     }
     async fn exec(&self, ns: &str, pod: &str, container: &str, argv: &[String]) -> Result<ExecOutput> {
         let mut out = Vec::new();
         let mut r = self
             .exec_inner(ns, pod, container, argv, &mut |b: &[u8]| {
                 if out.len() + b.len() > MAX_EXEC_OUTPUT {
-                    return Err(Error::env(format!("more than {MAX_EXEC_OUTPUT} bytes of output: stopped (a broken or hostile API server?)")));
+                    return Err(Error::env(format!(
+                        "more than {MAX_EXEC_OUTPUT} bytes of output: stopped (a broken or hostile API server?)"
+                    )));
                 }
                 out.extend_from_slice(b);
                 Ok(())
@@ -218,14 +257,22 @@ impl Cluster for KubeCluster {
         r.stdout = out;
         Ok(r)
     }
-    async fn exec_stream(&self, ns: &str, pod: &str, container: &str, argv: &[String], sink: &mut pa::TarSink) -> Result<ExecOutput> {
+    async fn exec_stream(
+        &self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+        argv: &[String],
+        sink: &mut pa::TarSink,
+    ) -> Result<ExecOutput> {
         self.exec_inner(ns, pod, container, argv, &mut |b: &[u8]| sink.feed(b)).await
     }
     async fn http_post(&self, ns: &str, pod: &str, port: u16, path: &str) -> Result<(u16, String)> {
         let what = format!("POST {path} to port {port} of {ns}/{pod} through a port-forward");
         let mut pf = self.pods(ns).portforward(pod, &[port]).await.map_err(|e| kube_err(&what, e))?;
         let mut s = pf.take_stream(port).ok_or_else(|| Error::env(format!("{what}: no stream")))?;
-        let req = format!("POST {path} HTTP/1.1\r\nHost: localhost:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        let req =
+            format!("POST {path} HTTP/1.1\r\nHost: localhost:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
         s.write_all(req.as_bytes()).await.map_err(|e| Error::env(format!("{what}: {e}")))?;
         let mut buf = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(120), s.read_to_end(&mut buf)).await;
@@ -305,7 +352,9 @@ async fn exec_ok<C: Cluster>(c: &C, o: &Options, pod: &str, container: &str, arg
                 Some(c) => format!("exited {c}"),
                 None => "ended without an exit status (the exec stream was cut)".into(),
             },
-            [String::from_utf8_lossy(&r.stderr).trim().to_string(), r.status_message.clone().unwrap_or_default()].join(" ").trim()
+            [String::from_utf8_lossy(&r.stderr).trim().to_string(), r.status_message.clone().unwrap_or_default()]
+                .join(" ")
+                .trim()
         ))),
     }
 }
@@ -323,7 +372,8 @@ pub async fn find_pod<C: Cluster>(c: &C, o: &Options) -> Result<Pod> {
     let pods = c.list_pods(&o.namespace, &sel).await?;
     match pods.len() {
         1 => Ok(pods.into_iter().next().unwrap()),
-        0 => Err(Error::input(format!("no pod in namespace {} matches selector {sel:?}", o.namespace)).with_arg("--selector")),
+        0 => Err(Error::input(format!("no pod in namespace {} matches selector {sel:?}", o.namespace))
+            .with_arg("--selector")),
         n => Err(Error::input(format!(
             "{n} pods in namespace {} match selector {sel:?}; pick one with --pod: {}",
             o.namespace,
@@ -341,12 +391,20 @@ async fn wait_sidecar<C: Cluster>(c: &C, o: &Options, pod: &str) -> Result<Optio
             "ephemeral container {} in {}/{pod} did not start: {why}. Pod events:\n{}",
             o.sidecar_name,
             o.namespace,
-            if events.is_empty() { "  (none)".to_string() } else { events.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n") }
+            if events.is_empty() {
+                "  (none)".to_string()
+            } else {
+                events.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n")
+            }
         ))
     };
     loop {
         let p = c.get_pod(&o.namespace, pod).await?;
-        let st = p.status.as_ref().and_then(|s| s.ephemeral_container_statuses.as_ref()).and_then(|v| v.iter().find(|s| s.name == o.sidecar_name).cloned());
+        let st = p
+            .status
+            .as_ref()
+            .and_then(|s| s.ephemeral_container_statuses.as_ref())
+            .and_then(|v| v.iter().find(|s| s.name == o.sidecar_name).cloned());
         let image_id = st.as_ref().map(|s| s.image_id.clone()).filter(|i| !i.is_empty());
         if let Some(state) = st.and_then(|s| s.state) {
             if state.running.is_some() {
@@ -354,11 +412,22 @@ async fn wait_sidecar<C: Cluster>(c: &C, o: &Options, pod: &str) -> Result<Optio
             }
             if let Some(t) = state.terminated {
                 let ev = c.events(&o.namespace, pod).await.unwrap_or_default();
-                return Err(fail(format!("terminated ({}: {})", t.reason.unwrap_or_default(), t.message.unwrap_or_default()), ev));
+                return Err(fail(
+                    format!("terminated ({}: {})", t.reason.unwrap_or_default(), t.message.unwrap_or_default()),
+                    ev,
+                ));
             }
             if let Some(w) = state.waiting {
                 let reason = w.reason.clone().unwrap_or_default();
-                if ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerError", "CreateContainerConfigError"].contains(&reason.as_str()) {
+                if [
+                    "ErrImagePull",
+                    "ImagePullBackOff",
+                    "InvalidImageName",
+                    "CreateContainerError",
+                    "CreateContainerConfigError",
+                ]
+                .contains(&reason.as_str())
+                {
                     let ev = c.events(&o.namespace, pod).await.unwrap_or_default();
                     return Err(fail(format!("{reason}: {}", w.message.unwrap_or_default()), ev));
                 }
@@ -386,9 +455,24 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     let names = container_names(&pod);
     let container = match &o.container {
         Some(cn) if names.contains(cn) => cn.clone(),
-        Some(cn) => return Err(Error::input(format!("pod {}/{pod_name} has no container {cn:?}; it has: {}", o.namespace, names.join(", "))).with_arg("--container")),
+        Some(cn) => {
+            return Err(Error::input(format!(
+                "pod {}/{pod_name} has no container {cn:?}; it has: {}",
+                o.namespace,
+                names.join(", ")
+            ))
+            .with_arg("--container"))
+        }
         None if names.len() == 1 => names[0].clone(),
-        None => return Err(Error::input(format!("pod {}/{pod_name} has {} containers ({}); pick one with --container", o.namespace, names.len(), names.join(", "))).with_arg("--container")),
+        None => {
+            return Err(Error::input(format!(
+                "pod {}/{pod_name} has {} containers ({}); pick one with --container",
+                o.namespace,
+                names.len(),
+                names.join(", ")
+            ))
+            .with_arg("--container"))
+        }
     };
     let mut o = o.clone();
     o.pod = Some(pod_name.clone());
@@ -409,11 +493,21 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     setup.lock().unwrap().tools_container = Some(tools.clone());
     let image_digest = if sidecar {
         let from_ref = pa::image_digest(&o.image)?;
-        let from_status = image_id.as_deref().and_then(|i| i.rsplit_once('@')).map(|(_, d)| d.to_string()).filter(|d| pa::image_digest(&format!("x@{d}")).ok().flatten().is_some());
+        let from_status = image_id
+            .as_deref()
+            .and_then(|i| i.rsplit_once('@'))
+            .map(|(_, d)| d.to_string())
+            .filter(|d| pa::image_digest(&format!("x@{d}")).ok().flatten().is_some());
         match (&from_ref, &from_status) {
-            (Some(a), Some(b)) if a != b => warnings.push(format!("the pod reports sidecar image {} but --image is pinned to {a}", image_id.clone().unwrap_or_default())),
-            (None, None) => warnings.push(format!("--allow-unpinned-image: the pod reported no digest for {}; none recorded", o.image)),
-            (None, Some(d)) => warnings.push(format!("--allow-unpinned-image: {} resolved to {d} (from the pod's status)", o.image)),
+            (Some(a), Some(b)) if a != b => warnings.push(format!(
+                "the pod reports sidecar image {} but --image is pinned to {a}",
+                image_id.clone().unwrap_or_default()
+            )),
+            (None, None) => warnings
+                .push(format!("--allow-unpinned-image: the pod reported no digest for {}; none recorded", o.image)),
+            (None, Some(d)) => {
+                warnings.push(format!("--allow-unpinned-image: {} resolved to {d} (from the pod's status)", o.image))
+            }
             _ => {}
         }
         from_ref.or(from_status)
@@ -442,7 +536,11 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
                         Some(c) => format!("exited {c}"),
                         None => "ended without an exit status".into(),
                     },
-                    [tail(&r.stderr), tail(&r.stdout), r.status_message.clone().unwrap_or_default()].into_iter().filter(|x| !x.is_empty()).collect::<Vec<_>>().join(" | ")
+                    [tail(&r.stderr), tail(&r.stdout), r.status_message.clone().unwrap_or_default()]
+                        .into_iter()
+                        .filter(|x| !x.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(" | ")
                 ))
                 .with_arg("--install-nsys"));
             }
@@ -499,9 +597,9 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     }
 
     exec_ok(c, o, &pod_name, &tools, &pa::argv_mkdir_parent(&o.workdir)).await?;
-    exec_ok(c, o, &pod_name, &tools, &pa::argv_mkdir(&o.workdir))
-        .await
-        .map_err(|e| e.context(format!("--workdir {} must not exist yet (cleanup removes it)", o.workdir)).with_arg("--workdir"))?;
+    exec_ok(c, o, &pod_name, &tools, &pa::argv_mkdir(&o.workdir)).await.map_err(|e| {
+        e.context(format!("--workdir {} must not exist yet (cleanup removes it)", o.workdir)).with_arg("--workdir")
+    })?;
     setup.lock().unwrap().workdir_made = true;
     let rep = format!("{}/{}.nsys-rep", o.workdir, o.capture_name);
     let t_cap = Instant::now();
@@ -516,7 +614,9 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
                 Some(d) => format!("/proc/{nsys_pid}/root{d}"),
                 None => format!("/proc/{nsys_pid}/cwd"),
             };
-            let before = pa::parse_report_listing(&String::from_utf8_lossy(&c.exec(&o.namespace, &pod_name, &tools, &pa::argv_list_reports(&dir)).await?.stdout));
+            let before = pa::parse_report_listing(&String::from_utf8_lossy(
+                &c.exec(&o.namespace, &pod_name, &tools, &pa::argv_list_reports(&dir)).await?.stdout,
+            ));
             if let Some(used) = pa::stop_range_used(&ep, &before) {
                 return Err(Error::env(format!(
                     "strategy endpoint refused: the engine's nsys (PID {nsys_pid}) runs with --capture-range-end=stop and has \
@@ -547,7 +647,9 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
             let t0 = Instant::now();
             let mut last: Option<pa::ReportFile> = None;
             let found = loop {
-                let after = pa::parse_report_listing(&String::from_utf8_lossy(&c.exec(&o.namespace, &pod_name, &tools, &pa::argv_list_reports(&dir)).await?.stdout));
+                let after = pa::parse_report_listing(&String::from_utf8_lossy(
+                    &c.exec(&o.namespace, &pod_name, &tools, &pa::argv_list_reports(&dir)).await?.stdout,
+                ));
                 let mut new = pa::new_reports(&before, &after);
                 new.sort_by_key(|r| r.mtime);
                 if let Some(n) = new.pop() {
@@ -565,7 +667,10 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
                     } else {
                         ""
                     };
-                    return Err(Error::env(format!("no new .nsys-rep appeared in {dir} within {} s after /stop_profile.{hint}", o.wait_timeout_s)));
+                    return Err(Error::env(format!(
+                        "no new .nsys-rep appeared in {dir} within {} s after /stop_profile.{hint}",
+                        o.wait_timeout_s
+                    )));
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             };
@@ -603,15 +708,22 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     // Copy out.
     let ls = exec_ok(c, o, &pod_name, &tools, &pa::argv_list_workdir(&o.workdir)).await?;
     let names = pa::files_to_copy(&String::from_utf8_lossy(&ls.stdout), &o.capture_name)?;
-    let sizes = pa::parse_sizes(&String::from_utf8_lossy(&exec_ok(c, o, &pod_name, &tools, &pa::argv_sizes(&o.workdir, &names)).await?.stdout))?;
-    let sums = pa::parse_sha256sum(&String::from_utf8_lossy(&exec_ok(c, o, &pod_name, &tools, &pa::argv_checksums(&o.workdir, &names)).await?.stdout))?;
+    let sizes = pa::parse_sizes(&String::from_utf8_lossy(
+        &exec_ok(c, o, &pod_name, &tools, &pa::argv_sizes(&o.workdir, &names)).await?.stdout,
+    ))?;
+    let sums = pa::parse_sha256sum(&String::from_utf8_lossy(
+        &exec_ok(c, o, &pod_name, &tools, &pa::argv_checksums(&o.workdir, &names)).await?.stdout,
+    ))?;
     let expected = pa::expected_files(&names, &sizes, &sums, o.max_copy_bytes)?;
     let total: u64 = expected.values().map(|e| e.size).sum();
     say(&format!("copying {} files out ({total} bytes)", names.len()));
     let out_dir = std::path::Path::new(&o.out_dir);
     let mut sink = pa::TarSink::new(out_dir, expected, o.max_copy_bytes)?;
     let ctx = || format!("copy-out from {}/{pod_name} {}", o.namespace, o.workdir);
-    let tar = c.exec_stream(&o.namespace, &pod_name, &tools, &pa::argv_tar(&o.workdir, &names), &mut sink).await.map_err(|e| e.context(ctx()))?;
+    let tar = c
+        .exec_stream(&o.namespace, &pod_name, &tools, &pa::argv_tar(&o.workdir, &names), &mut sink)
+        .await
+        .map_err(|e| e.context(ctx()))?;
     match tar.exit_code {
         Some(0) => {}
         None => {
@@ -671,7 +783,13 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
 }
 
 fn container_status_image(p: &Pod, c: &str) -> Option<String> {
-    p.status.as_ref()?.container_statuses.as_ref()?.iter().find(|s| s.name == c).map(|s| format!("{}{}", s.image, s.image_id.is_empty().then_some(String::new()).unwrap_or_else(|| format!(" ({})", s.image_id))))
+    p.status.as_ref()?.container_statuses.as_ref()?.iter().find(|s| s.name == c).map(|s| {
+        format!(
+            "{}{}",
+            s.image,
+            s.image_id.is_empty().then_some(String::new()).unwrap_or_else(|| format!(" ({})", s.image_id))
+        )
+    })
 }
 
 /// Undo what the run set up: stop a capture still running, remove the work folder, end the sidecar's sleep
@@ -694,7 +812,10 @@ pub async fn cleanup<C: Cluster>(c: &C, o: &Options, setup: &Shared) -> Vec<Stri
             Strategy::Session => {
                 let argv = vec![o.nsys.clone(), "cancel".into(), format!("--session={}", o.session)];
                 match c.exec(&o.namespace, &pod, &tools, &argv).await {
-                    Ok(r) => log.push(format!("capture interrupted: `nsys cancel --session={}` exited {:?}", o.session, r.exit_code)),
+                    Ok(r) => log.push(format!(
+                        "capture interrupted: `nsys cancel --session={}` exited {:?}",
+                        o.session, r.exit_code
+                    )),
                     Err(e) => log.push(format!("capture interrupted: nsys cancel failed: {}", e.message)),
                 }
             }
@@ -704,7 +825,12 @@ pub async fn cleanup<C: Cluster>(c: &C, o: &Options, setup: &Shared) -> Vec<Stri
     if s.workdir_made {
         match c.exec(&o.namespace, &pod, &tools, &pa::argv_cleanup_workdir(&o.workdir)).await {
             Ok(r) if r.exit_code == Some(0) => log.push(format!("removed {} in container {tools}", o.workdir)),
-            Ok(r) => log.push(format!("could not remove {}: exit {:?} {}", o.workdir, r.exit_code, String::from_utf8_lossy(&r.stderr).trim())),
+            Ok(r) => log.push(format!(
+                "could not remove {}: exit {:?} {}",
+                o.workdir,
+                r.exit_code,
+                String::from_utf8_lossy(&r.stderr).trim()
+            )),
             Err(e) => log.push(format!("could not remove {}: {}", o.workdir, e.message)),
         }
     }
@@ -735,7 +861,12 @@ pub enum Outcome {
 
 /// Run a capture against `c` until it ends or `cancel` completes (its output says why, e.g. `SIGINT`), then
 /// ALWAYS clean up ([`cleanup`]) and attach the cleanup log. Progress and the cleanup log go to stderr.
-pub async fn run_with_cleanup<C: Cluster>(c: &C, o: &Options, gate: &Gate, cancel: impl Future<Output = String>) -> Outcome {
+pub async fn run_with_cleanup<C: Cluster>(
+    c: &C,
+    o: &Options,
+    gate: &Gate,
+    cancel: impl Future<Output = String>,
+) -> Outcome {
     let setup: Shared = Arc::new(Mutex::new(Setup::default()));
     let outcome = tokio::select! {
         r = run(c, o, &setup, gate) => Ok(r),
@@ -766,7 +897,12 @@ pub async fn run_with_cleanup<C: Cluster>(c: &C, o: &Options, gate: &Gate, cance
 
 /// Connect ([`KubeCluster::connect_with`]: this `KUBECONFIG` value, else the normal kube configuration) and
 /// [`run_with_cleanup`].
-pub async fn connect_and_run(kubeconfig: Option<&std::ffi::OsStr>, o: &Options, gate: &Gate, cancel: impl Future<Output = String>) -> Result<Outcome> {
+pub async fn connect_and_run(
+    kubeconfig: Option<&std::ffi::OsStr>,
+    o: &Options,
+    gate: &Gate,
+    cancel: impl Future<Output = String>,
+) -> Result<Outcome> {
     let cluster = KubeCluster::connect_with(kubeconfig).await?;
     Ok(run_with_cleanup(&cluster, o, gate, cancel).await)
 }
@@ -779,7 +915,6 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()
         .map_err(|e| Error::env(format!("cannot start the async runtime: {e}")))
 }
-
 
 #[cfg(test)]
 mod tests {

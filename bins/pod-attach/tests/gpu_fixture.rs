@@ -28,7 +28,10 @@ fn endpoint_sqlite(dir: &Path) -> PathBuf {
     let src = fixture("endpoint/capture.sqlite.xz");
     // xz (xz-utils), else Python's lzma module
     let xz = Command::new("xz").arg("-dc").arg(&src).output().or_else(|_| {
-        Command::new("python3").args(["-c", "import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())"]).arg(&src).output()
+        Command::new("python3")
+            .args(["-c", "import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())"])
+            .arg(&src)
+            .output()
     });
     let xz = xz.expect("xz or python3 is needed to read fixtures/pod-attach-gpu/endpoint/capture.sqlite.xz");
     assert!(xz.status.success(), "{}", String::from_utf8_lossy(&xz.stderr));
@@ -50,10 +53,20 @@ fn endpoint_and_session_documents_from_the_h200() {
     }
     let ep = doc("endpoint/pod-attach.json");
     // the engine's nsys wrote the report after /stop_profile, in its own -o folder, seen through /proc/PID/root
-    assert!(ep["provenance"]["source_report"].as_str().unwrap().ends_with("/root/tmp/gpu-pod-attach/endpoint/engine.nsys-rep"));
-    assert!(ep["provenance"]["engine"]["nsys_ancestor"]["cmdline"].as_str().unwrap().contains("--capture-range-end=stop"));
+    assert!(ep["provenance"]["source_report"]
+        .as_str()
+        .unwrap()
+        .ends_with("/root/tmp/gpu-pod-attach/endpoint/engine.nsys-rep"));
+    assert!(ep["provenance"]["engine"]["nsys_ancestor"]["cmdline"]
+        .as_str()
+        .unwrap()
+        .contains("--capture-range-end=stop"));
     let log = std::fs::read_to_string(fixture("endpoint/engine-nsys.txt")).unwrap();
-    assert!(log.contains("Capture range started in the application.") && log.contains("Capture range ended in the application."), "{log}");
+    assert!(
+        log.contains("Capture range started in the application.")
+            && log.contains("Capture range ended in the application."),
+        "{log}"
+    );
     // repeat: nsys 2025.3.1 never started a range; pod-attach said why
     let rlog = std::fs::read_to_string(fixture("endpoint-repeat/engine-nsys.txt")).unwrap();
     assert!(!rlog.contains("Capture range started"), "{rlog}");
@@ -78,11 +91,24 @@ fn endpoint_export_is_the_checksummed_copy_and_gates_reproduce() {
 
     // gate-check again (the library, as the Nushell command runs it), here, on the same export: every gate the
     // run measured measures the same now (G2 looks at the .nsys-rep, which the fixture does not keep: skipped here)
-    let gate = nsyskit::gate::run(&nsyskit::gate::GateOptions { capture: sqlite.clone(), ..Default::default() }).unwrap();
+    let gate =
+        nsyskit::gate::run(&nsyskit::gate::GateOptions { capture: sqlite.clone(), ..Default::default() }).unwrap();
     let now = serde_json::to_value(&gate).unwrap();
     let then = &d["gate"]["document"];
     let gates = |g: &Value| -> Vec<(String, String, Value)> {
-        g["gates"].as_array().unwrap().iter().filter(|x| x["id"] != "G2").map(|x| (x["id"].as_str().unwrap().to_string(), x["verdict"].as_str().unwrap().to_string(), x["measured"].clone())).collect()
+        g["gates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["id"] != "G2")
+            .map(|x| {
+                (
+                    x["id"].as_str().unwrap().to_string(),
+                    x["verdict"].as_str().unwrap().to_string(),
+                    x["measured"].clone(),
+                )
+            })
+            .collect()
     };
     assert_eq!(gates(&now), gates(then));
     assert_eq!(now["verdict"], "PASS", "{}", now);
@@ -96,7 +122,10 @@ fn endpoint_export_is_the_checksummed_copy_and_gates_reproduce() {
     let ex = nsyskit::export::Export::open(&sqlite).unwrap();
     assert_eq!(instances, ex.count_rows("CUPTI_ACTIVITY_KIND_KERNEL").unwrap() as u64);
     // node-level graph tracing: graph-replayed kernels are present as their own rows
-    let node_rows: i64 = ex.conn().query_row("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL", [], |r| r.get(0)).unwrap();
+    let node_rows: i64 = ex
+        .conn()
+        .query_row("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL", [], |r| r.get(0))
+        .unwrap();
     assert!(node_rows > 100_000, "{node_rows}");
 }
 

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
 use common::{assert_valid, root};
+use serde_json::{json, Value};
 use standin::{pod, PatchMode, StandIn, TarFault, TOKEN};
 
 /// A sidecar image pinned by digest (the stand-in pulls nothing).
@@ -39,14 +39,19 @@ macro_rules! nsys_or_skip {
 
 fn one_doc(out: &Output) -> Value {
     let text = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("stdout is not one JSON doc ({e}): {text}\nstderr: {}", String::from_utf8_lossy(&out.stderr)));
+    let v: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!("stdout is not one JSON doc ({e}): {text}\nstderr: {}", String::from_utf8_lossy(&out.stderr))
+    });
     assert_valid(&v);
     v
 }
 
 fn bin(si: &StandIn) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_pod-attach"));
-    c.env("KUBECONFIG", &si.kubeconfig).env_remove("KUBERNETES_SERVICE_HOST").env("NO_PROXY", "127.0.0.1").env("PATH", "/usr/bin:/bin");
+    c.env("KUBECONFIG", &si.kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("NO_PROXY", "127.0.0.1")
+        .env("PATH", "/usr/bin:/bin");
     c
 }
 
@@ -69,7 +74,14 @@ impl Engine {
     }
     /// With extra environment variables for the engine, and the stand-in script copied under another name (its
     /// command line then reads e.g. `python3 …/vllm serve …`).
-    fn start_with(nsys: &Path, dir: &Path, how: &[&str], tag: &str, env: &[(&str, &str)], script_name: Option<&str>) -> Engine {
+    fn start_with(
+        nsys: &Path,
+        dir: &Path,
+        how: &[&str],
+        tag: &str,
+        env: &[(&str, &str)],
+        script_name: Option<&str>,
+    ) -> Engine {
         let script = match script_name {
             Some(n) => {
                 let to = dir.join(n);
@@ -90,8 +102,7 @@ impl Engine {
             c.args(how).arg("python3");
         }
         c.envs(env.iter().copied());
-        c
-            .arg(&script)
+        c.arg(&script)
             .args(["serve", &marker])
             .arg(&portfile)
             .arg(&outdir)
@@ -103,7 +114,11 @@ impl Engine {
             .stderr(Stdio::null())
             .process_group(0);
         let child = c.spawn().unwrap();
-        let session = how.iter().find_map(|a| a.strip_prefix("--session-new=")).map(String::from).unwrap_or_else(|| format!("profile-{}", child.id()));
+        let session = how
+            .iter()
+            .find_map(|a| a.strip_prefix("--session-new="))
+            .map(String::from)
+            .unwrap_or_else(|| format!("profile-{}", child.id()));
         let t0 = Instant::now();
         while !portfile.exists() {
             assert!(t0.elapsed() < Duration::from_secs(60), "stand-in engine did not start");
@@ -112,7 +127,15 @@ impl Engine {
         // the CUDA-owning child needs a moment to map libcuda
         std::thread::sleep(Duration::from_millis(500));
         let port = std::fs::read_to_string(&portfile).unwrap().trim().parse().unwrap();
-        Engine { child, nsys: nsys.to_path_buf(), session, port, _outdir: outdir, marker, hits: dir.join("engine-hits.log") }
+        Engine {
+            child,
+            nsys: nsys.to_path_buf(),
+            session,
+            port,
+            _outdir: outdir,
+            marker,
+            hits: dir.join("engine-hits.log"),
+        }
     }
     /// The --process-match regex: `[s]tandin-…` matches the engine but not pod-attach's own command line (which
     /// is visible in this machine's /proc, unlike in a real pod).
@@ -129,7 +152,12 @@ impl Drop for Engine {
         // nsys's launcher starts the engine in a new session, so the engine leaves this test's process group:
         // end the processes this test started by their PIDs, found through this run's unique marker.
         // First let nsys end its own session (its agent daemon outlives a killed nsys).
-        let _ = Command::new(&self.nsys).arg("shutdown").arg(format!("--session={}", self.session)).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let _ = Command::new(&self.nsys)
+            .arg("shutdown")
+            .arg(format!("--session={}", self.session))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let mut pids = vec![self.child.id()];
         for d in std::fs::read_dir("/proc").unwrap().flatten() {
             let Ok(pid) = d.file_name().to_string_lossy().parse::<u32>() else { continue };
@@ -151,14 +179,25 @@ fn common_args(c: &mut Command, nsys: &Path, work: &Path, out: &Path) {
 }
 
 fn common_args_d(c: &mut Command, nsys: &Path, work: &Path, out: &Path, duration: &str) {
-    c.args(["--pod", "engine-0", "--container", "engine", "--image", IMG, "--duration", duration, "--wait-timeout", "30"])
-        .arg("--nsys")
-        .arg(nsys)
-        .arg("--workdir")
-        .arg(work)
-        .arg("--out-dir")
-        .arg(out)
-        .arg("--compact");
+    c.args([
+        "--pod",
+        "engine-0",
+        "--container",
+        "engine",
+        "--image",
+        IMG,
+        "--duration",
+        duration,
+        "--wait-timeout",
+        "30",
+    ])
+    .arg("--nsys")
+    .arg(nsys)
+    .arg("--workdir")
+    .arg(work)
+    .arg("--out-dir")
+    .arg(out)
+    .arg("--compact");
 }
 
 /// Both stand-in captures are CPU only (no CUDA kernels): the gate (the library's, run in process) sends them
@@ -167,7 +206,12 @@ fn expect_gate(d: &Value, out: &Output) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "stderr:\n{stderr}");
     assert_eq!(d["gate"]["verdict"], "RETRY", "{}", d["gate"]);
-    assert!(d["gate"]["reason"].as_str().unwrap().contains("gate-check (library)") && d["gate"]["reason"].as_str().unwrap().contains("G1"), "{}", d["gate"]["reason"]);
+    assert!(
+        d["gate"]["reason"].as_str().unwrap().contains("gate-check (library)")
+            && d["gate"]["reason"].as_str().unwrap().contains("G1"),
+        "{}",
+        d["gate"]["reason"]
+    );
     assert_eq!(d["gate"]["document"]["schema"], "nsyskit.gate/v1");
     assert_eq!(d["gate"]["document"]["verdict"], "RETRY");
 }
@@ -180,24 +224,44 @@ fn pods1() -> Vec<Value> {
 fn dry_run_needs_no_cluster() {
     let out = Command::new(env!("CARGO_BIN_EXE_pod-attach"))
         .env("KUBECONFIG", "/nonexistent/kubeconfig")
-        .args(["--dry-run", "--pod", "vllm-0", "--container", "engine", "--image", &format!("reg/nsys@sha256:{}", "ab".repeat(32)), "--duration", "7", "--compact"])
+        .args([
+            "--dry-run",
+            "--pod",
+            "vllm-0",
+            "--container",
+            "engine",
+            "--image",
+            &format!("reg/nsys@sha256:{}", "ab".repeat(32)),
+            "--duration",
+            "7",
+            "--compact",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let d = one_doc(&out);
     assert_eq!(d["dry_run"], true);
     let plan = d["plan"].as_array().unwrap();
-    assert_eq!(plan[0], json!({"kind": "api", "method": "GET", "path": "/api/v1/namespaces/default/pods/vllm-0", "body": null, "why": "find the pod"}));
+    assert_eq!(
+        plan[0],
+        json!({"kind": "api", "method": "GET", "path": "/api/v1/namespaces/default/pods/vllm-0", "body": null, "why": "find the pod"})
+    );
     let patch = plan.iter().find(|s| s["method"] == "PATCH").unwrap();
     assert_eq!(patch["path"], "/api/v1/namespaces/default/pods/vllm-0/ephemeralcontainers");
     assert_eq!(patch["content_type"], "application/strategic-merge-patch+json");
     assert_eq!(patch["body"]["spec"]["ephemeralContainers"][0]["targetContainerName"], "engine");
-    assert_eq!(patch["body"]["spec"]["ephemeralContainers"][0]["image"], format!("reg/nsys@sha256:{}", "ab".repeat(32)));
+    assert_eq!(
+        patch["body"]["spec"]["ephemeralContainers"][0]["image"],
+        format!("reg/nsys@sha256:{}", "ab".repeat(32))
+    );
     assert!(plan.iter().any(|s| s["kind"] == "http" && s["path"] == "/start_profile"));
     assert!(plan.iter().any(|s| s["kind"] == "wait" && s["seconds"] == 7.0));
     assert!(plan.iter().filter(|s| s["kind"] == "exec").all(|s| s["argv"].is_array()));
     // bad input: exit 2, one line, no panic
-    let bad = Command::new(env!("CARGO_BIN_EXE_pod-attach")).args(["--dry-run", "--pod", "p", "--process-match", "("]).output().unwrap();
+    let bad = Command::new(env!("CARGO_BIN_EXE_pod-attach"))
+        .args(["--dry-run", "--pod", "p", "--process-match", "("])
+        .output()
+        .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--process-match"));
     // no --image: the seed's Path A image, pinned by digest; the default window is the seed's 120 s
@@ -209,10 +273,17 @@ fn dry_run_needs_no_cluster() {
         };
         c.args(["--dry-run", "--pod", "p", "--container", "c", "--compact"]).args(extra).output().unwrap()
     };
-    let image_of = |d: &Value| d["plan"].as_array().unwrap().iter().find(|s| s["method"] == "PATCH").unwrap()["body"]["spec"]["ephemeralContainers"][0]["image"].clone();
+    let image_of = |d: &Value| {
+        d["plan"].as_array().unwrap().iter().find(|s| s["method"] == "PATCH").unwrap()["body"]["spec"]
+            ["ephemeralContainers"][0]["image"]
+            .clone()
+    };
     let d = one_doc(&dry(None, &[]));
     assert_eq!(image_of(&d), nsyskit::pod_attach::DEFAULT_SIDECAR_IMAGE);
-    assert_eq!(image_of(&d), "ghcr.io/cfregly/nsys-sidecar:0.1.0@sha256:3146de96f6022a8cc36f86d1b8c0281cb940e51e2c3dc49c315646ad66ede43d");
+    assert_eq!(
+        image_of(&d),
+        "ghcr.io/cfregly/nsys-sidecar:0.1.0@sha256:3146de96f6022a8cc36f86d1b8c0281cb940e51e2c3dc49c315646ad66ede43d"
+    );
     assert!(d["plan"].as_array().unwrap().iter().any(|s| s["kind"] == "wait" && s["seconds"] == 120.0));
     // NSYSKIT_SIDECAR_IMAGE overrides the default; --image wins over both
     let site = format!("site.example/nsys@sha256:{}", "5e".repeat(32));
@@ -227,25 +298,59 @@ fn dry_run_needs_no_cluster() {
         assert!(o.stdout.is_empty());
     }
     // Path B: the stock CUDA image plus --install-nsys apt: the plan shows the install, as argv, before the probe
-    let b = dry(None, &["--image", "nvcr.io/nvidia/cuda:12.9.1-devel-ubuntu22.04", "--allow-unpinned-image", "--install-nsys", "apt"]);
+    let b = dry(
+        None,
+        &["--image", "nvcr.io/nvidia/cuda:12.9.1-devel-ubuntu22.04", "--allow-unpinned-image", "--install-nsys", "apt"],
+    );
     assert_eq!(b.status.code(), Some(0), "{}", String::from_utf8_lossy(&b.stderr));
     let d = one_doc(&b);
-    let argvs: Vec<Value> = d["plan"].as_array().unwrap().iter().filter(|s| s["kind"] == "exec").map(|s| s["argv"].clone()).collect();
+    let argvs: Vec<Value> =
+        d["plan"].as_array().unwrap().iter().filter(|s| s["kind"] == "exec").map(|s| s["argv"].clone()).collect();
     let i = argvs.iter().position(|a| a.as_array().unwrap().iter().any(|x| x == "install")).expect("an install step");
-    assert_eq!(argvs[i], json!(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y", "install", "--no-install-recommends", "nsight-systems-cli"]));
+    assert_eq!(
+        argvs[i],
+        json!([
+            "env",
+            "DEBIAN_FRONTEND=noninteractive",
+            "apt-get",
+            "-q",
+            "-y",
+            "install",
+            "--no-install-recommends",
+            "nsight-systems-cli"
+        ])
+    );
     assert!(i < argvs.iter().position(|a| a[1] == "--version").unwrap());
     // the session strategy adds no sidecar, so it needs no image
-    let sess = Command::new(env!("CARGO_BIN_EXE_pod-attach")).args(["--dry-run", "--pod", "p", "--container", "c", "--strategy", "session", "--compact"]).output().unwrap();
+    let sess = Command::new(env!("CARGO_BIN_EXE_pod-attach"))
+        .args(["--dry-run", "--pod", "p", "--container", "c", "--strategy", "session", "--compact"])
+        .output()
+        .unwrap();
     assert_eq!(sess.status.code(), Some(0), "{}", String::from_utf8_lossy(&sess.stderr));
     let d = one_doc(&sess);
     let plan = d["plan"].as_array().unwrap();
     assert!(!plan.iter().any(|s| s["method"] == "PATCH"));
     assert!(plan.iter().filter(|s| s["kind"] == "exec").all(|s| s["container"] == "c"));
-    assert!(plan.iter().any(|s| s["argv"] == json!(["nsys", "start", "--session=nsyskit", "-o", format!("{}/capture", plan.iter().find(|s| s["argv"][0] == "mkdir" && s["argv"][1] == "-m").unwrap()["argv"][4].as_str().unwrap())])));
+    assert!(plan.iter().any(|s| s["argv"]
+        == json!([
+            "nsys",
+            "start",
+            "--session=nsyskit",
+            "-o",
+            format!(
+                "{}/capture",
+                plan.iter().find(|s| s["argv"][0] == "mkdir" && s["argv"][1] == "-m").unwrap()["argv"][4]
+                    .as_str()
+                    .unwrap()
+            )
+        ])));
 }
 
 fn check_no_token(out: &Output) {
-    assert!(!String::from_utf8_lossy(&out.stderr).contains(TOKEN) && !String::from_utf8_lossy(&out.stdout).contains(TOKEN), "token leaked");
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains(TOKEN) && !String::from_utf8_lossy(&out.stdout).contains(TOKEN),
+        "token leaked"
+    );
 }
 
 #[test]
@@ -253,7 +358,19 @@ fn endpoint_happy_path() {
     let nsys = nsys_or_skip!("endpoint_happy_path");
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "ep");
+    let eng = Engine::start(
+        &nsys,
+        dir.path(),
+        &[
+            "profile",
+            "--trace=osrt",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=repeat",
+            "-o",
+            &dir.path().join("engine-out/run").to_string_lossy(),
+        ],
+        "ep",
+    );
     let work = dir.path().join("nsyskit-pod-attach-work");
     let out_dir = dir.path().join("out");
     let mut c = bin(&si);
@@ -293,7 +410,8 @@ fn endpoint_happy_path() {
     // cleanup: the work folder is gone, the sidecar's sleep ended, and the document says so
     assert!(!work.exists());
     assert_eq!(si.sidecar_ended(), Some(true));
-    let cleanup = d["cleanup"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect::<Vec<_>>().join("\n");
+    let cleanup =
+        d["cleanup"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect::<Vec<_>>().join("\n");
     assert!(cleanup.contains("cannot be removed") && cleanup.contains("ended its `sleep"), "{cleanup}");
     // exec went to the sidecar; every command was an argv array (the stand-in got separate `command` params)
     let s = si.state.lock().unwrap();
@@ -350,7 +468,14 @@ fn run_err(si: &StandIn, extra: &[&str]) -> (Option<i32>, String) {
 
 #[test]
 fn no_pod_and_two_pods() {
-    let si = StandIn::start(vec![pod("engine-0", json!({"app": "vllm"}), &["engine"]), pod("engine-1", json!({"app": "vllm"}), &["engine"])], PatchMode::Ok, TarFault::None);
+    let si = StandIn::start(
+        vec![
+            pod("engine-0", json!({"app": "vllm"}), &["engine"]),
+            pod("engine-1", json!({"app": "vllm"}), &["engine"]),
+        ],
+        PatchMode::Ok,
+        TarFault::None,
+    );
     let (code, err) = run_err(&si, &["--selector", "app=none"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("no pod in namespace default matches selector \"app=none\""), "{err}");
@@ -396,12 +521,21 @@ fn engine_pid_not_found_and_ambiguous() {
     std::fs::write(&libcuda, vec![0u8; 4096]).unwrap();
     let tag = format!("ambiguous-engine-{}", std::process::id());
     let mut kids: Vec<Child> = (0..2)
-        .map(|_| Command::new("python3").arg(root().join("bins/pod-attach/tests/data/standin_engine.py")).arg("core").arg(&libcuda).arg(&tag).spawn().unwrap())
+        .map(|_| {
+            Command::new("python3")
+                .arg(root().join("bins/pod-attach/tests/data/standin_engine.py"))
+                .arg("core")
+                .arg(&libcuda)
+                .arg(&tag)
+                .spawn()
+                .unwrap()
+        })
         .collect();
     std::thread::sleep(Duration::from_millis(800));
     let si2 = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
     si2.state.lock().unwrap().v4_only = true; // exec over v4.channel.k8s.io only
-    let (code, err) = run_err(&si2, &["--pod", "engine-0", "--container", "engine", "--process-match", &format!("[a]{}", &tag[1..])]);
+    let (code, err) =
+        run_err(&si2, &["--pod", "engine-0", "--container", "engine", "--process-match", &format!("[a]{}", &tag[1..])]);
     for k in &mut kids {
         let _ = k.kill();
         let _ = k.wait();
@@ -415,7 +549,19 @@ fn attach_refused_by_nsys_2023() {
     let nsys = nsys_or_skip!("attach_refused_by_nsys_2023");
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "at");
+    let eng = Engine::start(
+        &nsys,
+        dir.path(),
+        &[
+            "profile",
+            "--trace=osrt",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=repeat",
+            "-o",
+            &dir.path().join("engine-out/run").to_string_lossy(),
+        ],
+        "at",
+    );
     let mut c = bin(&si);
     common_args(&mut c, &nsys, &dir.path().join("nsyskit-pod-attach-work"), &dir.path().join("out"));
     c.args(["--strategy", "attach", "--process-match", &eng.pattern()]);
@@ -433,10 +579,27 @@ fn endpoint_stop_mode_one_capture_per_engine() {
     let nsys = nsys_or_skip!("endpoint_stop_mode_one_capture_per_engine");
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "es");
+    let eng = Engine::start(
+        &nsys,
+        dir.path(),
+        &[
+            "profile",
+            "--trace=osrt",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=stop",
+            "-o",
+            &dir.path().join("engine-out/run").to_string_lossy(),
+        ],
+        "es",
+    );
     let run = |tag: &str| {
         let mut c = bin(&si);
-        common_args(&mut c, &nsys, &dir.path().join(format!("nsyskit-pod-attach-work-{tag}")), &dir.path().join(format!("out-{tag}")));
+        common_args(
+            &mut c,
+            &nsys,
+            &dir.path().join(format!("nsyskit-pod-attach-work-{tag}")),
+            &dir.path().join(format!("out-{tag}")),
+        );
         c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
         c.output().unwrap()
     };
@@ -444,12 +607,19 @@ fn endpoint_stop_mode_one_capture_per_engine() {
     let d = one_doc(&first);
     assert_eq!(d["strategy"], "endpoint");
     assert!(d["provenance"]["source_report"].as_str().unwrap().ends_with("/run.nsys-rep"), "{}", d["provenance"]);
-    assert!(d["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("one capture per engine start")), "{}", d["warnings"]);
+    assert!(
+        d["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("one capture per engine start")),
+        "{}",
+        d["warnings"]
+    );
     assert_eq!(eng.hits(), vec!["/start_profile", "/stop_profile"]);
     let second = run("2");
     let err = String::from_utf8_lossy(&second.stderr);
     assert_eq!(second.status.code(), Some(2), "{err}");
-    assert!(err.contains("--capture-range-end=stop and has already written its one report") && err.contains("run.nsys-rep"), "{err}");
+    assert!(
+        err.contains("--capture-range-end=stop and has already written its one report") && err.contains("run.nsys-rep"),
+        "{err}"
+    );
     assert_eq!(eng.hits(), vec!["/start_profile", "/stop_profile"], "the refusal comes before any POST");
     assert!(!dir.path().join("nsyskit-pod-attach-work-2").exists());
 }
@@ -519,7 +689,8 @@ fn attach_happy_path_with_shim_nsys() {
     // the sidecar ran it, and cleanup ended the sidecar's sleep and removed the work folder
     let s = si.state.lock().unwrap();
     assert!(s.execs.iter().all(|(c, _)| c.starts_with("nsyskit-")), "{:?}", s.execs);
-    assert!(s.execs.iter().any(|(_, a)| a.get(1).map(String::as_str) == Some("profile") && a.get(2).is_some_and(|x| x.starts_with("--attach-pid="))));
+    assert!(s.execs.iter().any(|(_, a)| a.get(1).map(String::as_str) == Some("profile")
+        && a.get(2).is_some_and(|x| x.starts_with("--attach-pid="))));
     drop(s);
     assert_eq!(si.sidecar_ended(), Some(true));
     assert!(!work.exists());
@@ -530,7 +701,19 @@ fn copy_fault(fault: TarFault, tag: &str, expect: &str) {
     let nsys = nsys_or_skip!("copy fault");
     let si = StandIn::start(pods1(), PatchMode::Ok, fault);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], tag);
+    let eng = Engine::start(
+        &nsys,
+        dir.path(),
+        &[
+            "profile",
+            "--trace=osrt",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=repeat",
+            "-o",
+            &dir.path().join("engine-out/run").to_string_lossy(),
+        ],
+        tag,
+    );
     let work = dir.path().join("nsyskit-pod-attach-work");
     let out_dir = dir.path().join("out");
     let mut c = bin(&si);
@@ -543,7 +726,8 @@ fn copy_fault(fault: TarFault, tag: &str, expect: &str) {
     assert!(err.contains(expect), "{err}");
     assert!(!dir.path().join("escaped.nsys-rep").exists() && !out_dir.join("../escaped.nsys-rep").exists());
     assert!(!Path::new("/tmp/escaped.nsys-rep").exists());
-    let kept: Vec<_> = std::fs::read_dir(&out_dir).map(|r| r.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    let kept: Vec<_> =
+        std::fs::read_dir(&out_dir).map(|r| r.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
     assert!(kept.is_empty(), "{tag}: a refused copy keeps nothing: {kept:?}");
     assert!(!work.exists(), "cleanup removed the work folder");
     assert_eq!(si.sidecar_ended(), Some(true));
@@ -564,7 +748,19 @@ fn ctrl_c_mid_capture_cleans_up() {
     let nsys = nsys_or_skip!("ctrl_c_mid_capture_cleans_up");
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "cc");
+    let eng = Engine::start(
+        &nsys,
+        dir.path(),
+        &[
+            "profile",
+            "--trace=osrt",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=repeat",
+            "-o",
+            &dir.path().join("engine-out/run").to_string_lossy(),
+        ],
+        "cc",
+    );
     let work = dir.path().join("nsyskit-pod-attach-work");
     let mut c = bin(&si);
     common_args_d(&mut c, &nsys, &work, &dir.path().join("out"), "60");
@@ -622,7 +818,11 @@ fn tar_corrupt_file_deleted() {
 
 #[test]
 fn tar_oversize_header_rejected_before_reading() {
-    copy_fault(TarFault::Oversize, "over", "announces 1500000000 bytes, the container's stat said 214193: rejected before reading it");
+    copy_fault(
+        TarFault::Oversize,
+        "over",
+        "announces 1500000000 bytes, the container's stat said 214193: rejected before reading it",
+    );
 }
 
 /// Run the binary and return its output with its peak RSS (KiB): the largest `VmHWM` of `/proc/PID/status`
@@ -637,7 +837,11 @@ fn output_with_peak_rss(c: &mut Command) -> (Output, i64) {
         let mut peak = 0i64;
         while !d2.load(std::sync::atomic::Ordering::Relaxed) {
             if let Ok(st) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-                if let Some(v) = st.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok()) {
+                if let Some(v) = st
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+                {
                     peak = peak.max(v);
                 }
             }
@@ -656,7 +860,19 @@ fn flood_after_the_archive_is_cut_at_the_cap() {
     let nsys = nsys_or_skip!("flood_after_the_archive_is_cut_at_the_cap");
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::Flood);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "flood");
+    let eng = Engine::start(
+        &nsys,
+        dir.path(),
+        &[
+            "profile",
+            "--trace=osrt",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=repeat",
+            "-o",
+            &dir.path().join("engine-out/run").to_string_lossy(),
+        ],
+        "flood",
+    );
     let work = dir.path().join("nsyskit-pod-attach-work");
     let out_dir = dir.path().join("out");
     let mut c = bin(&si);
@@ -665,7 +881,11 @@ fn flood_after_the_archive_is_cut_at_the_cap() {
     let t0 = Instant::now();
     let (out, rss_kib) = output_with_peak_rss(&mut c);
     let err = String::from_utf8_lossy(&out.stderr);
-    eprintln!("MEASURED flood_after_the_archive_is_cut_at_the_cap: peak RSS {:.1} MiB, wall {:.1} s (1.5 GB offered)", rss_kib as f64 / 1024.0, t0.elapsed().as_secs_f64());
+    eprintln!(
+        "MEASURED flood_after_the_archive_is_cut_at_the_cap: peak RSS {:.1} MiB, wall {:.1} s (1.5 GB offered)",
+        rss_kib as f64 / 1024.0,
+        t0.elapsed().as_secs_f64()
+    );
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("tar stream runs past") && err.contains("stopped, nothing kept"), "{err}");
     assert!(rss_kib < 1 << 20, "peak RSS {rss_kib} KiB: the stream was held in memory");
@@ -681,10 +901,23 @@ fn big_report_streams_to_disk_and_max_copy_bytes_refuses_it() {
     let nsys = nsys_or_skip!("big_report_streams_to_disk_and_max_copy_bytes_refuses_it");
     // 300 MB by default (the suite stays quick); NSYSKIT_POD_ATTACH_BIG_BYTES=1500000000 is the 1.5 GB
     // (measured: docs/pod-attach.md)
-    let big: u64 = std::env::var("NSYSKIT_POD_ATTACH_BIG_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(300_000_000);
+    let big: u64 =
+        std::env::var("NSYSKIT_POD_ATTACH_BIG_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(300_000_000);
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::BigReport(big));
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], "big");
+    let eng = Engine::start(
+        &nsys,
+        dir.path(),
+        &[
+            "profile",
+            "--trace=osrt",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=repeat",
+            "-o",
+            &dir.path().join("engine-out/run").to_string_lossy(),
+        ],
+        "big",
+    );
     let run = |tag: &str, extra: &[&str]| {
         let work = dir.path().join(format!("nsyskit-pod-attach-{tag}"));
         let out_dir = dir.path().join(format!("out-{tag}"));
@@ -698,14 +931,23 @@ fn big_report_streams_to_disk_and_max_copy_bytes_refuses_it() {
     let (out, rss, wall, out_dir, work) = run("capped", &["--max-copy-bytes", "100000000"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("over --max-copy-bytes 100000000") && err.contains(&format!("capture.nsys-rep {big}")), "{err}");
+    assert!(
+        err.contains("over --max-copy-bytes 100000000") && err.contains(&format!("capture.nsys-rep {big}")),
+        "{err}"
+    );
     assert!(std::fs::read_dir(&out_dir).map(|mut r| r.next().is_none()).unwrap_or(true));
     assert!(!work.exists());
-    eprintln!("MEASURED big_report (--max-copy-bytes 1e8): refused before copying, peak RSS {:.1} MiB, wall {wall:.1} s", rss as f64 / 1024.0);
+    eprintln!(
+        "MEASURED big_report (--max-copy-bytes 1e8): refused before copying, peak RSS {:.1} MiB, wall {wall:.1} s",
+        rss as f64 / 1024.0
+    );
     assert!(!si.exec_argv0s().iter().any(|a| a.starts_with("tar ")), "no tar stream was asked for");
     let (out, rss, wall, out_dir, _) = run("full", &[]);
     let d = one_doc(&out);
-    eprintln!("MEASURED big_report ({big} bytes copied to disk, sha256 checked): peak RSS {:.1} MiB, wall {wall:.1} s", rss as f64 / 1024.0);
+    eprintln!(
+        "MEASURED big_report ({big} bytes copied to disk, sha256 checked): peak RSS {:.1} MiB, wall {wall:.1} s",
+        rss as f64 / 1024.0
+    );
     let f = d["files"].as_array().unwrap().iter().find(|f| f["name"] == "capture.nsys-rep").unwrap().clone();
     assert_eq!(f["size"], big);
     assert_eq!(std::fs::metadata(out_dir.join("capture.nsys-rep")).unwrap().len(), big);
@@ -771,7 +1013,19 @@ fn signal_mid_capture(sig: &str, code: i32, tag: &str) {
     let nsys = nsys_or_skip!("signal_mid_capture");
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(&nsys, dir.path(), &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.path().join("engine-out/run").to_string_lossy()], tag);
+    let eng = Engine::start(
+        &nsys,
+        dir.path(),
+        &[
+            "profile",
+            "--trace=osrt",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=repeat",
+            "-o",
+            &dir.path().join("engine-out/run").to_string_lossy(),
+        ],
+        tag,
+    );
     let work = dir.path().join("nsyskit-pod-attach-work");
     let mut c = bin(&si);
     common_args_d(&mut c, &nsys, &work, &dir.path().join("out"), "60");
@@ -793,7 +1047,10 @@ fn signal_mid_capture(sig: &str, code: i32, tag: &str) {
     std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(code), "{seen}{rest}");
-    assert!(rest.contains(&format!("interrupted (SIG{sig})")) && rest.contains("POST /stop_profile answered 200"), "{rest}");
+    assert!(
+        rest.contains(&format!("interrupted (SIG{sig})")) && rest.contains("POST /stop_profile answered 200"),
+        "{rest}"
+    );
     assert_eq!(eng.hits(), vec!["/start_profile", "/stop_profile"]);
     assert!(!work.exists(), "work folder removed");
     assert_eq!(si.sidecar_ended(), Some(true));
@@ -810,7 +1067,21 @@ fn sighup_mid_capture_cleans_up() {
 }
 
 fn endpoint_engine(nsys: &Path, dir: &Path, tag: &str, env: &[(&str, &str)], script: Option<&str>) -> Engine {
-    Engine::start_with(nsys, dir, &["profile", "--trace=osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "-o", &dir.join("engine-out/run").to_string_lossy()], tag, env, script)
+    Engine::start_with(
+        nsys,
+        dir,
+        &[
+            "profile",
+            "--trace=osrt",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=repeat",
+            "-o",
+            &dir.join("engine-out/run").to_string_lossy(),
+        ],
+        tag,
+        env,
+        script,
+    )
 }
 
 /// The engine's environment and command line, checked before any POST: a foreign CUDA_INJECTION64_PATH, and a
@@ -822,14 +1093,24 @@ fn engine_env_and_profiler_config_refused() {
     let dir = tempfile::tempdir().unwrap();
     let d1 = dir.path().join("zym");
     std::fs::create_dir_all(&d1).unwrap();
-    let eng = endpoint_engine(&nsys, &d1, "zym", &[("STANDIN_SET_CUDA_INJECTION64_PATH", "/opt/zymtrace/lib/libzymtrace_cuda.so")], None);
+    let eng = endpoint_engine(
+        &nsys,
+        &d1,
+        "zym",
+        &[("STANDIN_SET_CUDA_INJECTION64_PATH", "/opt/zymtrace/lib/libzymtrace_cuda.so")],
+        None,
+    );
     let mut c = bin(&si);
     common_args(&mut c, &nsys, &d1.join("nsyskit-pod-attach-w"), &d1.join("out"));
     c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
     let out = c.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("CUDA_INJECTION64_PATH=/opt/zymtrace/lib/libzymtrace_cuda.so, not nsys's injection library") && err.contains("refused"), "{err}");
+    assert!(
+        err.contains("CUDA_INJECTION64_PATH=/opt/zymtrace/lib/libzymtrace_cuda.so, not nsys's injection library")
+            && err.contains("refused"),
+        "{err}"
+    );
     assert!(eng.hits().is_empty(), "refused before any POST");
     assert_eq!(si.sidecar_ended(), Some(true));
     drop(eng);
@@ -843,7 +1124,10 @@ fn engine_env_and_profiler_config_refused() {
     let out = c.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("started without --profiler-config.profiler=cuda") && err.contains("cudaProfilerStart"), "{err}");
+    assert!(
+        err.contains("started without --profiler-config.profiler=cuda") && err.contains("cudaProfilerStart"),
+        "{err}"
+    );
     assert!(eng.hits().is_empty(), "refused before any POST");
 }
 
@@ -891,27 +1175,48 @@ fn path_b_install_nsys_apt_and_bundle() {
     std::fs::write(&victim, "keep me").unwrap();
     std::os::unix::fs::symlink(&victim, out_dir.join("capture.sqlite")).unwrap();
     let mut c = bin(&si);
-    c.args(["--pod", "engine-0", "--container", "engine", "--image", nsyskit::pod_attach::PATH_B_IMAGE, "--allow-unpinned-image", "--install-nsys", "apt", "--duration", "1", "--wait-timeout", "30", "--compact"])
-        .arg("--workdir")
-        .arg(&work)
-        .arg("--out-dir")
-        .arg(&out_dir)
-        .arg("--bundle")
-        .arg(&bundle)
-        .args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
+    c.args([
+        "--pod",
+        "engine-0",
+        "--container",
+        "engine",
+        "--image",
+        nsyskit::pod_attach::PATH_B_IMAGE,
+        "--allow-unpinned-image",
+        "--install-nsys",
+        "apt",
+        "--duration",
+        "1",
+        "--wait-timeout",
+        "30",
+        "--compact",
+    ])
+    .arg("--workdir")
+    .arg(&work)
+    .arg("--out-dir")
+    .arg(&out_dir)
+    .arg("--bundle")
+    .arg(&bundle)
+    .args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
     let out = c.output().unwrap();
     check_no_token(&out);
     let d = one_doc(&out);
     eprintln!("STDERR path_b:\n{}", String::from_utf8_lossy(&out.stderr));
     expect_gate(&d, &out);
     let prov = &d["provenance"];
-    assert_eq!(prov["nsys_install"], json!({"method": "apt", "package": "nsight-systems-cli", "version": "2023.4.4.54-234433681190v0"}));
+    assert_eq!(
+        prov["nsys_install"],
+        json!({"method": "apt", "package": "nsight-systems-cli", "version": "2023.4.4.54-234433681190v0"})
+    );
     assert_eq!(prov["sidecar_image"], nsyskit::pod_attach::PATH_B_IMAGE);
     assert_eq!(prov["sidecar_image_digest"], format!("sha256:{}", "ab".repeat(32)));
     assert!(prov["nsys"]["version"].as_str().unwrap().contains("2023.4"), "{prov}");
     assert_eq!(prov["engine_env"]["vllm"], false);
     let apt = std::fs::read_to_string(&log).unwrap();
-    assert_eq!(apt.lines().collect::<Vec<_>>(), vec!["apt-get -q update", "apt-get -q -y install --no-install-recommends nsight-systems-cli"]);
+    assert_eq!(
+        apt.lines().collect::<Vec<_>>(),
+        vec!["apt-get -q update", "apt-get -q -y install --no-install-recommends nsight-systems-cli"]
+    );
     // the link's target is untouched; the copy replaced the link
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
     assert!(!std::fs::symlink_metadata(out_dir.join("capture.sqlite")).unwrap().file_type().is_symlink());
@@ -926,19 +1231,36 @@ fn path_b_install_nsys_apt_and_bundle() {
     assert_eq!(kp["vllm_pid"], prov["engine"]["pid"]);
     assert_eq!(kp["sidecar_image"], nsyskit::pod_attach::PATH_B_IMAGE);
     assert_eq!(kp["method"], "ephemeral-container-share-processes");
-    assert_eq!(std::fs::read(bundle.join("profiles/capture.nsys-rep")).unwrap(), std::fs::read(root().join("fixtures/nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep")).unwrap());
+    assert_eq!(
+        std::fs::read(bundle.join("profiles/capture.nsys-rep")).unwrap(),
+        std::fs::read(root().join("fixtures/nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep")).unwrap()
+    );
     assert!(bundle.join("profiles/gpu_kern_sum.csv").exists() && bundle.join("profiles/cuda_api_sum.csv").exists());
     let text = std::fs::read_to_string(bundle.join("inference_perfbench_v1.json")).unwrap();
     assert!(text.starts_with("{\n  \"run_id\": \"r-17\",   \"numbers\": [1.0, 12345678901234567890, 1e3],\n  \"kernel_profile\": {\"note\": \"kept \\u00e9\""), "{text}");
     assert!(text.contains("  \"zzz\": {\"nested\": true}"), "{text}");
     let b: Value = serde_json::from_str(&text).unwrap();
-    for k in ["captured_at", "nsys_rep_path", "summary_csv_path", "cuda_api_csv_path", "duration_s", "vllm_pid", "sidecar_image", "sidecar_image_digest", "method"] {
+    for k in [
+        "captured_at",
+        "nsys_rep_path",
+        "summary_csv_path",
+        "cuda_api_csv_path",
+        "duration_s",
+        "vllm_pid",
+        "sidecar_image",
+        "sidecar_image_digest",
+        "method",
+    ] {
         assert_eq!(b["kernel_profile"][k], kp[k], "{k}");
     }
     assert_eq!(b["kernel_profile"]["note"], "kept é");
     assert_eq!(b["pod_attach"]["schema"], "nsyskit.pod-attach/v1");
     // CPU-only capture: nsys 2023.4 leaves a 0-byte kernel CSV, so no top_kernels, and the document says so
-    assert!(d["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("no top_kernels")), "{}", d["warnings"]);
+    assert!(
+        d["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("no top_kernels")),
+        "{}",
+        d["warnings"]
+    );
     assert!(!work.exists());
     assert_eq!(si.sidecar_ended(), Some(true));
 }
@@ -959,16 +1281,36 @@ fn path_b_failed_install_is_an_error_and_cleans_up() {
     std::fs::create_dir_all(&bundle).unwrap();
     std::fs::write(bundle.join("inference_perfbench_v1.json"), "{\"run_id\": 1}\n").unwrap();
     let mut c = bin(&si);
-    c.args(["--pod", "engine-0", "--container", "engine", "--image", nsyskit::pod_attach::PATH_B_IMAGE, "--allow-unpinned-image", "--install-nsys", "apt", "--duration", "1", "--wait-timeout", "10", "--compact"])
-        .arg("--bundle")
-        .arg(&bundle)
-        .arg("--out-dir")
-        .arg(dir.path().join("out"));
+    c.args([
+        "--pod",
+        "engine-0",
+        "--container",
+        "engine",
+        "--image",
+        nsyskit::pod_attach::PATH_B_IMAGE,
+        "--allow-unpinned-image",
+        "--install-nsys",
+        "apt",
+        "--duration",
+        "1",
+        "--wait-timeout",
+        "10",
+        "--compact",
+    ])
+    .arg("--bundle")
+    .arg(&bundle)
+    .arg("--out-dir")
+    .arg(dir.path().join("out"));
     let out = c.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(out.stdout.is_empty());
-    assert!(err.contains("--install-nsys apt failed") && err.contains("exited 100") && err.contains("E: Unable to locate package nsight-systems-cli"), "{err}");
+    assert!(
+        err.contains("--install-nsys apt failed")
+            && err.contains("exited 100")
+            && err.contains("E: Unable to locate package nsight-systems-cli"),
+        "{err}"
+    );
     assert!(err.contains("cleanup: ephemeral container") && err.contains("ended its `sleep"), "{err}");
     assert_eq!(si.sidecar_ended(), Some(true));
     assert_eq!(std::fs::read_to_string(bundle.join("inference_perfbench_v1.json")).unwrap(), "{\"run_id\": 1}\n");

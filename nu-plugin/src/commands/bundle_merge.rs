@@ -29,9 +29,7 @@ fn pipeline_docs(input: &Value) -> Result<Vec<DocIn>, LabeledError> {
         Value::List { vals, .. } => vals
             .iter()
             .enumerate()
-            .map(|(i, v)| {
-                Ok(DocIn { value: nu_to_json(v)?, source: format!("{PIPELINE} item {i}"), line: 1 })
-            })
+            .map(|(i, v)| Ok(DocIn { value: nu_to_json(v)?, source: format!("{PIPELINE} item {i}"), line: 1 }))
             .collect::<Result<_, nu_protocol::ShellError>>()?,
         other => vec![DocIn { value: nu_to_json(other)?, source: PIPELINE.into(), line: 1 }],
     })
@@ -122,7 +120,13 @@ impl SimplePluginCommand for BundleMerge {
                 .with_code("nsyskit::usage")
                 .with_label("conflicts with --stdout", call.get_flag_span("check").unwrap_or(call.head)));
         }
-        let mode = if check { Mode::Check } else if stdout { Mode::Stdout } else { Mode::Write };
+        let mode = if check {
+            Mode::Check
+        } else if stdout {
+            Mode::Stdout
+        } else {
+            Mode::Write
+        };
         let outcome = bundle::run(&bundle_path, &docs, mode).map_err(|e| {
             let span = match error_span(&e.message, call, &files, input.span()) {
                 Some(span) => span,

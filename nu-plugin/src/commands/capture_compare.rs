@@ -5,7 +5,9 @@ use nsyskit::compare::{self, ab::AbSettings, CompareOptions};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_arg, doc_value, flag_f64, flag_list, flag_path, flag_str, flag_usize, labeled, resolve_path};
+use crate::call::{
+    category, doc_arg, doc_value, flag_f64, flag_list, flag_path, flag_str, flag_usize, labeled, resolve_path,
+};
 use crate::NsyskitPlugin;
 
 pub struct CaptureCompare;
@@ -31,7 +33,8 @@ impl SimplePluginCommand for CaptureCompare {
 
     fn signature(&self) -> Signature {
         let doc = || SyntaxShape::OneOf(vec![SyntaxShape::Record(Vec::new().into()), SyntaxShape::Filepath]);
-        let list = || SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::Filepath)), SyntaxShape::Filepath]);
+        let list =
+            || SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::Filepath)), SyntaxShape::Filepath]);
         Signature::build(SimplePluginCommand::name(self))
             .optional("a", doc(), "The baseline capture: bundle JSON, ranges JSON, nsys .sqlite export or stored baseline (a path or a record)")
             .optional("b", doc(), "The capture compared with A (a path or a record)")

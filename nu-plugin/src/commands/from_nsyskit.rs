@@ -73,14 +73,16 @@ impl SimplePluginCommand for FromNsyskit {
                 return Ok(json_to_nu(&nu_to_json(input).map_err(LabeledError::from)?, call.head));
             }
             other => {
-                return Err(LabeledError::new(format!("from nsyskit takes JSON text or a record, not {}", other.get_type()))
-                    .with_code("nsyskit::input")
-                    .with_label("pipeline input", span))
+                return Err(LabeledError::new(format!(
+                    "from nsyskit takes JSON text or a record, not {}",
+                    other.get_type()
+                ))
+                .with_code("nsyskit::input")
+                .with_label("pipeline input", span))
             }
         };
-        let docs = parse_json_stream(&bytes, "pipeline input").map_err(|e| {
-            LabeledError::new(e.message).with_code("nsyskit::input").with_label("not valid JSON", span)
-        })?;
+        let docs = parse_json_stream(&bytes, "pipeline input")
+            .map_err(|e| LabeledError::new(e.message).with_code("nsyskit::input").with_label("not valid JSON", span))?;
         let mut values: Vec<Value> = docs.iter().map(|d| json_to_nu(&d.value, call.head)).collect();
         Ok(if values.len() == 1 { values.remove(0) } else { Value::list(values, call.head) })
     }

@@ -5,7 +5,9 @@ use nsyskit::readiness::{ReadinessOptions, DEFAULT_MAX_OPAQUE_SHARE};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_value, flag_bytes, flag_f64, flag_path, flag_str, flag_usize, labeled, nu_nsys_bin, resolve_path};
+use crate::call::{
+    category, doc_value, flag_bytes, flag_f64, flag_path, flag_str, flag_usize, labeled, nu_nsys_bin, resolve_path,
+};
 use crate::NsyskitPlugin;
 
 pub struct GateCheck;
@@ -105,7 +107,8 @@ impl SimplePluginCommand for GateCheck {
         let d = Thresholds::default();
         let thresholds = Thresholds {
             min_rep_bytes: flag_bytes(call, "min-rep-bytes")?,
-            max_nvtx_after_cuda_share: flag_f64(call, "max-nvtx-after-cuda-share")?.unwrap_or(d.max_nvtx_after_cuda_share),
+            max_nvtx_after_cuda_share: flag_f64(call, "max-nvtx-after-cuda-share")?
+                .unwrap_or(d.max_nvtx_after_cuda_share),
             max_gap_share: flag_f64(call, "max-gap-share")?.unwrap_or(d.max_gap_share),
             min_gap_ms: flag_f64(call, "min-gap-ms")?.unwrap_or(d.min_gap_ms),
             min_dominant_gap_share: flag_f64(call, "min-dominant-gap-share")?.unwrap_or(d.min_dominant_gap_share),

@@ -103,7 +103,10 @@ impl SimplePluginCommand for KernCsvToJson {
                     other.get_type()
                 ))
                 .with_code("nsyskit::usage")
-                .with_label("no CSV here", if matches!(other, Value::Nothing { .. }) { call.head } else { other.span() }))
+                .with_label(
+                    "no CSV here",
+                    if matches!(other, Value::Nothing { .. }) { call.head } else { other.span() },
+                ))
             }
         };
         let doc = result.map_err(|e| labeled(e, call, &sig, input_span))?;

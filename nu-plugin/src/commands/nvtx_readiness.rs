@@ -71,7 +71,8 @@ impl SimplePluginCommand for NvtxReadiness {
             range_prefix: flag_str(call, "range-prefix")?.map(|s| s.item),
             max_opaque_share: flag_f64(call, "max-opaque-share")?.unwrap_or(DEFAULT_MAX_OPAQUE_SHARE),
         };
-        let doc = readiness::run(&capture, &opts, nsys.as_deref()).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
+        let doc =
+            readiness::run(&capture, &opts, nsys.as_deref()).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
     }
 }

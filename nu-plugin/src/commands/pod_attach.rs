@@ -133,7 +133,9 @@ impl SimplePluginCommand for PodAttach {
             nsys: s("nsys")?.unwrap_or(d.nsys),
             workdir: s("workdir")?,
             out_dir: flag_path(engine, call, "out-dir")?
-                .unwrap_or_else(|| std::path::PathBuf::from(engine.get_current_dir().unwrap_or_default()).join(&d.out_dir))
+                .unwrap_or_else(|| {
+                    std::path::PathBuf::from(engine.get_current_dir().unwrap_or_default()).join(&d.out_dir)
+                })
                 .display()
                 .to_string(),
             port: flag_uint(call, "port")?.unwrap_or(d.port),

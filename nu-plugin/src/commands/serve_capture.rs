@@ -8,7 +8,9 @@ use nsyskit::serve_capture::{self, ServeCaptureOptions, StopFlag, StopSource};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, SignalAction, Signature, Span, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_value, flag_bytes, flag_duration, flag_list, flag_path, flag_str, labeled, nu_nsys_bin};
+use crate::call::{
+    category, doc_value, flag_bytes, flag_duration, flag_list, flag_path, flag_str, labeled, nu_nsys_bin,
+};
 use crate::NsyskitPlugin;
 
 pub struct ServeCapture;
@@ -155,7 +157,9 @@ impl SimplePluginCommand for ServeCapture {
         input: &Value,
     ) -> Result<Value, LabeledError> {
         let sig = self.signature();
-        let usage = |msg: String, span: Span| LabeledError::new(msg).with_code("nsyskit::usage").with_label("bad argument", span);
+        let usage = |msg: String, span: Span| {
+            LabeledError::new(msg).with_code("nsyskit::usage").with_label("bad argument", span)
+        };
         let server: Vec<String> = call.rest(0)?;
         if server.is_empty() {
             return Err(usage("serve-capture: the server command (rest arguments) is missing".into(), call.head));
@@ -174,7 +178,8 @@ impl SimplePluginCommand for ServeCapture {
             o.trace = t.item;
         }
         if let Some(f) = flag_str(call, "flags")? {
-            o.flags = serve_capture::split_command(&f.item, "--flags").map_err(|e| crate::call::labeled_at(e, f.span))?;
+            o.flags =
+                serve_capture::split_command(&f.item, "--flags").map_err(|e| crate::call::labeled_at(e, f.span))?;
         }
         o.delay_s = flag_secs_f64(call, "delay")?;
         o.duration_s = flag_secs_f64(call, "duration")?;

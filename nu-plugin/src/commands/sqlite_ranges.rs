@@ -90,8 +90,14 @@ impl SimplePluginCommand for SqliteRanges {
                 .map_err(|e| nsyskit::contract::Error::usage(e.to_string()).with_arg("--window"))?
                 .map(|w| ranges::parse_window(&w.item))
                 .transpose()?;
-            let fold = !call.has_flag("no-fold").map_err(|e| nsyskit::contract::Error::usage(e.to_string()).with_arg("--no-fold"))?;
-            let opts = RangesOptions { range_prefix: flag_str(call, "range-prefix").ok().flatten().map(|s| s.item), window, fold };
+            let fold = !call
+                .has_flag("no-fold")
+                .map_err(|e| nsyskit::contract::Error::usage(e.to_string()).with_arg("--no-fold"))?;
+            let opts = RangesOptions {
+                range_prefix: flag_str(call, "range-prefix").ok().flatten().map(|s| s.item),
+                window,
+                fold,
+            };
             ranges::run(&export, &opts, nsys.as_deref())
         })();
         let doc = result.map_err(|e| labeled(e, call, &sig, Some(input.span())))?;

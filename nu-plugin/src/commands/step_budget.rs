@@ -49,7 +49,8 @@ impl SimplePluginCommand for StepBudget {
     fn examples(&self) -> Vec<Example<'_>> {
         vec![Example {
             example: "(step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite).outliers.14.index",
-            description: "The last of the 15 prefill-contaminated decode steps of a real capture (every 25th step), as outliers",
+            description:
+                "The last of the 15 prefill-contaminated decode steps of a real capture (every 25th step), as outliers",
             result: Some(Value::test_int(375)),
         }]
     }
@@ -67,13 +68,21 @@ impl SimplePluginCommand for StepBudget {
             Some(p) => Some(p),
             None => nu_nsys_bin(engine)?,
         };
-        let fold = !call.has_flag("no-fold").map_err(|e| labeled(nsyskit::contract::Error::usage(e.to_string()).with_arg("--no-fold"), call, &sig, Some(input.span())))?;
+        let fold = !call.has_flag("no-fold").map_err(|e| {
+            labeled(
+                nsyskit::contract::Error::usage(e.to_string()).with_arg("--no-fold"),
+                call,
+                &sig,
+                Some(input.span()),
+            )
+        })?;
         let opts = StepBudgetOptions {
             step: flag_str(call, "step")?.map(|s| s.item),
             outlier_factor: flag_f64(call, "outlier-factor")?.unwrap_or(DEFAULT_OUTLIER_FACTOR),
             fold,
         };
-        let doc = step_budget::run(&capture, &opts, nsys.as_deref()).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
+        let doc = step_budget::run(&capture, &opts, nsys.as_deref())
+            .map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
     }
 }

@@ -21,7 +21,10 @@ impl Nu {
     pub fn or_skip(test: &str) -> Option<Nu> {
         let bin = std::env::var_os("NSYSKIT_NU").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_NU));
         if !bin.is_file() {
-            skip(&format!("SKIP {test}: no nu binary at {} (set NSYSKIT_NU; scripts/test installs nushell@0.115.1)", bin.display()));
+            skip(&format!(
+                "SKIP {test}: no nu binary at {} (set NSYSKIT_NU; scripts/test installs nushell@0.115.1)",
+                bin.display()
+            ));
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -73,8 +76,9 @@ impl Nu {
         let out = self.raw(&format!("plugin use nsyskit\n{pipeline} | to json --raw"));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "nu failed on `{pipeline}`:\n{stderr}");
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("`{pipeline}` did not give JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("`{pipeline}` did not give JSON ({e}): {}", String::from_utf8_lossy(&out.stdout))
+        })
     }
 
     /// `plugin use nsyskit` then a pipeline that must fail: its stderr.
@@ -88,13 +92,16 @@ impl Nu {
 
 /// nsys 2023.4 (`NSYS_BIN`, else where scripts/get-nsys installs it), or None with a SKIP message.
 pub fn nsys_or_skip(test: &str) -> Option<PathBuf> {
-    let nsys = std::env::var_os("NSYS_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cache/nsyskit/nsys-2023.4/usr/bin/nsys"));
+    let nsys = std::env::var_os("NSYS_BIN").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cache/nsyskit/nsys-2023.4/usr/bin/nsys")
+    });
     if nsys.is_file() {
         Some(nsys)
     } else {
-        skip(&format!("SKIP {test}: no nsys at {} (set NSYS_BIN; scripts/get-nsys installs nsys 2023.4)", nsys.display()));
+        skip(&format!(
+            "SKIP {test}: no nsys at {} (set NSYS_BIN; scripts/get-nsys installs nsys 2023.4)",
+            nsys.display()
+        ));
         None
     }
 }

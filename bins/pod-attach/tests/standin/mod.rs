@@ -136,26 +136,43 @@ fn decode(s: &str) -> String {
 }
 
 fn query_pairs(q: &str) -> Vec<(String, String)> {
-    q.split('&').filter(|p| !p.is_empty()).map(|p| {
-        let (k, v) = p.split_once('=').unwrap_or((p, ""));
-        (decode(k), decode(v))
-    }).collect()
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
 }
 
 async fn list_pods(State(st): State<S>, headers: axum::http::HeaderMap, RawQuery(q): RawQuery) -> Response {
     check_token(&st, &headers);
-    let sel = query_pairs(q.as_deref().unwrap_or("")).into_iter().find(|(k, _)| k == "labelSelector").map(|x| x.1).unwrap_or_default();
+    let sel = query_pairs(q.as_deref().unwrap_or(""))
+        .into_iter()
+        .find(|(k, _)| k == "labelSelector")
+        .map(|x| x.1)
+        .unwrap_or_default();
     let s = st.lock().unwrap();
-    let items: Vec<Value> = s.pods.iter().filter(|p| {
-        sel.split(',').filter(|x| !x.is_empty()).all(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            p["metadata"]["labels"][k].as_str() == Some(v)
+    let items: Vec<Value> = s
+        .pods
+        .iter()
+        .filter(|p| {
+            sel.split(',').filter(|x| !x.is_empty()).all(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                p["metadata"]["labels"][k].as_str() == Some(v)
+            })
         })
-    }).cloned().collect();
-    Json(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": items})).into_response()
+        .cloned()
+        .collect();
+    Json(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": items}))
+        .into_response()
 }
 
-async fn get_pod(State(st): State<S>, headers: axum::http::HeaderMap, Path((_ns, name)): Path<(String, String)>) -> Response {
+async fn get_pod(
+    State(st): State<S>,
+    headers: axum::http::HeaderMap,
+    Path((_ns, name)): Path<(String, String)>,
+) -> Response {
     check_token(&st, &headers);
     let mut s = st.lock().unwrap();
     let mode = s.patch_mode;
@@ -182,7 +199,12 @@ async fn get_pod(State(st): State<S>, headers: axum::http::HeaderMap, Path((_ns,
     Json(p.clone()).into_response()
 }
 
-async fn patch_ephemeral(State(st): State<S>, headers: axum::http::HeaderMap, Path((_ns, name)): Path<(String, String)>, body: String) -> Response {
+async fn patch_ephemeral(
+    State(st): State<S>,
+    headers: axum::http::HeaderMap,
+    Path((_ns, name)): Path<(String, String)>,
+    body: String,
+) -> Response {
     check_token(&st, &headers);
     let ct = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     if ct != "application/strategic-merge-patch+json" {
@@ -192,7 +214,10 @@ async fn patch_ephemeral(State(st): State<S>, headers: axum::http::HeaderMap, Pa
     if s.patch_mode == PatchMode::Forbidden {
         return err(StatusCode::FORBIDDEN, "Forbidden", &format!("pods \"{name}\" is forbidden: User \"standin\" cannot patch resource \"pods/ephemeralcontainers\" in API group \"\" in the namespace \"default\""));
     }
-    let patch: Value = match serde_json::from_str(&body) { Ok(v) => v, Err(e) => return err(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()) };
+    let patch: Value = match serde_json::from_str(&body) {
+        Ok(v) => v,
+        Err(e) => return err(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+    };
     let mode = s.patch_mode;
     let Some(p) = s.pods.iter_mut().find(|p| p["metadata"]["name"] == name.as_str()) else {
         return err(StatusCode::NOT_FOUND, "NotFound", &format!("pods \"{name}\" not found"));
@@ -231,7 +256,12 @@ async fn events(State(st): State<S>, headers: axum::http::HeaderMap) -> Response
     Json(json!({"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": items})).into_response()
 }
 
-async fn exec(State(st): State<S>, headers: axum::http::HeaderMap, RawQuery(q): RawQuery, ws: WebSocketUpgrade) -> Response {
+async fn exec(
+    State(st): State<S>,
+    headers: axum::http::HeaderMap,
+    RawQuery(q): RawQuery,
+    ws: WebSocketUpgrade,
+) -> Response {
     check_token(&st, &headers);
     let pairs = query_pairs(q.as_deref().unwrap_or(""));
     let argv: Vec<String> = pairs.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.clone()).collect();
@@ -241,7 +271,8 @@ async fn exec(State(st): State<S>, headers: axum::http::HeaderMap, RawQuery(q): 
         s.execs.push((container, argv.clone()));
         s.v4_only
     };
-    let protocols: &[&'static str] = if v4_only { &["v4.channel.k8s.io"] } else { &["v5.channel.k8s.io", "v4.channel.k8s.io"] };
+    let protocols: &[&'static str] =
+        if v4_only { &["v4.channel.k8s.io"] } else { &["v5.channel.k8s.io", "v4.channel.k8s.io"] };
     ws.protocols(protocols.iter().copied()).on_upgrade(move |sock| run_exec(st, sock, argv))
 }
 
@@ -259,7 +290,9 @@ fn tar_header_t(name: &str, size: u64, typ: u8, link: &str) -> Vec<u8> {
     h[157..157 + link.len()].copy_from_slice(link.as_bytes());
     h[257..263].copy_from_slice(b"ustar\0");
     h[263..265].copy_from_slice(b"00");
-    for b in &mut h[148..156] { *b = b' '; }
+    for b in &mut h[148..156] {
+        *b = b' ';
+    }
     let sum: u32 = h.iter().map(|&b| b as u32).sum();
     h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
     h
@@ -285,7 +318,13 @@ async fn run_exec(st: S, mut sock: WebSocket, argv: Vec<String>) {
         }
     }
     let mut cmd = tokio::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..]).current_dir(&root).envs(&env).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    cmd.args(&argv[1..])
+        .current_dir(&root)
+        .envs(&env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -338,7 +377,11 @@ async fn run_exec(st: S, mut sock: WebSocket, argv: Vec<String>) {
         while off + 512 <= o.len() && o[off..off + 512].iter().any(|&b| b != 0) {
             let h = &o[off..off + 512];
             let name = String::from_utf8_lossy(&h[..h[..100].iter().position(|&b| b == 0).unwrap_or(100)]).to_string();
-            let size = usize::from_str_radix(String::from_utf8_lossy(&h[124..135]).trim_matches(|c: char| c == '\0' || c == ' '), 8).unwrap_or(0);
+            let size = usize::from_str_radix(
+                String::from_utf8_lossy(&h[124..135]).trim_matches(|c: char| c == '\0' || c == ' '),
+                8,
+            )
+            .unwrap_or(0);
             if first.0.is_empty() {
                 first = (name, size);
             }
@@ -386,14 +429,18 @@ async fn run_exec(st: S, mut sock: WebSocket, argv: Vec<String>) {
         for chunk in o.chunks(32 * 1024) {
             let mut f = vec![1u8];
             f.extend_from_slice(chunk);
-            if sock.send(Message::Binary(f.into())).await.is_err() { return; }
+            if sock.send(Message::Binary(f.into())).await.is_err() {
+                return;
+            }
         }
         let zeros = vec![0u8; 1 << 20];
         let mut sent = 0u64;
         while sent < FLOOD_BYTES {
             let mut f = vec![1u8];
             f.extend_from_slice(&zeros);
-            if sock.send(Message::Binary(f.into())).await.is_err() { return; }
+            if sock.send(Message::Binary(f.into())).await.is_err() {
+                return;
+            }
             sent += zeros.len() as u64;
         }
         o.clear();
@@ -405,7 +452,9 @@ async fn run_exec(st: S, mut sock: WebSocket, argv: Vec<String>) {
     for chunk in o.chunks(32 * 1024) {
         let mut f = vec![1u8];
         f.extend_from_slice(chunk);
-        if sock.send(Message::Binary(f.into())).await.is_err() { return; }
+        if sock.send(Message::Binary(f.into())).await.is_err() {
+            return;
+        }
     }
     if cut {
         let _ = sock.close().await;
@@ -428,9 +477,18 @@ async fn run_exec(st: S, mut sock: WebSocket, argv: Vec<String>) {
     let _ = sock.close().await;
 }
 
-async fn portforward(State(st): State<S>, headers: axum::http::HeaderMap, RawQuery(q): RawQuery, ws: WebSocketUpgrade) -> Response {
+async fn portforward(
+    State(st): State<S>,
+    headers: axum::http::HeaderMap,
+    RawQuery(q): RawQuery,
+    ws: WebSocketUpgrade,
+) -> Response {
     check_token(&st, &headers);
-    let port: u16 = query_pairs(q.as_deref().unwrap_or("")).into_iter().find(|(k, _)| k == "ports").and_then(|x| x.1.parse().ok()).unwrap_or(0);
+    let port: u16 = query_pairs(q.as_deref().unwrap_or(""))
+        .into_iter()
+        .find(|(k, _)| k == "ports")
+        .and_then(|x| x.1.parse().ok())
+        .unwrap_or(0);
     ws.protocols(["v4.channel.k8s.io", "portforward.k8s.io"]).on_upgrade(move |sock| run_portforward(st, sock, port))
 }
 
@@ -456,7 +514,9 @@ async fn run_portforward(st: S, sock: WebSocket, port: u16) {
             match m {
                 Message::Binary(b) if b.len() > 1 && b[0] == 0 => {
                     req.extend_from_slice(&b[1..]);
-                    if tw.write_all(&b[1..]).await.is_err() { break; }
+                    if tw.write_all(&b[1..]).await.is_err() {
+                        break;
+                    }
                 }
                 Message::Close(_) => break,
                 _ => {}
@@ -472,7 +532,9 @@ async fn run_portforward(st: S, sock: WebSocket, port: u16) {
                 Ok(n) => {
                     let mut f = vec![0u8];
                     f.extend_from_slice(&buf[..n]);
-                    if tx.send(Message::Binary(f.into())).await.is_err() { break; }
+                    if tx.send(Message::Binary(f.into())).await.is_err() {
+                        break;
+                    }
                 }
             }
         }
@@ -504,7 +566,18 @@ impl StandIn {
         let root = dir.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         let state = Arc::new(Mutex::new(Shared {
-            pods, patch_mode, tar_fault, root, execs: vec![], http: vec![], sidecar: None, sidecar_polls: 0, saw_token: false, env: HashMap::new(), v4_only: false, requests: vec![],
+            pods,
+            patch_mode,
+            tar_fault,
+            root,
+            execs: vec![],
+            http: vec![],
+            sidecar: None,
+            sidecar_polls: 0,
+            saw_token: false,
+            env: HashMap::new(),
+            v4_only: false,
+            requests: vec![],
         }));
         let (ptx, prx) = std::sync::mpsc::channel();
         let st2 = state.clone();
@@ -543,7 +616,9 @@ impl StandIn {
         let mut s = self.state.lock().unwrap();
         let c = s.sidecar.as_mut()?;
         for _ in 0..20 {
-            if c.try_wait().unwrap().is_some() { return Some(true); }
+            if c.try_wait().unwrap().is_some() {
+                return Some(true);
+            }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
         Some(false)
