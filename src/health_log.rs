@@ -208,14 +208,14 @@ impl HealthScan {
             self.push("unknown-runtime-api", Severity::Error, at, line, Some(m));
         }
         if !is_hint(line) {
-            for m in p.cupti_error.find_iter(line) {
+            // the first CUPTI error of the line names it
+            if let Some(m) = p.cupti_error.find(line) {
                 let (class, sev) = match m.as_str() {
                     "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" => ("cupti-conflict", Severity::Error),
                     "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES" => ("permission", Severity::Error),
                     _ => ("cupti-error", Severity::Error),
                 };
                 self.push(class, sev, at, line, Some(m));
-                break;
             }
             if let Some(m) = p.perm.find(line) {
                 // one finding per line and class (`CUPTI_ERROR_INSUFFICIENT_PRIVILEGES: ERR_NVGPUCTRPERM` is one)

@@ -407,7 +407,8 @@ fn real_bundles_compare_and_a_foreign_gpu_process_refuses() {
     let r = common::one_doc(&out.stdout);
     assert_eq!(r["provenance"]["schema"], "nsyskit.provenance/v1");
     assert_eq!(r["decision"]["primary_label"], "vibeserve.engine.iteration");
-    assert_eq!(r["kernels_source"], "kernel_profile.top_kernels");
+    // the whole kernel table the bundle holds, never its cut top list (issue 21)
+    assert_eq!(r["kernels_source"], "kernel_profile.stats.cuda_gpu_kern_sum.rows");
 }
 
 // ---------------------------------------------------------------------------------------------------------
