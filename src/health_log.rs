@@ -55,12 +55,15 @@ pub struct CudaVersion {
     pub minor: u32,
 }
 
+/// A CUDA version and the log line (`path:line`) it was read from.
+pub type VersionAt = (CudaVersion, String);
+
 impl CudaVersion {
     /// kineto's and CUDA's integer form, 1000·major + 10·minor: 12090 → 12.9, 13000 → 13.0.
     pub fn from_int(n: u64) -> Option<CudaVersion> {
         (1000..1_000_000)
             .contains(&n)
-            .then(|| CudaVersion { major: (n / 1000) as u32, minor: ((n % 1000) / 10) as u32 })
+            .then_some(CudaVersion { major: (n / 1000) as u32, minor: ((n % 1000) / 10) as u32 })
     }
 
     /// `12.9`, `13.0.2`, `12` (a number of 100 or more, e.g. a driver release 580.159, is not a CUDA version).
@@ -290,7 +293,7 @@ impl HealthScan {
     }
 
     /// The first runtime and driver versions known (from any line), and whether their majors differ.
-    pub fn runtime_driver(&self) -> (Option<(CudaVersion, String)>, Option<(CudaVersion, String)>) {
+    pub fn runtime_driver(&self) -> (Option<VersionAt>, Option<VersionAt>) {
         let rt = self.versions.iter().find_map(|v| v.runtime.map(|r| (r, v.at.clone())));
         let dr = self.versions.iter().find_map(|v| v.driver.map(|d| (d, v.at.clone())));
         (rt, dr)

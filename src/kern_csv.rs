@@ -455,7 +455,7 @@ pub fn run_to_writer(input: &Input, opts: &KernCsvOptions, style: Style, out: &m
     let at = head.find(marker).expect("the document has an empty rows array") + marker.len() - 1;
     let mut w = std::io::BufWriter::with_capacity(1 << 16, out);
     let written = (|| -> std::io::Result<std::io::Result<()>> {
-        w.write_all(head[..at].as_bytes())?;
+        w.write_all(&head.as_bytes()[..at])?;
         let mut n = 0usize;
         let r = for_each_row(&mut src, &p, &name, |row| {
             if n > 0 {
@@ -479,7 +479,7 @@ pub fn run_to_writer(input: &Input, opts: &KernCsvOptions, style: Style, out: &m
         if pretty && n > 0 {
             w.write_all(b"\n  ")?;
         }
-        w.write_all(head[at..].as_bytes())?;
+        w.write_all(&head.as_bytes()[at..])?;
         w.flush()?;
         Ok(Ok(()))
     })();

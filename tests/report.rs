@@ -8,6 +8,7 @@ mod common;
 use assert_cmd::Command;
 use serde_json::{json, Value};
 
+#[allow(clippy::too_many_arguments)]
 fn range(label: &str, wall: i64, cov: i64, busy: i64, span: i64, sync: Value, depth: &str, parent: &str) -> Value {
     json!({
         "label": label,

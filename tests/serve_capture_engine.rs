@@ -276,7 +276,7 @@ fn modules_loaded_and_iteration_records_on_a_cpu_server() {
     let copy = std::fs::read_to_string(out.join("iterations.jsonl")).unwrap();
     assert_eq!(copy, std::fs::read_to_string(&records).unwrap());
     let n = copy.lines().count() as u64;
-    assert!(n >= 8 && n % 4 == 0, "{n} records: 4 per request");
+    assert!(n >= 8 && n.is_multiple_of(4), "{n} records: 4 per request");
     assert_eq!(it["records"], n);
     let idoc: Value = serde_json::from_str(&std::fs::read_to_string(out.join("iterations.json")).unwrap()).unwrap();
     common::assert_valid(&idoc);

@@ -3,6 +3,8 @@
 //! graph-level capture gets `mixed_or_unclear`, and the per-step wall and GPU busy equal an independent
 //! computation made here straight from the SQLite (its own SQL join and interval sweep, not the library's).
 
+#![allow(clippy::type_complexity)]
+
 mod common;
 
 use assert_cmd::Command;

@@ -55,7 +55,7 @@ fn sqlite_ranges_top_five_by_busy_union() {
     // independently: the library's document, sorted here
     let opts = nsyskit::ranges::RangesOptions { range_prefix: Some("vibeserve.".into()), window: None, fold: true };
     let mut doc = nsyskit::ranges::run(&fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &opts, None).unwrap();
-    doc.ranges.sort_by(|a, b| b.kernel_busy_union_ns.cmp(&a.kernel_busy_union_ns));
+    doc.ranges.sort_by_key(|r| std::cmp::Reverse(r.kernel_busy_union_ns));
     let want: Vec<_> = doc.ranges[..5]
         .iter()
         .map(|r| json!({"label": r.label, "ns": r.kernel_busy_union_ns, "typed": "duration", "same": true}))

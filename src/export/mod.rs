@@ -326,31 +326,6 @@ fn uri_escape(path: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn global_ids_unpack() {
-        // hw=0, vm=1, pid=796, tid=801
-        let g: i64 = (1 << 48) | (796 << 24) | 801;
-        assert_eq!(pid_of(g), 796);
-        assert_eq!(tid_of(g), 801);
-        assert_eq!(ns_of(g), (1 << 48) | (796 << 24));
-        // session-wide ids are negative as signed integers
-        let neg = 0xfe00000000000000u64 as i64;
-        assert!(neg < 0);
-        assert_eq!(pid_of(neg), 0);
-        assert_eq!(ns_of(neg), neg);
-    }
-
-    #[test]
-    fn uri_escapes_specials() {
-        assert_eq!(uri_escape("/a/b?c#d%e"), "/a/b%3Fc%23d%25e");
-        assert_eq!(uri_escape("/é"), "/%C3%A9");
-    }
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // Appended by helper H5 (serve-capture), to move with the export layer: why an export holds no NVTX range.
 
@@ -380,4 +355,29 @@ pub fn nvtx_no_range_facts(ex: &Export) -> Result<(u64, Option<String>)> {
         None
     };
     Ok((other, msg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn global_ids_unpack() {
+        // hw=0, vm=1, pid=796, tid=801
+        let g: i64 = (1 << 48) | (796 << 24) | 801;
+        assert_eq!(pid_of(g), 796);
+        assert_eq!(tid_of(g), 801);
+        assert_eq!(ns_of(g), (1 << 48) | (796 << 24));
+        // session-wide ids are negative as signed integers
+        let neg = 0xfe00000000000000u64 as i64;
+        assert!(neg < 0);
+        assert_eq!(pid_of(neg), 0);
+        assert_eq!(ns_of(neg), neg);
+    }
+
+    #[test]
+    fn uri_escapes_specials() {
+        assert_eq!(uri_escape("/a/b?c#d%e"), "/a/b%3Fc%23d%25e");
+        assert_eq!(uri_escape("/é"), "/%C3%A9");
+    }
 }

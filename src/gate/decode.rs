@@ -181,10 +181,13 @@ pub fn step_shapes(steps: &[Step]) -> Vec<Shape> {
     v
 }
 
+/// One shape's step intervals: (kernels per step, median interval ns, intervals inside the band, intervals).
+pub type ShapeIntervals = (u64, i64, usize, usize);
+
 /// Regularity within shapes: for each shape, the step-start intervals between consecutive steps of that
 /// shape (same thread, adjacent in time) and how many lie in [median/2, 2·median] around that shape's median.
 /// Returns (inside, total, per-shape (kernels, median ns, inside, total)).
-pub fn shape_intervals(steps: &[Step], shapes: &[Shape]) -> (usize, usize, Vec<(u64, i64, usize, usize)>) {
+pub fn shape_intervals(steps: &[Step], shapes: &[Shape]) -> (usize, usize, Vec<ShapeIntervals>) {
     let mut per = Vec::new();
     let (mut inside_all, mut total_all) = (0, 0);
     for sh in shapes {

@@ -1649,6 +1649,12 @@ pub fn high_cardinality<'a>(labels: impl IntoIterator<Item = &'a str>) -> Vec<Hi
     groups.into_iter().filter(|(_, c)| *c >= 2).map(|(pattern, labels)| HighCardinality { pattern, labels }).collect()
 }
 
+/// The ranges document of an open export, without the per-occurrence vectors [`analyze`] keeps (appended by
+/// H7 for `report` and `capture-compare`, which need the document only: it bounds their memory).
+pub fn analyze_doc(export: &Export, opts: &RangesOptions) -> Result<RangesDoc> {
+    Ok(analyze_impl(export, opts, false)?.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1681,10 +1687,4 @@ mod tests {
         assert_eq!(digits_to_hash("vibeserve.request.12"), "vibeserve.request.#");
         assert_eq!(digits_to_hash("a1b22c"), "a#b#c");
     }
-}
-
-/// The ranges document of an open export, without the per-occurrence vectors [`analyze`] keeps (appended by
-/// H7 for `report` and `capture-compare`, which need the document only: it bounds their memory).
-pub fn analyze_doc(export: &Export, opts: &RangesOptions) -> Result<RangesDoc> {
-    Ok(analyze_impl(export, opts, false)?.0)
 }

@@ -448,7 +448,7 @@ pub fn render(doc: &ReportDoc) -> String {
         h.push_str("</table>");
     }
 
-    let _ = write!(h, "<p class=\"src\">{} {}</p></body></html>\n", escape(&doc.tool.name), escape(&doc.tool.version));
+    let _ = writeln!(h, "<p class=\"src\">{} {}</p></body></html>", escape(&doc.tool.name), escape(&doc.tool.version));
     h
 }
 

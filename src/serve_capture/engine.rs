@@ -61,15 +61,14 @@ pub fn requirements(
             add("--alignment-nvtx-ranges", "--engine sglang".into());
             add("--alignment-iteration-records", "--engine sglang".into());
         }
-        Some("vllm") => {
+        Some("vllm")
             // a range-bounded window opens on cudaProfilerStart: vLLM calls it only with the CUDA profiler
-            if capture_range.is_some_and(|r| r != "none") {
+            if capture_range.is_some_and(|r| r != "none") => {
                 add(
                     "--profiler-config.profiler=cuda",
                     format!("--engine vllm with --capture-range {}", capture_range.unwrap_or_default()),
                 );
             }
-        }
         Some(e) => {
             return Err(
                 Error::usage(format!("--engine {e:?}: expected one of {}", ENGINES.join(", "))).with_arg("--engine")

@@ -1728,7 +1728,7 @@ impl<'a> Run<'a> {
                     Err(e) => r.fail("capture", e.message),
                 }
             } else {
-                let hint = no_report_hint(&window, nsys_ended.as_deref(), &r);
+                let hint = no_report_hint(&window, nsys_ended.as_deref(), r);
                 r.fail(
                     "capture",
                     format!(

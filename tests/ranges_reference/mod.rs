@@ -5,6 +5,8 @@
 //! tree); device rows are looked up by `(globalPid, correlationId)` and deduplicated per occurrence with a
 //! set; interval unions are sort-then-merge over full lists; nesting is a quadratic loop; sync names use the
 //! `regex` crate.
+
+#![allow(clippy::type_complexity)]
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -128,7 +130,7 @@ pub fn occurrences(c: &Connection, prefix: Option<&str>) -> Vec<RefOcc> {
 pub fn expected(path: &Path, prefix: Option<&str>) -> Value {
     let c = open(path);
     let occ = occurrences(&c, prefix);
-    let kept: HashMap<i64, usize> = occ.iter().enumerate().map(|(i, o)| (o.rowid, i)).collect();
+    let _kept: HashMap<i64, usize> = occ.iter().enumerate().map(|(i, o)| (o.rowid, i)).collect();
     let n = occ.len();
 
     // runtime calls: every RUNTIME row of the occurrence's thread, a plain loop

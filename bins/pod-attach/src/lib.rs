@@ -784,11 +784,7 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
 
 fn container_status_image(p: &Pod, c: &str) -> Option<String> {
     p.status.as_ref()?.container_statuses.as_ref()?.iter().find(|s| s.name == c).map(|s| {
-        format!(
-            "{}{}",
-            s.image,
-            s.image_id.is_empty().then_some(String::new()).unwrap_or_else(|| format!(" ({})", s.image_id))
-        )
+        format!("{}{}", s.image, if s.image_id.is_empty() { String::new() } else { format!(" ({})", s.image_id) })
     })
 }
 
@@ -926,7 +922,7 @@ mod tests {
         let f = dir.path().join("kc");
         std::fs::write(&f, "users:\n- name: u\n  user: {token: SUPERSECRET-tok-123, : }\n").unwrap();
         let msg = "failed to parse kubeconfig YAML: error: line 3 column 38: cannot deserialize null\n --> <input>:3:38\n  |\n3 |   user: {token: SUPERSECRET-tok-123, : }\n";
-        let r = redact_config_error(msg, &[f.clone()]);
+        let r = redact_config_error(msg, std::slice::from_ref(&f));
         assert!(!r.contains("SUPERSECRET") && r.contains("line 3 column 38"), "{r}");
         let r = redact_config_error("invalid type: string \"SUPERSECRET-tok-123\", expected a map", &[]);
         assert!(!r.contains("SUPERSECRET"), "{r}");

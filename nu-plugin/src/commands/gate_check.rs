@@ -117,7 +117,6 @@ impl SimplePluginCommand for GateCheck {
             kernel_outlier_factor: flag_f64(call, "kernel-outlier-factor")?.unwrap_or(d.kernel_outlier_factor),
             max_contaminated_share: flag_f64(call, "max-contaminated-share")?.unwrap_or(d.max_contaminated_share),
             min_decode_steps: flag_usize(call, "min-decode-steps")?.unwrap_or(d.min_decode_steps),
-            ..Thresholds::default()
         };
         let range_prefix = flag_str(call, "range-prefix")?;
         let readiness = if call.has_flag("readiness")? {
@@ -147,7 +146,6 @@ impl SimplePluginCommand for GateCheck {
             },
             thresholds,
             readiness,
-            ..GateOptions::default()
         };
         let result = tier
             .as_deref()

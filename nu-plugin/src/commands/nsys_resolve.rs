@@ -148,7 +148,6 @@ impl SimplePluginCommand for NsysResolve {
                 },
                 timeout,
                 probe: !call.has_flag("no-probe")?,
-                ..ResolveOptions::from_env()
             },
             preflight: call.has_flag("preflight")?,
             require_gpu: call.has_flag("require-gpu")?,

@@ -73,7 +73,6 @@ impl SimplePluginCommand for Report {
             label: flag_str(call, "label")?.map(|s| s.item),
             html: flag_path(engine, call, "html")?,
             top: flag_usize(call, "top")?.unwrap_or(20),
-            ..Default::default()
         };
         let doc = report::run(&opts).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
