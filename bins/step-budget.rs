@@ -13,7 +13,7 @@ use nsyskit::step_budget::{self, StepBudgetOptions, DEFAULT_OUTLIER_FACTOR};
 #[command(
     name = "step-budget",
     version,
-    after_help = "Example:\n  step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite --compact | jq '.outliers | length'\n  step-budget fixtures/nsys-2025.3.1/serve_node.sqlite --step vibeserve.engine.iteration --compact | jq .verdict"
+    after_help = "Examples:\n  step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite --compact \\\n    | jq '.outliers | length'\n  step-budget fixtures/nsys-2025.3.1/serve_node.sqlite \\\n    --step vibeserve.engine.iteration --compact | jq .verdict"
 )]
 struct Args {
     /// The export written by `nsys export --type sqlite` (or an .nsys-rep, exported into a temporary folder;

@@ -23,6 +23,7 @@ const BINARIES: &[&str] = &[
     "bundle-merge",
     "capture-compare",
     "report",
+    "step-budget",
 ];
 
 fn bin_dir() -> PathBuf {

@@ -227,3 +227,34 @@ fn g8_on_the_hf_capture_suggests_a_prefix_and_bounds_its_evidence() {
     assert!(ev.iter().any(|e| e.contains("more id-bearing label groups")), "{ev:?}");
     assert!(ev.len() < 20, "{ev:?}");
 }
+
+/// `report` on the HF captures (issue 14, "Reports that know what CUDA graphs do"): node level, the engine step
+/// `hf.decode_step` is the primary label (not the far more numerous `aten::` op labels) and, since it launches
+/// graphs, its device work is the correlated busy union, not the host-clipped coverage; graph level, no class
+/// and no kernel ranking is claimed from the eager kernels alone.
+#[test]
+fn report_on_the_hf_captures_knows_what_graphs_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = export("nsys-2025.3.1/hf_node.sqlite.xz", dir.path());
+    let (code, out, err) = run("report", &[node.to_str().unwrap(), "--compact"]);
+    assert_eq!(code, 0, "{err}");
+    let d = one_doc(out.as_bytes());
+    assert_eq!(d["decision"]["primary_label"], "hf.decode_step");
+    let step = d["evidence"].as_array().unwrap().iter().find(|e| e["label"] == "hf.decode_step").unwrap();
+    let (wall, busy, clipped) = (
+        step["host_wall_time_ns"].as_f64().unwrap(),
+        step["kernel_busy_union_ns"].as_f64().unwrap(),
+        step["host_range_kernel_coverage_ns"].as_f64().unwrap(),
+    );
+    assert!(busy > clipped, "busy union {busy} vs clipped {clipped}");
+    let stated = format!("{:.1}%", 100.0 * busy / wall);
+    assert!(d["decision"]["reason"].as_str().unwrap().contains(&stated), "{} lacks {stated}", d["decision"]["reason"]);
+
+    let graph = export("nsys-2025.3.1/hf_graph.sqlite.xz", dir.path());
+    let (code, out, err) = run("report", &[graph.to_str().unwrap(), "--compact"]);
+    assert_eq!(code, 0, "{err}");
+    let d = one_doc(out.as_bytes());
+    assert_eq!(d["decision"]["class"], "mixed_or_unclear");
+    assert_eq!(d["decision"]["rule"], "R0");
+    assert!(d["kernels_scope"].as_str().unwrap().starts_with("eager kernels only"), "{}", d["kernels_scope"]);
+}

@@ -400,6 +400,15 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             };
             let mut cands: Vec<&RangeRow> =
                 ranges.iter().filter(|r| r.occurrences_with_device_work > 0 && !high_card(&r.label)).collect();
+            // an engine step (iteration-like: `…iteration`, `…step`, `…decode…`, as gate-check's decode gates
+            // read it) is the primary when one carries device work: on a PyTorch `emit_nvtx()` trace the op
+            // labels (`aten::copy_`) outnumber the step but are not the question
+            let steps: Vec<&RangeRow> =
+                cands.iter().copied().filter(|r| crate::gate::is_iteration_like(&r.label)).collect();
+            let step_first = !steps.is_empty();
+            if step_first {
+                cands = steps;
+            }
             if cands.is_empty() {
                 cands = ranges.iter().filter(|r| !high_card(&r.label)).collect();
             }
@@ -412,10 +421,13 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
                     .then_with(|| b.host_wall_time_ns.cmp(&a.host_wall_time_ns))
                     .then_with(|| a.label.cmp(&b.label))
             });
-            (
-                cands.first().copied(),
-                "the label with the most occurrences carrying device work (ties: longer host wall), per-request labels (digit runs, e.g. request.#) excluded".to_string(),
-            )
+            let rule = "the label with the most occurrences carrying device work (ties: longer host wall), per-request labels (digit runs, e.g. request.#) excluded";
+            let choice = if step_first {
+                format!("among the iteration-like labels (iteration, step, decode), {rule}")
+            } else {
+                rule.to_string()
+            };
+            (cands.first().copied(), choice)
         }
     };
 
