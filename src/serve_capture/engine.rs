@@ -69,6 +69,8 @@ pub fn requirements(
                     format!("--engine vllm with --capture-range {}", capture_range.unwrap_or_default()),
                 );
             }
+        // a time window needs no profiler hook in vLLM
+        Some("vllm") => {}
         Some(e) => {
             return Err(
                 Error::usage(format!("--engine {e:?}: expected one of {}", ENGINES.join(", "))).with_arg("--engine")
