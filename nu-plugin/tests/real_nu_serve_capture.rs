@@ -68,7 +68,7 @@ fn serve_capture_cpu_server_time_window() {
     let srv = s.server.display();
     // --out relative to Nushell's current folder (cd), a client as a list and one as a string, durations and
     // a filesize where the binary takes seconds and bytes
-    let got = s.nu.json(&format!(
+    let pipeline = format!(
         "cd '{tmp}'; serve-capture --nsys '{nsys}' --trace nvtx,osrt --delay 5sec --duration 3 --grace 3sec \
            --min-rep-bytes 100KB --health http://127.0.0.1:{port}/health --models http://127.0.0.1:{port}/v1/models \
            --warmup '{srv} --client {port} 0.3' --load ['{srv}' --client '{port}' '11'] --out run {server} \
@@ -80,10 +80,23 @@ fn serve_capture_cpu_server_time_window() {
         tmp = s.tmp.path().display(),
         nsys = s.nsys.display(),
         server = server_cmd(&s, port),
-    ));
+    );
+    let out = s.tmp.path().join("run");
+    // nsys 2023.4 sometimes loses its own agent ("Connection to Agent lost. This is most likely a bug") and exits 0
+    // without a report, seen under load in stops 12 and 13: such a run says nothing about nsyskit, so it is tried
+    // once more (any other failure fails the test at once)
+    let first = s.nu.raw(&format!("plugin use nsyskit\n{pipeline} | to json --raw"));
+    let got: Value =
+        if !first.status.success() && String::from_utf8_lossy(&first.stderr).contains("Connection to Agent lost") {
+            eprintln!("nsys 2023.4 lost its agent (its own bug): trying once more");
+            let _ = std::fs::remove_dir_all(&out);
+            s.nu.json(&pipeline)
+        } else {
+            assert!(first.status.success(), "nu failed on `{pipeline}`:\n{}", String::from_utf8_lossy(&first.stderr));
+            serde_json::from_slice(&first.stdout).expect("JSON")
+        };
     assert_eq!(got["outcome"], "ok", "{got}");
     assert_eq!(got["failures"], json!([]));
-    let out = s.tmp.path().join("run");
     assert_eq!(got["out_dir"], out.display().to_string(), "relative --out follows Nushell's cd");
     assert_eq!(got["mode"], "time");
     // a CPU-only capture has no CUDA data: gate-check RETRY at G1 and G3, as data (no error)
