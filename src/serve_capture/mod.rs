@@ -1264,8 +1264,6 @@ impl<'a> Run<'a> {
         let r = self;
         let o = r.o;
         let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
-        let (timed, prof) = (r.p.timed, r.prof);
-        let _ = (&out, &nsys, &version, timed, prof);
         r.fail(
             "preflight",
             format!("nsys-resolve says RETRY: {reason}; nothing was started (see {})", r.p.files.provenance),
@@ -1314,9 +1312,7 @@ impl<'a> Run<'a> {
     fn launch(&mut self) -> Result<()> {
         let r = self;
         let o = r.o;
-        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
-        let (timed, prof) = (r.p.timed, r.prof);
-        let _ = (&out, &nsys, &version, timed, prof);
+        let (out, nsys) = (r.p.out.clone(), r.p.nsys.clone());
         // 1. nsys profile … SERVER, in its own session, env set on the nsys process
         let log =
             File::create(out.join("nsys.log")).map_err(|e| Error::env(format!("{}/nsys.log: {e}", out.display())))?;
@@ -1362,9 +1358,8 @@ impl<'a> Run<'a> {
         let ppid = r.procs[r.prof].rec.pid as i32;
         let urls = r.p.urls.clone();
         let o = r.o;
-        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
-        let (timed, prof) = (r.p.timed, r.prof);
-        let _ = (&out, &nsys, &version, timed, prof);
+        let out = r.p.out.clone();
+        let prof = r.prof;
         let deadline = Instant::now() + o.ready_timeout;
         let mut polls = 0u64;
         let mut last = String::new();
@@ -1489,9 +1484,8 @@ impl<'a> Run<'a> {
     fn warmup(&mut self) -> bool {
         let r = self;
         let o = r.o;
-        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
-        let (timed, prof) = (r.p.timed, r.prof);
-        let _ = (&out, &nsys, &version, timed, prof);
+        let out = r.p.out.clone();
+        let timed = r.p.timed;
         let window = r.p.window.clone();
         let Some(si) = r.server_i else { return false };
         // 3. warmup, outside the capture window
@@ -1551,9 +1545,8 @@ impl<'a> Run<'a> {
     fn load(&mut self) -> bool {
         let r = self;
         let o = r.o;
-        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
+        let out = r.p.out.clone();
         let (timed, prof) = (r.p.timed, r.prof);
-        let _ = (&out, &nsys, &version, timed, prof);
         let window = r.p.window.clone();
         let Some(si) = r.server_i else { return false };
         // 4. the load client, spanning the capture window
@@ -1657,9 +1650,7 @@ impl<'a> Run<'a> {
     fn shutdown(&mut self) -> (Cleanup, Option<crate::resolve::GpuState>) {
         let r = self;
         let o = r.o;
-        let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
-        let (timed, prof) = (r.p.timed, r.prof);
-        let _ = (&out, &nsys, &version, timed, prof);
+        let prof = r.prof;
         // 6. cleanup: only the recorded PIDs, reverse launch order
         let server_i = r.server_i;
         cleanup(r, prof, server_i);
@@ -1702,8 +1693,7 @@ impl<'a> Run<'a> {
         let window = r.p.window.clone();
         let o = r.o;
         let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
-        let (timed, prof) = (r.p.timed, r.prof);
-        let _ = (&out, &nsys, &version, timed, prof);
+        let prof = r.prof;
         // 7. the report: export and summarise
         let mut capture = None;
         let mut files = r.p.files.clone();
@@ -1826,8 +1816,7 @@ impl<'a> Run<'a> {
         let r = self;
         let o = r.o;
         let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
-        let (timed, prof) = (r.p.timed, r.prof);
-        let _ = (&out, &nsys, &version, timed, prof);
+        let timed = r.p.timed;
         let mut files = r.p.files.clone();
         let stop_signal = r.stop_seen;
         let window = r.p.window.clone();
