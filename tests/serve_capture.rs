@@ -153,8 +153,7 @@ fn captures_a_cpu_server_with_a_time_window() {
         e.server.display().to_string(),
         port.to_string(),
     ]);
-    let a = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(240)).assert();
-    let o = a.get_output();
+    let o = &common::serve_capture_run(&args, Duration::from_secs(240));
     let doc = common::one_doc(&o.stdout);
     // the lifecycle went through; gate-check says RETRY because a CPU-only capture has no CUDA data (G1, G3):
     // exit 1, as a RETRY must be
@@ -259,8 +258,7 @@ fn captures_a_cpu_server_with_a_range_window() {
         e.server.display().to_string(),
         port.to_string(),
     ]);
-    let a = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(240)).assert();
-    let o = a.get_output();
+    let o = &common::serve_capture_run(&args, Duration::from_secs(240));
     let doc = common::one_doc(&o.stdout);
     assert_eq!(doc["outcome"], "ok", "{doc}\n{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.status.code(), Some(1), "gate-check RETRY on a CPU-only capture");
@@ -301,8 +299,7 @@ fn server_never_ready_fails_and_cleans_up() {
         port.to_string(),
         "--never-ready".into(),
     ]);
-    let a = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(180)).assert();
-    let o = a.get_output();
+    let o = &common::serve_capture_run(&args, Duration::from_secs(180));
     let doc = common::one_doc(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{doc}");
     assert_eq!(doc["outcome"], "failed");
@@ -332,8 +329,7 @@ fn server_dying_mid_run_is_a_failure() {
         "30".into(),
     ]);
     let t = Instant::now();
-    let a = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(180)).assert();
-    let o = a.get_output();
+    let o = &common::serve_capture_run(&args, Duration::from_secs(180));
     let doc = common::one_doc(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{doc}");
     assert_eq!(doc["failures"][0]["stage"], "server", "{doc}");
@@ -365,8 +361,7 @@ fn failing_load_client_is_a_failure() {
         e.server.display().to_string(),
         port.to_string(),
     ]);
-    let a = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(180)).assert();
-    let o = a.get_output();
+    let o = &common::serve_capture_run(&args, Duration::from_secs(180));
     let doc = common::one_doc(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{doc}");
     assert_eq!(doc["failures"][0]["stage"], "load", "{doc}");
@@ -814,8 +809,7 @@ fn secrets_are_redacted_in_every_document_and_message() {
         "--api-key".into(),
         "sk-test-SECRET123".into(),
     ]);
-    let o =
-        Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(240)).output().unwrap();
+    let o = common::serve_capture_run(&args, Duration::from_secs(240));
     let doc = common::one_doc(&o.stdout);
     assert_eq!(doc["outcome"], "ok", "{doc}");
     for (what, bytes) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {

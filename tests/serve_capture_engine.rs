@@ -78,7 +78,7 @@ fn free_port() -> u16 {
 }
 
 fn serve(args: &[String]) -> (Option<i32>, Vec<u8>, String) {
-    let o = Command::cargo_bin("serve-capture").unwrap().args(args).timeout(Duration::from_secs(240)).output().unwrap();
+    let o = common::serve_capture_run(args, Duration::from_secs(240));
     (o.status.code(), o.stdout, String::from_utf8_lossy(&o.stderr).into_owned())
 }
 

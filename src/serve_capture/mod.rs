@@ -1718,7 +1718,8 @@ impl<'a> Run<'a> {
                     Err(e) => r.fail("capture", e.message),
                 }
             } else {
-                let hint = no_report_hint(&window, nsys_ended.as_deref(), r);
+                let log_text = std::fs::read_to_string(out.join("nsys.log")).unwrap_or_default();
+                let hint = no_report_hint(&window, nsys_ended.as_deref(), &log_text, r);
                 r.fail(
                     "capture",
                     format!(
@@ -2012,8 +2013,14 @@ fn verify_gpu(r: &mut Run, start: Option<&crate::resolve::GpuState>) -> (Cleanup
 /// Why nsys wrote no report, from what was measured with nsys 2023.4.4 on this project's CPU server: when the
 /// profiled application is stopped (SIGTERM) before any data was collected — a range capture whose range never
 /// opened, or a time window whose `--delay` had not passed — nsys exits 143 and prints `Generated:` with no
-/// file; when nsys itself gets SIGTERM before the window opened it exits 0 with no file.
-fn no_report_hint(w: &Window, nsys_ended: Option<&str>, r: &Run) -> String {
+/// file; when nsys itself gets SIGTERM before the window opened it exits 0 with no file. nsys 2023.4.4 also, now and
+/// then on a loaded 2-core machine, loses its own agent in the profiled process mid-run ("Connection to Agent lost.
+/// This is most likely a bug", exit 0, no report; seen in stops 12, 13 and 14 with nothing signalled): its log
+/// says so, and that is named before any timing cause.
+fn no_report_hint(w: &Window, nsys_ended: Option<&str>, nsys_log: &str, r: &Run) -> String {
+    if let Some(cause) = nsys_log_cause(nsys_log) {
+        return cause;
+    }
     let server_stop = r.procs.iter().filter(|t| t.rec.role == "server").filter_map(|t| t.rec.ended_at_s).next();
     let nsys_signalled = r.procs.iter().any(|t| t.rec.role == "profiler" && !t.rec.signals_sent.is_empty());
     let before_window = match (w.start_est_s, server_stop) {
@@ -2033,6 +2040,19 @@ fn no_report_hint(w: &Window, nsys_ended: Option<&str>, r: &Run) -> String {
         ("time", _) if before_window => "the run ended before the capture window opened (nsys launch + --delay): nothing was collected".into(),
         _ => "no measured cause matches; see nsys.log".into(),
     }
+}
+
+/// What nsys prints when its agent in the profiled process goes away mid-run (its own bug, see [`no_report_hint`]).
+pub const NSYS_AGENT_LOST: &str = "Connection to Agent lost";
+
+/// A cause for a missing report that nsys's own log states, before any timing guess.
+fn nsys_log_cause(nsys_log: &str) -> Option<String> {
+    nsys_log.contains(NSYS_AGENT_LOST).then(|| {
+        format!(
+            "nsys lost the connection to its own agent in the profiled process (nsys.log: \"{NSYS_AGENT_LOST}\", which nsys calls a bug): \
+             nothing about the server or the window is known to be wrong; capture again"
+        )
+    })
 }
 
 /// The redaction of a run: every secret value in the server, client and nsys commands and in `--env`.
@@ -2258,6 +2278,16 @@ pub fn summarize_export(ex: &crate::export::Export) -> Result<(Vec<RangeCount>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_nsys_agent_is_named_from_the_log() {
+        // nsys.log of a real failed run (nsys 2023.4.4, stop 14, tests/serve_capture.rs time window)
+        let log = "vibeserve_http: pid 3539 listening on 127.0.0.1:40969\nConnection to Agent lost. This is most likely a bug. \
+                   Internal reason: 'End of file'.\nPlease refer to the troubleshooting section of the docs:\n";
+        assert!(nsys_log_cause(log).unwrap().contains("lost the connection to its own agent"));
+        let ok = "Generating '/tmp/nsys-report-1c71.qdstrm'\nGenerated:\n    /tmp/sc/run1/capture.nsys-rep\n";
+        assert_eq!(nsys_log_cause(ok), None);
+    }
 
     fn opts() -> ServeCaptureOptions {
         ServeCaptureOptions::new(
