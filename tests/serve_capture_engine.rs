@@ -10,7 +10,6 @@ use std::process::Command as StdCommand;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use assert_cmd::Command;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
