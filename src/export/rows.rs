@@ -140,11 +140,14 @@ struct Scan<'a> {
 
 impl Export {
     /// Column `i` as an optional integer; any other type is an input error naming table and column.
+    #[inline]
     pub(crate) fn int_at(&self, row: &rusqlite::Row, i: usize, table: &str, col: &str) -> Result<Option<i64>> {
-        match row.get_ref(i).map_err(self.sql_err(table))? {
-            ValueRef::Null => Ok(None),
-            ValueRef::Integer(v) => Ok(Some(v)),
-            other => Err(Error::input(format!(
+        // the error (a String naming the file) is built only on an error: this runs for every cell
+        match row.get_ref(i) {
+            Ok(ValueRef::Integer(v)) => Ok(Some(v)),
+            Ok(ValueRef::Null) => Ok(None),
+            Err(e) => Err(self.sql_err(table)(e)),
+            Ok(other) => Err(Error::input(format!(
                 "{}: schema mismatch: {table}.{col} holds a {} value, not the INTEGER nsys writes",
                 self.name(),
                 type_name(other)
@@ -154,7 +157,7 @@ impl Export {
 
     /// Column `i` as optional text; any other type is an input error naming table and column.
     pub(crate) fn text_at(&self, row: &rusqlite::Row, i: usize, table: &str, col: &str) -> Result<Option<String>> {
-        match row.get_ref(i).map_err(self.sql_err(table))? {
+        match row.get_ref(i).map_err(|e| self.sql_err(table)(e))? {
             ValueRef::Null => Ok(None),
             ValueRef::Text(t) => Ok(Some(String::from_utf8_lossy(t).into_owned())),
             other => Err(Error::input(format!(
@@ -324,8 +327,18 @@ impl Export {
     /// Count the invalid intervals of the named timed tables present into `skips`, without delivering rows:
     /// what the readers and aggregates of this layer skip in them.
     pub fn count_interval_skips(&self, tables: &[&'static str], skips: &mut RowSkips) -> Result<()> {
+        self.prefetch_timed_stats(tables)?;
         for &tbl in tables {
             let Some(t) = self.optional(tbl, &["start", "end"])? else { continue };
+            if let Some(k) = self.with_stats(tbl, |s| s.skips)? {
+                if k.total() > 0 {
+                    let e = skips.entry(tbl.to_string()).or_default();
+                    e.null_start += k.null_start;
+                    e.null_end += k.null_end;
+                    e.inverted += k.inverted;
+                }
+                continue;
+            }
             let sql = format!(
                 "SELECT coalesce(sum(start IS NULL), 0), coalesce(sum(start IS NOT NULL AND end IS NULL), 0), coalesce(sum(end < start), 0) FROM \"{}\"",
                 t.name
@@ -381,7 +394,7 @@ impl Export {
         self.require(tbl, &cols::STRING_IDS)?;
         self.scan(tbl, &cols::STRING_IDS).run("", |_, row| {
             let Some(id) = self.int_at(row, 1, tbl, "id")? else { return Ok(()) };
-            if let ValueRef::Text(v) = row.get_ref(2).map_err(self.sql_err(tbl))? {
+            if let ValueRef::Text(v) = row.get_ref(2).map_err(|e| self.sql_err(tbl)(e))? {
                 f(id, v);
             }
             Ok(())
@@ -463,6 +476,9 @@ impl Export {
     /// `max(end)` of the valid rows of a timed table (None when absent or empty).
     pub fn max_end(&self, table: &'static str) -> Result<Option<i64>> {
         let Some(t) = self.optional(table, &["start", "end"])? else { return Ok(None) };
+        if let Some(m) = self.with_stats(table, |s| s.max_end)? {
+            return Ok(m);
+        }
         let sql = format!("SELECT max(end) FROM \"{}\" WHERE {VALID}", t.name);
         self.conn().query_row(&sql, [], |r| r.get(0)).map_err(self.sql_err(table))
     }
@@ -470,6 +486,9 @@ impl Export {
     /// Σ `end - start` of the valid rows of a timed table (0 when absent).
     pub fn sum_durations(&self, table: &'static str) -> Result<i64> {
         let Some(t) = self.optional(table, &["start", "end"])? else { return Ok(0) };
+        if let Some(Some(v)) = self.with_stats(table, |s| s.sum_dur)? {
+            return Ok(v);
+        }
         let sql = format!("SELECT sum(end - start) FROM \"{}\" WHERE {VALID}", t.name);
         let s: Option<i64> = self.conn().query_row(&sql, [], |r| r.get(0)).map_err(self.sql_err(table))?;
         Ok(s.unwrap_or(0))
@@ -478,6 +497,9 @@ impl Export {
     /// Distinct `globalTid` values of the runtime calls (0 when absent).
     pub fn runtime_thread_count(&self) -> Result<i64> {
         let Some(t) = self.optional(schema::RUNTIME, &["globalTid"])? else { return Ok(0) };
+        if let Some(n) = self.with_stats(schema::RUNTIME, |s| s.thread_ids.len() as i64)? {
+            return Ok(n);
+        }
         let sql = format!("SELECT count(DISTINCT globalTid) FROM \"{}\"", t.name);
         self.conn().query_row(&sql, [], |r| r.get(0)).map_err(self.sql_err(schema::RUNTIME))
     }
@@ -489,6 +511,34 @@ impl Export {
         let Some(nv) = self.optional(schema::NVTX_EVENTS, &["start", "end", "eventType", "globalTid"])? else {
             return Ok((0, 0, 0));
         };
+        // the runtime threads from the one runtime scan, then one NVTX scan (no IN subquery re-reading RUNTIME)
+        if let Some(tids) = self.with_stats(schema::RUNTIME, |s| s.thread_ids.clone())? {
+            let tbl = schema::NVTX_EVENTS;
+            let (mut n, mut after, mut last, mut other_type) = (0i64, 0i64, None::<i64>, false);
+            let types = format!("eventType IN ({}, {}, {})", schema::nvtx::MARK, schema::nvtx::PUSH_POP, schema::nvtx::START_END);
+            self.scan(tbl, &["start", "end", "globalTid"]).run(&types, |_, row| {
+                let (Ok(s), Ok(e), Ok(g)) =
+                    (int_cell(row.get_ref(1).map_err(|e| self.sql_err(tbl)(e))?), int_cell(row.get_ref(2).map_err(|e| self.sql_err(tbl)(e))?), int_cell(row.get_ref(3).map_err(|e| self.sql_err(tbl)(e))?))
+                else {
+                    other_type = true;
+                    return Ok(());
+                };
+                if g.is_some_and(|g| tids.contains(&g)) {
+                    n += 1;
+                    if let Some(s) = s {
+                        if s > after_ns {
+                            after += 1;
+                        }
+                        let v = s.max(e.unwrap_or(s));
+                        last = Some(last.map_or(v, |m| m.max(v)));
+                    }
+                }
+                Ok(())
+            })?;
+            if !other_type {
+                return Ok((n, after, last.unwrap_or(0)));
+            }
+        }
         let sql = format!(
             "SELECT count(*), coalesce(sum(n.start > ?1), 0), coalesce(max(max(n.start, coalesce(n.end, n.start))), 0)
              FROM \"{}\" n WHERE n.eventType IN ({}, {}, {})
@@ -606,9 +656,11 @@ impl Scan<'_> {
                 .prepare(&format!("SELECT NULL, {list} FROM \"{}\"{where_}", t.name))
                 .map_err(ex.sql_err(self.table))?,
         };
-        let mut rows = stmt.query([]).map_err(ex.sql_err(self.table))?;
-        while let Some(row) = rows.next().map_err(ex.sql_err(self.table))? {
-            let rowid = match row.get_ref(0).map_err(ex.sql_err(self.table))? {
+        let table = self.table;
+        let mut rows = stmt.query([]).map_err(ex.sql_err(table))?;
+        // errors are built lazily: `sql_err` allocates, and this loop runs once per row
+        while let Some(row) = rows.next().map_err(|e| ex.sql_err(table)(e))? {
+            let rowid = match row.get_ref(0).map_err(|e| ex.sql_err(table)(e))? {
                 ValueRef::Integer(v) => Some(v),
                 _ => None,
             };
@@ -634,8 +686,16 @@ impl Export {
     /// error naming the table, column and row id. For tools that aggregate in SQL (the streamed readers check
     /// every row they deliver).
     pub fn check_timestamps(&self, tables: &[&'static str]) -> Result<()> {
+        self.prefetch_timed_stats(tables)?;
         for &tbl in tables {
             let Some(t) = self.optional(tbl, &["start", "end"])? else { continue };
+            if let Some(hit) = self.with_stats(tbl, |s| s.bad_ts)? {
+                if let Some((rowid, start, end)) = hit {
+                    self.check_ts(tbl, "start", rowid, start)?;
+                    self.check_ts(tbl, "end", rowid, end)?;
+                }
+                continue;
+            }
             let sql = format!(
                 "SELECT rowid, start, end FROM \"{}\" WHERE start NOT BETWEEN -?1 AND ?1 OR end NOT BETWEEN -?1 AND ?1 LIMIT 1",
                 t.name
@@ -694,5 +754,210 @@ impl Export {
     /// `DeviceEnvironment` (`;`-separated `NAME=value`), ….
     pub fn system_env(&self) -> Result<Vec<(String, Option<String>)>> {
         self.name_values(schema::TARGET_INFO_SYSTEM_ENV)
+    }
+}
+
+// ---- one scan per timed table (perf helper, issue #19)
+//
+// The gates and the evidence bundle ask many questions of the same timed tables (impossible timestamps,
+// skipped intervals, row counts, max(end), Σ durations, distinct threads, graph launches, node-level rows):
+// each was its own SQL pass. They are answered here from one scan per table, computed once per export and
+// in parallel threads (one read-only connection each) when several tables are asked for at once. A value of
+// another type than INTEGER in a column read makes the table fall back to the SQL queries (same answers,
+// SQLite's own semantics).
+
+/// Facts about every row of one timed table, from one scan.
+#[derive(Debug, Clone, Default)]
+pub struct TimedStats {
+    /// `count(*)`.
+    pub rows: i64,
+    pub skips: IntervalSkips,
+    /// `max(end)` over the valid rows.
+    pub max_end: Option<i64>,
+    /// Σ `end - start` over the valid rows; None when it overflows (the SQL query then decides).
+    pub sum_dur: Option<i64>,
+    /// The first row (table order) with a timestamp beyond ±[`MAX_TIMESTAMP_NS`].
+    bad_ts: Option<RowTimes>,
+    /// Distinct non-NULL `globalTid` (when the table has the column).
+    pub thread_ids: HashSet<i64>,
+    /// Rows per non-NULL `nameId` (when the table has the column).
+    pub name_counts: HashMap<i64, i64>,
+    /// Rows with `graphNodeId` set (None when the table has no such column).
+    pub node_rows: Option<i64>,
+}
+
+/// The per-table [`TimedStats`] of an export; `None` for a table that fell back to SQL.
+pub(crate) type StatsCache = std::cell::RefCell<HashMap<String, Option<TimedStats>>>;
+
+/// At this many rows in all the tables asked for, the scans run in parallel threads.
+const PARALLEL_ROWS: usize = 200_000;
+
+fn int_cell(v: ValueRef) -> std::result::Result<Option<i64>, ()> {
+    match v {
+        ValueRef::Integer(i) => Ok(Some(i)),
+        ValueRef::Null => Ok(None),
+        _ => Err(()),
+    }
+}
+
+/// One scan of a timed table on `conn`; Ok(None) when a value is not an INTEGER.
+fn scan_timed_stats(
+    conn: &rusqlite::Connection,
+    t: &super::TableInfo,
+) -> std::result::Result<Option<TimedStats>, rusqlite::Error> {
+    let has = |c: &str| t.has_column(c);
+    let gtid = if has("globalTid") { "globalTid" } else { "NULL" };
+    let name = if has("nameId") { "nameId" } else { "NULL" };
+    let node = if has(cols::GRAPH_NODE_ID) { cols::GRAPH_NODE_ID } else { "NULL" };
+    let list = format!("start, end, {gtid}, {name}, {node} IS NOT NULL");
+    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"", t.name)) {
+        Ok(s) => s,
+        Err(_) => conn.prepare(&format!("SELECT NULL, {list} FROM \"{}\"", t.name))?,
+    };
+    let mut st = TimedStats { sum_dur: Some(0), node_rows: has(cols::GRAPH_NODE_ID).then_some(0), ..Default::default() };
+    let mut rows = stmt.query([])?;
+    let bad = |v: Option<i64>| v.is_some_and(|x| !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&x));
+    while let Some(r) = rows.next()? {
+        let Ok(start) = int_cell(r.get_ref(1)?) else { return Ok(None) };
+        let Ok(end) = int_cell(r.get_ref(2)?) else { return Ok(None) };
+        st.rows += 1;
+        if st.bad_ts.is_none() && (bad(start) || bad(end)) {
+            let rowid = int_cell(r.get_ref(0)?).ok().flatten();
+            st.bad_ts = Some((rowid, start, end));
+        }
+        match (start, end) {
+            (Some(s), Some(e)) if e >= s => {
+                st.max_end = Some(st.max_end.map_or(e, |m| m.max(e)));
+                st.sum_dur = st.sum_dur.and_then(|a| a.checked_add(e - s));
+            }
+            (None, _) => st.skips.null_start += 1,
+            (_, None) => st.skips.null_end += 1,
+            _ => st.skips.inverted += 1,
+        }
+        if gtid != "NULL" {
+            let Ok(g) = int_cell(r.get_ref(3)?) else { return Ok(None) };
+            if let Some(g) = g {
+                st.thread_ids.insert(g);
+            }
+        }
+        if name != "NULL" {
+            let Ok(n) = int_cell(r.get_ref(4)?) else { return Ok(None) };
+            if let Some(n) = n {
+                *st.name_counts.entry(n).or_default() += 1;
+            }
+        }
+        if let Some(n) = st.node_rows.as_mut() {
+            if let ValueRef::Integer(1) = r.get_ref(5)? {
+                *n += 1;
+            }
+        }
+    }
+    Ok(Some(st))
+}
+
+/// How to open more read-only connections to an export from other threads ([`Export::source`]): the URI and
+/// flags of [`Export::open`], and the file's name for messages. `Send`, unlike the export's connection.
+#[derive(Debug, Clone)]
+pub struct ScanSource {
+    uri: String,
+    name: String,
+}
+
+impl ScanSource {
+    /// Another read-only connection (same URI, flags and pragmas as [`Export::open`]).
+    pub fn open(&self) -> Result<rusqlite::Connection> {
+        use rusqlite::OpenFlags;
+        let name = &self.name;
+        let conn = rusqlite::Connection::open_with_flags(
+            &self.uri,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| Error::input(format!("{name}: cannot open as SQLite: {}", super::describe_sql_error(&e))))?;
+        conn.busy_timeout(std::time::Duration::from_secs(2))
+            .map_err(|e| Error::input(format!("{name}: cannot configure read-only access: {e}")))?;
+        conn.execute_batch("PRAGMA query_only = 1; PRAGMA temp_store = MEMORY;").map_err(|e| {
+            Error::input(format!("{name}: cannot configure read-only access: {}", super::describe_sql_error(&e)))
+        })?;
+        Ok(conn)
+    }
+    /// The file's name for messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// An SQLite error met while reading `what`, as [`Export::sql_err`] words it.
+    pub fn sql_err(&self, what: &str, e: rusqlite::Error) -> Error {
+        Error::input(format!("{}: while reading {what}: {}", self.name, super::describe_sql_error(&e)))
+    }
+}
+
+impl Export {
+    /// What another thread needs to open its own read-only connection to this export.
+    pub fn source(&self) -> ScanSource {
+        ScanSource { uri: self.uri.clone(), name: self.name() }
+    }
+
+    /// Compute the [`TimedStats`] of the named tables present and not yet known: one scan each, in parallel
+    /// threads on their own read-only connections when the tables are large.
+    pub fn prefetch_timed_stats(&self, tables: &[&str]) -> Result<()> {
+        let todo: Vec<super::TableInfo> = {
+            let cache = self.stats.borrow();
+            let mut v: Vec<super::TableInfo> = Vec::new();
+            for t in tables {
+                if let Some(info) = self.table(t) {
+                    let key = info.name.to_ascii_lowercase();
+                    if !cache.contains_key(&key) && !v.iter().any(|x| x.name == info.name) {
+                        v.push(info.clone());
+                    }
+                }
+            }
+            v
+        };
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let big: usize = todo.iter().map(|t| self.row_count_hint(&t.name)).sum();
+        let results: Vec<Result<Option<TimedStats>>> = if todo.len() > 1 && big >= PARALLEL_ROWS {
+            let src = self.source();
+            std::thread::scope(|s| {
+                let handles: Vec<_> = todo
+                    .iter()
+                    .map(|t| {
+                        let src = &src;
+                        s.spawn(move || -> Result<Option<TimedStats>> {
+                            let conn = src.open()?;
+                            scan_timed_stats(&conn, t).map_err(|e| src.sql_err(&t.name, e))
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(Error::input("a table scan thread panicked"))))
+                    .collect()
+            })
+        } else {
+            todo.iter().map(|t| scan_timed_stats(&self.conn, t).map_err(|e| self.sql_err(&t.name)(e))).collect()
+        };
+        let mut cache = self.stats.borrow_mut();
+        for (t, r) in todo.iter().zip(results) {
+            cache.insert(t.name.to_ascii_lowercase(), r?);
+        }
+        Ok(())
+    }
+
+    /// `f` of the table's [`TimedStats`] (computed now when unknown); None when the table is absent or fell
+    /// back to SQL.
+    pub(crate) fn with_stats<T>(&self, table: &str, f: impl FnOnce(&TimedStats) -> T) -> Result<Option<T>> {
+        if self.table(table).is_none() {
+            return Ok(None);
+        }
+        self.prefetch_timed_stats(&[table])?;
+        let key = self.table(table).map(|t| t.name.to_ascii_lowercase()).unwrap_or_default();
+        Ok(self.stats.borrow().get(&key).and_then(|s| s.as_ref()).map(f))
+    }
+
+    /// `f` of the table's [`TimedStats`] when already computed (no scan).
+    pub(crate) fn known_stats<T>(&self, table: &str, f: impl FnOnce(&TimedStats) -> T) -> Option<T> {
+        let key = self.table(table)?.name.to_ascii_lowercase();
+        self.stats.borrow().get(&key).and_then(|s| s.as_ref()).map(f)
     }
 }

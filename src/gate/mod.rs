@@ -384,7 +384,9 @@ fn run_path(opts: &GateOptions) -> Result<GateDoc> {
         check_is_nsys_export(e)?;
         source.nsys_version = e.nsys_version()?;
         // the gates aggregate in SQL: refuse impossible timestamps first, count invalid intervals
+        let mut ph = crate::phase::Phases::new("gate-check");
         e.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
+        ph.mark("timed_table_scans");
         let timed = [export::schema::RUNTIME, export::schema::KERNEL, export::schema::MEMCPY, export::schema::MEMSET];
         e.count_interval_skips(&timed, &mut source.skipped_rows)?;
     }
@@ -407,16 +409,16 @@ fn run_path(opts: &GateOptions) -> Result<GateDoc> {
 #[allow(clippy::vec_init_then_push)] // one line per gate: later gates are appended here
 pub fn gates(cx: &Context) -> Result<Vec<GateResult>> {
     let mut out = Vec::new();
-    out.push(g0_profiler_health(cx)?);
-    out.push(g1_graph_tracing(cx)?);
-    out.push(g2_report_size(cx)?);
-    out.push(g3_kernel_rows(cx)?);
-    out.push(g4_cuda_coverage(cx)?);
-    out.push(g5_traffic(cx)?);
-    out.push(g6_decode_regularity(cx)?);
-    out.push(g7_prefill_contamination(cx)?);
+    out.push(crate::phase::timed("gate-check", "g0_profiler_health", || g0_profiler_health(cx))?);
+    out.push(crate::phase::timed("gate-check", "g1_graph_tracing", || g1_graph_tracing(cx))?);
+    out.push(crate::phase::timed("gate-check", "g2_report_size", || g2_report_size(cx))?);
+    out.push(crate::phase::timed("gate-check", "g3_kernel_rows", || g3_kernel_rows(cx))?);
+    out.push(crate::phase::timed("gate-check", "g4_cuda_coverage", || g4_cuda_coverage(cx))?);
+    out.push(crate::phase::timed("gate-check", "g5_traffic", || g5_traffic(cx))?);
+    out.push(crate::phase::timed("gate-check", "g6_decode_regularity", || g6_decode_regularity(cx))?);
+    out.push(crate::phase::timed("gate-check", "g7_prefill_contamination", || g7_prefill_contamination(cx))?);
     if cx.opts.readiness.is_some() {
-        out.push(g8_readiness(cx)?);
+        out.push(crate::phase::timed("gate-check", "g8_readiness", || g8_readiness(cx))?);
     }
     Ok(out)
 }

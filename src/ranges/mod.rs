@@ -735,12 +735,20 @@ type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
 /// phases over one [`Work`]: [`load`], [`join_runtime`], [`attribute_device_rows`] (then [`sweep`]),
 /// [`map_threads`], [`aggregate`] and [`finish`].
 fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(RangesDoc, Detail)> {
+    let mut ph = crate::phase::Phases::new("sqlite-ranges");
     let mut w = load(export, opts)?;
+    ph.mark("load");
     let corr = join_runtime(export, &mut w)?;
+    ph.mark("join_runtime");
     attribute_device_rows(export, &mut w, corr)?;
+    ph.mark("attribute_device_rows+sweep");
     let thread_diagnostics = map_threads(export, &w)?;
+    ph.mark("map_threads");
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
-    finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, detail)
+    ph.mark("aggregate");
+    let r = finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, detail);
+    ph.mark("finish");
+    r
 }
 
 /// What the phases share: the kept occurrences (labels as ids), their threads, their metrics so far.
@@ -1230,7 +1238,7 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
     drop(corr);
     drop(corr_wide);
     drop(tag_idx);
-    sweep(w, rows_out, tags, &dev_ids);
+    crate::phase::timed("sqlite-ranges", "sweep", || sweep(w, rows_out, tags, &dev_ids));
     Ok(())
 }
 
