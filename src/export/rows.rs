@@ -784,13 +784,58 @@ pub struct TimedStats {
     pub name_counts: HashMap<i64, i64>,
     /// Rows with `graphNodeId` set (None when the table has no such column).
     pub node_rows: Option<i64>,
+    /// `(start, end)` of the valid rows in table order, kept only when asked ([`Export::keep_intervals`]), and
+    /// the starts of the invalid rows with a start; taken by [`Export::window_intervals`].
+    intervals: Option<(Vec<(i64, i64)>, Vec<i64>)>,
 }
 
-/// The per-table [`TimedStats`] of an export; `None` for a table that fell back to SQL.
-pub(crate) type StatsCache = std::cell::RefCell<HashMap<String, Option<TimedStats>>>;
+impl TimedStats {
+    /// Add the stats of the next rows of the same table (chunks in table order).
+    fn append(&mut self, o: TimedStats) {
+        self.rows += o.rows;
+        self.skips.null_start += o.skips.null_start;
+        self.skips.null_end += o.skips.null_end;
+        self.skips.inverted += o.skips.inverted;
+        self.max_end = match (self.max_end, o.max_end) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.sum_dur = match (self.sum_dur, o.sum_dur) {
+            (Some(a), Some(b)) => a.checked_add(b),
+            _ => None,
+        };
+        if self.bad_ts.is_none() {
+            self.bad_ts = o.bad_ts;
+        }
+        self.thread_ids.extend(o.thread_ids);
+        for (k, v) in o.name_counts {
+            *self.name_counts.entry(k).or_default() += v;
+        }
+        self.node_rows = match (self.node_rows, o.node_rows) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        if let (Some((v, s)), Some((ov, os))) = (self.intervals.as_mut(), o.intervals) {
+            // exact: a large block grows in place (mremap), never doubled
+            v.reserve_exact(ov.len());
+            v.extend_from_slice(&ov);
+            s.extend_from_slice(&os);
+        }
+    }
+}
+
+/// The per-table [`TimedStats`] of an export (`None` for a table that fell back to SQL), and the tables whose
+/// valid intervals the next scan keeps.
+#[derive(Debug, Default)]
+pub(crate) struct StatsCache {
+    stats: std::cell::RefCell<HashMap<String, Option<TimedStats>>>,
+    keep: std::cell::RefCell<HashSet<String>>,
+}
 
 /// At this many rows in all the tables asked for, the scans run in parallel threads.
 const PARALLEL_ROWS: usize = 200_000;
+/// A table of at least this many rows is split into rowid ranges scanned in parallel.
+const CHUNK_ROWS: usize = 400_000;
 
 fn int_cell(v: ValueRef) -> std::result::Result<Option<i64>, ()> {
     match v {
@@ -800,21 +845,61 @@ fn int_cell(v: ValueRef) -> std::result::Result<Option<i64>, ()> {
     }
 }
 
-/// One scan of a timed table on `conn`; Ok(None) when a value is not an INTEGER.
+/// Threads for parallel scans: the cores available (at least 1).
+pub fn scan_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 64)
+}
+
+/// `[lo, hi)` rowid ranges splitting a table into about `parts` pieces of equal rowid span (one unbounded
+/// range, `None`, for a small table, a table without rowid, or when `parts` is 1).
+pub(crate) fn rowid_chunks(conn: &rusqlite::Connection, table: &str, parts: usize) -> Vec<Option<(i64, i64)>> {
+    if parts <= 1 {
+        return vec![None];
+    }
+    let mm: Option<(Option<i64>, Option<i64>)> = conn
+        .query_row(&format!("SELECT min(rowid), max(rowid) FROM \"{table}\""), [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .ok();
+    let Some((Some(lo), Some(hi))) = mm else { return vec![None] };
+    let span = (hi as i128 - lo as i128 + 1) as u128;
+    if span < (CHUNK_ROWS as u128) || span > (1u128 << 40) {
+        return vec![None];
+    }
+    let parts = parts.min((span / (CHUNK_ROWS as u128 / 2)).max(1) as usize);
+    let step = span.div_ceil(parts as u128) as i64;
+    (0..parts as i64)
+        .map(|i| {
+            let a = lo + i * step;
+            let b = if i + 1 == parts as i64 { hi + 1 } else { lo + (i + 1) * step };
+            Some((a, b))
+        })
+        .collect()
+}
+
+/// One scan of a timed table (or of one rowid range of it) on `conn`; Ok(None) when a value is not an
+/// INTEGER.
 fn scan_timed_stats(
     conn: &rusqlite::Connection,
     t: &super::TableInfo,
+    range: Option<(i64, i64)>,
+    keep_intervals: bool,
 ) -> std::result::Result<Option<TimedStats>, rusqlite::Error> {
     let has = |c: &str| t.has_column(c);
     let gtid = if has("globalTid") { "globalTid" } else { "NULL" };
     let name = if has("nameId") { "nameId" } else { "NULL" };
     let node = if has(cols::GRAPH_NODE_ID) { cols::GRAPH_NODE_ID } else { "NULL" };
     let list = format!("start, end, {gtid}, {name}, {node} IS NOT NULL");
-    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"", t.name)) {
+    let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
+    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
         Ok(s) => s,
+        Err(e) if range.is_some() => return Err(e),
         Err(_) => conn.prepare(&format!("SELECT NULL, {list} FROM \"{}\"", t.name))?,
     };
-    let mut st = TimedStats { sum_dur: Some(0), node_rows: has(cols::GRAPH_NODE_ID).then_some(0), ..Default::default() };
+    let mut st = TimedStats {
+        sum_dur: Some(0),
+        node_rows: has(cols::GRAPH_NODE_ID).then_some(0),
+        intervals: keep_intervals.then(Default::default),
+        ..Default::default()
+    };
     let mut rows = stmt.query([])?;
     let bad = |v: Option<i64>| v.is_some_and(|x| !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&x));
     while let Some(r) = rows.next()? {
@@ -829,10 +914,23 @@ fn scan_timed_stats(
             (Some(s), Some(e)) if e >= s => {
                 st.max_end = Some(st.max_end.map_or(e, |m| m.max(e)));
                 st.sum_dur = st.sum_dur.and_then(|a| a.checked_add(e - s));
+                if let Some((v, _)) = st.intervals.as_mut() {
+                    v.push((s, e));
+                }
             }
             (None, _) => st.skips.null_start += 1,
-            (_, None) => st.skips.null_end += 1,
-            _ => st.skips.inverted += 1,
+            (Some(s), None) => {
+                st.skips.null_end += 1;
+                if let Some((_, i)) = st.intervals.as_mut() {
+                    i.push(s);
+                }
+            }
+            (Some(s), Some(_)) => {
+                st.skips.inverted += 1;
+                if let Some((_, i)) = st.intervals.as_mut() {
+                    i.push(s);
+                }
+            }
         }
         if gtid != "NULL" {
             let Ok(g) = int_cell(r.get_ref(3)?) else { return Ok(None) };
@@ -896,11 +994,22 @@ impl Export {
         ScanSource { uri: self.uri.clone(), name: self.name() }
     }
 
+    /// Keep the valid `(start, end)` of these tables in the next scan of each (for [`Export::window_intervals`]).
+    pub fn keep_intervals(&self, tables: &[&str]) {
+        let mut k = self.stats.keep.borrow_mut();
+        for t in tables {
+            if let Some(info) = self.table(t) {
+                k.insert(info.name.to_ascii_lowercase());
+            }
+        }
+    }
+
     /// Compute the [`TimedStats`] of the named tables present and not yet known: one scan each, in parallel
-    /// threads on their own read-only connections when the tables are large.
+    /// threads on their own read-only connections when the tables are large (a large table split into rowid
+    /// ranges, merged in table order).
     pub fn prefetch_timed_stats(&self, tables: &[&str]) -> Result<()> {
         let todo: Vec<super::TableInfo> = {
-            let cache = self.stats.borrow();
+            let cache = self.stats.stats.borrow();
             let mut v: Vec<super::TableInfo> = Vec::new();
             for t in tables {
                 if let Some(info) = self.table(t) {
@@ -915,33 +1024,112 @@ impl Export {
         if todo.is_empty() {
             return Ok(());
         }
-        let big: usize = todo.iter().map(|t| self.row_count_hint(&t.name)).sum();
-        let results: Vec<Result<Option<TimedStats>>> = if todo.len() > 1 && big >= PARALLEL_ROWS {
+        let keep: Vec<bool> = {
+            let k = self.stats.keep.borrow();
+            todo.iter().map(|t| k.contains(&t.name.to_ascii_lowercase())).collect()
+        };
+        let hints: Vec<usize> = todo.iter().map(|t| self.row_count_hint(&t.name)).collect();
+        let big: usize = hints.iter().sum();
+        let results: Vec<Result<Option<TimedStats>>> = if big >= PARALLEL_ROWS {
             let src = self.source();
-            std::thread::scope(|s| {
-                let handles: Vec<_> = todo
+            let threads = scan_threads();
+            // (table index, rowid range) jobs
+            let mut jobs: Vec<(usize, Option<(i64, i64)>)> = Vec::new();
+            for (i, t) in todo.iter().enumerate() {
+                let parts = if hints[i] >= CHUNK_ROWS { threads } else { 1 };
+                for r in rowid_chunks(&self.conn, &t.name, parts) {
+                    jobs.push((i, r));
+                }
+            }
+            let out: Vec<(usize, Result<Option<TimedStats>>)> = std::thread::scope(|s| {
+                let handles: Vec<_> = jobs
                     .iter()
-                    .map(|t| {
-                        let src = &src;
+                    .map(|&(i, r)| {
+                        let (src, t, keep) = (&src, &todo[i], keep[i]);
                         s.spawn(move || -> Result<Option<TimedStats>> {
                             let conn = src.open()?;
-                            scan_timed_stats(&conn, t).map_err(|e| src.sql_err(&t.name, e))
+                            scan_timed_stats(&conn, t, r, keep).map_err(|e| src.sql_err(&t.name, e))
                         })
                     })
                     .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err(Error::input("a table scan thread panicked"))))
+                jobs.iter()
+                    .zip(handles)
+                    .map(|(&(i, _), h)| {
+                        (i, h.join().unwrap_or_else(|_| Err(Error::input("a table scan thread panicked"))))
+                    })
                     .collect()
-            })
+            });
+            // merge the chunks of each table in rowid order; the first error of a table (in order) wins
+            let mut merged: Vec<Option<Result<Option<TimedStats>>>> = (0..todo.len()).map(|_| None).collect();
+            for (i, r) in out {
+                merged[i] = Some(match (merged[i].take(), r) {
+                    (None, r) => r,
+                    (Some(Err(e)), _) => Err(e),
+                    (Some(Ok(_)), Err(e)) => Err(e),
+                    (Some(Ok(None)), Ok(_)) | (Some(Ok(_)), Ok(None)) => Ok(None),
+                    (Some(Ok(Some(mut a))), Ok(Some(b))) => {
+                        a.append(b);
+                        Ok(Some(a))
+                    }
+                });
+            }
+            merged.into_iter().map(|m| m.unwrap_or(Ok(None))).collect()
         } else {
-            todo.iter().map(|t| scan_timed_stats(&self.conn, t).map_err(|e| self.sql_err(&t.name)(e))).collect()
+            todo.iter()
+                .zip(&keep)
+                .map(|(t, &k)| scan_timed_stats(&self.conn, t, None, k).map_err(|e| self.sql_err(&t.name)(e)))
+                .collect()
         };
-        let mut cache = self.stats.borrow_mut();
+        let mut cache = self.stats.stats.borrow_mut();
         for (t, r) in todo.iter().zip(results) {
             cache.insert(t.name.to_ascii_lowercase(), r?);
         }
         Ok(())
+    }
+
+    /// The valid `(start, end)` of the named device tables (in table order, each in its table's order), how
+    /// many come from the first table, and the starts of that table's invalid rows that have a start: from the
+    /// scans of [`Export::prefetch_timed_stats`] when [`Export::keep_intervals`] asked for them (taken: asked
+    /// once), else read now. A value of another type than INTEGER is an input error naming table and column.
+    pub fn window_intervals(&self, kinds: &[DeviceKind]) -> Result<(Vec<(i64, i64)>, usize, Vec<i64>)> {
+        let mut rows: Vec<(i64, i64)> = Vec::new();
+        let mut first_rows = 0usize;
+        let mut first_invalid: Vec<i64> = Vec::new();
+        for (n, k) in kinds.iter().enumerate() {
+            let tbl = k.table();
+            let Some(info) = self.optional(tbl, &["start", "end"])? else { continue };
+            let key = info.name.to_ascii_lowercase();
+            let cached = self.stats.stats.borrow_mut().get_mut(&key).and_then(|s| s.as_mut()).and_then(|s| s.intervals.take());
+            let before = rows.len();
+            match cached {
+                Some((v, inv)) => {
+                    if rows.is_empty() {
+                        rows = v;
+                    } else {
+                        rows.extend_from_slice(&v);
+                    }
+                    if n == 0 {
+                        first_invalid = inv;
+                    }
+                }
+                None => {
+                    let mut skips = RowSkips::new();
+                    self.device_intervals(*k, &mut skips, |s, e| rows.push((s, e)))?;
+                    if n == 0 && skips.get(tbl).is_some_and(|s| s.null_end + s.inverted > 0) {
+                        // the starts of the invalid rows (only the tenths of the first table need them)
+                        self.scan(tbl, &["start", "end"]).run("start IS NOT NULL AND (end IS NULL OR end < start)", |rowid, row| {
+                            let s = self.check_ts(tbl, "start", rowid, self.int_at(row, 1, tbl, "start")?)?;
+                            first_invalid.extend(s);
+                            Ok(())
+                        })?;
+                    }
+                }
+            }
+            if n == 0 {
+                first_rows = rows.len() - before;
+            }
+        }
+        Ok((rows, first_rows, first_invalid))
     }
 
     /// `f` of the table's [`TimedStats`] (computed now when unknown); None when the table is absent or fell
@@ -952,12 +1140,12 @@ impl Export {
         }
         self.prefetch_timed_stats(&[table])?;
         let key = self.table(table).map(|t| t.name.to_ascii_lowercase()).unwrap_or_default();
-        Ok(self.stats.borrow().get(&key).and_then(|s| s.as_ref()).map(f))
+        Ok(self.stats.stats.borrow().get(&key).and_then(|s| s.as_ref()).map(f))
     }
 
     /// `f` of the table's [`TimedStats`] when already computed (no scan).
     pub(crate) fn known_stats<T>(&self, table: &str, f: impl FnOnce(&TimedStats) -> T) -> Option<T> {
         let key = self.table(table)?.name.to_ascii_lowercase();
-        self.stats.borrow().get(&key).and_then(|s| s.as_ref()).map(f)
+        self.stats.stats.borrow().get(&key).and_then(|s| s.as_ref()).map(f)
     }
 }

@@ -385,6 +385,10 @@ fn run_path(opts: &GateOptions) -> Result<GateDoc> {
         source.nsys_version = e.nsys_version()?;
         // the gates aggregate in SQL: refuse impossible timestamps first, count invalid intervals
         let mut ph = crate::phase::Phases::new("gate-check");
+        if opts.tier == Tier::Throughput {
+            // G5 reads the valid intervals of these tables: kept by the same scans (one pass per table)
+            e.keep_intervals(&WINDOW_TABLES.map(|k| k.table()));
+        }
         e.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
         ph.mark("timed_table_scans");
         let timed = [export::schema::RUNTIME, export::schema::KERNEL, export::schema::MEMCPY, export::schema::MEMSET];
