@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with, OutputArgs};
 use nsyskit::gate::{self, GateOptions, Thresholds, Tier};
+use nsyskit::contract::{render, Error, Style};
+use nsyskit::ranges::RangesOptions;
 use nsyskit::readiness::ReadinessOptions;
 
 /// Decide whether an nsys capture can be analysed: PASS, or RETRY with the gate, the number it measured and
@@ -13,7 +15,7 @@ use nsyskit::readiness::ReadinessOptions;
 #[command(
     name = "gate-check",
     version,
-    after_help = "Examples:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  f=nsys-2023.4.4_gpu_full_node_FAILED-cbid468\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n    --log fixtures/logs/$f.console.txt  # exit 1: RETRY G0, G4\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode # exit 1\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --readiness --range-prefix vibeserve"
+    after_help = "Examples:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  f=nsys-2023.4.4_gpu_full_node_FAILED-cbid468\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n    --log fixtures/logs/$f.console.txt  # exit 1: RETRY G0, G4\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode # exit 1\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --readiness --range-prefix vibeserve\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --ranges /tmp/ranges.json  # + the sqlite-ranges document, same run"
 )]
 struct Args {
     /// The capture: an .nsys-rep (exported with nsys: NSYS_BIN, else nsys on PATH), an .sqlite export, a
@@ -77,6 +79,10 @@ struct Args {
     /// G8: READY needs the opaque share of P.engine.iteration wall time below this
     #[arg(long, default_value_t = nsyskit::readiness::DEFAULT_MAX_OPAQUE_SHARE, value_name = "SHARE")]
     max_opaque_share: f64,
+    /// Also write the sqlite-ranges document of the same export to this file, from the same run (read in
+    /// parallel with the gates): the bytes `sqlite-ranges EXPORT` prints (compact, or --pretty)
+    #[arg(long, value_name = "OUT.json")]
+    ranges: Option<PathBuf>,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -114,6 +120,29 @@ fn main() {
                 max_opaque_share: a.max_opaque_share,
             }),
         });
-        emit("gate-check", unfinished.and(opts).and_then(|o| gate::run(&o)), a.out.style())
+        let also = gate::AlsoDocs { ranges: a.ranges.as_ref().map(|_| RangesOptions { fold: true, ..Default::default() }), readiness: None };
+        let result = unfinished.and(opts).and_then(|o| {
+            if let Some(out) = &a.ranges {
+                let inputs: Vec<&std::path::Path> =
+                    [Some(&a.capture), a.sqlite.as_ref(), a.log.as_ref(), a.provenance.as_ref()]
+                        .into_iter()
+                        .flatten()
+                        .map(|p| p.as_path())
+                        .collect();
+                nsyskit::contract::refuse_output_over_input(out, "--ranges", &inputs)?;
+            }
+            gate::run_shared(&o, &also)
+        });
+        let result = result.and_then(|shared| {
+            if let (Some(out), Some(doc)) = (&a.ranges, &shared.ranges) {
+                // what `sqlite-ranges EXPORT > OUT.json` writes: compact unless --pretty
+                let style = if a.out.pretty { Style::Pretty } else { Style::Compact };
+                std::fs::write(out, render(doc, style)).map_err(|e| {
+                    Error::env(format!("--ranges {}: cannot write: {e}", out.display())).with_arg("--ranges")
+                })?;
+            }
+            Ok(shared.gate)
+        });
+        emit("gate-check", result, a.out.style())
     })
 }

@@ -366,16 +366,23 @@ pub struct SyncApiCount {
 pub fn run(path: &Path, opts: &ReadinessOptions, nsys: Option<&Path>) -> Result<ReadinessDoc> {
     opts.validate()?;
     let cap = crate::export::open_capture(path, nsys)?;
-    let mut doc = analyze(&cap.export, opts)?;
-    doc.source.path = cap.source.path.clone();
-    doc.source.size = cap.source.size;
-    doc.source.kind = cap.source.kind.clone();
-    doc.source.exported_with = cap.source.exported_with.clone();
-    if cap.source.kind == "nsys-rep" {
+    document(&cap.export, &cap.source, opts)
+}
+
+/// The document [`run`] prints, of an export already open, `source` saying where it came from (the shared
+/// run of `gate::run_shared`: the same bytes).
+pub fn document(export: &Export, source: &crate::export::CaptureSource, opts: &ReadinessOptions) -> Result<ReadinessDoc> {
+    opts.validate()?;
+    let mut doc = analyze(export, opts)?;
+    doc.source.path = source.path.clone();
+    doc.source.size = source.size;
+    doc.source.kind = source.kind.clone();
+    doc.source.exported_with = source.exported_with.clone();
+    if source.kind == "nsys-rep" {
         doc.notes.push(format!(
             "{} is a report: it was exported with {} into a temporary folder (deleted afterwards), never next to it",
-            cap.source.path,
-            cap.source.exported_with.as_deref().unwrap_or("nsys")
+            source.path,
+            source.exported_with.as_deref().unwrap_or("nsys")
         ));
     }
     Ok(doc)

@@ -856,10 +856,11 @@ pub(crate) fn rowid_chunks(conn: &rusqlite::Connection, table: &str, parts: usiz
     if parts <= 1 {
         return vec![None];
     }
-    let mm: Option<(Option<i64>, Option<i64>)> = conn
-        .query_row(&format!("SELECT min(rowid), max(rowid) FROM \"{table}\""), [], |r| Ok((r.get(0)?, r.get(1)?)))
-        .ok();
-    let Some((Some(lo), Some(hi))) = mm else { return vec![None] };
+    // two queries: each is one b-tree descent (together in one SELECT they would scan the table)
+    let one = |f: &str| -> Option<i64> {
+        conn.query_row(&format!("SELECT {f}(rowid) FROM \"{table}\""), [], |r| r.get(0)).ok().flatten()
+    };
+    let (Some(lo), Some(hi)) = (one("min"), one("max")) else { return vec![None] };
     let span = (hi as i128 - lo as i128 + 1) as u128;
     if span < (CHUNK_ROWS as u128) || span > (1u128 << 40) {
         return vec![None];
@@ -1148,4 +1149,189 @@ impl Export {
         let key = self.table(table)?.name.to_ascii_lowercase();
         self.stats.stats.borrow().get(&key).and_then(|s| s.as_ref()).map(f)
     }
+}
+
+// ---- device rows in bulk, in parallel (perf helper, issue #19)
+
+/// A device row as read in bulk: 16 bytes. `dur` is `end - start`, or `u32::MAX` for a row lasting that long
+/// or longer (its end is in [`DeviceChunk::long`]); `aux` is the `correlationId`, or `u32::MAX` when it is NULL
+/// or outside `0..u32::MAX` (the value is in [`DeviceChunk::wide`]). A caller may reuse `aux` once read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PackedDeviceRow {
+    pub start: i64,
+    pub dur: u32,
+    pub aux: u32,
+}
+
+/// The valid rows of one device table, or of one rowid range of it, in table order.
+#[derive(Debug, Default)]
+pub struct DeviceChunk {
+    pub kind: Option<DeviceKind>,
+    pub rows: Vec<PackedDeviceRow>,
+    /// `(first row index, globalPid, deviceId)`: runs of rows with the same process and device.
+    pub segs: Vec<(usize, Option<i64>, Option<i64>)>,
+    /// `(row index, end)` of the rows with `dur == u32::MAX`, by index.
+    pub long: Vec<(usize, i64)>,
+    /// `(row index, correlationId)` of the rows with `aux == u32::MAX`, by index.
+    pub wide: Vec<(usize, Option<i64>)>,
+    /// Invalid intervals, not delivered.
+    pub skips: RowSkips,
+}
+
+impl DeviceChunk {
+    /// `end` of row `i`.
+    pub fn end(&self, i: usize) -> i64 {
+        let r = self.rows[i];
+        if r.dur == u32::MAX {
+            self.long[self.long.partition_point(|&(j, _)| j < i)].1
+        } else {
+            r.start + r.dur as i64
+        }
+    }
+    /// `correlationId` of row `i` as read (before the caller reused `aux`).
+    pub fn correlation_id(&self, i: usize, aux: u32) -> Option<i64> {
+        if aux == u32::MAX {
+            self.wide[self.wide.partition_point(|&(j, _)| j < i)].1
+        } else {
+            Some(aux as i64)
+        }
+    }
+}
+
+fn named_int(name: &str, v: rusqlite::Result<ValueRef>, table: &str, col: &str) -> Result<Option<i64>> {
+    match v {
+        Ok(ValueRef::Integer(v)) => Ok(Some(v)),
+        Ok(ValueRef::Null) => Ok(None),
+        Err(e) => Err(Error::input(format!("{name}: while reading {table}: {}", super::describe_sql_error(&e)))),
+        Ok(other) => Err(Error::input(format!(
+            "{name}: schema mismatch: {table}.{col} holds a {} value, not the INTEGER nsys writes",
+            type_name(other)
+        ))),
+    }
+}
+
+fn named_ts(name: &str, table: &str, col: &str, rowid: Option<i64>, v: Option<i64>) -> Result<Option<i64>> {
+    if let Some(t) = v {
+        if !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&t) {
+            return Err(Error::input(format!(
+                "{name}: {table}.{col} = {t} ns on row {}: an impossible timestamp (beyond ±2^53 ns, about 104 days from the session start); the export is damaged",
+                rowid.map(|r| format!("id {r}")).unwrap_or_else(|| "?".into())
+            )));
+        }
+    }
+    Ok(v)
+}
+
+fn read_device_chunk(
+    src: &ScanSource,
+    kind: DeviceKind,
+    t: &super::TableInfo,
+    range: Option<(i64, i64)>,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<DeviceChunk> {
+    let name = src.name();
+    let tbl = kind.table();
+    let conn = src.open()?;
+    let list = cols::DEVICE.join(", ");
+    let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
+    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
+        Ok(s) => s,
+        Err(e) if range.is_some() => return Err(src.sql_err(tbl, e)),
+        Err(_) => conn.prepare(&format!("SELECT NULL, {list} FROM \"{}\"", t.name)).map_err(|e| src.sql_err(tbl, e))?,
+    };
+    let mut c = DeviceChunk { kind: Some(kind), ..Default::default() };
+    if let Some((a, b)) = range {
+        // an upper bound, reserved once (untouched pages cost no memory)
+        c.rows.reserve_exact((b - a).clamp(0, 1 << 32) as usize);
+    }
+    let mut rows = stmt.query([]).map_err(|e| src.sql_err(tbl, e))?;
+    let mut last: Option<(Option<i64>, Option<i64>)> = None;
+    let mut n = 0u64;
+    while let Some(r) = rows.next().map_err(|e| src.sql_err(tbl, e))? {
+        n += 1;
+        if n & 0xFFFF == 0 && cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(c);
+        }
+        let rowid = match r.get_ref(0) {
+            Ok(ValueRef::Integer(v)) => Some(v),
+            _ => None,
+        };
+        // the order of the checks of `Export::device_rows`: both types, then both timestamps
+        let (start, end) = (named_int(name, r.get_ref(1), tbl, "start")?, named_int(name, r.get_ref(2), tbl, "end")?);
+        let start = named_ts(name, tbl, "start", rowid, start)?;
+        let end = named_ts(name, tbl, "end", rowid, end)?;
+        let (s, e) = match (start, end) {
+            (Some(s), Some(e)) if e >= s => (s, e),
+            (st, en) => {
+                let k = c.skips.entry(tbl.to_string()).or_default();
+                match (st, en) {
+                    (None, _) => k.null_start += 1,
+                    (_, None) => k.null_end += 1,
+                    _ => k.inverted += 1,
+                }
+                continue;
+            }
+        };
+        let gpid = named_int(name, r.get_ref(3), tbl, "globalPid")?;
+        let corr = named_int(name, r.get_ref(4), tbl, "correlationId")?;
+        let dev = named_int(name, r.get_ref(5), tbl, "deviceId")?;
+        let i = c.rows.len();
+        if last != Some((gpid, dev)) {
+            c.segs.push((i, gpid, dev));
+            last = Some((gpid, dev));
+        }
+        let d = e - s;
+        let dur = if d < u32::MAX as i64 {
+            d as u32
+        } else {
+            c.long.push((i, e));
+            u32::MAX
+        };
+        let aux = match corr {
+            Some(v) if (0..u32::MAX as i64).contains(&v) => v as u32,
+            other => {
+                c.wide.push((i, other));
+                u32::MAX
+            }
+        };
+        c.rows.push(PackedDeviceRow { start: s, dur, aux });
+    }
+    Ok(c)
+}
+
+/// The valid rows of the device tables named (each present, with the columns of [`cols::DEVICE`]), in
+/// table order, each large table split into rowid ranges read in parallel threads, each on its own
+/// read-only connection: the chunks in table and rowid order, so that reading them in order is reading the
+/// tables in order. The checks are those of [`Export::device_rows`] (same messages; the first error in
+/// table order wins). `cancel` stops the reads early (the result is then incomplete: for a caller that
+/// failed meanwhile).
+pub fn read_device_chunks(
+    src: &ScanSource,
+    tables: &[(DeviceKind, super::TableInfo)],
+    threads: usize,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<Vec<DeviceChunk>> {
+    if tables.is_empty() {
+        return Ok(Vec::new());
+    }
+    let conn = src.open()?;
+    let mut jobs: Vec<(DeviceKind, &super::TableInfo, Option<(i64, i64)>)> = Vec::new();
+    for (k, t) in tables {
+        let hint: Option<i64> =
+            conn.query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
+        let parts = if hint.unwrap_or(0) as usize >= CHUNK_ROWS { threads } else { 1 };
+        for r in rowid_chunks(&conn, &t.name, parts) {
+            jobs.push((*k, t, r));
+        }
+    }
+    drop(conn);
+    let results: Vec<Result<DeviceChunk>> = std::thread::scope(|s| {
+        let handles: Vec<_> =
+            jobs.iter().map(|&(k, t, r)| s.spawn(move || read_device_chunk(src, k, t, r, cancel))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::input("a device table scan thread panicked"))))
+            .collect()
+    });
+    results.into_iter().collect()
 }

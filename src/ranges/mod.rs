@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::{Document, Error, Result, Tool};
 use crate::export::schema::{self, cols, nvtx, DeviceKind};
+use crate::export::rows::{DeviceChunk, PackedDeviceRow};
 use crate::export::{ns_of, pid_of, tid_of, Export, RowSkips};
 
 use tree::MaxTree;
@@ -586,17 +587,23 @@ pub const OPTIONAL_TABLES: [(&str, &[&str]); 7] = [
 /// and analyse it.
 pub fn run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>) -> Result<RangesDoc> {
     let cap = crate::export::open_capture(path, nsys)?;
-    let (doc, _) = analyze_impl(&cap.export, opts, false)?;
+    document(&cap.export, &cap.source, opts)
+}
+
+/// The document [`run`] prints, of an export already open, `source` saying where it came from (what
+/// `gate-check --ranges` writes from its own run: the same bytes).
+pub fn document(export: &Export, source: &crate::export::CaptureSource, opts: &RangesOptions) -> Result<RangesDoc> {
+    let (doc, _) = analyze_impl(export, opts, false)?;
     let mut a = Analysis { doc, occurrences: Vec::new(), metrics: Vec::new() };
-    a.doc.source.path = cap.source.path.clone();
-    a.doc.source.size = cap.source.size;
-    a.doc.source.kind = cap.source.kind.clone();
-    a.doc.source.exported_with = cap.source.exported_with.clone();
-    if cap.source.kind == "nsys-rep" {
+    a.doc.source.path = source.path.clone();
+    a.doc.source.size = source.size;
+    a.doc.source.kind = source.kind.clone();
+    a.doc.source.exported_with = source.exported_with.clone();
+    if source.kind == "nsys-rep" {
         a.doc.notes.push(format!(
             "{} is a report: it was exported with {} into a temporary folder (deleted afterwards), never next to it",
-            cap.source.path,
-            cap.source.exported_with.as_deref().unwrap_or("nsys")
+            source.path,
+            source.exported_with.as_deref().unwrap_or("nsys")
         ));
     }
     Ok(a.doc)
@@ -698,13 +705,43 @@ struct OccSync {
     per_api: Vec<(u8, SyncStat)>,
 }
 
-/// Device row during the sweep: 16 bytes. `tag` indexes `(chain, device index, end of a long row)`; a row
-/// lasting `u32::MAX` ns or more has `dur == u32::MAX` and its own tag holding its end.
-#[derive(Clone, Copy)]
-struct DevRow {
-    start: i64,
-    dur: u32,
-    tag: u32,
+/// The rows of sorted chunks in start order (a k-way merge; one chunk is read straight through). During the
+/// sweep a row's `aux` is its tag: `(chain, device index, end of a long row)`; a row lasting `u32::MAX` ns or
+/// more has `dur == u32::MAX` and its own tag holding its end.
+struct MergeByStart<'a> {
+    chunks: &'a [DeviceChunk],
+    pos: Vec<usize>,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(i64, usize)>>,
+}
+
+impl<'a> MergeByStart<'a> {
+    fn new(chunks: &'a [DeviceChunk]) -> MergeByStart<'a> {
+        let mut heap = std::collections::BinaryHeap::new();
+        for (i, c) in chunks.iter().enumerate() {
+            if let Some(r) = c.rows.first() {
+                heap.push(std::cmp::Reverse((r.start, i)));
+            }
+        }
+        MergeByStart { chunks, pos: vec![0; chunks.len()], heap }
+    }
+}
+
+impl Iterator for MergeByStart<'_> {
+    type Item = PackedDeviceRow;
+    fn next(&mut self) -> Option<PackedDeviceRow> {
+        let mut top = self.heap.peek_mut()?;
+        let c = top.0 .1;
+        let rows = &self.chunks[c].rows;
+        let r = rows[self.pos[c]];
+        self.pos[c] += 1;
+        match rows.get(self.pos[c]) {
+            Some(n) => top.0 .0 = n.start,
+            None => {
+                std::collections::binary_heap::PeekMut::pop(top);
+            }
+        }
+        Some(r)
+    }
 }
 
 /// `(process index << 32 | correlationId) → chain`, 12 bytes, kept in a Vec sorted by key.
@@ -735,13 +772,8 @@ type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
 /// phases over one [`Work`]: [`load`], [`join_runtime`], [`attribute_device_rows`] (then [`sweep`]),
 /// [`map_threads`], [`aggregate`] and [`finish`].
 fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(RangesDoc, Detail)> {
+    let w = run_scans(export, opts, None)?;
     let mut ph = crate::phase::Phases::new("sqlite-ranges");
-    let mut w = load(export, opts)?;
-    ph.mark("load");
-    let corr = join_runtime(export, &mut w)?;
-    ph.mark("join_runtime");
-    attribute_device_rows(export, &mut w, corr)?;
-    ph.mark("attribute_device_rows+sweep");
     let thread_diagnostics = map_threads(export, &w)?;
     ph.mark("map_threads");
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
@@ -827,10 +859,7 @@ pub fn analyze_with_intervals(
     opts: &RangesOptions,
     want: &dyn Fn(&str) -> bool,
 ) -> Result<(Analysis, Vec<OccurrenceIntervals>)> {
-    let mut w = load(export, opts)?;
-    w.collect = Some(Collect { want: w.label_names.iter().map(|l| want(l)).collect(), per_occ: FxMap::default() });
-    let corr = join_runtime(export, &mut w)?;
-    attribute_device_rows(export, &mut w, corr)?;
+    let mut w = run_scans(export, opts, Some(want))?;
     let thread_diagnostics = map_threads(export, &w)?;
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
     let mut per_occ = w.collect.take().map(|c| c.per_occ).unwrap_or_default();
@@ -843,6 +872,55 @@ pub fn analyze_with_intervals(
         v.runtime.sort_by_key(|r| (r.start, r.end));
     }
     Ok((Analysis { doc, occurrences, metrics }, iv))
+}
+
+/// Phases 1 to 3: the device tables are read in parallel threads (each large table split into rowid ranges,
+/// each range on its own read-only connection: [`crate::export::rows::read_device_chunks`]) while the
+/// occurrences load and the runtime calls join on the export's connection; then the device rows are
+/// attributed and swept. Errors come in the order of a serial run: tables, NVTX, runtime, device rows.
+fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -> bool>) -> Result<Work> {
+    check_tables(export)?;
+    let dev_tables: Vec<(DeviceKind, crate::export::TableInfo)> =
+        DeviceKind::ALL.iter().filter_map(|k| export.table(k.table()).map(|t| (*k, t.clone()))).collect();
+    let src = export.source();
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let threads = crate::export::rows::scan_threads();
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| crate::export::rows::read_device_chunks(&src, &dev_tables, threads, &cancel));
+        let mut ph = crate::phase::Phases::new("sqlite-ranges");
+        let main = (|| -> Result<(Work, CorrTable)> {
+            let mut w = load(export, opts)?;
+            ph.mark("load");
+            if let Some(want) = want {
+                w.collect =
+                    Some(Collect { want: w.label_names.iter().map(|l| want(l)).collect(), per_occ: FxMap::default() });
+            }
+            let corr = join_runtime(export, &mut w)?;
+            ph.mark("join_runtime");
+            Ok((w, corr))
+        })();
+        if main.is_err() {
+            cancel.store(true, Ordering::Relaxed);
+        }
+        let chunks = reader.join().unwrap_or_else(|_| Err(Error::input("the device table reader panicked")));
+        ph.mark("device_rows_wait");
+        let (mut w, corr) = main?;
+        let chunks = chunks?;
+        attribute_device_rows(&mut w, corr, chunks);
+        ph.mark("attribute_device_rows+sweep");
+        Ok(w)
+    })
+}
+
+/// Every table of the contract, validated before any work (a schema mismatch is an error, never a partial
+/// report).
+fn check_tables(export: &Export) -> Result<()> {
+    export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
+    export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
+    for (t, cols) in OPTIONAL_TABLES {
+        export.optional(t, cols)?;
+    }
+    Ok(())
 }
 
 impl Work {
@@ -1089,33 +1167,26 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
     Ok(CorrTable { corr, wide: corr_wide })
 }
 
-/// Phase 3: stream the device rows once into compact records, attributing each through `(globalPid,
-/// correlationId)` to the occurrence chain of its runtime call; then [`sweep`] them.
-fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result<()> {
+/// Phase 3: the device rows (read in bulk, in table order: [`run_scans`]) attributed through `(globalPid,
+/// correlationId)` to the occurrence chain of their runtime call, each record's `aux` rewritten in place into
+/// its tag; then [`sweep`].
+fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChunk>) {
+    progress("attributing device rows");
     let CorrTable { corr, wide: corr_wide } = ct;
     let mut dev_ids: Vec<i64> = Vec::new();
     let mut dev_idx: FxMap<i64, u32> = FxMap::default();
-    let mut rows_out: Vec<DevRow> = Vec::new();
     let mut tags: Vec<Tag> = Vec::new();
     let mut tag_idx: FxMap<(u32, u32), u32> = FxMap::default();
     let mut last_tag_key = (u32::MAX, u32::MAX);
     let mut last_tag = u32::MAX;
     let mut corr_hint = 0usize;
-    // Size the record vector once, exactly, without a scan: max(rowid) is one b-tree descent per table (absent
-    // for WITHOUT ROWID tables). Growing by doubling would hold two copies at the peak.
-    let hint: usize =
-        DeviceKind::ALL.iter().filter(|k| w.present(k.table())).map(|k| export.row_count_hint(k.table())).sum();
-    rows_out.reserve_exact(hint);
-    for kind in DeviceKind::ALL {
-        let tbl = kind.table();
-        if !w.present(tbl) {
-            continue;
-        }
+    for chunk in &mut chunks {
+        crate::export::merge_skips(&mut w.row_skips, &chunk.skips);
+        let Some(kind) = chunk.kind else { continue };
         let mut last_gpid = i64::MIN;
         let mut last_pidx: Option<u32> = None;
         let mut last_dev = i64::MIN;
         let mut last_di = 0u32;
-        let mut seen = 0u64;
         let Work {
             metrics,
             chains,
@@ -1123,7 +1194,6 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
             th_device,
             device_pids,
             proc_idx,
-            row_skips,
             kernels_total,
             kernel_work_total,
             kernels_attr,
@@ -1132,13 +1202,27 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
             occ,
             ..
         } = &mut *w;
-        export.device_rows(kind, row_skips, |r| {
-            seen += 1;
-            if seen & 0xF_FFFF == 0 {
-                progress(&format!("{tbl}: {seen} rows"));
+        let (mut seg, mut long_i, mut wide_i) = (0usize, 0usize, 0usize);
+        for i in 0..chunk.rows.len() {
+            while seg + 1 < chunk.segs.len() && chunk.segs[seg + 1].0 <= i {
+                seg += 1;
             }
-            let (s, e) = (r.start, r.end);
-            let dev = r.device_id.unwrap_or(-1);
+            let (_, global_pid, device_id) = chunk.segs[seg];
+            let r = chunk.rows[i];
+            let s = r.start;
+            let e = if r.dur == u32::MAX {
+                long_i += 1;
+                chunk.long[long_i - 1].1
+            } else {
+                s + r.dur as i64
+            };
+            let correlation_id = if r.aux == u32::MAX {
+                wide_i += 1;
+                chunk.wide[wide_i - 1].1
+            } else {
+                Some(r.aux as i64)
+            };
+            let dev = device_id.unwrap_or(-1);
             if dev != last_dev {
                 let next = dev_ids.len() as u32;
                 last_di = *dev_idx.entry(dev).or_insert_with(|| {
@@ -1148,13 +1232,13 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
                 last_dev = dev;
             }
             let mut chain = u32::MAX;
-            if let Some(g) = r.global_pid {
+            if let Some(g) = global_pid {
                 if g != last_gpid {
                     device_pids.insert(g);
                     last_gpid = g;
                     last_pidx = proc_idx.get(&g).copied();
                 }
-                if let (Some(p), Some(c)) = (last_pidx, r.correlation_id) {
+                if let (Some(p), Some(c)) = (last_pidx, correlation_id) {
                     if (0..=u32::MAX as i64).contains(&c) && p < (1 << 30) {
                         let k = ((p as u64) << 32) | c as u64;
                         // device rows come nearly in correlation order: try the last hit and its successor first
@@ -1215,8 +1299,7 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
                     }
                 }
             }
-            let d = e - s;
-            let (dur, tag) = if d < u32::MAX as i64 {
+            let tag = if r.dur != u32::MAX {
                 let key = (chain, last_di);
                 if key != last_tag_key {
                     let next = tags.len() as u32;
@@ -1226,29 +1309,35 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
                     });
                     last_tag_key = key;
                 }
-                (d as u32, last_tag)
+                last_tag
             } else {
                 tags.push(Tag { chain, dev: last_di, end: e });
-                (u32::MAX, tags.len() as u32 - 1)
+                tags.len() as u32 - 1
             };
-            rows_out.push(DevRow { start: s, dur, tag });
-            Ok(())
-        })?;
+            chunk.rows[i].aux = tag;
+        }
+        chunk.segs = Vec::new();
+        chunk.long = Vec::new();
+        chunk.wide = Vec::new();
     }
     drop(corr);
     drop(corr_wide);
     drop(tag_idx);
-    crate::phase::timed("sqlite-ranges", "sweep", || sweep(w, rows_out, tags, &dev_ids));
-    Ok(())
+    crate::phase::timed("sqlite-ranges", "sweep", || sweep(w, chunks, tags, &dev_ids));
 }
 
 /// Phase 3b: the device records swept by start, merging per-occurrence and per-device interval unions
 /// incrementally (busy, coverage, span), no per-occurrence interval list.
-fn sweep(w: &mut Work, mut rows_out: Vec<DevRow>, tags: Vec<Tag>, dev_ids: &[i64]) {
+fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[i64]) {
     progress("merging device intervals");
-    if !rows_out.windows(2).all(|w| w[0].start <= w[1].start) {
-        rows_out.sort_unstable_by_key(|r| r.start);
+    // each chunk sorted by start (nsys writes them so: the sort is a check), then merged by start (the
+    // unions do not depend on the order of equal starts)
+    for c in &mut chunks {
+        if !c.rows.windows(2).all(|w| w[0].start <= w[1].start) {
+            c.rows.sort_unstable_by_key(|r| r.start);
+        }
     }
+    let rows_out = MergeByStart::new(&chunks);
 
     // sweep: per-occurrence and per-device incremental unions
     #[derive(Clone, Copy)]
@@ -1269,8 +1358,8 @@ fn sweep(w: &mut Work, mut rows_out: Vec<DevRow>, tags: Vec<Tag>, dev_ids: &[i64
         })
         .collect();
     let (occ, metrics, chains) = (&w.occ, &mut w.metrics, &w.chains);
-    for r in &rows_out {
-        let tg = tags[r.tag as usize];
+    for r in rows_out {
+        let tg = tags[r.aux as usize];
         let end = if r.dur == u32::MAX { tg.end } else { r.start + r.dur as i64 };
         let di = tg.dev as usize;
         let dt = &mut dtot[di];
@@ -1307,7 +1396,7 @@ fn sweep(w: &mut Work, mut rows_out: Vec<DevRow>, tags: Vec<Tag>, dev_ids: &[i64
             }
         }
     }
-    drop(rows_out);
+    drop(chunks);
     drop(tags);
     for (di, c) in dcur.iter().enumerate() {
         if c.open {
