@@ -80,7 +80,7 @@ struct Args {
     #[arg(long, default_value_t = nsyskit::readiness::DEFAULT_MAX_OPAQUE_SHARE, value_name = "SHARE")]
     max_opaque_share: f64,
     /// Also write the sqlite-ranges document of the same export to this file, from the same run (read in
-    /// parallel with the gates): the bytes `sqlite-ranges EXPORT` prints (compact, or --pretty)
+    /// parallel with the gates): the bytes `sqlite-ranges EXPORT > OUT.json` writes
     #[arg(long, value_name = "OUT.json")]
     ranges: Option<PathBuf>,
     #[command(flatten)]
@@ -135,9 +135,8 @@ fn main() {
         });
         let result = result.and_then(|shared| {
             if let (Some(out), Some(doc)) = (&a.ranges, &shared.ranges) {
-                // what `sqlite-ranges EXPORT > OUT.json` writes: compact unless --pretty
-                let style = if a.out.pretty { Style::Pretty } else { Style::Compact };
-                std::fs::write(out, render(doc, style)).map_err(|e| {
+                // what `sqlite-ranges EXPORT > OUT.json` writes (not a terminal: compact)
+                std::fs::write(out, render(doc, Style::Compact)).map_err(|e| {
                     Error::env(format!("--ranges {}: cannot write: {e}", out.display())).with_arg("--ranges")
                 })?;
             }

@@ -63,6 +63,7 @@ impl SimplePluginCommand for GateCheck {
             .switch("readiness", "Append G8, NVTX readiness (as nvtx-readiness): the taxonomy under --range-prefix and the opaque share", None)
             .named("range-prefix", SyntaxShape::String, "G8: the range prefix P of the taxonomy (default: inferred from the *.engine.iteration labels)", None)
             .named("max-opaque-share", SyntaxShape::Number, "G8: READY needs the opaque share of P.engine.iteration wall time below this (default 0.05)", None)
+            .named("ranges", SyntaxShape::Filepath, "Also write the sqlite-ranges document of the same export to this file, from the same run (read in parallel with the gates): the bytes `sqlite-ranges EXPORT > OUT.json` writes", None)
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
     }
@@ -132,6 +133,7 @@ impl SimplePluginCommand for GateCheck {
             None
         };
         let capture = resolve_path(engine, &call.req::<String>(0)?)?;
+        let ranges_out = flag_path(engine, call, "ranges")?;
         let tier = flag_str(call, "tier")?.map(|t| t.item);
         let opts = GateOptions {
             capture,
@@ -152,7 +154,31 @@ impl SimplePluginCommand for GateCheck {
             .map(Tier::parse)
             .transpose()
             .map(|t| GateOptions { tier: t.unwrap_or_default(), ..opts })
-            .and_then(|o| gate::run(&o));
+            .and_then(|o| {
+                let Some(out) = &ranges_out else { return gate::run(&o) };
+                let inputs: Vec<&std::path::Path> =
+                    [Some(&o.capture), o.sqlite.as_ref(), o.log.as_ref(), o.provenance.as_ref()]
+                        .into_iter()
+                        .flatten()
+                        .map(|p| p.as_path())
+                        .collect();
+                nsyskit::contract::refuse_output_over_input(out, "--ranges", &inputs)?;
+                let also = gate::AlsoDocs {
+                    ranges: Some(nsyskit::ranges::RangesOptions { fold: true, ..Default::default() }),
+                    readiness: None,
+                };
+                let shared = gate::run_shared(&o, &also)?;
+                if let Some(doc) = &shared.ranges {
+                    // what `sqlite-ranges EXPORT > OUT.json` writes (compact)
+                    std::fs::write(out, nsyskit::contract::render(doc, nsyskit::contract::Style::Compact)).map_err(
+                        |e| {
+                            nsyskit::contract::Error::env(format!("--ranges {}: cannot write: {e}", out.display()))
+                                .with_arg("--ranges")
+                        },
+                    )?;
+                }
+                Ok(shared.gate)
+            });
         let doc = result.map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
     }
