@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with, OutputArgs};
-use nsyskit::gate::{self, GateOptions, Thresholds, Tier};
 use nsyskit::contract::{render, Error, Style};
+use nsyskit::gate::{self, GateOptions, Thresholds, Tier};
 use nsyskit::ranges::RangesOptions;
 use nsyskit::readiness::ReadinessOptions;
 
@@ -120,7 +120,10 @@ fn main() {
                 max_opaque_share: a.max_opaque_share,
             }),
         });
-        let also = gate::AlsoDocs { ranges: a.ranges.as_ref().map(|_| RangesOptions { fold: true, ..Default::default() }), readiness: None };
+        let also = gate::AlsoDocs {
+            ranges: a.ranges.as_ref().map(|_| RangesOptions { fold: true, ..Default::default() }),
+            readiness: None,
+        };
         let result = unfinished.and(opts).and_then(|o| {
             if let Some(out) = &a.ranges {
                 let inputs: Vec<&std::path::Path> =

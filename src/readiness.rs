@@ -371,7 +371,11 @@ pub fn run(path: &Path, opts: &ReadinessOptions, nsys: Option<&Path>) -> Result<
 
 /// The document [`run`] prints, of an export already open, `source` saying where it came from (the shared
 /// run of `gate::run_shared`: the same bytes).
-pub fn document(export: &Export, source: &crate::export::CaptureSource, opts: &ReadinessOptions) -> Result<ReadinessDoc> {
+pub fn document(
+    export: &Export,
+    source: &crate::export::CaptureSource,
+    opts: &ReadinessOptions,
+) -> Result<ReadinessDoc> {
     opts.validate()?;
     let mut doc = analyze(export, opts)?;
     doc.source.path = source.path.clone();

@@ -90,14 +90,13 @@ impl Export {
                     let n: i64 = if let Some(n) = known {
                         n
                     } else {
-                        self
-                        .conn()
-                        .query_row(
-                            &format!("SELECT count(*) FROM \"{}\" WHERE graphNodeId IS NOT NULL", info.name),
-                            [],
-                            |r| r.get(0),
-                        )
-                        .map_err(self.sql_err(t))?
+                        self.conn()
+                            .query_row(
+                                &format!("SELECT count(*) FROM \"{}\" WHERE graphNodeId IS NOT NULL", info.name),
+                                [],
+                                |r| r.get(0),
+                            )
+                            .map_err(self.sql_err(t))?
                     };
                     d.node_rows += n;
                     if t == schema::KERNEL {

@@ -515,11 +515,18 @@ impl Export {
         if let Some(tids) = self.with_stats(schema::RUNTIME, |s| s.thread_ids.clone())? {
             let tbl = schema::NVTX_EVENTS;
             let (mut n, mut after, mut last, mut other_type) = (0i64, 0i64, None::<i64>, false);
-            let types = format!("eventType IN ({}, {}, {})", schema::nvtx::MARK, schema::nvtx::PUSH_POP, schema::nvtx::START_END);
+            let types = format!(
+                "eventType IN ({}, {}, {})",
+                schema::nvtx::MARK,
+                schema::nvtx::PUSH_POP,
+                schema::nvtx::START_END
+            );
             self.scan(tbl, &["start", "end", "globalTid"]).run(&types, |_, row| {
-                let (Ok(s), Ok(e), Ok(g)) =
-                    (int_cell(row.get_ref(1).map_err(|e| self.sql_err(tbl)(e))?), int_cell(row.get_ref(2).map_err(|e| self.sql_err(tbl)(e))?), int_cell(row.get_ref(3).map_err(|e| self.sql_err(tbl)(e))?))
-                else {
+                let (Ok(s), Ok(e), Ok(g)) = (
+                    int_cell(row.get_ref(1).map_err(|e| self.sql_err(tbl)(e))?),
+                    int_cell(row.get_ref(2).map_err(|e| self.sql_err(tbl)(e))?),
+                    int_cell(row.get_ref(3).map_err(|e| self.sql_err(tbl)(e))?),
+                ) else {
                     other_type = true;
                     return Ok(());
                 };
@@ -766,6 +773,16 @@ impl Export {
 // another type than INTEGER in a column read makes the table fall back to the SQL queries (same answers,
 // SQLite's own semantics).
 
+/// `(start, end)` of a valid row.
+pub type Interval = (i64, i64);
+
+/// [`Export::window_intervals`]: the valid intervals, how many come from the first table, the starts of that
+/// table's invalid rows.
+pub type WindowRows = (Vec<Interval>, usize, Vec<i64>);
+
+/// A scan job: a table and a rowid range of it (None: all of it).
+type Job<'a> = (DeviceKind, &'a super::TableInfo, Option<(i64, i64)>);
+
 /// Facts about every row of one timed table, from one scan.
 #[derive(Debug, Clone, Default)]
 pub struct TimedStats {
@@ -786,7 +803,7 @@ pub struct TimedStats {
     pub node_rows: Option<i64>,
     /// `(start, end)` of the valid rows in table order, kept only when asked ([`Export::keep_intervals`]), and
     /// the starts of the invalid rows with a start; taken by [`Export::window_intervals`].
-    intervals: Option<(Vec<(i64, i64)>, Vec<i64>)>,
+    intervals: Option<(Vec<Interval>, Vec<i64>)>,
 }
 
 impl TimedStats {
@@ -1092,7 +1109,7 @@ impl Export {
     /// many come from the first table, and the starts of that table's invalid rows that have a start: from the
     /// scans of [`Export::prefetch_timed_stats`] when [`Export::keep_intervals`] asked for them (taken: asked
     /// once), else read now. A value of another type than INTEGER is an input error naming table and column.
-    pub fn window_intervals(&self, kinds: &[DeviceKind]) -> Result<(Vec<(i64, i64)>, usize, Vec<i64>)> {
+    pub fn window_intervals(&self, kinds: &[DeviceKind]) -> Result<WindowRows> {
         let mut rows: Vec<(i64, i64)> = Vec::new();
         let mut first_rows = 0usize;
         let mut first_invalid: Vec<i64> = Vec::new();
@@ -1100,7 +1117,8 @@ impl Export {
             let tbl = k.table();
             let Some(info) = self.optional(tbl, &["start", "end"])? else { continue };
             let key = info.name.to_ascii_lowercase();
-            let cached = self.stats.stats.borrow_mut().get_mut(&key).and_then(|s| s.as_mut()).and_then(|s| s.intervals.take());
+            let cached =
+                self.stats.stats.borrow_mut().get_mut(&key).and_then(|s| s.as_mut()).and_then(|s| s.intervals.take());
             let before = rows.len();
             match cached {
                 Some((v, inv)) => {
@@ -1118,11 +1136,14 @@ impl Export {
                     self.device_intervals(*k, &mut skips, |s, e| rows.push((s, e)))?;
                     if n == 0 && skips.get(tbl).is_some_and(|s| s.null_end + s.inverted > 0) {
                         // the starts of the invalid rows (only the tenths of the first table need them)
-                        self.scan(tbl, &["start", "end"]).run("start IS NOT NULL AND (end IS NULL OR end < start)", |rowid, row| {
-                            let s = self.check_ts(tbl, "start", rowid, self.int_at(row, 1, tbl, "start")?)?;
-                            first_invalid.extend(s);
-                            Ok(())
-                        })?;
+                        self.scan(tbl, &["start", "end"]).run(
+                            "start IS NOT NULL AND (end IS NULL OR end < start)",
+                            |rowid, row| {
+                                let s = self.check_ts(tbl, "start", rowid, self.int_at(row, 1, tbl, "start")?)?;
+                                first_invalid.extend(s);
+                                Ok(())
+                            },
+                        )?;
                     }
                 }
             }
@@ -1315,7 +1336,7 @@ pub fn read_device_chunks(
         return Ok(Vec::new());
     }
     let conn = src.open()?;
-    let mut jobs: Vec<(DeviceKind, &super::TableInfo, Option<(i64, i64)>)> = Vec::new();
+    let mut jobs: Vec<Job> = Vec::new();
     for (k, t) in tables {
         let hint: Option<i64> =
             conn.query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);

@@ -30,8 +30,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{Document, Error, Result, Tool};
-use crate::export::schema::{self, cols, nvtx, DeviceKind};
 use crate::export::rows::{DeviceChunk, PackedDeviceRow};
+use crate::export::schema::{self, cols, nvtx, DeviceKind};
 use crate::export::{ns_of, pid_of, tid_of, Export, RowSkips};
 
 use tree::MaxTree;

@@ -149,36 +149,35 @@ impl SimplePluginCommand for GateCheck {
             thresholds,
             readiness,
         };
-        let result = tier
-            .as_deref()
-            .map(Tier::parse)
-            .transpose()
-            .map(|t| GateOptions { tier: t.unwrap_or_default(), ..opts })
-            .and_then(|o| {
-                let Some(out) = &ranges_out else { return gate::run(&o) };
-                let inputs: Vec<&std::path::Path> =
-                    [Some(&o.capture), o.sqlite.as_ref(), o.log.as_ref(), o.provenance.as_ref()]
-                        .into_iter()
-                        .flatten()
-                        .map(|p| p.as_path())
-                        .collect();
-                nsyskit::contract::refuse_output_over_input(out, "--ranges", &inputs)?;
-                let also = gate::AlsoDocs {
-                    ranges: Some(nsyskit::ranges::RangesOptions { fold: true, ..Default::default() }),
-                    readiness: None,
-                };
-                let shared = gate::run_shared(&o, &also)?;
-                if let Some(doc) = &shared.ranges {
-                    // what `sqlite-ranges EXPORT > OUT.json` writes (compact)
-                    std::fs::write(out, nsyskit::contract::render(doc, nsyskit::contract::Style::Compact)).map_err(
-                        |e| {
-                            nsyskit::contract::Error::env(format!("--ranges {}: cannot write: {e}", out.display()))
-                                .with_arg("--ranges")
-                        },
-                    )?;
-                }
-                Ok(shared.gate)
-            });
+        let result =
+            tier.as_deref()
+                .map(Tier::parse)
+                .transpose()
+                .map(|t| GateOptions { tier: t.unwrap_or_default(), ..opts })
+                .and_then(|o| {
+                    let Some(out) = &ranges_out else { return gate::run(&o) };
+                    let inputs: Vec<&std::path::Path> =
+                        [Some(&o.capture), o.sqlite.as_ref(), o.log.as_ref(), o.provenance.as_ref()]
+                            .into_iter()
+                            .flatten()
+                            .map(|p| p.as_path())
+                            .collect();
+                    nsyskit::contract::refuse_output_over_input(out, "--ranges", &inputs)?;
+                    let also = gate::AlsoDocs {
+                        ranges: Some(nsyskit::ranges::RangesOptions { fold: true, ..Default::default() }),
+                        readiness: None,
+                    };
+                    let shared = gate::run_shared(&o, &also)?;
+                    if let Some(doc) = &shared.ranges {
+                        // what `sqlite-ranges EXPORT > OUT.json` writes (compact)
+                        std::fs::write(out, nsyskit::contract::render(doc, nsyskit::contract::Style::Compact))
+                            .map_err(|e| {
+                                nsyskit::contract::Error::env(format!("--ranges {}: cannot write: {e}", out.display()))
+                                    .with_arg("--ranges")
+                            })?;
+                    }
+                    Ok(shared.gate)
+                });
         let doc = result.map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
     }
