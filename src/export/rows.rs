@@ -1356,3 +1356,56 @@ pub fn read_device_chunks(
     });
     results.into_iter().collect()
 }
+
+/// An `NVTX_EVENTS` row as [`Export::nvtx_events_ref`] gives it: the `text` borrowed (raw bytes), never copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvtxRef<'a> {
+    pub start: Option<i64>,
+    pub end: Option<i64>,
+    pub event_type: i64,
+    pub text: Option<&'a [u8]>,
+    pub text_id: Option<i64>,
+    pub global_tid: Option<i64>,
+    /// `domainId`, None when NULL, 0 (the default domain) or the column is absent.
+    pub domain_id: Option<i64>,
+}
+
+impl Export {
+    /// [`Export::nvtx_events`] without a `String` per row: the same rows, checks and messages, `text` as the
+    /// bytes SQLite holds (valid only during the callback; [`Export::nvtx_events`] gives
+    /// `String::from_utf8_lossy` of them).
+    pub fn nvtx_events_ref(&self, types: &[i64], mut f: impl FnMut(NvtxRef<'_>) -> Result<()>) -> Result<()> {
+        let t = self.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
+        let domain = if t.has_column(cols::DOMAIN_ID) { cols::DOMAIN_ID } else { "NULL" };
+        let tbl = schema::NVTX_EVENTS;
+        let list = types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+        self.scan(tbl, &["start", "end", "eventType", "text", "textId", "globalTid", domain]).run(
+            &format!("eventType IN ({list})"),
+            |rowid, row| {
+                let start = self.check_ts(tbl, "start", rowid, self.int_at(row, 1, tbl, "start")?)?;
+                let end = self.check_ts(tbl, "end", rowid, self.int_at(row, 2, tbl, "end")?)?;
+                let event_type = self.int_at(row, 3, tbl, "eventType")?.unwrap_or(0);
+                let text = match row.get_ref(4).map_err(|e| self.sql_err(tbl)(e))? {
+                    ValueRef::Null => None,
+                    ValueRef::Text(t) => Some(t),
+                    other => {
+                        return Err(Error::input(format!(
+                            "{}: schema mismatch: {tbl}.text holds a {} value, not the TEXT nsys writes",
+                            self.name(),
+                            type_name(other)
+                        )))
+                    }
+                };
+                f(NvtxRef {
+                    start,
+                    end,
+                    event_type,
+                    text,
+                    text_id: self.int_at(row, 5, tbl, "textId")?,
+                    global_tid: self.int_at(row, 6, tbl, "globalTid")?,
+                    domain_id: self.int_at(row, 7, tbl, cols::DOMAIN_ID)?.filter(|&d| d != 0),
+                })
+            },
+        )
+    }
+}

@@ -147,29 +147,74 @@ impl Hasher for Fx {
 type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 type FxSet<K> = HashSet<K, BuildHasherDefault<Fx>>;
 
+/// A range row's message: its `text` (interned) or its `textId` (resolved after the scan).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Msg {
+    Text(u32),
+    Id(i64),
+}
+
 struct RawRange {
     start: i64,
     end: i64,
     event_type: i64,
     gtid: i64,
-    text_id: Option<i64>,
-    text: Option<String>,
+    msg: Msg,
     domain: Option<i64>,
+}
+
+/// [`LoadedOccurrences`] with the labels as ids into one table (no `String` per occurrence).
+struct InternedOccurrences {
+    /// Sorted like [`LoadedOccurrences::occurrences`]; `label` is empty, the label is `labels[ids[i]]`.
+    occurrences: Vec<Occurrence>,
+    ids: Vec<u32>,
+    labels: Vec<String>,
+    skipped: Skipped,
+    range_rows: u64,
 }
 
 /// The kept NVTX range occurrences of an export, with depth and parent (see the module docs).
 pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedOccurrences> {
+    let i = load_interned(export, opts)?;
+    let mut occurrences = i.occurrences;
+    for (o, &id) in occurrences.iter_mut().zip(&i.ids) {
+        o.label = i.labels[id as usize].clone();
+    }
+    Ok(LoadedOccurrences { occurrences, skipped: i.skipped, range_rows: i.range_rows })
+}
+
+/// [`load_occurrences`], the messages interned while the rows stream (one `String` per distinct text) and the
+/// labels built once per distinct `(domain, message)`.
+fn load_interned(export: &Export, opts: &RangesOptions) -> Result<InternedOccurrences> {
     export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
     export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
     let mut raw = Vec::new();
-    // (NS(globalTid), domainId) → (textId, text) of the eventType 75 row naming it
-    let mut domain_rows: Vec<(i64, i64, Option<i64>, Option<String>)> = Vec::new();
+    // distinct `text` values (the lossy UTF-8 of the bytes, as the row reader gives them)
+    let mut texts: Vec<String> = Vec::new();
+    let mut text_idx: HashMap<Box<[u8]>, u32> = HashMap::new();
+    let mut intern = |t: &[u8]| -> u32 {
+        if let Some(&i) = text_idx.get(t) {
+            return i;
+        }
+        let i = texts.len() as u32;
+        texts.push(String::from_utf8_lossy(t).into_owned());
+        text_idx.insert(t.into(), i);
+        i
+    };
+    // (NS(globalTid), domainId) → the message of the eventType 75 row naming it
+    let mut domain_rows: Vec<(i64, i64, Option<Msg>)> = Vec::new();
     let mut skipped = Skipped::default();
     let mut range_rows = 0u64;
-    export.nvtx_events(&[nvtx::PUSH_POP, nvtx::START_END, nvtx::DOMAIN_CREATE], |r| {
+    export.nvtx_events_ref(&[nvtx::PUSH_POP, nvtx::START_END, nvtx::DOMAIN_CREATE], |r| {
+        // the message: textId when set (even with a text), else the text
+        let msg = match (r.text_id, r.text) {
+            (Some(id), _) => Some(Msg::Id(id)),
+            (None, Some(t)) => Some(Msg::Text(intern(t))),
+            (None, None) => None,
+        };
         if r.event_type == nvtx::DOMAIN_CREATE {
             if let (Some(g), Some(d)) = (r.global_tid, r.domain_id) {
-                domain_rows.push((ns_of(g), d, r.text_id, r.text));
+                domain_rows.push((ns_of(g), d, msg));
             }
             return Ok(());
         }
@@ -182,84 +227,103 @@ pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedO
             skipped.open_or_inverted += 1;
             return Ok(());
         }
-        if r.text_id.is_none() && r.text.is_none() {
+        let Some(msg) = msg else {
             skipped.unlabeled += 1;
             return Ok(());
-        }
+        };
         let Some(gtid) = r.global_tid else {
             return Err(Error::input(format!(
                 "{}: NVTX_EVENTS row with start {start}: globalTid is NULL (the thread of a range is required)",
                 export.name()
             )));
         };
-        raw.push(RawRange {
-            start,
-            end,
-            event_type: r.event_type,
-            gtid,
-            text_id: r.text_id,
-            text: r.text,
-            domain: r.domain_id,
-        });
+        raw.push(RawRange { start, end, event_type: r.event_type, gtid, msg, domain: r.domain_id });
         Ok(())
     })?;
 
-    let mut ids: std::collections::HashSet<i64> = raw.iter().filter_map(|r| r.text_id).collect();
-    ids.extend(domain_rows.iter().filter_map(|d| d.2));
+    let mut ids: std::collections::HashSet<i64> = HashSet::new();
+    for m in raw.iter().map(|r| r.msg).chain(domain_rows.iter().filter_map(|d| d.2)) {
+        if let Msg::Id(id) = m {
+            ids.insert(id);
+        }
+    }
     let strings = export.strings_for(&ids)?;
-    let message = |text_id: Option<i64>, text: &Option<String>| -> Option<String> {
-        match text_id {
-            Some(id) => strings.get(&id).cloned(),
-            None => text.clone(),
+    let message = |m: Msg| -> Option<&str> {
+        match m {
+            Msg::Id(id) => strings.get(&id).map(|s| s.as_str()),
+            Msg::Text(i) => Some(texts[i as usize].as_str()),
         }
     };
     let mut domains: FxMap<(i64, i64), String> = FxMap::default();
-    for (ns, d, tid, text) in &domain_rows {
-        if let Some(name) = message(*tid, text) {
-            domains.insert((*ns, *d), name);
+    for &(ns, d, m) in &domain_rows {
+        if let Some(name) = m.and_then(message) {
+            domains.insert((ns, d), name.to_string());
         }
     }
 
-    let mut occ = Vec::with_capacity(raw.len());
+    // labels: one per distinct (domain name, message), interned by their text; `keep` says whether the label
+    // passes the prefix
+    let mut labels: Vec<String> = Vec::new();
+    let mut keep: Vec<bool> = Vec::new();
+    let mut label_idx: HashMap<String, u32> = HashMap::new();
+    let mut by_key: FxMap<(Option<(i64, i64)>, Msg), Option<u32>> = FxMap::default();
+    let mut occ: Vec<(Occurrence, u32)> = Vec::with_capacity(raw.len());
     for r in raw {
-        let Some(msg) = message(r.text_id, &r.text) else {
+        let dkey = r.domain.map(|d| (ns_of(r.gtid), d)).filter(|k| domains.contains_key(k));
+        let label = *by_key.entry((dkey, r.msg)).or_insert_with(|| {
+            let msg = message(r.msg)?;
+            let text = match dkey.and_then(|k| domains.get(&k)) {
+                Some(dn) => format!("{dn}:{msg}"),
+                None => msg.to_string(),
+            };
+            Some(match label_idx.get(&text) {
+                Some(&i) => i,
+                None => {
+                    let i = labels.len() as u32;
+                    keep.push(opts.range_prefix.as_ref().is_none_or(|p| text.starts_with(p.as_str())));
+                    label_idx.insert(text.clone(), i);
+                    labels.push(text);
+                    i
+                }
+            })
+        });
+        let Some(label) = label else {
             skipped.unlabeled += 1;
             continue;
         };
-        let label = match r.domain.and_then(|d| domains.get(&(ns_of(r.gtid), d))) {
-            Some(dn) => format!("{dn}:{msg}"),
-            None => msg,
-        };
-        if let Some(p) = &opts.range_prefix {
-            if !label.starts_with(p.as_str()) {
-                continue;
-            }
+        if !keep[label as usize] {
+            continue;
         }
         if let Some((ws, we)) = opts.window {
             if r.start < ws || r.end > we {
                 continue;
             }
         }
-        occ.push(Occurrence {
+        occ.push((
+            Occurrence {
+                label: String::new(),
+                global_tid: r.gtid,
+                start: r.start,
+                end: r.end,
+                event_type: r.event_type,
+                domain_id: r.domain,
+                depth: 0,
+                parent: None,
+            },
             label,
-            global_tid: r.gtid,
-            start: r.start,
-            end: r.end,
-            event_type: r.event_type,
-            domain_id: r.domain,
-            depth: 0,
-            parent: None,
-        });
+        ));
     }
-    occ.sort_unstable_by(|a, b| {
-        (a.global_tid, a.start, std::cmp::Reverse(a.end), a.label.as_bytes())
-            .cmp(&(b.global_tid, b.start, std::cmp::Reverse(b.end), b.label.as_bytes()))
+    drop(label_idx);
+    occ.sort_unstable_by(|(a, la), (b, lb)| {
+        (a.global_tid, a.start, std::cmp::Reverse(a.end), labels[*la as usize].as_bytes())
+            .cmp(&(b.global_tid, b.start, std::cmp::Reverse(b.end), labels[*lb as usize].as_bytes()))
             .then(a.event_type.cmp(&b.event_type))
     });
-    let ends: Vec<i64> = occ.iter().map(|o| o.end).collect();
+    let (mut occurrences, ids): (Vec<Occurrence>, Vec<u32>) = occ.into_iter().unzip();
+    let ends: Vec<i64> = occurrences.iter().map(|o| o.end).collect();
     let tree = MaxTree::new(&ends);
-    nest(&mut occ, &tree);
-    Ok(LoadedOccurrences { occurrences: occ, skipped, range_rows })
+    nest(&mut occurrences, &tree);
+    Ok(InternedOccurrences { occurrences, ids, labels, skipped, range_rows })
 }
 
 /// Thread slices `[lo, hi)` of the sorted occurrences.
@@ -948,34 +1012,44 @@ fn load(export: &Export, opts: &RangesOptions) -> Result<Work> {
         }
     }
     progress("reading NVTX_EVENTS");
-    let loaded = load_occurrences(export, opts)?;
+    let loaded = load_interned(export, opts)?;
     let slices = thread_slices(&loaded.occurrences);
     let n = loaded.occurrences.len();
-    // labels as ids; the owned Strings are dropped before the big scans
+    // labels as ids; folding runs once per distinct raw label (with its occurrence count, first-seen order:
+    // what one call per occurrence gives), and the folded labels are numbered in order of first occurrence
     let mut label_names: Vec<String> = Vec::new();
     let mut folder = opts.fold.then(crate::labels::Folder::new);
     let occ: Vec<COcc> = {
+        let mut count = vec![0u64; loaded.labels.len()];
+        for &r in &loaded.ids {
+            count[r as usize] += 1;
+        }
+        let mut final_of: Vec<u32> = vec![u32::MAX; loaded.labels.len()];
         let mut ids: FxMap<String, u32> = FxMap::default();
         let mut out = Vec::with_capacity(n);
-        for mut o in loaded.occurrences {
-            if let Some(f) = folder.as_mut() {
-                o.label = f.add(&o.label, 1);
+        for (o, &r) in loaded.occurrences.iter().zip(&loaded.ids) {
+            if final_of[r as usize] == u32::MAX {
+                let raw = &loaded.labels[r as usize];
+                let label = match folder.as_mut() {
+                    Some(f) => f.add(raw, count[r as usize]),
+                    None => raw.clone(),
+                };
+                final_of[r as usize] = match ids.get(label.as_str()) {
+                    Some(&id) => id,
+                    None => {
+                        let id = label_names.len() as u32;
+                        label_names.push(label.clone());
+                        ids.insert(label, id);
+                        id
+                    }
+                };
             }
-            let label = match ids.get(o.label.as_str()) {
-                Some(&id) => id,
-                None => {
-                    let id = label_names.len() as u32;
-                    label_names.push(o.label.clone());
-                    ids.insert(o.label, id);
-                    id
-                }
-            };
             out.push(COcc {
                 global_tid: o.global_tid,
                 start: o.start,
                 end: o.end,
                 domain_id: o.domain_id,
-                label,
+                label: final_of[r as usize],
                 depth: o.depth,
                 parent: o.parent.map_or(u32::MAX, |p| p as u32),
                 event_type: o.event_type,
