@@ -1409,3 +1409,116 @@ impl Export {
         )
     }
 }
+
+/// Rows of `CUPTI_ACTIVITY_KIND_RUNTIME` sent by [`read_runtime_batches`]: `chunk` is the rowid range they come
+/// from (in table order).
+pub struct RuntimeBatch {
+    pub chunk: usize,
+    pub rows: Vec<RuntimeRow>,
+}
+
+const RUNTIME_BATCH: usize = 8192;
+
+fn read_runtime_chunk(
+    src: &ScanSource,
+    t: &super::TableInfo,
+    chunk: usize,
+    range: Option<(i64, i64)>,
+    cancel: &std::sync::atomic::AtomicBool,
+    tx: &std::sync::mpsc::SyncSender<RuntimeBatch>,
+) -> Result<RowSkips> {
+    let name = src.name();
+    let tbl = schema::RUNTIME;
+    let conn = src.open()?;
+    let list = cols::RUNTIME.join(", ");
+    let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
+    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
+        Ok(s) => s,
+        Err(e) if range.is_some() => return Err(src.sql_err(tbl, e)),
+        Err(_) => conn.prepare(&format!("SELECT NULL, {list} FROM \"{}\"", t.name)).map_err(|e| src.sql_err(tbl, e))?,
+    };
+    let mut skips = RowSkips::new();
+    let mut batch = Vec::with_capacity(RUNTIME_BATCH);
+    let mut rows = stmt.query([]).map_err(|e| src.sql_err(tbl, e))?;
+    while let Some(r) = rows.next().map_err(|e| src.sql_err(tbl, e))? {
+        let rowid = match r.get_ref(0) {
+            Ok(ValueRef::Integer(v)) => Some(v),
+            _ => None,
+        };
+        // the order of the checks of `Export::runtime_calls`: both types, both timestamps, then the rest
+        let (start, end) = (named_int(name, r.get_ref(1), tbl, "start")?, named_int(name, r.get_ref(2), tbl, "end")?);
+        let start = named_ts(name, tbl, "start", rowid, start)?;
+        let end = named_ts(name, tbl, "end", rowid, end)?;
+        let (s, e) = match (start, end) {
+            (Some(s), Some(e)) if e >= s => (s, e),
+            (st, en) => {
+                let k = skips.entry(tbl.to_string()).or_default();
+                match (st, en) {
+                    (None, _) => k.null_start += 1,
+                    (_, None) => k.null_end += 1,
+                    _ => k.inverted += 1,
+                }
+                continue;
+            }
+        };
+        batch.push(RuntimeRow {
+            start: s,
+            end: e,
+            global_tid: named_int(name, r.get_ref(3), tbl, "globalTid")?,
+            correlation_id: named_int(name, r.get_ref(4), tbl, "correlationId")?,
+            name_id: named_int(name, r.get_ref(5), tbl, "nameId")?,
+        });
+        if batch.len() == RUNTIME_BATCH {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(RUNTIME_BATCH));
+            if cancel.load(std::sync::atomic::Ordering::Relaxed) || tx.send(RuntimeBatch { chunk, rows: full }).is_err()
+            {
+                return Ok(skips); // the consumer is gone
+            }
+        }
+    }
+    if !batch.is_empty() {
+        let _ = tx.send(RuntimeBatch { chunk, rows: batch });
+    }
+    Ok(skips)
+}
+
+/// The valid rows of `CUPTI_ACTIVITY_KIND_RUNTIME` (present, with [`cols::RUNTIME`]) sent in batches on `tx`,
+/// the table split into rowid ranges read in parallel threads on their own read-only connections: batches
+/// of different ranges arrive interleaved (a consumer whose result does not depend on the row order). The
+/// checks and messages of [`Export::runtime_calls`]; the skipped intervals are returned, and the first error
+/// in table order wins. It returns when every range is read, the consumer dropped its receiver, or `cancel`.
+pub fn read_runtime_batches(
+    src: &ScanSource,
+    t: &super::TableInfo,
+    threads: usize,
+    cancel: &std::sync::atomic::AtomicBool,
+    tx: std::sync::mpsc::SyncSender<RuntimeBatch>,
+) -> Result<RowSkips> {
+    let ranges = {
+        let conn = src.open()?;
+        let hint: Option<i64> =
+            conn.query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
+        let parts = if hint.unwrap_or(0) as usize >= CHUNK_ROWS { threads } else { 1 };
+        rowid_chunks(&conn, &t.name, parts)
+    };
+    let results: Vec<Result<RowSkips>> = std::thread::scope(|s| {
+        let handles: Vec<_> = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let tx = tx.clone();
+                s.spawn(move || read_runtime_chunk(src, t, i, r, cancel, &tx))
+            })
+            .collect();
+        drop(tx);
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::input("a runtime table scan thread panicked"))))
+            .collect()
+    });
+    let mut skips = RowSkips::new();
+    for r in results {
+        merge_skips(&mut skips, &r?);
+    }
+    Ok(skips)
+}

@@ -949,26 +949,50 @@ fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -
     let src = export.source();
     let cancel = std::sync::atomic::AtomicBool::new(false);
     let threads = crate::export::rows::scan_threads();
+    // the runtime calls too, in parallel batches, unless intervals are collected (their order is kept then)
+    let rt_table = export.table(schema::RUNTIME).cloned().filter(|_| want.is_none());
+    let (tx, rx) = std::sync::mpsc::sync_channel::<crate::export::rows::RuntimeBatch>(16);
+    let mut rx = Some(rx);
     std::thread::scope(|s| {
+        let (src_r, cancel_r) = (&src, &cancel);
         let reader = s.spawn(|| crate::export::rows::read_device_chunks(&src, &dev_tables, threads, &cancel));
+        let rt_reader = match rt_table.as_ref() {
+            Some(t) => {
+                Some(s.spawn(move || crate::export::rows::read_runtime_batches(src_r, t, threads, cancel_r, tx)))
+            }
+            None => {
+                drop(tx);
+                rx = None;
+                None
+            }
+        };
         let mut ph = crate::phase::Phases::new("sqlite-ranges");
-        let main = (|| -> Result<(Work, CorrTable)> {
+        let main = (|| -> Result<(Work, CorrTable, bool)> {
             let mut w = load(export, opts)?;
             ph.mark("load");
             if let Some(want) = want {
                 w.collect =
                     Some(Collect { want: w.label_names.iter().map(|l| want(l)).collect(), per_occ: FxMap::default() });
             }
-            let corr = join_runtime(export, &mut w)?;
+            let (corr, consumed) = join_runtime(export, &mut w, rx.take())?;
             ph.mark("join_runtime");
-            Ok((w, corr))
+            Ok((w, corr, consumed))
         })();
+        // a reader never waits on a consumer that is gone
+        drop(rx.take());
         if main.is_err() {
             cancel.store(true, Ordering::Relaxed);
         }
+        let rt_skips =
+            rt_reader.map(|h| h.join().unwrap_or_else(|_| Err(Error::input("the runtime table reader panicked"))));
         let chunks = reader.join().unwrap_or_else(|_| Err(Error::input("the device table reader panicked")));
         ph.mark("device_rows_wait");
-        let (mut w, corr) = main?;
+        let (mut w, corr, consumed) = main?;
+        if consumed {
+            if let Some(sk) = rt_skips {
+                crate::export::merge_skips(&mut w.row_skips, &sk?);
+            }
+        }
         let chunks = chunks?;
         attribute_device_rows(&mut w, corr, chunks);
         ph.mark("attribute_device_rows+sweep");
@@ -1094,7 +1118,12 @@ fn load(export: &Export, opts: &RangesOptions) -> Result<Work> {
 
 /// Phase 2: stream the runtime calls once; each call inside kept occurrences of its thread counts for them
 /// (calls, blocking syncs) and records `(process, correlationId) → occurrence chain` for the device rows.
-fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
+fn join_runtime(
+    export: &Export,
+    w: &mut Work,
+    rx: Option<std::sync::mpsc::Receiver<crate::export::rows::RuntimeBatch>>,
+) -> Result<(CorrTable, bool)> {
+    let mut consumed = false;
     let mut corr: Vec<CorrEnt> = Vec::new();
     let mut corr_wide: FxMap<(i64, i64), u32> = FxMap::default();
     let n = w.occ.len();
@@ -1126,7 +1155,7 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
         let mut last_pidx = 0u32;
         let mut seen = 0u64;
         let Work { occ, slice_of, metrics, syncs, th_runtime, proc_idx, chains, row_skips, collect, .. } = w;
-        export.runtime_calls(row_skips, |r| {
+        let mut body = |r: crate::export::RuntimeRow| -> Result<()> {
             seen += 1;
             if seen & 0xF_FFFF == 0 {
                 progress(&format!("{tbl}: {seen} rows"));
@@ -1203,7 +1232,19 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
                 *slot = chains.intern(&u);
             }
             Ok(())
-        })?;
+        };
+        match rx {
+            // batches of parallel readers (the join does not depend on the row order)
+            Some(rx) => {
+                consumed = true;
+                for b in rx.iter() {
+                    for r in b.rows {
+                        body(r)?;
+                    }
+                }
+            }
+            None => export.runtime_calls(row_skips, &mut body)?,
+        }
     }
 
     // sort the correlation entries by key; a key seen on several calls gets the union of their chains
@@ -1238,7 +1279,7 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
     w.chains.map = FxMap::default();
     w.chains.data.shrink_to_fit();
     w.chains.offs.shrink_to_fit();
-    Ok(CorrTable { corr, wide: corr_wide })
+    Ok((CorrTable { corr, wide: corr_wide }, consumed))
 }
 
 /// Phase 3: the device rows (read in bulk, in table order: [`run_scans`]) attributed through `(globalPid,

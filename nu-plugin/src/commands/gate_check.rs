@@ -94,6 +94,11 @@ impl SimplePluginCommand for GateCheck {
                 description: "--readiness appends G8, the NVTX readiness of the vibeserve taxonomy",
                 result: Some(Value::test_string("G8")),
             },
+            Example {
+                example: "(gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --ranges /tmp/nsyskit-example-ranges.json).verdict",
+                description: "--ranges also writes the sqlite-ranges document of the same export, from the same run",
+                result: Some(Value::test_string("PASS")),
+            },
         ]
     }
 
