@@ -411,10 +411,11 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
     opts.validate()?;
     // Every range (for the engine threads' labels outside the prefix), then the ones under the prefix (their
     // depth and parent are among ranges under the prefix, as `sqlite-ranges --range-prefix P.` reports them).
-    let all = ranges::load_occurrences(export, &RangesOptions::default())?.occurrences;
+    let loaded = ranges::load_occurrences(export, &RangesOptions::default())?;
+    let all = &loaded.occurrences;
     let (prefix, inferred) = match &opts.range_prefix {
         Some(p) => (Some(p.trim_end_matches('.').to_string()), false),
-        None => (infer_prefix(&all), true),
+        None => (infer_prefix(all), true),
     };
     let runtime = export.optional(schema::RUNTIME, &cols::RUNTIME)?.map(|t| t.name.clone());
 
@@ -423,11 +424,11 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
         "Nested labels overlap by construction: wall times of labels at different depths are never added.".to_string(),
     ];
 
-    let seen = prefixes_seen(&all);
+    let seen = prefixes_seen(all);
     let Some(p) = prefix else {
         let (schema, tool) = ReadinessDoc::header();
         // no prefix: a sync inside ANY range is enclosed
-        let syncs = unenclosed_syncs(export, runtime.as_deref(), &all)?;
+        let syncs = unenclosed_syncs(export, runtime.as_deref(), all)?;
         notes.push("No range label ends in `.engine.iteration`: give --range-prefix P for a capture with P.engine.iteration ranges.".into());
         let suggested = suggest_prefix(&seen);
         let hint = match &suggested {
@@ -474,11 +475,8 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
         });
     };
     let under = format!("{p}.");
-    let occ = ranges::load_occurrences(
-        export,
-        &RangesOptions { range_prefix: Some(under.clone()), window: None, fold: false },
-    )?
-    .occurrences;
+    // what `load_occurrences` gives with `range_prefix: under`, without reading NVTX_EVENTS again
+    let occ = ranges::keep_prefix(&loaded, &under).occurrences;
     let iter_label = format!("{p}.engine.iteration");
 
     // ---- taxonomy and labels outside it

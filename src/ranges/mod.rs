@@ -326,6 +326,22 @@ fn load_interned(export: &Export, opts: &RangesOptions) -> Result<InternedOccurr
     Ok(InternedOccurrences { occurrences, ids, labels, skipped, range_rows })
 }
 
+/// The occurrences of `loaded` (a [`load_occurrences`] without prefix or window) whose label starts with
+/// `prefix`, with their depth and parent among themselves: what [`load_occurrences`] gives with that
+/// `range_prefix`, without reading the export again (the sorted order of a subset is its sorted order).
+pub fn keep_prefix(loaded: &LoadedOccurrences, prefix: &str) -> LoadedOccurrences {
+    let mut occ: Vec<Occurrence> = loaded
+        .occurrences
+        .iter()
+        .filter(|o| o.label.starts_with(prefix))
+        .map(|o| Occurrence { depth: 0, parent: None, ..o.clone() })
+        .collect();
+    let ends: Vec<i64> = occ.iter().map(|o| o.end).collect();
+    let tree = MaxTree::new(&ends);
+    nest(&mut occ, &tree);
+    LoadedOccurrences { occurrences: occ, skipped: loaded.skipped, range_rows: loaded.range_rows }
+}
+
 /// Thread slices `[lo, hi)` of the sorted occurrences.
 fn thread_slices(occ: &[Occurrence]) -> Vec<(i64, usize, usize)> {
     let mut out = Vec::new();
