@@ -266,7 +266,9 @@ fn load_interned(export: &Export, opts: &RangesOptions) -> Result<InternedOccurr
     let mut labels: Vec<String> = Vec::new();
     let mut keep: Vec<bool> = Vec::new();
     let mut label_idx: HashMap<String, u32> = HashMap::new();
-    let mut by_key: FxMap<(Option<(i64, i64)>, Msg), Option<u32>> = FxMap::default();
+    // (named domain (NS, domainId), message) → label id (None: a textId without a string)
+    type LabelKey = (Option<(i64, i64)>, Msg);
+    let mut by_key: FxMap<LabelKey, Option<u32>> = FxMap::default();
     let mut occ: Vec<(Occurrence, u32)> = Vec::with_capacity(raw.len());
     for r in raw {
         let dkey = r.domain.map(|d| (ns_of(r.gtid), d)).filter(|k| domains.contains_key(k));
