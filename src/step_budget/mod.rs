@@ -7,8 +7,14 @@
 //! `unattributed`. The intervals are the step's own, from the library's attribution
 //! ([`crate::ranges::analyze_with_intervals`]: runtime calls on the step's thread, then
 //! `(globalPid, correlationId)` to the device rows), never a second join.
+//!
+//! Around the steps, [`device`] reads every device row of the capture per device for the GPU idle attribution
+//! (`idle[]`), the launch behaviour (`launch[]`) and the NCCL/compute overlap; the steps are then grouped per
+//! rank (process) with the straggler of each matched step (`ranks[]`, `stragglers[]`).
 
-use std::collections::BTreeMap;
+pub mod device;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use schemars::JsonSchema;
@@ -18,6 +24,7 @@ use crate::contract::{Document, Error, Result, Tool};
 use crate::export::schema::DeviceKind;
 use crate::export::Export;
 use crate::ranges::{self, OccurrenceIntervals, RangesOptions};
+pub use device::{DeviceIdle, DeviceLaunch, IdleCategory, IdleSplit, LatencyDist, QueueDepth, IDLE_NAMES};
 
 /// Default of `--outlier-factor`: a step whose wall exceeds this many times the median wall is an outlier.
 pub const DEFAULT_OUTLIER_FACTOR: f64 = 2.0;
@@ -46,9 +53,10 @@ impl Default for StepBudgetOptions {
 /// The exact partition of one step's host wall (integer ns, summing to `wall_ns`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Components {
-    /// Wall covered by the step's correlated kernels (graph nodes and GRAPH_TRACE rows included), any device.
+    /// Wall covered by the step's correlated compute kernels (graph nodes and GRAPH_TRACE rows included; NCCL
+    /// kernels excluded), any device.
     pub gpu_kernel: i64,
-    /// Wall covered by its correlated memcpy/memset rows and not by a kernel.
+    /// Wall covered by its correlated memcpy/memset rows and not by a kernel (compute or NCCL).
     pub gpu_memcpy: i64,
     /// Wall inside its blocking sync API calls (cudaDeviceSynchronize, cudaStreamSynchronize, …) not covered by GPU work.
     pub sync_wait: i64,
@@ -56,7 +64,8 @@ pub struct Components {
     pub launch_api: i64,
     /// Wall inside its other CUDA runtime/driver calls (cudaMemcpyAsync, cudaEventRecord, …) not counted above.
     pub other_api: i64,
-    /// Communication: always 0 this version (NCCL kernels count as `gpu_kernel`; see `nccl_kernels`).
+    /// Wall covered by its correlated NCCL kernels (name containing `nccl`) and not by a compute kernel: the
+    /// exposed communication inside the step.
     pub comm: i64,
     /// Host wall covered by none of the above (Python, scheduling, … — not GPU idle).
     pub unattributed: i64,
@@ -110,6 +119,13 @@ pub struct Step {
     pub last_device_end_ns: Option<i64>,
     /// Next step's start minus this step's end (null for the last step; negative when they overlap).
     pub host_gap_to_next_ns: Option<i64>,
+    /// Index into `ranks[]`: the step's process.
+    pub rank: usize,
+    /// Union of its correlated NCCL kernel rows, unclipped.
+    pub comm_busy_ns: i64,
+    /// The device idle inside `[first_device_start_ns, last_device_end_ns)` on the devices of its rows (device
+    /// timeline: the rows of every thread count as busy), split by cause; 0 without device rows.
+    pub idle: IdleSplit,
 }
 
 /// Order statistics (nearest rank) of a series of ns.
@@ -203,8 +219,95 @@ pub struct StepBudgetDoc {
     pub pacing: Option<Pacing>,
     /// By kernel count, most steps first.
     pub groups: Vec<Group>,
+    /// The median step, segment by segment: its wall swept in time order.
+    pub waterfall: Option<Waterfall>,
+    /// GPU idle attribution per device (all device rows of the capture, any process).
+    pub idle: Vec<DeviceIdle>,
+    /// Launch-to-start latency and queue depth per device.
+    pub launch: Vec<DeviceLaunch>,
+    /// One per process with steps, in order of their first step.
+    pub ranks: Vec<RankBudget>,
+    /// With several ranks: per matched step (the k-th step of every rank), the rank the others wait for.
+    pub stragglers: Vec<Straggler>,
     pub verdict: Verdict,
     pub notes: Vec<String>,
+}
+
+/// One segment of the median step's wall.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Segment {
+    pub component: String,
+    /// From the step's start.
+    pub offset_ns: i64,
+    pub dur_ns: i64,
+}
+
+/// A component bar of the waterfall: its value and where it starts when the bars are stacked in priority order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WaterfallBar {
+    pub component: String,
+    pub ns: i64,
+    /// Sum of the bars before it.
+    pub cumulative_ns: i64,
+}
+
+/// The median step (the first step, by index, among the non-outliers whose wall equals the median wall; else
+/// the step nearest to it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Waterfall {
+    pub index: usize,
+    pub start_ns: i64,
+    pub wall_ns: i64,
+    /// The components in priority order (gpu_kernel, comm, gpu_memcpy, sync_wait, launch_api, other_api,
+    /// unattributed) stacked: the last bar ends at `wall_ns`.
+    pub bars: Vec<WaterfallBar>,
+    /// The wall in time order: consecutive ns of one component merged; the durations of one component sum to
+    /// its value in `components`. At most 4096 segments (`truncated` when more).
+    pub segments: Vec<Segment>,
+    pub truncated: bool,
+}
+
+/// The step budget of one rank (one process; its device is the one with the most of its device busy).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RankBudget {
+    pub rank: usize,
+    /// `globalPid` of the process (nsys packed form) and the OS pid.
+    pub global_pid: i64,
+    pub pid: i64,
+    /// The device with the largest union busy of the process's rows (null without device rows).
+    pub device_id: Option<i64>,
+    /// Every device the process has rows on.
+    pub devices: Vec<i64>,
+    pub steps: usize,
+    pub first_index: Option<usize>,
+    /// `wall`, `gpu_busy`, `comm_busy` and every component over its steps.
+    pub distributions: BTreeMap<String, Dist>,
+    /// Σ over its steps, per component, and `wall`.
+    pub totals: BTreeMap<String, i64>,
+    /// Its NCCL kernel rows on `device_id`, whole capture: union busy, and the part not overlapped by compute
+    /// kernels (non-NCCL kernels and GRAPH_TRACE rows of any process) on that device.
+    pub comm_busy_ns: i64,
+    pub exposed_comm_ns: i64,
+    /// Union of the compute rows on its device, whole capture.
+    pub compute_busy_ns: i64,
+    /// Matched steps at which it is the straggler.
+    pub straggler_steps: usize,
+}
+
+/// The straggler of one matched step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Straggler {
+    /// k: the k-th step of every rank.
+    pub occurrence: usize,
+    /// `steps[]` index of each rank's k-th step, by rank.
+    pub step_indexes: Vec<usize>,
+    pub rank: usize,
+    /// `least_comm` (some rank has NCCL time in the step: the rank with the least, ties to the latest end)
+    /// or `last_end` (no NCCL time: the rank whose step ends last).
+    pub rule: String,
+    /// least_comm: max − min of the ranks' `comm_busy_ns` (how much longer the others waited in NCCL);
+    /// last_end: max − min of the step ends.
+    pub lead_ns: i64,
 }
 
 impl Document for StepBudgetDoc {
@@ -322,21 +425,45 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
     let ids: std::collections::HashSet<i64> =
         idx.iter().flat_map(|&i| iv[i].runtime.iter().filter_map(|r| r.name_id)).collect();
     let names = export.strings_for(&ids)?;
-    let nccl_kernels: u64 = export
-        .kernel_time_by_name()?
-        .unwrap_or_default()
-        .iter()
-        .filter(|(n, _, _)| n.to_ascii_lowercase().contains("nccl"))
-        .map(|(_, c, _)| *c as u64)
-        .sum();
+    let mut tl = device::build(export)?;
+    let nccl_kernels = tl.nccl_kernels;
+    // ranks: the processes of the steps' threads, in order of their first step
+    let mut rank_pids: Vec<i64> = Vec::new();
+    for &i in &idx {
+        let p = crate::export::ns_of(a.occurrences[i].global_tid);
+        if !rank_pids.contains(&p) {
+            rank_pids.push(p);
+        }
+    }
+    let dev_pos: BTreeMap<i64, usize> = tl.devices.iter().enumerate().map(|(k, d)| (d.device_id, k)).collect();
+    let mut step_spans: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
 
     let mut steps: Vec<Step> = Vec::with_capacity(idx.len());
     for (k, &i) in idx.iter().enumerate() {
         let o = &a.occurrences[i];
         let m = &a.metrics[i];
-        let c = step_components(o.start, o.end, &iv[i], &names);
+        let c = step_components(o.start, o.end, &iv[i], &names, &tl.nccl_keys);
         debug_assert_eq!(c.sum(), o.end - o.start);
         let gap = idx.get(k + 1).map(|&j| a.occurrences[j].start - o.end);
+        let comm_busy = union_len(
+            iv[i].device.iter().filter(|d| is_comm(d, &tl.nccl_keys)).map(|d| (d.start, d.end)).collect(),
+        );
+        let mut idle = IdleSplit::default();
+        if let (Some(fs), Some(le)) = (m.first_device_start, m.last_device_end) {
+            let devs: std::collections::BTreeSet<i64> = iv[i].device.iter().map(|d| d.device_id).collect();
+            let mut v = [0i64; 4];
+            for d in devs {
+                step_spans.entry(d).or_default().push((fs, le));
+                if let Some(&p) = dev_pos.get(&d) {
+                    let s = tl.devices[p].idle_in(fs, le).values();
+                    for q in 0..4 {
+                        v[q] += s[q];
+                    }
+                }
+            }
+            idle = IdleSplit { host_wait: v[0], sync_wait: v[1], launch_latency: v[2], other: v[3] };
+        }
+        let rank = rank_pids.iter().position(|&p| p == crate::export::ns_of(o.global_tid)).unwrap_or(0);
         steps.push(Step {
             index: k,
             start_ns: o.start,
@@ -361,7 +488,15 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
             first_device_start_ns: m.first_device_start,
             last_device_end_ns: m.last_device_end,
             host_gap_to_next_ns: gap,
+            rank,
+            comm_busy_ns: comm_busy,
+            idle,
         });
+    }
+    for (d, spans) in step_spans {
+        if let Some(&p) = dev_pos.get(&d) {
+            tl.devices[p].set_step_spans(spans);
+        }
     }
     // graph-level: the steps launch graphs (or own GRAPH_TRACE rows) and the export has no node-level row:
     // the replays are single GRAPH_TRACE rows (nsys 2024+) or invisible (nsys 2023.4 has no GRAPH_TRACE table)
@@ -407,13 +542,22 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
     }
     let mut verdict = verdict_of(&vt, &distributions, pacing.as_ref(), graph_level, nccl_kernels);
     verdict.steps_used = typical.len();
-    let mut notes = vec![
-        "not in this version: GPU idle attribution per gap, launch-latency distributions, per-rank budgets, exposed NCCL communication, report integration, --trace output".to_string(),
-    ];
+    let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, &a, &iv, &names, &tl.nccl_keys);
+    let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
+    let mut notes = Vec::new();
     if nccl_kernels == 0 {
         notes.push("no NCCL kernel in the capture: comm is 0".into());
     } else {
-        notes.push(format!("{nccl_kernels} NCCL kernels in the capture: comm is NOT measured in this version (they count as gpu_kernel)"));
+        notes.push(format!("{nccl_kernels} NCCL kernels in the capture: their wall not covered by a compute kernel of the step is comm"));
+    }
+    if tl.ambiguous_keys > 0 {
+        notes.push(format!(
+            "{} kernel rows share (device, start, end) with an NCCL kernel row: counted as NCCL",
+            tl.ambiguous_keys
+        ));
+    }
+    if let Some(s) = crate::export::describe_skips(&tl.skips) {
+        notes.push(format!("device timelines: rows skipped: {s}"));
     }
     if graph_level {
         notes.push("graph-level capture (GRAPH_TRACE rows, no node-level kernels): re-capture with --cuda-graph-trace=node to see the kernels".into());
@@ -434,9 +578,51 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
         outliers,
         pacing,
         groups,
+        waterfall,
+        idle: tl.devices.iter().map(|d| d.idle.clone()).collect(),
+        launch: tl.devices.iter().map(|d| d.launch.clone()).collect(),
+        ranks,
+        stragglers,
         verdict,
         notes,
     })
+}
+
+/// The components in the priority order of the sweep (`unattributed` last: the rest).
+pub const PRIORITY: [&str; 7] =
+    ["gpu_kernel", "comm", "gpu_memcpy", "sync_wait", "launch_api", "other_api", "unattributed"];
+
+/// Is this correlated row an NCCL kernel (recognised by `(device, start, end)` among the capture's NCCL rows)?
+fn is_comm(d: &ranges::CorrelatedDeviceRow, nccl: &HashSet<(i64, i64, i64)>) -> bool {
+    d.kind == DeviceKind::Kernel && nccl.contains(&(d.device_id, d.start, d.end))
+}
+
+/// The intervals of one step per component, in [`PRIORITY`] order (without `unattributed`).
+pub fn step_classes(
+    iv: &OccurrenceIntervals,
+    names: &HashMap<i64, String>,
+    nccl: &HashSet<(i64, i64, i64)>,
+) -> Vec<Vec<(i64, i64)>> {
+    let mut cls: Vec<Vec<(i64, i64)>> = vec![Vec::new(); 6];
+    for d in &iv.device {
+        let k = match d.kind {
+            DeviceKind::Kernel if is_comm(d, nccl) => 1,
+            DeviceKind::Kernel | DeviceKind::GraphTrace => 0,
+            DeviceKind::Memcpy | DeviceKind::Memset => 2,
+        };
+        cls[k].push((d.start, d.end));
+    }
+    for r in &iv.runtime {
+        let k = if r.sync {
+            3
+        } else if r.name_id.and_then(|i| names.get(&i)).is_some_and(|n| is_launch(n)) {
+            4
+        } else {
+            5
+        };
+        cls[k].push((r.start, r.end));
+    }
+    cls
 }
 
 /// The partition of one step from its intervals.
@@ -444,36 +630,177 @@ pub fn step_components(
     start: i64,
     end: i64,
     iv: &OccurrenceIntervals,
-    names: &std::collections::HashMap<i64, String>,
+    names: &HashMap<i64, String>,
+    nccl: &HashSet<(i64, i64, i64)>,
 ) -> Components {
-    let mut cls: Vec<Vec<(i64, i64)>> = vec![Vec::new(); 5];
-    for d in &iv.device {
-        let k = match d.kind {
-            DeviceKind::Kernel | DeviceKind::GraphTrace => 0,
-            DeviceKind::Memcpy | DeviceKind::Memset => 1,
-        };
-        cls[k].push((d.start, d.end));
-    }
-    for r in &iv.runtime {
-        let k = if r.sync {
-            2
-        } else if r.name_id.and_then(|i| names.get(&i)).is_some_and(|n| is_launch(n)) {
-            3
-        } else {
-            4
-        };
-        cls[k].push((r.start, r.end));
-    }
-    let (v, rest) = partition(start, end, &cls);
+    let (v, rest) = partition(start, end, &step_classes(iv, names, nccl));
     Components {
         gpu_kernel: v[0],
-        gpu_memcpy: v[1],
-        sync_wait: v[2],
-        launch_api: v[3],
-        other_api: v[4],
-        comm: 0,
+        comm: v[1],
+        gpu_memcpy: v[2],
+        sync_wait: v[3],
+        launch_api: v[4],
+        other_api: v[5],
         unattributed: rest,
     }
+}
+
+impl Components {
+    /// The value of a component by name.
+    pub fn get(&self, name: &str) -> i64 {
+        Components::NAMES.iter().position(|n| *n == name).map(|k| self.values()[k]).unwrap_or(0)
+    }
+}
+
+/// The priority sweep of `[start, end)` in time order: `(class, from, to)` with consecutive ns of one class
+/// merged; class `classes.len()` is the rest.
+pub fn sweep_segments(start: i64, end: i64, classes: &[Vec<(i64, i64)>]) -> Vec<(usize, i64, i64)> {
+    let unions: Vec<Vec<(i64, i64)>> = classes
+        .iter()
+        .map(|c| device::union(c.iter().map(|&(s, e)| (s.max(start), e.min(end))).filter(|(s, e)| e > s).collect()))
+        .collect();
+    let mut cuts: Vec<i64> = vec![start, end];
+    for u in &unions {
+        for &(s, e) in u {
+            cuts.push(s);
+            cuts.push(e);
+        }
+    }
+    cuts.sort_unstable();
+    cuts.dedup();
+    let covers = |u: &[(i64, i64)], t: i64| {
+        let i = u.partition_point(|x| x.1 <= t);
+        i < u.len() && u[i].0 <= t
+    };
+    let mut out: Vec<(usize, i64, i64)> = Vec::new();
+    for w in cuts.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let k = unions.iter().position(|u| covers(u, a)).unwrap_or(classes.len());
+        match out.last_mut() {
+            Some(l) if l.0 == k && l.2 == a => l.2 = b,
+            _ => out.push((k, a, b)),
+        }
+    }
+    out
+}
+
+/// The most segments a waterfall keeps.
+pub const WATERFALL_SEGMENTS: usize = 4096;
+
+#[allow(clippy::too_many_arguments)]
+fn waterfall_of(
+    steps: &[Step],
+    outliers: &[Outlier],
+    median_wall: i64,
+    idx: &[usize],
+    a: &ranges::Analysis,
+    iv: &[OccurrenceIntervals],
+    names: &HashMap<i64, String>,
+    nccl: &HashSet<(i64, i64, i64)>,
+) -> Option<Waterfall> {
+    let typical = |s: &&Step| !outliers.iter().any(|o| o.index == s.index);
+    let s = steps
+        .iter()
+        .filter(typical)
+        .find(|s| s.wall_ns == median_wall)
+        .or_else(|| steps.iter().filter(typical).min_by_key(|s| ((s.wall_ns - median_wall).abs(), s.index)))
+        .or_else(|| steps.first())?;
+    let o = &a.occurrences[idx[s.index]];
+    let cls = step_classes(&iv[idx[s.index]], names, nccl);
+    let seg = sweep_segments(o.start, o.end, &cls);
+    let truncated = seg.len() > WATERFALL_SEGMENTS;
+    let segments = seg
+        .iter()
+        .take(WATERFALL_SEGMENTS)
+        .map(|&(k, f, t)| Segment { component: PRIORITY[k].to_string(), offset_ns: f - o.start, dur_ns: t - f })
+        .collect();
+    let mut cum = 0;
+    let bars = PRIORITY
+        .iter()
+        .map(|n| {
+            let ns = s.components.get(n);
+            let b = WaterfallBar { component: n.to_string(), ns, cumulative_ns: cum };
+            cum += ns;
+            b
+        })
+        .collect();
+    Some(Waterfall { index: s.index, start_ns: s.start_ns, wall_ns: s.wall_ns, bars, segments, truncated })
+}
+
+fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<RankBudget>, Vec<Straggler>) {
+    let mut ranks: Vec<RankBudget> = Vec::new();
+    let mut per_rank: Vec<Vec<&Step>> = vec![Vec::new(); rank_pids.len()];
+    for s in steps {
+        per_rank[s.rank].push(s);
+    }
+    for (r, &pid) in rank_pids.iter().enumerate() {
+        let mine: Vec<Step> = per_rank[r].iter().map(|s| (*s).clone()).collect();
+        let mut devices: Vec<(i64, i64)> = tl
+            .devices
+            .iter()
+            .filter_map(|d| d.busy_by_pid.get(&pid).map(|&b| (d.device_id, b)))
+            .collect();
+        devices.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+        let device_id = devices.first().map(|d| d.0);
+        let (mut comm, mut exposed, mut compute) = (0, 0, 0);
+        if let Some(d) = tl.devices.iter().find(|d| Some(d.device_id) == device_id) {
+            (comm, exposed) = d.comm_of(pid);
+            compute = d.compute_busy();
+        }
+        let mut distributions = distributions_of(&mine, false);
+        distributions.insert("comm_busy".into(), dist(mine.iter().map(|s| s.comm_busy_ns)));
+        let mut totals: BTreeMap<String, i64> = BTreeMap::new();
+        totals.insert("wall".into(), mine.iter().map(|s| s.wall_ns).sum());
+        for (n, name) in Components::NAMES.iter().enumerate() {
+            totals.insert(name.to_string(), mine.iter().map(|s| s.components.values()[n]).sum());
+        }
+        let mut ds: Vec<i64> = devices.iter().map(|d| d.0).collect();
+        ds.sort_unstable();
+        ranks.push(RankBudget {
+            rank: r,
+            global_pid: pid,
+            pid: crate::export::pid_of(pid),
+            device_id,
+            devices: ds,
+            steps: mine.len(),
+            first_index: mine.first().map(|s| s.index),
+            distributions,
+            totals,
+            comm_busy_ns: comm,
+            exposed_comm_ns: exposed,
+            compute_busy_ns: compute,
+            straggler_steps: 0,
+        });
+    }
+    let mut stragglers = Vec::new();
+    if rank_pids.len() >= 2 {
+        let k_max = per_rank.iter().map(|v| v.len()).min().unwrap_or(0);
+        for k in 0..k_max {
+            let row: Vec<&Step> = per_rank.iter().map(|v| v[k]).collect();
+            let end = |s: &Step| s.start_ns + s.wall_ns;
+            let any_comm = row.iter().any(|s| s.comm_busy_ns > 0);
+            let (rank, rule, lead) = if any_comm {
+                let r = (0..row.len())
+                    .min_by_key(|&r| (row[r].comm_busy_ns, std::cmp::Reverse(end(row[r])), r))
+                    .unwrap();
+                let mx = row.iter().map(|s| s.comm_busy_ns).max().unwrap();
+                (r, "least_comm", mx - row[r].comm_busy_ns)
+            } else {
+                let r = (0..row.len()).max_by_key(|&r| (end(row[r]), std::cmp::Reverse(r))).unwrap();
+                let mn = row.iter().map(|s| end(s)).min().unwrap();
+                (r, "last_end", end(row[r]) - mn)
+            };
+            ranks[rank].straggler_steps += 1;
+            stragglers.push(Straggler {
+                occurrence: k,
+                step_indexes: row.iter().map(|s| s.index).collect(),
+                rank,
+                rule: rule.into(),
+                lead_ns: lead,
+            });
+        }
+    }
+    (ranks, stragglers)
 }
 
 fn distributions_of(steps: &[Step], all: bool) -> BTreeMap<String, Dist> {
@@ -566,8 +893,8 @@ fn verdict_of(
             share * 100.0,
             DOMINANT_SHARE * 100.0
         );
-        if nccl > 0 {
-            reason.push_str("; NCCL kernels exist and are counted in gpu_kernel");
+        if nccl > 0 && top.name != "comm" {
+            reason.push_str("; NCCL kernels exist: their exposed time is comm");
         }
         return Verdict { class: class.into(), rule: "dominant_component".into(), reason, steps_used: 0, rows };
     }
