@@ -155,8 +155,13 @@ fn cross_check(path: &Path, doc: &Value) {
         assert_eq!(s["gpu_busy_ns"].as_i64().unwrap(), busy, "GPU busy of step {i}");
         assert_eq!(s["kernels"].as_i64().unwrap(), kernels, "kernels of step {i}");
         let c = &s["components"];
+        // comm is the exposed NCCL time, plus host communication ranges when the capture has them
+        let nccl_comm = if doc["nccl_kernels"] == 0 { 0 } else { c["comm"].as_i64().unwrap() };
+        if doc["nccl_kernels"] != 0 {
+            assert_eq!(s["host_comm_ns"], 0, "step {i}: NCCL and host communication in one synthetic capture");
+        }
         assert_eq!(
-            c["gpu_kernel"].as_i64().unwrap() + c["comm"].as_i64().unwrap() + c["gpu_memcpy"].as_i64().unwrap(),
+            c["gpu_kernel"].as_i64().unwrap() + nccl_comm + c["gpu_memcpy"].as_i64().unwrap(),
             inside,
             "GPU busy inside the wall of step {i}"
         );
@@ -751,5 +756,88 @@ fn device_idle_and_launch_latency_match_an_independent_computation_on_real_captu
             let t: i64 = w["segments"].as_array().unwrap().iter().filter(|g| g["component"] == k).map(|g| g["dur_ns"].as_i64().unwrap()).sum();
             assert_eq!(t, s["components"][k].as_i64().unwrap(), "{rel} {k}");
         }
+    }
+}
+
+/// The real two-rank capture (two processes on one H200, host all_reduce over GLOO inside
+/// `vibeserve.comm.all_reduce`, no NCCL kernel; every 10th step rank 1 sleeps 2 ms in
+/// `vibeserve.engine.scheduling`): per rank the budget adds up, the host communication of each step equals
+/// its all_reduce range (own SQL), and the sleeping rank is the straggler of exactly those steps.
+#[test]
+fn two_rank_capture_finds_the_straggler_and_each_ranks_communication() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = export("nsys-2025.3.1/two_rank.sqlite.xz", dir.path());
+    let (code, doc, err) = step_budget(&[f.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(doc["step_label"], "vibeserve.engine.iteration");
+    assert_adds_up(&doc);
+    cross_check(&f, &doc);
+    assert_eq!(doc["comm_labels"], serde_json::json!(["vibeserve.comm.all_reduce"]));
+    assert_eq!(doc["nccl_kernels"], 0);
+    // own SQL: per thread (= rank process), its iteration, all_reduce and scheduling ranges by start
+    let c = Connection::open_with_flags(&f, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let mut st = c
+        .prepare("SELECT e.globalTid, COALESCE(e.text, s.value), e.start, e.end FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType = 59 AND e.end IS NOT NULL ORDER BY e.start")
+        .unwrap();
+    let mut by: HashMap<(i64, String), Vec<(i64, i64)>> = HashMap::new();
+    for r in st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))).unwrap() {
+        let (t, l, s, e) = r.unwrap();
+        by.entry((t, l)).or_default().push((s, e));
+    }
+    let ranks = doc["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    let pids: Vec<i64> = ranks.iter().map(|r| r["pid"].as_i64().unwrap()).collect();
+    assert_eq!(pids, vec![717, 718]);
+    let steps = doc["steps"].as_array().unwrap();
+    let mut tids = Vec::new();
+    for (r, rank) in ranks.iter().enumerate() {
+        let mine: Vec<&Value> = steps.iter().filter(|s| s["rank"] == r).collect();
+        assert_eq!(mine.len(), 124);
+        assert_eq!(rank["steps"], 124);
+        let tid = mine[0]["global_tid"].as_i64().unwrap();
+        assert_eq!((tid >> 24) & 0xFFFFFF, pids[r]);
+        tids.push(tid);
+        // the rank's totals are the sums of its steps, per component
+        for k in COMPONENTS.iter().chain(["wall"].iter()) {
+            let t: i64 = mine.iter().map(|s| if *k == "wall" { s["wall_ns"].as_i64().unwrap() } else { s["components"][*k].as_i64().unwrap() }).sum();
+            assert_eq!(rank["totals"][*k].as_i64().unwrap(), t, "rank {r} {k}");
+        }
+        // host communication of each step = its all_reduce range (one per step, inside it)
+        let ar = &by[&(tid, "vibeserve.comm.all_reduce".to_string())];
+        assert_eq!(ar.len(), 124);
+        for (s, &(a, b)) in mine.iter().zip(ar) {
+            let (s0, w) = (s["start_ns"].as_i64().unwrap(), s["wall_ns"].as_i64().unwrap());
+            assert!(a >= s0 && b <= s0 + w);
+            assert_eq!(s["host_comm_ns"].as_i64().unwrap(), b - a, "step {}", s["index"]);
+            assert!(s["components"]["comm"].as_i64().unwrap() <= b - a);
+        }
+        // communication per rank > 0 (host side: no NCCL kernel in this capture, so no exposed NCCL time)
+        assert!(rank["totals"]["comm"].as_i64().unwrap() > 0);
+        assert_eq!(rank["exposed_comm_ns"], 0);
+    }
+    // the sleeping rank of each matched step, from the scheduling ranges (≥ 1.5 ms)
+    let sched: Vec<&Vec<(i64, i64)>> = tids.iter().map(|t| &by[&(*t, "vibeserve.engine.scheduling".to_string())]).collect();
+    let stragglers = doc["stragglers"].as_array().unwrap();
+    assert_eq!(stragglers.len(), 124);
+    let mut slept = 0;
+    for (k, s) in stragglers.iter().enumerate() {
+        assert_eq!(s["occurrence"], k);
+        let sleeper: Vec<usize> = (0..2).filter(|&r| sched[r][k].1 - sched[r][k].0 >= 1_500_000).collect();
+        if sleeper.is_empty() {
+            continue;
+        }
+        slept += 1;
+        assert_eq!(sleeper, vec![1], "step {k}");
+        assert_eq!(s["rank"], 1, "step {k}");
+        assert_eq!(s["rule"], "least_comm");
+        assert!(s["lead_ns"].as_i64().unwrap() > 1_500_000, "{s}");
+    }
+    assert_eq!(slept, 12, "every 10th step, it % 10 == 5");
+    // a shared device: both processes on device 0; the per-step idle split never exceeds the step's own idle
+    assert_eq!(doc["idle"].as_array().unwrap().len(), 1);
+    assert_eq!(doc["idle"][0]["processes"].as_array().unwrap().len(), 2);
+    for s in steps {
+        let sum: i64 = s["idle"].as_object().unwrap().values().map(|v| v.as_i64().unwrap()).sum();
+        assert!(sum <= s["gpu_idle_in_span_ns"].as_i64().unwrap());
     }
 }

@@ -123,6 +123,9 @@ pub struct Step {
     pub rank: usize,
     /// Union of its correlated NCCL kernel rows, unclipped.
     pub comm_busy_ns: i64,
+    /// Union of the ranges of a communication label (`comm_labels`) on its thread starting inside it, clipped
+    /// to its wall: host-side communication (e.g. a torch.distributed GLOO all_reduce).
+    pub host_comm_ns: i64,
     /// The device idle inside `[first_device_start_ns, last_device_end_ns)` on the devices of its rows (device
     /// timeline: the rows of every thread count as busy), split by cause; 0 without device rows.
     pub idle: IdleSplit,
@@ -219,6 +222,10 @@ pub struct StepBudgetDoc {
     pub pacing: Option<Pacing>,
     /// By kernel count, most steps first.
     pub groups: Vec<Group>,
+    /// The labels whose ranges are host-side communication: those containing (case-insensitive) one of
+    /// `all_reduce`, `allreduce`, `all_gather`, `allgather`, `reduce_scatter`, `reducescatter`, `all_to_all`,
+    /// `alltoall`, `broadcast`, `nccl`.
+    pub comm_labels: Vec<String>,
     /// The median step, segment by segment: its wall swept in time order.
     pub waterfall: Option<Waterfall>,
     /// GPU idle attribution per device (all device rows of the capture, any process).
@@ -302,10 +309,10 @@ pub struct Straggler {
     /// `steps[]` index of each rank's k-th step, by rank.
     pub step_indexes: Vec<usize>,
     pub rank: usize,
-    /// `least_comm` (some rank has NCCL time in the step: the rank with the least, ties to the latest end)
-    /// or `last_end` (no NCCL time: the rank whose step ends last).
+    /// `least_comm` (some rank waits in communication in the step, `comm_busy_ns + host_comm_ns` > 0: the rank
+    /// with the least such wait, ties to the latest end) or `last_end` (none does: the rank whose step ends last).
     pub rule: String,
-    /// least_comm: max − min of the ranks' `comm_busy_ns` (how much longer the others waited in NCCL);
+    /// least_comm: max − min of the ranks' `comm_busy_ns + host_comm_ns` (how much longer the others waited);
     /// last_end: max − min of the step ends.
     pub lead_ns: i64,
 }
@@ -435,6 +442,23 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
             rank_pids.push(p);
         }
     }
+    // host communication: the ranges of a communication label (COMM_LABEL_PATTERNS) on the steps' threads
+    let comm_labels: Vec<String> = a
+        .doc
+        .ranges
+        .iter()
+        .map(|r| r.label.clone())
+        .filter(|l| *l != label && is_comm_label(l))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut comm_occ: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+    for o in a.occurrences.iter().filter(|o| comm_labels.contains(&o.label)) {
+        comm_occ.entry(o.global_tid).or_default().push((o.start, o.end));
+    }
+    for v in comm_occ.values_mut() {
+        v.sort_unstable();
+    }
     let dev_pos: BTreeMap<i64, usize> = tl.devices.iter().enumerate().map(|(k, d)| (d.device_id, k)).collect();
     let mut step_spans: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
 
@@ -442,7 +466,8 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
     for (k, &i) in idx.iter().enumerate() {
         let o = &a.occurrences[i];
         let m = &a.metrics[i];
-        let c = step_components(o.start, o.end, &iv[i], &names, &tl.nccl_keys);
+        let host_comm = host_comm_of(&comm_occ, o.global_tid, o.start, o.end);
+        let c = step_components(o.start, o.end, &iv[i], &names, &tl.nccl_keys, &host_comm);
         debug_assert_eq!(c.sum(), o.end - o.start);
         let gap = idx.get(k + 1).map(|&j| a.occurrences[j].start - o.end);
         let comm_busy = union_len(
@@ -490,6 +515,7 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
             host_gap_to_next_ns: gap,
             rank,
             comm_busy_ns: comm_busy,
+            host_comm_ns: union_len(host_comm),
             idle,
         });
     }
@@ -542,7 +568,7 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
     }
     let mut verdict = verdict_of(&vt, &distributions, pacing.as_ref(), graph_level, nccl_kernels);
     verdict.steps_used = typical.len();
-    let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, &a, &iv, &names, &tl.nccl_keys);
+    let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, &a, &iv, &names, &tl.nccl_keys, &comm_occ);
     let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
     let mut notes = Vec::new();
     if nccl_kernels == 0 {
@@ -578,6 +604,7 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
         outliers,
         pacing,
         groups,
+        comm_labels,
         waterfall,
         idle: tl.devices.iter().map(|d| d.idle.clone()).collect(),
         launch: tl.devices.iter().map(|d| d.launch.clone()).collect(),
@@ -597,13 +624,47 @@ fn is_comm(d: &ranges::CorrelatedDeviceRow, nccl: &HashSet<(i64, i64, i64)>) -> 
     d.kind == DeviceKind::Kernel && nccl.contains(&(d.device_id, d.start, d.end))
 }
 
-/// The intervals of one step per component, in [`PRIORITY`] order (without `unattributed`).
+/// What each class of [`step_classes`] counts as (the last entry: the rest).
+pub const CLASS_COMPONENT: [&str; 8] =
+    ["gpu_kernel", "comm", "gpu_memcpy", "sync_wait", "launch_api", "other_api", "comm", "unattributed"];
+
+/// Substrings (case-insensitive) of a host communication label.
+pub const COMM_LABEL_PATTERNS: [&str; 10] = [
+    "all_reduce",
+    "allreduce",
+    "all_gather",
+    "allgather",
+    "reduce_scatter",
+    "reducescatter",
+    "all_to_all",
+    "alltoall",
+    "broadcast",
+    "nccl",
+];
+
+/// Is this NVTX label host-side communication?
+pub fn is_comm_label(label: &str) -> bool {
+    let l = label.to_ascii_lowercase();
+    COMM_LABEL_PATTERNS.iter().any(|p| l.contains(p))
+}
+
+/// The host communication ranges of thread `tid` starting inside `[start, end)`, clipped to it.
+fn host_comm_of(comm: &HashMap<i64, Vec<(i64, i64)>>, tid: i64, start: i64, end: i64) -> Vec<(i64, i64)> {
+    let Some(v) = comm.get(&tid) else { return Vec::new() };
+    let lo = v.partition_point(|c| c.0 < start);
+    v[lo..].iter().take_while(|c| c.0 < end).map(|&(s, e)| (s, e.min(end))).filter(|(s, e)| e > s).collect()
+}
+
+/// The intervals of one step per class, in priority order: compute kernels, NCCL kernels, memcpy/memset,
+/// sync APIs, launch APIs, other APIs, host communication ranges (see [`CLASS_COMPONENT`]).
 pub fn step_classes(
     iv: &OccurrenceIntervals,
     names: &HashMap<i64, String>,
     nccl: &HashSet<(i64, i64, i64)>,
+    host_comm: &[(i64, i64)],
 ) -> Vec<Vec<(i64, i64)>> {
-    let mut cls: Vec<Vec<(i64, i64)>> = vec![Vec::new(); 6];
+    let mut cls: Vec<Vec<(i64, i64)>> = vec![Vec::new(); 7];
+    cls[6] = host_comm.to_vec();
     for d in &iv.device {
         let k = match d.kind {
             DeviceKind::Kernel if is_comm(d, nccl) => 1,
@@ -632,11 +693,12 @@ pub fn step_components(
     iv: &OccurrenceIntervals,
     names: &HashMap<i64, String>,
     nccl: &HashSet<(i64, i64, i64)>,
+    host_comm: &[(i64, i64)],
 ) -> Components {
-    let (v, rest) = partition(start, end, &step_classes(iv, names, nccl));
+    let (v, rest) = partition(start, end, &step_classes(iv, names, nccl, host_comm));
     Components {
         gpu_kernel: v[0],
-        comm: v[1],
+        comm: v[1] + v[6],
         gpu_memcpy: v[2],
         sync_wait: v[3],
         launch_api: v[4],
@@ -697,6 +759,7 @@ fn waterfall_of(
     iv: &[OccurrenceIntervals],
     names: &HashMap<i64, String>,
     nccl: &HashSet<(i64, i64, i64)>,
+    comm_occ: &HashMap<i64, Vec<(i64, i64)>>,
 ) -> Option<Waterfall> {
     let typical = |s: &&Step| !outliers.iter().any(|o| o.index == s.index);
     let s = steps
@@ -706,14 +769,24 @@ fn waterfall_of(
         .or_else(|| steps.iter().filter(typical).min_by_key(|s| ((s.wall_ns - median_wall).abs(), s.index)))
         .or_else(|| steps.first())?;
     let o = &a.occurrences[idx[s.index]];
-    let cls = step_classes(&iv[idx[s.index]], names, nccl);
+    let hc = host_comm_of(comm_occ, o.global_tid, o.start, o.end);
+    let cls = step_classes(&iv[idx[s.index]], names, nccl, &hc);
     let seg = sweep_segments(o.start, o.end, &cls);
-    let truncated = seg.len() > WATERFALL_SEGMENTS;
     let segments = seg
         .iter()
-        .take(WATERFALL_SEGMENTS)
-        .map(|&(k, f, t)| Segment { component: PRIORITY[k].to_string(), offset_ns: f - o.start, dur_ns: t - f })
-        .collect();
+        .map(|&(k, f, t)| Segment { component: CLASS_COMPONENT[k].to_string(), offset_ns: f - o.start, dur_ns: t - f })
+        .collect::<Vec<_>>();
+    // merge neighbours that became one component (NCCL kernels, then host comm)
+    let mut merged: Vec<Segment> = Vec::with_capacity(segments.len());
+    for g in segments {
+        match merged.last_mut() {
+            Some(l) if l.component == g.component && l.offset_ns + l.dur_ns == g.offset_ns => l.dur_ns += g.dur_ns,
+            _ => merged.push(g),
+        }
+    }
+    let truncated = merged.len() > WATERFALL_SEGMENTS;
+    merged.truncate(WATERFALL_SEGMENTS);
+    let segments = merged;
     let mut cum = 0;
     let bars = PRIORITY
         .iter()
@@ -778,13 +851,12 @@ fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<R
         for k in 0..k_max {
             let row: Vec<&Step> = per_rank.iter().map(|v| v[k]).collect();
             let end = |s: &Step| s.start_ns + s.wall_ns;
-            let any_comm = row.iter().any(|s| s.comm_busy_ns > 0);
+            let wait = |s: &Step| s.comm_busy_ns + s.host_comm_ns;
+            let any_comm = row.iter().any(|s| wait(s) > 0);
             let (rank, rule, lead) = if any_comm {
-                let r = (0..row.len())
-                    .min_by_key(|&r| (row[r].comm_busy_ns, std::cmp::Reverse(end(row[r])), r))
-                    .unwrap();
-                let mx = row.iter().map(|s| s.comm_busy_ns).max().unwrap();
-                (r, "least_comm", mx - row[r].comm_busy_ns)
+                let r = (0..row.len()).min_by_key(|&r| (wait(row[r]), std::cmp::Reverse(end(row[r])), r)).unwrap();
+                let mx = row.iter().map(|s| wait(s)).max().unwrap();
+                (r, "least_comm", mx - wait(row[r]))
             } else {
                 let r = (0..row.len()).max_by_key(|&r| (end(row[r]), std::cmp::Reverse(r))).unwrap();
                 let mn = row.iter().map(|s| end(s)).min().unwrap();
