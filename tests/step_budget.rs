@@ -833,6 +833,21 @@ fn two_rank_capture_finds_the_straggler_and_each_ranks_communication() {
         assert!(s["lead_ns"].as_i64().unwrap() > 1_500_000, "{s}");
     }
     assert_eq!(slept, 12, "every 10th step, it % 10 == 5");
+    // against nsys's own reports of the same capture (fixtures/…/stats): nvtx_sum (range totals and max) and
+    // nvtx_gpu_proj_sum (GPU projection: first op start to last op end, summed over the instances)
+    let csv = |name: &str, range: &str, col: &str| -> i64 {
+        let text = std::fs::read_to_string(fixture(&format!("nsys-2025.3.1/stats/two_rank_{name}.csv"))).unwrap();
+        let mut lines = text.lines();
+        let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let ci = head.iter().position(|h| *h == col).unwrap();
+        let row = lines.find(|l| l.split(',').any(|c| c == format!(":{range}"))).unwrap();
+        row.split(',').nth(ci).unwrap().parse::<f64>().unwrap() as i64
+    };
+    let sum = |k: &str| steps.iter().map(|s| s[k].as_i64().unwrap()).sum::<i64>();
+    assert_eq!(sum("wall_ns"), csv("nvtx_sum", "vibeserve.engine.iteration", "Total Time (ns)"));
+    assert_eq!(doc["distributions"]["wall"]["max"].as_i64().unwrap(), csv("nvtx_sum", "vibeserve.engine.iteration", "Max (ns)"));
+    assert_eq!(sum("host_comm_ns"), csv("nvtx_sum", "vibeserve.comm.all_reduce", "Total Time (ns)"));
+    assert_eq!(sum("gpu_span_ns"), csv("nvtx_gpu_proj_sum", "vibeserve.engine.iteration", "Total Proj Time (ns)"));
     // a shared device: both processes on device 0; the per-step idle split never exceeds the step's own idle
     assert_eq!(doc["idle"].as_array().unwrap().len(), 1);
     assert_eq!(doc["idle"][0]["processes"].as_array().unwrap().len(), 2);
