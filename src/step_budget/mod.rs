@@ -582,6 +582,10 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
             tl.ambiguous_keys
         ));
     }
+    let graph_rows: usize = tl.devices.iter().map(|d| d.launch.graph_launch.count).sum();
+    if steps.iter().any(|s| s.graph_launches > 0) && graph_rows == 0 {
+        notes.push("no device row belongs to a graph launch (graph-level capture without GRAPH_TRACE rows, nsys 2023.4): idle[] and launch[] miss the graphs' GPU work and count its time as idle".into());
+    }
     if let Some(s) = crate::export::describe_skips(&tl.skips) {
         notes.push(format!("device timelines: rows skipped: {s}"));
     }
