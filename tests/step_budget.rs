@@ -425,8 +425,8 @@ impl TwoRanks {
              INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE', 'Node');",
         )
         .unwrap();
-        for r in 0..2 {
-            conn.execute("INSERT INTO PROCESSES VALUES (?1, ?2, 'python3')", rusqlite::params![gpid(r), PIDS[r]]).unwrap();
+        for (r, pid) in PIDS.iter().enumerate() {
+            conn.execute("INSERT INTO PROCESSES VALUES (?1, ?2, 'python3')", rusqlite::params![gpid(r), pid]).unwrap();
         }
         TwoRanks { conn, strings: HashMap::new(), _dir: dir, path }
     }
@@ -526,7 +526,10 @@ fn two_rank_synthetic_idle_launch_comm_and_stragglers_are_the_hand_computed_ones
     assert_eq!(comm, vec![300, 80, 90, 280]);
     // per-step idle split inside the step's GPU span
     let idle = |i: usize| -> Vec<i64> {
-        ["host_wait", "sync_wait", "launch_latency", "other"].iter().map(|k| steps[i]["idle"][*k].as_i64().unwrap()).collect()
+        ["host_wait", "sync_wait", "launch_latency", "other"]
+            .iter()
+            .map(|k| steps[i]["idle"][*k].as_i64().unwrap())
+            .collect()
     };
     assert_eq!(idle(0), vec![100, 100, 50, 0]);
     assert_eq!(idle(1), vec![0, 0, 20, 0]);
@@ -538,15 +541,25 @@ fn two_rank_synthetic_idle_launch_comm_and_stragglers_are_the_hand_computed_ones
     }
     // idle[] per device
     let d0 = &doc["idle"][0];
-    assert_eq!((d0["device_id"].as_i64(), d0["busy_ns"].as_i64(), d0["idle_ns"].as_i64()), (Some(0), Some(740), Some(1560)));
-    let cat = |d: &Value, k: &str| (d["categories"][k]["ns"].as_i64().unwrap(), d["categories"][k]["gaps"].as_i64().unwrap());
+    assert_eq!(
+        (d0["device_id"].as_i64(), d0["busy_ns"].as_i64(), d0["idle_ns"].as_i64()),
+        (Some(0), Some(740), Some(1560))
+    );
+    let cat =
+        |d: &Value, k: &str| (d["categories"][k]["ns"].as_i64().unwrap(), d["categories"][k]["gaps"].as_i64().unwrap());
     assert_eq!(cat(d0, "host_wait"), (1310, 2));
     assert_eq!(cat(d0, "sync_wait"), (100, 1));
     assert_eq!(cat(d0, "launch_latency"), (140, 2));
     assert_eq!(cat(d0, "other"), (10, 1));
     assert_eq!(d0["gaps"], 3);
-    assert_eq!(d0["in_steps"], serde_json::json!({"host_wait": 100, "sync_wait": 100, "launch_latency": 50, "other": 10}));
-    assert_eq!(d0["between_steps"], serde_json::json!({"host_wait": 1210, "sync_wait": 0, "launch_latency": 90, "other": 0}));
+    assert_eq!(
+        d0["in_steps"],
+        serde_json::json!({"host_wait": 100, "sync_wait": 100, "launch_latency": 50, "other": 10})
+    );
+    assert_eq!(
+        d0["between_steps"],
+        serde_json::json!({"host_wait": 1210, "sync_wait": 0, "launch_latency": 90, "other": 0})
+    );
     let d1 = &doc["idle"][1];
     assert_eq!((d1["busy_ns"].as_i64(), d1["idle_ns"].as_i64()), (Some(660), Some(1590)));
     assert_eq!(cat(d1, "host_wait"), (1510, 1));
@@ -560,7 +573,10 @@ fn two_rank_synthetic_idle_launch_comm_and_stragglers_are_the_hand_computed_ones
     assert_eq!(l0["by_api"], serde_json::json!({"cudaLaunchKernel": 3, "cuLaunchKernelEx": 1, "cudaGraphLaunch": 1}));
     let q = &l0["queue_depth"];
     assert_eq!(q["max"], 3);
-    assert_eq!((q["at_issue"]["count"].as_i64(), q["at_issue"]["median"].as_i64(), q["at_issue"]["max"].as_i64()), (Some(7), Some(1), Some(2)));
+    assert_eq!(
+        (q["at_issue"]["count"].as_i64(), q["at_issue"]["median"].as_i64(), q["at_issue"]["max"].as_i64()),
+        (Some(7), Some(1), Some(2))
+    );
     assert!(q["series"].as_array().unwrap().len() <= 256);
     // ranks: exposed communication = NCCL time not overlapped by compute on the same device
     let r = doc["ranks"].as_array().unwrap();
@@ -574,7 +590,10 @@ fn two_rank_synthetic_idle_launch_comm_and_stragglers_are_the_hand_computed_ones
     // stragglers: the rank with the least NCCL time in the matched step (the others wait for it)
     let st = doc["stragglers"].as_array().unwrap();
     assert_eq!(st.len(), 2);
-    assert_eq!((st[0]["rank"].as_i64(), st[0]["lead_ns"].as_i64(), st[0]["rule"].as_str()), (Some(1), Some(220), Some("least_comm")));
+    assert_eq!(
+        (st[0]["rank"].as_i64(), st[0]["lead_ns"].as_i64(), st[0]["rule"].as_str()),
+        (Some(1), Some(220), Some("least_comm"))
+    );
     assert_eq!(st[0]["step_indexes"], serde_json::json!([0, 1]));
     assert_eq!((st[1]["rank"].as_i64(), st[1]["lead_ns"].as_i64()), (Some(0), Some(190)));
     assert_eq!((r[0]["straggler_steps"].as_i64(), r[1]["straggler_steps"].as_i64()), (Some(1), Some(1)));
@@ -585,7 +604,13 @@ fn two_rank_synthetic_idle_launch_comm_and_stragglers_are_the_hand_computed_ones
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| (s["component"].as_str().unwrap().to_string(), s["offset_ns"].as_i64().unwrap(), s["dur_ns"].as_i64().unwrap()))
+        .map(|s| {
+            (
+                s["component"].as_str().unwrap().to_string(),
+                s["offset_ns"].as_i64().unwrap(),
+                s["dur_ns"].as_i64().unwrap(),
+            )
+        })
         .collect();
     let want: Vec<(&str, i64, i64)> = vec![
         ("unattributed", 0, 10),
@@ -617,9 +642,16 @@ fn two_rank_synthetic_idle_launch_comm_and_stragglers_are_the_hand_computed_ones
 #[allow(clippy::type_complexity)]
 fn independent_devices(path: &Path) -> HashMap<i64, (i64, i64, u64, i64, i64, i64, Vec<i64>, Vec<i64>)> {
     let c = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let has = |t: &str| c.query_row("SELECT count(*) FROM sqlite_master WHERE name = ?1", [t], |r| r.get::<_, i64>(0)).unwrap() > 0;
+    let has = |t: &str| {
+        c.query_row("SELECT count(*) FROM sqlite_master WHERE name = ?1", [t], |r| r.get::<_, i64>(0)).unwrap() > 0
+    };
     let mut parts = Vec::new();
-    for t in ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"] {
+    for t in [
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    ] {
         if has(t) {
             parts.push(format!("SELECT start, end, deviceId AS dev, globalPid AS gp, correlationId AS corr FROM {t} WHERE start IS NOT NULL AND end >= start"));
         }
@@ -630,20 +662,38 @@ fn independent_devices(path: &Path) -> HashMap<i64, (i64, i64, u64, i64, i64, i6
     let mut q = c
         .prepare("SELECT (r.globalTid / 16777216) * 16777216, r.correlationId, r.start, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId WHERE r.correlationId IS NOT NULL")
         .unwrap();
-    for row in q.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, String>(3)?))).unwrap() {
+    for row in q
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, String>(3)?)))
+        .unwrap()
+    {
         let (p, k, s, n) = row.unwrap();
         calls.insert((p, k), (s, n));
     }
     let mut rows: HashMap<i64, Vec<(i64, i64, i64, i64)>> = HashMap::new();
     let mut q = c.prepare(&format!("SELECT start, end, dev, gp, corr FROM ({dev_sql})")).unwrap();
-    for row in q.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?, r.get::<_, i64>(4)?))).unwrap() {
+    for row in q
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        })
+        .unwrap()
+    {
         let (s, e, d, p, k) = row.unwrap();
         rows.entry(d).or_default().push((s, e, p, k));
     }
     // the first device start of each launch, by SQL
     let mut first: HashMap<(i64, i64, i64), i64> = HashMap::new();
-    let mut q = c.prepare(&format!("SELECT dev, gp, corr, min(start) FROM ({dev_sql}) GROUP BY dev, gp, corr")).unwrap();
-    for row in q.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))).unwrap() {
+    let mut q =
+        c.prepare(&format!("SELECT dev, gp, corr, min(start) FROM ({dev_sql}) GROUP BY dev, gp, corr")).unwrap();
+    for row in q
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?)))
+        .unwrap()
+    {
         let (d, p, k, s) = row.unwrap();
         first.insert((d, p, k), s);
     }
@@ -663,7 +713,11 @@ fn independent_devices(path: &Path) -> HashMap<i64, (i64, i64, u64, i64, i64, i6
             busy += ce - cs;
             gaps += 1;
             // the rows starting at the gap's end: the earliest issued one is the next
-            let next = v[i..].iter().take_while(|r| r.0 == s).min_by_key(|r| calls.get(&(r.2, r.3)).map(|c| c.0.min(r.0)).unwrap_or(r.0)).unwrap();
+            let next = v[i..]
+                .iter()
+                .take_while(|r| r.0 == s)
+                .min_by_key(|r| calls.get(&(r.2, r.3)).map(|c| c.0.min(r.0)).unwrap_or(r.0))
+                .unwrap();
             match calls.get(&(next.2, next.3)) {
                 Some((cst, _)) if first[&(d, next.2, next.3)] == s => {
                     host += (s.min(*cst) - ce).max(0);
@@ -703,7 +757,12 @@ fn nearest(v: &[i64], q: f64) -> i64 {
 #[test]
 fn device_idle_and_launch_latency_match_an_independent_computation_on_real_captures() {
     let dir = tempfile::tempdir().unwrap();
-    for rel in ["nsys-2025.3.1/decode_clean.sqlite", "nsys-2025.3.1/decode_mixed.sqlite", "nsys-2025.3.1/serve_node.sqlite", "nsys-2025.3.1/hf_node.sqlite.xz"] {
+    for rel in [
+        "nsys-2025.3.1/decode_clean.sqlite",
+        "nsys-2025.3.1/decode_mixed.sqlite",
+        "nsys-2025.3.1/serve_node.sqlite",
+        "nsys-2025.3.1/hf_node.sqlite.xz",
+    ] {
         let f = export(rel, dir.path());
         let (code, doc, err) = step_budget(&[f.to_str().unwrap()]);
         assert_eq!(code, 0, "{err}");
@@ -723,7 +782,8 @@ fn device_idle_and_launch_latency_match_an_independent_computation_on_real_captu
             assert_eq!(cat("other"), *other, "{rel} other");
             // in + between + outside steps = the device totals, per category
             for k in ["host_wait", "sync_wait", "launch_latency", "other"] {
-                let parts: i64 = ["in_steps", "between_steps", "outside_steps"].iter().map(|p| d[*p][k].as_i64().unwrap()).sum();
+                let parts: i64 =
+                    ["in_steps", "between_steps", "outside_steps"].iter().map(|p| d[*p][k].as_i64().unwrap()).sum();
                 assert_eq!(parts, cat(k), "{rel} {k}");
                 assert!(d["outside_steps"][k].as_i64().unwrap() >= 0);
             }
@@ -737,7 +797,11 @@ fn device_idle_and_launch_latency_match_an_independent_computation_on_real_captu
                 assert_eq!(x["median"].as_i64().unwrap(), nearest(v, 0.5), "{rel} {key}");
                 assert_eq!(x["p90"].as_i64().unwrap(), nearest(v, 0.9), "{rel} {key}");
                 assert_eq!(x["p99"].as_i64().unwrap(), nearest(v, 0.99), "{rel} {key}");
-                assert_eq!((x["min"].as_i64().unwrap(), x["max"].as_i64().unwrap()), (v[0], *v.last().unwrap()), "{rel} {key}");
+                assert_eq!(
+                    (x["min"].as_i64().unwrap(), x["max"].as_i64().unwrap()),
+                    (v[0], *v.last().unwrap()),
+                    "{rel} {key}"
+                );
             }
         }
         // each step's device idle split adds up to its idle inside its GPU span (one thread launches all the work)
@@ -753,7 +817,13 @@ fn device_idle_and_launch_latency_match_an_independent_computation_on_real_captu
         assert_eq!(w["wall_ns"], s["wall_ns"]);
         assert_eq!(w["wall_ns"], doc["distributions"]["wall"]["median"], "{rel}");
         for k in COMPONENTS {
-            let t: i64 = w["segments"].as_array().unwrap().iter().filter(|g| g["component"] == k).map(|g| g["dur_ns"].as_i64().unwrap()).sum();
+            let t: i64 = w["segments"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|g| g["component"] == k)
+                .map(|g| g["dur_ns"].as_i64().unwrap())
+                .sum();
             assert_eq!(t, s["components"][k].as_i64().unwrap(), "{rel} {k}");
         }
     }
@@ -780,7 +850,10 @@ fn two_rank_capture_finds_the_straggler_and_each_ranks_communication() {
         .prepare("SELECT e.globalTid, COALESCE(e.text, s.value), e.start, e.end FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType = 59 AND e.end IS NOT NULL ORDER BY e.start")
         .unwrap();
     let mut by: HashMap<(i64, String), Vec<(i64, i64)>> = HashMap::new();
-    for r in st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))).unwrap() {
+    for r in st
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?)))
+        .unwrap()
+    {
         let (t, l, s, e) = r.unwrap();
         by.entry((t, l)).or_default().push((s, e));
     }
@@ -799,7 +872,16 @@ fn two_rank_capture_finds_the_straggler_and_each_ranks_communication() {
         tids.push(tid);
         // the rank's totals are the sums of its steps, per component
         for k in COMPONENTS.iter().chain(["wall"].iter()) {
-            let t: i64 = mine.iter().map(|s| if *k == "wall" { s["wall_ns"].as_i64().unwrap() } else { s["components"][*k].as_i64().unwrap() }).sum();
+            let t: i64 =
+                mine.iter()
+                    .map(|s| {
+                        if *k == "wall" {
+                            s["wall_ns"].as_i64().unwrap()
+                        } else {
+                            s["components"][*k].as_i64().unwrap()
+                        }
+                    })
+                    .sum();
             assert_eq!(rank["totals"][*k].as_i64().unwrap(), t, "rank {r} {k}");
         }
         // host communication of each step = its all_reduce range (one per step, inside it)
@@ -816,7 +898,8 @@ fn two_rank_capture_finds_the_straggler_and_each_ranks_communication() {
         assert_eq!(rank["exposed_comm_ns"], 0);
     }
     // the sleeping rank of each matched step, from the scheduling ranges (≥ 1.5 ms)
-    let sched: Vec<&Vec<(i64, i64)>> = tids.iter().map(|t| &by[&(*t, "vibeserve.engine.scheduling".to_string())]).collect();
+    let sched: Vec<&Vec<(i64, i64)>> =
+        tids.iter().map(|t| &by[&(*t, "vibeserve.engine.scheduling".to_string())]).collect();
     let stragglers = doc["stragglers"].as_array().unwrap();
     assert_eq!(stragglers.len(), 124);
     let mut slept = 0;
@@ -845,7 +928,10 @@ fn two_rank_capture_finds_the_straggler_and_each_ranks_communication() {
     };
     let sum = |k: &str| steps.iter().map(|s| s[k].as_i64().unwrap()).sum::<i64>();
     assert_eq!(sum("wall_ns"), csv("nvtx_sum", "vibeserve.engine.iteration", "Total Time (ns)"));
-    assert_eq!(doc["distributions"]["wall"]["max"].as_i64().unwrap(), csv("nvtx_sum", "vibeserve.engine.iteration", "Max (ns)"));
+    assert_eq!(
+        doc["distributions"]["wall"]["max"].as_i64().unwrap(),
+        csv("nvtx_sum", "vibeserve.engine.iteration", "Max (ns)")
+    );
     assert_eq!(sum("host_comm_ns"), csv("nvtx_sum", "vibeserve.comm.all_reduce", "Total Time (ns)"));
     assert_eq!(sum("gpu_span_ns"), csv("nvtx_gpu_proj_sum", "vibeserve.engine.iteration", "Total Proj Time (ns)"));
     // a shared device: both processes on device 0; the per-step idle split never exceeds the step's own idle

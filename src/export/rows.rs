@@ -714,7 +714,12 @@ pub struct DeviceOp {
 impl Export {
     /// Every valid row of one device table as a [`DeviceOp`] (none when the table is absent); invalid
     /// intervals are counted in `skips`. KERNEL requires `demangledName` as well.
-    pub fn device_ops(&self, kind: DeviceKind, skips: &mut RowSkips, mut f: impl FnMut(DeviceOp) -> Result<()>) -> Result<()> {
+    pub fn device_ops(
+        &self,
+        kind: DeviceKind,
+        skips: &mut RowSkips,
+        mut f: impl FnMut(DeviceOp) -> Result<()>,
+    ) -> Result<()> {
         let tbl = kind.table();
         let Some(t) = self.optional(tbl, &cols::DEVICE)? else { return Ok(()) };
         let name = if kind == DeviceKind::Kernel {

@@ -333,10 +333,7 @@ pub fn build(export: &Export) -> Result<Timelines> {
     let launch_ids: HashSet<i64> =
         calls.values().filter(|c| matches!(c.api, Api::KernelLaunch | Api::GraphLaunch)).map(|c| c.name_id).collect();
     let call_names = export.strings_for(&launch_ids)?;
-    let devices = by_dev
-        .into_iter()
-        .map(|(dev, ops)| device_timeline(dev, ops, &calls, &syncs, &call_names))
-        .collect();
+    let devices = by_dev.into_iter().map(|(dev, ops)| device_timeline(dev, ops, &calls, &syncs, &call_names)).collect();
     Ok(Timelines { devices, nccl_keys, ambiguous_keys, nccl_kernels, skips })
 }
 
@@ -458,7 +455,7 @@ fn device_timeline(
     // launch latency, per launch (one runtime call, its first row on this device)
     let (mut kl, mut gl, mut graph_level) = (Vec::new(), Vec::new(), 0u64);
     let mut by_api: BTreeMap<String, u64> = BTreeMap::new();
-    let mut firsts: Vec<(&(i64, i64), &(i64, DeviceKind, bool))> = first.iter().collect();
+    let mut firsts: Vec<_> = first.iter().collect();
     firsts.sort_unstable_by_key(|(k, _)| **k);
     for (key, &(start, kind, _node)) in firsts {
         let Some(c) = calls.get(key) else { continue };
@@ -472,7 +469,10 @@ fn device_timeline(
             }
             _ => continue,
         }
-        let n = names.get(&c.name_id).map(|n| base_name(n).to_string()).unwrap_or_else(|| format!("<name id {}>", c.name_id));
+        let n = names
+            .get(&c.name_id)
+            .map(|n| base_name(n).to_string())
+            .unwrap_or_else(|| format!("<name id {}>", c.name_id));
         *by_api.entry(n).or_default() += 1;
     }
     let queue_depth = queue(&ops, &issue);
@@ -519,7 +519,14 @@ fn queue(ops: &[Op], issue: &dyn Fn(&Op) -> i64) -> QueueDepth {
     }
     ev.sort_unstable();
     let (Some(&(t0, _)), Some(&(t1, _))) = (ev.first(), ev.last()) else {
-        return QueueDepth { max: 0, mean: 0.0, empty_share: 0.0, at_issue: Dist::default(), bucket_ns: 0, series: Vec::new() };
+        return QueueDepth {
+            max: 0,
+            mean: 0.0,
+            empty_share: 0.0,
+            at_issue: Dist::default(),
+            bucket_ns: 0,
+            series: Vec::new(),
+        };
     };
     let window = (t1 - t0).max(1);
     let points = QUEUE_SERIES_POINTS.min(window);
@@ -582,9 +589,7 @@ impl DeviceTimeline {
     /// Fill `in_steps`, `between_steps`, `outside_steps` from the GPU spans of the steps on this device.
     pub fn set_step_spans(&mut self, spans: Vec<(i64, i64)>) {
         let u = union(spans);
-        let total = IdleSplit::from(
-            IDLE_NAMES.map(|n| self.idle.categories.get(n).map(|c| c.ns).unwrap_or(0)),
-        );
+        let total = IdleSplit::from(IDLE_NAMES.map(|n| self.idle.categories.get(n).map(|c| c.ns).unwrap_or(0)));
         let mut inside = [0i64; 4];
         for &(a, b) in &u {
             let s = self.idle_in(a, b).values();

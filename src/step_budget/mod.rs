@@ -470,9 +470,8 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
         let c = step_components(o.start, o.end, &iv[i], &names, &tl.nccl_keys, &host_comm);
         debug_assert_eq!(c.sum(), o.end - o.start);
         let gap = idx.get(k + 1).map(|&j| a.occurrences[j].start - o.end);
-        let comm_busy = union_len(
-            iv[i].device.iter().filter(|d| is_comm(d, &tl.nccl_keys)).map(|d| (d.start, d.end)).collect(),
-        );
+        let comm_busy =
+            union_len(iv[i].device.iter().filter(|d| is_comm(d, &tl.nccl_keys)).map(|d| (d.start, d.end)).collect());
         let mut idle = IdleSplit::default();
         if let (Some(fs), Some(le)) = (m.first_device_start, m.last_device_end) {
             let devs: std::collections::BTreeSet<i64> = iv[i].device.iter().map(|d| d.device_id).collect();
@@ -812,11 +811,8 @@ fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<R
     }
     for (r, &pid) in rank_pids.iter().enumerate() {
         let mine: Vec<Step> = per_rank[r].iter().map(|s| (*s).clone()).collect();
-        let mut devices: Vec<(i64, i64)> = tl
-            .devices
-            .iter()
-            .filter_map(|d| d.busy_by_pid.get(&pid).map(|&b| (d.device_id, b)))
-            .collect();
+        let mut devices: Vec<(i64, i64)> =
+            tl.devices.iter().filter_map(|d| d.busy_by_pid.get(&pid).map(|&b| (d.device_id, b))).collect();
         devices.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
         let device_id = devices.first().map(|d| d.0);
         let (mut comm, mut exposed, mut compute) = (0, 0, 0);
