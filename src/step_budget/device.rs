@@ -264,55 +264,72 @@ pub fn overlap(a: &[(i64, i64)], b: &[(i64, i64)]) -> i64 {
 /// Read every device row and its issuing runtime call, and analyse each device.
 pub fn build(export: &Export) -> Result<Timelines> {
     let mut skips = RowSkips::new();
-    let mut raw: Vec<(crate::export::rows::DeviceOp, i64)> = Vec::new();
+    // per device: (op, kernel name id)
+    let mut by_dev: BTreeMap<i64, Vec<(Op, Option<i64>)>> = BTreeMap::new();
+    let mut wanted: HashSet<(i64, i64)> = HashSet::new();
+    let mut name_ids: HashSet<i64> = HashSet::new();
     for kind in DeviceKind::ALL {
-        export.device_ops(kind, &mut skips, |op| {
-            raw.push((op, op.row.device_id.unwrap_or(-1)));
+        export.device_ops(kind, &mut skips, |o| {
+            let pid = o.row.global_pid.unwrap_or(-1);
+            if let Some(c) = o.row.correlation_id {
+                wanted.insert((pid, c));
+            }
+            if let Some(n) = o.name_id {
+                name_ids.insert(n);
+            }
+            let op = Op {
+                start: o.row.start,
+                end: o.row.end,
+                kind,
+                pid,
+                corr: o.row.correlation_id,
+                node: o.graph_node_id.is_some(),
+                nccl: false,
+            };
+            by_dev.entry(o.row.device_id.unwrap_or(-1)).or_default().push((op, o.name_id));
             Ok(())
         })?;
     }
-    let name_ids: HashSet<i64> = raw.iter().filter_map(|(o, _)| o.name_id).collect();
-    let kernel_names = export.strings_for(&name_ids)?;
-    let is_nccl = |id: Option<i64>| {
-        id.and_then(|i| kernel_names.get(&i)).is_some_and(|n| n.to_ascii_lowercase().contains("nccl"))
-    };
-    let mut by_dev: BTreeMap<i64, Vec<Op>> = BTreeMap::new();
-    let mut keys: HashMap<(i64, i64, i64), (bool, bool)> = HashMap::new();
-    let mut wanted: HashSet<(i64, i64)> = HashSet::new();
-    let mut nccl_kernels = 0u64;
-    for (o, dev) in &raw {
-        let nccl = o.kind == DeviceKind::Kernel && is_nccl(o.name_id);
-        let pid = o.row.global_pid.unwrap_or(-1);
-        if let Some(c) = o.row.correlation_id {
-            wanted.insert((pid, c));
+    // one pass over StringIds: NCCL kernel names, runtime API classes, launch API names
+    let mut nccl_ids: HashSet<i64> = HashSet::new();
+    let mut api_of: HashMap<i64, Api> = HashMap::new();
+    let mut api_names: HashMap<i64, String> = HashMap::new();
+    export.for_each_string(|id, v| {
+        let Ok(v) = std::str::from_utf8(v) else { return };
+        if name_ids.contains(&id) && v.to_ascii_lowercase().contains("nccl") {
+            nccl_ids.insert(id);
         }
-        if o.kind == DeviceKind::Kernel {
-            let k = keys.entry((*dev, o.row.start, o.row.end)).or_default();
-            if nccl {
-                k.0 = true;
-                nccl_kernels += 1;
-            } else {
-                k.1 = true;
+        let a = classify(v);
+        if a != Api::Other {
+            api_of.insert(id, a);
+            if matches!(a, Api::KernelLaunch | Api::GraphLaunch) {
+                api_names.insert(id, base_name(v).to_string());
             }
         }
-        by_dev.entry(*dev).or_default().push(Op {
-            start: o.row.start,
-            end: o.row.end,
-            kind: o.kind,
-            pid,
-            corr: o.row.correlation_id,
-            node: o.graph_node_id.is_some(),
-            nccl,
-        });
-    }
-    drop(raw);
-    let nccl_keys: HashSet<(i64, i64, i64)> = keys.iter().filter(|(_, v)| v.0).map(|(k, _)| *k).collect();
-    let ambiguous_keys = keys.values().filter(|v| v.0 && v.1).count() as u64;
-    // runtime API classes by name id, then the calls that issued a device row and each thread's sync calls
-    let api_of: HashMap<i64, Api> = export.string_ids_where(|s| {
-        let a = classify(s);
-        (a != Api::Other).then_some(a)
     })?;
+    let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();
+    let mut nccl_kernels = 0u64;
+    let mut devs: BTreeMap<i64, Vec<Op>> = BTreeMap::new();
+    for (dev, v) in by_dev {
+        let ops: Vec<Op> = v
+            .into_iter()
+            .map(|(mut o, n)| {
+                o.nccl = o.kind == DeviceKind::Kernel && n.is_some_and(|n| nccl_ids.contains(&n));
+                if o.nccl {
+                    nccl_kernels += 1;
+                    nccl_keys.insert((dev, o.start, o.end));
+                }
+                o
+            })
+            .collect();
+        devs.insert(dev, ops);
+    }
+    let ambiguous_keys = devs
+        .iter()
+        .flat_map(|(d, v)| v.iter().map(move |o| (*d, o)))
+        .filter(|(d, o)| o.kind == DeviceKind::Kernel && !o.nccl && nccl_keys.contains(&(*d, o.start, o.end)))
+        .count() as u64;
+    // the calls that issued a device row, and each thread's sync calls
     let mut calls: HashMap<(i64, i64), Call> = HashMap::new();
     let mut syncs: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
     export.runtime_calls(&mut skips, |r| {
@@ -329,11 +346,9 @@ pub fn build(export: &Export) -> Result<Timelines> {
         }
         Ok(())
     })?;
+    drop(wanted);
     let syncs: HashMap<i64, Vec<(i64, i64)>> = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
-    let launch_ids: HashSet<i64> =
-        calls.values().filter(|c| matches!(c.api, Api::KernelLaunch | Api::GraphLaunch)).map(|c| c.name_id).collect();
-    let call_names = export.strings_for(&launch_ids)?;
-    let devices = by_dev.into_iter().map(|(dev, ops)| device_timeline(dev, ops, &calls, &syncs, &call_names)).collect();
+    let devices = devs.into_iter().map(|(dev, ops)| device_timeline(dev, ops, &calls, &syncs, &api_names)).collect();
     Ok(Timelines { devices, nccl_keys, ambiguous_keys, nccl_kernels, skips })
 }
 
@@ -469,10 +484,7 @@ fn device_timeline(
             }
             _ => continue,
         }
-        let n = names
-            .get(&c.name_id)
-            .map(|n| base_name(n).to_string())
-            .unwrap_or_else(|| format!("<name id {}>", c.name_id));
+        let n = names.get(&c.name_id).cloned().unwrap_or_else(|| format!("<name id {}>", c.name_id));
         *by_api.entry(n).or_default() += 1;
     }
     let queue_depth = queue(&ops, &issue);
