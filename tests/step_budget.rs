@@ -522,6 +522,11 @@ fn two_rank_synthetic_idle_launch_comm_and_stragglers_are_the_hand_computed_ones
     assert_eq!(comps(&steps[1]), vec![250, 0, 0, 20, 0, 80, 650]);
     assert_eq!(comps(&steps[2]), vec![150, 0, 0, 20, 0, 90, 740]);
     assert_eq!(comps(&steps[3]), vec![50, 0, 0, 20, 0, 280, 750]);
+    assert_eq!(doc["nccl_kernels"], 4);
+    assert_eq!(
+        doc["nccl_by_name"],
+        serde_json::json!([{"name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "count": 4, "total_ns": 750}])
+    );
     let comm: Vec<i64> = steps.iter().map(|s| s["comm_busy_ns"].as_i64().unwrap()).collect();
     assert_eq!(comm, vec![300, 80, 90, 280]);
     // per-step idle split inside the step's GPU span

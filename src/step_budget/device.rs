@@ -223,7 +223,17 @@ pub struct Timelines {
     /// Keys shared by an NCCL and a non-NCCL kernel row (then counted as NCCL).
     pub ambiguous_keys: u64,
     pub nccl_kernels: u64,
+    pub nccl_by_name: Vec<NcclKernels>,
     pub skips: RowSkips,
+}
+
+/// The NCCL kernel rows of one demangled name, whole capture.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NcclKernels {
+    pub name: String,
+    pub count: u64,
+    /// Σ duration (a sum over rows, not a union).
+    pub total_ns: i64,
 }
 
 /// Union of intervals, sorted and disjoint.
@@ -292,12 +302,14 @@ pub fn build(export: &Export) -> Result<Timelines> {
     }
     // one pass over StringIds: NCCL kernel names, runtime API classes, launch API names
     let mut nccl_ids: HashSet<i64> = HashSet::new();
+    let mut nccl_names: HashMap<i64, String> = HashMap::new();
     let mut api_of: HashMap<i64, Api> = HashMap::new();
     let mut api_names: HashMap<i64, String> = HashMap::new();
     export.for_each_string(|id, v| {
         let Ok(v) = std::str::from_utf8(v) else { return };
         if name_ids.contains(&id) && v.to_ascii_lowercase().contains("nccl") {
             nccl_ids.insert(id);
+            nccl_names.insert(id, v.to_string());
         }
         let a = classify(v);
         if a != Api::Other {
@@ -309,6 +321,7 @@ pub fn build(export: &Export) -> Result<Timelines> {
     })?;
     let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();
     let mut nccl_kernels = 0u64;
+    let mut by_name: BTreeMap<String, (u64, i64)> = BTreeMap::new();
     let mut devs: BTreeMap<i64, Vec<Op>> = BTreeMap::new();
     for (dev, v) in by_dev {
         let ops: Vec<Op> = v
@@ -318,6 +331,11 @@ pub fn build(export: &Export) -> Result<Timelines> {
                 if o.nccl {
                     nccl_kernels += 1;
                     nccl_keys.insert((dev, o.start, o.end));
+                    if let Some(name) = n.and_then(|n| nccl_names.get(&n)) {
+                        let e = by_name.entry(name.clone()).or_insert((0, 0));
+                        e.0 += 1;
+                        e.1 += o.end - o.start;
+                    }
                 }
                 o
             })
@@ -349,7 +367,10 @@ pub fn build(export: &Export) -> Result<Timelines> {
     drop(wanted);
     let syncs: HashMap<i64, Vec<(i64, i64)>> = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
     let devices = devs.into_iter().map(|(dev, ops)| device_timeline(dev, ops, &calls, &syncs, &api_names)).collect();
-    Ok(Timelines { devices, nccl_keys, ambiguous_keys, nccl_kernels, skips })
+    let mut nccl_by_name: Vec<NcclKernels> =
+        by_name.into_iter().map(|(name, (count, total_ns))| NcclKernels { name, count, total_ns }).collect();
+    nccl_by_name.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
+    Ok(Timelines { devices, nccl_keys, ambiguous_keys, nccl_kernels, nccl_by_name, skips })
 }
 
 /// Split `[a, b)` into the parts covered by `cover` (sorted disjoint) and the rest, pushed as pieces.

@@ -24,7 +24,7 @@ use crate::contract::{Document, Error, Result, Tool};
 use crate::export::schema::DeviceKind;
 use crate::export::Export;
 use crate::ranges::{self, OccurrenceIntervals, RangesOptions};
-pub use device::{DeviceIdle, DeviceLaunch, IdleCategory, IdleSplit, LatencyDist, QueueDepth, IDLE_NAMES};
+pub use device::{DeviceIdle, DeviceLaunch, IdleCategory, IdleSplit, LatencyDist, NcclKernels, QueueDepth, IDLE_NAMES};
 
 /// Default of `--outlier-factor`: a step whose wall exceeds this many times the median wall is an outlier.
 pub const DEFAULT_OUTLIER_FACTOR: f64 = 2.0;
@@ -213,6 +213,8 @@ pub struct StepBudgetDoc {
     pub graph_level: bool,
     /// KERNEL rows of the capture whose name contains `nccl` (case-insensitive).
     pub nccl_kernels: u64,
+    /// Those rows by demangled name, largest total first.
+    pub nccl_by_name: Vec<NcclKernels>,
     pub steps: Vec<Step>,
     /// `wall`, `gpu_busy`, `gpu_idle_in_span`, `host_gap_to_next` and every component over all steps.
     pub distributions: BTreeMap<String, Dist>,
@@ -601,6 +603,7 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
         outlier_factor: opts.outlier_factor,
         graph_level,
         nccl_kernels,
+        nccl_by_name: tl.nccl_by_name.clone(),
         steps,
         distributions,
         totals,
