@@ -902,6 +902,14 @@ fn two_rank_capture_finds_the_straggler_and_each_ranks_communication() {
         assert!(rank["totals"]["comm"].as_i64().unwrap() > 0);
         assert_eq!(rank["exposed_comm_ns"], 0);
     }
+    // pacing and host gaps are per rank: the next step of the same process
+    assert_eq!(doc["pacing"]["intervals"]["count"], 246);
+    assert_eq!(ranks[0]["pacing"]["intervals"]["count"], 123);
+    assert_eq!(steps.iter().filter(|s| s["host_gap_to_next_ns"].is_null()).count(), 2);
+    for w in steps.iter().filter(|s| s["rank"] == 1).collect::<Vec<_>>().windows(2) {
+        let end = w[0]["start_ns"].as_i64().unwrap() + w[0]["wall_ns"].as_i64().unwrap();
+        assert_eq!(w[0]["host_gap_to_next_ns"].as_i64().unwrap(), w[1]["start_ns"].as_i64().unwrap() - end);
+    }
     // the sleeping rank of each matched step, from the scheduling ranges (≥ 1.5 ms)
     let sched: Vec<&Vec<(i64, i64)>> =
         tids.iter().map(|t| &by[&(*t, "vibeserve.engine.scheduling".to_string())]).collect();

@@ -117,7 +117,8 @@ pub struct Step {
     pub gpu_idle_in_span_ns: i64,
     pub first_device_start_ns: Option<i64>,
     pub last_device_end_ns: Option<i64>,
-    /// Next step's start minus this step's end (null for the last step; negative when they overlap).
+    /// The next step of its rank: its start minus this step's end (null for the last step of the rank; negative
+    /// when they overlap).
     pub host_gap_to_next_ns: Option<i64>,
     /// Index into `ranks[]`: the step's process.
     pub rank: usize,
@@ -301,6 +302,8 @@ pub struct RankBudget {
     pub compute_busy_ns: i64,
     /// Matched steps at which it is the straggler.
     pub straggler_steps: usize,
+    /// Start-to-start intervals of its steps.
+    pub pacing: Option<Pacing>,
 }
 
 /// The straggler of one matched step.
@@ -471,7 +474,9 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
         let host_comm = host_comm_of(&comm_occ, o.global_tid, o.start, o.end);
         let c = step_components(o.start, o.end, &iv[i], &names, &tl.nccl_keys, &host_comm);
         debug_assert_eq!(c.sum(), o.end - o.start);
-        let gap = idx.get(k + 1).map(|&j| a.occurrences[j].start - o.end);
+        // the next step of the same rank (process)
+        let rank_of = |j: usize| crate::export::ns_of(a.occurrences[j].global_tid);
+        let gap = idx[k + 1..].iter().find(|&&j| rank_of(j) == rank_of(i)).map(|&j| a.occurrences[j].start - o.end);
         let comm_busy =
             union_len(iv[i].device.iter().filter(|d| is_comm(d, &tl.nccl_keys)).map(|d| (d.start, d.end)).collect());
         let mut idle = IdleSplit::default();
@@ -846,6 +851,7 @@ fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<R
             exposed_comm_ns: exposed,
             compute_busy_ns: compute,
             straggler_steps: 0,
+            pacing: pacing_of(&mine),
         });
     }
     let mut stragglers = Vec::new();
@@ -892,8 +898,15 @@ fn distributions_of(steps: &[Step], all: bool) -> BTreeMap<String, Dist> {
     d
 }
 
+/// Start-to-start intervals of consecutive steps of the same rank (all ranks' intervals together).
 fn pacing_of(steps: &[Step]) -> Option<Pacing> {
-    let iv: Vec<i64> = steps.windows(2).map(|w| w[1].start_ns - w[0].start_ns).collect();
+    let mut last: BTreeMap<usize, i64> = BTreeMap::new();
+    let mut iv: Vec<i64> = Vec::new();
+    for s in steps {
+        if let Some(p) = last.insert(s.rank, s.start_ns) {
+            iv.push(s.start_ns - p);
+        }
+    }
     if iv.is_empty() {
         return None;
     }
