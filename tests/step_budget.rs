@@ -955,3 +955,35 @@ fn two_rank_capture_finds_the_straggler_and_each_ranks_communication() {
         assert!(sum <= s["gpu_idle_in_span_ns"].as_i64().unwrap());
     }
 }
+
+/// The union of the compute kernels of a rank's device against nsys's own `cuda_gpu_kern_sum` (Σ kernel time):
+/// equal where no two kernels overlap (one stream), never above it.
+#[test]
+fn compute_busy_matches_nsys_cuda_gpu_kern_sum() {
+    let dir = tempfile::tempdir().unwrap();
+    for (rel, stats, exact) in [
+        ("nsys-2025.3.1/decode_clean.sqlite", "decode_clean", true),
+        ("nsys-2025.3.1/decode_mixed.sqlite", "decode_mixed", false),
+        ("nsys-2025.3.1/two_rank.sqlite.xz", "two_rank", true),
+    ] {
+        let f = export(rel, dir.path());
+        let (code, doc, err) = step_budget(&[f.to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        let text =
+            std::fs::read_to_string(fixture(&format!("nsys-2025.3.1/stats/{stats}_cuda_gpu_kern_sum.csv"))).unwrap();
+        let mut lines = text.lines();
+        let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let ci = head.iter().position(|h| *h == "Total Time (ns)").unwrap();
+        // kernel names may hold commas inside quotes: the total is the second column here, before any name
+        assert!(ci < 3, "{head:?}");
+        let total: i64 = lines.map(|l| l.split(',').nth(ci).unwrap().parse::<f64>().unwrap() as i64).sum();
+        for r in doc["ranks"].as_array().unwrap() {
+            let busy = r["compute_busy_ns"].as_i64().unwrap();
+            if exact {
+                assert_eq!(busy, total, "{rel}");
+            } else {
+                assert!(busy <= total && (total - busy) * 100_000 < total, "{rel}: {busy} vs {total}");
+            }
+        }
+    }
+}
