@@ -577,8 +577,13 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
     let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, &a, &iv, &names, &tl.nccl_keys, &comm_occ);
     let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
     let mut notes = Vec::new();
-    if nccl_kernels == 0 {
+    if nccl_kernels == 0 && comm_labels.is_empty() {
         notes.push("no NCCL kernel in the capture: comm is 0".into());
+    } else if nccl_kernels == 0 {
+        notes.push(format!(
+            "no NCCL kernel in the capture: comm is the host time in the communication ranges ({})",
+            comm_labels.join(", ")
+        ));
     } else {
         notes.push(format!("{nccl_kernels} NCCL kernels in the capture: their wall not covered by a compute kernel of the step is comm"));
     }
@@ -587,6 +592,22 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
             "{} kernel rows share (device, start, end) with an NCCL kernel row: counted as NCCL",
             tl.ambiguous_keys
         ));
+    }
+    if !stragglers.is_empty() {
+        for r in &ranks {
+            let leads: Vec<i64> = stragglers.iter().filter(|x| x.rank == r.rank).map(|x| x.lead_ns).collect();
+            if !leads.is_empty() {
+                notes.push(format!(
+                    "rank {} (pid {}) is the straggler of {} of {} matched steps (median lead {} ns, max {} ns)",
+                    r.rank,
+                    r.pid,
+                    leads.len(),
+                    stragglers.len(),
+                    dist(leads.iter().copied()).median,
+                    leads.iter().max().unwrap()
+                ));
+            }
+        }
     }
     let graph_rows: usize = tl.devices.iter().map(|d| d.launch.graph_launch.count).sum();
     if steps.iter().any(|s| s.graph_launches > 0) && graph_rows == 0 {
