@@ -591,6 +591,11 @@ fn two_rank_synthetic_idle_launch_comm_and_stragglers_are_the_hand_computed_ones
     assert_eq!((r[0]["comm_busy_ns"].as_i64(), r[0]["exposed_comm_ns"].as_i64()), (Some(390), Some(290)));
     assert_eq!((r[1]["comm_busy_ns"].as_i64(), r[1]["exposed_comm_ns"].as_i64()), (Some(360), Some(360)));
     assert_eq!(r[0]["totals"]["comm"], 290);
+    // each rank's own launches: rank 1 launched 40, 290, 40, 90 ns before its kernels started
+    assert_eq!(r[0]["kernel_launch"], l0["kernel_launch"]);
+    let k1 = &r[1]["kernel_launch"];
+    assert_eq!((k1["count"].as_i64(), k1["median"].as_i64(), k1["max"].as_i64()), (Some(4), Some(40), Some(290)));
+    assert_eq!(r[1]["graph_launch"]["count"], 0);
     assert_eq!(r[1]["totals"]["wall"], 2100);
     // stragglers: the rank with the least NCCL time in the matched step (the others wait for it)
     let st = doc["stragglers"].as_array().unwrap();

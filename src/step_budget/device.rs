@@ -209,6 +209,8 @@ pub struct DeviceTimeline {
     nccl_by_pid: BTreeMap<i64, Vec<(i64, i64)>>,
     /// Union busy per process on the device.
     pub busy_by_pid: BTreeMap<i64, i64>,
+    /// `(kernel launch, graph launch)` latencies per process on the device.
+    pub launch_by_pid: BTreeMap<i64, (LatencyDist, LatencyDist)>,
     pub idle: DeviceIdle,
     pub launch: DeviceLaunch,
 }
@@ -491,14 +493,20 @@ fn device_timeline(
     // launch latency, per launch (one runtime call, its first row on this device)
     let (mut kl, mut gl, mut graph_level) = (Vec::new(), Vec::new(), 0u64);
     let mut by_api: BTreeMap<String, u64> = BTreeMap::new();
+    let mut by_pid_lat: BTreeMap<i64, (Vec<i64>, Vec<i64>)> = BTreeMap::new();
     let mut firsts: Vec<_> = first.iter().collect();
     firsts.sort_unstable_by_key(|(k, _)| **k);
     for (key, &(start, kind, _node)) in firsts {
         let Some(c) = calls.get(key) else { continue };
+        let mine = by_pid_lat.entry(key.0).or_default();
         match c.api {
-            Api::KernelLaunch => kl.push(start - c.start),
+            Api::KernelLaunch => {
+                kl.push(start - c.start);
+                mine.0.push(start - c.start);
+            }
             Api::GraphLaunch => {
                 gl.push(start - c.start);
+                mine.1.push(start - c.start);
                 if kind == DeviceKind::GraphTrace {
                     graph_level += 1;
                 }
@@ -518,6 +526,7 @@ fn device_timeline(
         compute,
         nccl_by_pid,
         busy_by_pid,
+        launch_by_pid: by_pid_lat.into_iter().map(|(p, (k, g))| (p, (latency(&k), latency(&g)))).collect(),
         idle: DeviceIdle {
             device_id: dev,
             processes,

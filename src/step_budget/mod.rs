@@ -304,6 +304,9 @@ pub struct RankBudget {
     pub straggler_steps: usize,
     /// Start-to-start intervals of its steps.
     pub pacing: Option<Pacing>,
+    /// Launch-to-start latency of its own launches on `device_id` (as in `launch[]`).
+    pub kernel_launch: LatencyDist,
+    pub graph_launch: LatencyDist,
 }
 
 /// The straggler of one matched step.
@@ -845,9 +848,13 @@ fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<R
         devices.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
         let device_id = devices.first().map(|d| d.0);
         let (mut comm, mut exposed, mut compute) = (0, 0, 0);
+        let (mut kl, mut gl) = (LatencyDist::default(), LatencyDist::default());
         if let Some(d) = tl.devices.iter().find(|d| Some(d.device_id) == device_id) {
             (comm, exposed) = d.comm_of(pid);
             compute = d.compute_busy();
+            if let Some(l) = d.launch_by_pid.get(&pid) {
+                (kl, gl) = *l;
+            }
         }
         let mut distributions = distributions_of(&mine, false);
         distributions.insert("comm_busy".into(), dist(mine.iter().map(|s| s.comm_busy_ns)));
@@ -873,6 +880,8 @@ fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<R
             compute_busy_ns: compute,
             straggler_steps: 0,
             pacing: pacing_of(&mine),
+            kernel_launch: kl,
+            graph_launch: gl,
         });
     }
     let mut stragglers = Vec::new();
