@@ -992,3 +992,60 @@ fn compute_busy_matches_nsys_cuda_gpu_kern_sum() {
         }
     }
 }
+
+/// The export layer's `device_ops` reader (added for the device timelines) against SQL: rows per table,
+/// and how many carry a stream, a graph node and (KERNEL) a name, on every nsys version.
+#[test]
+fn device_ops_reader_matches_the_tables() {
+    use nsyskit::export::schema::DeviceKind;
+    for rel in [
+        "nsys-2025.3.1/serve_node.sqlite",
+        "nsys-2025.3.1/gpu_full_graph.sqlite",
+        "nsys-2023.4.4/gpu_range_node.sqlite",
+    ] {
+        let f = fixture(rel);
+        let ex = nsyskit::export::Export::open(&f).unwrap();
+        let c = Connection::open_with_flags(&f, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        for kind in DeviceKind::ALL {
+            let t = kind.table();
+            let present: i64 =
+                c.query_row("SELECT count(*) FROM sqlite_master WHERE name = ?1", [t], |r| r.get(0)).unwrap();
+            let mut skips = nsyskit::export::RowSkips::new();
+            let (mut n, mut stream, mut node, mut named) = (0i64, 0i64, 0i64, 0i64);
+            ex.device_ops(kind, &mut skips, |o| {
+                assert_eq!(o.kind, kind);
+                n += 1;
+                stream += o.stream_id.is_some() as i64;
+                node += o.graph_node_id.is_some() as i64;
+                named += o.name_id.is_some() as i64;
+                Ok(())
+            })
+            .unwrap();
+            if present == 0 {
+                assert_eq!(n, 0, "{rel} {t}");
+                continue;
+            }
+            let cols: Vec<String> = c
+                .prepare(&format!("PRAGMA table_info({t})"))
+                .unwrap()
+                .query_map([], |r| r.get::<_, String>(1))
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect();
+            let q = |w: &str| -> i64 {
+                c.query_row(
+                    &format!("SELECT count(*) FROM {t} WHERE start IS NOT NULL AND end >= start AND {w}"),
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap()
+            };
+            assert_eq!(n, q("1"), "{rel} {t}");
+            assert!(n > 0 || kind != DeviceKind::Kernel, "{rel}");
+            let has = |col: &str| cols.iter().any(|x| x == col);
+            assert_eq!(stream, if has("streamId") { q("streamId IS NOT NULL") } else { 0 }, "{rel} {t}");
+            assert_eq!(node, if has("graphNodeId") { q("graphNodeId IS NOT NULL") } else { 0 }, "{rel} {t}");
+            assert_eq!(named, if kind == DeviceKind::Kernel { q("demangledName IS NOT NULL") } else { 0 }, "{rel} {t}");
+        }
+    }
+}
