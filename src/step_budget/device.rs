@@ -187,6 +187,8 @@ struct Op {
     corr: Option<i64>,
     node: bool,
     nccl: bool,
+    /// Its call's start (at most its own start), else its start.
+    issue: i64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -297,6 +299,7 @@ pub fn build(export: &Export) -> Result<Timelines> {
                 corr: o.row.correlation_id,
                 node: o.graph_node_id.is_some(),
                 nccl: false,
+                issue: o.row.start,
             };
             by_dev.entry(o.row.device_id.unwrap_or(-1)).or_default().push((op, o.name_id));
             Ok(())
@@ -405,8 +408,10 @@ fn device_timeline(
     names: &HashMap<i64, String>,
 ) -> DeviceTimeline {
     let call_of = |o: &Op| o.corr.and_then(|c| calls.get(&(o.pid, c)));
-    let issue = |o: &Op| call_of(o).map(|c| c.start.min(o.start)).unwrap_or(o.start);
-    ops.sort_by_key(|o| (o.start, issue(o), o.end));
+    for o in ops.iter_mut() {
+        o.issue = call_of(o).map(|c| c.start.min(o.start)).unwrap_or(o.start);
+    }
+    ops.sort_unstable_by_key(|o| (o.start, o.issue, o.end, o.pid, o.corr));
     // first start of each launch (its correlationId) on this device
     let mut first: HashMap<(i64, i64), (i64, DeviceKind, bool)> = HashMap::new();
     for o in &ops {
@@ -516,7 +521,7 @@ fn device_timeline(
         let n = names.get(&c.name_id).cloned().unwrap_or_else(|| format!("<name id {}>", c.name_id));
         *by_api.entry(n).or_default() += 1;
     }
-    let queue_depth = queue(&ops, &issue);
+    let queue_depth = queue(&ops);
     let processes: Vec<i64> = ops.iter().map(|o| o.pid).collect::<BTreeSet<_>>().into_iter().collect();
     let idle_ns = (span_end - span_start) - busy;
     debug_assert_eq!(idle_ns, pieces.iter().map(|p| p.1 - p.0).sum::<i64>());
@@ -553,10 +558,10 @@ fn device_timeline(
 }
 
 /// The queue-depth sweep: +1 at each row's issue, −1 at its end (ends before issues at the same ns).
-fn queue(ops: &[Op], issue: &dyn Fn(&Op) -> i64) -> QueueDepth {
+fn queue(ops: &[Op]) -> QueueDepth {
     let mut ev: Vec<(i64, i8)> = Vec::with_capacity(ops.len() * 2);
     for o in ops {
-        ev.push((issue(o), 1));
+        ev.push((o.issue, 1));
         ev.push((o.end, -1));
     }
     ev.sort_unstable();
