@@ -909,6 +909,12 @@ fn two_rank_capture_finds_the_straggler_and_each_ranks_communication() {
         assert!(rank["totals"]["comm"].as_i64().unwrap() > 0);
         assert_eq!(rank["exposed_comm_ns"], 0);
     }
+    // the GLOO all_reduce is the largest share of the typical steps (51.8 %): comm_bound, saying which comm
+    assert_eq!(doc["verdict"]["class"], "comm_bound");
+    assert!(doc["verdict"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("host communication ranges (vibeserve.comm.all_reduce)"));
     // pacing and host gaps are per rank: the next step of the same process
     assert_eq!(doc["pacing"]["intervals"]["count"], 246);
     assert_eq!(ranks[0]["pacing"]["intervals"]["count"], 123);

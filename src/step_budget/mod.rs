@@ -577,6 +577,14 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
     }
     let mut verdict = verdict_of(&vt, &distributions, pacing.as_ref(), graph_level, nccl_kernels);
     verdict.steps_used = typical.len();
+    if verdict.class == "comm_bound" {
+        let what = match (nccl_kernels > 0, comm_labels.is_empty()) {
+            (true, true) => "exposed NCCL kernels".to_string(),
+            (true, false) => format!("exposed NCCL kernels and host communication ranges ({})", comm_labels.join(", ")),
+            _ => format!("host communication ranges ({})", comm_labels.join(", ")),
+        };
+        verdict.reason.push_str(&format!("; comm here is {what}"));
+    }
     let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, &a, &iv, &names, &tl.nccl_keys, &comm_occ);
     let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
     let mut notes = Vec::new();
