@@ -37,8 +37,11 @@ const SQLITE: [&str; 10] = [
 
 /// Real exports kept xz-compressed in the repository: decompressed once per run into the test's scratch folder
 /// (`CARGO_TARGET_TMPDIR/golden-xz/`, written `<XZ>` in the outputs).
-const SQLITE_XZ: [&str; 3] =
-    ["nsys-2025.3.1/hf_node.sqlite.xz", "nsys-2025.3.1/two_rank.sqlite.xz", "serve-capture-gpu-records/capture.sqlite.xz"];
+const SQLITE_XZ: [&str; 3] = [
+    "nsys-2025.3.1/hf_node.sqlite.xz",
+    "nsys-2025.3.1/two_rank.sqlite.xz",
+    "serve-capture-gpu-records/capture.sqlite.xz",
+];
 
 fn xz_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("golden-xz")
