@@ -110,6 +110,9 @@ pub struct Step {
     pub last_device_end_ns: Option<i64>,
     /// Next step's start minus this step's end (null for the last step; negative when they overlap).
     pub host_gap_to_next_ns: Option<i64>,
+    /// The batch geometry of the iteration record joined to this step (`--iteration-records`; docs/iterations.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geometry: Option<crate::iterations::StepGeometry>,
 }
 
 /// Order statistics (nearest rank) of a series of ns.
@@ -205,6 +208,10 @@ pub struct StepBudgetDoc {
     pub groups: Vec<Group>,
     pub verdict: Verdict,
     pub notes: Vec<String>,
+    /// `--iteration-records` / `--iterations`: the join, the window and the groups by phase and batch size
+    /// (docs/iterations.md); absent without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<crate::iterations::window::IterationsSection>,
 }
 
 impl Document for StepBudgetDoc {
@@ -277,6 +284,12 @@ fn is_launch(name: &str) -> bool {
 
 /// Analyse an open export.
 pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDoc> {
+    analyze_window(export, opts, None)
+}
+
+/// [`analyze`] restricted to the steps lying inside `window` (ns on the export's clock, as sqlite-ranges'
+/// `--window`); `--iterations` resolves to one (crate::iterations::window).
+pub fn analyze_window(export: &Export, opts: &StepBudgetOptions, window: Option<(i64, i64)>) -> Result<StepBudgetDoc> {
     if !(opts.outlier_factor.is_finite() && opts.outlier_factor > 1.0) {
         return Err(Error::usage(format!(
             "--outlier-factor {}: expected a number greater than 1",
@@ -284,7 +297,7 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
         ))
         .with_arg("--outlier-factor"));
     }
-    let ropts = RangesOptions { fold: opts.fold, ..Default::default() };
+    let ropts = RangesOptions { fold: opts.fold, window, ..Default::default() };
     // pass 1 (labels only) when the step label is not given: the doc's label counts
     let (label, choice) = match &opts.step {
         Some(l) => (l.clone(), "--step".to_string()),
@@ -361,6 +374,7 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
             first_device_start_ns: m.first_device_start,
             last_device_end_ns: m.last_device_end,
             host_gap_to_next_ns: gap,
+            geometry: None,
         });
     }
     // graph-level: the steps launch graphs (or own GRAPH_TRACE rows) and the export has no node-level row:
@@ -436,6 +450,7 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
         groups,
         verdict,
         notes,
+        iterations: None,
     })
 }
 
