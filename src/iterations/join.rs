@@ -37,7 +37,7 @@ pub const VOTE_WINDOW_NS: i64 = 50_000;
 /// Candidate offsets refined and compared.
 pub const CLUSTERS: usize = 16;
 /// Smallest match tolerance, ns.
-pub const MATCH_TOL_MIN_NS: i64 = 1_000;
+pub const MATCH_TOL_MIN_NS: i64 = 10_000;
 /// The match tolerance is this many times the p90 |start residual| of the best fit (at least [`MATCH_TOL_MIN_NS`]).
 pub const MATCH_TOL_P90_FACTOR: i64 = 4;
 /// A join needs at least this many matched records per rank.

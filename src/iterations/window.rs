@@ -505,14 +505,81 @@ pub fn geometry_groups(steps: &[step_budget::Step]) -> Vec<GeometryGroup> {
     out
 }
 
-/// report with `--iterations`: the time window of the export at `path` (records from `records`), or the RETRY.
-pub fn report_window(path: &Path, args: &IterationArgs) -> Result<Windowed<(i64, i64)>> {
-    let cap = crate::export::open_capture(path, None)?;
-    match prepare(&cap.export, args, "report")? {
-        Windowed::Doc(p) => Ok(Windowed::Doc(p.time_window.unwrap_or((i64::MIN, i64::MAX)))),
-        Windowed::Retry(mut d) => {
-            d.source = cap.source.path.clone();
-            Ok(Windowed::Retry(d))
-        }
+/// report with `--iteration-records` / `--iterations`: the ranges of the evidence are recomputed from the
+/// capture over the window before the classification. The capture is the input when it is an export, else
+/// the bundle's `kernel_profile.ranges.source.path`; the records are `--iteration-records`, else (a bundle)
+/// its `iterations.source` when that file exists.
+pub fn report_run(opts: &crate::report::ReportOptions, args: &IterationArgs) -> Result<Windowed<crate::report::ReportDoc>> {
+    let mut retry: Option<Box<IterationWindowDoc>> = None;
+    let mut note: Option<String> = None;
+    let result = crate::report::run_with(opts, |ev| {
+        let (capture, records) = match ev.kind.as_str() {
+            "bundle" => {
+                let b = ev.bundle.as_ref();
+                let cap = b.and_then(|b| b.pointer("/kernel_profile/ranges/source/path")).and_then(|v| v.as_str());
+                let Some(cap) = cap.map(PathBuf::from).filter(|p| p.is_file()) else {
+                    return Err(Error::input(format!(
+                        "{}: --iterations/--iteration-records need the capture: kernel_profile.ranges.source.path {} (give the .sqlite export instead)",
+                        ev.source,
+                        cap.map_or("is absent".to_string(), |c| format!("{c:?} is not a file"))
+                    ))
+                    .with_arg("--iterations"));
+                };
+                let rec = args.records.clone().or_else(|| {
+                    b.and_then(|b| b.pointer("/iterations/source"))
+                        .and_then(|v| v.as_str())
+                        .map(PathBuf::from)
+                        .filter(|p| p.is_file())
+                });
+                (cap, rec)
+            }
+            "ranges" => {
+                return Err(Error::input(format!(
+                    "{}: a ranges document cannot be windowed by iteration: give the capture (.sqlite) or a bundle",
+                    ev.source
+                ))
+                .with_arg("--iterations"))
+            }
+            _ => (opts.input.clone(), args.records.clone()),
+        };
+        let a = IterationArgs { records, step: opts.label.clone().or(args.step.clone()), fold: true, ..args.clone() };
+        let cap = crate::export::open_capture(&capture, None)?;
+        let prep = match prepare(&cap.export, &a, "report")? {
+            Windowed::Doc(p) => p,
+            Windowed::Retry(mut d) => {
+                d.source = ev.source.clone();
+                retry = Some(d);
+                return Err(Error::usage("the window selects no iteration"));
+            }
+        };
+        let ro = RangesOptions { fold: true, window: prep.time_window, ..Default::default() };
+        let doc = ranges::analyze_doc(&cap.export, &ro)?;
+        let bytes = serde_json::to_vec(&doc).map_err(|e| Error::input(format!("{}: ranges: {e}", cap.source.path)))?;
+        ev.ranges = Some(
+            serde_json::from_slice(&bytes).map_err(|e| Error::input(format!("{}: ranges: {e}", cap.source.path)))?,
+        );
+        let joined = prep.join.as_ref().map(|j| format!("; records joined: {} ({} of {} steps)", j.verdict, j.joined_steps, j.steps));
+        note = Some(match &prep.window {
+            Some(w) => format!(
+                "--iterations {}:{} ({} of {:?}): {} step(s) selected; the ranges were recomputed from {} over the time window {}:{}{}",
+                w.requested.start,
+                w.requested.end,
+                w.by,
+                prep.step_label,
+                w.selected_steps,
+                cap.source.path,
+                w.time_window_start_ns,
+                w.time_window_end_ns,
+                joined.unwrap_or_default()
+            ),
+            None => format!("--iteration-records: no window{}", joined.unwrap_or_default()),
+        });
+        Ok(())
+    });
+    if let Some(d) = retry {
+        return Ok(Windowed::Retry(d));
     }
+    let mut doc = result?;
+    doc.notes.extend(note);
+    Ok(Windowed::Doc(doc))
 }
