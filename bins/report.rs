@@ -36,7 +36,7 @@ struct Args {
     iteration_records: Option<std::path::PathBuf>,
     /// Classify only iterations START..=END: engine iteration indices with records, else occurrence indices of
     /// the step label (--label, else the iteration label); a window selecting no iteration is RETRY (exit 1)
-    #[arg(long, value_name = "START:END")]
+    #[arg(long, value_name = "START:END", allow_hyphen_values = true)]
     iterations: Option<String>,
     /// List at most N top kernels (0 = all)
     #[arg(long, default_value_t = 20, value_name = "N")]

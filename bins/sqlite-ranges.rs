@@ -43,7 +43,7 @@ struct Args {
     iteration_records: Option<PathBuf>,
     /// Analyse only iterations START..=END: engine iteration indices with --iteration-records, else occurrence
     /// indices (0-based, by start) of the step label; a window selecting no iteration is RETRY (exit 1)
-    #[arg(long, value_name = "START:END")]
+    #[arg(long, value_name = "START:END", allow_hyphen_values = true)]
     iterations: Option<String>,
     /// The step label for --iteration-records/--iterations (default: the iteration label, chosen as
     /// step-budget does)

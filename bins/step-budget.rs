@@ -37,7 +37,7 @@ struct Args {
     iteration_records: Option<PathBuf>,
     /// Analyse only iterations START..=END: engine iteration indices with --iteration-records, else step
     /// indices (0-based, by start); a window selecting no iteration is RETRY (exit 1)
-    #[arg(long, value_name = "START:END")]
+    #[arg(long, value_name = "START:END", allow_hyphen_values = true)]
     iterations: Option<String>,
     /// The nsys used to export an .nsys-rep (default: $NSYS_BIN, else nsys on PATH)
     #[arg(long, value_name = "PATH")]
