@@ -311,3 +311,148 @@ fn bad_windows_and_bad_records_exit_2() {
     assert_eq!(d["steps"].as_array().unwrap().len(), 10);
     assert_eq!(d["iterations"]["window"]["capture"]["steps"], 204);
 }
+
+/// `fixtures/REL` (xz) decompressed once into the test's scratch folder (xz, else Python's lzma).
+fn unxz(rel: &str) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("iterations-xz");
+    let out = dir.join(rel.trim_end_matches(".xz").replace('/', "_"));
+    if !out.is_file() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = common::fixture(rel);
+        let got = StdCommand::new("xz").arg("-dc").arg(&src).output().or_else(|_| {
+            StdCommand::new("python3")
+                .args(["-c", "import lzma,sys;sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())"])
+                .arg(&src)
+                .output()
+        });
+        let got = got.expect("xz or python3 is needed to read the .xz fixtures");
+        assert!(got.status.success(), "{rel}: {}", String::from_utf8_lossy(&got.stderr));
+        let part = out.with_extension("part");
+        std::fs::write(&part, &got.stdout).unwrap();
+        std::fs::rename(&part, &out).unwrap();
+    }
+    out
+}
+
+/// The H200 serve-capture run with records (nsys 2025.3.1, `scripts/gpu/vibeserve_http.py` writing
+/// `time.monotonic_ns()` records, a cudaProfilerApi range): the server's whole life is in the records (14 436),
+/// only the iterations inside the capture range are steps. Every step is joined to a record of its own
+/// iteration, and the geometry is the step's own: `graph_mode: full` exactly on the steps that launch a CUDA
+/// graph (counted by step-budget from the runtime calls, independently of the records), `none` on the eager
+/// prefills.
+#[test]
+fn records_join_the_steps_of_the_h200_serve_capture() {
+    let db = unxz("serve-capture-gpu-records/capture.sqlite.xz");
+    let recs = unxz("serve-capture-gpu-records/iterations.jsonl.xz");
+    let (code, doc, stderr) = bin("step-budget", &[s(&db), "--iteration-records", s(&recs), "--compact"]);
+    assert_eq!(code, 0, "{stderr}");
+    let j = &doc["iterations"]["join"];
+    assert_eq!(j["verdict"], "joined", "{j}");
+    assert_eq!(j["records"], 14436);
+    let steps = doc["steps"].as_array().unwrap();
+    let n = steps.len() as u64;
+    assert_eq!(n, 4318);
+    let rk = &j["ranks"][0];
+    assert_eq!(rk["matched"], n, "{rk}");
+    assert_eq!(rk["records_outside_capture"], 14436 - n, "{rk}");
+    assert_eq!(rk["steps_without_record"], 0);
+    // the engine's iterations inside the capture range: consecutive
+    let (first, last) = (rk["first_iteration"].as_u64().unwrap(), rk["last_iteration"].as_u64().unwrap());
+    assert_eq!(last - first + 1, n, "{rk}");
+    let res = &rk["start_residual"];
+    assert!(res["median_abs_ns"].as_i64().unwrap() < 2_000, "{res}");
+    let c = rk["candidates"].as_array().unwrap();
+    assert!(c[1]["median_abs_residual_ns"].as_i64().unwrap() > 20 * c[0]["median_abs_residual_ns"].as_i64().unwrap());
+    assert!(rk["drift_ppm"].as_f64().unwrap().abs() < 10.0, "{rk}");
+    let mut graphs = 0;
+    for (k, st) in steps.iter().enumerate() {
+        let g = &st["geometry"];
+        assert_eq!(g["iteration"], first + k as u64, "step {k}");
+        let launches = st["graph_launches"].as_u64().unwrap();
+        assert_eq!(g["graph_mode"] == "full", launches > 0, "step {k}: {g} with {launches} graph launches");
+        assert_eq!(g["phase"] == "prefill", g["graph_mode"] == "none", "step {k}: {g}");
+        graphs += (launches > 0) as u64;
+    }
+    assert_eq!(graphs, 4064, "the capture's cudaGraphLaunch count");
+    // framework elapsed (the host readings inside the range) agrees with the NVTX wall on every step
+    let ev = &j["elapsed_vs_wall"];
+    assert_eq!(ev["disagreeing"], 0, "{ev}");
+    // grouped by phase and batch size: decode at batch 4 (graphs), prefill at batch 4 (eager)
+    let groups = doc["iterations"]["groups"].as_array().unwrap();
+    let names: Vec<(String, u64, u64)> = groups
+        .iter()
+        .map(|g| (g["phase"].as_str().unwrap().to_string(), g["batch_size"].as_u64().unwrap(), g["steps"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(names, vec![("decode".to_string(), 4, 4064), ("prefill".to_string(), 4, 254)]);
+    let dec = &groups[0]["distributions"];
+    assert!(dec["wall"]["median"].as_i64().unwrap() * 5 < groups[1]["distributions"]["wall"]["median"].as_i64().unwrap());
+    // a window of engine iterations that the capture range missed (the warmup) is RETRY, both windows shown
+    let (code, d, _) = bin("step-budget", &[s(&db), "--iteration-records", s(&recs), "--iterations", "0:99", "--compact"]);
+    assert_eq!(code, 1);
+    assert_eq!(d["capture"]["indices"], serde_json::json!({"start": first, "end": last}));
+    assert_eq!(d["capture"]["records_iterations"]["start"], 0);
+    let (code, d, _) = bin(
+        "step-budget",
+        &[s(&db), "--iteration-records", s(&recs), "--iterations", &format!("{}:{}", first + 100, first + 149), "--compact"],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(d["steps"].as_array().unwrap().len(), 50);
+}
+
+/// Two rank processes on one H200 (nsys 2025.3.1), one records file with rank 0 and 1 and no `pid`: each rank
+/// is joined to its own process, chosen by the residuals (the other rank's steps fit 100× worse). Which process
+/// is rank 1 is read here from the export: rank 1 sleeps 2 ms inside `vibeserve.engine.scheduling` every 10th
+/// step (scripts/gpu/two_rank.py).
+#[test]
+fn two_ranks_join_their_own_processes() {
+    let db = unxz("nsys-2025.3.1/two_rank.sqlite.xz");
+    let recs = common::fixture("nsys-2025.3.1/two_rank.iterations.jsonl");
+    let c = Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let slow: Vec<i64> = c
+        .prepare(
+            "SELECT DISTINCT (n.globalTid >> 24) & 16777215 FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+             WHERE COALESCE(n.text, s.value) = 'vibeserve.engine.scheduling' AND n.end - n.start > 2000000",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(slow.len(), 1, "one process sleeps in scheduling: {slow:?}");
+    let (code, doc, stderr) = bin("sqlite-ranges", &[s(&db), "--iteration-records", s(&recs), "--compact"]);
+    assert_eq!(code, 0, "{stderr}");
+    let j = &doc["iterations"]["join"];
+    assert_eq!(j["verdict"], "joined", "{j}");
+    let ranks = j["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    assert_eq!(ranks[1]["pid"], slow[0], "rank 1 is the process that sleeps");
+    assert_ne!(ranks[0]["pid"], slow[0]);
+    for r in ranks {
+        assert_eq!(r["matched"], 124, "{r}");
+        let pid = r["pid"].as_i64().unwrap();
+        let own = r["start_residual"]["median_abs_ns"].as_i64().unwrap();
+        let other = r["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["pid"].as_i64() != Some(pid))
+            .map(|c| c["median_abs_residual_ns"].as_i64().unwrap())
+            .min()
+            .unwrap();
+        assert!(other > 20 * own.max(100), "rank {}: own {own} ns, other process {other} ns", r["rank"]);
+    }
+    // one clock on one host: the two ranks' measured offsets agree within a microsecond
+    let d = ranks[0]["offset_ns"].as_i64().unwrap() - ranks[1]["offset_ns"].as_i64().unwrap();
+    assert!(d.abs() < 1_000, "{d}");
+    // the window by engine iteration 15 selects that iteration on both ranks, each with its own geometry
+    let (_, sb, _) =
+        bin("step-budget", &[s(&db), "--iteration-records", s(&recs), "--iterations", "15:15", "--compact"]);
+    let st = sb["steps"].as_array().unwrap();
+    assert_eq!(st.len(), 2);
+    let mut rk: Vec<u64> = st.iter().map(|x| x["geometry"]["rank"].as_u64().unwrap()).collect();
+    rk.sort();
+    assert_eq!(rk, vec![0, 1]);
+    assert!(st.iter().all(|x| x["geometry"]["iteration"] == 15 && x["wall_ns"].as_i64().unwrap() > 2_000_000));
+}

@@ -13,10 +13,10 @@
 //!    records that fall inside the steps' span (the *overlapping* records);
 //! 4. the best offset is the one with the smallest median |residual| among those with at least
 //!    [`MIN_MATCHED`] overlapping records. A record is *matched* when its residual is within the tolerance
-//!    `max(MATCH_TOL_MIN_NS, 4 × p90 |residual|)` (one record per occurrence, the nearest);
+//!    `max(MATCH_TOL_MIN_NS, 4 × p90 |residual|, median step period / 8)` (one record per occurrence, the nearest);
 //! 5. refusals (reported, never guessed): fewer than [`MIN_MATCHED`] matched records (insufficient overlap),
-//!    less than [`MIN_MATCHED_FRACTION`] of the overlapping records matched, a tolerance above a quarter of the
-//!    median step period (the residual spread is too wide to tell neighbouring steps apart), or an ambiguous
+//!    less than [`MIN_MATCHED_FRACTION`] of the overlapping records matched, 4 × p90 |residual| above a quarter of
+//!    the median step period (the residual spread is too wide to tell neighbouring steps apart), or an ambiguous
 //!    fit: another offset (more than the tolerance away) whose median |residual| is within
 //!    [`AMBIGUITY_RATIO`]× the best's, or another process that fits as well.
 //!
@@ -40,6 +40,8 @@ pub const CLUSTERS: usize = 16;
 pub const MATCH_TOL_MIN_NS: i64 = 10_000;
 /// The match tolerance is this many times the p90 |start residual| of the best fit (at least [`MATCH_TOL_MIN_NS`]).
 pub const MATCH_TOL_P90_FACTOR: i64 = 4;
+/// … or an eighth of the median step period when that is larger (a record that near its step has no nearer one).
+pub const MATCH_TOL_PERIOD_DIVISOR: i64 = 8;
 /// A join needs at least this many matched records per rank.
 pub const MIN_MATCHED: usize = 8;
 /// … and at least this share of the records inside the steps' span matched.
@@ -363,10 +365,11 @@ fn assess(pid: i64, recs: &[(i64, i64)], starts: &[i64], span: (i64, i64)) -> Ou
     };
     let res: Vec<i64> = best.pairs.iter().map(|p| p.2).collect();
     let st = abs_stats(&res).unwrap();
-    let tol = (MATCH_TOL_P90_FACTOR * st.p90_abs_ns).max(MATCH_TOL_MIN_NS);
-    o.tolerance = tol;
     let mut periods: Vec<i64> = starts.windows(2).map(|w| w[1] - w[0]).filter(|&p| p > 0).collect();
     let period = if periods.is_empty() { i64::MAX } else { median(&mut periods) };
+    let spread = MATCH_TOL_P90_FACTOR * st.p90_abs_ns;
+    let tol = spread.max(MATCH_TOL_MIN_NS).max(if period == i64::MAX { 0 } else { period / MATCH_TOL_PERIOD_DIVISOR });
+    o.tolerance = tol;
     // one record per occurrence: the nearest
     let mut by_occ: HashMap<usize, (usize, i64)> = HashMap::new();
     for &(i, k, r) in &best.pairs {
@@ -388,9 +391,9 @@ fn assess(pid: i64, recs: &[(i64, i64)], starts: &[i64], span: (i64, i64)) -> Ou
             && f.pairs.len() * 2 >= overlapping
             && floor(f.median_abs) < AMBIGUITY_RATIO * floor(best.median_abs)
     });
-    o.refusal = if tol > period / 4 {
+    o.refusal = if spread > period / 4 {
         Some(format!(
-            "residual spread too wide: the tolerance {tol} ns (4 × p90 |residual| {} ns) exceeds a quarter of the median step period {period} ns of process {pid}: neighbouring steps cannot be told apart",
+            "residual spread too wide: 4 × p90 |residual| ({} ns) exceeds a quarter of the median step period {period} ns of process {pid}: neighbouring steps cannot be told apart",
             st.p90_abs_ns
         ))
     } else if matched.len() < MIN_MATCHED {
@@ -503,21 +506,29 @@ pub fn join(
         for o in &outcomes {
             rj.candidates.extend(o.candidates.iter().cloned());
         }
-        outcomes.sort_by(|x, y| {
-            (x.refusal.is_some(), std::cmp::Reverse(x.matched.len())).cmp(&(y.refusal.is_some(), std::cmp::Reverse(y.matched.len())))
-        });
+        // across processes as across offsets: the accepted fit with the smallest median |residual| wins; another
+        // accepted process within AMBIGUITY_RATIO (matching at least half as many records) makes it ambiguous
+        let med = |o: &Outcome| o.fit.as_ref().map_or(i64::MAX, |f| f.median_abs);
+        outcomes.sort_by_key(|o| (o.refusal.is_some(), med(o), std::cmp::Reverse(o.matched.len()), o.pid));
+        let floor = |x: i64| x.max(RESIDUAL_FLOOR_NS) as f64;
         let chosen = match outcomes.as_slice() {
             [] => None,
             [first, rest @ ..] => {
                 if let Some(why) = &first.refusal {
                     rj.reason = Some(if pids.len() > 1 { format!("process {}: {why}", first.pid) } else { why.clone() });
                     None
-                } else if let Some(other) = rest.iter().find(|o| o.refusal.is_none() && o.matched.len() * 2 >= first.matched.len()) {
+                } else if let Some(other) = rest.iter().find(|o| {
+                    o.refusal.is_none()
+                        && o.matched.len() * 2 >= first.matched.len()
+                        && floor(med(o)) < AMBIGUITY_RATIO * floor(med(first))
+                }) {
                     rj.reason = Some(format!(
-                        "ambiguous: the records of rank {rank} fit the steps of processes {} ({} matched) and {} ({} matched): write `pid` in the records",
+                        "ambiguous: the records of rank {rank} fit the steps of processes {} (median |residual| {} ns, {} matched) and {} ({} ns, {} matched) about as well: write `pid` in the records",
                         first.pid,
+                        med(first),
                         first.matched.len(),
                         other.pid,
+                        med(other),
                         other.matched.len()
                     ));
                     None
@@ -674,7 +685,7 @@ pub fn join(
         step_label: step_label.into(),
         verdict: verdict.into(),
         method: format!(
-            "per rank and process: candidate clock offsets from {ANCHORS} anchor records × the step starts, voted within {} µs, refined by the median start residual; best = smallest median |residual|; matched within max({} µs, {MATCH_TOL_P90_FACTOR} × p90 |residual|), one record per step; refused below {MIN_MATCHED} matched or {:.0}% of the overlapping records, or when another offset or process fits within {AMBIGUITY_RATIO}× (docs/iterations.md)",
+            "per rank and process: candidate clock offsets from {ANCHORS} anchor records × the step starts, voted within {} µs, refined by the median start residual; best = smallest median |residual|; matched within max({} µs, {MATCH_TOL_P90_FACTOR} × p90 |residual|, step period / {MATCH_TOL_PERIOD_DIVISOR}), one record per step; refused below {MIN_MATCHED} matched or {:.0}% of the overlapping records, or when another offset or process fits within {AMBIGUITY_RATIO}× (docs/iterations.md)",
             VOTE_WINDOW_NS / 1000,
             MATCH_TOL_MIN_NS / 1000,
             MIN_MATCHED_FRACTION * 100.0
