@@ -50,7 +50,14 @@ fn run_or_skip(test: &str) -> Option<&'static Run> {
         let server = dir.path().join("vibeserve_http");
         let src = common::root().join("scripts/cpu/vibeserve_http.c");
         let o = StdCommand::new("gcc")
-            .args(["-O1", &format!("-I{}", inc.display()), src.to_str().unwrap(), "-o", server.to_str().unwrap(), "-ldl"])
+            .args([
+                "-O1",
+                &format!("-I{}", inc.display()),
+                src.to_str().unwrap(),
+                "-o",
+                server.to_str().unwrap(),
+                "-ldl",
+            ])
             .output()
             .ok()?;
         assert!(o.status.success(), "gcc: {}", String::from_utf8_lossy(&o.stderr));
@@ -78,7 +85,8 @@ fn run_or_skip(test: &str) -> Option<&'static Run> {
 }
 
 fn bin(name: &str, args: &[&str]) -> (i32, Value, String) {
-    let o = assert_cmd::Command::cargo_bin(name).unwrap().args(args).timeout(Duration::from_secs(300)).output().unwrap();
+    let o =
+        assert_cmd::Command::cargo_bin(name).unwrap().args(args).timeout(Duration::from_secs(300)).output().unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     let code = o.status.code().unwrap_or(-1);
     assert!(code == 0 || code == 1, "{name} {args:?}: exit {code}: {stderr}");
@@ -101,8 +109,7 @@ fn steps_from_sql(db: &Path) -> Vec<(i64, i64, bool)> {
         .unwrap()
         .map(|r| r.unwrap())
         .collect();
-    let requests: Vec<(i64, i64)> =
-        rows.iter().filter(|r| r.2 == "vibeserve.request").map(|r| (r.0, r.1)).collect();
+    let requests: Vec<(i64, i64)> = rows.iter().filter(|r| r.2 == "vibeserve.request").map(|r| (r.0, r.1)).collect();
     let mut out = Vec::new();
     let mut last_req = None;
     for r in rows.iter().filter(|r| r.2 == "vibeserve.engine.iteration") {
@@ -119,7 +126,8 @@ fn steps_from_sql(db: &Path) -> Vec<(i64, i64, bool)> {
 #[test]
 fn records_join_the_steps_of_a_real_cpu_capture() {
     let Some(r) = run_or_skip("records_join_the_steps_of_a_real_cpu_capture") else { return };
-    let (code, doc, stderr) = bin("sqlite-ranges", &[s(&r.sqlite()), "--iteration-records", s(&r.records()), "--compact"]);
+    let (code, doc, stderr) =
+        bin("sqlite-ranges", &[s(&r.sqlite()), "--iteration-records", s(&r.records()), "--compact"]);
     assert_eq!(code, 0, "{stderr}");
     let it = &doc["iterations"];
     assert_eq!(it["step_label"], "vibeserve.engine.iteration");
@@ -136,11 +144,8 @@ fn records_join_the_steps_of_a_real_cpu_capture() {
     assert!(rk["matched_fraction"].as_f64().unwrap() > 0.95, "{rk}");
     assert_eq!(rk["steps_without_record"], 0, "{rk}");
     // the offset: the records' clock minus the export's; the residual is tiny against a 750 us step
-    let recs: Vec<Value> = std::fs::read_to_string(r.records())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let recs: Vec<Value> =
+        std::fs::read_to_string(r.records()).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let offset = rk["offset_ns"].as_i64().unwrap();
     let first = recs[0]["start_ns"].as_i64().unwrap() - steps[0].0;
     assert!((offset - first).abs() < 10_000, "offset {offset} vs first record − first step {first}");
@@ -151,7 +156,10 @@ fn records_join_the_steps_of_a_real_cpu_capture() {
     // the runner-up offsets (a step off) fit far worse: this is what makes the join unambiguous
     let cands = rk["candidates"].as_array().unwrap();
     assert!(cands.len() >= 2, "{rk}");
-    assert!(cands[1]["median_abs_residual_ns"].as_i64().unwrap() > 4 * cands[0]["median_abs_residual_ns"].as_i64().unwrap().max(100));
+    assert!(
+        cands[1]["median_abs_residual_ns"].as_i64().unwrap()
+            > 4 * cands[0]["median_abs_residual_ns"].as_i64().unwrap().max(100)
+    );
     // per occurrence: its iteration and geometry; prefill exactly on the first step of each request
     let occ = it["occurrences"].as_array().unwrap();
     assert_eq!(occ.len(), n);
@@ -218,7 +226,10 @@ fn a_window_by_iteration_selects_those_steps() {
     assert!(d2["steps"][0].get("geometry").is_none());
 
     // sqlite-ranges and report with the same window: the step label has 8 occurrences
-    let (_, d3, _) = bin("sqlite-ranges", &[s(&r.sqlite()), "--iteration-records", s(&r.records()), "--iterations", "40:47", "--compact"]);
+    let (_, d3, _) = bin(
+        "sqlite-ranges",
+        &[s(&r.sqlite()), "--iteration-records", s(&r.records()), "--iterations", "40:47", "--compact"],
+    );
     let step = d3["ranges"].as_array().unwrap().iter().find(|x| x["label"] == "vibeserve.engine.iteration").unwrap();
     assert_eq!(step["occurrences"], 8);
     assert_eq!(d3["iterations"]["occurrences"].as_array().unwrap().len(), 8);
@@ -227,7 +238,15 @@ fn a_window_by_iteration_selects_those_steps() {
     assert_eq!(code, 0, "{stderr}");
     let ev = d4["evidence"].as_array().unwrap().iter().find(|x| x["label"] == "vibeserve.engine.iteration").unwrap();
     assert_eq!(ev["occurrences"], 8, "{d4}");
-    assert!(d4["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("--iterations 40:47 (engine_iteration")), "{}", d4["notes"]);
+    assert!(
+        d4["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("--iterations 40:47 (engine_iteration")),
+        "{}",
+        d4["notes"]
+    );
 }
 
 /// A window that selects no iteration is RETRY (exit 1) before any analysis, showing the capture's window and
@@ -277,7 +296,10 @@ fn a_window_that_selects_nothing_is_retry_with_both_windows() {
     let j = &doc["iterations"]["join"];
     assert_eq!(j["joined_steps"], 0);
     assert_eq!(j["timed_records"], 0);
-    assert!(j["findings"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().contains("never used as time")), "{j}");
+    assert!(
+        j["findings"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().contains("never used as time")),
+        "{j}"
+    );
     let (code, doc, _) =
         bin("step-budget", &[s(&r.sqlite()), "--iteration-records", s(&shape), "--iterations", "0:9", "--compact"]);
     assert_eq!(code, 1, "{doc}");
@@ -289,7 +311,8 @@ fn a_window_that_selects_nothing_is_retry_with_both_windows() {
 fn bad_windows_and_bad_records_exit_2() {
     let f = common::fixture("nsys-2025.3.1/gpu_full_node.sqlite");
     for w in ["5", "9:3", "-1:4", "a:b"] {
-        let o = assert_cmd::Command::cargo_bin("step-budget").unwrap().args([s(&f), "--iterations", w]).output().unwrap();
+        let o =
+            assert_cmd::Command::cargo_bin("step-budget").unwrap().args([s(&f), "--iterations", w]).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{w}");
         assert!(String::from_utf8_lossy(&o.stderr).contains("--iterations"), "{w}");
     }
@@ -305,7 +328,11 @@ fn bad_windows_and_bad_records_exit_2() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("bad.jsonl: line 1 $.phase: missing"), "{e}");
     // by occurrence on a real GPU fixture: steps 10..=19 of its 204 iterations
-    let o = assert_cmd::Command::cargo_bin("step-budget").unwrap().args([s(&f), "--iterations", "10:19", "--compact"]).output().unwrap();
+    let o = assert_cmd::Command::cargo_bin("step-budget")
+        .unwrap()
+        .args([s(&f), "--iterations", "10:19", "--compact"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(0));
     let d = common::one_doc(&o.stdout);
     assert_eq!(d["steps"].as_array().unwrap().len(), 10);
@@ -383,19 +410,31 @@ fn records_join_the_steps_of_the_h200_serve_capture() {
     let groups = doc["iterations"]["groups"].as_array().unwrap();
     let names: Vec<(String, u64, u64)> = groups
         .iter()
-        .map(|g| (g["phase"].as_str().unwrap().to_string(), g["batch_size"].as_u64().unwrap(), g["steps"].as_u64().unwrap()))
+        .map(|g| {
+            (g["phase"].as_str().unwrap().to_string(), g["batch_size"].as_u64().unwrap(), g["steps"].as_u64().unwrap())
+        })
         .collect();
     assert_eq!(names, vec![("decode".to_string(), 4, 4064), ("prefill".to_string(), 4, 254)]);
     let dec = &groups[0]["distributions"];
-    assert!(dec["wall"]["median"].as_i64().unwrap() * 5 < groups[1]["distributions"]["wall"]["median"].as_i64().unwrap());
+    assert!(
+        dec["wall"]["median"].as_i64().unwrap() * 5 < groups[1]["distributions"]["wall"]["median"].as_i64().unwrap()
+    );
     // a window of engine iterations that the capture range missed (the warmup) is RETRY, both windows shown
-    let (code, d, _) = bin("step-budget", &[s(&db), "--iteration-records", s(&recs), "--iterations", "0:99", "--compact"]);
+    let (code, d, _) =
+        bin("step-budget", &[s(&db), "--iteration-records", s(&recs), "--iterations", "0:99", "--compact"]);
     assert_eq!(code, 1);
     assert_eq!(d["capture"]["indices"], serde_json::json!({"start": first, "end": last}));
     assert_eq!(d["capture"]["records_iterations"]["start"], 0);
     let (code, d, _) = bin(
         "step-budget",
-        &[s(&db), "--iteration-records", s(&recs), "--iterations", &format!("{}:{}", first + 100, first + 149), "--compact"],
+        &[
+            s(&db),
+            "--iteration-records",
+            s(&recs),
+            "--iterations",
+            &format!("{}:{}", first + 100, first + 149),
+            "--compact",
+        ],
     );
     assert_eq!(code, 0);
     assert_eq!(d["steps"].as_array().unwrap().len(), 50);

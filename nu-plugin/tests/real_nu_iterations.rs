@@ -22,7 +22,8 @@ fn iteration_windows_and_records_through_the_plugin() {
     // nothing selected: RETRY as data, with both windows
     for cmd in ["step-budget", "sqlite-ranges", "report"] {
         let v = nu.json(&format!("{cmd} {GPU} --iterations 900:901 | select verdict requested capture.indices"));
-        let v = json!({"verdict": v["verdict"], "requested": v["requested"], "capture": {"indices": v["capture.indices"]}});
+        let v =
+            json!({"verdict": v["verdict"], "requested": v["requested"], "capture": {"indices": v["capture.indices"]}});
         assert_eq!(
             v,
             json!({"verdict": "RETRY", "requested": {"start": 900, "end": 901}, "capture": {"indices": {"start": 0, "end": 203}}}),
@@ -45,7 +46,9 @@ fn iteration_windows_and_records_through_the_plugin() {
     }
     std::fs::write(&recs, text).unwrap();
     let r = recs.display();
-    let v = nu.json(&format!("sqlite-ranges {GPU} --iteration-records {r} | get iterations.join.ranks.0 | select verdict offset_ns matched"));
+    let v = nu.json(&format!(
+        "sqlite-ranges {GPU} --iteration-records {r} | get iterations.join.ranks.0 | select verdict offset_ns matched"
+    ));
     assert_eq!(v, json!({"verdict": "joined", "offset_ns": 123_456_789_000i64, "matched": 204}));
     let v = nu.json(&format!(
         "step-budget {GPU} --iteration-records {r} --iterations 20:23 | get steps | each {{|s| [$s.geometry.iteration $s.geometry.batch_size]}}"

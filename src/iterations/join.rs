@@ -408,13 +408,11 @@ fn assess(pid: i64, recs: &[(i64, i64)], starts: &[i64], span: (i64, i64)) -> Ou
             frac * 100.0,
             MIN_MATCHED_FRACTION * 100.0
         ))
-    } else if let Some(r) = rival {
-        Some(format!(
+    } else {
+        rival.map(|r| format!(
             "ambiguous: offsets {} ns and {} ns fit about as well (median |residual| {} ns and {} ns, within {AMBIGUITY_RATIO}×): the steps are too regular to tell which record is which",
             best.offset, r.offset, best.median_abs, r.median_abs
         ))
-    } else {
-        None
     };
     o.matched = matched;
     o.fit = Some(best.clone());
@@ -515,7 +513,8 @@ pub fn join(
             [] => None,
             [first, rest @ ..] => {
                 if let Some(why) = &first.refusal {
-                    rj.reason = Some(if pids.len() > 1 { format!("process {}: {why}", first.pid) } else { why.clone() });
+                    rj.reason =
+                        Some(if pids.len() > 1 { format!("process {}: {why}", first.pid) } else { why.clone() });
                     None
                 } else if let Some(other) = rest.iter().find(|o| {
                     o.refusal.is_none()
@@ -713,7 +712,7 @@ mod tests {
             iteration: it,
             rank: 0,
             pid: None,
-            phase: if it % 4 == 0 { "prefill" } else { "decode" }.into(),
+            phase: if it.is_multiple_of(4) { "prefill" } else { "decode" }.into(),
             prefill_chunks: vec![],
             decode_kv_lens: vec![],
             scheduled_tokens: 1,
@@ -772,8 +771,9 @@ mod tests {
         assert!(j.ranks[0].reason.as_deref().unwrap().contains("insufficient overlap"), "{:?}", j.ranks[0]);
         assert!(g.iter().all(|x| x.is_none()));
         // perfectly periodic steps: every shift by a step fits as well
-        let steps: Vec<StepOcc> =
-            (0..100).map(|i| StepOcc { global_tid: 1 << 24, start: i * 1_000_000, end: i * 1_000_000 + 900_000 }).collect();
+        let steps: Vec<StepOcc> = (0..100)
+            .map(|i| StepOcc { global_tid: 1 << 24, start: i * 1_000_000, end: i * 1_000_000 + 900_000 })
+            .collect();
         let recs: Vec<Record> =
             (0..100).map(|i| rec(i as u64, i * 1_000_000 + 42_000_000, i * 1_000_000 + 42_900_000)).collect();
         let (j, _) = join(&recs[10..90], &steps, "r", "step");

@@ -217,7 +217,10 @@ pub fn parse_text(text: &str, source: &str) -> (IterationsDoc, Vec<Record>) {
         let timed = start.is_some() && end.is_some();
         let u = |k: &str| obj.get(k).and_then(Value::as_u64).unwrap_or(0);
         let arr = |k: &str| -> Vec<u64> {
-            obj.get(k).and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_u64).collect()).unwrap_or_default()
+            obj.get(k)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default()
         };
         let st = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
         recs.push(Rec {

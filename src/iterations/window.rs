@@ -259,8 +259,9 @@ pub fn prepare(export: &Export, args: &IterationArgs, tool: &str) -> Result<Wind
     };
     let (label, choice, steps) = steps_of(export, args.step.as_deref(), args.fold)?;
     if steps.is_empty() && args.step.is_some() && args.iterations.is_none() {
-        return Err(Error::input(format!("{}: no occurrence of the step label {label:?}", export.name()))
-            .with_arg("--step"));
+        return Err(
+            Error::input(format!("{}: no occurrence of the step label {label:?}", export.name())).with_arg("--step")
+        );
     }
     let (jn, geometry) = match &records {
         Some((doc, recs)) => {
@@ -370,7 +371,12 @@ pub fn prepare(export: &Export, args: &IterationArgs, tool: &str) -> Result<Wind
 
 /// sqlite-ranges with `--iteration-records` / `--iterations`: the ranges of the window, and the step
 /// occurrences kept with their iteration.
-pub fn ranges_run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>, args: &IterationArgs) -> Result<Windowed<ranges::RangesDoc>> {
+pub fn ranges_run(
+    path: &Path,
+    opts: &RangesOptions,
+    nsys: Option<&Path>,
+    args: &IterationArgs,
+) -> Result<Windowed<ranges::RangesDoc>> {
     if opts.window.is_some() && args.iterations.is_some() {
         return Err(Error::usage("--window and --iterations: give one window").with_arg("--iterations"));
     }
@@ -455,9 +461,8 @@ pub fn step_budget_run(
     doc.step_label_choice = prep.step_label_choice.clone();
     let mut unjoined = 0usize;
     for s in &mut doc.steps {
-        s.geometry = prep
-            .step_index(s.global_tid, s.start_ns, s.start_ns + s.wall_ns)
-            .and_then(|i| prep.geometry[i].clone());
+        s.geometry =
+            prep.step_index(s.global_tid, s.start_ns, s.start_ns + s.wall_ns).and_then(|i| prep.geometry[i].clone());
         if s.geometry.is_none() {
             unjoined += 1;
         }
@@ -509,7 +514,10 @@ pub fn geometry_groups(steps: &[step_budget::Step]) -> Vec<GeometryGroup> {
 /// capture over the window before the classification. The capture is the input when it is an export, else
 /// the bundle's `kernel_profile.ranges.source.path`; the records are `--iteration-records`, else (a bundle)
 /// its `iterations.source` when that file exists.
-pub fn report_run(opts: &crate::report::ReportOptions, args: &IterationArgs) -> Result<Windowed<crate::report::ReportDoc>> {
+pub fn report_run(
+    opts: &crate::report::ReportOptions,
+    args: &IterationArgs,
+) -> Result<Windowed<crate::report::ReportDoc>> {
     let mut retry: Option<Box<IterationWindowDoc>> = None;
     let mut note: Option<String> = None;
     let result = crate::report::run_with(opts, |ev| {
@@ -558,7 +566,10 @@ pub fn report_run(opts: &crate::report::ReportOptions, args: &IterationArgs) -> 
         ev.ranges = Some(
             serde_json::from_slice(&bytes).map_err(|e| Error::input(format!("{}: ranges: {e}", cap.source.path)))?,
         );
-        let joined = prep.join.as_ref().map(|j| format!("; records joined: {} ({} of {} steps)", j.verdict, j.joined_steps, j.steps));
+        let joined = prep
+            .join
+            .as_ref()
+            .map(|j| format!("; records joined: {} ({} of {} steps)", j.verdict, j.joined_steps, j.steps));
         note = Some(match &prep.window {
             Some(w) => format!(
                 "--iterations {}:{} ({} of {:?}): {} step(s) selected; the ranges were recomputed from {} over the time window {}:{}{}",
