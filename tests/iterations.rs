@@ -485,6 +485,7 @@ fn two_ranks_join_their_own_processes() {
     // one clock on one host: the two ranks' measured offsets agree within a microsecond
     let d = ranks[0]["offset_ns"].as_i64().unwrap() - ranks[1]["offset_ns"].as_i64().unwrap();
     assert!(d.abs() < 1_000, "{d}");
+    assert_eq!(j["offset_spread_ns"], d.abs());
     // the window by engine iteration 15 selects that iteration on both ranks, each with its own geometry
     let (_, sb, _) =
         bin("step-budget", &[s(&db), "--iteration-records", s(&recs), "--iterations", "15:15", "--compact"]);

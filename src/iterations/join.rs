@@ -195,6 +195,9 @@ pub struct IterationJoin {
     pub steps: u64,
     pub joined_steps: u64,
     pub ranks: Vec<RankJoin>,
+    /// Largest minus smallest `offset_ns` of the joined ranks (null with fewer than two): ranks of one host
+    /// share one monotonic clock, so their offsets agree (a cross-check of the measurement).
+    pub offset_spread_ns: Option<i64>,
     pub elapsed_vs_wall: ElapsedVsWall,
     /// What a reader must know (disagreements, steps without a record, refusals).
     pub findings: Vec<String>,
@@ -668,6 +671,8 @@ pub fn join(
             "{shape_only} shape-only record(s) (no start_ns/end_ns): geometry only, never used as time, not joined"
         ));
     }
+    let offs: Vec<i64> = rank_joins.iter().filter_map(|r| r.offset_ns).collect();
+    let offset_spread_ns = (offs.len() >= 2).then(|| offs.iter().max().unwrap_or(&0) - offs.iter().min().unwrap_or(&0));
     let nj = rank_joins.iter().filter(|r| r.verdict == "joined").count();
     let verdict = if nj > 0 && nj == rank_joins.len() {
         "joined"
@@ -696,6 +701,7 @@ pub fn join(
         steps: steps.len() as u64,
         joined_steps: taken.len() as u64,
         ranks: rank_joins,
+        offset_spread_ns,
         elapsed_vs_wall: ev,
         findings,
     };
