@@ -566,7 +566,7 @@ pub fn join(
                 let end_res = s.end - (re - fit.offset);
                 eres.push(end_res);
                 let (el, from) = match rec.elapsed_ns {
-                    Some(e) => (e as i64, "elapsed_ns"),
+                    Some(e) => (e.min(1 << 62) as i64, "elapsed_ns"),
                     None => (re - rs, "end_ns - start_ns"),
                 };
                 let wall = s.end - s.start;

@@ -41,6 +41,9 @@ const REQUIRED: &[(&str, char)] = &[
 /// Optional fields: the time of the record (both or neither of start/end), and the engine's own elapsed.
 const OPTIONAL: &[(&str, char)] = &[("start_ns", 'u'), ("end_ns", 'u'), ("elapsed_ns", 'u'), ("pid", 'u')];
 
+/// Largest `start_ns`/`end_ns` accepted (2^62 ns, 146 years of uptime): the join subtracts clock readings.
+const MAX_NS: u64 = 1 << 62;
+
 /// The phases a record may name.
 pub const PHASES: &[&str] = &["prefill", "decode", "mixed", "idle"];
 
@@ -212,6 +215,10 @@ pub fn parse_text(text: &str, source: &str) -> (IterationsDoc, Vec<Record>) {
             (Some(_), None) => bad("$.end_ns", "missing while start_ns is given (both or neither)".into()),
             (None, Some(_)) => bad("$.start_ns", "missing while end_ns is given (both or neither)".into()),
             (Some(s), Some(e)) if e < s => bad("$.end_ns", format!("{e} is before start_ns {s}")),
+            (Some(s), Some(e)) if e > MAX_NS => bad(
+                if s > MAX_NS { "$.start_ns" } else { "$.end_ns" },
+                format!("{} exceeds 2^62 ns: not a monotonic clock reading", s.max(e)),
+            ),
             _ => {}
         }
         let timed = start.is_some() && end.is_some();
@@ -432,6 +439,8 @@ mod tests {
 
         let d = validate_text(&[rec(3, 0, None, None), rec(3, 0, None, None)].join("\n"), "x");
         assert!(d.problems.iter().any(|p| p.line == 2 && p.path == "$.iteration"), "{:?}", d.problems);
+        let d = validate_text(&rec(0, 0, Some(5), Some(1 << 63)), "x");
+        assert!(d.problems.iter().any(|p| p.path == "$.end_ns" && p.message.contains("2^62")), "{:?}", d.problems);
         let d = validate_text(&rec(0, 0, Some(5), None), "x");
         assert!(
             d.problems.iter().any(|p| p.path == "$.end_ns" && p.message.contains("both or neither")),
