@@ -258,10 +258,9 @@ pub fn prepare(export: &Export, args: &IterationArgs, tool: &str) -> Result<Wind
         None => None,
     };
     let (label, choice, steps) = steps_of(export, args.step.as_deref(), args.fold)?;
-    if steps.is_empty() && args.step.is_some() && args.iterations.is_none() {
-        return Err(
-            Error::input(format!("{}: no occurrence of the step label {label:?}", export.name())).with_arg("--step")
-        );
+    if steps.is_empty() {
+        return Err(Error::input(format!("{}: no occurrence of the step label {label:?} ({choice})", export.name()))
+            .with_arg("--step"));
     }
     let (jn, geometry) = match &records {
         Some((doc, recs)) => {
