@@ -430,6 +430,9 @@ pub fn ranges_run(
             w.requested.start, w.requested.end, w.by, w.selected_steps, w.time_window_start_ns, w.time_window_end_ns
         ));
     }
+    if let Some(j) = &prep.join {
+        doc.notes.push(join_note(j));
+    }
     doc.iterations = Some(sec);
     Ok(Windowed::Doc(doc))
 }
@@ -477,8 +480,24 @@ pub fn step_budget_run(
             w.requested.start, w.requested.end, w.by, w.selected_steps, w.time_window_start_ns, w.time_window_end_ns
         ));
     }
+    if let Some(j) = &prep.join {
+        doc.notes.push(join_note(j));
+    }
     doc.iterations = Some(sec);
     Ok(Windowed::Doc(doc))
+}
+
+/// One line for a document's notes: the join's verdict and its findings.
+fn join_note(j: &IterationJoin) -> String {
+    let mut s = format!(
+        "iteration records {}: {} {} of {} steps ({} records, {} shape-only)",
+        j.records_source, j.verdict, j.joined_steps, j.steps, j.records, j.shape_only_records
+    );
+    for f in &j.findings {
+        s.push_str("; ");
+        s.push_str(f);
+    }
+    s
 }
 
 /// Joined steps grouped by (phase, batch size), most steps first.
