@@ -1,5 +1,6 @@
 use clap::Parser;
-use nsyskit::contract::cli::{emit, main_with, OutputArgs};
+use nsyskit::contract::cli::{emit, main_with, report_error, OutputArgs};
+use nsyskit::iterations::window;
 
 /// Classify a capture's bottleneck: one primary class from a fixed vocabulary (cpu_launch_bound,
 /// python_overhead_bound, sync_bound, memcpy_bound, comm_bound, kernel_bound, mixed_or_unclear), the evidence
@@ -29,6 +30,14 @@ struct Args {
     /// Kernel category rules replacing the built-in ones (JSON or `category=regex` lines)
     #[arg(long, value_name = "FILE")]
     categories: Option<std::path::PathBuf>,
+    /// Iteration records of the engine (JSON lines, docs/iterations.md) for --iterations (default with a
+    /// bundle: its iterations.source)
+    #[arg(long, value_name = "FILE")]
+    iteration_records: Option<std::path::PathBuf>,
+    /// Classify only iterations START..=END: engine iteration indices with records, else occurrence indices of
+    /// the step label (--label, else the iteration label); a window selecting no iteration is RETRY (exit 1)
+    #[arg(long, value_name = "START:END", allow_hyphen_values = true)]
+    iterations: Option<String>,
     /// List at most N top kernels (0 = all)
     #[arg(long, default_value_t = 20, value_name = "N")]
     top: usize,
@@ -49,6 +58,27 @@ fn main() {
             html: a.html,
             top: a.top,
         };
+        let it = match a.iterations.as_deref().map(window::parse_iterations).transpose() {
+            Ok(w) => window::IterationArgs { records: a.iteration_records, iterations: w, ..Default::default() },
+            Err(e) => return report_error("report", &e),
+        };
+        if it.iterations.is_none() && it.records.is_some() {
+            return report_error(
+                "report",
+                &nsyskit::contract::Error::usage("--iteration-records is for --iterations START:END")
+                    .with_arg("--iteration-records"),
+            );
+        }
+        if it.any() {
+            return match unfinished.and_then(|_| window::report_run(&opts, &it)) {
+                Ok(window::Windowed::Retry(d)) => {
+                    eprintln!("report: RETRY: {}", d.reason);
+                    emit("report", Ok(*d), a.out.style())
+                }
+                Ok(window::Windowed::Doc(d)) => emit("report", Ok(d), a.out.style()),
+                Err(e) => report_error("report", &e),
+            };
+        }
         emit("report", unfinished.and_then(|_| nsyskit::report::run(&opts)), a.out.style())
     })
 }

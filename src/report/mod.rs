@@ -276,6 +276,12 @@ impl Document for ReportDoc {
 
 /// Load the input, classify it, and write the HTML page when asked.
 pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
+    run_with(opts, |_| Ok(()))
+}
+
+/// [`run`], with `adjust` applied to the evidence before it is classified (`--iterations`:
+/// crate::iterations::window::report_run replaces the ranges by those of the window).
+pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Result<()>) -> Result<ReportDoc> {
     let categories = match &opts.categories {
         Some(p) => Categories::from_file(p).map_err(|e| e.with_arg("--categories"))?,
         None => Categories::builtin(),
@@ -288,7 +294,8 @@ pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
                 .collect();
         crate::contract::refuse_output_over_input(out, "--html", &inputs)?;
     }
-    let ev = evidence::load(&opts.input, opts.provenance.as_deref()).map_err(|e| e.with_arg("BUNDLE"))?;
+    let mut ev = evidence::load(&opts.input, opts.provenance.as_deref()).map_err(|e| e.with_arg("BUNDLE"))?;
+    adjust(&mut ev)?;
     let mut doc = classify(&ev, &categories, opts.label.as_deref(), opts.top)?;
     if let Some(out) = &opts.html {
         let page = html::render(&doc);

@@ -130,6 +130,9 @@ pub struct Step {
     /// The device idle inside `[first_device_start_ns, last_device_end_ns)` on the devices of its rows (device
     /// timeline: the rows of every thread count as busy), split by cause; 0 without device rows.
     pub idle: IdleSplit,
+    /// The batch geometry of the iteration record joined to this step (`--iteration-records`; docs/iterations.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geometry: Option<crate::iterations::StepGeometry>,
 }
 
 /// Order statistics (nearest rank) of a series of ns.
@@ -241,6 +244,10 @@ pub struct StepBudgetDoc {
     pub stragglers: Vec<Straggler>,
     pub verdict: Verdict,
     pub notes: Vec<String>,
+    /// `--iteration-records` / `--iterations`: the join, the window and the groups by phase and batch size
+    /// (docs/iterations.md); absent without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<crate::iterations::window::IterationsSection>,
 }
 
 /// One segment of the median step's wall.
@@ -395,6 +402,12 @@ fn is_launch(name: &str) -> bool {
 
 /// Analyse an open export.
 pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDoc> {
+    analyze_window(export, opts, None)
+}
+
+/// [`analyze`] restricted to the steps lying inside `window` (ns on the export's clock, as sqlite-ranges'
+/// `--window`); `--iterations` resolves to one (crate::iterations::window).
+pub fn analyze_window(export: &Export, opts: &StepBudgetOptions, window: Option<(i64, i64)>) -> Result<StepBudgetDoc> {
     if !(opts.outlier_factor.is_finite() && opts.outlier_factor > 1.0) {
         return Err(Error::usage(format!(
             "--outlier-factor {}: expected a number greater than 1",
@@ -402,7 +415,7 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
         ))
         .with_arg("--outlier-factor"));
     }
-    let ropts = RangesOptions { fold: opts.fold, ..Default::default() };
+    let ropts = RangesOptions { fold: opts.fold, window, ..Default::default() };
     // pass 1 (labels only) when the step label is not given: the doc's label counts
     let (label, choice) = match &opts.step {
         Some(l) => (l.clone(), "--step".to_string()),
@@ -526,6 +539,7 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
             comm_busy_ns: comm_busy,
             host_comm_ns: union_len(host_comm),
             idle,
+            geometry: None,
         });
     }
     for (d, spans) in step_spans {
@@ -655,6 +669,7 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
         stragglers,
         verdict,
         notes,
+        iterations: None,
     })
 }
 

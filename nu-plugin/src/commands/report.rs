@@ -1,5 +1,6 @@
 //! `report`: classify a capture's bottleneck → `nsyskit.report/v1`.
 
+use nsyskit::iterations::window::{self, parse_iterations, IterationArgs, Windowed};
 use nsyskit::report::{self, ReportOptions};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
@@ -39,6 +40,8 @@ impl SimplePluginCommand for Report {
             .named("label", SyntaxShape::String, "Classify this range label instead of the automatic primary range", None)
             .named("provenance", SyntaxShape::Filepath, "A provenance document (nsyskit.provenance/v1) to report (and use with an export)", None)
             .named("categories", SyntaxShape::Filepath, "Kernel category rules replacing the built-in ones (JSON or `category=regex` lines)", None)
+            .named("iteration-records", SyntaxShape::Filepath, "Iteration records of the engine (JSON lines, docs/iterations.md) for --iterations (default with a bundle: its iterations.source)", None)
+            .named("iterations", SyntaxShape::String, "Classify only iterations START..=END: engine iteration indices with records, else occurrence indices of the step label (--label, else the iteration label); a window selecting no iteration is RETRY (exit 1)", None)
             .named("top", SyntaxShape::Int, "List at most N top kernels (0 = all; default 20)", None)
             .input_output_types(vec![(Type::Nothing, Type::record()), (Type::record(), Type::record())])
             .category(category())
@@ -74,6 +77,25 @@ impl SimplePluginCommand for Report {
             html: flag_path(engine, call, "html")?,
             top: flag_usize(call, "top")?.unwrap_or(20),
         };
+        let it = IterationArgs {
+            records: flag_path(engine, call, "iteration-records")?,
+            iterations: flag_str(call, "iterations")?
+                .map(|w| parse_iterations(&w.item))
+                .transpose()
+                .map_err(|e| labeled(e, call, &sig, Some(input.span())))?,
+            ..Default::default()
+        };
+        if it.iterations.is_none() && it.records.is_some() {
+            let e = nsyskit::contract::Error::usage("--iteration-records is for --iterations START:END")
+                .with_arg("--iteration-records");
+            return Err(labeled(e, call, &sig, Some(input.span())));
+        }
+        if it.any() {
+            return match window::report_run(&opts, &it).map_err(|e| labeled(e, call, &sig, Some(input.span())))? {
+                Windowed::Doc(doc) => doc_value(&doc, call.head),
+                Windowed::Retry(doc) => doc_value(&*doc, call.head),
+            };
+        }
         let doc = report::run(&opts).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
     }
