@@ -11,7 +11,7 @@ use nsyskit::contract::cli::{emit, main_with, OutputArgs};
 #[command(
     name = "report",
     version,
-    after_help = "Example:\n  report fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --html /tmp/report.html --pretty"
+    after_help = "Examples:\n  report fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --html /tmp/report.html --pretty\n  report fixtures/nsys-2025.3.1/decode_clean.sqlite --trace /tmp/steps.trace.json --window 200:205 --compact"
 )]
 struct Args {
     /// Evidence bundle JSON, ranges JSON or nsys .sqlite export (`-` = stdin; a FIFO is read like stdin)
@@ -32,6 +32,15 @@ struct Args {
     /// List at most N top kernels (0 = all)
     #[arg(long, default_value_t = 20, value_name = "N")]
     top: usize,
+    /// Write a Chrome/Perfetto trace-event file of a window of steps (an nsys export only; opens in ui.perfetto.dev)
+    #[arg(long, value_name = "OUT.json")]
+    trace: Option<std::path::PathBuf>,
+    /// The steps of --trace: START:END in step indexes, END excluded (default: 5 steps around the median step)
+    #[arg(long, value_name = "START:END")]
+    window: Option<String>,
+    /// At most N events in the --trace file (later events are dropped and the file says so)
+    #[arg(long, default_value_t = nsyskit::report::trace::DEFAULT_MAX_EVENTS, value_name = "N")]
+    trace_max_events: usize,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -48,7 +57,27 @@ fn main() {
             label: a.label,
             html: a.html,
             top: a.top,
+            trace: a.trace,
+            window: None,
+            trace_max_events: Some(a.trace_max_events),
         };
-        emit("report", unfinished.and_then(|_| nsyskit::report::run(&opts)), a.out.style())
+        let result = unfinished
+            .and_then(|_| match &a.window {
+                Some(w) => nsyskit::report::trace::parse_window(w).map(Some),
+                None => Ok(None),
+            })
+            .and_then(|window| nsyskit::report::run(&nsyskit::report::ReportOptions { window, ..opts }));
+        if let Ok(doc) = &result {
+            if let Some(t) = doc.trace.as_ref().filter(|t| t.truncated) {
+                eprintln!(
+                    "report: --trace {}: more than {} events in the window: the trace stops at {} ns ({} events dropped)",
+                    t.path,
+                    t.max_events,
+                    t.truncated_at_ns.unwrap_or(0),
+                    t.dropped_events
+                );
+            }
+        }
+        emit("report", result, a.out.style())
     })
 }

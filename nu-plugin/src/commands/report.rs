@@ -4,7 +4,7 @@ use nsyskit::report::{self, ReportOptions};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_arg, doc_value, flag_path, flag_str, flag_usize, labeled};
+use crate::call::{category, doc_arg, doc_value, flag_path, flag_str, flag_usize, labeled, labeled_at};
 use crate::NsyskitPlugin;
 
 pub struct Report;
@@ -40,6 +40,9 @@ impl SimplePluginCommand for Report {
             .named("provenance", SyntaxShape::Filepath, "A provenance document (nsyskit.provenance/v1) to report (and use with an export)", None)
             .named("categories", SyntaxShape::Filepath, "Kernel category rules replacing the built-in ones (JSON or `category=regex` lines)", None)
             .named("top", SyntaxShape::Int, "List at most N top kernels (0 = all; default 20)", None)
+            .named("trace", SyntaxShape::Filepath, "Write a Chrome/Perfetto trace-event file of a window of steps (an nsys export only; opens in ui.perfetto.dev)", None)
+            .named("window", SyntaxShape::String, "The steps of --trace: START:END in step indexes, END excluded (default: 5 steps around the median step)", None)
+            .named("trace-max-events", SyntaxShape::Int, "At most N events in the --trace file (later events are dropped and the file says so; default 200000)", None)
             .input_output_types(vec![(Type::Nothing, Type::record()), (Type::record(), Type::record())])
             .category(category())
     }
@@ -73,6 +76,12 @@ impl SimplePluginCommand for Report {
             label: flag_str(call, "label")?.map(|s| s.item),
             html: flag_path(engine, call, "html")?,
             top: flag_usize(call, "top")?.unwrap_or(20),
+            trace: flag_path(engine, call, "trace")?,
+            window: match flag_str(call, "window")? {
+                Some(w) => Some(report::trace::parse_window(&w.item).map_err(|e| labeled_at(e, w.span))?),
+                None => None,
+            },
+            trace_max_events: Some(flag_usize(call, "trace-max-events")?.unwrap_or(report::trace::DEFAULT_MAX_EVENTS)),
         };
         let doc = report::run(&opts).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
