@@ -394,6 +394,7 @@ fn step_budget_of(ev: &Evidence, opts: &ReportOptions, doc: &ReportDoc) -> Resul
     let sopts = crate::step_budget::StepBudgetOptions { step: Some(label), ..Default::default() };
     let mut sb = crate::step_budget::analyze(&cap.export, &sopts)?;
     sb.source = ev.source.clone();
+    sb.step_label_choice = "the report's primary range (iteration-like)".into();
     let v = serde_json::to_value(&sb).map_err(|e| Error::input(format!("{}: step budget: {e}", ev.source)))?;
     Ok(Budget { section: steps::section(&v, "step-budget on the export"), export: Some(cap), doc: Some(sb) })
 }

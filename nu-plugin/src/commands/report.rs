@@ -22,10 +22,10 @@ impl SimplePluginCommand for Report {
 
     fn extra_description(&self) -> &str {
         "Classes: cpu_launch_bound, python_overhead_bound, sync_bound, memcpy_bound, comm_bound, kernel_bound, \
-         mixed_or_unclear (docs/report.md). BUNDLE is an evidence bundle (bundle-merge output), a bare \
+         mixed_or_unclear (docs/compare-report.md); from the step budget of the step label when there is one. BUNDLE is an evidence bundle (bundle-merge output), a bare \
          nsyskit.ranges/v1 document or an nsys .sqlite export — a path, or a record: from the pipeline \
          (`sqlite-ranges x.sqlite | report`, `open bundle.json | report`) or as the argument. --html also \
-         writes a self-contained page."
+         writes a self-contained page; --trace a Chrome/Perfetto trace of a window of steps."
     }
 
     fn signature(&self) -> Signature {
@@ -88,4 +88,4 @@ impl SimplePluginCommand for Report {
     }
 }
 
-const EXAMPLE_VALUE: &str = "python_overhead_bound";
+const EXAMPLE_VALUE: &str = "mixed_or_unclear";
