@@ -175,6 +175,27 @@ fn a_bundle_brings_its_step_budget_and_unknown_or_missing_fields_are_tolerated()
     assert!(page.contains("id=\"idle\"") && !page.contains("id=\"idle-not-computed\""));
     assert_eq!(page.matches("class=\"idle-row\"").count(), 2);
     assert!(page.contains("<td>34567</td>") && page.contains("<td>sync</td>"));
+    // the step budget's per-device shape (idle[] of DeviceIdle): one row and one bar per device, by cause
+    let dev = |d: i64, h: i64, sy: i64, l: i64, o: i64| {
+        serde_json::json!({"device_id": d, "processes": [1], "span_start_ns": 0, "span_end_ns": 1, "busy_ns": 1,
+            "idle_ns": h + sy + l + o, "gaps": 9, "categories": {"host_wait": {"ns": h, "gaps": 4}, "sync_wait": {"ns": sy, "gaps": 1},
+            "launch_latency": {"ns": l, "gaps": 3}, "other": {"ns": o, "gaps": 1}},
+            "in_steps": {"host_wait": h / 2, "sync_wait": sy, "launch_latency": l, "other": o}, "future_field": [1, 2]})
+    };
+    let sb = v["kernel_profile"]["step_budget"].as_object_mut().unwrap();
+    sb.insert("idle".into(), serde_json::json!([dev(0, 4_000_000, 1_000_000, 500_000, 0), dev(1, 2_000_000, 0, 0, 250_000)]));
+    std::fs::write(&bundle, serde_json::to_vec(&v).unwrap()).unwrap();
+    report(&[b, "--html", html.to_str().unwrap(), "--compact"]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("class=\"idle-row\"").count(), 2);
+    assert_eq!(common::cells(&page, "idle-ns"), vec!["5.500 ms", "2.250 ms"]);
+    assert_eq!(common::cells(&page, "idle-host_wait"), vec!["4.000 ms (72.7%)", "2.000 ms (88.9%)"]);
+    assert_eq!(common::cells(&page, "idle-launch_latency")[0], "500.0 µs (9.1%)");
+    assert!(page.contains("id=\"idle-where\"") && page.contains("inside the steps' GPU spans"));
+    let re = regex::Regex::new(r#"data-axis="idle".*?</svg>"#).unwrap();
+    let bars: Vec<&str> = re.find_iter(&page).map(|m| m.as_str()).collect();
+    assert_eq!(bars.len(), 2);
+    assert!(bars[0].contains("data-ns=\"4000000\"") && bars[0].contains("data-ns=\"500000\""));
     // an empty idle[] is "not computed"
     let sb = v["kernel_profile"]["step_budget"].as_object_mut().unwrap();
     sb.insert("idle".into(), serde_json::json!([]));

@@ -328,3 +328,15 @@ fn bad_trace_usage_exits_2_naming_the_flag() {
     assert!(err.contains("needs an nsys export"), "{err}");
     assert!(!out.exists());
 }
+
+#[test]
+fn two_ranks_on_one_gpu_get_a_stream_track_each() {
+    // two rank processes (pids 717, 718) replaying graphs on stream 7 of the same H200
+    let dir = tempfile::tempdir().unwrap();
+    let p = export("nsys-2025.3.1/two_rank.sqlite.xz", dir.path());
+    let (_, _, ev) = check_capture(&p, &[], dir.path());
+    let names: Vec<&str> = ev.iter().filter(|e| e["ph"] == "M" && e["name"] == "thread_name").map(|e| e["args"]["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"GPU 0 stream 7 (pid 717)") && names.contains(&"GPU 0 stream 7 (pid 718)"), "{names:?}");
+    let procs: Vec<&str> = ev.iter().filter(|e| e["ph"] == "M" && e["name"] == "process_name").map(|e| e["args"]["name"].as_str().unwrap()).collect();
+    assert!(procs.contains(&"python3 (pid 717)") && procs.contains(&"python3 (pid 718)") && procs.contains(&"GPU 0"), "{procs:?}");
+}

@@ -695,7 +695,10 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
     h.push_str("</table>");
     // idle attribution
     h.push_str("<h3>GPU idle attribution</h3>");
-    if sb.idle_computed {
+    let per_device = sb.idle.iter().all(|x| x.get("categories").is_some_and(|c| c.is_object()));
+    if sb.idle_computed && per_device {
+        idle_by_device(h, &sb.idle);
+    } else if sb.idle_computed {
         let mut rows: Vec<Vec<(String, String)>> = Vec::new();
         for x in sb.idle.iter().take(200) {
             let mut r = Vec::new();
@@ -729,6 +732,109 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
         }
     } else {
         h.push_str("<p id=\"idle-not-computed\" class=\"unk\">Not computed: the step budget has no GPU idle attribution (<code>idle[]</code> is absent or empty in this step-budget version), so idle gaps are not split into waiting on the host, on a sync, launch latency or other.</p>");
+    }
+}
+
+/// Idle categories in drawing order (others follow as found).
+const IDLE_ORDER: [&str; 4] = ["host_wait", "sync_wait", "launch_latency", "other"];
+
+fn idle_color(name: &str, i: usize) -> &'static str {
+    match name {
+        "host_wait" => "#a0aec0",
+        "sync_wait" => "#805ad5",
+        "launch_latency" => "#dd6b20",
+        "other" => "#718096",
+        _ => COLORS[i % COLORS.len()],
+    }
+}
+
+/// `idle[]` of the step budget as one row per device: its idle split by cause, one bar per device on one axis.
+fn idle_by_device(h: &mut String, idle: &[Value]) {
+    let ns_of = |v: &Value, k: &str| v.get(k).and_then(|x| x.as_i64()).unwrap_or(0);
+    let mut cats: Vec<String> = IDLE_ORDER.iter().map(|s| s.to_string()).collect();
+    for d in idle {
+        if let Some(m) = d.get("categories").and_then(|c| c.as_object()) {
+            for k in m.keys() {
+                if !cats.contains(k) {
+                    cats.push(k.clone());
+                }
+            }
+        }
+    }
+    let longest = idle.iter().map(|d| ns_of(d, "idle_ns")).max().unwrap_or(0).max(1);
+    let px = AXIS_PX / longest as f64;
+    h.push_str("<p class=\"legend\">");
+    for (i, c) in cats.iter().enumerate() {
+        let _ = write!(h, "<span style=\"background:{}\"></span>{} ", idle_color(c, i), escape(c));
+    }
+    let _ = write!(
+        h,
+        "</p><p class=\"src\">GPU idle inside each device's active span (first to last device row), split by what the GPU waited for; one axis: the full width ({AXIS_PX} px) is {}</p>",
+        escape(&dur(longest))
+    );
+    h.push_str("<table class=\"kv\" id=\"idle\"><tr><th>device</th><th>idle</th><th>gaps</th>");
+    for c in &cats {
+        let _ = write!(h, "<th>{}</th>", escape(c));
+    }
+    h.push_str("<th>idle by cause</th></tr>");
+    for d in idle {
+        let total = ns_of(d, "idle_ns");
+        let cat = |c: &str| d.get("categories").and_then(|m| m.get(c));
+        let parts: Vec<(i64, &str, String)> = cats
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let ns = cat(c).map(|x| ns_of(x, "ns")).unwrap_or(0);
+                (ns, idle_color(c, i), format!("{c} {}", dur(ns)))
+            })
+            .collect();
+        let _ = write!(
+            h,
+            "<tr class=\"idle-row\"><td class=\"num\">{}</td><td class=\"num\" data-k=\"idle-ns\">{}</td><td class=\"num\">{}</td>",
+            d.get("device_id").map(scalar).unwrap_or_default(),
+            escape(&dur(total)),
+            d.get("gaps").map(scalar).unwrap_or_default()
+        );
+        for (c, (ns, _, _)) in cats.iter().zip(&parts) {
+            let _ = write!(
+                h,
+                "<td class=\"num\" data-k=\"idle-{}\">{} ({})</td>",
+                escape(c),
+                escape(&dur(*ns)),
+                if total > 0 { pct(*ns as f64 / total as f64) } else { "—".into() }
+            );
+        }
+        let _ = write!(h, "<td>{}</td></tr>", axis_bar("idle", &parts, px, AXIS_PX, 14.0));
+    }
+    h.push_str("</table>");
+    // where the idle lies relative to the steps
+    let splits = ["in_steps", "between_steps", "outside_steps"];
+    if idle.iter().any(|d| splits.iter().any(|k| d.get(*k).is_some_and(|x| x.is_object()))) {
+        h.push_str("<table class=\"kv\" id=\"idle-where\"><tr><th>device</th><th>where</th>");
+        for c in &cats {
+            let _ = write!(h, "<th>{}</th>", escape(c));
+        }
+        h.push_str("</tr>");
+        for d in idle {
+            for k in splits {
+                let Some(x) = d.get(k).filter(|x| x.is_object()) else { continue };
+                let _ = write!(
+                    h,
+                    "<tr><td class=\"num\">{}</td><td>{}</td>",
+                    d.get("device_id").map(scalar).unwrap_or_default(),
+                    match k {
+                        "in_steps" => "inside the steps' GPU spans",
+                        "between_steps" => "between steps",
+                        _ => "before the first / after the last step",
+                    }
+                );
+                for c in &cats {
+                    let _ = write!(h, "<td class=\"num\">{}</td>", escape(&dur(ns_of(x, c))));
+                }
+                h.push_str("</tr>");
+            }
+        }
+        h.push_str("</table>");
     }
 }
 
