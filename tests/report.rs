@@ -313,7 +313,10 @@ fn mixed_or_unclear_synthetic_export() {
     });
     let r = report_on_export(&s);
     assert_eq!(class_rule(&r), ("mixed_or_unclear", "R0"), "{}", r["decision"]["reason"]);
-    assert_eq!((r["class"].as_str().unwrap(), r["decision"]["basis"].as_str().unwrap()), ("mixed_or_unclear", "ranges"));
+    assert_eq!(
+        (r["class"].as_str().unwrap(), r["decision"]["basis"].as_str().unwrap()),
+        ("mixed_or_unclear", "ranges")
+    );
 }
 
 // Synthetic bundles: the same rules when the input is an evidence bundle.

@@ -279,7 +279,10 @@ fn a_graph_level_capture_gets_no_class_and_no_workload_ranking() {
     // the node-level capture of the same program keeps its class and lists every kernel
     let r = report(&common::fixture(CAP), &[]);
     assert_eq!(r["range_decision"]["class"], "python_overhead_bound");
-    assert_eq!((r["class"].as_str().unwrap(), r["decision"]["rule"].as_str().unwrap()), ("mixed_or_unclear", "step_budget.no_dominant_component"));
+    assert_eq!(
+        (r["class"].as_str().unwrap(), r["decision"]["rule"].as_str().unwrap()),
+        ("mixed_or_unclear", "step_budget.no_dominant_component")
+    );
     assert_eq!(r["kernels_scope"], "every kernel of the capture");
 }
 

@@ -71,7 +71,10 @@ fn assert_same_budget(r: &Value, sb: &Value) {
             assert_eq!(b["components"][i].as_i64().unwrap(), want, "bar {k} {n}");
         }
         // the components of a bar add up to its wall, as every step's do
-        assert_eq!(b["components"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).sum::<i64>(), b["wall_ns"].as_i64().unwrap());
+        assert_eq!(
+            b["components"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).sum::<i64>(),
+            b["wall_ns"].as_i64().unwrap()
+        );
         let o = chunk.iter().filter(|x| outl.contains(&x["index"].as_u64().unwrap())).count();
         assert_eq!(b["outliers"].as_u64().unwrap() as usize, o);
     }
@@ -105,7 +108,10 @@ fn the_class_comes_from_the_step_budget_on_the_real_captures() {
         assert_eq!(r["class"], class, "{f}: {}", r["decision"]["reason"]);
         assert_eq!(r["class"], sb["verdict"]["class"], "{f}");
         assert_eq!(r["decision"]["basis"], "step_budget");
-        assert_eq!(r["decision"]["rule"].as_str().unwrap(), format!("step_budget.{}", sb["verdict"]["rule"].as_str().unwrap()));
+        assert_eq!(
+            r["decision"]["rule"].as_str().unwrap(),
+            format!("step_budget.{}", sb["verdict"]["rule"].as_str().unwrap())
+        );
         assert!(r["decision"]["reason"].as_str().unwrap().contains(sb["verdict"]["reason"].as_str().unwrap()));
         assert_eq!(r["range_decision"]["rule"], range_rule, "{f}");
         assert_eq!(r["range_decision"]["basis"], "ranges");
@@ -183,7 +189,10 @@ fn a_bundle_brings_its_step_budget_and_unknown_or_missing_fields_are_tolerated()
             "in_steps": {"host_wait": h / 2, "sync_wait": sy, "launch_latency": l, "other": o}, "future_field": [1, 2]})
     };
     let sb = v["kernel_profile"]["step_budget"].as_object_mut().unwrap();
-    sb.insert("idle".into(), serde_json::json!([dev(0, 4_000_000, 1_000_000, 500_000, 0), dev(1, 2_000_000, 0, 0, 250_000)]));
+    sb.insert(
+        "idle".into(),
+        serde_json::json!([dev(0, 4_000_000, 1_000_000, 500_000, 0), dev(1, 2_000_000, 0, 0, 250_000)]),
+    );
     std::fs::write(&bundle, serde_json::to_vec(&v).unwrap()).unwrap();
     report(&[b, "--html", html.to_str().unwrap(), "--compact"]);
     let page = std::fs::read_to_string(&html).unwrap();
@@ -231,21 +240,57 @@ fn render(chromium: &Path, page: &Path, dir: &Path) -> (String, Value) {
 fn the_step_budget_page_as_chromium_renders_it() {
     let Some(chromium) = common::chromium_or_skip("the_step_budget_page_as_chromium_renders_it") else { return };
     let dir = tempfile::tempdir().unwrap();
-    for (f, nbars, per) in [("nsys-2025.3.1/decode_mixed.sqlite", 400, 1), ("nsys-2025.3.1/serve_node.sqlite", 397, 3)] {
+    for (f, nbars, per) in [("nsys-2025.3.1/decode_mixed.sqlite", 400, 1), ("nsys-2025.3.1/serve_node.sqlite", 397, 3)]
+    {
         let page: PathBuf = dir.path().join("r.html");
         let r = report(&[&fx(f), "--html", page.to_str().unwrap(), "--compact"]);
         let (dom, m) = render(&chromium, &page, dir.path());
         let s = &r["step_budget"];
-        for id in ["step-budget", "sb-verdict", "step-bars", "hist-wall", "hist-gpu_busy", "sb-dist", "idle-not-computed", "signals", "provenance"] {
+        for id in [
+            "step-budget",
+            "sb-verdict",
+            "step-bars",
+            "hist-wall",
+            "hist-gpu_busy",
+            "sb-dist",
+            "idle-not-computed",
+            "signals",
+            "provenance",
+        ] {
             assert!(dom.contains(&format!("id=\"{id}\"")), "{f}: the page has no #{id}");
         }
         // signals and provenance are tables (or a sentence), never raw JSON
         assert!(dom.contains("<table class=\"kv\" id=\"signals\">"));
-        assert!(!dom.contains("{\"") || dom.find("{\"").unwrap() > dom.find("id=\"probe\"").unwrap(), "{f}: raw JSON on the page");
+        assert!(
+            !dom.contains("{\"") || dom.find("{\"").unwrap() > dom.find("id=\"probe\"").unwrap(),
+            "{f}: raw JSON on the page"
+        );
         // the class and the rows that establish it, as in the document
-        assert_eq!(common::cells(&dom, "sb-row-share"), s["verdict"]["rows"].as_array().unwrap().iter().map(|x| match x["share"].as_f64() { Some(v) => format!("{:.1}%", v * 100.0), None => "—".into() }).collect::<Vec<_>>());
-        assert_eq!(common::cells(&dom, "sb-row-ns"), s["verdict"]["rows"].as_array().unwrap().iter().map(|x| nsyskit::report::dur(x["value_ns"].as_i64().unwrap())).collect::<Vec<_>>());
-        assert_eq!(common::cells(&dom, "sbd-wall-median"), vec![nsyskit::report::dur(s["distributions"]["wall"]["median"].as_i64().unwrap())]);
+        assert_eq!(
+            common::cells(&dom, "sb-row-share"),
+            s["verdict"]["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| match x["share"].as_f64() {
+                    Some(v) => format!("{:.1}%", v * 100.0),
+                    None => "—".into(),
+                })
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            common::cells(&dom, "sb-row-ns"),
+            s["verdict"]["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| nsyskit::report::dur(x["value_ns"].as_i64().unwrap()))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            common::cells(&dom, "sbd-wall-median"),
+            vec![nsyskit::report::dur(s["distributions"]["wall"]["median"].as_i64().unwrap())]
+        );
         assert!(dom.contains(&format!("id=\"sb-class\">{}<", r["class"].as_str().unwrap())));
         // one bar per step (or bin), as many as the document has; binned pages say so
         let bars = m["bars"].as_array().unwrap();
@@ -273,7 +318,11 @@ fn the_step_budget_page_as_chromium_renders_it() {
         assert!(free.len() > nbars / 2, "{f}: most bars are drawn unclipped");
         let (w0, h0) = free.iter().copied().fold((0.0, 0.0), |a, x| if x.0 > a.0 { x } else { a });
         for (w, hgt) in &free {
-            assert!((hgt - h0 * w / w0).abs() < 0.05 + 1e-3 * hgt, "{f}: a {w} ns step drawn {hgt} px, expected {}", h0 * w / w0);
+            assert!(
+                (hgt - h0 * w / w0).abs() < 0.05 + 1e-3 * hgt,
+                "{f}: a {w} ns step drawn {hgt} px, expected {}",
+                h0 * w / w0
+            );
         }
         // clipped bars are the ones above the scale, and they reach the full height
         for b in bars.iter().filter(|b| b[3] == 1) {
@@ -283,7 +332,13 @@ fn the_step_budget_page_as_chromium_renders_it() {
         // histograms: the bins' counts as in the document, every step counted
         for h in s["histograms"].as_array().unwrap() {
             let id = format!("hist-{}", h["name"].as_str().unwrap());
-            let got: Vec<u64> = m["bins"].as_array().unwrap().iter().filter(|x| x[0] == id.as_str()).map(|x| x[1].as_u64().unwrap()).collect();
+            let got: Vec<u64> = m["bins"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|x| x[0] == id.as_str())
+                .map(|x| x[1].as_u64().unwrap())
+                .collect();
             let mut want: Vec<u64> = h["counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
             if h["above"].as_u64().unwrap() > 0 {
                 want.push(h["above"].as_u64().unwrap());

@@ -14,7 +14,8 @@ use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
 fn run(args: &[&str]) -> (Value, i32, String) {
-    let out = Command::cargo_bin("report").unwrap().args(args).arg("--compact").current_dir(common::root()).output().unwrap();
+    let out =
+        Command::cargo_bin("report").unwrap().args(args).arg("--compact").current_dir(common::root()).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!err.contains("panicked"), "{err}");
     let code = out.status.code().unwrap_or(-1);
@@ -58,7 +59,10 @@ const EPS: f64 = 1e-6;
 /// Validate a trace-event file; returns its events.
 fn validate(trace: &Value) -> Vec<Value> {
     let od = &trace["otherData"];
-    let (t0, t1) = (od["window_start_ns"].as_i64().unwrap() as f64 / 1000.0, od["window_end_ns"].as_i64().unwrap() as f64 / 1000.0);
+    let (t0, t1) = (
+        od["window_start_ns"].as_i64().unwrap() as f64 / 1000.0,
+        od["window_end_ns"].as_i64().unwrap() as f64 / 1000.0,
+    );
     assert!(t1 > t0);
     let ev = trace["traceEvents"].as_array().expect("traceEvents is an array").clone();
     assert_eq!(ev.len() as u64, od["events"].as_u64().unwrap());
@@ -133,7 +137,9 @@ fn validate(trace: &Value) -> Vec<Value> {
     let inside = |e: &Value, start: bool| {
         let k = (e["pid"].as_i64().unwrap(), e["tid"].as_i64().unwrap());
         let ts = e["ts"].as_f64().unwrap();
-        tracks.get(&k).is_some_and(|sl| sl.iter().any(|(s, x)| if start { *s <= ts + EPS && ts <= *x + EPS } else { (s - ts).abs() < EPS }))
+        tracks.get(&k).is_some_and(|sl| {
+            sl.iter().any(|(s, x)| if start { *s <= ts + EPS && ts <= *x + EPS } else { (s - ts).abs() < EPS })
+        })
     };
     for (id, pair) in &flows {
         assert_eq!(pair.len(), 2, "flow {id}");
@@ -159,7 +165,12 @@ fn independent(p: &Path, t0: i64, t1: i64) -> (BTreeMap<(i64, i64), i64>, i64) {
         per.insert(k, n);
     }
     let mut flows = 0;
-    for t in ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"] {
+    for t in [
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    ] {
         if !has_table(&c, t) {
             continue;
         }
@@ -200,7 +211,10 @@ fn check_capture(p: &Path, extra: &[&str], dir: &Path) -> (Value, Value, Vec<Val
     let od = &trace["otherData"];
     let t = &r["trace"];
     assert_eq!(t["path"], out.to_str().unwrap());
-    assert_eq!((t["start_ns"].clone(), t["end_ns"].clone()), (od["window_start_ns"].clone(), od["window_end_ns"].clone()));
+    assert_eq!(
+        (t["start_ns"].clone(), t["end_ns"].clone()),
+        (od["window_start_ns"].clone(), od["window_end_ns"].clone())
+    );
     assert_eq!(t["truncated"], false);
     let (t0, t1) = (od["window_start_ns"].as_i64().unwrap(), od["window_end_ns"].as_i64().unwrap());
     // the window starts at its first step's NVTX row
@@ -213,7 +227,9 @@ fn check_capture(p: &Path, extra: &[&str], dir: &Path) -> (Value, Value, Vec<Val
     let gpu_names: HashMap<(i64, i64), String> = ev
         .iter()
         .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
-        .map(|e| ((e["pid"].as_i64().unwrap(), e["tid"].as_i64().unwrap()), e["args"]["name"].as_str().unwrap().to_string()))
+        .map(|e| {
+            ((e["pid"].as_i64().unwrap(), e["tid"].as_i64().unwrap()), e["args"]["name"].as_str().unwrap().to_string())
+        })
         .collect();
     let re = regex::Regex::new(r"^GPU (\d+) stream (\d+)").unwrap();
     for e in ev.iter().filter(|e| e["ph"] == "X" && e["cat"] == "kernel") {
@@ -231,12 +247,25 @@ fn check_capture(p: &Path, extra: &[&str], dir: &Path) -> (Value, Value, Vec<Val
     assert_eq!(t["flows"].as_i64().unwrap(), flows);
     // the step budget as counters: one sample per step of the window, its components summing to its wall
     let b = t["window_steps"][1].as_i64().unwrap();
-    let sb = nsyskit::step_budget::run(p, &nsyskit::step_budget::StepBudgetOptions { step: Some(label.into()), ..Default::default() }, None).unwrap();
-    let samples: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "C" && e["args"].as_object().unwrap().values().any(|v| v.as_f64().unwrap() > 0.0)).collect();
+    let sb = nsyskit::step_budget::run(
+        p,
+        &nsyskit::step_budget::StepBudgetOptions { step: Some(label.into()), ..Default::default() },
+        None,
+    )
+    .unwrap();
+    let samples: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["args"].as_object().unwrap().values().any(|v| v.as_f64().unwrap() > 0.0))
+        .collect();
     assert_eq!(samples.len() as i64, b - a);
     for (s, step) in samples.iter().zip(&sb.steps[a as usize..b as usize]) {
         let sum: f64 = s["args"].as_object().unwrap().values().map(|v| v.as_f64().unwrap()).sum();
-        assert!((sum * 1000.0 - step.wall_ns as f64).abs() < 1.0, "step {}: {sum} µs vs {} ns", step.index, step.wall_ns);
+        assert!(
+            (sum * 1000.0 - step.wall_ns as f64).abs() < 1.0,
+            "step {}: {sum} µs vs {} ns",
+            step.index,
+            step.wall_ns
+        );
     }
     (r, trace, ev)
 }
@@ -255,16 +284,21 @@ fn decode_clean_default_window_is_five_steps_around_the_median_step() {
     let sb = nsyskit::step_budget::run(&p, &Default::default(), None).unwrap();
     assert_eq!(sb.steps[m as usize].wall_ns, sb.distributions["wall"].median);
     // names: the engine thread, the GPU stream
-    assert!(ev.iter().any(|e| e["ph"] == "M" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with("GPU 0 stream "))));
+    assert!(ev
+        .iter()
+        .any(|e| e["ph"] == "M" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with("GPU 0 stream "))));
     assert!(ev.iter().any(|e| e["ph"] == "X" && e["cat"] == "nvtx" && e["name"] == "vibeserve.engine.iteration"));
-    assert!(ev.iter().any(|e| e["ph"] == "X" && e["cat"] == "cuda_api" && e["name"].as_str().unwrap().starts_with("cudaLaunchKernel")));
+    assert!(ev.iter().any(|e| e["ph"] == "X"
+        && e["cat"] == "cuda_api"
+        && e["name"].as_str().unwrap().starts_with("cudaLaunchKernel")));
     assert!(ev.iter().any(|e| e["ph"] == "X" && e["cat"] == "memcpy"));
 }
 
 #[test]
 fn serve_node_explicit_window() {
     let dir = tempfile::tempdir().unwrap();
-    let (r, _, _) = check_capture(&common::fixture("nsys-2025.3.1/serve_node.sqlite"), &["--window", "100:104"], dir.path());
+    let (r, _, _) =
+        check_capture(&common::fixture("nsys-2025.3.1/serve_node.sqlite"), &["--window", "100:104"], dir.path());
     assert_eq!(r["trace"]["window_steps"], serde_json::json!([100, 104]));
     assert_eq!(r["trace"]["window_choice"], "--window");
 }
@@ -335,8 +369,19 @@ fn two_ranks_on_one_gpu_get_a_stream_track_each() {
     let dir = tempfile::tempdir().unwrap();
     let p = export("nsys-2025.3.1/two_rank.sqlite.xz", dir.path());
     let (_, _, ev) = check_capture(&p, &[], dir.path());
-    let names: Vec<&str> = ev.iter().filter(|e| e["ph"] == "M" && e["name"] == "thread_name").map(|e| e["args"]["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = ev
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
     assert!(names.contains(&"GPU 0 stream 7 (pid 717)") && names.contains(&"GPU 0 stream 7 (pid 718)"), "{names:?}");
-    let procs: Vec<&str> = ev.iter().filter(|e| e["ph"] == "M" && e["name"] == "process_name").map(|e| e["args"]["name"].as_str().unwrap()).collect();
-    assert!(procs.contains(&"python3 (pid 717)") && procs.contains(&"python3 (pid 718)") && procs.contains(&"GPU 0"), "{procs:?}");
+    let procs: Vec<&str> = ev
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        procs.contains(&"python3 (pid 717)") && procs.contains(&"python3 (pid 718)") && procs.contains(&"GPU 0"),
+        "{procs:?}"
+    );
 }

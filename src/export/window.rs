@@ -72,13 +72,7 @@ impl Export {
     }
 
     /// Every valid row of one device table overlapping `[t0, t1)` (`start < t1 AND end > t0`), by start.
-    pub fn device_rows_in(
-        &self,
-        kind: DeviceKind,
-        t0: i64,
-        t1: i64,
-        mut f: impl FnMut(WindowDeviceRow),
-    ) -> Result<()> {
+    pub fn device_rows_in(&self, kind: DeviceKind, t0: i64, t1: i64, mut f: impl FnMut(WindowDeviceRow)) -> Result<()> {
         let tbl = kind.table();
         let Some(t) = self.optional(tbl, &["start", "end"])? else { return Ok(()) };
         let name = match kind {

@@ -492,7 +492,9 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
         c = escape(&v.class),
     );
     if !sb.device_work {
-        h.push_str("<p class=\"warn\">These steps carry no device work: the report's class comes from the range rules.</p>");
+        h.push_str(
+            "<p class=\"warn\">These steps carry no device work: the report's class comes from the range rules.</p>",
+        );
     }
     // the rows that establish the verdict
     h.push_str("<table class=\"kv\" id=\"sb-verdict\"><tr><th>row</th><th>value</th><th>share</th></tr>");

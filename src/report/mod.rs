@@ -315,7 +315,9 @@ pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
                 .collect();
         crate::contract::refuse_output_over_input(out, "--trace", &inputs)?;
     } else if opts.window.is_some() {
-        return Err(Error::usage("--window selects the steps of --trace: give --trace OUT.json too").with_arg("--window"));
+        return Err(
+            Error::usage("--window selects the steps of --trace: give --trace OUT.json too").with_arg("--window")
+        );
     }
     let ev = evidence::load(&opts.input, opts.provenance.as_deref()).map_err(|e| e.with_arg("BUNDLE"))?;
     let mut doc = classify(&ev, &categories, opts.label.as_deref(), opts.top)?;

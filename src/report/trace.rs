@@ -168,7 +168,11 @@ pub fn write(
 ) -> Result<TraceSummary> {
     let n = sb.steps.len() as u64;
     if n == 0 {
-        return Err(Error::input(format!("{}: --trace: the step label {:?} has no step", export.name(), sb.step_label)));
+        return Err(Error::input(format!(
+            "{}: --trace: the step label {:?} has no step",
+            export.name(),
+            sb.step_label
+        )));
     }
     let (a, b, choice) = match window {
         Some((a, b)) => {
@@ -250,11 +254,8 @@ pub fn write(
             })
             .collect();
         let ln = lanes(&iv);
-        let tname = tname_ids
-            .get(gtid)
-            .and_then(|id| strings.get(id))
-            .cloned()
-            .unwrap_or_else(|| format!("thread {tid}"));
+        let tname =
+            tname_ids.get(gtid).and_then(|id| strings.get(id)).cloned().unwrap_or_else(|| format!("thread {tid}"));
         host_pids.entry(pid).or_insert_with(|| {
             procs.get(&ns_of(*gtid)).map(|(_, n)| n.clone()).filter(|n| !n.is_empty()).unwrap_or_default()
         });
@@ -358,10 +359,9 @@ pub fn write(
             });
             let (s, e) = iv[j];
             let (name, cat) = match d.kind {
-                DeviceKind::Kernel => (
-                    d.name_id.and_then(|i| strings.get(&i).cloned()).unwrap_or_else(|| "(kernel)".into()),
-                    "kernel",
-                ),
+                DeviceKind::Kernel => {
+                    (d.name_id.and_then(|i| strings.get(&i).cloned()).unwrap_or_else(|| "(kernel)".into()), "kernel")
+                }
                 DeviceKind::Memcpy => (copy_kind(d.copy_kind), "memcpy"),
                 DeviceKind::Memset => ("memset".to_string(), "memset"),
                 DeviceKind::GraphTrace => ("graph replay".to_string(), "graph"),
@@ -513,9 +513,8 @@ pub fn write(
         }
     });
     let bytes = serde_json::to_vec(&file).map_err(|e| Error::env(format!("--trace: {e}")))?;
-    std::fs::write(out, bytes).map_err(|e| {
-        Error::env(format!("{}: cannot write the trace file: {e}", out.display())).with_arg("--trace")
-    })?;
+    std::fs::write(out, bytes)
+        .map_err(|e| Error::env(format!("{}: cannot write the trace file: {e}", out.display())).with_arg("--trace"))?;
     Ok(summary)
 }
 
