@@ -11,7 +11,7 @@ use nsyskit::contract::cli::{emit, main_with, OutputArgs};
 #[command(
     name = "report",
     version,
-    after_help = "Examples:\n  report fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --html /tmp/report.html --pretty\n  report fixtures/nsys-2025.3.1/decode_clean.sqlite --trace /tmp/steps.trace.json --window 200:205 --compact"
+    after_help = "Examples:\n  report fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --html /tmp/report.html --pretty\n  report fixtures/nsys-2025.3.1/decode_clean.sqlite \\\n    --trace /tmp/steps.trace.json --window 200:205 --compact"
 )]
 struct Args {
     /// Evidence bundle JSON, ranges JSON or nsys .sqlite export (`-` = stdin; a FIFO is read like stdin)
