@@ -325,6 +325,12 @@ pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
     let budget = step_budget_of(&ev, opts, &doc)?;
     if let Some(sec) = budget.section {
         apply_step_budget(&mut doc, sec);
+    } else if ev.kind == "bundle" {
+        if let Some(l) = doc.decision.primary_label.as_deref().filter(|l| crate::gate::is_iteration_like(l)) {
+            doc.notes.push(format!(
+                "the bundle has no step budget (kernel_profile.step_budget): the class comes from the range rules; `step-budget CAPTURE --step {l} | bundle-merge BUNDLE` adds it"
+            ));
+        }
     }
     if let Some(out) = &opts.trace {
         let (Some(export), Some(sb)) = (&budget.export, &budget.doc) else {
