@@ -287,7 +287,13 @@ fn decode_clean_default_window_is_five_steps_around_the_median_step() {
     assert!(ev
         .iter()
         .any(|e| e["ph"] == "M" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with("GPU 0 stream "))));
-    assert!(ev.iter().any(|e| e["ph"] == "X" && e["cat"] == "nvtx" && e["name"] == "vibeserve.engine.iteration"));
+    // the window's step ranges carry their step index
+    let idx: Vec<u64> = ev
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "nvtx" && e["name"] == "vibeserve.engine.iteration")
+        .filter_map(|e| e["args"]["step"].as_u64())
+        .collect();
+    assert_eq!(idx, (a..b).collect::<Vec<_>>());
     assert!(ev.iter().any(|e| e["ph"] == "X"
         && e["cat"] == "cuda_api"
         && e["name"].as_str().unwrap().starts_with("cudaLaunchKernel")));
@@ -311,6 +317,13 @@ fn hf_node_window_over_the_graph_recording_outlier() {
     check_capture(&p, &[], dir.path());
     let (r, _, ev) = check_capture(&p, &["--window", "46:49"], dir.path());
     assert_eq!(r["trace"]["step_label"], "hf.decode_step");
+    // step 47, the second call's first decode step (graph re-recording), is marked an outlier on its range
+    let marks: Vec<(u64, bool)> = ev
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"] == "hf.decode_step")
+        .filter_map(|e| Some((e["args"]["step"].as_u64()?, e["args"]["outlier"].as_bool()?)))
+        .collect();
+    assert_eq!(marks, vec![(46, false), (47, true), (48, false)]);
     assert!(ev.iter().filter(|e| e["cat"] == "kernel").count() > 100);
 }
 

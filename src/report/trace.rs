@@ -8,7 +8,7 @@
 //! What it holds, every timestamp in µs (`ts`, `dur`) as the format requires, every slice clipped to the
 //! window (`args.clipped` when it was):
 //! - per host thread (pid = the process, tid = the thread; `M` events name both): the NVTX ranges and the
-//!   CUDA runtime/driver calls as complete events (`ph: X`);
+//!   CUDA runtime/driver calls as complete events (`ph: X`); a step's range carries `args.step`/`args.outlier`;
 //! - per device and stream (pid "GPU d", tid "GPU d stream s"): kernels, memcpys, memsets and GRAPH_TRACE
 //!   replays (`X`);
 //! - flow arrows (`ph: s` on the API call, `ph: f` with `bp: e` on the GPU slice, one id per pair) from each
@@ -221,6 +221,9 @@ pub fn write(
     let strings = export.strings_for(&ids)?;
     let procs = export.process_names()?;
     let clip = |s: i64, e: i64| (s.max(t0), e.min(t1), s < t0 || e > t1);
+    // the window's steps by (thread, start): their NVTX ranges carry the step index
+    let outl: HashSet<usize> = sb.outliers.iter().map(|o| o.index).collect();
+    let step_at: HashMap<(i64, i64), usize> = steps.iter().map(|s| ((s.global_tid, s.start_ns), s.index)).collect();
 
     let mut evs: Vec<Ev> = Vec::new();
     let mut order = 0u32;
@@ -282,6 +285,12 @@ pub fn write(
                     args["clipped"] = json!(true);
                     args["start_ns"] = json!(r.start);
                     args["end_ns"] = json!(r.end);
+                }
+                if name == sb.step_label {
+                    if let Some(&ix) = step_at.get(&(*gtid, r.start)) {
+                        args["step"] = json!(ix);
+                        args["outlier"] = json!(outl.contains(&ix));
+                    }
                 }
                 evs.push(Ev {
                     ts: s,
