@@ -596,7 +596,14 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
     }
     h.push_str("</svg>");
     if let (Some(f), Some(l)) = (bars.first(), bars.last()) {
-        let _ = write!(h, "<p class=\"src\">left: step {} · right: step {}</p>", f.first_index, l.last_index);
+        let _ = write!(
+            h,
+            "<p class=\"src\" id=\"step-bars-axis\">left: step {} (starts at {}) · right: step {} (bin starting at {}); times on the export's clock</p>",
+            f.first_index,
+            escape(&dur(f.start_ns)),
+            l.last_index,
+            escape(&dur(l.start_ns))
+        );
     }
     // outliers
     if !sb.outliers.is_empty() {
