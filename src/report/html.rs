@@ -598,10 +598,11 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
     if let (Some(f), Some(l)) = (bars.first(), bars.last()) {
         let _ = write!(
             h,
-            "<p class=\"src\" id=\"step-bars-axis\">left: step {} (starts at {}) · right: step {} (bin starting at {}); times on the export's clock</p>",
+            "<p class=\"src\" id=\"step-bars-axis\">left: step {} (starts at {}) · right: step {} ({} at {}); times on the export's clock</p>",
             f.first_index,
             escape(&dur(f.start_ns)),
             l.last_index,
+            if l.steps > 1 { "its bin starts" } else { "starts" },
             escape(&dur(l.start_ns))
         );
     }
@@ -672,7 +673,12 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
             escape(&dur(hg.lo_ns)),
             escape(&dur(hg.hi_ns)),
             if hg.above > 0 {
-                format!("; {} steps above (red, up to {})", hg.above, escape(&dur(hg.max_ns)))
+                format!(
+                    "; {} step{} above (red, up to {})",
+                    hg.above,
+                    if hg.above == 1 { "" } else { "s" },
+                    escape(&dur(hg.max_ns))
+                )
             } else {
                 String::new()
             }
