@@ -361,6 +361,7 @@ fn bad_trace_usage_exits_2_naming_the_flag() {
         (vec![p, "--trace", o, "--window", "x"], "--window"),
         (vec![p, "--trace", o, "--window", "400:405"], "400 steps"),
         (vec![p, "--trace", p], "--trace"),
+        (vec![p, "--trace", o, "--trace-max-events", "5"], "--trace-max-events"),
     ] {
         let (_, rc, err) = run(&args);
         assert_eq!(rc, 2, "{args:?}: {err}");

@@ -5,8 +5,8 @@
 //! - `bars`: the budget of every step by component, in step order; with more than [`MAX_BARS`] steps,
 //!   consecutive steps are binned (`steps_per_bar` each, sums per bar; the page draws the mean per step and
 //!   says so);
-//! - `histograms`: step wall and GPU busy, [`HIST_BINS`] bins from the minimum to `min(max, 3 × max(median,
-//!   p90))`, the rest counted in `above`;
+//! - `histograms`: step wall and GPU busy, [`HIST_BINS`] bins from the minimum to `min(max, 3 × median)` (the whole range
+//!   when the median is 0), the rest counted in `above`;
 //! - the verdict, distributions and outliers as the step budget states them.
 
 use std::collections::BTreeMap;
@@ -256,7 +256,7 @@ pub fn histogram(name: &str, v: Vec<i64>) -> Histogram {
     let d = crate::step_budget::dist(v.iter().copied());
     let lo = v.iter().copied().min().unwrap_or(0);
     let max = d.max;
-    let cap = 3 * d.median.max(d.p90);
+    let cap = 3 * d.median;
     let hi = if cap > lo { max.min(cap) } else { max };
     let bin = ((hi - lo) / HIST_BINS as i64 + 1).max(1);
     let mut counts = vec![0u64; HIST_BINS];
@@ -269,4 +269,52 @@ pub fn histogram(name: &str, v: Vec<i64>) -> Histogram {
         }
     }
     Histogram { name: name.to_string(), lo_ns: lo, bin_ns: bin, hi_ns: hi, counts, above, max_ns: max }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tolerant_of_missing_and_extra_fields() {
+        assert!(section(&json!({"steps": []}), "x").is_none());
+        assert!(section(&json!({"verdict": {}}), "x").is_none());
+        // no components, outliers as plain indexes, an unknown component kept after the known ones
+        let d = json!({"steps": [
+            {"index": 0, "start_ns": 0, "wall_ns": 10, "components": {"unattributed": 6, "new_part": 4}},
+            {"start_ns": 20, "wall_ns": 30},
+        ], "outliers": [1], "idle": null});
+        let s = section(&d, "x").unwrap();
+        assert_eq!(s.components, vec!["unattributed", "new_part"]);
+        assert_eq!(s.bars.bars.len(), 2);
+        assert_eq!(s.bars.bars[0].components, vec![6, 4]);
+        assert_eq!(s.bars.bars[1].components, vec![0, 0]);
+        assert_eq!((s.bars.bars[1].first_index, s.bars.bars[1].outliers), (1, 1));
+        assert!(!s.device_work && !s.idle_computed && s.verdict.class.is_empty());
+        assert_eq!(s.totals["wall"], 40);
+    }
+
+    #[test]
+    fn bins_past_max_bars_and_histograms_count_every_step() {
+        let steps: Vec<Value> = (0..1001)
+            .map(|i| {
+                json!({"index": i, "start_ns": i * 100, "wall_ns": 50 + (i % 7), "gpu_busy_ns": i % 3, "kernels": 1,
+                "components": {"gpu_kernel": 1, "unattributed": 49 + (i % 7)}})
+            })
+            .collect();
+        let s = section(&json!({"steps": steps, "outliers": [{"index": 1000}]}), "x").unwrap();
+        assert_eq!((s.bars.steps_per_bar, s.bars.bars.len(), s.bars.binned), (3, 334, true));
+        assert_eq!(s.bars.bars[333].steps, 2);
+        assert_eq!(s.bars.bars[333].outliers, 1);
+        assert_eq!(s.bars.bars.iter().map(|b| b.wall_ns).sum::<i64>(), s.totals["wall"]);
+        for h in &s.histograms {
+            assert_eq!(h.counts.iter().sum::<u64>() + h.above, 1001);
+            assert_eq!(h.counts.len(), HIST_BINS);
+        }
+        // a long tail goes above the last bin
+        let h = histogram("wall", vec![10, 10, 11, 12, 1000]);
+        assert_eq!((h.above, h.hi_ns, h.max_ns), (1, 33, 1000));
+        assert_eq!(h.counts.iter().sum::<u64>(), 4);
+    }
 }

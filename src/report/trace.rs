@@ -36,6 +36,8 @@ use crate::step_budget::StepBudgetDoc;
 
 /// Default of `--trace-max-events`.
 pub const DEFAULT_MAX_EVENTS: usize = 200_000;
+/// The smallest `--trace-max-events` accepted.
+pub const MIN_MAX_EVENTS: usize = 100;
 /// Steps in the default window.
 pub const DEFAULT_WINDOW_STEPS: usize = 5;
 /// GPU tracks live in pids `GPU_PID_BASE + deviceId` (far above any OS pid).
@@ -166,6 +168,12 @@ pub fn write(
     max_events: usize,
     out: &Path,
 ) -> Result<TraceSummary> {
+    if max_events < MIN_MAX_EVENTS {
+        return Err(Error::usage(format!(
+            "--trace-max-events {max_events}: at least {MIN_MAX_EVENTS} (the process and thread names alone take dozens)"
+        ))
+        .with_arg("--trace-max-events"));
+    }
     let n = sb.steps.len() as u64;
     if n == 0 {
         return Err(Error::input(format!(
