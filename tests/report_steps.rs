@@ -127,8 +127,11 @@ fn the_class_comes_from_the_step_budget_on_the_real_captures() {
     let r = report(&[&fx("nsys-2025.3.1/serve_node.sqlite"), "--compact"]);
     assert_eq!(r["step_budget"]["bars"]["steps_per_bar"], 3);
     assert_eq!(r["step_budget"]["bars"]["bars"].as_array().unwrap().len(), 397);
-    // idle attribution: not computed by this step budget (absent or empty idle[])
-    assert_eq!(r["step_budget"]["idle_computed"], false);
+    // idle attribution: computed when the step budget has a non-empty idle[], carried as it is
+    let idle = r["step_budget"]["idle"].as_array().unwrap();
+    assert_eq!(r["step_budget"]["idle_computed"].as_bool().unwrap(), !idle.is_empty());
+    let sb = step_budget(&[&fx("nsys-2025.3.1/serve_node.sqlite"), "--compact"]);
+    assert_eq!(idle, sb["idle"].as_array().unwrap_or(&Vec::new()));
 }
 
 #[test]
@@ -246,18 +249,23 @@ fn the_step_budget_page_as_chromium_renders_it() {
         let r = report(&[&fx(f), "--html", page.to_str().unwrap(), "--compact"]);
         let (dom, m) = render(&chromium, &page, dir.path());
         let s = &r["step_budget"];
-        for id in [
-            "step-budget",
-            "sb-verdict",
-            "step-bars",
-            "hist-wall",
-            "hist-gpu_busy",
-            "sb-dist",
-            "idle-not-computed",
-            "signals",
-            "provenance",
-        ] {
+        for id in
+            ["step-budget", "sb-verdict", "step-bars", "hist-wall", "hist-gpu_busy", "sb-dist", "signals", "provenance"]
+        {
             assert!(dom.contains(&format!("id=\"{id}\"")), "{f}: the page has no #{id}");
+        }
+        // the idle attribution: one row per device of idle[] with its idle, or the sentence saying it is absent
+        let idle = s["idle"].as_array().unwrap();
+        if idle.is_empty() {
+            assert!(dom.contains("id=\"idle-not-computed\""), "{f}");
+        } else {
+            assert!(dom.contains("id=\"idle\"") && !dom.contains("id=\"idle-not-computed\""), "{f}");
+            assert_eq!(dom.matches("class=\"idle-row\"").count(), idle.len());
+            if idle.iter().all(|d| d["categories"].is_object()) {
+                let want: Vec<String> =
+                    idle.iter().map(|d| nsyskit::report::dur(d["idle_ns"].as_i64().unwrap())).collect();
+                assert_eq!(common::cells(&dom, "idle-ns"), want, "{f}");
+            }
         }
         // signals and provenance are tables (or a sentence), never raw JSON
         assert!(dom.contains("<table class=\"kv\" id=\"signals\">"));
