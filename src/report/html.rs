@@ -746,7 +746,7 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
             let _ = write!(h, "<p class=\"src\">{} more rows in the JSON document.</p>", sb.idle.len() - 200);
         }
     } else {
-        h.push_str("<p id=\"idle-not-computed\" class=\"unk\">Not computed: the step budget has no GPU idle attribution (<code>idle[]</code> is absent or empty in this step-budget version), so idle gaps are not split into waiting on the host, on a sync, launch latency or other.</p>");
+        h.push_str("<p id=\"idle-not-computed\" class=\"unk\">Not computed: the step budget has no GPU idle attribution (<code>idle[]</code> is absent or empty in the step-budget document), so idle gaps are not split into waiting on the host, on a sync, launch latency or other.</p>");
     }
 }
 
