@@ -12,7 +12,7 @@ use nsyskit::iterations::window;
 #[command(
     name = "report",
     version,
-    after_help = "Example:\n  report fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --html /tmp/report.html --pretty"
+    after_help = "Examples:\n  report fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --html /tmp/report.html --pretty\n  report fixtures/nsys-2025.3.1/decode_clean.sqlite \\\n    --trace /tmp/steps.trace.json --window 200:205 --compact"
 )]
 struct Args {
     /// Evidence bundle JSON, ranges JSON or nsys .sqlite export (`-` = stdin; a FIFO is read like stdin)
@@ -41,6 +41,15 @@ struct Args {
     /// List at most N top kernels (0 = all)
     #[arg(long, default_value_t = 20, value_name = "N")]
     top: usize,
+    /// Write a Chrome/Perfetto trace-event file of a window of steps (an nsys export only; opens in ui.perfetto.dev)
+    #[arg(long, value_name = "OUT.json")]
+    trace: Option<std::path::PathBuf>,
+    /// The steps of --trace: START:END in step indexes, END excluded (default: 5 steps around the median step)
+    #[arg(long, value_name = "START:END")]
+    window: Option<String>,
+    /// At most N events in the --trace file (later events are dropped and the file says so)
+    #[arg(long, default_value_t = nsyskit::report::trace::DEFAULT_MAX_EVENTS, value_name = "N")]
+    trace_max_events: usize,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -57,6 +66,17 @@ fn main() {
             label: a.label,
             html: a.html,
             top: a.top,
+            trace: a.trace,
+            window: None,
+            trace_max_events: Some(a.trace_max_events),
+        };
+        let unfinished = unfinished.and_then(|_| match &a.window {
+            Some(w) => nsyskit::report::trace::parse_window(w).map(Some),
+            None => Ok(None),
+        });
+        let opts = match unfinished {
+            Ok(window) => nsyskit::report::ReportOptions { window, ..opts },
+            Err(e) => return report_error("report", &e),
         };
         let it = match a.iterations.as_deref().map(window::parse_iterations).transpose() {
             Ok(w) => window::IterationArgs { records: a.iteration_records, iterations: w, ..Default::default() },
@@ -69,16 +89,29 @@ fn main() {
                     .with_arg("--iteration-records"),
             );
         }
-        if it.any() {
-            return match unfinished.and_then(|_| window::report_run(&opts, &it)) {
+        let result = if it.any() {
+            match window::report_run(&opts, &it) {
                 Ok(window::Windowed::Retry(d)) => {
                     eprintln!("report: RETRY: {}", d.reason);
-                    emit("report", Ok(*d), a.out.style())
+                    return emit("report", Ok(*d), a.out.style());
                 }
-                Ok(window::Windowed::Doc(d)) => emit("report", Ok(d), a.out.style()),
-                Err(e) => report_error("report", &e),
-            };
+                Ok(window::Windowed::Doc(d)) => Ok(d),
+                Err(e) => Err(e),
+            }
+        } else {
+            nsyskit::report::run(&opts)
+        };
+        if let Ok(doc) = &result {
+            if let Some(t) = doc.trace.as_ref().filter(|t| t.truncated) {
+                eprintln!(
+                    "report: --trace {}: more than {} events in the window: the trace stops at {} ns ({} events dropped)",
+                    t.path,
+                    t.max_events,
+                    t.truncated_at_ns.unwrap_or(0),
+                    t.dropped_events
+                );
+            }
         }
-        emit("report", unfinished.and_then(|_| nsyskit::report::run(&opts)), a.out.style())
+        emit("report", result, a.out.style())
     })
 }

@@ -578,6 +578,7 @@ pub fn report_run(
                 return Err(Error::usage("the window selects no iteration"));
             }
         };
+        ev.step_window = prep.time_window;
         let ro = RangesOptions { fold: true, window: prep.time_window, ..Default::default() };
         let doc = ranges::analyze_doc(&cap.export, &ro)?;
         let bytes = serde_json::to_vec(&doc).map_err(|e| Error::input(format!("{}: ranges: {e}", cap.source.path)))?;
