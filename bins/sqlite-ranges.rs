@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 use nsyskit::contract::cli::{emit, main_with, report_error, OutputArgs};
+use nsyskit::iterations::window::{self, parse_iterations, IterationArgs, Windowed};
 use nsyskit::ranges::{self, RangesOptions};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -36,6 +37,18 @@ struct Args {
     /// are folded into stable ones (`aten::mm`, `vibeserve.request.<n>`) and the `folded` section says how
     #[arg(long)]
     no_fold: bool,
+    /// Iteration records of the engine (JSON lines, docs/iterations.md): joined to the step occurrences by
+    /// time (clock offset measured); the `iterations` section lists each step occurrence with its iteration
+    #[arg(long, value_name = "FILE")]
+    iteration_records: Option<PathBuf>,
+    /// Analyse only iterations START..=END: engine iteration indices with --iteration-records, else occurrence
+    /// indices (0-based, by start) of the step label; a window selecting no iteration is RETRY (exit 1)
+    #[arg(long, value_name = "START:END", allow_hyphen_values = true)]
+    iterations: Option<String>,
+    /// The step label for --iteration-records/--iterations (default: the iteration label, chosen as
+    /// step-budget does)
+    #[arg(long, value_name = "LABEL")]
+    step: Option<String>,
     /// Output format: the JSON document, or a human table
     #[arg(long, value_enum, default_value = "json")]
     format: Format,
@@ -53,22 +66,51 @@ fn main() {
         let result = (|| {
             let window = a.window.as_deref().map(ranges::parse_window).transpose()?;
             let opts = RangesOptions { range_prefix: a.range_prefix.clone(), window, fold: !a.no_fold };
+            let it = IterationArgs {
+                records: a.iteration_records.clone(),
+                iterations: a.iterations.as_deref().map(parse_iterations).transpose()?,
+                step: a.step.clone(),
+                fold: !a.no_fold,
+            };
+            if a.step.is_some() && !it.any() {
+                return Err(nsyskit::contract::Error::usage(
+                    "--step is for --iteration-records or --iterations (sqlite-ranges reports every label)",
+                )
+                .with_arg("--step"));
+            }
+            if it.any() {
+                return if a.export == "-" {
+                    let copy = nsyskit::export::StdinCopy::read()?;
+                    let mut w = copy.run(|p| window::ranges_run(p, &opts, a.nsys.as_deref(), &it))?;
+                    match &mut w {
+                        Windowed::Doc(d) => d.source.path = nsyskit::export::STDIN_NAME.into(),
+                        Windowed::Retry(d) => d.source = nsyskit::export::STDIN_NAME.into(),
+                    }
+                    Ok(w)
+                } else {
+                    window::ranges_run(std::path::Path::new(&a.export), &opts, a.nsys.as_deref(), &it)
+                };
+            }
             if a.export == "-" {
                 let copy = nsyskit::export::StdinCopy::read()?;
                 let mut doc = copy.run(|p| ranges::run(p, &opts, a.nsys.as_deref()))?;
                 doc.source.path = nsyskit::export::STDIN_NAME.into();
-                Ok(doc)
+                Ok(Windowed::Doc(doc))
             } else {
-                ranges::run(std::path::Path::new(&a.export), &opts, a.nsys.as_deref())
+                ranges::run(std::path::Path::new(&a.export), &opts, a.nsys.as_deref()).map(Windowed::Doc)
             }
         })();
         match (a.format, result) {
-            (Format::Table, Ok(doc)) => {
+            (_, Ok(Windowed::Retry(d))) => {
+                eprintln!("sqlite-ranges: RETRY: {}", d.reason);
+                emit("sqlite-ranges", Ok(*d), a.out.style())
+            }
+            (Format::Table, Ok(Windowed::Doc(doc))) => {
                 print!("{}", ranges::render_table(&doc));
                 0
             }
-            (Format::Table, Err(e)) => report_error("sqlite-ranges", &e),
-            (Format::Json, r) => emit("sqlite-ranges", r, a.out.style()),
+            (Format::Table, Err(e)) | (Format::Json, Err(e)) => report_error("sqlite-ranges", &e),
+            (Format::Json, Ok(Windowed::Doc(doc))) => emit("sqlite-ranges", Ok(doc), a.out.style()),
         }
     })
 }

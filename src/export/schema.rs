@@ -76,6 +76,8 @@ pub mod cols {
     pub const GRAPH_NODE_ID: &str = "graphNodeId";
     pub const DEMANGLED_NAME: &str = "demangledName";
     pub const DOMAIN_ID: &str = "domainId";
+    /// Device tables: the CUDA stream (read when present, by step-budget).
+    pub const STREAM_ID: &str = "streamId";
     /// TARGET_INFO_GPU: `name`, then these when present.
     pub const GPU_DETAILS: [&str; 4] = ["chipName", "smCount", "totalMemory", "clockRate"];
 }

@@ -1,5 +1,6 @@
 //! `sqlite-ranges`: exact NVTX range attribution on an nsys SQLite export → `nsyskit.ranges/v1`.
 
+use nsyskit::iterations::window::{self, parse_iterations, IterationArgs, Windowed};
 use nsyskit::ranges::{self, RangesOptions};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
@@ -48,6 +49,9 @@ impl SimplePluginCommand for SqliteRanges {
                 "Keep id-bearing labels as they are (`aten::mm, op_id = 41599`, `vibeserve.request.3`); by default they are folded into stable ones (`aten::mm`, `vibeserve.request.<n>`) and the `folded` section says how",
                 None,
             )
+            .named("iteration-records", SyntaxShape::Filepath, "Iteration records of the engine (JSON lines, docs/iterations.md): joined to the step occurrences by time (clock offset measured); the `iterations` section lists each step occurrence with its iteration", None)
+            .named("iterations", SyntaxShape::String, "Analyse only iterations START..=END: engine iteration indices with --iteration-records, else occurrence indices (0-based, by start) of the step label; a window selecting no iteration is RETRY (exit 1)", None)
+            .named("step", SyntaxShape::String, "The step label for --iteration-records/--iterations (default: the iteration label, chosen as step-budget does)", None)
             .named("nsys", SyntaxShape::Filepath, "The nsys used to export an .nsys-rep (default: $env.NSYS_BIN, else nsys on PATH)", None)
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
@@ -98,9 +102,30 @@ impl SimplePluginCommand for SqliteRanges {
                 window,
                 fold,
             };
-            ranges::run(&export, &opts, nsys.as_deref())
+            let it = IterationArgs {
+                records: flag_path(engine, call, "iteration-records")
+                    .map_err(|e| nsyskit::contract::Error::usage(e.to_string()).with_arg("--iteration-records"))?,
+                iterations: flag_str(call, "iterations")
+                    .map_err(|e| nsyskit::contract::Error::usage(e.to_string()).with_arg("--iterations"))?
+                    .map(|w| parse_iterations(&w.item))
+                    .transpose()?,
+                step: flag_str(call, "step").ok().flatten().map(|s| s.item),
+                fold,
+            };
+            if it.step.is_some() && !it.any() {
+                return Err(nsyskit::contract::Error::usage(
+                    "--step is for --iteration-records or --iterations (sqlite-ranges reports every label)",
+                )
+                .with_arg("--step"));
+            }
+            if it.any() {
+                return window::ranges_run(&export, &opts, nsys.as_deref(), &it);
+            }
+            ranges::run(&export, &opts, nsys.as_deref()).map(Windowed::Doc)
         })();
-        let doc = result.map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
-        doc_value(&doc, call.head)
+        match result.map_err(|e| labeled(e, call, &sig, Some(input.span())))? {
+            Windowed::Doc(doc) => doc_value(&doc, call.head),
+            Windowed::Retry(doc) => doc_value(&*doc, call.head),
+        }
     }
 }

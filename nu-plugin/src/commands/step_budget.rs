@@ -1,5 +1,6 @@
 //! `step-budget`: where each engine step's time went, step by step → `nsyskit.step-budget/v1`.
 
+use nsyskit::iterations::window::{self, parse_iterations, IterationArgs, Windowed};
 use nsyskit::step_budget::{self, StepBudgetOptions, DEFAULT_OUTLIER_FACTOR};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
@@ -37,6 +38,8 @@ impl SimplePluginCommand for StepBudget {
             )
             .named("outlier-factor", SyntaxShape::Number, "A step whose wall exceeds this many times the median step wall is an outlier (default 2)", None)
             .switch("no-fold", "Keep id-bearing labels as they are (by default they are folded as sqlite-ranges does)", None)
+            .named("iteration-records", SyntaxShape::Filepath, "Iteration records of the engine (JSON lines, docs/iterations.md): joined to the steps by time (clock offset measured); each joined step carries its batch geometry, groups by phase and batch size", None)
+            .named("iterations", SyntaxShape::String, "Analyse only iterations START..=END: engine iteration indices with --iteration-records, else step indices (0-based, by start); a window selecting no iteration is RETRY (exit 1)", None)
             .named("nsys", SyntaxShape::Filepath, "The nsys used to export an .nsys-rep (default: $env.NSYS_BIN, else nsys on PATH)", None)
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
@@ -81,6 +84,22 @@ impl SimplePluginCommand for StepBudget {
             outlier_factor: flag_f64(call, "outlier-factor")?.unwrap_or(DEFAULT_OUTLIER_FACTOR),
             fold,
         };
+        let it = IterationArgs {
+            records: flag_path(engine, call, "iteration-records")?,
+            iterations: flag_str(call, "iterations")?
+                .map(|w| parse_iterations(&w.item))
+                .transpose()
+                .map_err(|e| labeled(e, call, &sig, Some(input.span())))?,
+            ..Default::default()
+        };
+        if it.any() {
+            return match window::step_budget_run(&capture, &opts, nsys.as_deref(), &it)
+                .map_err(|e| labeled(e, call, &sig, Some(input.span())))?
+            {
+                Windowed::Doc(doc) => doc_value(&doc, call.head),
+                Windowed::Retry(doc) => doc_value(&*doc, call.head),
+            };
+        }
         let doc = step_budget::run(&capture, &opts, nsys.as_deref())
             .map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
