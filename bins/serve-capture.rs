@@ -1,124 +1,14 @@
 //! `serve-capture`: run a server under `nsys profile`, wait until it is ready, warm it up, drive a bounded load
 //! across the capture window, stop only the recorded PIDs, and check the port is released.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use nsyskit::contract::cli::{emit, main_with, OutputArgs};
+use nsyskit::contract::cli::{emit, main_with};
 use nsyskit::contract::Result;
 use nsyskit::serve_capture::{self, ServeCaptureOptions};
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "serve-capture",
-    version,
-    about = "Profile a server you control under nsys: readiness, warmup, bounded load across the capture window, clean stop",
-    after_help = "Example (CPU only, nsys 2023.4 in NSYS_BIN, the test server scripts/cpu/vibeserve_http.c; exit 1 expected: the capture, ranges and bundle are written, but a CPU-only capture has no CUDA data, so gate-check says RETRY G1/G3):\n  NVTX_INC=$(dirname $(find -L \"$(dirname \"$NSYS_BIN\")/..\" \\\n    -path '*nvtx/include/nvtx3' | head -1))\n  gcc -O1 -I\"$NVTX_INC\" scripts/cpu/vibeserve_http.c \\\n    -o /tmp/vibeserve_http -ldl\n  serve-capture --trace nvtx,osrt --delay 3 --duration 3 \\\n    --health http://127.0.0.1:18080/health \\\n    --models http://127.0.0.1:18080/v1/models \\\n    --warmup \"curl -sf -o /dev/null http://127.0.0.1:18080/generate\" \\\n    --load \"/tmp/vibeserve_http --client 18080 8\" \\\n    --out runs/cpu1 -- /tmp/vibeserve_http 18080\n\nExit: 0 ok and gate-check PASS, 1 a stage failed or gate-check says RETRY (the document says which), 2 bad usage (nothing started), 130/143 interrupted by SIGINT/SIGTERM (after cleanup)."
-)]
-struct Args {
-    /// The nsys binary (default: NSYS_BIN, else nsys on PATH)
-    #[arg(long, value_name = "PATH")]
-    nsys: Option<PathBuf>,
-    /// nsys --trace list; with cuda, --cuda-graph-trace=node is added (mandatory)
-    #[arg(long, default_value = "cuda,nvtx,osrt")]
-    trace: String,
-    /// Extra nsys profile flags, one string split with shell-word rules (e.g. "--sample=none --cpuctxsw=none")
-    #[arg(long, value_name = "\"FLAGS\"", allow_hyphen_values = true)]
-    flags: Option<String>,
-    /// Time-bounded window: start collecting SECONDS after launch
-    #[arg(long, value_name = "SECONDS")]
-    delay: Option<f64>,
-    /// Time-bounded window: collect for SECONDS
-    #[arg(long, value_name = "SECONDS")]
-    duration: Option<f64>,
-    /// Range-bounded window: cudaProfilerApi (or nvtx, with --flags "--nvtx-capture=NAME")
-    #[arg(long, value_name = "RANGE")]
-    capture_range: Option<String>,
-    /// What ends a range-bounded capture (default stop: the server keeps running, serve-capture stops it)
-    #[arg(long, value_name = "END")]
-    capture_range_end: Option<String>,
-    /// The CUDA process is a child of the launched one (vLLM, SGLang workers): adds --trace-fork-before-exec=true
-    #[arg(long)]
-    cuda_child: bool,
-    /// Environment variable for the server, set on the nsys process (repeatable)
-    #[arg(long, value_name = "NAME=VALUE")]
-    env: Vec<String>,
-    /// Health URL, polled until it answers 2xx
-    #[arg(long, value_name = "URL")]
-    health: String,
-    /// Models URL (e.g. http://127.0.0.1:8000/v1/models), also polled until 2xx
-    #[arg(long, value_name = "URL")]
-    models: Option<String>,
-    /// Warmup client command, run before the capture window (one string, split with shell-word rules, no shell)
-    #[arg(long, value_name = "\"CMD\"")]
-    warmup: Option<String>,
-    /// Bounded load client command that spans the capture window (split with shell-word rules, no shell)
-    #[arg(long, value_name = "\"CMD\"")]
-    load: String,
-    /// Seconds to wait for readiness
-    #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
-    ready_timeout: f64,
-    /// Seconds a warmup or load client may run
-    #[arg(long, default_value_t = 1800.0, value_name = "SECONDS")]
-    client_timeout: f64,
-    /// Seconds nsys may take to write its report once the server is gone
-    #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
-    finalize_timeout: f64,
-    /// Seconds between TERM and KILL for each recorded process
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
-    grace: f64,
-    /// gate-check tier for the capture: throughput (G5) or decode (G6, G7)
-    #[arg(long, default_value = "throughput", value_name = "TIER")]
-    tier: String,
-    /// gate-check decode tier: the NVTX label of one decode step
-    #[arg(long, value_name = "LABEL")]
-    decode_range: Option<String>,
-    /// gate-check G2: smallest acceptable .nsys-rep in bytes [default: the tier's]
-    #[arg(long, value_name = "BYTES")]
-    min_rep_bytes: Option<u64>,
-    /// Pin the run to this physical GPU: CUDA_VISIBLE_DEVICES=IDX on the server (through nsys) and the clients; a foreign process on it fails the preflight
-    #[arg(long, value_name = "IDX")]
-    gpu: Option<u32>,
-    /// The nvidia-smi to run (default: nvidia-smi on PATH; without one the GPU checks say "not checked")
-    #[arg(long, value_name = "PATH")]
-    nvidia_smi: Option<PathBuf>,
-    /// The engine's source tree: its git revision and dirty state go into provenance.json
-    #[arg(long, value_name = "DIR")]
-    engine_repo: Option<PathBuf>,
-    /// The engine's instrumentation switch state NAME=STATE (e.g. nvtx=on), recorded in provenance; repeatable
-    #[arg(long, value_name = "NAME=STATE")]
-    instrumentation: Vec<String>,
-    /// Stale /dev/shm segments matching this glob (vllm_*) or regex (re:^psm_) fail the preflight
-    #[arg(long, value_name = "PATTERN")]
-    shm: Option<String>,
-    /// After shutdown, GPU memory used on the target GPU(s) must be back within this many MiB of its level at start
-    #[arg(long, default_value_t = 256, value_name = "MIB")]
-    gpu_mem_tolerance: u64,
-    /// A flag the server command must carry (repeatable): without it serve-capture refuses to start (exit 2, nothing launched)
-    #[arg(long, value_name = "FLAG", allow_hyphen_values = true)]
-    require_argv: Vec<String>,
-    /// The engine (sglang, vllm): implies the server flags its capture mode needs (sglang: --alignment-nvtx-ranges, --alignment-iteration-records; vllm with --capture-range: --profiler-config.profiler=cuda)
-    #[arg(long, value_name = "ENGINE")]
-    engine: Option<String>,
-    /// A generated/JIT module (.so, cache entry) to record: size, sha256, mtime, and whether the server processes mapped it (repeatable; PATH=SHA256 pins it)
-    #[arg(long, value_name = "PATH[=SHA256]")]
-    module: Vec<String>,
-    /// A --module that is missing or differs from its pinned sha256 fails before the server is launched (exit 2)
-    #[arg(long)]
-    strict_prebuilt: bool,
-    /// The file the server writes its iteration records to (told through NSYSKIT_ITERATION_RECORDS, set on nsys); collected into the run folder and validated (iterations.json)
-    #[arg(long, value_name = "FILE")]
-    iteration_records: Option<PathBuf>,
-    /// The run folder (created; must be empty): report, export, logs, pids/, provenance.json, serve-capture.json
-    #[arg(long, value_name = "DIR")]
-    out: PathBuf,
-    /// The server command, after `--`
-    #[arg(last = true, required = true, value_name = "SERVER CMD")]
-    server: Vec<String>,
-    #[command(flatten)]
-    output: OutputArgs,
-}
+use nsyskit::flags::serve_capture::ServeCaptureArgs as Args;
 
 fn secs(x: f64, flag: &str) -> Result<Duration> {
     Duration::try_from_secs_f64(x)
