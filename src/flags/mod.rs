@@ -21,6 +21,7 @@ pub mod gate_check;
 pub mod kern_csv_to_json;
 pub mod nsys_resolve;
 pub mod nvtx_readiness;
+pub mod pod_attach;
 pub mod report;
 pub mod serve_capture;
 pub mod sqlite_ranges;
@@ -47,6 +48,7 @@ pub fn commands() -> Vec<clap::Command> {
         kern_csv_to_json::KernCsvToJsonArgs::command(),
         nsys_resolve::NsysResolveArgs::command(),
         nvtx_readiness::NvtxReadinessArgs::command(),
+        pod_attach::PodAttachArgs::command(),
         report::ReportArgs::command(),
         serve_capture::ServeCaptureArgs::command(),
         sqlite_ranges::SqliteRangesArgs::command(),
