@@ -3,14 +3,14 @@
 use clap::Parser;
 use nsyskit::contract::cli::{main_with, report_error};
 use nsyskit::contract::Input;
-use nsyskit::kern_csv::{run_to_writer, KernCsvOptions};
+use nsyskit::kern_csv::run_to_writer;
 
 use nsyskit::flags::kern_csv_to_json::KernCsvToJsonArgs as Args;
 
 fn main() {
     main_with("kern-csv-to-json", || {
         let a = Args::parse();
-        let opts = KernCsvOptions { report: a.report, top: a.top, captured_at: a.captured_at };
+        let opts = a.options();
         // the rows are streamed to stdout (a large trace report is never held in memory)
         let mut out = std::io::stdout().lock();
         match run_to_writer(&Input::parse(&a.input), &opts, a.out.style(), &mut out) {

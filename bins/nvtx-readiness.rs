@@ -3,14 +3,14 @@
 
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with};
-use nsyskit::readiness::{self, ReadinessOptions};
+use nsyskit::readiness::{self};
 
 use nsyskit::flags::nvtx_readiness::NvtxReadinessArgs as Args;
 
 fn main() {
     main_with("nvtx-readiness", || {
         let a = Args::parse();
-        let opts = ReadinessOptions { range_prefix: a.range_prefix.clone(), max_opaque_share: a.max_opaque_share };
+        let opts = a.options();
         let result = if a.capture == "-" {
             (|| {
                 let copy = nsyskit::export::StdinCopy::read()?;

@@ -8,14 +8,7 @@ fn main() {
         let a = Args::parse();
         // a serve-capture run folder that never reached a terminal state is not evidence (docs/serve-capture.md)
         let unfinished = nsyskit::serve_capture::refuse_unfinished(&a.input);
-        let opts = nsyskit::report::ReportOptions {
-            input: a.input,
-            provenance: a.provenance,
-            categories: a.categories,
-            label: a.label,
-            html: a.html,
-            top: a.top,
-        };
+        let opts = a.options();
         emit("report", unfinished.and_then(|_| nsyskit::report::run(&opts)), a.out.style())
     })
 }

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with, report_error};
-use nsyskit::ranges::{self, RangesOptions};
+use nsyskit::ranges::{self};
 
 
 use nsyskit::flags::sqlite_ranges::SqliteRangesArgs as Args;
@@ -15,8 +15,7 @@ fn main() {
         let a = Args::parse();
         ranges::set_progress(std::io::stderr().is_terminal());
         let result = (|| {
-            let window = a.window.as_deref().map(ranges::parse_window).transpose()?;
-            let opts = RangesOptions { range_prefix: a.range_prefix.clone(), window, fold: !a.no_fold };
+            let opts = a.options()?;
             if a.export == "-" {
                 let copy = nsyskit::export::StdinCopy::read()?;
                 let mut doc = copy.run(|p| ranges::run(p, &opts, a.nsys.as_deref()))?;

@@ -3,14 +3,14 @@
 
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with};
-use nsyskit::step_budget::{self, StepBudgetOptions};
+use nsyskit::step_budget::{self};
 
 use nsyskit::flags::step_budget::StepBudgetArgs as Args;
 
 fn main() {
     main_with("step-budget", || {
         let a = Args::parse();
-        let opts = StepBudgetOptions { step: a.step.clone(), outlier_factor: a.outlier_factor, fold: !a.no_fold };
+        let opts = a.options();
         let result = if a.export == "-" {
             nsyskit::export::StdinCopy::read().and_then(|copy| {
                 let mut doc = copy.run(|p| step_budget::run(p, &opts, a.nsys.as_deref()))?;

@@ -89,7 +89,11 @@ impl Flags {
             } else {
                 let shape = self.shape(arg);
                 let default = default_value(arg, &shape);
-                sig = sig.named(long, shape, help, arg.get_short());
+                sig = if arg.is_required_set() {
+                    sig.required_named(long, shape, help, arg.get_short())
+                } else {
+                    sig.named(long, shape, help, arg.get_short())
+                };
                 if let Some(flag) = sig.named.last_mut() {
                     flag.default_value = default;
                 }
@@ -145,6 +149,21 @@ impl Flags {
     }
 }
 
+/// Seconds: a number or a Nushell duration (for [`Flags::shapes`]).
+pub fn seconds() -> SyntaxShape {
+    SyntaxShape::OneOf(vec![SyntaxShape::Number, SyntaxShape::Duration])
+}
+
+/// A path (for [`Flags::shapes`]).
+pub fn path() -> SyntaxShape {
+    SyntaxShape::Filepath
+}
+
+/// A command: one string split with shell-word rules, or a list of words (for [`Flags::shapes`]).
+pub fn command_words() -> SyntaxShape {
+    SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String])
+}
+
 fn is_switch(arg: &Arg) -> bool {
     matches!(arg.get_action(), ArgAction::SetTrue)
 }
@@ -158,14 +177,18 @@ fn is_type<T: 'static>(arg: &Arg) -> bool {
     arg.get_value_parser().type_id() == TypeId::of::<T>()
 }
 
-fn value_shape(arg: &Arg) -> SyntaxShape {
-    let name = arg.get_value_names().and_then(|v| v.first()).map(|s| s.as_str().to_string()).unwrap_or_default();
-    let int = is_type::<u64>(arg)
+fn is_int(arg: &Arg) -> bool {
+    is_type::<u64>(arg)
         || is_type::<usize>(arg)
         || is_type::<u32>(arg)
         || is_type::<u16>(arg)
         || is_type::<u8>(arg)
-        || is_type::<i64>(arg);
+        || is_type::<i64>(arg)
+}
+
+fn value_shape(arg: &Arg) -> SyntaxShape {
+    let name = arg.get_value_names().and_then(|v| v.first()).map(|s| s.as_str().to_string()).unwrap_or_default();
+    let int = is_int(arg);
     if is_type::<PathBuf>(arg) {
         if name == "DIR" {
             SyntaxShape::Directory
@@ -222,10 +245,12 @@ fn arg_text(engine: &EngineInterface, arg: &Arg, v: &Value) -> Result<OsString, 
     let long = arg.get_long().unwrap_or_default();
     Ok(match v {
         Value::Filesize { val, .. } => val.get().to_string().into(),
+        // seconds: whole ones for an integer flag (`--wait-timeout 3sec`)
+        Value::Duration { val, .. } if is_int(arg) => (val / 1_000_000_000).to_string().into(),
         Value::Duration { val, .. } => (*val as f64 / 1e9).to_string().into(),
         Value::Int { val, .. } => val.to_string().into(),
         Value::Float { val, .. } => val.to_string().into(),
-        Value::Date { val, .. } => val.to_rfc3339().into(),
+        Value::Date { val, .. } => crate::convert::date_to_json(val).into(),
         Value::String { val, .. } | Value::Glob { val, .. } => {
             if is_type::<PathBuf>(arg) {
                 resolve_path(engine, val)?.into_os_string()

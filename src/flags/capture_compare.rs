@@ -82,3 +82,29 @@ pub struct CaptureCompareArgs {
     #[command(flatten)]
     pub out: OutputArgs,
 }
+
+impl CaptureCompareArgs {
+    /// The library's options for these flags (a bad `--tier` is a usage error naming it).
+    pub fn options(&self) -> crate::contract::Result<crate::compare::CompareOptions> {
+        let tier = crate::gate::Tier::parse(&self.tier).map_err(|e| e.with_arg("--tier"))?;
+        Ok(crate::compare::CompareOptions {
+            a: self.a.clone().unwrap_or_default(),
+            b: self.b.clone().unwrap_or_default(),
+            baseline: self.baseline.clone(),
+            trial: self.trial.clone(),
+            baseline_name: self.baseline_name.clone(),
+            provenance_a: self.provenance_a.clone(),
+            provenance_b: self.provenance_b.clone(),
+            categories: self.categories.clone(),
+            top: self.top,
+            strict: self.strict,
+            tier,
+            expect_labels: self.expect_label.clone(),
+            max_attributed_share_diff: self.max_attributed_share_diff,
+            label: self.label.clone(),
+            metric: self.metric.clone(),
+            fail_on_regression: self.fail_on_regression,
+            ab: crate::compare::ab::AbSettings { resamples: self.bootstrap, seed: self.seed, confidence: self.confidence },
+        })
+    }
+}

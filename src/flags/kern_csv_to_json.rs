@@ -32,3 +32,14 @@ pub struct KernCsvToJsonArgs {
     #[command(flatten)]
     pub out: OutputArgs,
 }
+
+impl KernCsvToJsonArgs {
+    /// The library's options for these flags.
+    pub fn options(&self) -> crate::kern_csv::KernCsvOptions {
+        crate::kern_csv::KernCsvOptions {
+            report: self.report.clone(),
+            top: self.top,
+            captured_at: self.captured_at.clone(),
+        }
+    }
+}

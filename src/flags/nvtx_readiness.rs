@@ -32,3 +32,13 @@ pub struct NvtxReadinessArgs {
     #[command(flatten)]
     pub out: OutputArgs,
 }
+
+impl NvtxReadinessArgs {
+    /// The library's options for these flags.
+    pub fn options(&self) -> crate::readiness::ReadinessOptions {
+        crate::readiness::ReadinessOptions {
+            range_prefix: self.range_prefix.clone(),
+            max_opaque_share: self.max_opaque_share,
+        }
+    }
+}

@@ -38,3 +38,17 @@ pub struct ReportArgs {
     #[command(flatten)]
     pub out: OutputArgs,
 }
+
+impl ReportArgs {
+    /// The library's options for these flags.
+    pub fn options(&self) -> crate::report::ReportOptions {
+        crate::report::ReportOptions {
+            input: self.input.clone(),
+            provenance: self.provenance.clone(),
+            categories: self.categories.clone(),
+            label: self.label.clone(),
+            html: self.html.clone(),
+            top: self.top,
+        }
+    }
+}

@@ -35,3 +35,14 @@ pub struct StepBudgetArgs {
     #[command(flatten)]
     pub out: OutputArgs,
 }
+
+impl StepBudgetArgs {
+    /// The library's options for these flags.
+    pub fn options(&self) -> crate::step_budget::StepBudgetOptions {
+        crate::step_budget::StepBudgetOptions {
+            step: self.step.clone(),
+            outlier_factor: self.outlier_factor,
+            fold: !self.no_fold,
+        }
+    }
+}

@@ -1,10 +1,13 @@
 //! `report`: classify a capture's bottleneck → `nsyskit.report/v1`.
 
-use nsyskit::report::{self, ReportOptions};
+use clap::CommandFactory;
+use nsyskit::flags::report::ReportArgs;
+use nsyskit::report;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_arg, doc_value, flag_path, flag_str, flag_usize, labeled};
+use crate::call::{category, doc_arg, doc_value, labeled};
+use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct Report;
@@ -29,17 +32,13 @@ impl SimplePluginCommand for Report {
     }
 
     fn signature(&self) -> Signature {
-        Signature::build(SimplePluginCommand::name(self))
-            .optional(
+        let sig = Signature::build(SimplePluginCommand::name(self)).optional(
                 "bundle",
                 SyntaxShape::OneOf(vec![SyntaxShape::Record(Vec::new().into()), SyntaxShape::Filepath]),
                 "Evidence bundle JSON, ranges JSON or nsys .sqlite export: a path or a record (default: the pipeline input)",
-            )
-            .named("html", SyntaxShape::Filepath, "Write a self-contained HTML page with the bars, top kernels and categories", None)
-            .named("label", SyntaxShape::String, "Classify this range label instead of the automatic primary range", None)
-            .named("provenance", SyntaxShape::Filepath, "A provenance document (nsyskit.provenance/v1) to report (and use with an export)", None)
-            .named("categories", SyntaxShape::Filepath, "Kernel category rules replacing the built-in ones (JSON or `category=regex` lines)", None)
-            .named("top", SyntaxShape::Int, "List at most N top kernels (0 = all; default 20)", None)
+            );
+        flags()
+            .signature(sig)
             .input_output_types(vec![(Type::Nothing, Type::record()), (Type::record(), Type::record())])
             .category(category())
     }
@@ -66,17 +65,15 @@ impl SimplePluginCommand for Report {
         let sig = self.signature();
         let arg = call.positional.first().unwrap_or(input);
         let (path, _tmp) = doc_arg(engine, arg, "bundle")?;
-        let opts = ReportOptions {
-            input: path,
-            provenance: flag_path(engine, call, "provenance")?,
-            categories: flag_path(engine, call, "categories")?,
-            label: flag_str(call, "label")?.map(|s| s.item),
-            html: flag_path(engine, call, "html")?,
-            top: flag_usize(call, "top")?.unwrap_or(20),
-        };
-        let doc = report::run(&opts).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
+        let args: ReportArgs = flags().parse(engine, call, vec![path.into_os_string()])?;
+        let doc = report::run(&args.options()).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
     }
 }
 
 const EXAMPLE_VALUE: &str = "python_overhead_bound";
+
+/// The flags of the `report` binary (one definition: `nsyskit::flags::report`).
+fn flags() -> Flags {
+    Flags::new(ReportArgs::command())
+}

@@ -2,7 +2,9 @@
 //! → `nsyskit.serve-capture/v1`. A failed stage or a RETRY gate is data; Ctrl-C in Nushell stops the run through
 //! the library's [`StopFlag`] (no process-wide signal handler in the plugin).
 
+use clap::CommandFactory;
 use nsyskit::contract::Error;
+use nsyskit::flags::serve_capture::ServeCaptureArgs;
 use nsyskit::gate::Tier;
 use nsyskit::serve_capture::{self, ServeCaptureOptions, StopFlag, StopSource};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
@@ -11,6 +13,7 @@ use nu_protocol::{Example, LabeledError, SignalAction, Signature, Span, SyntaxSh
 use crate::call::{
     category, doc_value, flag_bytes, flag_duration, flag_list, flag_path, flag_str, labeled, nu_nsys_bin,
 };
+use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct ServeCapture;
@@ -65,67 +68,14 @@ impl SimplePluginCommand for ServeCapture {
     }
 
     fn signature(&self) -> Signature {
-        let secs = || SyntaxShape::OneOf(vec![SyntaxShape::Number, SyntaxShape::Duration]);
-        let cmd = || SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]);
-        Signature::build(SimplePluginCommand::name(self))
-            .rest("server", SyntaxShape::String, "The server command and its arguments")
-            .required_named("health", SyntaxShape::String, "Health URL, polled until it answers 2xx", None)
-            .required_named("load", cmd(), "Bounded load client command that spans the capture window", None)
-            .required_named("out", SyntaxShape::Filepath, "The run folder (created; must be empty)", None)
-            .named("nsys", SyntaxShape::Filepath, "The nsys binary (default: $env.NSYS_BIN, else nsys on PATH)", None)
-            .named("trace", SyntaxShape::String, "nsys --trace list (default cuda,nvtx,osrt); with cuda, --cuda-graph-trace=node is added", None)
-            .named("flags", SyntaxShape::String, "Extra nsys profile flags, one string split with shell-word rules", None)
-            .named("delay", secs(), "Time-bounded window: start collecting this many seconds after launch", None)
-            .named("duration", secs(), "Time-bounded window: collect for this many seconds", None)
-            .named("capture-range", SyntaxShape::String, "Range-bounded window: cudaProfilerApi (or nvtx, with --flags \"--nvtx-capture=NAME\")", None)
-            .named("capture-range-end", SyntaxShape::String, "What ends a range-bounded capture (default stop)", None)
-            .switch("cuda-child", "The CUDA process is a child of the launched one (vLLM, SGLang workers): adds --trace-fork-before-exec=true", None)
-            .named(
-                "env",
-                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
-                "Environment for the server, NAME=VALUE or a list of them, set on the nsys process",
-                None,
+        flags()
+            .signature(
+                Signature::build(SimplePluginCommand::name(self)).rest(
+                    "server",
+                    SyntaxShape::String,
+                    "The server command and its arguments",
+                ),
             )
-            .named("models", SyntaxShape::String, "Models URL (e.g. http://127.0.0.1:8000/v1/models), also polled until 2xx", None)
-            .named("warmup", cmd(), "Warmup client command, run before the capture window", None)
-            .named("ready-timeout", secs(), "Seconds (or a duration) to wait for readiness (default 300)", None)
-            .named("client-timeout", secs(), "Seconds a warmup or load client may run (default 1800)", None)
-            .named("finalize-timeout", secs(), "Seconds nsys may take to write its report once the server is gone (default 300)", None)
-            .named("grace", secs(), "Seconds between TERM and KILL for each recorded process (default 10)", None)
-            .named("tier", SyntaxShape::String, "gate-check tier for the capture: throughput (G5, the default) or decode (G6, G7)", None)
-            .named("decode-range", SyntaxShape::String, "gate-check decode tier: the NVTX label of one decode step", None)
-            .named(
-                "min-rep-bytes",
-                SyntaxShape::OneOf(vec![SyntaxShape::Int, SyntaxShape::Filesize]),
-                "gate-check G2: smallest acceptable .nsys-rep, bytes or a filesize (default: the tier's)",
-                None,
-            )
-            .named("gpu", SyntaxShape::Int, "Pin the run to this physical GPU: CUDA_VISIBLE_DEVICES=IDX on the server (through nsys) and the clients; a foreign process on it fails the preflight", None)
-            .named("nvidia-smi", SyntaxShape::Filepath, "The nvidia-smi to run (default: nvidia-smi on PATH; without one the GPU checks say \"not checked\")", None)
-            .named("engine-repo", SyntaxShape::Filepath, "The engine's source tree: its git revision and dirty state go into provenance.json", None)
-            .named(
-                "instrumentation",
-                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
-                "The engine's instrumentation switch state NAME=STATE (e.g. nvtx=on), or a list of them, recorded in provenance",
-                None,
-            )
-            .named("shm", SyntaxShape::String, "Stale /dev/shm segments matching this glob (vllm_*) or regex (re:^psm_) fail the preflight", None)
-            .named("gpu-mem-tolerance", SyntaxShape::Int, "After shutdown, GPU memory used on the target GPU(s) must be back within this many MiB of its level at start (default 256)", None)
-            .named(
-                "require-argv",
-                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
-                "A flag the server command must carry (or a list of them): without it serve-capture refuses to start (exit 2, nothing launched)",
-                None,
-            )
-            .named("engine", SyntaxShape::String, "The engine (sglang, vllm): implies the server flags its capture mode needs (sglang: --alignment-nvtx-ranges, --alignment-iteration-records; vllm with --capture-range: --profiler-config.profiler=cuda)", None)
-            .named(
-                "module",
-                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
-                "A generated/JIT module (.so, cache entry) to record: size, sha256, mtime, and whether the server processes mapped it (or a list; PATH=SHA256 pins it)",
-                None,
-            )
-            .switch("strict-prebuilt", "A --module that is missing or differs from its pinned sha256 fails before the server is launched (exit 2)", None)
-            .named("iteration-records", SyntaxShape::Filepath, "The file the server writes its iteration records to (told through NSYSKIT_ITERATION_RECORDS, set on nsys); collected into the run folder and validated (iterations.json)", None)
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
     }
@@ -250,4 +200,16 @@ impl SimplePluginCommand for ServeCapture {
         let doc = serve_capture::run(&o).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
     }
+}
+
+/// The flags of the `serve-capture` binary (one definition: `nsyskit::flags::serve_capture`); a client
+/// command may also be a list of words.
+fn flags() -> Flags {
+    use crate::flags::{command_words, path};
+    Flags::new(ServeCaptureArgs::command()).shapes(&[
+        ("load", command_words),
+        ("warmup", command_words),
+        ("out", path),
+        ("engine-repo", path),
+    ])
 }

@@ -1,10 +1,13 @@
 //! `sqlite-ranges`: exact NVTX range attribution on an nsys SQLite export → `nsyskit.ranges/v1`.
 
-use nsyskit::ranges::{self, RangesOptions};
+use clap::CommandFactory;
+use nsyskit::flags::sqlite_ranges::SqliteRangesArgs;
+use nsyskit::ranges;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
-use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
+use nu_protocol::{Example, LabeledError, Signature, Type, Value};
 
-use crate::call::{category, doc_value, flag_path, flag_str, labeled, nu_nsys_bin, resolve_path};
+use crate::call::{category, doc_value, labeled, nu_nsys_bin, resolve_path};
+use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct SqliteRanges;
@@ -29,26 +32,8 @@ impl SimplePluginCommand for SqliteRanges {
     }
 
     fn signature(&self) -> Signature {
-        Signature::build(SimplePluginCommand::name(self))
-            .required("export", SyntaxShape::Filepath, "The export written by `nsys export --type sqlite` (or an .nsys-rep)")
-            .named(
-                "range-prefix",
-                SyntaxShape::String,
-                "Keep only labels starting with this case-sensitive prefix (a domain's labels start with `DOMAIN:`)",
-                None,
-            )
-            .named(
-                "window",
-                SyntaxShape::String,
-                "Keep only occurrences lying inside START:END (ns, the export's clock): START <= start and end <= END",
-                None,
-            )
-            .switch(
-                "no-fold",
-                "Keep id-bearing labels as they are (`aten::mm, op_id = 41599`, `vibeserve.request.3`); by default they are folded into stable ones (`aten::mm`, `vibeserve.request.<n>`) and the `folded` section says how",
-                None,
-            )
-            .named("nsys", SyntaxShape::Filepath, "The nsys used to export an .nsys-rep (default: $env.NSYS_BIN, else nsys on PATH)", None)
+        let f = flags();
+        f.signature(f.required(Signature::build(SimplePluginCommand::name(self)), "export"))
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
     }
@@ -81,26 +66,21 @@ impl SimplePluginCommand for SqliteRanges {
     ) -> Result<Value, LabeledError> {
         let sig = self.signature();
         let export = resolve_path(engine, &call.req::<String>(0)?)?;
-        let nsys = match flag_path(engine, call, "nsys")? {
-            Some(p) => Some(p),
-            None => nu_nsys_bin(engine)?,
-        };
-        let result = (|| {
-            let window = flag_str(call, "window")
-                .map_err(|e| nsyskit::contract::Error::usage(e.to_string()).with_arg("--window"))?
-                .map(|w| ranges::parse_window(&w.item))
-                .transpose()?;
-            let fold = !call
-                .has_flag("no-fold")
-                .map_err(|e| nsyskit::contract::Error::usage(e.to_string()).with_arg("--no-fold"))?;
-            let opts = RangesOptions {
-                range_prefix: flag_str(call, "range-prefix").ok().flatten().map(|s| s.item),
-                window,
-                fold,
-            };
-            ranges::run(&export, &opts, nsys.as_deref())
-        })();
-        let doc = result.map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
+        let mut args: SqliteRangesArgs = flags().parse(engine, call, vec![export.clone().into_os_string()])?;
+        if args.nsys.is_none() {
+            args.nsys = nu_nsys_bin(engine)?;
+        }
+        let doc = args
+            .options()
+            .and_then(|opts| ranges::run(&export, &opts, args.nsys.as_deref()))
+            .map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
     }
+}
+
+/// The flags of the `sqlite-ranges` binary (one definition: `nsyskit::flags::sqlite_ranges`).
+fn flags() -> Flags {
+    Flags::new(SqliteRangesArgs::command())
+        .skip(&["format"])
+        .shapes(&[("export", crate::flags::path)])
 }
