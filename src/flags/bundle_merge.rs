@@ -20,10 +20,10 @@ pub struct BundleMergeArgs {
     pub bundle: PathBuf,
     /// nsyskit documents to merge, in order (`-` = stdin; default: stdin)
     pub docs: Vec<String>,
-    /// Write nothing; exit 1 when the merge would change the bundle
+    /// Write nothing; say whether the merge would change the bundle (`changed`; the binary exits 1 when it would)
     #[arg(long, conflicts_with = "stdout")]
     pub check: bool,
-    /// Write nothing; print the merged bundle on stdout (the summary goes to stderr)
+    /// Write nothing; give the merged bundle instead of the summary (the binary prints it on stdout, the summary on stderr)
     #[arg(long)]
     pub stdout: bool,
     #[command(flatten)]

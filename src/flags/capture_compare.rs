@@ -34,7 +34,7 @@ pub struct CaptureCompareArgs {
     /// Read baseline-side bundles as their stored baseline `baselines.NAME`
     #[arg(long, value_name = "NAME")]
     pub baseline_name: Option<String>,
-    /// Print an nsyskit.baseline/v1 document of the --baseline captures instead of comparing (store it with bundle-merge)
+    /// Give an nsyskit.baseline/v1 document of the --baseline captures instead of comparing (store it with bundle-merge)
     #[arg(long, value_name = "NAME")]
     pub save_baseline: Option<String>,
     /// A provenance document (nsyskit.provenance/v1) for A: adds version, flags, window, GPU facts
@@ -61,7 +61,7 @@ pub struct CaptureCompareArgs {
     /// The metric of each label's verdict: host_wall, kernel_busy_union or gpu_idle_within_kernel_span
     #[arg(long, default_value = "host_wall", value_name = "METRIC")]
     pub metric: String,
-    /// Exit 1 when the chosen label is slower than PCT percent with confidence
+    /// Fail (regression.failed; the binary exits 1) when the chosen label is slower than PCT percent with confidence
     #[arg(long, value_name = "PCT")]
     pub fail_on_regression: Option<f64>,
     /// Bootstrap resamples (≥ 100)

@@ -83,7 +83,7 @@ pub struct PodAttachArgs {
     /// Gate with this gate-check program instead of the library's gate (run in process by default)
     #[arg(long)]
     pub gate_check: Option<PathBuf>,
-    /// Print the plan (API requests and exec argv) as JSON; contacts no cluster
+    /// Give the plan (API requests and exec argv) instead of running it; contacts no cluster
     #[arg(long)]
     pub dry_run: bool,
     #[command(flatten)]
