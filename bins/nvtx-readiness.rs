@@ -1,6 +1,5 @@
 //! `nvtx-readiness CAPTURE`: can this trace name where the time went? → `nsyskit.readiness/v1`.
 
-
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with};
 use nsyskit::readiness::{self};

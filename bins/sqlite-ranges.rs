@@ -6,9 +6,8 @@ use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with, report_error};
 use nsyskit::ranges::{self};
 
-
-use nsyskit::flags::sqlite_ranges::SqliteRangesArgs as Args;
 use nsyskit::flags::sqlite_ranges::Format;
+use nsyskit::flags::sqlite_ranges::SqliteRangesArgs as Args;
 
 fn main() {
     main_with("sqlite-ranges", || {

@@ -28,11 +28,14 @@ use crate::call::resolve_path;
 /// Flags of the library's output formatting, never Nushell flags.
 pub const OUTPUT_FLAGS: &[&str] = &["pretty", "compact"];
 
+/// Nushell-specific shapes by flag name (see [`Flags::shapes`]).
+pub type Shapes = &'static [(&'static str, fn() -> SyntaxShape)];
+
 /// One binary's command line as a source of Nushell flags.
 pub struct Flags {
     cmd: clap::Command,
     skip: &'static [&'static str],
-    shapes: &'static [(&'static str, fn() -> SyntaxShape)],
+    shapes: Shapes,
 }
 
 impl Flags {
@@ -48,7 +51,7 @@ impl Flags {
     }
 
     /// A Nushell-specific shape for these flags (e.g. a command given as a list of words).
-    pub fn shapes(mut self, shapes: &'static [(&'static str, fn() -> SyntaxShape)]) -> Self {
+    pub fn shapes(mut self, shapes: Shapes) -> Self {
         self.shapes = shapes;
         self
     }

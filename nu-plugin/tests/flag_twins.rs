@@ -58,11 +58,8 @@ fn mismatches(cmd: &clap::Command, sig: &Signature) -> Vec<String> {
         if switch != flag.arg.is_none() {
             out.push(format!("{bin} --{long}: a switch in one adapter only"));
         }
-        let clap_default = if switch {
-            None
-        } else {
-            arg.get_default_values().first().map(|d| d.to_string_lossy().into_owned())
-        };
+        let clap_default =
+            if switch { None } else { arg.get_default_values().first().map(|d| d.to_string_lossy().into_owned()) };
         let nu_default = flag.default_value.as_ref().map(nu_default_text);
         if clap_default != nu_default {
             out.push(format!("{bin} --{long}: default differs: binary {clap_default:?}, nushell {nu_default:?}"));

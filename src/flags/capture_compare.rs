@@ -104,7 +104,11 @@ impl CaptureCompareArgs {
             label: self.label.clone(),
             metric: self.metric.clone(),
             fail_on_regression: self.fail_on_regression,
-            ab: crate::compare::ab::AbSettings { resamples: self.bootstrap, seed: self.seed, confidence: self.confidence },
+            ab: crate::compare::ab::AbSettings {
+                resamples: self.bootstrap,
+                seed: self.seed,
+                confidence: self.confidence,
+            },
         })
     }
 }

@@ -53,7 +53,6 @@ pub struct GateCheckArgs {
     pub out: OutputArgs,
 }
 
-
 impl GateCheckArgs {
     /// The library's options for these flags.
     pub fn options(&self) -> Result<GateOptions> {

@@ -65,6 +65,33 @@ mod tests {
         }
     }
 
+    /// serve-capture's Nushell command fills `ServeCaptureOptions` from `ServeCaptureOptions::new`'s
+    /// defaults: they are the binary's flag defaults.
+    #[test]
+    fn serve_capture_defaults_are_the_flags_defaults() {
+        use clap::Parser;
+        let a = super::serve_capture::ServeCaptureArgs::try_parse_from([
+            "serve-capture",
+            "--health",
+            "h",
+            "--load",
+            "l",
+            "--out",
+            "o",
+            "--",
+            "s",
+        ])
+        .unwrap();
+        let o = crate::serve_capture::ServeCaptureOptions::new(vec![], String::new(), vec![], Default::default());
+        assert_eq!(o.trace, a.trace);
+        assert_eq!(o.ready_timeout.as_secs_f64(), a.ready_timeout);
+        assert_eq!(o.client_timeout.as_secs_f64(), a.client_timeout);
+        assert_eq!(o.finalize_timeout.as_secs_f64(), a.finalize_timeout);
+        assert_eq!(o.grace.as_secs_f64(), a.grace);
+        assert_eq!(o.gpu_mem_tolerance_mib, a.gpu_mem_tolerance);
+        assert_eq!(o.tier, crate::gate::Tier::parse(&a.tier).unwrap());
+    }
+
     #[test]
     fn threshold_defaults_are_the_documented_ones() {
         let t = crate::gate::Thresholds::default();

@@ -11,7 +11,6 @@ pub enum Format {
     Table,
 }
 
-
 /// Attribute CUDA runtime calls and device work (kernels, memcpys, memsets, graph replays) to NVTX ranges of an
 /// nsys SQLite export, per label: wall time, device coverage, busy union, idle in span, syncs, nesting.
 #[derive(Debug, clap::Parser, Clone)]

@@ -1,9 +1,9 @@
 //! `bundle-merge`: merge nsyskit documents (pipeline records, JSON text, files) into an evidence bundle.
 
 use clap::CommandFactory;
-use nsyskit::flags::bundle_merge::BundleMergeArgs;
 use nsyskit::bundle::{self, DocIn, Mode};
 use nsyskit::contract::Input;
+use nsyskit::flags::bundle_merge::BundleMergeArgs;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, Span, SyntaxShape, Type, Value};
 

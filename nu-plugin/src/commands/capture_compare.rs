@@ -37,10 +37,7 @@ impl SimplePluginCommand for CaptureCompare {
         let sig = Signature::build(SimplePluginCommand::name(self))
             .optional("a", doc(), "The baseline capture: bundle JSON, ranges JSON, nsys .sqlite export or stored baseline (a path or a record)")
             .optional("b", doc(), "The capture compared with A (a path or a record)");
-        flags()
-            .signature(sig)
-            .input_output_types(vec![(Type::Nothing, Type::record())])
-            .category(category())
+        flags().signature(sig).input_output_types(vec![(Type::Nothing, Type::record())]).category(category())
     }
 
     fn search_terms(&self) -> Vec<&str> {

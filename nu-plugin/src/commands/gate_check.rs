@@ -87,10 +87,7 @@ impl SimplePluginCommand for GateCheck {
         if args.nsys.is_none() {
             args.nsys = nu_nsys_bin(engine)?;
         }
-        let doc = args
-            .options()
-            .and_then(|o| gate::run(&o))
-            .map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
+        let doc = args.options().and_then(|o| gate::run(&o)).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
     }
 }

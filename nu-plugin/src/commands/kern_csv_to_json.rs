@@ -1,7 +1,7 @@
 //! `kern-csv-to-json`: `nsys stats --format csv` output → the typed `nsyskit.stats/v1` document.
 
-use nsyskit::contract::Input;
 use clap::CommandFactory;
+use nsyskit::contract::Input;
 use nsyskit::flags::kern_csv_to_json::KernCsvToJsonArgs;
 use nsyskit::kern_csv;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
@@ -40,7 +40,11 @@ impl SimplePluginCommand for KernCsvToJson {
         );
         flags()
             .signature(sig)
-            .input_output_types(vec![(Type::Nothing, Type::record()), (Type::String, Type::record()), (Type::Binary, Type::record())])
+            .input_output_types(vec![
+                (Type::Nothing, Type::record()),
+                (Type::String, Type::record()),
+                (Type::Binary, Type::record()),
+            ])
             .category(category())
     }
 

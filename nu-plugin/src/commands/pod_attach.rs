@@ -18,7 +18,6 @@ use crate::NsyskitPlugin;
 
 pub struct PodAttach;
 
-
 impl SimplePluginCommand for PodAttach {
     type Plugin = NsyskitPlugin;
 
@@ -85,7 +84,8 @@ impl SimplePluginCommand for PodAttach {
             Some(i) => Some(i.clone()),
             None => nu_env(engine, nsyskit::pod_attach::SIDECAR_IMAGE_ENV)?,
         };
-        flags.bundle = args.bundle.as_deref().map(|b| resolve_path(engine, b)).transpose()?.map(|p| p.display().to_string());
+        flags.bundle =
+            args.bundle.as_deref().map(|b| resolve_path(engine, b)).transpose()?.map(|p| p.display().to_string());
         flags.out_dir = resolve_path(engine, &args.out_dir)?.display().to_string();
         let err = |e| labeled(e, call, &sig, Some(input.span()));
         let o = options(&flags).map_err(err)?;

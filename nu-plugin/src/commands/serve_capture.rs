@@ -69,13 +69,11 @@ impl SimplePluginCommand for ServeCapture {
 
     fn signature(&self) -> Signature {
         flags()
-            .signature(
-                Signature::build(SimplePluginCommand::name(self)).rest(
-                    "server",
-                    SyntaxShape::String,
-                    "The server command and its arguments",
-                ),
-            )
+            .signature(Signature::build(SimplePluginCommand::name(self)).rest(
+                "server",
+                SyntaxShape::String,
+                "The server command and its arguments",
+            ))
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
     }

@@ -80,7 +80,5 @@ impl SimplePluginCommand for SqliteRanges {
 
 /// The flags of the `sqlite-ranges` binary (one definition: `nsyskit::flags::sqlite_ranges`).
 fn flags() -> Flags {
-    Flags::new(SqliteRangesArgs::command())
-        .skip(&["format"])
-        .shapes(&[("export", crate::flags::path)])
+    Flags::new(SqliteRangesArgs::command()).skip(&["format"]).shapes(&[("export", crate::flags::path)])
 }
