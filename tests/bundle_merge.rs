@@ -114,7 +114,7 @@ fn every_fixture_csv_merges_and_top_kernels_match_the_csv_row_for_row() {
             assert_eq!(kp["totals"]["total_time_ns"].as_i64().unwrap(), total);
         }
     }
-    assert_eq!(kernel_files, 7);
+    assert_eq!(kernel_files, 8, "the cuda_gpu_kern_sum CSVs under fixtures/ (two_rank added in stop 14)");
 }
 
 #[test]

@@ -35,6 +35,39 @@ const SQLITE: [&str; 10] = [
     "nsys-2025.3.1/serve_node.sqlite",
 ];
 
+/// Real exports kept xz-compressed in the repository: decompressed once per run into the test's scratch folder
+/// (`CARGO_TARGET_TMPDIR/golden-xz/`, written `<XZ>` in the outputs).
+const SQLITE_XZ: [&str; 3] = [
+    "nsys-2025.3.1/hf_node.sqlite.xz",
+    "nsys-2025.3.1/two_rank.sqlite.xz",
+    "serve-capture-gpu-records/capture.sqlite.xz",
+];
+
+fn xz_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("golden-xz")
+}
+
+/// `fixtures/REL` decompressed to `<XZ>/STEM.sqlite` (xz, else Python's lzma); returns its path.
+fn unxz(rel: &str) -> String {
+    let out = xz_dir().join(format!("{}.sqlite", stem(rel.trim_end_matches(".xz"))));
+    if !out.is_file() {
+        std::fs::create_dir_all(xz_dir()).unwrap();
+        let src = root().join("fixtures").join(rel);
+        let got = Command::new("xz").arg("-dc").arg(&src).output().or_else(|_| {
+            Command::new("python3")
+                .args(["-c", "import lzma,sys;sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())"])
+                .arg(&src)
+                .output()
+        });
+        let got = got.expect("xz or python3 is needed to read the .xz fixtures");
+        assert!(got.status.success(), "{rel}: {}", String::from_utf8_lossy(&got.stderr));
+        let part = out.with_extension("part");
+        std::fs::write(&part, &got.stdout).unwrap();
+        std::fs::rename(&part, &out).unwrap();
+    }
+    out.display().to_string()
+}
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -53,31 +86,37 @@ fn fx(rel: &str) -> String {
 
 fn cases() -> Vec<Case> {
     let mut v = Vec::new();
-    for f in SQLITE {
-        let p = fx(f);
+    let plain = SQLITE.iter().map(|f| (f.to_string(), fx(f)));
+    let xz = SQLITE_XZ.iter().map(|f| (f.trim_end_matches(".xz").to_string(), unxz(f)));
+    for (f, p) in plain.chain(xz) {
+        let (f, p) = (f.as_str(), p.as_str());
         let s = stem(f);
-        v.push(case(format!("gate-check__{s}"), "gate-check", &[&p, "--pretty"]));
-        v.push(case(format!("sqlite-ranges__{s}"), "sqlite-ranges", &[&p, "--pretty"]));
+        v.push(case(format!("gate-check__{s}"), "gate-check", &[p, "--pretty"]));
+        v.push(case(format!("sqlite-ranges__{s}"), "sqlite-ranges", &[p, "--pretty"]));
         v.push(case(
             format!("sqlite-ranges__{s}__prefix"),
             "sqlite-ranges",
-            &[&p, "--range-prefix", "vibeserve.", "--pretty"],
+            &[p, "--range-prefix", "vibeserve.", "--pretty"],
         ));
-        v.push(case(format!("nvtx-readiness__{s}"), "nvtx-readiness", &[&p, "--pretty"]));
+        v.push(case(format!("nvtx-readiness__{s}"), "nvtx-readiness", &[p, "--pretty"]));
         v.push(case(
             format!("nvtx-readiness__{s}__prefix"),
             "nvtx-readiness",
-            &[&p, "--range-prefix", "vibeserve", "--pretty"],
+            &[p, "--range-prefix", "vibeserve", "--pretty"],
         ));
-        v.push(case(format!("report__{s}"), "report", &[&p, "--pretty"]));
+        v.push(case(format!("report__{s}"), "report", &[p, "--pretty"]));
+        // step-budget prints every step: the two serve captures (2 000 and 13 000 steps, 0.8 and 3 MB) are left out
+        if !f.contains("serve") {
+            v.push(case(format!("step-budget__{s}"), "step-budget", &[p]));
+        }
         if f.contains("decode_") {
-            v.push(case(format!("gate-check__{s}__decode"), "gate-check", &[&p, "--tier", "decode", "--pretty"]));
+            v.push(case(format!("gate-check__{s}__decode"), "gate-check", &[p, "--tier", "decode", "--pretty"]));
         }
         if f.contains("gpu_") || f.contains("decode_") || f.contains("serve_") {
             v.push(case(
                 format!("gate-check__{s}__readiness"),
                 "gate-check",
-                &[&p, "--readiness", "--range-prefix", "vibeserve", "--pretty"],
+                &[p, "--readiness", "--range-prefix", "vibeserve", "--pretty"],
             ));
         }
     }
@@ -166,7 +205,7 @@ fn bin_path(bin: &str) -> PathBuf {
 
 fn neutralise(text: &str) -> String {
     let root = root().display().to_string();
-    let t = text.replace(&root, "<ROOT>");
+    let t = text.replace(&xz_dir().display().to_string(), "<XZ>").replace(&root, "<ROOT>");
     let tmp = regex::Regex::new(r"(/tmp|/var/tmp|/var/folders/[^\s\x22]*)/nsyskit-[A-Za-z0-9_.-]+").unwrap();
     let t = tmp.replace_all(&t, "<TMP>");
     // a checkout's file mtimes are the clone's, not the capture's

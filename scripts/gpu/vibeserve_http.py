@@ -20,6 +20,10 @@ NVTX ranges per request (torch.cuda.nvtx push/pop):
       vibeserve.model.prefill | vibeserve.graph.replay
       vibeserve.sampling.d2h              (argmax + .cpu(): D2H copy + sync)
 
+Iteration records: when NSYSKIT_ITERATION_RECORDS names a file (serve-capture --iteration-records sets it on the
+nsys process), every engine iteration appends one JSON line (docs/iterations.md): CLOCK_MONOTONIC start/end in
+ns taken just inside the iteration's NVTX range, phase, batch geometry, graph mode actually used, backend.
+
 One process owns CUDA and serves HTTP (single-threaded: requests run one after another, which keeps the decode
 steps regular). Usage: python3 vibeserve_http.py PORT [DECODE_STEPS] [--worker] [--worker-dies-after N]
 
@@ -41,6 +45,27 @@ B, T_PROMPT, D, NH, NL, V, MAXLEN = 4, 64, 512, 8, 2, 4096, 4096
 DH = D // NH
 
 STATE = {"ready": False, "profiling": False}
+
+
+class IterationRecords:
+    """One JSON line per engine iteration, each written with one os.write on an O_APPEND descriptor."""
+
+    def __init__(self):
+        import os
+        path = os.environ.get("NSYSKIT_ITERATION_RECORDS")
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
+        self.n = 0
+
+    def write(self, start_ns, end_ns, phase, prefill_chunks, decode_kv_lens, tokens, graph_mode):
+        import os
+        if self.fd is None:
+            return
+        rec = {"iteration": self.n, "rank": 0, "start_ns": start_ns, "end_ns": end_ns,
+               "elapsed_ns": end_ns - start_ns, "phase": phase, "prefill_chunks": prefill_chunks,
+               "decode_kv_lens": decode_kv_lens, "scheduled_tokens": tokens, "scheduled_requests": B,
+               "batch_size": B, "graph_mode": graph_mode, "backend": "torch-sdpa-eager"}
+        os.write(self.fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
+        self.n += 1
 
 
 def build_engine():
@@ -109,12 +134,15 @@ def build_engine():
     torch.cuda.synchronize()
     nvtx.range_pop()
     gen = torch.Generator().manual_seed(1)
+    records = IterationRecords()
+    mono = time.monotonic_ns
     pinned_tok = torch.empty(B, T_PROMPT, dtype=torch.int64).pin_memory()
 
     def generate(n_tokens):
         nvtx.range_push("vibeserve.request")
         # prefill: one eager step over a fresh random prompt
         nvtx.range_push("vibeserve.engine.iteration")
+        t0 = mono()
         nvtx.range_push("vibeserve.engine.scheduling")
         prompt = torch.randint(0, V, (B, T_PROMPT), generator=gen)
         nvtx.range_pop()
@@ -129,10 +157,13 @@ def build_engine():
         nvtx.range_push("vibeserve.sampling.d2h")
         tok = logits.argmax(dim=-1).cpu()
         nvtx.range_pop()
+        t1 = mono()
         nvtx.range_pop()
+        records.write(t0, t1, "prefill", [T_PROMPT] * B, [], B * T_PROMPT, "none")
         # decode: graph replays; the position stays fixed (a static shape), which is all the trace needs
-        for _ in range(n_tokens):
+        for i in range(n_tokens):
             nvtx.range_push("vibeserve.engine.iteration")
+            t0 = mono()
             nvtx.range_push("vibeserve.engine.scheduling")
             sum(range(500))
             nvtx.range_pop()
@@ -145,7 +176,9 @@ def build_engine():
             nvtx.range_push("vibeserve.sampling.d2h")
             tok = static_out.argmax(dim=-1).cpu()
             nvtx.range_pop()
+            t1 = mono()
             nvtx.range_pop()
+            records.write(t0, t1, "decode", [], [T_PROMPT + i + 1] * B, B, "full")
         nvtx.range_pop()
         return n_tokens
 
