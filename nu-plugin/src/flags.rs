@@ -133,7 +133,10 @@ impl Flags {
             }
             let items = match value {
                 None | Some(Value::Nothing { .. }) => continue,
-                Some(Value::List { vals, .. }) => vals.to_vec(),
+                Some(Value::List { vals, .. }) if matches!(arg.get_action(), ArgAction::Append) => vals.to_vec(),
+                // a list given to a one-value flag is a command's words (`--load [curl -s URL]`): one string
+                // the library splits back into exactly these words
+                Some(Value::List { vals, .. }) => vec![command_string(&name.item, vals)?],
                 Some(v) => vec![v.clone()],
             };
             for item in items {
@@ -267,6 +270,18 @@ fn arg_text(engine: &EngineInterface, arg: &Arg, v: &Value) -> Result<OsString, 
                 .with_label(format!("bad argument (--{long})"), other.span()))
         }
     })
+}
+
+/// Words as one shell-quoted string (split back by the library's shell-word rules).
+fn command_string(flag: &str, words: &[Value]) -> Result<Value, LabeledError> {
+    let span = words.first().map(|v| v.span()).unwrap_or(Span::unknown());
+    let words = words.iter().map(|w| w.clone().coerce_into_string()).collect::<Result<Vec<_>, _>>()?;
+    let text = shlex::try_join(words.iter().map(String::as_str)).map_err(|e| {
+        LabeledError::new(format!("--{flag}: {e}"))
+            .with_code("nsyskit::usage")
+            .with_label(format!("bad argument (--{flag})"), span)
+    })?;
+    Ok(Value::string(text, span))
 }
 
 /// A clap usage error as a Nushell error at the flag it names (else the command's head).

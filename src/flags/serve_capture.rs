@@ -2,7 +2,11 @@
 
 use std::path::PathBuf;
 
+use std::time::Duration;
+
 use crate::contract::cli::OutputArgs;
+use crate::contract::Result;
+use crate::serve_capture::{self, ServeCaptureOptions};
 
 #[derive(clap::Parser, Debug, Clone)]
 #[command(
@@ -113,4 +117,59 @@ pub struct ServeCaptureArgs {
     pub server: Vec<String>,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+fn secs(x: f64, flag: &str) -> Result<Duration> {
+    Duration::try_from_secs_f64(x)
+        .map_err(|_| crate::contract::Error::usage(format!("{flag} {x}: expected seconds >= 0")).with_arg(flag))
+}
+
+impl ServeCaptureArgs {
+    /// The library's options for these flags (a bad value is a usage error naming its flag).
+    pub fn options(&self) -> Result<ServeCaptureOptions> {
+        let a = self;
+        let mut o = ServeCaptureOptions::new(
+            a.server.clone(),
+            a.health.clone(),
+            serve_capture::split_command(&a.load, "--load")?,
+            a.out.clone(),
+        );
+        o.nsys = a.nsys.clone();
+        o.trace = a.trace.clone();
+        o.flags = match &a.flags {
+            Some(f) => serve_capture::split_command(f, "--flags")?,
+            None => Vec::new(),
+        };
+        o.delay_s = a.delay;
+        o.duration_s = a.duration;
+        o.capture_range = a.capture_range.clone();
+        o.capture_range_end = a.capture_range_end.clone();
+        o.cuda_child = a.cuda_child;
+        o.env = a.env.iter().map(|e| serve_capture::parse_env(e)).collect::<Result<_>>()?;
+        o.models = a.models.clone();
+        o.warmup = a.warmup.as_deref().map(|w| serve_capture::split_command(w, "--warmup")).transpose()?;
+        o.ready_timeout = secs(a.ready_timeout, "--ready-timeout")?;
+        o.client_timeout = secs(a.client_timeout, "--client-timeout")?;
+        o.finalize_timeout = secs(a.finalize_timeout, "--finalize-timeout")?;
+        o.grace = secs(a.grace, "--grace")?;
+        o.tier = crate::gate::Tier::parse(&a.tier).map_err(|e| e.with_arg("--tier"))?;
+        o.decode_range = a.decode_range.clone();
+        o.min_rep_bytes = a.min_rep_bytes;
+        o.gpu = a.gpu;
+        o.nvidia_smi = a.nvidia_smi.clone();
+        o.engine_repo = a.engine_repo.clone();
+        o.instrumentation = a.instrumentation.clone();
+        o.shm = a.shm.clone();
+        o.gpu_mem_tolerance_mib = a.gpu_mem_tolerance;
+        o.require_argv = a.require_argv.clone();
+        o.engine = a.engine.clone();
+        o.modules = a
+            .module
+            .iter()
+            .map(|m| serve_capture::engine::parse_module(m).map_err(|e| e.with_arg("--module")))
+            .collect::<Result<_>>()?;
+        o.strict_prebuilt = a.strict_prebuilt;
+        o.iteration_records = a.iteration_records.clone();
+        Ok(o)
+    }
 }

@@ -3,47 +3,16 @@
 //! the library's [`StopFlag`] (no process-wide signal handler in the plugin).
 
 use clap::CommandFactory;
-use nsyskit::contract::Error;
 use nsyskit::flags::serve_capture::ServeCaptureArgs;
-use nsyskit::gate::Tier;
-use nsyskit::serve_capture::{self, ServeCaptureOptions, StopFlag, StopSource};
+use nsyskit::serve_capture::{self, StopFlag, StopSource};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, SignalAction, Signature, Span, SyntaxShape, Type, Value};
 
-use crate::call::{
-    category, doc_value, flag_bytes, flag_duration, flag_list, flag_path, flag_str, labeled, nu_nsys_bin,
-};
+use crate::call::{category, doc_value, labeled, nu_nsys_bin};
 use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct ServeCapture;
-
-/// A client command: one string (split with shell-word rules, as the binary does) or a list (the argv as is).
-fn command_flag(call: &EvaluatedCall, name: &str) -> Result<Option<Vec<String>>, LabeledError> {
-    let flag = format!("--{name}");
-    match call.get_flag_value(name) {
-        None | Some(Value::Nothing { .. }) => Ok(None),
-        Some(Value::List { vals, .. }) => {
-            let argv = vals.into_iter().map(|v| v.coerce_into_string()).collect::<Result<Vec<_>, _>>()?;
-            Ok(Some(argv))
-        }
-        Some(v) => {
-            let span = v.span();
-            let s = v.coerce_into_string()?;
-            serve_capture::split_command(&s, &flag).map(Some).map_err(|e| crate::call::labeled_at(e, span))
-        }
-    }
-    .and_then(|argv| match argv {
-        Some(a) if a.is_empty() => Err(LabeledError::new(format!("{flag}: an empty command"))
-            .with_code("nsyskit::usage")
-            .with_label("give the client's command", call.head)),
-        other => Ok(other),
-    })
-}
-
-fn flag_secs_f64(call: &EvaluatedCall, name: &str) -> Result<Option<f64>, LabeledError> {
-    Ok(flag_duration(call, name)?.map(|d| d.as_secs_f64()))
-}
 
 impl SimplePluginCommand for ServeCapture {
     type Plugin = NsyskitPlugin;
@@ -112,75 +81,12 @@ impl SimplePluginCommand for ServeCapture {
         if server.is_empty() {
             return Err(usage("serve-capture: the server command (rest arguments) is missing".into(), call.head));
         }
-        let health = flag_str(call, "health")?.map(|s| s.item).unwrap_or_default();
-        let load = command_flag(call, "load")?.unwrap_or_default();
-        let out = flag_path(engine, call, "out")?.unwrap_or_default();
-        let cwd = std::path::PathBuf::from(engine.get_current_dir()?);
-        let mut o = ServeCaptureOptions::new(server, health, load, out);
-        o.cwd = Some(cwd);
-        o.nsys = match flag_path(engine, call, "nsys")? {
-            Some(p) => Some(p),
-            None => nu_nsys_bin(engine)?,
-        };
-        if let Some(t) = flag_str(call, "trace")? {
-            o.trace = t.item;
+        let mut args: ServeCaptureArgs = flags().parse(engine, call, server.into_iter().map(Into::into).collect())?;
+        if args.nsys.is_none() {
+            args.nsys = nu_nsys_bin(engine)?;
         }
-        if let Some(f) = flag_str(call, "flags")? {
-            o.flags =
-                serve_capture::split_command(&f.item, "--flags").map_err(|e| crate::call::labeled_at(e, f.span))?;
-        }
-        o.delay_s = flag_secs_f64(call, "delay")?;
-        o.duration_s = flag_secs_f64(call, "duration")?;
-        o.capture_range = flag_str(call, "capture-range")?.map(|s| s.item);
-        o.capture_range_end = flag_str(call, "capture-range-end")?.map(|s| s.item);
-        o.cuda_child = call.has_flag("cuda-child")?;
-        o.env = flag_list(call, "env")?
-            .iter()
-            .map(|e| serve_capture::parse_env(e).map_err(|e| labeled(e.with_arg("--env"), call, &sig, None)))
-            .collect::<Result<_, _>>()?;
-        o.models = flag_str(call, "models")?.map(|s| s.item);
-        o.warmup = command_flag(call, "warmup")?;
-        for (name, field) in [
-            ("ready-timeout", &mut o.ready_timeout),
-            ("client-timeout", &mut o.client_timeout),
-            ("finalize-timeout", &mut o.finalize_timeout),
-            ("grace", &mut o.grace),
-        ] {
-            if let Some(d) = flag_duration(call, name)? {
-                *field = d;
-            }
-        }
-        if let Some(t) = flag_str(call, "tier")? {
-            o.tier = Tier::parse(&t.item).map_err(|e: Error| crate::call::labeled_at(e.with_arg("--tier"), t.span))?;
-        }
-        o.decode_range = flag_str(call, "decode-range")?.map(|s| s.item);
-        o.min_rep_bytes = flag_bytes(call, "min-rep-bytes")?;
-        let index = |name: &str| -> Result<Option<u32>, LabeledError> {
-            match call.get_flag::<i64>(name)? {
-                None => Ok(None),
-                Some(g) => u32::try_from(g).map(Some).map_err(|_| {
-                    LabeledError::new(format!("--{name} {g}: expected a non-negative integer"))
-                        .with_code("nsyskit::usage")
-                        .with_label("bad argument", call.get_flag_span(name).unwrap_or(call.head))
-                }),
-            }
-        };
-        o.gpu = index("gpu")?;
-        if let Some(t) = index("gpu-mem-tolerance")? {
-            o.gpu_mem_tolerance_mib = t as u64;
-        }
-        o.nvidia_smi = flag_path(engine, call, "nvidia-smi")?;
-        o.engine_repo = flag_path(engine, call, "engine-repo")?;
-        o.instrumentation = flag_list(call, "instrumentation")?;
-        o.shm = flag_str(call, "shm")?.map(|s| s.item);
-        o.require_argv = flag_list(call, "require-argv")?;
-        o.engine = flag_str(call, "engine")?.map(|s| s.item);
-        o.modules = flag_list(call, "module")?
-            .iter()
-            .map(|m| serve_capture::engine::parse_module(m).map_err(|e| labeled(e, call, &sig, None)))
-            .collect::<Result<_, _>>()?;
-        o.strict_prebuilt = call.has_flag("strict-prebuilt")?;
-        o.iteration_records = flag_path(engine, call, "iteration-records")?;
+        let mut o = args.options().map_err(|e| labeled(e, call, &sig, None))?;
+        o.cwd = Some(std::path::PathBuf::from(engine.get_current_dir()?));
 
         // Ctrl-C reaches a plugin through the protocol, not as SIGINT: it sets the run's stop flag, and the run
         // cleans up exactly as the binary does on SIGINT.
