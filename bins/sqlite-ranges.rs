@@ -4,33 +4,65 @@ use std::io::IsTerminal;
 
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with, report_error};
-use nsyskit::ranges::{self};
+use nsyskit::iterations::window::{self, parse_iterations, IterationArgs, Windowed};
+use nsyskit::ranges::{self, RangesOptions};
 
-use nsyskit::flags::sqlite_ranges::Format;
+
 use nsyskit::flags::sqlite_ranges::SqliteRangesArgs as Args;
+use nsyskit::flags::sqlite_ranges::Format;
 
 fn main() {
     main_with("sqlite-ranges", || {
         let a = Args::parse();
         ranges::set_progress(std::io::stderr().is_terminal());
         let result = (|| {
-            let opts = a.options()?;
+            let window = a.window.as_deref().map(ranges::parse_window).transpose()?;
+            let opts = RangesOptions { range_prefix: a.range_prefix.clone(), window, fold: !a.no_fold };
+            let it = IterationArgs {
+                records: a.iteration_records.clone(),
+                iterations: a.iterations.as_deref().map(parse_iterations).transpose()?,
+                step: a.step.clone(),
+                fold: !a.no_fold,
+            };
+            if a.step.is_some() && !it.any() {
+                return Err(nsyskit::contract::Error::usage(
+                    "--step is for --iteration-records or --iterations (sqlite-ranges reports every label)",
+                )
+                .with_arg("--step"));
+            }
+            if it.any() {
+                return if a.export == "-" {
+                    let copy = nsyskit::export::StdinCopy::read()?;
+                    let mut w = copy.run(|p| window::ranges_run(p, &opts, a.nsys.as_deref(), &it))?;
+                    match &mut w {
+                        Windowed::Doc(d) => d.source.path = nsyskit::export::STDIN_NAME.into(),
+                        Windowed::Retry(d) => d.source = nsyskit::export::STDIN_NAME.into(),
+                    }
+                    Ok(w)
+                } else {
+                    window::ranges_run(std::path::Path::new(&a.export), &opts, a.nsys.as_deref(), &it)
+                };
+            }
             if a.export == "-" {
                 let copy = nsyskit::export::StdinCopy::read()?;
                 let mut doc = copy.run(|p| ranges::run(p, &opts, a.nsys.as_deref()))?;
                 doc.source.path = nsyskit::export::STDIN_NAME.into();
-                Ok(doc)
+                Ok(Windowed::Doc(doc))
             } else {
-                ranges::run(std::path::Path::new(&a.export), &opts, a.nsys.as_deref())
+                ranges::run(std::path::Path::new(&a.export), &opts, a.nsys.as_deref()).map(Windowed::Doc)
             }
         })();
         match (a.format, result) {
-            (Format::Table, Ok(doc)) => {
+            (_, Ok(Windowed::Retry(d))) => {
+                eprintln!("sqlite-ranges: RETRY: {}", d.reason);
+                emit("sqlite-ranges", Ok(*d), a.out.style())
+            }
+            (Format::Table, Ok(Windowed::Doc(doc))) => {
                 print!("{}", ranges::render_table(&doc));
                 0
             }
-            (Format::Table, Err(e)) => report_error("sqlite-ranges", &e),
-            (Format::Json, r) => emit("sqlite-ranges", r, a.out.style()),
+            (Format::Table, Err(e)) | (Format::Json, Err(e)) => report_error("sqlite-ranges", &e),
+            (Format::Json, Ok(Windowed::Doc(doc))) => emit("sqlite-ranges", Ok(doc), a.out.style()),
         }
     })
 }

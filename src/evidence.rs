@@ -154,6 +154,10 @@ pub struct CaptureFacts {
 pub struct Evidence {
     /// The path given.
     pub source: String,
+    /// `report --iterations`: the time window (export clock, ns) the ranges were recomputed over; the step
+    /// budget is taken over the same window.
+    #[serde(skip)]
+    pub step_window: Option<(i64, i64)>,
     /// `bundle`, `ranges` (a bare ranges document) or `sqlite`.
     pub kind: String,
     pub facts: CaptureFacts,

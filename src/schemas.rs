@@ -22,5 +22,6 @@ pub fn all() -> Vec<(&'static str, serde_json::Value)> {
         (crate::iterations::IterationsDoc::KIND, json_schema::<crate::iterations::IterationsDoc>()),
         (crate::step_budget::StepBudgetDoc::KIND, json_schema::<crate::step_budget::StepBudgetDoc>()),
         (crate::report::question::BenchmarkDoc::KIND, json_schema::<crate::report::question::BenchmarkDoc>()),
+        (crate::iterations::IterationWindowDoc::KIND, json_schema::<crate::iterations::IterationWindowDoc>()),
     ]
 }

@@ -183,8 +183,21 @@ fn report_on_export(s: &Synth) -> Value {
     r
 }
 
+/// The class and rule of the range rules R0…R7 (`range_decision`; the report's class comes from the step
+/// budget when the step label carries device work: [`step_class`]).
 fn class_rule(r: &Value) -> (&str, &str) {
-    (r["class"].as_str().unwrap(), r["decision"]["rule"].as_str().unwrap())
+    (r["range_decision"]["class"].as_str().unwrap(), r["range_decision"]["rule"].as_str().unwrap())
+}
+
+/// The report's class when the step budget of the step label decided it (its verdict, its rule).
+fn step_class(r: &Value) -> &str {
+    assert_eq!(r["decision"]["basis"], "step_budget", "{}", r["decision"]["reason"]);
+    assert_eq!(r["class"], r["step_budget"]["verdict"]["class"]);
+    assert_eq!(
+        r["decision"]["rule"].as_str().unwrap(),
+        format!("step_budget.{}", r["step_budget"]["verdict"]["rule"].as_str().unwrap())
+    );
+    r["class"].as_str().unwrap()
 }
 
 #[test]
@@ -196,6 +209,7 @@ fn kernel_bound_synthetic_export() {
     });
     let r = report_on_export(&s);
     assert_eq!(class_rule(&r), ("kernel_bound", "R3"), "{}", r["decision"]["reason"]);
+    assert_eq!(step_class(&r), "kernel_bound");
 }
 
 #[test]
@@ -210,6 +224,7 @@ fn cpu_launch_bound_synthetic_export() {
     });
     let r = report_on_export(&s);
     assert_eq!(class_rule(&r), ("cpu_launch_bound", "R5"), "{}", r["decision"]["reason"]);
+    assert_eq!(step_class(&r), "cpu_launch_bound");
 }
 
 #[test]
@@ -224,6 +239,7 @@ fn python_overhead_bound_synthetic_export() {
     });
     let r = report_on_export(&s);
     assert_eq!(class_rule(&r), ("python_overhead_bound", "R6"), "{}", r["decision"]["reason"]);
+    assert_eq!(step_class(&r), "python_overhead_bound");
 }
 
 #[test]
@@ -237,6 +253,10 @@ fn sync_bound_synthetic_export() {
     let r = report_on_export(&s);
     assert_eq!(class_rule(&r), ("sync_bound", "R4"), "{}", r["decision"]["reason"]);
     assert_eq!(r["evidence"][0]["sync_ns"], 10 * 400 * US);
+    // the step budget counts only the sync time no GPU work covers (110 of the 400 µs): the 585 µs of host
+    // time without a CUDA call dominate the step
+    assert_eq!(step_class(&r), "python_overhead_bound");
+    assert_eq!(r["step_budget"]["totals"]["sync_wait"], 10 * 110 * US);
 }
 
 #[test]
@@ -252,6 +272,7 @@ fn memcpy_bound_synthetic_export() {
     assert_eq!(class_rule(&r), ("memcpy_bound", "R2"), "{}", r["decision"]["reason"]);
     let share = r["signals"]["memcpy_device_share"].as_f64().unwrap();
     assert!((share - 580.0 / 680.0).abs() < 1e-9, "{share}");
+    assert_eq!(step_class(&r), "memcpy_bound");
 }
 
 #[test]
@@ -270,6 +291,17 @@ fn comm_bound_synthetic_export() {
     let r = report_on_export(&s);
     assert_eq!(class_rule(&r), ("comm_bound", "R1"), "{}", r["decision"]["reason"]);
     assert_eq!(r["categories"][0]["category"], "communication");
+    // the step budget's class: comm_bound where it measures NCCL kernels as comm; a step budget that does not
+    // (comm always 0) says that the NCCL kernels count as gpu_kernel
+    match step_class(&r) {
+        "comm_bound" => assert!(r["step_budget"]["totals"]["comm"].as_i64().unwrap() > 0),
+        "kernel_bound" => assert!(
+            r["decision"]["reason"].as_str().unwrap().contains("NCCL kernels exist and are counted in gpu_kernel"),
+            "{}",
+            r["decision"]["reason"]
+        ),
+        c => panic!("{c}: {}", r["decision"]["reason"]),
+    }
 }
 
 #[test]
@@ -281,12 +313,18 @@ fn mixed_or_unclear_synthetic_export() {
     });
     let r = report_on_export(&s);
     assert_eq!(class_rule(&r), ("mixed_or_unclear", "R7"), "{}", r["decision"]["reason"]);
+    // the step budget: the kernel covers exactly 50.0 % of each step, its dominance threshold
+    assert_eq!(step_class(&r), "kernel_bound");
     // and a step without any device work is R0
     let s = Synth::new().steps(3, 1000 * US, |s, t| {
         s.call("cudaStreamQuery_v3020", t, t + 5 * US);
     });
     let r = report_on_export(&s);
     assert_eq!(class_rule(&r), ("mixed_or_unclear", "R0"), "{}", r["decision"]["reason"]);
+    assert_eq!(
+        (r["class"].as_str().unwrap(), r["decision"]["basis"].as_str().unwrap()),
+        ("mixed_or_unclear", "ranges")
+    );
 }
 
 // Synthetic bundles: the same rules when the input is an evidence bundle.
@@ -490,6 +528,9 @@ fn real_fixtures_classes() {
     // the whole-run node-level capture: a tiny model replayed as a CUDA graph, Python host code dominates
     let r = run("nsys-2025.3.1/gpu_full_node.sqlite");
     assert_eq!(class_rule(&r), ("python_overhead_bound", "R6"), "{}", r["decision"]["reason"]);
+    // the step budget of its 204 steps (18 prefill-bearing outliers left out): no component reaches 50 %
+    assert_eq!(step_class(&r), "mixed_or_unclear");
+    assert_eq!(r["decision"]["rule"], "step_budget.no_dominant_component");
     assert_eq!(r["decision"]["primary_label"], "vibeserve.engine.iteration");
     let doc = nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &Default::default(), None)
         .unwrap();
@@ -500,10 +541,13 @@ fn real_fixtures_classes() {
     // nsys 2023.4 graph level: the 200 replays left no GPU row, nothing device-side can be concluded
     let r = run("nsys-2023.4.4/gpu_range_graph.sqlite");
     assert_eq!(class_rule(&r), ("mixed_or_unclear", "R0"));
-    assert!(r["decision"]["reason"].as_str().unwrap().contains("invisible"));
+    assert_eq!(step_class(&r), "mixed_or_unclear");
+    assert_eq!(r["decision"]["rule"], "step_budget.graph_level_capture");
+    assert!(r["range_decision"]["reason"].as_str().unwrap().contains("invisible"));
     // a CPU-only capture
     let r = run("nsys-2025.3.1/cpu_nvtx_osrt.sqlite");
     assert_eq!(class_rule(&r), ("mixed_or_unclear", "R0"));
+    assert_eq!(r["decision"]["rule"], "R0");
     assert!(r["top_kernels"].as_array().unwrap().is_empty());
 }
 

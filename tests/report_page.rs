@@ -257,13 +257,15 @@ fn a_graph_level_capture_gets_no_class_and_no_workload_ranking() {
     }
     let html = dir.path().join("g.html");
     for r in [report(&common::fixture(graph), &[]), report(&bundle, &["--html", html.to_str().unwrap()])] {
+        // the range rules say R0 with the counts; from the export the step budget decides, with the same class
+        assert_eq!(r["class"], "mixed_or_unclear");
         assert_eq!(
-            (r["class"].as_str().unwrap(), r["decision"]["rule"].as_str().unwrap()),
+            (r["range_decision"]["class"].as_str().unwrap(), r["range_decision"]["rule"].as_str().unwrap()),
             ("mixed_or_unclear", "R0"),
             "{}",
-            r["decision"]["reason"]
+            r["range_decision"]["reason"]
         );
-        let reason = r["decision"]["reason"].as_str().unwrap();
+        let reason = r["range_decision"]["reason"].as_str().unwrap();
         assert!(
             reason.contains("graph-level tracing")
                 && reason.contains("200 CUDA graph launches")
@@ -276,7 +278,11 @@ fn a_graph_level_capture_gets_no_class_and_no_workload_ranking() {
     assert!(page.contains("id=\"kernels-scope\"") && page.contains("not the workload&#39;s kernel ranking"));
     // the node-level capture of the same program keeps its class and lists every kernel
     let r = report(&common::fixture(CAP), &[]);
-    assert_eq!(r["class"], "python_overhead_bound");
+    assert_eq!(r["range_decision"]["class"], "python_overhead_bound");
+    assert_eq!(
+        (r["class"].as_str().unwrap(), r["decision"]["rule"].as_str().unwrap()),
+        ("mixed_or_unclear", "step_budget.no_dominant_component")
+    );
     assert_eq!(r["kernels_scope"], "every kernel of the capture");
 }
 

@@ -248,13 +248,17 @@ fn report_on_the_hf_captures_knows_what_graphs_do() {
     );
     assert!(busy > clipped, "busy union {busy} vs clipped {clipped}");
     let stated = format!("{:.1}%", 100.0 * busy / wall);
-    assert!(d["decision"]["reason"].as_str().unwrap().contains(&stated), "{} lacks {stated}", d["decision"]["reason"]);
+    // the range rules state it (the class itself comes from the step budget of hf.decode_step: same class)
+    let r = &d["range_decision"];
+    assert!(r["reason"].as_str().unwrap().contains(&stated), "{} lacks {stated}", r["reason"]);
+    assert_eq!((d["class"].clone(), d["decision"]["basis"].clone()), (r["class"].clone(), "step_budget".into()));
 
     let graph = export("nsys-2025.3.1/hf_graph.sqlite.xz", dir.path());
     let (code, out, err) = run("report", &[graph.to_str().unwrap(), "--compact"]);
     assert_eq!(code, 0, "{err}");
     let d = one_doc(out.as_bytes());
     assert_eq!(d["decision"]["class"], "mixed_or_unclear");
-    assert_eq!(d["decision"]["rule"], "R0");
+    assert_eq!(d["decision"]["rule"], "step_budget.graph_level_capture");
+    assert_eq!(d["range_decision"]["rule"], "R0");
     assert!(d["kernels_scope"].as_str().unwrap().starts_with("eager kernels only"), "{}", d["kernels_scope"]);
 }

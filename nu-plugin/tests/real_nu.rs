@@ -261,6 +261,28 @@ fn report_and_capture_compare_take_paths_and_records() {
 }
 
 #[test]
+fn report_trace_flags_are_the_binary_s() {
+    let Some(nu) = Nu::or_skip("report_trace_flags_are_the_binary_s") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t.json");
+    let clean = "fixtures/nsys-2025.3.1/decode_clean.sqlite";
+    let got = nu.json(&format!(
+        "report {clean} --trace {} --window 200:205 --trace-max-events 400 | get trace | select window_steps window_choice max_events truncated",
+        t.display()
+    ));
+    assert_eq!(got["window_steps"], json!([200, 205]));
+    assert_eq!(got["window_choice"], "--window");
+    assert_eq!((got["max_events"].clone(), got["truncated"].clone()), (json!(400), json!(true)));
+    let file: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
+    assert_eq!(file["otherData"]["max_events"], 400);
+    // the default window and a bad one, labelled at the flag
+    let d = nu.json(&format!("report {clean} --trace {} | get trace.window_steps", t.display()));
+    assert_eq!(d, json!([67, 72]));
+    let err = nu.error(&format!("report {clean} --trace {} --window 5:3", t.display()));
+    assert!(err.contains("--window"), "{err}");
+}
+
+#[test]
 fn capture_compare_ab_numbers_match_the_binary() {
     let Some(nu) = Nu::or_skip("capture_compare_ab_numbers_match_the_binary") else { return };
     let clean = "fixtures/nsys-2025.3.1/decode_clean.sqlite";

@@ -25,6 +25,7 @@ pub mod capture;
 pub mod graph;
 pub mod rows;
 pub mod schema;
+pub mod window;
 
 pub use capture::{
     capture_info, default_nsys, nsys_export_args, open_capture, run_nsys_export, CaptureInfo, CaptureSource,

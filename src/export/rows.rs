@@ -696,3 +696,61 @@ impl Export {
         self.name_values(schema::TARGET_INFO_SYSTEM_ENV)
     }
 }
+
+// ---- readers added for step-budget's device timelines (helper step)
+
+/// A device row with what the device-timeline analysis of `step-budget` reads besides [`DeviceRow`]: the
+/// kernel's `demangledName` (KERNEL only, required there), `streamId` and `graphNodeId` (when the table has them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceOp {
+    pub row: DeviceRow,
+    pub kind: DeviceKind,
+    /// `StringIds` id of the kernel's demangled name (None for the other tables).
+    pub name_id: Option<i64>,
+    pub stream_id: Option<i64>,
+    pub graph_node_id: Option<i64>,
+}
+
+impl Export {
+    /// Every valid row of one device table as a [`DeviceOp`] (none when the table is absent); invalid
+    /// intervals are counted in `skips`. KERNEL requires `demangledName` as well.
+    pub fn device_ops(
+        &self,
+        kind: DeviceKind,
+        skips: &mut RowSkips,
+        mut f: impl FnMut(DeviceOp) -> Result<()>,
+    ) -> Result<()> {
+        let tbl = kind.table();
+        let Some(t) = self.optional(tbl, &cols::DEVICE)? else { return Ok(()) };
+        let name = if kind == DeviceKind::Kernel {
+            self.require(tbl, &[cols::DEMANGLED_NAME])?;
+            cols::DEMANGLED_NAME
+        } else {
+            "NULL"
+        };
+        let stream = if t.has_column(cols::STREAM_ID) { cols::STREAM_ID } else { "NULL" };
+        let node = if t.has_column(cols::GRAPH_NODE_ID) { cols::GRAPH_NODE_ID } else { "NULL" };
+        let mut c: Vec<&str> = cols::DEVICE.to_vec();
+        c.extend([name, stream, node]);
+        self.scan(tbl, &c).run("", |rowid, row| {
+            let Some((start, end)) =
+                self.interval(tbl, rowid, self.int_at(row, 1, tbl, "start")?, self.int_at(row, 2, tbl, "end")?, skips)?
+            else {
+                return Ok(());
+            };
+            f(DeviceOp {
+                row: DeviceRow {
+                    start,
+                    end,
+                    global_pid: self.int_at(row, 3, tbl, "globalPid")?,
+                    correlation_id: self.int_at(row, 4, tbl, "correlationId")?,
+                    device_id: self.int_at(row, 5, tbl, "deviceId")?,
+                },
+                kind,
+                name_id: self.int_at(row, 6, tbl, cols::DEMANGLED_NAME)?,
+                stream_id: self.int_at(row, 7, tbl, cols::STREAM_ID)?,
+                graph_node_id: self.int_at(row, 8, tbl, cols::GRAPH_NODE_ID)?,
+            })
+        })
+    }
+}

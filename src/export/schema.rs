@@ -78,6 +78,8 @@ pub mod cols {
     pub const GRAPH_NODE_ID: &str = "graphNodeId";
     pub const DEMANGLED_NAME: &str = "demangledName";
     pub const DOMAIN_ID: &str = "domainId";
+    /// Device tables: the CUDA stream (read when present, by step-budget).
+    pub const STREAM_ID: &str = "streamId";
     /// TARGET_INFO_GPU: `name`, then these when present.
     /// `TARGET_INFO_SESSION_START_TIME`: the capture's UTC start.
     pub const SESSION_START_TIME: [&str; 1] = ["utcTime"];

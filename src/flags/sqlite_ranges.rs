@@ -34,6 +34,18 @@ pub struct SqliteRangesArgs {
     /// are folded into stable ones (`aten::mm`, `vibeserve.request.<n>`) and the `folded` section says how
     #[arg(long)]
     pub no_fold: bool,
+    /// Iteration records of the engine (JSON lines, docs/iterations.md): joined to the step occurrences by
+    /// time (clock offset measured); the `iterations` section lists each step occurrence with its iteration
+    #[arg(long, value_name = "FILE")]
+    pub iteration_records: Option<PathBuf>,
+    /// Analyse only iterations START..=END: engine iteration indices with --iteration-records, else occurrence
+    /// indices (0-based, by start) of the step label; a window selecting no iteration is RETRY (exit 1)
+    #[arg(long, value_name = "START:END", allow_hyphen_values = true)]
+    pub iterations: Option<String>,
+    /// The step label for --iteration-records/--iterations (default: the iteration label, chosen as
+    /// step-budget does)
+    #[arg(long, value_name = "LABEL")]
+    pub step: Option<String>,
     /// Output format: the JSON document, or a human table
     #[arg(long, value_enum, default_value = "json")]
     pub format: Format,
@@ -49,5 +61,25 @@ impl SqliteRangesArgs {
     pub fn options(&self) -> crate::contract::Result<crate::ranges::RangesOptions> {
         let window = self.window.as_deref().map(crate::ranges::parse_window).transpose()?;
         Ok(crate::ranges::RangesOptions { range_prefix: self.range_prefix.clone(), window, fold: !self.no_fold })
+    }
+}
+
+impl SqliteRangesArgs {
+    /// `--iteration-records`, `--iterations` and `--step` as the library's iteration window (`--step` alone is
+    /// a usage error naming it).
+    pub fn iteration_args(&self) -> crate::contract::Result<crate::iterations::window::IterationArgs> {
+        let it = crate::iterations::window::IterationArgs {
+            records: self.iteration_records.clone(),
+            iterations: self.iterations.as_deref().map(crate::iterations::window::parse_iterations).transpose()?,
+            step: self.step.clone(),
+            fold: !self.no_fold,
+        };
+        if it.step.is_some() && !it.any() {
+            return Err(crate::contract::Error::usage(
+                "--step is for --iteration-records or --iterations (sqlite-ranges reports every label)",
+            )
+            .with_arg("--step"));
+        }
+        Ok(it)
     }
 }

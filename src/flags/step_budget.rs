@@ -29,6 +29,14 @@ pub struct StepBudgetArgs {
     /// Keep id-bearing labels as they are (by default they are folded as sqlite-ranges does)
     #[arg(long)]
     pub no_fold: bool,
+    /// Iteration records of the engine (JSON lines, docs/iterations.md): joined to the steps by time (clock
+    /// offset measured); each joined step carries its batch geometry, groups by phase and batch size
+    #[arg(long, value_name = "FILE")]
+    pub iteration_records: Option<PathBuf>,
+    /// Analyse only iterations START..=END: engine iteration indices with --iteration-records, else step
+    /// indices (0-based, by start); a window selecting no iteration is RETRY (exit 1)
+    #[arg(long, value_name = "START:END", allow_hyphen_values = true)]
+    pub iterations: Option<String>,
     /// The nsys used to export an .nsys-rep (default: $NSYS_BIN, else nsys on PATH)
     #[arg(long, value_name = "PATH")]
     pub nsys: Option<PathBuf>,
@@ -44,5 +52,17 @@ impl StepBudgetArgs {
             outlier_factor: self.outlier_factor,
             fold: !self.no_fold,
         }
+    }
+}
+
+impl StepBudgetArgs {
+    /// `--iteration-records` and `--iterations` as the library's iteration window (a bad window is a usage
+    /// error naming `--iterations`).
+    pub fn iteration_args(&self) -> crate::contract::Result<crate::iterations::window::IterationArgs> {
+        Ok(crate::iterations::window::IterationArgs {
+            records: self.iteration_records.clone(),
+            iterations: self.iterations.as_deref().map(crate::iterations::window::parse_iterations).transpose()?,
+            ..Default::default()
+        })
     }
 }

@@ -413,6 +413,10 @@ pub struct RangesDoc {
     /// labels it holds, the rules and up to three raw examples; `ranges` then holds one object per folded label.
     pub folded: Option<crate::labels::FoldReport>,
     pub notes: Vec<String>,
+    /// `--iteration-records` / `--iterations`: the join, the window and the step occurrences with their engine
+    /// iteration (docs/iterations.md); absent without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<crate::iterations::window::IterationsSection>,
 }
 
 impl Document for RangesDoc {
@@ -1568,6 +1572,7 @@ fn finish(
         high_cardinality_labels,
         folded: w.folded.take(),
         notes,
+        iterations: None,
     };
     if !detail {
         return Ok((doc, None));

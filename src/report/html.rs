@@ -14,6 +14,7 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
+use super::steps::StepBudgetSection;
 use super::{dur, ReportDoc};
 
 /// HTML-escape text for element content and attribute values.
@@ -182,6 +183,10 @@ pub fn render(doc: &ReportDoc) -> String {
     };
     row(&mut h, "kernels", "kernels", &escape(&kernels));
     h.push_str("</table>");
+
+    if let Some(sb) = &doc.step_budget {
+        step_budget_section(&mut h, sb);
+    }
 
     // the primary range split into its children
     if let Some(sp) = &doc.primary_split {
@@ -452,6 +457,402 @@ pub fn render(doc: &ReportDoc) -> String {
     h
 }
 
+/// Colours of the step-budget components (known ones fixed, others from [`COLORS`]).
+fn comp_color(name: &str, i: usize) -> &'static str {
+    match name {
+        "gpu_kernel" => "#2b6cb0",
+        "gpu_memcpy" => "#319795",
+        "sync_wait" => "#805ad5",
+        "launch_api" => "#dd6b20",
+        "other_api" => "#d69e2e",
+        "comm" => "#d53f8c",
+        "unattributed" => "#a0aec0",
+        _ => COLORS[i % COLORS.len()],
+    }
+}
+
+/// Width and height in pixels of the per-step chart.
+pub const STEPS_PX: f64 = 900.0;
+pub const STEPS_H: f64 = 180.0;
+/// The per-step chart's vertical axis ends at this many times the median bar (taller bars are clipped and
+/// marked), so one 18× outlier does not flatten every other step.
+pub const STEPS_CLIP: i64 = 4;
+
+fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
+    let v = &sb.verdict;
+    let _ = write!(
+        h,
+        "<h2 id=\"step-budget\">Step budget of {}</h2><p class=\"src\">{} steps, source: {}{}</p><p class=\"reason\">step budget verdict <span class=\"class {c}\" id=\"sb-class\">{c}</span> <b>{}</b>: {}</p>",
+        escape(&sb.step_label),
+        sb.steps,
+        escape(&sb.source),
+        sb.outlier_factor.map(|k| format!("; outliers: wall &gt; {k}× the median wall")).unwrap_or_default(),
+        escape(&v.rule),
+        escape(&v.reason),
+        c = escape(&v.class),
+    );
+    if !sb.device_work {
+        h.push_str(
+            "<p class=\"warn\">These steps carry no device work: the report's class comes from the range rules.</p>",
+        );
+    }
+    // the rows that establish the verdict
+    h.push_str("<table class=\"kv\" id=\"sb-verdict\"><tr><th>row</th><th>value</th><th>share</th></tr>");
+    for r in &v.rows {
+        let _ = write!(
+            h,
+            "<tr><td class=\"label\">{}</td><td class=\"num\" data-k=\"sb-row-ns\" data-ns=\"{}\">{}</td><td class=\"num\" data-k=\"sb-row-share\">{}</td></tr>",
+            escape(&r.name),
+            r.value_ns,
+            escape(&dur(r.value_ns)),
+            r.share.map(pct).unwrap_or_else(|| "—".into())
+        );
+    }
+    h.push_str("</table>");
+    // legend
+    h.push_str("<p class=\"legend\">");
+    for (i, n) in sb.components.iter().enumerate() {
+        let _ = write!(h, "<span style=\"background:{}\"></span>{} ", comp_color(n, i), escape(n));
+    }
+    h.push_str("<span style=\"background:#e53e3e\"></span>outlier step</p>");
+    // per-step stacked bars
+    let bars = &sb.bars.bars;
+    let mean = |x: i64, k: u64| x as f64 / k.max(1) as f64;
+    let mut means: Vec<f64> = bars.iter().map(|b| mean(b.wall_ns, b.steps)).collect();
+    means.sort_by(|a, b| a.total_cmp(b));
+    let med = means.get(means.len() / 2).copied().unwrap_or(0.0);
+    let top = means.last().copied().unwrap_or(0.0);
+    let scale_ns = if med > 0.0 { top.min(STEPS_CLIP as f64 * med) } else { top }.max(1.0);
+    let px = STEPS_H / scale_ns;
+    let bw = STEPS_PX / bars.len().max(1) as f64;
+    let per = sb.bars.steps_per_bar;
+    let _ = write!(
+        h,
+        "<p class=\"src\" id=\"step-bars-note\" data-bars=\"{}\" data-steps-per-bar=\"{per}\" data-scale-ns=\"{}\">{}; the bar height is the step's wall split into its components, the full height ({STEPS_H} px) is {} per step; taller bars are clipped at the top and marked ▲{}</p>",
+        bars.len(),
+        scale_ns.round() as i64,
+        if sb.bars.binned {
+            format!(
+                "{} steps are too many to draw one by one: they are binned, each bar is {per} consecutive steps and is drawn as the mean step of its bin ({} bars)",
+                sb.steps,
+                bars.len()
+            )
+        } else {
+            format!("one bar per step, {} steps in step order", sb.steps)
+        },
+        escape(&dur(scale_ns.round() as i64)),
+        if sb.outliers.is_empty() { String::new() } else { format!("; {} outlier steps marked in red above their bar", sb.outliers.len()) }
+    );
+    let _ = write!(
+        h,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"step-bars\" width=\"{STEPS_PX}\" height=\"{}\" role=\"img\" data-axis=\"steps\"><rect x=\"0\" y=\"0\" width=\"{STEPS_PX}\" height=\"{}\" fill=\"#f7fafc\"/>",
+        STEPS_H + 10.0,
+        STEPS_H + 10.0
+    );
+    for (k, b) in bars.iter().enumerate() {
+        let x = k as f64 * bw;
+        let _ = write!(
+            h,
+            "<g class=\"step-bar\" data-first=\"{}\" data-last=\"{}\" data-steps=\"{}\" data-wall-ns=\"{}\" data-outliers=\"{}\"><title>{}{} wall {} (mean per step), GPU busy {}</title>",
+            b.first_index,
+            b.last_index,
+            b.steps,
+            b.wall_ns,
+            b.outliers,
+            if b.steps == 1 { format!("step {}", b.first_index) } else { format!("steps {}–{}", b.first_index, b.last_index) },
+            if b.outliers > 0 { format!(" ({} outlier)", b.outliers) } else { String::new() },
+            escape(&dur(mean(b.wall_ns, b.steps).round() as i64)),
+            escape(&dur(mean(b.gpu_busy_ns, b.steps).round() as i64))
+        );
+        let mut y = STEPS_H + 10.0;
+        let floor = 10.0;
+        for (i, n) in sb.components.iter().enumerate() {
+            let ns = b.components.get(i).copied().unwrap_or(0);
+            let full = mean(ns, b.steps) * px;
+            if ns == 0 {
+                continue;
+            }
+            let hgt = full.min((y - floor).max(0.0));
+            y -= hgt;
+            let _ = write!(
+                h,
+                "<rect class=\"sseg\" data-c=\"{}\" data-ns=\"{ns}\" x=\"{x:.2}\" y=\"{y:.3}\" width=\"{:.2}\" height=\"{hgt:.3}\" fill=\"{}\"/>",
+                escape(n),
+                (bw - if bw > 2.0 { 0.5 } else { 0.0 }).max(0.1),
+                comp_color(n, i),
+            );
+        }
+        if mean(b.wall_ns, b.steps) > scale_ns * 1.0001 {
+            let _ = write!(h, "<text class=\"clip-mark\" x=\"{:.3}\" y=\"9\" font-size=\"8\">▲</text>", x);
+        }
+        if b.outliers > 0 {
+            let _ = write!(
+                h,
+                "<rect class=\"outlier-mark\" x=\"{x:.3}\" y=\"0\" width=\"{:.3}\" height=\"4\" fill=\"#e53e3e\"/>",
+                bw.max(1.0)
+            );
+        }
+        h.push_str("</g>");
+    }
+    h.push_str("</svg>");
+    if let (Some(f), Some(l)) = (bars.first(), bars.last()) {
+        let _ = write!(
+            h,
+            "<p class=\"src\" id=\"step-bars-axis\">left: step {} (starts at {}) · right: step {} ({} at {}); times on the export's clock</p>",
+            f.first_index,
+            escape(&dur(f.start_ns)),
+            l.last_index,
+            if l.steps > 1 { "its bin starts" } else { "starts" },
+            escape(&dur(l.start_ns))
+        );
+    }
+    // outliers
+    if !sb.outliers.is_empty() {
+        let list: Vec<String> = sb.outliers.iter().take(60).map(|o| o.to_string()).collect();
+        let _ = write!(
+            h,
+            "<p id=\"sb-outliers\" data-count=\"{}\">outlier steps: {}{}</p>",
+            sb.outliers.len(),
+            list.join(", "),
+            if sb.outliers.len() > 60 { format!(" … ({} in all)", sb.outliers.len()) } else { String::new() }
+        );
+    }
+    // histograms
+    h.push_str("<div class=\"hists\">");
+    for hg in &sb.histograms {
+        let title = match hg.name.as_str() {
+            "wall" => "step wall",
+            "gpu_busy" => "GPU busy per step",
+            n => n,
+        };
+        let maxc = hg.counts.iter().copied().chain([hg.above]).max().unwrap_or(0).max(1) as f64;
+        let nb = hg.counts.len() + usize::from(hg.above > 0);
+        let w = 420.0;
+        let bw = w / nb.max(1) as f64;
+        let _ = write!(
+            h,
+            "<figure><figcaption>Histogram of {} ({} steps)</figcaption><svg xmlns=\"http://www.w3.org/2000/svg\" id=\"hist-{}\" width=\"{w}\" height=\"110\" role=\"img\" data-axis=\"hist\"><rect x=\"0\" y=\"0\" width=\"{w}\" height=\"110\" fill=\"#f7fafc\"/>",
+            title,
+            sb.steps,
+            escape(&hg.name)
+        );
+        for (k, c) in hg.counts.iter().enumerate() {
+            let lo = hg.lo_ns + k as i64 * hg.bin_ns;
+            let hi = (lo + hg.bin_ns).min(hg.hi_ns + 1);
+            let ht = *c as f64 / maxc * 100.0;
+            let _ = write!(
+                h,
+                "<rect class=\"hbin\" data-count=\"{c}\" data-lo-ns=\"{lo}\" x=\"{:.3}\" y=\"{:.3}\" width=\"{:.3}\" height=\"{ht:.3}\" fill=\"#2b6cb0\"><title>{} – {}: {c} steps</title></rect>",
+                k as f64 * bw,
+                110.0 - ht,
+                (bw - 0.5).max(0.1),
+                escape(&dur(lo)),
+                escape(&dur(hi))
+            );
+        }
+        if hg.above > 0 {
+            let ht = hg.above as f64 / maxc * 100.0;
+            let _ = write!(
+                h,
+                "<rect class=\"hbin above\" data-count=\"{}\" data-lo-ns=\"{}\" x=\"{:.3}\" y=\"{:.3}\" width=\"{:.3}\" height=\"{ht:.3}\" fill=\"#e53e3e\"><title>above {}: {} steps (max {})</title></rect>",
+                hg.above,
+                hg.hi_ns + 1,
+                hg.counts.len() as f64 * bw,
+                110.0 - ht,
+                (bw - 0.5).max(0.1),
+                escape(&dur(hg.hi_ns)),
+                hg.above,
+                escape(&dur(hg.max_ns))
+            );
+        }
+        let _ = write!(
+            h,
+            "</svg><p class=\"src\">{} bins of {} from {} to {}{}</p></figure>",
+            hg.counts.len(),
+            escape(&dur(hg.bin_ns)),
+            escape(&dur(hg.lo_ns)),
+            escape(&dur(hg.hi_ns)),
+            if hg.above > 0 {
+                format!(
+                    "; {} step{} above (red, up to {})",
+                    hg.above,
+                    if hg.above == 1 { "" } else { "s" },
+                    escape(&dur(hg.max_ns))
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    h.push_str("</div>");
+    // distributions
+    h.push_str("<table class=\"dist\" id=\"sb-dist\"><tr><th>per step</th><th>median</th><th>p90</th><th>p99</th><th>max</th><th>Σ over steps</th></tr>");
+    let mut order: Vec<&str> = vec!["wall", "gpu_busy"];
+    order.extend(sb.components.iter().map(|s| s.as_str()));
+    for extra in sb.distributions.keys() {
+        if !order.contains(&extra.as_str()) {
+            order.push(extra);
+        }
+    }
+    for n in order {
+        let Some(d) = sb.distributions.get(n) else { continue };
+        let _ = write!(
+            h,
+            "<tr><td class=\"label\">{n}</td><td class=\"num\" data-k=\"sbd-{n}-median\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            escape(&dur(d.median)),
+            escape(&dur(d.p90)),
+            escape(&dur(d.p99)),
+            escape(&dur(d.max)),
+            sb.totals.get(n).map(|t| escape(&dur(*t))).unwrap_or_else(|| "—".into()),
+            n = escape(n),
+        );
+    }
+    h.push_str("</table>");
+    // idle attribution
+    h.push_str("<h3>GPU idle attribution</h3>");
+    let per_device = sb.idle.iter().all(|x| x.get("categories").is_some_and(|c| c.is_object()));
+    if sb.idle_computed && per_device {
+        idle_by_device(h, &sb.idle);
+    } else if sb.idle_computed {
+        let mut rows: Vec<Vec<(String, String)>> = Vec::new();
+        for x in sb.idle.iter().take(200) {
+            let mut r = Vec::new();
+            flatten(x, String::new(), &mut r, 60);
+            rows.push(r);
+        }
+        let mut cols: Vec<String> = Vec::new();
+        for r in &rows {
+            for (k, _) in r {
+                if !cols.contains(k) {
+                    cols.push(k.clone());
+                }
+            }
+        }
+        h.push_str("<table class=\"kv\" id=\"idle\"><tr>");
+        for c in &cols {
+            let _ = write!(h, "<th>{}</th>", escape(c));
+        }
+        h.push_str("</tr>");
+        for r in &rows {
+            h.push_str("<tr class=\"idle-row\">");
+            for c in &cols {
+                let v = r.iter().find(|(k, _)| k == c).map(|(_, v)| v.as_str()).unwrap_or("");
+                let _ = write!(h, "<td>{}</td>", escape(&truncate(v, 120)));
+            }
+            h.push_str("</tr>");
+        }
+        h.push_str("</table>");
+        if sb.idle.len() > 200 {
+            let _ = write!(h, "<p class=\"src\">{} more rows in the JSON document.</p>", sb.idle.len() - 200);
+        }
+    } else {
+        h.push_str("<p id=\"idle-not-computed\" class=\"unk\">Not computed: the step budget has no GPU idle attribution (<code>idle[]</code> is absent or empty in the step-budget document), so idle gaps are not split into waiting on the host, on a sync, launch latency or other.</p>");
+    }
+}
+
+/// Idle categories in drawing order (others follow as found).
+const IDLE_ORDER: [&str; 4] = ["host_wait", "sync_wait", "launch_latency", "other"];
+
+fn idle_color(name: &str, i: usize) -> &'static str {
+    match name {
+        "host_wait" => "#a0aec0",
+        "sync_wait" => "#805ad5",
+        "launch_latency" => "#dd6b20",
+        "other" => "#718096",
+        _ => COLORS[i % COLORS.len()],
+    }
+}
+
+/// `idle[]` of the step budget as one row per device: its idle split by cause, one bar per device on one axis.
+fn idle_by_device(h: &mut String, idle: &[Value]) {
+    let ns_of = |v: &Value, k: &str| v.get(k).and_then(|x| x.as_i64()).unwrap_or(0);
+    let mut cats: Vec<String> = IDLE_ORDER.iter().map(|s| s.to_string()).collect();
+    for d in idle {
+        if let Some(m) = d.get("categories").and_then(|c| c.as_object()) {
+            for k in m.keys() {
+                if !cats.contains(k) {
+                    cats.push(k.clone());
+                }
+            }
+        }
+    }
+    let longest = idle.iter().map(|d| ns_of(d, "idle_ns")).max().unwrap_or(0).max(1);
+    let px = AXIS_PX / longest as f64;
+    h.push_str("<p class=\"legend\">");
+    for (i, c) in cats.iter().enumerate() {
+        let _ = write!(h, "<span style=\"background:{}\"></span>{} ", idle_color(c, i), escape(c));
+    }
+    let _ = write!(
+        h,
+        "</p><p class=\"src\">GPU idle inside each device's active span (first to last device row), split by what the GPU waited for; one axis: the full width ({AXIS_PX} px) is {}</p>",
+        escape(&dur(longest))
+    );
+    h.push_str("<table class=\"kv\" id=\"idle\"><tr><th>device</th><th>idle</th><th>gaps</th>");
+    for c in &cats {
+        let _ = write!(h, "<th>{}</th>", escape(c));
+    }
+    h.push_str("<th>idle by cause</th></tr>");
+    for d in idle {
+        let total = ns_of(d, "idle_ns");
+        let cat = |c: &str| d.get("categories").and_then(|m| m.get(c));
+        let parts: Vec<(i64, &str, String)> = cats
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let ns = cat(c).map(|x| ns_of(x, "ns")).unwrap_or(0);
+                (ns, idle_color(c, i), format!("{c} {}", dur(ns)))
+            })
+            .collect();
+        let _ = write!(
+            h,
+            "<tr class=\"idle-row\"><td class=\"num\">{}</td><td class=\"num\" data-k=\"idle-ns\">{}</td><td class=\"num\">{}</td>",
+            d.get("device_id").map(scalar).unwrap_or_default(),
+            escape(&dur(total)),
+            d.get("gaps").map(scalar).unwrap_or_default()
+        );
+        for (c, (ns, _, _)) in cats.iter().zip(&parts) {
+            let _ = write!(
+                h,
+                "<td class=\"num\" data-k=\"idle-{}\">{} ({})</td>",
+                escape(c),
+                escape(&dur(*ns)),
+                if total > 0 { pct(*ns as f64 / total as f64) } else { "—".into() }
+            );
+        }
+        let _ = write!(h, "<td>{}</td></tr>", axis_bar("idle", &parts, px, AXIS_PX, 14.0));
+    }
+    h.push_str("</table>");
+    // where the idle lies relative to the steps
+    let splits = ["in_steps", "between_steps", "outside_steps"];
+    if idle.iter().any(|d| splits.iter().any(|k| d.get(*k).is_some_and(|x| x.is_object()))) {
+        h.push_str("<table class=\"kv\" id=\"idle-where\"><tr><th>device</th><th>where</th>");
+        for c in &cats {
+            let _ = write!(h, "<th>{}</th>", escape(c));
+        }
+        h.push_str("</tr>");
+        for d in idle {
+            for k in splits {
+                let Some(x) = d.get(k).filter(|x| x.is_object()) else { continue };
+                let _ = write!(
+                    h,
+                    "<tr><td class=\"num\">{}</td><td>{}</td>",
+                    d.get("device_id").map(scalar).unwrap_or_default(),
+                    match k {
+                        "in_steps" => "inside the steps' GPU spans",
+                        "between_steps" => "between steps",
+                        _ => "before the first / after the last step",
+                    }
+                );
+                for c in &cats {
+                    let _ = write!(h, "<td class=\"num\">{}</td>", escape(&dur(ns_of(x, c))));
+                }
+                h.push_str("</tr>");
+            }
+        }
+        h.push_str("</table>");
+    }
+}
+
 const CSS: &str = "body{font:14px/1.4 system-ui,-apple-system,'DejaVu Sans',sans-serif;margin:24px;color:#1a202c;background:#fff}\
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #e2e8f0}\
 .class{padding:2px 10px;border-radius:4px;background:#2d3748;color:#fff;font-family:monospace}\
@@ -463,4 +864,5 @@ table.kv th{font-weight:600;color:#4a5568;white-space:nowrap}\
 td.num{text-align:right;font-variant-numeric:tabular-nums}td.label,th.label{font-family:monospace;font-size:12px;max-width:520px;overflow:hidden}\
 tr.primary td{background:#ebf8ff}.cap{font-size:11px;color:#4a5568}\
 .legend span,.sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 10px;vertical-align:middle}\
-svg{display:block}svg[data-axis=kernels]{display:inline-block;vertical-align:middle}";
+svg{display:block}svg[data-axis=kernels]{display:inline-block;vertical-align:middle}\
+.hists{display:flex;gap:24px;flex-wrap:wrap}figure{margin:8px 0}figcaption{font-size:13px;color:#4a5568}h3{font-size:15px;margin-top:20px}";

@@ -29,6 +29,8 @@
 
 pub mod html;
 pub mod question;
+pub mod steps;
+pub mod trace;
 
 use std::path::PathBuf;
 
@@ -86,6 +88,12 @@ pub struct ReportOptions {
     pub html: Option<PathBuf>,
     /// How many top kernels to list (0 = all).
     pub top: usize,
+    /// `--trace OUT.json`: write a Chrome/Perfetto trace-event file of a window of steps (an export only).
+    pub trace: Option<PathBuf>,
+    /// `--window START:END`: the trace's steps (half-open, step indexes); None = around the median step.
+    pub window: Option<(u64, u64)>,
+    /// `--trace-max-events N` (None = [`trace::DEFAULT_MAX_EVENTS`]).
+    pub trace_max_events: Option<usize>,
 }
 
 /// One range label's numbers (sums over its occurrences, as in the ranges document).
@@ -139,12 +147,16 @@ pub struct Signals {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Decision {
     pub class: String,
-    /// `R0`…`R7` (see docs/compare-report.md).
+    /// `R0`…`R7` (the range rules, docs/compare-report.md), or `step_budget.<rule>` when the step budget
+    /// decided (`basis`).
     pub rule: String,
     pub reason: String,
     /// The primary range classified (null when there is none).
     pub primary_label: Option<String>,
     pub primary_label_choice: String,
+    /// `step_budget` (the verdict of the step budget of the step label) or `ranges` (rules R0…R7).
+    #[serde(default)]
+    pub basis: String,
 }
 
 /// A top kernel with its category.
@@ -266,6 +278,13 @@ pub struct ReportDoc {
     /// The bundle's `question` (measured share, Amdahl bound) and `benchmark` (unprofiled score reconciled
     /// with GPU busy per step): src/report/question.rs; null when the bundle has neither.
     pub question: Option<question::QuestionSection>,
+    /// The step budget of the step label (computed on the export, or the bundle's
+    /// `kernel_profile.step_budget`); null without a step label.
+    pub step_budget: Option<steps::StepBudgetSection>,
+    /// The decision of the range rules R0…R7 (equal to `decision` when its basis is `ranges`).
+    pub range_decision: Option<Decision>,
+    /// What `--trace` wrote (null without it).
+    pub trace: Option<trace::TraceSummary>,
     pub notes: Vec<String>,
 }
 
@@ -276,6 +295,12 @@ impl Document for ReportDoc {
 
 /// Load the input, classify it, and write the HTML page when asked.
 pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
+    run_with(opts, |_| Ok(()))
+}
+
+/// [`run`], with `adjust` applied to the evidence before it is classified (`--iterations`:
+/// crate::iterations::window::report_run replaces the ranges by those of the window).
+pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Result<()>) -> Result<ReportDoc> {
     let categories = match &opts.categories {
         Some(p) => Categories::from_file(p).map_err(|e| e.with_arg("--categories"))?,
         None => Categories::builtin(),
@@ -288,8 +313,62 @@ pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
                 .collect();
         crate::contract::refuse_output_over_input(out, "--html", &inputs)?;
     }
-    let ev = evidence::load(&opts.input, opts.provenance.as_deref()).map_err(|e| e.with_arg("BUNDLE"))?;
+    if let Some(out) = &opts.trace {
+        let inputs: Vec<&std::path::Path> =
+            [Some(opts.input.as_path()), opts.provenance.as_deref(), opts.categories.as_deref(), opts.html.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect();
+        crate::contract::refuse_output_over_input(out, "--trace", &inputs)?;
+    } else if opts.window.is_some() {
+        return Err(
+            Error::usage("--window selects the steps of --trace: give --trace OUT.json too").with_arg("--window")
+        );
+    }
+    let mut ev = evidence::load(&opts.input, opts.provenance.as_deref()).map_err(|e| e.with_arg("BUNDLE"))?;
+    adjust(&mut ev)?;
     let mut doc = classify(&ev, &categories, opts.label.as_deref(), opts.top)?;
+    doc.range_decision = Some(doc.decision.clone());
+    let budget = step_budget_of(&ev, opts, &doc)?;
+    if let Some(sec) = budget.section {
+        apply_step_budget(&mut doc, sec);
+    } else if ev.kind == "bundle" {
+        if let Some(l) = doc.decision.primary_label.as_deref().filter(|l| crate::gate::is_iteration_like(l)) {
+            doc.notes.push(format!(
+                "the bundle has no step budget (kernel_profile.step_budget): the class comes from the range rules; `step-budget CAPTURE --step {l} | bundle-merge BUNDLE` adds it"
+            ));
+        }
+    }
+    if let Some(out) = &opts.trace {
+        let (Some(export), Some(sb)) = (&budget.export, &budget.doc) else {
+            return Err(Error::usage(if ev.kind == "sqlite" || ev.kind == "nsys-rep" {
+                format!(
+                    "{}: --trace needs a step label (an iteration-like range: iteration, step or decode in its name) and there is none{}: give --label LABEL",
+                    ev.source,
+                    doc.decision.primary_label.as_deref().map(|l| format!(" (the primary range is {l:?})")).unwrap_or_default()
+                )
+            } else {
+                format!("{}: --trace needs an nsys export (.sqlite or .nsys-rep) as BUNDLE: a {} holds no timeline", ev.source, ev.kind)
+            })
+            .with_arg("--trace"));
+        };
+        let t = trace::write(
+            &export.export,
+            sb,
+            opts.window,
+            opts.trace_max_events.unwrap_or(trace::DEFAULT_MAX_EVENTS),
+            out,
+        )?;
+        if t.truncated {
+            doc.notes.push(format!(
+                "--trace: the window holds more than {} events: the trace stops at {} ns ({} events dropped); narrow --window or raise --trace-max-events",
+                t.max_events,
+                t.truncated_at_ns.unwrap_or(0),
+                t.dropped_events
+            ));
+        }
+        doc.trace = Some(t);
+    }
     if let Some(out) = &opts.html {
         let page = html::render(&doc);
         std::fs::write(out, page).map_err(|e| {
@@ -298,6 +377,75 @@ pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
         doc.html = Some(out.display().to_string());
     }
     Ok(doc)
+}
+
+/// The step budget of the input, and (from an export) the export and the typed document for `--trace`.
+struct Budget {
+    section: Option<steps::StepBudgetSection>,
+    export: Option<crate::export::OpenedCapture>,
+    doc: Option<crate::step_budget::StepBudgetDoc>,
+}
+
+/// A bundle's `kernel_profile.step_budget`, or (from an export) the step budget of the primary range when it is
+/// iteration-like (the step label), computed by the step-budget library on the same export.
+fn step_budget_of(ev: &Evidence, opts: &ReportOptions, doc: &ReportDoc) -> Result<Budget> {
+    let none = Budget { section: None, export: None, doc: None };
+    if ev.kind == "bundle" {
+        let v = ev.bundle.as_ref().and_then(|b| b.pointer("/kernel_profile/step_budget")).filter(|v| !v.is_null());
+        let v = match v {
+            Some(Value::Array(a)) => a.first(),
+            v => v,
+        };
+        return Ok(Budget { section: v.and_then(|v| steps::section(v, "kernel_profile.step_budget")), ..none });
+    }
+    if ev.kind != "sqlite" && ev.kind != "nsys-rep" {
+        return Ok(none);
+    }
+    let Some(label) = doc.decision.primary_label.clone().filter(|l| crate::gate::is_iteration_like(l)) else {
+        return Ok(none);
+    };
+    let path = evidence::export_path(ev, &opts.input);
+    let cap = crate::export::open_capture(path, None)?;
+    let sopts = crate::step_budget::StepBudgetOptions { step: Some(label), ..Default::default() };
+    // --iterations: the same time window as the windowed ranges (crate::iterations::window::report_run)
+    let mut sb = crate::step_budget::analyze_window(&cap.export, &sopts, ev.step_window)?;
+    sb.source = ev.source.clone();
+    sb.step_label_choice = "the report's primary range (iteration-like)".into();
+    let v = serde_json::to_value(&sb).map_err(|e| Error::input(format!("{}: step budget: {e}", ev.source)))?;
+    Ok(Budget { section: steps::section(&v, "step-budget on the export"), export: Some(cap), doc: Some(sb) })
+}
+
+/// The step budget decides the class when its steps carry device work and its class is of the vocabulary.
+fn apply_step_budget(doc: &mut ReportDoc, sec: steps::StepBudgetSection) {
+    let v = &sec.verdict;
+    if !sec.device_work {
+        doc.notes.push(format!(
+            "the steps of {:?} carry no device work: the class comes from the range rules, not the step budget",
+            sec.step_label
+        ));
+    } else if !CLASSES.contains(&v.class.as_str()) {
+        doc.notes.push(format!(
+            "the step budget's class {:?} is not of the vocabulary: the class comes from the range rules",
+            v.class
+        ));
+    } else {
+        doc.decision = Decision {
+            class: v.class.clone(),
+            rule: format!("step_budget.{}", v.rule),
+            reason: format!(
+                "step budget of {:?} ({} steps{}): {}",
+                sec.step_label,
+                sec.steps,
+                v.steps_used.map(|u| format!(", {u} used")).unwrap_or_default(),
+                v.reason
+            ),
+            primary_label: doc.decision.primary_label.clone(),
+            primary_label_choice: doc.decision.primary_label_choice.clone(),
+            basis: "step_budget".into(),
+        };
+        doc.class = v.class.clone();
+    }
+    doc.step_budget = Some(sec);
 }
 
 fn is_memcpy_api(api: &str) -> bool {
@@ -847,6 +995,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             reason,
             primary_label: primary.map(|p| p.label.clone()),
             primary_label_choice: choice,
+            basis: "ranges".into(),
         },
         capture,
         primary_split,
@@ -862,6 +1011,9 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
         facts: ev.facts.clone(),
         html: None,
         question,
+        step_budget: None,
+        range_decision: None,
+        trace: None,
         notes,
     })
 }

@@ -2,6 +2,7 @@
 
 use clap::CommandFactory;
 use nsyskit::flags::report::ReportArgs;
+use nsyskit::iterations::window::{self, Windowed};
 use nsyskit::report;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
@@ -25,10 +26,10 @@ impl SimplePluginCommand for Report {
 
     fn extra_description(&self) -> &str {
         "Classes: cpu_launch_bound, python_overhead_bound, sync_bound, memcpy_bound, comm_bound, kernel_bound, \
-         mixed_or_unclear (docs/report.md). BUNDLE is an evidence bundle (bundle-merge output), a bare \
+         mixed_or_unclear (docs/compare-report.md); from the step budget of the step label when there is one. BUNDLE is an evidence bundle (bundle-merge output), a bare \
          nsyskit.ranges/v1 document or an nsys .sqlite export — a path, or a record: from the pipeline \
          (`sqlite-ranges x.sqlite | report`, `open bundle.json | report`) or as the argument. --html also \
-         writes a self-contained page."
+         writes a self-contained page; --trace a Chrome/Perfetto trace of a window of steps."
     }
 
     fn signature(&self) -> Signature {
@@ -63,15 +64,24 @@ impl SimplePluginCommand for Report {
         input: &Value,
     ) -> Result<Value, LabeledError> {
         let sig = self.signature();
+        let err = |e| labeled(e, call, &sig, Some(input.span()));
         let arg = call.positional.first().unwrap_or(input);
         let (path, _tmp) = doc_arg(engine, arg, "bundle")?;
         let args: ReportArgs = flags().parse(engine, call, vec![path.into_os_string()])?;
-        let doc = report::run(&args.options()).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
+        let opts = args.options().map_err(err)?;
+        let it = args.iteration_args().map_err(err)?;
+        if it.any() {
+            return match window::report_run(&opts, &it).map_err(err)? {
+                Windowed::Doc(doc) => doc_value(&doc, call.head),
+                Windowed::Retry(doc) => doc_value(&*doc, call.head),
+            };
+        }
+        let doc = report::run(&opts).map_err(err)?;
         doc_value(&doc, call.head)
     }
 }
 
-const EXAMPLE_VALUE: &str = "python_overhead_bound";
+const EXAMPLE_VALUE: &str = "mixed_or_unclear";
 
 /// The flags of the `report` binary (one definition: `nsyskit::flags::report`).
 fn flags() -> Flags {

@@ -2,6 +2,7 @@
 
 use clap::CommandFactory;
 use nsyskit::flags::sqlite_ranges::SqliteRangesArgs;
+use nsyskit::iterations::window::{self, Windowed};
 use nsyskit::ranges;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, Type, Value};
@@ -70,11 +71,18 @@ impl SimplePluginCommand for SqliteRanges {
         if args.nsys.is_none() {
             args.nsys = nu_nsys_bin(engine)?;
         }
-        let doc = args
-            .options()
-            .and_then(|opts| ranges::run(&export, &opts, args.nsys.as_deref()))
-            .map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
-        doc_value(&doc, call.head)
+        let result = (|| {
+            let opts = args.options()?;
+            let it = args.iteration_args()?;
+            if it.any() {
+                return window::ranges_run(&export, &opts, args.nsys.as_deref(), &it);
+            }
+            ranges::run(&export, &opts, args.nsys.as_deref()).map(Windowed::Doc)
+        })();
+        match result.map_err(|e| labeled(e, call, &sig, Some(input.span())))? {
+            Windowed::Doc(doc) => doc_value(&doc, call.head),
+            Windowed::Retry(doc) => doc_value(&*doc, call.head),
+        }
     }
 }
 

@@ -15,6 +15,12 @@ use serde_json::Value;
 
 use crate::contract::{Document, Error, Result, Tool};
 
+pub mod join;
+pub mod window;
+
+pub use join::{join, IterationJoin, StepGeometry, StepOcc};
+pub use window::{parse_iterations, IterationWindowDoc};
+
 /// The environment variable through which serve-capture tells the server where to write its records (set on
 /// the nsys process, so the server and its workers inherit it).
 pub const RECORDS_ENV: &str = "NSYSKIT_ITERATION_RECORDS";
@@ -33,7 +39,10 @@ const REQUIRED: &[(&str, char)] = &[
     ("backend", 's'),
 ];
 /// Optional fields: the time of the record (both or neither of start/end), and the engine's own elapsed.
-const OPTIONAL: &[(&str, char)] = &[("start_ns", 'u'), ("end_ns", 'u'), ("elapsed_ns", 'u')];
+const OPTIONAL: &[(&str, char)] = &[("start_ns", 'u'), ("end_ns", 'u'), ("elapsed_ns", 'u'), ("pid", 'u')];
+
+/// Largest `start_ns`/`end_ns` accepted (2^62 ns, 146 years of uptime): the join subtracts clock readings.
+const MAX_NS: u64 = 1 << 62;
 
 /// The phases a record may name.
 pub const PHASES: &[&str] = &["prefill", "decode", "mixed", "idle"];
@@ -104,17 +113,29 @@ impl Document for IterationsDoc {
     }
 }
 
-/// One record, as parsed after the field checks.
-#[derive(Debug, Clone)]
-struct Rec {
-    line: u64,
-    iteration: u64,
-    rank: u64,
-    phase: String,
-    batch_size: u64,
-    start: Option<u64>,
-    end: Option<u64>,
+/// One record, as parsed after the field checks (the fields of docs/iterations.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// 1-based line in the records file.
+    pub line: u64,
+    pub iteration: u64,
+    pub rank: u64,
+    /// Optional `pid`: the OS process that ran the iteration (lets the join pick the process without searching).
+    pub pid: Option<u64>,
+    pub phase: String,
+    pub prefill_chunks: Vec<u64>,
+    pub decode_kv_lens: Vec<u64>,
+    pub scheduled_tokens: u64,
+    pub scheduled_requests: u64,
+    pub batch_size: u64,
+    pub graph_mode: String,
+    pub backend: String,
+    /// Both or neither (a shape-only record has neither).
+    pub start: Option<u64>,
+    pub end: Option<u64>,
+    pub elapsed_ns: Option<u64>,
 }
+type Rec = Record;
 
 fn type_ok(v: &Value, t: char) -> bool {
     match t {
@@ -135,6 +156,11 @@ fn type_name(t: char) -> &'static str {
 
 /// Validate the records in `text` (read from `source`).
 pub fn validate_text(text: &str, source: &str) -> IterationsDoc {
+    parse_text(text, source).0
+}
+
+/// Validate the records in `text` and return them too (the records that passed the field checks, in file order).
+pub fn parse_text(text: &str, source: &str) -> (IterationsDoc, Vec<Record>) {
     let mut problems = Vec::new();
     let mut recs = Vec::new();
     let mut records = 0u64;
@@ -189,17 +215,37 @@ pub fn validate_text(text: &str, source: &str) -> IterationsDoc {
             (Some(_), None) => bad("$.end_ns", "missing while start_ns is given (both or neither)".into()),
             (None, Some(_)) => bad("$.start_ns", "missing while end_ns is given (both or neither)".into()),
             (Some(s), Some(e)) if e < s => bad("$.end_ns", format!("{e} is before start_ns {s}")),
+            (Some(s), Some(e)) if e > MAX_NS => bad(
+                if s > MAX_NS { "$.start_ns" } else { "$.end_ns" },
+                format!("{} exceeds 2^62 ns: not a monotonic clock reading", s.max(e)),
+            ),
             _ => {}
         }
         let timed = start.is_some() && end.is_some();
+        let u = |k: &str| obj.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let arr = |k: &str| -> Vec<u64> {
+            obj.get(k)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default()
+        };
+        let st = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
         recs.push(Rec {
             line,
-            iteration: obj["iteration"].as_u64().unwrap_or(0),
-            rank: obj["rank"].as_u64().unwrap_or(0),
+            iteration: u("iteration"),
+            rank: u("rank"),
+            pid: obj.get("pid").and_then(Value::as_u64),
             phase,
-            batch_size: obj["batch_size"].as_u64().unwrap_or(0),
+            prefill_chunks: arr("prefill_chunks"),
+            decode_kv_lens: arr("decode_kv_lens"),
+            scheduled_tokens: u("scheduled_tokens"),
+            scheduled_requests: u("scheduled_requests"),
+            batch_size: u("batch_size"),
+            graph_mode: st("graph_mode"),
+            backend: st("backend"),
             start: start.filter(|_| timed),
             end: end.filter(|_| timed),
+            elapsed_ns: obj.get("elapsed_ns").and_then(Value::as_u64),
         });
     }
 
@@ -290,7 +336,7 @@ pub fn validate_text(text: &str, source: &str) -> IterationsDoc {
         }
     });
     let (schema, tool) = IterationsDoc::header();
-    IterationsDoc {
+    let doc = IterationsDoc {
         schema,
         tool,
         source: source.into(),
@@ -304,7 +350,27 @@ pub fn validate_text(text: &str, source: &str) -> IterationsDoc {
         phases,
         batch_sizes,
         problems,
+    };
+    (doc, recs)
+}
+
+/// Read and validate the records file at `path`; the records are returned only when the file is valid
+/// (exit 2 naming the first problem's line and JSON path otherwise, or when it cannot be read).
+pub fn read_records(path: &Path) -> Result<(IterationsDoc, Vec<Record>)> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::input(format!("{}: {e}", path.display())))?;
+    let (doc, recs) = parse_text(&text, &path.display().to_string());
+    if let Some(p) = doc.problems.first() {
+        return Err(Error::input(format!(
+            "{}: line {} {}: {} ({} problem(s); validate the file with serve-capture's nsyskit.iterations/v1)",
+            path.display(),
+            p.line,
+            p.path,
+            p.message,
+            doc.problems.len()
+        ))
+        .with_arg("--iteration-records"));
     }
+    Ok((doc, recs))
 }
 
 /// Validate the records file at `path` (exit 2 when it cannot be read).
@@ -373,6 +439,8 @@ mod tests {
 
         let d = validate_text(&[rec(3, 0, None, None), rec(3, 0, None, None)].join("\n"), "x");
         assert!(d.problems.iter().any(|p| p.line == 2 && p.path == "$.iteration"), "{:?}", d.problems);
+        let d = validate_text(&rec(0, 0, Some(5), Some(1 << 63)), "x");
+        assert!(d.problems.iter().any(|p| p.path == "$.end_ns" && p.message.contains("2^62")), "{:?}", d.problems);
         let d = validate_text(&rec(0, 0, Some(5), None), "x");
         assert!(
             d.problems.iter().any(|p| p.path == "$.end_ns" && p.message.contains("both or neither")),

@@ -1,0 +1,687 @@
+//! Device timelines for `step-budget`: per device (CUDA `deviceId`), every device row of the capture (KERNEL,
+//! MEMCPY, MEMSET, GRAPH_TRACE; any process), linked to the runtime call that issued it by
+//! `(globalPid, correlationId)`. From them: the GPU idle gaps and their attribution (host wait, sync wait,
+//! launch latency, other), the launch-to-start latency of kernel and graph launches, the launch queue depth
+//! over time, and the NCCL/compute overlap (exposed communication). The rules are in docs/step-budget.md.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{dist, Dist};
+use crate::contract::Result;
+use crate::export::schema::DeviceKind;
+use crate::export::{ns_of, Export, RowSkips};
+
+/// Idle categories, in the order of [`IdleSplit`].
+pub const IDLE_NAMES: [&str; 4] = ["host_wait", "sync_wait", "launch_latency", "other"];
+const HOST: u8 = 0;
+const SYNC: u8 = 1;
+const LAUNCH: u8 = 2;
+const OTHER: u8 = 3;
+
+/// Most points of a queue-depth series.
+pub const QUEUE_SERIES_POINTS: i64 = 256;
+
+/// GPU idle time split by cause (integer ns; see docs/step-budget.md for each rule).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct IdleSplit {
+    /// The next device row had not been issued yet (its runtime call had not started) and its launching thread
+    /// was not inside a sync API.
+    pub host_wait: i64,
+    /// The next device row had not been issued yet and its launching thread was inside a blocking sync API.
+    pub sync_wait: i64,
+    /// The next device row was issued (its runtime call had started) but had not started on the device.
+    pub launch_latency: i64,
+    /// The next row has no runtime call in the export, or is a later node of a graph launch whose first node
+    /// already ran (device-side scheduling inside the graph).
+    pub other: i64,
+}
+
+impl IdleSplit {
+    pub fn values(&self) -> [i64; 4] {
+        [self.host_wait, self.sync_wait, self.launch_latency, self.other]
+    }
+    pub fn sum(&self) -> i64 {
+        self.values().iter().sum()
+    }
+    fn from(v: [i64; 4]) -> IdleSplit {
+        IdleSplit { host_wait: v[0], sync_wait: v[1], launch_latency: v[2], other: v[3] }
+    }
+    fn minus(&self, o: &IdleSplit) -> IdleSplit {
+        let (a, b) = (self.values(), o.values());
+        IdleSplit::from([a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3]])
+    }
+}
+
+/// One idle category over a device.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct IdleCategory {
+    pub ns: i64,
+    /// Gaps with a non-zero part in this category (a gap split across categories counts in each).
+    pub gaps: u64,
+}
+
+/// `idle[]`: the GPU idle attribution of one device over its active span.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DeviceIdle {
+    /// CUDA `deviceId` (-1: rows without one).
+    pub device_id: i64,
+    /// `globalPid` of the processes with device rows on it.
+    pub processes: Vec<i64>,
+    /// First device row start and last device row end.
+    pub span_start_ns: i64,
+    pub span_end_ns: i64,
+    /// Union of all its device rows.
+    pub busy_ns: i64,
+    /// `span − busy`; equals the sum of the categories.
+    pub idle_ns: i64,
+    pub gaps: u64,
+    /// Lengths of its idle gaps.
+    pub gap_lengths: Dist,
+    /// `host_wait`, `sync_wait`, `launch_latency`, `other`: ns summing exactly to `idle_ns`, and gap counts.
+    pub categories: BTreeMap<String, IdleCategory>,
+    /// The idle inside the steps' GPU spans on this device (the union of the spans).
+    pub in_steps: IdleSplit,
+    /// The idle between the first step's span start and the last step's span end, outside every step span.
+    pub between_steps: IdleSplit,
+    /// The rest of the active span (before the first step, after the last): `total − in − between`.
+    pub outside_steps: IdleSplit,
+}
+
+/// Launch-to-start latency: device start of the first row of a launch minus the start of its runtime call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LatencyDist {
+    pub count: usize,
+    pub min: i64,
+    pub median: i64,
+    pub p90: i64,
+    pub p99: i64,
+    pub max: i64,
+    /// Launches whose first row starts before the call (clock skew between host and device).
+    pub negative: u64,
+}
+
+fn latency(v: &[i64]) -> LatencyDist {
+    let d = dist(v.iter().copied());
+    LatencyDist {
+        count: d.count,
+        min: v.iter().copied().min().unwrap_or(0),
+        median: d.median,
+        p90: d.p90,
+        p99: d.p99,
+        max: d.max,
+        negative: v.iter().filter(|&&x| x < 0).count() as u64,
+    }
+}
+
+/// The launch queue of one device: rows issued (runtime call started) and not finished.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct QueueDepth {
+    pub max: i64,
+    /// Time-weighted mean over `[first issue, last end]`.
+    pub mean: f64,
+    /// Share of that window with nothing queued or running.
+    pub empty_share: f64,
+    /// The depth each row finds when it is issued (rows already queued or running on the device).
+    pub at_issue: Dist,
+    /// Width of one point of `series`.
+    pub bucket_ns: i64,
+    /// At most 256 points `[bucket start ns, max depth in the bucket]` over the window.
+    pub series: Vec<[i64; 2]>,
+}
+
+/// `launch[]`: launch behaviour of one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DeviceLaunch {
+    pub device_id: i64,
+    /// Kernel launches (`cudaLaunchKernel`, `cuLaunchKernel`, `cudaLaunchKernelExC`, `cuLaunchKernelEx`, …:
+    /// a runtime name containing `Launch` that is not a graph launch): call start → kernel start.
+    pub kernel_launch: LatencyDist,
+    /// Graph launches (`cudaGraphLaunch`, `cuGraphLaunch`): call start → start of the first device row of that
+    /// correlationId (a node kernel on a node-level capture, the GRAPH_TRACE row on a graph-level one).
+    pub graph_launch: LatencyDist,
+    /// Graph launches whose first row is a GRAPH_TRACE row (graph-level), not a node.
+    pub graph_launch_graph_level: u64,
+    /// Launches by API name (version suffix removed).
+    pub by_api: BTreeMap<String, u64>,
+    pub queue_depth: QueueDepth,
+}
+
+/// What the runtime API name is, for the device timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Sync,
+    KernelLaunch,
+    GraphLaunch,
+    Other,
+}
+
+fn classify(name: &str) -> Api {
+    if crate::export::schema::is_graph_launch(name) {
+        Api::GraphLaunch
+    } else if name.contains("Launch") {
+        Api::KernelLaunch
+    } else if crate::ranges::normalize_sync_api(name).is_some() {
+        Api::Sync
+    } else {
+        Api::Other
+    }
+}
+
+/// `cudaLaunchKernel_v7000` → `cudaLaunchKernel`.
+fn base_name(n: &str) -> &str {
+    match n.find("_v") {
+        Some(i) if n[i + 2..].starts_with(|c: char| c.is_ascii_digit()) => &n[..i],
+        _ => n,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Op {
+    start: i64,
+    end: i64,
+    kind: DeviceKind,
+    pid: i64,
+    corr: Option<i64>,
+    node: bool,
+    nccl: bool,
+    /// Its call's start (at most its own start), else its start.
+    issue: i64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Call {
+    start: i64,
+    tid: i64,
+    api: Api,
+    name_id: i64,
+}
+
+/// One device's timeline, as analysed.
+#[derive(Debug, Clone)]
+pub struct DeviceTimeline {
+    pub device_id: i64,
+    /// Idle pieces `(start, end, category)` by start, covering exactly the idle of the active span.
+    pieces: Vec<(i64, i64, u8)>,
+    /// Union of the non-NCCL kernel rows (and GRAPH_TRACE rows) of the device: compute.
+    compute: Vec<(i64, i64)>,
+    /// Union of the NCCL kernel rows of each process on the device.
+    nccl_by_pid: BTreeMap<i64, Vec<(i64, i64)>>,
+    /// Union busy per process on the device.
+    pub busy_by_pid: BTreeMap<i64, i64>,
+    /// `(kernel launch, graph launch)` latencies per process on the device.
+    pub launch_by_pid: BTreeMap<i64, (LatencyDist, LatencyDist)>,
+    pub idle: DeviceIdle,
+    pub launch: DeviceLaunch,
+}
+
+/// All device timelines of a capture.
+#[derive(Debug, Clone, Default)]
+pub struct Timelines {
+    pub devices: Vec<DeviceTimeline>,
+    /// `(deviceId, start, end)` of the NCCL kernel rows: how a step's correlated kernel rows are recognised as
+    /// communication.
+    pub nccl_keys: HashSet<(i64, i64, i64)>,
+    /// Keys shared by an NCCL and a non-NCCL kernel row (then counted as NCCL).
+    pub ambiguous_keys: u64,
+    pub nccl_kernels: u64,
+    pub nccl_by_name: Vec<NcclKernels>,
+    pub skips: RowSkips,
+}
+
+/// The NCCL kernel rows of one demangled name, whole capture.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NcclKernels {
+    pub name: String,
+    pub count: u64,
+    /// Σ duration (a sum over rows, not a union).
+    pub total_ns: i64,
+}
+
+/// Union of intervals, sorted and disjoint.
+pub fn union(mut iv: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    iv.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(iv.len());
+    for (s, e) in iv {
+        match out.last_mut() {
+            Some(l) if s <= l.1 => l.1 = l.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+fn len(u: &[(i64, i64)]) -> i64 {
+    u.iter().map(|(a, b)| b - a).sum()
+}
+
+/// `|A ∩ B|` of two sorted disjoint lists.
+pub fn overlap(a: &[(i64, i64)], b: &[(i64, i64)]) -> i64 {
+    let (mut i, mut j, mut t) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        let lo = a[i].0.max(b[j].0);
+        let hi = a[i].1.min(b[j].1);
+        if hi > lo {
+            t += hi - lo;
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    t
+}
+
+/// Read every device row and its issuing runtime call, and analyse each device.
+pub fn build(export: &Export) -> Result<Timelines> {
+    let mut skips = RowSkips::new();
+    // per device: (op, kernel name id)
+    let mut by_dev: BTreeMap<i64, Vec<(Op, Option<i64>)>> = BTreeMap::new();
+    let mut wanted: HashSet<(i64, i64)> = HashSet::new();
+    let mut name_ids: HashSet<i64> = HashSet::new();
+    for kind in DeviceKind::ALL {
+        export.device_ops(kind, &mut skips, |o| {
+            let pid = o.row.global_pid.unwrap_or(-1);
+            if let Some(c) = o.row.correlation_id {
+                wanted.insert((pid, c));
+            }
+            if let Some(n) = o.name_id {
+                name_ids.insert(n);
+            }
+            let op = Op {
+                start: o.row.start,
+                end: o.row.end,
+                kind,
+                pid,
+                corr: o.row.correlation_id,
+                node: o.graph_node_id.is_some(),
+                nccl: false,
+                issue: o.row.start,
+            };
+            by_dev.entry(o.row.device_id.unwrap_or(-1)).or_default().push((op, o.name_id));
+            Ok(())
+        })?;
+    }
+    // one pass over StringIds: NCCL kernel names, runtime API classes, launch API names
+    let mut nccl_ids: HashSet<i64> = HashSet::new();
+    let mut nccl_names: HashMap<i64, String> = HashMap::new();
+    let mut api_of: HashMap<i64, Api> = HashMap::new();
+    let mut api_names: HashMap<i64, String> = HashMap::new();
+    export.for_each_string(|id, v| {
+        let Ok(v) = std::str::from_utf8(v) else { return };
+        if name_ids.contains(&id) && v.to_ascii_lowercase().contains("nccl") {
+            nccl_ids.insert(id);
+            nccl_names.insert(id, v.to_string());
+        }
+        let a = classify(v);
+        if a != Api::Other {
+            api_of.insert(id, a);
+            if matches!(a, Api::KernelLaunch | Api::GraphLaunch) {
+                api_names.insert(id, base_name(v).to_string());
+            }
+        }
+    })?;
+    let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();
+    let mut nccl_kernels = 0u64;
+    let mut by_name: BTreeMap<String, (u64, i64)> = BTreeMap::new();
+    let mut devs: BTreeMap<i64, Vec<Op>> = BTreeMap::new();
+    for (dev, v) in by_dev {
+        let ops: Vec<Op> = v
+            .into_iter()
+            .map(|(mut o, n)| {
+                o.nccl = o.kind == DeviceKind::Kernel && n.is_some_and(|n| nccl_ids.contains(&n));
+                if o.nccl {
+                    nccl_kernels += 1;
+                    nccl_keys.insert((dev, o.start, o.end));
+                    if let Some(name) = n.and_then(|n| nccl_names.get(&n)) {
+                        let e = by_name.entry(name.clone()).or_insert((0, 0));
+                        e.0 += 1;
+                        e.1 += o.end - o.start;
+                    }
+                }
+                o
+            })
+            .collect();
+        devs.insert(dev, ops);
+    }
+    let ambiguous_keys = devs
+        .iter()
+        .flat_map(|(d, v)| v.iter().map(move |o| (*d, o)))
+        .filter(|(d, o)| o.kind == DeviceKind::Kernel && !o.nccl && nccl_keys.contains(&(*d, o.start, o.end)))
+        .count() as u64;
+    // the calls that issued a device row, and each thread's sync calls
+    let mut calls: HashMap<(i64, i64), Call> = HashMap::new();
+    let mut syncs: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+    export.runtime_calls(&mut skips, |r| {
+        let (Some(tid), Some(nid)) = (r.global_tid, r.name_id) else { return Ok(()) };
+        let api = api_of.get(&nid).copied().unwrap_or(Api::Other);
+        if api == Api::Sync {
+            syncs.entry(tid).or_default().push((r.start, r.end));
+        }
+        if let Some(c) = r.correlation_id {
+            let key = (ns_of(tid), c);
+            if wanted.contains(&key) {
+                calls.insert(key, Call { start: r.start, tid, api, name_id: nid });
+            }
+        }
+        Ok(())
+    })?;
+    drop(wanted);
+    let syncs: HashMap<i64, Vec<(i64, i64)>> = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
+    let devices = devs.into_iter().map(|(dev, ops)| device_timeline(dev, ops, &calls, &syncs, &api_names)).collect();
+    let mut nccl_by_name: Vec<NcclKernels> =
+        by_name.into_iter().map(|(name, (count, total_ns))| NcclKernels { name, count, total_ns }).collect();
+    nccl_by_name.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
+    Ok(Timelines { devices, nccl_keys, ambiguous_keys, nccl_kernels, nccl_by_name, skips })
+}
+
+/// Split `[a, b)` into the parts covered by `cover` (sorted disjoint) and the rest, pushed as pieces.
+fn split_by(a: i64, b: i64, cover: &[(i64, i64)], inside: u8, outside: u8, out: &mut Vec<(i64, i64, u8)>) {
+    let mut t = a;
+    let lo = cover.partition_point(|c| c.1 <= a);
+    for &(s, e) in &cover[lo..] {
+        if s >= b {
+            break;
+        }
+        let (s, e) = (s.max(a), e.min(b));
+        if s > t {
+            out.push((t, s, outside));
+        }
+        if e > s {
+            out.push((s, e, inside));
+        }
+        t = t.max(e);
+    }
+    if b > t {
+        out.push((t, b, outside));
+    }
+}
+
+fn device_timeline(
+    dev: i64,
+    mut ops: Vec<Op>,
+    calls: &HashMap<(i64, i64), Call>,
+    syncs: &HashMap<i64, Vec<(i64, i64)>>,
+    names: &HashMap<i64, String>,
+) -> DeviceTimeline {
+    let call_of = |o: &Op| o.corr.and_then(|c| calls.get(&(o.pid, c)));
+    for o in ops.iter_mut() {
+        o.issue = call_of(o).map(|c| c.start.min(o.start)).unwrap_or(o.start);
+    }
+    ops.sort_unstable_by_key(|o| (o.start, o.issue, o.end, o.pid, o.corr));
+    // first start of each launch (its correlationId) on this device
+    let mut first: HashMap<(i64, i64), (i64, DeviceKind, bool)> = HashMap::new();
+    for o in &ops {
+        if let Some(c) = o.corr {
+            first.entry((o.pid, c)).or_insert((o.start, o.kind, o.node));
+        }
+    }
+    // union and gaps, each gap split into pieces by the rules
+    let mut pieces: Vec<(i64, i64, u8)> = Vec::new();
+    let mut gap_lengths = Vec::new();
+    let mut busy = 0i64;
+    let mut cur: Option<(i64, i64)> = None;
+    for o in &ops {
+        match cur {
+            Some((cs, ce)) if o.start <= ce => cur = Some((cs, ce.max(o.end))),
+            Some((cs, ce)) => {
+                busy += ce - cs;
+                let (g0, g1) = (ce, o.start);
+                gap_lengths.push(g1 - g0);
+                match (call_of(o), o.corr) {
+                    (Some(c), Some(k)) if first.get(&(o.pid, k)).is_some_and(|f| f.0 == o.start) => {
+                        let cs = c.start;
+                        if cs > g0 {
+                            let empty = Vec::new();
+                            let cover = syncs.get(&c.tid).unwrap_or(&empty);
+                            split_by(g0, cs.min(g1), cover, SYNC, HOST, &mut pieces);
+                        }
+                        if g1 > cs.max(g0) {
+                            pieces.push((cs.max(g0), g1, LAUNCH));
+                        }
+                    }
+                    _ => pieces.push((g0, g1, OTHER)),
+                }
+                cur = Some((o.start, o.end));
+            }
+            None => cur = Some((o.start, o.end)),
+        }
+    }
+    let (span_start, span_end) = match (ops.first(), cur) {
+        (Some(f), Some((cs, ce))) => {
+            busy += ce - cs;
+            (f.start, ce)
+        }
+        _ => (0, 0),
+    };
+    // categories over the device
+    let mut cat = [IdleCategory::default(); 4];
+    {
+        let mut last_gap: [i64; 4] = [i64::MIN; 4];
+        // a gap is identified by its start; pieces of one gap are contiguous
+        let mut gap_start = i64::MIN;
+        let mut prev_end = i64::MIN;
+        for &(s, e, k) in &pieces {
+            if s != prev_end {
+                gap_start = s;
+            }
+            prev_end = e;
+            cat[k as usize].ns += e - s;
+            if last_gap[k as usize] != gap_start {
+                last_gap[k as usize] = gap_start;
+                cat[k as usize].gaps += 1;
+            }
+        }
+    }
+    let categories: BTreeMap<String, IdleCategory> =
+        IDLE_NAMES.iter().zip(cat).map(|(n, c)| (n.to_string(), c)).collect();
+    // compute and communication
+    let compute = union(
+        ops.iter()
+            .filter(|o| (o.kind == DeviceKind::Kernel && !o.nccl) || o.kind == DeviceKind::GraphTrace)
+            .map(|o| (o.start, o.end))
+            .collect(),
+    );
+    let mut nccl_by_pid: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+    let mut by_pid: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+    for o in &ops {
+        if o.nccl {
+            nccl_by_pid.entry(o.pid).or_default().push((o.start, o.end));
+        }
+        by_pid.entry(o.pid).or_default().push((o.start, o.end));
+    }
+    let nccl_by_pid = nccl_by_pid.into_iter().map(|(p, v)| (p, union(v))).collect();
+    let busy_by_pid: BTreeMap<i64, i64> = by_pid.into_iter().map(|(p, v)| (p, len(&union(v)))).collect();
+    // launch latency, per launch (one runtime call, its first row on this device)
+    let (mut kl, mut gl, mut graph_level) = (Vec::new(), Vec::new(), 0u64);
+    let mut by_api: BTreeMap<String, u64> = BTreeMap::new();
+    let mut by_pid_lat: BTreeMap<i64, (Vec<i64>, Vec<i64>)> = BTreeMap::new();
+    let mut firsts: Vec<_> = first.iter().collect();
+    firsts.sort_unstable_by_key(|(k, _)| **k);
+    for (key, &(start, kind, _node)) in firsts {
+        let Some(c) = calls.get(key) else { continue };
+        let mine = by_pid_lat.entry(key.0).or_default();
+        match c.api {
+            Api::KernelLaunch => {
+                kl.push(start - c.start);
+                mine.0.push(start - c.start);
+            }
+            Api::GraphLaunch => {
+                gl.push(start - c.start);
+                mine.1.push(start - c.start);
+                if kind == DeviceKind::GraphTrace {
+                    graph_level += 1;
+                }
+            }
+            _ => continue,
+        }
+        let n = names.get(&c.name_id).cloned().unwrap_or_else(|| format!("<name id {}>", c.name_id));
+        *by_api.entry(n).or_default() += 1;
+    }
+    let queue_depth = queue(&ops);
+    let processes: Vec<i64> = ops.iter().map(|o| o.pid).collect::<BTreeSet<_>>().into_iter().collect();
+    let idle_ns = (span_end - span_start) - busy;
+    debug_assert_eq!(idle_ns, pieces.iter().map(|p| p.1 - p.0).sum::<i64>());
+    DeviceTimeline {
+        device_id: dev,
+        pieces,
+        compute,
+        nccl_by_pid,
+        busy_by_pid,
+        launch_by_pid: by_pid_lat.into_iter().map(|(p, (k, g))| (p, (latency(&k), latency(&g)))).collect(),
+        idle: DeviceIdle {
+            device_id: dev,
+            processes,
+            span_start_ns: span_start,
+            span_end_ns: span_end,
+            busy_ns: busy,
+            idle_ns,
+            gaps: gap_lengths.len() as u64,
+            gap_lengths: dist(gap_lengths),
+            categories,
+            in_steps: IdleSplit::default(),
+            between_steps: IdleSplit::default(),
+            outside_steps: IdleSplit::default(),
+        },
+        launch: DeviceLaunch {
+            device_id: dev,
+            kernel_launch: latency(&kl),
+            graph_launch: latency(&gl),
+            graph_launch_graph_level: graph_level,
+            by_api,
+            queue_depth,
+        },
+    }
+}
+
+/// The queue-depth sweep: +1 at each row's issue, −1 at its end (ends before issues at the same ns).
+fn queue(ops: &[Op]) -> QueueDepth {
+    let mut ev: Vec<(i64, i8)> = Vec::with_capacity(ops.len() * 2);
+    for o in ops {
+        ev.push((o.issue, 1));
+        ev.push((o.end, -1));
+    }
+    ev.sort_unstable();
+    let (Some(&(t0, _)), Some(&(t1, _))) = (ev.first(), ev.last()) else {
+        return QueueDepth {
+            max: 0,
+            mean: 0.0,
+            empty_share: 0.0,
+            at_issue: Dist::default(),
+            bucket_ns: 0,
+            series: Vec::new(),
+        };
+    };
+    let window = (t1 - t0).max(1);
+    let points = QUEUE_SERIES_POINTS.min(window);
+    let bw = (window + points - 1) / points;
+    let nb = ((window + bw - 1) / bw).max(1) as usize;
+    let mut series: Vec<[i64; 2]> = (0..nb).map(|i| [t0 + i as i64 * bw, 0]).collect();
+    let (mut depth, mut max, mut area, mut empty) = (0i64, 0i64, 0i128, 0i64);
+    let mut at_issue = Vec::with_capacity(ops.len());
+    let mut prev = t0;
+    for &(t, d) in &ev {
+        if t > prev {
+            area += depth as i128 * (t - prev) as i128;
+            if depth == 0 {
+                empty += t - prev;
+            } else {
+                let (b0, b1) = (((prev - t0) / bw) as usize, (((t - 1) - t0) / bw) as usize);
+                for p in &mut series[b0..=b1.min(nb - 1)] {
+                    p[1] = p[1].max(depth);
+                }
+            }
+            prev = t;
+        }
+        if d > 0 {
+            at_issue.push(depth);
+        }
+        depth += d as i64;
+        max = max.max(depth);
+        if d > 0 {
+            let b = (((t - t0) / bw) as usize).min(nb - 1);
+            series[b][1] = series[b][1].max(depth);
+        }
+    }
+    QueueDepth {
+        max,
+        mean: area as f64 / window as f64,
+        empty_share: empty as f64 / window as f64,
+        at_issue: dist(at_issue),
+        bucket_ns: bw,
+        series,
+    }
+}
+
+impl DeviceTimeline {
+    /// The idle of `[lo, hi)` on this device, by category.
+    pub fn idle_in(&self, lo: i64, hi: i64) -> IdleSplit {
+        let mut v = [0i64; 4];
+        if hi <= lo {
+            return IdleSplit::default();
+        }
+        let i = self.pieces.partition_point(|p| p.1 <= lo);
+        for &(s, e, k) in &self.pieces[i..] {
+            if s >= hi {
+                break;
+            }
+            v[k as usize] += e.min(hi) - s.max(lo);
+        }
+        IdleSplit::from(v)
+    }
+
+    /// Fill `in_steps`, `between_steps`, `outside_steps` from the GPU spans of the steps on this device.
+    pub fn set_step_spans(&mut self, spans: Vec<(i64, i64)>) {
+        let u = union(spans);
+        let total = IdleSplit::from(IDLE_NAMES.map(|n| self.idle.categories.get(n).map(|c| c.ns).unwrap_or(0)));
+        let mut inside = [0i64; 4];
+        for &(a, b) in &u {
+            let s = self.idle_in(a, b).values();
+            for k in 0..4 {
+                inside[k] += s[k];
+            }
+        }
+        let inside = IdleSplit::from(inside);
+        let window = match (u.first(), u.last()) {
+            (Some(f), Some(l)) => self.idle_in(f.0, l.1),
+            _ => IdleSplit::default(),
+        };
+        let between = window.minus(&inside);
+        self.idle.in_steps = inside;
+        self.idle.between_steps = between;
+        self.idle.outside_steps = total.minus(&inside).minus(&between);
+    }
+
+    /// `(NCCL busy, NCCL busy not overlapped by compute on this device)` of one process.
+    pub fn comm_of(&self, pid: i64) -> (i64, i64) {
+        let Some(n) = self.nccl_by_pid.get(&pid) else { return (0, 0) };
+        let busy = len(n);
+        (busy, busy - overlap(n, &self.compute))
+    }
+
+    /// Union of the compute rows of this device.
+    pub fn compute_busy(&self) -> i64 {
+        len(&self.compute)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_and_overlap() {
+        let mut out = Vec::new();
+        split_by(0, 100, &[(-5, 10), (20, 30), (90, 200)], SYNC, HOST, &mut out);
+        assert_eq!(out, vec![(0, 10, SYNC), (10, 20, HOST), (20, 30, SYNC), (30, 90, HOST), (90, 100, SYNC)]);
+        assert_eq!(overlap(&[(0, 10), (20, 30)], &[(5, 25)]), 10);
+        assert_eq!(base_name("cudaLaunchKernel_v7000"), "cudaLaunchKernel");
+        assert_eq!(base_name("cuLaunchKernelEx"), "cuLaunchKernelEx");
+        assert_eq!(classify("cudaLaunchKernelExC_v11060"), Api::KernelLaunch);
+        assert_eq!(classify("cudaGraphLaunch_v10000"), Api::GraphLaunch);
+        assert_eq!(classify("cudaStreamSynchronize_v3020"), Api::Sync);
+    }
+}

@@ -1,0 +1,1084 @@
+//! `step-budget`: where each engine step's time went, step by step (`nsyskit.step-budget/v1`).
+//!
+//! A *step* is one occurrence of the step label (`--step`, default the iteration label that `capture-compare`
+//! picks: [`crate::compare::iteration_label`]). Its host wall `[start, end)` is partitioned exactly into
+//! components by a priority sweep (see docs/step-budget.md): every ns of the wall lands in the first of
+//! `gpu_kernel`, `gpu_memcpy`, `sync_wait`, `launch_api`, `other_api` whose intervals cover it, else in
+//! `unattributed`. The intervals are the step's own, from the library's attribution
+//! ([`crate::ranges::analyze_with_intervals`]: runtime calls on the step's thread, then
+//! `(globalPid, correlationId)` to the device rows), never a second join.
+//!
+//! Around the steps, [`device`] reads every device row of the capture per device for the GPU idle attribution
+//! (`idle[]`), the launch behaviour (`launch[]`) and the NCCL/compute overlap; the steps are then grouped per
+//! rank (process) with the straggler of each matched step (`ranks[]`, `stragglers[]`).
+
+pub mod device;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{Document, Error, Result, Tool};
+use crate::export::schema::DeviceKind;
+use crate::export::Export;
+use crate::ranges::{self, OccurrenceIntervals, RangesOptions};
+pub use device::{DeviceIdle, DeviceLaunch, IdleCategory, IdleSplit, LatencyDist, NcclKernels, QueueDepth, IDLE_NAMES};
+
+/// Default of `--outlier-factor`: a step whose wall exceeds this many times the median wall is an outlier.
+pub const DEFAULT_OUTLIER_FACTOR: f64 = 2.0;
+/// A component is the verdict's when its share of all steps' wall reaches this.
+pub const DOMINANT_SHARE: f64 = 0.5;
+/// `kernel_bound` also when the median correlated GPU busy reaches this share of the median step period.
+pub const GPU_SATURATED_SHARE: f64 = 0.9;
+
+/// What `step-budget` reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepBudgetOptions {
+    /// The step label (None: the iteration label).
+    pub step: Option<String>,
+    /// Outlier threshold as a multiple of the median step wall.
+    pub outlier_factor: f64,
+    /// Fold id-bearing labels (as `sqlite-ranges` does by default).
+    pub fold: bool,
+}
+
+impl Default for StepBudgetOptions {
+    fn default() -> Self {
+        StepBudgetOptions { step: None, outlier_factor: DEFAULT_OUTLIER_FACTOR, fold: true }
+    }
+}
+
+/// The exact partition of one step's host wall (integer ns, summing to `wall_ns`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Components {
+    /// Wall covered by the step's correlated compute kernels (graph nodes and GRAPH_TRACE rows included; NCCL
+    /// kernels excluded), any device.
+    pub gpu_kernel: i64,
+    /// Wall covered by its correlated memcpy/memset rows and not by a kernel (compute or NCCL).
+    pub gpu_memcpy: i64,
+    /// Wall inside its blocking sync API calls (cudaDeviceSynchronize, cudaStreamSynchronize, …) not covered by GPU work.
+    pub sync_wait: i64,
+    /// Wall inside its launch API calls (name containing `Launch`: cudaLaunchKernel, cudaGraphLaunch, …) not counted above.
+    pub launch_api: i64,
+    /// Wall inside its other CUDA runtime/driver calls (cudaMemcpyAsync, cudaEventRecord, …) not counted above.
+    pub other_api: i64,
+    /// Wall covered by its correlated NCCL kernels (name containing `nccl`) and not by a compute kernel: the
+    /// exposed communication inside the step.
+    pub comm: i64,
+    /// Host wall covered by none of the above (Python, scheduling, … — not GPU idle).
+    pub unattributed: i64,
+}
+
+impl Components {
+    pub const NAMES: [&'static str; 7] =
+        ["gpu_kernel", "gpu_memcpy", "sync_wait", "launch_api", "other_api", "comm", "unattributed"];
+    pub fn values(&self) -> [i64; 7] {
+        [
+            self.gpu_kernel,
+            self.gpu_memcpy,
+            self.sync_wait,
+            self.launch_api,
+            self.other_api,
+            self.comm,
+            self.unattributed,
+        ]
+    }
+    pub fn sum(&self) -> i64 {
+        self.values().iter().sum()
+    }
+}
+
+/// One step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Step {
+    /// 0-based, by start.
+    pub index: usize,
+    pub start_ns: i64,
+    pub wall_ns: i64,
+    pub components: Components,
+    /// The thread that opened it.
+    pub global_tid: i64,
+    /// Correlated device rows (the step's shape is `kernels`).
+    pub kernels: u64,
+    pub memcpys: u64,
+    pub memsets: u64,
+    pub graph_traces: u64,
+    pub runtime_calls: u64,
+    /// Its runtime calls that launch a CUDA graph (`cudaGraphLaunch`, …).
+    pub graph_launches: u64,
+    /// Union of its correlated device work, unclipped (may extend past the host range: a host range around a
+    /// graph replay measures the launch).
+    pub gpu_busy_ns: i64,
+    /// `max(end) - min(start)` of its correlated device work, 0 without any.
+    pub gpu_span_ns: i64,
+    /// `gpu_span_ns - gpu_busy_ns`.
+    pub gpu_idle_in_span_ns: i64,
+    pub first_device_start_ns: Option<i64>,
+    pub last_device_end_ns: Option<i64>,
+    /// The next step of its rank: its start minus this step's end (null for the last step of the rank; negative
+    /// when they overlap).
+    pub host_gap_to_next_ns: Option<i64>,
+    /// Index into `ranks[]`: the step's process.
+    pub rank: usize,
+    /// Union of its correlated NCCL kernel rows, unclipped.
+    pub comm_busy_ns: i64,
+    /// Union of the ranges of a communication label (`comm_labels`) on its thread starting inside it, clipped
+    /// to its wall: host-side communication (e.g. a torch.distributed GLOO all_reduce).
+    pub host_comm_ns: i64,
+    /// The device idle inside `[first_device_start_ns, last_device_end_ns)` on the devices of its rows (device
+    /// timeline: the rows of every thread count as busy), split by cause; 0 without device rows.
+    pub idle: IdleSplit,
+    /// The batch geometry of the iteration record joined to this step (`--iteration-records`; docs/iterations.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geometry: Option<crate::iterations::StepGeometry>,
+}
+
+/// Order statistics (nearest rank) of a series of ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Dist {
+    pub count: usize,
+    pub median: i64,
+    pub p90: i64,
+    pub p99: i64,
+    pub max: i64,
+}
+
+/// An outlier step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Outlier {
+    pub index: usize,
+    pub start_ns: i64,
+    pub wall_ns: i64,
+    /// `wall_ns / median wall`.
+    pub ratio_to_median: f64,
+}
+
+/// Start-to-start intervals of consecutive steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Pacing {
+    pub intervals: Dist,
+    pub min: i64,
+    pub mean_ns: f64,
+    /// Coefficient of variation (stddev / mean), null with fewer than two intervals.
+    pub cv: Option<f64>,
+    /// `p90 / median`.
+    pub p90_over_median: Option<f64>,
+    /// `p90_over_median <= 1.25`.
+    pub regular: bool,
+}
+
+/// Steps of one shape (kernel count).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Group {
+    pub kernels: u64,
+    pub steps: usize,
+    /// First step index of the group.
+    pub first_index: usize,
+    /// `wall`, `gpu_busy`, and every component.
+    pub distributions: BTreeMap<String, Dist>,
+}
+
+/// A row establishing the verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct VerdictRow {
+    pub name: String,
+    pub value_ns: i64,
+    /// Share of the non-outlier steps' wall (or of the median period for `median_gpu_busy`).
+    pub share: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Verdict {
+    /// kernel_bound, cpu_launch_bound, python_overhead_bound, sync_bound, memcpy_bound, comm_bound or mixed_or_unclear.
+    pub class: String,
+    /// The rule that fired (docs/step-budget.md).
+    pub rule: String,
+    pub reason: String,
+    /// Steps whose components the shares are over: the steps that are not outliers.
+    pub steps_used: usize,
+    pub rows: Vec<VerdictRow>,
+}
+
+/// `nsyskit.step-budget/v1`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StepBudgetDoc {
+    pub schema: String,
+    pub tool: Tool,
+    pub source: String,
+    /// The step label analysed.
+    pub step_label: String,
+    /// `--step`, or `iteration_label` (chosen like capture-compare).
+    pub step_label_choice: String,
+    pub outlier_factor: f64,
+    /// `true` on a graph-level capture: the steps launch graphs or own GRAPH_TRACE rows, and the export has no
+    /// node-level row (KERNEL/MEMCPY/MEMSET with `graphNodeId`).
+    pub graph_level: bool,
+    /// KERNEL rows of the capture whose name contains `nccl` (case-insensitive).
+    pub nccl_kernels: u64,
+    /// Those rows by demangled name, largest total first.
+    pub nccl_by_name: Vec<NcclKernels>,
+    pub steps: Vec<Step>,
+    /// `wall`, `gpu_busy`, `gpu_idle_in_span`, `host_gap_to_next` and every component over all steps.
+    pub distributions: BTreeMap<String, Dist>,
+    /// Σ over steps, per component, and `wall`.
+    pub totals: BTreeMap<String, i64>,
+    pub outliers: Vec<Outlier>,
+    pub pacing: Option<Pacing>,
+    /// By kernel count, most steps first.
+    pub groups: Vec<Group>,
+    /// The labels whose ranges are host-side communication: those containing (case-insensitive) one of
+    /// `all_reduce`, `allreduce`, `all_gather`, `allgather`, `reduce_scatter`, `reducescatter`, `all_to_all`,
+    /// `alltoall`, `broadcast`, `nccl`.
+    pub comm_labels: Vec<String>,
+    /// The median step, segment by segment: its wall swept in time order.
+    pub waterfall: Option<Waterfall>,
+    /// GPU idle attribution per device (all device rows of the capture, any process).
+    pub idle: Vec<DeviceIdle>,
+    /// Launch-to-start latency and queue depth per device.
+    pub launch: Vec<DeviceLaunch>,
+    /// One per process with steps, in order of their first step.
+    pub ranks: Vec<RankBudget>,
+    /// With several ranks: per matched step (the k-th step of every rank), the rank the others wait for.
+    pub stragglers: Vec<Straggler>,
+    pub verdict: Verdict,
+    pub notes: Vec<String>,
+    /// `--iteration-records` / `--iterations`: the join, the window and the groups by phase and batch size
+    /// (docs/iterations.md); absent without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<crate::iterations::window::IterationsSection>,
+}
+
+/// One segment of the median step's wall.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Segment {
+    pub component: String,
+    /// From the step's start.
+    pub offset_ns: i64,
+    pub dur_ns: i64,
+}
+
+/// A component bar of the waterfall: its value and where it starts when the bars are stacked in priority order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WaterfallBar {
+    pub component: String,
+    pub ns: i64,
+    /// Sum of the bars before it.
+    pub cumulative_ns: i64,
+}
+
+/// The median step (the first step, by index, among the non-outliers whose wall equals the median wall; else
+/// the step nearest to it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Waterfall {
+    pub index: usize,
+    pub start_ns: i64,
+    pub wall_ns: i64,
+    /// The components in priority order (gpu_kernel, comm, gpu_memcpy, sync_wait, launch_api, other_api,
+    /// unattributed) stacked: the last bar ends at `wall_ns`.
+    pub bars: Vec<WaterfallBar>,
+    /// The wall in time order: consecutive ns of one component merged; the durations of one component sum to
+    /// its value in `components`. At most 4096 segments (`truncated` when more).
+    pub segments: Vec<Segment>,
+    pub truncated: bool,
+}
+
+/// The step budget of one rank (one process; its device is the one with the most of its device busy).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RankBudget {
+    pub rank: usize,
+    /// `globalPid` of the process (nsys packed form) and the OS pid.
+    pub global_pid: i64,
+    pub pid: i64,
+    /// The device with the largest union busy of the process's rows (null without device rows).
+    pub device_id: Option<i64>,
+    /// Every device the process has rows on.
+    pub devices: Vec<i64>,
+    pub steps: usize,
+    pub first_index: Option<usize>,
+    /// `wall`, `gpu_busy`, `comm_busy` and every component over its steps.
+    pub distributions: BTreeMap<String, Dist>,
+    /// Σ over its steps, per component, and `wall`.
+    pub totals: BTreeMap<String, i64>,
+    /// Its NCCL kernel rows on `device_id`, whole capture: union busy, and the part not overlapped by compute
+    /// kernels (non-NCCL kernels and GRAPH_TRACE rows of any process) on that device.
+    pub comm_busy_ns: i64,
+    pub exposed_comm_ns: i64,
+    /// Union of the compute rows on its device, whole capture.
+    pub compute_busy_ns: i64,
+    /// Matched steps at which it is the straggler.
+    pub straggler_steps: usize,
+    /// Start-to-start intervals of its steps.
+    pub pacing: Option<Pacing>,
+    /// Launch-to-start latency of its own launches on `device_id` (as in `launch[]`).
+    pub kernel_launch: LatencyDist,
+    pub graph_launch: LatencyDist,
+}
+
+/// The straggler of one matched step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Straggler {
+    /// k: the k-th step of every rank.
+    pub occurrence: usize,
+    /// `steps[]` index of each rank's k-th step, by rank.
+    pub step_indexes: Vec<usize>,
+    pub rank: usize,
+    /// `least_comm` (some rank waits in communication in the step, `comm_busy_ns + host_comm_ns` > 0: the rank
+    /// with the least such wait, ties to the latest end) or `last_end` (none does: the rank whose step ends last).
+    pub rule: String,
+    /// least_comm: max − min of the ranks' `comm_busy_ns + host_comm_ns` (how much longer the others waited);
+    /// last_end: max − min of the step ends.
+    pub lead_ns: i64,
+}
+
+impl Document for StepBudgetDoc {
+    const KIND: &'static str = "step-budget";
+    const TOOL: &'static str = "step-budget";
+}
+
+/// Nearest-rank quantile of a sorted slice (q in (0, 1]).
+fn rank(sorted: &[i64], q: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let k = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[k - 1]
+}
+
+/// Order statistics of a series.
+pub fn dist(values: impl IntoIterator<Item = i64>) -> Dist {
+    let mut v: Vec<i64> = values.into_iter().collect();
+    v.sort_unstable();
+    Dist {
+        count: v.len(),
+        median: rank(&v, 0.5),
+        p90: rank(&v, 0.9),
+        p99: rank(&v, 0.99),
+        max: v.last().copied().unwrap_or(0),
+    }
+}
+
+/// Length of the union of intervals (any order, unclipped).
+pub fn union_len(mut iv: Vec<(i64, i64)>) -> i64 {
+    iv.retain(|(s, e)| e > s);
+    iv.sort_unstable();
+    let mut total = 0;
+    let mut cur: Option<(i64, i64)> = None;
+    for (s, e) in iv {
+        match cur {
+            Some((cs, ce)) if s <= ce => cur = Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                cur = Some((s, e));
+            }
+            None => cur = Some((s, e)),
+        }
+    }
+    if let Some((cs, ce)) = cur {
+        total += ce - cs;
+    }
+    total
+}
+
+/// The priority partition of `[start, end)`: `classes[k]` are the intervals of component k (in priority
+/// order); component k gets `|∪_{j≤k} C_j ∩ wall| − |∪_{j<k} C_j ∩ wall|`, the rest is returned last.
+pub fn partition(start: i64, end: i64, classes: &[Vec<(i64, i64)>]) -> (Vec<i64>, i64) {
+    let mut acc: Vec<(i64, i64)> = Vec::new();
+    let mut prev = 0;
+    let mut out = Vec::with_capacity(classes.len());
+    for c in classes {
+        acc.extend(c.iter().map(|&(s, e)| (s.max(start), e.min(end))));
+        let l = union_len(acc.clone());
+        out.push(l - prev);
+        prev = l;
+    }
+    (out, (end - start) - prev)
+}
+
+fn is_launch(name: &str) -> bool {
+    name.contains("Launch")
+}
+
+/// Analyse an open export.
+pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDoc> {
+    analyze_window(export, opts, None)
+}
+
+/// [`analyze`] restricted to the steps lying inside `window` (ns on the export's clock, as sqlite-ranges'
+/// `--window`); `--iterations` resolves to one (crate::iterations::window).
+pub fn analyze_window(export: &Export, opts: &StepBudgetOptions, window: Option<(i64, i64)>) -> Result<StepBudgetDoc> {
+    if !(opts.outlier_factor.is_finite() && opts.outlier_factor > 1.0) {
+        return Err(Error::usage(format!(
+            "--outlier-factor {}: expected a number greater than 1",
+            opts.outlier_factor
+        ))
+        .with_arg("--outlier-factor"));
+    }
+    let ropts = RangesOptions { fold: opts.fold, window, ..Default::default() };
+    // pass 1 (labels only) when the step label is not given: the doc's label counts
+    let (label, choice) = match &opts.step {
+        Some(l) => (l.clone(), "--step".to_string()),
+        None => {
+            let a = ranges::analyze(export, &ropts)?;
+            let labels: BTreeMap<String, i64> =
+                a.doc.ranges.iter().map(|r| (r.label.clone(), r.occurrences as i64)).collect();
+            let unstable = crate::compare::checks::unstable_labels(labels.keys().map(|k| k.as_str()));
+            match crate::compare::iteration_label(&labels, &unstable) {
+                Some(l) => (l, "iteration_label".to_string()),
+                None => {
+                    return Err(Error::input(format!(
+                        "{}: no iteration-like label (containing iteration, step or decode, not prefill) among {} labels: give --step LABEL",
+                        export.name(),
+                        labels.len()
+                    ))
+                    .with_arg("--step"))
+                }
+            }
+        }
+    };
+    let (a, iv) = ranges::analyze_with_intervals(export, &ropts, &|l| l == label)?;
+    let mut idx: Vec<usize> = (0..a.occurrences.len()).filter(|&i| a.occurrences[i].label == label).collect();
+    if idx.is_empty() {
+        let known: Vec<&str> = a.doc.ranges.iter().take(8).map(|r| r.label.as_str()).collect();
+        return Err(Error::input(format!(
+            "{}: no occurrence of the step label {label:?} (labels: {})",
+            export.name(),
+            known.join(", ")
+        ))
+        .with_arg("--step"));
+    }
+    idx.sort_by_key(|&i| (a.occurrences[i].start, a.occurrences[i].end, a.occurrences[i].global_tid));
+    // runtime API names of the steps' calls
+    let ids: std::collections::HashSet<i64> =
+        idx.iter().flat_map(|&i| iv[i].runtime.iter().filter_map(|r| r.name_id)).collect();
+    let names = export.strings_for(&ids)?;
+    let mut tl = device::build(export)?;
+    let nccl_kernels = tl.nccl_kernels;
+    // ranks: the processes of the steps' threads, in order of their first step
+    let mut rank_pids: Vec<i64> = Vec::new();
+    for &i in &idx {
+        let p = crate::export::ns_of(a.occurrences[i].global_tid);
+        if !rank_pids.contains(&p) {
+            rank_pids.push(p);
+        }
+    }
+    // host communication: the ranges of a communication label (COMM_LABEL_PATTERNS) on the steps' threads
+    let comm_labels: Vec<String> = a
+        .doc
+        .ranges
+        .iter()
+        .map(|r| r.label.clone())
+        .filter(|l| *l != label && is_comm_label(l))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut comm_occ: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+    for o in a.occurrences.iter().filter(|o| comm_labels.contains(&o.label)) {
+        comm_occ.entry(o.global_tid).or_default().push((o.start, o.end));
+    }
+    for v in comm_occ.values_mut() {
+        v.sort_unstable();
+    }
+    let dev_pos: BTreeMap<i64, usize> = tl.devices.iter().enumerate().map(|(k, d)| (d.device_id, k)).collect();
+    let mut step_spans: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+
+    let mut steps: Vec<Step> = Vec::with_capacity(idx.len());
+    for (k, &i) in idx.iter().enumerate() {
+        let o = &a.occurrences[i];
+        let m = &a.metrics[i];
+        let host_comm = host_comm_of(&comm_occ, o.global_tid, o.start, o.end);
+        let c = step_components(o.start, o.end, &iv[i], &names, &tl.nccl_keys, &host_comm);
+        debug_assert_eq!(c.sum(), o.end - o.start);
+        // the next step of the same rank (process)
+        let rank_of = |j: usize| crate::export::ns_of(a.occurrences[j].global_tid);
+        let gap = idx[k + 1..].iter().find(|&&j| rank_of(j) == rank_of(i)).map(|&j| a.occurrences[j].start - o.end);
+        let comm_busy =
+            union_len(iv[i].device.iter().filter(|d| is_comm(d, &tl.nccl_keys)).map(|d| (d.start, d.end)).collect());
+        let mut idle = IdleSplit::default();
+        if let (Some(fs), Some(le)) = (m.first_device_start, m.last_device_end) {
+            let devs: std::collections::BTreeSet<i64> = iv[i].device.iter().map(|d| d.device_id).collect();
+            let mut v = [0i64; 4];
+            for d in devs {
+                step_spans.entry(d).or_default().push((fs, le));
+                if let Some(&p) = dev_pos.get(&d) {
+                    let s = tl.devices[p].idle_in(fs, le).values();
+                    for q in 0..4 {
+                        v[q] += s[q];
+                    }
+                }
+            }
+            idle = IdleSplit { host_wait: v[0], sync_wait: v[1], launch_latency: v[2], other: v[3] };
+        }
+        let rank = rank_pids.iter().position(|&p| p == crate::export::ns_of(o.global_tid)).unwrap_or(0);
+        steps.push(Step {
+            index: k,
+            start_ns: o.start,
+            wall_ns: o.end - o.start,
+            components: c,
+            global_tid: o.global_tid,
+            kernels: m.kernels,
+            memcpys: m.memcpys,
+            memsets: m.memsets,
+            graph_traces: m.graph_traces,
+            runtime_calls: m.runtime_calls,
+            graph_launches: iv[i]
+                .runtime
+                .iter()
+                .filter(|r| {
+                    r.name_id.and_then(|id| names.get(&id)).is_some_and(|n| crate::export::schema::is_graph_launch(n))
+                })
+                .count() as u64,
+            gpu_busy_ns: m.busy_ns,
+            gpu_span_ns: m.span_ns,
+            gpu_idle_in_span_ns: m.idle_in_span_ns(),
+            first_device_start_ns: m.first_device_start,
+            last_device_end_ns: m.last_device_end,
+            host_gap_to_next_ns: gap,
+            rank,
+            comm_busy_ns: comm_busy,
+            host_comm_ns: union_len(host_comm),
+            idle,
+            geometry: None,
+        });
+    }
+    for (d, spans) in step_spans {
+        if let Some(&p) = dev_pos.get(&d) {
+            tl.devices[p].set_step_spans(spans);
+        }
+    }
+    // graph-level: the steps launch graphs (or own GRAPH_TRACE rows) and the export has no node-level row:
+    // the replays are single GRAPH_TRACE rows (nsys 2024+) or invisible (nsys 2023.4 has no GRAPH_TRACE table)
+    let graph_level =
+        steps.iter().any(|s| s.graph_traces > 0 || s.graph_launches > 0) && export.graph_facts()?.node_rows == 0;
+    let distributions = distributions_of(&steps, true);
+    let mut totals: BTreeMap<String, i64> = BTreeMap::new();
+    totals.insert("wall".into(), steps.iter().map(|s| s.wall_ns).sum());
+    for (n, name) in Components::NAMES.iter().enumerate() {
+        totals.insert(name.to_string(), steps.iter().map(|s| s.components.values()[n]).sum());
+    }
+    let median_wall = distributions["wall"].median;
+    let outliers: Vec<Outlier> = steps
+        .iter()
+        .filter(|s| median_wall > 0 && s.wall_ns as f64 > opts.outlier_factor * median_wall as f64)
+        .map(|s| Outlier {
+            index: s.index,
+            start_ns: s.start_ns,
+            wall_ns: s.wall_ns,
+            ratio_to_median: s.wall_ns as f64 / median_wall as f64,
+        })
+        .collect();
+    let pacing = pacing_of(&steps);
+    let mut by_shape: BTreeMap<u64, Vec<&Step>> = BTreeMap::new();
+    for s in &steps {
+        by_shape.entry(s.kernels).or_default().push(s);
+    }
+    let mut groups: Vec<Group> = by_shape
+        .into_iter()
+        .map(|(kernels, ss)| {
+            let owned: Vec<Step> = ss.iter().map(|s| (*s).clone()).collect();
+            Group { kernels, steps: ss.len(), first_index: ss[0].index, distributions: distributions_of(&owned, false) }
+        })
+        .collect();
+    groups.sort_by(|a, b| b.steps.cmp(&a.steps).then(a.kernels.cmp(&b.kernels)));
+    // the verdict reads the typical step: the totals over the steps that are not outliers (all when every step is)
+    let typical: Vec<&Step> = steps.iter().filter(|s| !outliers.iter().any(|o| o.index == s.index)).collect();
+    let typical: Vec<&Step> = if typical.is_empty() { steps.iter().collect() } else { typical };
+    let mut vt: BTreeMap<String, i64> = BTreeMap::new();
+    vt.insert("wall".into(), typical.iter().map(|s| s.wall_ns).sum());
+    for (n, name) in Components::NAMES.iter().enumerate() {
+        vt.insert(name.to_string(), typical.iter().map(|s| s.components.values()[n]).sum());
+    }
+    let mut verdict = verdict_of(&vt, &distributions, pacing.as_ref(), graph_level, nccl_kernels);
+    verdict.steps_used = typical.len();
+    if verdict.class == "comm_bound" {
+        let what = match (nccl_kernels > 0, comm_labels.is_empty()) {
+            (true, true) => "exposed NCCL kernels".to_string(),
+            (true, false) => format!("exposed NCCL kernels and host communication ranges ({})", comm_labels.join(", ")),
+            _ => format!("host communication ranges ({})", comm_labels.join(", ")),
+        };
+        verdict.reason.push_str(&format!("; comm here is {what}"));
+    }
+    let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, &a, &iv, &names, &tl.nccl_keys, &comm_occ);
+    let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
+    let mut notes = Vec::new();
+    if nccl_kernels == 0 && comm_labels.is_empty() {
+        notes.push("no NCCL kernel in the capture: comm is 0".into());
+    } else if nccl_kernels == 0 {
+        notes.push(format!(
+            "no NCCL kernel in the capture: comm is the host time in the communication ranges ({})",
+            comm_labels.join(", ")
+        ));
+    } else {
+        notes.push(format!("{nccl_kernels} NCCL kernels in the capture: their wall not covered by a compute kernel of the step is comm"));
+    }
+    if tl.ambiguous_keys > 0 {
+        notes.push(format!(
+            "{} kernel rows share (device, start, end) with an NCCL kernel row: counted as NCCL",
+            tl.ambiguous_keys
+        ));
+    }
+    if !stragglers.is_empty() {
+        for r in &ranks {
+            let leads: Vec<i64> = stragglers.iter().filter(|x| x.rank == r.rank).map(|x| x.lead_ns).collect();
+            if !leads.is_empty() {
+                notes.push(format!(
+                    "rank {} (pid {}) is the straggler of {} of {} matched steps (median lead {} ns, max {} ns)",
+                    r.rank,
+                    r.pid,
+                    leads.len(),
+                    stragglers.len(),
+                    dist(leads.iter().copied()).median,
+                    leads.iter().max().unwrap()
+                ));
+            }
+        }
+    }
+    let graph_rows: usize = tl.devices.iter().map(|d| d.launch.graph_launch.count).sum();
+    if steps.iter().any(|s| s.graph_launches > 0) && graph_rows == 0 {
+        notes.push("no device row belongs to a graph launch (graph-level capture without GRAPH_TRACE rows, nsys 2023.4): idle[] and launch[] miss the graphs' GPU work and count its time as idle".into());
+    }
+    if let Some(s) = crate::export::describe_skips(&tl.skips) {
+        notes.push(format!("device timelines: rows skipped: {s}"));
+    }
+    if graph_level {
+        notes.push("graph-level capture (GRAPH_TRACE rows, no node-level kernels): re-capture with --cuda-graph-trace=node to see the kernels".into());
+    }
+    let (schema, tool) = StepBudgetDoc::header();
+    Ok(StepBudgetDoc {
+        schema,
+        tool,
+        source: export.name(),
+        step_label: label,
+        step_label_choice: choice,
+        outlier_factor: opts.outlier_factor,
+        graph_level,
+        nccl_kernels,
+        nccl_by_name: tl.nccl_by_name.clone(),
+        steps,
+        distributions,
+        totals,
+        outliers,
+        pacing,
+        groups,
+        comm_labels,
+        waterfall,
+        idle: tl.devices.iter().map(|d| d.idle.clone()).collect(),
+        launch: tl.devices.iter().map(|d| d.launch.clone()).collect(),
+        ranks,
+        stragglers,
+        verdict,
+        notes,
+        iterations: None,
+    })
+}
+
+/// The components in the priority order of the sweep (`unattributed` last: the rest).
+pub const PRIORITY: [&str; 7] =
+    ["gpu_kernel", "comm", "gpu_memcpy", "sync_wait", "launch_api", "other_api", "unattributed"];
+
+/// Is this correlated row an NCCL kernel (recognised by `(device, start, end)` among the capture's NCCL rows)?
+fn is_comm(d: &ranges::CorrelatedDeviceRow, nccl: &HashSet<(i64, i64, i64)>) -> bool {
+    d.kind == DeviceKind::Kernel && nccl.contains(&(d.device_id, d.start, d.end))
+}
+
+/// What each class of [`step_classes`] counts as (the last entry: the rest).
+pub const CLASS_COMPONENT: [&str; 8] =
+    ["gpu_kernel", "comm", "gpu_memcpy", "sync_wait", "launch_api", "other_api", "comm", "unattributed"];
+
+/// Substrings (case-insensitive) of a host communication label.
+pub const COMM_LABEL_PATTERNS: [&str; 10] = [
+    "all_reduce",
+    "allreduce",
+    "all_gather",
+    "allgather",
+    "reduce_scatter",
+    "reducescatter",
+    "all_to_all",
+    "alltoall",
+    "broadcast",
+    "nccl",
+];
+
+/// Is this NVTX label host-side communication?
+pub fn is_comm_label(label: &str) -> bool {
+    let l = label.to_ascii_lowercase();
+    COMM_LABEL_PATTERNS.iter().any(|p| l.contains(p))
+}
+
+/// The host communication ranges of thread `tid` starting inside `[start, end)`, clipped to it.
+fn host_comm_of(comm: &HashMap<i64, Vec<(i64, i64)>>, tid: i64, start: i64, end: i64) -> Vec<(i64, i64)> {
+    let Some(v) = comm.get(&tid) else { return Vec::new() };
+    let lo = v.partition_point(|c| c.0 < start);
+    v[lo..].iter().take_while(|c| c.0 < end).map(|&(s, e)| (s, e.min(end))).filter(|(s, e)| e > s).collect()
+}
+
+/// The intervals of one step per class, in priority order: compute kernels, NCCL kernels, memcpy/memset,
+/// sync APIs, launch APIs, other APIs, host communication ranges (see [`CLASS_COMPONENT`]).
+pub fn step_classes(
+    iv: &OccurrenceIntervals,
+    names: &HashMap<i64, String>,
+    nccl: &HashSet<(i64, i64, i64)>,
+    host_comm: &[(i64, i64)],
+) -> Vec<Vec<(i64, i64)>> {
+    let mut cls: Vec<Vec<(i64, i64)>> = vec![Vec::new(); 7];
+    cls[6] = host_comm.to_vec();
+    for d in &iv.device {
+        let k = match d.kind {
+            DeviceKind::Kernel if is_comm(d, nccl) => 1,
+            DeviceKind::Kernel | DeviceKind::GraphTrace => 0,
+            DeviceKind::Memcpy | DeviceKind::Memset => 2,
+        };
+        cls[k].push((d.start, d.end));
+    }
+    for r in &iv.runtime {
+        let k = if r.sync {
+            3
+        } else if r.name_id.and_then(|i| names.get(&i)).is_some_and(|n| is_launch(n)) {
+            4
+        } else {
+            5
+        };
+        cls[k].push((r.start, r.end));
+    }
+    cls
+}
+
+/// The partition of one step from its intervals.
+pub fn step_components(
+    start: i64,
+    end: i64,
+    iv: &OccurrenceIntervals,
+    names: &HashMap<i64, String>,
+    nccl: &HashSet<(i64, i64, i64)>,
+    host_comm: &[(i64, i64)],
+) -> Components {
+    let (v, rest) = partition(start, end, &step_classes(iv, names, nccl, host_comm));
+    Components {
+        gpu_kernel: v[0],
+        comm: v[1] + v[6],
+        gpu_memcpy: v[2],
+        sync_wait: v[3],
+        launch_api: v[4],
+        other_api: v[5],
+        unattributed: rest,
+    }
+}
+
+impl Components {
+    /// The value of a component by name.
+    pub fn get(&self, name: &str) -> i64 {
+        Components::NAMES.iter().position(|n| *n == name).map(|k| self.values()[k]).unwrap_or(0)
+    }
+}
+
+/// The priority sweep of `[start, end)` in time order: `(class, from, to)` with consecutive ns of one class
+/// merged; class `classes.len()` is the rest.
+pub fn sweep_segments(start: i64, end: i64, classes: &[Vec<(i64, i64)>]) -> Vec<(usize, i64, i64)> {
+    let unions: Vec<Vec<(i64, i64)>> = classes
+        .iter()
+        .map(|c| device::union(c.iter().map(|&(s, e)| (s.max(start), e.min(end))).filter(|(s, e)| e > s).collect()))
+        .collect();
+    let mut cuts: Vec<i64> = vec![start, end];
+    for u in &unions {
+        for &(s, e) in u {
+            cuts.push(s);
+            cuts.push(e);
+        }
+    }
+    cuts.sort_unstable();
+    cuts.dedup();
+    let covers = |u: &[(i64, i64)], t: i64| {
+        let i = u.partition_point(|x| x.1 <= t);
+        i < u.len() && u[i].0 <= t
+    };
+    let mut out: Vec<(usize, i64, i64)> = Vec::new();
+    for w in cuts.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let k = unions.iter().position(|u| covers(u, a)).unwrap_or(classes.len());
+        match out.last_mut() {
+            Some(l) if l.0 == k && l.2 == a => l.2 = b,
+            _ => out.push((k, a, b)),
+        }
+    }
+    out
+}
+
+/// The most segments a waterfall keeps.
+pub const WATERFALL_SEGMENTS: usize = 4096;
+
+#[allow(clippy::too_many_arguments)]
+fn waterfall_of(
+    steps: &[Step],
+    outliers: &[Outlier],
+    median_wall: i64,
+    idx: &[usize],
+    a: &ranges::Analysis,
+    iv: &[OccurrenceIntervals],
+    names: &HashMap<i64, String>,
+    nccl: &HashSet<(i64, i64, i64)>,
+    comm_occ: &HashMap<i64, Vec<(i64, i64)>>,
+) -> Option<Waterfall> {
+    let typical = |s: &&Step| !outliers.iter().any(|o| o.index == s.index);
+    let s = steps
+        .iter()
+        .filter(typical)
+        .find(|s| s.wall_ns == median_wall)
+        .or_else(|| steps.iter().filter(typical).min_by_key(|s| ((s.wall_ns - median_wall).abs(), s.index)))
+        .or_else(|| steps.first())?;
+    let o = &a.occurrences[idx[s.index]];
+    let hc = host_comm_of(comm_occ, o.global_tid, o.start, o.end);
+    let cls = step_classes(&iv[idx[s.index]], names, nccl, &hc);
+    let seg = sweep_segments(o.start, o.end, &cls);
+    let segments = seg
+        .iter()
+        .map(|&(k, f, t)| Segment { component: CLASS_COMPONENT[k].to_string(), offset_ns: f - o.start, dur_ns: t - f })
+        .collect::<Vec<_>>();
+    // merge neighbours that became one component (NCCL kernels, then host comm)
+    let mut merged: Vec<Segment> = Vec::with_capacity(segments.len());
+    for g in segments {
+        match merged.last_mut() {
+            Some(l) if l.component == g.component && l.offset_ns + l.dur_ns == g.offset_ns => l.dur_ns += g.dur_ns,
+            _ => merged.push(g),
+        }
+    }
+    let truncated = merged.len() > WATERFALL_SEGMENTS;
+    merged.truncate(WATERFALL_SEGMENTS);
+    let segments = merged;
+    let mut cum = 0;
+    let bars = PRIORITY
+        .iter()
+        .map(|n| {
+            let ns = s.components.get(n);
+            let b = WaterfallBar { component: n.to_string(), ns, cumulative_ns: cum };
+            cum += ns;
+            b
+        })
+        .collect();
+    Some(Waterfall { index: s.index, start_ns: s.start_ns, wall_ns: s.wall_ns, bars, segments, truncated })
+}
+
+fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<RankBudget>, Vec<Straggler>) {
+    let mut ranks: Vec<RankBudget> = Vec::new();
+    let mut per_rank: Vec<Vec<&Step>> = vec![Vec::new(); rank_pids.len()];
+    for s in steps {
+        per_rank[s.rank].push(s);
+    }
+    for (r, &pid) in rank_pids.iter().enumerate() {
+        let mine: Vec<Step> = per_rank[r].iter().map(|s| (*s).clone()).collect();
+        let mut devices: Vec<(i64, i64)> =
+            tl.devices.iter().filter_map(|d| d.busy_by_pid.get(&pid).map(|&b| (d.device_id, b))).collect();
+        devices.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+        let device_id = devices.first().map(|d| d.0);
+        let (mut comm, mut exposed, mut compute) = (0, 0, 0);
+        let (mut kl, mut gl) = (LatencyDist::default(), LatencyDist::default());
+        if let Some(d) = tl.devices.iter().find(|d| Some(d.device_id) == device_id) {
+            (comm, exposed) = d.comm_of(pid);
+            compute = d.compute_busy();
+            if let Some(l) = d.launch_by_pid.get(&pid) {
+                (kl, gl) = *l;
+            }
+        }
+        let mut distributions = distributions_of(&mine, false);
+        distributions.insert("comm_busy".into(), dist(mine.iter().map(|s| s.comm_busy_ns)));
+        let mut totals: BTreeMap<String, i64> = BTreeMap::new();
+        totals.insert("wall".into(), mine.iter().map(|s| s.wall_ns).sum());
+        for (n, name) in Components::NAMES.iter().enumerate() {
+            totals.insert(name.to_string(), mine.iter().map(|s| s.components.values()[n]).sum());
+        }
+        let mut ds: Vec<i64> = devices.iter().map(|d| d.0).collect();
+        ds.sort_unstable();
+        ranks.push(RankBudget {
+            rank: r,
+            global_pid: pid,
+            pid: crate::export::pid_of(pid),
+            device_id,
+            devices: ds,
+            steps: mine.len(),
+            first_index: mine.first().map(|s| s.index),
+            distributions,
+            totals,
+            comm_busy_ns: comm,
+            exposed_comm_ns: exposed,
+            compute_busy_ns: compute,
+            straggler_steps: 0,
+            pacing: pacing_of(&mine),
+            kernel_launch: kl,
+            graph_launch: gl,
+        });
+    }
+    let mut stragglers = Vec::new();
+    if rank_pids.len() >= 2 {
+        let k_max = per_rank.iter().map(|v| v.len()).min().unwrap_or(0);
+        for k in 0..k_max {
+            let row: Vec<&Step> = per_rank.iter().map(|v| v[k]).collect();
+            let end = |s: &Step| s.start_ns + s.wall_ns;
+            let wait = |s: &Step| s.comm_busy_ns + s.host_comm_ns;
+            let any_comm = row.iter().any(|s| wait(s) > 0);
+            let (rank, rule, lead) = if any_comm {
+                let r = (0..row.len()).min_by_key(|&r| (wait(row[r]), std::cmp::Reverse(end(row[r])), r)).unwrap();
+                let mx = row.iter().map(|s| wait(s)).max().unwrap();
+                (r, "least_comm", mx - wait(row[r]))
+            } else {
+                let r = (0..row.len()).max_by_key(|&r| (end(row[r]), std::cmp::Reverse(r))).unwrap();
+                let mn = row.iter().map(|s| end(s)).min().unwrap();
+                (r, "last_end", end(row[r]) - mn)
+            };
+            ranks[rank].straggler_steps += 1;
+            stragglers.push(Straggler {
+                occurrence: k,
+                step_indexes: row.iter().map(|s| s.index).collect(),
+                rank,
+                rule: rule.into(),
+                lead_ns: lead,
+            });
+        }
+    }
+    (ranks, stragglers)
+}
+
+fn distributions_of(steps: &[Step], all: bool) -> BTreeMap<String, Dist> {
+    let mut d = BTreeMap::new();
+    d.insert("wall".to_string(), dist(steps.iter().map(|s| s.wall_ns)));
+    d.insert("gpu_busy".to_string(), dist(steps.iter().map(|s| s.gpu_busy_ns)));
+    if all {
+        d.insert("gpu_idle_in_span".to_string(), dist(steps.iter().map(|s| s.gpu_idle_in_span_ns)));
+        d.insert("host_gap_to_next".to_string(), dist(steps.iter().filter_map(|s| s.host_gap_to_next_ns)));
+    }
+    for (n, name) in Components::NAMES.iter().enumerate() {
+        d.insert(name.to_string(), dist(steps.iter().map(|s| s.components.values()[n])));
+    }
+    d
+}
+
+/// Start-to-start intervals of consecutive steps of the same rank (all ranks' intervals together).
+fn pacing_of(steps: &[Step]) -> Option<Pacing> {
+    let mut last: BTreeMap<usize, i64> = BTreeMap::new();
+    let mut iv: Vec<i64> = Vec::new();
+    for s in steps {
+        if let Some(p) = last.insert(s.rank, s.start_ns) {
+            iv.push(s.start_ns - p);
+        }
+    }
+    if iv.is_empty() {
+        return None;
+    }
+    let d = dist(iv.iter().copied());
+    let n = iv.len() as f64;
+    let mean = iv.iter().map(|&x| x as f64).sum::<f64>() / n;
+    let cv = (iv.len() >= 2 && mean > 0.0)
+        .then(|| (iv.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt() / mean);
+    let ratio = (d.median > 0).then(|| d.p90 as f64 / d.median as f64);
+    Some(Pacing {
+        intervals: d,
+        min: *iv.iter().min().unwrap(),
+        mean_ns: mean,
+        cv,
+        p90_over_median: ratio,
+        regular: ratio.is_some_and(|r| r <= 1.25),
+    })
+}
+
+fn verdict_of(
+    totals: &BTreeMap<String, i64>,
+    dists: &BTreeMap<String, Dist>,
+    pacing: Option<&Pacing>,
+    graph_level: bool,
+    nccl: u64,
+) -> Verdict {
+    let wall = totals["wall"].max(1);
+    let mut rows: Vec<VerdictRow> = Components::NAMES
+        .iter()
+        .map(|n| VerdictRow { name: n.to_string(), value_ns: totals[*n], share: Some(totals[*n] as f64 / wall as f64) })
+        .collect();
+    rows.sort_by(|a, b| b.value_ns.cmp(&a.value_ns).then(a.name.cmp(&b.name)));
+    if graph_level {
+        return Verdict {
+            class: "mixed_or_unclear".into(),
+            rule: "graph_level_capture".into(),
+            reason: "graph-level capture: the graph replays are single GRAPH_TRACE rows, no node-level kernel rows; re-capture with --cuda-graph-trace=node".into(),
+            steps_used: 0,
+            rows,
+        };
+    }
+    let period = pacing.map(|p| p.intervals.median).unwrap_or(0);
+    let busy = dists["gpu_busy"].median;
+    if period > 0 && busy as f64 >= GPU_SATURATED_SHARE * period as f64 {
+        let mut r = vec![
+            VerdictRow { name: "median_gpu_busy".into(), value_ns: busy, share: Some(busy as f64 / period as f64) },
+            VerdictRow { name: "median_step_period".into(), value_ns: period, share: None },
+        ];
+        r.extend(rows);
+        return Verdict {
+            class: "kernel_bound".into(),
+            rule: "gpu_saturated".into(),
+            reason: format!("the median step's correlated GPU busy ({busy} ns) is ≥ {GPU_SATURATED_SHARE} of the median start-to-start period ({period} ns)"),
+            steps_used: 0,
+            rows: r,
+        };
+    }
+    let top = &rows[0];
+    let share = top.share.unwrap_or(0.0);
+    if share >= DOMINANT_SHARE {
+        let class = match top.name.as_str() {
+            "gpu_kernel" => "kernel_bound",
+            "gpu_memcpy" => "memcpy_bound",
+            "sync_wait" => "sync_bound",
+            "launch_api" | "other_api" => "cpu_launch_bound",
+            "comm" => "comm_bound",
+            _ => "python_overhead_bound",
+        };
+        let mut reason = format!(
+            "{} is {:.1}% of the typical (non-outlier) steps' wall (≥ {:.0}%)",
+            top.name,
+            share * 100.0,
+            DOMINANT_SHARE * 100.0
+        );
+        if nccl > 0 && top.name != "comm" {
+            reason.push_str("; NCCL kernels exist: their exposed time is comm");
+        }
+        return Verdict { class: class.into(), rule: "dominant_component".into(), reason, steps_used: 0, rows };
+    }
+    Verdict {
+        class: "mixed_or_unclear".into(),
+        rule: "no_dominant_component".into(),
+        reason: format!(
+            "no component reaches {:.0}% of the typical steps' wall (largest: {} at {:.1}%)",
+            DOMINANT_SHARE * 100.0,
+            top.name,
+            share * 100.0
+        ),
+        steps_used: 0,
+        rows,
+    }
+}
+
+/// Open the capture (an `.nsys-rep` is exported into a temporary folder) and analyse it.
+pub fn run(path: &Path, opts: &StepBudgetOptions, nsys: Option<&Path>) -> Result<StepBudgetDoc> {
+    let cap = crate::export::open_capture(path, nsys)?;
+    let mut doc = analyze(&cap.export, opts)?;
+    doc.source = cap.source.path.clone();
+    Ok(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_priority_is_exact() {
+        // wall [0,100): kernel [10,40), memcpy [30,50), sync [0,60), launch [55,70)
+        let cls = vec![vec![(10, 40)], vec![(30, 50)], vec![(0, 60)], vec![(55, 70)], vec![(-5, 200)]];
+        let (v, rest) = partition(0, 100, &cls);
+        assert_eq!(v, vec![30, 10, 20, 10, 30]);
+        assert_eq!(rest, 0);
+        let (v, rest) = partition(0, 100, &[vec![(10, 20), (15, 30)], vec![]]);
+        assert_eq!((v, rest), (vec![20, 0], 80));
+    }
+
+    #[test]
+    fn nearest_rank() {
+        let d = dist((1..=100).rev());
+        assert_eq!((d.median, d.p90, d.p99, d.max, d.count), (50, 90, 99, 100, 100));
+    }
+}
