@@ -20,7 +20,7 @@ use crate::export::Export;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 #[schemars(rename = "SyncStat")]
-pub struct SyncRow {
+pub struct RangeSync {
     pub calls: i64,
     pub total_ns: i64,
 }
@@ -49,7 +49,7 @@ pub struct RangeRow {
     pub kernel_span_ns: i64,
     pub gpu_idle_within_kernel_span_ns: i64,
     pub uncovered_host_time_ns: i64,
-    pub sync: BTreeMap<String, SyncRow>,
+    pub sync: BTreeMap<String, RangeSync>,
     pub depths: BTreeMap<String, i64>,
     pub parents: BTreeMap<String, i64>,
 }
