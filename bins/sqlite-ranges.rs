@@ -7,9 +7,8 @@ use nsyskit::contract::cli::{emit, main_with, report_error};
 use nsyskit::iterations::window::{self, parse_iterations, IterationArgs, Windowed};
 use nsyskit::ranges::{self, RangesOptions};
 
-
-use nsyskit::flags::sqlite_ranges::SqliteRangesArgs as Args;
 use nsyskit::flags::sqlite_ranges::Format;
+use nsyskit::flags::sqlite_ranges::SqliteRangesArgs as Args;
 
 fn main() {
     main_with("sqlite-ranges", || {

@@ -1,6 +1,5 @@
 //! `step-budget`: where each engine step's time went, step by step → `nsyskit.step-budget/v1`.
 
-
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with, report_error};
 use nsyskit::iterations::window::{self, parse_iterations, IterationArgs, Windowed};
