@@ -3,7 +3,6 @@
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with};
 use nsyskit::flags::gate_check::GateCheckArgs;
-use nsyskit::gate;
 
 fn main() {
     main_with("gate-check", || {
@@ -13,6 +12,6 @@ fn main() {
             .into_iter()
             .flatten()
             .try_for_each(|p| nsyskit::serve_capture::refuse_unfinished(p));
-        emit("gate-check", unfinished.and(a.options()).and_then(|o| gate::run(&o)), a.out.style())
+        emit("gate-check", unfinished.and(a.options()).and_then(|o| a.run(&o)), a.out.style())
     })
 }

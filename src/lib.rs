@@ -20,6 +20,7 @@ pub mod health_log;
 pub mod iterations;
 pub mod kern_csv;
 pub mod labels;
+pub mod phase;
 pub mod pod_attach;
 pub mod ranges;
 pub mod readiness;

@@ -366,16 +366,27 @@ pub struct SyncApiCount {
 pub fn run(path: &Path, opts: &ReadinessOptions, nsys: Option<&Path>) -> Result<ReadinessDoc> {
     opts.validate()?;
     let cap = crate::export::open_capture(path, nsys)?;
-    let mut doc = analyze(&cap.export, opts)?;
-    doc.source.path = cap.source.path.clone();
-    doc.source.size = cap.source.size;
-    doc.source.kind = cap.source.kind.clone();
-    doc.source.exported_with = cap.source.exported_with.clone();
-    if cap.source.kind == "nsys-rep" {
+    document(&cap.export, &cap.source, opts)
+}
+
+/// The document [`run`] prints, of an export already open, `source` saying where it came from (the shared
+/// run of `gate::run_shared`: the same bytes).
+pub fn document(
+    export: &Export,
+    source: &crate::export::CaptureSource,
+    opts: &ReadinessOptions,
+) -> Result<ReadinessDoc> {
+    opts.validate()?;
+    let mut doc = analyze(export, opts)?;
+    doc.source.path = source.path.clone();
+    doc.source.size = source.size;
+    doc.source.kind = source.kind.clone();
+    doc.source.exported_with = source.exported_with.clone();
+    if source.kind == "nsys-rep" {
         doc.notes.push(format!(
             "{} is a report: it was exported with {} into a temporary folder (deleted afterwards), never next to it",
-            cap.source.path,
-            cap.source.exported_with.as_deref().unwrap_or("nsys")
+            source.path,
+            source.exported_with.as_deref().unwrap_or("nsys")
         ));
     }
     Ok(doc)
@@ -400,10 +411,11 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
     opts.validate()?;
     // Every range (for the engine threads' labels outside the prefix), then the ones under the prefix (their
     // depth and parent are among ranges under the prefix, as `sqlite-ranges --range-prefix P.` reports them).
-    let all = ranges::load_occurrences(export, &RangesOptions::default())?.occurrences;
+    let loaded = ranges::load_occurrences(export, &RangesOptions::default())?;
+    let all = &loaded.occurrences;
     let (prefix, inferred) = match &opts.range_prefix {
         Some(p) => (Some(p.trim_end_matches('.').to_string()), false),
-        None => (infer_prefix(&all), true),
+        None => (infer_prefix(all), true),
     };
     let runtime = export.optional(schema::RUNTIME, &cols::RUNTIME)?.map(|t| t.name.clone());
 
@@ -412,11 +424,11 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
         "Nested labels overlap by construction: wall times of labels at different depths are never added.".to_string(),
     ];
 
-    let seen = prefixes_seen(&all);
+    let seen = prefixes_seen(all);
     let Some(p) = prefix else {
         let (schema, tool) = ReadinessDoc::header();
         // no prefix: a sync inside ANY range is enclosed
-        let syncs = unenclosed_syncs(export, runtime.as_deref(), &all)?;
+        let syncs = unenclosed_syncs(export, runtime.as_deref(), all)?;
         notes.push("No range label ends in `.engine.iteration`: give --range-prefix P for a capture with P.engine.iteration ranges.".into());
         let suggested = suggest_prefix(&seen);
         let hint = match &suggested {
@@ -463,11 +475,8 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
         });
     };
     let under = format!("{p}.");
-    let occ = ranges::load_occurrences(
-        export,
-        &RangesOptions { range_prefix: Some(under.clone()), window: None, fold: false },
-    )?
-    .occurrences;
+    // what `load_occurrences` gives with `range_prefix: under`, without reading NVTX_EVENTS again
+    let occ = ranges::keep_prefix(&loaded, &under).occurrences;
     let iter_label = format!("{p}.engine.iteration");
 
     // ---- taxonomy and labels outside it

@@ -68,7 +68,14 @@ impl Export {
             let rt = rt.name.clone();
             d.runtime_rows = self.count_rows(&rt)?;
             let ids = self.string_ids_where(|v| schema::is_graph_launch(v).then_some(()))?;
-            if !ids.is_empty() {
+            let counted = if ids.is_empty() {
+                None
+            } else {
+                self.with_stats(&rt, |s| ids.keys().map(|k| s.name_counts.get(k).copied().unwrap_or(0)).sum::<i64>())?
+            };
+            if let Some(n) = counted {
+                d.graph_launches = n;
+            } else if !ids.is_empty() {
                 let list = ids.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(",");
                 d.graph_launches = self
                     .conn()
@@ -79,14 +86,18 @@ impl Export {
         for t in schema::NODE_LEVEL_TABLES {
             if let Some(info) = self.table(t) {
                 if info.has_column(cols::GRAPH_NODE_ID) {
-                    let n: i64 = self
-                        .conn()
-                        .query_row(
-                            &format!("SELECT count(*) FROM \"{}\" WHERE graphNodeId IS NOT NULL", info.name),
-                            [],
-                            |r| r.get(0),
-                        )
-                        .map_err(self.sql_err(t))?;
+                    let known = self.with_stats(t, |s| s.node_rows)?.flatten();
+                    let n: i64 = if let Some(n) = known {
+                        n
+                    } else {
+                        self.conn()
+                            .query_row(
+                                &format!("SELECT count(*) FROM \"{}\" WHERE graphNodeId IS NOT NULL", info.name),
+                                [],
+                                |r| r.get(0),
+                            )
+                            .map_err(self.sql_err(t))?
+                    };
                     d.node_rows += n;
                     if t == schema::KERNEL {
                         d.kernel_node_rows = n;

@@ -75,6 +75,10 @@ pub struct Export {
     conn: Connection,
     path: PathBuf,
     tables: HashMap<String, TableInfo>,
+    /// The URI it was opened with: [`Export::reopen`] opens more read-only connections for parallel scans.
+    uri: String,
+    /// One scan's facts per timed table ([`rows::TimedStats`]), computed once (perf helper, issue #19).
+    stats: rows::StatsCache,
 }
 
 impl std::fmt::Debug for Export {
@@ -177,7 +181,7 @@ impl Export {
                 tables.insert(t.to_ascii_lowercase(), TableInfo { name: t, columns: cols });
             }
         }
-        Ok(Export { conn, path: path.to_path_buf(), tables })
+        Ok(Export { conn, path: path.to_path_buf(), tables, uri, stats: Default::default() })
     }
 
     pub fn path(&self) -> &Path {
@@ -265,6 +269,9 @@ impl Export {
     /// Count rows of a table (0 when absent).
     pub fn count_rows(&self, table: &str) -> Result<i64> {
         let Some(t) = self.table(table) else { return Ok(0) };
+        if let Some(n) = self.known_stats(table, |s| s.rows) {
+            return Ok(n);
+        }
         let sql = format!("SELECT count(*) FROM \"{}\"", t.name);
         self.conn.query_row(&sql, [], |r| r.get(0)).map_err(self.sql_err(table))
     }

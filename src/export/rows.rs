@@ -140,11 +140,14 @@ struct Scan<'a> {
 
 impl Export {
     /// Column `i` as an optional integer; any other type is an input error naming table and column.
+    #[inline]
     pub(crate) fn int_at(&self, row: &rusqlite::Row, i: usize, table: &str, col: &str) -> Result<Option<i64>> {
-        match row.get_ref(i).map_err(self.sql_err(table))? {
-            ValueRef::Null => Ok(None),
-            ValueRef::Integer(v) => Ok(Some(v)),
-            other => Err(Error::input(format!(
+        // the error (a String naming the file) is built only on an error: this runs for every cell
+        match row.get_ref(i) {
+            Ok(ValueRef::Integer(v)) => Ok(Some(v)),
+            Ok(ValueRef::Null) => Ok(None),
+            Err(e) => Err(self.sql_err(table)(e)),
+            Ok(other) => Err(Error::input(format!(
                 "{}: schema mismatch: {table}.{col} holds a {} value, not the INTEGER nsys writes",
                 self.name(),
                 type_name(other)
@@ -154,7 +157,7 @@ impl Export {
 
     /// Column `i` as optional text; any other type is an input error naming table and column.
     pub(crate) fn text_at(&self, row: &rusqlite::Row, i: usize, table: &str, col: &str) -> Result<Option<String>> {
-        match row.get_ref(i).map_err(self.sql_err(table))? {
+        match row.get_ref(i).map_err(|e| self.sql_err(table)(e))? {
             ValueRef::Null => Ok(None),
             ValueRef::Text(t) => Ok(Some(String::from_utf8_lossy(t).into_owned())),
             other => Err(Error::input(format!(
@@ -324,8 +327,18 @@ impl Export {
     /// Count the invalid intervals of the named timed tables present into `skips`, without delivering rows:
     /// what the readers and aggregates of this layer skip in them.
     pub fn count_interval_skips(&self, tables: &[&'static str], skips: &mut RowSkips) -> Result<()> {
+        self.prefetch_timed_stats(tables)?;
         for &tbl in tables {
             let Some(t) = self.optional(tbl, &["start", "end"])? else { continue };
+            if let Some(k) = self.with_stats(tbl, |s| s.skips)? {
+                if k.total() > 0 {
+                    let e = skips.entry(tbl.to_string()).or_default();
+                    e.null_start += k.null_start;
+                    e.null_end += k.null_end;
+                    e.inverted += k.inverted;
+                }
+                continue;
+            }
             let sql = format!(
                 "SELECT coalesce(sum(start IS NULL), 0), coalesce(sum(start IS NOT NULL AND end IS NULL), 0), coalesce(sum(end < start), 0) FROM \"{}\"",
                 t.name
@@ -381,7 +394,7 @@ impl Export {
         self.require(tbl, &cols::STRING_IDS)?;
         self.scan(tbl, &cols::STRING_IDS).run("", |_, row| {
             let Some(id) = self.int_at(row, 1, tbl, "id")? else { return Ok(()) };
-            if let ValueRef::Text(v) = row.get_ref(2).map_err(self.sql_err(tbl))? {
+            if let ValueRef::Text(v) = row.get_ref(2).map_err(|e| self.sql_err(tbl)(e))? {
                 f(id, v);
             }
             Ok(())
@@ -463,6 +476,9 @@ impl Export {
     /// `max(end)` of the valid rows of a timed table (None when absent or empty).
     pub fn max_end(&self, table: &'static str) -> Result<Option<i64>> {
         let Some(t) = self.optional(table, &["start", "end"])? else { return Ok(None) };
+        if let Some(m) = self.with_stats(table, |s| s.max_end)? {
+            return Ok(m);
+        }
         let sql = format!("SELECT max(end) FROM \"{}\" WHERE {VALID}", t.name);
         self.conn().query_row(&sql, [], |r| r.get(0)).map_err(self.sql_err(table))
     }
@@ -470,6 +486,9 @@ impl Export {
     /// Σ `end - start` of the valid rows of a timed table (0 when absent).
     pub fn sum_durations(&self, table: &'static str) -> Result<i64> {
         let Some(t) = self.optional(table, &["start", "end"])? else { return Ok(0) };
+        if let Some(Some(v)) = self.with_stats(table, |s| s.sum_dur)? {
+            return Ok(v);
+        }
         let sql = format!("SELECT sum(end - start) FROM \"{}\" WHERE {VALID}", t.name);
         let s: Option<i64> = self.conn().query_row(&sql, [], |r| r.get(0)).map_err(self.sql_err(table))?;
         Ok(s.unwrap_or(0))
@@ -478,6 +497,9 @@ impl Export {
     /// Distinct `globalTid` values of the runtime calls (0 when absent).
     pub fn runtime_thread_count(&self) -> Result<i64> {
         let Some(t) = self.optional(schema::RUNTIME, &["globalTid"])? else { return Ok(0) };
+        if let Some(n) = self.with_stats(schema::RUNTIME, |s| s.thread_ids.len() as i64)? {
+            return Ok(n);
+        }
         let sql = format!("SELECT count(DISTINCT globalTid) FROM \"{}\"", t.name);
         self.conn().query_row(&sql, [], |r| r.get(0)).map_err(self.sql_err(schema::RUNTIME))
     }
@@ -489,6 +511,41 @@ impl Export {
         let Some(nv) = self.optional(schema::NVTX_EVENTS, &["start", "end", "eventType", "globalTid"])? else {
             return Ok((0, 0, 0));
         };
+        // the runtime threads from the one runtime scan, then one NVTX scan (no IN subquery re-reading RUNTIME)
+        if let Some(tids) = self.with_stats(schema::RUNTIME, |s| s.thread_ids.clone())? {
+            let tbl = schema::NVTX_EVENTS;
+            let (mut n, mut after, mut last, mut other_type) = (0i64, 0i64, None::<i64>, false);
+            let types = format!(
+                "eventType IN ({}, {}, {})",
+                schema::nvtx::MARK,
+                schema::nvtx::PUSH_POP,
+                schema::nvtx::START_END
+            );
+            self.scan(tbl, &["start", "end", "globalTid"]).run(&types, |_, row| {
+                let (Ok(s), Ok(e), Ok(g)) = (
+                    int_cell(row.get_ref(1).map_err(|e| self.sql_err(tbl)(e))?),
+                    int_cell(row.get_ref(2).map_err(|e| self.sql_err(tbl)(e))?),
+                    int_cell(row.get_ref(3).map_err(|e| self.sql_err(tbl)(e))?),
+                ) else {
+                    other_type = true;
+                    return Ok(());
+                };
+                if g.is_some_and(|g| tids.contains(&g)) {
+                    n += 1;
+                    if let Some(s) = s {
+                        if s > after_ns {
+                            after += 1;
+                        }
+                        let v = s.max(e.unwrap_or(s));
+                        last = Some(last.map_or(v, |m| m.max(v)));
+                    }
+                }
+                Ok(())
+            })?;
+            if !other_type {
+                return Ok((n, after, last.unwrap_or(0)));
+            }
+        }
         let sql = format!(
             "SELECT count(*), coalesce(sum(n.start > ?1), 0), coalesce(max(max(n.start, coalesce(n.end, n.start))), 0)
              FROM \"{}\" n WHERE n.eventType IN ({}, {}, {})
@@ -606,9 +663,11 @@ impl Scan<'_> {
                 .prepare(&format!("SELECT NULL, {list} FROM \"{}\"{where_}", t.name))
                 .map_err(ex.sql_err(self.table))?,
         };
-        let mut rows = stmt.query([]).map_err(ex.sql_err(self.table))?;
-        while let Some(row) = rows.next().map_err(ex.sql_err(self.table))? {
-            let rowid = match row.get_ref(0).map_err(ex.sql_err(self.table))? {
+        let table = self.table;
+        let mut rows = stmt.query([]).map_err(ex.sql_err(table))?;
+        // errors are built lazily: `sql_err` allocates, and this loop runs once per row
+        while let Some(row) = rows.next().map_err(|e| ex.sql_err(table)(e))? {
+            let rowid = match row.get_ref(0).map_err(|e| ex.sql_err(table)(e))? {
                 ValueRef::Integer(v) => Some(v),
                 _ => None,
             };
@@ -634,8 +693,16 @@ impl Export {
     /// error naming the table, column and row id. For tools that aggregate in SQL (the streamed readers check
     /// every row they deliver).
     pub fn check_timestamps(&self, tables: &[&'static str]) -> Result<()> {
+        self.prefetch_timed_stats(tables)?;
         for &tbl in tables {
             let Some(t) = self.optional(tbl, &["start", "end"])? else { continue };
+            if let Some(hit) = self.with_stats(tbl, |s| s.bad_ts)? {
+                if let Some((rowid, start, end)) = hit {
+                    self.check_ts(tbl, "start", rowid, start)?;
+                    self.check_ts(tbl, "end", rowid, end)?;
+                }
+                continue;
+            }
             let sql = format!(
                 "SELECT rowid, start, end FROM \"{}\" WHERE start NOT BETWEEN -?1 AND ?1 OR end NOT BETWEEN -?1 AND ?1 LIMIT 1",
                 t.name
@@ -695,6 +762,765 @@ impl Export {
     pub fn system_env(&self) -> Result<Vec<(String, Option<String>)>> {
         self.name_values(schema::TARGET_INFO_SYSTEM_ENV)
     }
+}
+
+// ---- one scan per timed table (perf helper, issue #19)
+//
+// The gates and the evidence bundle ask many questions of the same timed tables (impossible timestamps,
+// skipped intervals, row counts, max(end), Σ durations, distinct threads, graph launches, node-level rows):
+// each was its own SQL pass. They are answered here from one scan per table, computed once per export and
+// in parallel threads (one read-only connection each) when several tables are asked for at once. A value of
+// another type than INTEGER in a column read makes the table fall back to the SQL queries (same answers,
+// SQLite's own semantics).
+
+/// `(start, end)` of a valid row.
+pub type Interval = (i64, i64);
+
+/// [`Export::window_intervals`]: the valid intervals, how many come from the first table, the starts of that
+/// table's invalid rows.
+pub type WindowRows = (Vec<Interval>, usize, Vec<i64>);
+
+/// A scan job: a table and a rowid range of it (None: all of it).
+type Job<'a> = (DeviceKind, &'a super::TableInfo, Option<(i64, i64)>);
+
+/// Facts about every row of one timed table, from one scan.
+#[derive(Debug, Clone, Default)]
+pub struct TimedStats {
+    /// `count(*)`.
+    pub rows: i64,
+    pub skips: IntervalSkips,
+    /// `max(end)` over the valid rows.
+    pub max_end: Option<i64>,
+    /// Σ `end - start` over the valid rows; None when it overflows (the SQL query then decides).
+    pub sum_dur: Option<i64>,
+    /// The first row (table order) with a timestamp beyond ±[`MAX_TIMESTAMP_NS`].
+    bad_ts: Option<RowTimes>,
+    /// Distinct non-NULL `globalTid` (when the table has the column).
+    pub thread_ids: HashSet<i64>,
+    /// Rows per non-NULL `nameId` (when the table has the column).
+    pub name_counts: HashMap<i64, i64>,
+    /// Rows with `graphNodeId` set (None when the table has no such column).
+    pub node_rows: Option<i64>,
+    /// `(start, end)` of the valid rows in table order, kept only when asked ([`Export::keep_intervals`]), and
+    /// the starts of the invalid rows with a start; taken by [`Export::window_intervals`].
+    intervals: Option<(Vec<Interval>, Vec<i64>)>,
+}
+
+impl TimedStats {
+    /// Add the stats of the next rows of the same table (chunks in table order).
+    fn append(&mut self, o: TimedStats) {
+        self.rows += o.rows;
+        self.skips.null_start += o.skips.null_start;
+        self.skips.null_end += o.skips.null_end;
+        self.skips.inverted += o.skips.inverted;
+        self.max_end = match (self.max_end, o.max_end) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.sum_dur = match (self.sum_dur, o.sum_dur) {
+            (Some(a), Some(b)) => a.checked_add(b),
+            _ => None,
+        };
+        if self.bad_ts.is_none() {
+            self.bad_ts = o.bad_ts;
+        }
+        self.thread_ids.extend(o.thread_ids);
+        for (k, v) in o.name_counts {
+            *self.name_counts.entry(k).or_default() += v;
+        }
+        self.node_rows = match (self.node_rows, o.node_rows) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        if let (Some((v, s)), Some((ov, os))) = (self.intervals.as_mut(), o.intervals) {
+            // exact: a large block grows in place (mremap), never doubled
+            v.reserve_exact(ov.len());
+            v.extend_from_slice(&ov);
+            s.extend_from_slice(&os);
+        }
+    }
+}
+
+/// The per-table [`TimedStats`] of an export (`None` for a table that fell back to SQL), and the tables whose
+/// valid intervals the next scan keeps.
+#[derive(Debug, Default)]
+pub(crate) struct StatsCache {
+    stats: std::cell::RefCell<HashMap<String, Option<TimedStats>>>,
+    keep: std::cell::RefCell<HashSet<String>>,
+}
+
+/// At this many rows in all the tables asked for, the scans run in parallel threads.
+const PARALLEL_ROWS: usize = 200_000;
+/// A table of at least this many rows is split into rowid ranges scanned in parallel.
+const CHUNK_ROWS: usize = 400_000;
+
+fn int_cell(v: ValueRef) -> std::result::Result<Option<i64>, ()> {
+    match v {
+        ValueRef::Integer(i) => Ok(Some(i)),
+        ValueRef::Null => Ok(None),
+        _ => Err(()),
+    }
+}
+
+/// Threads for parallel scans: the cores available (at least 1).
+pub fn scan_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 64)
+}
+
+/// `[lo, hi)` rowid ranges splitting a table into about `parts` pieces of equal rowid span (one unbounded
+/// range, `None`, for a small table, a table without rowid, or when `parts` is 1).
+pub(crate) fn rowid_chunks(conn: &rusqlite::Connection, table: &str, parts: usize) -> Vec<Option<(i64, i64)>> {
+    if parts <= 1 {
+        return vec![None];
+    }
+    // two queries: each is one b-tree descent (together in one SELECT they would scan the table)
+    let one = |f: &str| -> Option<i64> {
+        conn.query_row(&format!("SELECT {f}(rowid) FROM \"{table}\""), [], |r| r.get(0)).ok().flatten()
+    };
+    let (Some(lo), Some(hi)) = (one("min"), one("max")) else { return vec![None] };
+    let span = (hi as i128 - lo as i128 + 1) as u128;
+    if span < (CHUNK_ROWS as u128) || span > (1u128 << 40) {
+        return vec![None];
+    }
+    let parts = parts.min((span / (CHUNK_ROWS as u128 / 2)).max(1) as usize);
+    let step = span.div_ceil(parts as u128) as i64;
+    (0..parts as i64)
+        .map(|i| {
+            let a = lo + i * step;
+            let b = if i + 1 == parts as i64 { hi + 1 } else { lo + (i + 1) * step };
+            Some((a, b))
+        })
+        .collect()
+}
+
+/// One scan of a timed table (or of one rowid range of it) on `conn`; Ok(None) when a value is not an
+/// INTEGER.
+fn scan_timed_stats(
+    conn: &rusqlite::Connection,
+    t: &super::TableInfo,
+    range: Option<(i64, i64)>,
+    keep_intervals: bool,
+) -> std::result::Result<Option<TimedStats>, rusqlite::Error> {
+    let has = |c: &str| t.has_column(c);
+    let gtid = if has("globalTid") { "globalTid" } else { "NULL" };
+    let name = if has("nameId") { "nameId" } else { "NULL" };
+    let node = if has(cols::GRAPH_NODE_ID) { cols::GRAPH_NODE_ID } else { "NULL" };
+    let list = format!("start, end, {gtid}, {name}, {node} IS NOT NULL");
+    let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
+    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
+        Ok(s) => s,
+        Err(e) if range.is_some() => return Err(e),
+        Err(_) => conn.prepare(&format!("SELECT NULL, {list} FROM \"{}\"", t.name))?,
+    };
+    let mut st = TimedStats {
+        sum_dur: Some(0),
+        node_rows: has(cols::GRAPH_NODE_ID).then_some(0),
+        intervals: keep_intervals.then(Default::default),
+        ..Default::default()
+    };
+    let mut rows = stmt.query([])?;
+    let bad = |v: Option<i64>| v.is_some_and(|x| !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&x));
+    while let Some(r) = rows.next()? {
+        let Ok(start) = int_cell(r.get_ref(1)?) else { return Ok(None) };
+        let Ok(end) = int_cell(r.get_ref(2)?) else { return Ok(None) };
+        st.rows += 1;
+        if st.bad_ts.is_none() && (bad(start) || bad(end)) {
+            let rowid = int_cell(r.get_ref(0)?).ok().flatten();
+            st.bad_ts = Some((rowid, start, end));
+        }
+        match (start, end) {
+            (Some(s), Some(e)) if e >= s => {
+                st.max_end = Some(st.max_end.map_or(e, |m| m.max(e)));
+                st.sum_dur = st.sum_dur.and_then(|a| a.checked_add(e - s));
+                if let Some((v, _)) = st.intervals.as_mut() {
+                    v.push((s, e));
+                }
+            }
+            (None, _) => st.skips.null_start += 1,
+            (Some(s), None) => {
+                st.skips.null_end += 1;
+                if let Some((_, i)) = st.intervals.as_mut() {
+                    i.push(s);
+                }
+            }
+            (Some(s), Some(_)) => {
+                st.skips.inverted += 1;
+                if let Some((_, i)) = st.intervals.as_mut() {
+                    i.push(s);
+                }
+            }
+        }
+        if gtid != "NULL" {
+            let Ok(g) = int_cell(r.get_ref(3)?) else { return Ok(None) };
+            if let Some(g) = g {
+                st.thread_ids.insert(g);
+            }
+        }
+        if name != "NULL" {
+            let Ok(n) = int_cell(r.get_ref(4)?) else { return Ok(None) };
+            if let Some(n) = n {
+                *st.name_counts.entry(n).or_default() += 1;
+            }
+        }
+        if let Some(n) = st.node_rows.as_mut() {
+            if let ValueRef::Integer(1) = r.get_ref(5)? {
+                *n += 1;
+            }
+        }
+    }
+    Ok(Some(st))
+}
+
+/// How to open more read-only connections to an export from other threads ([`Export::source`]): the URI and
+/// flags of [`Export::open`], and the file's name for messages. `Send`, unlike the export's connection.
+#[derive(Debug, Clone)]
+pub struct ScanSource {
+    uri: String,
+    name: String,
+}
+
+impl ScanSource {
+    /// Another read-only connection (same URI, flags and pragmas as [`Export::open`]).
+    pub fn open(&self) -> Result<rusqlite::Connection> {
+        use rusqlite::OpenFlags;
+        let name = &self.name;
+        let conn = rusqlite::Connection::open_with_flags(
+            &self.uri,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| Error::input(format!("{name}: cannot open as SQLite: {}", super::describe_sql_error(&e))))?;
+        conn.busy_timeout(std::time::Duration::from_secs(2))
+            .map_err(|e| Error::input(format!("{name}: cannot configure read-only access: {e}")))?;
+        conn.execute_batch("PRAGMA query_only = 1; PRAGMA temp_store = MEMORY;").map_err(|e| {
+            Error::input(format!("{name}: cannot configure read-only access: {}", super::describe_sql_error(&e)))
+        })?;
+        Ok(conn)
+    }
+    /// The file's name for messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// An SQLite error met while reading `what`, as [`Export::sql_err`] words it.
+    pub fn sql_err(&self, what: &str, e: rusqlite::Error) -> Error {
+        Error::input(format!("{}: while reading {what}: {}", self.name, super::describe_sql_error(&e)))
+    }
+}
+
+impl Export {
+    /// What another thread needs to open its own read-only connection to this export.
+    pub fn source(&self) -> ScanSource {
+        ScanSource { uri: self.uri.clone(), name: self.name() }
+    }
+
+    /// Keep the valid `(start, end)` of these tables in the next scan of each (for [`Export::window_intervals`]).
+    pub fn keep_intervals(&self, tables: &[&str]) {
+        let mut k = self.stats.keep.borrow_mut();
+        for t in tables {
+            if let Some(info) = self.table(t) {
+                k.insert(info.name.to_ascii_lowercase());
+            }
+        }
+    }
+
+    /// Compute the [`TimedStats`] of the named tables present and not yet known: one scan each, in parallel
+    /// threads on their own read-only connections when the tables are large (a large table split into rowid
+    /// ranges, merged in table order).
+    pub fn prefetch_timed_stats(&self, tables: &[&str]) -> Result<()> {
+        let todo: Vec<super::TableInfo> = {
+            let cache = self.stats.stats.borrow();
+            let mut v: Vec<super::TableInfo> = Vec::new();
+            for t in tables {
+                if let Some(info) = self.table(t) {
+                    let key = info.name.to_ascii_lowercase();
+                    if !cache.contains_key(&key) && !v.iter().any(|x| x.name == info.name) {
+                        v.push(info.clone());
+                    }
+                }
+            }
+            v
+        };
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let keep: Vec<bool> = {
+            let k = self.stats.keep.borrow();
+            todo.iter().map(|t| k.contains(&t.name.to_ascii_lowercase())).collect()
+        };
+        let hints: Vec<usize> = todo.iter().map(|t| self.row_count_hint(&t.name)).collect();
+        let big: usize = hints.iter().sum();
+        let results: Vec<Result<Option<TimedStats>>> = if big >= PARALLEL_ROWS {
+            let src = self.source();
+            let threads = scan_threads();
+            // (table index, rowid range) jobs
+            let mut jobs: Vec<(usize, Option<(i64, i64)>)> = Vec::new();
+            for (i, t) in todo.iter().enumerate() {
+                let parts = if hints[i] >= CHUNK_ROWS { threads } else { 1 };
+                for r in rowid_chunks(&self.conn, &t.name, parts) {
+                    jobs.push((i, r));
+                }
+            }
+            let out: Vec<(usize, Result<Option<TimedStats>>)> = std::thread::scope(|s| {
+                let handles: Vec<_> = jobs
+                    .iter()
+                    .map(|&(i, r)| {
+                        let (src, t, keep) = (&src, &todo[i], keep[i]);
+                        s.spawn(move || -> Result<Option<TimedStats>> {
+                            let conn = src.open()?;
+                            scan_timed_stats(&conn, t, r, keep).map_err(|e| src.sql_err(&t.name, e))
+                        })
+                    })
+                    .collect();
+                jobs.iter()
+                    .zip(handles)
+                    .map(|(&(i, _), h)| {
+                        (i, h.join().unwrap_or_else(|_| Err(Error::input("a table scan thread panicked"))))
+                    })
+                    .collect()
+            });
+            // merge the chunks of each table in rowid order; the first error of a table (in order) wins
+            let mut merged: Vec<Option<Result<Option<TimedStats>>>> = (0..todo.len()).map(|_| None).collect();
+            for (i, r) in out {
+                merged[i] = Some(match (merged[i].take(), r) {
+                    (None, r) => r,
+                    (Some(Err(e)), _) => Err(e),
+                    (Some(Ok(_)), Err(e)) => Err(e),
+                    (Some(Ok(None)), Ok(_)) | (Some(Ok(_)), Ok(None)) => Ok(None),
+                    (Some(Ok(Some(mut a))), Ok(Some(b))) => {
+                        a.append(b);
+                        Ok(Some(a))
+                    }
+                });
+            }
+            merged.into_iter().map(|m| m.unwrap_or(Ok(None))).collect()
+        } else {
+            todo.iter()
+                .zip(&keep)
+                .map(|(t, &k)| scan_timed_stats(&self.conn, t, None, k).map_err(|e| self.sql_err(&t.name)(e)))
+                .collect()
+        };
+        let mut cache = self.stats.stats.borrow_mut();
+        for (t, r) in todo.iter().zip(results) {
+            cache.insert(t.name.to_ascii_lowercase(), r?);
+        }
+        Ok(())
+    }
+
+    /// The valid `(start, end)` of the named device tables (in table order, each in its table's order), how
+    /// many come from the first table, and the starts of that table's invalid rows that have a start: from the
+    /// scans of [`Export::prefetch_timed_stats`] when [`Export::keep_intervals`] asked for them (taken: asked
+    /// once), else read now. A value of another type than INTEGER is an input error naming table and column.
+    pub fn window_intervals(&self, kinds: &[DeviceKind]) -> Result<WindowRows> {
+        let mut rows: Vec<(i64, i64)> = Vec::new();
+        let mut first_rows = 0usize;
+        let mut first_invalid: Vec<i64> = Vec::new();
+        for (n, k) in kinds.iter().enumerate() {
+            let tbl = k.table();
+            let Some(info) = self.optional(tbl, &["start", "end"])? else { continue };
+            let key = info.name.to_ascii_lowercase();
+            let cached =
+                self.stats.stats.borrow_mut().get_mut(&key).and_then(|s| s.as_mut()).and_then(|s| s.intervals.take());
+            let before = rows.len();
+            match cached {
+                Some((v, inv)) => {
+                    if rows.is_empty() {
+                        rows = v;
+                    } else {
+                        rows.extend_from_slice(&v);
+                    }
+                    if n == 0 {
+                        first_invalid = inv;
+                    }
+                }
+                None => {
+                    let mut skips = RowSkips::new();
+                    self.device_intervals(*k, &mut skips, |s, e| rows.push((s, e)))?;
+                    if n == 0 && skips.get(tbl).is_some_and(|s| s.null_end + s.inverted > 0) {
+                        // the starts of the invalid rows (only the tenths of the first table need them)
+                        self.scan(tbl, &["start", "end"]).run(
+                            "start IS NOT NULL AND (end IS NULL OR end < start)",
+                            |rowid, row| {
+                                let s = self.check_ts(tbl, "start", rowid, self.int_at(row, 1, tbl, "start")?)?;
+                                first_invalid.extend(s);
+                                Ok(())
+                            },
+                        )?;
+                    }
+                }
+            }
+            if n == 0 {
+                first_rows = rows.len() - before;
+            }
+        }
+        Ok((rows, first_rows, first_invalid))
+    }
+
+    /// `f` of the table's [`TimedStats`] (computed now when unknown); None when the table is absent or fell
+    /// back to SQL.
+    pub(crate) fn with_stats<T>(&self, table: &str, f: impl FnOnce(&TimedStats) -> T) -> Result<Option<T>> {
+        if self.table(table).is_none() {
+            return Ok(None);
+        }
+        self.prefetch_timed_stats(&[table])?;
+        let key = self.table(table).map(|t| t.name.to_ascii_lowercase()).unwrap_or_default();
+        Ok(self.stats.stats.borrow().get(&key).and_then(|s| s.as_ref()).map(f))
+    }
+
+    /// `f` of the table's [`TimedStats`] when already computed (no scan).
+    pub(crate) fn known_stats<T>(&self, table: &str, f: impl FnOnce(&TimedStats) -> T) -> Option<T> {
+        let key = self.table(table)?.name.to_ascii_lowercase();
+        self.stats.stats.borrow().get(&key).and_then(|s| s.as_ref()).map(f)
+    }
+}
+
+// ---- device rows in bulk, in parallel (perf helper, issue #19)
+
+/// A device row as read in bulk: 16 bytes. `dur` is `end - start`, or `u32::MAX` for a row lasting that long
+/// or longer (its end is in [`DeviceChunk::long`]); `aux` is the `correlationId`, or `u32::MAX` when it is NULL
+/// or outside `0..u32::MAX` (the value is in [`DeviceChunk::wide`]). A caller may reuse `aux` once read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PackedDeviceRow {
+    pub start: i64,
+    pub dur: u32,
+    pub aux: u32,
+}
+
+/// The valid rows of one device table, or of one rowid range of it, in table order.
+#[derive(Debug, Default)]
+pub struct DeviceChunk {
+    pub kind: Option<DeviceKind>,
+    pub rows: Vec<PackedDeviceRow>,
+    /// `(first row index, globalPid, deviceId)`: runs of rows with the same process and device.
+    pub segs: Vec<(usize, Option<i64>, Option<i64>)>,
+    /// `(row index, end)` of the rows with `dur == u32::MAX`, by index.
+    pub long: Vec<(usize, i64)>,
+    /// `(row index, correlationId)` of the rows with `aux == u32::MAX`, by index.
+    pub wide: Vec<(usize, Option<i64>)>,
+    /// Invalid intervals, not delivered.
+    pub skips: RowSkips,
+}
+
+impl DeviceChunk {
+    /// `end` of row `i`.
+    pub fn end(&self, i: usize) -> i64 {
+        let r = self.rows[i];
+        if r.dur == u32::MAX {
+            self.long[self.long.partition_point(|&(j, _)| j < i)].1
+        } else {
+            r.start + r.dur as i64
+        }
+    }
+    /// `correlationId` of row `i` as read (before the caller reused `aux`).
+    pub fn correlation_id(&self, i: usize, aux: u32) -> Option<i64> {
+        if aux == u32::MAX {
+            self.wide[self.wide.partition_point(|&(j, _)| j < i)].1
+        } else {
+            Some(aux as i64)
+        }
+    }
+}
+
+fn named_int(name: &str, v: rusqlite::Result<ValueRef>, table: &str, col: &str) -> Result<Option<i64>> {
+    match v {
+        Ok(ValueRef::Integer(v)) => Ok(Some(v)),
+        Ok(ValueRef::Null) => Ok(None),
+        Err(e) => Err(Error::input(format!("{name}: while reading {table}: {}", super::describe_sql_error(&e)))),
+        Ok(other) => Err(Error::input(format!(
+            "{name}: schema mismatch: {table}.{col} holds a {} value, not the INTEGER nsys writes",
+            type_name(other)
+        ))),
+    }
+}
+
+fn named_ts(name: &str, table: &str, col: &str, rowid: Option<i64>, v: Option<i64>) -> Result<Option<i64>> {
+    if let Some(t) = v {
+        if !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&t) {
+            return Err(Error::input(format!(
+                "{name}: {table}.{col} = {t} ns on row {}: an impossible timestamp (beyond ±2^53 ns, about 104 days from the session start); the export is damaged",
+                rowid.map(|r| format!("id {r}")).unwrap_or_else(|| "?".into())
+            )));
+        }
+    }
+    Ok(v)
+}
+
+fn read_device_chunk(
+    src: &ScanSource,
+    kind: DeviceKind,
+    t: &super::TableInfo,
+    range: Option<(i64, i64)>,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<DeviceChunk> {
+    let name = src.name();
+    let tbl = kind.table();
+    let conn = src.open()?;
+    let list = cols::DEVICE.join(", ");
+    let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
+    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
+        Ok(s) => s,
+        Err(e) if range.is_some() => return Err(src.sql_err(tbl, e)),
+        Err(_) => conn.prepare(&format!("SELECT NULL, {list} FROM \"{}\"", t.name)).map_err(|e| src.sql_err(tbl, e))?,
+    };
+    let mut c = DeviceChunk { kind: Some(kind), ..Default::default() };
+    if let Some((a, b)) = range {
+        // an upper bound, reserved once (untouched pages cost no memory)
+        c.rows.reserve_exact((b - a).clamp(0, 1 << 32) as usize);
+    }
+    let mut rows = stmt.query([]).map_err(|e| src.sql_err(tbl, e))?;
+    let mut last: Option<(Option<i64>, Option<i64>)> = None;
+    let mut n = 0u64;
+    while let Some(r) = rows.next().map_err(|e| src.sql_err(tbl, e))? {
+        n += 1;
+        if n & 0xFFFF == 0 && cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(c);
+        }
+        let rowid = match r.get_ref(0) {
+            Ok(ValueRef::Integer(v)) => Some(v),
+            _ => None,
+        };
+        // the order of the checks of `Export::device_rows`: both types, then both timestamps
+        let (start, end) = (named_int(name, r.get_ref(1), tbl, "start")?, named_int(name, r.get_ref(2), tbl, "end")?);
+        let start = named_ts(name, tbl, "start", rowid, start)?;
+        let end = named_ts(name, tbl, "end", rowid, end)?;
+        let (s, e) = match (start, end) {
+            (Some(s), Some(e)) if e >= s => (s, e),
+            (st, en) => {
+                let k = c.skips.entry(tbl.to_string()).or_default();
+                match (st, en) {
+                    (None, _) => k.null_start += 1,
+                    (_, None) => k.null_end += 1,
+                    _ => k.inverted += 1,
+                }
+                continue;
+            }
+        };
+        let gpid = named_int(name, r.get_ref(3), tbl, "globalPid")?;
+        let corr = named_int(name, r.get_ref(4), tbl, "correlationId")?;
+        let dev = named_int(name, r.get_ref(5), tbl, "deviceId")?;
+        let i = c.rows.len();
+        if last != Some((gpid, dev)) {
+            c.segs.push((i, gpid, dev));
+            last = Some((gpid, dev));
+        }
+        let d = e - s;
+        let dur = if d < u32::MAX as i64 {
+            d as u32
+        } else {
+            c.long.push((i, e));
+            u32::MAX
+        };
+        let aux = match corr {
+            Some(v) if (0..u32::MAX as i64).contains(&v) => v as u32,
+            other => {
+                c.wide.push((i, other));
+                u32::MAX
+            }
+        };
+        c.rows.push(PackedDeviceRow { start: s, dur, aux });
+    }
+    Ok(c)
+}
+
+/// The valid rows of the device tables named (each present, with the columns of [`cols::DEVICE`]), in
+/// table order, each large table split into rowid ranges read in parallel threads, each on its own
+/// read-only connection: the chunks in table and rowid order, so that reading them in order is reading the
+/// tables in order. The checks are those of [`Export::device_rows`] (same messages; the first error in
+/// table order wins). `cancel` stops the reads early (the result is then incomplete: for a caller that
+/// failed meanwhile).
+pub fn read_device_chunks(
+    src: &ScanSource,
+    tables: &[(DeviceKind, super::TableInfo)],
+    threads: usize,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<Vec<DeviceChunk>> {
+    if tables.is_empty() {
+        return Ok(Vec::new());
+    }
+    let conn = src.open()?;
+    let mut jobs: Vec<Job> = Vec::new();
+    for (k, t) in tables {
+        let hint: Option<i64> =
+            conn.query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
+        let parts = if hint.unwrap_or(0) as usize >= CHUNK_ROWS { threads } else { 1 };
+        for r in rowid_chunks(&conn, &t.name, parts) {
+            jobs.push((*k, t, r));
+        }
+    }
+    drop(conn);
+    let results: Vec<Result<DeviceChunk>> = std::thread::scope(|s| {
+        let handles: Vec<_> =
+            jobs.iter().map(|&(k, t, r)| s.spawn(move || read_device_chunk(src, k, t, r, cancel))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::input("a device table scan thread panicked"))))
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
+/// An `NVTX_EVENTS` row as [`Export::nvtx_events_ref`] gives it: the `text` borrowed (raw bytes), never copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvtxRef<'a> {
+    pub start: Option<i64>,
+    pub end: Option<i64>,
+    pub event_type: i64,
+    pub text: Option<&'a [u8]>,
+    pub text_id: Option<i64>,
+    pub global_tid: Option<i64>,
+    /// `domainId`, None when NULL, 0 (the default domain) or the column is absent.
+    pub domain_id: Option<i64>,
+}
+
+impl Export {
+    /// [`Export::nvtx_events`] without a `String` per row: the same rows, checks and messages, `text` as the
+    /// bytes SQLite holds (valid only during the callback; [`Export::nvtx_events`] gives
+    /// `String::from_utf8_lossy` of them).
+    pub fn nvtx_events_ref(&self, types: &[i64], mut f: impl FnMut(NvtxRef<'_>) -> Result<()>) -> Result<()> {
+        let t = self.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
+        let domain = if t.has_column(cols::DOMAIN_ID) { cols::DOMAIN_ID } else { "NULL" };
+        let tbl = schema::NVTX_EVENTS;
+        let list = types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+        self.scan(tbl, &["start", "end", "eventType", "text", "textId", "globalTid", domain]).run(
+            &format!("eventType IN ({list})"),
+            |rowid, row| {
+                let start = self.check_ts(tbl, "start", rowid, self.int_at(row, 1, tbl, "start")?)?;
+                let end = self.check_ts(tbl, "end", rowid, self.int_at(row, 2, tbl, "end")?)?;
+                let event_type = self.int_at(row, 3, tbl, "eventType")?.unwrap_or(0);
+                let text = match row.get_ref(4).map_err(|e| self.sql_err(tbl)(e))? {
+                    ValueRef::Null => None,
+                    ValueRef::Text(t) => Some(t),
+                    other => {
+                        return Err(Error::input(format!(
+                            "{}: schema mismatch: {tbl}.text holds a {} value, not the TEXT nsys writes",
+                            self.name(),
+                            type_name(other)
+                        )))
+                    }
+                };
+                f(NvtxRef {
+                    start,
+                    end,
+                    event_type,
+                    text,
+                    text_id: self.int_at(row, 5, tbl, "textId")?,
+                    global_tid: self.int_at(row, 6, tbl, "globalTid")?,
+                    domain_id: self.int_at(row, 7, tbl, cols::DOMAIN_ID)?.filter(|&d| d != 0),
+                })
+            },
+        )
+    }
+}
+
+/// Rows of `CUPTI_ACTIVITY_KIND_RUNTIME` sent by [`read_runtime_batches`]: `chunk` is the rowid range they come
+/// from (in table order).
+pub struct RuntimeBatch {
+    pub chunk: usize,
+    pub rows: Vec<RuntimeRow>,
+}
+
+const RUNTIME_BATCH: usize = 8192;
+
+fn read_runtime_chunk(
+    src: &ScanSource,
+    t: &super::TableInfo,
+    chunk: usize,
+    range: Option<(i64, i64)>,
+    cancel: &std::sync::atomic::AtomicBool,
+    tx: &std::sync::mpsc::SyncSender<RuntimeBatch>,
+) -> Result<RowSkips> {
+    let name = src.name();
+    let tbl = schema::RUNTIME;
+    let conn = src.open()?;
+    let list = cols::RUNTIME.join(", ");
+    let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
+    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
+        Ok(s) => s,
+        Err(e) if range.is_some() => return Err(src.sql_err(tbl, e)),
+        Err(_) => conn.prepare(&format!("SELECT NULL, {list} FROM \"{}\"", t.name)).map_err(|e| src.sql_err(tbl, e))?,
+    };
+    let mut skips = RowSkips::new();
+    let mut batch = Vec::with_capacity(RUNTIME_BATCH);
+    let mut rows = stmt.query([]).map_err(|e| src.sql_err(tbl, e))?;
+    while let Some(r) = rows.next().map_err(|e| src.sql_err(tbl, e))? {
+        let rowid = match r.get_ref(0) {
+            Ok(ValueRef::Integer(v)) => Some(v),
+            _ => None,
+        };
+        // the order of the checks of `Export::runtime_calls`: both types, both timestamps, then the rest
+        let (start, end) = (named_int(name, r.get_ref(1), tbl, "start")?, named_int(name, r.get_ref(2), tbl, "end")?);
+        let start = named_ts(name, tbl, "start", rowid, start)?;
+        let end = named_ts(name, tbl, "end", rowid, end)?;
+        let (s, e) = match (start, end) {
+            (Some(s), Some(e)) if e >= s => (s, e),
+            (st, en) => {
+                let k = skips.entry(tbl.to_string()).or_default();
+                match (st, en) {
+                    (None, _) => k.null_start += 1,
+                    (_, None) => k.null_end += 1,
+                    _ => k.inverted += 1,
+                }
+                continue;
+            }
+        };
+        batch.push(RuntimeRow {
+            start: s,
+            end: e,
+            global_tid: named_int(name, r.get_ref(3), tbl, "globalTid")?,
+            correlation_id: named_int(name, r.get_ref(4), tbl, "correlationId")?,
+            name_id: named_int(name, r.get_ref(5), tbl, "nameId")?,
+        });
+        if batch.len() == RUNTIME_BATCH {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(RUNTIME_BATCH));
+            if cancel.load(std::sync::atomic::Ordering::Relaxed) || tx.send(RuntimeBatch { chunk, rows: full }).is_err()
+            {
+                return Ok(skips); // the consumer is gone
+            }
+        }
+    }
+    if !batch.is_empty() {
+        let _ = tx.send(RuntimeBatch { chunk, rows: batch });
+    }
+    Ok(skips)
+}
+
+/// The valid rows of `CUPTI_ACTIVITY_KIND_RUNTIME` (present, with [`cols::RUNTIME`]) sent in batches on `tx`,
+/// the table split into rowid ranges read in parallel threads on their own read-only connections: batches
+/// of different ranges arrive interleaved (a consumer whose result does not depend on the row order). The
+/// checks and messages of [`Export::runtime_calls`]; the skipped intervals are returned, and the first error
+/// in table order wins. It returns when every range is read, the consumer dropped its receiver, or `cancel`.
+pub fn read_runtime_batches(
+    src: &ScanSource,
+    t: &super::TableInfo,
+    threads: usize,
+    cancel: &std::sync::atomic::AtomicBool,
+    tx: std::sync::mpsc::SyncSender<RuntimeBatch>,
+) -> Result<RowSkips> {
+    let ranges = {
+        let conn = src.open()?;
+        let hint: Option<i64> =
+            conn.query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
+        let parts = if hint.unwrap_or(0) as usize >= CHUNK_ROWS { threads } else { 1 };
+        rowid_chunks(&conn, &t.name, parts)
+    };
+    let results: Vec<Result<RowSkips>> = std::thread::scope(|s| {
+        let handles: Vec<_> = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let tx = tx.clone();
+                s.spawn(move || read_runtime_chunk(src, t, i, r, cancel, &tx))
+            })
+            .collect();
+        drop(tx);
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::input("a runtime table scan thread panicked"))))
+            .collect()
+    });
+    let mut skips = RowSkips::new();
+    for r in results {
+        merge_skips(&mut skips, &r?);
+    }
+    Ok(skips)
 }
 
 // ---- readers added for step-budget's device timelines (helper step)

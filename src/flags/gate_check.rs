@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use crate::contract::cli::OutputArgs;
-use crate::contract::Result;
-use crate::gate::{GateOptions, Thresholds, Tier};
+use crate::contract::{render, Error, Result, Style};
+use crate::gate::{GateDoc, GateOptions, Thresholds, Tier};
 use crate::readiness::ReadinessOptions;
 
 /// Decide whether an nsys capture can be analysed: PASS, or RETRY with the gate, the number it measured and
@@ -13,7 +13,7 @@ use crate::readiness::ReadinessOptions;
 #[command(
     name = "gate-check",
     version,
-    after_help = "Examples:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  f=nsys-2023.4.4_gpu_full_node_FAILED-cbid468\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n    --log fixtures/logs/$f.console.txt  # exit 1: RETRY G0, G4\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode # exit 1\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --readiness --range-prefix vibeserve"
+    after_help = "Examples:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  f=nsys-2023.4.4_gpu_full_node_FAILED-cbid468\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n    --log fixtures/logs/$f.console.txt  # exit 1: RETRY G0, G4\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode # exit 1\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --readiness --range-prefix vibeserve\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --ranges /tmp/ranges.json  # + the sqlite-ranges document, same run"
 )]
 pub struct GateCheckArgs {
     /// The capture: an .nsys-rep (exported with nsys: NSYS_BIN, else nsys on PATH), an .sqlite export, a
@@ -49,6 +49,10 @@ pub struct GateCheckArgs {
     /// G8: READY needs the opaque share of P.engine.iteration wall time below this
     #[arg(long, default_value_t = crate::readiness::DEFAULT_MAX_OPAQUE_SHARE, value_name = "SHARE")]
     pub max_opaque_share: f64,
+    /// Also write the sqlite-ranges document of the same export to this file, from the same run (read in
+    /// parallel with the gates): the bytes `sqlite-ranges EXPORT > OUT.json` writes
+    #[arg(long, value_name = "OUT.json")]
+    pub ranges: Option<PathBuf>,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -70,5 +74,31 @@ impl GateCheckArgs {
                 max_opaque_share: self.max_opaque_share,
             }),
         })
+    }
+
+    /// Run the gates with `opts` (from [`Self::options`]); with `--ranges`, also write the sqlite-ranges
+    /// document of the same export, from the same run (refused over an input).
+    pub fn run(&self, opts: &GateOptions) -> Result<GateDoc> {
+        let also = crate::gate::AlsoDocs {
+            ranges: self.ranges.as_ref().map(|_| crate::ranges::RangesOptions { fold: true, ..Default::default() }),
+            readiness: None,
+        };
+        if let Some(out) = &self.ranges {
+            let inputs: Vec<&std::path::Path> =
+                [Some(&opts.capture), opts.sqlite.as_ref(), opts.log.as_ref(), opts.provenance.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .map(|p| p.as_path())
+                    .collect();
+            crate::contract::refuse_output_over_input(out, "--ranges", &inputs)?;
+        }
+        let shared = crate::gate::run_shared(opts, &also)?;
+        if let (Some(out), Some(doc)) = (&self.ranges, &shared.ranges) {
+            // what `sqlite-ranges EXPORT > OUT.json` writes (not a terminal: compact)
+            std::fs::write(out, render(doc, Style::Compact)).map_err(|e| {
+                Error::env(format!("--ranges {}: cannot write: {e}", out.display())).with_arg("--ranges")
+            })?;
+        }
+        Ok(shared.gate)
     }
 }

@@ -226,19 +226,38 @@ pub struct Gap {
 pub type GpuWindow = ((i64, i64), Vec<Gap>);
 
 pub fn device_gaps(e: &Export) -> Result<Option<GpuWindow>> {
+    Ok(device_gaps_and_tenths(e)?.map(|(w, _)| w))
+}
+
+/// [`device_gaps`] and the kernel starts in each tenth of the window (what `Export::kernel_start_tenths`
+/// counts: every KERNEL row with a start at or after the first, a start past the end in the last tenth), from
+/// the same rows: the valid intervals of the three tables, read once (kept by the timed-table scans when
+/// gate-check asked for them), and the starts of the invalid kernel rows.
+pub fn device_gaps_and_tenths(e: &Export) -> Result<Option<(GpuWindow, Option<[i64; 10]>)>> {
     if !WINDOW_TABLES.iter().any(|k| e.has_table(k.table())) {
         return Ok(None);
     }
     // 16 bytes a row, sorted here (in place) rather than by SQLite (a temporary b-tree of the same rows);
     // rows with a NULL or inverted interval are skipped by the export layer (counted in the document's
     // source.skipped_rows)
-    let mut rows: Vec<(i64, i64)> = Vec::new();
-    let mut skips = crate::export::RowSkips::new();
-    for k in WINDOW_TABLES {
-        e.device_intervals(k, &mut skips, |s, en| rows.push((s, en)))?;
-    }
-    rows.sort_unstable();
-    let Some(&(first, _)) = rows.first() else { return Ok(None) };
+    let (mut rows, kernel_rows, kernel_invalid_starts) = e.window_intervals(&WINDOW_TABLES)?;
+    let kernel_table = WINDOW_TABLES[0] == DeviceKind::Kernel && e.has_table(DeviceKind::Kernel.table());
+    let Some(first) = rows.iter().map(|r| r.0).min() else { return Ok(None) };
+    let last = rows.iter().map(|r| r.1).max().unwrap_or(first);
+    let tenths = kernel_table.then(|| {
+        let window = (last - first).max(1);
+        let mut t = [0i64; 10];
+        for s in rows[..kernel_rows].iter().map(|r| r.0).chain(kernel_invalid_starts.iter().copied()) {
+            if s >= first {
+                t[((s - first) * 10 / window).min(9) as usize] += 1;
+            }
+        }
+        t
+    });
+    drop(kernel_invalid_starts);
+    // by start only (the gaps do not depend on the order of equal starts); stable: each table's rows come
+    // sorted by start, and the merge of those runs is linear
+    rows.sort_by_key(|r| r.0);
     let mut gaps = Vec::new();
     let mut reach = i64::MIN;
     for (s, en) in rows {
@@ -248,7 +267,7 @@ pub fn device_gaps(e: &Export) -> Result<Option<GpuWindow>> {
         reach = reach.max(en);
     }
     gaps.sort_by(|a, b| (b.end - b.start).cmp(&(a.end - a.start)).then(a.start.cmp(&b.start)));
-    Ok(Some(((first, reach), gaps)))
+    Ok(Some((((first, reach), gaps), tenths)))
 }
 
 pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
@@ -257,7 +276,7 @@ pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
         return Ok(g.skip("throughput tier only"));
     }
     let Some(e) = cx.export else { return Ok(g.skip("no export to read (a .qdstrm: see G2)")) };
-    let Some(((first, last), gaps)) = device_gaps(e)? else {
+    let Some((((first, last), gaps), tenths)) = device_gaps_and_tenths(e)? else {
         return Ok(g.skip("no GPU rows (G3 decides)"));
     };
     let window = (last - first).max(1);
@@ -272,7 +291,7 @@ pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
         gaps.len()
     ));
     // the rate, for the reader: kernel starts in each tenth of the window
-    if let Some(tenths) = e.kernel_start_tenths(first, window)? {
+    if let Some(tenths) = tenths {
         g.evidence.push(format!(
             "kernel starts per tenth of the window: {}",
             tenths.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" ")

@@ -30,6 +30,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{Document, Error, Result, Tool};
+use crate::export::rows::{DeviceChunk, PackedDeviceRow};
 use crate::export::schema::{self, cols, nvtx, DeviceKind};
 use crate::export::{ns_of, pid_of, tid_of, Export, RowSkips};
 
@@ -146,29 +147,74 @@ impl Hasher for Fx {
 type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 type FxSet<K> = HashSet<K, BuildHasherDefault<Fx>>;
 
+/// A range row's message: its `text` (interned) or its `textId` (resolved after the scan).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Msg {
+    Text(u32),
+    Id(i64),
+}
+
 struct RawRange {
     start: i64,
     end: i64,
     event_type: i64,
     gtid: i64,
-    text_id: Option<i64>,
-    text: Option<String>,
+    msg: Msg,
     domain: Option<i64>,
+}
+
+/// [`LoadedOccurrences`] with the labels as ids into one table (no `String` per occurrence).
+struct InternedOccurrences {
+    /// Sorted like [`LoadedOccurrences::occurrences`]; `label` is empty, the label is `labels[ids[i]]`.
+    occurrences: Vec<Occurrence>,
+    ids: Vec<u32>,
+    labels: Vec<String>,
+    skipped: Skipped,
+    range_rows: u64,
 }
 
 /// The kept NVTX range occurrences of an export, with depth and parent (see the module docs).
 pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedOccurrences> {
+    let i = load_interned(export, opts)?;
+    let mut occurrences = i.occurrences;
+    for (o, &id) in occurrences.iter_mut().zip(&i.ids) {
+        o.label = i.labels[id as usize].clone();
+    }
+    Ok(LoadedOccurrences { occurrences, skipped: i.skipped, range_rows: i.range_rows })
+}
+
+/// [`load_occurrences`], the messages interned while the rows stream (one `String` per distinct text) and the
+/// labels built once per distinct `(domain, message)`.
+fn load_interned(export: &Export, opts: &RangesOptions) -> Result<InternedOccurrences> {
     export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
     export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
     let mut raw = Vec::new();
-    // (NS(globalTid), domainId) → (textId, text) of the eventType 75 row naming it
-    let mut domain_rows: Vec<(i64, i64, Option<i64>, Option<String>)> = Vec::new();
+    // distinct `text` values (the lossy UTF-8 of the bytes, as the row reader gives them)
+    let mut texts: Vec<String> = Vec::new();
+    let mut text_idx: HashMap<Box<[u8]>, u32> = HashMap::new();
+    let mut intern = |t: &[u8]| -> u32 {
+        if let Some(&i) = text_idx.get(t) {
+            return i;
+        }
+        let i = texts.len() as u32;
+        texts.push(String::from_utf8_lossy(t).into_owned());
+        text_idx.insert(t.into(), i);
+        i
+    };
+    // (NS(globalTid), domainId) → the message of the eventType 75 row naming it
+    let mut domain_rows: Vec<(i64, i64, Option<Msg>)> = Vec::new();
     let mut skipped = Skipped::default();
     let mut range_rows = 0u64;
-    export.nvtx_events(&[nvtx::PUSH_POP, nvtx::START_END, nvtx::DOMAIN_CREATE], |r| {
+    export.nvtx_events_ref(&[nvtx::PUSH_POP, nvtx::START_END, nvtx::DOMAIN_CREATE], |r| {
+        // the message: textId when set (even with a text), else the text
+        let msg = match (r.text_id, r.text) {
+            (Some(id), _) => Some(Msg::Id(id)),
+            (None, Some(t)) => Some(Msg::Text(intern(t))),
+            (None, None) => None,
+        };
         if r.event_type == nvtx::DOMAIN_CREATE {
             if let (Some(g), Some(d)) = (r.global_tid, r.domain_id) {
-                domain_rows.push((ns_of(g), d, r.text_id, r.text));
+                domain_rows.push((ns_of(g), d, msg));
             }
             return Ok(());
         }
@@ -181,84 +227,121 @@ pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedO
             skipped.open_or_inverted += 1;
             return Ok(());
         }
-        if r.text_id.is_none() && r.text.is_none() {
+        let Some(msg) = msg else {
             skipped.unlabeled += 1;
             return Ok(());
-        }
+        };
         let Some(gtid) = r.global_tid else {
             return Err(Error::input(format!(
                 "{}: NVTX_EVENTS row with start {start}: globalTid is NULL (the thread of a range is required)",
                 export.name()
             )));
         };
-        raw.push(RawRange {
-            start,
-            end,
-            event_type: r.event_type,
-            gtid,
-            text_id: r.text_id,
-            text: r.text,
-            domain: r.domain_id,
-        });
+        raw.push(RawRange { start, end, event_type: r.event_type, gtid, msg, domain: r.domain_id });
         Ok(())
     })?;
 
-    let mut ids: std::collections::HashSet<i64> = raw.iter().filter_map(|r| r.text_id).collect();
-    ids.extend(domain_rows.iter().filter_map(|d| d.2));
+    let mut ids: std::collections::HashSet<i64> = HashSet::new();
+    for m in raw.iter().map(|r| r.msg).chain(domain_rows.iter().filter_map(|d| d.2)) {
+        if let Msg::Id(id) = m {
+            ids.insert(id);
+        }
+    }
     let strings = export.strings_for(&ids)?;
-    let message = |text_id: Option<i64>, text: &Option<String>| -> Option<String> {
-        match text_id {
-            Some(id) => strings.get(&id).cloned(),
-            None => text.clone(),
+    let message = |m: Msg| -> Option<&str> {
+        match m {
+            Msg::Id(id) => strings.get(&id).map(|s| s.as_str()),
+            Msg::Text(i) => Some(texts[i as usize].as_str()),
         }
     };
     let mut domains: FxMap<(i64, i64), String> = FxMap::default();
-    for (ns, d, tid, text) in &domain_rows {
-        if let Some(name) = message(*tid, text) {
-            domains.insert((*ns, *d), name);
+    for &(ns, d, m) in &domain_rows {
+        if let Some(name) = m.and_then(message) {
+            domains.insert((ns, d), name.to_string());
         }
     }
 
-    let mut occ = Vec::with_capacity(raw.len());
+    // labels: one per distinct (domain name, message), interned by their text; `keep` says whether the label
+    // passes the prefix
+    let mut labels: Vec<String> = Vec::new();
+    let mut keep: Vec<bool> = Vec::new();
+    let mut label_idx: HashMap<String, u32> = HashMap::new();
+    // (named domain (NS, domainId), message) → label id (None: a textId without a string)
+    type LabelKey = (Option<(i64, i64)>, Msg);
+    let mut by_key: FxMap<LabelKey, Option<u32>> = FxMap::default();
+    let mut occ: Vec<(Occurrence, u32)> = Vec::with_capacity(raw.len());
     for r in raw {
-        let Some(msg) = message(r.text_id, &r.text) else {
+        let dkey = r.domain.map(|d| (ns_of(r.gtid), d)).filter(|k| domains.contains_key(k));
+        let label = *by_key.entry((dkey, r.msg)).or_insert_with(|| {
+            let msg = message(r.msg)?;
+            let text = match dkey.and_then(|k| domains.get(&k)) {
+                Some(dn) => format!("{dn}:{msg}"),
+                None => msg.to_string(),
+            };
+            Some(match label_idx.get(&text) {
+                Some(&i) => i,
+                None => {
+                    let i = labels.len() as u32;
+                    keep.push(opts.range_prefix.as_ref().is_none_or(|p| text.starts_with(p.as_str())));
+                    label_idx.insert(text.clone(), i);
+                    labels.push(text);
+                    i
+                }
+            })
+        });
+        let Some(label) = label else {
             skipped.unlabeled += 1;
             continue;
         };
-        let label = match r.domain.and_then(|d| domains.get(&(ns_of(r.gtid), d))) {
-            Some(dn) => format!("{dn}:{msg}"),
-            None => msg,
-        };
-        if let Some(p) = &opts.range_prefix {
-            if !label.starts_with(p.as_str()) {
-                continue;
-            }
+        if !keep[label as usize] {
+            continue;
         }
         if let Some((ws, we)) = opts.window {
             if r.start < ws || r.end > we {
                 continue;
             }
         }
-        occ.push(Occurrence {
+        occ.push((
+            Occurrence {
+                label: String::new(),
+                global_tid: r.gtid,
+                start: r.start,
+                end: r.end,
+                event_type: r.event_type,
+                domain_id: r.domain,
+                depth: 0,
+                parent: None,
+            },
             label,
-            global_tid: r.gtid,
-            start: r.start,
-            end: r.end,
-            event_type: r.event_type,
-            domain_id: r.domain,
-            depth: 0,
-            parent: None,
-        });
+        ));
     }
-    occ.sort_unstable_by(|a, b| {
-        (a.global_tid, a.start, std::cmp::Reverse(a.end), a.label.as_bytes())
-            .cmp(&(b.global_tid, b.start, std::cmp::Reverse(b.end), b.label.as_bytes()))
+    drop(label_idx);
+    occ.sort_unstable_by(|(a, la), (b, lb)| {
+        (a.global_tid, a.start, std::cmp::Reverse(a.end), labels[*la as usize].as_bytes())
+            .cmp(&(b.global_tid, b.start, std::cmp::Reverse(b.end), labels[*lb as usize].as_bytes()))
             .then(a.event_type.cmp(&b.event_type))
     });
+    let (mut occurrences, ids): (Vec<Occurrence>, Vec<u32>) = occ.into_iter().unzip();
+    let ends: Vec<i64> = occurrences.iter().map(|o| o.end).collect();
+    let tree = MaxTree::new(&ends);
+    nest(&mut occurrences, &tree);
+    Ok(InternedOccurrences { occurrences, ids, labels, skipped, range_rows })
+}
+
+/// The occurrences of `loaded` (a [`load_occurrences`] without prefix or window) whose label starts with
+/// `prefix`, with their depth and parent among themselves: what [`load_occurrences`] gives with that
+/// `range_prefix`, without reading the export again (the sorted order of a subset is its sorted order).
+pub fn keep_prefix(loaded: &LoadedOccurrences, prefix: &str) -> LoadedOccurrences {
+    let mut occ: Vec<Occurrence> = loaded
+        .occurrences
+        .iter()
+        .filter(|o| o.label.starts_with(prefix))
+        .map(|o| Occurrence { depth: 0, parent: None, ..o.clone() })
+        .collect();
     let ends: Vec<i64> = occ.iter().map(|o| o.end).collect();
     let tree = MaxTree::new(&ends);
     nest(&mut occ, &tree);
-    Ok(LoadedOccurrences { occurrences: occ, skipped, range_rows })
+    LoadedOccurrences { occurrences: occ, skipped: loaded.skipped, range_rows: loaded.range_rows }
 }
 
 /// Thread slices `[lo, hi)` of the sorted occurrences.
@@ -590,17 +673,23 @@ pub const OPTIONAL_TABLES: [(&str, &[&str]); 7] = [
 /// and analyse it.
 pub fn run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>) -> Result<RangesDoc> {
     let cap = crate::export::open_capture(path, nsys)?;
-    let (doc, _) = analyze_impl(&cap.export, opts, false)?;
+    document(&cap.export, &cap.source, opts)
+}
+
+/// The document [`run`] prints, of an export already open, `source` saying where it came from (what
+/// `gate-check --ranges` writes from its own run: the same bytes).
+pub fn document(export: &Export, source: &crate::export::CaptureSource, opts: &RangesOptions) -> Result<RangesDoc> {
+    let (doc, _) = analyze_impl(export, opts, false)?;
     let mut a = Analysis { doc, occurrences: Vec::new(), metrics: Vec::new() };
-    a.doc.source.path = cap.source.path.clone();
-    a.doc.source.size = cap.source.size;
-    a.doc.source.kind = cap.source.kind.clone();
-    a.doc.source.exported_with = cap.source.exported_with.clone();
-    if cap.source.kind == "nsys-rep" {
+    a.doc.source.path = source.path.clone();
+    a.doc.source.size = source.size;
+    a.doc.source.kind = source.kind.clone();
+    a.doc.source.exported_with = source.exported_with.clone();
+    if source.kind == "nsys-rep" {
         a.doc.notes.push(format!(
             "{} is a report: it was exported with {} into a temporary folder (deleted afterwards), never next to it",
-            cap.source.path,
-            cap.source.exported_with.as_deref().unwrap_or("nsys")
+            source.path,
+            source.exported_with.as_deref().unwrap_or("nsys")
         ));
     }
     Ok(a.doc)
@@ -702,13 +791,43 @@ struct OccSync {
     per_api: Vec<(u8, SyncStat)>,
 }
 
-/// Device row during the sweep: 16 bytes. `tag` indexes `(chain, device index, end of a long row)`; a row
-/// lasting `u32::MAX` ns or more has `dur == u32::MAX` and its own tag holding its end.
-#[derive(Clone, Copy)]
-struct DevRow {
-    start: i64,
-    dur: u32,
-    tag: u32,
+/// The rows of sorted chunks in start order (a k-way merge; one chunk is read straight through). During the
+/// sweep a row's `aux` is its tag: `(chain, device index, end of a long row)`; a row lasting `u32::MAX` ns or
+/// more has `dur == u32::MAX` and its own tag holding its end.
+struct MergeByStart<'a> {
+    chunks: &'a [DeviceChunk],
+    pos: Vec<usize>,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(i64, usize)>>,
+}
+
+impl<'a> MergeByStart<'a> {
+    fn new(chunks: &'a [DeviceChunk]) -> MergeByStart<'a> {
+        let mut heap = std::collections::BinaryHeap::new();
+        for (i, c) in chunks.iter().enumerate() {
+            if let Some(r) = c.rows.first() {
+                heap.push(std::cmp::Reverse((r.start, i)));
+            }
+        }
+        MergeByStart { chunks, pos: vec![0; chunks.len()], heap }
+    }
+}
+
+impl Iterator for MergeByStart<'_> {
+    type Item = PackedDeviceRow;
+    fn next(&mut self) -> Option<PackedDeviceRow> {
+        let mut top = self.heap.peek_mut()?;
+        let c = top.0 .1;
+        let rows = &self.chunks[c].rows;
+        let r = rows[self.pos[c]];
+        self.pos[c] += 1;
+        match rows.get(self.pos[c]) {
+            Some(n) => top.0 .0 = n.start,
+            None => {
+                std::collections::binary_heap::PeekMut::pop(top);
+            }
+        }
+        Some(r)
+    }
 }
 
 /// `(process index << 32 | correlationId) → chain`, 12 bytes, kept in a Vec sorted by key.
@@ -739,12 +858,15 @@ type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
 /// phases over one [`Work`]: [`load`], [`join_runtime`], [`attribute_device_rows`] (then [`sweep`]),
 /// [`map_threads`], [`aggregate`] and [`finish`].
 fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(RangesDoc, Detail)> {
-    let mut w = load(export, opts)?;
-    let corr = join_runtime(export, &mut w)?;
-    attribute_device_rows(export, &mut w, corr)?;
+    let w = run_scans(export, opts, None)?;
+    let mut ph = crate::phase::Phases::new("sqlite-ranges");
     let thread_diagnostics = map_threads(export, &w)?;
+    ph.mark("map_threads");
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
-    finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, detail)
+    ph.mark("aggregate");
+    let r = finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, detail);
+    ph.mark("finish");
+    r
 }
 
 /// What the phases share: the kept occurrences (labels as ids), their threads, their metrics so far.
@@ -823,10 +945,7 @@ pub fn analyze_with_intervals(
     opts: &RangesOptions,
     want: &dyn Fn(&str) -> bool,
 ) -> Result<(Analysis, Vec<OccurrenceIntervals>)> {
-    let mut w = load(export, opts)?;
-    w.collect = Some(Collect { want: w.label_names.iter().map(|l| want(l)).collect(), per_occ: FxMap::default() });
-    let corr = join_runtime(export, &mut w)?;
-    attribute_device_rows(export, &mut w, corr)?;
+    let mut w = run_scans(export, opts, Some(want))?;
     let thread_diagnostics = map_threads(export, &w)?;
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
     let mut per_occ = w.collect.take().map(|c| c.per_occ).unwrap_or_default();
@@ -839,6 +958,79 @@ pub fn analyze_with_intervals(
         v.runtime.sort_by_key(|r| (r.start, r.end));
     }
     Ok((Analysis { doc, occurrences, metrics }, iv))
+}
+
+/// Phases 1 to 3: the device tables are read in parallel threads (each large table split into rowid ranges,
+/// each range on its own read-only connection: [`crate::export::rows::read_device_chunks`]) while the
+/// occurrences load and the runtime calls join on the export's connection; then the device rows are
+/// attributed and swept. Errors come in the order of a serial run: tables, NVTX, runtime, device rows.
+fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -> bool>) -> Result<Work> {
+    check_tables(export)?;
+    let dev_tables: Vec<(DeviceKind, crate::export::TableInfo)> =
+        DeviceKind::ALL.iter().filter_map(|k| export.table(k.table()).map(|t| (*k, t.clone()))).collect();
+    let src = export.source();
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let threads = crate::export::rows::scan_threads();
+    // the runtime calls too, in parallel batches, unless intervals are collected (their order is kept then)
+    let rt_table = export.table(schema::RUNTIME).cloned().filter(|_| want.is_none());
+    let (tx, rx) = std::sync::mpsc::sync_channel::<crate::export::rows::RuntimeBatch>(16);
+    let mut rx = Some(rx);
+    std::thread::scope(|s| {
+        let (src_r, cancel_r) = (&src, &cancel);
+        let reader = s.spawn(|| crate::export::rows::read_device_chunks(&src, &dev_tables, threads, &cancel));
+        let rt_reader = match rt_table.as_ref() {
+            Some(t) => {
+                Some(s.spawn(move || crate::export::rows::read_runtime_batches(src_r, t, threads, cancel_r, tx)))
+            }
+            None => {
+                drop(tx);
+                rx = None;
+                None
+            }
+        };
+        let mut ph = crate::phase::Phases::new("sqlite-ranges");
+        let main = (|| -> Result<(Work, CorrTable, bool)> {
+            let mut w = load(export, opts)?;
+            ph.mark("load");
+            if let Some(want) = want {
+                w.collect =
+                    Some(Collect { want: w.label_names.iter().map(|l| want(l)).collect(), per_occ: FxMap::default() });
+            }
+            let (corr, consumed) = join_runtime(export, &mut w, rx.take())?;
+            ph.mark("join_runtime");
+            Ok((w, corr, consumed))
+        })();
+        // a reader never waits on a consumer that is gone
+        drop(rx.take());
+        if main.is_err() {
+            cancel.store(true, Ordering::Relaxed);
+        }
+        let rt_skips =
+            rt_reader.map(|h| h.join().unwrap_or_else(|_| Err(Error::input("the runtime table reader panicked"))));
+        let chunks = reader.join().unwrap_or_else(|_| Err(Error::input("the device table reader panicked")));
+        ph.mark("device_rows_wait");
+        let (mut w, corr, consumed) = main?;
+        if consumed {
+            if let Some(sk) = rt_skips {
+                crate::export::merge_skips(&mut w.row_skips, &sk?);
+            }
+        }
+        let chunks = chunks?;
+        attribute_device_rows(&mut w, corr, chunks);
+        ph.mark("attribute_device_rows+sweep");
+        Ok(w)
+    })
+}
+
+/// Every table of the contract, validated before any work (a schema mismatch is an error, never a partial
+/// report).
+fn check_tables(export: &Export) -> Result<()> {
+    export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
+    export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
+    for (t, cols) in OPTIONAL_TABLES {
+        export.optional(t, cols)?;
+    }
+    Ok(())
 }
 
 impl Work {
@@ -866,34 +1058,44 @@ fn load(export: &Export, opts: &RangesOptions) -> Result<Work> {
         }
     }
     progress("reading NVTX_EVENTS");
-    let loaded = load_occurrences(export, opts)?;
+    let loaded = load_interned(export, opts)?;
     let slices = thread_slices(&loaded.occurrences);
     let n = loaded.occurrences.len();
-    // labels as ids; the owned Strings are dropped before the big scans
+    // labels as ids; folding runs once per distinct raw label (with its occurrence count, first-seen order:
+    // what one call per occurrence gives), and the folded labels are numbered in order of first occurrence
     let mut label_names: Vec<String> = Vec::new();
     let mut folder = opts.fold.then(crate::labels::Folder::new);
     let occ: Vec<COcc> = {
+        let mut count = vec![0u64; loaded.labels.len()];
+        for &r in &loaded.ids {
+            count[r as usize] += 1;
+        }
+        let mut final_of: Vec<u32> = vec![u32::MAX; loaded.labels.len()];
         let mut ids: FxMap<String, u32> = FxMap::default();
         let mut out = Vec::with_capacity(n);
-        for mut o in loaded.occurrences {
-            if let Some(f) = folder.as_mut() {
-                o.label = f.add(&o.label, 1);
+        for (o, &r) in loaded.occurrences.iter().zip(&loaded.ids) {
+            if final_of[r as usize] == u32::MAX {
+                let raw = &loaded.labels[r as usize];
+                let label = match folder.as_mut() {
+                    Some(f) => f.add(raw, count[r as usize]),
+                    None => raw.clone(),
+                };
+                final_of[r as usize] = match ids.get(label.as_str()) {
+                    Some(&id) => id,
+                    None => {
+                        let id = label_names.len() as u32;
+                        label_names.push(label.clone());
+                        ids.insert(label, id);
+                        id
+                    }
+                };
             }
-            let label = match ids.get(o.label.as_str()) {
-                Some(&id) => id,
-                None => {
-                    let id = label_names.len() as u32;
-                    label_names.push(o.label.clone());
-                    ids.insert(o.label, id);
-                    id
-                }
-            };
             out.push(COcc {
                 global_tid: o.global_tid,
                 start: o.start,
                 end: o.end,
                 domain_id: o.domain_id,
-                label,
+                label: final_of[r as usize],
                 depth: o.depth,
                 parent: o.parent.map_or(u32::MAX, |p| p as u32),
                 event_type: o.event_type,
@@ -938,7 +1140,12 @@ fn load(export: &Export, opts: &RangesOptions) -> Result<Work> {
 
 /// Phase 2: stream the runtime calls once; each call inside kept occurrences of its thread counts for them
 /// (calls, blocking syncs) and records `(process, correlationId) → occurrence chain` for the device rows.
-fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
+fn join_runtime(
+    export: &Export,
+    w: &mut Work,
+    rx: Option<std::sync::mpsc::Receiver<crate::export::rows::RuntimeBatch>>,
+) -> Result<(CorrTable, bool)> {
+    let mut consumed = false;
     let mut corr: Vec<CorrEnt> = Vec::new();
     let mut corr_wide: FxMap<(i64, i64), u32> = FxMap::default();
     let n = w.occ.len();
@@ -970,7 +1177,7 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
         let mut last_pidx = 0u32;
         let mut seen = 0u64;
         let Work { occ, slice_of, metrics, syncs, th_runtime, proc_idx, chains, row_skips, collect, .. } = w;
-        export.runtime_calls(row_skips, |r| {
+        let mut body = |r: crate::export::RuntimeRow| -> Result<()> {
             seen += 1;
             if seen & 0xF_FFFF == 0 {
                 progress(&format!("{tbl}: {seen} rows"));
@@ -1047,7 +1254,19 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
                 *slot = chains.intern(&u);
             }
             Ok(())
-        })?;
+        };
+        match rx {
+            // batches of parallel readers (the join does not depend on the row order)
+            Some(rx) => {
+                consumed = true;
+                for b in rx.iter() {
+                    for r in b.rows {
+                        body(r)?;
+                    }
+                }
+            }
+            None => export.runtime_calls(row_skips, &mut body)?,
+        }
     }
 
     // sort the correlation entries by key; a key seen on several calls gets the union of their chains
@@ -1082,36 +1301,29 @@ fn join_runtime(export: &Export, w: &mut Work) -> Result<CorrTable> {
     w.chains.map = FxMap::default();
     w.chains.data.shrink_to_fit();
     w.chains.offs.shrink_to_fit();
-    Ok(CorrTable { corr, wide: corr_wide })
+    Ok((CorrTable { corr, wide: corr_wide }, consumed))
 }
 
-/// Phase 3: stream the device rows once into compact records, attributing each through `(globalPid,
-/// correlationId)` to the occurrence chain of its runtime call; then [`sweep`] them.
-fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result<()> {
+/// Phase 3: the device rows (read in bulk, in table order: [`run_scans`]) attributed through `(globalPid,
+/// correlationId)` to the occurrence chain of their runtime call, each record's `aux` rewritten in place into
+/// its tag; then [`sweep`].
+fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChunk>) {
+    progress("attributing device rows");
     let CorrTable { corr, wide: corr_wide } = ct;
     let mut dev_ids: Vec<i64> = Vec::new();
     let mut dev_idx: FxMap<i64, u32> = FxMap::default();
-    let mut rows_out: Vec<DevRow> = Vec::new();
     let mut tags: Vec<Tag> = Vec::new();
     let mut tag_idx: FxMap<(u32, u32), u32> = FxMap::default();
     let mut last_tag_key = (u32::MAX, u32::MAX);
     let mut last_tag = u32::MAX;
     let mut corr_hint = 0usize;
-    // Size the record vector once, exactly, without a scan: max(rowid) is one b-tree descent per table (absent
-    // for WITHOUT ROWID tables). Growing by doubling would hold two copies at the peak.
-    let hint: usize =
-        DeviceKind::ALL.iter().filter(|k| w.present(k.table())).map(|k| export.row_count_hint(k.table())).sum();
-    rows_out.reserve_exact(hint);
-    for kind in DeviceKind::ALL {
-        let tbl = kind.table();
-        if !w.present(tbl) {
-            continue;
-        }
+    for chunk in &mut chunks {
+        crate::export::merge_skips(&mut w.row_skips, &chunk.skips);
+        let Some(kind) = chunk.kind else { continue };
         let mut last_gpid = i64::MIN;
         let mut last_pidx: Option<u32> = None;
         let mut last_dev = i64::MIN;
         let mut last_di = 0u32;
-        let mut seen = 0u64;
         let Work {
             metrics,
             chains,
@@ -1119,7 +1331,6 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
             th_device,
             device_pids,
             proc_idx,
-            row_skips,
             kernels_total,
             kernel_work_total,
             kernels_attr,
@@ -1128,13 +1339,27 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
             occ,
             ..
         } = &mut *w;
-        export.device_rows(kind, row_skips, |r| {
-            seen += 1;
-            if seen & 0xF_FFFF == 0 {
-                progress(&format!("{tbl}: {seen} rows"));
+        let (mut seg, mut long_i, mut wide_i) = (0usize, 0usize, 0usize);
+        for i in 0..chunk.rows.len() {
+            while seg + 1 < chunk.segs.len() && chunk.segs[seg + 1].0 <= i {
+                seg += 1;
             }
-            let (s, e) = (r.start, r.end);
-            let dev = r.device_id.unwrap_or(-1);
+            let (_, global_pid, device_id) = chunk.segs[seg];
+            let r = chunk.rows[i];
+            let s = r.start;
+            let e = if r.dur == u32::MAX {
+                long_i += 1;
+                chunk.long[long_i - 1].1
+            } else {
+                s + r.dur as i64
+            };
+            let correlation_id = if r.aux == u32::MAX {
+                wide_i += 1;
+                chunk.wide[wide_i - 1].1
+            } else {
+                Some(r.aux as i64)
+            };
+            let dev = device_id.unwrap_or(-1);
             if dev != last_dev {
                 let next = dev_ids.len() as u32;
                 last_di = *dev_idx.entry(dev).or_insert_with(|| {
@@ -1144,13 +1369,13 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
                 last_dev = dev;
             }
             let mut chain = u32::MAX;
-            if let Some(g) = r.global_pid {
+            if let Some(g) = global_pid {
                 if g != last_gpid {
                     device_pids.insert(g);
                     last_gpid = g;
                     last_pidx = proc_idx.get(&g).copied();
                 }
-                if let (Some(p), Some(c)) = (last_pidx, r.correlation_id) {
+                if let (Some(p), Some(c)) = (last_pidx, correlation_id) {
                     if (0..=u32::MAX as i64).contains(&c) && p < (1 << 30) {
                         let k = ((p as u64) << 32) | c as u64;
                         // device rows come nearly in correlation order: try the last hit and its successor first
@@ -1211,8 +1436,7 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
                     }
                 }
             }
-            let d = e - s;
-            let (dur, tag) = if d < u32::MAX as i64 {
+            let tag = if r.dur != u32::MAX {
                 let key = (chain, last_di);
                 if key != last_tag_key {
                     let next = tags.len() as u32;
@@ -1222,29 +1446,35 @@ fn attribute_device_rows(export: &Export, w: &mut Work, ct: CorrTable) -> Result
                     });
                     last_tag_key = key;
                 }
-                (d as u32, last_tag)
+                last_tag
             } else {
                 tags.push(Tag { chain, dev: last_di, end: e });
-                (u32::MAX, tags.len() as u32 - 1)
+                tags.len() as u32 - 1
             };
-            rows_out.push(DevRow { start: s, dur, tag });
-            Ok(())
-        })?;
+            chunk.rows[i].aux = tag;
+        }
+        chunk.segs = Vec::new();
+        chunk.long = Vec::new();
+        chunk.wide = Vec::new();
     }
     drop(corr);
     drop(corr_wide);
     drop(tag_idx);
-    sweep(w, rows_out, tags, &dev_ids);
-    Ok(())
+    crate::phase::timed("sqlite-ranges", "sweep", || sweep(w, chunks, tags, &dev_ids));
 }
 
 /// Phase 3b: the device records swept by start, merging per-occurrence and per-device interval unions
 /// incrementally (busy, coverage, span), no per-occurrence interval list.
-fn sweep(w: &mut Work, mut rows_out: Vec<DevRow>, tags: Vec<Tag>, dev_ids: &[i64]) {
+fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[i64]) {
     progress("merging device intervals");
-    if !rows_out.windows(2).all(|w| w[0].start <= w[1].start) {
-        rows_out.sort_unstable_by_key(|r| r.start);
+    // each chunk sorted by start (nsys writes them so: the sort is a check), then merged by start (the
+    // unions do not depend on the order of equal starts)
+    for c in &mut chunks {
+        if !c.rows.windows(2).all(|w| w[0].start <= w[1].start) {
+            c.rows.sort_unstable_by_key(|r| r.start);
+        }
     }
+    let rows_out = MergeByStart::new(&chunks);
 
     // sweep: per-occurrence and per-device incremental unions
     #[derive(Clone, Copy)]
@@ -1265,8 +1495,8 @@ fn sweep(w: &mut Work, mut rows_out: Vec<DevRow>, tags: Vec<Tag>, dev_ids: &[i64
         })
         .collect();
     let (occ, metrics, chains) = (&w.occ, &mut w.metrics, &w.chains);
-    for r in &rows_out {
-        let tg = tags[r.tag as usize];
+    for r in rows_out {
+        let tg = tags[r.aux as usize];
         let end = if r.dur == u32::MAX { tg.end } else { r.start + r.dur as i64 };
         let di = tg.dev as usize;
         let dt = &mut dtot[di];
@@ -1303,7 +1533,7 @@ fn sweep(w: &mut Work, mut rows_out: Vec<DevRow>, tags: Vec<Tag>, dev_ids: &[i64
             }
         }
     }
-    drop(rows_out);
+    drop(chunks);
     drop(tags);
     for (di, c) in dcur.iter().enumerate() {
         if c.open {

@@ -2,7 +2,6 @@
 
 use clap::CommandFactory;
 use nsyskit::flags::gate_check::GateCheckArgs;
-use nsyskit::gate;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, Type, Value};
 
@@ -87,7 +86,7 @@ impl SimplePluginCommand for GateCheck {
         if args.nsys.is_none() {
             args.nsys = nu_nsys_bin(engine)?;
         }
-        let doc = args.options().and_then(|o| gate::run(&o)).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
+        let doc = args.options().and_then(|o| args.run(&o)).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
     }
 }

@@ -1,0 +1,41 @@
+//! Timing by phase for the benchmark (`scripts/bench-ranges`, docs/performance.md): with
+//! `NSYSKIT_PHASE_TIMES=1` in the environment, each tool prints one stderr line per phase,
+//! `nsyskit-phase TOOL PHASE SECONDS`, as the phase ends. Without it nothing is printed and nothing is timed
+//! beyond one `Instant::now()` per phase. Never part of a document.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("NSYSKIT_PHASE_TIMES").is_some_and(|v| !v.is_empty() && v != "0"))
+}
+
+/// A phase clock: [`Phases::mark`] prints the time since the previous mark (or since [`Phases::new`]).
+pub struct Phases {
+    tool: &'static str,
+    last: Instant,
+}
+
+impl Phases {
+    pub fn new(tool: &'static str) -> Phases {
+        Phases { tool, last: Instant::now() }
+    }
+
+    /// End the current phase, naming it.
+    pub fn mark(&mut self, phase: &str) {
+        let now = Instant::now();
+        if enabled() {
+            eprintln!("nsyskit-phase {} {} {:.3}", self.tool, phase, (now - self.last).as_secs_f64());
+        }
+        self.last = now;
+    }
+}
+
+/// Time `f` as one phase of `tool` (printed only with `NSYSKIT_PHASE_TIMES=1`).
+pub fn timed<T>(tool: &'static str, phase: &str, f: impl FnOnce() -> T) -> T {
+    let mut p = Phases::new(tool);
+    let v = f();
+    p.mark(phase);
+    v
+}
