@@ -19,7 +19,8 @@ use crate::export::Export;
 /// One blocking API's calls inside a range (`ranges[].sync`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
-pub struct SyncStat {
+#[schemars(rename = "SyncStat")]
+pub struct RangeSync {
     pub calls: i64,
     pub total_ns: i64,
 }
@@ -48,7 +49,7 @@ pub struct RangeRow {
     pub kernel_span_ns: i64,
     pub gpu_idle_within_kernel_span_ns: i64,
     pub uncovered_host_time_ns: i64,
-    pub sync: BTreeMap<String, SyncStat>,
+    pub sync: BTreeMap<String, RangeSync>,
     pub depths: BTreeMap<String, i64>,
     pub parents: BTreeMap<String, i64>,
 }
@@ -180,7 +181,7 @@ pub struct Evidence {
     /// The totals of the whole kernel table (`kernel_profile.totals`) when the bundle records them: shares are
     /// taken over these, whatever part of the table `kernels` lists.
     #[serde(skip)]
-    pub kernel_totals: Option<KernelTotals>,
+    pub kernel_totals: Option<BundleKernelTotals>,
     /// `kernel_profile.gates`: the gate-check verdict and its retry reasons, when the bundle has them.
     #[serde(skip)]
     pub gates: Option<(String, Vec<String>)>,
@@ -203,7 +204,8 @@ pub struct Evidence {
 
 /// The totals of a capture's whole kernel table, as a bundle records them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct KernelTotals {
+#[schemars(rename = "KernelTotals")]
+pub struct BundleKernelTotals {
     pub total_time_ns: i64,
     pub kernels: Option<i64>,
     pub instances: Option<i64>,
@@ -390,7 +392,7 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
         if let Some((t, at)) = totals {
             let n = |k: &str| t.get(k).and_then(|v| v.as_i64());
             if let Some(total) = n("total_time_ns") {
-                ev.kernel_totals = Some(KernelTotals {
+                ev.kernel_totals = Some(BundleKernelTotals {
                     total_time_ns: total,
                     kernels: n("kernels"),
                     instances: n("instances"),

@@ -61,7 +61,7 @@ pub struct KernCsvDoc {
     /// Kernel reports (`cuda_gpu_kern_sum`) only: sums over every row.
     pub totals: Option<KernelTotals>,
     /// Kernel reports only: the `--top` kernels by total time (ties keep CSV order).
-    pub top_kernels: Option<Vec<TopKernel>>,
+    pub top_kernels: Option<Vec<StatsTopKernel>>,
 }
 
 /// Only for the schema of `rows`: a cell is an integer, a float or a string (null when empty).
@@ -96,7 +96,8 @@ pub struct KernelTotals {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct TopKernel {
+#[schemars(rename = "TopKernel")]
+pub struct StatsTopKernel {
     /// 1-based rank by total time.
     pub rank: u64,
     pub name: String,
@@ -1184,7 +1185,7 @@ impl Summary {
         self.cands.sort_by_key(|c| (std::cmp::Reverse(c.total), c.index));
     }
 
-    fn finish(mut self, source: &str) -> Result<(KernelTotals, Vec<TopKernel>)> {
+    fn finish(mut self, source: &str) -> Result<(KernelTotals, Vec<StatsTopKernel>)> {
         self.sort();
         let n = if self.top == 0 { self.cands.len() } else { self.top.min(self.cands.len()) };
         let mut out = Vec::with_capacity(n);
@@ -1194,7 +1195,7 @@ impl Summary {
                 rest[j] =
                     v.ok_or_else(|| Error::input(format!("{source}: data row {}: {} is empty", c.index + 1, REST[j])))?;
             }
-            out.push(TopKernel {
+            out.push(StatsTopKernel {
                 rank: rank as u64 + 1,
                 name: c.name,
                 total_time_ns: c.total,

@@ -14,6 +14,7 @@ pub mod compare;
 pub mod contract;
 pub mod evidence;
 pub mod export;
+pub mod flags;
 pub mod gate;
 pub mod health_log;
 pub mod iterations;

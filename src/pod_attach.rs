@@ -431,7 +431,8 @@ impl Options {
 /// One step of a run: an API request, a command in a container, an HTTP call to the engine, or a local wait.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Step {
+#[schemars(rename = "Step")]
+pub enum PlanStep {
     /// A Kubernetes API request.
     Api {
         method: String,
@@ -638,19 +639,19 @@ pub fn argv_end_sleep(sleep_s: u64) -> Vec<String> {
 
 /// The exact request plan of a run (what `--dry-run` prints). Values only known while running (the engine PID,
 /// the report's name) appear as `<ENGINE_PID>`, `<NSYS_PID>`, `<NEW_REPORT>`, `<FILES>`.
-pub fn plan(o: &Options) -> Vec<Step> {
+pub fn plan(o: &Options) -> Vec<PlanStep> {
     let pod = o.pod_or_placeholder();
     let base = pod_path(&o.namespace, pod);
     let mut v = Vec::new();
     match &o.pod {
-        Some(_) => v.push(Step::Api {
+        Some(_) => v.push(PlanStep::Api {
             method: "GET".into(),
             path: base.clone(),
             content_type: None,
             body: None,
             why: "find the pod".into(),
         }),
-        None => v.push(Step::Api {
+        None => v.push(PlanStep::Api {
             method: "GET".into(),
             path: format!(
                 "/api/v1/namespaces/{}/pods?labelSelector={}",
@@ -664,23 +665,23 @@ pub fn plan(o: &Options) -> Vec<Step> {
     }
     let sidecar = o.strategy != Strategy::Session;
     let tools_container = if sidecar { o.sidecar_name.clone() } else { o.container_or_placeholder().to_string() };
-    let exec = |argv: Vec<String>, why: &str| Step::Exec { container: tools_container.clone(), argv, why: why.into() };
+    let exec = |argv: Vec<String>, why: &str| PlanStep::Exec { container: tools_container.clone(), argv, why: why.into() };
     if sidecar {
-        v.push(Step::Api {
+        v.push(PlanStep::Api {
             method: "PATCH".into(),
             path: format!("{base}/ephemeralcontainers"),
             content_type: Some("application/strategic-merge-patch+json".into()),
             body: Some(ephemeral_patch(o)),
             why: "add the nsys sidecar sharing the engine's PID namespace".into(),
         });
-        v.push(Step::Api {
+        v.push(PlanStep::Api {
             method: "GET".into(),
             path: base.clone(),
             content_type: None,
             body: None,
             why: format!("poll until {} runs (up to {} s)", o.sidecar_name, o.wait_timeout_s),
         });
-        v.push(Step::Api {
+        v.push(PlanStep::Api {
             method: "GET".into(),
             path: format!(
                 "/api/v1/namespaces/{}/events?fieldSelector={}",
@@ -711,14 +712,14 @@ pub fn plan(o: &Options) -> Vec<Step> {
     match o.strategy {
         Strategy::Endpoint => {
             v.push(exec(argv_list_reports("/proc/<NSYS_PID>/root/<NSYS_OUTPUT_DIR>"), "reports before the capture"));
-            v.push(Step::Http {
+            v.push(PlanStep::Http {
                 method: "POST".into(),
                 port: o.port,
                 path: "/start_profile".into(),
                 why: "engine calls cudaProfilerStart".into(),
             });
-            v.push(Step::Wait { seconds: o.duration_s, why: "capture window".into() });
-            v.push(Step::Http {
+            v.push(PlanStep::Wait { seconds: o.duration_s, why: "capture window".into() });
+            v.push(PlanStep::Http {
                 method: "POST".into(),
                 port: o.port,
                 path: "/stop_profile".into(),
@@ -735,7 +736,7 @@ pub fn plan(o: &Options) -> Vec<Step> {
         }
         Strategy::Session => {
             v.push(exec(argv_session_start(o), "start the session's collection"));
-            v.push(Step::Wait { seconds: o.duration_s, why: "capture window".into() });
+            v.push(PlanStep::Wait { seconds: o.duration_s, why: "capture window".into() });
             v.push(exec(argv_session_stop(o), "stop; nsys writes the report"));
         }
         Strategy::Attach => {
@@ -1677,7 +1678,7 @@ pub struct KernelProfile {
     pub strategy: Strategy,
     /// From `profiles/gpu_kern_sum.csv` (kern-csv-to-json's `top_kernels`: name, instances, times in ns, share).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub top_kernels: Option<Vec<crate::kern_csv::TopKernel>>,
+    pub top_kernels: Option<Vec<crate::kern_csv::StatsTopKernel>>,
 }
 
 /// What `--bundle` wrote.
@@ -1921,9 +1922,9 @@ fn retry_ids(doc: Option<&serde_json::Value>) -> Vec<String> {
 }
 
 /// Gate the copied files (`REPORT`, with its export `SQLITE`): `PASS`, `RETRY`, else `NOT_RUN` with why.
-pub fn run_gate(gate: &Gate, report: &Path, sqlite: &Path) -> GateResult {
+pub fn run_gate(gate: &Gate, report: &Path, sqlite: &Path) -> PodGateResult {
     match gate {
-        Gate::Skip(reason) => GateResult { verdict: "NOT_RUN".into(), reason: reason.clone(), document: None },
+        Gate::Skip(reason) => PodGateResult { verdict: "NOT_RUN".into(), reason: reason.clone(), document: None },
         Gate::Program(bin) => run_gate_program(bin, report, sqlite),
         Gate::Library => {
             let opts = crate::gate::GateOptions {
@@ -1946,9 +1947,9 @@ pub fn run_gate(gate: &Gate, report: &Path, sqlite: &Path) -> GateResult {
                             ),
                         )
                     };
-                    GateResult { verdict: verdict.into(), reason, document: doc }
+                    PodGateResult { verdict: verdict.into(), reason, document: doc }
                 }
-                Err(e) => GateResult {
+                Err(e) => PodGateResult {
                     verdict: "NOT_RUN".into(),
                     reason: format!("gate-check (library): {}", e.message),
                     document: None,
@@ -1958,7 +1959,7 @@ pub fn run_gate(gate: &Gate, report: &Path, sqlite: &Path) -> GateResult {
     }
 }
 
-fn run_gate_program(bin: &Path, report: &Path, sqlite: &Path) -> GateResult {
+fn run_gate_program(bin: &Path, report: &Path, sqlite: &Path) -> PodGateResult {
     match std::process::Command::new(bin).arg(report).arg("--sqlite").arg(sqlite).arg("--compact").output() {
         Ok(out) => {
             let doc = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok();
@@ -1980,15 +1981,16 @@ fn run_gate_program(bin: &Path, report: &Path, sqlite: &Path) -> GateResult {
                 }
                 _ => format!("{} exited 0", bin.display()),
             };
-            GateResult { verdict: verdict.into(), reason, document: doc }
+            PodGateResult { verdict: verdict.into(), reason, document: doc }
         }
-        Err(e) => GateResult { verdict: "NOT_RUN".into(), reason: format!("{}: {e}", bin.display()), document: None },
+        Err(e) => PodGateResult { verdict: "NOT_RUN".into(), reason: format!("{}: {e}", bin.display()), document: None },
     }
 }
 
 /// The result of `gate-check` on the copied-out capture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct GateResult {
+#[schemars(rename = "GateResult")]
+pub struct PodGateResult {
     /// `PASS`, `RETRY`, or `NOT_RUN` with the reason in `reason`.
     pub verdict: String,
     pub reason: String,
@@ -1998,7 +2000,8 @@ pub struct GateResult {
 
 /// Where the capture came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Provenance {
+#[schemars(rename = "Provenance")]
+pub struct PodProvenance {
     pub namespace: String,
     pub pod: String,
     pub pod_uid: Option<String>,
@@ -2038,11 +2041,11 @@ pub struct PodAttachDoc {
     pub pod: Option<String>,
     pub container: Option<String>,
     /// `--dry-run`: the exact requests and argv a run issues, in order.
-    pub plan: Vec<Step>,
-    pub provenance: Option<Provenance>,
+    pub plan: Vec<PlanStep>,
+    pub provenance: Option<PodProvenance>,
     pub out_dir: Option<String>,
     pub files: Vec<CopiedFile>,
-    pub gate: Option<GateResult>,
+    pub gate: Option<PodGateResult>,
     /// `--bundle`: the seed's `kernel_profile`, as merged into the bundle.
     pub kernel_profile: Option<KernelProfile>,
     /// `--bundle`: where it was written.
@@ -2163,7 +2166,7 @@ mod tests {
     fn plan_has_patch_body_and_argv_arrays() {
         let p = plan(&opts());
         let patch = p.iter().find_map(|s| match s {
-            Step::Api { method, path, body, .. } if method == "PATCH" => Some((path.clone(), body.clone().unwrap())),
+            PlanStep::Api { method, path, body, .. } if method == "PATCH" => Some((path.clone(), body.clone().unwrap())),
             _ => None,
         });
         let (path, body) = patch.expect("a PATCH");
@@ -2176,13 +2179,13 @@ mod tests {
         let mut o = opts();
         o.process_match = "x'; rm -rf / #".into();
         for st in plan(&o) {
-            if let Step::Exec { argv, .. } = st {
+            if let PlanStep::Exec { argv, .. } = st {
                 assert!(!argv.iter().any(|a| a.contains("rm -rf /")), "{argv:?}");
             }
         }
         let mut o = opts();
         o.strategy = Strategy::Session;
-        assert!(!plan(&o).iter().any(|s| matches!(s, Step::Api { method, .. } if method == "PATCH")));
+        assert!(!plan(&o).iter().any(|s| matches!(s, PlanStep::Api { method, .. } if method == "PATCH")));
     }
 
     fn pe(pid: u32, ppid: u32, cuda: bool, cmd: &str) -> ProcEntry {
@@ -2520,12 +2523,12 @@ mod tests {
         let patch = p
             .iter()
             .find_map(|s| match s {
-                Step::Api { body: Some(b), .. } => Some(b.clone()),
+                PlanStep::Api { body: Some(b), .. } => Some(b.clone()),
                 _ => None,
             })
             .unwrap();
         assert_eq!(patch["spec"]["ephemeralContainers"][0]["image"], DEFAULT_SIDECAR_IMAGE);
-        assert!(p.iter().any(|s| matches!(s, Step::Wait { seconds, .. } if *seconds == 120.0)));
+        assert!(p.iter().any(|s| matches!(s, PlanStep::Wait { seconds, .. } if *seconds == 120.0)));
         let b = options(&Flags {
             pod: Some("vllm-0".into()),
             image: Some(PATH_B_IMAGE.into()),
@@ -2537,7 +2540,7 @@ mod tests {
         let argvs: Vec<Vec<String>> = plan(&b)
             .into_iter()
             .filter_map(|s| match s {
-                Step::Exec { argv, .. } => Some(argv),
+                PlanStep::Exec { argv, .. } => Some(argv),
                 _ => None,
             })
             .collect();
@@ -2621,7 +2624,7 @@ mod tests {
         let mut doc = dry_run(&o).unwrap();
         doc.dry_run = false;
         doc.files = files;
-        doc.provenance = Some(Provenance {
+        doc.provenance = Some(PodProvenance {
             namespace: "ns".into(),
             pod: "p".into(),
             pod_uid: None,

@@ -11,6 +11,7 @@
 pub mod call;
 pub mod commands;
 pub mod convert;
+pub mod flags;
 
 use nu_plugin::{Plugin, PluginCommand};
 

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::schema::{
+    cols, system_env_keys, ANALYSIS_DETAILS, TARGET_INFO_GPU, TARGET_INFO_SESSION_START_TIME, TARGET_INFO_SYSTEM_ENV,
+};
 use super::Export;
 use crate::contract::{Error, Result};
 
@@ -213,47 +216,53 @@ pub struct CaptureInfo {
 pub fn capture_info(export: &Export) -> Result<CaptureInfo> {
     let mut c = CaptureInfo::default();
     let conn = export.conn();
-    if let Some(t) = export.optional("TARGET_INFO_SESSION_START_TIME", &["utcTime"])? {
+    let [utc_time] = cols::SESSION_START_TIME;
+    let start_time_col = format!("{TARGET_INFO_SESSION_START_TIME}.{utc_time}");
+    if let Some(t) = export.optional(TARGET_INFO_SESSION_START_TIME, &cols::SESSION_START_TIME)? {
         let v: Option<String> = conn
-            .query_row(&format!("SELECT CAST(utcTime AS TEXT) FROM \"{}\" LIMIT 1", t.name), [], |r| r.get(0))
+            .query_row(&format!("SELECT CAST({utc_time} AS TEXT) FROM \"{}\" LIMIT 1", t.name), [], |r| r.get(0))
             .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
-            .map_err(export.sql_err("TARGET_INFO_SESSION_START_TIME.utcTime"))?;
+            .map_err(export.sql_err(&start_time_col))?;
         if let Some(v) = v.filter(|v| !v.trim().is_empty()) {
             let v = v.trim();
             c.captured_at = Some(if v.ends_with('Z') || v.contains('+') { v.to_string() } else { format!("{v}Z") });
-            c.captured_at_from = Some("TARGET_INFO_SESSION_START_TIME.utcTime".into());
+            c.captured_at_from = Some(start_time_col.clone());
         }
     }
-    if let Some(t) = export.optional("TARGET_INFO_GPU", &["name"])? {
+    let [name] = cols::GPU_NAME;
+    let gpu_name_col = format!("{TARGET_INFO_GPU}.{name}");
+    if let Some(t) = export.optional(TARGET_INFO_GPU, &cols::GPU_NAME)? {
         let mut stmt = conn
-            .prepare(&format!("SELECT DISTINCT name FROM \"{}\" WHERE name IS NOT NULL ORDER BY name", t.name))
-            .map_err(export.sql_err("TARGET_INFO_GPU.name"))?;
+            .prepare(&format!("SELECT DISTINCT {name} FROM \"{}\" WHERE {name} IS NOT NULL ORDER BY {name}", t.name))
+            .map_err(export.sql_err(&gpu_name_col))?;
         c.gpus = stmt
             .query_map([], |r| r.get::<_, String>(0))
             .and_then(|r| r.collect())
-            .map_err(export.sql_err("TARGET_INFO_GPU.name"))?;
+            .map_err(export.sql_err(&gpu_name_col))?;
     }
-    if let Some(t) = export.optional("TARGET_INFO_SYSTEM_ENV", &["name", "value"])? {
+    if let Some(t) = export.optional(TARGET_INFO_SYSTEM_ENV, &cols::NAME_VALUE)? {
+        let [name, value] = cols::NAME_VALUE;
         let get = |key: &str| -> Result<Option<String>> {
             conn.query_row(
-                &format!("SELECT CAST(value AS TEXT) FROM \"{}\" WHERE name = ?1 LIMIT 1", t.name),
+                &format!("SELECT CAST({value} AS TEXT) FROM \"{}\" WHERE {name} = ?1 LIMIT 1", t.name),
                 [key],
                 |r| r.get::<_, Option<String>>(0),
             )
             .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
-            .map_err(export.sql_err("TARGET_INFO_SYSTEM_ENV"))
+            .map_err(export.sql_err(TARGET_INFO_SYSTEM_ENV))
         };
         let known = |v: Option<String>| v.filter(|v| !v.trim().is_empty() && v.trim() != "0");
-        c.driver_version = known(get("NvDriverVersion")?);
-        c.cuda_driver_version = known(get("CudaDriverVersion")?);
+        c.driver_version = known(get(system_env_keys::NV_DRIVER_VERSION)?);
+        c.cuda_driver_version = known(get(system_env_keys::CUDA_DRIVER_VERSION)?);
     }
-    if let Some(t) = export.optional("ANALYSIS_DETAILS", &["duration", "startTime", "stopTime"])? {
+    if let Some(t) = export.optional(ANALYSIS_DETAILS, &cols::ANALYSIS_DETAILS)? {
+        let [duration, start, stop] = cols::ANALYSIS_DETAILS;
         let row: Option<(Option<i64>, Option<i64>, Option<i64>)> = conn
-            .query_row(&format!("SELECT duration, startTime, stopTime FROM \"{}\" LIMIT 1", t.name), [], |r| {
+            .query_row(&format!("SELECT {duration}, {start}, {stop} FROM \"{}\" LIMIT 1", t.name), [], |r| {
                 Ok(Some((r.get(0)?, r.get(1)?, r.get(2)?)))
             })
             .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
-            .map_err(export.sql_err("ANALYSIS_DETAILS"))?;
+            .map_err(export.sql_err(ANALYSIS_DETAILS))?;
         if let Some((d, s, e)) = row {
             c.duration_ns = d;
             c.start_ns = s;

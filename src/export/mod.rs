@@ -342,22 +342,31 @@ fn uri_escape(path: &str) -> String {
 /// own `NVTX binary payload extension is incompatible…` message from `StringIds` when it is there (measured:
 /// Python `nvtx` 0.2.17 under nsys 2023.4.4 records one domain-creation row, eventType 76, and that message).
 pub fn nvtx_no_range_facts(ex: &Export) -> Result<(u64, Option<String>)> {
-    let other = if ex.has_table("NVTX_EVENTS") {
+    use schema::{cols, nvtx, NVTX_EVENTS, NVTX_INCOMPATIBLE_LIKE, STRING_IDS};
+    let other = if ex.has_table(NVTX_EVENTS) {
+        let [_, end, event_type, ..] = cols::NVTX_EVENTS;
+        let [push_pop, start_end] = nvtx::RANGES;
         ex.conn()
             .query_row(
-                "SELECT COUNT(*) FROM NVTX_EVENTS WHERE NOT (eventType IN (59, 60) AND end IS NOT NULL)",
+                &format!(
+                    "SELECT COUNT(*) FROM {NVTX_EVENTS} \
+                     WHERE NOT ({event_type} IN ({push_pop}, {start_end}) AND {end} IS NOT NULL)"
+                ),
                 [],
                 |r| r.get::<_, i64>(0),
             )
-            .map_err(ex.sql_err("NVTX_EVENTS"))? as u64
+            .map_err(ex.sql_err(NVTX_EVENTS))? as u64
     } else {
         0
     };
-    let msg = if ex.has_table("StringIds") {
+    let msg = if ex.has_table(STRING_IDS) {
+        let [_, value] = cols::STRING_IDS;
         ex.conn()
-            .query_row("SELECT value FROM StringIds WHERE value LIKE '%NVTX%incompatible%' LIMIT 1", [], |r| {
-                r.get::<_, String>(0)
-            })
+            .query_row(
+                &format!("SELECT {value} FROM {STRING_IDS} WHERE {value} LIKE ?1 LIMIT 1"),
+                [NVTX_INCOMPATIBLE_LIKE],
+                |r| r.get::<_, String>(0),
+            )
             .ok()
     } else {
         None

@@ -30,6 +30,8 @@ pub const TARGET_INFO_SYSTEM_ENV: &str = "TARGET_INFO_SYSTEM_ENV";
 pub const META_DATA_CAPTURE: &str = "META_DATA_CAPTURE";
 pub const META_DATA_EXPORT: &str = "META_DATA_EXPORT";
 pub const DIAGNOSTIC_EVENT: &str = "DIAGNOSTIC_EVENT";
+/// The capture's duration and its bounds on the export's clock (one row).
+pub const ANALYSIS_DETAILS: &str = "ANALYSIS_DETAILS";
 /// nsys 2025.3 name of the graph node-building events table.
 pub const CUDA_GRAPH_NODE_EVENTS: &str = "CUDA_GRAPH_NODE_EVENTS";
 /// nsys 2023.4 name of the graph node-building events table (2025.3 keeps it for graph-level events).
@@ -79,6 +81,12 @@ pub mod cols {
     /// Device tables: the CUDA stream (read when present, by step-budget).
     pub const STREAM_ID: &str = "streamId";
     /// TARGET_INFO_GPU: `name`, then these when present.
+    /// `TARGET_INFO_SESSION_START_TIME`: the capture's UTC start.
+    pub const SESSION_START_TIME: [&str; 1] = ["utcTime"];
+    /// `TARGET_INFO_GPU`: the GPU's name.
+    pub const GPU_NAME: [&str; 1] = ["name"];
+    /// `ANALYSIS_DETAILS`: duration and bounds (ns).
+    pub const ANALYSIS_DETAILS: [&str; 3] = ["duration", "startTime", "stopTime"];
     pub const GPU_DETAILS: [&str; 4] = ["chipName", "smCount", "totalMemory", "clockRate"];
 }
 
@@ -95,6 +103,18 @@ pub mod nvtx {
     /// The range event types.
     pub const RANGES: [i64; 2] = [PUSH_POP, START_END];
 }
+
+/// Keys of `TARGET_INFO_SYSTEM_ENV` (`name, value` rows) the capture header reads.
+pub mod system_env_keys {
+    /// The NVIDIA driver version (`0` on a machine without a driver).
+    pub const NV_DRIVER_VERSION: &str = "NvDriverVersion";
+    /// The CUDA version the driver supports (`13000` = 13.0).
+    pub const CUDA_DRIVER_VERSION: &str = "CudaDriverVersion";
+}
+
+/// nsys's own message in `StringIds` when it could not decode an NVTX payload (a SQL `LIKE` pattern; measured:
+/// Python `nvtx` 0.2.17 under nsys 2023.4.4: `NVTX binary payload extension is incompatible…`).
+pub const NVTX_INCOMPATIBLE_LIKE: &str = "%NVTX%incompatible%";
 
 /// `META_DATA_CAPTURE` names (suffixes of `PROCESS_n:…`).
 pub mod capture_keys {

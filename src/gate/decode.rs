@@ -24,11 +24,11 @@ pub struct DecodeSteps {
     pub chosen_by: String,
     /// The iteration-like labels seen, with their occurrence counts (most frequent first).
     pub candidates: Vec<(String, usize)>,
-    pub steps: Vec<Step>,
+    pub steps: Vec<DecodeStep>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Step {
+pub struct DecodeStep {
     pub global_tid: i64,
     pub start: i64,
     pub end: i64,
@@ -96,10 +96,10 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
             }
         },
     };
-    let mut steps: Vec<Step> = Vec::new();
+    let mut steps: Vec<DecodeStep> = Vec::new();
     for (i, o) in a.occurrences.iter().enumerate() {
         if o.label == label {
-            steps.push(Step {
+            steps.push(DecodeStep {
                 global_tid: o.global_tid,
                 start: o.start,
                 end: o.end,
@@ -140,12 +140,12 @@ fn lower_median(sorted: &[i64]) -> i64 {
 }
 
 /// Step-start to next-step-start intervals on the same thread.
-pub fn step_intervals(steps: &[Step]) -> Vec<i64> {
+pub fn step_intervals(steps: &[DecodeStep]) -> Vec<i64> {
     steps.windows(2).filter(|w| w[0].global_tid == w[1].global_tid).map(|w| w[1].start - w[0].start).collect()
 }
 
 /// The most frequent kernel count per step (ties: the smaller count) and how many steps have it.
-pub fn kernel_mode(steps: &[Step]) -> (u64, usize) {
+pub fn kernel_mode(steps: &[DecodeStep]) -> (u64, usize) {
     let mut c: std::collections::BTreeMap<u64, usize> = std::collections::BTreeMap::new();
     for s in steps {
         *c.entry(s.kernels).or_default() += 1;
@@ -166,7 +166,7 @@ pub struct Shape {
 pub const SHAPE_MIN_SHARE: f64 = 0.10;
 
 /// The shapes of a step list, most steps first (ties: the smaller count). Empty when no count qualifies.
-pub fn step_shapes(steps: &[Step]) -> Vec<Shape> {
+pub fn step_shapes(steps: &[DecodeStep]) -> Vec<Shape> {
     let mut c: std::collections::BTreeMap<u64, usize> = std::collections::BTreeMap::new();
     for s in steps {
         *c.entry(s.kernels).or_default() += 1;
@@ -187,7 +187,7 @@ pub type ShapeIntervals = (u64, i64, usize, usize);
 /// Regularity within shapes: for each shape, the step-start intervals between consecutive steps of that
 /// shape (same thread, adjacent in time) and how many lie in [median/2, 2·median] around that shape's median.
 /// Returns (inside, total, per-shape (kernels, median ns, inside, total)).
-pub fn shape_intervals(steps: &[Step], shapes: &[Shape]) -> (usize, usize, Vec<ShapeIntervals>) {
+pub fn shape_intervals(steps: &[DecodeStep], shapes: &[Shape]) -> (usize, usize, Vec<ShapeIntervals>) {
     let mut per = Vec::new();
     let (mut inside_all, mut total_all) = (0, 0);
     for sh in shapes {
@@ -399,7 +399,7 @@ pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
         return Ok(g.skip("the decode steps carry no kernel (G6 decides)"));
     }
     let (mut by_prefill, mut by_kernels, mut by_duration) = (0, 0, 0);
-    let mut bad: Vec<&Step> = Vec::new();
+    let mut bad: Vec<&DecodeStep> = Vec::new();
     for s in &ds.steps {
         let p = s.prefills > 0;
         let k = (s.kernels as f64) > mode as f64 * t.kernel_outlier_factor
@@ -461,12 +461,12 @@ mod shape_tests {
     use super::*;
 
     /// Steps of one thread: `counts[i]` kernels, starting `gap_us[i]` µs after the previous one.
-    fn steps(spec: &[(u64, i64, usize)]) -> Vec<Step> {
+    fn steps(spec: &[(u64, i64, usize)]) -> Vec<DecodeStep> {
         let mut t = 0;
         let mut v = Vec::new();
         for &(kernels, gap_us, times) in spec {
             for _ in 0..times {
-                v.push(Step { global_tid: 1, start: t, end: t + gap_us * 900, kernels, prefills: 0 });
+                v.push(DecodeStep { global_tid: 1, start: t, end: t + gap_us * 900, kernels, prefills: 0 });
                 t += gap_us * 1000;
             }
         }

@@ -170,46 +170,47 @@ impl Document for GateDoc {
 // ---------------------------------------------------------------------------------------------------------
 // Options
 
-/// Every threshold, each a flag of `gate-check` (defaults documented in docs/gate-check.md).
-#[derive(Debug, Clone, PartialEq)]
+/// Every threshold, each a flag of `gate-check` (flattened into [`crate::flags::gate_check::GateCheckArgs`];
+/// the Nushell command's signature is built from the same definition). The doc comment of each field is the
+/// flag's help in both adapters, its `default_value_t` the one default ([`Thresholds::default`] reads them).
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct Thresholds {
-    /// G2: smallest acceptable `.nsys-rep`, bytes; None = the tier default ([`default_min_rep_bytes`]).
+    /// G2: smallest acceptable .nsys-rep in bytes [default: 10000000 for throughput, 1000000 for decode]
+    #[arg(long, value_name = "BYTES")]
     pub min_rep_bytes: Option<u64>,
-    /// G4: largest share of NVTX events on CUDA threads that may start after the last CUDA runtime row.
+    /// G4: largest share of the CUDA threads' NVTX events that may start after the last CUDA runtime row
+    #[arg(long, default_value_t = 0.02, value_name = "SHARE")]
     pub max_nvtx_after_cuda_share: f64,
-    /// G5: an empty stretch (no kernel/memcpy/memset) is "long" when it is above this share of the GPU
-    /// activity window …
+    /// G5: an empty GPU stretch is long when above this share of the GPU activity window …
+    #[arg(long, default_value_t = 0.25, value_name = "SHARE")]
     pub max_gap_share: f64,
-    /// … and at least this long (ms).
+    /// … and at least this many milliseconds
+    #[arg(long, default_value_t = 500.0, value_name = "MS")]
     pub min_gap_ms: f64,
-    /// G6: smallest share of inter-step gaps inside the dominant bucket `[median/2, 2·median]`.
+    /// G6: smallest share of step-start intervals in the dominant bucket [median/2, 2·median]
+    #[arg(long, default_value_t = 0.8, value_name = "SHARE")]
     pub min_dominant_gap_share: f64,
-    /// G6: smallest share of steps whose kernel count equals the most frequent count.
+    /// G6: smallest share of steps with the most frequent kernel count
+    #[arg(long, default_value_t = 0.8, value_name = "SHARE")]
     pub min_stable_kernel_share: f64,
-    /// G7: a step is unlike the dominant shape when its duration is above this factor × the median duration …
+    /// G7: a step is a duration outlier above this factor × the median step duration
+    #[arg(long, default_value_t = 3.0, value_name = "FACTOR")]
     pub duration_outlier_factor: f64,
-    /// … or its kernel count is above this factor × the most frequent count, or below it ÷ this factor.
+    /// G7: a step is a kernel-count outlier above this factor × the most frequent count (or below it ÷ factor)
+    #[arg(long, default_value_t = 1.5, value_name = "FACTOR")]
     pub kernel_outlier_factor: f64,
-    /// G7: largest share of steps unlike the dominant shape.
+    /// G7: largest share of steps unlike the dominant decode-step shape
+    #[arg(long, default_value_t = 0.01, value_name = "SHARE")]
     pub max_contaminated_share: f64,
-    /// G6: fewest decode steps the decode tier accepts.
+    /// G6: fewest decode steps the decode tier accepts
+    #[arg(long, default_value_t = 20, value_name = "N")]
     pub min_decode_steps: usize,
 }
 
 impl Default for Thresholds {
+    /// The flags' defaults, read from their clap definition (one place).
     fn default() -> Self {
-        Thresholds {
-            min_rep_bytes: None,
-            max_nvtx_after_cuda_share: 0.02,
-            max_gap_share: 0.25,
-            min_gap_ms: 500.0,
-            min_dominant_gap_share: 0.8,
-            min_stable_kernel_share: 0.8,
-            duration_outlier_factor: 3.0,
-            kernel_outlier_factor: 1.5,
-            max_contaminated_share: 0.01,
-            min_decode_steps: 20,
-        }
+        crate::flags::defaults()
     }
 }
 

@@ -93,7 +93,8 @@ impl ResolveOptions {
 
 /// One place nsys was looked for, and what came of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Candidate {
+#[schemars(rename = "Candidate")]
+pub struct NsysCandidate {
     /// The path as found (before resolving symlinks).
     pub path: PathBuf,
     /// `--nsys`, `NSYS_BIN`, `PATH` or `install-dir`.
@@ -122,7 +123,7 @@ pub struct Resolved {
     /// Whether `capabilities` was probed from the binary.
     pub probed: bool,
     /// Every candidate in search order, with why it was or was not chosen.
-    pub candidates: Vec<Candidate>,
+    pub candidates: Vec<NsysCandidate>,
 }
 
 /// The output of a program run with a timeout.
@@ -385,11 +386,11 @@ fn candidates(opts: &ResolveOptions) -> Vec<Found> {
 pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
     let found = candidates(opts);
     let explicit = found.first().filter(|f| f.source == "--nsys" || f.source == "NSYS_BIN").map(|f| f.source);
-    let mut cands: Vec<Candidate> = Vec::new();
+    let mut cands: Vec<NsysCandidate> = Vec::new();
     // verification results, indexed like `cands`
     let mut ok: Vec<bool> = Vec::new();
     for (i, f) in found.iter().enumerate() {
-        let mut c = Candidate {
+        let mut c = NsysCandidate {
             path: f.path.clone(),
             source: f.source.into(),
             canonical: None,
@@ -429,7 +430,7 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
     }
     // install folders: newest version first (stable for equal versions), unusable ones after
     let first_install = cands.iter().position(|c| c.source == "install-dir").unwrap_or(cands.len());
-    let mut tail: Vec<(Candidate, bool)> = cands.drain(first_install..).zip(ok.drain(first_install..)).collect();
+    let mut tail: Vec<(NsysCandidate, bool)> = cands.drain(first_install..).zip(ok.drain(first_install..)).collect();
     tail.sort_by(|(a, aok), (b, bok)| {
         bok.cmp(aok).then_with(|| match (&a.version, &b.version) {
             (Some(x), Some(y)) => compare_versions(y, x),

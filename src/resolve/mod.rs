@@ -26,7 +26,7 @@ pub use caps::{
 };
 pub use find::{
     expand_glob, glob_regex, install_globs_from_env, probe_capabilities, project_install_globs, resolve,
-    run_with_timeout, verify, Candidate, ResolveOptions, Resolved, RunError, RunOutput, KNOWN_INSTALL_GLOBS,
+    run_with_timeout, verify, NsysCandidate, ResolveOptions, Resolved, RunError, RunOutput, KNOWN_INSTALL_GLOBS,
 };
 pub use preflight::{
     check_port, check_shm, parse_apps, parse_clocks, parse_cuda_version, parse_gpus, parse_proc_net_tcp, query_clocks,

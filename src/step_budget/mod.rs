@@ -190,7 +190,8 @@ pub struct VerdictRow {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Verdict {
+#[schemars(rename = "Verdict")]
+pub struct BudgetVerdict {
     /// kernel_bound, cpu_launch_bound, python_overhead_bound, sync_bound, memcpy_bound, comm_bound or mixed_or_unclear.
     pub class: String,
     /// The rule that fired (docs/step-budget.md).
@@ -242,7 +243,7 @@ pub struct StepBudgetDoc {
     pub ranks: Vec<RankBudget>,
     /// With several ranks: per matched step (the k-th step of every rank), the rank the others wait for.
     pub stragglers: Vec<Straggler>,
-    pub verdict: Verdict,
+    pub verdict: BudgetVerdict,
     pub notes: Vec<String>,
     /// `--iteration-records` / `--iterations`: the join, the window and the groups by phase and batch size
     /// (docs/iterations.md); absent without them.
@@ -985,7 +986,7 @@ fn verdict_of(
     pacing: Option<&Pacing>,
     graph_level: bool,
     nccl: u64,
-) -> Verdict {
+) -> BudgetVerdict {
     let wall = totals["wall"].max(1);
     let mut rows: Vec<VerdictRow> = Components::NAMES
         .iter()
@@ -993,7 +994,7 @@ fn verdict_of(
         .collect();
     rows.sort_by(|a, b| b.value_ns.cmp(&a.value_ns).then(a.name.cmp(&b.name)));
     if graph_level {
-        return Verdict {
+        return BudgetVerdict {
             class: "mixed_or_unclear".into(),
             rule: "graph_level_capture".into(),
             reason: "graph-level capture: the graph replays are single GRAPH_TRACE rows, no node-level kernel rows; re-capture with --cuda-graph-trace=node".into(),
@@ -1009,7 +1010,7 @@ fn verdict_of(
             VerdictRow { name: "median_step_period".into(), value_ns: period, share: None },
         ];
         r.extend(rows);
-        return Verdict {
+        return BudgetVerdict {
             class: "kernel_bound".into(),
             rule: "gpu_saturated".into(),
             reason: format!("the median step's correlated GPU busy ({busy} ns) is ≥ {GPU_SATURATED_SHARE} of the median start-to-start period ({period} ns)"),
@@ -1037,9 +1038,9 @@ fn verdict_of(
         if nccl > 0 && top.name != "comm" {
             reason.push_str("; NCCL kernels exist: their exposed time is comm");
         }
-        return Verdict { class: class.into(), rule: "dominant_component".into(), reason, steps_used: 0, rows };
+        return BudgetVerdict { class: class.into(), rule: "dominant_component".into(), reason, steps_used: 0, rows };
     }
-    Verdict {
+    BudgetVerdict {
         class: "mixed_or_unclear".into(),
         rule: "no_dominant_component".into(),
         reason: format!(

@@ -752,7 +752,7 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
         pod: Some(pod_name.clone()),
         container: Some(container.clone()),
         plan: vec![],
-        provenance: Some(pa::Provenance {
+        provenance: Some(pa::PodProvenance {
             namespace: o.namespace.clone(),
             pod: pod_name.clone(),
             pod_uid: pod.metadata.uid.clone(),

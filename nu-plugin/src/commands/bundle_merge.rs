@@ -1,12 +1,15 @@
 //! `bundle-merge`: merge nsyskit documents (pipeline records, JSON text, files) into an evidence bundle.
 
+use clap::CommandFactory;
 use nsyskit::bundle::{self, DocIn, Mode};
 use nsyskit::contract::Input;
+use nsyskit::flags::bundle_merge::BundleMergeArgs;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, Span, SyntaxShape, Type, Value};
 
 use crate::call::{category, doc_value, labeled_at, resolve_path, span_of_arg};
 use crate::convert::{json_to_nu, nu_to_json};
+use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct BundleMerge;
@@ -68,11 +71,11 @@ impl SimplePluginCommand for BundleMerge {
     }
 
     fn signature(&self) -> Signature {
-        Signature::build(SimplePluginCommand::name(self))
+        let sig = Signature::build(SimplePluginCommand::name(self))
             .required("bundle", SyntaxShape::Filepath, "The evidence bundle (a JSON object; created when absent)")
-            .rest("doc", SyntaxShape::Filepath, "nsyskit JSON documents to merge after the pipeline's, in order")
-            .switch("check", "Write nothing; `changed` says whether the merge would change the bundle", None)
-            .switch("stdout", "Write nothing; return the merged bundle instead of the summary", None)
+            .rest("doc", SyntaxShape::Filepath, "nsyskit JSON documents to merge after the pipeline's, in order");
+        flags()
+            .signature(sig)
             .input_output_types(vec![
                 (Type::record(), Type::record()),
                 (Type::table(), Type::record()),
@@ -143,4 +146,9 @@ impl SimplePluginCommand for BundleMerge {
         }
         doc_value(&outcome.report, call.head)
     }
+}
+
+/// The flags of the `bundle-merge` binary (one definition: `nsyskit::flags::bundle_merge`).
+fn flags() -> Flags {
+    Flags::new(BundleMergeArgs::command())
 }

@@ -1,13 +1,14 @@
 //! `capture-compare`: are captures comparable, and is the trial faster → `nsyskit.compare/v1`
 //! (or `nsyskit.baseline/v1` with `--save-baseline`).
 
-use nsyskit::compare::{self, ab::AbSettings, CompareOptions};
+use clap::CommandFactory;
+use nsyskit::compare;
+use nsyskit::flags::capture_compare::CaptureCompareArgs;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{
-    category, doc_arg, doc_value, flag_f64, flag_list, flag_path, flag_str, flag_usize, labeled, resolve_path,
-};
+use crate::call::{category, doc_arg, doc_value, labeled};
+use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct CaptureCompare;
@@ -33,36 +34,10 @@ impl SimplePluginCommand for CaptureCompare {
 
     fn signature(&self) -> Signature {
         let doc = || SyntaxShape::OneOf(vec![SyntaxShape::Record(Vec::new().into()), SyntaxShape::Filepath]);
-        let list =
-            || SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::Filepath)), SyntaxShape::Filepath]);
-        Signature::build(SimplePluginCommand::name(self))
+        let sig = Signature::build(SimplePluginCommand::name(self))
             .optional("a", doc(), "The baseline capture: bundle JSON, ranges JSON, nsys .sqlite export or stored baseline (a path or a record)")
-            .optional("b", doc(), "The capture compared with A (a path or a record)")
-            .named("baseline", list(), "Baseline captures (several: the A side of an A/B comparison)", None)
-            .named("trial", list(), "Trial captures (the B side)", None)
-            .named("baseline-name", SyntaxShape::String, "Read baseline-side bundles as their stored baseline `baselines.NAME`", None)
-            .named("save-baseline", SyntaxShape::String, "Return an nsyskit.baseline/v1 document of the --baseline captures instead of comparing (store it with bundle-merge)", None)
-            .named("provenance-a", SyntaxShape::Filepath, "A provenance document (nsyskit.provenance/v1) for A: adds version, flags, window, GPU facts", None)
-            .named("provenance-b", SyntaxShape::Filepath, "A provenance document for B", None)
-            .switch("strict", "A fact unknown on a side makes the comparison not comparable", None)
-            .named("tier", SyntaxShape::String, "The gate-check tier used for raw exports: throughput or decode (default throughput; bundles carry their own gate verdict)", None)
-            .named(
-                "expect-label",
-                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
-                "A producer range both sides must contain (a list, or repeat; default: every stable label seen on either side)",
-                None,
-            )
-            .named("max-attributed-share-diff", SyntaxShape::Number, "Largest allowed difference of the attributed kernel-work shares (0–1; default 0.05)", None)
-            .named("label", SyntaxShape::String, "The label whose verdict --fail-on-regression reads (default: the iteration label)", None)
-            .named("metric", SyntaxShape::String, "The metric of each label's verdict: host_wall, kernel_busy_union or gpu_idle_within_kernel_span (default host_wall)", None)
-            .named("fail-on-regression", SyntaxShape::Number, "Fail (regression.failed; exit 1 in the binary) when the chosen label is slower than PCT percent with confidence", None)
-            .named("bootstrap", SyntaxShape::Int, "Bootstrap resamples (≥ 100; default 2000)", None)
-            .named("seed", SyntaxShape::Int, "Seed of the bootstrap (default 1; the same seed gives the same interval)", None)
-            .named("confidence", SyntaxShape::Number, "Two-sided confidence level of the interval (default 0.95)", None)
-            .named("categories", SyntaxShape::Filepath, "Kernel category rules replacing the built-in ones (JSON or `category=regex` lines)", None)
-            .named("top", SyntaxShape::Int, "List at most N kernel deltas (0 = all; default 50)", None)
-            .input_output_types(vec![(Type::Nothing, Type::record())])
-            .category(category())
+            .optional("b", doc(), "The capture compared with A (a path or a record)");
+        flags().signature(sig).input_output_types(vec![(Type::Nothing, Type::record())]).category(category())
     }
 
     fn search_terms(&self) -> Vec<&str> {
@@ -107,40 +82,18 @@ impl SimplePluginCommand for CaptureCompare {
             }
             None => (Default::default(), None),
         };
-        let paths = |name: &str| -> Result<Vec<std::path::PathBuf>, LabeledError> {
-            flag_list(call, name)?.iter().map(|p| resolve_path(engine, p).map_err(LabeledError::from)).collect()
-        };
-        let tier = match flag_str(call, "tier")? {
-            Some(t) => nsyskit::gate::Tier::parse(&t.item).map_err(err)?,
-            None => nsyskit::gate::Tier::default(),
-        };
-        let d = AbSettings::default();
-        let opts = CompareOptions {
-            a,
-            b,
-            baseline: paths("baseline")?,
-            trial: paths("trial")?,
-            baseline_name: flag_str(call, "baseline-name")?.map(|s| s.item),
-            provenance_a: flag_path(engine, call, "provenance-a")?,
-            provenance_b: flag_path(engine, call, "provenance-b")?,
-            categories: flag_path(engine, call, "categories")?,
-            top: flag_usize(call, "top")?.unwrap_or(50),
-            strict: call.has_flag("strict")?,
-            tier,
-            expect_labels: flag_list(call, "expect-label")?,
-            max_attributed_share_diff: flag_f64(call, "max-attributed-share-diff")?.unwrap_or(0.05),
-            label: flag_str(call, "label")?.map(|s| s.item),
-            metric: flag_str(call, "metric")?.map(|s| s.item).unwrap_or_else(|| "host_wall".into()),
-            fail_on_regression: flag_f64(call, "fail-on-regression")?,
-            ab: AbSettings {
-                resamples: flag_usize(call, "bootstrap")?.unwrap_or(d.resamples),
-                seed: flag_usize(call, "seed")?.map(|s| s as u64).unwrap_or(d.seed),
-                confidence: flag_f64(call, "confidence")?.unwrap_or(d.confidence),
-            },
-        };
-        match flag_str(call, "save-baseline")? {
-            Some(name) => doc_value(&compare::baseline::save(&opts, &name.item).map_err(err)?, call.head),
+        let positionals = [&a, &b].into_iter().filter(|p| !p.as_os_str().is_empty());
+        let args: CaptureCompareArgs =
+            flags().parse(engine, call, positionals.map(|p| p.clone().into_os_string()).collect())?;
+        let opts = args.options().map_err(err)?;
+        match &args.save_baseline {
+            Some(name) => doc_value(&compare::baseline::save(&opts, name).map_err(err)?, call.head),
             None => doc_value(&compare::run(&opts).map_err(err)?, call.head),
         }
     }
+}
+
+/// The flags of the `capture-compare` binary (one definition: `nsyskit::flags::capture_compare`).
+fn flags() -> Flags {
+    Flags::new(CaptureCompareArgs::command())
 }

@@ -1,12 +1,14 @@
 //! `kern-csv-to-json`: `nsys stats --format csv` output → the typed `nsyskit.stats/v1` document.
 
+use clap::CommandFactory;
 use nsyskit::contract::Input;
-use nsyskit::kern_csv::{self, KernCsvOptions, DEFAULT_TOP};
+use nsyskit::flags::kern_csv_to_json::KernCsvToJsonArgs;
+use nsyskit::kern_csv;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_value, flag_str, flag_usize, labeled, resolve_path};
-use crate::convert::date_to_json;
+use crate::call::{category, doc_value, labeled, resolve_path};
+use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct KernCsvToJson;
@@ -31,22 +33,18 @@ impl SimplePluginCommand for KernCsvToJson {
     }
 
     fn signature(&self) -> Signature {
-        Signature::build(SimplePluginCommand::name(self))
-            .optional("input", SyntaxShape::Filepath, "The CSV file written by `nsys stats --format csv` (default: the pipeline input)")
-            .named(
-                "report",
-                SyntaxShape::String,
-                "Force the report (current or older nsys name, e.g. cuda_api_sum or cudaapisum); the header must match it",
-                None,
-            )
-            .named(
-                "captured-at",
-                SyntaxShape::OneOf(vec![SyntaxShape::DateTime, SyntaxShape::String]),
-                "The capture's time (a date, or RFC 3339 text) to record as `captured_at`; default: the CSV file's modification time (nothing for pipeline input)",
-                None,
-            )
-            .named("top", SyntaxShape::Int, "Kernel reports: how many kernels `top_kernels` keeps, by total time (0 = all; default 20)", None)
-            .input_output_types(vec![(Type::Nothing, Type::record()), (Type::String, Type::record()), (Type::Binary, Type::record())])
+        let sig = Signature::build(SimplePluginCommand::name(self)).optional(
+            "input",
+            SyntaxShape::Filepath,
+            "The CSV file written by `nsys stats --format csv` (default: the pipeline input)",
+        );
+        flags()
+            .signature(sig)
+            .input_output_types(vec![
+                (Type::Nothing, Type::record()),
+                (Type::String, Type::record()),
+                (Type::Binary, Type::record()),
+            ])
             .category(category())
     }
 
@@ -83,15 +81,8 @@ impl SimplePluginCommand for KernCsvToJson {
     ) -> Result<Value, LabeledError> {
         let sig = self.signature();
         let input_span = Some(input.span());
-        let opts = KernCsvOptions {
-            report: flag_str(call, "report")?.map(|s| s.item),
-            top: flag_usize(call, "top")?.unwrap_or(DEFAULT_TOP),
-            captured_at: match call.get_flag_value("captured-at") {
-                None | Some(Value::Nothing { .. }) => None,
-                Some(Value::Date { val, .. }) => Some(date_to_json(&val)),
-                Some(v) => Some(v.coerce_into_string()?),
-            },
-        };
+        // the input is the path argument or the pipeline, read below; the flags go through the binary's parser
+        let opts = flags().parse::<KernCsvToJsonArgs>(engine, call, Vec::new())?.options();
         let path: Option<String> = call.opt(0)?;
         let result = match (path, input) {
             (Some(p), _) => kern_csv::run(&Input::Path(resolve_path(engine, &p)?), &opts),
@@ -116,3 +107,8 @@ impl SimplePluginCommand for KernCsvToJson {
 
 /// `Total Time (ns)` of the first row of fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv.
 const EXAMPLE_TOP_KERNEL_NS: i64 = 6_009_202;
+
+/// The flags of the `kern-csv-to-json` binary (one definition: `nsyskit::flags::kern_csv_to_json`).
+fn flags() -> Flags {
+    Flags::new(KernCsvToJsonArgs::command())
+}

@@ -1,10 +1,13 @@
 //! `nvtx-readiness`: can this trace name where the time went? → `nsyskit.readiness/v1`. RETRY is data.
 
-use nsyskit::readiness::{self, ReadinessOptions, DEFAULT_MAX_OPAQUE_SHARE};
+use clap::CommandFactory;
+use nsyskit::flags::nvtx_readiness::NvtxReadinessArgs;
+use nsyskit::readiness;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
-use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
+use nu_protocol::{Example, LabeledError, Signature, Type, Value};
 
-use crate::call::{category, doc_value, flag_f64, flag_path, flag_str, labeled, nu_nsys_bin, resolve_path};
+use crate::call::{category, doc_value, labeled, nu_nsys_bin, resolve_path};
+use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct NvtxReadiness;
@@ -28,16 +31,8 @@ impl SimplePluginCommand for NvtxReadiness {
     }
 
     fn signature(&self) -> Signature {
-        Signature::build(SimplePluginCommand::name(self))
-            .required("capture", SyntaxShape::Filepath, "The export written by `nsys export --type sqlite` (or an .nsys-rep)")
-            .named(
-                "range-prefix",
-                SyntaxShape::String,
-                "The range prefix P of the taxonomy; a trailing dot is ignored (default: inferred from the *.engine.iteration label with the most occurrences)",
-                None,
-            )
-            .named("max-opaque-share", SyntaxShape::Number, "READY needs the opaque share of iteration wall time below this (default 0.05)", None)
-            .named("nsys", SyntaxShape::Filepath, "The nsys used to export an .nsys-rep (default: $env.NSYS_BIN, else nsys on PATH)", None)
+        let f = flags();
+        f.signature(f.required(Signature::build(SimplePluginCommand::name(self)), "capture"))
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
     }
@@ -63,18 +58,19 @@ impl SimplePluginCommand for NvtxReadiness {
     ) -> Result<Value, LabeledError> {
         let sig = self.signature();
         let capture = resolve_path(engine, &call.req::<String>(0)?)?;
-        let nsys = match flag_path(engine, call, "nsys")? {
-            Some(p) => Some(p),
-            None => nu_nsys_bin(engine)?,
-        };
-        let opts = ReadinessOptions {
-            range_prefix: flag_str(call, "range-prefix")?.map(|s| s.item),
-            max_opaque_share: flag_f64(call, "max-opaque-share")?.unwrap_or(DEFAULT_MAX_OPAQUE_SHARE),
-        };
-        let doc =
-            readiness::run(&capture, &opts, nsys.as_deref()).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
+        let mut args: NvtxReadinessArgs = flags().parse(engine, call, vec![capture.clone().into_os_string()])?;
+        if args.nsys.is_none() {
+            args.nsys = nu_nsys_bin(engine)?;
+        }
+        let doc = readiness::run(&capture, &args.options(), args.nsys.as_deref())
+            .map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
     }
 }
 
 const EXAMPLE_VERDICT: &str = "READY";
+
+/// The flags of the `nvtx-readiness` binary (one definition: `nsyskit::flags::nvtx_readiness`).
+fn flags() -> Flags {
+    Flags::new(NvtxReadinessArgs::command()).shapes(&[("capture", crate::flags::path)])
+}

@@ -5,30 +5,18 @@
 
 use std::time::Duration;
 
+use clap::CommandFactory;
+use nsyskit::flags::pod_attach::PodAttachArgs;
 use nsyskit::pod_attach as pa;
-use nsyskit_pod_attach::{connect_and_run, options, runtime, Flags, Gate, Outcome};
+use nsyskit_pod_attach::{connect_and_run, options, runtime, Gate, Outcome};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
-use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
+use nu_protocol::{Example, LabeledError, Signature, Type, Value};
 
-use crate::call::{category, doc_value, flag_bytes, flag_path, flag_seconds, flag_str, labeled, nu_env};
+use crate::call::{category, doc_value, labeled, nu_env, resolve_path};
+use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct PodAttach;
-
-/// A non-negative integer flag that fits `T` (a port, a count of seconds).
-fn flag_uint<T: TryFrom<i64>>(call: &EvaluatedCall, name: &str) -> Result<Option<T>, LabeledError> {
-    let Some(v) = call.get_flag_value(name).filter(|v| !matches!(v, Value::Nothing { .. })) else { return Ok(None) };
-    let span = v.span();
-    let i = match &v {
-        Value::Duration { val, .. } => val / 1_000_000_000,
-        other => other.as_int().map_err(LabeledError::from)?,
-    };
-    T::try_from(i).map(Some).map_err(|_| {
-        LabeledError::new(format!("--{name} {i}: out of range"))
-            .with_code("nsyskit::usage")
-            .with_label("bad argument", span)
-    })
-}
 
 impl SimplePluginCommand for PodAttach {
     type Plugin = NsyskitPlugin;
@@ -51,30 +39,8 @@ impl SimplePluginCommand for PodAttach {
     }
 
     fn signature(&self) -> Signature {
-        let secs = || SyntaxShape::OneOf(vec![SyntaxShape::Number, SyntaxShape::Duration]);
-        Signature::build(SimplePluginCommand::name(self))
-            .named("namespace", SyntaxShape::String, "Namespace of the pod (default: default)", Some('n'))
-            .named("pod", SyntaxShape::String, "Pod name (else --selector must match exactly one pod)", None)
-            .named("selector", SyntaxShape::String, "Label selector to find the pod, e.g. app=vllm", Some('l'))
-            .named("container", SyntaxShape::String, "The engine's container (the sidecar's targetContainerName); may be left out when the pod has one container", Some('c'))
-            .named("image", SyntaxShape::String, "Sidecar image with nsys, pinned by digest (default: $env.NSYSKIT_SIDECAR_IMAGE, else the seed's Path A image ghcr.io/cfregly/nsys-sidecar:0.1.0@sha256:3146de96…); not used by --strategy session", None)
-            .switch("allow-unpinned-image", "Accept an --image not pinned by @sha256:<digest> (the digest the pod reports is recorded)", None)
-            .named("install-nsys", SyntaxShape::String, "Install nsys in the sidecar before probing it: apt (apt-get install nsight-systems-cli; Path B, e.g. with --image nvcr.io/nvidia/cuda:12.9.1-devel-ubuntu22.04)", None)
-            .named("profile", SyntaxShape::String, "Security setting of the sidecar: general (SYS_PTRACE, the default) or sysadmin (privileged)", None)
-            .named("strategy", SyntaxShape::String, "endpoint (the default: engine under nsys --capture-range=cudaProfilerApi --capture-range-end=stop|repeat), session, or attach (only if the sidecar's nsys lists --attach-pid)", None)
-            .named("process-match", SyntaxShape::String, "Regex over /proc/*/cmdline finding the engine (default: vllm serve|EngineCore)", None)
-            .named("duration", secs(), "Capture window, seconds or a duration (default 120, the seed's)", None)
-            .named("nsys", SyntaxShape::String, "nsys program in the container that runs it (default nsys)", None)
-            .named("workdir", SyntaxShape::String, "Scratch folder in that container, created by pod-attach and removed at cleanup: an absolute path whose last component starts with nsyskit-pod-attach- (default /tmp/nsyskit-pod-attach-ID)", None)
-            .named("out-dir", SyntaxShape::Filepath, "Local folder for the copied files (default pod-attach-out)", Some('o'))
-            .named("max-copy-bytes", SyntaxShape::OneOf(vec![SyntaxShape::Int, SyntaxShape::Filesize]), "Refuse a copy-out whose files total more bytes (default: the sizes stat gives in the container; the stream is cut past them)", None)
-            .named("bundle", SyntaxShape::Filepath, "Evidence bundle folder: copy the report and CSVs into DIR/profiles/ and merge kernel_profile into DIR/inference_perfbench_v1.json", None)
-            .named("port", SyntaxShape::Int, "Engine HTTP port, endpoint strategy (default 8000)", None)
-            .named("session", SyntaxShape::String, "nsys session name, session strategy (default nsyskit)", None)
-            .named("wait-timeout", secs(), "Seconds to wait for the sidecar to run and for the report to appear (default 120)", None)
-            .named("capture-name", SyntaxShape::String, "Base name of the copied files (default capture)", None)
-            .named("gate-check", SyntaxShape::Filepath, "Gate with this gate-check program instead of the library's gate (run in process by default)", None)
-            .switch("dry-run", "Give the plan (API requests and exec argv); contacts no cluster", None)
+        flags()
+            .signature(Signature::build(SimplePluginCommand::name(self)))
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
     }
@@ -111,44 +77,22 @@ impl SimplePluginCommand for PodAttach {
         input: &Value,
     ) -> Result<Value, LabeledError> {
         let sig = self.signature();
-        let d = Flags::default();
-        let s = |name: &str| -> Result<Option<String>, LabeledError> { Ok(flag_str(call, name)?.map(|s| s.item)) };
-        let flags = Flags {
-            namespace: s("namespace")?.unwrap_or(d.namespace),
-            pod: s("pod")?,
-            selector: s("selector")?,
-            container: s("container")?,
-            image: match s("image")? {
-                Some(i) => Some(i),
-                None => nu_env(engine, nsyskit::pod_attach::SIDECAR_IMAGE_ENV)?,
-            },
-            allow_unpinned_image: call.has_flag("allow-unpinned-image")?,
-            install_nsys: s("install-nsys")?,
-            max_copy_bytes: flag_bytes(call, "max-copy-bytes")?,
-            bundle: flag_path(engine, call, "bundle")?.map(|p| p.display().to_string()),
-            profile: s("profile")?.unwrap_or(d.profile),
-            strategy: s("strategy")?.unwrap_or(d.strategy),
-            process_match: s("process-match")?.unwrap_or(d.process_match),
-            duration: flag_seconds(call, "duration")?.unwrap_or(d.duration),
-            nsys: s("nsys")?.unwrap_or(d.nsys),
-            workdir: s("workdir")?,
-            out_dir: flag_path(engine, call, "out-dir")?
-                .unwrap_or_else(|| {
-                    std::path::PathBuf::from(engine.get_current_dir().unwrap_or_default()).join(&d.out_dir)
-                })
-                .display()
-                .to_string(),
-            port: flag_uint(call, "port")?.unwrap_or(d.port),
-            session: s("session")?.unwrap_or(d.session),
-            wait_timeout: flag_uint(call, "wait-timeout")?.unwrap_or(d.wait_timeout),
-            capture_name: s("capture-name")?.unwrap_or(d.capture_name),
+        let args: PodAttachArgs = flags().parse(engine, call, Vec::new())?;
+        let mut flags = args.flags();
+        // Nushell's environment and current directory, not the plugin process's
+        flags.image = match &args.image {
+            Some(i) => Some(i.clone()),
+            None => nu_env(engine, nsyskit::pod_attach::SIDECAR_IMAGE_ENV)?,
         };
+        flags.bundle =
+            args.bundle.as_deref().map(|b| resolve_path(engine, b)).transpose()?.map(|p| p.display().to_string());
+        flags.out_dir = resolve_path(engine, &args.out_dir)?.display().to_string();
         let err = |e| labeled(e, call, &sig, Some(input.span()));
         let o = options(&flags).map_err(err)?;
-        if call.has_flag("dry-run")? {
+        if args.dry_run {
             return doc_value(&pa::dry_run(&o).map_err(err)?, call.head);
         }
-        let gate = match flag_path(engine, call, "gate-check")? {
+        let gate = match args.gate_check {
             Some(p) => Gate::Program(p),
             None => Gate::Library,
         };
@@ -181,4 +125,17 @@ impl SimplePluginCommand for PodAttach {
             )),
         }
     }
+}
+
+/// The flags of the `pod-attach` binary (one definition: `nsyskit::flags::pod_attach`); the durations also
+/// take a Nushell duration.
+fn flags() -> Flags {
+    use crate::flags::{path, seconds};
+    Flags::new(PodAttachArgs::command()).shapes(&[
+        ("duration", seconds),
+        ("wait-timeout", seconds),
+        ("out-dir", path),
+        ("bundle", path),
+        ("gate-check", path),
+    ])
 }

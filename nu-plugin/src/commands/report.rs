@@ -1,11 +1,14 @@
 //! `report`: classify a capture's bottleneck → `nsyskit.report/v1`.
 
-use nsyskit::iterations::window::{self, parse_iterations, IterationArgs, Windowed};
-use nsyskit::report::{self, ReportOptions};
+use clap::CommandFactory;
+use nsyskit::flags::report::ReportArgs;
+use nsyskit::iterations::window::{self, Windowed};
+use nsyskit::report;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_arg, doc_value, flag_path, flag_str, flag_usize, labeled, labeled_at};
+use crate::call::{category, doc_arg, doc_value, labeled};
+use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct Report;
@@ -30,22 +33,13 @@ impl SimplePluginCommand for Report {
     }
 
     fn signature(&self) -> Signature {
-        Signature::build(SimplePluginCommand::name(self))
-            .optional(
+        let sig = Signature::build(SimplePluginCommand::name(self)).optional(
                 "bundle",
                 SyntaxShape::OneOf(vec![SyntaxShape::Record(Vec::new().into()), SyntaxShape::Filepath]),
                 "Evidence bundle JSON, ranges JSON or nsys .sqlite export: a path or a record (default: the pipeline input)",
-            )
-            .named("html", SyntaxShape::Filepath, "Write a self-contained HTML page with the bars, top kernels and categories", None)
-            .named("label", SyntaxShape::String, "Classify this range label instead of the automatic primary range", None)
-            .named("provenance", SyntaxShape::Filepath, "A provenance document (nsyskit.provenance/v1) to report (and use with an export)", None)
-            .named("categories", SyntaxShape::Filepath, "Kernel category rules replacing the built-in ones (JSON or `category=regex` lines)", None)
-            .named("iteration-records", SyntaxShape::Filepath, "Iteration records of the engine (JSON lines, docs/iterations.md) for --iterations (default with a bundle: its iterations.source)", None)
-            .named("iterations", SyntaxShape::String, "Classify only iterations START..=END: engine iteration indices with records, else occurrence indices of the step label (--label, else the iteration label); a window selecting no iteration is RETRY (exit 1)", None)
-            .named("top", SyntaxShape::Int, "List at most N top kernels (0 = all; default 20)", None)
-            .named("trace", SyntaxShape::Filepath, "Write a Chrome/Perfetto trace-event file of a window of steps (an nsys export only; opens in ui.perfetto.dev)", None)
-            .named("window", SyntaxShape::String, "The steps of --trace: START:END in step indexes, END excluded (default: 5 steps around the median step)", None)
-            .named("trace-max-events", SyntaxShape::Int, "At most N events in the --trace file (later events are dropped and the file says so; default 200000)", None)
+            );
+        flags()
+            .signature(sig)
             .input_output_types(vec![(Type::Nothing, Type::record()), (Type::record(), Type::record())])
             .category(category())
     }
@@ -70,44 +64,26 @@ impl SimplePluginCommand for Report {
         input: &Value,
     ) -> Result<Value, LabeledError> {
         let sig = self.signature();
+        let err = |e| labeled(e, call, &sig, Some(input.span()));
         let arg = call.positional.first().unwrap_or(input);
         let (path, _tmp) = doc_arg(engine, arg, "bundle")?;
-        let opts = ReportOptions {
-            input: path,
-            provenance: flag_path(engine, call, "provenance")?,
-            categories: flag_path(engine, call, "categories")?,
-            label: flag_str(call, "label")?.map(|s| s.item),
-            html: flag_path(engine, call, "html")?,
-            top: flag_usize(call, "top")?.unwrap_or(20),
-            trace: flag_path(engine, call, "trace")?,
-            window: match flag_str(call, "window")? {
-                Some(w) => Some(report::trace::parse_window(&w.item).map_err(|e| labeled_at(e, w.span))?),
-                None => None,
-            },
-            trace_max_events: Some(flag_usize(call, "trace-max-events")?.unwrap_or(report::trace::DEFAULT_MAX_EVENTS)),
-        };
-        let it = IterationArgs {
-            records: flag_path(engine, call, "iteration-records")?,
-            iterations: flag_str(call, "iterations")?
-                .map(|w| parse_iterations(&w.item))
-                .transpose()
-                .map_err(|e| labeled(e, call, &sig, Some(input.span())))?,
-            ..Default::default()
-        };
-        if it.iterations.is_none() && it.records.is_some() {
-            let e = nsyskit::contract::Error::usage("--iteration-records is for --iterations START:END")
-                .with_arg("--iteration-records");
-            return Err(labeled(e, call, &sig, Some(input.span())));
-        }
+        let args: ReportArgs = flags().parse(engine, call, vec![path.into_os_string()])?;
+        let opts = args.options().map_err(err)?;
+        let it = args.iteration_args().map_err(err)?;
         if it.any() {
-            return match window::report_run(&opts, &it).map_err(|e| labeled(e, call, &sig, Some(input.span())))? {
+            return match window::report_run(&opts, &it).map_err(err)? {
                 Windowed::Doc(doc) => doc_value(&doc, call.head),
                 Windowed::Retry(doc) => doc_value(&*doc, call.head),
             };
         }
-        let doc = report::run(&opts).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
+        let doc = report::run(&opts).map_err(err)?;
         doc_value(&doc, call.head)
     }
 }
 
 const EXAMPLE_VALUE: &str = "mixed_or_unclear";
+
+/// The flags of the `report` binary (one definition: `nsyskit::flags::report`).
+fn flags() -> Flags {
+    Flags::new(ReportArgs::command())
+}

@@ -2,45 +2,17 @@
 //! → `nsyskit.serve-capture/v1`. A failed stage or a RETRY gate is data; Ctrl-C in Nushell stops the run through
 //! the library's [`StopFlag`] (no process-wide signal handler in the plugin).
 
-use nsyskit::contract::Error;
-use nsyskit::gate::Tier;
-use nsyskit::serve_capture::{self, ServeCaptureOptions, StopFlag, StopSource};
+use clap::CommandFactory;
+use nsyskit::flags::serve_capture::ServeCaptureArgs;
+use nsyskit::serve_capture::{self, StopFlag, StopSource};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, SignalAction, Signature, Span, SyntaxShape, Type, Value};
 
-use crate::call::{
-    category, doc_value, flag_bytes, flag_duration, flag_list, flag_path, flag_str, labeled, nu_nsys_bin,
-};
+use crate::call::{category, doc_value, labeled, nu_nsys_bin};
+use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct ServeCapture;
-
-/// A client command: one string (split with shell-word rules, as the binary does) or a list (the argv as is).
-fn command_flag(call: &EvaluatedCall, name: &str) -> Result<Option<Vec<String>>, LabeledError> {
-    let flag = format!("--{name}");
-    match call.get_flag_value(name) {
-        None | Some(Value::Nothing { .. }) => Ok(None),
-        Some(Value::List { vals, .. }) => {
-            let argv = vals.into_iter().map(|v| v.coerce_into_string()).collect::<Result<Vec<_>, _>>()?;
-            Ok(Some(argv))
-        }
-        Some(v) => {
-            let span = v.span();
-            let s = v.coerce_into_string()?;
-            serve_capture::split_command(&s, &flag).map(Some).map_err(|e| crate::call::labeled_at(e, span))
-        }
-    }
-    .and_then(|argv| match argv {
-        Some(a) if a.is_empty() => Err(LabeledError::new(format!("{flag}: an empty command"))
-            .with_code("nsyskit::usage")
-            .with_label("give the client's command", call.head)),
-        other => Ok(other),
-    })
-}
-
-fn flag_secs_f64(call: &EvaluatedCall, name: &str) -> Result<Option<f64>, LabeledError> {
-    Ok(flag_duration(call, name)?.map(|d| d.as_secs_f64()))
-}
 
 impl SimplePluginCommand for ServeCapture {
     type Plugin = NsyskitPlugin;
@@ -65,67 +37,12 @@ impl SimplePluginCommand for ServeCapture {
     }
 
     fn signature(&self) -> Signature {
-        let secs = || SyntaxShape::OneOf(vec![SyntaxShape::Number, SyntaxShape::Duration]);
-        let cmd = || SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]);
-        Signature::build(SimplePluginCommand::name(self))
-            .rest("server", SyntaxShape::String, "The server command and its arguments")
-            .required_named("health", SyntaxShape::String, "Health URL, polled until it answers 2xx", None)
-            .required_named("load", cmd(), "Bounded load client command that spans the capture window", None)
-            .required_named("out", SyntaxShape::Filepath, "The run folder (created; must be empty)", None)
-            .named("nsys", SyntaxShape::Filepath, "The nsys binary (default: $env.NSYS_BIN, else nsys on PATH)", None)
-            .named("trace", SyntaxShape::String, "nsys --trace list (default cuda,nvtx,osrt); with cuda, --cuda-graph-trace=node is added", None)
-            .named("flags", SyntaxShape::String, "Extra nsys profile flags, one string split with shell-word rules", None)
-            .named("delay", secs(), "Time-bounded window: start collecting this many seconds after launch", None)
-            .named("duration", secs(), "Time-bounded window: collect for this many seconds", None)
-            .named("capture-range", SyntaxShape::String, "Range-bounded window: cudaProfilerApi (or nvtx, with --flags \"--nvtx-capture=NAME\")", None)
-            .named("capture-range-end", SyntaxShape::String, "What ends a range-bounded capture (default stop)", None)
-            .switch("cuda-child", "The CUDA process is a child of the launched one (vLLM, SGLang workers): adds --trace-fork-before-exec=true", None)
-            .named(
-                "env",
-                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
-                "Environment for the server, NAME=VALUE or a list of them, set on the nsys process",
-                None,
-            )
-            .named("models", SyntaxShape::String, "Models URL (e.g. http://127.0.0.1:8000/v1/models), also polled until 2xx", None)
-            .named("warmup", cmd(), "Warmup client command, run before the capture window", None)
-            .named("ready-timeout", secs(), "Seconds (or a duration) to wait for readiness (default 300)", None)
-            .named("client-timeout", secs(), "Seconds a warmup or load client may run (default 1800)", None)
-            .named("finalize-timeout", secs(), "Seconds nsys may take to write its report once the server is gone (default 300)", None)
-            .named("grace", secs(), "Seconds between TERM and KILL for each recorded process (default 10)", None)
-            .named("tier", SyntaxShape::String, "gate-check tier for the capture: throughput (G5, the default) or decode (G6, G7)", None)
-            .named("decode-range", SyntaxShape::String, "gate-check decode tier: the NVTX label of one decode step", None)
-            .named(
-                "min-rep-bytes",
-                SyntaxShape::OneOf(vec![SyntaxShape::Int, SyntaxShape::Filesize]),
-                "gate-check G2: smallest acceptable .nsys-rep, bytes or a filesize (default: the tier's)",
-                None,
-            )
-            .named("gpu", SyntaxShape::Int, "Pin the run to this physical GPU: CUDA_VISIBLE_DEVICES=IDX on the server (through nsys) and the clients; a foreign process on it fails the preflight", None)
-            .named("nvidia-smi", SyntaxShape::Filepath, "The nvidia-smi to run (default: nvidia-smi on PATH; without one the GPU checks say \"not checked\")", None)
-            .named("engine-repo", SyntaxShape::Filepath, "The engine's source tree: its git revision and dirty state go into provenance.json", None)
-            .named(
-                "instrumentation",
-                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
-                "The engine's instrumentation switch state NAME=STATE (e.g. nvtx=on), or a list of them, recorded in provenance",
-                None,
-            )
-            .named("shm", SyntaxShape::String, "Stale /dev/shm segments matching this glob (vllm_*) or regex (re:^psm_) fail the preflight", None)
-            .named("gpu-mem-tolerance", SyntaxShape::Int, "After shutdown, GPU memory used on the target GPU(s) must be back within this many MiB of its level at start (default 256)", None)
-            .named(
-                "require-argv",
-                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
-                "A flag the server command must carry (or a list of them): without it serve-capture refuses to start (exit 2, nothing launched)",
-                None,
-            )
-            .named("engine", SyntaxShape::String, "The engine (sglang, vllm): implies the server flags its capture mode needs (sglang: --alignment-nvtx-ranges, --alignment-iteration-records; vllm with --capture-range: --profiler-config.profiler=cuda)", None)
-            .named(
-                "module",
-                SyntaxShape::OneOf(vec![SyntaxShape::List(Box::new(SyntaxShape::String)), SyntaxShape::String]),
-                "A generated/JIT module (.so, cache entry) to record: size, sha256, mtime, and whether the server processes mapped it (or a list; PATH=SHA256 pins it)",
-                None,
-            )
-            .switch("strict-prebuilt", "A --module that is missing or differs from its pinned sha256 fails before the server is launched (exit 2)", None)
-            .named("iteration-records", SyntaxShape::Filepath, "The file the server writes its iteration records to (told through NSYSKIT_ITERATION_RECORDS, set on nsys); collected into the run folder and validated (iterations.json)", None)
+        flags()
+            .signature(Signature::build(SimplePluginCommand::name(self)).rest(
+                "server",
+                SyntaxShape::String,
+                "The server command and its arguments",
+            ))
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
     }
@@ -164,75 +81,12 @@ impl SimplePluginCommand for ServeCapture {
         if server.is_empty() {
             return Err(usage("serve-capture: the server command (rest arguments) is missing".into(), call.head));
         }
-        let health = flag_str(call, "health")?.map(|s| s.item).unwrap_or_default();
-        let load = command_flag(call, "load")?.unwrap_or_default();
-        let out = flag_path(engine, call, "out")?.unwrap_or_default();
-        let cwd = std::path::PathBuf::from(engine.get_current_dir()?);
-        let mut o = ServeCaptureOptions::new(server, health, load, out);
-        o.cwd = Some(cwd);
-        o.nsys = match flag_path(engine, call, "nsys")? {
-            Some(p) => Some(p),
-            None => nu_nsys_bin(engine)?,
-        };
-        if let Some(t) = flag_str(call, "trace")? {
-            o.trace = t.item;
+        let mut args: ServeCaptureArgs = flags().parse(engine, call, server.into_iter().map(Into::into).collect())?;
+        if args.nsys.is_none() {
+            args.nsys = nu_nsys_bin(engine)?;
         }
-        if let Some(f) = flag_str(call, "flags")? {
-            o.flags =
-                serve_capture::split_command(&f.item, "--flags").map_err(|e| crate::call::labeled_at(e, f.span))?;
-        }
-        o.delay_s = flag_secs_f64(call, "delay")?;
-        o.duration_s = flag_secs_f64(call, "duration")?;
-        o.capture_range = flag_str(call, "capture-range")?.map(|s| s.item);
-        o.capture_range_end = flag_str(call, "capture-range-end")?.map(|s| s.item);
-        o.cuda_child = call.has_flag("cuda-child")?;
-        o.env = flag_list(call, "env")?
-            .iter()
-            .map(|e| serve_capture::parse_env(e).map_err(|e| labeled(e.with_arg("--env"), call, &sig, None)))
-            .collect::<Result<_, _>>()?;
-        o.models = flag_str(call, "models")?.map(|s| s.item);
-        o.warmup = command_flag(call, "warmup")?;
-        for (name, field) in [
-            ("ready-timeout", &mut o.ready_timeout),
-            ("client-timeout", &mut o.client_timeout),
-            ("finalize-timeout", &mut o.finalize_timeout),
-            ("grace", &mut o.grace),
-        ] {
-            if let Some(d) = flag_duration(call, name)? {
-                *field = d;
-            }
-        }
-        if let Some(t) = flag_str(call, "tier")? {
-            o.tier = Tier::parse(&t.item).map_err(|e: Error| crate::call::labeled_at(e.with_arg("--tier"), t.span))?;
-        }
-        o.decode_range = flag_str(call, "decode-range")?.map(|s| s.item);
-        o.min_rep_bytes = flag_bytes(call, "min-rep-bytes")?;
-        let index = |name: &str| -> Result<Option<u32>, LabeledError> {
-            match call.get_flag::<i64>(name)? {
-                None => Ok(None),
-                Some(g) => u32::try_from(g).map(Some).map_err(|_| {
-                    LabeledError::new(format!("--{name} {g}: expected a non-negative integer"))
-                        .with_code("nsyskit::usage")
-                        .with_label("bad argument", call.get_flag_span(name).unwrap_or(call.head))
-                }),
-            }
-        };
-        o.gpu = index("gpu")?;
-        if let Some(t) = index("gpu-mem-tolerance")? {
-            o.gpu_mem_tolerance_mib = t as u64;
-        }
-        o.nvidia_smi = flag_path(engine, call, "nvidia-smi")?;
-        o.engine_repo = flag_path(engine, call, "engine-repo")?;
-        o.instrumentation = flag_list(call, "instrumentation")?;
-        o.shm = flag_str(call, "shm")?.map(|s| s.item);
-        o.require_argv = flag_list(call, "require-argv")?;
-        o.engine = flag_str(call, "engine")?.map(|s| s.item);
-        o.modules = flag_list(call, "module")?
-            .iter()
-            .map(|m| serve_capture::engine::parse_module(m).map_err(|e| labeled(e, call, &sig, None)))
-            .collect::<Result<_, _>>()?;
-        o.strict_prebuilt = call.has_flag("strict-prebuilt")?;
-        o.iteration_records = flag_path(engine, call, "iteration-records")?;
+        let mut o = args.options().map_err(|e| labeled(e, call, &sig, None))?;
+        o.cwd = Some(std::path::PathBuf::from(engine.get_current_dir()?));
 
         // Ctrl-C reaches a plugin through the protocol, not as SIGINT: it sets the run's stop flag, and the run
         // cleans up exactly as the binary does on SIGINT.
@@ -250,4 +104,16 @@ impl SimplePluginCommand for ServeCapture {
         let doc = serve_capture::run(&o).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
         doc_value(&doc, call.head)
     }
+}
+
+/// The flags of the `serve-capture` binary (one definition: `nsyskit::flags::serve_capture`); a client
+/// command may also be a list of words.
+fn flags() -> Flags {
+    use crate::flags::{command_words, path};
+    Flags::new(ServeCaptureArgs::command()).shapes(&[
+        ("load", command_words),
+        ("warmup", command_words),
+        ("out", path),
+        ("engine-repo", path),
+    ])
 }

@@ -1,11 +1,14 @@
 //! `step-budget`: where each engine step's time went, step by step → `nsyskit.step-budget/v1`.
 
-use nsyskit::iterations::window::{self, parse_iterations, IterationArgs, Windowed};
-use nsyskit::step_budget::{self, StepBudgetOptions, DEFAULT_OUTLIER_FACTOR};
+use clap::CommandFactory;
+use nsyskit::flags::step_budget::StepBudgetArgs;
+use nsyskit::iterations::window::{self, Windowed};
+use nsyskit::step_budget;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
-use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
+use nu_protocol::{Example, LabeledError, Signature, Type, Value};
 
-use crate::call::{category, doc_value, flag_f64, flag_path, flag_str, labeled, nu_nsys_bin, resolve_path};
+use crate::call::{category, doc_value, labeled, nu_nsys_bin, resolve_path};
+use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct StepBudget;
@@ -28,19 +31,8 @@ impl SimplePluginCommand for StepBudget {
     }
 
     fn signature(&self) -> Signature {
-        Signature::build(SimplePluginCommand::name(self))
-            .required("capture", SyntaxShape::Filepath, "The export written by `nsys export --type sqlite` (or an .nsys-rep)")
-            .named(
-                "step",
-                SyntaxShape::String,
-                "The step label (default: the iteration label, chosen as capture-compare does: the most frequent label containing iteration, step or decode and not prefill)",
-                None,
-            )
-            .named("outlier-factor", SyntaxShape::Number, "A step whose wall exceeds this many times the median step wall is an outlier (default 2)", None)
-            .switch("no-fold", "Keep id-bearing labels as they are (by default they are folded as sqlite-ranges does)", None)
-            .named("iteration-records", SyntaxShape::Filepath, "Iteration records of the engine (JSON lines, docs/iterations.md): joined to the steps by time (clock offset measured); each joined step carries its batch geometry, groups by phase and batch size", None)
-            .named("iterations", SyntaxShape::String, "Analyse only iterations START..=END: engine iteration indices with --iteration-records, else step indices (0-based, by start); a window selecting no iteration is RETRY (exit 1)", None)
-            .named("nsys", SyntaxShape::Filepath, "The nsys used to export an .nsys-rep (default: $env.NSYS_BIN, else nsys on PATH)", None)
+        let f = flags();
+        f.signature(f.required(Signature::build(SimplePluginCommand::name(self)), "export"))
             .input_output_types(vec![(Type::Nothing, Type::record())])
             .category(category())
     }
@@ -66,42 +58,26 @@ impl SimplePluginCommand for StepBudget {
         input: &Value,
     ) -> Result<Value, LabeledError> {
         let sig = self.signature();
+        let err = |e| labeled(e, call, &sig, Some(input.span()));
         let capture = resolve_path(engine, &call.req::<String>(0)?)?;
-        let nsys = match flag_path(engine, call, "nsys")? {
-            Some(p) => Some(p),
-            None => nu_nsys_bin(engine)?,
-        };
-        let fold = !call.has_flag("no-fold").map_err(|e| {
-            labeled(
-                nsyskit::contract::Error::usage(e.to_string()).with_arg("--no-fold"),
-                call,
-                &sig,
-                Some(input.span()),
-            )
-        })?;
-        let opts = StepBudgetOptions {
-            step: flag_str(call, "step")?.map(|s| s.item),
-            outlier_factor: flag_f64(call, "outlier-factor")?.unwrap_or(DEFAULT_OUTLIER_FACTOR),
-            fold,
-        };
-        let it = IterationArgs {
-            records: flag_path(engine, call, "iteration-records")?,
-            iterations: flag_str(call, "iterations")?
-                .map(|w| parse_iterations(&w.item))
-                .transpose()
-                .map_err(|e| labeled(e, call, &sig, Some(input.span())))?,
-            ..Default::default()
-        };
+        let mut args: StepBudgetArgs = flags().parse(engine, call, vec![capture.clone().into_os_string()])?;
+        if args.nsys.is_none() {
+            args.nsys = nu_nsys_bin(engine)?;
+        }
+        let opts = args.options();
+        let it = args.iteration_args().map_err(err)?;
         if it.any() {
-            return match window::step_budget_run(&capture, &opts, nsys.as_deref(), &it)
-                .map_err(|e| labeled(e, call, &sig, Some(input.span())))?
-            {
+            return match window::step_budget_run(&capture, &opts, args.nsys.as_deref(), &it).map_err(err)? {
                 Windowed::Doc(doc) => doc_value(&doc, call.head),
                 Windowed::Retry(doc) => doc_value(&*doc, call.head),
             };
         }
-        let doc = step_budget::run(&capture, &opts, nsys.as_deref())
-            .map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
+        let doc = step_budget::run(&capture, &opts, args.nsys.as_deref()).map_err(err)?;
         doc_value(&doc, call.head)
     }
+}
+
+/// The flags of the `step-budget` binary (one definition: `nsyskit::flags::step_budget`).
+fn flags() -> Flags {
+    Flags::new(StepBudgetArgs::command()).shapes(&[("export", crate::flags::path)])
 }
