@@ -665,7 +665,8 @@ pub fn plan(o: &Options) -> Vec<PlanStep> {
     }
     let sidecar = o.strategy != Strategy::Session;
     let tools_container = if sidecar { o.sidecar_name.clone() } else { o.container_or_placeholder().to_string() };
-    let exec = |argv: Vec<String>, why: &str| PlanStep::Exec { container: tools_container.clone(), argv, why: why.into() };
+    let exec =
+        |argv: Vec<String>, why: &str| PlanStep::Exec { container: tools_container.clone(), argv, why: why.into() };
     if sidecar {
         v.push(PlanStep::Api {
             method: "PATCH".into(),
@@ -1983,7 +1984,9 @@ fn run_gate_program(bin: &Path, report: &Path, sqlite: &Path) -> PodGateResult {
             };
             PodGateResult { verdict: verdict.into(), reason, document: doc }
         }
-        Err(e) => PodGateResult { verdict: "NOT_RUN".into(), reason: format!("{}: {e}", bin.display()), document: None },
+        Err(e) => {
+            PodGateResult { verdict: "NOT_RUN".into(), reason: format!("{}: {e}", bin.display()), document: None }
+        }
     }
 }
 
@@ -2166,7 +2169,9 @@ mod tests {
     fn plan_has_patch_body_and_argv_arrays() {
         let p = plan(&opts());
         let patch = p.iter().find_map(|s| match s {
-            PlanStep::Api { method, path, body, .. } if method == "PATCH" => Some((path.clone(), body.clone().unwrap())),
+            PlanStep::Api { method, path, body, .. } if method == "PATCH" => {
+                Some((path.clone(), body.clone().unwrap()))
+            }
             _ => None,
         });
         let (path, body) = patch.expect("a PATCH");
