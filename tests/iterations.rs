@@ -280,6 +280,22 @@ fn a_window_that_selects_nothing_is_retry_with_both_windows() {
         assert!(doc["reason"].as_str().unwrap().contains("selects no iteration"), "{doc}");
         assert!(stderr.contains("RETRY: --iterations 900000:900009 selects no iteration"), "{stderr}");
     }
+    // the RETRY merges into a bundle like a gate's, so `step-budget --iterations … | bundle-merge` keeps it
+    let bundle = r.dir.path().join("bundle.json");
+    let (_, retry, _) = bin(
+        "step-budget",
+        &[s(&r.sqlite()), "--iteration-records", s(&r.records()), "--iterations", "900000:900009", "--compact"],
+    );
+    let m = assert_cmd::Command::cargo_bin("bundle-merge")
+        .unwrap()
+        .arg(&bundle)
+        .write_stdin(retry.to_string())
+        .output()
+        .unwrap();
+    assert_eq!(m.status.code(), Some(0), "{}", String::from_utf8_lossy(&m.stderr));
+    let b: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+    assert_eq!(b["iteration_window"], retry);
+    assert_eq!(b["iteration_window"]["verdict"], "RETRY");
     // by occurrence: past the last step
     let (code, doc, _) = bin("step-budget", &[s(&r.sqlite()), "--iterations", &format!("{n}:{}", n + 5), "--compact"]);
     assert_eq!(code, 1);

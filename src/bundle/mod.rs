@@ -54,6 +54,7 @@ pub const PLACEMENTS: &[(&str, Placement)] = &[
     ("question", Placement::At("question")),
     ("benchmark", Placement::At("benchmark")),
     ("iterations", Placement::At("iterations")),
+    ("iteration-window", Placement::At("iteration_window")),
     ("baseline", Placement::Named("baselines")),
 ];
 
