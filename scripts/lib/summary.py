@@ -40,6 +40,14 @@ def main():
                 print(wrap("%s: %s" % (g["id"], g["reason"]), "         "))
     elif what == "readiness":
         print(wrap("verdict: %s | %s" % (d.get("verdict"), d.get("reason")), "  "))
+    elif what == "steps":
+        dist = d.get("distributions") or {}
+        w, v = dist.get("wall") or {}, d.get("verdict") or {}
+        print("  %d steps of %s: wall median %s, p99 %s; %d outliers; verdict %s"
+              % (len(d.get("steps") or []), d.get("step_label"), dur(w.get("median", 0)), dur(w.get("p99", 0)),
+                 len(d.get("outliers") or []), v.get("class")))
+        if v.get("reason"):
+            print(wrap(v["reason"], "    "))
     elif what == "report":
         dec = d.get("decision") or {}
         print("  class: %s (%s)" % (d.get("class"), dec.get("rule")))
