@@ -791,12 +791,17 @@ pub fn from_export(path: &Path) -> Result<Evidence> {
 pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
     let cap = crate::export::open_capture(path, None)?;
     let export = &cap.export;
+    let mut ph = crate::phase::Phases::new("evidence");
     // kernel statistics and memcpy time are SQL sums: refuse impossible timestamps first
     export.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
+    ph.mark("check_timestamps");
     let mut ev = Evidence { source: cap.source.path.clone(), kind: cap.source.kind.clone(), ..Default::default() };
     ev.facts = export_facts(export)?;
+    ph.mark("facts");
     ev.capture = Some(crate::export::capture_info(export)?);
+    ph.mark("capture_info");
     let (kernels, memcpy) = export_kernel_stats(export)?;
+    ph.mark("kernel_stats");
     ev.kernels = Some(kernels);
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
     ev.memcpy_time_ns = Some(memcpy);
@@ -809,6 +814,7 @@ pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
     };
     ev.occurrences = Some(crate::compare::ab::occurrences_of(&a));
     ev.ranges = Some(ranges_view_of(export, &a)?);
+    ph.mark("ranges");
     ev.step_detail = iv.map(|iv| std::sync::Arc::new((a, iv)));
     ev.started_utc_ns = crate::export::session_start_utc_ns(export)?;
     Ok(ev)

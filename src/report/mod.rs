@@ -325,12 +325,16 @@ pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Resu
             Error::usage("--window selects the steps of --trace: give --trace OUT.json too").with_arg("--window")
         );
     }
+    let mut ph = crate::phase::Phases::new("report");
     let mut ev =
         evidence::load_with(&opts.input, opts.provenance.as_deref(), true).map_err(|e| e.with_arg("BUNDLE"))?;
+    ph.mark("evidence");
     adjust(&mut ev)?;
     let mut doc = classify(&ev, &categories, opts.label.as_deref(), opts.top)?;
+    ph.mark("classify");
     doc.range_decision = Some(doc.decision.clone());
     let budget = step_budget_of(&ev, opts, &doc)?;
+    ph.mark("step_budget");
     if let Some(sec) = budget.section {
         apply_step_budget(&mut doc, sec);
     } else if ev.kind == "bundle" {

@@ -450,6 +450,7 @@ pub fn analyze_window_with(
             }
         }
     };
+    let mut ph = crate::phase::Phases::new("step-budget");
     let owned;
     let (a, iv) = match pre.filter(|_| opts.step.is_some()) {
         Some((a, iv)) => (a, iv),
@@ -473,7 +474,9 @@ pub fn analyze_window_with(
     let ids: std::collections::HashSet<i64> =
         idx.iter().flat_map(|&i| iv[i].runtime.iter().filter_map(|r| r.name_id)).collect();
     let names = export.strings_for(&ids)?;
+    ph.mark("ranges+names");
     let mut tl = device::build(export)?;
+    ph.mark("device_timeline");
     let nccl_kernels = tl.nccl_kernels;
     // ranks: the processes of the steps' threads, in order of their first step
     let mut rank_pids: Vec<i64> = Vec::new();
@@ -619,6 +622,7 @@ pub fn analyze_window_with(
         };
         verdict.reason.push_str(&format!("; comm here is {what}"));
     }
+    ph.mark("steps");
     let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, a, iv, &names, &tl.nccl_keys, &comm_occ);
     let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
     let mut notes = Vec::new();
