@@ -13,6 +13,7 @@ use super::{dist, Dist};
 use crate::contract::Result;
 use crate::export::schema::DeviceKind;
 use crate::export::{ns_of, Export, RowSkips};
+use crate::ranges::{FxMap, FxSet};
 
 /// Idle categories, in the order of [`IdleSplit`].
 pub const IDLE_NAMES: [&str; 4] = ["host_wait", "sync_wait", "launch_latency", "other"];
@@ -280,7 +281,7 @@ pub fn build(export: &Export) -> Result<Timelines> {
     let mut skips = RowSkips::new();
     // per device: (op, kernel name id)
     let mut by_dev: BTreeMap<i64, Vec<(Op, Option<i64>)>> = BTreeMap::new();
-    let mut wanted: HashSet<(i64, i64)> = HashSet::new();
+    let mut wanted: FxSet<(i64, i64)> = FxSet::default();
     let mut name_ids: HashSet<i64> = HashSet::new();
     for kind in DeviceKind::ALL {
         export.device_ops(kind, &mut skips, |o| {
@@ -308,7 +309,7 @@ pub fn build(export: &Export) -> Result<Timelines> {
     // one pass over StringIds: NCCL kernel names, runtime API classes, launch API names
     let mut nccl_ids: HashSet<i64> = HashSet::new();
     let mut nccl_names: HashMap<i64, String> = HashMap::new();
-    let mut api_of: HashMap<i64, Api> = HashMap::new();
+    let mut api_of: FxMap<i64, Api> = FxMap::default();
     let mut api_names: HashMap<i64, String> = HashMap::new();
     export.for_each_string(|id, v| {
         let Ok(v) = std::str::from_utf8(v) else { return };
@@ -353,8 +354,8 @@ pub fn build(export: &Export) -> Result<Timelines> {
         .filter(|(d, o)| o.kind == DeviceKind::Kernel && !o.nccl && nccl_keys.contains(&(*d, o.start, o.end)))
         .count() as u64;
     // the calls that issued a device row, and each thread's sync calls
-    let mut calls: HashMap<(i64, i64), Call> = HashMap::new();
-    let mut syncs: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+    let mut calls: FxMap<(i64, i64), Call> = FxMap::default();
+    let mut syncs: FxMap<i64, Vec<(i64, i64)>> = FxMap::default();
     export.runtime_calls(&mut skips, |r| {
         let (Some(tid), Some(nid)) = (r.global_tid, r.name_id) else { return Ok(()) };
         let api = api_of.get(&nid).copied().unwrap_or(Api::Other);
@@ -370,7 +371,7 @@ pub fn build(export: &Export) -> Result<Timelines> {
         Ok(())
     })?;
     drop(wanted);
-    let syncs: HashMap<i64, Vec<(i64, i64)>> = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
+    let syncs: FxMap<i64, Vec<(i64, i64)>> = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
     let devices = devs.into_iter().map(|(dev, ops)| device_timeline(dev, ops, &calls, &syncs, &api_names)).collect();
     let mut nccl_by_name: Vec<NcclKernels> =
         by_name.into_iter().map(|(name, (count, total_ns))| NcclKernels { name, count, total_ns }).collect();
@@ -403,8 +404,8 @@ fn split_by(a: i64, b: i64, cover: &[(i64, i64)], inside: u8, outside: u8, out: 
 fn device_timeline(
     dev: i64,
     mut ops: Vec<Op>,
-    calls: &HashMap<(i64, i64), Call>,
-    syncs: &HashMap<i64, Vec<(i64, i64)>>,
+    calls: &FxMap<(i64, i64), Call>,
+    syncs: &FxMap<i64, Vec<(i64, i64)>>,
     names: &HashMap<i64, String>,
 ) -> DeviceTimeline {
     let call_of = |o: &Op| o.corr.and_then(|c| calls.get(&(o.pid, c)));
@@ -413,7 +414,7 @@ fn device_timeline(
     }
     ops.sort_unstable_by_key(|o| (o.start, o.issue, o.end, o.pid, o.corr));
     // first start of each launch (its correlationId) on this device
-    let mut first: HashMap<(i64, i64), (i64, DeviceKind, bool)> = HashMap::new();
+    let mut first: FxMap<(i64, i64), (i64, DeviceKind, bool)> = FxMap::default();
     for o in &ops {
         if let Some(c) = o.corr {
             first.entry((o.pid, c)).or_insert((o.start, o.kind, o.node));
