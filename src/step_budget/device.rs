@@ -279,8 +279,8 @@ pub fn overlap(a: &[(i64, i64)], b: &[(i64, i64)]) -> i64 {
 /// Read every device row and its issuing runtime call, and analyse each device.
 pub fn build(export: &Export) -> Result<Timelines> {
     let mut skips = RowSkips::new();
-    // per device: (op, kernel name id)
-    let mut by_dev: BTreeMap<i64, Vec<(Op, Option<i64>)>> = BTreeMap::new();
+    // per device: the ops, and (parallel) their kernel name ids
+    let mut by_dev: BTreeMap<i64, (Vec<Op>, Vec<Option<i64>>)> = BTreeMap::new();
     let mut wanted: FxSet<(i64, i64)> = FxSet::default();
     let mut name_ids: HashSet<i64> = HashSet::new();
     for kind in DeviceKind::ALL {
@@ -302,7 +302,9 @@ pub fn build(export: &Export) -> Result<Timelines> {
                 nccl: false,
                 issue: o.row.start,
             };
-            by_dev.entry(o.row.device_id.unwrap_or(-1)).or_default().push((op, o.name_id));
+            let d = by_dev.entry(o.row.device_id.unwrap_or(-1)).or_default();
+            d.0.push(op);
+            d.1.push(o.name_id);
             Ok(())
         })?;
     }
@@ -329,23 +331,20 @@ pub fn build(export: &Export) -> Result<Timelines> {
     let mut nccl_kernels = 0u64;
     let mut by_name: BTreeMap<String, (u64, i64)> = BTreeMap::new();
     let mut devs: BTreeMap<i64, Vec<Op>> = BTreeMap::new();
-    for (dev, v) in by_dev {
-        let ops: Vec<Op> = v
-            .into_iter()
-            .map(|(mut o, n)| {
-                o.nccl = o.kind == DeviceKind::Kernel && n.is_some_and(|n| nccl_ids.contains(&n));
-                if o.nccl {
-                    nccl_kernels += 1;
-                    nccl_keys.insert((dev, o.start, o.end));
-                    if let Some(name) = n.and_then(|n| nccl_names.get(&n)) {
-                        let e = by_name.entry(name.clone()).or_insert((0, 0));
-                        e.0 += 1;
-                        e.1 += o.end - o.start;
-                    }
+    for (dev, (mut ops, names)) in by_dev {
+        // in place: no second vector of every op
+        for (o, n) in ops.iter_mut().zip(names) {
+            o.nccl = o.kind == DeviceKind::Kernel && n.is_some_and(|n| nccl_ids.contains(&n));
+            if o.nccl {
+                nccl_kernels += 1;
+                nccl_keys.insert((dev, o.start, o.end));
+                if let Some(name) = n.and_then(|n| nccl_names.get(&n)) {
+                    let e = by_name.entry(name.clone()).or_insert((0, 0));
+                    e.0 += 1;
+                    e.1 += o.end - o.start;
                 }
-                o
-            })
-            .collect();
+            }
+        }
         devs.insert(dev, ops);
     }
     let ambiguous_keys = devs
