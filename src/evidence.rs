@@ -197,6 +197,11 @@ pub struct Evidence {
     #[serde(skip)]
     #[schemars(skip)]
     pub spooled: Option<std::sync::Arc<tempfile::TempPath>>,
+    /// The ranges analysis of a raw export (whole capture, labels folded) with the intervals of every
+    /// occurrence of an iteration-like label: report's step budget reuses it instead of a second analysis.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub step_detail: Option<std::sync::Arc<(crate::ranges::Analysis, Vec<crate::ranges::OccurrenceIntervals>)>>,
     /// `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (raw export only).
     #[serde(skip)]
     pub started_utc_ns: Option<i64>,
@@ -231,7 +236,7 @@ static STDIN_TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 
 /// Bytes that are not a regular file (`-`, a FIFO, `<(cmd)`): an SQLite export among them is copied to a
 /// private temporary file (never beside the input) and read from there; anything else is JSON.
-fn load_streamed(bytes: Vec<u8>, name: &str) -> Result<Evidence> {
+fn load_streamed(bytes: Vec<u8>, name: &str, step_detail: bool) -> Result<Evidence> {
     if !bytes.starts_with(SQLITE_MAGIC) {
         return load_json(&bytes, name);
     }
@@ -245,7 +250,8 @@ fn load_streamed(bytes: Vec<u8>, name: &str) -> Result<Evidence> {
         .and_then(|_| tmp.flush())
         .map_err(|e| Error::env(format!("{name}: cannot write a temporary copy of the export: {e}")))?;
     let tmp_name = tmp.path().display().to_string();
-    let mut ev = from_export(tmp.path()).map_err(|e| Error { message: e.message.replace(&tmp_name, name), ..e })?;
+    let mut ev = from_export_with(tmp.path(), step_detail)
+        .map_err(|e| Error { message: e.message.replace(&tmp_name, name), ..e })?;
     ev.source = name.to_string();
     ev.spooled = Some(std::sync::Arc::new(tmp.into_temp_path()));
     Ok(ev)
@@ -281,6 +287,11 @@ pub fn export_path<'a>(ev: &'a Evidence, path: &'a Path) -> &'a Path {
 /// `provenance` is an optional `nsyskit.provenance/v1` document that adds facts to an export (or replaces the
 /// bundle's own provenance block).
 pub fn load(path: &Path, provenance: Option<&Path>) -> Result<Evidence> {
+    load_with(path, provenance, false)
+}
+
+/// [`load`]; with `step_detail`, a raw export's evidence keeps [`Evidence::step_detail`] (report).
+pub fn load_with(path: &Path, provenance: Option<&Path>, step_detail: bool) -> Result<Evidence> {
     let name = path.display().to_string();
     let is_rep = path.extension().map(|e| e == "nsys-rep" || e == "qdrep").unwrap_or(false);
     let is_fifo = {
@@ -291,11 +302,11 @@ pub fn load(path: &Path, provenance: Option<&Path>) -> Result<Evidence> {
         if STDIN_TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::usage("-: standard input is given twice; it can be read only once"));
         }
-        load_streamed(Input::Stdin.read_bytes()?, "<stdin>")?
+        load_streamed(Input::Stdin.read_bytes()?, "<stdin>", step_detail)?
     } else if is_fifo {
-        load_streamed(crate::contract::read_input(path)?, &name)?
+        load_streamed(crate::contract::read_input(path)?, &name, step_detail)?
     } else if is_rep || is_sqlite(path) {
-        from_export(path)?
+        from_export_with(path, step_detail)?
     } else {
         load_json(&Input::Path(path.to_path_buf()).read_bytes()?, &name)?
     };
@@ -775,20 +786,38 @@ pub fn normalize_trace<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> 
 /// graph evidence from RUNTIME / KERNEL / GRAPH_TRACE, kernel statistics from KERNEL, ranges through the
 /// ranges library.
 pub fn from_export(path: &Path) -> Result<Evidence> {
+    from_export_with(path, false)
+}
+
+/// [`from_export`]; with `step_detail`, [`Evidence::step_detail`] is kept.
+pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
     let cap = crate::export::open_capture(path, None)?;
     let export = &cap.export;
+    let mut ph = crate::phase::Phases::new("evidence");
     // kernel statistics and memcpy time are SQL sums: refuse impossible timestamps first
     export.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
+    ph.mark("check_timestamps");
     let mut ev = Evidence { source: cap.source.path.clone(), kind: cap.source.kind.clone(), ..Default::default() };
     ev.facts = export_facts(export)?;
+    ph.mark("facts");
     ev.capture = Some(crate::export::capture_info(export)?);
+    ph.mark("capture_info");
     let (kernels, memcpy) = export_kernel_stats(export)?;
+    ph.mark("kernel_stats");
     ev.kernels = Some(kernels);
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
     ev.memcpy_time_ns = Some(memcpy);
-    let a = crate::ranges::analyze(export, &crate::ranges::RangesOptions { fold: true, ..Default::default() })?;
+    let ropts = crate::ranges::RangesOptions { fold: true, ..Default::default() };
+    let (a, iv) = if step_detail {
+        let (a, iv) = crate::ranges::analyze_with_intervals(export, &ropts, &crate::gate::is_iteration_like)?;
+        (a, Some(iv))
+    } else {
+        (crate::ranges::analyze(export, &ropts)?, None)
+    };
     ev.occurrences = Some(crate::compare::ab::occurrences_of(&a));
     ev.ranges = Some(ranges_view_of(export, &a)?);
+    ph.mark("ranges");
+    ev.step_detail = iv.map(|iv| std::sync::Arc::new((a, iv)));
     ev.started_utc_ns = crate::export::session_start_utc_ns(export)?;
     Ok(ev)
 }

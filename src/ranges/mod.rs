@@ -120,7 +120,7 @@ fn progress(msg: &str) {
 
 // A small, fast hasher for integer keys (FxHash).
 #[derive(Default, Clone, Copy)]
-struct Fx(u64);
+pub(crate) struct Fx(u64);
 const FX_K: u64 = 0x517c_c1b7_2722_0a95;
 impl Hasher for Fx {
     fn write(&mut self, bytes: &[u8]) {
@@ -144,8 +144,8 @@ impl Hasher for Fx {
         self.0
     }
 }
-type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
-type FxSet<K> = HashSet<K, BuildHasherDefault<Fx>>;
+pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+pub(crate) type FxSet<K> = HashSet<K, BuildHasherDefault<Fx>>;
 
 /// A range row's message: its `text` (interned) or its `textId` (resolved after the scan).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

@@ -325,11 +325,16 @@ pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Resu
             Error::usage("--window selects the steps of --trace: give --trace OUT.json too").with_arg("--window")
         );
     }
-    let mut ev = evidence::load(&opts.input, opts.provenance.as_deref()).map_err(|e| e.with_arg("BUNDLE"))?;
+    let mut ph = crate::phase::Phases::new("report");
+    let mut ev =
+        evidence::load_with(&opts.input, opts.provenance.as_deref(), true).map_err(|e| e.with_arg("BUNDLE"))?;
+    ph.mark("evidence");
     adjust(&mut ev)?;
     let mut doc = classify(&ev, &categories, opts.label.as_deref(), opts.top)?;
+    ph.mark("classify");
     doc.range_decision = Some(doc.decision.clone());
     let budget = step_budget_of(&ev, opts, &doc)?;
+    ph.mark("step_budget");
     if let Some(sec) = budget.section {
         apply_step_budget(&mut doc, sec);
     } else if ev.kind == "bundle" {
@@ -408,7 +413,10 @@ fn step_budget_of(ev: &Evidence, opts: &ReportOptions, doc: &ReportDoc) -> Resul
     let cap = crate::export::open_capture(path, None)?;
     let sopts = crate::step_budget::StepBudgetOptions { step: Some(label), ..Default::default() };
     // --iterations: the same time window as the windowed ranges (crate::iterations::window::report_run)
-    let mut sb = crate::step_budget::analyze_window(&cap.export, &sopts, ev.step_window)?;
+    // the evidence's analysis (whole capture, folded, intervals of every iteration-like label) when the
+    // ranges were not recomputed over a window
+    let pre = ev.step_detail.as_deref().filter(|_| ev.step_window.is_none()).map(|(a, iv)| (a, iv.as_slice()));
+    let mut sb = crate::step_budget::analyze_window_with(&cap.export, &sopts, ev.step_window, pre)?;
     sb.source = ev.source.clone();
     sb.step_label_choice = "the report's primary range (iteration-like)".into();
     let v = serde_json::to_value(&sb).map_err(|e| Error::input(format!("{}: step budget: {e}", ev.source)))?;

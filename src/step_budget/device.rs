@@ -13,6 +13,7 @@ use super::{dist, Dist};
 use crate::contract::Result;
 use crate::export::schema::DeviceKind;
 use crate::export::{ns_of, Export, RowSkips};
+use crate::ranges::{FxMap, FxSet};
 
 /// Idle categories, in the order of [`IdleSplit`].
 pub const IDLE_NAMES: [&str; 4] = ["host_wait", "sync_wait", "launch_latency", "other"];
@@ -278,9 +279,9 @@ pub fn overlap(a: &[(i64, i64)], b: &[(i64, i64)]) -> i64 {
 /// Read every device row and its issuing runtime call, and analyse each device.
 pub fn build(export: &Export) -> Result<Timelines> {
     let mut skips = RowSkips::new();
-    // per device: (op, kernel name id)
-    let mut by_dev: BTreeMap<i64, Vec<(Op, Option<i64>)>> = BTreeMap::new();
-    let mut wanted: HashSet<(i64, i64)> = HashSet::new();
+    // per device: the ops, and (parallel) their kernel name ids
+    let mut by_dev: BTreeMap<i64, (Vec<Op>, Vec<Option<i64>>)> = BTreeMap::new();
+    let mut wanted: FxSet<(i64, i64)> = FxSet::default();
     let mut name_ids: HashSet<i64> = HashSet::new();
     for kind in DeviceKind::ALL {
         export.device_ops(kind, &mut skips, |o| {
@@ -301,14 +302,16 @@ pub fn build(export: &Export) -> Result<Timelines> {
                 nccl: false,
                 issue: o.row.start,
             };
-            by_dev.entry(o.row.device_id.unwrap_or(-1)).or_default().push((op, o.name_id));
+            let d = by_dev.entry(o.row.device_id.unwrap_or(-1)).or_default();
+            d.0.push(op);
+            d.1.push(o.name_id);
             Ok(())
         })?;
     }
     // one pass over StringIds: NCCL kernel names, runtime API classes, launch API names
     let mut nccl_ids: HashSet<i64> = HashSet::new();
     let mut nccl_names: HashMap<i64, String> = HashMap::new();
-    let mut api_of: HashMap<i64, Api> = HashMap::new();
+    let mut api_of: FxMap<i64, Api> = FxMap::default();
     let mut api_names: HashMap<i64, String> = HashMap::new();
     export.for_each_string(|id, v| {
         let Ok(v) = std::str::from_utf8(v) else { return };
@@ -328,23 +331,20 @@ pub fn build(export: &Export) -> Result<Timelines> {
     let mut nccl_kernels = 0u64;
     let mut by_name: BTreeMap<String, (u64, i64)> = BTreeMap::new();
     let mut devs: BTreeMap<i64, Vec<Op>> = BTreeMap::new();
-    for (dev, v) in by_dev {
-        let ops: Vec<Op> = v
-            .into_iter()
-            .map(|(mut o, n)| {
-                o.nccl = o.kind == DeviceKind::Kernel && n.is_some_and(|n| nccl_ids.contains(&n));
-                if o.nccl {
-                    nccl_kernels += 1;
-                    nccl_keys.insert((dev, o.start, o.end));
-                    if let Some(name) = n.and_then(|n| nccl_names.get(&n)) {
-                        let e = by_name.entry(name.clone()).or_insert((0, 0));
-                        e.0 += 1;
-                        e.1 += o.end - o.start;
-                    }
+    for (dev, (mut ops, names)) in by_dev {
+        // in place: no second vector of every op
+        for (o, n) in ops.iter_mut().zip(names) {
+            o.nccl = o.kind == DeviceKind::Kernel && n.is_some_and(|n| nccl_ids.contains(&n));
+            if o.nccl {
+                nccl_kernels += 1;
+                nccl_keys.insert((dev, o.start, o.end));
+                if let Some(name) = n.and_then(|n| nccl_names.get(&n)) {
+                    let e = by_name.entry(name.clone()).or_insert((0, 0));
+                    e.0 += 1;
+                    e.1 += o.end - o.start;
                 }
-                o
-            })
-            .collect();
+            }
+        }
         devs.insert(dev, ops);
     }
     let ambiguous_keys = devs
@@ -353,8 +353,8 @@ pub fn build(export: &Export) -> Result<Timelines> {
         .filter(|(d, o)| o.kind == DeviceKind::Kernel && !o.nccl && nccl_keys.contains(&(*d, o.start, o.end)))
         .count() as u64;
     // the calls that issued a device row, and each thread's sync calls
-    let mut calls: HashMap<(i64, i64), Call> = HashMap::new();
-    let mut syncs: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+    let mut calls: FxMap<(i64, i64), Call> = FxMap::default();
+    let mut syncs: FxMap<i64, Vec<(i64, i64)>> = FxMap::default();
     export.runtime_calls(&mut skips, |r| {
         let (Some(tid), Some(nid)) = (r.global_tid, r.name_id) else { return Ok(()) };
         let api = api_of.get(&nid).copied().unwrap_or(Api::Other);
@@ -370,7 +370,7 @@ pub fn build(export: &Export) -> Result<Timelines> {
         Ok(())
     })?;
     drop(wanted);
-    let syncs: HashMap<i64, Vec<(i64, i64)>> = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
+    let syncs: FxMap<i64, Vec<(i64, i64)>> = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
     let devices = devs.into_iter().map(|(dev, ops)| device_timeline(dev, ops, &calls, &syncs, &api_names)).collect();
     let mut nccl_by_name: Vec<NcclKernels> =
         by_name.into_iter().map(|(name, (count, total_ns))| NcclKernels { name, count, total_ns }).collect();
@@ -403,8 +403,8 @@ fn split_by(a: i64, b: i64, cover: &[(i64, i64)], inside: u8, outside: u8, out: 
 fn device_timeline(
     dev: i64,
     mut ops: Vec<Op>,
-    calls: &HashMap<(i64, i64), Call>,
-    syncs: &HashMap<i64, Vec<(i64, i64)>>,
+    calls: &FxMap<(i64, i64), Call>,
+    syncs: &FxMap<i64, Vec<(i64, i64)>>,
     names: &HashMap<i64, String>,
 ) -> DeviceTimeline {
     let call_of = |o: &Op| o.corr.and_then(|c| calls.get(&(o.pid, c)));
@@ -413,7 +413,7 @@ fn device_timeline(
     }
     ops.sort_unstable_by_key(|o| (o.start, o.issue, o.end, o.pid, o.corr));
     // first start of each launch (its correlationId) on this device
-    let mut first: HashMap<(i64, i64), (i64, DeviceKind, bool)> = HashMap::new();
+    let mut first: FxMap<(i64, i64), (i64, DeviceKind, bool)> = FxMap::default();
     for o in &ops {
         if let Some(c) = o.corr {
             first.entry((o.pid, c)).or_insert((o.start, o.kind, o.node));

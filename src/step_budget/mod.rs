@@ -409,6 +409,19 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
 /// [`analyze`] restricted to the steps lying inside `window` (ns on the export's clock, as sqlite-ranges'
 /// `--window`); `--iterations` resolves to one (crate::iterations::window).
 pub fn analyze_window(export: &Export, opts: &StepBudgetOptions, window: Option<(i64, i64)>) -> Result<StepBudgetDoc> {
+    analyze_window_with(export, opts, window, None)
+}
+
+/// [`analyze_window`], reusing `pre`: the ranges analysis of the same export with the same options
+/// (`fold`, `window`) and the intervals of (at least) every occurrence of the step label, as
+/// [`ranges::analyze_with_intervals`] returns them (report computes them once for the evidence and the step
+/// budget). Used only when `opts.step` is given.
+pub fn analyze_window_with(
+    export: &Export,
+    opts: &StepBudgetOptions,
+    window: Option<(i64, i64)>,
+    pre: Option<(&ranges::Analysis, &[ranges::OccurrenceIntervals])>,
+) -> Result<StepBudgetDoc> {
     if !(opts.outlier_factor.is_finite() && opts.outlier_factor > 1.0) {
         return Err(Error::usage(format!(
             "--outlier-factor {}: expected a number greater than 1",
@@ -438,7 +451,15 @@ pub fn analyze_window(export: &Export, opts: &StepBudgetOptions, window: Option<
             }
         }
     };
-    let (a, iv) = ranges::analyze_with_intervals(export, &ropts, &|l| l == label)?;
+    let mut ph = crate::phase::Phases::new("step-budget");
+    let owned;
+    let (a, iv) = match pre.filter(|_| opts.step.is_some()) {
+        Some((a, iv)) => (a, iv),
+        None => {
+            owned = ranges::analyze_with_intervals(export, &ropts, &|l| l == label)?;
+            (&owned.0, owned.1.as_slice())
+        }
+    };
     let mut idx: Vec<usize> = (0..a.occurrences.len()).filter(|&i| a.occurrences[i].label == label).collect();
     if idx.is_empty() {
         let known: Vec<&str> = a.doc.ranges.iter().take(8).map(|r| r.label.as_str()).collect();
@@ -454,7 +475,9 @@ pub fn analyze_window(export: &Export, opts: &StepBudgetOptions, window: Option<
     let ids: std::collections::HashSet<i64> =
         idx.iter().flat_map(|&i| iv[i].runtime.iter().filter_map(|r| r.name_id)).collect();
     let names = export.strings_for(&ids)?;
+    ph.mark("ranges+names");
     let mut tl = device::build(export)?;
+    ph.mark("device_timeline");
     let nccl_kernels = tl.nccl_kernels;
     // ranks: the processes of the steps' threads, in order of their first step
     let mut rank_pids: Vec<i64> = Vec::new();
@@ -600,7 +623,8 @@ pub fn analyze_window(export: &Export, opts: &StepBudgetOptions, window: Option<
         };
         verdict.reason.push_str(&format!("; comm here is {what}"));
     }
-    let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, &a, &iv, &names, &tl.nccl_keys, &comm_occ);
+    ph.mark("steps");
+    let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, a, iv, &names, &tl.nccl_keys, &comm_occ);
     let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
     let mut notes = Vec::new();
     if nccl_kernels == 0 && comm_labels.is_empty() {
