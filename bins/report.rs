@@ -8,37 +8,13 @@ fn main() {
     main_with("report", || {
         let a = Args::parse();
         // a serve-capture run folder that never reached a terminal state is not evidence (docs/serve-capture.md)
-        let unfinished = nsyskit::serve_capture::refuse_unfinished(&a.input);
-        let opts = nsyskit::report::ReportOptions {
-            input: a.input,
-            provenance: a.provenance,
-            categories: a.categories,
-            label: a.label,
-            html: a.html,
-            top: a.top,
-            trace: a.trace,
-            window: None,
-            trace_max_events: Some(a.trace_max_events),
-        };
-        let unfinished = unfinished.and_then(|_| match &a.window {
-            Some(w) => nsyskit::report::trace::parse_window(w).map(Some),
-            None => Ok(None),
-        });
-        let opts = match unfinished {
-            Ok(window) => nsyskit::report::ReportOptions { window, ..opts },
+        let parsed = nsyskit::serve_capture::refuse_unfinished(&a.input)
+            .and_then(|_| a.options())
+            .and_then(|opts| a.iteration_args().map(|it| (opts, it)));
+        let (opts, it) = match parsed {
+            Ok(p) => p,
             Err(e) => return report_error("report", &e),
         };
-        let it = match a.iterations.as_deref().map(window::parse_iterations).transpose() {
-            Ok(w) => window::IterationArgs { records: a.iteration_records, iterations: w, ..Default::default() },
-            Err(e) => return report_error("report", &e),
-        };
-        if it.iterations.is_none() && it.records.is_some() {
-            return report_error(
-                "report",
-                &nsyskit::contract::Error::usage("--iteration-records is for --iterations START:END")
-                    .with_arg("--iteration-records"),
-            );
-        }
         let result = if it.any() {
             match window::report_run(&opts, &it) {
                 Ok(window::Windowed::Retry(d)) => {

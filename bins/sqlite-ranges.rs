@@ -4,8 +4,8 @@ use std::io::IsTerminal;
 
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with, report_error};
-use nsyskit::iterations::window::{self, parse_iterations, IterationArgs, Windowed};
-use nsyskit::ranges::{self, RangesOptions};
+use nsyskit::iterations::window::{self, Windowed};
+use nsyskit::ranges;
 
 use nsyskit::flags::sqlite_ranges::Format;
 use nsyskit::flags::sqlite_ranges::SqliteRangesArgs as Args;
@@ -15,20 +15,8 @@ fn main() {
         let a = Args::parse();
         ranges::set_progress(std::io::stderr().is_terminal());
         let result = (|| {
-            let window = a.window.as_deref().map(ranges::parse_window).transpose()?;
-            let opts = RangesOptions { range_prefix: a.range_prefix.clone(), window, fold: !a.no_fold };
-            let it = IterationArgs {
-                records: a.iteration_records.clone(),
-                iterations: a.iterations.as_deref().map(parse_iterations).transpose()?,
-                step: a.step.clone(),
-                fold: !a.no_fold,
-            };
-            if a.step.is_some() && !it.any() {
-                return Err(nsyskit::contract::Error::usage(
-                    "--step is for --iteration-records or --iterations (sqlite-ranges reports every label)",
-                )
-                .with_arg("--step"));
-            }
+            let opts = a.options()?;
+            let it = a.iteration_args()?;
             if it.any() {
                 return if a.export == "-" {
                     let copy = nsyskit::export::StdinCopy::read()?;

@@ -2,17 +2,17 @@
 
 use clap::Parser;
 use nsyskit::contract::cli::{emit, main_with, report_error};
-use nsyskit::iterations::window::{self, parse_iterations, IterationArgs, Windowed};
-use nsyskit::step_budget::{self, StepBudgetOptions};
+use nsyskit::iterations::window::{self, Windowed};
+use nsyskit::step_budget;
 
 use nsyskit::flags::step_budget::StepBudgetArgs as Args;
 
 fn main() {
     main_with("step-budget", || {
         let a = Args::parse();
-        let opts = StepBudgetOptions { step: a.step.clone(), outlier_factor: a.outlier_factor, fold: !a.no_fold };
-        let it = match a.iterations.as_deref().map(parse_iterations).transpose() {
-            Ok(w) => IterationArgs { records: a.iteration_records.clone(), iterations: w, ..Default::default() },
+        let opts = a.options();
+        let it = match a.iteration_args() {
+            Ok(it) => it,
             Err(e) => return report_error("step-budget", &e),
         };
         if it.any() {
