@@ -817,9 +817,6 @@ pub type Interval = (i64, i64);
 /// table's invalid rows.
 pub type WindowRows = (Vec<Interval>, usize, Vec<i64>);
 
-/// A scan job: a table and a rowid range of it (None: all of it).
-type Job<'a> = (DeviceKind, &'a super::TableInfo, Option<(i64, i64)>);
-
 /// Facts about every row of one timed table, from one scan.
 #[derive(Debug, Clone, Default)]
 pub struct TimedStats {
@@ -889,7 +886,7 @@ pub(crate) struct StatsCache {
 /// At this many rows in all the tables asked for, the scans run in parallel threads.
 const PARALLEL_ROWS: usize = 200_000;
 /// A table of at least this many rows is split into rowid ranges scanned in parallel.
-const CHUNK_ROWS: usize = 400_000;
+pub(crate) const CHUNK_ROWS: usize = 400_000;
 
 fn int_cell(v: ValueRef) -> std::result::Result<Option<i64>, ()> {
     match v {
@@ -1256,7 +1253,7 @@ impl DeviceChunk {
     }
 }
 
-fn named_int(name: &str, v: rusqlite::Result<ValueRef>, table: &str, col: &str) -> Result<Option<i64>> {
+pub(crate) fn named_int(name: &str, v: rusqlite::Result<ValueRef>, table: &str, col: &str) -> Result<Option<i64>> {
     match v {
         Ok(ValueRef::Integer(v)) => Ok(Some(v)),
         Ok(ValueRef::Null) => Ok(None),
@@ -1268,7 +1265,7 @@ fn named_int(name: &str, v: rusqlite::Result<ValueRef>, table: &str, col: &str) 
     }
 }
 
-fn named_ts(name: &str, table: &str, col: &str, rowid: Option<i64>, v: Option<i64>) -> Result<Option<i64>> {
+pub(crate) fn named_ts(name: &str, table: &str, col: &str, rowid: Option<i64>, v: Option<i64>) -> Result<Option<i64>> {
     if let Some(t) = v {
         if !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&t) {
             return Err(Error::input(format!(
@@ -1289,47 +1286,20 @@ fn read_device_chunk(
 ) -> Result<DeviceChunk> {
     let name = src.name();
     let tbl = kind.table();
-    let conn = src.open()?;
-    let list = cols::DEVICE.join(", ");
-    let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
-    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
-        Ok(s) => s,
-        Err(e) if range.is_some() => return Err(src.sql_err(tbl, e)),
-        Err(_) => conn.prepare(&format!("SELECT NULL, {list} FROM \"{}\"", t.name)).map_err(|e| src.sql_err(tbl, e))?,
-    };
     let mut c = DeviceChunk { kind: Some(kind), ..Default::default() };
     if let Some((a, b)) = range {
         // an upper bound, reserved once (untouched pages cost no memory)
         c.rows.reserve_exact((b - a).clamp(0, 1 << 32) as usize);
     }
-    let mut rows = stmt.query([]).map_err(|e| src.sql_err(tbl, e))?;
     let mut last: Option<(Option<i64>, Option<i64>)> = None;
     let mut n = 0u64;
-    while let Some(r) = rows.next().map_err(|e| src.sql_err(tbl, e))? {
+    let list = cols::DEVICE.join(", ");
+    super::fold::for_each_in_range(src, t, tbl, &list, range, |rowid, r| {
         n += 1;
         if n & 0xFFFF == 0 && cancel.load(std::sync::atomic::Ordering::Relaxed) {
-            return Ok(c);
+            return Ok(false);
         }
-        let rowid = match r.get_ref(0) {
-            Ok(ValueRef::Integer(v)) => Some(v),
-            _ => None,
-        };
-        // the order of the checks of `Export::device_rows`: both types, then both timestamps
-        let (start, end) = (named_int(name, r.get_ref(1), tbl, "start")?, named_int(name, r.get_ref(2), tbl, "end")?);
-        let start = named_ts(name, tbl, "start", rowid, start)?;
-        let end = named_ts(name, tbl, "end", rowid, end)?;
-        let (s, e) = match (start, end) {
-            (Some(s), Some(e)) if e >= s => (s, e),
-            (st, en) => {
-                let k = c.skips.entry(tbl.to_string()).or_default();
-                match (st, en) {
-                    (None, _) => k.null_start += 1,
-                    (_, None) => k.null_end += 1,
-                    _ => k.inverted += 1,
-                }
-                continue;
-            }
-        };
+        let Some((s, e)) = super::fold::valid_interval(src, tbl, rowid, r, &mut c.skips)? else { return Ok(true) };
         let gpid = named_int(name, r.get_ref(3), tbl, "globalPid")?;
         let corr = named_int(name, r.get_ref(4), tbl, "correlationId")?;
         let dev = named_int(name, r.get_ref(5), tbl, "deviceId")?;
@@ -1353,7 +1323,8 @@ fn read_device_chunk(
             }
         };
         c.rows.push(PackedDeviceRow { start: s, dur, aux });
-    }
+        Ok(true)
+    })?;
     Ok(c)
 }
 
@@ -1372,26 +1343,11 @@ pub fn read_device_chunks(
     if tables.is_empty() {
         return Ok(Vec::new());
     }
-    let conn = src.open()?;
-    let mut jobs: Vec<Job> = Vec::new();
-    for (k, t) in tables {
-        let hint: Option<i64> =
-            conn.query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
-        let parts = if hint.unwrap_or(0) as usize >= CHUNK_ROWS { threads } else { 1 };
-        for r in rowid_chunks(&conn, &t.name, parts) {
-            jobs.push((*k, t, r));
-        }
-    }
-    drop(conn);
-    let results: Vec<Result<DeviceChunk>> = std::thread::scope(|s| {
-        let handles: Vec<_> =
-            jobs.iter().map(|&(k, t, r)| s.spawn(move || read_device_chunk(src, k, t, r, cancel))).collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(Error::input("a device table scan thread panicked"))))
-            .collect()
-    });
-    results.into_iter().collect()
+    let infos: Vec<&super::TableInfo> = tables.iter().map(|(_, t)| t).collect();
+    let jobs = super::fold::plan(src, &infos, threads)?;
+    super::fold::run_jobs(&jobs, |_, j| read_device_chunk(src, tables[j.table].0, &tables[j.table].1, j.range, cancel))
+        .into_iter()
+        .collect()
 }
 
 /// An `NVTX_EVENTS` row as [`Export::nvtx_events_ref`] gives it: the `text` borrowed (raw bytes), never copied.
@@ -1466,38 +1422,13 @@ fn read_runtime_chunk(
 ) -> Result<RowSkips> {
     let name = src.name();
     let tbl = schema::RUNTIME;
-    let conn = src.open()?;
-    let list = cols::RUNTIME.join(", ");
-    let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
-    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
-        Ok(s) => s,
-        Err(e) if range.is_some() => return Err(src.sql_err(tbl, e)),
-        Err(_) => conn.prepare(&format!("SELECT NULL, {list} FROM \"{}\"", t.name)).map_err(|e| src.sql_err(tbl, e))?,
-    };
     let mut skips = RowSkips::new();
     let mut batch = Vec::with_capacity(RUNTIME_BATCH);
-    let mut rows = stmt.query([]).map_err(|e| src.sql_err(tbl, e))?;
-    while let Some(r) = rows.next().map_err(|e| src.sql_err(tbl, e))? {
-        let rowid = match r.get_ref(0) {
-            Ok(ValueRef::Integer(v)) => Some(v),
-            _ => None,
-        };
+    let list = cols::RUNTIME.join(", ");
+    let mut gone = false;
+    super::fold::for_each_in_range(src, t, tbl, &list, range, |rowid, r| {
         // the order of the checks of `Export::runtime_calls`: both types, both timestamps, then the rest
-        let (start, end) = (named_int(name, r.get_ref(1), tbl, "start")?, named_int(name, r.get_ref(2), tbl, "end")?);
-        let start = named_ts(name, tbl, "start", rowid, start)?;
-        let end = named_ts(name, tbl, "end", rowid, end)?;
-        let (s, e) = match (start, end) {
-            (Some(s), Some(e)) if e >= s => (s, e),
-            (st, en) => {
-                let k = skips.entry(tbl.to_string()).or_default();
-                match (st, en) {
-                    (None, _) => k.null_start += 1,
-                    (_, None) => k.null_end += 1,
-                    _ => k.inverted += 1,
-                }
-                continue;
-            }
-        };
+        let Some((s, e)) = super::fold::valid_interval(src, tbl, rowid, r, &mut skips)? else { return Ok(true) };
         batch.push(RuntimeRow {
             start: s,
             end: e,
@@ -1509,11 +1440,13 @@ fn read_runtime_chunk(
             let full = std::mem::replace(&mut batch, Vec::with_capacity(RUNTIME_BATCH));
             if cancel.load(std::sync::atomic::Ordering::Relaxed) || tx.send(RuntimeBatch { chunk, rows: full }).is_err()
             {
-                return Ok(skips); // the consumer is gone
+                gone = true; // the consumer is gone
+                return Ok(false);
             }
         }
-    }
-    if !batch.is_empty() {
+        Ok(true)
+    })?;
+    if !gone && !batch.is_empty() {
         let _ = tx.send(RuntimeBatch { chunk, rows: batch });
     }
     Ok(skips)
@@ -1531,28 +1464,13 @@ pub fn read_runtime_batches(
     cancel: &std::sync::atomic::AtomicBool,
     tx: std::sync::mpsc::SyncSender<RuntimeBatch>,
 ) -> Result<RowSkips> {
-    let ranges = {
-        let conn = src.open()?;
-        let hint: Option<i64> =
-            conn.query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
-        let parts = if hint.unwrap_or(0) as usize >= CHUNK_ROWS { threads } else { 1 };
-        rowid_chunks(&conn, &t.name, parts)
-    };
-    let results: Vec<Result<RowSkips>> = std::thread::scope(|s| {
-        let handles: Vec<_> = ranges
-            .iter()
-            .enumerate()
-            .map(|(i, &r)| {
-                let tx = tx.clone();
-                s.spawn(move || read_runtime_chunk(src, t, i, r, cancel, &tx))
-            })
-            .collect();
-        drop(tx);
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(Error::input("a runtime table scan thread panicked"))))
-            .collect()
+    let jobs = super::fold::plan(src, &[t], threads)?;
+    let tx = std::sync::Mutex::new(tx);
+    let results = super::fold::run_jobs(&jobs, |i, j| {
+        let tx = tx.lock().map_err(|_| Error::input("the runtime table reader panicked"))?.clone();
+        read_runtime_chunk(src, t, i, j.range, cancel, &tx)
     });
+    drop(tx);
     let mut skips = RowSkips::new();
     for r in results {
         merge_skips(&mut skips, &r?);

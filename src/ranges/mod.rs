@@ -955,7 +955,7 @@ pub fn analyze_with_intervals(
     let mut iv: Vec<OccurrenceIntervals> = (0..n).map(|i| per_occ.remove(&(i as u32)).unwrap_or_default()).collect();
     for v in &mut iv {
         v.device.sort_by_key(|d| (d.start, d.end));
-        v.runtime.sort_by_key(|r| (r.start, r.end));
+        v.runtime.sort_unstable_by_key(|r| (r.start, r.end, r.name_id, r.sync));
     }
     Ok((Analysis { doc, occurrences, metrics }, iv))
 }
@@ -971,8 +971,9 @@ fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -
     let src = export.source();
     let cancel = std::sync::atomic::AtomicBool::new(false);
     let threads = crate::export::rows::scan_threads();
-    // the runtime calls too, in parallel batches, unless intervals are collected (their order is kept then)
-    let rt_table = export.table(schema::RUNTIME).cloned().filter(|_| want.is_none());
+    // the runtime calls too, in parallel batches (the join and the collected intervals do not depend on the
+    // order in which they arrive: [`analyze_with_intervals`] sorts each occurrence's calls on all their fields)
+    let rt_table = export.table(schema::RUNTIME).cloned();
     let (tx, rx) = std::sync::mpsc::sync_channel::<crate::export::rows::RuntimeBatch>(16);
     let mut rx = Some(rx);
     std::thread::scope(|s| {

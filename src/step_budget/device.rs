@@ -4,7 +4,7 @@
 //! launch latency, other), the launch-to-start latency of kernel and graph launches, the launch queue depth
 //! over time, and the NCCL/compute overlap (exposed communication). The rules are in docs/step-budget.md.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -13,7 +13,7 @@ use super::{dist, Dist};
 use crate::contract::Result;
 use crate::export::schema::DeviceKind;
 use crate::export::{ns_of, Export, RowSkips};
-use crate::ranges::{FxMap, FxSet};
+use crate::ranges::FxMap;
 
 /// Idle categories, in the order of [`IdleSplit`].
 pub const IDLE_NAMES: [&str; 4] = ["host_wait", "sync_wait", "launch_latency", "other"];
@@ -179,21 +179,28 @@ fn base_name(n: &str) -> &str {
     }
 }
 
+/// No runtime call (an index into the calls).
+const NO_CALL: u32 = u32::MAX;
+
 #[derive(Debug, Clone, Copy)]
 struct Op {
     start: i64,
     end: i64,
-    kind: DeviceKind,
-    pid: i64,
-    corr: Option<i64>,
-    node: bool,
-    nccl: bool,
     /// Its call's start (at most its own start), else its start.
     issue: i64,
+    pid: i64,
+    corr: Option<i64>,
+    /// Index of its runtime call in [`Calls`], or [`NO_CALL`].
+    call: u32,
+    kind: DeviceKind,
+    nccl: bool,
 }
 
+/// A runtime call with a correlation id: the launch of device rows `(pid, corr)`.
 #[derive(Debug, Clone, Copy)]
 struct Call {
+    pid: i64,
+    corr: i64,
     start: i64,
     tid: i64,
     api: Api,
@@ -229,6 +236,8 @@ pub struct Timelines {
     pub ambiguous_keys: u64,
     pub nccl_kernels: u64,
     pub nccl_by_name: Vec<NcclKernels>,
+    /// Valid KERNEL/MEMCPY/MEMSET rows with a `graphNodeId` (node-level graph rows).
+    pub node_rows: u64,
     pub skips: RowSkips,
 }
 
@@ -276,106 +285,246 @@ pub fn overlap(a: &[(i64, i64)], b: &[(i64, i64)]) -> i64 {
     t
 }
 
-/// Read every device row and its issuing runtime call, and analyse each device.
-pub fn build(export: &Export) -> Result<Timelines> {
-    let mut skips = RowSkips::new();
-    // per device: the ops, and (parallel) their kernel name ids
-    let mut by_dev: BTreeMap<i64, (Vec<Op>, Vec<Option<i64>>)> = BTreeMap::new();
-    let mut wanted: FxSet<(i64, i64)> = FxSet::default();
-    let mut name_ids: HashSet<i64> = HashSet::new();
-    for kind in DeviceKind::ALL {
-        export.device_ops(kind, &mut skips, |o| {
-            let pid = o.row.global_pid.unwrap_or(-1);
-            if let Some(c) = o.row.correlation_id {
-                wanted.insert((pid, c));
+/// What the one pass over `StringIds` tells the timelines: runtime API classes, launch API names, NCCL names.
+#[derive(Default)]
+struct Names {
+    api_of: FxMap<i64, Api>,
+    launch_names: HashMap<i64, String>,
+    /// Ids whose string contains `nccl` (any case): an NCCL kernel when a kernel row carries one.
+    nccl: FxMap<i64, String>,
+}
+
+fn names_of(export: &Export) -> Result<Names> {
+    let mut n = Names::default();
+    export.for_each_string(|id, v| {
+        let Ok(v) = std::str::from_utf8(v) else { return };
+        if v.to_ascii_lowercase().contains("nccl") {
+            n.nccl.insert(id, v.to_string());
+        }
+        let a = classify(v);
+        if a != Api::Other {
+            n.api_of.insert(id, a);
+            if matches!(a, Api::KernelLaunch | Api::GraphLaunch) {
+                n.launch_names.insert(id, base_name(v).to_string());
             }
-            if let Some(n) = o.name_id {
-                name_ids.insert(n);
+        }
+    })?;
+    Ok(n)
+}
+
+/// The device rows of one rowid range, by device in first-seen order, and the NCCL kernel rows by name id.
+#[derive(Default)]
+struct OpsPart {
+    by_dev: Vec<(i64, Vec<Op>)>,
+    nccl_by_id: FxMap<i64, (u64, i64)>,
+    node_rows: u64,
+}
+
+/// What [`read_ops`] reads: the rows by device, the NCCL kernel rows by name id, the node-level rows.
+struct Ops {
+    by_dev: BTreeMap<i64, Vec<Op>>,
+    nccl_by_id: FxMap<i64, (u64, i64)>,
+    node_rows: u64,
+}
+
+/// Every device row of the capture, by device (rows in table then rowid order), read in parallel.
+fn read_ops(export: &Export, names: &Names, skips: &mut RowSkips) -> Result<Ops> {
+    let mut tables = Vec::new();
+    for kind in DeviceKind::ALL {
+        if let Some(t) = export.optional(kind.table(), &crate::export::schema::cols::DEVICE)? {
+            if kind == DeviceKind::Kernel {
+                export.require(kind.table(), &[crate::export::schema::cols::DEMANGLED_NAME])?;
+            }
+            tables.push((kind, t.clone()));
+        }
+    }
+    let threads = crate::export::rows::scan_threads();
+    let parts = crate::export::fold::fold_device_ops(
+        &export.source(),
+        &tables,
+        threads,
+        |_| OpsPart::default(),
+        |p, o| {
+            let nccl = o.kind == DeviceKind::Kernel && o.name_id.is_some_and(|n| names.nccl.contains_key(&n));
+            if nccl {
+                let e = p.nccl_by_id.entry(o.name_id.unwrap_or(-1)).or_insert((0, 0));
+                e.0 += 1;
+                e.1 += o.row.end - o.row.start;
+            }
+            if o.graph_node_id.is_some() && o.kind != DeviceKind::GraphTrace {
+                p.node_rows += 1;
             }
             let op = Op {
                 start: o.row.start,
                 end: o.row.end,
-                kind,
-                pid,
-                corr: o.row.correlation_id,
-                node: o.graph_node_id.is_some(),
-                nccl: false,
                 issue: o.row.start,
+                pid: o.row.global_pid.unwrap_or(-1),
+                corr: o.row.correlation_id,
+                call: NO_CALL,
+                kind: o.kind,
+                nccl,
             };
-            let d = by_dev.entry(o.row.device_id.unwrap_or(-1)).or_default();
-            d.0.push(op);
-            d.1.push(o.name_id);
-            Ok(())
-        })?;
-    }
-    // one pass over StringIds: NCCL kernel names, runtime API classes, launch API names
-    let mut nccl_ids: HashSet<i64> = HashSet::new();
-    let mut nccl_names: HashMap<i64, String> = HashMap::new();
-    let mut api_of: FxMap<i64, Api> = FxMap::default();
-    let mut api_names: HashMap<i64, String> = HashMap::new();
-    export.for_each_string(|id, v| {
-        let Ok(v) = std::str::from_utf8(v) else { return };
-        if name_ids.contains(&id) && v.to_ascii_lowercase().contains("nccl") {
-            nccl_ids.insert(id);
-            nccl_names.insert(id, v.to_string());
-        }
-        let a = classify(v);
-        if a != Api::Other {
-            api_of.insert(id, a);
-            if matches!(a, Api::KernelLaunch | Api::GraphLaunch) {
-                api_names.insert(id, base_name(v).to_string());
+            let dev = o.row.device_id.unwrap_or(-1);
+            match p.by_dev.iter_mut().find(|(d, _)| *d == dev) {
+                Some((_, v)) => v.push(op),
+                None => p.by_dev.push((dev, vec![op])),
+            }
+        },
+    )?;
+    let mut by_dev: BTreeMap<i64, Vec<Op>> = BTreeMap::new();
+    let mut nccl_by_id: FxMap<i64, (u64, i64)> = FxMap::default();
+    let mut node_rows = 0;
+    for (_, part, sk) in parts {
+        crate::export::merge_skips(skips, &sk);
+        node_rows += part.node_rows;
+        for (dev, ops) in part.by_dev {
+            let v = by_dev.entry(dev).or_default();
+            if v.is_empty() {
+                *v = ops;
+            } else {
+                v.extend_from_slice(&ops);
             }
         }
-    })?;
+        for (id, (n, t)) in part.nccl_by_id {
+            let e = nccl_by_id.entry(id).or_insert((0, 0));
+            e.0 += n;
+            e.1 += t;
+        }
+    }
+    Ok(Ops { by_dev, nccl_by_id, node_rows })
+}
+
+/// The runtime calls with a correlation id, sorted by `(pid, corr)` (one per key: the last in table order), and
+/// each thread's blocking sync calls, unioned.
+#[derive(Default)]
+struct Calls {
+    calls: Vec<Call>,
+    syncs: FxMap<i64, Vec<(i64, i64)>>,
+}
+
+impl Calls {
+    /// The index of the call of `(pid, corr)`, trying `hint` and its successor first (rows come nearly in
+    /// correlation order).
+    fn find(&self, pid: i64, corr: i64, hint: &mut usize) -> u32 {
+        let key = (pid, corr);
+        let at = |i: usize| self.calls.get(i).is_some_and(|c| (c.pid, c.corr) == key);
+        let i = if at(*hint) {
+            *hint
+        } else if at(*hint + 1) {
+            *hint + 1
+        } else {
+            let i = self.calls.partition_point(|c| (c.pid, c.corr) < key);
+            if !at(i) {
+                return NO_CALL;
+            }
+            i
+        };
+        *hint = i;
+        i as u32
+    }
+}
+
+fn read_calls(export: &Export, names: &Names, skips: &mut RowSkips) -> Result<Calls> {
+    let Some(t) = export.optional(crate::export::schema::RUNTIME, &crate::export::schema::cols::RUNTIME)? else {
+        return Ok(Calls::default());
+    };
+    let t = t.clone();
+    let threads = crate::export::rows::scan_threads();
+    type Part = (Vec<Call>, Vec<(i64, i64, i64)>);
+    let (parts, sk) =
+        crate::export::fold::fold_runtime(&export.source(), &t, threads, Part::default, |p: &mut Part, r| {
+            let (Some(tid), Some(nid)) = (r.global_tid, r.name_id) else { return };
+            let api = names.api_of.get(&nid).copied().unwrap_or(Api::Other);
+            if api == Api::Sync {
+                p.1.push((tid, r.start, r.end));
+            }
+            if let Some(corr) = r.correlation_id {
+                p.0.push(Call { pid: ns_of(tid), corr, start: r.start, tid, api, name_id: nid });
+            }
+        })?;
+    crate::export::merge_skips(skips, &sk);
+    let mut calls: Vec<Call> = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+    let mut syncs: FxMap<i64, Vec<(i64, i64)>> = FxMap::default();
+    for (c, s) in parts {
+        calls.extend_from_slice(&c);
+        for (tid, a, b) in s {
+            syncs.entry(tid).or_default().push((a, b));
+        }
+    }
+    // stable: equal keys keep table order, and the last of them wins (as a map insert per row would)
+    calls.sort_by_key(|c| (c.pid, c.corr));
+    let mut out: Vec<Call> = Vec::with_capacity(calls.len());
+    for c in calls {
+        match out.last_mut() {
+            Some(l) if (l.pid, l.corr) == (c.pid, c.corr) => *l = c,
+            _ => out.push(c),
+        }
+    }
+    let syncs = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
+    Ok(Calls { calls: out, syncs })
+}
+
+/// Read every device row and its issuing runtime call (both tables in parallel rowid ranges), and analyse
+/// each device (devices in parallel).
+pub fn build(export: &Export) -> Result<Timelines> {
+    let mut skips = RowSkips::new();
+    let names = names_of(export)?;
+    let Ops { by_dev, nccl_by_id, node_rows } = read_ops(export, &names, &mut skips)?;
+    let calls = read_calls(export, &names, &mut skips)?;
     let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();
     let mut nccl_kernels = 0u64;
-    let mut by_name: BTreeMap<String, (u64, i64)> = BTreeMap::new();
-    let mut devs: BTreeMap<i64, Vec<Op>> = BTreeMap::new();
-    for (dev, (mut ops, names)) in by_dev {
-        // in place: no second vector of every op
-        for (o, n) in ops.iter_mut().zip(names) {
-            o.nccl = o.kind == DeviceKind::Kernel && n.is_some_and(|n| nccl_ids.contains(&n));
-            if o.nccl {
-                nccl_kernels += 1;
-                nccl_keys.insert((dev, o.start, o.end));
-                if let Some(name) = n.and_then(|n| nccl_names.get(&n)) {
-                    let e = by_name.entry(name.clone()).or_insert((0, 0));
-                    e.0 += 1;
-                    e.1 += o.end - o.start;
-                }
-            }
+    for (&dev, ops) in &by_dev {
+        for o in ops.iter().filter(|o| o.nccl) {
+            nccl_kernels += 1;
+            nccl_keys.insert((dev, o.start, o.end));
         }
-        devs.insert(dev, ops);
     }
-    let ambiguous_keys = devs
-        .iter()
-        .flat_map(|(d, v)| v.iter().map(move |o| (*d, o)))
-        .filter(|(d, o)| o.kind == DeviceKind::Kernel && !o.nccl && nccl_keys.contains(&(*d, o.start, o.end)))
-        .count() as u64;
-    // the calls that issued a device row, and each thread's sync calls
-    let mut calls: FxMap<(i64, i64), Call> = FxMap::default();
-    let mut syncs: FxMap<i64, Vec<(i64, i64)>> = FxMap::default();
-    export.runtime_calls(&mut skips, |r| {
-        let (Some(tid), Some(nid)) = (r.global_tid, r.name_id) else { return Ok(()) };
-        let api = api_of.get(&nid).copied().unwrap_or(Api::Other);
-        if api == Api::Sync {
-            syncs.entry(tid).or_default().push((r.start, r.end));
+    let ambiguous_keys = if nccl_keys.is_empty() {
+        0
+    } else {
+        by_dev
+            .iter()
+            .flat_map(|(d, v)| v.iter().map(move |o| (*d, o)))
+            .filter(|(d, o)| o.kind == DeviceKind::Kernel && !o.nccl && nccl_keys.contains(&(*d, o.start, o.end)))
+            .count() as u64
+    };
+    let mut by_name: BTreeMap<String, (u64, i64)> = BTreeMap::new();
+    for (id, (n, t)) in nccl_by_id {
+        if let Some(name) = names.nccl.get(&id) {
+            let e = by_name.entry(name.clone()).or_insert((0, 0));
+            e.0 += n;
+            e.1 += t;
         }
-        if let Some(c) = r.correlation_id {
-            let key = (ns_of(tid), c);
-            if wanted.contains(&key) {
-                calls.insert(key, Call { start: r.start, tid, api, name_id: nid });
-            }
-        }
-        Ok(())
-    })?;
-    drop(wanted);
-    let syncs: FxMap<i64, Vec<(i64, i64)>> = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
-    let devices = devs.into_iter().map(|(dev, ops)| device_timeline(dev, ops, &calls, &syncs, &api_names)).collect();
+    }
+    let devices = analyse_devices(by_dev, &calls, &names.launch_names);
     let mut nccl_by_name: Vec<NcclKernels> =
         by_name.into_iter().map(|(name, (count, total_ns))| NcclKernels { name, count, total_ns }).collect();
     nccl_by_name.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
-    Ok(Timelines { devices, nccl_keys, ambiguous_keys, nccl_kernels, nccl_by_name, skips })
+    Ok(Timelines { devices, nccl_keys, ambiguous_keys, nccl_kernels, nccl_by_name, node_rows, skips })
+}
+
+/// [`device_timeline`] of every device, in parallel threads when there are several.
+fn analyse_devices(by_dev: BTreeMap<i64, Vec<Op>>, calls: &Calls, names: &HashMap<i64, String>) -> Vec<DeviceTimeline> {
+    if by_dev.len() <= 1 {
+        return by_dev.into_iter().map(|(dev, ops)| device_timeline(dev, ops, calls, names)).collect();
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> =
+            by_dev.into_iter().map(|(dev, ops)| s.spawn(move || device_timeline(dev, ops, calls, names))).collect();
+        handles.into_iter().map(|h| h.join().expect("a device timeline thread panicked")).collect()
+    })
+}
+
+/// Union of intervals already sorted by start.
+fn union_sorted(iv: impl Iterator<Item = (i64, i64)>) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for (s, e) in iv {
+        match out.last_mut() {
+            Some(l) if s <= l.1 => l.1 = l.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
 }
 
 /// Split `[a, b)` into the parts covered by `cover` (sorted disjoint) and the rest, pushed as pieces.
@@ -400,110 +549,165 @@ fn split_by(a: i64, b: i64, cover: &[(i64, i64)], inside: u8, outside: u8, out: 
     }
 }
 
-fn device_timeline(
-    dev: i64,
-    mut ops: Vec<Op>,
-    calls: &FxMap<(i64, i64), Call>,
-    syncs: &FxMap<i64, Vec<(i64, i64)>>,
-    names: &HashMap<i64, String>,
-) -> DeviceTimeline {
-    let call_of = |o: &Op| o.corr.and_then(|c| calls.get(&(o.pid, c)));
+fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i64, String>) -> DeviceTimeline {
+    let mut hint = 0usize;
     for o in ops.iter_mut() {
-        o.issue = call_of(o).map(|c| c.start.min(o.start)).unwrap_or(o.start);
-    }
-    ops.sort_unstable_by_key(|o| (o.start, o.issue, o.end, o.pid, o.corr));
-    // first start of each launch (its correlationId) on this device
-    let mut first: FxMap<(i64, i64), (i64, DeviceKind, bool)> = FxMap::default();
-    for o in &ops {
         if let Some(c) = o.corr {
-            first.entry((o.pid, c)).or_insert((o.start, o.kind, o.node));
+            o.call = calls.find(o.pid, c, &mut hint);
+        }
+        if o.call != NO_CALL {
+            o.issue = calls.calls[o.call as usize].start.min(o.start);
         }
     }
-    // union and gaps, each gap split into pieces by the rules
+    // stable and adaptive: the rows of each table come nearly sorted
+    ops.sort_by_key(|o| (o.start, o.issue, o.end, o.pid, o.corr));
+    // first start (and its row's kind) of each launch on this device
+    let mut first: FxMap<u32, (i64, DeviceKind)> = FxMap::default();
+    for o in ops.iter().filter(|o| o.call != NO_CALL) {
+        first.entry(o.call).or_insert((o.start, o.kind));
+    }
+    let (pieces, gap_lengths, busy, span) = gaps(&ops, calls, &first);
+    let (span_start, span_end) = span;
+    let categories = categories_of(&pieces);
+    // compute and communication
+    let compute = union_sorted(
+        ops.iter()
+            .filter(|o| (o.kind == DeviceKind::Kernel && !o.nccl) || o.kind == DeviceKind::GraphTrace)
+            .map(|o| (o.start, o.end)),
+    );
+    let mut nccl_by_pid: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+    let mut busy_by_pid: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
+    for o in &ops {
+        if o.nccl {
+            let v = nccl_by_pid.entry(o.pid).or_default();
+            match v.last_mut() {
+                Some(l) if o.start <= l.1 => l.1 = l.1.max(o.end),
+                _ => v.push((o.start, o.end)),
+            }
+        }
+        let b = busy_by_pid.entry(o.pid).or_insert((o.start, o.start, 0));
+        if o.start <= b.1 {
+            b.1 = b.1.max(o.end);
+        } else {
+            b.2 += b.1 - b.0;
+            *b = (o.start, o.end, b.2);
+        }
+    }
+    let busy_by_pid: BTreeMap<i64, i64> = busy_by_pid.into_iter().map(|(p, (s, e, t))| (p, t + (e - s))).collect();
+    let (launch, launch_by_pid) = launches(dev, &first, calls, names, queue(&ops));
+    let processes: Vec<i64> = busy_by_pid.keys().copied().collect();
+    let idle_ns = (span_end - span_start) - busy;
+    debug_assert_eq!(idle_ns, pieces.iter().map(|p| p.1 - p.0).sum::<i64>());
+    DeviceTimeline {
+        device_id: dev,
+        pieces,
+        compute,
+        nccl_by_pid,
+        busy_by_pid,
+        launch_by_pid,
+        idle: DeviceIdle {
+            device_id: dev,
+            processes,
+            span_start_ns: span_start,
+            span_end_ns: span_end,
+            busy_ns: busy,
+            idle_ns,
+            gaps: gap_lengths.len() as u64,
+            gap_lengths: dist(gap_lengths),
+            categories,
+            in_steps: IdleSplit::default(),
+            between_steps: IdleSplit::default(),
+            outside_steps: IdleSplit::default(),
+        },
+        launch,
+    }
+}
+
+/// Idle pieces and gaps of rows sorted by start: each gap split into pieces by the rules; the gap lengths, the
+/// busy union and the active span.
+#[allow(clippy::type_complexity)]
+fn gaps(
+    ops: &[Op],
+    calls: &Calls,
+    first: &FxMap<u32, (i64, DeviceKind)>,
+) -> (Vec<(i64, i64, u8)>, Vec<i64>, i64, (i64, i64)) {
     let mut pieces: Vec<(i64, i64, u8)> = Vec::new();
     let mut gap_lengths = Vec::new();
     let mut busy = 0i64;
     let mut cur: Option<(i64, i64)> = None;
-    for o in &ops {
+    let empty = Vec::new();
+    for o in ops {
         match cur {
             Some((cs, ce)) if o.start <= ce => cur = Some((cs, ce.max(o.end))),
             Some((cs, ce)) => {
                 busy += ce - cs;
                 let (g0, g1) = (ce, o.start);
                 gap_lengths.push(g1 - g0);
-                match (call_of(o), o.corr) {
-                    (Some(c), Some(k)) if first.get(&(o.pid, k)).is_some_and(|f| f.0 == o.start) => {
-                        let cs = c.start;
-                        if cs > g0 {
-                            let empty = Vec::new();
-                            let cover = syncs.get(&c.tid).unwrap_or(&empty);
-                            split_by(g0, cs.min(g1), cover, SYNC, HOST, &mut pieces);
-                        }
-                        if g1 > cs.max(g0) {
-                            pieces.push((cs.max(g0), g1, LAUNCH));
-                        }
+                let launch_first = o.call != NO_CALL && first.get(&o.call).is_some_and(|f| f.0 == o.start);
+                if launch_first {
+                    let c = &calls.calls[o.call as usize];
+                    let cs = c.start;
+                    if cs > g0 {
+                        let cover = calls.syncs.get(&c.tid).unwrap_or(&empty);
+                        split_by(g0, cs.min(g1), cover, SYNC, HOST, &mut pieces);
                     }
-                    _ => pieces.push((g0, g1, OTHER)),
+                    if g1 > cs.max(g0) {
+                        pieces.push((cs.max(g0), g1, LAUNCH));
+                    }
+                } else {
+                    pieces.push((g0, g1, OTHER));
                 }
                 cur = Some((o.start, o.end));
             }
             None => cur = Some((o.start, o.end)),
         }
     }
-    let (span_start, span_end) = match (ops.first(), cur) {
+    let span = match (ops.first(), cur) {
         (Some(f), Some((cs, ce))) => {
             busy += ce - cs;
             (f.start, ce)
         }
         _ => (0, 0),
     };
-    // categories over the device
+    (pieces, gap_lengths, busy, span)
+}
+
+/// The idle categories over a device: ns and gaps with a part in each.
+fn categories_of(pieces: &[(i64, i64, u8)]) -> BTreeMap<String, IdleCategory> {
     let mut cat = [IdleCategory::default(); 4];
-    {
-        let mut last_gap: [i64; 4] = [i64::MIN; 4];
-        // a gap is identified by its start; pieces of one gap are contiguous
-        let mut gap_start = i64::MIN;
-        let mut prev_end = i64::MIN;
-        for &(s, e, k) in &pieces {
-            if s != prev_end {
-                gap_start = s;
-            }
-            prev_end = e;
-            cat[k as usize].ns += e - s;
-            if last_gap[k as usize] != gap_start {
-                last_gap[k as usize] = gap_start;
-                cat[k as usize].gaps += 1;
-            }
+    let mut last_gap: [i64; 4] = [i64::MIN; 4];
+    // a gap is identified by its start; pieces of one gap are contiguous
+    let mut gap_start = i64::MIN;
+    let mut prev_end = i64::MIN;
+    for &(s, e, k) in pieces {
+        if s != prev_end {
+            gap_start = s;
+        }
+        prev_end = e;
+        cat[k as usize].ns += e - s;
+        if last_gap[k as usize] != gap_start {
+            last_gap[k as usize] = gap_start;
+            cat[k as usize].gaps += 1;
         }
     }
-    let categories: BTreeMap<String, IdleCategory> =
-        IDLE_NAMES.iter().zip(cat).map(|(n, c)| (n.to_string(), c)).collect();
-    // compute and communication
-    let compute = union(
-        ops.iter()
-            .filter(|o| (o.kind == DeviceKind::Kernel && !o.nccl) || o.kind == DeviceKind::GraphTrace)
-            .map(|o| (o.start, o.end))
-            .collect(),
-    );
-    let mut nccl_by_pid: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
-    let mut by_pid: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
-    for o in &ops {
-        if o.nccl {
-            nccl_by_pid.entry(o.pid).or_default().push((o.start, o.end));
-        }
-        by_pid.entry(o.pid).or_default().push((o.start, o.end));
-    }
-    let nccl_by_pid = nccl_by_pid.into_iter().map(|(p, v)| (p, union(v))).collect();
-    let busy_by_pid: BTreeMap<i64, i64> = by_pid.into_iter().map(|(p, v)| (p, len(&union(v)))).collect();
-    // launch latency, per launch (one runtime call, its first row on this device)
+    IDLE_NAMES.iter().zip(cat).map(|(n, c)| (n.to_string(), c)).collect()
+}
+
+/// Launch latency per launch (one runtime call, its first row on this device), by API and per process.
+#[allow(clippy::type_complexity)]
+fn launches(
+    dev: i64,
+    first: &FxMap<u32, (i64, DeviceKind)>,
+    calls: &Calls,
+    names: &HashMap<i64, String>,
+    queue_depth: QueueDepth,
+) -> (DeviceLaunch, BTreeMap<i64, (LatencyDist, LatencyDist)>) {
     let (mut kl, mut gl, mut graph_level) = (Vec::new(), Vec::new(), 0u64);
     let mut by_api: BTreeMap<String, u64> = BTreeMap::new();
     let mut by_pid_lat: BTreeMap<i64, (Vec<i64>, Vec<i64>)> = BTreeMap::new();
-    let mut firsts: Vec<_> = first.iter().collect();
-    firsts.sort_unstable_by_key(|(k, _)| **k);
-    for (key, &(start, kind, _node)) in firsts {
-        let Some(c) = calls.get(key) else { continue };
-        let mine = by_pid_lat.entry(key.0).or_default();
+    for (&call, &(start, kind)) in first {
+        let c = &calls.calls[call as usize];
+        let mine = by_pid_lat.entry(c.pid).or_default();
         match c.api {
             Api::KernelLaunch => {
                 kl.push(start - c.start);
@@ -521,51 +725,24 @@ fn device_timeline(
         let n = names.get(&c.name_id).cloned().unwrap_or_else(|| format!("<name id {}>", c.name_id));
         *by_api.entry(n).or_default() += 1;
     }
-    let queue_depth = queue(&ops);
-    let processes: Vec<i64> = ops.iter().map(|o| o.pid).collect::<BTreeSet<_>>().into_iter().collect();
-    let idle_ns = (span_end - span_start) - busy;
-    debug_assert_eq!(idle_ns, pieces.iter().map(|p| p.1 - p.0).sum::<i64>());
-    DeviceTimeline {
+    let launch = DeviceLaunch {
         device_id: dev,
-        pieces,
-        compute,
-        nccl_by_pid,
-        busy_by_pid,
-        launch_by_pid: by_pid_lat.into_iter().map(|(p, (k, g))| (p, (latency(&k), latency(&g)))).collect(),
-        idle: DeviceIdle {
-            device_id: dev,
-            processes,
-            span_start_ns: span_start,
-            span_end_ns: span_end,
-            busy_ns: busy,
-            idle_ns,
-            gaps: gap_lengths.len() as u64,
-            gap_lengths: dist(gap_lengths),
-            categories,
-            in_steps: IdleSplit::default(),
-            between_steps: IdleSplit::default(),
-            outside_steps: IdleSplit::default(),
-        },
-        launch: DeviceLaunch {
-            device_id: dev,
-            kernel_launch: latency(&kl),
-            graph_launch: latency(&gl),
-            graph_launch_graph_level: graph_level,
-            by_api,
-            queue_depth,
-        },
-    }
+        kernel_launch: latency(&kl),
+        graph_launch: latency(&gl),
+        graph_launch_graph_level: graph_level,
+        by_api,
+        queue_depth,
+    };
+    (launch, by_pid_lat.into_iter().map(|(p, (k, g))| (p, (latency(&k), latency(&g)))).collect())
 }
 
 /// The queue-depth sweep: +1 at each row's issue, −1 at its end (ends before issues at the same ns).
 fn queue(ops: &[Op]) -> QueueDepth {
-    let mut ev: Vec<(i64, i8)> = Vec::with_capacity(ops.len() * 2);
-    for o in ops {
-        ev.push((o.issue, 1));
-        ev.push((o.end, -1));
-    }
-    ev.sort_unstable();
-    let (Some(&(t0, _)), Some(&(t1, _))) = (ev.first(), ev.last()) else {
+    let mut issues: Vec<i64> = ops.iter().map(|o| o.issue).collect();
+    let mut ends: Vec<i64> = ops.iter().map(|o| o.end).collect();
+    issues.sort_unstable();
+    ends.sort_unstable();
+    let (Some(&t0), Some(&t1)) = (issues.first().min(ends.first()), issues.last().max(ends.last())) else {
         return QueueDepth {
             max: 0,
             mean: 0.0,
@@ -583,7 +760,11 @@ fn queue(ops: &[Op]) -> QueueDepth {
     let (mut depth, mut max, mut area, mut empty) = (0i64, 0i64, 0i128, 0i64);
     let mut at_issue = Vec::with_capacity(ops.len());
     let mut prev = t0;
-    for &(t, d) in &ev {
+    let (mut i, mut j) = (0usize, 0usize);
+    while i < issues.len() || j < ends.len() {
+        // an end before an issue at the same ns
+        let is_end = j < ends.len() && (i == issues.len() || ends[j] <= issues[i]);
+        let t = if is_end { ends[j] } else { issues[i] };
         if t > prev {
             area += depth as i128 * (t - prev) as i128;
             if depth == 0 {
@@ -596,15 +777,17 @@ fn queue(ops: &[Op]) -> QueueDepth {
             }
             prev = t;
         }
-        if d > 0 {
+        if is_end {
+            depth -= 1;
+            j += 1;
+        } else {
             at_issue.push(depth);
-        }
-        depth += d as i64;
-        max = max.max(depth);
-        if d > 0 {
+            depth += 1;
+            i += 1;
             let b = (((t - t0) / bw) as usize).min(nb - 1);
             series[b][1] = series[b][1].max(depth);
         }
+        max = max.max(depth);
     }
     QueueDepth {
         max,

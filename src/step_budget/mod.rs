@@ -384,17 +384,40 @@ pub fn union_len(mut iv: Vec<(i64, i64)>) -> i64 {
 
 /// The priority partition of `[start, end)`: `classes[k]` are the intervals of component k (in priority
 /// order); component k gets `|∪_{j≤k} C_j ∩ wall| − |∪_{j<k} C_j ∩ wall|`, the rest is returned last.
+///
+/// One sweep: that difference is the time whose highest-priority covering class is k, so the clipped
+/// intervals' boundaries are swept once in time order, with a coverage count per class.
 pub fn partition(start: i64, end: i64, classes: &[Vec<(i64, i64)>]) -> (Vec<i64>, i64) {
-    let mut acc: Vec<(i64, i64)> = Vec::new();
-    let mut prev = 0;
-    let mut out = Vec::with_capacity(classes.len());
-    for c in classes {
-        acc.extend(c.iter().map(|&(s, e)| (s.max(start), e.min(end))));
-        let l = union_len(acc.clone());
-        out.push(l - prev);
-        prev = l;
+    let mut ev: Vec<(i64, bool, usize)> = Vec::new();
+    for (k, c) in classes.iter().enumerate() {
+        for &(s, e) in c {
+            let (s, e) = (s.max(start), e.min(end));
+            if e > s {
+                ev.push((s, true, k));
+                ev.push((e, false, k));
+            }
+        }
     }
-    (out, (end - start) - prev)
+    ev.sort_unstable_by_key(|&(t, _, _)| t);
+    let mut out = vec![0i64; classes.len()];
+    let mut count = vec![0u32; classes.len()];
+    let mut covered = 0i64;
+    let mut prev = i64::MIN;
+    for (t, open, k) in ev {
+        if t > prev {
+            if let Some(top) = count.iter().position(|&c| c > 0) {
+                out[top] += t - prev;
+                covered += t - prev;
+            }
+            prev = t;
+        }
+        if open {
+            count[k] += 1;
+        } else {
+            count[k] -= 1;
+        }
+    }
+    (out, (end - start) - covered)
 }
 
 fn is_launch(name: &str) -> bool {
@@ -573,8 +596,11 @@ pub fn analyze_window_with(
     }
     // graph-level: the steps launch graphs (or own GRAPH_TRACE rows) and the export has no node-level row:
     // the replays are single GRAPH_TRACE rows (nsys 2024+) or invisible (nsys 2023.4 has no GRAPH_TRACE table)
-    let graph_level =
-        steps.iter().any(|s| s.graph_traces > 0 || s.graph_launches > 0) && export.graph_facts()?.node_rows == 0;
+    // (the timelines' valid node rows answer first: the export's count, which also counts invalid rows, is
+    // read only when they hold none)
+    let graph_level = steps.iter().any(|s| s.graph_traces > 0 || s.graph_launches > 0)
+        && tl.node_rows == 0
+        && export.graph_facts()?.node_rows == 0;
     let distributions = distributions_of(&steps, true);
     let mut totals: BTreeMap<String, i64> = BTreeMap::new();
     totals.insert("wall".into(), steps.iter().map(|s| s.wall_ns).sum());
@@ -1099,6 +1125,44 @@ mod tests {
         assert_eq!(rest, 0);
         let (v, rest) = partition(0, 100, &[vec![(10, 20), (15, 30)], vec![]]);
         assert_eq!((v, rest), (vec![20, 0], 80));
+    }
+
+    /// The definition, class by class: `|∪_{j≤k}| − |∪_{j<k}|` of the clipped intervals.
+    fn partition_by_definition(start: i64, end: i64, classes: &[Vec<(i64, i64)>]) -> (Vec<i64>, i64) {
+        let mut acc: Vec<(i64, i64)> = Vec::new();
+        let (mut prev, mut out) = (0, Vec::new());
+        for c in classes {
+            acc.extend(c.iter().map(|&(s, e)| (s.max(start), e.min(end))));
+            let l = union_len(acc.clone());
+            out.push(l - prev);
+            prev = l;
+        }
+        (out, (end - start) - prev)
+    }
+
+    #[test]
+    fn partition_sweep_equals_the_definition() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = |n: i64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as i64
+        };
+        for _ in 0..2000 {
+            let (start, end) = (next(50), 50 + next(100));
+            let classes: Vec<Vec<(i64, i64)>> = (0..1 + next(7))
+                .map(|_| {
+                    (0..next(6))
+                        .map(|_| {
+                            let s = next(200) - 20;
+                            (s, s + next(60) - 5)
+                        })
+                        .collect()
+                })
+                .collect();
+            assert_eq!(partition(start, end, &classes), partition_by_definition(start, end, &classes), "{classes:?}");
+        }
     }
 
     #[test]

@@ -1,0 +1,195 @@
+//! Parallel folds over the rows of the large tables (issue #19): a table is split into rowid ranges, each range
+//! is read by its own thread on its own read-only connection ([`ScanSource::open`]) into an accumulator of the
+//! caller's, and the accumulators come back in table then rowid order, so that folding them in order is
+//! reading the tables in order. The row checks and their messages are those of the streamed readers of
+//! [`super::rows`] (types, impossible timestamps, invalid intervals counted in [`RowSkips`]); when several
+//! ranges fail, the first error in table order wins.
+
+use rusqlite::types::ValueRef;
+
+use super::rows::{named_int, named_ts, rowid_chunks, RowSkips, RuntimeRow, ScanSource, CHUNK_ROWS};
+use super::rows::{DeviceOp, DeviceRow};
+use super::schema::{self, cols, DeviceKind};
+use super::TableInfo;
+use crate::contract::{Error, Result};
+
+/// One rowid range of one of the tables of a fold (`table` indexes the caller's list).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Job {
+    pub table: usize,
+    pub range: Option<(i64, i64)>,
+}
+
+/// The jobs of a fold over `tables`: a table of at least [`CHUNK_ROWS`] rows (by `max(rowid)`) is split into
+/// about `threads` rowid ranges, a smaller one is one job.
+pub(crate) fn plan(src: &ScanSource, tables: &[&TableInfo], threads: usize) -> Result<Vec<Job>> {
+    let conn = src.open()?;
+    let mut jobs = Vec::new();
+    for (i, t) in tables.iter().enumerate() {
+        let hint: Option<i64> =
+            conn.query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
+        let parts = if hint.unwrap_or(0) as usize >= CHUNK_ROWS { threads } else { 1 };
+        jobs.extend(rowid_chunks(&conn, &t.name, parts).into_iter().map(|range| Job { table: i, range }));
+    }
+    Ok(jobs)
+}
+
+/// `f(index, job)` of every job, each in its own thread; the results in job order.
+pub(crate) fn run_jobs<T: Send>(jobs: &[Job], f: impl Fn(usize, Job) -> Result<T> + Sync) -> Vec<Result<T>> {
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = jobs.iter().enumerate().map(|(i, &j)| s.spawn(move || f(i, j))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::input("a table scan thread panicked"))))
+            .collect()
+    })
+}
+
+/// Step through `SELECT rowid, <list> FROM table [WHERE rowid in range]` on a new connection of `src`: `f`
+/// gets the row id (None for a table without one) and the row (column `i + 1` is the i-th of `list`), and
+/// returns false to stop early. `logical` names the table in messages.
+pub(crate) fn for_each_in_range(
+    src: &ScanSource,
+    t: &TableInfo,
+    logical: &str,
+    list: &str,
+    range: Option<(i64, i64)>,
+    mut f: impl FnMut(Option<i64>, &rusqlite::Row) -> Result<bool>,
+) -> Result<()> {
+    let conn = src.open()?;
+    let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
+    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
+        Ok(s) => s,
+        Err(e) if range.is_some() => return Err(src.sql_err(logical, e)),
+        Err(_) => {
+            conn.prepare(&format!("SELECT NULL, {list} FROM \"{}\"", t.name)).map_err(|e| src.sql_err(logical, e))?
+        }
+    };
+    let mut rows = stmt.query([]).map_err(|e| src.sql_err(logical, e))?;
+    while let Some(r) = rows.next().map_err(|e| src.sql_err(logical, e))? {
+        let rowid = match r.get_ref(0) {
+            Ok(ValueRef::Integer(v)) => Some(v),
+            _ => None,
+        };
+        if !f(rowid, r)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The `(start, end)` of columns 1 and 2 of a timed row when valid; else the reason is counted in `skips`.
+/// The checks of [`super::Export`]'s streamed readers, in their order: both types, then both timestamps.
+pub(crate) fn valid_interval(
+    src: &ScanSource,
+    tbl: &str,
+    rowid: Option<i64>,
+    r: &rusqlite::Row,
+    skips: &mut RowSkips,
+) -> Result<Option<(i64, i64)>> {
+    let name = src.name();
+    let (start, end) = (named_int(name, r.get_ref(1), tbl, "start")?, named_int(name, r.get_ref(2), tbl, "end")?);
+    let start = named_ts(name, tbl, "start", rowid, start)?;
+    let end = named_ts(name, tbl, "end", rowid, end)?;
+    match (start, end) {
+        (Some(s), Some(e)) if e >= s => Ok(Some((s, e))),
+        (st, en) => {
+            let k = skips.entry(tbl.to_string()).or_default();
+            match (st, en) {
+                (None, _) => k.null_start += 1,
+                (_, None) => k.null_end += 1,
+                _ => k.inverted += 1,
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// The first error in job order, else the values in job order.
+fn in_order<T>(results: Vec<Result<T>>) -> Result<Vec<T>> {
+    results.into_iter().collect()
+}
+
+/// Every valid row of the device tables named (each present with [`cols::DEVICE`]; KERNEL with
+/// `demangledName`, checked by the caller) as a [`DeviceOp`] folded into an accumulator per rowid range:
+/// `init(kind)` makes it, `f` adds a row. `streamId` is not read. The accumulators, with the rows skipped in
+/// each range, in table then rowid order.
+pub fn fold_device_ops<T: Send>(
+    src: &ScanSource,
+    tables: &[(DeviceKind, TableInfo)],
+    threads: usize,
+    init: impl Fn(DeviceKind) -> T + Sync,
+    f: impl Fn(&mut T, DeviceOp) + Sync,
+) -> Result<Vec<(DeviceKind, T, RowSkips)>> {
+    let infos: Vec<&TableInfo> = tables.iter().map(|(_, t)| t).collect();
+    let jobs = plan(src, &infos, threads)?;
+    in_order(run_jobs(&jobs, |_, j| {
+        let (kind, t) = (tables[j.table].0, &tables[j.table].1);
+        let tbl = kind.table();
+        let name_col = if kind == DeviceKind::Kernel { cols::DEMANGLED_NAME } else { "NULL" };
+        let node_col = if t.has_column(cols::GRAPH_NODE_ID) { cols::GRAPH_NODE_ID } else { "NULL" };
+        let list = format!("{}, {name_col}, {node_col}", cols::DEVICE.join(", "));
+        let (mut acc, mut skips) = (init(kind), RowSkips::new());
+        let name = src.name();
+        for_each_in_range(src, t, tbl, &list, j.range, |rowid, r| {
+            let Some((start, end)) = valid_interval(src, tbl, rowid, r, &mut skips)? else { return Ok(true) };
+            let op = DeviceOp {
+                row: DeviceRow {
+                    start,
+                    end,
+                    global_pid: named_int(name, r.get_ref(3), tbl, "globalPid")?,
+                    correlation_id: named_int(name, r.get_ref(4), tbl, "correlationId")?,
+                    device_id: named_int(name, r.get_ref(5), tbl, "deviceId")?,
+                },
+                kind,
+                name_id: named_int(name, r.get_ref(6), tbl, cols::DEMANGLED_NAME)?,
+                stream_id: None,
+                graph_node_id: named_int(name, r.get_ref(7), tbl, cols::GRAPH_NODE_ID)?,
+            };
+            f(&mut acc, op);
+            Ok(true)
+        })?;
+        Ok((kind, acc, skips))
+    }))
+}
+
+/// Every valid row of `CUPTI_ACTIVITY_KIND_RUNTIME` (`t`, present with [`cols::RUNTIME`]) folded into an
+/// accumulator per rowid range (`init`, `f`); the accumulators in rowid order, and the rows skipped.
+pub fn fold_runtime<T: Send>(
+    src: &ScanSource,
+    t: &TableInfo,
+    threads: usize,
+    init: impl Fn() -> T + Sync,
+    f: impl Fn(&mut T, RuntimeRow) + Sync,
+) -> Result<(Vec<T>, RowSkips)> {
+    let jobs = plan(src, &[t], threads)?;
+    let tbl = schema::RUNTIME;
+    let list = cols::RUNTIME.join(", ");
+    let parts = in_order(run_jobs(&jobs, |_, j| {
+        let (mut acc, mut skips) = (init(), RowSkips::new());
+        let name = src.name();
+        for_each_in_range(src, t, tbl, &list, j.range, |rowid, r| {
+            let Some((start, end)) = valid_interval(src, tbl, rowid, r, &mut skips)? else { return Ok(true) };
+            let row = RuntimeRow {
+                start,
+                end,
+                global_tid: named_int(name, r.get_ref(3), tbl, "globalTid")?,
+                correlation_id: named_int(name, r.get_ref(4), tbl, "correlationId")?,
+                name_id: named_int(name, r.get_ref(5), tbl, "nameId")?,
+            };
+            f(&mut acc, row);
+            Ok(true)
+        })?;
+        Ok((acc, skips))
+    }))?;
+    let mut skips = RowSkips::new();
+    let accs = parts
+        .into_iter()
+        .map(|(a, s)| {
+            super::rows::merge_skips(&mut skips, &s);
+            a
+        })
+        .collect();
+    Ok((accs, skips))
+}
