@@ -794,7 +794,9 @@ pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
     let cap = crate::export::open_capture(path, None)?;
     let export = &cap.export;
     let mut ph = crate::phase::Phases::new("evidence");
-    // kernel statistics and memcpy time are SQL sums: refuse impossible timestamps first
+    // kernel statistics and memcpy time are SQL sums: refuse impossible timestamps first (one scan per timed
+    // table, which also aggregates the kernel rows by name for the kernel statistics)
+    export.keep_kernel_names();
     export.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
     ph.mark("check_timestamps");
     let mut ev = Evidence { source: cap.source.path.clone(), kind: cap.source.kind.clone(), ..Default::default() };

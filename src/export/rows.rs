@@ -587,10 +587,16 @@ impl Export {
     pub fn kernel_time_by_name(&self) -> Result<Option<Vec<(String, i64, i64)>>> {
         let Some(k) = self.optional(schema::KERNEL, &["start", "end", cols::DEMANGLED_NAME])? else { return Ok(None) };
         self.require(schema::STRING_IDS, &cols::STRING_IDS)?;
-        // one scan of the kernel rows aggregated by name id here, then the names of those ids: SQLite's GROUP
-        // BY over the joined string sorts every row (≈ 2 s per million kernels); the SQL below stays for a
-        // name id that is not an integer and for a sum that does not fit
-        if let Some(rows) = self.kernel_time_by_name_id(&k.name)? {
+        // one scan of the kernel rows aggregated by name id (that of the timed stats when it was asked to keep
+        // them, else its own), then the names of those ids: SQLite's GROUP BY over the joined string sorts every
+        // row (≈ 2 s per million kernels); the SQL below stays for a name id that is not an integer and for a
+        // sum that does not fit
+        let kept = self.known_stats(schema::KERNEL, |s| s.name_time.clone()).flatten();
+        let by_id = match kept {
+            Some(m) => Some(m),
+            None => self.kernel_time_by_name_id(&k.name)?,
+        };
+        if let Some(rows) = by_id.and_then(|m| self.kernel_names_of(m)) {
             return Ok(Some(rows));
         }
         let sql = format!(
@@ -606,9 +612,9 @@ impl Export {
         Ok(Some(rows))
     }
 
-    /// [`Export::kernel_time_by_name`] aggregated by name id in one scan; None (use the SQL) when a name id is
-    /// not an integer, a sum overflows or StringIds holds a value that is not text.
-    fn kernel_time_by_name_id(&self, table: &str) -> Result<Option<Vec<(String, i64, i64)>>> {
+    /// The kernel rows aggregated by name id in one scan: `id → (rows, Σ duration)`; None (use the SQL) when a
+    /// name id is not an integer or a sum overflows.
+    fn kernel_time_by_name_id(&self, table: &str) -> Result<Option<HashMap<i64, (i64, i64)>>> {
         let sql = format!("SELECT demangledName, end - start FROM \"{table}\" WHERE {VALID}");
         let mut stmt = self.conn().prepare(&sql).map_err(self.sql_err(schema::KERNEL))?;
         let mut rows = stmt.query([]).map_err(self.sql_err(schema::KERNEL))?;
@@ -624,17 +630,21 @@ impl Export {
             let Some(sum) = e.1.checked_add(d) else { return Ok(None) };
             *e = (e.0 + 1, sum);
         }
+        Ok(Some(by_id))
+    }
+
+    /// `(name, rows, Σ duration)` of kernel rows aggregated by name id: ids of one string count as one name, as
+    /// GROUP BY over the string does; None (use the SQL) when StringIds cannot be read as text or a sum overflows.
+    fn kernel_names_of(&self, by_id: HashMap<i64, (i64, i64)>) -> Option<Vec<(String, i64, i64)>> {
         let ids: HashSet<i64> = by_id.keys().copied().collect();
-        let Ok(names) = self.strings_for(&ids) else { return Ok(None) };
-        // ids of one string count as one name, as GROUP BY over the string does
+        let names = self.strings_for(&ids).ok()?;
         let mut by_name: HashMap<String, (i64, i64)> = HashMap::new();
         for (id, (n, sum)) in by_id {
             let name = names.get(&id).cloned().unwrap_or_else(|| format!("<unknown kernel name id {id}>"));
             let e = by_name.entry(name).or_insert((0, 0));
-            let Some(total) = e.1.checked_add(sum) else { return Ok(None) };
-            *e = (e.0 + n, total);
+            *e = (e.0 + n, e.1.checked_add(sum)?);
         }
-        Ok(Some(by_name.into_iter().map(|(name, (n, sum))| (name, n, sum)).collect()))
+        Some(by_name.into_iter().map(|(name, (n, sum))| (name, n, sum)).collect())
     }
 
     /// Number of NVTX range rows (push/pop and start/end; 0 without NVTX_EVENTS).
@@ -838,6 +848,17 @@ pub struct TimedStats {
     /// `(start, end)` of the valid rows in table order, kept only when asked ([`Export::keep_intervals`]), and
     /// the starts of the invalid rows with a start; taken by [`Export::window_intervals`].
     intervals: Option<(Vec<Interval>, Vec<i64>)>,
+    /// `demangledName` id → (rows, Σ `end - start`) over the valid rows, kept only when asked
+    /// ([`Export::keep_kernel_names`]); None when a name id is not an INTEGER or a sum overflows (the SQL of
+    /// [`Export::kernel_time_by_name`] then decides).
+    name_time: Option<HashMap<i64, (i64, i64)>>,
+}
+
+/// What a scan keeps besides the facts of [`TimedStats`], per table.
+#[derive(Debug, Clone, Copy, Default)]
+struct Keep {
+    intervals: bool,
+    names: bool,
 }
 
 impl TimedStats {
@@ -872,6 +893,17 @@ impl TimedStats {
             v.extend_from_slice(&ov);
             s.extend_from_slice(&os);
         }
+        self.name_time = match (self.name_time.take(), o.name_time) {
+            (Some(mut a), Some(b)) => b
+                .into_iter()
+                .try_for_each(|(id, (n, t))| {
+                    let e = a.entry(id).or_insert((0, 0));
+                    *e = (e.0 + n, e.1.checked_add(t)?);
+                    Some(())
+                })
+                .map(|_| a),
+            _ => None,
+        };
     }
 }
 
@@ -880,7 +912,7 @@ impl TimedStats {
 #[derive(Debug, Default)]
 pub(crate) struct StatsCache {
     stats: std::cell::RefCell<HashMap<String, Option<TimedStats>>>,
-    keep: std::cell::RefCell<HashSet<String>>,
+    keep: std::cell::RefCell<HashMap<String, Keep>>,
 }
 
 /// At this many rows in all the tables asked for, the scans run in parallel threads.
@@ -933,13 +965,15 @@ fn scan_timed_stats(
     conn: &rusqlite::Connection,
     t: &super::TableInfo,
     range: Option<(i64, i64)>,
-    keep_intervals: bool,
+    keep: Keep,
 ) -> std::result::Result<Option<TimedStats>, rusqlite::Error> {
     let has = |c: &str| t.has_column(c);
     let gtid = if has("globalTid") { "globalTid" } else { "NULL" };
     let name = if has("nameId") { "nameId" } else { "NULL" };
     let node = if has(cols::GRAPH_NODE_ID) { cols::GRAPH_NODE_ID } else { "NULL" };
-    let list = format!("start, end, {gtid}, {name}, {node} IS NOT NULL");
+    let kname = keep.names && has(cols::DEMANGLED_NAME);
+    let kname_col = if kname { cols::DEMANGLED_NAME } else { "NULL" };
+    let list = format!("start, end, {gtid}, {name}, {node} IS NOT NULL, {kname_col}");
     let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
     let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
         Ok(s) => s,
@@ -949,7 +983,8 @@ fn scan_timed_stats(
     let mut st = TimedStats {
         sum_dur: Some(0),
         node_rows: has(cols::GRAPH_NODE_ID).then_some(0),
-        intervals: keep_intervals.then(Default::default),
+        intervals: keep.intervals.then(Default::default),
+        name_time: kname.then(Default::default),
         ..Default::default()
     };
     let mut rows = stmt.query([])?;
@@ -968,6 +1003,18 @@ fn scan_timed_stats(
                 st.sum_dur = st.sum_dur.and_then(|a| a.checked_add(e - s));
                 if let Some((v, _)) = st.intervals.as_mut() {
                     v.push((s, e));
+                }
+                if let Some(m) = st.name_time.as_mut() {
+                    let ok = match r.get_ref(6)? {
+                        ValueRef::Integer(id) => {
+                            let x = m.entry(id).or_insert((0, 0));
+                            e.checked_sub(s).and_then(|d| x.1.checked_add(d)).map(|t| *x = (x.0 + 1, t)).is_some()
+                        }
+                        _ => false,
+                    };
+                    if !ok {
+                        st.name_time = None;
+                    }
                 }
             }
             (None, _) => st.skips.null_start += 1,
@@ -1051,8 +1098,16 @@ impl Export {
         let mut k = self.stats.keep.borrow_mut();
         for t in tables {
             if let Some(info) = self.table(t) {
-                k.insert(info.name.to_ascii_lowercase());
+                k.entry(info.name.to_ascii_lowercase()).or_default().intervals = true;
             }
+        }
+    }
+
+    /// Aggregate the kernel rows by `demangledName` in the next scan of KERNEL (for
+    /// [`Export::kernel_time_by_name`]: no scan of its own).
+    pub fn keep_kernel_names(&self) {
+        if let Some(info) = self.table(schema::KERNEL) {
+            self.stats.keep.borrow_mut().entry(info.name.to_ascii_lowercase()).or_default().names = true;
         }
     }
 
@@ -1076,9 +1131,9 @@ impl Export {
         if todo.is_empty() {
             return Ok(());
         }
-        let keep: Vec<bool> = {
+        let keep: Vec<Keep> = {
             let k = self.stats.keep.borrow();
-            todo.iter().map(|t| k.contains(&t.name.to_ascii_lowercase())).collect()
+            todo.iter().map(|t| k.get(&t.name.to_ascii_lowercase()).copied().unwrap_or_default()).collect()
         };
         let hints: Vec<usize> = todo.iter().map(|t| self.row_count_hint(&t.name)).collect();
         let big: usize = hints.iter().sum();
