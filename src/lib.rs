@@ -15,6 +15,7 @@ pub mod contract;
 pub mod evidence;
 pub mod export;
 pub mod flags;
+pub mod fx;
 pub mod gate;
 pub mod health_log;
 pub mod iterations;

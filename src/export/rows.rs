@@ -614,11 +614,11 @@ impl Export {
 
     /// The kernel rows aggregated by name id in one scan: `id → (rows, Σ duration)`; None (use the SQL) when a
     /// name id is not an integer or a sum overflows.
-    fn kernel_time_by_name_id(&self, table: &str) -> Result<Option<HashMap<i64, (i64, i64)>>> {
+    fn kernel_time_by_name_id(&self, table: &str) -> Result<Option<crate::fx::FxMap<i64, (i64, i64)>>> {
         let sql = format!("SELECT demangledName, end - start FROM \"{table}\" WHERE {VALID}");
         let mut stmt = self.conn().prepare(&sql).map_err(self.sql_err(schema::KERNEL))?;
         let mut rows = stmt.query([]).map_err(self.sql_err(schema::KERNEL))?;
-        let mut by_id: HashMap<i64, (i64, i64)> = HashMap::new();
+        let mut by_id: crate::fx::FxMap<i64, (i64, i64)> = Default::default();
         while let Some(row) = rows.next().map_err(self.sql_err(schema::KERNEL))? {
             let (ValueRef::Integer(id), ValueRef::Integer(d)) = (
                 row.get_ref(0).map_err(self.sql_err(schema::KERNEL))?,
@@ -635,7 +635,7 @@ impl Export {
 
     /// `(name, rows, Σ duration)` of kernel rows aggregated by name id: ids of one string count as one name, as
     /// GROUP BY over the string does; None (use the SQL) when StringIds cannot be read as text or a sum overflows.
-    fn kernel_names_of(&self, by_id: HashMap<i64, (i64, i64)>) -> Option<Vec<(String, i64, i64)>> {
+    fn kernel_names_of(&self, by_id: crate::fx::FxMap<i64, (i64, i64)>) -> Option<Vec<(String, i64, i64)>> {
         let ids: HashSet<i64> = by_id.keys().copied().collect();
         let names = self.strings_for(&ids).ok()?;
         let mut by_name: HashMap<String, (i64, i64)> = HashMap::new();
@@ -840,9 +840,9 @@ pub struct TimedStats {
     /// The first row (table order) with a timestamp beyond ±[`MAX_TIMESTAMP_NS`].
     bad_ts: Option<RowTimes>,
     /// Distinct non-NULL `globalTid` (when the table has the column).
-    pub thread_ids: HashSet<i64>,
+    pub thread_ids: crate::fx::FxSet<i64>,
     /// Rows per non-NULL `nameId` (when the table has the column).
-    pub name_counts: HashMap<i64, i64>,
+    pub name_counts: crate::fx::FxMap<i64, i64>,
     /// Rows with `graphNodeId` set (None when the table has no such column).
     pub node_rows: Option<i64>,
     /// `(start, end)` of the valid rows in table order, kept only when asked ([`Export::keep_intervals`]), and
@@ -851,7 +851,7 @@ pub struct TimedStats {
     /// `demangledName` id → (rows, Σ `end - start`) over the valid rows, kept only when asked
     /// ([`Export::keep_kernel_names`]); None when a name id is not an INTEGER or a sum overflows (the SQL of
     /// [`Export::kernel_time_by_name`] then decides).
-    name_time: Option<HashMap<i64, (i64, i64)>>,
+    name_time: Option<crate::fx::FxMap<i64, (i64, i64)>>,
 }
 
 /// What a scan keeps besides the facts of [`TimedStats`], per table.

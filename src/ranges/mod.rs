@@ -22,7 +22,6 @@ mod tree;
 pub use table::render_table;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -118,34 +117,7 @@ fn progress(msg: &str) {
     }
 }
 
-// A small, fast hasher for integer keys (FxHash).
-#[derive(Default, Clone, Copy)]
-pub(crate) struct Fx(u64);
-const FX_K: u64 = 0x517c_c1b7_2722_0a95;
-impl Hasher for Fx {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(FX_K);
-        }
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(FX_K);
-    }
-    fn write_i64(&mut self, i: i64) {
-        self.write_u64(i as u64)
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(i as u64)
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64)
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
-pub(crate) type FxSet<K> = HashSet<K, BuildHasherDefault<Fx>>;
+pub(crate) use crate::fx::{FxMap, FxSet};
 
 /// A range row's message: its `text` (interned) or its `textId` (resolved after the scan).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -1169,6 +1141,7 @@ fn join_runtime(
         let ends: Vec<i64> = w.occ.iter().map(|o| o.end).collect();
         let tree = MaxTree::new(&ends);
         drop(ends);
+        let mut stabs = Stabs::new();
         // an upper bound, reserved once (untouched pages cost no memory): no copy while growing
         corr.reserve_exact(export.row_count_hint(tbl));
         let mut hits: Vec<u32> = Vec::with_capacity(16);
@@ -1178,7 +1151,7 @@ fn join_runtime(
         let mut last_pidx = 0u32;
         let mut seen = 0u64;
         let Work { occ, slice_of, metrics, syncs, th_runtime, proc_idx, chains, row_skips, collect, .. } = w;
-        let mut body = |r: crate::export::RuntimeRow| -> Result<()> {
+        let mut body = |r: crate::export::RuntimeRow, part: usize| -> Result<()> {
             seen += 1;
             if seen & 0xF_FFFF == 0 {
                 progress(&format!("{tbl}: {seen} rows"));
@@ -1186,9 +1159,7 @@ fn join_runtime(
             let Some(gtid) = r.global_tid else { return Ok(()) };
             let Some(&(ti, lo, hi)) = slice_of.get(&gtid) else { return Ok(()) };
             let (rs, re) = (r.start, r.end);
-            let cut = lo + occ[lo..hi].partition_point(|o| o.start <= rs);
-            hits.clear();
-            tree.collect_ge(lo, cut, rs, &mut hits);
+            stabs.query(occ, &tree, ti as usize, part, (lo, hi), rs, &mut hits);
             if hits.is_empty() {
                 return Ok(());
             }
@@ -1262,11 +1233,11 @@ fn join_runtime(
                 consumed = true;
                 for b in rx.iter() {
                     for r in b.rows {
-                        body(r)?;
+                        body(r, b.chunk)?;
                     }
                 }
             }
-            None => export.runtime_calls(row_skips, &mut body)?,
+            None => export.runtime_calls(row_skips, |r| body(r, 0))?,
         }
     }
 
@@ -1303,6 +1274,53 @@ fn join_runtime(
     w.chains.data.shrink_to_fit();
     w.chains.offs.shrink_to_fit();
     Ok((CorrTable { corr, wide: corr_wide }, consumed))
+}
+
+/// The stabbing queries of the runtime join ("which kept occurrences of this thread contain the time t"),
+/// answered incrementally: the calls of one thread and one part of the table mostly come in time order, and
+/// for `t ≥` the previous `t'` of the same (thread, part), `{i < cut(t): end_i ≥ t}` is the previous answer
+/// without the occurrences that ended before `t`, plus those that started in `(t', t]` and are still open.
+/// A call earlier than the previous one asks the tree.
+struct Stabs {
+    /// Per (thread slice, part): `(t, cut, answer)` of the last query.
+    last: FxMap<(u32, u32), (i64, usize, Vec<u32>)>,
+}
+
+impl Stabs {
+    fn new() -> Stabs {
+        Stabs { last: FxMap::default() }
+    }
+
+    /// `out` = the indices `i` in `[lo, cut)` with `occ[i].end >= t`, ascending, where `cut` is the first index
+    /// of the thread's slice `[lo, hi)` whose start is after `t`.
+    #[allow(clippy::too_many_arguments)]
+    fn query(
+        &mut self,
+        occ: &[COcc],
+        tree: &MaxTree,
+        thread: usize,
+        part: usize,
+        (lo, hi): (usize, usize),
+        t: i64,
+        out: &mut Vec<u32>,
+    ) {
+        let e = self.last.entry((thread as u32, part as u32)).or_insert((i64::MIN, lo, Vec::new()));
+        if t >= e.0 {
+            let mut cut = e.1;
+            while cut < hi && occ[cut].start <= t {
+                cut += 1;
+            }
+            e.2.retain(|&i| occ[i as usize].end >= t);
+            e.2.extend((e.1..cut).filter(|&i| occ[i].end >= t).map(|i| i as u32));
+            (e.0, e.1) = (t, cut);
+        } else {
+            let cut = lo + occ[lo..hi].partition_point(|o| o.start <= t);
+            e.2.clear();
+            tree.collect_ge(lo, cut, t, &mut e.2);
+            (e.0, e.1) = (t, cut);
+        }
+        out.clone_from(&e.2);
+    }
 }
 
 /// Phase 3: the device rows (read in bulk, in table order: [`run_scans`]) attributed through `(globalPid,
