@@ -5,9 +5,8 @@
 //! [`super::rows`] (types, impossible timestamps, invalid intervals counted in [`RowSkips`]); when several
 //! ranges fail, the first error in table order wins.
 
-use rusqlite::types::ValueRef;
-
-use super::rows::{named_int, named_ts, rowid_chunks, RowSkips, RuntimeRow, ScanSource, CHUNK_ROWS};
+use super::raw::{IntCell, RawQuery, RawRow};
+use super::rows::{cell_int, named_ts, rowid_chunks, RowSkips, RuntimeRow, ScanSource, CHUNK_ROWS};
 use super::rows::{DeviceOp, DeviceRow};
 use super::schema::{self, cols, DeviceKind};
 use super::TableInfo;
@@ -55,24 +54,22 @@ pub(crate) fn for_each_in_range(
     logical: &str,
     list: &str,
     range: Option<(i64, i64)>,
-    mut f: impl FnMut(Option<i64>, &rusqlite::Row) -> Result<bool>,
+    mut f: impl FnMut(Option<i64>, &RawRow) -> Result<bool>,
 ) -> Result<()> {
     let conn = src.open()?;
     let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
-    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
-        Ok(s) => s,
+    let mut q = match RawQuery::prepare(&conn, &format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
+        Ok(q) => q,
         Err(e) if range.is_some() => return Err(src.sql_err(logical, e)),
-        Err(_) => {
-            conn.prepare(&format!("SELECT NULL, {list} FROM \"{}\"", t.name)).map_err(|e| src.sql_err(logical, e))?
-        }
+        Err(_) => RawQuery::prepare(&conn, &format!("SELECT NULL, {list} FROM \"{}\"", t.name))
+            .map_err(|e| src.sql_err(logical, e))?,
     };
-    let mut rows = stmt.query([]).map_err(|e| src.sql_err(logical, e))?;
-    while let Some(r) = rows.next().map_err(|e| src.sql_err(logical, e))? {
-        let rowid = match r.get_ref(0) {
-            Ok(ValueRef::Integer(v)) => Some(v),
+    while let Some(r) = q.next().map_err(|e| src.sql_err(logical, e))? {
+        let rowid = match r.int(0) {
+            IntCell::Int(v) => Some(v),
             _ => None,
         };
-        if !f(rowid, r)? {
+        if !f(rowid, &r)? {
             break;
         }
     }
@@ -85,11 +82,11 @@ pub(crate) fn valid_interval(
     src: &ScanSource,
     tbl: &str,
     rowid: Option<i64>,
-    r: &rusqlite::Row,
+    r: &RawRow,
     skips: &mut RowSkips,
 ) -> Result<Option<(i64, i64)>> {
     let name = src.name();
-    let (start, end) = (named_int(name, r.get_ref(1), tbl, "start")?, named_int(name, r.get_ref(2), tbl, "end")?);
+    let (start, end) = (cell_int(name, r, 1, tbl, "start")?, cell_int(name, r, 2, tbl, "end")?);
     let start = named_ts(name, tbl, "start", rowid, start)?;
     let end = named_ts(name, tbl, "end", rowid, end)?;
     match (start, end) {
@@ -138,14 +135,14 @@ pub fn fold_device_ops<T: Send>(
                 row: DeviceRow {
                     start,
                     end,
-                    global_pid: named_int(name, r.get_ref(3), tbl, "globalPid")?,
-                    correlation_id: named_int(name, r.get_ref(4), tbl, "correlationId")?,
-                    device_id: named_int(name, r.get_ref(5), tbl, "deviceId")?,
+                    global_pid: cell_int(name, r, 3, tbl, "globalPid")?,
+                    correlation_id: cell_int(name, r, 4, tbl, "correlationId")?,
+                    device_id: cell_int(name, r, 5, tbl, "deviceId")?,
                 },
                 kind,
-                name_id: named_int(name, r.get_ref(6), tbl, cols::DEMANGLED_NAME)?,
+                name_id: cell_int(name, r, 6, tbl, cols::DEMANGLED_NAME)?,
                 stream_id: None,
-                graph_node_id: named_int(name, r.get_ref(7), tbl, cols::GRAPH_NODE_ID)?,
+                graph_node_id: cell_int(name, r, 7, tbl, cols::GRAPH_NODE_ID)?,
             };
             f(&mut acc, op);
             Ok(true)
@@ -174,9 +171,9 @@ pub fn fold_runtime<T: Send>(
             let row = RuntimeRow {
                 start,
                 end,
-                global_tid: named_int(name, r.get_ref(3), tbl, "globalTid")?,
-                correlation_id: named_int(name, r.get_ref(4), tbl, "correlationId")?,
-                name_id: named_int(name, r.get_ref(5), tbl, "nameId")?,
+                global_tid: cell_int(name, r, 3, tbl, "globalTid")?,
+                correlation_id: cell_int(name, r, 4, tbl, "correlationId")?,
+                name_id: cell_int(name, r, 5, tbl, "nameId")?,
             };
             f(&mut acc, row);
             Ok(true)

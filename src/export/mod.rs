@@ -24,6 +24,7 @@
 pub mod capture;
 pub mod fold;
 pub mod graph;
+mod raw;
 pub mod rows;
 pub mod schema;
 pub mod window;

@@ -14,6 +14,7 @@ use rusqlite::types::ValueRef;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::raw::{IntCell, RawQuery, RawRow};
 use super::schema::{self, cols, DeviceKind, MAX_TIMESTAMP_NS};
 use super::Export;
 use crate::contract::{Error, Result};
@@ -141,22 +142,20 @@ struct Scan<'a> {
 impl Export {
     /// Column `i` as an optional integer; any other type is an input error naming table and column.
     #[inline]
-    pub(crate) fn int_at(&self, row: &rusqlite::Row, i: usize, table: &str, col: &str) -> Result<Option<i64>> {
+    pub(crate) fn int_at(&self, row: &RawRow, i: usize, table: &str, col: &str) -> Result<Option<i64>> {
         // the error (a String naming the file) is built only on an error: this runs for every cell
-        match row.get_ref(i) {
-            Ok(ValueRef::Integer(v)) => Ok(Some(v)),
-            Ok(ValueRef::Null) => Ok(None),
-            Err(e) => Err(self.sql_err(table)(e)),
-            Ok(other) => Err(Error::input(format!(
-                "{}: schema mismatch: {table}.{col} holds a {} value, not the INTEGER nsys writes",
-                self.name(),
-                type_name(other)
+        match row.int(i) {
+            IntCell::Int(v) => Ok(Some(v)),
+            IntCell::Null => Ok(None),
+            IntCell::Other(t) => Err(Error::input(format!(
+                "{}: schema mismatch: {table}.{col} holds a {t} value, not the INTEGER nsys writes",
+                self.name()
             ))),
         }
     }
 
     /// Column `i` as optional text; any other type is an input error naming table and column.
-    pub(crate) fn text_at(&self, row: &rusqlite::Row, i: usize, table: &str, col: &str) -> Result<Option<String>> {
+    pub(crate) fn text_at(&self, row: &RawRow, i: usize, table: &str, col: &str) -> Result<Option<String>> {
         match row.get_ref(i).map_err(|e| self.sql_err(table)(e))? {
             ValueRef::Null => Ok(None),
             ValueRef::Text(t) => Ok(Some(String::from_utf8_lossy(t).into_owned())),
@@ -522,11 +521,7 @@ impl Export {
                 schema::nvtx::START_END
             );
             self.scan(tbl, &["start", "end", "globalTid"]).run(&types, |_, row| {
-                let (Ok(s), Ok(e), Ok(g)) = (
-                    int_cell(row.get_ref(1).map_err(|e| self.sql_err(tbl)(e))?),
-                    int_cell(row.get_ref(2).map_err(|e| self.sql_err(tbl)(e))?),
-                    int_cell(row.get_ref(3).map_err(|e| self.sql_err(tbl)(e))?),
-                ) else {
+                let (Ok(s), Ok(e), Ok(g)) = (int_cell(row.int(1)), int_cell(row.int(2)), int_cell(row.int(3))) else {
                     other_type = true;
                     return Ok(());
                 };
@@ -616,14 +611,10 @@ impl Export {
     /// name id is not an integer or a sum overflows.
     fn kernel_time_by_name_id(&self, table: &str) -> Result<Option<crate::fx::FxMap<i64, (i64, i64)>>> {
         let sql = format!("SELECT demangledName, end - start FROM \"{table}\" WHERE {VALID}");
-        let mut stmt = self.conn().prepare(&sql).map_err(self.sql_err(schema::KERNEL))?;
-        let mut rows = stmt.query([]).map_err(self.sql_err(schema::KERNEL))?;
+        let mut q = RawQuery::prepare(self.conn(), &sql).map_err(self.sql_err(schema::KERNEL))?;
         let mut by_id: crate::fx::FxMap<i64, (i64, i64)> = Default::default();
-        while let Some(row) = rows.next().map_err(self.sql_err(schema::KERNEL))? {
-            let (ValueRef::Integer(id), ValueRef::Integer(d)) = (
-                row.get_ref(0).map_err(self.sql_err(schema::KERNEL))?,
-                row.get_ref(1).map_err(self.sql_err(schema::KERNEL))?,
-            ) else {
+        while let Some(row) = q.next().map_err(self.sql_err(schema::KERNEL))? {
+            let (IntCell::Int(id), IntCell::Int(d)) = (row.int(0), row.int(1)) else {
                 return Ok(None);
             };
             let e = by_id.entry(id).or_insert((0, 0));
@@ -694,7 +685,7 @@ const VALID_K: &str = "k.start IS NOT NULL AND k.end IS NOT NULL AND k.end >= k.
 impl Scan<'_> {
     /// Run the scan; `f` gets the row id (None when the table has none) and the row, whose column `i + 1` is
     /// `cols[i]`.
-    fn run(self, filter: &str, mut f: impl FnMut(Option<i64>, &rusqlite::Row) -> Result<()>) -> Result<()> {
+    fn run(self, filter: &str, mut f: impl FnMut(Option<i64>, &RawRow) -> Result<()>) -> Result<()> {
         let ex = self.ex;
         let t = ex.table(self.table).ok_or_else(|| {
             Error::input(format!("{}: schema mismatch: required table {} is missing", ex.name(), self.table))
@@ -703,22 +694,19 @@ impl Scan<'_> {
         let list = self.cols.join(", ");
         // rowid names the row in messages; a view or WITHOUT ROWID table has none
         let with_rowid = format!("SELECT rowid, {list} FROM \"{}\"{where_}", t.name);
-        let mut stmt = match ex.conn().prepare(&with_rowid) {
-            Ok(s) => s,
-            Err(_) => ex
-                .conn()
-                .prepare(&format!("SELECT NULL, {list} FROM \"{}\"{where_}", t.name))
+        let mut q = match RawQuery::prepare(ex.conn(), &with_rowid) {
+            Ok(q) => q,
+            Err(_) => RawQuery::prepare(ex.conn(), &format!("SELECT NULL, {list} FROM \"{}\"{where_}", t.name))
                 .map_err(ex.sql_err(self.table))?,
         };
         let table = self.table;
-        let mut rows = stmt.query([]).map_err(ex.sql_err(table))?;
         // errors are built lazily: `sql_err` allocates, and this loop runs once per row
-        while let Some(row) = rows.next().map_err(|e| ex.sql_err(table)(e))? {
-            let rowid = match row.get_ref(0).map_err(|e| ex.sql_err(table)(e))? {
-                ValueRef::Integer(v) => Some(v),
+        while let Some(row) = q.next().map_err(|e| ex.sql_err(table)(e))? {
+            let rowid = match row.int(0) {
+                IntCell::Int(v) => Some(v),
                 _ => None,
             };
-            f(rowid, row)?;
+            f(rowid, &row)?;
         }
         Ok(())
     }
@@ -920,11 +908,11 @@ const PARALLEL_ROWS: usize = 200_000;
 /// A table of at least this many rows is split into rowid ranges scanned in parallel.
 pub(crate) const CHUNK_ROWS: usize = 400_000;
 
-fn int_cell(v: ValueRef) -> std::result::Result<Option<i64>, ()> {
+fn int_cell(v: IntCell) -> std::result::Result<Option<i64>, ()> {
     match v {
-        ValueRef::Integer(i) => Ok(Some(i)),
-        ValueRef::Null => Ok(None),
-        _ => Err(()),
+        IntCell::Int(i) => Ok(Some(i)),
+        IntCell::Null => Ok(None),
+        IntCell::Other(_) => Err(()),
     }
 }
 
@@ -975,10 +963,10 @@ fn scan_timed_stats(
     let kname_col = if kname { cols::DEMANGLED_NAME } else { "NULL" };
     let list = format!("start, end, {gtid}, {name}, {node} IS NOT NULL, {kname_col}");
     let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
-    let mut stmt = match conn.prepare(&format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
-        Ok(s) => s,
+    let mut q = match RawQuery::prepare(conn, &format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
+        Ok(q) => q,
         Err(e) if range.is_some() => return Err(e),
-        Err(_) => conn.prepare(&format!("SELECT NULL, {list} FROM \"{}\"", t.name))?,
+        Err(_) => RawQuery::prepare(conn, &format!("SELECT NULL, {list} FROM \"{}\"", t.name))?,
     };
     let mut st = TimedStats {
         sum_dur: Some(0),
@@ -987,14 +975,13 @@ fn scan_timed_stats(
         name_time: kname.then(Default::default),
         ..Default::default()
     };
-    let mut rows = stmt.query([])?;
     let bad = |v: Option<i64>| v.is_some_and(|x| !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&x));
-    while let Some(r) = rows.next()? {
-        let Ok(start) = int_cell(r.get_ref(1)?) else { return Ok(None) };
-        let Ok(end) = int_cell(r.get_ref(2)?) else { return Ok(None) };
+    while let Some(r) = q.next()? {
+        let Ok(start) = int_cell(r.int(1)) else { return Ok(None) };
+        let Ok(end) = int_cell(r.int(2)) else { return Ok(None) };
         st.rows += 1;
         if st.bad_ts.is_none() && (bad(start) || bad(end)) {
-            let rowid = int_cell(r.get_ref(0)?).ok().flatten();
+            let rowid = int_cell(r.int(0)).ok().flatten();
             st.bad_ts = Some((rowid, start, end));
         }
         match (start, end) {
@@ -1005,8 +992,8 @@ fn scan_timed_stats(
                     v.push((s, e));
                 }
                 if let Some(m) = st.name_time.as_mut() {
-                    let ok = match r.get_ref(6)? {
-                        ValueRef::Integer(id) => {
+                    let ok = match r.int(6) {
+                        IntCell::Int(id) => {
                             let x = m.entry(id).or_insert((0, 0));
                             e.checked_sub(s).and_then(|d| x.1.checked_add(d)).map(|t| *x = (x.0 + 1, t)).is_some()
                         }
@@ -1032,19 +1019,19 @@ fn scan_timed_stats(
             }
         }
         if gtid != "NULL" {
-            let Ok(g) = int_cell(r.get_ref(3)?) else { return Ok(None) };
+            let Ok(g) = int_cell(r.int(3)) else { return Ok(None) };
             if let Some(g) = g {
                 st.thread_ids.insert(g);
             }
         }
         if name != "NULL" {
-            let Ok(n) = int_cell(r.get_ref(4)?) else { return Ok(None) };
+            let Ok(n) = int_cell(r.int(4)) else { return Ok(None) };
             if let Some(n) = n {
                 *st.name_counts.entry(n).or_default() += 1;
             }
         }
         if let Some(n) = st.node_rows.as_mut() {
-            if let ValueRef::Integer(1) = r.get_ref(5)? {
+            if let IntCell::Int(1) = r.int(5) {
                 *n += 1;
             }
         }
@@ -1308,14 +1295,15 @@ impl DeviceChunk {
     }
 }
 
-pub(crate) fn named_int(name: &str, v: rusqlite::Result<ValueRef>, table: &str, col: &str) -> Result<Option<i64>> {
-    match v {
-        Ok(ValueRef::Integer(v)) => Ok(Some(v)),
-        Ok(ValueRef::Null) => Ok(None),
-        Err(e) => Err(Error::input(format!("{name}: while reading {table}: {}", super::describe_sql_error(&e)))),
-        Ok(other) => Err(Error::input(format!(
-            "{name}: schema mismatch: {table}.{col} holds a {} value, not the INTEGER nsys writes",
-            type_name(other)
+/// Column `i` of a row of `table` (in the file `name`) as an optional integer; any other type is an input
+/// error naming table and column.
+#[inline]
+pub(crate) fn cell_int(name: &str, r: &RawRow, i: usize, table: &str, col: &str) -> Result<Option<i64>> {
+    match r.int(i) {
+        IntCell::Int(v) => Ok(Some(v)),
+        IntCell::Null => Ok(None),
+        IntCell::Other(t) => Err(Error::input(format!(
+            "{name}: schema mismatch: {table}.{col} holds a {t} value, not the INTEGER nsys writes"
         ))),
     }
 }
@@ -1355,9 +1343,9 @@ fn read_device_chunk(
             return Ok(false);
         }
         let Some((s, e)) = super::fold::valid_interval(src, tbl, rowid, r, &mut c.skips)? else { return Ok(true) };
-        let gpid = named_int(name, r.get_ref(3), tbl, "globalPid")?;
-        let corr = named_int(name, r.get_ref(4), tbl, "correlationId")?;
-        let dev = named_int(name, r.get_ref(5), tbl, "deviceId")?;
+        let gpid = cell_int(name, r, 3, tbl, "globalPid")?;
+        let corr = cell_int(name, r, 4, tbl, "correlationId")?;
+        let dev = cell_int(name, r, 5, tbl, "deviceId")?;
         let i = c.rows.len();
         if last != Some((gpid, dev)) {
             c.segs.push((i, gpid, dev));
@@ -1487,9 +1475,9 @@ fn read_runtime_chunk(
         batch.push(RuntimeRow {
             start: s,
             end: e,
-            global_tid: named_int(name, r.get_ref(3), tbl, "globalTid")?,
-            correlation_id: named_int(name, r.get_ref(4), tbl, "correlationId")?,
-            name_id: named_int(name, r.get_ref(5), tbl, "nameId")?,
+            global_tid: cell_int(name, r, 3, tbl, "globalTid")?,
+            correlation_id: cell_int(name, r, 4, tbl, "correlationId")?,
+            name_id: cell_int(name, r, 5, tbl, "nameId")?,
         });
         if batch.len() == RUNTIME_BATCH {
             let full = std::mem::replace(&mut batch, Vec::with_capacity(RUNTIME_BATCH));
