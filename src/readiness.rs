@@ -738,31 +738,45 @@ pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrenc
         }
         *v = merged;
     }
-    let mut by_api: BTreeMap<String, (u64, i64, BTreeSet<i64>, i64)> = BTreeMap::new();
-    // rows with a NULL or inverted interval are skipped by the export layer (and counted there)
-    let mut skips = crate::export::RowSkips::new();
-    export.runtime_calls(&mut skips, |r| {
-        let (Some(g), Some(n)) = (r.global_tid, r.name_id) else { return Ok(()) };
-        let Some(api) = ids.get(&n) else { return Ok(()) };
+    // the runtime table in parallel rowid ranges (rows with a NULL or inverted interval are skipped by the
+    // export layer and counted there); per range: calls, enclosed calls, and per API (calls, Σ duration — None
+    // once it overflows —, threads, first start)
+    type Part = (u64, u64, BTreeMap<String, (u64, Option<i64>, BTreeSet<i64>, i64)>);
+    let t = export.table(schema::RUNTIME).cloned().ok_or_else(|| Error::input("no runtime table"))?;
+    let threads = crate::export::rows::scan_threads();
+    let (parts, _skips) = crate::export::fold::fold_runtime(&export.source(), &t, threads, Part::default, |p, r| {
+        let (Some(g), Some(n)) = (r.global_tid, r.name_id) else { return };
+        let Some(api) = ids.get(&n) else { return };
         let (s, e) = (r.start, r.end);
-        out.sync_calls += 1;
+        p.0 += 1;
         let enclosed = unions.get(&g).is_some_and(|u| {
             let k = u.partition_point(|iv| iv.0 <= s);
             k > 0 && u[k - 1].1 >= s
         });
         if enclosed {
-            out.enclosed_calls += 1;
-            return Ok(());
+            p.1 += 1;
+            return;
         }
-        let entry = by_api.entry(api.clone()).or_insert((0, 0, BTreeSet::new(), s));
+        let entry = p.2.entry(api.clone()).or_insert((0, Some(0), BTreeSet::new(), s));
         entry.0 += 1;
-        entry.1 = entry.1.checked_add(e - s).ok_or_else(|| {
-            Error::input(format!("{}: {}: total duration of {api} calls overflows 64-bit nanoseconds: the export's timestamps are not real", export.name(), schema::RUNTIME))
-        })?;
+        entry.1 = entry.1.and_then(|t| t.checked_add(e - s));
         entry.2.insert(g);
         entry.3 = entry.3.min(s);
-        Ok(())
     })?;
+    let mut by_api: BTreeMap<String, (u64, i64, BTreeSet<i64>, i64)> = BTreeMap::new();
+    for (calls, enclosed, apis) in parts {
+        out.sync_calls += calls;
+        out.enclosed_calls += enclosed;
+        for (api, (n, total, th, first)) in apis {
+            let entry = by_api.entry(api.clone()).or_insert((0, 0, BTreeSet::new(), first));
+            entry.0 += n;
+            entry.1 = total.and_then(|t| entry.1.checked_add(t)).ok_or_else(|| {
+                Error::input(format!("{}: {}: total duration of {api} calls overflows 64-bit nanoseconds: the export's timestamps are not real", export.name(), schema::RUNTIME))
+            })?;
+            entry.2.extend(th);
+            entry.3 = entry.3.min(first);
+        }
+    }
     out.by_api = by_api
         .into_iter()
         .map(|(api, (calls, total_ns, th, first))| SyncApiCount {
@@ -780,7 +794,7 @@ pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrenc
 /// Graph launches among the runtime calls, and the note on what a host range around a replay measures.
 fn cuda_graphs(export: &Export, runtime: Option<&str>, prefix: Option<&str>, replay_range: bool) -> Result<CudaGraphs> {
     // graph launches: the one definition of the export layer
-    let launches = if runtime.is_some() { export.graph_facts()?.graph_launches as u64 } else { 0 };
+    let launches = if runtime.is_some() { export.runtime_graph_launches()?.map_or(0, |(_, n)| n) as u64 } else { 0 };
     let note = (launches > 0 || replay_range).then(|| {
         let replay = prefix.map(|p| format!("`{p}.graph.replay`")).unwrap_or_else(|| "a graph replay".into());
         format!(

@@ -61,27 +61,37 @@ impl Export {
         schema::GRAPH_NODE_EVENTS_TABLES.into_iter().find(|t| self.has_table(t))
     }
 
+    /// `(runtime rows, graph launches)` of [`GraphFacts`]: the runtime table alone (None without one), for a
+    /// tool that needs no device table.
+    pub fn runtime_graph_launches(&self) -> Result<Option<(i64, i64)>> {
+        let Some(rt) = self.optional(schema::RUNTIME, &["nameId"])? else { return Ok(None) };
+        let rt = rt.name.clone();
+        let rows = self.count_rows(&rt)?;
+        let ids = self.string_ids_where(|v| schema::is_graph_launch(v).then_some(()))?;
+        let counted = if ids.is_empty() {
+            None
+        } else {
+            self.with_stats(&rt, |s| ids.keys().map(|k| s.name_counts.get(k).copied().unwrap_or(0)).sum::<i64>())?
+        };
+        let launches = if let Some(n) = counted {
+            n
+        } else if !ids.is_empty() {
+            let list = ids.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(",");
+            self.conn()
+                .query_row(&format!("SELECT count(*) FROM \"{rt}\" WHERE nameId IN ({list})"), [], |r| r.get(0))
+                .map_err(self.sql_err(schema::RUNTIME))?
+        } else {
+            0
+        };
+        Ok(Some((rows, launches)))
+    }
+
     /// The graph facts (see the module docs).
     pub fn graph_facts(&self) -> Result<GraphFacts> {
         let mut d = GraphFacts::default();
-        if let Some(rt) = self.optional(schema::RUNTIME, &["nameId"])? {
-            let rt = rt.name.clone();
-            d.runtime_rows = self.count_rows(&rt)?;
-            let ids = self.string_ids_where(|v| schema::is_graph_launch(v).then_some(()))?;
-            let counted = if ids.is_empty() {
-                None
-            } else {
-                self.with_stats(&rt, |s| ids.keys().map(|k| s.name_counts.get(k).copied().unwrap_or(0)).sum::<i64>())?
-            };
-            if let Some(n) = counted {
-                d.graph_launches = n;
-            } else if !ids.is_empty() {
-                let list = ids.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(",");
-                d.graph_launches = self
-                    .conn()
-                    .query_row(&format!("SELECT count(*) FROM \"{rt}\" WHERE nameId IN ({list})"), [], |r| r.get(0))
-                    .map_err(self.sql_err(schema::RUNTIME))?;
-            }
+        if let Some((rows, launches)) = self.runtime_graph_launches()? {
+            d.runtime_rows = rows;
+            d.graph_launches = launches;
         }
         for t in schema::NODE_LEVEL_TABLES {
             if let Some(info) = self.table(t) {
