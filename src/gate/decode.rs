@@ -38,12 +38,7 @@ pub struct DecodeStep {
     pub prefills: u64,
 }
 
-/// Is a label iteration-like (a candidate decode step)? Its text contains `iteration`, `step` or `decode`
-/// (case-insensitive) and not `prefill`.
-pub fn is_iteration_like(label: &str) -> bool {
-    let l = label.to_ascii_lowercase();
-    (l.contains("iteration") || l.contains("step") || l.contains("decode")) && !l.contains("prefill")
-}
+pub use crate::step_label::is_iteration_like;
 
 pub fn is_prefill_label(label: &str) -> bool {
     label.to_ascii_lowercase().contains("prefill")
@@ -57,26 +52,36 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
     }
     let a = crate::ranges::analyze(e, &crate::ranges::RangesOptions::default())?;
     let mut counts: std::collections::BTreeMap<&str, (usize, u32)> = std::collections::BTreeMap::new();
-    for o in &a.occurrences {
+    // per label: occurrences carrying device work, Σ host wall
+    let mut work: std::collections::BTreeMap<&str, (u64, i64)> = std::collections::BTreeMap::new();
+    for (o, m) in a.occurrences.iter().zip(&a.metrics) {
         let c = counts.entry(o.label.as_str()).or_insert((0, u32::MAX));
         c.0 += 1;
         c.1 = c.1.min(o.depth);
+        let w = work.entry(o.label.as_str()).or_default();
+        w.0 += u64::from(m.device_rows() > 0);
+        w.1 += o.end - o.start;
     }
-    let mut candidates: Vec<(&str, usize, u32)> =
-        counts.iter().filter(|(l, _)| is_iteration_like(l)).map(|(l, (n, d))| (*l, *n, *d)).collect();
-    // most frequent, then `iteration` before `step` before `decode`, then outermost, then label order
-    let rank = |l: &str| {
-        let l = l.to_ascii_lowercase();
-        if l.contains("iteration") {
-            0
-        } else if l.contains("step") {
-            1
-        } else {
-            2
-        }
+    let cand = |with_work: bool| -> Vec<crate::step_label::StepCandidate> {
+        counts
+            .iter()
+            .map(|(l, (n, d))| crate::step_label::StepCandidate {
+                label: *l,
+                occurrences: *n as u64,
+                with_device_work: with_work.then(|| work[l].0),
+                min_depth: Some(*d),
+                host_wall_ns: Some(work[l].1),
+            })
+            .collect()
     };
-    candidates.sort_by(|a, b| b.1.cmp(&a.1).then(rank(a.0).cmp(&rank(b.0))).then(a.2.cmp(&b.2)).then(a.0.cmp(b.0)));
-    let cand_list: Vec<(String, usize)> = candidates.iter().map(|(l, n, _)| (l.to_string(), *n)).collect();
+    let unstable = crate::compare::checks::unstable_labels(counts.keys().copied());
+    // the evidence list: every iteration-like label, most frequent first; the choice: the step-label rule
+    let by_count = cand(false);
+    let cand_list: Vec<(String, usize)> = crate::step_label::ranked(&by_count, &unstable)
+        .iter()
+        .map(|c| (c.label.to_string(), c.occurrences as usize))
+        .collect();
+    let chosen = crate::step_label::choose(&cand(true), &unstable);
     let (label, chosen_by) = match decode_range {
         Some(l) => {
             if !counts.contains_key(l) {
@@ -87,8 +92,17 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
             }
             (l.to_string(), "--decode-range".to_string())
         }
-        None => match candidates.first() {
-            Some((l, _, _)) => (l.to_string(), "the most frequent iteration-like label".to_string()),
+        None => match chosen {
+            Some(l) if cand_list.first().is_some_and(|(top, _)| top == l) => {
+                (l.to_string(), "the most frequent iteration-like label".to_string())
+            }
+            Some(l) => {
+                let (top, n) = &cand_list[0];
+                (
+                    l.to_string(),
+                    format!("the iteration-like label with the most occurrences carrying device work ({top}, {n} occurrences, carries none)"),
+                )
+            }
             None => {
                 return Ok(Err(
                     "no iteration-like NVTX range (a label containing iteration, step or decode): annotate each engine step, or name it with --decode-range".to_string(),

@@ -556,14 +556,15 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             };
             let mut cands: Vec<&RangeRow> =
                 ranges.iter().filter(|r| r.occurrences_with_device_work > 0 && !high_card(&r.label)).collect();
-            // an engine step (iteration-like: `…iteration`, `…step`, `…decode…`, as gate-check's decode gates
-            // read it) is the primary when one carries device work: on a PyTorch `emit_nvtx()` trace the op
-            // labels (`aten::copy_`) outnumber the step but are not the question
-            let steps: Vec<&RangeRow> =
-                cands.iter().copied().filter(|r| crate::gate::is_iteration_like(&r.label)).collect();
-            let step_first = !steps.is_empty();
-            if step_first {
-                cands = steps;
+            // an engine step (crate::step_label, the rule of every tool) is the primary when one carries device
+            // work: on a PyTorch `emit_nvtx()` trace the op labels (`aten::copy_`) outnumber the step but are
+            // not the question
+            let step_cands: Vec<crate::step_label::StepCandidate> =
+                cands.iter().map(|r| crate::step_label::StepCandidate::of_row(r)).collect();
+            let step = crate::step_label::choose(&step_cands, &Default::default()).map(str::to_string);
+            let step_first = step.is_some();
+            if let Some(l) = &step {
+                cands.retain(|r| &r.label == l);
             }
             if cands.is_empty() {
                 cands = ranges.iter().filter(|r| !high_card(&r.label)).collect();

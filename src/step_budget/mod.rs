@@ -1,7 +1,7 @@
 //! `step-budget`: where each engine step's time went, step by step (`nsyskit.step-budget/v1`).
 //!
-//! A *step* is one occurrence of the step label (`--step`, default the iteration label that `capture-compare`
-//! picks: [`crate::compare::iteration_label`]). Its host wall `[start, end)` is partitioned exactly into
+//! A *step* is one occurrence of the step label (`--step`, default the step label of [`crate::step_label`], the
+//! rule every tool shares). Its host wall `[start, end)` is partitioned exactly into
 //! components by a priority sweep (see docs/step-budget.md): every ns of the wall lands in the first of
 //! `gpu_kernel`, `gpu_memcpy`, `sync_wait`, `launch_api`, `other_api` whose intervals cover it, else in
 //! `unattributed`. The intervals are the step's own, from the library's attribution
@@ -210,7 +210,7 @@ pub struct StepBudgetDoc {
     pub source: String,
     /// The step label analysed.
     pub step_label: String,
-    /// `--step`, or `iteration_label` (chosen like capture-compare).
+    /// `--step`, or `iteration_label` (chosen by [`crate::step_label`], as every tool chooses it).
     pub step_label_choice: String,
     pub outlier_factor: f64,
     /// `true` on a graph-level capture: the steps launch graphs or own GRAPH_TRACE rows, and the export has no
@@ -435,16 +435,15 @@ pub fn analyze_window_with(
         Some(l) => (l.clone(), "--step".to_string()),
         None => {
             let a = ranges::analyze(export, &ropts)?;
-            let labels: BTreeMap<String, i64> =
-                a.doc.ranges.iter().map(|r| (r.label.clone(), r.occurrences as i64)).collect();
-            let unstable = crate::compare::checks::unstable_labels(labels.keys().map(|k| k.as_str()));
-            match crate::compare::iteration_label(&labels, &unstable) {
-                Some(l) => (l, "iteration_label".to_string()),
+            let unstable = crate::compare::checks::unstable_labels(a.doc.ranges.iter().map(|r| r.label.as_str()));
+            let cands: Vec<crate::step_label::StepCandidate> = a.doc.ranges.iter().map(Into::into).collect();
+            match crate::step_label::choose(&cands, &unstable) {
+                Some(l) => (l.to_string(), "iteration_label".to_string()),
                 None => {
                     return Err(Error::input(format!(
                         "{}: no iteration-like label (containing iteration, step or decode, not prefill) among {} labels: give --step LABEL",
                         export.name(),
-                        labels.len()
+                        a.doc.ranges.len()
                     ))
                     .with_arg("--step"))
                 }
