@@ -75,3 +75,75 @@ fn tools_agree_on_the_step_label_of_a_cpu_only_capture() {
         assert_eq!(c["iteration_label"], "vibeserve.engine.iteration", "{f}");
     }
 }
+
+#[test]
+fn a_capture_without_nvtx_says_what_happened_and_both_exports_agree() {
+    // nonvtx: NVTX traced, none emitted; nsys's default export has no NVTX_EVENTS table, --lazy=false an empty
+    // one. Before: "schema mismatch: required table NVTX_EVENTS is missing" (exit 2 from every range tool),
+    // gate-check RETRY G4 "capture with --trace=cuda,nvtx,osrt" (NVTX was traced) on the lazy export and PASS on
+    // the other, nvtx-readiness exit 2 on one and RETRY on the other.
+    let dir = tempfile::tempdir().unwrap();
+    let lazy = export("nsys-2025.3.1/nonvtx.sqlite.xz", dir.path());
+    let full = export("nsys-2025.3.1/nonvtx_lazy_false.sqlite.xz", dir.path());
+    let (lazy, full) = (lazy.to_str().unwrap(), full.to_str().unwrap());
+    for bin in ["sqlite-ranges", "step-budget", "report"] {
+        let (code, stdout, stderr) = run(bin, &[lazy]);
+        assert_eq!(code, 2, "{bin}: {stdout}");
+        assert!(
+            stderr.contains("nonvtx.sqlite: no NVTX range to read: NVTX was traced but the program emitted no NVTX event")
+                && stderr.contains("No NVTX events collected")
+                && stderr.contains("annotate each engine step"),
+            "{bin}: {stderr}"
+        );
+        assert!(!stderr.contains("schema mismatch"), "{stderr}");
+    }
+    let (code, _, stderr) = run("step-budget", &[full]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("the capture holds no NVTX range, so there is no engine step to budget"), "{stderr}");
+    for tier in ["throughput", "decode"] {
+        let (a_code, a) = doc("gate-check", &[lazy, "--tier", tier]);
+        let (b_code, b) = doc("gate-check", &[full, "--tier", tier]);
+        assert_eq!((a_code, &a["retry"]), (b_code, &b["retry"]), "{tier}");
+        assert_eq!(gate(&a, "G4")["verdict"], "skip");
+        assert_eq!(gate(&a, "G4")["reason"], gate(&b, "G4")["reason"]);
+    }
+    let (a_code, a) = doc("nvtx-readiness", &[lazy]);
+    let (b_code, b) = doc("nvtx-readiness", &[full]);
+    assert_eq!((a_code, b_code), (1, 1));
+    assert_eq!(a["reason"], b["reason"]);
+    assert_eq!(a["unenclosed_syncs"], b["unenclosed_syncs"]);
+}
+
+#[test]
+fn a_table_nsys_counted_events_for_is_a_damaged_export() {
+    // hf_node with NVTX_EVENTS dropped: nsys's DIAGNOSTIC_EVENT counted the NVTX events, so the table is missing
+    // from a damaged export, not from a capture without NVTX (G4 RETRY, range tools exit 2 saying so)
+    let dir = tempfile::tempdir().unwrap();
+    let p = export("nsys-2025.3.1/hf_node.sqlite.xz", dir.path());
+    let c = rusqlite::Connection::open(&p).unwrap();
+    c.execute_batch("DROP TABLE NVTX_EVENTS;").unwrap();
+    drop(c);
+    let p = p.to_str().unwrap();
+    let (code, _, stderr) = run("sqlite-ranges", &[p]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("NVTX_EVENTS is missing although nsys collected") && stderr.contains("export the report again"), "{stderr}");
+    let (code, g) = doc("gate-check", &[p]);
+    assert_eq!(code, 1);
+    assert!(gate(&g, "G4")["reason"].as_str().unwrap().contains("although nsys collected"), "{}", gate(&g, "G4"));
+}
+
+#[test]
+fn an_empty_graph_trace_table_is_not_graph_level_tracing() {
+    // `nsys export --lazy=false` writes an empty CUPTI_ACTIVITY_KIND_GRAPH_TRACE for every capture. Before:
+    // sqlite-ranges (and report's notes) said "CUDA graphs were traced at graph level" on node-level captures
+    // (engine_spawn: 200 graph launches, 2200 graph-node kernels; two_rank, serve_node) and on overlap (no graph).
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["engine_spawn", "overlap", "two_rank"] {
+        let p = export(&format!("nsys-2025.3.1/{f}.sqlite.xz"), dir.path());
+        let (_, d) = doc("sqlite-ranges", &[p.to_str().unwrap()]);
+        assert!(d["tables_present"].as_array().unwrap().iter().any(|t| t == "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"));
+        assert!(!d["notes"].to_string().contains("traced at graph level"), "{f}: {}", d["notes"]);
+    }
+    let (_, d) = doc("sqlite-ranges", &[fixture("nsys-2025.3.1/gpu_full_graph.sqlite").to_str().unwrap()]);
+    assert!(d["notes"].to_string().contains("traced at graph level: each replay is one opaque GRAPH_TRACE row"));
+}

@@ -23,6 +23,7 @@
 
 pub mod capture;
 pub mod graph;
+pub mod nvtx;
 pub mod rows;
 pub mod schema;
 pub mod window;
@@ -32,6 +33,7 @@ pub use capture::{
     OpenedCapture, StdinCopy, STDIN_NAME,
 };
 pub use graph::{GraphFacts, GraphTraceMode};
+pub use nvtx::NvtxRecorded;
 pub use rows::{
     describe_skips, merge_skips, session_start_utc_ns, DeviceRow, IntervalSkips, NvtxRow, RowSkips, RuntimeRow, SyncRow,
 };
@@ -204,11 +206,19 @@ impl Export {
 
     /// A required table with required columns; the error names file, table and column.
     pub fn require(&self, table: &str, columns: &[&str]) -> Result<&TableInfo> {
-        let t = self.table(table).ok_or_else(|| {
-            Error::input(format!("{}: schema mismatch: required table {table} is missing", self.name()))
-        })?;
+        let t = self.table(table).ok_or_else(|| Error::input(self.missing_table_message(table)))?;
         self.check_columns(t, columns)?;
         Ok(t)
+    }
+
+    /// What a missing required table means. NVTX_EVENTS is absent from a capture that recorded no NVTX event
+    /// (nsys creates tables lazily): [`NvtxRecorded::explain_missing_table`] says which case it is.
+    fn missing_table_message(&self, table: &str) -> String {
+        let generic = format!("{}: schema mismatch: required table {table} is missing", self.name());
+        if !table.eq_ignore_ascii_case(schema::NVTX_EVENTS) {
+            return generic;
+        }
+        self.nvtx_recorded().map(|r| r.explain_missing_table(&self.name())).unwrap_or(generic)
     }
 
     /// An optional table: None when absent; when present, every named column must exist.

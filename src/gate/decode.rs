@@ -47,8 +47,8 @@ pub fn is_prefill_label(label: &str) -> bool {
 /// Read the decode steps with `sqlite-ranges`' reading code ([`crate::ranges::analyze`]). None when no step
 /// label was found (the candidates and the reason are in the error string).
 pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::result::Result<DecodeSteps, String>> {
-    if !e.has_table("NVTX_EVENTS") {
-        return Ok(Err("the export has no NVTX_EVENTS table (NVTX was not traced): capture with --trace=cuda,nvtx,osrt and annotate each engine step".into()));
+    if !e.has_table(schema::NVTX_EVENTS) {
+        return Ok(Err(e.nvtx_recorded()?.explain_missing_table(&e.name())));
     }
     let a = crate::ranges::analyze(e, &crate::ranges::RangesOptions::default())?;
     let mut counts: std::collections::BTreeMap<&str, (usize, u32)> = std::collections::BTreeMap::new();

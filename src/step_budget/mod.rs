@@ -439,6 +439,13 @@ pub fn analyze_window_with(
             let cands: Vec<crate::step_label::StepCandidate> = a.doc.ranges.iter().map(Into::into).collect();
             match crate::step_label::choose(&cands, &unstable) {
                 Some(l) => (l.to_string(), "iteration_label".to_string()),
+                None if a.doc.ranges.is_empty() => {
+                    return Err(Error::input(format!(
+                        "{}: the capture holds no NVTX range, so there is no engine step to budget: annotate each engine step with an NVTX range (e.g. torch.cuda.nvtx.range_push/range_pop) and capture with --trace=cuda,nvtx,osrt",
+                        export.name()
+                    ))
+                    .with_arg("--step"))
+                }
                 None => {
                     return Err(Error::input(format!(
                         "{}: no iteration-like label (containing iteration, step or decode, not prefill) among {} labels: give --step LABEL",
