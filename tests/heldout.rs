@@ -147,3 +147,55 @@ fn an_empty_graph_trace_table_is_not_graph_level_tracing() {
     let (_, d) = doc("sqlite-ranges", &[fixture("nsys-2025.3.1/gpu_full_graph.sqlite").to_str().unwrap()]);
     assert!(d["notes"].to_string().contains("traced at graph level: each replay is one opaque GRAPH_TRACE row"));
 }
+
+/// |∪ a \ ∪ b| and |∪ a ∪ ∪ b| of two interval lists (an independent sweep for the tests).
+fn exposed_and_union(a: &[(i64, i64)], b: &[(i64, i64)]) -> (i64, i64) {
+    let mut ev: Vec<(i64, i32, i32)> = Vec::new();
+    for &(s, e) in a {
+        ev.extend([(s, 1, 0), (e, -1, 0)]);
+    }
+    for &(s, e) in b {
+        ev.extend([(s, 0, 1), (e, 0, -1)]);
+    }
+    ev.sort();
+    let (mut na, mut nb, mut last, mut only_a, mut any) = (0, 0, i64::MIN, 0, 0);
+    for (t, da, db) in ev {
+        if last != i64::MIN {
+            if na > 0 && nb == 0 {
+                only_a += t - last;
+            }
+            if na > 0 || nb > 0 {
+                any += t - last;
+            }
+        }
+        na += da;
+        nb += db;
+        last = t;
+    }
+    (only_a, any)
+}
+
+#[test]
+fn copies_hidden_under_compute_are_not_memcpy_bound() {
+    // overlap: 128 MiB H2D copies on a copy stream under 20 matmuls on a compute stream. Before: report said
+    // memcpy_bound (R2: "copies take 39.4% of device time"), a share of summed durations; the copies overlap the
+    // kernels, and only the copy time with no kernel under it can hold the GPU back.
+    let dir = tempfile::tempdir().unwrap();
+    let p = export("nsys-2025.3.1/overlap.sqlite.xz", dir.path());
+    let c = rusqlite::Connection::open_with_flags(&p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let rows = |t: &str| -> Vec<(i64, i64)> {
+        let mut st = c.prepare(&format!("SELECT start, end FROM {t} WHERE end >= start")).unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|r| r.unwrap()).collect()
+    };
+    let copies = [rows("CUPTI_ACTIVITY_KIND_MEMCPY"), rows("CUPTI_ACTIVITY_KIND_MEMSET")].concat();
+    let kernels = [rows("CUPTI_ACTIVITY_KIND_KERNEL"), rows("CUPTI_ACTIVITY_KIND_GRAPH_TRACE")].concat();
+    let (exposed, busy) = exposed_and_union(&copies, &kernels);
+    let (_, r) = doc("report", &[p.to_str().unwrap()]);
+    assert_eq!(r["class"], "kernel_bound", "{}", r["decision"]);
+    assert_eq!(r["decision"]["rule"], "R3");
+    let share = r["signals"]["memcpy_device_share"].as_f64().unwrap();
+    assert!((share - exposed as f64 / busy as f64).abs() < 1e-12, "{share} vs {exposed}/{busy}");
+    assert!(share < 0.1, "{share}");
+    let src = r["signals"]["memcpy_device_share_source"].as_str().unwrap();
+    assert!(src.contains("not overlapped by KERNEL/GRAPH_TRACE") && src.contains("summed share 39.4%"), "{src}");
+}
