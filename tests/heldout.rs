@@ -218,3 +218,46 @@ fn nccl_calls_are_not_host_communication() {
     let (_, sb) = doc("step-budget", &[p.to_str().unwrap()]);
     assert!(sb["totals"]["comm"].as_i64().unwrap() > 0);
 }
+
+/// A two-GPU tensor-parallel shape built from the real two_rank export (the multi-GPU machines were not lent):
+/// rank 1's device rows (pid 718) moved to deviceId 1, and each rank's per-step `sum` reduce kernel renamed to
+/// vLLM's custom all-reduce kernel (`vllm::cross_device_reduce_1stage`), the decode all-reduce of vLLM tensor
+/// parallelism on NVLink GPUs. No timing, id or count is changed.
+fn two_gpu_custom_all_reduce(dir: &std::path::Path) -> std::path::PathBuf {
+    let src = export("nsys-2025.3.1/two_rank.sqlite.xz", dir);
+    let p = dir.join("two_gpu_custom_ar.sqlite");
+    std::fs::copy(&src, &p).unwrap();
+    let c = rusqlite::Connection::open(&p).unwrap();
+    let rank1: i64 = c.query_row("SELECT globalPid FROM PROCESSES WHERE pid = 718", [], |r| r.get(0)).unwrap();
+    for t in ["KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION"] {
+        c.execute(&format!("UPDATE CUPTI_ACTIVITY_KIND_{t} SET deviceId = 1 WHERE globalPid = ?1"), [rank1]).unwrap();
+    }
+    c.execute_batch(
+        "INSERT INTO StringIds(id, value) SELECT max(id) + 1, 'void vllm::cross_device_reduce_1stage<float, (int)2>(vllm::RankData *, vllm::RankSignals, vllm::Signal *, float *, int, int)' FROM StringIds;
+         UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = (SELECT max(id) FROM StringIds)
+          WHERE demangledName IN (SELECT id FROM StringIds WHERE value LIKE 'void at::native::reduce_kernel<%sum_functor%');",
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn custom_all_reduce_kernels_are_communication_on_two_gpus() {
+    // Before: step-budget and the report's categories knew communication kernels only by `nccl` in the name;
+    // vLLM/SGLang custom all-reduce (and TensorRT-LLM's, PyTorch symmetric memory's) counted as compute.
+    let dir = tempfile::tempdir().unwrap();
+    let p = two_gpu_custom_all_reduce(dir.path());
+    let p = p.to_str().unwrap();
+    let (_, sb) = doc("step-budget", &[p]);
+    assert_eq!(sb["nccl_kernels"], 248, "{}", sb["nccl_by_name"]);
+    assert!(sb["nccl_by_name"][0]["name"].as_str().unwrap().contains("cross_device_reduce_1stage"));
+    let ranks = sb["ranks"].as_array().unwrap();
+    assert_eq!(ranks.iter().map(|r| (r["pid"].as_i64().unwrap(), r["device_id"].as_i64().unwrap())).collect::<Vec<_>>(), [(717, 0), (718, 1)]);
+    assert!(ranks.iter().all(|r| r["comm_busy_ns"].as_i64().unwrap() > 0), "{ranks:?}");
+    assert_eq!(sb["idle"].as_array().unwrap().len(), 2, "one GPU idle split per device");
+    let (_, sr) = doc("sqlite-ranges", &[p]);
+    assert_eq!(sr["totals"]["per_device"].as_array().unwrap().len(), 2);
+    let (_, r) = doc("report", &[p]);
+    let comm = r["categories"].as_array().unwrap().iter().find(|c| c["category"] == "communication").expect("communication");
+    assert_eq!(comm["instances"], 248);
+}

@@ -315,7 +315,7 @@ pub fn build(export: &Export) -> Result<Timelines> {
     let mut api_names: HashMap<i64, String> = HashMap::new();
     export.for_each_string(|id, v| {
         let Ok(v) = std::str::from_utf8(v) else { return };
-        if name_ids.contains(&id) && v.to_ascii_lowercase().contains("nccl") {
+        if name_ids.contains(&id) && crate::categories::is_communication_kernel(v) {
             nccl_ids.insert(id);
             nccl_names.insert(id, v.to_string());
         }
