@@ -261,3 +261,43 @@ fn custom_all_reduce_kernels_are_communication_on_two_gpus() {
     let comm = r["categories"].as_array().unwrap().iter().find(|c| c["category"] == "communication").expect("communication");
     assert_eq!(comm["instances"], 248);
 }
+
+#[test]
+fn capture_settings_are_read_with_or_without_the_process_prefix() {
+    // nsys 2023.4/2025.3 write PROCESS_0:COLLECT_CUDA_TRACE and PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE; public
+    // analyses of nsys 2025.6 exports query the bare names. Before: with the bare COLLECT_CUDA_TRACE=true, a
+    // capture whose CUDA trace came back empty (engine_fork_noflag: the forked engine was not traced) got G1
+    // "CUDA tracing was off", the wrong cause. Now both layouts give the same gates.
+    let dir = tempfile::tempdir().unwrap();
+    let orig = export("nsys-2025.3.1/engine_fork_noflag.sqlite.xz", dir.path());
+    // as nsys's default (lazy) export writes it: without the empty CUDA tables
+    let c = rusqlite::Connection::open(&orig).unwrap();
+    for t in ["RUNTIME", "KERNEL", "MEMCPY", "MEMSET", "GRAPH_TRACE", "SYNCHRONIZATION"] {
+        let rows: i64 = c.query_row(&format!("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_{t}"), [], |r| r.get(0)).unwrap();
+        assert_eq!(rows, 0, "{t}");
+        c.execute_batch(&format!("DROP TABLE CUPTI_ACTIVITY_KIND_{t};")).unwrap();
+    }
+    drop(c);
+    let bare = dir.path().join("bare_keys.sqlite");
+    std::fs::copy(&orig, &bare).unwrap();
+    let c = rusqlite::Connection::open(&bare).unwrap();
+    let n = c
+        .execute(
+            "UPDATE META_DATA_CAPTURE SET name = substr(name, 11) WHERE name IN ('PROCESS_0:COLLECT_CUDA_TRACE', 'PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE')",
+            [],
+        )
+        .unwrap();
+    assert_eq!(n, 2);
+    drop(c);
+    let (a_code, a) = doc("gate-check", &[orig.to_str().unwrap()]);
+    let (b_code, b) = doc("gate-check", &[bare.to_str().unwrap()]);
+    assert_eq!((a_code, &a["retry"]), (b_code, &b["retry"]));
+    for id in ["G0", "G1", "G3", "G4"] {
+        assert_eq!(gate(&a, id)["verdict"], gate(&b, id)["verdict"], "{id}");
+        assert_eq!(gate(&a, id)["measured"], gate(&b, id)["measured"], "{id}");
+    }
+    let g1 = gate(&b, "G1");
+    assert!(!g1["reason"].as_str().unwrap().contains("CUDA tracing was off"), "{g1}");
+    assert!(g1["evidence"].to_string().contains("META_DATA_CAPTURE COLLECT_CUDA_TRACE=true"), "{g1}");
+    assert!(g1["evidence"].to_string().contains("META_DATA_CAPTURE CUDA_GRAPH_TRACE_OPTIONS:MODE=Node"), "{g1}");
+}

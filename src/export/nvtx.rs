@@ -35,7 +35,7 @@ impl Export {
         let mut r = NvtxRecorded::default();
         for (name, value) in self.capture_settings()? {
             let v = value.unwrap_or_default();
-            if name.ends_with("COLLECT_NVTX_TRACE") {
+            if super::schema::capture_keys::is(&name, super::schema::capture_keys::COLLECT_NVTX_TRACE) {
                 r.traced = Some(r.traced.unwrap_or(false) || v.eq_ignore_ascii_case("true"));
             } else if name == "CAPTURE_EVENT_TYPE" && v == "NvtxEvents" && r.traced.is_none() {
                 r.traced = Some(true);

@@ -90,7 +90,7 @@ fn cuda_data(e: Option<&Export>) -> Result<CudaData> {
     let requested = e
         .capture_settings()?
         .iter()
-        .any(|(n, v)| n.ends_with(schema::capture_keys::COLLECT_CUDA_TRACE_SUFFIX) && v.as_deref() == Some("true"))
+        .any(|(n, v)| schema::capture_keys::is(n, schema::capture_keys::COLLECT_CUDA_TRACE) && v.as_deref() == Some("true"))
         || e.has_table(schema::RUNTIME);
     if !requested {
         return Ok(CudaData::Unknown);
