@@ -301,3 +301,26 @@ fn capture_settings_are_read_with_or_without_the_process_prefix() {
     assert!(g1["evidence"].to_string().contains("META_DATA_CAPTURE COLLECT_CUDA_TRACE=true"), "{g1}");
     assert!(g1["evidence"].to_string().contains("META_DATA_CAPTURE CUDA_GRAPH_TRACE_OPTIONS:MODE=Node"), "{g1}");
 }
+
+#[test]
+fn a_forked_engine_without_kernels_gets_its_cause() {
+    // engine_fork_noflag: the engine forked without exec, no --trace-fork-before-exec: no CUDA row at all.
+    // engine_fork: with the flag, the engine's NVTX is there (165 of 200 steps) but 3 CUDA runtime rows and no
+    // kernel; nsys: "Not all CUDA events might have been collected". Before: G3 said only "no CUDA kernel data:
+    // CUPTI_ACTIVITY_KIND_KERNEL is empty", G4 blamed "e.g. an nsys older than the CUDA runtime".
+    let dir = tempfile::tempdir().unwrap();
+    let p = export("nsys-2025.3.1/engine_fork_noflag.sqlite.xz", dir.path());
+    let (code, g) = doc("gate-check", &[p.to_str().unwrap()]);
+    assert_eq!((code, &g["retry"]), (1, &serde_json::json!(["G3"])));
+    let r = gate(&g, "G3")["reason"].as_str().unwrap();
+    assert!(r.contains("TRACE_AFTER_FORK_BEFORE_EXEC=false") && r.contains("--trace-fork-before-exec=true"), "{r}");
+    let p = export("nsys-2025.3.1/engine_fork.sqlite.xz", dir.path());
+    let (code, g) = doc("gate-check", &[p.to_str().unwrap()]);
+    assert_eq!((code, &g["retry"]), (1, &serde_json::json!(["G3", "G4"])));
+    let r = gate(&g, "G3")["reason"].as_str().unwrap();
+    assert!(r.contains("3 CUDA runtime calls were recorded but no kernel") && r.contains("os._exit"), "{r}");
+    let g4 = gate(&g, "G4");
+    assert_eq!(g4["measured"], 1.0);
+    assert!(g4["reason"].as_str().unwrap().contains("never flushes nsys's CUDA buffers"), "{g4}");
+    assert!(!g4["reason"].as_str().unwrap().contains("older than the CUDA runtime"), "{g4}");
+}

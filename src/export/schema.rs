@@ -116,6 +116,10 @@ pub mod system_env_keys {
 /// Python `nvtx` 0.2.17 under nsys 2023.4.4: `NVTX binary payload extension is incompatible…`).
 pub const NVTX_INCOMPATIBLE_LIKE: &str = "%NVTX%incompatible%";
 
+/// nsys's `DIAGNOSTIC_EVENT` warning for a process whose CUDA buffers were not all written (measured: the forked
+/// engine of held-out `engine_fork`, 3 CUDA events kept; also a capture range ended at `cudaProfilerStop`).
+pub const DIAG_CUDA_NOT_ALL_COLLECTED: &str = "Not all CUDA events might have been collected";
+
 /// `META_DATA_CAPTURE` names of per-process settings. nsys 2023.4 and 2025.3 write them as `PROCESS_n:KEY`
 /// (`PROCESS_0:COLLECT_CUDA_TRACE`, `PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE`); exports of nsys 2025.6 were
 /// queried in public analyses with the bare `CUDA_GRAPH_TRACE_OPTIONS:MODE` and `COLLECT_CPU_TRACE` next to
@@ -127,6 +131,8 @@ pub mod capture_keys {
     pub const COLLECT_CUDA_TRACE: &str = "COLLECT_CUDA_TRACE";
     /// `true`/`false`: `--trace` includes `nvtx`.
     pub const COLLECT_NVTX_TRACE: &str = "COLLECT_NVTX_TRACE";
+    /// `true`/`false`: `--trace-fork-before-exec` (a session-wide row, no `PROCESS_n:` prefix in 2025.3).
+    pub const TRACE_AFTER_FORK_BEFORE_EXEC: &str = "TRACE_AFTER_FORK_BEFORE_EXEC";
 
     /// Is the row `name` the setting `key`, bare or as `PROCESS_n:key`?
     pub fn is(name: &str, key: &str) -> bool {
