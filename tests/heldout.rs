@@ -324,3 +324,38 @@ fn a_forked_engine_without_kernels_gets_its_cause() {
     assert!(g4["reason"].as_str().unwrap().contains("never flushes nsys's CUDA buffers"), "{g4}");
     assert!(!g4["reason"].as_str().unwrap().contains("older than the CUDA runtime"), "{g4}");
 }
+
+#[test]
+fn a_graph_replay_is_gpu_work_for_the_traffic_gate() {
+    // hf_graph: graph-level tracing, each of the 94 replays one GRAPH_TRACE row. Before: G5 built the GPU
+    // activity from KERNEL, MEMCPY and MEMSET only, so a replay counted as an empty stretch: longest 11.555 ms
+    // at 0.189 s (a replay runs inside it), 4022 stretches. GPU busy is the union of the four tables.
+    let dir = tempfile::tempdir().unwrap();
+    let p = export("nsys-2025.3.1/hf_graph.sqlite.xz", dir.path());
+    let c = rusqlite::Connection::open_with_flags(&p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let mut rows: Vec<(i64, i64)> = Vec::new();
+    for t in ["KERNEL", "MEMCPY", "MEMSET", "GRAPH_TRACE"] {
+        let present: i64 = c
+            .query_row("SELECT count(*) FROM sqlite_master WHERE name = ?1", [format!("CUPTI_ACTIVITY_KIND_{t}")], |r| r.get(0))
+            .unwrap();
+        if present == 1 {
+            let mut st = c.prepare(&format!("SELECT start, end FROM CUPTI_ACTIVITY_KIND_{t} WHERE end >= start")).unwrap();
+            rows.extend(st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|r| r.unwrap()));
+        }
+    }
+    rows.sort();
+    let (first, mut reach, mut longest, mut gaps) = (rows[0].0, rows[0].1, (0, 0), 0);
+    for &(s, e) in &rows[1..] {
+        if s > reach {
+            gaps += 1;
+            longest = longest.max((s - reach, reach));
+        }
+        reach = reach.max(e);
+    }
+    let (_, g) = doc("gate-check", &[p.to_str().unwrap()]);
+    let g5 = gate(&g, "G5");
+    assert_eq!(g5["measured"].as_f64().unwrap(), longest.0 as f64 / (reach - first) as f64, "{g5}");
+    assert_eq!(g5["at_ns"], longest.1);
+    assert!(g5["evidence"][0].as_str().unwrap().ends_with(&format!("{gaps} empty stretches")), "{g5}");
+    assert_eq!(longest.0, 5_746_695, "measured on the fixture");
+}

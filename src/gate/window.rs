@@ -266,14 +266,14 @@ pub fn g4_cuda_coverage(cx: &Context) -> Result<GateResult> {
 // ---------------------------------------------------------------------------------------------------------
 // G5 traffic
 
-/// An empty stretch of the GPU activity window: no kernel, memcpy or memset running.
+/// An empty stretch of the GPU activity window: no kernel, memcpy, memset or graph-level replay running.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Gap {
     pub start: i64,
     pub end: i64,
 }
 
-/// The GPU activity window `[first start, last end]` over KERNEL, MEMCPY, MEMSET and its gaps (between the
+/// The GPU activity window `[first start, last end]` over KERNEL, MEMCPY, MEMSET, GRAPH_TRACE and its gaps (between the
 /// union of the intervals), longest first.
 /// `((first start, last end), gaps longest first)`.
 pub type GpuWindow = ((i64, i64), Vec<Gap>);
