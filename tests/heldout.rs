@@ -359,3 +359,22 @@ fn a_graph_replay_is_gpu_work_for_the_traffic_gate() {
     assert!(g5["evidence"][0].as_str().unwrap().ends_with(&format!("{gaps} empty stretches")), "{g5}");
     assert_eq!(longest.0, 5_746_695, "measured on the fixture");
 }
+
+#[test]
+fn slow_steps_with_the_usual_kernels_are_not_called_prefill_contamination() {
+    // nccl, decode tier: 4 of 100 engine.step steps last 2.4-4.3 ms against a 739 us median, each with the
+    // usual 12 kernels and no prefill range. Before: G7 "prefill contamination … capture decode without
+    // arriving requests", a cause nothing in the capture shows. The RETRY stays (the steps are unlike the rest).
+    let dir = tempfile::tempdir().unwrap();
+    let p = export("nsys-2025.3.1/nccl.sqlite.xz", dir.path());
+    let (code, g) = doc("gate-check", &[p.to_str().unwrap(), "--tier", "decode"]);
+    assert_eq!(code, 1);
+    let g7 = gate(&g, "G7");
+    assert_eq!((g7["verdict"].as_str(), g7["measured"].as_f64()), (Some("retry"), Some(0.04)));
+    let r = g7["reason"].as_str().unwrap();
+    assert!(r.starts_with("4 of 100 decode steps (4.00 %, above 1 %) last more than 3 × the 739 µs median step"), "{r}");
+    assert!(r.contains("no prefill range") && r.contains("host stall") && !r.contains("prefill contamination"), "{r}");
+    // a capture whose unlike steps hold prefill ranges keeps the prefill-contamination reason
+    let (_, g) = doc("gate-check", &[fixture("nsys-2025.3.1/decode_mixed.sqlite").to_str().unwrap(), "--tier", "decode"]);
+    assert!(gate(&g, "G7")["reason"].as_str().unwrap().starts_with("prefill contamination: 15 of 400"));
+}

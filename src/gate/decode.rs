@@ -390,6 +390,9 @@ pub fn g6_decode_regularity(cx: &Context) -> Result<GateResult> {
     ))
 }
 
+/// A slow step among the first this many steps of its thread is counted as warm-up in G7's reason.
+pub const EARLY_STEPS: usize = 5;
+
 pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
     let mut g = GateResult::new("G7", "prefill-contamination", "share");
     if cx.opts.tier != Tier::Decode {
@@ -414,7 +417,13 @@ pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
     }
     let (mut by_prefill, mut by_kernels, mut by_duration) = (0, 0, 0);
     let mut bad: Vec<&DecodeStep> = Vec::new();
-    for s in &ds.steps {
+    // position of each step among its thread's steps (ds.steps is sorted by thread, then start)
+    let mut first_of_thread = 0;
+    let mut early = 0;
+    for (i, s) in ds.steps.iter().enumerate() {
+        if i > 0 && ds.steps[i - 1].global_tid != s.global_tid {
+            first_of_thread = i;
+        }
         let p = s.prefills > 0;
         let k = (s.kernels as f64) > mode as f64 * t.kernel_outlier_factor
             || (s.kernels as f64) * t.kernel_outlier_factor < mode as f64;
@@ -424,6 +433,7 @@ pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
         by_duration += d as usize;
         if p || k || d {
             bad.push(s);
+            early += usize::from(i - first_of_thread < EARLY_STEPS);
         }
     }
     let share = bad.len() as f64 / n as f64;
@@ -448,7 +458,29 @@ pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
     if let Some(s) = bad.first() {
         g.at_ns = Some(s.start);
     }
-    Ok(if share > t.max_contaminated_share {
+    Ok(if share > t.max_contaminated_share && by_prefill == 0 && by_kernels == 0 {
+        // only slow steps with the usual kernels: nothing says prefill; name what the steps show
+        let warm = if early > 0 {
+            format!("{early} of them among the first {EARLY_STEPS} steps of their thread (warm-up), ")
+        } else {
+            String::new()
+        };
+        g.decide(
+            true,
+            share,
+            Some(t.max_contaminated_share),
+            format!(
+                "{} of {n} decode steps ({:.2} %, above {:.0} %) last more than {} × the {} µs median step with a usual kernel count (within [{:.0}, {:.0}], most often {mode}) and no prefill range: {warm}a host stall in the step (Python GC, scheduling, I/O) or a prefill mixed into the batch (the same kernels on more tokens); capture a steady decode window after warm-up, and check the steps in the evidence",
+                bad.len(),
+                share * 100.0,
+                t.max_contaminated_share * 100.0,
+                t.duration_outlier_factor,
+                med / 1000,
+                mode as f64 / t.kernel_outlier_factor,
+                mode as f64 * t.kernel_outlier_factor
+            ),
+        )
+    } else if share > t.max_contaminated_share {
         g.decide(
             true,
             share,
