@@ -378,3 +378,16 @@ fn slow_steps_with_the_usual_kernels_are_not_called_prefill_contamination() {
     let (_, g) = doc("gate-check", &[fixture("nsys-2025.3.1/decode_mixed.sqlite").to_str().unwrap(), "--tier", "decode"]);
     assert!(gate(&g, "G7")["reason"].as_str().unwrap().starts_with("prefill contamination: 15 of 400"));
 }
+
+#[test]
+fn readiness_suggests_the_engine_prefix() {
+    // engine_spawn: the API process's `detokenizer.` ranges (800, CPU only) outnumber the engine's `EngineCore.`
+    // (200). Before: "try --range-prefix detokenizer and name the engine step `detokenizer.engine.iteration`".
+    let dir = tempfile::tempdir().unwrap();
+    let p = export("nsys-2025.3.1/engine_spawn.sqlite.xz", dir.path());
+    let (code, r) = doc("nvtx-readiness", &[p.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert_eq!(r["suggested_prefix"], "EngineCore");
+    assert!(r["reason"].as_str().unwrap().ends_with("try --range-prefix EngineCore and name the engine step `EngineCore.engine.iteration`"));
+    assert_eq!(r["prefixes_seen"][0]["prefix"], "detokenizer.", "the list itself is unchanged");
+}

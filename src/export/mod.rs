@@ -276,6 +276,23 @@ impl Export {
         Ok(rows.iter().find(|(n, _)| n.to_ascii_lowercase().contains("version")).and_then(|(_, v)| v.clone()))
     }
 
+    /// The threads (`globalTid`) that made a CUDA runtime call (empty without a runtime table).
+    pub fn runtime_thread_ids(&self) -> Result<std::collections::HashSet<i64>> {
+        let Some(t) = self.optional(schema::RUNTIME, &["globalTid"])? else { return Ok(Default::default()) };
+        if let Some(ids) = self.with_stats(schema::RUNTIME, |s| s.thread_ids.clone())? {
+            return Ok(ids);
+        }
+        let mut stmt = self
+            .conn
+            .prepare(&format!("SELECT DISTINCT globalTid FROM \"{}\" WHERE globalTid IS NOT NULL", t.name))
+            .map_err(self.sql_err(schema::RUNTIME))?;
+        let ids = stmt
+            .query_map([], |r| r.get::<_, i64>(0))
+            .and_then(|rows| rows.collect())
+            .map_err(self.sql_err(schema::RUNTIME))?;
+        Ok(ids)
+    }
+
     /// Count rows of a table (0 when absent).
     pub fn count_rows(&self, table: &str) -> Result<i64> {
         let Some(t) = self.table(table) else { return Ok(0) };
