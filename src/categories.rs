@@ -269,7 +269,9 @@ mod tests {
             assert!(is_communication_kernel(name), "{name}");
         }
         // NCCL's one-rank local reduction (world size 1, measured in held-out `nccl`) exchanges nothing
-        assert!(!is_communication_kernel("void <unnamed>::oneRankReduce<FuncPreMulSum<__half>>(void *, void *, unsigned long, unsigned long, bool)"));
+        assert!(!is_communication_kernel(
+            "void <unnamed>::oneRankReduce<FuncPreMulSum<__half>>(void *, void *, unsigned long, unsigned long, bool)"
+        ));
         assert!(!is_communication_kernel("void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>>>(T3)"));
         assert!(!is_communication_kernel("void at::native::vectorized_gather_kernel<(int)16, long>(char *, char *, T2 *, int, long, long, long, long, bool)"));
         assert_eq!(

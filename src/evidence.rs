@@ -1009,7 +1009,8 @@ pub fn export_copy_exposure(export: &Export, kernels: &[KernelStat], copy_sum: i
         return Ok(None);
     }
     // per device: (compute intervals, copy intervals)
-    let mut by_dev: BTreeMap<i64, (Vec<(i64, i64)>, Vec<(i64, i64)>)> = BTreeMap::new();
+    type Intervals = Vec<(i64, i64)>;
+    let mut by_dev: BTreeMap<i64, (Intervals, Intervals)> = BTreeMap::new();
     let mut skips = crate::export::RowSkips::new();
     for kind in DeviceKind::ALL {
         let copy = matches!(kind, DeviceKind::Memcpy | DeviceKind::Memset);

@@ -139,7 +139,8 @@ mod tests {
     #[test]
     fn steps_with_device_work_rank_by_busy_occurrences_then_host_wall() {
         // an engine loop whose idle iterations launch nothing: the label that carries the work more often wins
-        let mut cands = [c("engine.iteration", 5000, Some(900), Some(0)), c("model.decode_step", 1000, Some(1000), Some(1))];
+        let mut cands =
+            [c("engine.iteration", 5000, Some(900), Some(0)), c("model.decode_step", 1000, Some(1000), Some(1))];
         assert_eq!(choose(&cands, &BTreeSet::new()), Some("model.decode_step"));
         cands[0].with_device_work = Some(1000);
         cands[0].host_wall_ns = Some(9);

@@ -90,8 +90,9 @@ fn a_capture_without_nvtx_says_what_happened_and_both_exports_agree() {
         let (code, stdout, stderr) = run(bin, &[lazy]);
         assert_eq!(code, 2, "{bin}: {stdout}");
         assert!(
-            stderr.contains("nonvtx.sqlite: no NVTX range to read: NVTX was traced but the program emitted no NVTX event")
-                && stderr.contains("No NVTX events collected")
+            stderr.contains(
+                "nonvtx.sqlite: no NVTX range to read: NVTX was traced but the program emitted no NVTX event"
+            ) && stderr.contains("No NVTX events collected")
                 && stderr.contains("annotate each engine step"),
             "{bin}: {stderr}"
         );
@@ -126,7 +127,10 @@ fn a_table_nsys_counted_events_for_is_a_damaged_export() {
     let p = p.to_str().unwrap();
     let (code, _, stderr) = run("sqlite-ranges", &[p]);
     assert_eq!(code, 2);
-    assert!(stderr.contains("NVTX_EVENTS is missing although nsys collected") && stderr.contains("export the report again"), "{stderr}");
+    assert!(
+        stderr.contains("NVTX_EVENTS is missing although nsys collected") && stderr.contains("export the report again"),
+        "{stderr}"
+    );
     let (code, g) = doc("gate-check", &[p]);
     assert_eq!(code, 1);
     assert!(gate(&g, "G4")["reason"].as_str().unwrap().contains("although nsys collected"), "{}", gate(&g, "G4"));
@@ -252,13 +256,17 @@ fn custom_all_reduce_kernels_are_communication_on_two_gpus() {
     assert_eq!(sb["nccl_kernels"], 248, "{}", sb["nccl_by_name"]);
     assert!(sb["nccl_by_name"][0]["name"].as_str().unwrap().contains("cross_device_reduce_1stage"));
     let ranks = sb["ranks"].as_array().unwrap();
-    assert_eq!(ranks.iter().map(|r| (r["pid"].as_i64().unwrap(), r["device_id"].as_i64().unwrap())).collect::<Vec<_>>(), [(717, 0), (718, 1)]);
+    assert_eq!(
+        ranks.iter().map(|r| (r["pid"].as_i64().unwrap(), r["device_id"].as_i64().unwrap())).collect::<Vec<_>>(),
+        [(717, 0), (718, 1)]
+    );
     assert!(ranks.iter().all(|r| r["comm_busy_ns"].as_i64().unwrap() > 0), "{ranks:?}");
     assert_eq!(sb["idle"].as_array().unwrap().len(), 2, "one GPU idle split per device");
     let (_, sr) = doc("sqlite-ranges", &[p]);
     assert_eq!(sr["totals"]["per_device"].as_array().unwrap().len(), 2);
     let (_, r) = doc("report", &[p]);
-    let comm = r["categories"].as_array().unwrap().iter().find(|c| c["category"] == "communication").expect("communication");
+    let comm =
+        r["categories"].as_array().unwrap().iter().find(|c| c["category"] == "communication").expect("communication");
     assert_eq!(comm["instances"], 248);
 }
 
@@ -273,7 +281,8 @@ fn capture_settings_are_read_with_or_without_the_process_prefix() {
     // as nsys's default (lazy) export writes it: without the empty CUDA tables
     let c = rusqlite::Connection::open(&orig).unwrap();
     for t in ["RUNTIME", "KERNEL", "MEMCPY", "MEMSET", "GRAPH_TRACE", "SYNCHRONIZATION"] {
-        let rows: i64 = c.query_row(&format!("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_{t}"), [], |r| r.get(0)).unwrap();
+        let rows: i64 =
+            c.query_row(&format!("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_{t}"), [], |r| r.get(0)).unwrap();
         assert_eq!(rows, 0, "{t}");
         c.execute_batch(&format!("DROP TABLE CUPTI_ACTIVITY_KIND_{t};")).unwrap();
     }
@@ -336,10 +345,15 @@ fn a_graph_replay_is_gpu_work_for_the_traffic_gate() {
     let mut rows: Vec<(i64, i64)> = Vec::new();
     for t in ["KERNEL", "MEMCPY", "MEMSET", "GRAPH_TRACE"] {
         let present: i64 = c
-            .query_row("SELECT count(*) FROM sqlite_master WHERE name = ?1", [format!("CUPTI_ACTIVITY_KIND_{t}")], |r| r.get(0))
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = ?1",
+                [format!("CUPTI_ACTIVITY_KIND_{t}")],
+                |r| r.get(0),
+            )
             .unwrap();
         if present == 1 {
-            let mut st = c.prepare(&format!("SELECT start, end FROM CUPTI_ACTIVITY_KIND_{t} WHERE end >= start")).unwrap();
+            let mut st =
+                c.prepare(&format!("SELECT start, end FROM CUPTI_ACTIVITY_KIND_{t} WHERE end >= start")).unwrap();
             rows.extend(st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|r| r.unwrap()));
         }
     }
@@ -372,10 +386,14 @@ fn slow_steps_with_the_usual_kernels_are_not_called_prefill_contamination() {
     let g7 = gate(&g, "G7");
     assert_eq!((g7["verdict"].as_str(), g7["measured"].as_f64()), (Some("retry"), Some(0.04)));
     let r = g7["reason"].as_str().unwrap();
-    assert!(r.starts_with("4 of 100 decode steps (4.00 %, above 1 %) last more than 3 × the 739 µs median step"), "{r}");
+    assert!(
+        r.starts_with("4 of 100 decode steps (4.00 %, above 1 %) last more than 3 × the 739 µs median step"),
+        "{r}"
+    );
     assert!(r.contains("no prefill range") && r.contains("host stall") && !r.contains("prefill contamination"), "{r}");
     // a capture whose unlike steps hold prefill ranges keeps the prefill-contamination reason
-    let (_, g) = doc("gate-check", &[fixture("nsys-2025.3.1/decode_mixed.sqlite").to_str().unwrap(), "--tier", "decode"]);
+    let (_, g) =
+        doc("gate-check", &[fixture("nsys-2025.3.1/decode_mixed.sqlite").to_str().unwrap(), "--tier", "decode"]);
     assert!(gate(&g, "G7")["reason"].as_str().unwrap().starts_with("prefill contamination: 15 of 400"));
 }
 
@@ -388,6 +406,9 @@ fn readiness_suggests_the_engine_prefix() {
     let (code, r) = doc("nvtx-readiness", &[p.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert_eq!(r["suggested_prefix"], "EngineCore");
-    assert!(r["reason"].as_str().unwrap().ends_with("try --range-prefix EngineCore and name the engine step `EngineCore.engine.iteration`"));
+    assert!(r["reason"]
+        .as_str()
+        .unwrap()
+        .ends_with("try --range-prefix EngineCore and name the engine step `EngineCore.engine.iteration`"));
     assert_eq!(r["prefixes_seen"][0]["prefix"], "detokenizer.", "the list itself is unchanged");
 }

@@ -7,10 +7,10 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::export;
 use assert_cmd::Command;
+use common::export;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
@@ -25,7 +25,6 @@ fn run(args: &[&str]) -> (Value, i32, String) {
     }
     (common::one_doc(&out.stdout), code, err)
 }
-
 
 fn raw(p: &Path) -> Connection {
     Connection::open_with_flags(

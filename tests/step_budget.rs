@@ -14,7 +14,6 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-
 fn step_budget(args: &[&str]) -> (i32, Value, String) {
     let out = Command::cargo_bin("step-budget").unwrap().args(args).arg("--compact").output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();

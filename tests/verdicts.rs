@@ -8,8 +8,6 @@ mod common;
 use assert_cmd::Command;
 use common::{export, fixture, one_doc};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-
 
 fn run(bin: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::cargo_bin(bin).unwrap().args(args).output().unwrap();

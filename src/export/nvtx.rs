@@ -43,7 +43,8 @@ impl Export {
         }
         for d in self.diagnostic_events()? {
             let text = d.text.unwrap_or_default();
-            if let Some(n) = text.split_once(COLLECTED).and_then(|(_, n)| n.trim().trim_end_matches('.').parse::<u64>().ok())
+            if let Some(n) =
+                text.split_once(COLLECTED).and_then(|(_, n)| n.trim().trim_end_matches('.').parse::<u64>().ok())
             {
                 r.collected = Some(r.collected.unwrap_or(0) + n);
             } else if text.contains(NONE_COLLECTED) {

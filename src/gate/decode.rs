@@ -66,7 +66,7 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
         counts
             .iter()
             .map(|(l, (n, d))| crate::step_label::StepCandidate {
-                label: *l,
+                label: l,
                 occurrences: *n as u64,
                 with_device_work: with_work.then(|| work[l].0),
                 min_depth: Some(*d),

@@ -57,7 +57,8 @@ pub fn settings_from_metadata(e: &Export) -> Result<(TraceSettings, TraceSetting
                 md.graph_mode = Some(m.mode.clone());
                 md.from.push(format!("META_DATA_CAPTURE {}={}", m.key, m.raw));
             }
-        } else if crate::export::schema::capture_keys::is(name, crate::export::schema::capture_keys::COLLECT_CUDA_TRACE) {
+        } else if crate::export::schema::capture_keys::is(name, crate::export::schema::capture_keys::COLLECT_CUDA_TRACE)
+        {
             let on = v.eq_ignore_ascii_case("true");
             if md.cuda_trace != Some(true) {
                 md.cuda_trace = Some(on);

@@ -232,7 +232,8 @@ pub fn g4_cuda_coverage(cx: &Context) -> Result<GateResult> {
         let cause = if cuda_unflushed(e)? {
             format!("nsys lost the CUDA trace: {UNFLUSHED}")
         } else {
-            "nsys silently lost the CUDA trace (see G0; e.g. an nsys older than the CUDA runtime); re-capture".to_string()
+            "nsys silently lost the CUDA trace (see G0; e.g. an nsys older than the CUDA runtime); re-capture"
+                .to_string()
         };
         g.decide(
             true,
