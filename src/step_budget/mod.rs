@@ -210,7 +210,7 @@ pub struct StepBudgetDoc {
     pub source: String,
     /// The step label analysed.
     pub step_label: String,
-    /// `--step`, or `iteration_label` (chosen by [`crate::step_label`], as every tool chooses it).
+    /// `--step`, or `iteration_label` (the step-label rule every tool shares, nsyskit::step_label).
     pub step_label_choice: String,
     pub outlier_factor: f64,
     /// `true` on a graph-level capture: the steps launch graphs or own GRAPH_TRACE rows, and the export has no
