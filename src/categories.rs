@@ -6,7 +6,7 @@
 //!
 //! | order | category | pattern |
 //! |---|---|---|
-//! | 1 | `communication` | `nccl` |
+//! | 1 | `communication` | `nccl\|all_?reduce\|all_?gather\|reduce_?scatter\|all_?to_?all\|cross_device_reduce` |
 //! | 2 | `attention` | `fmha\|flash\|attention` |
 //! | 3 | `gemm` | `gemm\|nvjet\|cutlass\|cublas` |
 //! | 4 | `norm` | `layer_?norm\|rms_?norm\|group_?norm\|batch_?norm\|instance_?norm\|norm_kernel` |
@@ -36,9 +36,16 @@ use crate::contract::{Error, Result};
 /// The category of a name that matches no rule.
 pub const OTHER: &str = "other";
 
+/// The communication kernels: NCCL's (`ncclDevKernel_AllReduce_Sum_f16_RING_LL`), and the collectives engines
+/// run without NCCL — vLLM's and SGLang's custom all-reduce (`vllm::cross_device_reduce_1stage<…>`,
+/// `cross_device_reduce_2stage`), TensorRT-LLM's (`oneShotAllReduceKernel`, `twoShotAllReduceKernel`), PyTorch's
+/// symmetric-memory ones (`one_shot_all_reduce_kernel`, `multimem_all_reduce_kernel`): tensor parallelism on
+/// NVLink GPUs runs its decode all-reduces through these rather than NCCL.
+pub const COMMUNICATION_PATTERN: &str = "nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce";
+
 /// The built-in rules, in the order they are tried.
 pub const BUILTIN_RULES: &[(&str, &str)] = &[
-    ("communication", "nccl"),
+    ("communication", COMMUNICATION_PATTERN),
     ("attention", "fmha|flash|attention"),
     ("gemm", "gemm|nvjet|cutlass|cublas"),
     ("norm", "layer_?norm|rms_?norm|group_?norm|batch_?norm|instance_?norm|norm_kernel"),
@@ -47,6 +54,16 @@ pub const BUILTIN_RULES: &[(&str, &str)] = &[
     ("memcpy", "memcpy|memset"),
     ("elementwise", "elementwise|unrolled|vectorized|copy_kernel|fill|gather|scatter|index"),
 ];
+
+/// Is a kernel name a communication kernel ([`COMMUNICATION_PATTERN`], case-insensitive)? The one
+/// definition of step-budget's comm kernels and the built-in `communication` category.
+pub fn is_communication_kernel(name: &str) -> bool {
+    static RE: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        RegexBuilder::new(COMMUNICATION_PATTERN).case_insensitive(true).build().expect("communication pattern")
+    })
+    .is_match(name)
+}
 
 /// One rule: names matching `pattern` (case-insensitive regex, anywhere in the name) are `category`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -242,6 +259,21 @@ mod tests {
         assert_eq!(c.categorize("void at::native::reduce_kernel<(int)512, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor>>>(T3)"), "reduce");
         assert_eq!(c.categorize("void <unnamed>::softmax_warp_forward<float, float, float, (int)9>(T2 *)"), "sampling");
         assert_eq!(c.categorize("void at::native::vectorized_elementwise_kernel<(int)8, at::native::CUDAFunctor_add<c10::Half>>(int, T2, T3)"), "elementwise");
+        for name in [
+            "void vllm::cross_device_reduce_1stage<__nv_bfloat16, (int)2>(vllm::RankData *, vllm::RankSignals, vllm::Signal *, __nv_bfloat16 *, int, int)",
+            "void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport<__nv_bfloat16>(T1)",
+            "void c10d::symmetric_memory::one_shot_all_reduce_kernel<c10::BFloat16, (int)8>(T1 **, T1 *, T1 *, unsigned long, unsigned long, unsigned int **)",
+            "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096>)",
+        ] {
+            assert_eq!(c.categorize(name), "communication", "{name}");
+            assert!(is_communication_kernel(name), "{name}");
+        }
+        // NCCL's one-rank local reduction (world size 1, measured in held-out `nccl`) exchanges nothing
+        assert!(!is_communication_kernel(
+            "void <unnamed>::oneRankReduce<FuncPreMulSum<__half>>(void *, void *, unsigned long, unsigned long, bool)"
+        ));
+        assert!(!is_communication_kernel("void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>>>(T3)"));
+        assert!(!is_communication_kernel("void at::native::vectorized_gather_kernel<(int)16, long>(char *, char *, T2 *, int, long, long, long, long, bool)"));
         assert_eq!(
             c.categorize("ncclDevKernel_AllReduce_Sum_f16_RING_LL(ncclDevKernelArgsStorage<4096>)"),
             "communication"

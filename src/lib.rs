@@ -30,3 +30,4 @@ pub mod resolve;
 pub mod schemas;
 pub mod serve_capture;
 pub mod step_budget;
+pub mod step_label;

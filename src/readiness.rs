@@ -174,6 +174,16 @@ pub fn suggest_prefix(seen: &[PrefixCount]) -> Option<String> {
     seen.iter().find(|p| p.prefix.ends_with('.')).map(|p| p.prefix.trim_end_matches('.').to_string())
 }
 
+/// The prefix to suggest: [`suggest_prefix`] among the ranges opened on threads that made CUDA runtime calls
+/// (the engine's), else among all. An API process's ranges can outnumber the engine's: in the held-out
+/// `engine_spawn` capture `detokenizer.` (800 occurrences, CPU only) used to be suggested over the engine's
+/// `EngineCore.` (200, on the thread that replays the CUDA graph).
+fn suggest_engine_prefix(export: &Export, all: &[Occurrence], seen: &[PrefixCount]) -> Result<Option<String>> {
+    let cuda = export.runtime_thread_ids()?;
+    let engine: Vec<Occurrence> = all.iter().filter(|o| cuda.contains(&o.global_tid)).cloned().collect();
+    Ok(suggest_prefix(&prefixes_seen(&engine)).or_else(|| suggest_prefix(seen)))
+}
+
 /// Id-bearing labels grouped by the label they fold into ([`crate::labels`], the rule `sqlite-ranges`
 /// folds with), most occurrences first, at most [`LIST_LIMIT`].
 pub fn id_patterns<'a>(labels: impl IntoIterator<Item = &'a str>) -> Vec<IdPattern> {
@@ -406,12 +416,22 @@ pub fn infer_prefix(all: &[Occurrence]) -> Option<String> {
     counts.into_iter().find(|(_, c)| *c == max).map(|(p, _)| p.to_string())
 }
 
+/// Every range of the export. A capture that recorded no NVTX event has no `NVTX_EVENTS` table under nsys's
+/// default (lazy) export and an empty one under `--lazy=false`: both are read as no range (the RETRY "no
+/// iteration range"), not as bad input; an absent table the export does not explain stays an input error.
+fn load_all(export: &Export) -> Result<ranges::LoadedOccurrences> {
+    if !export.has_table(schema::NVTX_EVENTS) && export.nvtx_recorded()?.nothing_recorded() {
+        return Ok(Default::default());
+    }
+    ranges::load_occurrences(export, &RangesOptions::default())
+}
+
 /// The whole readiness analysis of an open export.
 pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc> {
     opts.validate()?;
     // Every range (for the engine threads' labels outside the prefix), then the ones under the prefix (their
     // depth and parent are among ranges under the prefix, as `sqlite-ranges --range-prefix P.` reports them).
-    let loaded = ranges::load_occurrences(export, &RangesOptions::default())?;
+    let loaded = load_all(export)?;
     let all = &loaded.occurrences;
     let (prefix, inferred) = match &opts.range_prefix {
         Some(p) => (Some(p.trim_end_matches('.').to_string()), false),
@@ -430,7 +450,7 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
         // no prefix: a sync inside ANY range is enclosed
         let syncs = unenclosed_syncs(export, runtime.as_deref(), all)?;
         notes.push("No range label ends in `.engine.iteration`: give --range-prefix P for a capture with P.engine.iteration ranges.".into());
-        let suggested = suggest_prefix(&seen);
+        let suggested = suggest_engine_prefix(export, all, &seen)?;
         let hint = match &suggested {
             Some(s) => format!(
                 "; prefixes seen: {}; try --range-prefix {s} and name the engine step `{s}.engine.iteration`",
@@ -575,7 +595,8 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
     if runtime.is_none() {
         notes.push("No CUPTI_ACTIVITY_KIND_RUNTIME table (a capture without CUDA): no blocking sync can be listed; that is a result, not an error.".into());
     }
-    let suggested_prefix = if iterations.occurrences == 0 { suggest_prefix(&seen).filter(|s| *s != p) } else { None };
+    let suggested_prefix =
+        if iterations.occurrences == 0 { suggest_engine_prefix(export, all, &seen)?.filter(|s| *s != p) } else { None };
     let (schema, tool) = ReadinessDoc::header();
     Ok(ReadinessDoc {
         schema,

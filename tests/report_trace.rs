@@ -7,9 +7,10 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use assert_cmd::Command;
+use common::export;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
@@ -23,23 +24,6 @@ fn run(args: &[&str]) -> (Value, i32, String) {
         return (Value::Null, code, err);
     }
     (common::one_doc(&out.stdout), code, err)
-}
-
-/// A fixture export, decompressed into `dir` when it is `.xz`.
-fn export(rel: &str, dir: &Path) -> PathBuf {
-    let src = common::fixture(rel);
-    let Some(stem) = rel.strip_suffix(".xz") else { return src };
-    let out = dir.join(Path::new(stem).file_name().unwrap());
-    let xz = std::process::Command::new("xz").arg("-dc").arg(&src).output().or_else(|_| {
-        std::process::Command::new("python3")
-            .args(["-c", "import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())"])
-            .arg(&src)
-            .output()
-    });
-    let xz = xz.expect("xz or python3 is needed to read the .xz fixtures");
-    assert!(xz.status.success());
-    std::fs::write(&out, &xz.stdout).unwrap();
-    out
 }
 
 fn raw(p: &Path) -> Connection {

@@ -8,28 +8,11 @@
 mod common;
 
 use assert_cmd::Command;
-use common::{fixture, one_doc};
+use common::{export, fixture, one_doc};
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-
-/// A fixture export, decompressed when it is `.xz`, into `dir`.
-fn export(rel: &str, dir: &Path) -> PathBuf {
-    let src = fixture(rel);
-    let Some(stem) = rel.strip_suffix(".xz") else { return src };
-    let out = dir.join(Path::new(stem).file_name().unwrap());
-    let xz = std::process::Command::new("xz").arg("-dc").arg(&src).output().or_else(|_| {
-        std::process::Command::new("python3")
-            .args(["-c", "import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())"])
-            .arg(&src)
-            .output()
-    });
-    let xz = xz.expect("xz or python3 is needed to read the .xz fixtures");
-    assert!(xz.status.success(), "{}", String::from_utf8_lossy(&xz.stderr));
-    std::fs::write(&out, &xz.stdout).unwrap();
-    out
-}
 
 fn step_budget(args: &[&str]) -> (i32, Value, String) {
     let out = Command::cargo_bin("step-budget").unwrap().args(args).arg("--compact").output().unwrap();

@@ -6,26 +6,8 @@
 mod common;
 
 use assert_cmd::Command;
-use common::{fixture, one_doc};
+use common::{export, fixture, one_doc};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-/// A fixture export, decompressed when it is `.xz` (xz, else Python's lzma), into `dir`.
-pub fn export(rel: &str, dir: &Path) -> PathBuf {
-    let src = fixture(rel);
-    let Some(stem) = rel.strip_suffix(".xz") else { return src };
-    let out = dir.join(Path::new(stem).file_name().unwrap());
-    let xz = std::process::Command::new("xz").arg("-dc").arg(&src).output().or_else(|_| {
-        std::process::Command::new("python3")
-            .args(["-c", "import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())"])
-            .arg(&src)
-            .output()
-    });
-    let xz = xz.expect("xz or python3 is needed to read the .xz fixtures");
-    assert!(xz.status.success(), "{}", String::from_utf8_lossy(&xz.stderr));
-    std::fs::write(&out, &xz.stdout).unwrap();
-    out
-}
 
 fn run(bin: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::cargo_bin(bin).unwrap().args(args).output().unwrap();

@@ -452,13 +452,32 @@ fn load_input(
     Ok(vec![capture_of(ev, role, path, opts.tier)?])
 }
 
-/// The iteration label: the most frequent iteration-like stable label of the reference (ties: label).
+/// The iteration label from label counts alone ([`crate::step_label`] without device facts).
 pub fn iteration_label(labels: &BTreeMap<String, i64>, unstable: &BTreeSet<String>) -> Option<String> {
-    labels
+    let cands: Vec<crate::step_label::StepCandidate> = labels
         .iter()
-        .filter(|(l, n)| **n > 0 && !unstable.contains(*l) && crate::gate::is_iteration_like(l))
-        .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
-        .map(|(l, _)| l.clone())
+        .map(|(l, n)| crate::step_label::StepCandidate {
+            label: l,
+            occurrences: (*n).max(0) as u64,
+            with_device_work: None,
+            min_depth: None,
+            host_wall_ns: None,
+        })
+        .collect();
+    crate::step_label::choose(&cands, unstable).map(str::to_string)
+}
+
+/// The iteration label of a capture: [`crate::step_label`] over its ranges (device work known) when it has
+/// them, else over its label counts (a stored baseline).
+fn capture_iteration_label(c: &Capture, unstable: &BTreeSet<String>) -> Option<String> {
+    match c.evidence.as_ref().and_then(|e| e.ranges.as_ref()) {
+        Some(r) => {
+            let cands: Vec<crate::step_label::StepCandidate> =
+                r.ranges.iter().map(crate::step_label::StepCandidate::of_row).collect();
+            crate::step_label::choose(&cands, unstable).map(str::to_string)
+        }
+        None => c.labels.as_ref().and_then(|l| iteration_label(l, unstable)),
+    }
 }
 
 /// Load the inputs and compare them.
@@ -555,8 +574,7 @@ pub fn compare_captures(
     let unstable = checks::unstable_labels(base.iter().chain(trial.iter()).flat_map(|c| {
         c.labels.iter().flat_map(|l| l.keys()).chain(c.series.iter().flat_map(|s| s.keys())).map(|k| k.as_str())
     }));
-    let iteration =
-        opts.label.clone().or_else(|| reference.labels.as_ref().and_then(|l| iteration_label(l, &unstable)));
+    let iteration = opts.label.clone().or_else(|| capture_iteration_label(reference, &unstable));
     let copts = checks::CheckOptions {
         unstable: unstable.clone(),
         expect_labels: opts.expect_labels.clone(),

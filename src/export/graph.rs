@@ -1,7 +1,7 @@
 //! The CUDA graph facts of an export, each with one definition used by every tool:
 //!
 //! - **graph-trace mode** ([`Export::graph_trace_mode`]): the first `META_DATA_CAPTURE` row named
-//!   `…CUDA_GRAPH_TRACE_OPTIONS:MODE` with a value, lower-cased (`node` / `graph`); nsys writes `Node`/`Graph`,
+//!   `PROCESS_n:CUDA_GRAPH_TRACE_OPTIONS:MODE` or bare `CUDA_GRAPH_TRACE_OPTIONS:MODE` with a value, lower-cased (`node` / `graph`); nsys writes `Node`/`Graph`,
 //!   and the comparison is case-insensitive;
 //! - **node-level device rows** ([`GraphFacts::node_rows`]): rows of KERNEL, MEMCPY and MEMSET whose
 //!   `graphNodeId` is set (a graph node is a kernel, a memcpy or a memset; GRAPH_TRACE rows are whole
@@ -48,7 +48,7 @@ impl Export {
     pub fn graph_trace_mode(&self) -> Result<Option<GraphTraceMode>> {
         Ok(self.capture_settings()?.into_iter().find_map(|(key, v)| {
             let raw = v?;
-            key.ends_with(schema::capture_keys::GRAPH_TRACE_MODE_SUFFIX).then(|| GraphTraceMode {
+            schema::capture_keys::is(&key, schema::capture_keys::GRAPH_TRACE_MODE).then(|| GraphTraceMode {
                 mode: raw.to_ascii_lowercase(),
                 key,
                 raw,

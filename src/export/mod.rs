@@ -24,6 +24,7 @@
 pub mod capture;
 pub mod fold;
 pub mod graph;
+pub mod nvtx;
 mod raw;
 pub mod rows;
 pub mod schema;
@@ -34,6 +35,7 @@ pub use capture::{
     OpenedCapture, StdinCopy, STDIN_NAME,
 };
 pub use graph::{GraphFacts, GraphTraceMode};
+pub use nvtx::NvtxRecorded;
 pub use rows::{
     describe_skips, merge_skips, session_start_utc_ns, DeviceRow, IntervalSkips, NvtxRow, RowSkips, RuntimeRow, SyncRow,
 };
@@ -206,11 +208,19 @@ impl Export {
 
     /// A required table with required columns; the error names file, table and column.
     pub fn require(&self, table: &str, columns: &[&str]) -> Result<&TableInfo> {
-        let t = self.table(table).ok_or_else(|| {
-            Error::input(format!("{}: schema mismatch: required table {table} is missing", self.name()))
-        })?;
+        let t = self.table(table).ok_or_else(|| Error::input(self.missing_table_message(table)))?;
         self.check_columns(t, columns)?;
         Ok(t)
+    }
+
+    /// What a missing required table means. NVTX_EVENTS is absent from a capture that recorded no NVTX event
+    /// (nsys creates tables lazily): [`NvtxRecorded::explain_missing_table`] says which case it is.
+    fn missing_table_message(&self, table: &str) -> String {
+        let generic = format!("{}: schema mismatch: required table {table} is missing", self.name());
+        if !table.eq_ignore_ascii_case(schema::NVTX_EVENTS) {
+            return generic;
+        }
+        self.nvtx_recorded().map(|r| r.explain_missing_table(&self.name())).unwrap_or(generic)
     }
 
     /// An optional table: None when absent; when present, every named column must exist.
@@ -266,6 +276,23 @@ impl Export {
             }
         }
         Ok(rows.iter().find(|(n, _)| n.to_ascii_lowercase().contains("version")).and_then(|(_, v)| v.clone()))
+    }
+
+    /// The threads (`globalTid`) that made a CUDA runtime call (empty without a runtime table).
+    pub fn runtime_thread_ids(&self) -> Result<crate::fx::FxSet<i64>> {
+        let Some(t) = self.optional(schema::RUNTIME, &["globalTid"])? else { return Ok(Default::default()) };
+        if let Some(ids) = self.with_stats(schema::RUNTIME, |s| s.thread_ids.clone())? {
+            return Ok(ids);
+        }
+        let mut stmt = self
+            .conn
+            .prepare(&format!("SELECT DISTINCT globalTid FROM \"{}\" WHERE globalTid IS NOT NULL", t.name))
+            .map_err(self.sql_err(schema::RUNTIME))?;
+        let ids = stmt
+            .query_map([], |r| r.get::<_, i64>(0))
+            .and_then(|rows| rows.collect())
+            .map_err(self.sql_err(schema::RUNTIME))?;
+        Ok(ids)
     }
 
     /// Count rows of a table (0 when absent).

@@ -116,11 +116,41 @@ pub mod system_env_keys {
 /// Python `nvtx` 0.2.17 under nsys 2023.4.4: `NVTX binary payload extension is incompatible…`).
 pub const NVTX_INCOMPATIBLE_LIKE: &str = "%NVTX%incompatible%";
 
-/// `META_DATA_CAPTURE` names (suffixes of `PROCESS_n:…`).
+/// nsys's `DIAGNOSTIC_EVENT` warning for a process whose CUDA buffers were not all written (measured: the forked
+/// engine of held-out `engine_fork`, 3 CUDA events kept; also a capture range ended at `cudaProfilerStop`).
+pub const DIAG_CUDA_NOT_ALL_COLLECTED: &str = "Not all CUDA events might have been collected";
+
+/// `META_DATA_CAPTURE` names of per-process settings. nsys 2023.4 and 2025.3 write them as `PROCESS_n:KEY`
+/// (`PROCESS_0:COLLECT_CUDA_TRACE`, `PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE`); exports of nsys 2025.6 were
+/// queried in public analyses with the bare `CUDA_GRAPH_TRACE_OPTIONS:MODE` and `COLLECT_CPU_TRACE` next to
+/// `PROCESS_0:COMMAND`, so both forms are read ([`capture_keys::is`]).
 pub mod capture_keys {
     /// `Node` or `Graph`: `--cuda-graph-trace` (absent when the option does not exist in that nsys).
-    pub const GRAPH_TRACE_MODE_SUFFIX: &str = "CUDA_GRAPH_TRACE_OPTIONS:MODE";
-    pub const COLLECT_CUDA_TRACE_SUFFIX: &str = ":COLLECT_CUDA_TRACE";
+    pub const GRAPH_TRACE_MODE: &str = "CUDA_GRAPH_TRACE_OPTIONS:MODE";
+    /// `true`/`false`: `--trace` includes `cuda`.
+    pub const COLLECT_CUDA_TRACE: &str = "COLLECT_CUDA_TRACE";
+    /// `true`/`false`: `--trace` includes `nvtx`.
+    pub const COLLECT_NVTX_TRACE: &str = "COLLECT_NVTX_TRACE";
+    /// `true`/`false`: `--trace-fork-before-exec` (a session-wide row, no `PROCESS_n:` prefix in 2025.3).
+    pub const TRACE_AFTER_FORK_BEFORE_EXEC: &str = "TRACE_AFTER_FORK_BEFORE_EXEC";
+
+    /// Is the row `name` the setting `key`, bare or as `PROCESS_n:key`?
+    pub fn is(name: &str, key: &str) -> bool {
+        name == key || name.strip_suffix(key).is_some_and(|head| head.starts_with("PROCESS_") && head.ends_with(':'))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn per_process_and_bare_keys() {
+            assert!(super::is("PROCESS_0:COLLECT_CUDA_TRACE", super::COLLECT_CUDA_TRACE));
+            assert!(super::is("PROCESS_12:CUDA_GRAPH_TRACE_OPTIONS:MODE", super::GRAPH_TRACE_MODE));
+            assert!(super::is("COLLECT_CUDA_TRACE", super::COLLECT_CUDA_TRACE));
+            assert!(super::is("CUDA_GRAPH_TRACE_OPTIONS:MODE", super::GRAPH_TRACE_MODE));
+            assert!(!super::is("PROCESS_0:COLLECT_CUDA_TRACE_X", super::COLLECT_CUDA_TRACE));
+            assert!(!super::is("XCOLLECT_CUDA_TRACE", super::COLLECT_CUDA_TRACE));
+        }
+    }
 }
 
 /// Runtime API names that launch a CUDA graph (prefixes, matched case-sensitively as nsys writes them, with

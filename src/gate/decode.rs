@@ -38,12 +38,7 @@ pub struct DecodeStep {
     pub prefills: u64,
 }
 
-/// Is a label iteration-like (a candidate decode step)? Its text contains `iteration`, `step` or `decode`
-/// (case-insensitive) and not `prefill`.
-pub fn is_iteration_like(label: &str) -> bool {
-    let l = label.to_ascii_lowercase();
-    (l.contains("iteration") || l.contains("step") || l.contains("decode")) && !l.contains("prefill")
-}
+pub use crate::step_label::is_iteration_like;
 
 pub fn is_prefill_label(label: &str) -> bool {
     label.to_ascii_lowercase().contains("prefill")
@@ -52,31 +47,41 @@ pub fn is_prefill_label(label: &str) -> bool {
 /// Read the decode steps with `sqlite-ranges`' reading code ([`crate::ranges::analyze`]). None when no step
 /// label was found (the candidates and the reason are in the error string).
 pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::result::Result<DecodeSteps, String>> {
-    if !e.has_table("NVTX_EVENTS") {
-        return Ok(Err("the export has no NVTX_EVENTS table (NVTX was not traced): capture with --trace=cuda,nvtx,osrt and annotate each engine step".into()));
+    if !e.has_table(schema::NVTX_EVENTS) {
+        return Ok(Err(e.nvtx_recorded()?.explain_missing_table(&e.name())));
     }
     let a = crate::ranges::analyze(e, &crate::ranges::RangesOptions::default())?;
     let mut counts: std::collections::BTreeMap<&str, (usize, u32)> = std::collections::BTreeMap::new();
-    for o in &a.occurrences {
+    // per label: occurrences carrying device work, Σ host wall
+    let mut work: std::collections::BTreeMap<&str, (u64, i64)> = std::collections::BTreeMap::new();
+    for (o, m) in a.occurrences.iter().zip(&a.metrics) {
         let c = counts.entry(o.label.as_str()).or_insert((0, u32::MAX));
         c.0 += 1;
         c.1 = c.1.min(o.depth);
+        let w = work.entry(o.label.as_str()).or_default();
+        w.0 += u64::from(m.device_rows() > 0);
+        w.1 += o.end - o.start;
     }
-    let mut candidates: Vec<(&str, usize, u32)> =
-        counts.iter().filter(|(l, _)| is_iteration_like(l)).map(|(l, (n, d))| (*l, *n, *d)).collect();
-    // most frequent, then `iteration` before `step` before `decode`, then outermost, then label order
-    let rank = |l: &str| {
-        let l = l.to_ascii_lowercase();
-        if l.contains("iteration") {
-            0
-        } else if l.contains("step") {
-            1
-        } else {
-            2
-        }
+    let cand = |with_work: bool| -> Vec<crate::step_label::StepCandidate> {
+        counts
+            .iter()
+            .map(|(l, (n, d))| crate::step_label::StepCandidate {
+                label: l,
+                occurrences: *n as u64,
+                with_device_work: with_work.then(|| work[l].0),
+                min_depth: Some(*d),
+                host_wall_ns: Some(work[l].1),
+            })
+            .collect()
     };
-    candidates.sort_by(|a, b| b.1.cmp(&a.1).then(rank(a.0).cmp(&rank(b.0))).then(a.2.cmp(&b.2)).then(a.0.cmp(b.0)));
-    let cand_list: Vec<(String, usize)> = candidates.iter().map(|(l, n, _)| (l.to_string(), *n)).collect();
+    let unstable = crate::compare::checks::unstable_labels(counts.keys().copied());
+    // the evidence list: every iteration-like label, most frequent first; the choice: the step-label rule
+    let by_count = cand(false);
+    let cand_list: Vec<(String, usize)> = crate::step_label::ranked(&by_count, &unstable)
+        .iter()
+        .map(|c| (c.label.to_string(), c.occurrences as usize))
+        .collect();
+    let chosen = crate::step_label::choose(&cand(true), &unstable);
     let (label, chosen_by) = match decode_range {
         Some(l) => {
             if !counts.contains_key(l) {
@@ -87,8 +92,17 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
             }
             (l.to_string(), "--decode-range".to_string())
         }
-        None => match candidates.first() {
-            Some((l, _, _)) => (l.to_string(), "the most frequent iteration-like label".to_string()),
+        None => match chosen {
+            Some(l) if cand_list.first().is_some_and(|(top, _)| top == l) => {
+                (l.to_string(), "the most frequent iteration-like label".to_string())
+            }
+            Some(l) => {
+                let (top, n) = &cand_list[0];
+                (
+                    l.to_string(),
+                    format!("the iteration-like label with the most occurrences carrying device work ({top}, {n} occurrences, carries none)"),
+                )
+            }
             None => {
                 return Ok(Err(
                     "no iteration-like NVTX range (a label containing iteration, step or decode): annotate each engine step, or name it with --decode-range".to_string(),
@@ -376,6 +390,9 @@ pub fn g6_decode_regularity(cx: &Context) -> Result<GateResult> {
     ))
 }
 
+/// A slow step among the first this many steps of its thread is counted as warm-up in G7's reason.
+pub const EARLY_STEPS: usize = 5;
+
 pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
     let mut g = GateResult::new("G7", "prefill-contamination", "share");
     if cx.opts.tier != Tier::Decode {
@@ -400,7 +417,13 @@ pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
     }
     let (mut by_prefill, mut by_kernels, mut by_duration) = (0, 0, 0);
     let mut bad: Vec<&DecodeStep> = Vec::new();
-    for s in &ds.steps {
+    // position of each step among its thread's steps (ds.steps is sorted by thread, then start)
+    let mut first_of_thread = 0;
+    let mut early = 0;
+    for (i, s) in ds.steps.iter().enumerate() {
+        if i > 0 && ds.steps[i - 1].global_tid != s.global_tid {
+            first_of_thread = i;
+        }
         let p = s.prefills > 0;
         let k = (s.kernels as f64) > mode as f64 * t.kernel_outlier_factor
             || (s.kernels as f64) * t.kernel_outlier_factor < mode as f64;
@@ -410,6 +433,7 @@ pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
         by_duration += d as usize;
         if p || k || d {
             bad.push(s);
+            early += usize::from(i - first_of_thread < EARLY_STEPS);
         }
     }
     let share = bad.len() as f64 / n as f64;
@@ -434,7 +458,29 @@ pub fn g7_prefill_contamination(cx: &Context) -> Result<GateResult> {
     if let Some(s) = bad.first() {
         g.at_ns = Some(s.start);
     }
-    Ok(if share > t.max_contaminated_share {
+    Ok(if share > t.max_contaminated_share && by_prefill == 0 && by_kernels == 0 {
+        // only slow steps with the usual kernels: nothing says prefill; name what the steps show
+        let warm = if early > 0 {
+            format!("{early} of them among the first {EARLY_STEPS} steps of their thread (warm-up), ")
+        } else {
+            String::new()
+        };
+        g.decide(
+            true,
+            share,
+            Some(t.max_contaminated_share),
+            format!(
+                "{} of {n} decode steps ({:.2} %, above {:.0} %) last more than {} × the {} µs median step with a usual kernel count (within [{:.0}, {:.0}], most often {mode}) and no prefill range: {warm}a host stall in the step (Python GC, scheduling, I/O) or a prefill mixed into the batch (the same kernels on more tokens); capture a steady decode window after warm-up, and check the steps in the evidence",
+                bad.len(),
+                share * 100.0,
+                t.max_contaminated_share * 100.0,
+                t.duration_outlier_factor,
+                med / 1000,
+                mode as f64 / t.kernel_outlier_factor,
+                mode as f64 * t.kernel_outlier_factor
+            ),
+        )
+    } else if share > t.max_contaminated_share {
         g.decide(
             true,
             share,

@@ -87,11 +87,9 @@ pub fn health_scan(cx: &Context) -> Result<(HealthScan, Vec<String>)> {
 /// Whether the export holds the CUDA data it was asked for.
 fn cuda_data(e: Option<&Export>) -> Result<CudaData> {
     let Some(e) = e else { return Ok(CudaData::Unknown) };
-    let requested = e
-        .capture_settings()?
-        .iter()
-        .any(|(n, v)| n.ends_with(schema::capture_keys::COLLECT_CUDA_TRACE_SUFFIX) && v.as_deref() == Some("true"))
-        || e.has_table(schema::RUNTIME);
+    let requested = e.capture_settings()?.iter().any(|(n, v)| {
+        schema::capture_keys::is(n, schema::capture_keys::COLLECT_CUDA_TRACE) && v.as_deref() == Some("true")
+    }) || e.has_table(schema::RUNTIME);
     if !requested {
         return Ok(CudaData::Unknown);
     }

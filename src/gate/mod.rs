@@ -553,8 +553,11 @@ fn ms(ns: i64) -> String {
     format!("{:.1} ms", ns as f64 / 1e6)
 }
 
-/// The device tables of the GPU activity window and coverage (KERNEL, MEMCPY, MEMSET).
-const WINDOW_TABLES: [DeviceKind; 3] = [DeviceKind::Kernel, DeviceKind::Memcpy, DeviceKind::Memset];
+/// The device tables of the GPU activity window and coverage: KERNEL (first: the kernel-start tenths read its
+/// rows), MEMCPY, MEMSET and GRAPH_TRACE — GPU busy is the union of all four; a graph-level replay is one
+/// GRAPH_TRACE row of GPU work, not an empty stretch.
+const WINDOW_TABLES: [DeviceKind; 4] =
+    [DeviceKind::Kernel, DeviceKind::Memcpy, DeviceKind::Memset, DeviceKind::GraphTrace];
 
 #[cfg(test)]
 mod tests {

@@ -40,7 +40,8 @@ pub fn settings_from_flags(flags: &str) -> TraceSettings {
     s
 }
 
-/// From META_DATA_CAPTURE: `PROCESS_n:CUDA_GRAPH_TRACE_OPTIONS:MODE`, `PROCESS_n:COLLECT_CUDA_TRACE`; then the
+/// From META_DATA_CAPTURE: `PROCESS_n:CUDA_GRAPH_TRACE_OPTIONS:MODE`, `PROCESS_n:COLLECT_CUDA_TRACE` (or the bare
+/// names: [`crate::export::schema::capture_keys::is`]); then the
 /// recorded `PROCESS_n:COMMAND` / `PROCESS_n:ARGUMENT_m` searched for `--cuda-graph-trace` (set when the
 /// profiled command is itself a launcher that carries nsys flags).
 pub fn settings_from_metadata(e: &Export) -> Result<(TraceSettings, TraceSettings)> {
@@ -51,12 +52,13 @@ pub fn settings_from_metadata(e: &Export) -> Result<(TraceSettings, TraceSetting
     let mut cmd_parts: Vec<(String, String)> = Vec::new();
     for (name, value) in &rows {
         let v = value.clone().unwrap_or_default();
-        if name.ends_with(crate::export::schema::capture_keys::GRAPH_TRACE_MODE_SUFFIX) {
+        if crate::export::schema::capture_keys::is(name, crate::export::schema::capture_keys::GRAPH_TRACE_MODE) {
             if let Some(m) = mode.as_ref().filter(|m| &m.key == name && md.graph_mode.is_none()) {
                 md.graph_mode = Some(m.mode.clone());
                 md.from.push(format!("META_DATA_CAPTURE {}={}", m.key, m.raw));
             }
-        } else if name.ends_with(crate::export::schema::capture_keys::COLLECT_CUDA_TRACE_SUFFIX) {
+        } else if crate::export::schema::capture_keys::is(name, crate::export::schema::capture_keys::COLLECT_CUDA_TRACE)
+        {
             let on = v.eq_ignore_ascii_case("true");
             if md.cuda_trace != Some(true) {
                 md.cuda_trace = Some(on);

@@ -86,7 +86,48 @@ pub fn g3_kernel_rows(cx: &Context) -> Result<GateResult> {
         e.name(),
         e.count_rows("CUPTI_ACTIVITY_KIND_KERNEL")?
     ));
+    if g.verdict == GateVerdict::Retry {
+        if let Some(cause) = missing_kernels_cause(e)? {
+            g.reason = format!("{}; {cause}", g.reason);
+        }
+    }
     Ok(g)
+}
+
+/// Why a capture that traced CUDA holds no kernel, when the export shows it (None when CUDA was not traced or
+/// nothing points at a cause). Measured on the held-out engine captures, an engine process started by Python
+/// multiprocessing `fork` (no exec):
+/// - without `--trace-fork-before-exec=true` the child is not traced at all: no CUDA runtime row
+///   (`engine_fork_noflag`, `TRACE_AFTER_FORK_BEFORE_EXEC=false`);
+/// - with it, the child's NVTX is there but its CUDA buffers were never written: 3 runtime rows, no kernel, and
+///   nsys's `Not all CUDA events might have been collected.` (`engine_fork`): fork children end with `os._exit`,
+///   which runs no exit handler.
+pub fn missing_kernels_cause(e: &Export) -> Result<Option<String>> {
+    use crate::export::schema::capture_keys::{is, COLLECT_CUDA_TRACE, TRACE_AFTER_FORK_BEFORE_EXEC};
+    let settings = e.capture_settings()?;
+    let setting = |key: &str| settings.iter().find(|(n, _)| is(n, key)).and_then(|(_, v)| v.clone());
+    if !settings.iter().any(|(n, v)| is(n, COLLECT_CUDA_TRACE) && v.as_deref() == Some("true")) {
+        return Ok(None);
+    }
+    let runtime = e.count_rows(schema::RUNTIME)?;
+    if runtime == 0 {
+        let fork = setting(TRACE_AFTER_FORK_BEFORE_EXEC);
+        return Ok(Some(match fork.as_deref() {
+            Some("false") => "CUDA was traced but no CUDA call of any process was recorded, and the capture ran without --trace-fork-before-exec (META_DATA_CAPTURE TRACE_AFTER_FORK_BEFORE_EXEC=false): an engine that owns CUDA in a child forked without exec (Python multiprocessing 'fork', vLLM's default worker start) is not traced; capture with --trace-fork-before-exec=true and start the engine with 'spawn'".to_string(),
+            _ => "CUDA was traced but no CUDA call of any process was recorded: the CUDA-owning process was not traced (see G0: a CUPTI that did not initialise records nothing)".to_string(),
+        }));
+    }
+    Ok(cuda_unflushed(e)?.then(|| format!("{runtime} CUDA runtime calls were recorded but no kernel, and {UNFLUSHED}")))
+}
+
+/// The cause named when nsys says a process's CUDA data was not all written.
+const UNFLUSHED: &str = "nsys says \"Not all CUDA events might have been collected\" (DIAGNOSTIC_EVENT): a process that ends without running exit handlers (os._exit, how Python multiprocessing's fork children end) never flushes nsys's CUDA buffers; start the engine with 'spawn', or call cudaProfilerStop (torch.cuda.profiler.stop()) in it before it exits";
+
+/// nsys's DIAGNOSTIC_EVENT says some process's CUDA events were not all collected.
+fn cuda_unflushed(e: &Export) -> Result<bool> {
+    Ok(e.diagnostic_events()?
+        .iter()
+        .any(|d| d.text.as_deref().is_some_and(|t| t.contains(crate::export::schema::DIAG_CUDA_NOT_ALL_COLLECTED))))
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -162,7 +203,13 @@ pub fn g4_cuda_coverage(cx: &Context) -> Result<GateResult> {
         c.nvtx_after,
         secs(c.last_nvtx)
     ));
-    if c.nvtx_on_cuda_threads == 0 && !e.has_table(schema::NVTX_EVENTS) {
+    // no table: nothing recorded (nsys's lazy export of a program without NVTX) reads as an empty table; a table
+    // nsys counted events for but the export lacks is a damaged export; unexplained, it cannot be checked
+    let absent = if e.has_table(schema::NVTX_EVENTS) { None } else { Some(e.nvtx_recorded()?) };
+    if let Some(rec) = absent.as_ref().filter(|r| r.collected.unwrap_or(0) > 0) {
+        return Ok(g.decide(true, 0.0, None, rec.explain_missing_table(&e.name())));
+    }
+    if c.nvtx_on_cuda_threads == 0 && absent.as_ref().is_some_and(|r| !r.nothing_recorded()) {
         return Ok(g.decide(
             true,
             0.0,
@@ -181,12 +228,19 @@ pub fn g4_cuda_coverage(cx: &Context) -> Result<GateResult> {
     let max = cx.opts.thresholds.max_nvtx_after_cuda_share;
     g.at_ns = Some(c.last_runtime_end);
     let g = if share > max {
+        // the cause: a process that never flushed, when nsys says so; else the analyser's loss (G0)
+        let cause = if cuda_unflushed(e)? {
+            format!("nsys lost the CUDA trace: {UNFLUSHED}")
+        } else {
+            "nsys silently lost the CUDA trace (see G0; e.g. an nsys older than the CUDA runtime); re-capture"
+                .to_string()
+        };
         g.decide(
             true,
             share,
             Some(max),
             format!(
-                "CUDA data stops at {} (last CUDA runtime row) but {} of {} NVTX events on the CUDA thread(s) ({:.1} %) start after it, until {}: nsys silently lost the CUDA trace (see G0; e.g. an nsys older than the CUDA runtime); re-capture",
+                "CUDA data stops at {} (last CUDA runtime row) but {} of {} NVTX events on the CUDA thread(s) ({:.1} %) start after it, until {}: {cause}",
                 secs(c.last_runtime_end),
                 c.nvtx_after,
                 c.nvtx_on_cuda_threads,
@@ -213,14 +267,14 @@ pub fn g4_cuda_coverage(cx: &Context) -> Result<GateResult> {
 // ---------------------------------------------------------------------------------------------------------
 // G5 traffic
 
-/// An empty stretch of the GPU activity window: no kernel, memcpy or memset running.
+/// An empty stretch of the GPU activity window: no kernel, memcpy, memset or graph-level replay running.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Gap {
     pub start: i64,
     pub end: i64,
 }
 
-/// The GPU activity window `[first start, last end]` over KERNEL, MEMCPY, MEMSET and its gaps (between the
+/// The GPU activity window `[first start, last end]` over KERNEL, MEMCPY, MEMSET, GRAPH_TRACE and its gaps (between the
 /// union of the intervals), longest first.
 /// `((first start, last end), gaps longest first)`.
 pub type GpuWindow = ((i64, i64), Vec<Gap>);

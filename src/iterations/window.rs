@@ -226,8 +226,7 @@ fn steps_of(export: &Export, step: Option<&str>, fold: bool) -> Result<(String, 
             for l in &labels {
                 *counts.entry(l.clone()).or_insert(0) += 1;
             }
-            let unstable = crate::compare::checks::unstable_labels(counts.keys().map(|k| k.as_str()));
-            match crate::compare::iteration_label(&counts, &unstable) {
+            match step_label_of(export, &counts, fold)? {
                 Some(l) => (l, "iteration_label".to_string()),
                 None => {
                     return Err(Error::input(format!(
@@ -249,6 +248,23 @@ fn steps_of(export: &Export, step: Option<&str>, fold: bool) -> Result<(String, 
         .collect();
     steps.sort_by_key(|s| (s.start, s.end, s.global_tid));
     Ok((label, choice, steps))
+}
+
+/// The step label ([`crate::step_label`]) from the label counts; when several iteration-like labels compete,
+/// from the ranges analysis, which knows which of them carry device work (the choice step-budget and report
+/// make on the same export).
+fn step_label_of(export: &Export, counts: &BTreeMap<String, i64>, fold: bool) -> Result<Option<String>> {
+    let unstable = crate::compare::checks::unstable_labels(counts.keys().map(|k| k.as_str()));
+    let competing = counts
+        .iter()
+        .filter(|(l, n)| **n > 0 && crate::step_label::is_iteration_like(l) && !unstable.contains(*l))
+        .count();
+    if competing < 2 {
+        return Ok(crate::compare::iteration_label(counts, &unstable));
+    }
+    let a = ranges::analyze(export, &RangesOptions { fold, ..Default::default() })?;
+    let cands: Vec<crate::step_label::StepCandidate> = a.doc.ranges.iter().map(Into::into).collect();
+    Ok(crate::step_label::choose(&cands, &unstable).map(str::to_string))
 }
 
 /// Load the steps, join the records, resolve the window: before any analysis.

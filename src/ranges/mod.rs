@@ -1743,7 +1743,8 @@ fn finish(
         );
     }
     let graph_mode = export.graph_trace_mode()?.is_some_and(|m| m.mode == "graph");
-    if w.present(schema::GRAPH_TRACE) {
+    // an empty GRAPH_TRACE table is what `nsys export --lazy=false` writes for every capture: not graph level
+    if w.present(schema::GRAPH_TRACE) && export.count_rows(schema::GRAPH_TRACE)? > 0 {
         notes.push("CUDA graphs were traced at graph level: each replay is one opaque GRAPH_TRACE row (counted in graph_traces, not kernels).".to_string());
     } else if graph_mode {
         notes.push("CUDA graphs were traced at graph level (META_DATA_CAPTURE CUDA_GRAPH_TRACE_OPTIONS:MODE = Graph) and the export has no GRAPH_TRACE table: graph replays left no GPU row at all (seen with nsys 2023.4), so their device work is invisible here. Capture with --cuda-graph-trace=node.".to_string());

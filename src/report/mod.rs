@@ -12,8 +12,9 @@
 //!   `sync_fraction` = Σ `total_ns` of its blocking synchronisation calls (`*Synchronize`, `*Query`) / W,
 //!   `memcpy_api_fraction` = Σ `total_ns` of its blocking `cudaMemcpy*`/`cudaMemset*`/`cuMemcpy*` calls / W;
 //! - over the capture's kernels: `comm_share` = share of kernel time in category `communication`,
-//!   `memcpy_device_share` = MEMCPY+MEMSET time / (kernel + MEMCPY + MEMSET time) when known, else the
-//!   `memcpy` category's share.
+//!   `memcpy_device_share` = MEMCPY+MEMSET time / (kernel + MEMCPY + MEMSET time) when known (when that reaches
+//!   [`MEMCPY_SHARE_MIN`], the exposed copy time over the device busy union: [`crate::evidence::CopyExposure`]),
+//!   else the `memcpy` category's share.
 //!
 //! 0. no range, CUDA graph launches whose replays left no GPU row (graph-level tracing in nsys 2023.4), or no
 //!    device work attributed to the primary range → `mixed_or_unclear`
@@ -556,14 +557,15 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             };
             let mut cands: Vec<&RangeRow> =
                 ranges.iter().filter(|r| r.occurrences_with_device_work > 0 && !high_card(&r.label)).collect();
-            // an engine step (iteration-like: `…iteration`, `…step`, `…decode…`, as gate-check's decode gates
-            // read it) is the primary when one carries device work: on a PyTorch `emit_nvtx()` trace the op
-            // labels (`aten::copy_`) outnumber the step but are not the question
-            let steps: Vec<&RangeRow> =
-                cands.iter().copied().filter(|r| crate::gate::is_iteration_like(&r.label)).collect();
-            let step_first = !steps.is_empty();
-            if step_first {
-                cands = steps;
+            // an engine step (crate::step_label, the rule of every tool) is the primary when one carries device
+            // work: on a PyTorch `emit_nvtx()` trace the op labels (`aten::copy_`) outnumber the step but are
+            // not the question
+            let step_cands: Vec<crate::step_label::StepCandidate> =
+                cands.iter().map(|r| crate::step_label::StepCandidate::of_row(r)).collect();
+            let step = crate::step_label::choose(&step_cands, &Default::default()).map(str::to_string);
+            let step_first = step.is_some();
+            if let Some(l) = &step {
+                cands.retain(|r| &r.label == l);
             }
             if cands.is_empty() {
                 cands = ranges.iter().filter(|r| !high_card(&r.label)).collect();
@@ -646,6 +648,18 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
         s.comm_share = Some(share_of("communication"));
     }
     match ev.memcpy_time_ns {
+        // copies hidden under compute on the same device do not bound anything: the exposed copy time
+        Some(_) if ev.copy_exposure.is_some_and(|x| x.busy_ns > 0) => {
+            let x = ev.copy_exposure.expect("checked");
+            s.memcpy_device_share = Some(x.exposed_ns as f64 / x.busy_ns as f64);
+            s.memcpy_device_share_source = Some(format!(
+                "MEMCPY+MEMSET time not overlapped by KERNEL/GRAPH_TRACE on the same device / device busy union ({} of {} ns; copies {} ns, summed share {:.1}%)",
+                x.exposed_ns,
+                x.busy_ns,
+                x.copy_ns,
+                100.0 * ev.memcpy_time_ns.unwrap_or(0) as f64 / (ev.memcpy_time_ns.unwrap_or(0) + kernel_time).max(1) as f64
+            ));
+        }
         Some(m) if m + kernel_time > 0 => {
             s.memcpy_device_share = Some(m as f64 / (m + kernel_time) as f64);
             s.memcpy_device_share_source = Some("MEMCPY+MEMSET rows / (KERNEL + MEMCPY + MEMSET time)".into());

@@ -290,7 +290,8 @@ pub fn overlap(a: &[(i64, i64)], b: &[(i64, i64)]) -> i64 {
 struct Names {
     api_of: FxMap<i64, Api>,
     launch_names: HashMap<i64, String>,
-    /// Ids whose string contains `nccl` (any case): an NCCL kernel when a kernel row carries one.
+    /// Ids of communication kernel names ([`crate::categories::is_communication_kernel`]): an NCCL (or custom
+    /// all-reduce) kernel when a kernel row carries one.
     nccl: FxMap<i64, String>,
 }
 
@@ -298,7 +299,7 @@ fn names_of(export: &Export) -> Result<Names> {
     let mut n = Names::default();
     export.for_each_string(|id, v| {
         let Ok(v) = std::str::from_utf8(v) else { return };
-        if v.to_ascii_lowercase().contains("nccl") {
+        if crate::categories::is_communication_kernel(v) {
             n.nccl.insert(id, v.to_string());
         }
         let a = classify(v);

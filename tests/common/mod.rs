@@ -15,6 +15,24 @@ pub fn fixture(rel: &str) -> PathBuf {
     p
 }
 
+/// A fixture export, decompressed when it is `.xz` (xz, else Python's lzma), into `dir`; a plain export is
+/// returned where it is.
+pub fn export(rel: &str, dir: &Path) -> PathBuf {
+    let src = fixture(rel);
+    let Some(stem) = rel.strip_suffix(".xz") else { return src };
+    let out = dir.join(Path::new(stem).file_name().unwrap());
+    let xz = std::process::Command::new("xz").arg("-dc").arg(&src).output().or_else(|_| {
+        std::process::Command::new("python3")
+            .args(["-c", "import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())"])
+            .arg(&src)
+            .output()
+    });
+    let xz = xz.expect("xz or python3 is needed to read the .xz fixtures");
+    assert!(xz.status.success(), "{}", String::from_utf8_lossy(&xz.stderr));
+    std::fs::write(&out, &xz.stdout).unwrap();
+    out
+}
+
 /// Validate a document against `schemas/<kind>.v1.schema.json`, chosen by its `schema` field.
 pub fn assert_valid(doc: &serde_json::Value) {
     let id =

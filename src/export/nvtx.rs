@@ -1,0 +1,86 @@
+//! Why an export has no `NVTX_EVENTS` table, from what the capture recorded about NVTX.
+//!
+//! nsys creates tables lazily: a program traced with `--trace=…,nvtx` that emits no NVTX event leaves no
+//! `NVTX_EVENTS` table at all under `nsys export`'s default, and an empty one under `--lazy=false` (measured:
+//! `fixtures/nsys-2025.3.1/nonvtx` and `nonvtx_lazy_false`, the same report). That is a capture without NVTX,
+//! not a damaged export, and the message says so; a table that is absent although nsys counted NVTX events is a
+//! damaged export. The facts:
+//!
+//! - NVTX traced: `META_DATA_CAPTURE` `PROCESS_n:COLLECT_NVTX_TRACE` (`true`/`false`), else a
+//!   `CAPTURE_EVENT_TYPE` row `NvtxEvents`;
+//! - nsys's own count: `DIAGNOSTIC_EVENT` rows `Number of NVTX events collected: N` (one per process that
+//!   emitted NVTX) and `No NVTX events collected. Does the process use NVTX?` (nsys 2025.3.1; 2023.4 writes no
+//!   DIAGNOSTIC_EVENT).
+
+use super::Export;
+use crate::contract::Result;
+
+/// What the capture recorded about NVTX.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NvtxRecorded {
+    /// NVTX tracing as recorded in `META_DATA_CAPTURE`; None when the export does not say.
+    pub traced: Option<bool>,
+    /// Σ of nsys's `Number of NVTX events collected: N` diagnostics; None when there is no such row.
+    pub collected: Option<u64>,
+    /// nsys said `No NVTX events collected` for a process.
+    pub none_collected: bool,
+}
+
+const COLLECTED: &str = "Number of NVTX events collected:";
+const NONE_COLLECTED: &str = "No NVTX events collected";
+
+impl Export {
+    /// What the capture recorded about NVTX (see the module docs).
+    pub fn nvtx_recorded(&self) -> Result<NvtxRecorded> {
+        let mut r = NvtxRecorded::default();
+        for (name, value) in self.capture_settings()? {
+            let v = value.unwrap_or_default();
+            if super::schema::capture_keys::is(&name, super::schema::capture_keys::COLLECT_NVTX_TRACE) {
+                r.traced = Some(r.traced.unwrap_or(false) || v.eq_ignore_ascii_case("true"));
+            } else if name == "CAPTURE_EVENT_TYPE" && v == "NvtxEvents" && r.traced.is_none() {
+                r.traced = Some(true);
+            }
+        }
+        for d in self.diagnostic_events()? {
+            let text = d.text.unwrap_or_default();
+            if let Some(n) =
+                text.split_once(COLLECTED).and_then(|(_, n)| n.trim().trim_end_matches('.').parse::<u64>().ok())
+            {
+                r.collected = Some(r.collected.unwrap_or(0) + n);
+            } else if text.contains(NONE_COLLECTED) {
+                r.none_collected = true;
+            }
+        }
+        Ok(r)
+    }
+}
+
+impl NvtxRecorded {
+    /// The export positively says that no NVTX event was recorded (so an absent table is nsys's lazy creation).
+    pub fn nothing_recorded(&self) -> bool {
+        self.collected.unwrap_or(0) == 0 && (self.none_collected || self.traced == Some(false))
+    }
+
+    /// What an absent `NVTX_EVENTS` table means and what to do, one sentence (the file name first).
+    pub fn explain_missing_table(&self, file: &str) -> String {
+        const ANNOTATE: &str = "annotate each engine step and phase with an NVTX range (e.g. torch.cuda.nvtx.range_push/range_pop) and capture with --trace=cuda,nvtx,osrt";
+        if let Some(n) = self.collected.filter(|n| *n > 0) {
+            return format!(
+                "{file}: required table NVTX_EVENTS is missing although nsys collected {n} NVTX events (DIAGNOSTIC_EVENT): the export is incomplete or was edited; export the report again (nsys export --type sqlite)"
+            );
+        }
+        if self.traced == Some(false) {
+            return format!(
+                "{file}: no NVTX range to read: NVTX was not traced (META_DATA_CAPTURE: COLLECT_NVTX_TRACE=false), so the export has no NVTX_EVENTS table; {ANNOTATE}"
+            );
+        }
+        if self.none_collected {
+            return format!(
+                "{file}: no NVTX range to read: NVTX was traced but the program emitted no NVTX event (nsys: \"No NVTX events collected\"), so nsys created no NVTX_EVENTS table; {ANNOTATE}"
+            );
+        }
+        format!(
+            "{file}: no NVTX_EVENTS table (a required table is missing): the capture recorded no NVTX event (nsys creates the table only when it records one) or the table was removed; {ANNOTATE}"
+        )
+    }
+}
