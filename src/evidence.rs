@@ -206,7 +206,7 @@ pub struct Evidence {
     /// occurrence of an iteration-like label: report's step budget reuses it instead of a second analysis.
     #[serde(skip)]
     #[schemars(skip)]
-    pub step_detail: Option<std::sync::Arc<(crate::ranges::Analysis, Vec<crate::ranges::OccurrenceIntervals>)>>,
+    pub step_detail: Option<std::sync::Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>,
     /// `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (raw export only).
     #[serde(skip)]
     pub started_utc_ns: Option<i64>,

@@ -1261,7 +1261,7 @@ pub struct PackedDeviceRow {
 }
 
 /// The valid rows of one device table, or of one rowid range of it, in table order.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct DeviceChunk {
     pub kind: Option<DeviceKind>,
     pub rows: Vec<PackedDeviceRow>,
@@ -1273,6 +1273,24 @@ pub struct DeviceChunk {
     pub wide: Vec<(usize, Option<i64>)>,
     /// Invalid intervals, not delivered.
     pub skips: RowSkips,
+    /// With [`DeviceDetail::Names`], row `i`'s KERNEL `demangledName` id ([`NO_NAME`] when NULL; empty for the
+    /// other tables).
+    pub names: Vec<i64>,
+    /// With [`DeviceDetail::Names`], the valid rows with a `graphNodeId` (node-level graph rows).
+    pub node_rows: u64,
+}
+
+/// `demangledName` of a kernel row read as NULL.
+pub const NO_NAME: i64 = i64::MIN;
+
+/// What a bulk read of the device tables reads besides [`cols::DEVICE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceDetail {
+    /// Nothing more (the ranges contract).
+    None,
+    /// KERNEL's `demangledName` (required then) and every table's `graphNodeId` when present: the device
+    /// timelines of the step budget read them from the same scan.
+    Names,
 }
 
 impl DeviceChunk {
@@ -1325,18 +1343,29 @@ fn read_device_chunk(
     kind: DeviceKind,
     t: &super::TableInfo,
     range: Option<(i64, i64)>,
+    detail: DeviceDetail,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<DeviceChunk> {
     let name = src.name();
     let tbl = kind.table();
     let mut c = DeviceChunk { kind: Some(kind), ..Default::default() };
+    let names = detail == DeviceDetail::Names && kind == DeviceKind::Kernel;
+    let nodes = detail == DeviceDetail::Names && t.has_column(cols::GRAPH_NODE_ID) && kind != DeviceKind::GraphTrace;
     if let Some((a, b)) = range {
         // an upper bound, reserved once (untouched pages cost no memory)
         c.rows.reserve_exact((b - a).clamp(0, 1 << 32) as usize);
+        if names {
+            c.names.reserve_exact((b - a).clamp(0, 1 << 32) as usize);
+        }
     }
     let mut last: Option<(Option<i64>, Option<i64>)> = None;
     let mut n = 0u64;
-    let list = cols::DEVICE.join(", ");
+    let list = format!(
+        "{}, {}, {}",
+        cols::DEVICE.join(", "),
+        if names { cols::DEMANGLED_NAME } else { "NULL" },
+        if nodes { cols::GRAPH_NODE_ID } else { "NULL" }
+    );
     super::fold::for_each_in_range(src, t, tbl, &list, range, |rowid, r| {
         n += 1;
         if n & 0xFFFF == 0 && cancel.load(std::sync::atomic::Ordering::Relaxed) {
@@ -1346,6 +1375,12 @@ fn read_device_chunk(
         let gpid = cell_int(name, r, 3, tbl, "globalPid")?;
         let corr = cell_int(name, r, 4, tbl, "correlationId")?;
         let dev = cell_int(name, r, 5, tbl, "deviceId")?;
+        if names {
+            c.names.push(cell_int(name, r, 6, tbl, cols::DEMANGLED_NAME)?.unwrap_or(NO_NAME));
+        }
+        if nodes && cell_int(name, r, 7, tbl, cols::GRAPH_NODE_ID)?.is_some() {
+            c.node_rows += 1;
+        }
         let i = c.rows.len();
         if last != Some((gpid, dev)) {
             c.segs.push((i, gpid, dev));
@@ -1381,6 +1416,7 @@ pub fn read_device_chunks(
     src: &ScanSource,
     tables: &[(DeviceKind, super::TableInfo)],
     threads: usize,
+    detail: DeviceDetail,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Vec<DeviceChunk>> {
     if tables.is_empty() {
@@ -1388,9 +1424,11 @@ pub fn read_device_chunks(
     }
     let infos: Vec<&super::TableInfo> = tables.iter().map(|(_, t)| t).collect();
     let jobs = super::fold::plan(src, &infos, threads)?;
-    super::fold::run_jobs(&jobs, |_, j| read_device_chunk(src, tables[j.table].0, &tables[j.table].1, j.range, cancel))
-        .into_iter()
-        .collect()
+    super::fold::run_jobs(&jobs, |_, j| {
+        read_device_chunk(src, tables[j.table].0, &tables[j.table].1, j.range, detail, cancel)
+    })
+    .into_iter()
+    .collect()
 }
 
 /// An `NVTX_EVENTS` row as [`Export::nvtx_events_ref`] gives it: the `text` borrowed (raw bytes), never copied.

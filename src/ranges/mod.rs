@@ -880,6 +880,40 @@ struct Collect {
     /// Label id → collect its occurrences' intervals.
     want: Vec<bool>,
     per_occ: FxMap<u32, OccurrenceIntervals>,
+    /// Every device row and runtime call as read ([`CapturedRows`]); the calls by part of the runtime table.
+    rows: CapturedRows,
+    calls_by_part: Vec<Vec<CapturedCall>>,
+}
+
+/// A runtime call with a thread and an API name id, as the join read it (for the device timelines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapturedCall {
+    pub start: i64,
+    pub end: i64,
+    pub global_tid: i64,
+    pub correlation_id: Option<i64>,
+    pub name_id: i64,
+}
+
+/// Every device row and runtime call as [`analyze_with_intervals`] read them, before the attribution: what the
+/// step budget's device timelines need, without reading the tables again.
+#[derive(Debug, Clone, Default)]
+pub struct CapturedRows {
+    /// The device tables' rows in table then rowid order, with the kernels' names
+    /// ([`crate::export::rows::DeviceDetail::Names`]) and the skipped rows of each part.
+    pub device: Vec<DeviceChunk>,
+    /// The runtime calls with a thread and an API name id, in table order.
+    pub runtime: Vec<CapturedCall>,
+    /// Runtime rows skipped (invalid intervals).
+    pub runtime_skips: RowSkips,
+}
+
+/// What [`analyze_with_intervals`] returns besides the analysis.
+#[derive(Debug, Clone, Default)]
+pub struct Collected {
+    /// Per occurrence (parallel to `occurrences`): its intervals when its label was asked for, else empty.
+    pub intervals: Vec<OccurrenceIntervals>,
+    pub rows: CapturedRows,
 }
 
 /// A device row attributed to an occurrence by the join (same rows as its metrics).
@@ -916,11 +950,11 @@ pub fn analyze_with_intervals(
     export: &Export,
     opts: &RangesOptions,
     want: &dyn Fn(&str) -> bool,
-) -> Result<(Analysis, Vec<OccurrenceIntervals>)> {
+) -> Result<(Analysis, Collected)> {
     let mut w = run_scans(export, opts, Some(want))?;
     let thread_diagnostics = map_threads(export, &w)?;
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
-    let mut per_occ = w.collect.take().map(|c| c.per_occ).unwrap_or_default();
+    let (mut per_occ, rows) = w.collect.take().map(|c| (c.per_occ, c.rows)).unwrap_or_default();
     let n = w.occ.len();
     let (doc, detail) = finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, true)?;
     let (occurrences, metrics) = detail.expect("asked for");
@@ -929,7 +963,7 @@ pub fn analyze_with_intervals(
         v.device.sort_by_key(|d| (d.start, d.end));
         v.runtime.sort_unstable_by_key(|r| (r.start, r.end, r.name_id, r.sync));
     }
-    Ok((Analysis { doc, occurrences, metrics }, iv))
+    Ok((Analysis { doc, occurrences, metrics }, Collected { intervals: iv, rows }))
 }
 
 /// Phases 1 to 3: the device tables are read in parallel threads (each large table split into rowid ranges,
@@ -943,6 +977,15 @@ fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -
     let src = export.source();
     let cancel = std::sync::atomic::AtomicBool::new(false);
     let threads = crate::export::rows::scan_threads();
+    // with intervals (the step budget), the kernels' names too: its device timelines read them from this scan
+    let detail = if want.is_some() {
+        if export.has_table(schema::KERNEL) {
+            export.require(schema::KERNEL, &[cols::DEMANGLED_NAME])?;
+        }
+        crate::export::rows::DeviceDetail::Names
+    } else {
+        crate::export::rows::DeviceDetail::None
+    };
     // the runtime calls too, in parallel batches (the join and the collected intervals do not depend on the
     // order in which they arrive: [`analyze_with_intervals`] sorts each occurrence's calls on all their fields)
     let rt_table = export.table(schema::RUNTIME).cloned();
@@ -950,7 +993,7 @@ fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -
     let mut rx = Some(rx);
     std::thread::scope(|s| {
         let (src_r, cancel_r) = (&src, &cancel);
-        let reader = s.spawn(|| crate::export::rows::read_device_chunks(&src, &dev_tables, threads, &cancel));
+        let reader = s.spawn(|| crate::export::rows::read_device_chunks(&src, &dev_tables, threads, detail, &cancel));
         let rt_reader = match rt_table.as_ref() {
             Some(t) => {
                 Some(s.spawn(move || crate::export::rows::read_runtime_batches(src_r, t, threads, cancel_r, tx)))
@@ -966,8 +1009,12 @@ fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -
             let mut w = load(export, opts)?;
             ph.mark("load");
             if let Some(want) = want {
-                w.collect =
-                    Some(Collect { want: w.label_names.iter().map(|l| want(l)).collect(), per_occ: FxMap::default() });
+                w.collect = Some(Collect {
+                    want: w.label_names.iter().map(|l| want(l)).collect(),
+                    per_occ: FxMap::default(),
+                    rows: CapturedRows::default(),
+                    calls_by_part: Vec::new(),
+                });
             }
             let (corr, consumed) = join_runtime(export, &mut w, rx.take())?;
             ph.mark("join_runtime");
@@ -983,16 +1030,38 @@ fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -
         let chunks = reader.join().unwrap_or_else(|_| Err(Error::input("the device table reader panicked")));
         ph.mark("device_rows_wait");
         let (mut w, corr, consumed) = main?;
-        if consumed {
-            if let Some(sk) = rt_skips {
-                crate::export::merge_skips(&mut w.row_skips, &sk?);
-            }
+        let rt_skips = if consumed { rt_skips.transpose()? } else { None };
+        if let Some(sk) = &rt_skips {
+            crate::export::merge_skips(&mut w.row_skips, sk);
         }
-        let chunks = chunks?;
+        let mut chunks = chunks?;
+        if let Some(c) = w.collect.as_mut() {
+            c.rows = captured_rows(&mut chunks, std::mem::take(&mut c.calls_by_part), rt_skips.unwrap_or_default());
+        }
         attribute_device_rows(&mut w, corr, chunks);
         ph.mark("attribute_device_rows+sweep");
         Ok(w)
     })
+}
+
+/// What the step budget's device timelines read ([`CapturedRows`]): a copy of the device rows as read (the
+/// attribution rewrites them in place), taking the kernels' names out of the chunks, and the runtime calls of
+/// each part of the table in table order.
+fn captured_rows(chunks: &mut [DeviceChunk], calls: Vec<Vec<CapturedCall>>, runtime_skips: RowSkips) -> CapturedRows {
+    let device = chunks
+        .iter_mut()
+        .map(|c| DeviceChunk {
+            kind: c.kind,
+            rows: c.rows.clone(),
+            segs: c.segs.clone(),
+            long: c.long.clone(),
+            wide: c.wide.clone(),
+            skips: c.skips.clone(),
+            names: std::mem::take(&mut c.names),
+            node_rows: c.node_rows,
+        })
+        .collect();
+    CapturedRows { device, runtime: calls.concat(), runtime_skips }
 }
 
 /// Every table of the contract, validated before any work (a schema mismatch is an error, never a partial
@@ -1153,6 +1222,19 @@ fn join_runtime(
         let Work { occ, slice_of, metrics, syncs, th_runtime, proc_idx, chains, row_skips, collect, .. } = w;
         let mut body = |r: crate::export::RuntimeRow, part: usize| -> Result<()> {
             seen += 1;
+            if let (Some(c), Some(t), Some(n)) = (collect.as_mut(), r.global_tid, r.name_id) {
+                if c.calls_by_part.len() <= part {
+                    c.calls_by_part.resize_with(part + 1, Vec::new);
+                }
+                let call = CapturedCall {
+                    start: r.start,
+                    end: r.end,
+                    global_tid: t,
+                    correlation_id: r.correlation_id,
+                    name_id: n,
+                };
+                c.calls_by_part[part].push(call);
+            }
             if seen & 0xF_FFFF == 0 {
                 progress(&format!("{tbl}: {seen} rows"));
             }
