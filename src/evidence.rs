@@ -799,9 +799,19 @@ pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
     let cap = crate::export::open_capture(path, None)?;
     let export = &cap.export;
     let mut ph = crate::phase::Phases::new("evidence");
-    // kernel statistics and memcpy time are SQL sums: refuse impossible timestamps first (one scan per timed
-    // table, which also aggregates the kernel rows by name for the kernel statistics)
+    let ropts = crate::ranges::RangesOptions { fold: true, ..Default::default() };
     export.keep_kernel_names();
+    // report (step detail): the ranges analysis first; its parallel reads of the runtime and device tables
+    // check every row's timestamps and compute those tables' timed-stats facts (Export::put_stats), so that
+    // the checks, sums and counts below scan only the tables it did not read
+    let detail = if step_detail {
+        Some(crate::ranges::analyze_with_intervals(export, &ropts, &crate::gate::is_iteration_like)?)
+    } else {
+        None
+    };
+    ph.mark("ranges_with_intervals");
+    // kernel statistics and memcpy time are SQL sums: refuse impossible timestamps first (one scan per timed
+    // table not read yet, which also aggregates the kernel rows by name for the kernel statistics)
     export.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
     ph.mark("check_timestamps");
     let mut ev = Evidence { source: cap.source.path.clone(), kind: cap.source.kind.clone(), ..Default::default() };
@@ -815,12 +825,9 @@ pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
     ev.memcpy_time_ns = Some(memcpy);
     ev.copy_exposure = export_copy_exposure(export, ev.kernels.as_deref().unwrap_or_default(), memcpy)?;
-    let ropts = crate::ranges::RangesOptions { fold: true, ..Default::default() };
-    let (a, iv) = if step_detail {
-        let (a, iv) = crate::ranges::analyze_with_intervals(export, &ropts, &crate::gate::is_iteration_like)?;
-        (a, Some(iv))
-    } else {
-        (crate::ranges::analyze(export, &ropts)?, None)
+    let (a, iv) = match detail {
+        Some((a, c)) => (a, Some(c)),
+        None => (crate::ranges::analyze(export, &ropts)?, None),
     };
     ev.occurrences = Some(crate::compare::ab::occurrences_of(&a));
     ev.ranges = Some(ranges_view_of(export, &a)?);

@@ -972,8 +972,14 @@ pub fn analyze_with_intervals(
 /// attributed and swept. Errors come in the order of a serial run: tables, NVTX, runtime, device rows.
 fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -> bool>) -> Result<Work> {
     check_tables(export)?;
-    let dev_tables: Vec<(DeviceKind, crate::export::TableInfo)> =
-        DeviceKind::ALL.iter().filter_map(|k| export.table(k.table()).map(|t| (*k, t.clone()))).collect();
+    // with intervals (report, the step budget), the reads also compute the timed-stats facts of the tables they
+    // read whole ([`Export::put_stats`]): the evidence's other questions then need no scan of their own
+    let stats = |t: &str| if want.is_some() { export.stats_wanted(t) } else { None };
+    let dev_tables: Vec<(DeviceKind, crate::export::TableInfo, Option<crate::export::rows::Keep>)> = DeviceKind::ALL
+        .iter()
+        .filter_map(|k| export.table(k.table()).map(|t| (*k, t.clone(), stats(k.table()))))
+        .collect();
+    let rt_stats = stats(schema::RUNTIME);
     let src = export.source();
     let cancel = std::sync::atomic::AtomicBool::new(false);
     let threads = crate::export::rows::scan_threads();
@@ -994,16 +1000,17 @@ fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -
     std::thread::scope(|s| {
         let (src_r, cancel_r) = (&src, &cancel);
         let reader = s.spawn(|| crate::export::rows::read_device_chunks(&src, &dev_tables, threads, detail, &cancel));
-        let rt_reader = match rt_table.as_ref() {
-            Some(t) => {
-                Some(s.spawn(move || crate::export::rows::read_runtime_batches(src_r, t, threads, cancel_r, tx)))
-            }
-            None => {
-                drop(tx);
-                rx = None;
-                None
-            }
-        };
+        let rt_reader =
+            match rt_table.as_ref() {
+                Some(t) => Some(s.spawn(move || {
+                    crate::export::rows::read_runtime_batches(src_r, t, threads, rt_stats, cancel_r, tx)
+                })),
+                None => {
+                    drop(tx);
+                    rx = None;
+                    None
+                }
+            };
         let mut ph = crate::phase::Phases::new("sqlite-ranges");
         let main = (|| -> Result<(Work, CorrTable, bool)> {
             let mut w = load(export, opts)?;
@@ -1030,11 +1037,15 @@ fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -
         let chunks = reader.join().unwrap_or_else(|_| Err(Error::input("the device table reader panicked")));
         ph.mark("device_rows_wait");
         let (mut w, corr, consumed) = main?;
-        let rt_skips = if consumed { rt_skips.transpose()? } else { None };
+        let (rt_skips, rt_stats) = if consumed { rt_skips.transpose()?.unzip() } else { (None, None) };
         if let Some(sk) = &rt_skips {
             crate::export::merge_skips(&mut w.row_skips, sk);
         }
+        if let Some(st) = rt_stats.flatten() {
+            export.put_stats(schema::RUNTIME, st);
+        }
         let mut chunks = chunks?;
+        put_device_stats(export, &mut chunks);
         if let Some(c) = w.collect.as_mut() {
             c.rows = captured_rows(&mut chunks, std::mem::take(&mut c.calls_by_part), rt_skips.unwrap_or_default());
         }
@@ -1042,6 +1053,16 @@ fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -
         ph.mark("attribute_device_rows+sweep");
         Ok(w)
     })
+}
+
+/// The timed-stats facts the device reads computed, per table ([`Export::put_stats`]).
+fn put_device_stats(export: &Export, chunks: &mut [DeviceChunk]) {
+    for kind in DeviceKind::ALL {
+        let parts: Vec<_> = chunks.iter_mut().filter(|c| c.kind == Some(kind)).map(|c| c.stats.take()).collect();
+        if let Some(st) = crate::export::rows::merge_stats(parts) {
+            export.put_stats(kind.table(), st);
+        }
+    }
 }
 
 /// What the step budget's device timelines read ([`CapturedRows`]): a copy of the device rows as read (the
@@ -1059,6 +1080,7 @@ fn captured_rows(chunks: &mut [DeviceChunk], calls: Vec<Vec<CapturedCall>>, runt
             skips: c.skips.clone(),
             names: std::mem::take(&mut c.names),
             node_rows: c.node_rows,
+            stats: None,
         })
         .collect();
     CapturedRows { device, runtime: calls.concat(), runtime_skips }
