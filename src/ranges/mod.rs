@@ -651,7 +651,27 @@ pub fn run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>) -> Result<Ran
 /// The document [`run`] prints, of an export already open, `source` saying where it came from (what
 /// `gate-check --ranges` writes from its own run: the same bytes).
 pub fn document(export: &Export, source: &crate::export::CaptureSource, opts: &RangesOptions) -> Result<RangesDoc> {
-    let (doc, _) = analyze_impl(export, opts, false)?;
+    document_impl(export, source, opts, false)
+}
+
+/// [`document`], whose reads of the runtime and device tables also compute those tables' timed-stats facts
+/// ([`Export::put_stats`], with what [`Export::keep_intervals`] asked them to keep): gates run afterwards on the
+/// same export scan none of them again (`gate-check --ranges`: one pass over each table for both documents).
+pub fn document_sharing_scans(
+    export: &Export,
+    source: &crate::export::CaptureSource,
+    opts: &RangesOptions,
+) -> Result<RangesDoc> {
+    document_impl(export, source, opts, true)
+}
+
+fn document_impl(
+    export: &Export,
+    source: &crate::export::CaptureSource,
+    opts: &RangesOptions,
+    share: bool,
+) -> Result<RangesDoc> {
+    let (doc, _) = analyze_impl(export, opts, false, share)?;
     let mut a = Analysis { doc, occurrences: Vec::new(), metrics: Vec::new() };
     a.doc.source.path = source.path.clone();
     a.doc.source.size = source.size;
@@ -819,7 +839,7 @@ struct Tag {
 
 /// The whole analysis of an open export (see the contract).
 pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
-    let (doc, detail) = analyze_impl(export, opts, true)?;
+    let (doc, detail) = analyze_impl(export, opts, true, false)?;
     let (occurrences, metrics) = detail.expect("asked for");
     Ok(Analysis { doc, occurrences, metrics })
 }
@@ -828,9 +848,10 @@ type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
 
 /// The analysis; the public per-occurrence vectors are built only when `detail` is asked for. It runs as
 /// phases over one [`Work`]: [`load`], [`join_runtime`], [`attribute_device_rows`] (then [`sweep`]),
-/// [`map_threads`], [`aggregate`] and [`finish`].
-fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(RangesDoc, Detail)> {
-    let w = run_scans(export, opts, None)?;
+/// [`map_threads`], [`aggregate`] and [`finish`]. With `share`, the reads also compute the timed-stats facts
+/// of the tables they read ([`run_scans`]).
+fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool, share: bool) -> Result<(RangesDoc, Detail)> {
+    let w = run_scans(export, opts, None, share)?;
     let mut ph = crate::phase::Phases::new("sqlite-ranges");
     let thread_diagnostics = map_threads(export, &w)?;
     ph.mark("map_threads");
@@ -951,7 +972,7 @@ pub fn analyze_with_intervals(
     opts: &RangesOptions,
     want: &dyn Fn(&str) -> bool,
 ) -> Result<(Analysis, Collected)> {
-    let mut w = run_scans(export, opts, Some(want))?;
+    let mut w = run_scans(export, opts, Some(want), true)?;
     let thread_diagnostics = map_threads(export, &w)?;
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
     let (mut per_occ, rows) = w.collect.take().map(|c| (c.per_occ, c.rows)).unwrap_or_default();
@@ -970,11 +991,17 @@ pub fn analyze_with_intervals(
 /// each range on its own read-only connection: [`crate::export::rows::read_device_chunks`]) while the
 /// occurrences load and the runtime calls join on the export's connection; then the device rows are
 /// attributed and swept. Errors come in the order of a serial run: tables, NVTX, runtime, device rows.
-fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -> bool>) -> Result<Work> {
+/// With `share_stats`, the reads also compute the timed-stats facts of the tables they read whole
+/// ([`Export::put_stats`]): the caller's other questions (the evidence of a report, the gates) then need no
+/// scan of their own.
+fn run_scans(
+    export: &Export,
+    opts: &RangesOptions,
+    want: Option<&dyn Fn(&str) -> bool>,
+    share_stats: bool,
+) -> Result<Work> {
     check_tables(export)?;
-    // with intervals (report, the step budget), the reads also compute the timed-stats facts of the tables they
-    // read whole ([`Export::put_stats`]): the evidence's other questions then need no scan of their own
-    let stats = |t: &str| if want.is_some() { export.stats_wanted(t) } else { None };
+    let stats = |t: &str| if share_stats { export.stats_wanted(t) } else { None };
     let dev_tables: Vec<(DeviceKind, crate::export::TableInfo, Option<crate::export::rows::Keep>)> = DeviceKind::ALL
         .iter()
         .filter_map(|k| export.table(k.table()).map(|t| (*k, t.clone(), stats(k.table()))))
@@ -2011,7 +2038,7 @@ pub fn high_cardinality<'a>(labels: impl IntoIterator<Item = &'a str>) -> Vec<Hi
 /// The ranges document of an open export, without the per-occurrence vectors [`analyze`] keeps (appended by
 /// H7 for `report` and `capture-compare`, which need the document only: it bounds their memory).
 pub fn analyze_doc(export: &Export, opts: &RangesOptions) -> Result<RangesDoc> {
-    Ok(analyze_impl(export, opts, false)?.0)
+    Ok(analyze_impl(export, opts, false, false)?.0)
 }
 
 #[cfg(test)]
