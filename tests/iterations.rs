@@ -169,7 +169,7 @@ fn records_join_the_steps_of_a_real_cpu_capture() {
     // per occurrence: its iteration and geometry; prefill exactly on the first step of each request
     let occ = it["occurrences"].as_array().unwrap();
     assert_eq!(occ.len(), n);
-    let (mut prefills, mut unjoined) = (0, 0);
+    let (mut prefills, mut unjoined, mut late) = (0, 0, Vec::new());
     for (k, o) in occ.iter().enumerate() {
         assert_eq!(o["index"], k as u64);
         assert_eq!(o["start_ns"], steps[k].0);
@@ -178,11 +178,16 @@ fn records_join_the_steps_of_a_real_cpu_capture() {
             continue;
         };
         let rec = recs.iter().find(|x| x["iteration"] == itn).unwrap();
-        assert!((rec["start_ns"].as_i64().unwrap() - offset - steps[k].0).abs() < 20_000, "{o} {rec}");
+        // a record within 20 µs of its step, except for a few steps of a preempted server (the record is
+        // written late): at most `slack` of them, as for the steps without a record
+        if (rec["start_ns"].as_i64().unwrap() - offset - steps[k].0).abs() >= 20_000 {
+            late.push(format!("step {k}: {o} {rec}"));
+        }
         assert_eq!(o["phase"] == "prefill", steps[k].2, "step {k}: {o}");
         prefills += (o["phase"] == "prefill") as usize;
     }
     assert!(unjoined <= slack, "{unjoined} steps not joined");
+    assert!(late.len() as u64 <= slack, "{} records more than 20 µs from their step: {late:?}", late.len());
     assert!(prefills * 4 + 4 * unjoined as usize >= n - 4 && prefills * 4 <= n + 4, "{prefills} prefills in {n} steps");
     // framework elapsed vs NVTX wall: they agree on a CPU step (the last step may be cut by the capture's end)
     let ev = &j["elapsed_vs_wall"];

@@ -324,7 +324,14 @@ struct Ops {
 
 /// Every device row of the capture, by device (rows in table then rowid order), as the ranges scan read them.
 fn ops_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Ops {
+    // each device's vector allocated once at its size (5 M rows: no doubling copies)
     let mut by_dev: BTreeMap<i64, Vec<Op>> = BTreeMap::new();
+    for c in rows.device.iter().filter(|c| c.kind.is_some()) {
+        for (k, seg) in c.segs.iter().enumerate() {
+            let hi = c.segs.get(k + 1).map_or(c.rows.len(), |n| n.0);
+            by_dev.entry(seg.2.unwrap_or(-1)).or_default().reserve(hi - seg.0);
+        }
+    }
     let mut nccl_by_id: FxMap<i64, (u64, i64)> = FxMap::default();
     let mut node_rows = 0;
     for c in &rows.device {
@@ -425,10 +432,14 @@ fn calls_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Calls {
 /// ([`CapturedRows`]): every device row linked to the call that issued it; each device analysed (in parallel
 /// threads when there are several).
 pub fn build(export: &Export, rows: &CapturedRows) -> Result<Timelines> {
+    let mut ph = crate::phase::Phases::new("step-budget");
     let mut skips = RowSkips::new();
     let names = names_of(export)?;
+    ph.mark("timeline_names");
     let Ops { by_dev, nccl_by_id, node_rows } = ops_of(rows, &names, &mut skips);
+    ph.mark("timeline_ops");
     let calls = calls_of(rows, &names, &mut skips);
+    ph.mark("timeline_calls");
     let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();
     let mut nccl_kernels = 0u64;
     for (&dev, ops) in &by_dev {
@@ -455,6 +466,7 @@ pub fn build(export: &Export, rows: &CapturedRows) -> Result<Timelines> {
         }
     }
     let devices = analyse_devices(by_dev, &calls, &names.launch_names);
+    ph.mark("timeline_devices");
     let mut nccl_by_name: Vec<NcclKernels> =
         by_name.into_iter().map(|(name, (count, total_ns))| NcclKernels { name, count, total_ns }).collect();
     nccl_by_name.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
@@ -519,11 +531,7 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
     }
     // stable and adaptive: the rows of each table come nearly sorted
     ops.sort_by_key(|o| (o.start, o.issue, o.end, o.pid, o.corr));
-    // first start (and its row's kind) of each launch on this device
-    let mut first: FxMap<u32, (i64, DeviceKind)> = FxMap::default();
-    for o in ops.iter().filter(|o| o.call != NO_CALL) {
-        first.entry(o.call).or_insert((o.start, o.kind));
-    }
+    let first = FirstRows::of(&ops);
     let (pieces, gap_lengths, busy, span) = gaps(&ops, calls, &first);
     let (span_start, span_end) = span;
     let categories = categories_of(&pieces);
@@ -533,25 +541,7 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
             .filter(|o| (o.kind == DeviceKind::Kernel && !o.nccl) || o.kind == DeviceKind::GraphTrace)
             .map(|o| (o.start, o.end)),
     );
-    let mut nccl_by_pid: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
-    let mut busy_by_pid: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
-    for o in &ops {
-        if o.nccl {
-            let v = nccl_by_pid.entry(o.pid).or_default();
-            match v.last_mut() {
-                Some(l) if o.start <= l.1 => l.1 = l.1.max(o.end),
-                _ => v.push((o.start, o.end)),
-            }
-        }
-        let b = busy_by_pid.entry(o.pid).or_insert((o.start, o.start, 0));
-        if o.start <= b.1 {
-            b.1 = b.1.max(o.end);
-        } else {
-            b.2 += b.1 - b.0;
-            *b = (o.start, o.end, b.2);
-        }
-    }
-    let busy_by_pid: BTreeMap<i64, i64> = busy_by_pid.into_iter().map(|(p, (s, e, t))| (p, t + (e - s))).collect();
+    let (nccl_by_pid, busy_by_pid) = per_process(&ops);
     let (launch, launch_by_pid) = launches(dev, &first, calls, names, queue(&ops));
     let processes: Vec<i64> = busy_by_pid.keys().copied().collect();
     let idle_ns = (span_end - span_start) - busy;
@@ -581,14 +571,83 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
     }
 }
 
+/// Per process of the device's rows (sorted by start): the union of its communication kernels and its busy
+/// union length. A device serves a few processes: a short list, not a map lookup per row.
+#[allow(clippy::type_complexity)]
+fn per_process(ops: &[Op]) -> (BTreeMap<i64, Vec<(i64, i64)>>, BTreeMap<i64, i64>) {
+    // (pid, communication union, busy (current start, current end, total before it))
+    let mut procs: Vec<(i64, Vec<(i64, i64)>, (i64, i64, i64))> = Vec::new();
+    let mut last = usize::MAX;
+    for o in ops {
+        if procs.get(last).is_none_or(|p| p.0 != o.pid) {
+            last = match procs.iter().position(|p| p.0 == o.pid) {
+                Some(i) => i,
+                None => {
+                    procs.push((o.pid, Vec::new(), (o.start, o.start, 0)));
+                    procs.len() - 1
+                }
+            };
+        }
+        let (_, nccl, b) = &mut procs[last];
+        if o.nccl {
+            match nccl.last_mut() {
+                Some(l) if o.start <= l.1 => l.1 = l.1.max(o.end),
+                _ => nccl.push((o.start, o.end)),
+            }
+        }
+        if o.start <= b.1 {
+            b.1 = b.1.max(o.end);
+        } else {
+            b.2 += b.1 - b.0;
+            *b = (o.start, o.end, b.2);
+        }
+    }
+    let busy = procs.iter().map(|(p, _, (s, e, t))| (*p, t + (e - s))).collect();
+    let nccl = procs.into_iter().filter(|(_, v, _)| !v.is_empty()).map(|(p, v, _)| (p, v)).collect();
+    (nccl, busy)
+}
+
+/// The first row (start, kind) of each launch on one device, in a vector over the range of call indices its
+/// rows have (a device's rows come from a few processes, whose calls are contiguous in [`Calls`]).
+struct FirstRows {
+    lo: u32,
+    at: Vec<(i64, DeviceKind)>,
+}
+
+impl FirstRows {
+    const UNSET: i64 = i64::MIN;
+
+    /// From rows sorted by start (then issue): the first of each call's rows.
+    fn of(ops: &[Op]) -> FirstRows {
+        let linked = || ops.iter().filter(|o| o.call != NO_CALL).map(|o| o.call);
+        let (Some(lo), Some(hi)) = (linked().min(), linked().max()) else {
+            return FirstRows { lo: 0, at: Vec::new() };
+        };
+        let mut at = vec![(Self::UNSET, DeviceKind::Kernel); (hi - lo) as usize + 1];
+        for o in ops.iter().filter(|o| o.call != NO_CALL) {
+            let f = &mut at[(o.call - lo) as usize];
+            if f.0 == Self::UNSET {
+                *f = (o.start, o.kind);
+            }
+        }
+        FirstRows { lo, at }
+    }
+
+    fn get(&self, call: u32) -> Option<(i64, DeviceKind)> {
+        let f = *self.at.get(call.checked_sub(self.lo)? as usize)?;
+        (f.0 != Self::UNSET).then_some(f)
+    }
+
+    /// (call index, first row) of every launch on the device.
+    fn iter(&self) -> impl Iterator<Item = (u32, (i64, DeviceKind))> + '_ {
+        self.at.iter().enumerate().filter(|(_, f)| f.0 != Self::UNSET).map(|(i, f)| (self.lo + i as u32, *f))
+    }
+}
+
 /// Idle pieces and gaps of rows sorted by start: each gap split into pieces by the rules; the gap lengths, the
 /// busy union and the active span.
 #[allow(clippy::type_complexity)]
-fn gaps(
-    ops: &[Op],
-    calls: &Calls,
-    first: &FxMap<u32, (i64, DeviceKind)>,
-) -> (Vec<(i64, i64, u8)>, Vec<i64>, i64, (i64, i64)) {
+fn gaps(ops: &[Op], calls: &Calls, first: &FirstRows) -> (Vec<(i64, i64, u8)>, Vec<i64>, i64, (i64, i64)) {
     let mut pieces: Vec<(i64, i64, u8)> = Vec::new();
     let mut gap_lengths = Vec::new();
     let mut busy = 0i64;
@@ -601,7 +660,7 @@ fn gaps(
                 busy += ce - cs;
                 let (g0, g1) = (ce, o.start);
                 gap_lengths.push(g1 - g0);
-                let launch_first = o.call != NO_CALL && first.get(&o.call).is_some_and(|f| f.0 == o.start);
+                let launch_first = first.get(o.call).is_some_and(|f| f.0 == o.start);
                 if launch_first {
                     let c = &calls.calls[o.call as usize];
                     let cs = c.start;
@@ -655,15 +714,15 @@ fn categories_of(pieces: &[(i64, i64, u8)]) -> BTreeMap<String, IdleCategory> {
 #[allow(clippy::type_complexity)]
 fn launches(
     dev: i64,
-    first: &FxMap<u32, (i64, DeviceKind)>,
+    first: &FirstRows,
     calls: &Calls,
     names: &HashMap<i64, String>,
     queue_depth: QueueDepth,
 ) -> (DeviceLaunch, BTreeMap<i64, (LatencyDist, LatencyDist)>) {
     let (mut kl, mut gl, mut graph_level) = (Vec::new(), Vec::new(), 0u64);
-    let mut by_api: BTreeMap<String, u64> = BTreeMap::new();
+    let mut by_name_id: FxMap<i64, u64> = FxMap::default();
     let mut by_pid_lat: BTreeMap<i64, (Vec<i64>, Vec<i64>)> = BTreeMap::new();
-    for (&call, &(start, kind)) in first {
+    for (call, (start, kind)) in first.iter() {
         let c = &calls.calls[call as usize];
         let mine = by_pid_lat.entry(c.pid).or_default();
         match c.api {
@@ -680,8 +739,12 @@ fn launches(
             }
             _ => continue,
         }
-        let n = names.get(&c.name_id).cloned().unwrap_or_else(|| format!("<name id {}>", c.name_id));
-        *by_api.entry(n).or_default() += 1;
+        *by_name_id.entry(c.name_id).or_default() += 1;
+    }
+    let mut by_api: BTreeMap<String, u64> = BTreeMap::new();
+    for (id, n) in by_name_id {
+        let name = names.get(&id).cloned().unwrap_or_else(|| format!("<name id {id}>"));
+        *by_api.entry(name).or_default() += n;
     }
     let launch = DeviceLaunch {
         device_id: dev,
