@@ -211,8 +211,8 @@ pub struct Evidence {
     #[serde(skip)]
     #[schemars(skip)]
     pub spooled: Option<std::sync::Arc<tempfile::TempPath>>,
-    /// How much copy and communication time the compute hides on each device (raw export; measured only when
-    /// it can change a class: [`export_exposure`]).
+    /// How much copy and communication time the compute hides on each device (raw export read with step
+    /// detail, i.e. report; measured only when it can change a class: [`export_exposure`]).
     #[serde(skip)]
     #[schemars(skip)]
     pub exposure: Option<Exposure>,
@@ -220,7 +220,7 @@ pub struct Evidence {
     /// occurrence of an iteration-like label: report's step budget reuses it instead of a second analysis.
     #[serde(skip)]
     #[schemars(skip)]
-    pub step_detail: Option<std::sync::Arc<(crate::ranges::Analysis, Vec<crate::ranges::OccurrenceIntervals>)>>,
+    pub step_detail: Option<std::sync::Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>,
     /// `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (raw export only).
     #[serde(skip)]
     pub started_utc_ns: Option<i64>,
@@ -835,9 +835,19 @@ pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
     let cap = crate::export::open_capture(path, None)?;
     let export = &cap.export;
     let mut ph = crate::phase::Phases::new("evidence");
-    // kernel statistics and memcpy time are SQL sums: refuse impossible timestamps first (one scan per timed
-    // table, which also aggregates the kernel rows by name for the kernel statistics)
+    let ropts = crate::ranges::RangesOptions { fold: true, ..Default::default() };
     export.keep_kernel_names();
+    // report (step detail): the ranges analysis first; its parallel reads of the runtime and device tables
+    // check every row's timestamps and compute those tables' timed-stats facts (Export::put_stats), so that
+    // the checks, sums and counts below scan only the tables it did not read
+    let detail = if step_detail {
+        Some(crate::ranges::analyze_with_intervals(export, &ropts, &crate::gate::is_iteration_like)?)
+    } else {
+        None
+    };
+    ph.mark("ranges_with_intervals");
+    // kernel statistics and memcpy time are SQL sums: refuse impossible timestamps first (one scan per timed
+    // table not read yet, which also aggregates the kernel rows by name for the kernel statistics)
     export.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
     ph.mark("check_timestamps");
     let mut ev = Evidence { source: cap.source.path.clone(), kind: cap.source.kind.clone(), ..Default::default() };
@@ -850,17 +860,19 @@ pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
     ev.kernels = Some(kernels);
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
     ev.memcpy_time_ns = Some(memcpy);
-    ev.exposure = export_exposure(export, ev.kernels.as_deref().unwrap_or_default(), memcpy)?;
-    let ropts = crate::ranges::RangesOptions { fold: true, ..Default::default() };
-    let (a, iv) = if step_detail {
-        let (a, iv) = crate::ranges::analyze_with_intervals(export, &ropts, &crate::gate::is_iteration_like)?;
-        (a, Some(iv))
-    } else {
-        (crate::ranges::analyze(export, &ropts)?, None)
+    let (a, iv) = match detail {
+        Some((a, c)) => (a, Some(c)),
+        None => (crate::ranges::analyze(export, &ropts)?, None),
     };
     ev.occurrences = Some(crate::compare::ab::occurrences_of(&a));
     ev.ranges = Some(ranges_view_of(export, &a)?);
     ph.mark("ranges");
+    // report (step detail): how much copy and communication time the compute hides on each device, from the
+    // device rows the ranges scan read (no second read of the device tables)
+    if let Some(c) = &iv {
+        ev.exposure = export_exposure(export, &c.rows, ev.kernels.as_deref().unwrap_or_default(), memcpy)?;
+        ph.mark("exposure");
+    }
     // report (step detail) on a capture without any range: what the host side still shows
     if step_detail && ev.ranges.as_ref().is_some_and(|r| r.ranges.is_empty()) {
         ev.no_range = Some(no_range_of(export)?);
@@ -1058,20 +1070,26 @@ impl Exposure {
     }
 }
 
-/// [`Exposure`] of an export, measured only when it can change a class (this spares the scan of every device
-/// row on big exports): the summed copy time reaches `report::MEMCPY_SHARE_MIN` of the summed kernel and copy
-/// time, or the kernel table holds communication kernels. Copies on a copy stream under compute on another
-/// stream are not what bounds the step (measured: held-out `overlap`, 128 MiB H2D copies under 20 matmuls: the
-/// copies are 38.9 % of the summed device time but 7.6 % of the busy union is copy time with no kernel under
-/// it), nor is an all-reduce on a communication stream under the GEMMs (tests/heldout_devices.rs).
-pub fn export_exposure(export: &Export, kernels: &[KernelStat], copy_sum: i64) -> Result<Option<Exposure>> {
+/// [`Exposure`] of an export from the device rows its ranges scan read ([`crate::ranges::CapturedRows`]: report's
+/// step detail), measured only when it can change a class (the grouping and unions cost on big exports): the
+/// summed copy time reaches `report::MEMCPY_SHARE_MIN` of the summed kernel and copy time, or the kernel table
+/// holds communication kernels. Copies on a copy stream under compute on another stream are not what bounds the
+/// step (measured: held-out `overlap`, 128 MiB H2D copies under 20 matmuls: the copies are 38.9 % of the summed
+/// device time but 7.6 % of the busy union is copy time with no kernel under it), nor is an all-reduce on a
+/// communication stream under the GEMMs (tests/heldout_devices.rs).
+pub fn export_exposure(
+    export: &Export,
+    rows: &crate::ranges::CapturedRows,
+    kernels: &[KernelStat],
+    copy_sum: i64,
+) -> Result<Option<Exposure>> {
     let kernel_sum: i64 = kernels.iter().map(|k| k.total_time_ns).sum();
     let copies = copy_sum > 0 && (copy_sum as f64) >= crate::report::MEMCPY_SHARE_MIN * (copy_sum + kernel_sum) as f64;
     let comm = kernels.iter().any(|k| crate::categories::is_communication_kernel(&k.name));
     if !copies && !comm {
         return Ok(None);
     }
-    let devices = device_rows_by_role(export)?.into_iter().map(|(d, r)| r.exposure(d)).collect();
+    let devices = device_rows_by_role(export, rows)?.into_iter().map(|(d, r)| r.exposure(d)).collect();
     Ok(Some(Exposure { devices }))
 }
 
@@ -1088,42 +1106,33 @@ pub struct Roles {
     pub copies: Intervals,
 }
 
-/// Every valid row of the four device tables, by `deviceId` (-1: none) and role (report's [`Exposure`]).
-pub fn device_rows_by_role(export: &Export) -> Result<BTreeMap<i64, Roles>> {
+/// Every valid row of the four device tables as the ranges scan read them (any process; its kernels with their
+/// `demangledName` ids), by `deviceId` (-1: none) and role.
+pub fn device_rows_by_role(export: &Export, rows: &crate::ranges::CapturedRows) -> Result<BTreeMap<i64, Roles>> {
+    use crate::export::rows::NO_NAME;
     use crate::export::DeviceKind;
     let comm_ids = export.string_ids_where(|v| crate::categories::is_communication_kernel(v).then_some(()))?;
     let mut by_dev: BTreeMap<i64, Roles> = BTreeMap::new();
-    let mut skips = crate::export::RowSkips::new();
-    // a kernel table without names (not an nsys export seen so far) holds compute only
-    let named = export.table(schema::KERNEL).is_none_or(|t| t.has_column(schema::cols::DEMANGLED_NAME));
-    for kind in DeviceKind::ALL {
-        if kind == DeviceKind::Kernel && !named {
-            export.device_rows(kind, &mut skips, |r| {
-                by_dev.entry(r.device_id.unwrap_or(-1)).or_default().compute.push((r.start, r.end));
-                Ok(())
-            })?;
-            continue;
+    for c in &rows.device {
+        let Some(kind) = c.kind else { continue };
+        for (k, seg) in c.segs.iter().enumerate() {
+            let hi = c.segs.get(k + 1).map_or(c.rows.len(), |n| n.0);
+            let r = by_dev.entry(seg.2.unwrap_or(-1)).or_default();
+            for i in seg.0..hi {
+                let comm = || c.names.get(i).is_some_and(|&n| n != NO_NAME && comm_ids.contains_key(&n));
+                let part = match kind {
+                    DeviceKind::Memcpy | DeviceKind::Memset => &mut r.copies,
+                    DeviceKind::Kernel if comm() => &mut r.comm,
+                    _ => &mut r.compute,
+                };
+                part.push((c.rows[i].start, c.end(i)));
+            }
         }
-        export.device_ops(kind, &mut skips, |o| {
-            let r = by_dev.entry(o.row.device_id.unwrap_or(-1)).or_default();
-            let part = match kind {
-                DeviceKind::Memcpy | DeviceKind::Memset => &mut r.copies,
-                DeviceKind::Kernel if o.name_id.is_some_and(|n| comm_ids.contains_key(&n)) => &mut r.comm,
-                _ => &mut r.compute,
-            };
-            part.push((o.row.start, o.row.end));
-            Ok(())
-        })?;
     }
     Ok(by_dev)
 }
 
 impl Roles {
-    /// Every interval of the device, whatever its role.
-    pub fn all(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
-        self.compute.iter().chain(&self.comm).chain(&self.copies).copied()
-    }
-
     fn exposure(self, device_id: i64) -> DeviceExposure {
         use crate::step_budget::device::{overlap, union};
         let len = |u: &[(i64, i64)]| u.iter().map(|(a, b)| b - a).sum::<i64>();

@@ -334,7 +334,8 @@ fn intervals_agree_with_the_metrics_of_the_same_join() {
     let f = fixture("nsys-2025.3.1/serve_node.sqlite");
     let ex = nsyskit::export::Export::open(&f).unwrap();
     let opts = nsyskit::ranges::RangesOptions { fold: true, ..Default::default() };
-    let (a, iv) = nsyskit::ranges::analyze_with_intervals(&ex, &opts, &|l| l == "vibeserve.engine.iteration").unwrap();
+    let (a, c) = nsyskit::ranges::analyze_with_intervals(&ex, &opts, &|l| l == "vibeserve.engine.iteration").unwrap();
+    let iv = &c.intervals;
     let plain = nsyskit::ranges::analyze(&ex, &opts).unwrap();
     assert_eq!(a.metrics, plain.metrics);
     let mut seen = 0;

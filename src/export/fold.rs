@@ -7,8 +7,7 @@
 
 use super::raw::{IntCell, RawQuery, RawRow};
 use super::rows::{cell_int, named_ts, rowid_chunks, RowSkips, RuntimeRow, ScanSource, CHUNK_ROWS};
-use super::rows::{DeviceOp, DeviceRow};
-use super::schema::{self, cols, DeviceKind};
+use super::schema::{self, cols};
 use super::TableInfo;
 use crate::contract::{Error, Result};
 
@@ -106,49 +105,6 @@ pub(crate) fn valid_interval(
 /// The first error in job order, else the values in job order.
 fn in_order<T>(results: Vec<Result<T>>) -> Result<Vec<T>> {
     results.into_iter().collect()
-}
-
-/// Every valid row of the device tables named (each present with [`cols::DEVICE`]; KERNEL with
-/// `demangledName`, checked by the caller) as a [`DeviceOp`] folded into an accumulator per rowid range:
-/// `init(kind)` makes it, `f` adds a row. `streamId` is not read. The accumulators, with the rows skipped in
-/// each range, in table then rowid order.
-pub fn fold_device_ops<T: Send>(
-    src: &ScanSource,
-    tables: &[(DeviceKind, TableInfo)],
-    threads: usize,
-    init: impl Fn(DeviceKind) -> T + Sync,
-    f: impl Fn(&mut T, DeviceOp) + Sync,
-) -> Result<Vec<(DeviceKind, T, RowSkips)>> {
-    let infos: Vec<&TableInfo> = tables.iter().map(|(_, t)| t).collect();
-    let jobs = plan(src, &infos, threads)?;
-    in_order(run_jobs(&jobs, |_, j| {
-        let (kind, t) = (tables[j.table].0, &tables[j.table].1);
-        let tbl = kind.table();
-        let name_col = if kind == DeviceKind::Kernel { cols::DEMANGLED_NAME } else { "NULL" };
-        let node_col = if t.has_column(cols::GRAPH_NODE_ID) { cols::GRAPH_NODE_ID } else { "NULL" };
-        let list = format!("{}, {name_col}, {node_col}", cols::DEVICE.join(", "));
-        let (mut acc, mut skips) = (init(kind), RowSkips::new());
-        let name = src.name();
-        for_each_in_range(src, t, tbl, &list, j.range, |rowid, r| {
-            let Some((start, end)) = valid_interval(src, tbl, rowid, r, &mut skips)? else { return Ok(true) };
-            let op = DeviceOp {
-                row: DeviceRow {
-                    start,
-                    end,
-                    global_pid: cell_int(name, r, 3, tbl, "globalPid")?,
-                    correlation_id: cell_int(name, r, 4, tbl, "correlationId")?,
-                    device_id: cell_int(name, r, 5, tbl, "deviceId")?,
-                },
-                kind,
-                name_id: cell_int(name, r, 6, tbl, cols::DEMANGLED_NAME)?,
-                stream_id: None,
-                graph_node_id: cell_int(name, r, 7, tbl, cols::GRAPH_NODE_ID)?,
-            };
-            f(&mut acc, op);
-            Ok(true)
-        })?;
-        Ok((kind, acc, skips))
-    }))
 }
 
 /// Every valid row of `CUPTI_ACTIVITY_KIND_RUNTIME` (`t`, present with [`cols::RUNTIME`]) folded into an

@@ -840,13 +840,18 @@ pub struct TimedStats {
     /// ([`Export::keep_kernel_names`]); None when a name id is not an INTEGER or a sum overflows (the SQL of
     /// [`Export::kernel_time_by_name`] then decides).
     name_time: Option<crate::fx::FxMap<i64, (i64, i64)>>,
+    /// The table has `globalTid` / `nameId` (what [`TimedStats::add_row`] counts).
+    threads: bool,
+    names: bool,
 }
 
 /// What a scan keeps besides the facts of [`TimedStats`], per table.
 #[derive(Debug, Clone, Copy, Default)]
-struct Keep {
-    intervals: bool,
-    names: bool,
+pub struct Keep {
+    /// The valid intervals (G5's window).
+    pub intervals: bool,
+    /// The kernel time by `demangledName` id.
+    pub names: bool,
 }
 
 impl TimedStats {
@@ -955,44 +960,65 @@ fn scan_timed_stats(
     range: Option<(i64, i64)>,
     keep: Keep,
 ) -> std::result::Result<Option<TimedStats>, rusqlite::Error> {
-    let has = |c: &str| t.has_column(c);
-    let gtid = if has("globalTid") { "globalTid" } else { "NULL" };
-    let name = if has("nameId") { "nameId" } else { "NULL" };
-    let node = if has(cols::GRAPH_NODE_ID) { cols::GRAPH_NODE_ID } else { "NULL" };
-    let kname = keep.names && has(cols::DEMANGLED_NAME);
-    let kname_col = if kname { cols::DEMANGLED_NAME } else { "NULL" };
-    let list = format!("start, end, {gtid}, {name}, {node} IS NOT NULL, {kname_col}");
+    let list = format!("start, end, {}", TimedStats::columns(t, keep));
     let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
     let mut q = match RawQuery::prepare(conn, &format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
         Ok(q) => q,
         Err(e) if range.is_some() => return Err(e),
         Err(_) => RawQuery::prepare(conn, &format!("SELECT NULL, {list} FROM \"{}\"", t.name))?,
     };
-    let mut st = TimedStats {
-        sum_dur: Some(0),
-        node_rows: has(cols::GRAPH_NODE_ID).then_some(0),
-        intervals: keep.intervals.then(Default::default),
-        name_time: kname.then(Default::default),
-        ..Default::default()
-    };
-    let bad = |v: Option<i64>| v.is_some_and(|x| !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&x));
+    let mut st = TimedStats::new(t, keep);
     while let Some(r) = q.next()? {
         let Ok(start) = int_cell(r.int(1)) else { return Ok(None) };
         let Ok(end) = int_cell(r.int(2)) else { return Ok(None) };
-        st.rows += 1;
-        if st.bad_ts.is_none() && (bad(start) || bad(end)) {
+        if !st.add_row(&r, start, end, 3) {
+            return Ok(None);
+        }
+    }
+    Ok(Some(st))
+}
+
+impl TimedStats {
+    /// Empty stats of a scan of `t` that keeps `keep`.
+    pub(crate) fn new(t: &super::TableInfo, keep: Keep) -> TimedStats {
+        TimedStats {
+            sum_dur: Some(0),
+            node_rows: t.has_column(cols::GRAPH_NODE_ID).then_some(0),
+            intervals: keep.intervals.then(Default::default),
+            name_time: (keep.names && t.has_column(cols::DEMANGLED_NAME)).then(Default::default),
+            threads: t.has_column("globalTid"),
+            names: t.has_column("nameId"),
+            ..Default::default()
+        }
+    }
+
+    /// The four columns [`TimedStats::add_row`] reads (NULL for those the table lacks): `globalTid`, `nameId`,
+    /// `graphNodeId IS NOT NULL`, and the kernel's `demangledName` when kept.
+    pub(crate) fn columns(t: &super::TableInfo, keep: Keep) -> String {
+        let has = |c: &'static str| if t.has_column(c) { c } else { "NULL" };
+        let kname = if keep.names && t.has_column(cols::DEMANGLED_NAME) { cols::DEMANGLED_NAME } else { "NULL" };
+        format!("{}, {}, {} IS NOT NULL, {kname}", has("globalTid"), has("nameId"), has(cols::GRAPH_NODE_ID))
+    }
+
+    /// Count one row whose interval was read as `start, end` and whose [`TimedStats::columns`] are the
+    /// columns `base..base + 4` of `r`; the row id (column 0) names an impossible timestamp. False when a value
+    /// is not an INTEGER (the stats of the table then fall back to SQL).
+    pub(crate) fn add_row(&mut self, r: &RawRow, start: Option<i64>, end: Option<i64>, base: usize) -> bool {
+        let bad = |v: Option<i64>| v.is_some_and(|x| !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&x));
+        self.rows += 1;
+        if self.bad_ts.is_none() && (bad(start) || bad(end)) {
             let rowid = int_cell(r.int(0)).ok().flatten();
-            st.bad_ts = Some((rowid, start, end));
+            self.bad_ts = Some((rowid, start, end));
         }
         match (start, end) {
             (Some(s), Some(e)) if e >= s => {
-                st.max_end = Some(st.max_end.map_or(e, |m| m.max(e)));
-                st.sum_dur = st.sum_dur.and_then(|a| a.checked_add(e - s));
-                if let Some((v, _)) = st.intervals.as_mut() {
+                self.max_end = Some(self.max_end.map_or(e, |m| m.max(e)));
+                self.sum_dur = self.sum_dur.and_then(|a| a.checked_add(e - s));
+                if let Some((v, _)) = self.intervals.as_mut() {
                     v.push((s, e));
                 }
-                if let Some(m) = st.name_time.as_mut() {
-                    let ok = match r.int(6) {
+                if let Some(m) = self.name_time.as_mut() {
+                    let ok = match r.int(base + 3) {
                         IntCell::Int(id) => {
                             let x = m.entry(id).or_insert((0, 0));
                             e.checked_sub(s).and_then(|d| x.1.checked_add(d)).map(|t| *x = (x.0 + 1, t)).is_some()
@@ -1000,43 +1026,43 @@ fn scan_timed_stats(
                         _ => false,
                     };
                     if !ok {
-                        st.name_time = None;
+                        self.name_time = None;
                     }
                 }
             }
-            (None, _) => st.skips.null_start += 1,
+            (None, _) => self.skips.null_start += 1,
             (Some(s), None) => {
-                st.skips.null_end += 1;
-                if let Some((_, i)) = st.intervals.as_mut() {
+                self.skips.null_end += 1;
+                if let Some((_, i)) = self.intervals.as_mut() {
                     i.push(s);
                 }
             }
             (Some(s), Some(_)) => {
-                st.skips.inverted += 1;
-                if let Some((_, i)) = st.intervals.as_mut() {
+                self.skips.inverted += 1;
+                if let Some((_, i)) = self.intervals.as_mut() {
                     i.push(s);
                 }
             }
         }
-        if gtid != "NULL" {
-            let Ok(g) = int_cell(r.int(3)) else { return Ok(None) };
+        if self.threads {
+            let Ok(g) = int_cell(r.int(base)) else { return false };
             if let Some(g) = g {
-                st.thread_ids.insert(g);
+                self.thread_ids.insert(g);
             }
         }
-        if name != "NULL" {
-            let Ok(n) = int_cell(r.int(4)) else { return Ok(None) };
+        if self.names {
+            let Ok(n) = int_cell(r.int(base + 1)) else { return false };
             if let Some(n) = n {
-                *st.name_counts.entry(n).or_default() += 1;
+                *self.name_counts.entry(n).or_default() += 1;
             }
         }
-        if let Some(n) = st.node_rows.as_mut() {
-            if let IntCell::Int(1) = r.int(5) {
+        if let Some(n) = self.node_rows.as_mut() {
+            if let IntCell::Int(1) = r.int(base + 2) {
                 *n += 1;
             }
         }
+        true
     }
-    Ok(Some(st))
 }
 
 /// How to open more read-only connections to an export from other threads ([`Export::source`]): the URI and
@@ -1246,6 +1272,38 @@ impl Export {
         let key = self.table(table)?.name.to_ascii_lowercase();
         self.stats.stats.borrow().get(&key).and_then(|s| s.as_ref()).map(f)
     }
+
+    /// What the next scan of `table` keeps besides its facts ([`Export::keep_intervals`],
+    /// [`Export::keep_kernel_names`]); None when its stats are already known (no scan needs to compute them).
+    pub(crate) fn stats_wanted(&self, table: &str) -> Option<Keep> {
+        let key = self.table(table)?.name.to_ascii_lowercase();
+        if self.stats.stats.borrow().contains_key(&key) {
+            return None;
+        }
+        Some(self.stats.keep.borrow().get(&key).copied().unwrap_or_default())
+    }
+
+    /// Record the [`TimedStats`] of `table` computed by another whole-table scan (the ranges readers), unless
+    /// known already.
+    pub(crate) fn put_stats(&self, table: &str, stats: TimedStats) {
+        if let Some(t) = self.table(table) {
+            self.stats.stats.borrow_mut().entry(t.name.to_ascii_lowercase()).or_insert(Some(stats));
+        }
+    }
+}
+
+/// The [`TimedStats`] of one table from the parts of a parallel read, in rowid order: None when a part did not
+/// compute them (a value of another type than INTEGER).
+pub(crate) fn merge_stats(parts: impl IntoIterator<Item = Option<TimedStats>>) -> Option<TimedStats> {
+    let mut out: Option<TimedStats> = None;
+    for p in parts {
+        let p = p?;
+        match out.as_mut() {
+            None => out = Some(p),
+            Some(o) => o.append(p),
+        }
+    }
+    out
 }
 
 // ---- device rows in bulk, in parallel (perf helper, issue #19)
@@ -1261,7 +1319,7 @@ pub struct PackedDeviceRow {
 }
 
 /// The valid rows of one device table, or of one rowid range of it, in table order.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct DeviceChunk {
     pub kind: Option<DeviceKind>,
     pub rows: Vec<PackedDeviceRow>,
@@ -1273,6 +1331,27 @@ pub struct DeviceChunk {
     pub wide: Vec<(usize, Option<i64>)>,
     /// Invalid intervals, not delivered.
     pub skips: RowSkips,
+    /// With [`DeviceDetail::Names`], row `i`'s KERNEL `demangledName` id ([`NO_NAME`] when NULL; empty for the
+    /// other tables).
+    pub names: Vec<i64>,
+    /// With [`DeviceDetail::Names`], the valid rows with a `graphNodeId` (node-level graph rows).
+    pub node_rows: u64,
+    /// The [`TimedStats`] of these rows when the read was asked to compute them (None when not asked or when a
+    /// value is not an INTEGER).
+    pub stats: Option<TimedStats>,
+}
+
+/// `demangledName` of a kernel row read as NULL.
+pub const NO_NAME: i64 = i64::MIN;
+
+/// What a bulk read of the device tables reads besides [`cols::DEVICE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceDetail {
+    /// Nothing more (the ranges contract).
+    None,
+    /// KERNEL's `demangledName` (required then) and every table's `graphNodeId` when present: the device
+    /// timelines of the step budget read them from the same scan.
+    Names,
 }
 
 impl DeviceChunk {
@@ -1325,27 +1404,53 @@ fn read_device_chunk(
     kind: DeviceKind,
     t: &super::TableInfo,
     range: Option<(i64, i64)>,
+    detail: DeviceDetail,
+    stats: Option<Keep>,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<DeviceChunk> {
     let name = src.name();
     let tbl = kind.table();
-    let mut c = DeviceChunk { kind: Some(kind), ..Default::default() };
+    let mut c = DeviceChunk { kind: Some(kind), stats: stats.map(|k| TimedStats::new(t, k)), ..Default::default() };
+    let names = detail == DeviceDetail::Names && kind == DeviceKind::Kernel;
+    let nodes = detail == DeviceDetail::Names && t.has_column(cols::GRAPH_NODE_ID) && kind != DeviceKind::GraphTrace;
     if let Some((a, b)) = range {
         // an upper bound, reserved once (untouched pages cost no memory)
         c.rows.reserve_exact((b - a).clamp(0, 1 << 32) as usize);
+        if names {
+            c.names.reserve_exact((b - a).clamp(0, 1 << 32) as usize);
+        }
     }
     let mut last: Option<(Option<i64>, Option<i64>)> = None;
     let mut n = 0u64;
-    let list = cols::DEVICE.join(", ");
+    let list = format!(
+        "{}, {}, {}, {}",
+        cols::DEVICE.join(", "),
+        if names { cols::DEMANGLED_NAME } else { "NULL" },
+        if nodes { cols::GRAPH_NODE_ID } else { "NULL" },
+        stats.map(|k| TimedStats::columns(t, k)).unwrap_or_else(|| "NULL, NULL, NULL, NULL".into())
+    );
     super::fold::for_each_in_range(src, t, tbl, &list, range, |rowid, r| {
         n += 1;
         if n & 0xFFFF == 0 && cancel.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(false);
         }
-        let Some((s, e)) = super::fold::valid_interval(src, tbl, rowid, r, &mut c.skips)? else { return Ok(true) };
+        let interval = super::fold::valid_interval(src, tbl, rowid, r, &mut c.skips)?;
+        if let Some(st) = c.stats.as_mut() {
+            let (s, e) = (int_cell(r.int(1)).ok().flatten(), int_cell(r.int(2)).ok().flatten());
+            if !st.add_row(r, s, e, 8) {
+                c.stats = None;
+            }
+        }
+        let Some((s, e)) = interval else { return Ok(true) };
         let gpid = cell_int(name, r, 3, tbl, "globalPid")?;
         let corr = cell_int(name, r, 4, tbl, "correlationId")?;
         let dev = cell_int(name, r, 5, tbl, "deviceId")?;
+        if names {
+            c.names.push(cell_int(name, r, 6, tbl, cols::DEMANGLED_NAME)?.unwrap_or(NO_NAME));
+        }
+        if nodes && cell_int(name, r, 7, tbl, cols::GRAPH_NODE_ID)?.is_some() {
+            c.node_rows += 1;
+        }
         let i = c.rows.len();
         if last != Some((gpid, dev)) {
             c.segs.push((i, gpid, dev));
@@ -1379,18 +1484,22 @@ fn read_device_chunk(
 /// failed meanwhile).
 pub fn read_device_chunks(
     src: &ScanSource,
-    tables: &[(DeviceKind, super::TableInfo)],
+    tables: &[(DeviceKind, super::TableInfo, Option<Keep>)],
     threads: usize,
+    detail: DeviceDetail,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Vec<DeviceChunk>> {
     if tables.is_empty() {
         return Ok(Vec::new());
     }
-    let infos: Vec<&super::TableInfo> = tables.iter().map(|(_, t)| t).collect();
+    let infos: Vec<&super::TableInfo> = tables.iter().map(|(_, t, _)| t).collect();
     let jobs = super::fold::plan(src, &infos, threads)?;
-    super::fold::run_jobs(&jobs, |_, j| read_device_chunk(src, tables[j.table].0, &tables[j.table].1, j.range, cancel))
-        .into_iter()
-        .collect()
+    super::fold::run_jobs(&jobs, |_, j| {
+        let (kind, t, stats) = &tables[j.table];
+        read_device_chunk(src, *kind, t, j.range, detail, *stats, cancel)
+    })
+    .into_iter()
+    .collect()
 }
 
 /// An `NVTX_EVENTS` row as [`Export::nvtx_events_ref`] gives it: the `text` borrowed (raw bytes), never copied.
@@ -1458,20 +1567,32 @@ const RUNTIME_BATCH: usize = 8192;
 fn read_runtime_chunk(
     src: &ScanSource,
     t: &super::TableInfo,
-    chunk: usize,
-    range: Option<(i64, i64)>,
+    (chunk, range): (usize, Option<(i64, i64)>),
+    stats: Option<Keep>,
     cancel: &std::sync::atomic::AtomicBool,
     tx: &std::sync::mpsc::SyncSender<RuntimeBatch>,
-) -> Result<RowSkips> {
+) -> Result<(RowSkips, Option<TimedStats>)> {
     let name = src.name();
     let tbl = schema::RUNTIME;
     let mut skips = RowSkips::new();
+    let mut st = stats.map(|k| TimedStats::new(t, k));
     let mut batch = Vec::with_capacity(RUNTIME_BATCH);
-    let list = cols::RUNTIME.join(", ");
+    let list = format!(
+        "{}, {}",
+        cols::RUNTIME.join(", "),
+        stats.map(|k| TimedStats::columns(t, k)).unwrap_or_else(|| "NULL, NULL, NULL, NULL".into())
+    );
     let mut gone = false;
     super::fold::for_each_in_range(src, t, tbl, &list, range, |rowid, r| {
         // the order of the checks of `Export::runtime_calls`: both types, both timestamps, then the rest
-        let Some((s, e)) = super::fold::valid_interval(src, tbl, rowid, r, &mut skips)? else { return Ok(true) };
+        let interval = super::fold::valid_interval(src, tbl, rowid, r, &mut skips)?;
+        if let Some(x) = st.as_mut() {
+            let (s, e) = (int_cell(r.int(1)).ok().flatten(), int_cell(r.int(2)).ok().flatten());
+            if !x.add_row(r, s, e, 6) {
+                st = None;
+            }
+        }
+        let Some((s, e)) = interval else { return Ok(true) };
         batch.push(RuntimeRow {
             start: s,
             end: e,
@@ -1492,7 +1613,7 @@ fn read_runtime_chunk(
     if !gone && !batch.is_empty() {
         let _ = tx.send(RuntimeBatch { chunk, rows: batch });
     }
-    Ok(skips)
+    Ok((skips, if gone { None } else { st }))
 }
 
 /// The valid rows of `CUPTI_ACTIVITY_KIND_RUNTIME` (present, with [`cols::RUNTIME`]) sent in batches on `tx`,
@@ -1504,21 +1625,25 @@ pub fn read_runtime_batches(
     src: &ScanSource,
     t: &super::TableInfo,
     threads: usize,
+    stats: Option<Keep>,
     cancel: &std::sync::atomic::AtomicBool,
     tx: std::sync::mpsc::SyncSender<RuntimeBatch>,
-) -> Result<RowSkips> {
+) -> Result<(RowSkips, Option<TimedStats>)> {
     let jobs = super::fold::plan(src, &[t], threads)?;
     let tx = std::sync::Mutex::new(tx);
     let results = super::fold::run_jobs(&jobs, |i, j| {
         let tx = tx.lock().map_err(|_| Error::input("the runtime table reader panicked"))?.clone();
-        read_runtime_chunk(src, t, i, j.range, cancel, &tx)
+        read_runtime_chunk(src, t, (i, j.range), stats, cancel, &tx)
     });
     drop(tx);
     let mut skips = RowSkips::new();
+    let mut parts = Vec::with_capacity(results.len());
     for r in results {
-        merge_skips(&mut skips, &r?);
+        let (sk, st) = r?;
+        merge_skips(&mut skips, &sk);
+        parts.push(st);
     }
-    Ok(skips)
+    Ok((skips, if stats.is_some() { merge_stats(parts) } else { None }))
 }
 
 // ---- readers added for step-budget's device timelines (helper step)

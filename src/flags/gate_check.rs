@@ -49,8 +49,8 @@ pub struct GateCheckArgs {
     /// G8: READY needs the opaque share of P.engine.iteration wall time below this
     #[arg(long, default_value_t = crate::readiness::DEFAULT_MAX_OPAQUE_SHARE, value_name = "SHARE")]
     pub max_opaque_share: f64,
-    /// Also write the sqlite-ranges document of the same export to this file, from the same run (read in
-    /// parallel with the gates): the bytes `sqlite-ranges EXPORT > OUT.json` writes
+    /// Also write the sqlite-ranges document of the same export to this file, from the same run (one pass over
+    /// each table for both documents): the bytes `sqlite-ranges EXPORT > OUT.json` writes
     #[arg(long, value_name = "OUT.json")]
     pub ranges: Option<PathBuf>,
     #[command(flatten)]

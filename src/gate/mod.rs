@@ -316,8 +316,10 @@ pub fn run(opts: &GateOptions) -> Result<GateDoc> {
 }
 
 /// [`run`], and the documents `also` asks for from the same capture in the same run: one open export (one
-/// export of a report), each document computed in its own thread on its own read-only connection while the
-/// gates run, so that a CI chain pays about the longest of them instead of their sum. Errors: the gates'
+/// export of a report). The ranges document is computed first on the gates' own export, and its reads of the
+/// runtime and device tables also compute the gates' facts of those tables
+/// ([`crate::ranges::document_sharing_scans`]): one pass over each table for both documents. The readiness
+/// document is computed in its own thread on its own read-only connection meanwhile. Errors: the gates'
 /// first, then the ranges', then readiness'.
 pub fn run_shared(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
     opts.thresholds.validate()?;
@@ -440,23 +442,37 @@ fn run_path(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
         .with_arg("--ranges"));
     }
     std::thread::scope(|s| {
-        let ranges = also.ranges.as_ref().zip(other.as_ref()).map(|(ro, (p, src))| {
-            s.spawn(move || -> Result<crate::ranges::RangesDoc> {
-                let ex = Export::open(p)?;
-                crate::ranges::document(&ex, src, ro)
-            })
-        });
         let readiness = also.readiness.as_ref().zip(other.as_ref()).map(|(ro, (p, src))| {
             s.spawn(move || -> Result<crate::readiness::ReadinessDoc> {
                 let ex = Export::open(p)?;
                 crate::readiness::document(&ex, src, ro)
             })
         });
+        // the ranges document first, on the gates' own export: its reads of the runtime and device tables also
+        // compute what the gates' scans would (one pass over each table for both documents)
+        let ranges = match (&also.ranges, &other, export) {
+            (Some(ro), Some((_, src)), Some(e)) => {
+                keep_for_gates(opts, e);
+                Some(crate::ranges::document_sharing_scans(e, src, ro))
+            }
+            _ => None,
+        };
         let gate = gate_doc(opts, source, export, log, provenance);
-        let ranges = ranges.map(|h| join_doc(h)).transpose();
         let readiness = readiness.map(|h| join_doc(h)).transpose();
-        Ok(SharedDocs { gate: gate?, ranges: ranges.map_err(|e| e.with_arg("--ranges"))?, readiness: readiness? })
+        Ok(SharedDocs {
+            gate: gate?,
+            ranges: ranges.transpose().map_err(|e| e.with_arg("--ranges"))?,
+            readiness: readiness?,
+        })
     })
+}
+
+/// What the gates ask the next scans of the timed tables to keep besides their facts: G5 reads the valid
+/// intervals of the window tables (throughput tier).
+fn keep_for_gates(opts: &GateOptions, e: &Export) {
+    if opts.tier == Tier::Throughput {
+        e.keep_intervals(&WINDOW_TABLES.map(|k| k.table()));
+    }
 }
 
 fn join_doc<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
@@ -476,10 +492,8 @@ fn gate_doc(
         source.nsys_version = e.nsys_version()?;
         // the gates aggregate in SQL: refuse impossible timestamps first, count invalid intervals
         let mut ph = crate::phase::Phases::new("gate-check");
-        if opts.tier == Tier::Throughput {
-            // G5 reads the valid intervals of these tables: kept by the same scans (one pass per table)
-            e.keep_intervals(&WINDOW_TABLES.map(|k| k.table()));
-        }
+        // kept by the same scans (one pass per table)
+        keep_for_gates(opts, e);
         e.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
         ph.mark("timed_table_scans");
         let timed = [export::schema::RUNTIME, export::schema::KERNEL, export::schema::MEMCPY, export::schema::MEMSET];
@@ -562,6 +576,44 @@ const WINDOW_TABLES: [DeviceKind; 4] =
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `gate-check --ranges`: the ranges reads leave the gates no runtime or device table to scan, and what
+    /// they computed (counts, sums, threads, G5's intervals) is what the gates' own scans compute.
+    #[test]
+    fn ranges_reads_answer_the_gates_scans() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let path = root.join("fixtures/nsys-2025.3.1/decode_mixed.sqlite");
+        let opts = GateOptions { capture: path.clone(), ..Default::default() };
+        let shared = Export::open(&path).unwrap();
+        keep_for_gates(&opts, &shared);
+        let src = export::CaptureSource {
+            path: path.display().to_string(),
+            size: 0,
+            kind: "sqlite".into(),
+            exported_with: None,
+            exported_sqlite: None,
+        };
+        crate::ranges::document_sharing_scans(&shared, &src, &Default::default()).unwrap();
+        let own = Export::open(&path).unwrap();
+        keep_for_gates(&opts, &own);
+        own.check_timestamps(&export::rows::TIMED_TABLES).unwrap();
+        let fact = |s: &export::rows::TimedStats| {
+            let mut t: Vec<i64> = s.thread_ids.iter().copied().collect();
+            t.sort_unstable();
+            (s.rows, s.max_end, s.sum_dur, t, s.node_rows, format!("{:?}", s.skips))
+        };
+        let mut read = 0;
+        for t in [export::schema::RUNTIME, export::schema::KERNEL, export::schema::MEMCPY, export::schema::MEMSET] {
+            if !shared.has_table(t) {
+                continue;
+            }
+            assert!(shared.stats_wanted(t).is_none(), "{t}: the gates would scan it again");
+            assert_eq!(shared.known_stats(t, fact), own.known_stats(t, fact), "{t}");
+            read += 1;
+        }
+        assert!(read >= 3, "the fixture has the runtime, kernel and memcpy tables");
+        assert_eq!(shared.window_intervals(&WINDOW_TABLES).unwrap(), own.window_intervals(&WINDOW_TABLES).unwrap());
+    }
 
     #[test]
     fn flags_are_read() {

@@ -275,19 +275,32 @@ pub struct Gap {
 }
 
 /// The GPU activity window `[first start, last end]` over KERNEL, MEMCPY, MEMSET, GRAPH_TRACE and its gaps (between the
-/// union of the intervals), longest first.
-/// `((first start, last end), gaps longest first)`.
-pub type GpuWindow = ((i64, i64), Vec<Gap>);
-
-pub fn device_gaps(e: &Export) -> Result<Option<GpuWindow>> {
-    Ok(device_gaps_and_tenths(e)?.map(|(w, _)| w))
+/// union of the intervals).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuWindow {
+    pub first: i64,
+    pub last: i64,
+    /// How many gaps the window has.
+    pub gaps: usize,
+    /// The three longest gaps and every gap the caller's `keep` accepted, longest first (then by start).
+    pub kept: Vec<Gap>,
 }
 
-/// [`device_gaps`] and the kernel starts in each tenth of the window (what `Export::kernel_start_tenths`
-/// counts: every KERNEL row with a start at or after the first, a start past the end in the last tenth), from
-/// the same rows: the valid intervals of the three tables, read once (kept by the timed-table scans when
-/// gate-check asked for them), and the starts of the invalid kernel rows.
-pub fn device_gaps_and_tenths(e: &Export) -> Result<Option<(GpuWindow, Option<[i64; 10]>)>> {
+/// The window and every gap, longest first.
+pub fn device_gaps(e: &Export) -> Result<Option<GpuWindow>> {
+    Ok(device_gaps_and_tenths(e, &|_, _| true)?.map(|(w, _)| w))
+}
+
+/// The window, its gaps (`keep(gap length, window length)` says which gaps besides the three longest are
+/// kept: a capture has about one gap per kernel, millions, and G5 reads a few) and the kernel starts in each
+/// tenth of the window (what `Export::kernel_start_tenths` counts: every KERNEL row with a start at or after
+/// the first, a start past the end in the last tenth), from the same rows: the valid intervals of the window
+/// tables, read once (kept by the timed-table scans when gate-check asked for them), and the starts of the
+/// invalid kernel rows.
+pub fn device_gaps_and_tenths(
+    e: &Export,
+    keep: &dyn Fn(i64, i64) -> bool,
+) -> Result<Option<(GpuWindow, Option<[i64; 10]>)>> {
     if !WINDOW_TABLES.iter().any(|k| e.has_table(k.table())) {
         return Ok(None);
     }
@@ -312,16 +325,51 @@ pub fn device_gaps_and_tenths(e: &Export) -> Result<Option<(GpuWindow, Option<[i
     // by start only (the gaps do not depend on the order of equal starts); stable: each table's rows come
     // sorted by start, and the merge of those runs is linear
     rows.sort_by_key(|r| r.0);
-    let mut gaps = Vec::new();
+    let window = (last - first).max(1);
+    let mut kept = Longest::default();
+    let mut gaps = 0usize;
     let mut reach = i64::MIN;
     for (s, en) in rows {
         if reach != i64::MIN && s > reach {
-            gaps.push(Gap { start: reach, end: s });
+            gaps += 1;
+            kept.offer(Gap { start: reach, end: s }, keep(s - reach, window));
         }
         reach = reach.max(en);
     }
-    gaps.sort_by(|a, b| (b.end - b.start).cmp(&(a.end - a.start)).then(a.start.cmp(&b.start)));
-    Ok(Some((((first, reach), gaps), tenths)))
+    Ok(Some((GpuWindow { first, last: reach, gaps, kept: kept.into_sorted() }, tenths)))
+}
+
+/// The three longest gaps seen and the gaps asked for, longest first then by start.
+#[derive(Default)]
+struct Longest {
+    top: Vec<Gap>,
+    asked: Vec<Gap>,
+}
+
+impl Longest {
+    fn rank(g: &Gap) -> (std::cmp::Reverse<i64>, i64) {
+        (std::cmp::Reverse(g.end - g.start), g.start)
+    }
+
+    fn offer(&mut self, g: Gap, asked: bool) {
+        if asked {
+            self.asked.push(g);
+            return;
+        }
+        if self.top.len() < 3 || Self::rank(&g) < Self::rank(&self.top[self.top.len() - 1]) {
+            let at = self.top.partition_point(|x| Self::rank(x) < Self::rank(&g));
+            self.top.insert(at, g);
+            self.top.truncate(3);
+        }
+    }
+
+    /// The three longest of all, then the asked ones.
+    fn into_sorted(self) -> Vec<Gap> {
+        let mut v: Vec<(Gap, bool)> = self.asked.into_iter().map(|g| (g, true)).collect();
+        v.extend(self.top.into_iter().map(|g| (g, false)));
+        v.sort_by_key(|(g, _)| Self::rank(g));
+        v.into_iter().enumerate().filter(|(i, (_, asked))| *i < 3 || *asked).map(|(_, (g, _))| g).collect()
+    }
 }
 
 pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
@@ -330,19 +378,21 @@ pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
         return Ok(g.skip("throughput tier only"));
     }
     let Some(e) = cx.export else { return Ok(g.skip("no export to read (a .qdstrm: see G2)")) };
-    let Some((((first, last), gaps), tenths)) = device_gaps_and_tenths(e)? else {
-        return Ok(g.skip("no GPU rows (G3 decides)"));
-    };
-    let window = (last - first).max(1);
     let t = &cx.opts.thresholds;
     let min_gap_ns = (t.min_gap_ms * 1e6) as i64;
+    let long = |len: i64, window: i64| len as f64 / window as f64 > t.max_gap_share && len >= min_gap_ns;
+    let Some((w, tenths)) = device_gaps_and_tenths(e, &long)? else {
+        return Ok(g.skip("no GPU rows (G3 decides)"));
+    };
+    let (first, last, gaps) = (w.first, w.last, &w.kept);
+    let window = (last - first).max(1);
     g.evidence.push(format!(
         "{}: GPU activity window {} – {} ({}), {} empty stretches",
         e.name(),
         secs(first),
         secs(last),
         ms(window),
-        gaps.len()
+        w.gaps
     ));
     // the rate, for the reader: kernel starts in each tenth of the window
     if let Some(tenths) = tenths {
@@ -366,10 +416,7 @@ pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
     let len = longest.end - longest.start;
     let share = len as f64 / window as f64;
     g.at_ns = Some(longest.start);
-    let long: Vec<&Gap> = gaps
-        .iter()
-        .filter(|x| (x.end - x.start) as f64 / window as f64 > t.max_gap_share && x.end - x.start >= min_gap_ns)
-        .collect();
+    let long: Vec<&Gap> = gaps.iter().filter(|x| long(x.end - x.start, window)).collect();
     Ok(if !long.is_empty() {
         let where_: Vec<String> = long.iter().map(|x| format!("{} – {}", secs(x.start), secs(x.end))).collect();
         g.decide(
@@ -402,4 +449,35 @@ pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
             ),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The gaps kept are the three longest and every asked gap, in the order of a full sort (length
+    /// descending, then start), whatever the order they come in.
+    #[test]
+    fn longest_equals_a_full_sort() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut gaps = Vec::new();
+        for i in 0..5000i64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // few distinct lengths: ties are decided by the start
+            gaps.push(Gap { start: i * 1000, end: i * 1000 + (x % 40) as i64 });
+        }
+        for asked in [|_: i64| false, |l: i64| l >= 38, |l: i64| l % 7 == 0] {
+            let mut kept = Longest::default();
+            for g in &gaps {
+                kept.offer(*g, asked(g.end - g.start));
+            }
+            let mut all = gaps.clone();
+            all.sort_by(|a, b| (b.end - b.start).cmp(&(a.end - a.start)).then(a.start.cmp(&b.start)));
+            let want: Vec<Gap> =
+                all.iter().enumerate().filter(|(i, g)| *i < 3 || asked(g.end - g.start)).map(|(_, g)| *g).collect();
+            assert_eq!(kept.into_sorted(), want);
+        }
+    }
 }

@@ -655,9 +655,29 @@ pub fn run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>) -> Result<Ran
 /// The document [`run`] prints, of an export already open, `source` saying where it came from (what
 /// `gate-check --ranges` writes from its own run: the same bytes).
 pub fn document(export: &Export, source: &crate::export::CaptureSource, opts: &RangesOptions) -> Result<RangesDoc> {
+    document_impl(export, source, opts, false)
+}
+
+/// [`document`], whose reads of the runtime and device tables also compute those tables' timed-stats facts
+/// ([`Export::put_stats`], with what [`Export::keep_intervals`] asked them to keep): gates run afterwards on the
+/// same export scan none of them again (`gate-check --ranges`: one pass over each table for both documents).
+pub fn document_sharing_scans(
+    export: &Export,
+    source: &crate::export::CaptureSource,
+    opts: &RangesOptions,
+) -> Result<RangesDoc> {
+    document_impl(export, source, opts, true)
+}
+
+fn document_impl(
+    export: &Export,
+    source: &crate::export::CaptureSource,
+    opts: &RangesOptions,
+    share: bool,
+) -> Result<RangesDoc> {
     // the contract requires the table (its message says why a capture has none)
     export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
-    let (doc, _) = analyze_impl(export, opts, false)?;
+    let (doc, _) = analyze_impl(export, opts, false, share)?;
     let mut a = Analysis { doc, occurrences: Vec::new(), metrics: Vec::new() };
     a.doc.source.path = source.path.clone();
     a.doc.source.size = source.size;
@@ -825,7 +845,7 @@ struct Tag {
 
 /// The whole analysis of an open export (see the contract).
 pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
-    let (doc, detail) = analyze_impl(export, opts, true)?;
+    let (doc, detail) = analyze_impl(export, opts, true, false)?;
     let (occurrences, metrics) = detail.expect("asked for");
     Ok(Analysis { doc, occurrences, metrics })
 }
@@ -834,9 +854,10 @@ type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
 
 /// The analysis; the public per-occurrence vectors are built only when `detail` is asked for. It runs as
 /// phases over one [`Work`]: [`load`], [`join_runtime`], [`attribute_device_rows`] (then [`sweep`]),
-/// [`map_threads`], [`aggregate`] and [`finish`].
-fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool) -> Result<(RangesDoc, Detail)> {
-    let w = run_scans(export, opts, None)?;
+/// [`map_threads`], [`aggregate`] and [`finish`]. With `share`, the reads also compute the timed-stats facts
+/// of the tables they read ([`run_scans`]).
+fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool, share: bool) -> Result<(RangesDoc, Detail)> {
+    let w = run_scans(export, opts, None, share)?;
     let mut ph = crate::phase::Phases::new("sqlite-ranges");
     let thread_diagnostics = map_threads(export, &w)?;
     ph.mark("map_threads");
@@ -886,6 +907,40 @@ struct Collect {
     /// Label id → collect its occurrences' intervals.
     want: Vec<bool>,
     per_occ: FxMap<u32, OccurrenceIntervals>,
+    /// Every device row and runtime call as read ([`CapturedRows`]); the calls by part of the runtime table.
+    rows: CapturedRows,
+    calls_by_part: Vec<Vec<CapturedCall>>,
+}
+
+/// A runtime call with a thread and an API name id, as the join read it (for the device timelines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapturedCall {
+    pub start: i64,
+    pub end: i64,
+    pub global_tid: i64,
+    pub correlation_id: Option<i64>,
+    pub name_id: i64,
+}
+
+/// Every device row and runtime call as [`analyze_with_intervals`] read them, before the attribution: what the
+/// step budget's device timelines need, without reading the tables again.
+#[derive(Debug, Clone, Default)]
+pub struct CapturedRows {
+    /// The device tables' rows in table then rowid order, with the kernels' names
+    /// ([`crate::export::rows::DeviceDetail::Names`]) and the skipped rows of each part.
+    pub device: Vec<DeviceChunk>,
+    /// The runtime calls with a thread and an API name id, in table order.
+    pub runtime: Vec<CapturedCall>,
+    /// Runtime rows skipped (invalid intervals).
+    pub runtime_skips: RowSkips,
+}
+
+/// What [`analyze_with_intervals`] returns besides the analysis.
+#[derive(Debug, Clone, Default)]
+pub struct Collected {
+    /// Per occurrence (parallel to `occurrences`): its intervals when its label was asked for, else empty.
+    pub intervals: Vec<OccurrenceIntervals>,
+    pub rows: CapturedRows,
 }
 
 /// A device row attributed to an occurrence by the join (same rows as its metrics).
@@ -922,11 +977,11 @@ pub fn analyze_with_intervals(
     export: &Export,
     opts: &RangesOptions,
     want: &dyn Fn(&str) -> bool,
-) -> Result<(Analysis, Vec<OccurrenceIntervals>)> {
-    let mut w = run_scans(export, opts, Some(want))?;
+) -> Result<(Analysis, Collected)> {
+    let mut w = run_scans(export, opts, Some(want), true)?;
     let thread_diagnostics = map_threads(export, &w)?;
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
-    let mut per_occ = w.collect.take().map(|c| c.per_occ).unwrap_or_default();
+    let (mut per_occ, rows) = w.collect.take().map(|c| (c.per_occ, c.rows)).unwrap_or_default();
     let n = w.occ.len();
     let (doc, detail) = finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, true)?;
     let (occurrences, metrics) = detail.expect("asked for");
@@ -935,20 +990,41 @@ pub fn analyze_with_intervals(
         v.device.sort_by_key(|d| (d.start, d.end));
         v.runtime.sort_unstable_by_key(|r| (r.start, r.end, r.name_id, r.sync));
     }
-    Ok((Analysis { doc, occurrences, metrics }, iv))
+    Ok((Analysis { doc, occurrences, metrics }, Collected { intervals: iv, rows }))
 }
 
 /// Phases 1 to 3: the device tables are read in parallel threads (each large table split into rowid ranges,
 /// each range on its own read-only connection: [`crate::export::rows::read_device_chunks`]) while the
 /// occurrences load and the runtime calls join on the export's connection; then the device rows are
 /// attributed and swept. Errors come in the order of a serial run: tables, NVTX, runtime, device rows.
-fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -> bool>) -> Result<Work> {
+/// With `share_stats`, the reads also compute the timed-stats facts of the tables they read whole
+/// ([`Export::put_stats`]): the caller's other questions (the evidence of a report, the gates) then need no
+/// scan of their own.
+fn run_scans(
+    export: &Export,
+    opts: &RangesOptions,
+    want: Option<&dyn Fn(&str) -> bool>,
+    share_stats: bool,
+) -> Result<Work> {
     check_tables(export)?;
-    let dev_tables: Vec<(DeviceKind, crate::export::TableInfo)> =
-        DeviceKind::ALL.iter().filter_map(|k| export.table(k.table()).map(|t| (*k, t.clone()))).collect();
+    let stats = |t: &str| if share_stats { export.stats_wanted(t) } else { None };
+    let dev_tables: Vec<(DeviceKind, crate::export::TableInfo, Option<crate::export::rows::Keep>)> = DeviceKind::ALL
+        .iter()
+        .filter_map(|k| export.table(k.table()).map(|t| (*k, t.clone(), stats(k.table()))))
+        .collect();
+    let rt_stats = stats(schema::RUNTIME);
     let src = export.source();
     let cancel = std::sync::atomic::AtomicBool::new(false);
     let threads = crate::export::rows::scan_threads();
+    // with intervals (the step budget), the kernels' names too: its device timelines read them from this scan
+    let detail = if want.is_some() {
+        if export.has_table(schema::KERNEL) {
+            export.require(schema::KERNEL, &[cols::DEMANGLED_NAME])?;
+        }
+        crate::export::rows::DeviceDetail::Names
+    } else {
+        crate::export::rows::DeviceDetail::None
+    };
     // the runtime calls too, in parallel batches (the join and the collected intervals do not depend on the
     // order in which they arrive: [`analyze_with_intervals`] sorts each occurrence's calls on all their fields)
     let rt_table = export.table(schema::RUNTIME).cloned();
@@ -956,24 +1032,29 @@ fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -
     let mut rx = Some(rx);
     std::thread::scope(|s| {
         let (src_r, cancel_r) = (&src, &cancel);
-        let reader = s.spawn(|| crate::export::rows::read_device_chunks(&src, &dev_tables, threads, &cancel));
-        let rt_reader = match rt_table.as_ref() {
-            Some(t) => {
-                Some(s.spawn(move || crate::export::rows::read_runtime_batches(src_r, t, threads, cancel_r, tx)))
-            }
-            None => {
-                drop(tx);
-                rx = None;
-                None
-            }
-        };
+        let reader = s.spawn(|| crate::export::rows::read_device_chunks(&src, &dev_tables, threads, detail, &cancel));
+        let rt_reader =
+            match rt_table.as_ref() {
+                Some(t) => Some(s.spawn(move || {
+                    crate::export::rows::read_runtime_batches(src_r, t, threads, rt_stats, cancel_r, tx)
+                })),
+                None => {
+                    drop(tx);
+                    rx = None;
+                    None
+                }
+            };
         let mut ph = crate::phase::Phases::new("sqlite-ranges");
         let main = (|| -> Result<(Work, CorrTable, bool)> {
             let mut w = load(export, opts)?;
             ph.mark("load");
             if let Some(want) = want {
-                w.collect =
-                    Some(Collect { want: w.label_names.iter().map(|l| want(l)).collect(), per_occ: FxMap::default() });
+                w.collect = Some(Collect {
+                    want: w.label_names.iter().map(|l| want(l)).collect(),
+                    per_occ: FxMap::default(),
+                    rows: CapturedRows::default(),
+                    calls_by_part: Vec::new(),
+                });
             }
             let (corr, consumed) = join_runtime(export, &mut w, rx.take())?;
             ph.mark("join_runtime");
@@ -989,12 +1070,18 @@ fn run_scans(export: &Export, opts: &RangesOptions, want: Option<&dyn Fn(&str) -
         let chunks = reader.join().unwrap_or_else(|_| Err(Error::input("the device table reader panicked")));
         ph.mark("device_rows_wait");
         let (mut w, corr, consumed) = main?;
-        if consumed {
-            if let Some(sk) = rt_skips {
-                crate::export::merge_skips(&mut w.row_skips, &sk?);
-            }
+        let (rt_skips, rt_stats) = if consumed { rt_skips.transpose()?.unzip() } else { (None, None) };
+        if let Some(sk) = &rt_skips {
+            crate::export::merge_skips(&mut w.row_skips, sk);
         }
-        let chunks = chunks?;
+        if let Some(st) = rt_stats.flatten() {
+            export.put_stats(schema::RUNTIME, st);
+        }
+        let mut chunks = chunks?;
+        put_device_stats(export, &mut chunks);
+        if let Some(c) = w.collect.as_mut() {
+            c.rows = captured_rows(&mut chunks, std::mem::take(&mut c.calls_by_part), rt_skips.unwrap_or_default());
+        }
         attribute_device_rows(&mut w, corr, chunks);
         ph.mark("attribute_device_rows+sweep");
         Ok(w)
@@ -1011,6 +1098,37 @@ fn nvtx_table(export: &Export) -> Result<bool> {
     }
     export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
     Ok(true)
+}
+
+/// The timed-stats facts the device reads computed, per table ([`Export::put_stats`]).
+fn put_device_stats(export: &Export, chunks: &mut [DeviceChunk]) {
+    for kind in DeviceKind::ALL {
+        let parts: Vec<_> = chunks.iter_mut().filter(|c| c.kind == Some(kind)).map(|c| c.stats.take()).collect();
+        if let Some(st) = crate::export::rows::merge_stats(parts) {
+            export.put_stats(kind.table(), st);
+        }
+    }
+}
+
+/// What the step budget's device timelines read ([`CapturedRows`]): a copy of the device rows as read (the
+/// attribution rewrites them in place), taking the kernels' names out of the chunks, and the runtime calls of
+/// each part of the table in table order.
+fn captured_rows(chunks: &mut [DeviceChunk], calls: Vec<Vec<CapturedCall>>, runtime_skips: RowSkips) -> CapturedRows {
+    let device = chunks
+        .iter_mut()
+        .map(|c| DeviceChunk {
+            kind: c.kind,
+            rows: c.rows.clone(),
+            segs: c.segs.clone(),
+            long: c.long.clone(),
+            wide: c.wide.clone(),
+            skips: c.skips.clone(),
+            names: std::mem::take(&mut c.names),
+            node_rows: c.node_rows,
+            stats: None,
+        })
+        .collect();
+    CapturedRows { device, runtime: calls.concat(), runtime_skips }
 }
 
 /// Every table of the contract, validated before any work (a schema mismatch is an error, never a partial
@@ -1171,6 +1289,19 @@ fn join_runtime(
         let Work { occ, slice_of, metrics, syncs, th_runtime, proc_idx, chains, row_skips, collect, .. } = w;
         let mut body = |r: crate::export::RuntimeRow, part: usize| -> Result<()> {
             seen += 1;
+            if let (Some(c), Some(t), Some(n)) = (collect.as_mut(), r.global_tid, r.name_id) {
+                if c.calls_by_part.len() <= part {
+                    c.calls_by_part.resize_with(part + 1, Vec::new);
+                }
+                let call = CapturedCall {
+                    start: r.start,
+                    end: r.end,
+                    global_tid: t,
+                    correlation_id: r.correlation_id,
+                    name_id: n,
+                };
+                c.calls_by_part[part].push(call);
+            }
             if seen & 0xF_FFFF == 0 {
                 progress(&format!("{tbl}: {seen} rows"));
             }
@@ -1925,7 +2056,7 @@ pub fn high_cardinality<'a>(labels: impl IntoIterator<Item = &'a str>) -> Vec<Hi
 /// The ranges document of an open export, without the per-occurrence vectors [`analyze`] keeps (appended by
 /// H7 for `report` and `capture-compare`, which need the document only: it bounds their memory).
 pub fn analyze_doc(export: &Export, opts: &RangesOptions) -> Result<RangesDoc> {
-    Ok(analyze_impl(export, opts, false)?.0)
+    Ok(analyze_impl(export, opts, false, false)?.0)
 }
 
 #[cfg(test)]

@@ -434,12 +434,11 @@ fn step_budget_of(ev: &Evidence, opts: &ReportOptions, doc: &ReportDoc) -> Resul
     // --iterations: the same time window as the windowed ranges (crate::iterations::window::report_run)
     // the evidence's analysis (whole capture, folded, intervals of every iteration-like label) when the
     // ranges were not recomputed over a window
-    let pre = ev.step_detail.as_deref().filter(|_| ev.step_window.is_none()).map(|(a, iv)| (a, iv.as_slice()));
+    let pre = ev.step_detail.as_deref().filter(|_| ev.step_window.is_none()).map(|(a, c)| (a, c));
     let mut sb = crate::step_budget::analyze_window_with(&cap.export, &sopts, ev.step_window, pre)?;
     sb.source = ev.source.clone();
     sb.step_label_choice = "the report's primary range (iteration-like)".into();
-    let v = serde_json::to_value(&sb).map_err(|e| Error::input(format!("{}: step budget: {e}", ev.source)))?;
-    Ok(Budget { section: steps::section(&v, "step-budget on the export"), export: Some(cap), doc: Some(sb) })
+    Ok(Budget { section: steps::section_of(&sb, "step-budget on the export"), export: Some(cap), doc: Some(sb) })
 }
 
 /// The step budget decides the class when its steps carry device work and its class is of the vocabulary.

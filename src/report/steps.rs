@@ -125,14 +125,30 @@ fn i(v: &Value, k: &str) -> i64 {
     v.get(k).and_then(|x| x.as_i64()).unwrap_or(0)
 }
 
-/// One step as read from the document: (index, start, wall, gpu busy, components by name).
+/// One step as read from the document: index, start, wall, GPU busy, whether it carries device work, and its
+/// components in the order of the section's component names.
 struct StepRow {
     index: u64,
     start: i64,
     wall: i64,
     busy: i64,
     device: bool,
-    comps: Vec<(String, i64)>,
+    comps: Vec<i64>,
+}
+
+/// What a section is built from, whether read from JSON ([`section`]) or from the typed document
+/// ([`section_of`]).
+struct Parts {
+    names: Vec<String>,
+    rows: Vec<StepRow>,
+    outliers: Vec<u64>,
+    verdict: StepVerdict,
+    distributions: BTreeMap<String, StepDist>,
+    idle: Vec<Value>,
+    graph_level: bool,
+    step_label: String,
+    step_label_choice: Option<String>,
+    outlier_factor: Option<f64>,
 }
 
 /// Build the section from a step-budget document (JSON). None when it has no steps.
@@ -140,6 +156,24 @@ pub fn section(doc: &Value, source: &str) -> Option<StepBudgetSection> {
     let steps_v = doc.get("steps")?.as_array()?;
     if steps_v.is_empty() {
         return None;
+    }
+    fn comps_of(s: &Value) -> Option<&serde_json::Map<String, Value>> {
+        s.get("components").and_then(|c| c.as_object())
+    }
+    // component order: the known ones present, then the others as first found
+    let mut names: Vec<String> = KNOWN_COMPONENTS
+        .iter()
+        .filter(|n| {
+            steps_v.iter().any(|s| comps_of(s).is_some_and(|m| m.get(**n).is_some_and(|v| v.as_i64().is_some())))
+        })
+        .map(|n| n.to_string())
+        .collect();
+    for s in steps_v {
+        for (k, v) in comps_of(s).into_iter().flatten() {
+            if v.as_i64().is_some() && !names.contains(k) {
+                names.push(k.clone());
+            }
+        }
     }
     let rows: Vec<StepRow> = steps_v
         .iter()
@@ -151,57 +185,17 @@ pub fn section(doc: &Value, source: &str) -> Option<StepBudgetSection> {
             busy: i(s, "gpu_busy_ns"),
             device: ["kernels", "memcpys", "memsets", "graph_traces", "graph_launches"].iter().any(|f| i(s, f) > 0)
                 || i(s, "gpu_busy_ns") > 0,
-            comps: s
-                .get("components")
-                .and_then(|c| c.as_object())
-                .map(|m| m.iter().filter_map(|(k, v)| v.as_i64().map(|x| (k.clone(), x))).collect())
-                .unwrap_or_default(),
+            comps: names
+                .iter()
+                .map(|n| comps_of(s).and_then(|m| m.get(n)).and_then(|v| v.as_i64()).unwrap_or(0))
+                .collect(),
         })
         .collect();
-    // component order: the known ones present, then the others as first found
-    let mut names: Vec<String> = Vec::new();
-    for n in KNOWN_COMPONENTS {
-        if rows.iter().any(|r| r.comps.iter().any(|(k, _)| k == n)) {
-            names.push(n.to_string());
-        }
-    }
-    for r in &rows {
-        for (k, _) in &r.comps {
-            if !names.contains(k) {
-                names.push(k.clone());
-            }
-        }
-    }
-    let comp_of = |r: &StepRow, n: &str| r.comps.iter().find(|(k, _)| k == n).map(|(_, v)| *v).unwrap_or(0);
     let outliers: Vec<u64> = doc
         .get("outliers")
         .and_then(|o| o.as_array())
         .map(|a| a.iter().filter_map(|o| o.as_u64().or_else(|| o.get("index").and_then(|x| x.as_u64()))).collect())
         .unwrap_or_default();
-    let mut totals = BTreeMap::new();
-    totals.insert("wall".to_string(), rows.iter().map(|r| r.wall).sum());
-    for n in &names {
-        totals.insert(n.clone(), rows.iter().map(|r| comp_of(r, n)).sum());
-    }
-    // bars
-    let per = rows.len().div_ceil(MAX_BARS).max(1);
-    let bars: Vec<StepBar> = rows
-        .chunks(per)
-        .map(|c| StepBar {
-            first_index: c[0].index,
-            last_index: c[c.len() - 1].index,
-            steps: c.len() as u64,
-            start_ns: c[0].start,
-            wall_ns: c.iter().map(|r| r.wall).sum(),
-            gpu_busy_ns: c.iter().map(|r| r.busy).sum(),
-            components: names.iter().map(|n| c.iter().map(|r| comp_of(r, n)).sum()).collect(),
-            outliers: c.iter().filter(|r| outliers.contains(&r.index)).count() as u64,
-        })
-        .collect();
-    let histograms = vec![
-        histogram("wall", rows.iter().map(|r| r.wall).collect()),
-        histogram("gpu_busy", rows.iter().map(|r| r.busy).collect()),
-    ];
     let verdict: StepVerdict = doc
         .get("verdict")
         .map(|v| StepVerdict {
@@ -229,14 +223,114 @@ pub fn section(doc: &Value, source: &str) -> Option<StepBudgetSection> {
         .and_then(|d| d.as_object())
         .map(|m| m.iter().filter_map(|(k, v)| serde_json::from_value(v.clone()).ok().map(|d| (k.clone(), d))).collect())
         .unwrap_or_default();
-    let idle: Vec<Value> = doc.get("idle").and_then(|x| x.as_array()).cloned().unwrap_or_default();
-    let graph_level = doc.get("graph_level").and_then(|x| x.as_bool()).unwrap_or(false);
-    Some(StepBudgetSection {
+    Some(build(
+        Parts {
+            names,
+            rows,
+            outliers,
+            verdict,
+            distributions,
+            idle: doc.get("idle").and_then(|x| x.as_array()).cloned().unwrap_or_default(),
+            graph_level: doc.get("graph_level").and_then(|x| x.as_bool()).unwrap_or(false),
+            step_label: doc.get("step_label").and_then(|x| x.as_str()).unwrap_or("").to_string(),
+            step_label_choice: doc.get("step_label_choice").and_then(|x| x.as_str()).map(String::from),
+            outlier_factor: doc.get("outlier_factor").and_then(|x| x.as_f64()),
+        },
+        source,
+    ))
+}
+
+/// [`section`] of a step-budget document computed in this process: the same section, without writing its
+/// JSON (a large step budget's steps would be serialized only to be read back).
+pub fn section_of(doc: &crate::step_budget::StepBudgetDoc, source: &str) -> Option<StepBudgetSection> {
+    if doc.steps.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = KNOWN_COMPONENTS.iter().map(|n| n.to_string()).collect();
+    let rows = doc
+        .steps
+        .iter()
+        .map(|s| StepRow {
+            index: s.index as u64,
+            start: s.start_ns,
+            wall: s.wall_ns,
+            busy: s.gpu_busy_ns,
+            device: s.kernels + s.memcpys + s.memsets + s.graph_traces + s.graph_launches > 0 || s.gpu_busy_ns > 0,
+            comps: names.iter().map(|n| s.components.get(n)).collect(),
+        })
+        .collect();
+    let v = &doc.verdict;
+    let verdict = StepVerdict {
+        class: v.class.clone(),
+        rule: v.rule.clone(),
+        reason: v.reason.clone(),
+        steps_used: Some(v.steps_used as u64),
+        rows: v
+            .rows
+            .iter()
+            .map(|r| StepVerdictRow {
+                name: r.name.clone(),
+                value_ns: r.value_ns,
+                share: r.share.filter(|x| x.is_finite()),
+            })
+            .collect(),
+    };
+    let distributions = doc
+        .distributions
+        .iter()
+        .map(|(k, d)| {
+            (k.clone(), StepDist { count: d.count as u64, median: d.median, p90: d.p90, p99: d.p99, max: d.max })
+        })
+        .collect();
+    Some(build(
+        Parts {
+            names,
+            rows,
+            outliers: doc.outliers.iter().map(|o| o.index as u64).collect(),
+            verdict,
+            distributions,
+            idle: doc.idle.iter().filter_map(|d| serde_json::to_value(d).ok()).collect(),
+            graph_level: doc.graph_level,
+            step_label: doc.step_label.clone(),
+            step_label_choice: Some(doc.step_label_choice.clone()),
+            outlier_factor: Some(doc.outlier_factor).filter(|x| x.is_finite()),
+        },
+        source,
+    ))
+}
+
+/// The section from its parts: totals, bars (binned past [`MAX_BARS`]), histograms.
+fn build(p: Parts, source: &str) -> StepBudgetSection {
+    let Parts { names, rows, outliers, verdict, distributions, idle, graph_level, .. } = p;
+    let mut totals = BTreeMap::new();
+    totals.insert("wall".to_string(), rows.iter().map(|r| r.wall).sum());
+    for (k, n) in names.iter().enumerate() {
+        totals.insert(n.clone(), rows.iter().map(|r| r.comps[k]).sum());
+    }
+    let per = rows.len().div_ceil(MAX_BARS).max(1);
+    let bars: Vec<StepBar> = rows
+        .chunks(per)
+        .map(|c| StepBar {
+            first_index: c[0].index,
+            last_index: c[c.len() - 1].index,
+            steps: c.len() as u64,
+            start_ns: c[0].start,
+            wall_ns: c.iter().map(|r| r.wall).sum(),
+            gpu_busy_ns: c.iter().map(|r| r.busy).sum(),
+            components: (0..names.len()).map(|k| c.iter().map(|r| r.comps[k]).sum()).collect(),
+            outliers: c.iter().filter(|r| outliers.contains(&r.index)).count() as u64,
+        })
+        .collect();
+    let histograms = vec![
+        histogram("wall", rows.iter().map(|r| r.wall).collect()),
+        histogram("gpu_busy", rows.iter().map(|r| r.busy).collect()),
+    ];
+    StepBudgetSection {
         source: source.to_string(),
-        step_label: doc.get("step_label").and_then(|x| x.as_str()).unwrap_or("").to_string(),
-        step_label_choice: doc.get("step_label_choice").and_then(|x| x.as_str()).map(String::from),
+        step_label: p.step_label,
+        step_label_choice: p.step_label_choice,
         steps: rows.len() as u64,
-        outlier_factor: doc.get("outlier_factor").and_then(|x| x.as_f64()),
+        outlier_factor: p.outlier_factor,
         graph_level,
         device_work: graph_level || rows.iter().any(|r| r.device),
         verdict,
@@ -248,7 +342,7 @@ pub fn section(doc: &Value, source: &str) -> Option<StepBudgetSection> {
         histograms,
         idle_computed: !idle.is_empty(),
         idle,
-    })
+    }
 }
 
 /// A histogram of `v` (see the module docs for the range).
@@ -293,6 +387,22 @@ mod tests {
         assert_eq!((s.bars.bars[1].first_index, s.bars.bars[1].outliers), (1, 1));
         assert!(!s.device_work && !s.idle_computed && s.verdict.class.is_empty());
         assert_eq!(s.totals["wall"], 40);
+    }
+
+    /// The typed path and the JSON path give the same section, on a real export's step budget.
+    #[test]
+    fn typed_and_json_sections_agree() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nsys-2025.3.1/decode_mixed.sqlite");
+        let cap = crate::export::open_capture(&path, None).unwrap();
+        let opts = crate::step_budget::StepBudgetOptions {
+            step: Some("vibeserve.engine.iteration".into()),
+            ..Default::default()
+        };
+        let doc = crate::step_budget::analyze(&cap.export, &opts).unwrap();
+        let typed = section_of(&doc, "x").unwrap();
+        let json = section(&serde_json::to_value(&doc).unwrap(), "x").unwrap();
+        assert_eq!(serde_json::to_string(&typed).unwrap(), serde_json::to_string(&json).unwrap());
+        assert!(typed.steps > 100 && typed.idle_computed && !typed.outliers.is_empty());
     }
 
     #[test]

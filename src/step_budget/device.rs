@@ -11,8 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{dist, Dist};
 use crate::contract::Result;
+use crate::export::rows::NO_NAME;
 use crate::export::schema::DeviceKind;
 use crate::export::{ns_of, Export, RowSkips};
+use crate::ranges::CapturedRows;
 use crate::ranges::FxMap;
 
 /// Idle categories, in the order of [`IdleSplit`].
@@ -313,86 +315,53 @@ fn names_of(export: &Export) -> Result<Names> {
     Ok(n)
 }
 
-/// The device rows of one rowid range, by device in first-seen order, and the NCCL kernel rows by name id.
-#[derive(Default)]
-struct OpsPart {
-    by_dev: Vec<(i64, Vec<Op>)>,
-    nccl_by_id: FxMap<i64, (u64, i64)>,
-    node_rows: u64,
-}
-
-/// What [`read_ops`] reads: the rows by device, the NCCL kernel rows by name id, the node-level rows.
+/// The rows by device, the NCCL kernel rows by name id, the node-level rows ([`ops_of`]).
 struct Ops {
     by_dev: BTreeMap<i64, Vec<Op>>,
     nccl_by_id: FxMap<i64, (u64, i64)>,
     node_rows: u64,
 }
 
-/// Every device row of the capture, by device (rows in table then rowid order), read in parallel.
-fn read_ops(export: &Export, names: &Names, skips: &mut RowSkips) -> Result<Ops> {
-    let mut tables = Vec::new();
-    for kind in DeviceKind::ALL {
-        if let Some(t) = export.optional(kind.table(), &crate::export::schema::cols::DEVICE)? {
-            if kind == DeviceKind::Kernel {
-                export.require(kind.table(), &[crate::export::schema::cols::DEMANGLED_NAME])?;
-            }
-            tables.push((kind, t.clone()));
-        }
-    }
-    let threads = crate::export::rows::scan_threads();
-    let parts = crate::export::fold::fold_device_ops(
-        &export.source(),
-        &tables,
-        threads,
-        |_| OpsPart::default(),
-        |p, o| {
-            let nccl = o.kind == DeviceKind::Kernel && o.name_id.is_some_and(|n| names.nccl.contains_key(&n));
-            if nccl {
-                let e = p.nccl_by_id.entry(o.name_id.unwrap_or(-1)).or_insert((0, 0));
-                e.0 += 1;
-                e.1 += o.row.end - o.row.start;
-            }
-            if o.graph_node_id.is_some() && o.kind != DeviceKind::GraphTrace {
-                p.node_rows += 1;
-            }
-            let op = Op {
-                start: o.row.start,
-                end: o.row.end,
-                issue: o.row.start,
-                pid: o.row.global_pid.unwrap_or(-1),
-                corr: o.row.correlation_id,
-                call: NO_CALL,
-                kind: o.kind,
-                nccl,
-            };
-            let dev = o.row.device_id.unwrap_or(-1);
-            match p.by_dev.iter_mut().find(|(d, _)| *d == dev) {
-                Some((_, v)) => v.push(op),
-                None => p.by_dev.push((dev, vec![op])),
-            }
-        },
-    )?;
+/// Every device row of the capture, by device (rows in table then rowid order), as the ranges scan read them.
+fn ops_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Ops {
     let mut by_dev: BTreeMap<i64, Vec<Op>> = BTreeMap::new();
     let mut nccl_by_id: FxMap<i64, (u64, i64)> = FxMap::default();
     let mut node_rows = 0;
-    for (_, part, sk) in parts {
-        crate::export::merge_skips(skips, &sk);
-        node_rows += part.node_rows;
-        for (dev, ops) in part.by_dev {
+    for c in &rows.device {
+        crate::export::merge_skips(skips, &c.skips);
+        node_rows += c.node_rows;
+        let Some(kind) = c.kind else { continue };
+        let (mut long, mut wide) = (0usize, 0usize);
+        for (k, seg) in c.segs.iter().enumerate() {
+            let hi = c.segs.get(k + 1).map_or(c.rows.len(), |n| n.0);
+            let (pid, dev) = (seg.1.unwrap_or(-1), seg.2.unwrap_or(-1));
             let v = by_dev.entry(dev).or_default();
-            if v.is_empty() {
-                *v = ops;
-            } else {
-                v.extend_from_slice(&ops);
+            for i in seg.0..hi {
+                let r = c.rows[i];
+                let end = if r.dur == u32::MAX {
+                    long += 1;
+                    c.long[long - 1].1
+                } else {
+                    r.start + r.dur as i64
+                };
+                let corr = if r.aux == u32::MAX {
+                    wide += 1;
+                    c.wide[wide - 1].1
+                } else {
+                    Some(r.aux as i64)
+                };
+                let name = c.names.get(i).copied().filter(|&n| n != NO_NAME);
+                let nccl = kind == DeviceKind::Kernel && name.is_some_and(|n| names.nccl.contains_key(&n));
+                if nccl {
+                    let e = nccl_by_id.entry(name.unwrap_or(-1)).or_insert((0, 0));
+                    e.0 += 1;
+                    e.1 += end - r.start;
+                }
+                v.push(Op { start: r.start, end, issue: r.start, pid, corr, call: NO_CALL, kind, nccl });
             }
         }
-        for (id, (n, t)) in part.nccl_by_id {
-            let e = nccl_by_id.entry(id).or_insert((0, 0));
-            e.0 += n;
-            e.1 += t;
-        }
     }
-    Ok(Ops { by_dev, nccl_by_id, node_rows })
+    Ops { by_dev, nccl_by_id, node_rows }
 }
 
 /// The runtime calls with a correlation id, sorted by `(pid, corr)` (one per key: the last in table order), and
@@ -425,31 +394,18 @@ impl Calls {
     }
 }
 
-fn read_calls(export: &Export, names: &Names, skips: &mut RowSkips) -> Result<Calls> {
-    let Some(t) = export.optional(crate::export::schema::RUNTIME, &crate::export::schema::cols::RUNTIME)? else {
-        return Ok(Calls::default());
-    };
-    let t = t.clone();
-    let threads = crate::export::rows::scan_threads();
-    type Part = (Vec<Call>, Vec<(i64, i64, i64)>);
-    let (parts, sk) =
-        crate::export::fold::fold_runtime(&export.source(), &t, threads, Part::default, |p: &mut Part, r| {
-            let (Some(tid), Some(nid)) = (r.global_tid, r.name_id) else { return };
-            let api = names.api_of.get(&nid).copied().unwrap_or(Api::Other);
-            if api == Api::Sync {
-                p.1.push((tid, r.start, r.end));
-            }
-            if let Some(corr) = r.correlation_id {
-                p.0.push(Call { pid: ns_of(tid), corr, start: r.start, tid, api, name_id: nid });
-            }
-        })?;
-    crate::export::merge_skips(skips, &sk);
-    let mut calls: Vec<Call> = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+fn calls_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Calls {
+    crate::export::merge_skips(skips, &rows.runtime_skips);
+    let mut calls: Vec<Call> = Vec::with_capacity(rows.runtime.len());
     let mut syncs: FxMap<i64, Vec<(i64, i64)>> = FxMap::default();
-    for (c, s) in parts {
-        calls.extend_from_slice(&c);
-        for (tid, a, b) in s {
-            syncs.entry(tid).or_default().push((a, b));
+    for r in &rows.runtime {
+        let (tid, nid) = (r.global_tid, r.name_id);
+        let api = names.api_of.get(&nid).copied().unwrap_or(Api::Other);
+        if api == Api::Sync {
+            syncs.entry(tid).or_default().push((r.start, r.end));
+        }
+        if let Some(corr) = r.correlation_id {
+            calls.push(Call { pid: ns_of(tid), corr, start: r.start, tid, api, name_id: nid });
         }
     }
     // stable: equal keys keep table order, and the last of them wins (as a map insert per row would)
@@ -462,16 +418,17 @@ fn read_calls(export: &Export, names: &Names, skips: &mut RowSkips) -> Result<Ca
         }
     }
     let syncs = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
-    Ok(Calls { calls: out, syncs })
+    Calls { calls: out, syncs }
 }
 
-/// Read every device row and its issuing runtime call (both tables in parallel rowid ranges), and analyse
-/// each device (devices in parallel).
-pub fn build(export: &Export) -> Result<Timelines> {
+/// The device timelines of a capture from the device rows and runtime calls the ranges scan read
+/// ([`CapturedRows`]): every device row linked to the call that issued it; each device analysed (in parallel
+/// threads when there are several).
+pub fn build(export: &Export, rows: &CapturedRows) -> Result<Timelines> {
     let mut skips = RowSkips::new();
     let names = names_of(export)?;
-    let Ops { by_dev, nccl_by_id, node_rows } = read_ops(export, &names, &mut skips)?;
-    let calls = read_calls(export, &names, &mut skips)?;
+    let Ops { by_dev, nccl_by_id, node_rows } = ops_of(rows, &names, &mut skips);
+    let calls = calls_of(rows, &names, &mut skips);
     let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();
     let mut nccl_kernels = 0u64;
     for (&dev, ops) in &by_dev {

@@ -436,14 +436,14 @@ pub fn analyze_window(export: &Export, opts: &StepBudgetOptions, window: Option<
 }
 
 /// [`analyze_window`], reusing `pre`: the ranges analysis of the same export with the same options
-/// (`fold`, `window`) and the intervals of (at least) every occurrence of the step label, as
+/// (`fold`, `window`), the intervals of (at least) every occurrence of the step label and the rows read, as
 /// [`ranges::analyze_with_intervals`] returns them (report computes them once for the evidence and the step
 /// budget). Used only when `opts.step` is given.
 pub fn analyze_window_with(
     export: &Export,
     opts: &StepBudgetOptions,
     window: Option<(i64, i64)>,
-    pre: Option<(&ranges::Analysis, &[ranges::OccurrenceIntervals])>,
+    pre: Option<(&ranges::Analysis, &ranges::Collected)>,
 ) -> Result<StepBudgetDoc> {
     if !(opts.outlier_factor.is_finite() && opts.outlier_factor > 1.0) {
         return Err(Error::usage(format!(
@@ -476,13 +476,14 @@ pub fn analyze_window_with(
     };
     let mut ph = crate::phase::Phases::new("step-budget");
     let owned;
-    let (a, iv) = match pre.filter(|_| opts.step.is_some()) {
-        Some((a, iv)) => (a, iv),
+    let (a, collected) = match pre.filter(|_| opts.step.is_some()) {
+        Some((a, c)) => (a, c),
         None => {
             owned = ranges::analyze_with_intervals(export, &ropts, &|l| l == label)?;
-            (&owned.0, owned.1.as_slice())
+            (&owned.0, &owned.1)
         }
     };
+    let iv = collected.intervals.as_slice();
     let mut idx: Vec<usize> = (0..a.occurrences.len()).filter(|&i| a.occurrences[i].label == label).collect();
     if a.doc.ranges.is_empty() {
         return Err(no_range_error(export)?);
@@ -502,7 +503,7 @@ pub fn analyze_window_with(
         idx.iter().flat_map(|&i| iv[i].runtime.iter().filter_map(|r| r.name_id)).collect();
     let names = export.strings_for(&ids)?;
     ph.mark("ranges+names");
-    let mut tl = device::build(export)?;
+    let mut tl = device::build(export, &collected.rows)?;
     ph.mark("device_timeline");
     let nccl_kernels = tl.nccl_kernels;
     // ranks: the processes of the steps' threads, in order of their first step
