@@ -77,10 +77,24 @@ pub struct ThreadRow {
     pub device_rows_attributed: i64,
 }
 
+/// `totals.per_device[]` of a ranges document: one device's rows (every device row, any process).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct DeviceTotalsRow {
+    #[serde(rename = "deviceId")]
+    pub device_id: i64,
+    pub device_rows: i64,
+    /// Union of its KERNEL, MEMCPY, MEMSET and GRAPH_TRACE intervals.
+    pub busy_union_ns: i64,
+    pub first_start: i64,
+    pub last_end: i64,
+}
+
 /// `totals` of a ranges document.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct RangeTotals {
+    pub per_device: Vec<DeviceTotalsRow>,
     pub kernels_total: i64,
     pub kernel_work_total_ns: i64,
     pub kernels_attributed: i64,
@@ -197,11 +211,11 @@ pub struct Evidence {
     #[serde(skip)]
     #[schemars(skip)]
     pub spooled: Option<std::sync::Arc<tempfile::TempPath>>,
-    /// How much copy time the compute hides (raw export; measured only when copies are at least
-    /// `report::MEMCPY_SHARE_MIN` of the summed device time, the only case where it can change a class).
+    /// How much copy and communication time the compute hides on each device (raw export read with step
+    /// detail, i.e. report; measured only when it can change a class: [`export_exposure`]).
     #[serde(skip)]
     #[schemars(skip)]
-    pub copy_exposure: Option<CopyExposure>,
+    pub exposure: Option<Exposure>,
     /// The ranges analysis of a raw export (whole capture, labels folded) with the intervals of every
     /// occurrence of an iteration-like label: report's step budget reuses it instead of a second analysis.
     #[serde(skip)]
@@ -210,6 +224,28 @@ pub struct Evidence {
     /// `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (raw export only).
     #[serde(skip)]
     pub started_utc_ns: Option<i64>,
+    /// A raw export without any NVTX range, read with step detail (report): why, and its blocking calls
+    /// ([`no_range_of`]).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub no_range: Option<NoRange>,
+}
+
+/// What a capture without any NVTX range still shows on the host side.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NoRange {
+    /// Why it has none, when the export says ([`crate::export::NvtxRecorded::no_range_cause`]).
+    pub cause: Option<String>,
+    /// The blocking sync and copy calls of the whole capture by API (no range encloses them), calls descending.
+    pub blocking_calls: Vec<crate::readiness::SyncApiCount>,
+}
+
+/// [`Evidence::no_range`] of an export whose ranges analysis found no range: nsys's cause when the export
+/// records it, and the blocking calls of the whole capture (nvtx-readiness' counting, no range enclosing any).
+fn no_range_of(export: &Export) -> Result<NoRange> {
+    let runtime = export.optional(schema::RUNTIME, &schema::cols::RUNTIME)?.map(|t| t.name.clone());
+    let calls = crate::readiness::unenclosed_syncs(export, runtime.as_deref(), &[])?;
+    Ok(NoRange { cause: export.nvtx_recorded()?.no_range_cause().map(String::from), blocking_calls: calls.by_api })
 }
 
 /// The totals of a capture's whole kernel table, as a bundle records them.
@@ -824,7 +860,6 @@ pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
     ev.kernels = Some(kernels);
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
     ev.memcpy_time_ns = Some(memcpy);
-    ev.copy_exposure = export_copy_exposure(export, ev.kernels.as_deref().unwrap_or_default(), memcpy)?;
     let (a, iv) = match detail {
         Some((a, c)) => (a, Some(c)),
         None => (crate::ranges::analyze(export, &ropts)?, None),
@@ -832,6 +867,17 @@ pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
     ev.occurrences = Some(crate::compare::ab::occurrences_of(&a));
     ev.ranges = Some(ranges_view_of(export, &a)?);
     ph.mark("ranges");
+    // report (step detail): how much copy and communication time the compute hides on each device, from the
+    // device rows the ranges scan read (no second read of the device tables)
+    if let Some(c) = &iv {
+        ev.exposure = export_exposure(export, &c.rows, ev.kernels.as_deref().unwrap_or_default(), memcpy)?;
+        ph.mark("exposure");
+    }
+    // report (step detail) on a capture without any range: what the host side still shows
+    if step_detail && ev.ranges.as_ref().is_some_and(|r| r.ranges.is_empty()) {
+        ev.no_range = Some(no_range_of(export)?);
+        ph.mark("no_range");
+    }
     ev.step_detail = iv.map(|iv| std::sync::Arc::new((a, iv)));
     ev.started_utc_ns = crate::export::session_start_utc_ns(export)?;
     Ok(ev)
@@ -993,52 +1039,115 @@ pub fn export_kernel_stats(export: &Export) -> Result<(Vec<KernelStat>, i64)> {
     Ok((out, mem))
 }
 
-/// Copy time against compute time on each device: MEMCPY+MEMSET intervals (copies) and KERNEL+GRAPH_TRACE
-/// intervals (compute), as unions per `deviceId`, summed over devices.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CopyExposure {
-    /// Σ over devices of |copies|.
-    pub copy_ns: i64,
-    /// Σ over devices of |copies \ compute|: copy time no compute on the same device runs under.
-    pub exposed_ns: i64,
-    /// Σ over devices of |copies ∪ compute|: the device busy union.
+/// One device's busy time, and the parts of it that copies and communication kernels take with no compute
+/// under them: unions of that device's rows (any process), never sums of durations, never across devices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DeviceExposure {
+    pub device_id: i64,
+    /// |KERNEL ∪ MEMCPY ∪ MEMSET ∪ GRAPH_TRACE|: the device busy union.
     pub busy_ns: i64,
+    /// |MEMCPY ∪ MEMSET|.
+    pub copy_ns: i64,
+    /// |copies \ (KERNEL ∪ GRAPH_TRACE)|: copy time no kernel of the device runs under.
+    pub exposed_copy_ns: i64,
+    /// |communication kernels| ([`crate::categories::is_communication_kernel`]).
+    pub comm_ns: i64,
+    /// |communication \ (other KERNEL ∪ GRAPH_TRACE)|: communication time no compute of the device runs under
+    /// (step-budget's `exposed_comm_ns`, per device instead of per rank).
+    pub exposed_comm_ns: i64,
 }
 
-/// [`CopyExposure`] of an export, measured only when the summed copy time reaches
-/// `report::MEMCPY_SHARE_MIN` of the summed kernel and copy time (below it no class can depend on it; this spares
-/// the scan of every device row on big exports). Copies on a copy stream under compute on another stream are
-/// not what bounds the step (measured: held-out `overlap`, 128 MiB H2D copies under 20 matmuls: the copies are
-/// 38.9 % of the summed device time but 7.6 % of the busy union is copy time with no kernel under it).
-pub fn export_copy_exposure(export: &Export, kernels: &[KernelStat], copy_sum: i64) -> Result<Option<CopyExposure>> {
-    use crate::export::DeviceKind;
-    use crate::step_budget::device::{overlap, union};
+/// [`DeviceExposure`] of every device of a capture, by `deviceId`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exposure {
+    pub devices: Vec<DeviceExposure>,
+}
+
+impl Exposure {
+    /// Σ over devices of one field: device time, each term a union on its own device.
+    pub fn sum(&self, field: impl Fn(&DeviceExposure) -> i64) -> i64 {
+        self.devices.iter().map(field).sum()
+    }
+}
+
+/// [`Exposure`] of an export from the device rows its ranges scan read ([`crate::ranges::CapturedRows`]: report's
+/// step detail), measured only when it can change a class (the grouping and unions cost on big exports): the
+/// summed copy time reaches `report::MEMCPY_SHARE_MIN` of the summed kernel and copy time, or the kernel table
+/// holds communication kernels. Copies on a copy stream under compute on another stream are not what bounds the
+/// step (measured: held-out `overlap`, 128 MiB H2D copies under 20 matmuls: the copies are 38.9 % of the summed
+/// device time but 7.6 % of the busy union is copy time with no kernel under it), nor is an all-reduce on a
+/// communication stream under the GEMMs (tests/heldout_devices.rs).
+pub fn export_exposure(
+    export: &Export,
+    rows: &crate::ranges::CapturedRows,
+    kernels: &[KernelStat],
+    copy_sum: i64,
+) -> Result<Option<Exposure>> {
     let kernel_sum: i64 = kernels.iter().map(|k| k.total_time_ns).sum();
-    if copy_sum == 0 || (copy_sum as f64) < crate::report::MEMCPY_SHARE_MIN * (copy_sum + kernel_sum) as f64 {
+    let copies = copy_sum > 0 && (copy_sum as f64) >= crate::report::MEMCPY_SHARE_MIN * (copy_sum + kernel_sum) as f64;
+    let comm = kernels.iter().any(|k| crate::categories::is_communication_kernel(&k.name));
+    if !copies && !comm {
         return Ok(None);
     }
-    // per device: (compute intervals, copy intervals)
-    type Intervals = Vec<(i64, i64)>;
-    let mut by_dev: BTreeMap<i64, (Intervals, Intervals)> = BTreeMap::new();
-    let mut skips = crate::export::RowSkips::new();
-    for kind in DeviceKind::ALL {
-        let copy = matches!(kind, DeviceKind::Memcpy | DeviceKind::Memset);
-        export.device_rows(kind, &mut skips, |r| {
-            let d = by_dev.entry(r.device_id.unwrap_or(-1)).or_default();
-            if copy { &mut d.1 } else { &mut d.0 }.push((r.start, r.end));
-            Ok(())
-        })?;
+    let devices = device_rows_by_role(export, rows)?.into_iter().map(|(d, r)| r.exposure(d)).collect();
+    Ok(Some(Exposure { devices }))
+}
+
+type Intervals = Vec<(i64, i64)>;
+
+/// One device's rows by role (intervals, not unioned).
+#[derive(Debug, Clone, Default)]
+pub struct Roles {
+    /// Kernels that are not communication, and GRAPH_TRACE replays.
+    pub compute: Intervals,
+    /// Communication kernels ([`crate::categories::is_communication_kernel`]).
+    pub comm: Intervals,
+    /// MEMCPY and MEMSET rows.
+    pub copies: Intervals,
+}
+
+/// Every valid row of the four device tables as the ranges scan read them (any process; its kernels with their
+/// `demangledName` ids), by `deviceId` (-1: none) and role.
+pub fn device_rows_by_role(export: &Export, rows: &crate::ranges::CapturedRows) -> Result<BTreeMap<i64, Roles>> {
+    use crate::export::rows::NO_NAME;
+    use crate::export::DeviceKind;
+    let comm_ids = export.string_ids_where(|v| crate::categories::is_communication_kernel(v).then_some(()))?;
+    let mut by_dev: BTreeMap<i64, Roles> = BTreeMap::new();
+    for c in &rows.device {
+        let Some(kind) = c.kind else { continue };
+        for (k, seg) in c.segs.iter().enumerate() {
+            let hi = c.segs.get(k + 1).map_or(c.rows.len(), |n| n.0);
+            let r = by_dev.entry(seg.2.unwrap_or(-1)).or_default();
+            for i in seg.0..hi {
+                let comm = || c.names.get(i).is_some_and(|&n| n != NO_NAME && comm_ids.contains_key(&n));
+                let part = match kind {
+                    DeviceKind::Memcpy | DeviceKind::Memset => &mut r.copies,
+                    DeviceKind::Kernel if comm() => &mut r.comm,
+                    _ => &mut r.compute,
+                };
+                part.push((c.rows[i].start, c.end(i)));
+            }
+        }
     }
-    let mut x = CopyExposure::default();
-    for (compute, copies) in by_dev.into_values() {
-        let (k, c) = (union(compute), union(copies));
+    Ok(by_dev)
+}
+
+impl Roles {
+    fn exposure(self, device_id: i64) -> DeviceExposure {
+        use crate::step_budget::device::{overlap, union};
         let len = |u: &[(i64, i64)]| u.iter().map(|(a, b)| b - a).sum::<i64>();
-        let both = overlap(&k, &c);
-        x.copy_ns += len(&c);
-        x.exposed_ns += len(&c) - both;
-        x.busy_ns += len(&k) + len(&c) - both;
+        let (compute, comm, copies) = (union(self.compute), union(self.comm), union(self.copies));
+        let kernels = union([compute.as_slice(), comm.as_slice()].concat());
+        let copies_under_kernels = overlap(&kernels, &copies);
+        DeviceExposure {
+            device_id,
+            busy_ns: len(&kernels) + len(&copies) - copies_under_kernels,
+            copy_ns: len(&copies),
+            exposed_copy_ns: len(&copies) - copies_under_kernels,
+            comm_ns: len(&comm),
+            exposed_comm_ns: len(&comm) - overlap(&comm, &compute),
+        }
     }
-    Ok(Some(x))
 }
 
 #[cfg(test)]

@@ -416,22 +416,14 @@ pub fn infer_prefix(all: &[Occurrence]) -> Option<String> {
     counts.into_iter().find(|(_, c)| *c == max).map(|(p, _)| p.to_string())
 }
 
-/// Every range of the export. A capture that recorded no NVTX event has no `NVTX_EVENTS` table under nsys's
-/// default (lazy) export and an empty one under `--lazy=false`: both are read as no range (the RETRY "no
-/// iteration range"), not as bad input; an absent table the export does not explain stays an input error.
-fn load_all(export: &Export) -> Result<ranges::LoadedOccurrences> {
-    if !export.has_table(schema::NVTX_EVENTS) && export.nvtx_recorded()?.nothing_recorded() {
-        return Ok(Default::default());
-    }
-    ranges::load_occurrences(export, &RangesOptions::default())
-}
-
 /// The whole readiness analysis of an open export.
 pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc> {
     opts.validate()?;
     // Every range (for the engine threads' labels outside the prefix), then the ones under the prefix (their
     // depth and parent are among ranges under the prefix, as `sqlite-ranges --range-prefix P.` reports them).
-    let loaded = load_all(export)?;
+    // a capture that recorded no NVTX event reads as no range (the RETRY "no iteration range"), whether its
+    // export has no NVTX_EVENTS table (lazy) or an empty one (--lazy=false): the ranges library's rule
+    let loaded = ranges::load_occurrences(export, &RangesOptions::default())?;
     let all = &loaded.occurrences;
     let (prefix, inferred) = match &opts.range_prefix {
         Some(p) => (Some(p.trim_end_matches('.').to_string()), false),

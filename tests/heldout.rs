@@ -6,7 +6,7 @@
 mod common;
 
 use assert_cmd::Command;
-use common::{export, fixture, one_doc};
+use common::{export, exposed_and_union, fixture, one_doc, two_gpu_custom_all_reduce};
 use serde_json::Value;
 
 fn run(bin: &str, args: &[&str]) -> (i32, String, String) {
@@ -86,21 +86,16 @@ fn a_capture_without_nvtx_says_what_happened_and_both_exports_agree() {
     let lazy = export("nsys-2025.3.1/nonvtx.sqlite.xz", dir.path());
     let full = export("nsys-2025.3.1/nonvtx_lazy_false.sqlite.xz", dir.path());
     let (lazy, full) = (lazy.to_str().unwrap(), full.to_str().unwrap());
-    for bin in ["sqlite-ranges", "step-budget", "report"] {
-        let (code, stdout, stderr) = run(bin, &[lazy]);
-        assert_eq!(code, 2, "{bin}: {stdout}");
-        assert!(
-            stderr.contains(
-                "nonvtx.sqlite: no NVTX range to read: NVTX was traced but the program emitted no NVTX event"
-            ) && stderr.contains("No NVTX events collected")
-                && stderr.contains("annotate each engine step"),
-            "{bin}: {stderr}"
-        );
-        assert!(!stderr.contains("schema mismatch"), "{stderr}");
-    }
-    let (code, _, stderr) = run("step-budget", &[full]);
-    assert_eq!(code, 2);
-    assert!(stderr.contains("the capture holds no NVTX range, so there is no engine step to budget"), "{stderr}");
+    // sqlite-ranges' contract requires the table; step-budget and report: tests/heldout_devices.rs
+    let (code, stdout, stderr) = run("sqlite-ranges", &[lazy]);
+    assert_eq!(code, 2, "{stdout}");
+    assert!(
+        stderr.contains("nonvtx.sqlite: no NVTX range to read: NVTX was traced but the program emitted no NVTX event")
+            && stderr.contains("No NVTX events collected")
+            && stderr.contains("annotate each engine step"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("schema mismatch"), "{stderr}");
     for tier in ["throughput", "decode"] {
         let (a_code, a) = doc("gate-check", &[lazy, "--tier", tier]);
         let (b_code, b) = doc("gate-check", &[full, "--tier", tier]);
@@ -152,33 +147,6 @@ fn an_empty_graph_trace_table_is_not_graph_level_tracing() {
     assert!(d["notes"].to_string().contains("traced at graph level: each replay is one opaque GRAPH_TRACE row"));
 }
 
-/// |∪ a \ ∪ b| and |∪ a ∪ ∪ b| of two interval lists (an independent sweep for the tests).
-fn exposed_and_union(a: &[(i64, i64)], b: &[(i64, i64)]) -> (i64, i64) {
-    let mut ev: Vec<(i64, i32, i32)> = Vec::new();
-    for &(s, e) in a {
-        ev.extend([(s, 1, 0), (e, -1, 0)]);
-    }
-    for &(s, e) in b {
-        ev.extend([(s, 0, 1), (e, 0, -1)]);
-    }
-    ev.sort();
-    let (mut na, mut nb, mut last, mut only_a, mut any) = (0, 0, i64::MIN, 0, 0);
-    for (t, da, db) in ev {
-        if last != i64::MIN {
-            if na > 0 && nb == 0 {
-                only_a += t - last;
-            }
-            if na > 0 || nb > 0 {
-                any += t - last;
-            }
-        }
-        na += da;
-        nb += db;
-        last = t;
-    }
-    (only_a, any)
-}
-
 #[test]
 fn copies_hidden_under_compute_are_not_memcpy_bound() {
     // overlap: 128 MiB H2D copies on a copy stream under 20 matmuls on a compute stream. Before: report said
@@ -221,28 +189,6 @@ fn nccl_calls_are_not_host_communication() {
     let p = export("nsys-2025.3.1/two_rank.sqlite.xz", dir.path());
     let (_, sb) = doc("step-budget", &[p.to_str().unwrap()]);
     assert!(sb["totals"]["comm"].as_i64().unwrap() > 0);
-}
-
-/// A two-GPU tensor-parallel shape built from the real two_rank export (the multi-GPU machines were not lent):
-/// rank 1's device rows (pid 718) moved to deviceId 1, and each rank's per-step `sum` reduce kernel renamed to
-/// vLLM's custom all-reduce kernel (`vllm::cross_device_reduce_1stage`), the decode all-reduce of vLLM tensor
-/// parallelism on NVLink GPUs. No timing, id or count is changed.
-fn two_gpu_custom_all_reduce(dir: &std::path::Path) -> std::path::PathBuf {
-    let src = export("nsys-2025.3.1/two_rank.sqlite.xz", dir);
-    let p = dir.join("two_gpu_custom_ar.sqlite");
-    std::fs::copy(&src, &p).unwrap();
-    let c = rusqlite::Connection::open(&p).unwrap();
-    let rank1: i64 = c.query_row("SELECT globalPid FROM PROCESSES WHERE pid = 718", [], |r| r.get(0)).unwrap();
-    for t in ["KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION"] {
-        c.execute(&format!("UPDATE CUPTI_ACTIVITY_KIND_{t} SET deviceId = 1 WHERE globalPid = ?1"), [rank1]).unwrap();
-    }
-    c.execute_batch(
-        "INSERT INTO StringIds(id, value) SELECT max(id) + 1, 'void vllm::cross_device_reduce_1stage<float, (int)2>(vllm::RankData *, vllm::RankSignals, vllm::Signal *, float *, int, int)' FROM StringIds;
-         UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = (SELECT max(id) FROM StringIds)
-          WHERE demangledName IN (SELECT id FROM StringIds WHERE value LIKE 'void at::native::reduce_kernel<%sum_functor%');",
-    )
-    .unwrap();
-    p
 }
 
 #[test]

@@ -61,26 +61,40 @@ impl NvtxRecorded {
         self.collected.unwrap_or(0) == 0 && (self.none_collected || self.traced == Some(false))
     }
 
+    /// Why a capture holds no NVTX range, when the export says (the same for its lazy export, which has no
+    /// `NVTX_EVENTS` table, and its `--lazy=false` export, which has an empty one).
+    pub fn no_range_cause(&self) -> Option<&'static str> {
+        if self.collected.unwrap_or(0) > 0 {
+            None
+        } else if self.traced == Some(false) {
+            Some("NVTX was not traced (META_DATA_CAPTURE: COLLECT_NVTX_TRACE=false)")
+        } else if self.none_collected {
+            Some("NVTX was traced but the program emitted no NVTX event (nsys: \"No NVTX events collected\")")
+        } else {
+            None
+        }
+    }
+
     /// What an absent `NVTX_EVENTS` table means and what to do, one sentence (the file name first).
     pub fn explain_missing_table(&self, file: &str) -> String {
-        const ANNOTATE: &str = "annotate each engine step and phase with an NVTX range (e.g. torch.cuda.nvtx.range_push/range_pop) and capture with --trace=cuda,nvtx,osrt";
         if let Some(n) = self.collected.filter(|n| *n > 0) {
             return format!(
                 "{file}: required table NVTX_EVENTS is missing although nsys collected {n} NVTX events (DIAGNOSTIC_EVENT): the export is incomplete or was edited; export the report again (nsys export --type sqlite)"
             );
         }
-        if self.traced == Some(false) {
-            return format!(
-                "{file}: no NVTX range to read: NVTX was not traced (META_DATA_CAPTURE: COLLECT_NVTX_TRACE=false), so the export has no NVTX_EVENTS table; {ANNOTATE}"
-            );
+        match self.no_range_cause() {
+            Some(cause) if self.traced == Some(false) => {
+                format!("{file}: no NVTX range to read: {cause}, so the export has no NVTX_EVENTS table; {ANNOTATE}")
+            }
+            Some(cause) => {
+                format!("{file}: no NVTX range to read: {cause}, so nsys created no NVTX_EVENTS table; {ANNOTATE}")
+            }
+            None => format!(
+                "{file}: no NVTX_EVENTS table (a required table is missing): the capture recorded no NVTX event (nsys creates the table only when it records one) or the table was removed; {ANNOTATE}"
+            ),
         }
-        if self.none_collected {
-            return format!(
-                "{file}: no NVTX range to read: NVTX was traced but the program emitted no NVTX event (nsys: \"No NVTX events collected\"), so nsys created no NVTX_EVENTS table; {ANNOTATE}"
-            );
-        }
-        format!(
-            "{file}: no NVTX_EVENTS table (a required table is missing): the capture recorded no NVTX event (nsys creates the table only when it records one) or the table was removed; {ANNOTATE}"
-        )
     }
 }
+
+/// What to add to a capture without NVTX ranges (every tool's message says the same).
+pub const ANNOTATE: &str = "annotate each engine step and phase with an NVTX range (e.g. torch.cuda.nvtx.range_push/range_pop) and capture with --trace=cuda,nvtx,osrt";

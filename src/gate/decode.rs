@@ -47,10 +47,18 @@ pub fn is_prefill_label(label: &str) -> bool {
 /// Read the decode steps with `sqlite-ranges`' reading code ([`crate::ranges::analyze`]). None when no step
 /// label was found (the candidates and the reason are in the error string).
 pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::result::Result<DecodeSteps, String>> {
-    if !e.has_table(schema::NVTX_EVENTS) {
-        return Ok(Err(e.nvtx_recorded()?.explain_missing_table(&e.name())));
+    let recorded = e.nvtx_recorded()?;
+    if !e.has_table(schema::NVTX_EVENTS) && !recorded.nothing_recorded() {
+        return Ok(Err(recorded.explain_missing_table(&e.name())));
     }
     let a = crate::ranges::analyze(e, &crate::ranges::RangesOptions::default())?;
+    // a capture without any range (its lazy export has no NVTX_EVENTS table, its --lazy=false export an empty
+    // one): the same reason for both
+    if a.occurrences.is_empty() {
+        if let Some(cause) = recorded.no_range_cause() {
+            return Ok(Err(format!("{}: no NVTX range: {cause}; {}", e.name(), crate::export::nvtx::ANNOTATE)));
+        }
+    }
     let mut counts: std::collections::BTreeMap<&str, (usize, u32)> = std::collections::BTreeMap::new();
     // per label: occurrences carrying device work, Σ host wall
     let mut work: std::collections::BTreeMap<&str, (u64, i64)> = std::collections::BTreeMap::new();

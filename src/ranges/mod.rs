@@ -136,6 +136,7 @@ struct RawRange {
 }
 
 /// [`LoadedOccurrences`] with the labels as ids into one table (no `String` per occurrence).
+#[derive(Default)]
 struct InternedOccurrences {
     /// Sorted like [`LoadedOccurrences::occurrences`]; `label` is empty, the label is `labels[ids[i]]`.
     occurrences: Vec<Occurrence>,
@@ -158,8 +159,11 @@ pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedO
 /// [`load_occurrences`], the messages interned while the rows stream (one `String` per distinct text) and the
 /// labels built once per distinct `(domain, message)`.
 fn load_interned(export: &Export, opts: &RangesOptions) -> Result<InternedOccurrences> {
-    export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
+    let nvtx = nvtx_table(export)?;
     export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
+    if !nvtx {
+        return Ok(InternedOccurrences::default());
+    }
     let mut raw = Vec::new();
     // distinct `text` values (the lossy UTF-8 of the bytes, as the row reader gives them)
     let mut texts: Vec<String> = Vec::new();
@@ -671,6 +675,8 @@ fn document_impl(
     opts: &RangesOptions,
     share: bool,
 ) -> Result<RangesDoc> {
+    // the contract requires the table (its message says why a capture has none)
+    export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
     let (doc, _) = analyze_impl(export, opts, false, share)?;
     let mut a = Analysis { doc, occurrences: Vec::new(), metrics: Vec::new() };
     a.doc.source.path = source.path.clone();
@@ -1082,6 +1088,18 @@ fn run_scans(
     })
 }
 
+/// Is there an `NVTX_EVENTS` table to read? An absent one that the export explains (nsys's default, lazy export
+/// of a capture that recorded no NVTX event: [`crate::export::NvtxRecorded::nothing_recorded`]) reads as the
+/// empty table the `--lazy=false` export of the same capture has; any other absent table is the error naming it.
+/// Only [`document`] (the `sqlite-ranges` contract) requires the table itself.
+fn nvtx_table(export: &Export) -> Result<bool> {
+    if !export.has_table(schema::NVTX_EVENTS) && export.nvtx_recorded()?.nothing_recorded() {
+        return Ok(false);
+    }
+    export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
+    Ok(true)
+}
+
 /// The timed-stats facts the device reads computed, per table ([`Export::put_stats`]).
 fn put_device_stats(export: &Export, chunks: &mut [DeviceChunk]) {
     for kind in DeviceKind::ALL {
@@ -1116,7 +1134,7 @@ fn captured_rows(chunks: &mut [DeviceChunk], calls: Vec<Vec<CapturedCall>>, runt
 /// Every table of the contract, validated before any work (a schema mismatch is an error, never a partial
 /// report).
 fn check_tables(export: &Export) -> Result<()> {
-    export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
+    nvtx_table(export)?;
     export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
     for (t, cols) in OPTIONAL_TABLES {
         export.optional(t, cols)?;
@@ -1140,7 +1158,7 @@ struct CorrTable {
 /// Phase 1: validate every table (a schema mismatch is an error before any work, never a partial report),
 /// load the kept occurrences and intern their labels.
 fn load(export: &Export, opts: &RangesOptions) -> Result<Work> {
-    export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
+    nvtx_table(export)?;
     export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
     let mut tables_present = Vec::new();
     for (t, cols) in OPTIONAL_TABLES {

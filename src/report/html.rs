@@ -397,6 +397,7 @@ pub fn render(doc: &ReportDoc) -> String {
         let _ = write!(h, "<li>{}</li>", escape(s));
     }
     h.push_str("</ul>");
+    devices_section(&mut h, &doc.devices);
 
     // signals as a table
     h.push_str("<h2>Signals</h2><table class=\"kv\" id=\"signals\"><tr><th>signal</th><th>value</th><th>what it measures</th></tr>");
@@ -414,7 +415,16 @@ pub fn render(doc: &ReportDoc) -> String {
         ),
         ("sync_fraction", s.sync_fraction, true, "host wall in blocking synchronisation"),
         ("memcpy_api_fraction", s.memcpy_api_fraction, true, "host wall in blocking copy calls"),
-        ("comm_share", s.comm_share, true, "kernel time in communication kernels"),
+        (
+            "comm_share",
+            s.comm_share,
+            true,
+            if s.comm_share_source.is_some() {
+                "device busy time in communication with no compute under it"
+            } else {
+                "kernel time in communication kernels"
+            },
+        ),
         ("memcpy_device_share", s.memcpy_device_share, true, "device time in copies"),
     ];
     for (name, v, is_frac, what) in sig {
@@ -429,6 +439,9 @@ pub fn render(doc: &ReportDoc) -> String {
             "<tr><td class=\"label\">{name}</td><td class=\"num\" data-k=\"signal-{name}\">{text}</td><td>{}</td></tr>",
             escape(what)
         );
+    }
+    if let Some(src) = &s.comm_share_source {
+        let _ = write!(h, "<tr><td class=\"label\">comm_share_source</td><td colspan=\"2\">{}</td></tr>", escape(src));
     }
     if let Some(src) = &s.memcpy_device_share_source {
         let _ = write!(
@@ -455,6 +468,32 @@ pub fn render(doc: &ReportDoc) -> String {
 
     let _ = writeln!(h, "<p class=\"src\">{} {}</p></body></html>", escape(&doc.tool.name), escape(&doc.tool.version));
     h
+}
+
+/// One row per GPU (`#devices`): busy union of its active span, idle in it, communication and copies with the
+/// part nothing hides (absent when the report has no per-device rows).
+fn devices_section(h: &mut String, devices: &[super::devices::DeviceEvidence]) {
+    if devices.is_empty() {
+        return;
+    }
+    h.push_str("<h2>GPUs</h2><table id=\"devices\"><tr><th>GPU</th><th>busy</th><th>active span</th><th>busy share</th><th>idle in span</th><th>communication</th><th>with no compute under it</th><th>copies</th><th>with no kernel under them</th></tr>");
+    let opt_ms = |v: Option<i64>| v.map(ms).unwrap_or_else(|| "not measured".into());
+    for d in devices {
+        let _ = write!(
+            h,
+            "<tr><td class=\"label\">{}</td><td class=\"num\" data-k=\"device-busy\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\" data-k=\"device-exposed-comm\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            d.device_id,
+            ms(d.busy_ns),
+            ms(d.span_end_ns - d.span_start_ns),
+            d.busy_fraction.map(pct).unwrap_or_default(),
+            ms(d.idle_in_span_ns),
+            opt_ms(d.comm_ns),
+            opt_ms(d.exposed_comm_ns),
+            opt_ms(d.copy_ns),
+            opt_ms(d.exposed_copy_ns)
+        );
+    }
+    h.push_str("</table>");
 }
 
 /// Colours of the step-budget components (known ones fixed, others from [`COLORS`]).

@@ -11,13 +11,18 @@
 //!   `host_ns_per_runtime_call = W / R`, `kernels_per_runtime_call = K / R`,
 //!   `sync_fraction` = Σ `total_ns` of its blocking synchronisation calls (`*Synchronize`, `*Query`) / W,
 //!   `memcpy_api_fraction` = Σ `total_ns` of its blocking `cudaMemcpy*`/`cudaMemset*`/`cuMemcpy*` calls / W;
-//! - over the capture's kernels: `comm_share` = share of kernel time in category `communication`,
+//! - over the capture's kernels: `comm_share` = Σ over devices of the communication time no compute kernel of
+//!   the device runs under / Σ over devices of the device busy union when the export's exposure measured it
+//!   ([`crate::evidence::Exposure`], src/report/devices.rs), else the share of kernel time in category
+//!   `communication`,
 //!   `memcpy_device_share` = MEMCPY+MEMSET time / (kernel + MEMCPY + MEMSET time) when known (when that reaches
-//!   [`MEMCPY_SHARE_MIN`], the exposed copy time over the device busy union: [`crate::evidence::CopyExposure`]),
+//!   [`MEMCPY_SHARE_MIN`], the exposed copy time over the device busy union: [`crate::evidence::Exposure`]),
 //!   else the `memcpy` category's share.
 //!
 //! 0. no range, CUDA graph launches whose replays left no GPU row (graph-level tracing in nsys 2023.4), or no
-//!    device work attributed to the primary range → `mixed_or_unclear`
+//!    device work attributed to the primary range → `mixed_or_unclear` (an export without any range but with
+//!    device rows is decided by the device rules instead, [`devices::decide`], unless its graph replays left no
+//!    GPU row or only opaque GRAPH_TRACE rows: R0 then too)
 //! 1. `comm_share ≥ 0.30` → `comm_bound`
 //! 2. `memcpy_device_share ≥ 0.30` or `memcpy_api_fraction ≥ 0.30` → `memcpy_bound`
 //! 3. `coverage_fraction ≥ 0.60` and `idle_in_span_fraction ≤ 0.25` → `kernel_bound`
@@ -28,6 +33,7 @@
 //!    → `python_overhead_bound`
 //! 7. otherwise → `mixed_or_unclear`
 
+pub mod devices;
 pub mod html;
 pub mod question;
 pub mod steps;
@@ -139,6 +145,10 @@ pub struct Signals {
     pub sync_fraction: Option<f64>,
     pub memcpy_api_fraction: Option<f64>,
     pub comm_share: Option<f64>,
+    /// Where `comm_share` came from when it is the exposed share (absent: the `communication` category's share
+    /// of kernel time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm_share_source: Option<String>,
     pub memcpy_device_share: Option<f64>,
     /// Where `memcpy_device_share` came from.
     pub memcpy_device_share_source: Option<String>,
@@ -148,14 +158,15 @@ pub struct Signals {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Decision {
     pub class: String,
-    /// `R0`…`R7` (the range rules, docs/compare-report.md), or `step_budget.<rule>` when the step budget
-    /// decided (`basis`).
+    /// `R0`…`R7` (the range rules, docs/compare-report.md), `step_budget.<rule>` when the step budget decided,
+    /// or `device.<rule>` for a capture without any NVTX range (`basis`).
     pub rule: String,
     pub reason: String,
     /// The primary range classified (null when there is none).
     pub primary_label: Option<String>,
     pub primary_label_choice: String,
-    /// `step_budget` (the verdict of the step budget of the step label) or `ranges` (rules R0…R7).
+    /// `step_budget` (the verdict of the step budget of the step label), `ranges` (rules R0…R7) or `device` (a
+    /// capture without any NVTX range: what its device rows show, src/report/devices.rs).
     #[serde(default)]
     pub basis: String,
 }
@@ -262,6 +273,13 @@ pub struct ReportDoc {
     pub primary_split: Option<PrimarySplit>,
     pub signals: Signals,
     pub evidence: Vec<EvidenceRow>,
+    /// Per GPU (src/report/devices.rs): busy union, active span and idle in it, exposed communication and copies
+    /// when measured; present with several GPUs, without any NVTX range, or with communication kernels.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<devices::DeviceEvidence>,
+    /// A capture without any NVTX range: the blocking sync and copy calls of the whole capture by API.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocking_calls: Vec<crate::readiness::SyncApiCount>,
     pub top_kernels: Vec<TopKernel>,
     pub categories: Vec<CategoryShare>,
     pub categories_source: String,
@@ -522,6 +540,29 @@ fn pct(x: Option<f64>) -> String {
     x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into())
 }
 
+/// R1's reason: the exposed share with each device's part when the exposure was measured, else the category's
+/// share of kernel time.
+fn r1_reason(s: &Signals, rows: &[devices::DeviceEvidence]) -> String {
+    if s.comm_share_source.is_none() {
+        return format!(
+            "communication kernels take {} of kernel time (≥ {:.0}%)",
+            pct(s.comm_share),
+            COMM_SHARE_MIN * 100.0
+        );
+    }
+    let per: Vec<String> = rows
+        .iter()
+        .filter(|r| r.exposed_comm_share.is_some())
+        .map(|r| format!("device {} {}", r.device_id, pct(r.exposed_comm_share)))
+        .collect();
+    format!(
+        "communication with no compute under it takes {} of the device busy time (≥ {:.0}%; {})",
+        pct(s.comm_share),
+        COMM_SHARE_MIN * 100.0,
+        per.join(", ")
+    )
+}
+
 /// Classify loaded evidence (see the module docs for the rules).
 pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top: usize) -> Result<ReportDoc> {
     let (schema, tool) = ReportDoc::header();
@@ -644,19 +685,25 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     // signals
     let mut s = Signals::default();
     if ev.kernels.is_some() && kernel_time > 0 {
-        s.comm_share = Some(share_of("communication"));
+        let (share, source, note) = devices::comm_share(ev, categories, share_of("communication"));
+        s.comm_share = Some(share);
+        s.comm_share_source = source;
+        notes.extend(note);
     }
+    let summed_copies = ev.memcpy_time_ns.map(|m| m as f64 / (m + kernel_time).max(1) as f64);
     match ev.memcpy_time_ns {
-        // copies hidden under compute on the same device do not bound anything: the exposed copy time
-        Some(_) if ev.copy_exposure.is_some_and(|x| x.busy_ns > 0) => {
-            let x = ev.copy_exposure.expect("checked");
-            s.memcpy_device_share = Some(x.exposed_ns as f64 / x.busy_ns as f64);
+        // copies hidden under compute on the same device do not bound anything: the exposed copy time (measured
+        // when the summed share reaches the threshold, the only case where it can change the class)
+        Some(_) if summed_copies.is_some_and(|c| c >= MEMCPY_SHARE_MIN) && ev.exposure.is_some() => {
+            let x = ev.exposure.as_ref().expect("checked");
+            let (exposed, busy) = (x.sum(|d| d.exposed_copy_ns), x.sum(|d| d.busy_ns));
+            s.memcpy_device_share = frac(exposed, busy);
             s.memcpy_device_share_source = Some(format!(
                 "MEMCPY+MEMSET time not overlapped by KERNEL/GRAPH_TRACE on the same device / device busy union ({} of {} ns; copies {} ns, summed share {:.1}%)",
-                x.exposed_ns,
-                x.busy_ns,
-                x.copy_ns,
-                100.0 * ev.memcpy_time_ns.unwrap_or(0) as f64 / (ev.memcpy_time_ns.unwrap_or(0) + kernel_time).max(1) as f64
+                exposed,
+                busy,
+                x.sum(|d| d.copy_ns),
+                100.0 * summed_copies.unwrap_or(0.0)
             ));
         }
         Some(m) if m + kernel_time > 0 => {
@@ -716,7 +763,24 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     let ge = |x: Option<f64>, t: f64| x.map(|v| v >= t).unwrap_or(false);
     let le = |x: Option<f64>, t: f64| x.map(|v| v <= t).unwrap_or(false);
     let lt = |x: Option<f64>, t: f64| x.map(|v| v < t).unwrap_or(false);
+    let device_rows = devices::rows(ev);
+    // graph replays the capture cannot see, or sees only as opaque rows: the device rows do not show what the
+    // GPU ran (replayed work missing, or communication and copies inside the replays hidden), so they decide
+    // nothing (R0, as for a range)
+    let graphs_hidden = invisible_graphs.as_ref().or(opaque_graphs.as_ref());
+    let device_basis = primary.is_none() && ev.no_range.is_some() && !device_rows.is_empty() && graphs_hidden.is_none();
     let (class, rule, reason): (&str, &str, String) = match primary {
+        // no range at all, but device rows: what they show alone (src/report/devices.rs)
+        None if device_basis => devices::decide(&device_rows, &s, ev.no_range.as_ref().expect("checked")),
+        None if ev.no_range.is_some() && graphs_hidden.is_some() => (
+            "mixed_or_unclear",
+            "R0",
+            format!(
+                "no phase can be attributed: the capture holds no NVTX range{}; and the device rows cannot stand in for one: {}",
+                ev.no_range.as_ref().and_then(|n| n.cause.as_deref()).map(|c| format!(", {c}")).unwrap_or_default(),
+                graphs_hidden.cloned().unwrap_or_default()
+            ),
+        ),
         None => ("mixed_or_unclear", "R0", "no NVTX range in the evidence: nothing to attribute device work to".into()),
         Some(_) if invisible_graphs.is_some() => {
             ("mixed_or_unclear", "R0", invisible_graphs.clone().unwrap_or_default())
@@ -729,15 +793,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
         ),
         Some(p) => {
             if ge(s.comm_share, COMM_SHARE_MIN) {
-                (
-                    "comm_bound",
-                    "R1",
-                    format!(
-                        "communication kernels take {} of kernel time (≥ {:.0}%)",
-                        pct(s.comm_share),
-                        COMM_SHARE_MIN * 100.0
-                    ),
-                )
+                ("comm_bound", "R1", r1_reason(&s, &device_rows))
             } else if ge(s.memcpy_device_share, MEMCPY_SHARE_MIN) || ge(s.memcpy_api_fraction, MEMCPY_SHARE_MIN) {
                 (
                     "memcpy_bound",
@@ -946,6 +1002,13 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     if let Some(rv) = &ev.ranges {
         notes.extend(rv.notes.iter().map(|n| format!("ranges: {n}")));
     }
+    if ev.no_range.is_some() {
+        u.statements.push(format!(
+            "no NVTX range: no host phase can be attributed, only what the device rows show; {}",
+            crate::export::nvtx::ANNOTATE
+        ));
+    }
+    notes.extend(devices::uneven_comm_note(&device_rows, s.comm_share));
     notes.push("nested labels overlap: numbers of labels at different depths are never added".into());
     let question = question::section(ev, categories, primary.map(|p| p.label.as_str()))?;
 
@@ -1016,12 +1079,14 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             reason,
             primary_label: primary.map(|p| p.label.clone()),
             primary_label_choice: choice,
-            basis: "ranges".into(),
+            basis: if device_basis { "device" } else { "ranges" }.into(),
         },
         capture,
         primary_split,
         signals: s,
         evidence,
+        devices: if devices::shown(ev, &device_rows) { device_rows } else { Vec::new() },
+        blocking_calls: ev.no_range.as_ref().map(|n| n.blocking_calls.clone()).unwrap_or_default(),
         top_kernels,
         categories: cats,
         categories_source: categories.source().to_string(),

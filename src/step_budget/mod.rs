@@ -462,13 +462,7 @@ pub fn analyze_window_with(
             let cands: Vec<crate::step_label::StepCandidate> = a.doc.ranges.iter().map(Into::into).collect();
             match crate::step_label::choose(&cands, &unstable) {
                 Some(l) => (l.to_string(), "iteration_label".to_string()),
-                None if a.doc.ranges.is_empty() => {
-                    return Err(Error::input(format!(
-                        "{}: the capture holds no NVTX range, so there is no engine step to budget: annotate each engine step with an NVTX range (e.g. torch.cuda.nvtx.range_push/range_pop) and capture with --trace=cuda,nvtx,osrt",
-                        export.name()
-                    ))
-                    .with_arg("--step"))
-                }
+                None if a.doc.ranges.is_empty() => return Err(no_range_error(export)?),
                 None => {
                     return Err(Error::input(format!(
                         "{}: no iteration-like label (containing iteration, step or decode, not prefill) among {} labels: give --step LABEL",
@@ -491,6 +485,9 @@ pub fn analyze_window_with(
     };
     let iv = collected.intervals.as_slice();
     let mut idx: Vec<usize> = (0..a.occurrences.len()).filter(|&i| a.occurrences[i].label == label).collect();
+    if a.doc.ranges.is_empty() {
+        return Err(no_range_error(export)?);
+    }
     if idx.is_empty() {
         let known: Vec<&str> = a.doc.ranges.iter().take(8).map(|r| r.label.as_str()).collect();
         return Err(Error::input(format!(
@@ -1067,6 +1064,18 @@ fn pacing_of(steps: &[Step]) -> Option<Pacing> {
         p90_over_median: ratio,
         regular: ratio.is_some_and(|r| r <= 1.25),
     })
+}
+
+/// A capture without any NVTX range has no step to budget: the same message for its lazy export (no
+/// `NVTX_EVENTS` table) and its `--lazy=false` export (an empty one), with the cause when the export says it.
+fn no_range_error(export: &Export) -> Result<Error> {
+    let cause = export.nvtx_recorded()?.no_range_cause().map(|c| format!("; {c}")).unwrap_or_default();
+    Ok(Error::input(format!(
+        "{}: the capture holds no NVTX range, so there is no engine step to budget{cause}; {}; `report` gives the GPU-side evidence of a capture without ranges",
+        export.name(),
+        crate::export::nvtx::ANNOTATE
+    ))
+    .with_arg("--step"))
 }
 
 fn verdict_of(

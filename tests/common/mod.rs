@@ -162,3 +162,53 @@ pub fn serve_capture_run(args: &[String], timeout: std::time::Duration) -> std::
     }
     run()
 }
+
+/// |∪ a \ ∪ b| and |∪ a ∪ ∪ b| of two interval lists (an independent sweep for the tests).
+pub fn exposed_and_union(a: &[(i64, i64)], b: &[(i64, i64)]) -> (i64, i64) {
+    let mut ev: Vec<(i64, i32, i32)> = Vec::new();
+    for &(s, e) in a {
+        ev.extend([(s, 1, 0), (e, -1, 0)]);
+    }
+    for &(s, e) in b {
+        ev.extend([(s, 0, 1), (e, 0, -1)]);
+    }
+    ev.sort();
+    let (mut na, mut nb, mut last, mut only_a, mut any) = (0, 0, i64::MIN, 0, 0);
+    for (t, da, db) in ev {
+        if last != i64::MIN {
+            if na > 0 && nb == 0 {
+                only_a += t - last;
+            }
+            if na > 0 || nb > 0 {
+                any += t - last;
+            }
+        }
+        na += da;
+        nb += db;
+        last = t;
+    }
+    (only_a, any)
+}
+
+/// A two-GPU tensor-parallel shape built from the real two_rank export (the multi-GPU machines were not lent):
+/// rank 1's device rows (pid 718) moved to deviceId 1, and each rank's per-step `sum` reduce kernel renamed to
+/// vLLM's custom all-reduce kernel (`vllm::cross_device_reduce_1stage`), the decode all-reduce of vLLM tensor
+/// parallelism on NVLink GPUs (rank 1's CUDA context too). No timing, id or count is changed.
+pub fn two_gpu_custom_all_reduce(dir: &std::path::Path) -> std::path::PathBuf {
+    let src = export("nsys-2025.3.1/two_rank.sqlite.xz", dir);
+    let p = dir.join("two_gpu_custom_ar.sqlite");
+    std::fs::copy(&src, &p).unwrap();
+    let c = rusqlite::Connection::open(&p).unwrap();
+    let rank1: i64 = c.query_row("SELECT globalPid FROM PROCESSES WHERE pid = 718", [], |r| r.get(0)).unwrap();
+    for t in ["KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION"] {
+        c.execute(&format!("UPDATE CUPTI_ACTIVITY_KIND_{t} SET deviceId = 1 WHERE globalPid = ?1"), [rank1]).unwrap();
+    }
+    c.execute("UPDATE TARGET_INFO_CUDA_CONTEXT_INFO SET deviceId = 1 WHERE processId = 718", []).unwrap();
+    c.execute_batch(
+        "INSERT INTO StringIds(id, value) SELECT max(id) + 1, 'void vllm::cross_device_reduce_1stage<float, (int)2>(vllm::RankData *, vllm::RankSignals, vllm::Signal *, float *, int, int)' FROM StringIds;
+         UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = (SELECT max(id) FROM StringIds)
+          WHERE demangledName IN (SELECT id FROM StringIds WHERE value LIKE 'void at::native::reduce_kernel<%sum_functor%');",
+    )
+    .unwrap();
+    p
+}
