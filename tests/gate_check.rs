@@ -3,7 +3,7 @@
 mod common;
 
 use assert_cmd::Command;
-use common::{fixture, one_doc};
+use common::{fixture, gate, one_doc};
 use serde_json::Value;
 
 fn gate_check(args: &[&str]) -> (i32, Value, String) {
@@ -21,10 +21,6 @@ fn fails(args: &[&str]) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!stderr.contains("panicked") && !stderr.contains("internal error"), "{stderr}");
     stderr
-}
-
-fn gate<'a>(doc: &'a Value, id: &str) -> &'a Value {
-    doc["gates"].as_array().unwrap().iter().find(|g| g["id"] == id).unwrap_or_else(|| panic!("no gate {id}"))
 }
 
 fn retry(doc: &Value) -> Vec<String> {

@@ -5,27 +5,7 @@
 
 mod common;
 
-use assert_cmd::Command;
-use common::{export, exposed_and_union, fixture, one_doc, two_gpu_custom_all_reduce};
-use serde_json::Value;
-
-fn run(bin: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::cargo_bin(bin).unwrap().args(args).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).to_string(), stderr)
-}
-
-/// The document of a run that must give one (exit 0 or 1).
-fn doc(bin: &str, args: &[&str]) -> (i32, Value) {
-    let (code, stdout, stderr) = run(bin, &[args, &["--compact"]].concat());
-    assert!(code == 0 || code == 1, "{bin} exit {code}: {stderr}");
-    (code, one_doc(stdout.as_bytes()))
-}
-
-fn gate<'a>(doc: &'a Value, id: &str) -> &'a Value {
-    doc["gates"].as_array().unwrap().iter().find(|g| g["id"] == id).unwrap()
-}
+use common::{doc, export, exposed_and_union, fixture, gate, run, two_gpu_custom_all_reduce};
 
 #[test]
 fn the_step_label_is_the_engine_step_that_launches_gpu_work() {

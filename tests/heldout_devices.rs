@@ -5,27 +5,8 @@
 
 mod common;
 
-use assert_cmd::Command;
-use common::{export, exposed_and_union, one_doc};
+use common::{doc, export, exposed_and_union, gate, run};
 use serde_json::Value;
-
-fn run(bin: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::cargo_bin(bin).unwrap().args(args).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).to_string(), stderr)
-}
-
-/// The document of a run that must give one (exit 0 or 1).
-fn doc(bin: &str, args: &[&str]) -> (i32, Value) {
-    let (code, stdout, stderr) = run(bin, &[args, &["--compact"]].concat());
-    assert!(code == 0 || code == 1, "{bin} exit {code}: {stderr}");
-    (code, one_doc(stdout.as_bytes()))
-}
-
-fn gate<'a>(doc: &'a Value, id: &str) -> &'a Value {
-    doc["gates"].as_array().unwrap().iter().find(|g| g["id"] == id).unwrap()
-}
 
 #[test]
 fn a_capture_without_nvtx_gets_one_answer_from_both_exports() {

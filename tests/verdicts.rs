@@ -5,25 +5,13 @@
 
 mod common;
 
-use assert_cmd::Command;
-use common::{export, fixture, one_doc};
+use common::{export, fixture, gate, one_doc, run};
 use serde_json::Value;
-
-fn run(bin: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::cargo_bin(bin).unwrap().args(args).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).to_string(), stderr)
-}
 
 fn gate_check(args: &[&str]) -> (i32, Value) {
     let (code, stdout, stderr) = run("gate-check", &[args, &["--compact"]].concat());
     assert!(code == 0 || code == 1, "exit {code}: {stderr}");
     (code, one_doc(stdout.as_bytes()))
-}
-
-fn gate<'a>(doc: &'a Value, id: &str) -> &'a Value {
-    doc["gates"].as_array().unwrap().iter().find(|g| g["id"] == id).unwrap_or_else(|| panic!("no gate {id}"))
 }
 
 fn reason(doc: &Value, id: &str) -> String {

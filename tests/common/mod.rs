@@ -212,3 +212,23 @@ pub fn two_gpu_custom_all_reduce(dir: &std::path::Path) -> std::path::PathBuf {
     .unwrap();
     p
 }
+
+/// Run a binary of this package: (exit code, stdout, stderr); a panic is never an answer.
+pub fn run(bin: &str, args: &[&str]) -> (i32, String, String) {
+    let out = assert_cmd::Command::cargo_bin(bin).unwrap().args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).to_string(), stderr)
+}
+
+/// The document of a run that must give one (exit 0 or 1).
+pub fn doc(bin: &str, args: &[&str]) -> (i32, serde_json::Value) {
+    let (code, stdout, stderr) = run(bin, &[args, &["--compact"]].concat());
+    assert!(code == 0 || code == 1, "{bin} exit {code}: {stderr}");
+    (code, one_doc(stdout.as_bytes()))
+}
+
+/// Gate `id` of a gate-check document.
+pub fn gate<'a>(doc: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    doc["gates"].as_array().unwrap().iter().find(|g| g["id"] == id).unwrap_or_else(|| panic!("no gate {id}"))
+}
