@@ -1115,10 +1115,9 @@ pub fn device_rows_by_role(export: &Export, rows: &crate::ranges::CapturedRows) 
     let mut by_dev: BTreeMap<i64, Roles> = BTreeMap::new();
     for c in &rows.device {
         let Some(kind) = c.kind else { continue };
-        for (k, seg) in c.segs.iter().enumerate() {
-            let hi = c.segs.get(k + 1).map_or(c.rows.len(), |n| n.0);
-            let r = by_dev.entry(seg.2.unwrap_or(-1)).or_default();
-            for i in seg.0..hi {
+        for (rows, _, dev) in c.segments() {
+            let r = by_dev.entry(dev.unwrap_or(-1)).or_default();
+            for i in rows {
                 let comm = || c.names.get(i).is_some_and(|&n| n != NO_NAME && comm_ids.contains_key(&n));
                 let part = match kind {
                     DeviceKind::Memcpy | DeviceKind::Memset => &mut r.copies,
@@ -1134,8 +1133,7 @@ pub fn device_rows_by_role(export: &Export, rows: &crate::ranges::CapturedRows) 
 
 impl Roles {
     fn exposure(self, device_id: i64) -> DeviceExposure {
-        use crate::step_budget::device::{overlap, union};
-        let len = |u: &[(i64, i64)]| u.iter().map(|(a, b)| b - a).sum::<i64>();
+        use crate::step_budget::device::{len, overlap, union};
         let (compute, comm, copies) = (union(self.compute), union(self.comm), union(self.copies));
         let kernels = union([compute.as_slice(), comm.as_slice()].concat());
         let copies_under_kernels = overlap(&kernels, &copies);

@@ -1355,6 +1355,14 @@ pub enum DeviceDetail {
 }
 
 impl DeviceChunk {
+    /// The runs of rows with one process and device: (row indices, `globalPid`, `deviceId`).
+    pub fn segments(&self) -> impl Iterator<Item = (std::ops::Range<usize>, Option<i64>, Option<i64>)> + '_ {
+        self.segs.iter().enumerate().map(|(k, &(lo, pid, dev))| {
+            let hi = self.segs.get(k + 1).map_or(self.rows.len(), |n| n.0);
+            (lo..hi, pid, dev)
+        })
+    }
+
     /// `end` of row `i`.
     pub fn end(&self, i: usize) -> i64 {
         let r = self.rows[i];

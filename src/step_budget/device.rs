@@ -255,17 +255,11 @@ pub struct NcclKernels {
 /// Union of intervals, sorted and disjoint.
 pub fn union(mut iv: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
     iv.sort_unstable();
-    let mut out: Vec<(i64, i64)> = Vec::with_capacity(iv.len());
-    for (s, e) in iv {
-        match out.last_mut() {
-            Some(l) if s <= l.1 => l.1 = l.1.max(e),
-            _ => out.push((s, e)),
-        }
-    }
-    out
+    union_sorted(iv.into_iter())
 }
 
-fn len(u: &[(i64, i64)]) -> i64 {
+/// Length of sorted disjoint intervals.
+pub fn len(u: &[(i64, i64)]) -> i64 {
     u.iter().map(|(a, b)| b - a).sum()
 }
 
@@ -327,9 +321,8 @@ fn ops_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Ops {
     // each device's vector allocated once at its size (5 M rows: no doubling copies)
     let mut by_dev: BTreeMap<i64, Vec<Op>> = BTreeMap::new();
     for c in rows.device.iter().filter(|c| c.kind.is_some()) {
-        for (k, seg) in c.segs.iter().enumerate() {
-            let hi = c.segs.get(k + 1).map_or(c.rows.len(), |n| n.0);
-            by_dev.entry(seg.2.unwrap_or(-1)).or_default().reserve(hi - seg.0);
+        for (rows, _, dev) in c.segments() {
+            by_dev.entry(dev.unwrap_or(-1)).or_default().reserve(rows.len());
         }
     }
     let mut nccl_by_id: FxMap<i64, (u64, i64)> = FxMap::default();
@@ -338,25 +331,12 @@ fn ops_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Ops {
         crate::export::merge_skips(skips, &c.skips);
         node_rows += c.node_rows;
         let Some(kind) = c.kind else { continue };
-        let (mut long, mut wide) = (0usize, 0usize);
-        for (k, seg) in c.segs.iter().enumerate() {
-            let hi = c.segs.get(k + 1).map_or(c.rows.len(), |n| n.0);
-            let (pid, dev) = (seg.1.unwrap_or(-1), seg.2.unwrap_or(-1));
+        for (idx, pid, dev) in c.segments() {
+            let (pid, dev) = (pid.unwrap_or(-1), dev.unwrap_or(-1));
             let v = by_dev.entry(dev).or_default();
-            for i in seg.0..hi {
+            for i in idx {
                 let r = c.rows[i];
-                let end = if r.dur == u32::MAX {
-                    long += 1;
-                    c.long[long - 1].1
-                } else {
-                    r.start + r.dur as i64
-                };
-                let corr = if r.aux == u32::MAX {
-                    wide += 1;
-                    c.wide[wide - 1].1
-                } else {
-                    Some(r.aux as i64)
-                };
+                let (end, corr) = (c.end(i), c.correlation_id(i, r.aux));
                 let name = c.names.get(i).copied().filter(|&n| n != NO_NAME);
                 let nccl = kind == DeviceKind::Kernel && name.is_some_and(|n| names.nccl.contains_key(&n));
                 if nccl {

@@ -363,23 +363,7 @@ pub fn dist(values: impl IntoIterator<Item = i64>) -> Dist {
 /// Length of the union of intervals (any order, unclipped).
 pub fn union_len(mut iv: Vec<(i64, i64)>) -> i64 {
     iv.retain(|(s, e)| e > s);
-    iv.sort_unstable();
-    let mut total = 0;
-    let mut cur: Option<(i64, i64)> = None;
-    for (s, e) in iv {
-        match cur {
-            Some((cs, ce)) if s <= ce => cur = Some((cs, ce.max(e))),
-            Some((cs, ce)) => {
-                total += ce - cs;
-                cur = Some((s, e));
-            }
-            None => cur = Some((s, e)),
-        }
-    }
-    if let Some((cs, ce)) = cur {
-        total += ce - cs;
-    }
-    total
+    device::len(&device::union(iv))
 }
 
 /// The priority partition of `[start, end)`: `classes[k]` are the intervals of component k (in priority
