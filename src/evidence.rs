@@ -352,6 +352,15 @@ pub fn load_with(path: &Path, provenance: Option<&Path>, step_detail: bool) -> R
         load_json(&Input::Path(path.to_path_buf()).read_bytes()?, &name)?
     };
     if let Some(p) = provenance {
+        add_provenance(&mut ev, p)?;
+    }
+    Ok(ev)
+}
+
+/// Add the `nsyskit.provenance/v1` document at `p` to the evidence: its facts, and the block itself (replacing
+/// a bundle's own).
+pub fn add_provenance(ev: &mut Evidence, p: &Path) -> Result<()> {
+    {
         let pname = p.display().to_string();
         let bytes = Input::Path(p.to_path_buf()).read_bytes()?;
         let docs = crate::contract::parse_json_stream(&bytes, &pname)?;
@@ -364,7 +373,7 @@ pub fn load_with(path: &Path, provenance: Option<&Path>, step_detail: bool) -> R
         apply_provenance(&mut ev.facts, &doc.value, &pname);
         ev.provenance = Some(doc.value);
     }
-    Ok(ev)
+    Ok(())
 }
 
 /// Evidence from a JSON document: an evidence bundle, or a bare ranges document.
@@ -833,7 +842,12 @@ pub fn from_export(path: &Path) -> Result<Evidence> {
 /// [`from_export`]; with `step_detail`, [`Evidence::step_detail`] is kept.
 pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
     let cap = crate::export::open_capture(path, None)?;
-    let export = &cap.export;
+    from_open_export(&cap.export, &cap.source, step_detail)
+}
+
+/// [`from_export_with`] of an export already open, `source` saying where it came from (`gate-check --report`:
+/// the report of the gates' own export, whose reads also compute the gates' facts).
+pub fn from_open_export(export: &Export, source: &crate::export::CaptureSource, step_detail: bool) -> Result<Evidence> {
     let mut ph = crate::phase::Phases::new("evidence");
     let ropts = crate::ranges::RangesOptions { fold: true, ..Default::default() };
     export.keep_kernel_names();
@@ -850,7 +864,7 @@ pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
     // table not read yet, which also aggregates the kernel rows by name for the kernel statistics)
     export.check_timestamps(&crate::export::rows::TIMED_TABLES)?;
     ph.mark("check_timestamps");
-    let mut ev = Evidence { source: cap.source.path.clone(), kind: cap.source.kind.clone(), ..Default::default() };
+    let mut ev = Evidence { source: source.path.clone(), kind: source.kind.clone(), ..Default::default() };
     ev.facts = export_facts(export)?;
     ph.mark("facts");
     ev.capture = Some(crate::export::capture_info(export)?);

@@ -1,6 +1,7 @@
 //! Timing by phase for the benchmark (`scripts/bench-ranges`, docs/performance.md): with
 //! `NSYSKIT_PHASE_TIMES=1` in the environment, each tool prints one stderr line per phase,
-//! `nsyskit-phase TOOL PHASE SECONDS`, as the phase ends. Without it nothing is printed and nothing is timed
+//! `nsyskit-phase TOOL PHASE SECONDS rss=MB hwm=MB`, as the phase ends (the resident and peak resident memory of
+//! the process then, from `/proc/self/status` where there is one). Without it nothing is printed and nothing is timed
 //! beyond one `Instant::now()` per phase. Never part of a document.
 
 use std::sync::OnceLock;
@@ -26,9 +27,23 @@ impl Phases {
     pub fn mark(&mut self, phase: &str) {
         let now = Instant::now();
         if enabled() {
-            eprintln!("nsyskit-phase {} {} {:.3}", self.tool, phase, (now - self.last).as_secs_f64());
+            eprintln!("nsyskit-phase {} {} {:.3}{}", self.tool, phase, (now - self.last).as_secs_f64(), memory());
         }
         self.last = now;
+    }
+}
+
+/// ` rss=MB hwm=MB` from `/proc/self/status` (empty where it cannot be read).
+fn memory() -> String {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return String::new();
+    };
+    let kb = |key: &str| {
+        status.lines().find_map(|l| l.strip_prefix(key)?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+    };
+    match (kb("VmRSS:"), kb("VmHWM:")) {
+        (Some(r), Some(h)) => format!(" rss={} hwm={}", r / 1024, h / 1024),
+        _ => String::new(),
     }
 }
 

@@ -53,6 +53,14 @@ pub struct GateCheckArgs {
     /// each table for both documents): the bytes `sqlite-ranges EXPORT > OUT.json` writes
     #[arg(long, value_name = "OUT.json")]
     pub ranges: Option<PathBuf>,
+    /// Also write the nvtx-readiness document of the same export to this file, from the same run: the bytes
+    /// `nvtx-readiness EXPORT > OUT.json` writes (with --range-prefix and --max-opaque-share when given)
+    #[arg(long, value_name = "OUT.json")]
+    pub nvtx_readiness: Option<PathBuf>,
+    /// Also write the report document of the same export to this file, from the same run (its reads compute the
+    /// gates' facts and the --ranges document): the bytes `report EXPORT > OUT.json` writes
+    #[arg(long, value_name = "OUT.json")]
+    pub report: Option<PathBuf>,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -76,29 +84,58 @@ impl GateCheckArgs {
         })
     }
 
-    /// Run the gates with `opts` (from [`Self::options`]); with `--ranges`, also write the sqlite-ranges
-    /// document of the same export, from the same run (refused over an input).
+    /// Run the gates with `opts` (from [`Self::options`]); with `--ranges`, `--nvtx-readiness` and `--report`,
+    /// also write those tools' documents of the same export, from the same run (refused over an input or over
+    /// each other).
     pub fn run(&self, opts: &GateOptions) -> Result<GateDoc> {
         let also = crate::gate::AlsoDocs {
-            ranges: self.ranges.as_ref().map(|_| crate::ranges::RangesOptions { fold: true, ..Default::default() }),
-            readiness: None,
+            ranges: self.ranges.as_ref().map(|_| crate::ranges::RangesOptions::sqlite_ranges_default()),
+            readiness: self.nvtx_readiness.as_ref().map(|_| ReadinessOptions {
+                range_prefix: self.range_prefix.clone(),
+                max_opaque_share: self.max_opaque_share,
+            }),
+            report: self.report.as_ref().map(|_| crate::report::ReportOptions {
+                input: opts.capture.clone(),
+                top: crate::report::DEFAULT_TOP,
+                trace_max_events: Some(crate::report::trace::DEFAULT_MAX_EVENTS),
+                ..Default::default()
+            }),
         };
-        if let Some(out) = &self.ranges {
-            let inputs: Vec<&std::path::Path> =
-                [Some(&opts.capture), opts.sqlite.as_ref(), opts.log.as_ref(), opts.provenance.as_ref()]
-                    .into_iter()
-                    .flatten()
-                    .map(|p| p.as_path())
-                    .collect();
-            crate::contract::refuse_output_over_input(out, "--ranges", &inputs)?;
+        let inputs: Vec<&std::path::Path> =
+            [Some(&opts.capture), opts.sqlite.as_ref(), opts.log.as_ref(), opts.provenance.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(|p| p.as_path())
+                .collect();
+        let outputs = self.outputs();
+        for (i, (flag, out)) in outputs.iter().enumerate() {
+            crate::contract::refuse_output_over_input(out, flag, &inputs)?;
+            if let Some((other, _)) = outputs[..i].iter().find(|(_, o)| o == out) {
+                return Err(
+                    Error::usage(format!("{flag} {}: {other} writes that file too", out.display())).with_arg(*flag)
+                );
+            }
         }
         let shared = crate::gate::run_shared(opts, &also)?;
-        if let (Some(out), Some(doc)) = (&self.ranges, &shared.ranges) {
-            // what `sqlite-ranges EXPORT > OUT.json` writes (not a terminal: compact)
-            std::fs::write(out, render(doc, Style::Compact)).map_err(|e| {
-                Error::env(format!("--ranges {}: cannot write: {e}", out.display())).with_arg("--ranges")
-            })?;
+        // what each tool writes to a file (not a terminal: compact)
+        for (flag, out) in outputs {
+            let text = match flag {
+                "--ranges" => shared.ranges.as_ref().map(|d| render(d, Style::Compact)),
+                "--nvtx-readiness" => shared.readiness.as_ref().map(|d| render(d, Style::Compact)),
+                _ => shared.report.as_ref().map(|d| render(d, Style::Compact)),
+            };
+            let Some(text) = text else { continue };
+            std::fs::write(out, text)
+                .map_err(|e| Error::env(format!("{flag} {}: cannot write: {e}", out.display())).with_arg(flag))?;
         }
         Ok(shared.gate)
+    }
+
+    /// `(flag, file)` of the other documents asked for, in the order --ranges, --nvtx-readiness, --report.
+    fn outputs(&self) -> Vec<(&'static str, &std::path::Path)> {
+        [("--ranges", &self.ranges), ("--nvtx-readiness", &self.nvtx_readiness), ("--report", &self.report)]
+            .into_iter()
+            .filter_map(|(f, p)| p.as_deref().map(|p| (f, p)))
+            .collect()
     }
 }

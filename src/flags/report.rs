@@ -41,7 +41,7 @@ pub struct ReportArgs {
     #[arg(long, value_name = "START:END", allow_hyphen_values = true)]
     pub iterations: Option<String>,
     /// List at most N top kernels (0 = all)
-    #[arg(long, default_value_t = 20, value_name = "N")]
+    #[arg(long, default_value_t = crate::report::DEFAULT_TOP, value_name = "N")]
     pub top: usize,
     /// Write a Chrome/Perfetto trace-event file of a window of steps (an nsys export only; opens in ui.perfetto.dev)
     #[arg(long, value_name = "OUT.json")]

@@ -297,6 +297,9 @@ pub struct AlsoDocs {
     pub ranges: Option<crate::ranges::RangesOptions>,
     /// The `nvtx-readiness` document with these options.
     pub readiness: Option<crate::readiness::ReadinessOptions>,
+    /// `gate-check --report`: the `report` document with these options (`input` is not read: the gates' export
+    /// is).
+    pub report: Option<crate::report::ReportOptions>,
 }
 
 /// The gate document and the documents [`AlsoDocs`] asked for, each byte for byte what its own tool prints
@@ -307,6 +310,7 @@ pub struct SharedDocs {
     pub gate: GateDoc,
     pub ranges: Option<crate::ranges::RangesDoc>,
     pub readiness: Option<crate::readiness::ReadinessDoc>,
+    pub report: Option<crate::report::ReportDoc>,
 }
 
 /// Run every gate on the capture named in `opts`. CAPTURE `-` is an SQLite export read from standard input
@@ -316,11 +320,12 @@ pub fn run(opts: &GateOptions) -> Result<GateDoc> {
 }
 
 /// [`run`], and the documents `also` asks for from the same capture in the same run: one open export (one
-/// export of a report). The ranges document is computed first on the gates' own export, and its reads of the
-/// runtime and device tables also compute the gates' facts of those tables
-/// ([`crate::ranges::document_sharing_scans`]): one pass over each table for both documents. The readiness
-/// document is computed in its own thread on its own read-only connection meanwhile. Errors: the gates'
-/// first, then the ranges', then readiness'.
+/// export of a report). The report, then the ranges document, are computed first on the gates' own export, and
+/// their reads of the runtime and device tables also compute the gates' facts of those tables
+/// ([`crate::report::document_sharing_scans`], [`crate::ranges::document_sharing_scans`]): one pass over each
+/// table for all documents; with the report, its ranges analysis is the ranges document. The readiness document
+/// is computed in its own thread on its own read-only connection meanwhile. Errors: the gates' first, then the
+/// ranges', readiness', the report's.
 pub fn run_shared(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
     opts.thresholds.validate()?;
     if let Some(r) = &opts.readiness {
@@ -332,13 +337,7 @@ pub fn run_shared(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
     if opts.capture.as_os_str() == "-" {
         let copy = crate::export::StdinCopy::read().map_err(|e| e.with_arg("CAPTURE"))?;
         let o = GateOptions { capture: copy.path().to_path_buf(), ..opts.clone() };
-        let mut shared = copy.run(|_| run_path(&o, also))?;
-        if let Some(r) = shared.ranges.as_mut() {
-            r.source.path = crate::export::STDIN_NAME.into();
-        }
-        if let Some(r) = shared.readiness.as_mut() {
-            r.source.path = crate::export::STDIN_NAME.into();
-        }
+        let mut shared = copy.run(|_| run_path(&o, also, Some(crate::export::STDIN_NAME)))?;
         let doc = &mut shared.gate;
         doc.source.path = crate::export::STDIN_NAME.into();
         doc.source.sqlite = Some(crate::export::STDIN_NAME.into());
@@ -350,10 +349,12 @@ pub fn run_shared(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
         }
         return Ok(shared);
     }
-    run_path(opts, also)
+    run_path(opts, also, None)
 }
 
-fn run_path(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
+/// The gates and the other documents of the capture at `opts.capture`; `shown` is how the other documents name
+/// it when that is not its path (`<stdin>`).
+fn run_path(opts: &GateOptions, also: &AlsoDocs, shown: Option<&str>) -> Result<SharedDocs> {
     let capture = &opts.capture;
     let name = capture.display().to_string();
     let meta = std::fs::metadata(capture).map_err(|e| match e.kind() {
@@ -421,7 +422,7 @@ fn run_path(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
     }
     let export = given.as_ref().or(opened.as_ref().map(|o| &o.export));
     // the other documents: the SQLite file analysed and how its own tool would describe it
-    let other: Option<(PathBuf, export::CaptureSource)> = match (&opened, &given, &opts.sqlite) {
+    let mut other: Option<(PathBuf, export::CaptureSource)> = match (&opened, &given, &opts.sqlite) {
         (Some(o), _, _) => Some((o.export.path().to_path_buf(), o.source.clone())),
         (None, Some(g), Some(s)) => Some((
             g.path().to_path_buf(),
@@ -435,11 +436,19 @@ fn run_path(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
         )),
         _ => None,
     };
-    if (also.ranges.is_some() || also.readiness.is_some()) && other.is_none() {
+    if let (Some((_, src)), Some(shown)) = (other.as_mut(), shown) {
+        src.path = shown.to_string();
+    }
+    let asked = [
+        ("--ranges", also.ranges.is_some()),
+        ("--nvtx-readiness", also.readiness.is_some()),
+        ("--report", also.report.is_some()),
+    ];
+    if let (Some(&(flag, _)), None) = (asked.iter().find(|a| a.1), &other) {
         return Err(Error::usage(format!(
-            "{name}: a .qdstrm holds no SQLite export: --ranges needs an .sqlite export or an .nsys-rep"
+            "{name}: a .qdstrm holds no SQLite export: {flag} needs an .sqlite export or an .nsys-rep"
         ))
-        .with_arg("--ranges"));
+        .with_arg(flag));
     }
     std::thread::scope(|s| {
         let readiness = also.readiness.as_ref().zip(other.as_ref()).map(|(ro, (p, src))| {
@@ -448,23 +457,52 @@ fn run_path(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
                 crate::readiness::document(&ex, src, ro)
             })
         });
-        // the ranges document first, on the gates' own export: its reads of the runtime and device tables also
-        // compute what the gates' scans would (one pass over each table for both documents)
+        // the report first, then the ranges document, on the gates' own export: their reads of the runtime and
+        // device tables also compute what the gates' scans would (one pass over each table for all documents),
+        // and the report's ranges analysis is the ranges document when it has sqlite-ranges' default options
+        if let Some(e) = export.filter(|_| also.report.is_some() || also.ranges.is_some()) {
+            keep_for_gates(opts, e);
+        }
+        let (report, report_ranges) = match (&also.report, &other, export) {
+            (Some(po), Some((_, src)), Some(e)) => match crate::report::document_sharing_scans(e, src, po) {
+                Ok((doc, ranges)) => (Some(Ok(doc)), ranges),
+                Err(err) => (Some(Err(err)), None),
+            },
+            _ => (None, None),
+        };
         let ranges = match (&also.ranges, &other, export) {
-            (Some(ro), Some((_, src)), Some(e)) => {
-                keep_for_gates(opts, e);
-                Some(crate::ranges::document_sharing_scans(e, src, ro))
-            }
+            (Some(ro), Some((_, src)), Some(e)) => Some(ranges_doc(e, src, ro, report_ranges)),
             _ => None,
         };
         let gate = gate_doc(opts, source, export, log, provenance);
         let readiness = readiness.map(|h| join_doc(h)).transpose();
+        // an error of another document names its flag: the gates themselves went through
+        let named = |flag: &'static str| move |e: Error| e.context(flag).with_arg(flag);
         Ok(SharedDocs {
             gate: gate?,
-            ranges: ranges.transpose().map_err(|e| e.with_arg("--ranges"))?,
-            readiness: readiness?,
+            ranges: ranges.transpose().map_err(named("--ranges"))?,
+            readiness: readiness.map_err(named("--nvtx-readiness"))?,
+            report: report.transpose().map_err(named("--report"))?,
         })
     })
+}
+
+/// The `sqlite-ranges` document with `ro`: the report's ranges analysis when there is one and `ro` are
+/// sqlite-ranges' default options (the same analysis, once the contract's table is checked), else its own
+/// analysis sharing the scans.
+fn ranges_doc(
+    e: &Export,
+    src: &export::CaptureSource,
+    ro: &crate::ranges::RangesOptions,
+    from_report: Option<crate::ranges::RangesDoc>,
+) -> Result<crate::ranges::RangesDoc> {
+    match from_report {
+        Some(doc) if *ro == crate::ranges::RangesOptions::sqlite_ranges_default() => {
+            e.require(export::schema::NVTX_EVENTS, &export::schema::cols::NVTX_EVENTS)?;
+            Ok(doc)
+        }
+        _ => crate::ranges::document_sharing_scans(e, src, ro),
+    }
 }
 
 /// What the gates ask the next scans of the timed tables to keep besides their facts: G5 reads the valid

@@ -52,6 +52,13 @@ pub struct RangesOptions {
     pub fold: bool,
 }
 
+impl RangesOptions {
+    /// What `sqlite-ranges EXPORT` keeps: every label, folded, no window.
+    pub fn sqlite_ranges_default() -> RangesOptions {
+        RangesOptions { fold: true, ..Default::default() }
+    }
+}
+
 /// Parse `START:END` (integers in ns, may be negative, `START <= END`).
 pub fn parse_window(s: &str) -> Result<(i64, i64)> {
     let bad = || {
@@ -678,19 +685,24 @@ fn document_impl(
     // the contract requires the table (its message says why a capture has none)
     export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
     let (doc, _) = analyze_impl(export, opts, false, share)?;
-    let mut a = Analysis { doc, occurrences: Vec::new(), metrics: Vec::new() };
-    a.doc.source.path = source.path.clone();
-    a.doc.source.size = source.size;
-    a.doc.source.kind = source.kind.clone();
-    a.doc.source.exported_with = source.exported_with.clone();
+    Ok(described(doc, source))
+}
+
+/// The document of an analysis as `sqlite-ranges` prints it: its source is the capture the user gave
+/// (`source`), and a report exported into a temporary folder says so.
+pub fn described(mut doc: RangesDoc, source: &crate::export::CaptureSource) -> RangesDoc {
+    doc.source.path = source.path.clone();
+    doc.source.size = source.size;
+    doc.source.kind = source.kind.clone();
+    doc.source.exported_with = source.exported_with.clone();
     if source.kind == "nsys-rep" {
-        a.doc.notes.push(format!(
+        doc.notes.push(format!(
             "{} is a report: it was exported with {} into a temporary folder (deleted afterwards), never next to it",
             source.path,
             source.exported_with.as_deref().unwrap_or("nsys")
         ));
     }
-    Ok(a.doc)
+    doc
 }
 
 /// Interned occurrence chains (ascending occurrence indices) in one arena. Occurrence indices ascend with

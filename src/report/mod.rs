@@ -48,6 +48,7 @@ use serde_json::Value;
 use crate::categories::{category_shares, Categories, CategoryShare, KernelStat};
 use crate::contract::{Document, Error, Result, Tool};
 use crate::evidence::{self, Evidence, RangeRow};
+use crate::export::Export;
 
 /// The fixed vocabulary of primary classes.
 pub const CLASSES: &[&str] = &[
@@ -79,6 +80,9 @@ const SPLIT_PARTS_MAX: usize = 20;
 
 /// How many non-primary, non-child labels the evidence rows list at most.
 const OTHER_ROWS_MAX: usize = 30;
+
+/// How many top kernels `report` lists unless `--top` says.
+pub const DEFAULT_TOP: usize = 20;
 
 /// What `report` is asked to do.
 #[derive(Debug, Clone, Default)]
@@ -320,6 +324,37 @@ pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
 /// [`run`], with `adjust` applied to the evidence before it is classified (`--iterations`:
 /// crate::iterations::window::report_run replaces the ranges by those of the window).
 pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Result<()>) -> Result<ReportDoc> {
+    let categories = prepare(opts)?;
+    let mut ph = crate::phase::Phases::new("report");
+    let mut ev =
+        evidence::load_with(&opts.input, opts.provenance.as_deref(), true).map_err(|e| e.with_arg("BUNDLE"))?;
+    ph.mark("evidence");
+    adjust(&mut ev)?;
+    report_of(&ev, opts, &categories, None, ph)
+}
+
+/// The document [`run`] prints for an export already open, `source` saying where it came from, and the
+/// `sqlite-ranges` document its ranges analysis computed (`gate-check --report`: the gates' own export, whose
+/// facts these reads also compute; `opts.input` is not read).
+pub fn document_sharing_scans(
+    export: &Export,
+    source: &crate::export::CaptureSource,
+    opts: &ReportOptions,
+) -> Result<(ReportDoc, Option<crate::ranges::RangesDoc>)> {
+    let categories = prepare(opts)?;
+    let mut ph = crate::phase::Phases::new("report");
+    let mut ev = evidence::from_open_export(export, source, true)?;
+    if let Some(p) = &opts.provenance {
+        evidence::add_provenance(&mut ev, p)?;
+    }
+    ph.mark("evidence");
+    let doc = report_of(&ev, opts, &categories, Some(export), ph)?;
+    let ranges = ev.step_detail.as_deref().map(|(a, _)| crate::ranges::described(a.doc.clone(), source));
+    Ok((doc, ranges))
+}
+
+/// The categories of `opts`, after refusing an output over an input.
+fn prepare(opts: &ReportOptions) -> Result<Categories> {
     let categories = match &opts.categories {
         Some(p) => Categories::from_file(p).map_err(|e| e.with_arg("--categories"))?,
         None => Categories::builtin(),
@@ -344,15 +379,22 @@ pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Resu
             Error::usage("--window selects the steps of --trace: give --trace OUT.json too").with_arg("--window")
         );
     }
-    let mut ph = crate::phase::Phases::new("report");
-    let mut ev =
-        evidence::load_with(&opts.input, opts.provenance.as_deref(), true).map_err(|e| e.with_arg("BUNDLE"))?;
-    ph.mark("evidence");
-    adjust(&mut ev)?;
-    let mut doc = classify(&ev, &categories, opts.label.as_deref(), opts.top)?;
+    Ok(categories)
+}
+
+/// Classify the evidence, add the step budget (on `given`, else on the export the evidence came from), write
+/// `--trace` and `--html`.
+fn report_of(
+    ev: &Evidence,
+    opts: &ReportOptions,
+    categories: &Categories,
+    given: Option<&Export>,
+    mut ph: crate::phase::Phases,
+) -> Result<ReportDoc> {
+    let mut doc = classify(ev, categories, opts.label.as_deref(), opts.top)?;
     ph.mark("classify");
     doc.range_decision = Some(doc.decision.clone());
-    let budget = step_budget_of(&ev, opts, &doc)?;
+    let budget = step_budget_of(ev, opts, &doc, given)?;
     ph.mark("step_budget");
     if let Some(sec) = budget.section {
         apply_step_budget(&mut doc, sec);
@@ -364,7 +406,8 @@ pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Resu
         }
     }
     if let Some(out) = &opts.trace {
-        let (Some(export), Some(sb)) = (&budget.export, &budget.doc) else {
+        let export = budget.export.as_ref().map(|c| &c.export).or(given.filter(|_| budget.doc.is_some()));
+        let (Some(export), Some(sb)) = (export, &budget.doc) else {
             return Err(Error::usage(if ev.kind == "sqlite" || ev.kind == "nsys-rep" {
                 format!(
                     "{}: --trace needs a step label (an iteration-like range: iteration, step or decode in its name) and there is none{}: give --label LABEL",
@@ -376,13 +419,7 @@ pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Resu
             })
             .with_arg("--trace"));
         };
-        let t = trace::write(
-            &export.export,
-            sb,
-            opts.window,
-            opts.trace_max_events.unwrap_or(trace::DEFAULT_MAX_EVENTS),
-            out,
-        )?;
+        let t = trace::write(export, sb, opts.window, opts.trace_max_events.unwrap_or(trace::DEFAULT_MAX_EVENTS), out)?;
         if t.truncated {
             doc.notes.push(format!(
                 "--trace: the window holds more than {} events: the trace stops at {} ns ({} events dropped); narrow --window or raise --trace-max-events",
@@ -412,7 +449,7 @@ struct Budget {
 
 /// A bundle's `kernel_profile.step_budget`, or (from an export) the step budget of the primary range when it is
 /// iteration-like (the step label), computed by the step-budget library on the same export.
-fn step_budget_of(ev: &Evidence, opts: &ReportOptions, doc: &ReportDoc) -> Result<Budget> {
+fn step_budget_of(ev: &Evidence, opts: &ReportOptions, doc: &ReportDoc, given: Option<&Export>) -> Result<Budget> {
     let none = Budget { section: None, export: None, doc: None };
     if ev.kind == "bundle" {
         let v = ev.bundle.as_ref().and_then(|b| b.pointer("/kernel_profile/step_budget")).filter(|v| !v.is_null());
@@ -428,17 +465,20 @@ fn step_budget_of(ev: &Evidence, opts: &ReportOptions, doc: &ReportDoc) -> Resul
     let Some(label) = doc.decision.primary_label.clone().filter(|l| crate::gate::is_iteration_like(l)) else {
         return Ok(none);
     };
-    let path = evidence::export_path(ev, &opts.input);
-    let cap = crate::export::open_capture(path, None)?;
+    let cap = match given {
+        Some(_) => None,
+        None => Some(crate::export::open_capture(evidence::export_path(ev, &opts.input), None)?),
+    };
+    let Some(export) = cap.as_ref().map(|c| &c.export).or(given) else { return Ok(none) };
     let sopts = crate::step_budget::StepBudgetOptions { step: Some(label), ..Default::default() };
     // --iterations: the same time window as the windowed ranges (crate::iterations::window::report_run)
     // the evidence's analysis (whole capture, folded, intervals of every iteration-like label) when the
     // ranges were not recomputed over a window
     let pre = ev.step_detail.as_deref().filter(|_| ev.step_window.is_none()).map(|(a, c)| (a, c));
-    let mut sb = crate::step_budget::analyze_window_with(&cap.export, &sopts, ev.step_window, pre)?;
+    let mut sb = crate::step_budget::analyze_window_with(export, &sopts, ev.step_window, pre)?;
     sb.source = ev.source.clone();
     sb.step_label_choice = "the report's primary range (iteration-like)".into();
-    Ok(Budget { section: steps::section_of(&sb, "step-budget on the export"), export: Some(cap), doc: Some(sb) })
+    Ok(Budget { section: steps::section_of(&sb, "step-budget on the export"), export: cap, doc: Some(sb) })
 }
 
 /// The step budget decides the class when its steps carry device work and its class is of the vocabulary.
