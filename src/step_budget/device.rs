@@ -319,12 +319,13 @@ struct Ops {
 /// Every device row of the capture, by device (rows in table then rowid order), as the ranges scan read them.
 fn ops_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Ops {
     // each device's vector allocated once at its size (5 M rows: no doubling copies)
-    let mut by_dev: BTreeMap<i64, Vec<Op>> = BTreeMap::new();
+    let mut sizes: BTreeMap<i64, usize> = BTreeMap::new();
     for c in rows.device.iter().filter(|c| c.kind.is_some()) {
         for (rows, _, dev) in c.segments() {
-            by_dev.entry(dev.unwrap_or(-1)).or_default().reserve(rows.len());
+            *sizes.entry(dev.unwrap_or(-1)).or_default() += rows.len();
         }
     }
+    let mut by_dev: BTreeMap<i64, Vec<Op>> = sizes.into_iter().map(|(d, n)| (d, Vec::with_capacity(n))).collect();
     let mut nccl_by_id: FxMap<i64, (u64, i64)> = FxMap::default();
     let mut node_rows = 0;
     for c in &rows.device {
@@ -511,18 +512,31 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
     }
     // stable and adaptive: the rows of each table come nearly sorted
     ops.sort_by_key(|o| (o.start, o.issue, o.end, o.pid, o.corr));
-    let first = FirstRows::of(&ops);
-    let (pieces, gap_lengths, busy, span) = gaps(&ops, calls, &first);
+    // four independent passes over the sorted rows, in parallel
+    let ops = &ops;
+    let ((first, (pieces, gap_lengths, busy, span)), (compute, (nccl_by_pid, busy_by_pid)), queue_depth) =
+        std::thread::scope(|s| {
+            let gaps = s.spawn(move || {
+                let first = FirstRows::of(ops);
+                let g = gaps(ops, calls, &first);
+                (first, g)
+            });
+            let queue = s.spawn(move || queue(ops));
+            let compute = union_sorted(
+                ops.iter()
+                    .filter(|o| (o.kind == DeviceKind::Kernel && !o.nccl) || o.kind == DeviceKind::GraphTrace)
+                    .map(|o| (o.start, o.end)),
+            );
+            let procs = per_process(ops);
+            (
+                gaps.join().expect("the gaps pass panicked"),
+                (compute, procs),
+                queue.join().expect("the queue pass panicked"),
+            )
+        });
     let (span_start, span_end) = span;
     let categories = categories_of(&pieces);
-    // compute and communication
-    let compute = union_sorted(
-        ops.iter()
-            .filter(|o| (o.kind == DeviceKind::Kernel && !o.nccl) || o.kind == DeviceKind::GraphTrace)
-            .map(|o| (o.start, o.end)),
-    );
-    let (nccl_by_pid, busy_by_pid) = per_process(&ops);
-    let (launch, launch_by_pid) = launches(dev, &first, calls, names, queue(&ops));
+    let (launch, launch_by_pid) = launches(dev, &first, calls, names, queue_depth);
     let processes: Vec<i64> = busy_by_pid.keys().copied().collect();
     let idle_ns = (span_end - span_start) - busy;
     debug_assert_eq!(idle_ns, pieces.iter().map(|p| p.1 - p.0).sum::<i64>());

@@ -523,67 +523,17 @@ pub fn analyze_window_with(
         v.sort_unstable();
     }
     let dev_pos: BTreeMap<i64, usize> = tl.devices.iter().enumerate().map(|(k, d)| (d.device_id, k)).collect();
-    let mut step_spans: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
-
-    let mut steps: Vec<Step> = Vec::with_capacity(idx.len());
-    for (k, &i) in idx.iter().enumerate() {
-        let o = &a.occurrences[i];
-        let m = &a.metrics[i];
-        let host_comm = host_comm_of(&comm_occ, o.global_tid, o.start, o.end);
-        let c = step_components(o.start, o.end, &iv[i], &names, &tl.nccl_keys, &host_comm);
-        debug_assert_eq!(c.sum(), o.end - o.start);
-        // the next step of the same rank (process)
-        let rank_of = |j: usize| crate::export::ns_of(a.occurrences[j].global_tid);
-        let gap = idx[k + 1..].iter().find(|&&j| rank_of(j) == rank_of(i)).map(|&j| a.occurrences[j].start - o.end);
-        let comm_busy =
-            union_len(iv[i].device.iter().filter(|d| is_comm(d, &tl.nccl_keys)).map(|d| (d.start, d.end)).collect());
-        let mut idle = IdleSplit::default();
-        if let (Some(fs), Some(le)) = (m.first_device_start, m.last_device_end) {
-            let devs: std::collections::BTreeSet<i64> = iv[i].device.iter().map(|d| d.device_id).collect();
-            let mut v = [0i64; 4];
-            for d in devs {
-                step_spans.entry(d).or_default().push((fs, le));
-                if let Some(&p) = dev_pos.get(&d) {
-                    let s = tl.devices[p].idle_in(fs, le).values();
-                    for q in 0..4 {
-                        v[q] += s[q];
-                    }
-                }
-            }
-            idle = IdleSplit { host_wait: v[0], sync_wait: v[1], launch_latency: v[2], other: v[3] };
-        }
-        let rank = rank_pids.iter().position(|&p| p == crate::export::ns_of(o.global_tid)).unwrap_or(0);
-        steps.push(Step {
-            index: k,
-            start_ns: o.start,
-            wall_ns: o.end - o.start,
-            components: c,
-            global_tid: o.global_tid,
-            kernels: m.kernels,
-            memcpys: m.memcpys,
-            memsets: m.memsets,
-            graph_traces: m.graph_traces,
-            runtime_calls: m.runtime_calls,
-            graph_launches: iv[i]
-                .runtime
-                .iter()
-                .filter(|r| {
-                    r.name_id.and_then(|id| names.get(&id)).is_some_and(|n| crate::export::schema::is_graph_launch(n))
-                })
-                .count() as u64,
-            gpu_busy_ns: m.busy_ns,
-            gpu_span_ns: m.span_ns,
-            gpu_idle_in_span_ns: m.idle_in_span_ns(),
-            first_device_start_ns: m.first_device_start,
-            last_device_end_ns: m.last_device_end,
-            host_gap_to_next_ns: gap,
-            rank,
-            comm_busy_ns: comm_busy,
-            host_comm_ns: union_len(host_comm),
-            idle,
-            geometry: None,
-        });
-    }
+    let cx = StepCx {
+        a,
+        iv,
+        idx: &idx,
+        names: &names,
+        tl: &tl,
+        comm_occ: &comm_occ,
+        rank_pids: &rank_pids,
+        dev_pos: &dev_pos,
+    };
+    let (steps, step_spans) = cx.steps();
     for (d, spans) in step_spans {
         if let Some(&p) = dev_pos.get(&d) {
             tl.devices[p].set_step_spans(spans);
@@ -728,6 +678,109 @@ pub fn analyze_window_with(
 /// The components in the priority order of the sweep (`unattributed` last: the rest).
 pub const PRIORITY: [&str; 7] =
     ["gpu_kernel", "comm", "gpu_memcpy", "sync_wait", "launch_api", "other_api", "unattributed"];
+
+/// What every step of [`analyze_window_with`] reads: the steps are independent, so they run in parallel chunks.
+struct StepCx<'a> {
+    a: &'a ranges::Analysis,
+    iv: &'a [ranges::OccurrenceIntervals],
+    /// The steps' occurrence indices, by start.
+    idx: &'a [usize],
+    names: &'a HashMap<i64, String>,
+    tl: &'a device::Timelines,
+    comm_occ: &'a HashMap<i64, Vec<(i64, i64)>>,
+    rank_pids: &'a [i64],
+    dev_pos: &'a BTreeMap<i64, usize>,
+}
+
+impl StepCx<'_> {
+    /// Every step, in order, and the GPU span of each step on each device it ran on.
+    fn steps(&self) -> (Vec<Step>, BTreeMap<i64, Vec<(i64, i64)>>) {
+        let n = self.idx.len();
+        let chunk = n.div_ceil(crate::export::rows::scan_threads().max(1)).max(256);
+        let parts: Vec<Vec<(Step, Vec<(i64, (i64, i64))>)>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .step_by(chunk)
+                .map(|lo| s.spawn(move || (lo..(lo + chunk).min(n)).map(|k| self.step(k)).collect()))
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a step thread panicked")).collect()
+        });
+        let mut steps = Vec::with_capacity(n);
+        let mut spans: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+        for (step, on) in parts.into_iter().flatten() {
+            steps.push(step);
+            for (d, span) in on {
+                spans.entry(d).or_default().push(span);
+            }
+        }
+        (steps, spans)
+    }
+
+    /// Step `k` (occurrence `idx[k]`), and its GPU span on each device it ran on.
+    fn step(&self, k: usize) -> (Step, Vec<(i64, (i64, i64))>) {
+        let (a, iv, tl) = (self.a, self.iv, self.tl);
+        let i = self.idx[k];
+        let o = &a.occurrences[i];
+        let m = &a.metrics[i];
+        let host_comm = host_comm_of(self.comm_occ, o.global_tid, o.start, o.end);
+        let c = step_components(o.start, o.end, &iv[i], self.names, &tl.nccl_keys, &host_comm);
+        debug_assert_eq!(c.sum(), o.end - o.start);
+        // the next step of the same rank (process)
+        let rank_of = |j: usize| crate::export::ns_of(a.occurrences[j].global_tid);
+        let gap =
+            self.idx[k + 1..].iter().find(|&&j| rank_of(j) == rank_of(i)).map(|&j| a.occurrences[j].start - o.end);
+        let comm_busy =
+            union_len(iv[i].device.iter().filter(|d| is_comm(d, &tl.nccl_keys)).map(|d| (d.start, d.end)).collect());
+        let mut idle = IdleSplit::default();
+        let mut spans = Vec::new();
+        if let (Some(fs), Some(le)) = (m.first_device_start, m.last_device_end) {
+            let devs: std::collections::BTreeSet<i64> = iv[i].device.iter().map(|d| d.device_id).collect();
+            let mut v = [0i64; 4];
+            for d in devs {
+                spans.push((d, (fs, le)));
+                if let Some(&p) = self.dev_pos.get(&d) {
+                    let s = tl.devices[p].idle_in(fs, le).values();
+                    for q in 0..4 {
+                        v[q] += s[q];
+                    }
+                }
+            }
+            idle = IdleSplit { host_wait: v[0], sync_wait: v[1], launch_latency: v[2], other: v[3] };
+        }
+        let rank = self.rank_pids.iter().position(|&p| p == crate::export::ns_of(o.global_tid)).unwrap_or(0);
+        let graph_launches = iv[i]
+            .runtime
+            .iter()
+            .filter(|r| {
+                r.name_id.and_then(|id| self.names.get(&id)).is_some_and(|n| crate::export::schema::is_graph_launch(n))
+            })
+            .count() as u64;
+        let step = Step {
+            index: k,
+            start_ns: o.start,
+            wall_ns: o.end - o.start,
+            components: c,
+            global_tid: o.global_tid,
+            kernels: m.kernels,
+            memcpys: m.memcpys,
+            memsets: m.memsets,
+            graph_traces: m.graph_traces,
+            runtime_calls: m.runtime_calls,
+            graph_launches,
+            gpu_busy_ns: m.busy_ns,
+            gpu_span_ns: m.span_ns,
+            gpu_idle_in_span_ns: m.idle_in_span_ns(),
+            first_device_start_ns: m.first_device_start,
+            last_device_end_ns: m.last_device_end,
+            host_gap_to_next_ns: gap,
+            rank,
+            comm_busy_ns: comm_busy,
+            host_comm_ns: union_len(host_comm),
+            idle,
+            geometry: None,
+        };
+        (step, spans)
+    }
+}
 
 /// Is this correlated row an NCCL kernel (recognised by `(device, start, end)` among the capture's NCCL rows)?
 fn is_comm(d: &ranges::CorrelatedDeviceRow, nccl: &HashSet<(i64, i64, i64)>) -> bool {
