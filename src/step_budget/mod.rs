@@ -679,6 +679,9 @@ pub fn analyze_window_with(
 pub const PRIORITY: [&str; 7] =
     ["gpu_kernel", "comm", "gpu_memcpy", "sync_wait", "launch_api", "other_api", "unattributed"];
 
+/// The GPU span of a step on each device it ran on: `(deviceId, (first start, last end))`.
+type StepSpans = Vec<(i64, (i64, i64))>;
+
 /// What every step of [`analyze_window_with`] reads: the steps are independent, so they run in parallel chunks.
 struct StepCx<'a> {
     a: &'a ranges::Analysis,
@@ -695,9 +698,10 @@ struct StepCx<'a> {
 impl StepCx<'_> {
     /// Every step, in order, and the GPU span of each step on each device it ran on.
     fn steps(&self) -> (Vec<Step>, BTreeMap<i64, Vec<(i64, i64)>>) {
+        type Part = Vec<(Step, StepSpans)>;
         let n = self.idx.len();
         let chunk = n.div_ceil(crate::export::rows::scan_threads().max(1)).max(256);
-        let parts: Vec<Vec<(Step, Vec<(i64, (i64, i64))>)>> = std::thread::scope(|s| {
+        let parts: Vec<Part> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..n)
                 .step_by(chunk)
                 .map(|lo| s.spawn(move || (lo..(lo + chunk).min(n)).map(|k| self.step(k)).collect()))
@@ -716,7 +720,7 @@ impl StepCx<'_> {
     }
 
     /// Step `k` (occurrence `idx[k]`), and its GPU span on each device it ran on.
-    fn step(&self, k: usize) -> (Step, Vec<(i64, (i64, i64))>) {
+    fn step(&self, k: usize) -> (Step, StepSpans) {
         let (a, iv, tl) = (self.a, self.iv, self.tl);
         let i = self.idx[k];
         let o = &a.occurrences[i];
