@@ -681,6 +681,8 @@ pub const PRIORITY: [&str; 7] =
 
 /// The GPU span of a step on each device it ran on: `(deviceId, (first start, last end))`.
 type StepSpans = Vec<(i64, (i64, i64))>;
+/// The GPU spans of the steps, by device.
+type SpansByDevice = BTreeMap<i64, Vec<(i64, i64)>>;
 
 /// What every step of [`analyze_window_with`] reads: the steps are independent, so they run in parallel chunks.
 struct StepCx<'a> {
@@ -697,7 +699,7 @@ struct StepCx<'a> {
 
 impl StepCx<'_> {
     /// Every step, in order, and the GPU span of each step on each device it ran on.
-    fn steps(&self) -> (Vec<Step>, BTreeMap<i64, Vec<(i64, i64)>>) {
+    fn steps(&self) -> (Vec<Step>, SpansByDevice) {
         type Part = Vec<(Step, StepSpans)>;
         let n = self.idx.len();
         let chunk = n.div_ceil(crate::export::rows::scan_threads().max(1)).max(256);
@@ -709,7 +711,7 @@ impl StepCx<'_> {
             handles.into_iter().map(|h| h.join().expect("a step thread panicked")).collect()
         });
         let mut steps = Vec::with_capacity(n);
-        let mut spans: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+        let mut spans = SpansByDevice::new();
         for (step, on) in parts.into_iter().flatten() {
             steps.push(step);
             for (d, span) in on {
