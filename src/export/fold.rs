@@ -53,15 +53,33 @@ pub(crate) fn for_each_in_range(
     logical: &str,
     list: &str,
     range: Option<(i64, i64)>,
+    f: impl FnMut(Option<i64>, &RawRow) -> Result<bool>,
+) -> Result<()> {
+    for_each_in_range_where(src, t, logical, list, range, None, f)
+}
+
+/// [`for_each_in_range`] of the rows that also satisfy `cond` (an SQL condition over the table's columns).
+pub(crate) fn for_each_in_range_where(
+    src: &ScanSource,
+    t: &TableInfo,
+    logical: &str,
+    list: &str,
+    range: Option<(i64, i64)>,
+    cond: Option<&str>,
     mut f: impl FnMut(Option<i64>, &RawRow) -> Result<bool>,
 ) -> Result<()> {
     let conn = src.open()?;
-    let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
+    let conds: Vec<String> =
+        range.map(|(a, b)| format!("rowid >= {a} AND rowid < {b}")).into_iter().chain(cond.map(String::from)).collect();
+    let filter = if conds.is_empty() { String::new() } else { format!(" WHERE {}", conds.join(" AND ")) };
     let mut q = match RawQuery::prepare(&conn, &format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
         Ok(q) => q,
         Err(e) if range.is_some() => return Err(src.sql_err(logical, e)),
-        Err(_) => RawQuery::prepare(&conn, &format!("SELECT NULL, {list} FROM \"{}\"", t.name))
-            .map_err(|e| src.sql_err(logical, e))?,
+        Err(_) => {
+            let filter = cond.map(|c| format!(" WHERE {c}")).unwrap_or_default();
+            RawQuery::prepare(&conn, &format!("SELECT NULL, {list} FROM \"{}\"{filter}", t.name))
+                .map_err(|e| src.sql_err(logical, e))?
+        }
     };
     while let Some(r) = q.next().map_err(|e| src.sql_err(logical, e))? {
         let rowid = match r.int(0) {
@@ -145,4 +163,28 @@ pub fn fold_runtime<T: Send>(
         })
         .collect();
     Ok((accs, skips))
+}
+
+/// Every `NVTX_EVENTS` row whose `eventType` is in `types` (`t`: the table, present with
+/// [`cols::NVTX_EVENTS`]) folded into an accumulator per rowid range (`init`, `f`): the accumulators in rowid
+/// order; the checks and messages of [`super::Export::nvtx_events_ref`], the first error in table order wins.
+pub fn fold_nvtx_events<T: Send>(
+    src: &ScanSource,
+    t: &TableInfo,
+    types: &[i64],
+    threads: usize,
+    init: impl Fn() -> T + Sync,
+    f: impl Fn(&mut T, super::rows::NvtxRef<'_>) -> Result<()> + Sync,
+) -> Result<Vec<T>> {
+    let jobs = plan(src, &[t], threads)?;
+    let list = super::rows::nvtx_columns(t).join(", ");
+    let cond = super::rows::nvtx_types_condition(types);
+    in_order(run_jobs(&jobs, |_, j| {
+        let mut acc = init();
+        for_each_in_range_where(src, t, schema::NVTX_EVENTS, &list, j.range, Some(&cond), |rowid, r| {
+            f(&mut acc, super::rows::nvtx_ref(src.name(), rowid, r)?)?;
+            Ok(true)
+        })?;
+        Ok(acc)
+    }))
 }

@@ -214,26 +214,17 @@ impl Export {
     /// Every `NVTX_EVENTS` row whose `eventType` is in `types` (required table and columns; `domainId` when
     /// present).
     pub fn nvtx_events(&self, types: &[i64], mut f: impl FnMut(NvtxRow) -> Result<()>) -> Result<()> {
-        let t = self.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
-        let domain = if t.has_column(cols::DOMAIN_ID) { cols::DOMAIN_ID } else { "NULL" };
-        let tbl = schema::NVTX_EVENTS;
-        let list = types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
-        self.scan(tbl, &["start", "end", "eventType", "text", "textId", "globalTid", domain]).run(
-            &format!("eventType IN ({list})"),
-            |rowid, row| {
-                let start = self.check_ts(tbl, "start", rowid, self.int_at(row, 1, tbl, "start")?)?;
-                let end = self.check_ts(tbl, "end", rowid, self.int_at(row, 2, tbl, "end")?)?;
-                f(NvtxRow {
-                    start,
-                    end,
-                    event_type: self.int_at(row, 3, tbl, "eventType")?.unwrap_or(0),
-                    text: self.text_at(row, 4, tbl, "text")?,
-                    text_id: self.int_at(row, 5, tbl, "textId")?,
-                    global_tid: self.int_at(row, 6, tbl, "globalTid")?,
-                    domain_id: self.int_at(row, 7, tbl, cols::DOMAIN_ID)?.filter(|&d| d != 0),
-                })
-            },
-        )
+        self.nvtx_events_ref(types, |r| {
+            f(NvtxRow {
+                start: r.start,
+                end: r.end,
+                event_type: r.event_type,
+                text: r.text.map(|t| String::from_utf8_lossy(t).into_owned()),
+                text_id: r.text_id,
+                global_tid: r.global_tid,
+                domain_id: r.domain_id,
+            })
+        })
     }
 
     /// Every valid `CUPTI_ACTIVITY_KIND_RUNTIME` row (none when the table is absent); invalid intervals are
@@ -1526,41 +1517,51 @@ pub struct NvtxRef<'a> {
 impl Export {
     /// [`Export::nvtx_events`] without a `String` per row: the same rows, checks and messages, `text` as the
     /// bytes SQLite holds (valid only during the callback; [`Export::nvtx_events`] gives
-    /// `String::from_utf8_lossy` of them).
+    /// `String::from_utf8_lossy` of them). [`super::fold::fold_nvtx_events`] reads them in parallel.
     pub fn nvtx_events_ref(&self, types: &[i64], mut f: impl FnMut(NvtxRef<'_>) -> Result<()>) -> Result<()> {
         let t = self.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
-        let domain = if t.has_column(cols::DOMAIN_ID) { cols::DOMAIN_ID } else { "NULL" };
-        let tbl = schema::NVTX_EVENTS;
-        let list = types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
-        self.scan(tbl, &["start", "end", "eventType", "text", "textId", "globalTid", domain]).run(
-            &format!("eventType IN ({list})"),
-            |rowid, row| {
-                let start = self.check_ts(tbl, "start", rowid, self.int_at(row, 1, tbl, "start")?)?;
-                let end = self.check_ts(tbl, "end", rowid, self.int_at(row, 2, tbl, "end")?)?;
-                let event_type = self.int_at(row, 3, tbl, "eventType")?.unwrap_or(0);
-                let text = match row.get_ref(4).map_err(|e| self.sql_err(tbl)(e))? {
-                    ValueRef::Null => None,
-                    ValueRef::Text(t) => Some(t),
-                    other => {
-                        return Err(Error::input(format!(
-                            "{}: schema mismatch: {tbl}.text holds a {} value, not the TEXT nsys writes",
-                            self.name(),
-                            type_name(other)
-                        )))
-                    }
-                };
-                f(NvtxRef {
-                    start,
-                    end,
-                    event_type,
-                    text,
-                    text_id: self.int_at(row, 5, tbl, "textId")?,
-                    global_tid: self.int_at(row, 6, tbl, "globalTid")?,
-                    domain_id: self.int_at(row, 7, tbl, cols::DOMAIN_ID)?.filter(|&d| d != 0),
-                })
-            },
-        )
+        let name = self.name();
+        self.scan(schema::NVTX_EVENTS, &nvtx_columns(t))
+            .run(&nvtx_types_condition(types), |rowid, row| f(nvtx_ref(&name, rowid, row)?))
     }
+}
+
+/// The columns of an NVTX row, in [`nvtx_ref`]'s order (`domainId` as NULL when the table has none).
+pub(crate) fn nvtx_columns(t: &super::TableInfo) -> [&'static str; 7] {
+    let domain = if t.has_column(cols::DOMAIN_ID) { cols::DOMAIN_ID } else { "NULL" };
+    ["start", "end", "eventType", "text", "textId", "globalTid", domain]
+}
+
+/// `eventType IN (…)`.
+pub(crate) fn nvtx_types_condition(types: &[i64]) -> String {
+    format!("eventType IN ({})", types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", "))
+}
+
+/// One row of [`nvtx_columns`] (column `i + 1` is the i-th), checked: integer columns, text, timestamps.
+pub(crate) fn nvtx_ref<'r>(name: &str, rowid: Option<i64>, row: &'r RawRow) -> Result<NvtxRef<'r>> {
+    let tbl = schema::NVTX_EVENTS;
+    let start = named_ts(name, tbl, "start", rowid, cell_int(name, row, 1, tbl, "start")?)?;
+    let end = named_ts(name, tbl, "end", rowid, cell_int(name, row, 2, tbl, "end")?)?;
+    let event_type = cell_int(name, row, 3, tbl, "eventType")?.unwrap_or(0);
+    let text = match row.get_ref(4).map_err(|e| Error::input(format!("{name}: {tbl}: {e}")))? {
+        ValueRef::Null => None,
+        ValueRef::Text(t) => Some(t),
+        other => {
+            return Err(Error::input(format!(
+                "{name}: schema mismatch: {tbl}.text holds a {} value, not the TEXT nsys writes",
+                type_name(other)
+            )))
+        }
+    };
+    Ok(NvtxRef {
+        start,
+        end,
+        event_type,
+        text,
+        text_id: cell_int(name, row, 5, tbl, "textId")?,
+        global_tid: cell_int(name, row, 6, tbl, "globalTid")?,
+        domain_id: cell_int(name, row, 7, tbl, cols::DOMAIN_ID)?.filter(|&d| d != 0),
+    })
 }
 
 /// Rows of `CUPTI_ACTIVITY_KIND_RUNTIME` sent by [`read_runtime_batches`]: `chunk` is the rowid range they come

@@ -153,6 +153,102 @@ struct InternedOccurrences {
     range_rows: u64,
 }
 
+/// The NVTX rows of an export (or of one rowid range of it), as read: the range rows with their message (a
+/// `text` interned, or a `textId`), the domain-creation rows, what was skipped.
+#[derive(Default)]
+struct NvtxRead {
+    raw: Vec<RawRange>,
+    /// Distinct `text` values, the lossy UTF-8 of the bytes (as the row reader gives them).
+    texts: Vec<String>,
+    text_idx: HashMap<Box<[u8]>, u32>,
+    /// `(NS(globalTid), domainId, message)` of the eventType 75 rows naming a domain.
+    domain_rows: Vec<(i64, i64, Option<Msg>)>,
+    skipped: Skipped,
+    range_rows: u64,
+}
+
+impl NvtxRead {
+    fn intern(&mut self, t: &[u8]) -> u32 {
+        if let Some(&i) = self.text_idx.get(t) {
+            return i;
+        }
+        let i = self.texts.len() as u32;
+        self.texts.push(String::from_utf8_lossy(t).into_owned());
+        self.text_idx.insert(t.into(), i);
+        i
+    }
+
+    /// One row, in table order.
+    fn add(&mut self, r: crate::export::rows::NvtxRef<'_>, name: &str) -> Result<()> {
+        // the message: textId when set (even with a text), else the text
+        let msg = match (r.text_id, r.text) {
+            (Some(id), _) => Some(Msg::Id(id)),
+            (None, Some(t)) => Some(Msg::Text(self.intern(t))),
+            (None, None) => None,
+        };
+        if r.event_type == nvtx::DOMAIN_CREATE {
+            if let (Some(g), Some(d)) = (r.global_tid, r.domain_id) {
+                self.domain_rows.push((ns_of(g), d, msg));
+            }
+            return Ok(());
+        }
+        self.range_rows += 1;
+        let (Some(start), Some(end)) = (r.start, r.end) else {
+            self.skipped.open_or_inverted += 1;
+            return Ok(());
+        };
+        if end < start {
+            self.skipped.open_or_inverted += 1;
+            return Ok(());
+        }
+        let Some(msg) = msg else {
+            self.skipped.unlabeled += 1;
+            return Ok(());
+        };
+        let Some(gtid) = r.global_tid else {
+            return Err(Error::input(format!(
+                "{name}: NVTX_EVENTS row with start {start}: globalTid is NULL (the thread of a range is required)"
+            )));
+        };
+        self.raw.push(RawRange { start, end, event_type: r.event_type, gtid, msg, domain: r.domain_id });
+        Ok(())
+    }
+
+    /// Append `p`, read after everything in `self` (its texts interned into `self`'s).
+    fn append(&mut self, p: NvtxRead) {
+        let mut bytes: Vec<(Box<[u8]>, u32)> = p.text_idx.into_iter().collect();
+        bytes.sort_unstable_by_key(|b| b.1);
+        let map: Vec<u32> = bytes.iter().map(|(b, _)| self.intern(b)).collect();
+        let remap = |m: Msg| match m {
+            Msg::Text(i) => Msg::Text(map[i as usize]),
+            id => id,
+        };
+        self.raw.extend(p.raw.into_iter().map(|r| RawRange { msg: remap(r.msg), ..r }));
+        self.domain_rows.extend(p.domain_rows.into_iter().map(|(n, d, m)| (n, d, m.map(remap))));
+        self.skipped.unlabeled += p.skipped.unlabeled;
+        self.skipped.open_or_inverted += p.skipped.open_or_inverted;
+        self.range_rows += p.range_rows;
+    }
+}
+
+/// The range and domain rows of `NVTX_EVENTS` (present), read in parallel rowid ranges and appended in table
+/// order: what one read in table order gives.
+fn read_nvtx(export: &Export) -> Result<NvtxRead> {
+    let t = export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?.clone();
+    let name = export.name();
+    let types = [nvtx::PUSH_POP, nvtx::START_END, nvtx::DOMAIN_CREATE];
+    let threads = crate::export::rows::scan_threads();
+    let parts =
+        crate::export::fold::fold_nvtx_events(&export.source(), &t, &types, threads, NvtxRead::default, |p, r| {
+            p.add(r, &name)
+        })?;
+    let mut all = NvtxRead::default();
+    for p in parts {
+        all.append(p);
+    }
+    Ok(all)
+}
+
 /// The kept NVTX range occurrences of an export, with depth and parent (see the module docs).
 pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedOccurrences> {
     let i = load_interned(export, opts)?;
@@ -171,59 +267,9 @@ fn load_interned(export: &Export, opts: &RangesOptions) -> Result<InternedOccurr
     if !nvtx {
         return Ok(InternedOccurrences::default());
     }
-    let mut raw = Vec::new();
-    // distinct `text` values (the lossy UTF-8 of the bytes, as the row reader gives them)
-    let mut texts: Vec<String> = Vec::new();
-    let mut text_idx: HashMap<Box<[u8]>, u32> = HashMap::new();
-    let mut intern = |t: &[u8]| -> u32 {
-        if let Some(&i) = text_idx.get(t) {
-            return i;
-        }
-        let i = texts.len() as u32;
-        texts.push(String::from_utf8_lossy(t).into_owned());
-        text_idx.insert(t.into(), i);
-        i
-    };
-    // (NS(globalTid), domainId) → the message of the eventType 75 row naming it
-    let mut domain_rows: Vec<(i64, i64, Option<Msg>)> = Vec::new();
-    let mut skipped = Skipped::default();
-    let mut range_rows = 0u64;
-    export.nvtx_events_ref(&[nvtx::PUSH_POP, nvtx::START_END, nvtx::DOMAIN_CREATE], |r| {
-        // the message: textId when set (even with a text), else the text
-        let msg = match (r.text_id, r.text) {
-            (Some(id), _) => Some(Msg::Id(id)),
-            (None, Some(t)) => Some(Msg::Text(intern(t))),
-            (None, None) => None,
-        };
-        if r.event_type == nvtx::DOMAIN_CREATE {
-            if let (Some(g), Some(d)) = (r.global_tid, r.domain_id) {
-                domain_rows.push((ns_of(g), d, msg));
-            }
-            return Ok(());
-        }
-        range_rows += 1;
-        let (Some(start), Some(end)) = (r.start, r.end) else {
-            skipped.open_or_inverted += 1;
-            return Ok(());
-        };
-        if end < start {
-            skipped.open_or_inverted += 1;
-            return Ok(());
-        }
-        let Some(msg) = msg else {
-            skipped.unlabeled += 1;
-            return Ok(());
-        };
-        let Some(gtid) = r.global_tid else {
-            return Err(Error::input(format!(
-                "{}: NVTX_EVENTS row with start {start}: globalTid is NULL (the thread of a range is required)",
-                export.name()
-            )));
-        };
-        raw.push(RawRange { start, end, event_type: r.event_type, gtid, msg, domain: r.domain_id });
-        Ok(())
-    })?;
-
+    let mut ph = crate::phase::Phases::new("nvtx");
+    let NvtxRead { raw, texts, domain_rows, mut skipped, range_rows, .. } = read_nvtx(export)?;
+    ph.mark("read");
     let mut ids: std::collections::HashSet<i64> = HashSet::new();
     for m in raw.iter().map(|r| r.msg).chain(domain_rows.iter().filter_map(|d| d.2)) {
         if let Msg::Id(id) = m {
@@ -299,15 +345,22 @@ fn load_interned(export: &Export, opts: &RangesOptions) -> Result<InternedOccurr
         ));
     }
     drop(label_idx);
-    occ.sort_unstable_by(|(a, la), (b, lb)| {
-        (a.global_tid, a.start, std::cmp::Reverse(a.end), labels[*la as usize].as_bytes())
-            .cmp(&(b.global_tid, b.start, std::cmp::Reverse(b.end), labels[*lb as usize].as_bytes()))
-            .then(a.event_type.cmp(&b.event_type))
+    ph.mark("labels");
+    // by (thread, start, end descending, label bytes, eventType): the labels' byte order as ranks, so that the
+    // sort compares integers only
+    let mut by_text: Vec<u32> = (0..labels.len() as u32).collect();
+    by_text.sort_unstable_by(|&a, &b| labels[a as usize].as_bytes().cmp(labels[b as usize].as_bytes()));
+    let mut rank = vec![0u32; labels.len()];
+    for (r, &l) in by_text.iter().enumerate() {
+        rank[l as usize] = r as u32;
+    }
+    occ.sort_unstable_by_key(|(o, l)| {
+        (o.global_tid, o.start, std::cmp::Reverse(o.end), rank[*l as usize], o.event_type)
     });
     let (mut occurrences, ids): (Vec<Occurrence>, Vec<u32>) = occ.into_iter().unzip();
-    let ends: Vec<i64> = occurrences.iter().map(|o| o.end).collect();
-    let tree = MaxTree::new(&ends);
-    nest(&mut occurrences, &tree);
+    ph.mark("sort");
+    nest(&mut occurrences);
+    ph.mark("nest");
     Ok(InternedOccurrences { occurrences, ids, labels, skipped, range_rows })
 }
 
@@ -321,9 +374,7 @@ pub fn keep_prefix(loaded: &LoadedOccurrences, prefix: &str) -> LoadedOccurrence
         .filter(|o| o.label.starts_with(prefix))
         .map(|o| Occurrence { depth: 0, parent: None, ..o.clone() })
         .collect();
-    let ends: Vec<i64> = occ.iter().map(|o| o.end).collect();
-    let tree = MaxTree::new(&ends);
-    nest(&mut occ, &tree);
+    nest(&mut occ);
     LoadedOccurrences { occurrences: occ, skipped: loaded.skipped, range_rows: loaded.range_rows }
 }
 
@@ -343,9 +394,14 @@ fn thread_slices(occ: &[Occurrence]) -> Vec<(i64, usize, usize)> {
     out
 }
 
-/// Depth and parent of every occurrence (sorted by thread, start, end descending, label).
-fn nest(occ: &mut [Occurrence], tree: &MaxTree) {
+/// Depth and parent of every occurrence (sorted by thread, start, end descending, label). The parent is the
+/// rightmost earlier occurrence of the thread whose end is not before its end (a previous-greater-or-equal
+/// stack); the depth counts the earlier ones whose end is not before its end (a Fenwick tree over end ranks).
+fn nest(occ: &mut [Occurrence]) {
+    // earlier occurrences of the slice whose end no later one has passed: ends non-increasing from the bottom
+    let mut stack: Vec<usize> = Vec::new();
     for (_, lo, hi) in thread_slices(occ) {
+        stack.clear();
         // rank ends for a Fenwick tree: depth(i) = #{j < i in the slice: end_j >= end_i} + identical twins after i
         let mut ends: Vec<i64> = occ[lo..hi].iter().map(|o| o.end).collect();
         ends.sort_unstable();
@@ -370,7 +426,11 @@ fn nest(occ: &mut [Occurrence], tree: &MaxTree) {
             }
             let before_ge = inserted - less;
             let run = k - i;
-            let outer = if run == 1 { tree.rightmost_ge(lo, i, occ[i].end) } else { None };
+            // the rightmost earlier one with end >= end_i: the top of the stack once the smaller ends are gone
+            while stack.last().is_some_and(|&t| occ[t].end < occ[i].end) {
+                stack.pop();
+            }
+            let outer = if run == 1 { stack.last().copied() } else { None };
             for (p, j) in (i..k).enumerate() {
                 occ[j].depth = before_ge + (run - 1) as u32;
                 occ[j].parent = if run > 1 {
@@ -387,6 +447,7 @@ fn nest(occ: &mut [Occurrence], tree: &MaxTree) {
                     })
                 };
             }
+            stack.extend(i..k);
             for _ in i..k {
                 let mut r = rank + 1;
                 while r <= m {
@@ -2087,6 +2148,66 @@ mod tests {
         // `_v` without a digit is not a version suffix
         assert_eq!(normalize_sync_api("cudaMemset_vx"), None);
         assert_eq!(normalize_sync_api(""), None);
+    }
+
+    /// Depth and parent by their definitions, quadratic: depth = the earlier occurrences of the thread whose end
+    /// is not before its end, plus its identical twins after it; parent = the first of the run of the rightmost
+    /// earlier one whose end is not before its end (a twin: the first of the others).
+    fn nest_by_definition(occ: &[Occurrence]) -> Vec<(u32, Option<usize>)> {
+        let mut out = Vec::new();
+        for (i, o) in occ.iter().enumerate() {
+            let same = |j: usize| occ[j].global_tid == o.global_tid;
+            let twin = |j: usize| same(j) && occ[j].start == o.start && occ[j].end == o.end;
+            let run_start = (0..=i).rev().take_while(|&j| twin(j)).last().unwrap();
+            let run_end = (i..occ.len()).take_while(|&j| twin(j)).last().unwrap() + 1;
+            let before = (0..run_start).filter(|&j| same(j) && occ[j].end >= o.end).count();
+            let depth = (before + run_end - run_start - 1) as u32;
+            let parent = if run_end - run_start > 1 {
+                Some(if i == run_start { i + 1 } else { run_start })
+            } else {
+                (0..i).rev().find(|&j| same(j) && occ[j].end >= o.end).map(|p| {
+                    (0..=p)
+                        .rev()
+                        .take_while(|&j| occ[j].start == occ[p].start && occ[j].end == occ[p].end && same(j))
+                        .last()
+                        .unwrap()
+                })
+            };
+            out.push((depth, parent));
+        }
+        out
+    }
+
+    #[test]
+    fn nesting_follows_its_definition() {
+        // crossing start/end ranges, identical twins and nested push/pop ranges on two threads
+        let mut seed = 7u64;
+        let mut next = |m: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % m
+        };
+        for _ in 0..200 {
+            let mut occ: Vec<Occurrence> = (0..40)
+                .map(|_| {
+                    let start = next(30) as i64;
+                    Occurrence {
+                        label: String::new(),
+                        global_tid: next(2) as i64,
+                        start,
+                        end: start + next(12) as i64,
+                        event_type: 59,
+                        domain_id: None,
+                        depth: 0,
+                        parent: None,
+                    }
+                })
+                .collect();
+            occ.sort_by_key(|o| (o.global_tid, o.start, std::cmp::Reverse(o.end)));
+            let want = nest_by_definition(&occ);
+            nest(&mut occ);
+            let got: Vec<(u32, Option<usize>)> = occ.iter().map(|o| (o.depth, o.parent)).collect();
+            assert_eq!(got, want);
+        }
     }
 
     #[test]

@@ -1,8 +1,7 @@
 //! A static max-segment-tree over the `end` of occurrences sorted by `(thread, start, end desc)`.
 //!
-//! Two queries, both restricted to an index range `[lo, hi)` (one thread's slice, cut at a start bound):
-//! every index whose end is `>= x` (stabbing: which occurrences contain a time point), and the rightmost such
-//! index (the immediately enclosing occurrence).
+//! One query, restricted to an index range `[lo, hi)` (one thread's slice, cut at a start bound): every index
+//! whose end is `>= x` (stabbing: which occurrences contain a time point).
 
 pub(crate) struct MaxTree {
     size: usize,
@@ -40,25 +39,6 @@ impl MaxTree {
         self.collect(2 * node, nlo, mid, lo, hi, x, out);
         self.collect(2 * node + 1, mid, nhi, lo, hi, x, out);
     }
-
-    /// The largest index in `[lo, hi)` whose value is `>= x`.
-    pub(crate) fn rightmost_ge(&self, lo: usize, hi: usize, x: i64) -> Option<usize> {
-        if lo >= hi {
-            return None;
-        }
-        self.rightmost(1, 0, self.size, lo, hi, x)
-    }
-
-    fn rightmost(&self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize, x: i64) -> Option<usize> {
-        if nhi <= lo || hi <= nlo || self.tree[node] < x {
-            return None;
-        }
-        if nhi - nlo == 1 {
-            return Some(nlo);
-        }
-        let mid = (nlo + nhi) / 2;
-        self.rightmost(2 * node + 1, mid, nhi, lo, hi, x).or_else(|| self.rightmost(2 * node, nlo, mid, lo, hi, x))
-    }
 }
 
 #[cfg(test)]
@@ -76,7 +56,6 @@ mod tests {
                     t.collect_ge(lo, hi, x, &mut got);
                     let want: Vec<u32> = (lo..hi).filter(|&i| ends[i] >= x).map(|i| i as u32).collect();
                     assert_eq!(got, want);
-                    assert_eq!(t.rightmost_ge(lo, hi, x), (lo..hi).rev().find(|&i| ends[i] >= x));
                 }
             }
         }
