@@ -6,10 +6,13 @@
 //! ranges fail, the first error in table order wins.
 
 use super::raw::{IntCell, RawQuery, RawRow};
-use super::rows::{cell_int, named_ts, rowid_chunks, RowSkips, RuntimeRow, ScanSource, CHUNK_ROWS};
+use super::rows::{cell_int, named_ts, rowid_chunks_of, RowSkips, RuntimeRow, ScanSource, CHUNK_ROWS};
 use super::schema::{self, cols};
 use super::TableInfo;
 use crate::contract::{Error, Result};
+
+/// Where `NVTX_EVENTS` is split for a parallel read (in pieces of at least half of it).
+pub(crate) const NVTX_CHUNK_ROWS: usize = 100_000;
 
 /// One rowid range of one of the tables of a fold (`table` indexes the caller's list).
 #[derive(Debug, Clone, Copy)]
@@ -21,13 +24,26 @@ pub(crate) struct Job {
 /// The jobs of a fold over `tables`: a table of at least [`CHUNK_ROWS`] rows (by `max(rowid)`) is split into
 /// about `threads` rowid ranges, a smaller one is one job.
 pub(crate) fn plan(src: &ScanSource, tables: &[&TableInfo], threads: usize) -> Result<Vec<Job>> {
+    plan_with(src, tables, threads, CHUNK_ROWS)
+}
+
+/// [`plan`] with another split size: a table of at least `chunk_rows` rows is split (`NVTX_EVENTS`, whose rows
+/// cost more to read and intern than a device row's, splits from [`NVTX_CHUNK_ROWS`]).
+pub(crate) fn plan_with(
+    src: &ScanSource,
+    tables: &[&TableInfo],
+    threads: usize,
+    chunk_rows: usize,
+) -> Result<Vec<Job>> {
     let conn = src.open()?;
     let mut jobs = Vec::new();
     for (i, t) in tables.iter().enumerate() {
         let hint: Option<i64> =
             conn.query_row(&format!("SELECT max(rowid) FROM \"{}\"", t.name), [], |r| r.get(0)).unwrap_or(None);
-        let parts = if hint.unwrap_or(0) as usize >= CHUNK_ROWS { threads } else { 1 };
-        jobs.extend(rowid_chunks(&conn, &t.name, parts).into_iter().map(|range| Job { table: i, range }));
+        let parts = if hint.unwrap_or(0) as usize >= chunk_rows { threads } else { 1 };
+        jobs.extend(
+            rowid_chunks_of(&conn, &t.name, parts, chunk_rows).into_iter().map(|range| Job { table: i, range }),
+        );
     }
     Ok(jobs)
 }
@@ -176,7 +192,7 @@ pub fn fold_nvtx_events<T: Send>(
     init: impl Fn() -> T + Sync,
     f: impl Fn(&mut T, super::rows::NvtxRef<'_>) -> Result<()> + Sync,
 ) -> Result<Vec<T>> {
-    let jobs = plan(src, &[t], threads)?;
+    let jobs = plan_with(src, &[t], threads, NVTX_CHUNK_ROWS)?;
     let list = super::rows::nvtx_columns(t).join(", ");
     let cond = super::rows::nvtx_types_condition(types);
     in_order(run_jobs(&jobs, |_, j| {

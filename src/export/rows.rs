@@ -920,6 +920,16 @@ pub fn scan_threads() -> usize {
 /// `[lo, hi)` rowid ranges splitting a table into about `parts` pieces of equal rowid span (one unbounded
 /// range, `None`, for a small table, a table without rowid, or when `parts` is 1).
 pub(crate) fn rowid_chunks(conn: &rusqlite::Connection, table: &str, parts: usize) -> Vec<Option<(i64, i64)>> {
+    rowid_chunks_of(conn, table, parts, CHUNK_ROWS)
+}
+
+/// [`rowid_chunks`] of a table split from `chunk_rows` rows on, in pieces of at least `chunk_rows / 2`.
+pub(crate) fn rowid_chunks_of(
+    conn: &rusqlite::Connection,
+    table: &str,
+    parts: usize,
+    chunk_rows: usize,
+) -> Vec<Option<(i64, i64)>> {
     if parts <= 1 {
         return vec![None];
     }
@@ -929,10 +939,10 @@ pub(crate) fn rowid_chunks(conn: &rusqlite::Connection, table: &str, parts: usiz
     };
     let (Some(lo), Some(hi)) = (one("min"), one("max")) else { return vec![None] };
     let span = (hi as i128 - lo as i128 + 1) as u128;
-    if span < (CHUNK_ROWS as u128) || span > (1u128 << 40) {
+    if span < (chunk_rows as u128) || span > (1u128 << 40) {
         return vec![None];
     }
-    let parts = parts.min((span / (CHUNK_ROWS as u128 / 2)).max(1) as usize);
+    let parts = parts.min((span / (chunk_rows as u128 / 2)).max(1) as usize);
     let step = span.div_ceil(parts as u128) as i64;
     (0..parts as i64)
         .map(|i| {

@@ -979,7 +979,8 @@ struct Work {
 struct Collect {
     /// Label id → collect its occurrences' intervals.
     want: Vec<bool>,
-    per_occ: FxMap<u32, OccurrenceIntervals>,
+    /// By occurrence index (empty for the occurrences not asked for).
+    per_occ: Vec<OccurrenceIntervals>,
     /// Every device row and runtime call as read ([`CapturedRows`]); the calls by part of the runtime table.
     rows: CapturedRows,
     calls_by_part: Vec<Vec<CapturedCall>>,
@@ -1054,11 +1055,12 @@ pub fn analyze_with_intervals(
     let mut w = run_scans(export, opts, Some(want), true)?;
     let thread_diagnostics = map_threads(export, &w)?;
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
-    let (mut per_occ, rows) = w.collect.take().map(|c| (c.per_occ, c.rows)).unwrap_or_default();
+    let (per_occ, rows) = w.collect.take().map(|c| (c.per_occ, c.rows)).unwrap_or_default();
     let n = w.occ.len();
     let (doc, detail) = finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, true)?;
     let (occurrences, metrics) = detail.expect("asked for");
-    let mut iv: Vec<OccurrenceIntervals> = (0..n).map(|i| per_occ.remove(&(i as u32)).unwrap_or_default()).collect();
+    let mut iv = per_occ;
+    iv.resize_with(n, OccurrenceIntervals::default);
     for v in &mut iv {
         v.device.sort_by_key(|d| (d.start, d.end));
         v.runtime.sort_unstable_by_key(|r| (r.start, r.end, r.name_id, r.sync));
@@ -1124,7 +1126,7 @@ fn run_scans(
             if let Some(want) = want {
                 w.collect = Some(Collect {
                     want: w.label_names.iter().map(|l| want(l)).collect(),
-                    per_occ: FxMap::default(),
+                    per_occ: (0..w.occ.len()).map(|_| OccurrenceIntervals::default()).collect(),
                     rows: CapturedRows::default(),
                     calls_by_part: Vec::new(),
                 });
@@ -1390,7 +1392,7 @@ fn join_runtime(
             for &h in &hits {
                 if let Some(c) = collect.as_mut() {
                     if c.want[occ[h as usize].label as usize] {
-                        c.per_occ.entry(h).or_default().runtime.push(EnclosedRuntimeCall {
+                        c.per_occ[h as usize].runtime.push(EnclosedRuntimeCall {
                             start: rs,
                             end: re,
                             name_id: r.name_id,
@@ -1657,7 +1659,7 @@ fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChun
                 for &o in chains.get(chain).iter() {
                     if let Some(c) = collect.as_mut() {
                         if c.want[occ[o as usize].label as usize] {
-                            c.per_occ.entry(o).or_default().device.push(CorrelatedDeviceRow {
+                            c.per_occ[o as usize].device.push(CorrelatedDeviceRow {
                                 start: s,
                                 end: e,
                                 kind,

@@ -417,10 +417,15 @@ pub fn build(export: &Export, rows: &CapturedRows) -> Result<Timelines> {
     let mut skips = RowSkips::new();
     let names = names_of(export)?;
     ph.mark("timeline_names");
-    let Ops { by_dev, nccl_by_id, node_rows } = ops_of(rows, &names, &mut skips);
-    ph.mark("timeline_ops");
-    let calls = calls_of(rows, &names, &mut skips);
-    ph.mark("timeline_calls");
+    // the device rows and the runtime calls, at once
+    let mut call_skips = RowSkips::new();
+    let (Ops { by_dev, nccl_by_id, node_rows }, calls) = std::thread::scope(|s| {
+        let ops = s.spawn(|| ops_of(rows, &names, &mut skips));
+        let calls = calls_of(rows, &names, &mut call_skips);
+        (ops.join().expect("the device rows pass panicked"), calls)
+    });
+    crate::export::merge_skips(&mut skips, &call_skips);
+    ph.mark("timeline_ops+calls");
     let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();
     let mut nccl_kernels = 0u64;
     for (&dev, ops) in &by_dev {
@@ -501,15 +506,13 @@ fn split_by(a: i64, b: i64, cover: &[(i64, i64)], inside: u8, outside: u8, out: 
 }
 
 fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i64, String>) -> DeviceTimeline {
-    let mut hint = 0usize;
-    for o in ops.iter_mut() {
-        if let Some(c) = o.corr {
-            o.call = calls.find(o.pid, c, &mut hint);
+    // each row linked to its call, in parallel chunks
+    let chunk = ops.len().div_ceil(crate::export::rows::scan_threads()).max(1 << 16);
+    std::thread::scope(|s| {
+        for part in ops.chunks_mut(chunk) {
+            s.spawn(move || link(part, calls));
         }
-        if o.call != NO_CALL {
-            o.issue = calls.calls[o.call as usize].start.min(o.start);
-        }
-    }
+    });
     // stable and adaptive: the rows of each table come nearly sorted
     ops.sort_by_key(|o| (o.start, o.issue, o.end, o.pid, o.corr));
     // four independent passes over the sorted rows, in parallel
@@ -562,6 +565,19 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
             outside_steps: IdleSplit::default(),
         },
         launch,
+    }
+}
+
+/// Link each row to the runtime call that issued it (`(pid, corr)`), its issue time the call's start.
+fn link(ops: &mut [Op], calls: &Calls) {
+    let mut hint = 0usize;
+    for o in ops.iter_mut() {
+        if let Some(c) = o.corr {
+            o.call = calls.find(o.pid, c, &mut hint);
+        }
+        if o.call != NO_CALL {
+            o.issue = calls.calls[o.call as usize].start.min(o.start);
+        }
     }
 }
 
@@ -753,10 +769,16 @@ fn launches(
 
 /// The queue-depth sweep: +1 at each row's issue, −1 at its end (ends before issues at the same ns).
 fn queue(ops: &[Op]) -> QueueDepth {
-    let mut issues: Vec<i64> = ops.iter().map(|o| o.issue).collect();
-    let mut ends: Vec<i64> = ops.iter().map(|o| o.end).collect();
-    issues.sort_unstable();
-    ends.sort_unstable();
+    let sorted = |f: fn(&Op) -> i64| {
+        let mut v: Vec<i64> = ops.iter().map(f).collect();
+        v.sort_unstable();
+        v
+    };
+    let (issues, ends) = std::thread::scope(|s| {
+        let issues = s.spawn(|| sorted(|o| o.issue));
+        let ends = sorted(|o| o.end);
+        (issues.join().expect("the issue sort panicked"), ends)
+    });
     let (Some(&t0), Some(&t1)) = (issues.first().min(ends.first()), issues.last().max(ends.last())) else {
         return QueueDepth {
             max: 0,
