@@ -1,0 +1,451 @@
+//! The kept NVTX range occurrences of an export: `NVTX_EVENTS` read in parallel rowid ranges, messages resolved
+//! to labels (`DOMAIN:` for a named domain), prefix and window applied, sorted by `(thread, start, end
+//! descending, label)`, with each occurrence's depth and parent among the kept ones of its thread (see the
+//! contract, docs/sqlite-ranges.md).
+
+use std::collections::{HashMap, HashSet};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{nvtx_table, FxMap, RangesOptions};
+use crate::contract::{Error, Result};
+use crate::export::schema::{self, cols, nvtx};
+use crate::export::{ns_of, Export};
+
+/// One kept NVTX range occurrence (after label resolution and prefix/window filtering).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Occurrence {
+    /// The label: the message, prefixed with `DOMAIN:` for a named NVTX domain.
+    pub label: String,
+    /// The thread that opened it.
+    pub global_tid: i64,
+    pub start: i64,
+    pub end: i64,
+    /// 59 push/pop, 60 start/end.
+    pub event_type: i64,
+    /// `NVTX_EVENTS.domainId` (None when NULL or the column is absent).
+    pub domain_id: Option<i64>,
+    /// Number of kept occurrences on the same thread enclosing it (0 = outermost).
+    pub depth: u32,
+    /// Index (into the same Vec) of the immediately enclosing kept occurrence.
+    pub parent: Option<usize>,
+}
+
+/// Rows of `NVTX_EVENTS` with eventType 59/60 that are not occurrences (counted before any prefix/window).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Skipped {
+    /// No message: `textId` without a string, or both `textId` and `text` NULL.
+    pub unlabeled: u64,
+    /// `start` or `end` NULL, or `end < start` (counted only here when also unlabeled).
+    pub open_or_inverted: u64,
+}
+
+/// The kept occurrences, sorted by `(global_tid, start, end descending, label)`, and what was skipped.
+#[derive(Debug, Clone, Default)]
+pub struct LoadedOccurrences {
+    pub occurrences: Vec<Occurrence>,
+    pub skipped: Skipped,
+    /// 59/60 rows seen (kept + skipped + filtered out by prefix/window).
+    pub range_rows: u64,
+}
+
+/// A range row's message: its `text` (interned) or its `textId` (resolved after the scan).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Msg {
+    Text(u32),
+    Id(i64),
+}
+
+struct RawRange {
+    start: i64,
+    end: i64,
+    event_type: i64,
+    gtid: i64,
+    msg: Msg,
+    domain: Option<i64>,
+}
+
+/// [`LoadedOccurrences`] with the labels as ids into one table (no `String` per occurrence).
+#[derive(Default)]
+pub(super) struct InternedOccurrences {
+    /// Sorted like [`LoadedOccurrences::occurrences`]; `label` is empty, the label is `labels[ids[i]]`.
+    pub(super) occurrences: Vec<Occurrence>,
+    pub(super) ids: Vec<u32>,
+    pub(super) labels: Vec<String>,
+    pub(super) skipped: Skipped,
+    pub(super) range_rows: u64,
+}
+
+/// The NVTX rows of an export (or of one rowid range of it), as read: the range rows with their message (a
+/// `text` interned, or a `textId`), the domain-creation rows, what was skipped.
+#[derive(Default)]
+struct NvtxRead {
+    raw: Vec<RawRange>,
+    /// Distinct `text` values, the lossy UTF-8 of the bytes (as the row reader gives them).
+    texts: Vec<String>,
+    text_idx: HashMap<Box<[u8]>, u32>,
+    /// `(NS(globalTid), domainId, message)` of the eventType 75 rows naming a domain.
+    domain_rows: Vec<(i64, i64, Option<Msg>)>,
+    skipped: Skipped,
+    range_rows: u64,
+}
+
+impl NvtxRead {
+    fn intern(&mut self, t: &[u8]) -> u32 {
+        if let Some(&i) = self.text_idx.get(t) {
+            return i;
+        }
+        let i = self.texts.len() as u32;
+        self.texts.push(String::from_utf8_lossy(t).into_owned());
+        self.text_idx.insert(t.into(), i);
+        i
+    }
+
+    /// One row, in table order.
+    fn add(&mut self, r: crate::export::rows::NvtxRef<'_>, name: &str) -> Result<()> {
+        // the message: textId when set (even with a text), else the text
+        let msg = match (r.text_id, r.text) {
+            (Some(id), _) => Some(Msg::Id(id)),
+            (None, Some(t)) => Some(Msg::Text(self.intern(t))),
+            (None, None) => None,
+        };
+        if r.event_type == nvtx::DOMAIN_CREATE {
+            if let (Some(g), Some(d)) = (r.global_tid, r.domain_id) {
+                self.domain_rows.push((ns_of(g), d, msg));
+            }
+            return Ok(());
+        }
+        self.range_rows += 1;
+        let (Some(start), Some(end)) = (r.start, r.end) else {
+            self.skipped.open_or_inverted += 1;
+            return Ok(());
+        };
+        if end < start {
+            self.skipped.open_or_inverted += 1;
+            return Ok(());
+        }
+        let Some(msg) = msg else {
+            self.skipped.unlabeled += 1;
+            return Ok(());
+        };
+        let Some(gtid) = r.global_tid else {
+            return Err(Error::input(format!(
+                "{name}: NVTX_EVENTS row with start {start}: globalTid is NULL (the thread of a range is required)"
+            )));
+        };
+        self.raw.push(RawRange { start, end, event_type: r.event_type, gtid, msg, domain: r.domain_id });
+        Ok(())
+    }
+
+    /// Append `p`, read after everything in `self` (its texts interned into `self`'s).
+    fn append(&mut self, p: NvtxRead) {
+        let mut bytes: Vec<(Box<[u8]>, u32)> = p.text_idx.into_iter().collect();
+        bytes.sort_unstable_by_key(|b| b.1);
+        let map: Vec<u32> = bytes.iter().map(|(b, _)| self.intern(b)).collect();
+        let remap = |m: Msg| match m {
+            Msg::Text(i) => Msg::Text(map[i as usize]),
+            id => id,
+        };
+        self.raw.extend(p.raw.into_iter().map(|r| RawRange { msg: remap(r.msg), ..r }));
+        self.domain_rows.extend(p.domain_rows.into_iter().map(|(n, d, m)| (n, d, m.map(remap))));
+        self.skipped.unlabeled += p.skipped.unlabeled;
+        self.skipped.open_or_inverted += p.skipped.open_or_inverted;
+        self.range_rows += p.range_rows;
+    }
+}
+
+/// The range and domain rows of `NVTX_EVENTS` (present), read in parallel rowid ranges and appended in table
+/// order: what one read in table order gives.
+fn read_nvtx(export: &Export) -> Result<NvtxRead> {
+    let t = export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?.clone();
+    let name = export.name();
+    let types = [nvtx::PUSH_POP, nvtx::START_END, nvtx::DOMAIN_CREATE];
+    let threads = crate::export::rows::scan_threads();
+    let parts =
+        crate::export::fold::fold_nvtx_events(&export.source(), &t, &types, threads, NvtxRead::default, |p, r| {
+            p.add(r, &name)
+        })?;
+    let mut all = NvtxRead::default();
+    for p in parts {
+        all.append(p);
+    }
+    Ok(all)
+}
+
+/// The kept NVTX range occurrences of an export, with depth and parent (see the module docs).
+pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedOccurrences> {
+    let i = load_interned(export, opts)?;
+    let mut occurrences = i.occurrences;
+    for (o, &id) in occurrences.iter_mut().zip(&i.ids) {
+        o.label = i.labels[id as usize].clone();
+    }
+    Ok(LoadedOccurrences { occurrences, skipped: i.skipped, range_rows: i.range_rows })
+}
+
+/// [`load_occurrences`], the messages interned while the rows stream (one `String` per distinct text) and the
+/// labels built once per distinct `(domain, message)`.
+pub(super) fn load_interned(export: &Export, opts: &RangesOptions) -> Result<InternedOccurrences> {
+    let nvtx = nvtx_table(export)?;
+    export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
+    if !nvtx {
+        return Ok(InternedOccurrences::default());
+    }
+    let mut ph = crate::phase::Phases::new("nvtx");
+    let NvtxRead { raw, texts, domain_rows, mut skipped, range_rows, .. } = read_nvtx(export)?;
+    ph.mark("read");
+    let mut ids: std::collections::HashSet<i64> = HashSet::new();
+    for m in raw.iter().map(|r| r.msg).chain(domain_rows.iter().filter_map(|d| d.2)) {
+        if let Msg::Id(id) = m {
+            ids.insert(id);
+        }
+    }
+    let strings = export.strings_for(&ids)?;
+    let message = |m: Msg| -> Option<&str> {
+        match m {
+            Msg::Id(id) => strings.get(&id).map(|s| s.as_str()),
+            Msg::Text(i) => Some(texts[i as usize].as_str()),
+        }
+    };
+    let mut domains: FxMap<(i64, i64), String> = FxMap::default();
+    for &(ns, d, m) in &domain_rows {
+        if let Some(name) = m.and_then(message) {
+            domains.insert((ns, d), name.to_string());
+        }
+    }
+
+    // labels: one per distinct (domain name, message), interned by their text; `keep` says whether the label
+    // passes the prefix
+    let mut labels: Vec<String> = Vec::new();
+    let mut keep: Vec<bool> = Vec::new();
+    let mut label_idx: HashMap<String, u32> = HashMap::new();
+    // (named domain (NS, domainId), message) → label id (None: a textId without a string)
+    type LabelKey = (Option<(i64, i64)>, Msg);
+    let mut by_key: FxMap<LabelKey, Option<u32>> = FxMap::default();
+    let mut occ: Vec<(Occurrence, u32)> = Vec::with_capacity(raw.len());
+    for r in raw {
+        let dkey = r.domain.map(|d| (ns_of(r.gtid), d)).filter(|k| domains.contains_key(k));
+        let label = *by_key.entry((dkey, r.msg)).or_insert_with(|| {
+            let msg = message(r.msg)?;
+            let text = match dkey.and_then(|k| domains.get(&k)) {
+                Some(dn) => format!("{dn}:{msg}"),
+                None => msg.to_string(),
+            };
+            Some(match label_idx.get(&text) {
+                Some(&i) => i,
+                None => {
+                    let i = labels.len() as u32;
+                    keep.push(opts.range_prefix.as_ref().is_none_or(|p| text.starts_with(p.as_str())));
+                    label_idx.insert(text.clone(), i);
+                    labels.push(text);
+                    i
+                }
+            })
+        });
+        let Some(label) = label else {
+            skipped.unlabeled += 1;
+            continue;
+        };
+        if !keep[label as usize] {
+            continue;
+        }
+        if let Some((ws, we)) = opts.window {
+            if r.start < ws || r.end > we {
+                continue;
+            }
+        }
+        occ.push((
+            Occurrence {
+                label: String::new(),
+                global_tid: r.gtid,
+                start: r.start,
+                end: r.end,
+                event_type: r.event_type,
+                domain_id: r.domain,
+                depth: 0,
+                parent: None,
+            },
+            label,
+        ));
+    }
+    drop(label_idx);
+    ph.mark("labels");
+    // by (thread, start, end descending, label bytes, eventType): the labels' byte order as ranks, so that the
+    // sort compares integers only
+    let mut by_text: Vec<u32> = (0..labels.len() as u32).collect();
+    by_text.sort_unstable_by(|&a, &b| labels[a as usize].as_bytes().cmp(labels[b as usize].as_bytes()));
+    let mut rank = vec![0u32; labels.len()];
+    for (r, &l) in by_text.iter().enumerate() {
+        rank[l as usize] = r as u32;
+    }
+    occ.sort_unstable_by_key(|(o, l)| {
+        (o.global_tid, o.start, std::cmp::Reverse(o.end), rank[*l as usize], o.event_type)
+    });
+    let (mut occurrences, ids): (Vec<Occurrence>, Vec<u32>) = occ.into_iter().unzip();
+    ph.mark("sort");
+    nest(&mut occurrences);
+    ph.mark("nest");
+    Ok(InternedOccurrences { occurrences, ids, labels, skipped, range_rows })
+}
+
+/// The occurrences of `loaded` (a [`load_occurrences`] without prefix or window) whose label starts with
+/// `prefix`, with their depth and parent among themselves: what [`load_occurrences`] gives with that
+/// `range_prefix`, without reading the export again (the sorted order of a subset is its sorted order).
+pub fn keep_prefix(loaded: &LoadedOccurrences, prefix: &str) -> LoadedOccurrences {
+    let mut occ: Vec<Occurrence> = loaded
+        .occurrences
+        .iter()
+        .filter(|o| o.label.starts_with(prefix))
+        .map(|o| Occurrence { depth: 0, parent: None, ..o.clone() })
+        .collect();
+    nest(&mut occ);
+    LoadedOccurrences { occurrences: occ, skipped: loaded.skipped, range_rows: loaded.range_rows }
+}
+
+/// Thread slices `[lo, hi)` of the sorted occurrences.
+pub(super) fn thread_slices(occ: &[Occurrence]) -> Vec<(i64, usize, usize)> {
+    let mut out = Vec::new();
+    let mut lo = 0;
+    while lo < occ.len() {
+        let g = occ[lo].global_tid;
+        let mut hi = lo + 1;
+        while hi < occ.len() && occ[hi].global_tid == g {
+            hi += 1;
+        }
+        out.push((g, lo, hi));
+        lo = hi;
+    }
+    out
+}
+
+/// Depth and parent of every occurrence (sorted by thread, start, end descending, label). The parent is the
+/// rightmost earlier occurrence of the thread whose end is not before its end (a previous-greater-or-equal
+/// stack); the depth counts the earlier ones whose end is not before its end (a Fenwick tree over end ranks).
+fn nest(occ: &mut [Occurrence]) {
+    // earlier occurrences of the slice whose end no later one has passed: ends non-increasing from the bottom
+    let mut stack: Vec<usize> = Vec::new();
+    for (_, lo, hi) in thread_slices(occ) {
+        stack.clear();
+        // rank ends for a Fenwick tree: depth(i) = #{j < i in the slice: end_j >= end_i} + identical twins after i
+        let mut ends: Vec<i64> = occ[lo..hi].iter().map(|o| o.end).collect();
+        ends.sort_unstable();
+        ends.dedup();
+        let m = ends.len();
+        let mut fen = vec![0u32; m + 1];
+        let mut inserted = 0u32;
+        let mut i = lo;
+        while i < hi {
+            // the run of identical intervals [i, k)
+            let mut k = i + 1;
+            while k < hi && occ[k].start == occ[i].start && occ[k].end == occ[i].end {
+                k += 1;
+            }
+            let rank = ends.partition_point(|&e| e < occ[i].end); // number of distinct ends < end_i
+                                                                  // earlier ones with end < end_i
+            let mut less = 0u32;
+            let mut r = rank;
+            while r > 0 {
+                less += fen[r];
+                r &= r - 1;
+            }
+            let before_ge = inserted - less;
+            let run = k - i;
+            // the rightmost earlier one with end >= end_i: the top of the stack once the smaller ends are gone
+            while stack.last().is_some_and(|&t| occ[t].end < occ[i].end) {
+                stack.pop();
+            }
+            let outer = if run == 1 { stack.last().copied() } else { None };
+            for (p, j) in (i..k).enumerate() {
+                occ[j].depth = before_ge + (run - 1) as u32;
+                occ[j].parent = if run > 1 {
+                    // its identical twins enclose it: the smallest label among the others
+                    Some(if p == 0 { i + 1 } else { i })
+                } else {
+                    // the run of the enclosing one: its first element has the smallest label
+                    outer.map(|o| {
+                        let mut f = o;
+                        while f > lo && occ[f - 1].start == occ[o].start && occ[f - 1].end == occ[o].end {
+                            f -= 1;
+                        }
+                        f
+                    })
+                };
+            }
+            stack.extend(i..k);
+            for _ in i..k {
+                let mut r = rank + 1;
+                while r <= m {
+                    fen[r] += 1;
+                    r += r & r.wrapping_neg();
+                }
+                inserted += 1;
+            }
+            i = k;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Depth and parent by their definitions, quadratic: depth = the earlier occurrences of the thread whose end
+    /// is not before its end, plus its identical twins after it; parent = the first of the run of the rightmost
+    /// earlier one whose end is not before its end (a twin: the first of the others).
+    fn nest_by_definition(occ: &[Occurrence]) -> Vec<(u32, Option<usize>)> {
+        let mut out = Vec::new();
+        for (i, o) in occ.iter().enumerate() {
+            let same = |j: usize| occ[j].global_tid == o.global_tid;
+            let twin = |j: usize| same(j) && occ[j].start == o.start && occ[j].end == o.end;
+            let run_start = (0..=i).rev().take_while(|&j| twin(j)).last().unwrap();
+            let run_end = (i..occ.len()).take_while(|&j| twin(j)).last().unwrap() + 1;
+            let before = (0..run_start).filter(|&j| same(j) && occ[j].end >= o.end).count();
+            let depth = (before + run_end - run_start - 1) as u32;
+            let parent = if run_end - run_start > 1 {
+                Some(if i == run_start { i + 1 } else { run_start })
+            } else {
+                (0..i).rev().find(|&j| same(j) && occ[j].end >= o.end).map(|p| {
+                    (0..=p)
+                        .rev()
+                        .take_while(|&j| occ[j].start == occ[p].start && occ[j].end == occ[p].end && same(j))
+                        .last()
+                        .unwrap()
+                })
+            };
+            out.push((depth, parent));
+        }
+        out
+    }
+
+    #[test]
+    fn nesting_follows_its_definition() {
+        // crossing start/end ranges, identical twins and nested push/pop ranges on two threads
+        let mut seed = 7u64;
+        let mut next = |m: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % m
+        };
+        for _ in 0..200 {
+            let mut occ: Vec<Occurrence> = (0..40)
+                .map(|_| {
+                    let start = next(30) as i64;
+                    Occurrence {
+                        label: String::new(),
+                        global_tid: next(2) as i64,
+                        start,
+                        end: start + next(12) as i64,
+                        event_type: 59,
+                        domain_id: None,
+                        depth: 0,
+                        parent: None,
+                    }
+                })
+                .collect();
+            occ.sort_by_key(|o| (o.global_tid, o.start, std::cmp::Reverse(o.end)));
+            let want = nest_by_definition(&occ);
+            nest(&mut occ);
+            let got: Vec<(u32, Option<usize>)> = occ.iter().map(|o| (o.depth, o.parent)).collect();
+            assert_eq!(got, want);
+        }
+    }
+}
