@@ -13,7 +13,7 @@ use crate::readiness::ReadinessOptions;
 #[command(
     name = "gate-check",
     version,
-    after_help = "Examples:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  f=nsys-2023.4.4_gpu_full_node_FAILED-cbid468\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n    --log fixtures/logs/$f.console.txt  # exit 1: RETRY G0, G4\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode # exit 1\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --readiness --range-prefix vibeserve\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --ranges /tmp/ranges.json  # + the sqlite-ranges document, same run"
+    after_help = "Examples:\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --pretty\n  f=nsys-2023.4.4_gpu_full_node_FAILED-cbid468\n  gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \\\n    --log fixtures/logs/$f.console.txt  # exit 1: RETRY G0, G4\n  gate-check fixtures/nsys-2025.3.1/decode_mixed.sqlite --tier decode # exit 1\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --readiness --range-prefix vibeserve\n  gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --ranges /tmp/ranges.json  # + the sqlite-ranges document, same run\n  gate-check fixtures/nsys-2025.3.1/decode_clean.sqlite \\\n    --ranges /tmp/r.json --nvtx-readiness /tmp/d.json \\\n    --report /tmp/p.json  # the whole CI chain, one run"
 )]
 pub struct GateCheckArgs {
     /// The capture: an .nsys-rep (exported with nsys: NSYS_BIN, else nsys on PATH), an .sqlite export, a
