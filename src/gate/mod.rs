@@ -357,25 +357,7 @@ pub fn run_shared(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
 fn run_path(opts: &GateOptions, also: &AlsoDocs, shown: Option<&str>) -> Result<SharedDocs> {
     let capture = &opts.capture;
     let name = capture.display().to_string();
-    let meta = std::fs::metadata(capture).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::input(format!("{name}: no such file")).with_arg("CAPTURE"),
-        _ => Error::input(format!("{name}: cannot read: {e}")).with_arg("CAPTURE"),
-    })?;
-    if !meta.is_file() {
-        return Err(Error::input(format!("{name}: not a regular file")).with_arg("CAPTURE"));
-    }
-    let ext = capture.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-    let kind = match ext.as_str() {
-        "nsys-rep" | "qdrep" => "nsys-rep",
-        "qdstrm" => "qdstrm",
-        _ => "sqlite",
-    };
-    if opts.sqlite.is_some() && kind != "nsys-rep" {
-        return Err(Error::usage(format!(
-            "--sqlite gives the export of a .nsys-rep CAPTURE, but {name} is a {kind} file"
-        ))
-        .with_arg("--sqlite"));
-    }
+    let (kind, size) = capture_kind(opts)?;
     let log = match &opts.log {
         Some(p) => {
             let bytes = crate::contract::Input::Path(p.clone()).read_bytes().map_err(|e| e.with_arg("--log"))?;
@@ -390,7 +372,7 @@ fn run_path(opts: &GateOptions, also: &AlsoDocs, shown: Option<&str>) -> Result<
     let mut source = GateSource {
         path: name.clone(),
         kind: kind.into(),
-        size: meta.len(),
+        size,
         sqlite: None,
         exported_with: None,
         nsys_version: None,
@@ -439,19 +421,59 @@ fn run_path(opts: &GateOptions, also: &AlsoDocs, shown: Option<&str>) -> Result<
     if let (Some((_, src)), Some(shown)) = (other.as_mut(), shown) {
         src.path = shown.to_string();
     }
+    shared_documents(opts, also, export, other.as_ref(), |e| gate_doc(opts, source, e, log, provenance))
+}
+
+/// What kind of capture `opts.capture` is (`sqlite`, `nsys-rep` or `qdstrm`, by its extension) and its size; a
+/// missing file, a folder, or `--sqlite` beside a capture that is not a report is refused.
+fn capture_kind(opts: &GateOptions) -> Result<(&'static str, u64)> {
+    let capture = &opts.capture;
+    let name = capture.display().to_string();
+    let meta = std::fs::metadata(capture).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::input(format!("{name}: no such file")).with_arg("CAPTURE"),
+        _ => Error::input(format!("{name}: cannot read: {e}")).with_arg("CAPTURE"),
+    })?;
+    if !meta.is_file() {
+        return Err(Error::input(format!("{name}: not a regular file")).with_arg("CAPTURE"));
+    }
+    let ext = capture.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let kind = match ext.as_str() {
+        "nsys-rep" | "qdrep" => "nsys-rep",
+        "qdstrm" => "qdstrm",
+        _ => "sqlite",
+    };
+    if opts.sqlite.is_some() && kind != "nsys-rep" {
+        return Err(Error::usage(format!(
+            "--sqlite gives the export of a .nsys-rep CAPTURE, but {name} is a {kind} file"
+        ))
+        .with_arg("--sqlite"));
+    }
+    Ok((kind, meta.len()))
+}
+
+/// The gate document (`gate`, on the open export) and the documents `also` asks for: `other` is the SQLite file
+/// they read and how their own tools would describe it (None for a `.qdstrm`, which has no export).
+fn shared_documents(
+    opts: &GateOptions,
+    also: &AlsoDocs,
+    export: Option<&Export>,
+    other: Option<&(PathBuf, export::CaptureSource)>,
+    gate: impl FnOnce(Option<&Export>) -> Result<GateDoc>,
+) -> Result<SharedDocs> {
+    let name = opts.capture.display();
     let asked = [
         ("--ranges", also.ranges.is_some()),
         ("--nvtx-readiness", also.readiness.is_some()),
         ("--report", also.report.is_some()),
     ];
-    if let (Some(&(flag, _)), None) = (asked.iter().find(|a| a.1), &other) {
+    if let (Some(&(flag, _)), None) = (asked.iter().find(|a| a.1), other) {
         return Err(Error::usage(format!(
             "{name}: a .qdstrm holds no SQLite export: {flag} needs an .sqlite export or an .nsys-rep"
         ))
         .with_arg(flag));
     }
     std::thread::scope(|s| {
-        let readiness = also.readiness.as_ref().zip(other.as_ref()).map(|(ro, (p, src))| {
+        let readiness = also.readiness.as_ref().zip(other).map(|(ro, (p, src))| {
             s.spawn(move || -> Result<crate::readiness::ReadinessDoc> {
                 let ex = Export::open(p)?;
                 crate::readiness::document(&ex, src, ro)
@@ -463,18 +485,18 @@ fn run_path(opts: &GateOptions, also: &AlsoDocs, shown: Option<&str>) -> Result<
         if let Some(e) = export.filter(|_| also.report.is_some() || also.ranges.is_some()) {
             keep_for_gates(opts, e);
         }
-        let (report, report_ranges) = match (&also.report, &other, export) {
+        let (report, report_ranges) = match (&also.report, other, export) {
             (Some(po), Some((_, src)), Some(e)) => match crate::report::document_sharing_scans(e, src, po) {
                 Ok((doc, ranges)) => (Some(Ok(doc)), ranges),
                 Err(err) => (Some(Err(err)), None),
             },
             _ => (None, None),
         };
-        let ranges = match (&also.ranges, &other, export) {
+        let ranges = match (&also.ranges, other, export) {
             (Some(ro), Some((_, src)), Some(e)) => Some(ranges_doc(e, src, ro, report_ranges)),
             _ => None,
         };
-        let gate = gate_doc(opts, source, export, log, provenance);
+        let gate = gate(export);
         let readiness = readiness.map(|h| join_doc(h)).transpose();
         // an error of another document names its flag: the gates themselves went through
         let named = |flag: &'static str| move |e: Error| e.context(flag).with_arg(flag);
