@@ -94,12 +94,7 @@ impl GateCheckArgs {
                 range_prefix: self.range_prefix.clone(),
                 max_opaque_share: self.max_opaque_share,
             }),
-            report: self.report.as_ref().map(|_| crate::report::ReportOptions {
-                input: opts.capture.clone(),
-                top: crate::report::DEFAULT_TOP,
-                trace_max_events: Some(crate::report::trace::DEFAULT_MAX_EVENTS),
-                ..Default::default()
-            }),
+            report: self.report.as_ref().map(|_| crate::report::ReportOptions::of_input(opts.capture.clone())),
         };
         let inputs: Vec<&std::path::Path> =
             [Some(&opts.capture), opts.sqlite.as_ref(), opts.log.as_ref(), opts.provenance.as_ref()]
@@ -118,13 +113,17 @@ impl GateCheckArgs {
         }
         let shared = crate::gate::run_shared(opts, &also)?;
         // what each tool writes to a file (not a terminal: compact)
-        for (flag, out) in outputs {
-            let text = match flag {
-                "--ranges" => shared.ranges.as_ref().map(|d| render(d, Style::Compact)),
-                "--nvtx-readiness" => shared.readiness.as_ref().map(|d| render(d, Style::Compact)),
-                _ => shared.report.as_ref().map(|d| render(d, Style::Compact)),
-            };
-            let Some(text) = text else { continue };
+        let written = [
+            ("--ranges", self.ranges.as_deref(), shared.ranges.as_ref().map(|d| render(d, Style::Compact))),
+            (
+                "--nvtx-readiness",
+                self.nvtx_readiness.as_deref(),
+                shared.readiness.as_ref().map(|d| render(d, Style::Compact)),
+            ),
+            ("--report", self.report.as_deref(), shared.report.as_ref().map(|d| render(d, Style::Compact))),
+        ];
+        for (flag, out, text) in written {
+            let (Some(out), Some(text)) = (out, text) else { continue };
             std::fs::write(out, text)
                 .map_err(|e| Error::env(format!("{flag} {}: cannot write: {e}", out.display())).with_arg(flag))?;
         }

@@ -107,6 +107,18 @@ pub struct ReportOptions {
     pub trace_max_events: Option<usize>,
 }
 
+impl ReportOptions {
+    /// What `report INPUT` with no other flag does.
+    pub fn of_input(input: PathBuf) -> ReportOptions {
+        ReportOptions {
+            input,
+            top: DEFAULT_TOP,
+            trace_max_events: Some(trace::DEFAULT_MAX_EVENTS),
+            ..Default::default()
+        }
+    }
+}
+
 /// One range label's numbers (sums over its occurrences, as in the ranges document).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EvidenceRow {
