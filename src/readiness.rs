@@ -516,11 +516,7 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
     sort_counts(&mut outside_taxonomy);
 
     // ---- opaque share
-    let (iterations, mut gaps) = opaque(&occ, &iter_label);
-    gaps.sort_by(|a, b| {
-        b.duration_ns.cmp(&a.duration_ns).then(a.start.cmp(&b.start)).then(a.global_tid.cmp(&b.global_tid))
-    });
-    gaps.truncate(TOP_GAPS);
+    let (iterations, gaps) = opaque(&occ, &iter_label, TOP_GAPS);
 
     // ---- naming rules
     let engine: BTreeSet<i64> = iterations.engine_threads.iter().map(|t| t.global_tid).collect();
@@ -640,7 +636,11 @@ fn ms(ns: i64) -> String {
 /// [`ranges::load_occurrences`] returns them). Children: the other occurrences on the same thread nested inside
 /// it (`it.start <= c.start`, `c.end <= it.end`), except other occurrences of `iter_label`. Returns the totals
 /// and every gap.
-pub fn opaque(occ: &[Occurrence], iter_label: &str) -> (Iterations, Vec<OpaqueGap>) {
+/// The iterations labelled `iter_label` among `occ` (sorted like [`ranges::load_occurrences`] gives them) and
+/// their opaque time, with the `keep` largest opaque gaps, largest first (then by start, thread and the order
+/// found). Only gaps that rank among the `keep` largest so far are built: a capture has one or more per
+/// iteration.
+pub fn opaque(occ: &[Occurrence], iter_label: &str, keep: usize) -> (Iterations, Vec<OpaqueGap>) {
     let mut it = Iterations {
         label: Some(iter_label.to_string()),
         occurrences: 0,
@@ -651,7 +651,7 @@ pub fn opaque(occ: &[Occurrence], iter_label: &str) -> (Iterations, Vec<OpaqueGa
         without_children: 0,
         engine_threads: Vec::new(),
     };
-    let mut gaps = Vec::new();
+    let mut gaps = TopGaps::new(keep);
     let mut threads = BTreeSet::new();
     for (i, o) in occ.iter().enumerate() {
         if o.label != iter_label {
@@ -680,7 +680,7 @@ pub fn opaque(occ: &[Occurrence], iter_label: &str) -> (Iterations, Vec<OpaqueGa
             any_child = true;
             // children arrive by start: a gap is [cursor, c.start) when c starts after the covered part
             if c.start > cursor {
-                gaps.push(OpaqueGap {
+                gaps.offer(c.start - cursor, cursor, o.global_tid, || OpaqueGap {
                     start: cursor,
                     end: c.start,
                     duration_ns: c.start - cursor,
@@ -702,7 +702,7 @@ pub fn opaque(occ: &[Occurrence], iter_label: &str) -> (Iterations, Vec<OpaqueGa
             it.without_children += 1;
         }
         if o.end > cursor {
-            gaps.push(OpaqueGap {
+            gaps.offer(o.end - cursor, cursor, o.global_tid, || OpaqueGap {
                 start: cursor,
                 end: o.end,
                 duration_ns: o.end - cursor,
@@ -720,7 +720,37 @@ pub fn opaque(occ: &[Occurrence], iter_label: &str) -> (Iterations, Vec<OpaqueGa
     it.opaque_share = (it.wall_ns > 0).then(|| it.opaque_ns as f64 / it.wall_ns as f64);
     it.engine_threads =
         threads.into_iter().map(|g| ThreadRef { global_tid: g, pid: pid_of(g), tid: tid_of(g) }).collect();
-    (it, gaps)
+    (it, gaps.into_ranked())
+}
+
+/// The `keep` largest opaque gaps seen so far, ranked: duration descending, then start, thread and the order
+/// offered (what a stable sort of every gap by the first three gives).
+struct TopGaps {
+    keep: usize,
+    offered: u64,
+    best: Vec<((std::cmp::Reverse<i64>, i64, i64, u64), OpaqueGap)>,
+}
+
+impl TopGaps {
+    fn new(keep: usize) -> TopGaps {
+        TopGaps { keep, offered: 0, best: Vec::with_capacity(keep.min(64) + 1) }
+    }
+
+    /// A gap of `duration` ns from `start` on `global_tid`; `gap` builds it only when it ranks.
+    fn offer(&mut self, duration: i64, start: i64, global_tid: i64, gap: impl FnOnce() -> OpaqueGap) {
+        let key = (std::cmp::Reverse(duration), start, global_tid, self.offered);
+        self.offered += 1;
+        if self.best.len() == self.keep && self.best.last().is_none_or(|(worst, _)| key > *worst) {
+            return;
+        }
+        let at = self.best.partition_point(|(k, _)| *k < key);
+        self.best.insert(at, (key, gap()));
+        self.best.truncate(self.keep);
+    }
+
+    fn into_ranked(self) -> Vec<OpaqueGap> {
+        self.best.into_iter().map(|(_, g)| g).collect()
+    }
 }
 
 /// Blocking sync runtime calls (by [`ranges::normalize_sync_api`]) whose start lies inside no occurrence of
@@ -848,7 +878,7 @@ mod tests {
             o("P.engine.iteration", 1, 200, 210),
             o("P.x", 2, 0, 100),
         ];
-        let (it, mut gaps) = opaque(&occ, "P.engine.iteration");
+        let (it, mut gaps) = opaque(&occ, "P.engine.iteration", usize::MAX);
         assert_eq!(it.occurrences, 2);
         assert_eq!(it.wall_ns, 110);
         assert_eq!(it.named_ns, 40);
@@ -867,6 +897,29 @@ mod tests {
             ]
         );
         assert_eq!(it.engine_threads.len(), 1);
+    }
+
+    #[test]
+    fn top_gaps_are_the_first_of_a_stable_sort_of_all() {
+        // gaps of equal duration and start on twin iterations: the order found breaks the tie
+        let occ = vec![
+            o("P.engine.iteration", 1, 0, 100),
+            o("P.engine.iteration", 1, 0, 100),
+            o("P.a", 1, 50, 60),
+            o("P.engine.iteration", 1, 200, 240),
+            o("P.b", 1, 210, 220),
+            o("P.engine.iteration", 2, 0, 40),
+        ];
+        let (_, mut all) = opaque(&occ, "P.engine.iteration", usize::MAX);
+        all.sort_by(|a, b| {
+            b.duration_ns.cmp(&a.duration_ns).then(a.start.cmp(&b.start)).then(a.global_tid.cmp(&b.global_tid))
+        });
+        for keep in 0..=all.len() + 1 {
+            let (_, top) = opaque(&occ, "P.engine.iteration", keep);
+            assert_eq!(top, all[..keep.min(all.len())], "keep {keep}");
+        }
+        assert_eq!(all[0].iteration_index, 0, "twins: the first found first");
+        assert_eq!(all[1].iteration_index, 1);
     }
 
     #[test]
