@@ -848,6 +848,17 @@ pub fn from_export_with(path: &Path, step_detail: bool) -> Result<Evidence> {
 /// [`from_export_with`] of an export already open, `source` saying where it came from (`gate-check --report`:
 /// the report of the gates' own export, whose reads also compute the gates' facts).
 pub fn from_open_export(export: &Export, source: &crate::export::CaptureSource, step_detail: bool) -> Result<Evidence> {
+    from_open_export_keeping(export, source, step_detail, false)
+}
+
+/// [`from_open_export`]; with `step_detail` and `keep_occurrences`, the step detail keeps the occurrences as read
+/// ([`crate::ranges::Collected::occurrences`]): what a readiness document on the same export reads.
+pub fn from_open_export_keeping(
+    export: &Export,
+    source: &crate::export::CaptureSource,
+    step_detail: bool,
+    keep_occurrences: bool,
+) -> Result<Evidence> {
     let mut ph = crate::phase::Phases::new("evidence");
     let ropts = crate::ranges::RangesOptions { fold: true, ..Default::default() };
     export.keep_kernel_names();
@@ -855,7 +866,8 @@ pub fn from_open_export(export: &Export, source: &crate::export::CaptureSource, 
     // check every row's timestamps and compute those tables' timed-stats facts (Export::put_stats), so that
     // the checks, sums and counts below scan only the tables it did not read
     let detail = if step_detail {
-        Some(crate::ranges::analyze_with_intervals(export, &ropts, &crate::gate::is_iteration_like)?)
+        let want = &crate::gate::is_iteration_like;
+        Some(crate::ranges::analyze_with_intervals_keeping(export, &ropts, want, keep_occurrences)?)
     } else {
         None
     };

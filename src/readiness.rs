@@ -386,8 +386,38 @@ pub fn document(
     source: &crate::export::CaptureSource,
     opts: &ReadinessOptions,
 ) -> Result<ReadinessDoc> {
+    document_with(export, source, opts, None)
+}
+
+/// What another analysis of the same export already read, so that a readiness document needs no scan of its
+/// own (`gate-check --report --nvtx-readiness`: the report's ranges analysis).
+pub struct SharedReads<'a> {
+    /// Every kept occurrence: [`ranges::load_occurrences`] with default options.
+    pub occurrences: ranges::LoadedOccurrences,
+    /// Every runtime call with a thread and an API name id, in any order, when the runtime table was read
+    /// whole (None: the table is read here when there is one).
+    pub runtime_calls: Option<&'a [ranges::CapturedCall]>,
+}
+
+impl<'a> SharedReads<'a> {
+    /// The reads of a ranges analysis that kept its occurrences
+    /// ([`ranges::analyze_with_intervals_keeping`]), None when it did not.
+    pub fn of(collected: &'a ranges::Collected) -> Option<SharedReads<'a>> {
+        let occurrences = collected.occurrences.as_ref()?.loaded();
+        let runtime_calls = collected.runtime_read.then_some(collected.rows.runtime.as_slice());
+        Some(SharedReads { occurrences, runtime_calls })
+    }
+}
+
+/// [`document`], from `shared` reads when given (the same bytes).
+pub fn document_with(
+    export: &Export,
+    source: &crate::export::CaptureSource,
+    opts: &ReadinessOptions,
+    shared: Option<SharedReads<'_>>,
+) -> Result<ReadinessDoc> {
     opts.validate()?;
-    let mut doc = analyze(export, opts)?;
+    let mut doc = analyze_with(export, opts, shared)?;
     doc.source.path = source.path.clone();
     doc.source.size = source.size;
     doc.source.kind = source.kind.clone();
@@ -418,12 +448,20 @@ pub fn infer_prefix(all: &[Occurrence]) -> Option<String> {
 
 /// The whole readiness analysis of an open export.
 pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc> {
+    analyze_with(export, opts, None)
+}
+
+/// [`analyze`], from `shared` reads when given.
+fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedReads<'_>>) -> Result<ReadinessDoc> {
     opts.validate()?;
     // Every range (for the engine threads' labels outside the prefix), then the ones under the prefix (their
     // depth and parent are among ranges under the prefix, as `sqlite-ranges --range-prefix P.` reports them).
     // a capture that recorded no NVTX event reads as no range (the RETRY "no iteration range"), whether its
     // export has no NVTX_EVENTS table (lazy) or an empty one (--lazy=false): the ranges library's rule
-    let loaded = ranges::load_occurrences(export, &RangesOptions::default())?;
+    let (loaded, calls) = match shared {
+        Some(s) => (s.occurrences, s.runtime_calls),
+        None => (ranges::load_occurrences(export, &RangesOptions::default())?, None),
+    };
     let all = &loaded.occurrences;
     let (prefix, inferred) = match &opts.range_prefix {
         Some(p) => (Some(p.trim_end_matches('.').to_string()), false),
@@ -440,7 +478,7 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
     let Some(p) = prefix else {
         let (schema, tool) = ReadinessDoc::header();
         // no prefix: a sync inside ANY range is enclosed
-        let syncs = unenclosed_syncs(export, runtime.as_deref(), all)?;
+        let syncs = unenclosed_syncs_of(export, runtime.as_deref(), all, calls)?;
         notes.push("No range label ends in `.engine.iteration`: give --range-prefix P for a capture with P.engine.iteration ranges.".into());
         let suggested = suggest_engine_prefix(export, all, &seen)?;
         let hint = match &suggested {
@@ -543,7 +581,7 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc>
         .collect();
 
     // ---- syncs, graphs
-    let unenclosed = unenclosed_syncs(export, runtime.as_deref(), &occ)?;
+    let unenclosed = unenclosed_syncs_of(export, runtime.as_deref(), &occ, calls)?;
     let replay_present = per_label.contains_key(format!("{p}.graph.replay").as_str());
     let graphs = cuda_graphs(export, runtime.as_deref(), Some(&p), replay_present)?;
 
@@ -756,6 +794,20 @@ impl TopGaps {
 /// Blocking sync runtime calls (by [`ranges::normalize_sync_api`]) whose start lies inside no occurrence of
 /// `occ` on their thread (`o.start <= r.start <= o.end`, the correlation rule of the ranges contract).
 pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrence]) -> Result<UnenclosedSyncs> {
+    unenclosed_syncs_of(export, runtime, occ, None)
+}
+
+/// Per API: calls, Σ duration (None once it overflows), threads, first start.
+type SyncCounts = BTreeMap<String, (u64, Option<i64>, BTreeSet<i64>, i64)>;
+
+/// [`unenclosed_syncs`], over `calls` when given (every runtime call with a thread and an API name id, as
+/// another analysis read them), else over the runtime table read here in parallel rowid ranges.
+fn unenclosed_syncs_of(
+    export: &Export,
+    runtime: Option<&str>,
+    occ: &[Occurrence],
+    calls: Option<&[ranges::CapturedCall]>,
+) -> Result<UnenclosedSyncs> {
     let mut out =
         UnenclosedSyncs { runtime_table: runtime.is_some(), sync_calls: 0, enclosed_calls: 0, by_api: Vec::new() };
     if runtime.is_none() {
@@ -781,16 +833,11 @@ pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrenc
         }
         *v = merged;
     }
-    // the runtime table in parallel rowid ranges (rows with a NULL or inverted interval are skipped by the
-    // export layer and counted there); per range: calls, enclosed calls, and per API (calls, Σ duration — None
-    // once it overflows —, threads, first start)
-    type Part = (u64, u64, BTreeMap<String, (u64, Option<i64>, BTreeSet<i64>, i64)>);
-    let t = export.table(schema::RUNTIME).cloned().ok_or_else(|| Error::input("no runtime table"))?;
-    let threads = crate::export::rows::scan_threads();
-    let (parts, _skips) = crate::export::fold::fold_runtime(&export.source(), &t, threads, Part::default, |p, r| {
-        let (Some(g), Some(n)) = (r.global_tid, r.name_id) else { return };
+    // per part: calls, enclosed calls, and per API (calls, Σ duration — None once it overflows —, threads,
+    // first start)
+    type Part = (u64, u64, SyncCounts);
+    let add = |p: &mut Part, g: i64, n: i64, s: i64, e: i64| {
         let Some(api) = ids.get(&n) else { return };
-        let (s, e) = (r.start, r.end);
         p.0 += 1;
         let enclosed = unions.get(&g).is_some_and(|u| {
             let k = u.partition_point(|iv| iv.0 <= s);
@@ -805,7 +852,29 @@ pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrenc
         entry.1 = entry.1.and_then(|t| t.checked_add(e - s));
         entry.2.insert(g);
         entry.3 = entry.3.min(s);
-    })?;
+    };
+    let parts: Vec<Part> = match calls {
+        Some(calls) => {
+            let mut p = Part::default();
+            for c in calls {
+                add(&mut p, c.global_tid, c.name_id, c.start, c.end);
+            }
+            vec![p]
+        }
+        // the runtime table in parallel rowid ranges (rows with a NULL or inverted interval are skipped by the
+        // export layer and counted there)
+        None => {
+            let t = export.table(schema::RUNTIME).cloned().ok_or_else(|| Error::input("no runtime table"))?;
+            let threads = crate::export::rows::scan_threads();
+            let src = export.source();
+            let (parts, _skips) = crate::export::fold::fold_runtime(&src, &t, threads, Part::default, |p, r| {
+                if let (Some(g), Some(n)) = (r.global_tid, r.name_id) {
+                    add(p, g, n, r.start, r.end);
+                }
+            })?;
+            parts
+        }
+    };
     let mut by_api: BTreeMap<String, (u64, i64, BTreeSet<i64>, i64)> = BTreeMap::new();
     for (calls, enclosed, apis) in parts {
         out.sync_calls += calls;

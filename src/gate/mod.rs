@@ -472,8 +472,11 @@ fn shared_documents(
         ))
         .with_arg(flag));
     }
+    // with the report, readiness reads what the report's ranges analysis read (after it, on the same export);
+    // without, it reads on its own connection beside the others
+    let readiness_after_report = also.report.is_some() && export.is_some();
     std::thread::scope(|s| {
-        let readiness = also.readiness.as_ref().zip(other).map(|(ro, (p, src))| {
+        let readiness = also.readiness.as_ref().zip(other).filter(|_| !readiness_after_report).map(|(ro, (p, src))| {
             s.spawn(move || -> Result<crate::readiness::ReadinessDoc> {
                 let ex = Export::open(p)?;
                 crate::readiness::document(&ex, src, ro)
@@ -485,19 +488,31 @@ fn shared_documents(
         if let Some(e) = export.filter(|_| also.report.is_some() || also.ranges.is_some()) {
             keep_for_gates(opts, e);
         }
-        let (report, report_ranges) = match (&also.report, other, export) {
-            (Some(po), Some((_, src)), Some(e)) => match crate::report::document_sharing_scans(e, src, po) {
-                Ok((doc, ranges)) => (Some(Ok(doc)), ranges),
+        let keep = also.readiness.is_some();
+        let (report, shared) = match (&also.report, other, export) {
+            (Some(po), Some((_, src)), Some(e)) => match crate::report::document_sharing_scans(e, src, po, keep) {
+                Ok((doc, shared)) => (Some(Ok(doc)), Some(shared)),
                 Err(err) => (Some(Err(err)), None),
             },
             _ => (None, None),
         };
+        let (report_ranges, detail) = shared.map(|s| (s.ranges, s.detail)).unwrap_or_default();
+        let readiness_shared = match (&also.readiness, other, export) {
+            (Some(ro), Some((_, src)), Some(e)) if readiness_after_report => {
+                let reads = detail.as_deref().and_then(|(_, c)| crate::readiness::SharedReads::of(c));
+                Some(crate::phase::timed("gate-check", "readiness_after_report", || {
+                    crate::readiness::document_with(e, src, ro, reads)
+                }))
+            }
+            _ => None,
+        };
+        drop(detail);
         let ranges = match (&also.ranges, other, export) {
             (Some(ro), Some((_, src)), Some(e)) => Some(ranges_doc(e, src, ro, report_ranges)),
             _ => None,
         };
         let gate = gate(export);
-        let readiness = readiness.map(|h| join_doc(h)).transpose();
+        let readiness = readiness.map(|h| join_doc(h)).or(readiness_shared).transpose();
         // an error of another document names its flag: the gates themselves went through
         let named = |flag: &'static str| move |e: Error| e.context(flag).with_arg(flag);
         Ok(SharedDocs {

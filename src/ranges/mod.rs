@@ -561,7 +561,7 @@ type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
 /// [`map_threads`], [`aggregate`] and [`finish`]. With `share`, the reads also compute the timed-stats facts
 /// of the tables they read ([`run_scans`]).
 fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool, share: bool) -> Result<(RangesDoc, Detail)> {
-    let w = run_scans(export, opts, None, share)?;
+    let w = run_scans(export, opts, None, share, false)?;
     let mut ph = crate::phase::Phases::new("sqlite-ranges");
     let thread_diagnostics = map_threads(export, &w)?;
     ph.mark("map_threads");
@@ -604,6 +604,8 @@ struct Work {
     folded: Option<crate::labels::FoldReport>,
     /// Per-occurrence interval collection for the labels asked by [`analyze_with_intervals`] (None otherwise).
     collect: Option<Collect>,
+    /// The occurrences as read, kept for [`Collected::occurrences`].
+    loaded: Option<occurrences::InternedOccurrences>,
 }
 
 /// What [`analyze_with_intervals`] collects while the phases run.
@@ -615,6 +617,8 @@ struct Collect {
     /// Every device row and runtime call as read ([`CapturedRows`]); the calls by part of the runtime table.
     rows: CapturedRows,
     calls_by_part: Vec<Vec<CapturedCall>>,
+    /// The join read the runtime table whole ([`Collected::runtime_read`]).
+    runtime_read: bool,
 }
 
 /// A runtime call with a thread and an API name id, as the join read it (for the device timelines).
@@ -646,6 +650,36 @@ pub struct Collected {
     /// Per occurrence (parallel to `occurrences`): its intervals when its label was asked for, else empty.
     pub intervals: Vec<OccurrenceIntervals>,
     pub rows: CapturedRows,
+    /// Whether `rows.runtime` holds every runtime call with a thread and an API name id: the join read the
+    /// runtime table whole (it does not when the table is absent or no occurrence was kept).
+    pub runtime_read: bool,
+    /// With [`analyze_with_intervals_keeping`] and options without prefix or window: the occurrences as read,
+    /// before folding ([`SharedOccurrences::loaded`] is what [`load_occurrences`] gives with default options).
+    pub occurrences: Option<SharedOccurrences>,
+}
+
+/// The kept occurrences of an analysis without prefix or window, labels unfolded and interned: what a
+/// readiness document on the same export reads (`gate-check --report --nvtx-readiness`).
+#[derive(Default)]
+pub struct SharedOccurrences(occurrences::InternedOccurrences);
+
+impl SharedOccurrences {
+    /// [`load_occurrences`] with default options, without reading the export again.
+    pub fn loaded(&self) -> LoadedOccurrences {
+        self.0.to_loaded()
+    }
+}
+
+impl std::fmt::Debug for SharedOccurrences {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedOccurrences({} occurrences)", self.0.occurrences.len())
+    }
+}
+
+impl Clone for SharedOccurrences {
+    fn clone(&self) -> SharedOccurrences {
+        SharedOccurrences(self.0.clone())
+    }
 }
 
 /// A device row attributed to an occurrence by the join (same rows as its metrics).
@@ -683,11 +717,26 @@ pub fn analyze_with_intervals(
     opts: &RangesOptions,
     want: &dyn Fn(&str) -> bool,
 ) -> Result<(Analysis, Collected)> {
-    let mut w = run_scans(export, opts, Some(want), true)?;
+    analyze_with_intervals_keeping(export, opts, want, false)
+}
+
+/// [`analyze_with_intervals`]; with `keep_occurrences` and options without prefix or window, the occurrences as
+/// read too ([`Collected::occurrences`]), for a readiness document on the same export.
+pub fn analyze_with_intervals_keeping(
+    export: &Export,
+    opts: &RangesOptions,
+    want: &dyn Fn(&str) -> bool,
+    keep_occurrences: bool,
+) -> Result<(Analysis, Collected)> {
+    let keep = keep_occurrences && opts.range_prefix.is_none() && opts.window.is_none();
+    let mut w = run_scans(export, opts, Some(want), true, keep)?;
     let thread_diagnostics = map_threads(export, &w)?;
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
-    let (per_occ, rows) = w.collect.take().map(|c| (c.per_occ, c.rows)).unwrap_or_default();
+    let (per_occ, rows, runtime_read) =
+        w.collect.take().map(|c| (c.per_occ, c.rows, c.runtime_read)).unwrap_or_default();
+    let occurrences = w.loaded.take().map(SharedOccurrences);
     let n = w.occ.len();
+    let shared = occurrences;
     let (doc, detail) = finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, true)?;
     let (occurrences, metrics) = detail.expect("asked for");
     let mut iv = per_occ;
@@ -696,7 +745,8 @@ pub fn analyze_with_intervals(
         v.device.sort_by_key(|d| (d.start, d.end));
         v.runtime.sort_unstable_by_key(|r| (r.start, r.end, r.name_id, r.sync));
     }
-    Ok((Analysis { doc, occurrences, metrics }, Collected { intervals: iv, rows }))
+    let c = Collected { intervals: iv, rows, runtime_read, occurrences: shared };
+    Ok((Analysis { doc, occurrences, metrics }, c))
 }
 
 /// Phases 1 to 3: the device tables are read in parallel threads (each large table split into rowid ranges,
@@ -711,6 +761,7 @@ fn run_scans(
     opts: &RangesOptions,
     want: Option<&dyn Fn(&str) -> bool>,
     share_stats: bool,
+    keep_occurrences: bool,
 ) -> Result<Work> {
     check_tables(export)?;
     let stats = |t: &str| if share_stats { export.stats_wanted(t) } else { None };
@@ -752,7 +803,7 @@ fn run_scans(
             };
         let mut ph = crate::phase::Phases::new("sqlite-ranges");
         let main = (|| -> Result<(Work, CorrTable, bool)> {
-            let mut w = load(export, opts)?;
+            let mut w = load(export, opts, keep_occurrences)?;
             ph.mark("load");
             if let Some(want) = want {
                 w.collect = Some(Collect {
@@ -760,6 +811,7 @@ fn run_scans(
                     per_occ: (0..w.occ.len()).map(|_| OccurrenceIntervals::default()).collect(),
                     rows: CapturedRows::default(),
                     calls_by_part: Vec::new(),
+                    runtime_read: false,
                 });
             }
             let (corr, consumed) = join_runtime(export, &mut w, rx.take())?;
@@ -786,6 +838,7 @@ fn run_scans(
         let mut chunks = chunks?;
         put_device_stats(export, &mut chunks);
         if let Some(c) = w.collect.as_mut() {
+            c.runtime_read = consumed;
             c.rows = captured_rows(&mut chunks, std::mem::take(&mut c.calls_by_part), rt_skips.unwrap_or_default());
         }
         attribute_device_rows(&mut w, corr, chunks);
@@ -863,7 +916,7 @@ struct CorrTable {
 
 /// Phase 1: validate every table (a schema mismatch is an error before any work, never a partial report),
 /// load the kept occurrences and intern their labels.
-fn load(export: &Export, opts: &RangesOptions) -> Result<Work> {
+fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool) -> Result<Work> {
     nvtx_table(export)?;
     export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
     let mut tables_present = Vec::new();
@@ -950,6 +1003,7 @@ fn load(export: &Export, opts: &RangesOptions) -> Result<Work> {
         kernel_work_attr: 0,
         folded: folder.map(|f| f.report(crate::labels::REPORT_LIMIT)),
         collect: None,
+        loaded: keep_loaded.then_some(loaded),
     })
 }
 

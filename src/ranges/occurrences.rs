@@ -67,7 +67,7 @@ struct RawRange {
 }
 
 /// [`LoadedOccurrences`] with the labels as ids into one table (no `String` per occurrence).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct InternedOccurrences {
     /// Sorted like [`LoadedOccurrences::occurrences`]; `label` is empty, the label is `labels[ids[i]]`.
     pub(super) occurrences: Vec<Occurrence>,
@@ -175,12 +175,29 @@ fn read_nvtx(export: &Export) -> Result<NvtxRead> {
 
 /// The kept NVTX range occurrences of an export, with depth and parent (see the module docs).
 pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedOccurrences> {
-    let i = load_interned(export, opts)?;
-    let mut occurrences = i.occurrences;
-    for (o, &id) in occurrences.iter_mut().zip(&i.ids) {
-        o.label = i.labels[id as usize].clone();
+    Ok(load_interned(export, opts)?.into_loaded())
+}
+
+impl InternedOccurrences {
+    /// The occurrences with their labels.
+    pub(super) fn into_loaded(self) -> LoadedOccurrences {
+        let mut occurrences = self.occurrences;
+        for (o, &id) in occurrences.iter_mut().zip(&self.ids) {
+            o.label = self.labels[id as usize].clone();
+        }
+        LoadedOccurrences { occurrences, skipped: self.skipped, range_rows: self.range_rows }
     }
-    Ok(LoadedOccurrences { occurrences, skipped: i.skipped, range_rows: i.range_rows })
+
+    /// [`InternedOccurrences::into_loaded`] of a copy.
+    pub(super) fn to_loaded(&self) -> LoadedOccurrences {
+        let occurrences = self
+            .occurrences
+            .iter()
+            .zip(&self.ids)
+            .map(|(o, &id)| Occurrence { label: self.labels[id as usize].clone(), ..o.clone() })
+            .collect();
+        LoadedOccurrences { occurrences, skipped: self.skipped, range_rows: self.range_rows }
+    }
 }
 
 /// [`load_occurrences`], the messages interned while the rows stream (one `String` per distinct text) and the

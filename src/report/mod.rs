@@ -345,24 +345,33 @@ pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Resu
     report_of(&ev, opts, &categories, None, ph)
 }
 
-/// The document [`run`] prints for an export already open, `source` saying where it came from, and the
-/// `sqlite-ranges` document its ranges analysis computed (`gate-check --report`: the gates' own export, whose
-/// facts these reads also compute; `opts.input` is not read).
+/// What [`document_sharing_scans`] gives besides the report: the `sqlite-ranges` document its ranges analysis
+/// computed, and that analysis with what it read (for a readiness document on the same export).
+pub struct SharedScans {
+    pub ranges: Option<crate::ranges::RangesDoc>,
+    pub detail: Option<std::sync::Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>,
+}
+
+/// The document [`run`] prints for an export already open, `source` saying where it came from, and what its
+/// scans computed for the other documents of the same export ([`SharedScans`]; `gate-check --report`: the gates'
+/// own export, whose facts these reads also compute; `opts.input` is not read). With `keep_occurrences`, the
+/// detail keeps the occurrences as read ([`crate::ranges::Collected::occurrences`]).
 pub fn document_sharing_scans(
     export: &Export,
     source: &crate::export::CaptureSource,
     opts: &ReportOptions,
-) -> Result<(ReportDoc, Option<crate::ranges::RangesDoc>)> {
+    keep_occurrences: bool,
+) -> Result<(ReportDoc, SharedScans)> {
     let categories = prepare(opts)?;
     let mut ph = crate::phase::Phases::new("report");
-    let mut ev = evidence::from_open_export(export, source, true)?;
+    let mut ev = evidence::from_open_export_keeping(export, source, true, keep_occurrences)?;
     if let Some(p) = &opts.provenance {
         evidence::add_provenance(&mut ev, p)?;
     }
     ph.mark("evidence");
     let doc = report_of(&ev, opts, &categories, Some(export), ph)?;
     let ranges = ev.step_detail.as_deref().map(|(a, _)| crate::ranges::described(a.doc.clone(), source));
-    Ok((doc, ranges))
+    Ok((doc, SharedScans { ranges, detail: ev.step_detail.take() }))
 }
 
 /// The categories of `opts`, after refusing an output over an input.
