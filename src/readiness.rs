@@ -766,8 +766,11 @@ pub fn opaque(occ: &[Occurrence], iter_label: &str, keep: usize) -> (Iterations,
 struct TopGaps {
     keep: usize,
     offered: u64,
-    best: Vec<((std::cmp::Reverse<i64>, i64, i64, u64), OpaqueGap)>,
+    best: Vec<(GapRank, OpaqueGap)>,
 }
+
+/// (duration descending, start, thread, order offered): smaller ranks first.
+type GapRank = (std::cmp::Reverse<i64>, i64, i64, u64);
 
 impl TopGaps {
     fn new(keep: usize) -> TopGaps {
