@@ -515,8 +515,9 @@ impl<'a> MergeByStart<'a> {
 }
 
 impl Iterator for MergeByStart<'_> {
-    type Item = PackedDeviceRow;
-    fn next(&mut self) -> Option<PackedDeviceRow> {
+    /// A row and the index of its chunk.
+    type Item = (PackedDeviceRow, usize);
+    fn next(&mut self) -> Option<(PackedDeviceRow, usize)> {
         let mut top = self.heap.peek_mut()?;
         let c = top.0 .1;
         let rows = &self.chunks[c].rows;
@@ -528,7 +529,7 @@ impl Iterator for MergeByStart<'_> {
                 std::collections::binary_heap::PeekMut::pop(top);
             }
         }
-        Some(r)
+        Some((r, c))
     }
 }
 
@@ -1263,8 +1264,6 @@ fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChun
             kernel_work_total,
             kernels_attr,
             kernel_work_attr,
-            collect,
-            occ,
             ..
         } = &mut *w;
         let (mut seg, mut long_i, mut wide_i) = (0usize, 0usize, 0usize);
@@ -1342,16 +1341,6 @@ fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChun
                     }
                 }
                 for &o in chains.get(chain).iter() {
-                    if let Some(c) = collect.as_mut() {
-                        if c.want[occ[o as usize].label as usize] {
-                            c.per_occ[o as usize].device.push(CorrelatedDeviceRow {
-                                start: s,
-                                end: e,
-                                kind,
-                                device_id: dev,
-                            });
-                        }
-                    }
                     let m = &mut metrics[o as usize];
                     match kind {
                         DeviceKind::Kernel => {
@@ -1396,13 +1385,22 @@ fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChun
 fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[i64]) {
     progress("merging device intervals");
     // each chunk sorted by start (nsys writes them so: the sort is a check), then merged by start (the
-    // unions do not depend on the order of equal starts)
+    // unions do not depend on the order of equal starts; the collected intervals keep the table order of
+    // rows with equal starts: a stable sort)
     for c in &mut chunks {
         if !c.rows.windows(2).all(|w| w[0].start <= w[1].start) {
-            c.rows.sort_unstable_by_key(|r| r.start);
+            c.rows.sort_by_key(|r| r.start);
         }
     }
     let rows_out = MergeByStart::new(&chunks);
+    // the collected device rows of an occurrence: as many as its metrics counted, allocated once
+    if let Some(c) = w.collect.as_mut() {
+        for (o, m) in w.metrics.iter().enumerate() {
+            if c.want[w.occ[o].label as usize] && m.device_rows() > 0 {
+                c.per_occ[o].device.reserve_exact(m.device_rows() as usize);
+            }
+        }
+    }
 
     // sweep: per-occurrence and per-device incremental unions
     #[derive(Clone, Copy)]
@@ -1422,8 +1420,8 @@ fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[
             last_end: i64::MIN,
         })
         .collect();
-    let (occ, metrics, chains) = (&w.occ, &mut w.metrics, &w.chains);
-    for r in rows_out {
+    let (occ, metrics, chains, collect) = (&w.occ, &mut w.metrics, &w.chains, &mut w.collect);
+    for (r, ci) in rows_out {
         let tg = tags[r.aux as usize];
         let end = if r.dur == u32::MAX { tg.end } else { r.start + r.dur as i64 };
         let di = tg.dev as usize;
@@ -1445,6 +1443,12 @@ fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[
         }
         for &o in chains.get(tg.chain).iter() {
             let o = o as usize;
+            if let (Some(c), Some(kind)) = (collect.as_mut(), chunks[ci].kind) {
+                if c.want[occ[o].label as usize] {
+                    let device_id = dev_ids[di];
+                    c.per_occ[o].device.push(CorrelatedDeviceRow { start: r.start, end, kind, device_id });
+                }
+            }
             let m = &mut metrics[o];
             if !m.has_device() {
                 // rows come by start: the first one gives min(d.start)
