@@ -1117,6 +1117,16 @@ impl Export {
         }
     }
 
+    /// Take the facts `other`'s scans computed (its timed-stats cache), `other` being a connection to the same
+    /// export: a thread on this connection then answers from them what `other` already knows, without a scan.
+    pub fn adopt_facts(&self, other: &Export) {
+        let theirs = other.stats.stats.borrow();
+        let mut mine = self.stats.stats.borrow_mut();
+        for (k, v) in theirs.iter() {
+            mine.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+
     /// Aggregate the kernel rows by `demangledName` in the next scan of KERNEL (for
     /// [`Export::kernel_time_by_name`]: no scan of its own).
     pub fn keep_kernel_names(&self) {

@@ -472,8 +472,9 @@ fn shared_documents(
         ))
         .with_arg(flag));
     }
-    // with the report, readiness reads what the report's ranges analysis read (after it, on the same export);
-    // without, it reads on its own connection beside the others
+    // with the report, readiness reads what the report's ranges analysis read (after it, on its own connection
+    // holding the facts the report's scans computed, beside the gates); without, it reads on its own connection
+    // beside the others
     let readiness_after_report = also.report.is_some() && export.is_some();
     std::thread::scope(|s| {
         let readiness = also.readiness.as_ref().zip(other).filter(|_| !readiness_after_report).map(|(ro, (p, src))| {
@@ -498,21 +499,27 @@ fn shared_documents(
         };
         let (report_ranges, detail) = shared.map(|s| (s.ranges, s.detail)).unwrap_or_default();
         let readiness_shared = match (&also.readiness, other, export) {
-            (Some(ro), Some((_, src)), Some(e)) if readiness_after_report => {
-                let reads = detail.as_deref().and_then(|(_, c)| crate::readiness::SharedReads::of(c));
-                Some(crate::phase::timed("gate-check", "readiness_after_report", || {
-                    crate::readiness::document_with(e, src, ro, reads)
+            (Some(ro), Some((p, src)), Some(e)) if readiness_after_report => {
+                let ex = Export::open(p).inspect(|ex| ex.adopt_facts(e));
+                Some(s.spawn(move || -> Result<crate::readiness::ReadinessDoc> {
+                    let ex = ex?;
+                    let reads = detail.as_deref().and_then(|(_, c)| crate::readiness::SharedReads::of(c));
+                    crate::phase::timed("gate-check", "readiness_after_report", || {
+                        crate::readiness::document_with(&ex, src, ro, reads)
+                    })
                 }))
             }
-            _ => None,
+            _ => {
+                drop(detail);
+                None
+            }
         };
-        drop(detail);
         let ranges = match (&also.ranges, other, export) {
             (Some(ro), Some((_, src)), Some(e)) => Some(ranges_doc(e, src, ro, report_ranges)),
             _ => None,
         };
         let gate = gate(export);
-        let readiness = readiness.map(|h| join_doc(h)).or(readiness_shared).transpose();
+        let readiness = readiness.or(readiness_shared).map(|h| join_doc(h)).transpose();
         // an error of another document names its flag: the gates themselves went through
         let named = |flag: &'static str| move |e: Error| e.context(flag).with_arg(flag);
         Ok(SharedDocs {
