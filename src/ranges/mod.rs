@@ -1239,39 +1239,91 @@ impl Stabs {
 fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChunk>) {
     progress("attributing device rows");
     let CorrTable { corr, wide: corr_wide } = ct;
+    // the segments' devices and processes (a few per chunk), in row order
     let mut dev_ids: Vec<i64> = Vec::new();
     let mut dev_idx: FxMap<i64, u32> = FxMap::default();
-    let mut tags: Vec<Tag> = Vec::new();
-    let mut tag_idx: FxMap<(u32, u32), u32> = FxMap::default();
-    let mut last_tag_key = (u32::MAX, u32::MAX);
-    let mut last_tag = u32::MAX;
-    let mut corr_hint = 0usize;
-    for chunk in &mut chunks {
+    let mut segs: Vec<Vec<SegOf>> = Vec::with_capacity(chunks.len());
+    for chunk in &chunks {
         crate::export::merge_skips(&mut w.row_skips, &chunk.skips);
-        let Some(kind) = chunk.kind else { continue };
-        let mut last_gpid = i64::MIN;
-        let mut last_pidx: Option<u32> = None;
-        let mut last_dev = i64::MIN;
-        let mut last_di = 0u32;
-        let Work {
-            metrics,
-            chains,
-            thread_of,
-            th_device,
-            device_pids,
-            proc_idx,
-            kernels_total,
-            kernel_work_total,
-            kernels_attr,
-            kernel_work_attr,
-            ..
-        } = &mut *w;
-        let (mut seg, mut long_i, mut wide_i) = (0usize, 0usize, 0usize);
-        for i in 0..chunk.rows.len() {
-            while seg + 1 < chunk.segs.len() && chunk.segs[seg + 1].0 <= i {
-                seg += 1;
+        if chunk.kind.is_none() {
+            segs.push(Vec::new());
+            continue;
+        }
+        let mut v = Vec::with_capacity(chunk.segs.len());
+        for (k, &(lo, gpid, dev)) in chunk.segs.iter().enumerate() {
+            let hi = chunk.segs.get(k + 1).map_or(chunk.rows.len(), |n| n.0);
+            if hi <= lo {
+                continue;
             }
-            let (_, global_pid, device_id) = chunk.segs[seg];
+            let dev = dev.unwrap_or(-1);
+            let next = dev_ids.len() as u32;
+            let di = *dev_idx.entry(dev).or_insert_with(|| {
+                dev_ids.push(dev);
+                next
+            });
+            if let Some(g) = gpid {
+                w.device_pids.insert(g);
+            }
+            let pidx = gpid.and_then(|g| w.proc_idx.get(&g).copied());
+            v.push(SegOf { rows: lo..hi, gpid, pidx, dev: di });
+        }
+        segs.push(v);
+    }
+    // each row's chain, chunk by chunk in parallel threads
+    let counts: Vec<KernelTotals> = {
+        let (corr, corr_wide) = (&corr, &corr_wide);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = chunks
+                .iter_mut()
+                .zip(&segs)
+                .map(|(c, sg)| s.spawn(move || chain_rows(c, sg, corr, corr_wide)))
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a device row attribution thread panicked")).collect()
+        })
+    };
+    drop(corr);
+    drop(corr_wide);
+    for c in counts {
+        w.kernels_total += c.kernels_total;
+        w.kernel_work_total = w.kernel_work_total.saturating_add(c.kernel_work_total);
+        w.kernels_attr += c.kernels_attr;
+        w.kernel_work_attr = w.kernel_work_attr.saturating_add(c.kernel_work_attr);
+    }
+    // then, in one pass, the rows counted for the occurrences of their chain and tagged
+    let tags = tag_rows(w, &mut chunks, &segs);
+    crate::phase::timed("sqlite-ranges", "sweep", || sweep(w, chunks, tags, &dev_ids));
+}
+
+/// A run of rows of one chunk with the same process and device: the device's index, the process's index in the
+/// correlation table.
+struct SegOf {
+    rows: std::ops::Range<usize>,
+    gpid: Option<i64>,
+    pidx: Option<u32>,
+    dev: u32,
+}
+
+/// The kernel rows of a chunk, and those with a chain.
+#[derive(Default)]
+struct KernelTotals {
+    kernels_total: u64,
+    kernel_work_total: i64,
+    kernels_attr: u64,
+    kernel_work_attr: i64,
+}
+
+/// Each row's chain (`u32::MAX` for none) into its `aux`, through `(process, correlationId)`; the kernel totals.
+fn chain_rows(
+    chunk: &mut DeviceChunk,
+    segs: &[SegOf],
+    corr: &[CorrEnt],
+    corr_wide: &FxMap<(i64, i64), u32>,
+) -> KernelTotals {
+    let mut n = KernelTotals::default();
+    let Some(kind) = chunk.kind else { return n };
+    let (mut long_i, mut wide_i, mut hint) = (0usize, 0usize, 0usize);
+    for sg in segs {
+        for i in sg.rows.clone() {
             let r = chunk.rows[i];
             let s = r.start;
             let e = if r.dur == u32::MAX {
@@ -1286,98 +1338,126 @@ fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChun
             } else {
                 Some(r.aux as i64)
             };
-            let dev = device_id.unwrap_or(-1);
-            if dev != last_dev {
-                let next = dev_ids.len() as u32;
-                last_di = *dev_idx.entry(dev).or_insert_with(|| {
-                    dev_ids.push(dev);
-                    next
-                });
-                last_dev = dev;
-            }
-            let mut chain = u32::MAX;
-            if let Some(g) = global_pid {
-                if g != last_gpid {
-                    device_pids.insert(g);
-                    last_gpid = g;
-                    last_pidx = proc_idx.get(&g).copied();
-                }
-                if let (Some(p), Some(c)) = (last_pidx, correlation_id) {
-                    if (0..=u32::MAX as i64).contains(&c) && p < (1 << 30) {
-                        let k = ((p as u64) << 32) | c as u64;
-                        // device rows come nearly in correlation order: try the last hit and its successor first
-                        let at = if corr_hint < corr.len() && { corr[corr_hint].key } == k {
-                            Some(corr_hint)
-                        } else if corr_hint + 1 < corr.len() && { corr[corr_hint + 1].key } == k {
-                            Some(corr_hint + 1)
-                        } else {
-                            let i = corr.partition_point(|e| { e.key } < k);
-                            (i < corr.len() && { corr[i].key } == k).then_some(i)
-                        };
-                        if let Some(i) = at {
-                            corr_hint = i;
-                            chain = corr[i].chain;
-                        }
-                    } else if let Some(&ch) = corr_wide.get(&(g, c)) {
-                        chain = ch;
-                    }
-                }
-            }
-            if kind == DeviceKind::Kernel {
-                *kernels_total += 1;
-                *kernel_work_total = kernel_work_total.saturating_add(e - s);
-                if chain != u32::MAX {
-                    *kernels_attr += 1;
-                    *kernel_work_attr = kernel_work_attr.saturating_add(e - s);
-                }
-            }
-            if chain != u32::MAX {
-                let mut prev = u32::MAX;
-                for &o in chains.get(chain) {
-                    let th = thread_of[o as usize];
-                    if th != prev {
-                        th_device[th as usize] += 1;
-                        prev = th;
-                    }
-                }
-                for &o in chains.get(chain).iter() {
-                    let m = &mut metrics[o as usize];
-                    match kind {
-                        DeviceKind::Kernel => {
-                            m.kernels += 1;
-                            m.kernel_work_ns = m.kernel_work_ns.saturating_add(e - s);
-                        }
-                        DeviceKind::Memcpy => m.memcpys += 1,
-                        DeviceKind::Memset => m.memsets += 1,
-                        DeviceKind::GraphTrace => m.graph_traces += 1,
-                    }
-                }
-            }
-            let tag = if r.dur != u32::MAX {
-                let key = (chain, last_di);
-                if key != last_tag_key {
-                    let next = tags.len() as u32;
-                    last_tag = *tag_idx.entry(key).or_insert_with(|| {
-                        tags.push(Tag { chain, dev: last_di, end: 0 });
-                        next
-                    });
-                    last_tag_key = key;
-                }
-                last_tag
-            } else {
-                tags.push(Tag { chain, dev: last_di, end: e });
-                tags.len() as u32 - 1
+            let chain = match (sg.gpid, sg.pidx, correlation_id) {
+                (Some(g), Some(p), Some(c)) => chain_of(corr, corr_wide, &mut hint, g, p, c),
+                _ => u32::MAX,
             };
-            chunk.rows[i].aux = tag;
+            if kind == DeviceKind::Kernel {
+                n.kernels_total += 1;
+                n.kernel_work_total = n.kernel_work_total.saturating_add(e - s);
+                if chain != u32::MAX {
+                    n.kernels_attr += 1;
+                    n.kernel_work_attr = n.kernel_work_attr.saturating_add(e - s);
+                }
+            }
+            chunk.rows[i].aux = chain;
         }
+    }
+    n
+}
+
+/// The chain of `(process, correlationId)`: the packed table (device rows come nearly in correlation order: the
+/// last hit and its successor are tried first), else the map of keys that do not pack.
+fn chain_of(corr: &[CorrEnt], corr_wide: &FxMap<(i64, i64), u32>, hint: &mut usize, g: i64, p: u32, c: i64) -> u32 {
+    if !((0..=u32::MAX as i64).contains(&c) && p < (1 << 30)) {
+        return corr_wide.get(&(g, c)).copied().unwrap_or(u32::MAX);
+    }
+    let k = ((p as u64) << 32) | c as u64;
+    let at = if *hint < corr.len() && { corr[*hint].key } == k {
+        Some(*hint)
+    } else if *hint + 1 < corr.len() && { corr[*hint + 1].key } == k {
+        Some(*hint + 1)
+    } else {
+        let i = corr.partition_point(|e| { e.key } < k);
+        (i < corr.len() && { corr[i].key } == k).then_some(i)
+    };
+    match at {
+        Some(i) => {
+            *hint = i;
+            corr[i].chain
+        }
+        None => u32::MAX,
+    }
+}
+
+/// A run of `rows` rows of `kind` with the same chain, lasting `work` ns together, added to the metrics of the
+/// chain's occurrences (sums of non-negative durations saturate the same in any grouping) and to the device
+/// rows of their threads.
+fn add_run(w: &mut Work, kind: DeviceKind, (chain, rows, work): (u32, u64, i64)) {
+    if chain == u32::MAX || rows == 0 {
+        return;
+    }
+    let Work { metrics, chains, thread_of, th_device, .. } = w;
+    let mut prev = u32::MAX;
+    for &o in chains.get(chain) {
+        let th = thread_of[o as usize];
+        if th != prev {
+            th_device[th as usize] += rows;
+            prev = th;
+        }
+        let m = &mut metrics[o as usize];
+        match kind {
+            DeviceKind::Kernel => {
+                m.kernels += rows;
+                m.kernel_work_ns = m.kernel_work_ns.saturating_add(work);
+            }
+            DeviceKind::Memcpy => m.memcpys += rows,
+            DeviceKind::Memset => m.memsets += rows,
+            DeviceKind::GraphTrace => m.graph_traces += rows,
+        }
+    }
+}
+
+/// Each row counted for the occurrences of its chain (its `aux`, by runs of rows with the same chain: the rows of
+/// a launch come together), then tagged: `aux` becomes `(chain, device)`, shared by the rows of a key, or its own
+/// tag holding the end for a row lasting `u32::MAX` ns or more.
+fn tag_rows(w: &mut Work, chunks: &mut [DeviceChunk], segs: &[Vec<SegOf>]) -> Vec<Tag> {
+    let mut tags: Vec<Tag> = Vec::new();
+    let mut tag_idx: FxMap<(u32, u32), u32> = FxMap::default();
+    let (mut last_key, mut last_tag) = ((u32::MAX, u32::MAX), u32::MAX);
+    for (chunk, sg) in chunks.iter_mut().zip(segs) {
+        let Some(kind) = chunk.kind else { continue };
+        let mut long_i = 0usize;
+        let mut run: (u32, u64, i64) = (u32::MAX, 0, 0);
+        for sg in sg {
+            for i in sg.rows.clone() {
+                let r = chunk.rows[i];
+                let chain = r.aux;
+                let end = if r.dur == u32::MAX {
+                    long_i += 1;
+                    chunk.long[long_i - 1].1
+                } else {
+                    r.start + r.dur as i64
+                };
+                if chain != run.0 {
+                    add_run(w, kind, run);
+                    run = (chain, 0, 0);
+                }
+                run.1 += 1;
+                run.2 = run.2.saturating_add(end - r.start);
+                chunk.rows[i].aux = if r.dur != u32::MAX {
+                    let key = (chain, sg.dev);
+                    if key != last_key {
+                        let next = tags.len() as u32;
+                        last_tag = *tag_idx.entry(key).or_insert_with(|| {
+                            tags.push(Tag { chain, dev: sg.dev, end: 0 });
+                            next
+                        });
+                        last_key = key;
+                    }
+                    last_tag
+                } else {
+                    tags.push(Tag { chain, dev: sg.dev, end });
+                    tags.len() as u32 - 1
+                };
+            }
+        }
+        add_run(w, kind, run);
         chunk.segs = Vec::new();
         chunk.long = Vec::new();
         chunk.wide = Vec::new();
     }
-    drop(corr);
-    drop(corr_wide);
-    drop(tag_idx);
-    crate::phase::timed("sqlite-ranges", "sweep", || sweep(w, chunks, tags, &dev_ids));
+    tags
 }
 
 /// Phase 3b: the device records swept by start, merging per-occurrence and per-device interval unions
