@@ -324,8 +324,9 @@ pub fn run(opts: &GateOptions) -> Result<GateDoc> {
 /// their reads of the runtime and device tables also compute the gates' facts of those tables
 /// ([`crate::report::document_sharing_scans`], [`crate::ranges::document_sharing_scans`]): one pass over each
 /// table for all documents; with the report, its ranges analysis is the ranges document. The readiness document
-/// is computed in its own thread on its own read-only connection meanwhile. Errors: the gates' first, then the
-/// ranges', readiness', the report's.
+/// is computed in its own thread on its own read-only connection: from the report's reads (its occurrences and
+/// runtime calls, [`crate::readiness::SharedReads`]) beside the gates when there is a report, else meanwhile.
+/// Errors: the gates' first, then the ranges', readiness', the report's.
 pub fn run_shared(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
     opts.thresholds.validate()?;
     if let Some(r) = &opts.readiness {
