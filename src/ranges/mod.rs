@@ -1321,17 +1321,11 @@ fn chain_rows(
 ) -> KernelTotals {
     let mut n = KernelTotals::default();
     let Some(kind) = chunk.kind else { return n };
-    let (mut long_i, mut wide_i, mut hint) = (0usize, 0usize, 0usize);
+    let (mut ends, mut wide_i, mut hint) = (Ends::new(&chunk.long), 0usize, 0usize);
     for sg in segs {
         for i in sg.rows.clone() {
             let r = chunk.rows[i];
-            let s = r.start;
-            let e = if r.dur == u32::MAX {
-                long_i += 1;
-                chunk.long[long_i - 1].1
-            } else {
-                s + r.dur as i64
-            };
+            let (s, e) = (r.start, ends.next(r));
             let correlation_id = if r.aux == u32::MAX {
                 wide_i += 1;
                 chunk.wide[wide_i - 1].1
@@ -1380,6 +1374,28 @@ fn chain_of(corr: &[CorrEnt], corr_wide: &FxMap<(i64, i64), u32>, hint: &mut usi
     }
 }
 
+/// The ends of a chunk's rows read in row order: a row lasting `u32::MAX` ns or more takes the next entry of
+/// [`DeviceChunk::long`].
+struct Ends<'a> {
+    long: &'a [(usize, i64)],
+    next: usize,
+}
+
+impl<'a> Ends<'a> {
+    fn new(long: &'a [(usize, i64)]) -> Ends<'a> {
+        Ends { long, next: 0 }
+    }
+
+    fn next(&mut self, r: PackedDeviceRow) -> i64 {
+        if r.dur == u32::MAX {
+            self.next += 1;
+            self.long[self.next - 1].1
+        } else {
+            r.start + r.dur as i64
+        }
+    }
+}
+
 /// A run of `rows` rows of `kind` with the same chain, lasting `work` ns together, added to the metrics of the
 /// chain's occurrences (sums of non-negative durations saturate the same in any grouping) and to the device
 /// rows of their threads.
@@ -1417,18 +1433,13 @@ fn tag_rows(w: &mut Work, chunks: &mut [DeviceChunk], segs: &[Vec<SegOf>]) -> Ve
     let (mut last_key, mut last_tag) = ((u32::MAX, u32::MAX), u32::MAX);
     for (chunk, sg) in chunks.iter_mut().zip(segs) {
         let Some(kind) = chunk.kind else { continue };
-        let mut long_i = 0usize;
+        let mut ends = Ends::new(&chunk.long);
         let mut run: (u32, u64, i64) = (u32::MAX, 0, 0);
         for sg in sg {
             for i in sg.rows.clone() {
                 let r = chunk.rows[i];
                 let chain = r.aux;
-                let end = if r.dur == u32::MAX {
-                    long_i += 1;
-                    chunk.long[long_i - 1].1
-                } else {
-                    r.start + r.dur as i64
-                };
+                let end = ends.next(r);
                 if chain != run.0 {
                     add_run(w, kind, run);
                     run = (chain, 0, 0);
