@@ -846,6 +846,24 @@ pub struct Keep {
 }
 
 impl TimedStats {
+    /// A copy without the kept intervals (only the gates take them, from the connection that kept them).
+    fn facts(&self) -> TimedStats {
+        TimedStats {
+            rows: self.rows,
+            skips: self.skips,
+            max_end: self.max_end,
+            sum_dur: self.sum_dur,
+            bad_ts: self.bad_ts,
+            thread_ids: self.thread_ids.clone(),
+            name_counts: self.name_counts.clone(),
+            node_rows: self.node_rows,
+            intervals: None,
+            name_time: self.name_time.clone(),
+            threads: self.threads,
+            names: self.names,
+        }
+    }
+
     /// Add the stats of the next rows of the same table (chunks in table order).
     fn append(&mut self, o: TimedStats) {
         self.rows += o.rows;
@@ -1117,13 +1135,14 @@ impl Export {
         }
     }
 
-    /// Take the facts `other`'s scans computed (its timed-stats cache), `other` being a connection to the same
-    /// export: a thread on this connection then answers from them what `other` already knows, without a scan.
+    /// Take the facts `other`'s scans computed (its timed-stats cache, without the intervals kept for the gates),
+    /// `other` being a connection to the same export: a thread on this connection then answers from them what
+    /// `other` already knows, without a scan.
     pub fn adopt_facts(&self, other: &Export) {
         let theirs = other.stats.stats.borrow();
         let mut mine = self.stats.stats.borrow_mut();
         for (k, v) in theirs.iter() {
-            mine.entry(k.clone()).or_insert_with(|| v.clone());
+            mine.entry(k.clone()).or_insert_with(|| v.as_ref().map(TimedStats::facts));
         }
     }
 
