@@ -342,7 +342,7 @@ pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Resu
         evidence::load_with(&opts.input, opts.provenance.as_deref(), true).map_err(|e| e.with_arg("BUNDLE"))?;
     ph.mark("evidence");
     adjust(&mut ev)?;
-    report_of(&ev, opts, &categories, None, ph)
+    report_of(&mut ev, opts, &categories, None, ph)
 }
 
 /// What [`document_sharing_scans`] gives besides the report: the `sqlite-ranges` document its ranges analysis
@@ -369,7 +369,7 @@ pub fn document_sharing_scans(
         evidence::add_provenance(&mut ev, p)?;
     }
     ph.mark("evidence");
-    let doc = report_of(&ev, opts, &categories, Some(export), ph)?;
+    let doc = report_of(&mut ev, opts, &categories, Some(export), ph)?;
     let ranges = ev.step_detail.as_deref().map(|(a, _)| crate::ranges::described(a.doc.clone(), source));
     Ok((doc, SharedScans { ranges, detail: ev.step_detail.take() }))
 }
@@ -406,7 +406,7 @@ fn prepare(opts: &ReportOptions) -> Result<Categories> {
 /// Classify the evidence, add the step budget (on `given`, else on the export the evidence came from), write
 /// `--trace` and `--html`.
 fn report_of(
-    ev: &Evidence,
+    ev: &mut Evidence,
     opts: &ReportOptions,
     categories: &Categories,
     given: Option<&Export>,
@@ -470,7 +470,7 @@ struct Budget {
 
 /// A bundle's `kernel_profile.step_budget`, or (from an export) the step budget of the primary range when it is
 /// iteration-like (the step label), computed by the step-budget library on the same export.
-fn step_budget_of(ev: &Evidence, opts: &ReportOptions, doc: &ReportDoc, given: Option<&Export>) -> Result<Budget> {
+fn step_budget_of(ev: &mut Evidence, opts: &ReportOptions, doc: &ReportDoc, given: Option<&Export>) -> Result<Budget> {
     let none = Budget { section: None, export: None, doc: None };
     if ev.kind == "bundle" {
         let v = ev.bundle.as_ref().and_then(|b| b.pointer("/kernel_profile/step_budget")).filter(|v| !v.is_null());
@@ -495,8 +495,17 @@ fn step_budget_of(ev: &Evidence, opts: &ReportOptions, doc: &ReportDoc, given: O
     // --iterations: the same time window as the windowed ranges (crate::iterations::window::report_run)
     // the evidence's analysis (whole capture, folded, intervals of every iteration-like label) when the
     // ranges were not recomputed over a window
-    let pre = ev.step_detail.as_deref().filter(|_| ev.step_window.is_none()).map(|(a, c)| (a, c));
-    let mut sb = crate::step_budget::analyze_window_with(export, &sopts, ev.step_window, pre)?;
+    // the captured device rows are the step budget's to drop once its timelines are built (the evidence used them
+    // already); taken only while the evidence holds the analysis alone
+    let window = ev.step_window;
+    let device = ev
+        .step_detail
+        .as_mut()
+        .filter(|_| window.is_none())
+        .and_then(std::sync::Arc::get_mut)
+        .map(|(_, c)| std::mem::take(&mut c.rows.device));
+    let pre = ev.step_detail.as_deref().filter(|_| window.is_none()).map(|(a, c)| (a, c));
+    let mut sb = crate::step_budget::analyze_window_with(export, &sopts, window, pre, device)?;
     sb.source = ev.source.clone();
     sb.step_label_choice = "the report's primary range (iteration-like)".into();
     Ok(Budget { section: steps::section_of(&sb, "step-budget on the export"), export: cap, doc: Some(sb) })

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{dist, Dist};
 use crate::contract::Result;
+use crate::export::rows::DeviceChunk;
 use crate::export::rows::NO_NAME;
 use crate::export::schema::DeviceKind;
 use crate::export::{ns_of, Export, RowSkips};
@@ -321,10 +322,10 @@ struct Ops {
 }
 
 /// Every device row of the capture, by device (rows in table then rowid order), as the ranges scan read them.
-fn ops_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Ops {
+fn ops_of(device: &[DeviceChunk], names: &Names, skips: &mut RowSkips) -> Ops {
     // each device's vector allocated once at its size (5 M rows: no doubling copies)
     let mut sizes: BTreeMap<i64, usize> = BTreeMap::new();
-    for c in rows.device.iter().filter(|c| c.kind.is_some()) {
+    for c in device.iter().filter(|c| c.kind.is_some()) {
         for (rows, _, dev) in c.segments() {
             *sizes.entry(dev.unwrap_or(-1)).or_default() += rows.len();
         }
@@ -332,7 +333,7 @@ fn ops_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Ops {
     let mut by_dev: BTreeMap<i64, Vec<Op>> = sizes.into_iter().map(|(d, n)| (d, Vec::with_capacity(n))).collect();
     let mut nccl_by_id: FxMap<i64, (u64, i64)> = FxMap::default();
     let mut node_rows = 0;
-    for c in &rows.device {
+    for c in device {
         crate::export::merge_skips(skips, &c.skips);
         node_rows += c.node_rows;
         let Some(kind) = c.kind else { continue };
@@ -416,19 +417,22 @@ fn calls_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Calls {
 
 /// The device timelines of a capture from the device rows and runtime calls the ranges scan read
 /// ([`CapturedRows`]): every device row linked to the call that issued it; each device analysed (in parallel
-/// threads when there are several).
-pub fn build(export: &Export, rows: &CapturedRows) -> Result<Timelines> {
+/// threads when there are several). `owned`: the device rows of `rows`, taken out of them by the caller, dropped
+/// as soon as the timeline rows are built (they are the largest thing a report holds then).
+pub fn build(export: &Export, rows: &CapturedRows, owned: Option<Vec<DeviceChunk>>) -> Result<Timelines> {
     let mut ph = crate::phase::Phases::new("step-budget");
     let mut skips = RowSkips::new();
     let names = names_of(export)?;
     ph.mark("timeline_names");
     // the device rows and the runtime calls, at once
     let mut call_skips = RowSkips::new();
+    let device: &[DeviceChunk] = owned.as_deref().unwrap_or(&rows.device);
     let (Ops { by_dev, nccl_by_id, node_rows }, calls) = std::thread::scope(|s| {
-        let ops = s.spawn(|| ops_of(rows, &names, &mut skips));
+        let ops = s.spawn(|| ops_of(device, &names, &mut skips));
         let calls = calls_of(rows, &names, &mut call_skips);
         (ops.join().expect("the device rows pass panicked"), calls)
     });
+    drop(owned);
     crate::export::merge_skips(&mut skips, &call_skips);
     ph.mark("timeline_ops+calls");
     let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();

@@ -413,18 +413,20 @@ pub fn analyze(export: &Export, opts: &StepBudgetOptions) -> Result<StepBudgetDo
 /// [`analyze`] restricted to the steps lying inside `window` (ns on the export's clock, as sqlite-ranges'
 /// `--window`); `--iterations` resolves to one (crate::iterations::window).
 pub fn analyze_window(export: &Export, opts: &StepBudgetOptions, window: Option<(i64, i64)>) -> Result<StepBudgetDoc> {
-    analyze_window_with(export, opts, window, None)
+    analyze_window_with(export, opts, window, None, None)
 }
 
 /// [`analyze_window`], reusing `pre`: the ranges analysis of the same export with the same options
 /// (`fold`, `window`), the intervals of (at least) every occurrence of the step label and the rows read, as
 /// [`ranges::analyze_with_intervals`] returns them (report computes them once for the evidence and the step
-/// budget). Used only when `opts.step` is given.
+/// budget). Used only when `opts.step` is given; `pre_device` are then the device rows of `pre`'s collected rows,
+/// taken out of them by the caller (`report`), dropped once the device timelines are built.
 pub fn analyze_window_with(
     export: &Export,
     opts: &StepBudgetOptions,
     window: Option<(i64, i64)>,
     pre: Option<(&ranges::Analysis, &ranges::Collected)>,
+    pre_device: Option<Vec<crate::export::rows::DeviceChunk>>,
 ) -> Result<StepBudgetDoc> {
     if !(opts.outlier_factor.is_finite() && opts.outlier_factor > 1.0) {
         return Err(Error::usage(format!(
@@ -484,7 +486,7 @@ pub fn analyze_window_with(
         idx.iter().flat_map(|&i| iv[i].runtime.iter().filter_map(|r| r.name_id)).collect();
     let names = export.strings_for(&ids)?;
     ph.mark("ranges+names");
-    let mut tl = device::build(export, &collected.rows)?;
+    let mut tl = device::build(export, &collected.rows, pre_device.filter(|_| opts.step.is_some()))?;
     ph.mark("device_timeline");
     let nccl_kernels = tl.nccl_kernels;
     // ranks: the processes of the steps' threads, in order of their first step
