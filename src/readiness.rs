@@ -673,11 +673,8 @@ fn ms(ns: i64) -> String {
 /// Opaque time of every `iter_label` occurrence of `occ` (sorted by thread, start, end descending, label, as
 /// [`ranges::load_occurrences`] returns them). Children: the other occurrences on the same thread nested inside
 /// it (`it.start <= c.start`, `c.end <= it.end`), except other occurrences of `iter_label`. Returns the totals
-/// and every gap.
-/// The iterations labelled `iter_label` among `occ` (sorted like [`ranges::load_occurrences`] gives them) and
-/// their opaque time, with the `keep` largest opaque gaps, largest first (then by start, thread and the order
-/// found). Only gaps that rank among the `keep` largest so far are built: a capture has one or more per
-/// iteration.
+/// and the `keep` largest gaps, largest first (then by start, thread and the order found); only gaps that rank
+/// among the `keep` largest so far are built (a capture has one or more per iteration).
 pub fn opaque(occ: &[Occurrence], iter_label: &str, keep: usize) -> (Iterations, Vec<OpaqueGap>) {
     let mut it = Iterations {
         label: Some(iter_label.to_string()),

@@ -478,12 +478,12 @@ fn shared_documents(
     // beside the others
     let readiness_after_report = also.report.is_some() && export.is_some();
     std::thread::scope(|s| {
-        let readiness = also.readiness.as_ref().zip(other).filter(|_| !readiness_after_report).map(|(ro, (p, src))| {
-            s.spawn(move || -> Result<crate::readiness::ReadinessDoc> {
-                let ex = Export::open(p)?;
-                crate::readiness::document(&ex, src, ro)
-            })
-        });
+        let readiness = also
+            .readiness
+            .as_ref()
+            .zip(other)
+            .filter(|_| !readiness_after_report)
+            .map(|(ro, (p, src))| readiness_thread(s, Export::open(p), src, ro, None));
         // the report first, then the ranges document, on the gates' own export: their reads of the runtime and
         // device tables also compute what the gates' scans would (one pass over each table for all documents),
         // and the report's ranges analysis is the ranges document when it has sqlite-ranges' default options
@@ -502,13 +502,7 @@ fn shared_documents(
         let readiness_shared = match (&also.readiness, other, export) {
             (Some(ro), Some((p, src)), Some(e)) if readiness_after_report => {
                 let ex = Export::open(p).inspect(|ex| ex.adopt_facts(e));
-                Some(s.spawn(move || -> Result<crate::readiness::ReadinessDoc> {
-                    let ex = ex?;
-                    let reads = detail.as_deref().and_then(|(_, c)| crate::readiness::SharedReads::of(c));
-                    crate::phase::timed("gate-check", "readiness_after_report", || {
-                        crate::readiness::document_with(&ex, src, ro, reads)
-                    })
-                }))
+                Some(readiness_thread(s, ex, src, ro, detail))
             }
             _ => {
                 drop(detail);
@@ -556,6 +550,22 @@ fn keep_for_gates(opts: &GateOptions, e: &Export) {
     if opts.tier == Tier::Throughput {
         e.keep_intervals(&WINDOW_TABLES.map(|k| k.table()));
     }
+}
+
+/// The readiness document in its own thread, on `ex` (its own connection to the export), from the reads of
+/// `detail` (the report's ranges analysis) when given, else reading them itself.
+fn readiness_thread<'s>(
+    s: &'s std::thread::Scope<'s, '_>,
+    ex: Result<Export>,
+    src: &'s export::CaptureSource,
+    ro: &'s crate::readiness::ReadinessOptions,
+    detail: Option<std::sync::Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>,
+) -> std::thread::ScopedJoinHandle<'s, Result<crate::readiness::ReadinessDoc>> {
+    s.spawn(move || {
+        let ex = ex?;
+        let reads = detail.as_deref().and_then(|(_, c)| crate::readiness::SharedReads::of(c));
+        crate::phase::timed("gate-check", "readiness", || crate::readiness::document_with(&ex, src, ro, reads))
+    })
 }
 
 fn join_doc<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {

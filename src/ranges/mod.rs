@@ -661,25 +661,19 @@ pub struct Collected {
 
 /// The kept occurrences of an analysis without prefix or window, labels unfolded and interned: what a
 /// readiness document on the same export reads (`gate-check --report --nvtx-readiness`).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct SharedOccurrences(occurrences::InternedOccurrences);
 
 impl SharedOccurrences {
     /// [`load_occurrences`] with default options, without reading the export again.
     pub fn loaded(&self) -> LoadedOccurrences {
-        self.0.to_loaded()
+        self.0.clone().into_loaded()
     }
 }
 
 impl std::fmt::Debug for SharedOccurrences {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "SharedOccurrences({} occurrences)", self.0.occurrences.len())
-    }
-}
-
-impl Clone for SharedOccurrences {
-    fn clone(&self) -> SharedOccurrences {
-        SharedOccurrences(self.0.clone())
     }
 }
 

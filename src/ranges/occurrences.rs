@@ -187,17 +187,6 @@ impl InternedOccurrences {
         }
         LoadedOccurrences { occurrences, skipped: self.skipped, range_rows: self.range_rows }
     }
-
-    /// [`InternedOccurrences::into_loaded`] of a copy.
-    pub(super) fn to_loaded(&self) -> LoadedOccurrences {
-        let occurrences = self
-            .occurrences
-            .iter()
-            .zip(&self.ids)
-            .map(|(o, &id)| Occurrence { label: self.labels[id as usize].clone(), ..o.clone() })
-            .collect();
-        LoadedOccurrences { occurrences, skipped: self.skipped, range_rows: self.range_rows }
-    }
 }
 
 /// [`load_occurrences`], the messages interned while the rows stream (one `String` per distinct text) and the

@@ -498,12 +498,8 @@ fn step_budget_of(ev: &mut Evidence, opts: &ReportOptions, doc: &ReportDoc, give
     // the captured device rows are the step budget's to drop once its timelines are built (the evidence used them
     // already); taken only while the evidence holds the analysis alone
     let window = ev.step_window;
-    let device = ev
-        .step_detail
-        .as_mut()
-        .filter(|_| window.is_none())
-        .and_then(std::sync::Arc::get_mut)
-        .map(|(_, c)| std::mem::take(&mut c.rows.device));
+    let detail = ev.step_detail.as_mut().filter(|_| window.is_none());
+    let device = detail.and_then(std::sync::Arc::get_mut).map(|(_, c)| std::mem::take(&mut c.rows.device));
     let pre = ev.step_detail.as_deref().filter(|_| window.is_none()).map(|(a, c)| (a, c));
     let mut sb = crate::step_budget::analyze_window_with(export, &sopts, window, pre, device)?;
     sb.source = ev.source.clone();

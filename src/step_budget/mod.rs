@@ -459,11 +459,11 @@ pub fn analyze_window_with(
     };
     let mut ph = crate::phase::Phases::new("step-budget");
     let owned;
-    let (a, collected) = match pre.filter(|_| opts.step.is_some()) {
-        Some((a, c)) => (a, c),
+    let (a, collected, pre_device) = match pre.filter(|_| opts.step.is_some()) {
+        Some((a, c)) => (a, c, pre_device),
         None => {
             owned = ranges::analyze_with_intervals(export, &ropts, &|l| l == label)?;
-            (&owned.0, &owned.1)
+            (&owned.0, &owned.1, None)
         }
     };
     let iv = collected.intervals.as_slice();
@@ -486,7 +486,7 @@ pub fn analyze_window_with(
         idx.iter().flat_map(|&i| iv[i].runtime.iter().filter_map(|r| r.name_id)).collect();
     let names = export.strings_for(&ids)?;
     ph.mark("ranges+names");
-    let mut tl = device::build(export, &collected.rows, pre_device.filter(|_| opts.step.is_some()))?;
+    let mut tl = device::build(export, &collected.rows, pre_device)?;
     ph.mark("device_timeline");
     let nccl_kernels = tl.nccl_kernels;
     // ranks: the processes of the steps' threads, in order of their first step
