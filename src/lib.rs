@@ -21,6 +21,7 @@ pub mod health_log;
 pub mod iterations;
 pub mod kern_csv;
 pub mod labels;
+pub mod memory;
 pub mod phase;
 pub mod pod_attach;
 pub mod ranges;

@@ -312,7 +312,7 @@ pub struct OccurrenceMetrics {
     /// Blocking sync calls among its runtime calls, and their whole durations.
     pub sync_calls: u64,
     pub sync_ns: i64,
-    /// Per API (index into [`SYNC_APIS`]): calls and total ns.
+    /// Per API (index into [`SYNC_APIS`], ascending): calls and total ns.
     pub sync: Vec<(u8, SyncStat)>,
 }
 
@@ -399,56 +399,76 @@ pub fn described(mut doc: RangesDoc, source: &crate::export::CaptureSource) -> R
 
 /// Interned occurrence chains (ascending occurrence indices) in one arena. Occurrence indices ascend with
 /// the thread, so a chain's distinct threads are the changes of `thread_of` along it: no per-chain thread list.
+/// Interning keeps only the ids in its hash table (5 bytes a slot): a chain is compared in the arena.
 struct Chains {
-    map: FxMap<Box<[u32]>, u32>,
+    map: hashbrown::HashTable<u32>,
     offs: Vec<usize>,
     data: Vec<u32>,
 }
 
 impl Chains {
     fn new() -> Chains {
-        Chains { map: FxMap::default(), offs: vec![0], data: Vec::new() }
+        Chains { map: hashbrown::HashTable::new(), offs: vec![0], data: Vec::new() }
     }
     fn get(&self, id: u32) -> &[u32] {
-        &self.data[self.offs[id as usize]..self.offs[id as usize + 1]]
+        chain_in(&self.offs, &self.data, id)
     }
     fn intern(&mut self, occs: &[u32]) -> u32 {
-        if let Some(&id) = self.map.get(occs) {
+        let Chains { map, offs, data } = self;
+        let h = chain_hash(occs);
+        if let Some(&id) = map.find(h, |&id| chain_in(offs, data, id) == occs) {
             return id;
         }
-        let id = (self.offs.len() - 1) as u32;
-        self.map.insert(occs.into(), id);
-        self.data.extend_from_slice(occs);
-        self.offs.push(self.data.len());
+        let id = (offs.len() - 1) as u32;
+        data.extend_from_slice(occs);
+        offs.push(data.len());
+        map.insert_unique(h, id, |&id| chain_hash(chain_in(offs, data, id)));
         id
+    }
+    /// Interning is over: the table goes, the chains stay.
+    fn freeze(&mut self) {
+        self.map = hashbrown::HashTable::new();
+        self.data.shrink_to_fit();
+        self.offs.shrink_to_fit();
     }
 }
 
-/// An occurrence as kept during the analysis: the label is an id into the label table (56 bytes, no heap).
+fn chain_in<'a>(offs: &[usize], data: &'a [u32], id: u32) -> &'a [u32] {
+    &data[offs[id as usize]..offs[id as usize + 1]]
+}
+
+fn chain_hash(occs: &[u32]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = crate::fx::Fx::default();
+    h.write_usize(occs.len());
+    for &o in occs {
+        h.write_u32(o);
+    }
+    h.finish()
+}
+
+/// An occurrence as kept during the analysis: the label is an id into the label table, the thread is its slice's
+/// ([`Work::thread_of`]) (40 bytes, no heap).
 #[derive(Clone, Copy)]
 struct COcc {
-    global_tid: i64,
     start: i64,
     end: i64,
-    domain_id: Option<i64>,
+    /// `domainId`, 0 for none (the export layer reads the default domain 0 as none).
+    domain_id: i64,
     label: u32,
     depth: u32,
     /// u32::MAX when none
     parent: u32,
-    event_type: i64,
+    event_type: i32,
 }
 
-/// Per-occurrence metrics as kept during the analysis. The current merged device interval doubles as
+/// Per-occurrence interval metrics of the sweep (40 bytes). The current merged device interval doubles as
 /// `last_device_end` (rows are swept by start, so the last merged interval ends last) and `first` is the start of
-/// the first one (`i64::MAX` while D is empty). Sync statistics live aside, only for occurrences that have some.
+/// the first one (`i64::MAX` while D is empty). The runtime calls and sync statistics live aside (the join's),
+/// and so do the row counts ([`DevCounts`]): these are allocated only once the join's correlation table is gone
+/// (the peak memory of the analysis is the sweep's).
 #[derive(Clone, Copy)]
 struct CMet {
-    runtime_calls: u64,
-    kernels: u64,
-    memcpys: u64,
-    memsets: u64,
-    graph_traces: u64,
-    kernel_work_ns: i64,
     busy_ns: i64,
     coverage_ns: i64,
     first: i64,
@@ -457,19 +477,7 @@ struct CMet {
 }
 
 impl CMet {
-    const EMPTY: CMet = CMet {
-        runtime_calls: 0,
-        kernels: 0,
-        memcpys: 0,
-        memsets: 0,
-        graph_traces: 0,
-        kernel_work_ns: 0,
-        busy_ns: 0,
-        coverage_ns: 0,
-        first: i64::MAX,
-        cur_s: 0,
-        cur_e: 0,
-    };
+    const EMPTY: CMet = CMet { busy_ns: 0, coverage_ns: 0, first: i64::MAX, cur_s: 0, cur_e: 0 };
     fn has_device(&self) -> bool {
         self.first != i64::MAX
     }
@@ -480,17 +488,79 @@ impl CMet {
             0
         }
     }
+}
+
+/// Device rows counted by kind, with the kernels' summed durations: of a chain while the rows are tagged
+/// ([`tag_rows`]), then of each occurrence ([`spread_counts`]).
+#[derive(Clone, Copy, Default)]
+struct DevCounts {
+    kernels: u64,
+    memcpys: u64,
+    memsets: u64,
+    graph_traces: u64,
+    kernel_work_ns: i64,
+}
+
+impl DevCounts {
     fn device_rows(&self) -> u64 {
         self.kernels + self.memcpys + self.memsets + self.graph_traces
     }
+    /// Sums of non-negative durations saturate the same in any grouping.
+    fn add(&mut self, o: &DevCounts) {
+        self.kernels += o.kernels;
+        self.memcpys += o.memcpys;
+        self.memsets += o.memsets;
+        self.graph_traces += o.graph_traces;
+        self.kernel_work_ns = self.kernel_work_ns.saturating_add(o.kernel_work_ns);
+    }
 }
 
-/// Blocking sync calls of one occurrence: (calls, ns, per API).
+/// Blocking sync calls as the join counts them: `occurrence << 8 | API index` ([`SYNC_APIS`]) → calls and ns
+/// (24 bytes an entry, only for the (occurrence, API) pairs that have some).
+type SyncHits = FxMap<u64, SyncStat>;
+
+/// The blocking sync calls of each occurrence, by API index: the entries of [`SyncHits`] sorted by key (made
+/// once the join is done; smaller than the map), then indexed by occurrence ([`SyncTable::index`], once the
+/// device rows are gone).
 #[derive(Default)]
-struct OccSync {
-    calls: u64,
-    ns: i64,
-    per_api: Vec<(u8, SyncStat)>,
+struct SyncTable {
+    ent: Vec<(u64, SyncStat)>,
+    /// Occurrence `i`'s entries are `ent[off[i]..off[i + 1]]` (empty before [`SyncTable::index`]).
+    off: Vec<usize>,
+}
+
+impl SyncTable {
+    fn new(hits: SyncHits) -> SyncTable {
+        let mut ent: Vec<(u64, SyncStat)> = hits.into_iter().collect();
+        ent.sort_unstable_by_key(|e| e.0);
+        SyncTable { ent, off: Vec::new() }
+    }
+
+    fn index(&mut self, n: usize) {
+        let mut k = 0;
+        self.off = (0..=n as u64)
+            .map(|i| {
+                while k < self.ent.len() && self.ent[k].0 >> 8 < i {
+                    k += 1;
+                }
+                k
+            })
+            .collect();
+    }
+
+    /// Occurrence `i`'s per-API statistics, by API index.
+    fn of(&self, i: usize) -> impl Iterator<Item = (u8, SyncStat)> + '_ {
+        let at = match (self.off.get(i), self.off.get(i + 1)) {
+            (Some(&a), Some(&b)) => &self.ent[a..b],
+            _ => &[],
+        };
+        at.iter().map(|&(k, st)| (k as u8, st))
+    }
+
+    /// Occurrence `i`'s sync calls and their ns (saturating, like each API's).
+    fn totals(&self, i: usize) -> (u64, i64) {
+        self.of(i).fold((0, 0), |(c, ns), (_, s)| (c + s.calls, ns.saturating_add(s.total_ns)))
+    }
 }
 
 /// The rows of sorted chunks in start order (a k-way merge; one chunk is read straight through). During the
@@ -587,8 +657,16 @@ struct Work {
     thread_of: Vec<u32>,
     /// globalTid → (slice index, lo, hi).
     slice_of: FxMap<i64, (u32, usize, usize)>,
+    /// By occurrence: its runtime calls (the join's).
+    runtime_calls: Vec<u64>,
+    /// By occurrence, its device metrics: empty until the device rows are attributed.
     metrics: Vec<CMet>,
-    syncs: FxMap<u32, OccSync>,
+    /// By chain, then ([`spread_counts`]) by occurrence: the device rows counted; empty until then.
+    chain_counts: Vec<DevCounts>,
+    counts: Vec<DevCounts>,
+    /// The join's sync counts, until [`SyncTable::new`] makes `syncs` of them (once the join is done).
+    sync_hits: SyncHits,
+    syncs: SyncTable,
     th_runtime: Vec<u64>,
     th_device: Vec<u64>,
     /// Process key (NS) → small index of the correlation table.
@@ -921,7 +999,7 @@ fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool) -> Result<Work
         }
     }
     progress("reading NVTX_EVENTS");
-    let loaded = load_interned(export, opts)?;
+    let mut loaded = load_interned(export, opts)?;
     let slices = thread_slices(&loaded.occurrences);
     let n = loaded.occurrences.len();
     // labels as ids; folding runs once per distinct raw label (with its occurrence count, first-seen order:
@@ -935,8 +1013,7 @@ fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool) -> Result<Work
         }
         let mut final_of: Vec<u32> = vec![u32::MAX; loaded.labels.len()];
         let mut ids: FxMap<String, u32> = FxMap::default();
-        let mut out = Vec::with_capacity(n);
-        for (o, &r) in loaded.occurrences.iter().zip(&loaded.ids) {
+        for &r in &loaded.ids {
             if final_of[r as usize] == u32::MAX {
                 let raw = &loaded.labels[r as usize];
                 let label = match folder.as_mut() {
@@ -953,18 +1030,26 @@ fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool) -> Result<Work
                     }
                 };
             }
-            out.push(COcc {
-                global_tid: o.global_tid,
-                start: o.start,
-                end: o.end,
-                domain_id: o.domain_id,
-                label: final_of[r as usize],
-                depth: o.depth,
-                parent: o.parent.map_or(u32::MAX, |p| p as u32),
-                event_type: o.event_type,
-            });
         }
-        out
+        let c_occ = |(i, o): (usize, &Occurrence)| COcc {
+            start: o.start,
+            end: o.end,
+            domain_id: o.domain_id.unwrap_or(0),
+            label: final_of[loaded.ids[i] as usize],
+            depth: o.depth,
+            parent: o.parent.map_or(u32::MAX, |p| p as u32),
+            // occurrences are push/pop or start/end ranges (59, 60): the value fits
+            event_type: o.event_type as i32,
+        };
+        if keep_loaded {
+            loaded.occurrences.iter().enumerate().map(c_occ).collect()
+        } else {
+            // collected in place, then shrunk: the occurrences as read and the kept ones are not both alive
+            let mut v: Vec<COcc> =
+                std::mem::take(&mut loaded.occurrences).into_iter().enumerate().map(|(i, o)| c_occ((i, &o))).collect();
+            v.shrink_to_fit();
+            v
+        }
     };
     let mut thread_of = vec![0u32; n];
     let mut slice_of: FxMap<i64, (u32, usize, usize)> = FxMap::default();
@@ -984,8 +1069,12 @@ fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool) -> Result<Work
         slices,
         thread_of,
         slice_of,
-        metrics: vec![CMet::EMPTY; n],
-        syncs: FxMap::default(),
+        runtime_calls: vec![0; n],
+        metrics: Vec::new(),
+        chain_counts: Vec::new(),
+        counts: Vec::new(),
+        sync_hits: FxMap::default(),
+        syncs: SyncTable::default(),
         th_runtime: vec![0u64; nth],
         th_device: vec![0u64; nth],
         proc_idx: FxMap::default(),
@@ -1029,9 +1118,6 @@ fn join_runtime(
                 }
             }
         })?;
-        let ends: Vec<i64> = w.occ.iter().map(|o| o.end).collect();
-        let tree = MaxTree::new(&ends);
-        drop(ends);
         let mut stabs = Stabs::new();
         // an upper bound, reserved once (untouched pages cost no memory): no copy while growing
         corr.reserve_exact(export.row_count_hint(tbl));
@@ -1041,7 +1127,7 @@ fn join_runtime(
         let mut last_ns = i64::MIN;
         let mut last_pidx = 0u32;
         let mut seen = 0u64;
-        let Work { occ, slice_of, metrics, syncs, th_runtime, proc_idx, chains, row_skips, collect, .. } = w;
+        let Work { occ, slice_of, runtime_calls, sync_hits, th_runtime, proc_idx, chains, row_skips, collect, .. } = w;
         let mut body = |r: crate::export::RuntimeRow, part: usize| -> Result<()> {
             seen += 1;
             if let (Some(c), Some(t), Some(n)) = (collect.as_mut(), r.global_tid, r.name_id) {
@@ -1063,7 +1149,7 @@ fn join_runtime(
             let Some(gtid) = r.global_tid else { return Ok(()) };
             let Some(&(ti, lo, hi)) = slice_of.get(&gtid) else { return Ok(()) };
             let (rs, re) = (r.start, r.end);
-            stabs.query(occ, &tree, ti as usize, part, (lo, hi), rs, &mut hits);
+            stabs.query(occ, ti as usize, part, (lo, hi), rs, &mut hits);
             if hits.is_empty() {
                 return Ok(());
             }
@@ -1080,20 +1166,12 @@ fn join_runtime(
                         });
                     }
                 }
-                let m = &mut metrics[h as usize];
-                m.runtime_calls += 1;
+                runtime_calls[h as usize] += 1;
                 if let Some(api) = sync {
-                    let m = syncs.entry(h).or_default();
-                    m.calls += 1;
+                    let s = sync_hits.entry((h as u64) << 8 | api as u64).or_default();
+                    s.calls += 1;
                     // saturating: an overflow is reported by the label sums (aggregate), never wrapped
-                    m.ns = m.ns.saturating_add(re - rs);
-                    match m.per_api.iter_mut().find(|(a, _)| *a == api) {
-                        Some((_, s)) => {
-                            s.calls += 1;
-                            s.total_ns = s.total_ns.saturating_add(re - rs);
-                        }
-                        None => m.per_api.push((api, SyncStat { calls: 1, total_ns: re - rs })),
-                    }
+                    s.total_ns = s.total_ns.saturating_add(re - rs);
                 }
             }
             let Some(cid) = r.correlation_id else { return Ok(()) };
@@ -1174,9 +1252,7 @@ fn join_runtime(
         corr.truncate(o);
     }
     // the chain map is only needed to intern; the chains themselves stay
-    w.chains.map = FxMap::default();
-    w.chains.data.shrink_to_fit();
-    w.chains.offs.shrink_to_fit();
+    w.chains.freeze();
     Ok((CorrTable { corr, wide: corr_wide }, consumed))
 }
 
@@ -1184,24 +1260,24 @@ fn join_runtime(
 /// answered incrementally: the calls of one thread and one part of the table mostly come in time order, and
 /// for `t ≥` the previous `t'` of the same (thread, part), `{i < cut(t): end_i ≥ t}` is the previous answer
 /// without the occurrences that ended before `t`, plus those that started in `(t', t]` and are still open.
-/// A call earlier than the previous one asks the tree.
+/// A call earlier than the previous one asks the tree of the occurrences' ends, built at the first such call
+/// (none in a table whose calls come in time order per thread: the tree's memory is not spent).
 struct Stabs {
     /// Per (thread slice, part): `(t, cut, answer)` of the last query.
     last: FxMap<(u32, u32), (i64, usize, Vec<u32>)>,
+    tree: Option<MaxTree>,
 }
 
 impl Stabs {
     fn new() -> Stabs {
-        Stabs { last: FxMap::default() }
+        Stabs { last: FxMap::default(), tree: None }
     }
 
     /// `out` = the indices `i` in `[lo, cut)` with `occ[i].end >= t`, ascending, where `cut` is the first index
     /// of the thread's slice `[lo, hi)` whose start is after `t`.
-    #[allow(clippy::too_many_arguments)]
     fn query(
         &mut self,
         occ: &[COcc],
-        tree: &MaxTree,
         thread: usize,
         part: usize,
         (lo, hi): (usize, usize),
@@ -1220,6 +1296,7 @@ impl Stabs {
         } else {
             let cut = lo + occ[lo..hi].partition_point(|o| o.start <= t);
             e.2.clear();
+            let tree = self.tree.get_or_insert_with(|| MaxTree::new(&occ.iter().map(|o| o.end).collect::<Vec<_>>()));
             tree.collect_ge(lo, cut, t, &mut e.2);
             (e.0, e.1) = (t, cut);
         }
@@ -1277,6 +1354,10 @@ fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChun
     };
     drop(corr);
     drop(corr_wide);
+    w.syncs = SyncTable::new(std::mem::take(&mut w.sync_hits));
+    crate::memory::release_free_memory();
+    w.metrics = vec![CMet::EMPTY; w.occ.len()];
+    w.chain_counts = vec![DevCounts::default(); w.chains.offs.len() - 1];
     for c in counts {
         w.kernels_total += c.kernels_total;
         w.kernel_work_total = w.kernel_work_total.saturating_add(c.kernel_work_total);
@@ -1286,6 +1367,8 @@ fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChun
     // then, in one pass, the rows counted for the occurrences of their chain and tagged
     let tags = tag_rows(w, &mut chunks, &segs);
     crate::phase::timed("sqlite-ranges", "sweep", || sweep(w, chunks, tags, &dev_ids));
+    spread_counts(w);
+    w.syncs.index(w.occ.len());
 }
 
 /// A run of rows of one chunk with the same process and device: the device's index, the process's index in the
@@ -1390,40 +1473,52 @@ impl<'a> Ends<'a> {
     }
 }
 
-/// A run of `rows` rows of `kind` with the same chain, lasting `work` ns together, added to the metrics of the
-/// chain's occurrences (sums of non-negative durations saturate the same in any grouping) and to the device
-/// rows of their threads.
+/// A run of `rows` rows of `kind` with the same chain, lasting `work` ns together, added to the chain's counts
+/// (sums of non-negative durations saturate the same in any grouping).
 fn add_run(w: &mut Work, kind: DeviceKind, (chain, rows, work): (u32, u64, i64)) {
     if chain == u32::MAX || rows == 0 {
         return;
     }
-    let Work { metrics, chains, thread_of, th_device, .. } = w;
-    let mut prev = u32::MAX;
-    for &o in chains.get(chain) {
-        let th = thread_of[o as usize];
-        if th != prev {
-            th_device[th as usize] += rows;
-            prev = th;
+    let m = &mut w.chain_counts[chain as usize];
+    match kind {
+        DeviceKind::Kernel => {
+            m.kernels += rows;
+            m.kernel_work_ns = m.kernel_work_ns.saturating_add(work);
         }
-        let m = &mut metrics[o as usize];
-        match kind {
-            DeviceKind::Kernel => {
-                m.kernels += rows;
-                m.kernel_work_ns = m.kernel_work_ns.saturating_add(work);
+        DeviceKind::Memcpy => m.memcpys += rows,
+        DeviceKind::Memset => m.memsets += rows,
+        DeviceKind::GraphTrace => m.graph_traces += rows,
+    }
+}
+
+/// Each chain's counts added to its occurrences, and its rows to the device rows of their threads (once per
+/// thread of the chain).
+fn spread_counts(w: &mut Work) {
+    let mut counts = vec![DevCounts::default(); w.occ.len()];
+    let Work { chains, chain_counts, thread_of, th_device, .. } = w;
+    for (c, cc) in chain_counts.iter().enumerate() {
+        if cc.device_rows() == 0 {
+            continue;
+        }
+        let mut prev = u32::MAX;
+        for &o in chains.get(c as u32) {
+            let th = thread_of[o as usize];
+            if th != prev {
+                th_device[th as usize] += cc.device_rows();
+                prev = th;
             }
-            DeviceKind::Memcpy => m.memcpys += rows,
-            DeviceKind::Memset => m.memsets += rows,
-            DeviceKind::GraphTrace => m.graph_traces += rows,
+            counts[o as usize].add(cc);
         }
     }
+    w.chain_counts = Vec::new();
+    w.counts = counts;
 }
 
 /// Each row counted for the occurrences of its chain (its `aux`, by runs of rows with the same chain: the rows of
 /// a launch come together), then tagged: `aux` becomes `(chain, device)`, shared by the rows of a key, or its own
 /// tag holding the end for a row lasting `u32::MAX` ns or more.
 fn tag_rows(w: &mut Work, chunks: &mut [DeviceChunk], segs: &[Vec<SegOf>]) -> Vec<Tag> {
-    let mut tags: Vec<Tag> = Vec::new();
-    let mut tag_idx: FxMap<(u32, u32), u32> = FxMap::default();
+    let mut tags = Tags::new(w.chains.offs.len() - 1);
     let (mut last_key, mut last_tag) = ((u32::MAX, u32::MAX), u32::MAX);
     for (chunk, sg) in chunks.iter_mut().zip(segs) {
         let Some(kind) = chunk.kind else { continue };
@@ -1443,17 +1538,12 @@ fn tag_rows(w: &mut Work, chunks: &mut [DeviceChunk], segs: &[Vec<SegOf>]) -> Ve
                 chunk.rows[i].aux = if r.dur != u32::MAX {
                     let key = (chain, sg.dev);
                     if key != last_key {
-                        let next = tags.len() as u32;
-                        last_tag = *tag_idx.entry(key).or_insert_with(|| {
-                            tags.push(Tag { chain, dev: sg.dev, end: 0 });
-                            next
-                        });
+                        last_tag = tags.shared(chain, sg.dev);
                         last_key = key;
                     }
                     last_tag
                 } else {
-                    tags.push(Tag { chain, dev: sg.dev, end });
-                    tags.len() as u32 - 1
+                    tags.own(Tag { chain, dev: sg.dev, end })
                 };
             }
         }
@@ -1462,7 +1552,49 @@ fn tag_rows(w: &mut Work, chunks: &mut [DeviceChunk], segs: &[Vec<SegOf>]) -> Ve
         chunk.long = Vec::new();
         chunk.wide = Vec::new();
     }
-    tags
+    tags.tags
+}
+
+/// The tags of [`tag_rows`]: one shared by the rows of each (chain, device), its own for each long row. Tag
+/// `chain + 1` (no chain: 0) is the chain's on the first device it was seen on; only a chain seen on a second
+/// device needs the map.
+struct Tags {
+    tags: Vec<Tag>,
+    more: FxMap<(u32, u32), u32>,
+}
+
+/// A chain's first tag before any row of it was seen.
+const UNSEEN: u32 = u32::MAX;
+
+impl Tags {
+    fn new(chains: usize) -> Tags {
+        let unseen = (0..=chains as u32).map(|s| Tag { chain: s.wrapping_sub(1), dev: UNSEEN, end: 0 });
+        Tags { tags: unseen.collect(), more: FxMap::default() }
+    }
+
+    fn own(&mut self, tag: Tag) -> u32 {
+        self.tags.push(tag);
+        self.tags.len() as u32 - 1
+    }
+
+    fn shared(&mut self, chain: u32, dev: u32) -> u32 {
+        let slot = chain.wrapping_add(1);
+        match self.tags[slot as usize].dev {
+            UNSEEN => {
+                self.tags[slot as usize].dev = dev;
+                slot
+            }
+            d if d == dev => slot,
+            _ => match self.more.get(&(chain, dev)) {
+                Some(&t) => t,
+                None => {
+                    let t = self.own(Tag { chain, dev, end: 0 });
+                    self.more.insert((chain, dev), t);
+                    t
+                }
+            },
+        }
+    }
 }
 
 /// Phase 3b: the device records swept by start, merging per-occurrence and per-device interval unions
@@ -1478,11 +1610,17 @@ fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[
         }
     }
     let rows_out = MergeByStart::new(&chunks);
-    // the collected device rows of an occurrence: as many as its metrics counted, allocated once
+    // the collected device rows of an occurrence: as many as its chains counted, allocated once
     if let Some(c) = w.collect.as_mut() {
-        for (o, m) in w.metrics.iter().enumerate() {
-            if c.want[w.occ[o].label as usize] && m.device_rows() > 0 {
-                c.per_occ[o].device.reserve_exact(m.device_rows() as usize);
+        let mut need = vec![0u64; w.occ.len()];
+        for (ch, cc) in w.chain_counts.iter().enumerate() {
+            for &o in w.chains.get(ch as u32) {
+                need[o as usize] += cc.device_rows();
+            }
+        }
+        for (o, &n) in need.iter().enumerate() {
+            if c.want[w.occ[o].label as usize] && n > 0 {
+                c.per_occ[o].device.reserve_exact(n as usize);
             }
         }
     }
@@ -1670,25 +1808,25 @@ fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, Vec<HighCard
             add(&mut r.host_wall_time_ns, w, "host_wall_time_ns")?;
         }
         for &i in idxs {
-            let m = &metrics[i];
+            let (m, n) = (&metrics[i], &w.counts[i]);
             let o = &occ[i];
             let wall = o.end - o.start;
-            if m.device_rows() > 0 {
+            if n.device_rows() > 0 {
                 r.occurrences_with_device_work += 1;
             }
-            r.runtime_calls += m.runtime_calls;
-            r.kernels += m.kernels;
-            r.memcpys += m.memcpys;
-            r.memsets += m.memsets;
-            r.graph_traces += m.graph_traces;
-            add(&mut r.kernel_work_ns, m.kernel_work_ns, "kernel_work_ns")?;
+            r.runtime_calls += w.runtime_calls[i];
+            r.kernels += n.kernels;
+            r.memcpys += n.memcpys;
+            r.memsets += n.memsets;
+            r.graph_traces += n.graph_traces;
+            add(&mut r.kernel_work_ns, n.kernel_work_ns, "kernel_work_ns")?;
             add(&mut r.host_range_kernel_coverage_ns, m.coverage_ns, "host_range_kernel_coverage_ns")?;
             add(&mut r.kernel_busy_union_ns, m.busy_ns, "kernel_busy_union_ns")?;
             add(&mut r.kernel_span_ns, m.span_ns(), "kernel_span_ns")?;
             add(&mut r.gpu_idle_within_kernel_span_ns, m.span_ns() - m.busy_ns, "gpu_idle_within_kernel_span_ns")?;
             add(&mut r.uncovered_host_time_ns, (wall - m.coverage_ns).max(0), "uncovered_host_time_ns")?;
-            for (api, s) in w.syncs.get(&(i as u32)).map_or(&[][..], |s| &s.per_api[..]) {
-                let e = r.sync.entry(SYNC_APIS[*api as usize].to_string()).or_default();
+            for (api, s) in w.syncs.of(i) {
+                let e = r.sync.entry(SYNC_APIS[api as usize].to_string()).or_default();
                 e.calls += s.calls;
                 add(&mut e.total_ns, s.total_ns, "sync total_ns")?;
             }
@@ -1825,16 +1963,17 @@ fn finish(
     if !detail {
         return Ok((doc, None));
     }
-    let Work { occ, label_names, metrics, mut syncs, .. } = w;
+    let Work { occ, label_names, metrics, counts, runtime_calls, syncs, slices, thread_of, .. } = w;
     let occurrences: Vec<Occurrence> = occ
         .iter()
-        .map(|o| Occurrence {
+        .zip(&thread_of)
+        .map(|(o, &th)| Occurrence {
             label: label_names[o.label as usize].clone(),
-            global_tid: o.global_tid,
+            global_tid: slices[th as usize].0,
             start: o.start,
             end: o.end,
-            event_type: o.event_type,
-            domain_id: o.domain_id,
+            event_type: o.event_type as i64,
+            domain_id: (o.domain_id != 0).then_some(o.domain_id),
             depth: o.depth,
             parent: if o.parent == u32::MAX { None } else { Some(o.parent as usize) },
         })
@@ -1843,22 +1982,23 @@ fn finish(
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            let s = syncs.remove(&(i as u32)).unwrap_or_default();
+            let (sync_calls, sync_ns) = syncs.totals(i);
+            let n = &counts[i];
             OccurrenceMetrics {
-                runtime_calls: m.runtime_calls,
-                kernels: m.kernels,
-                memcpys: m.memcpys,
-                memsets: m.memsets,
-                graph_traces: m.graph_traces,
-                kernel_work_ns: m.kernel_work_ns,
+                runtime_calls: runtime_calls[i],
+                kernels: n.kernels,
+                memcpys: n.memcpys,
+                memsets: n.memsets,
+                graph_traces: n.graph_traces,
+                kernel_work_ns: n.kernel_work_ns,
                 busy_ns: m.busy_ns,
                 span_ns: m.span_ns(),
                 coverage_ns: m.coverage_ns,
                 first_device_start: m.has_device().then_some(m.first),
                 last_device_end: m.has_device().then_some(m.cur_e),
-                sync_calls: s.calls,
-                sync_ns: s.ns,
-                sync: s.per_api,
+                sync_calls,
+                sync_ns,
+                sync: syncs.of(i).collect(),
             }
         })
         .collect();
@@ -1933,6 +2073,65 @@ mod tests {
         assert!(parse_window("5:1").is_err());
         assert!(parse_window("5").is_err());
         assert!(parse_window("a:b").is_err());
+    }
+
+    #[test]
+    fn chains_intern_by_content() {
+        let mut c = Chains::new();
+        let (a, b) = (c.intern(&[1, 2, 3]), c.intern(&[1, 2]));
+        assert_ne!(a, b);
+        assert_eq!(c.intern(&[1, 2, 3]), a);
+        assert_eq!(c.intern(&[1, 2]), b);
+        // many chains: the table grows and still finds each by its content
+        let ids: Vec<u32> = (0..5000u32).map(|i| c.intern(&[i, i + 7])).collect();
+        for (i, &id) in ids.iter().enumerate() {
+            assert_eq!(c.get(id), &[i as u32, i as u32 + 7]);
+            assert_eq!(c.intern(&[i as u32, i as u32 + 7]), id);
+        }
+        c.freeze();
+        assert_eq!(c.get(a), &[1, 2, 3]);
+    }
+
+    #[test]
+    fn tags_are_shared_by_chain_and_device() {
+        let mut t = Tags::new(3);
+        let first = t.shared(1, 0);
+        assert_eq!(t.shared(1, 0), first);
+        // the same chain on another device: its own shared tag, found again
+        let other = t.shared(1, 5);
+        assert_ne!(other, first);
+        assert_eq!(t.shared(1, 5), other);
+        assert_eq!(t.shared(1, 0), first);
+        // no chain (unattributed rows) has a slot too
+        let none = t.shared(u32::MAX, 0);
+        assert_eq!(t.shared(u32::MAX, 0), none);
+        // a long row's tag is its own, holding its end
+        let long = t.own(Tag { chain: 2, dev: 0, end: 99 });
+        assert_ne!(long, t.shared(2, 0));
+        for (id, (chain, dev)) in [(first, (1, 0)), (other, (1, 5)), (none, (u32::MAX, 0))] {
+            let tag = t.tags[id as usize];
+            assert_eq!((tag.chain, tag.dev), (chain, dev));
+        }
+        assert_eq!(t.tags[long as usize].end, 99);
+    }
+
+    #[test]
+    fn sync_table_gives_each_occurrence_its_apis_in_order() {
+        let mut hits = SyncHits::default();
+        let st = |calls, total_ns| SyncStat { calls, total_ns };
+        hits.insert(2 << 8 | 5, st(1, 10));
+        hits.insert(2 << 8 | 1, st(2, 30));
+        hits.insert(4 << 8, st(1, i64::MAX));
+        hits.insert(4 << 8 | 3, st(1, 5));
+        let mut t = SyncTable::new(hits);
+        t.index(6);
+        assert_eq!(t.of(2).collect::<Vec<_>>(), vec![(1, st(2, 30)), (5, st(1, 10))]);
+        assert_eq!(t.totals(2), (3, 40));
+        assert_eq!(t.of(3).count(), 0);
+        assert_eq!(t.totals(0), (0, 0));
+        // saturating, like each API's sum
+        assert_eq!(t.totals(4), (2, i64::MAX));
+        assert_eq!(t.of(9).count(), 0);
     }
 
     #[test]

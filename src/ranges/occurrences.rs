@@ -287,7 +287,9 @@ pub(super) fn load_interned(export: &Export, opts: &RangesOptions) -> Result<Int
     occ.sort_unstable_by_key(|(o, l)| {
         (o.global_tid, o.start, std::cmp::Reverse(o.end), rank[*l as usize], o.event_type)
     });
-    let (mut occurrences, ids): (Vec<Occurrence>, Vec<u32>) = occ.into_iter().unzip();
+    // the ids aside, then the occurrences collected in place (no second vector of occurrences alive at once)
+    let ids: Vec<u32> = occ.iter().map(|(_, l)| *l).collect();
+    let mut occurrences: Vec<Occurrence> = occ.into_iter().map(|(o, _)| o).collect();
     ph.mark("sort");
     nest(&mut occurrences);
     ph.mark("nest");
