@@ -1415,27 +1415,40 @@ impl DeviceChunk {
 
 /// Column `i` of a row of `table` (in the file `name`) as an optional integer; any other type is an input
 /// error naming table and column.
-#[inline]
+/// Small enough to inline into every reader's loop (called for every cell of millions of rows): the message is
+/// built out of line.
+#[inline(always)]
 pub(crate) fn cell_int(name: &str, r: &RawRow, i: usize, table: &str, col: &str) -> Result<Option<i64>> {
     match r.int(i) {
         IntCell::Int(v) => Ok(Some(v)),
         IntCell::Null => Ok(None),
-        IntCell::Other(t) => Err(Error::input(format!(
-            "{name}: schema mismatch: {table}.{col} holds a {t} value, not the INTEGER nsys writes"
-        ))),
+        IntCell::Other(t) => Err(not_integer(name, table, col, t)),
     }
 }
 
+#[cold]
+#[inline(never)]
+fn not_integer(name: &str, table: &str, col: &str, t: &str) -> Error {
+    Error::input(format!("{name}: schema mismatch: {table}.{col} holds a {t} value, not the INTEGER nsys writes"))
+}
+
+#[inline(always)]
 pub(crate) fn named_ts(name: &str, table: &str, col: &str, rowid: Option<i64>, v: Option<i64>) -> Result<Option<i64>> {
     if let Some(t) = v {
         if !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&t) {
-            return Err(Error::input(format!(
-                "{name}: {table}.{col} = {t} ns on row {}: an impossible timestamp (beyond ±2^53 ns, about 104 days from the session start); the export is damaged",
-                rowid.map(|r| format!("id {r}")).unwrap_or_else(|| "?".into())
-            )));
+            return Err(impossible_timestamp(name, table, col, rowid, t));
         }
     }
     Ok(v)
+}
+
+#[cold]
+#[inline(never)]
+fn impossible_timestamp(name: &str, table: &str, col: &str, rowid: Option<i64>, t: i64) -> Error {
+    Error::input(format!(
+        "{name}: {table}.{col} = {t} ns on row {}: an impossible timestamp (beyond ±2^53 ns, about 104 days from the session start); the export is damaged",
+        rowid.map(|r| format!("id {r}")).unwrap_or_else(|| "?".into())
+    ))
 }
 
 fn read_device_chunk(
