@@ -1008,12 +1008,12 @@ fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool) -> Result<Work
     let mut folder = opts.fold.then(crate::labels::Folder::new);
     let occ: Vec<COcc> = {
         let mut count = vec![0u64; loaded.labels.len()];
-        for &r in &loaded.ids {
-            count[r as usize] += 1;
+        for o in &loaded.occurrences {
+            count[o.label as usize] += 1;
         }
         let mut final_of: Vec<u32> = vec![u32::MAX; loaded.labels.len()];
         let mut ids: FxMap<String, u32> = FxMap::default();
-        for &r in &loaded.ids {
+        for r in loaded.occurrences.iter().map(|o| o.label) {
             if final_of[r as usize] == u32::MAX {
                 let raw = &loaded.labels[r as usize];
                 let label = match folder.as_mut() {
@@ -1031,22 +1031,20 @@ fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool) -> Result<Work
                 };
             }
         }
-        let c_occ = |(i, o): (usize, &Occurrence)| COcc {
+        let c_occ = |o: &occurrences::Interned| COcc {
             start: o.start,
             end: o.end,
-            domain_id: o.domain_id.unwrap_or(0),
-            label: final_of[loaded.ids[i] as usize],
+            domain_id: o.domain_id,
+            label: final_of[o.label as usize],
             depth: o.depth,
-            parent: o.parent.map_or(u32::MAX, |p| p as u32),
-            // occurrences are push/pop or start/end ranges (59, 60): the value fits
-            event_type: o.event_type as i32,
+            parent: o.parent,
+            event_type: o.event_type,
         };
         if keep_loaded {
-            loaded.occurrences.iter().enumerate().map(c_occ).collect()
+            loaded.occurrences.iter().map(c_occ).collect()
         } else {
             // collected in place, then shrunk: the occurrences as read and the kept ones are not both alive
-            let mut v: Vec<COcc> =
-                std::mem::take(&mut loaded.occurrences).into_iter().enumerate().map(|(i, o)| c_occ((i, &o))).collect();
+            let mut v: Vec<COcc> = std::mem::take(&mut loaded.occurrences).into_iter().map(|o| c_occ(&o)).collect();
             v.shrink_to_fit();
             v
         }

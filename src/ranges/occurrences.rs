@@ -69,12 +69,60 @@ struct RawRange {
 /// [`LoadedOccurrences`] with the labels as ids into one table (no `String` per occurrence).
 #[derive(Default, Clone)]
 pub(super) struct InternedOccurrences {
-    /// Sorted like [`LoadedOccurrences::occurrences`]; `label` is empty, the label is `labels[ids[i]]`.
-    pub(super) occurrences: Vec<Occurrence>,
-    pub(super) ids: Vec<u32>,
+    /// Sorted like [`LoadedOccurrences::occurrences`].
+    pub(super) occurrences: Vec<Interned>,
     pub(super) labels: Vec<String>,
     pub(super) skipped: Skipped,
     pub(super) range_rows: u64,
+}
+
+/// An [`Occurrence`] with its label as an id into [`InternedOccurrences::labels`]: 48 bytes, no heap (the
+/// occurrences of a big export are held while its device rows are read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Interned {
+    pub(super) global_tid: i64,
+    pub(super) start: i64,
+    pub(super) end: i64,
+    /// `domainId`, 0 for none (the default domain 0 is read as none).
+    pub(super) domain_id: i64,
+    /// 59 or 60 (the only range event types).
+    pub(super) event_type: i32,
+    pub(super) label: u32,
+    pub(super) depth: u32,
+    /// `u32::MAX` for none.
+    pub(super) parent: u32,
+}
+
+/// What [`nest`] and [`thread_slices`] read and write of an occurrence.
+pub(super) trait Nested {
+    fn tid(&self) -> i64;
+    fn interval(&self) -> (i64, i64);
+    fn set_nesting(&mut self, depth: u32, parent: Option<usize>);
+}
+
+impl Nested for Occurrence {
+    fn tid(&self) -> i64 {
+        self.global_tid
+    }
+    fn interval(&self) -> (i64, i64) {
+        (self.start, self.end)
+    }
+    fn set_nesting(&mut self, depth: u32, parent: Option<usize>) {
+        (self.depth, self.parent) = (depth, parent);
+    }
+}
+
+impl Nested for Interned {
+    fn tid(&self) -> i64 {
+        self.global_tid
+    }
+    fn interval(&self) -> (i64, i64) {
+        (self.start, self.end)
+    }
+    fn set_nesting(&mut self, depth: u32, parent: Option<usize>) {
+        // an index fits: occurrences are counted in u32 everywhere in the analysis
+        (self.depth, self.parent) = (depth, parent.map_or(u32::MAX, |p| p as u32));
+    }
 }
 
 /// The NVTX rows of an export (or of one rowid range of it), as read: the range rows with their message (a
@@ -181,10 +229,20 @@ pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedO
 impl InternedOccurrences {
     /// The occurrences with their labels.
     pub(super) fn into_loaded(self) -> LoadedOccurrences {
-        let mut occurrences = self.occurrences;
-        for (o, &id) in occurrences.iter_mut().zip(&self.ids) {
-            o.label = self.labels[id as usize].clone();
-        }
+        let occurrences = self
+            .occurrences
+            .iter()
+            .map(|o| Occurrence {
+                label: self.labels[o.label as usize].clone(),
+                global_tid: o.global_tid,
+                start: o.start,
+                end: o.end,
+                event_type: o.event_type as i64,
+                domain_id: (o.domain_id != 0).then_some(o.domain_id),
+                depth: o.depth,
+                parent: (o.parent != u32::MAX).then_some(o.parent as usize),
+            })
+            .collect();
         LoadedOccurrences { occurrences, skipped: self.skipped, range_rows: self.range_rows }
     }
 }
@@ -228,7 +286,7 @@ pub(super) fn load_interned(export: &Export, opts: &RangesOptions) -> Result<Int
     // (named domain (NS, domainId), message) → label id (None: a textId without a string)
     type LabelKey = (Option<(i64, i64)>, Msg);
     let mut by_key: FxMap<LabelKey, Option<u32>> = FxMap::default();
-    let mut occ: Vec<(Occurrence, u32)> = Vec::with_capacity(raw.len());
+    let mut occ: Vec<Interned> = Vec::with_capacity(raw.len());
     for r in raw {
         let dkey = r.domain.map(|d| (ns_of(r.gtid), d)).filter(|k| domains.contains_key(k));
         let label = *by_key.entry((dkey, r.msg)).or_insert_with(|| {
@@ -260,19 +318,17 @@ pub(super) fn load_interned(export: &Export, opts: &RangesOptions) -> Result<Int
                 continue;
             }
         }
-        occ.push((
-            Occurrence {
-                label: String::new(),
-                global_tid: r.gtid,
-                start: r.start,
-                end: r.end,
-                event_type: r.event_type,
-                domain_id: r.domain,
-                depth: 0,
-                parent: None,
-            },
+        occ.push(Interned {
+            global_tid: r.gtid,
+            start: r.start,
+            end: r.end,
+            domain_id: r.domain.unwrap_or(0),
+            // the rows read are ranges (59, 60) or domain names (75, not kept here)
+            event_type: r.event_type as i32,
             label,
-        ));
+            depth: 0,
+            parent: u32::MAX,
+        });
     }
     drop(label_idx);
     ph.mark("labels");
@@ -284,16 +340,13 @@ pub(super) fn load_interned(export: &Export, opts: &RangesOptions) -> Result<Int
     for (r, &l) in by_text.iter().enumerate() {
         rank[l as usize] = r as u32;
     }
-    occ.sort_unstable_by_key(|(o, l)| {
-        (o.global_tid, o.start, std::cmp::Reverse(o.end), rank[*l as usize], o.event_type)
+    occ.sort_unstable_by_key(|o| {
+        (o.global_tid, o.start, std::cmp::Reverse(o.end), rank[o.label as usize], o.event_type, o.domain_id)
     });
-    // the ids aside, then the occurrences collected in place (no second vector of occurrences alive at once)
-    let ids: Vec<u32> = occ.iter().map(|(_, l)| *l).collect();
-    let mut occurrences: Vec<Occurrence> = occ.into_iter().map(|(o, _)| o).collect();
     ph.mark("sort");
-    nest(&mut occurrences);
+    nest(&mut occ);
     ph.mark("nest");
-    Ok(InternedOccurrences { occurrences, ids, labels, skipped, range_rows })
+    Ok(InternedOccurrences { occurrences: occ, labels, skipped, range_rows })
 }
 
 /// The occurrences of `loaded` (a [`load_occurrences`] without prefix or window) whose label starts with
@@ -311,13 +364,13 @@ pub fn keep_prefix(loaded: &LoadedOccurrences, prefix: &str) -> LoadedOccurrence
 }
 
 /// Thread slices `[lo, hi)` of the sorted occurrences.
-pub(super) fn thread_slices(occ: &[Occurrence]) -> Vec<(i64, usize, usize)> {
+pub(super) fn thread_slices<T: Nested>(occ: &[T]) -> Vec<(i64, usize, usize)> {
     let mut out = Vec::new();
     let mut lo = 0;
     while lo < occ.len() {
-        let g = occ[lo].global_tid;
+        let g = occ[lo].tid();
         let mut hi = lo + 1;
-        while hi < occ.len() && occ[hi].global_tid == g {
+        while hi < occ.len() && occ[hi].tid() == g {
             hi += 1;
         }
         out.push((g, lo, hi));
@@ -329,13 +382,13 @@ pub(super) fn thread_slices(occ: &[Occurrence]) -> Vec<(i64, usize, usize)> {
 /// Depth and parent of every occurrence (sorted by thread, start, end descending, label). The parent is the
 /// rightmost earlier occurrence of the thread whose end is not before its end (a previous-greater-or-equal
 /// stack); the depth counts the earlier ones whose end is not before its end (a Fenwick tree over end ranks).
-fn nest(occ: &mut [Occurrence]) {
+fn nest<T: Nested>(occ: &mut [T]) {
     // earlier occurrences of the slice whose end no later one has passed: ends non-increasing from the bottom
     let mut stack: Vec<usize> = Vec::new();
     for (_, lo, hi) in thread_slices(occ) {
         stack.clear();
         // rank ends for a Fenwick tree: depth(i) = #{j < i in the slice: end_j >= end_i} + identical twins after i
-        let mut ends: Vec<i64> = occ[lo..hi].iter().map(|o| o.end).collect();
+        let mut ends: Vec<i64> = occ[lo..hi].iter().map(|o| o.interval().1).collect();
         ends.sort_unstable();
         ends.dedup();
         let m = ends.len();
@@ -345,11 +398,11 @@ fn nest(occ: &mut [Occurrence]) {
         while i < hi {
             // the run of identical intervals [i, k)
             let mut k = i + 1;
-            while k < hi && occ[k].start == occ[i].start && occ[k].end == occ[i].end {
+            while k < hi && occ[k].interval() == occ[i].interval() {
                 k += 1;
             }
-            let rank = ends.partition_point(|&e| e < occ[i].end); // number of distinct ends < end_i
-                                                                  // earlier ones with end < end_i
+            let rank = ends.partition_point(|&e| e < occ[i].interval().1); // number of distinct ends < end_i
+                                                                           // earlier ones with end < end_i
             let mut less = 0u32;
             let mut r = rank;
             while r > 0 {
@@ -359,25 +412,25 @@ fn nest(occ: &mut [Occurrence]) {
             let before_ge = inserted - less;
             let run = k - i;
             // the rightmost earlier one with end >= end_i: the top of the stack once the smaller ends are gone
-            while stack.last().is_some_and(|&t| occ[t].end < occ[i].end) {
+            while stack.last().is_some_and(|&t| occ[t].interval().1 < occ[i].interval().1) {
                 stack.pop();
             }
             let outer = if run == 1 { stack.last().copied() } else { None };
             for (p, j) in (i..k).enumerate() {
-                occ[j].depth = before_ge + (run - 1) as u32;
-                occ[j].parent = if run > 1 {
+                let parent = if run > 1 {
                     // its identical twins enclose it: the smallest label among the others
                     Some(if p == 0 { i + 1 } else { i })
                 } else {
                     // the run of the enclosing one: its first element has the smallest label
                     outer.map(|o| {
                         let mut f = o;
-                        while f > lo && occ[f - 1].start == occ[o].start && occ[f - 1].end == occ[o].end {
+                        while f > lo && occ[f - 1].interval() == occ[o].interval() {
                             f -= 1;
                         }
                         f
                     })
                 };
+                occ[j].set_nesting(before_ge + (run - 1) as u32, parent);
             }
             stack.extend(i..k);
             for _ in i..k {
