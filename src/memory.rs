@@ -11,3 +11,15 @@ pub fn release_free_memory() {
         libc::malloc_trim(0);
     }
 }
+
+/// Fewer malloc arenas than glibc's default (8 per core): the parallel readers allocate little (their rows go
+/// into vectors reserved once), but each arena they touch keeps its own free and fragmented pages resident.
+/// Measured on the 16-core machine at 5 M kernels: `sqlite-ranges` peak RSS 199 -> 192 MB with 4 arenas (as with 2
+/// or 8), time unchanged. Called once by every binary before any thread starts ([`crate::contract::cli::main_with`]).
+pub fn limit_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt takes no pointer; it changes a tuning parameter of the allocator.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 4);
+    }
+}

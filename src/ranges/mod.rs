@@ -462,9 +462,9 @@ struct COcc {
     event_type: i32,
 }
 
-/// Per-occurrence interval metrics of the sweep (40 bytes). The current merged device interval doubles as
-/// `last_device_end` (rows are swept by start, so the last merged interval ends last) and `first` is the start of
-/// the first one (`i64::MAX` while D is empty). The runtime calls and sync statistics live aside (the join's),
+/// Per-occurrence interval metrics of the sweep (32 bytes). `cur_e`, the end of the union so far, doubles as
+/// `last_device_end` (rows are swept by start, so the union's last interval ends last) and `first` is the start
+/// of the first one (`i64::MAX` while D is empty); busy and coverage grow by each new piece of the union. The runtime calls and sync statistics live aside (the join's),
 /// and so do the row counts ([`DevCounts`]): these are allocated only once the join's correlation table is gone
 /// (the peak memory of the analysis is the sweep's).
 #[derive(Clone, Copy)]
@@ -472,12 +472,11 @@ struct CMet {
     busy_ns: i64,
     coverage_ns: i64,
     first: i64,
-    cur_s: i64,
     cur_e: i64,
 }
 
 impl CMet {
-    const EMPTY: CMet = CMet { busy_ns: 0, coverage_ns: 0, first: i64::MAX, cur_s: 0, cur_e: 0 };
+    const EMPTY: CMet = CMet { busy_ns: 0, coverage_ns: 0, first: i64::MAX, cur_e: 0 };
     fn has_device(&self) -> bool {
         self.first != i64::MAX
     }
@@ -1671,18 +1670,20 @@ fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[
                 }
             }
             let m = &mut metrics[o];
-            if !m.has_device() {
-                // rows come by start: the first one gives min(d.start)
-                m.first = r.start;
-                m.cur_s = r.start;
-                m.cur_e = end;
-            } else if r.start <= m.cur_e {
-                m.cur_e = m.cur_e.max(end);
+            // the part of the row the union does not hold yet, `[from, end)`: rows come by start, so the union
+            // ends at cur_e and grows by disjoint pieces whose lengths and overlaps with the range add up exactly
+            let from = if !m.has_device() {
+                // the first one gives min(d.start)
+                (m.first, m.cur_e) = (r.start, end);
+                r.start
             } else {
-                m.busy_ns += m.cur_e - m.cur_s;
-                m.coverage_ns += overlap(m.cur_s, m.cur_e, occ[o].start, occ[o].end);
-                m.cur_s = r.start;
-                m.cur_e = end;
+                let from = r.start.max(m.cur_e);
+                m.cur_e = m.cur_e.max(end);
+                from
+            };
+            if end > from {
+                m.busy_ns += end - from;
+                m.coverage_ns += overlap(from, end, occ[o].start, occ[o].end);
             }
         }
     }
@@ -1691,13 +1692,6 @@ fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[
     for (di, c) in dcur.iter().enumerate() {
         if c.open {
             dtot[di].busy_union_ns += c.e - c.s;
-        }
-    }
-    // close each occurrence's last merged interval; it ends last, so cur_e stays as max(d.end)
-    for (o, m) in metrics.iter_mut().enumerate() {
-        if m.has_device() {
-            m.busy_ns += m.cur_e - m.cur_s;
-            m.coverage_ns += overlap(m.cur_s, m.cur_e, occ[o].start, occ[o].end);
         }
     }
     let mut per_device: Vec<DeviceTotals> = dtot.into_iter().filter(|d| d.device_rows > 0).collect();
