@@ -11,6 +11,8 @@ use nsyskit::flags::sqlite_ranges::Format;
 use nsyskit::flags::sqlite_ranges::SqliteRangesArgs as Args;
 
 fn main() {
+    // before any thread starts; not for the report's step budget, whose parallel passes allocate (see the doc)
+    nsyskit::memory::limit_arenas();
     main_with("sqlite-ranges", || {
         let a = Args::parse();
         ranges::set_progress(std::io::stderr().is_terminal());

@@ -15,7 +15,9 @@ pub fn release_free_memory() {
 /// Fewer malloc arenas than glibc's default (8 per core): the parallel readers allocate little (their rows go
 /// into vectors reserved once), but each arena they touch keeps its own free and fragmented pages resident.
 /// Measured on the 16-core machine at 5 M kernels: `sqlite-ranges` peak RSS 199 -> 192 MB with 4 arenas (as with 2
-/// or 8), time unchanged. Called once by every binary before any thread starts ([`crate::contract::cli::main_with`]).
+/// or 8), time unchanged. Only `sqlite-ranges` calls it, before any thread starts: with it, the report's step
+/// budget, whose parallel passes allocate, spent 0.99 s in its steps phase instead of 0.30 s (16 threads on 4
+/// arenas' locks).
 pub fn limit_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt takes no pointer; it changes a tuning parameter of the allocator.

@@ -54,7 +54,6 @@ pub fn emit<T: Document>(tool: &str, result: Result<T, Error>, style: Style) -> 
 /// Run a binary's body: installs a panic hook that prints one line (no backtrace), then exits with the code
 /// the body returns. A panic is a bug in nsyskit; it exits 2 with a one-line message.
 pub fn main_with(tool: &'static str, body: impl FnOnce() -> i32) -> ! {
-    crate::memory::limit_arenas();
     std::panic::set_hook(Box::new(move |info| {
         let msg = info
             .payload()
