@@ -413,6 +413,9 @@ impl Chains {
     fn get(&self, id: u32) -> &[u32] {
         chain_in(&self.offs, &self.data, id)
     }
+    fn len(&self) -> usize {
+        self.offs.len() - 1
+    }
     fn intern(&mut self, occs: &[u32]) -> u32 {
         let Chains { map, offs, data } = self;
         let h = chain_hash(occs);
@@ -1354,7 +1357,7 @@ fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChun
     w.syncs = SyncTable::new(std::mem::take(&mut w.sync_hits));
     crate::memory::release_free_memory();
     w.metrics = vec![CMet::EMPTY; w.occ.len()];
-    w.chain_counts = vec![DevCounts::default(); w.chains.offs.len() - 1];
+    w.chain_counts = vec![DevCounts::default(); w.chains.len()];
     for c in counts {
         w.kernels_total += c.kernels_total;
         w.kernel_work_total = w.kernel_work_total.saturating_add(c.kernel_work_total);
@@ -1488,17 +1491,19 @@ fn add_run(w: &mut Work, kind: DeviceKind, (chain, rows, work): (u32, u64, i64))
     }
 }
 
+/// The chains that counted device rows: their counts and their occurrences.
+fn counted_chains<'a>(chains: &'a Chains, counts: &'a [DevCounts]) -> impl Iterator<Item = (&'a DevCounts, &'a [u32])> {
+    counts.iter().enumerate().filter(|(_, cc)| cc.device_rows() > 0).map(|(c, cc)| (cc, chains.get(c as u32)))
+}
+
 /// Each chain's counts added to its occurrences, and its rows to the device rows of their threads (once per
 /// thread of the chain).
 fn spread_counts(w: &mut Work) {
     let mut counts = vec![DevCounts::default(); w.occ.len()];
     let Work { chains, chain_counts, thread_of, th_device, .. } = w;
-    for (c, cc) in chain_counts.iter().enumerate() {
-        if cc.device_rows() == 0 {
-            continue;
-        }
+    for (cc, occs) in counted_chains(chains, chain_counts) {
         let mut prev = u32::MAX;
-        for &o in chains.get(c as u32) {
+        for &o in occs {
             let th = thread_of[o as usize];
             if th != prev {
                 th_device[th as usize] += cc.device_rows();
@@ -1515,7 +1520,7 @@ fn spread_counts(w: &mut Work) {
 /// a launch come together), then tagged: `aux` becomes `(chain, device)`, shared by the rows of a key, or its own
 /// tag holding the end for a row lasting `u32::MAX` ns or more.
 fn tag_rows(w: &mut Work, chunks: &mut [DeviceChunk], segs: &[Vec<SegOf>]) -> Vec<Tag> {
-    let mut tags = Tags::new(w.chains.offs.len() - 1);
+    let mut tags = Tags::new(w.chains.len());
     let (mut last_key, mut last_tag) = ((u32::MAX, u32::MAX), u32::MAX);
     for (chunk, sg) in chunks.iter_mut().zip(segs) {
         let Some(kind) = chunk.kind else { continue };
@@ -1610,8 +1615,8 @@ fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[
     // the collected device rows of an occurrence: as many as its chains counted, allocated once
     if let Some(c) = w.collect.as_mut() {
         let mut need = vec![0u64; w.occ.len()];
-        for (ch, cc) in w.chain_counts.iter().enumerate() {
-            for &o in w.chains.get(ch as u32) {
+        for (cc, occs) in counted_chains(&w.chains, &w.chain_counts) {
+            for &o in occs {
                 need[o as usize] += cc.device_rows();
             }
         }
