@@ -221,6 +221,11 @@ pub struct Evidence {
     #[serde(skip)]
     #[schemars(skip)]
     pub step_detail: Option<std::sync::Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>,
+    /// The device rows that analysis read (taken out of its [`crate::ranges::Collected`], so that the detail can
+    /// be shared while the step budget takes them to build its timelines).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub step_device: Option<Vec<crate::export::rows::DeviceChunk>>,
     /// `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (raw export only).
     #[serde(skip)]
     pub started_utc_ns: Option<i64>,
@@ -886,7 +891,7 @@ pub fn from_open_export_keeping(
     ev.kernels = Some(kernels);
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
     ev.memcpy_time_ns = Some(memcpy);
-    let (a, iv) = match detail {
+    let (a, mut iv) = match detail {
         Some((a, c)) => (a, Some(c)),
         None => (crate::ranges::analyze(export, &ropts)?, None),
     };
@@ -904,6 +909,7 @@ pub fn from_open_export_keeping(
         ev.no_range = Some(no_range_of(export)?);
         ph.mark("no_range");
     }
+    ev.step_device = iv.as_mut().map(|c| std::mem::take(&mut c.rows.device));
     ev.step_detail = iv.map(|iv| std::sync::Arc::new((a, iv)));
     ev.started_utc_ns = crate::export::session_start_utc_ns(export)?;
     Ok(ev)

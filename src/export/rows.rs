@@ -864,6 +864,11 @@ impl TimedStats {
         }
     }
 
+    /// How many valid intervals the scan kept for the gates and nobody took yet.
+    pub fn kept_intervals(&self) -> usize {
+        self.intervals.as_ref().map_or(0, |(v, _)| v.len())
+    }
+
     /// Add the stats of the next rows of the same table (chunks in table order).
     fn append(&mut self, o: TimedStats) {
         self.rows += o.rows;
@@ -1144,6 +1149,19 @@ impl Export {
         let mut mine = self.stats.stats.borrow_mut();
         for (k, v) in theirs.iter() {
             mine.entry(k.clone()).or_insert_with(|| v.as_ref().map(TimedStats::facts));
+        }
+    }
+
+    /// [`Export::adopt_facts`], and the intervals `other`'s scans kept for the gates ([`Export::keep_intervals`])
+    /// moved here: the gates then run on this connection, `other` keeping the facts alone.
+    pub fn take_over_facts(&self, other: &Export) {
+        self.adopt_facts(other);
+        let mut theirs = other.stats.stats.borrow_mut();
+        let mut mine = self.stats.stats.borrow_mut();
+        for (k, v) in theirs.iter_mut().filter_map(|(k, v)| Some((k, v.as_mut()?))) {
+            if let Some(Some(m)) = mine.get_mut(k) {
+                m.intervals = v.intervals.take();
+            }
         }
     }
 

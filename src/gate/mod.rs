@@ -7,6 +7,7 @@
 
 use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -459,7 +460,7 @@ fn shared_documents(
     also: &AlsoDocs,
     export: Option<&Export>,
     other: Option<&(PathBuf, export::CaptureSource)>,
-    gate: impl FnOnce(Option<&Export>) -> Result<GateDoc>,
+    gate: impl FnOnce(Option<&Export>) -> Result<GateDoc> + Send,
 ) -> Result<SharedDocs> {
     let name = opts.capture.display();
     let asked = [
@@ -473,16 +474,16 @@ fn shared_documents(
         ))
         .with_arg(flag));
     }
-    // with the report, readiness reads what the report's ranges analysis read (after it, on its own connection
-    // holding the facts the report's scans computed, beside the gates); without, it reads on its own connection
-    // beside the others
-    let readiness_after_report = also.report.is_some() && export.is_some();
+    // with the report, the gates and readiness start once its evidence is read (on their own connections
+    // holding the facts its scans computed, readiness from what its ranges analysis read), beside its step
+    // budget; without, readiness reads on its own connection beside the others
+    let after_evidence = also.report.is_some() && export.is_some();
     std::thread::scope(|s| {
-        let readiness = also
+        let mut readiness = also
             .readiness
             .as_ref()
             .zip(other)
-            .filter(|_| !readiness_after_report)
+            .filter(|_| !after_evidence)
             .map(|(ro, (p, src))| readiness_thread(s, Export::open(p), src, ro, None));
         // the report first, then the ranges document, on the gates' own export: their reads of the runtime and
         // device tables also compute what the gates' scans would (one pass over each table for all documents),
@@ -490,31 +491,41 @@ fn shared_documents(
         if let Some(e) = export.filter(|_| also.report.is_some() || also.ranges.is_some()) {
             keep_for_gates(opts, e);
         }
-        let keep = also.readiness.is_some();
+        let mut gate = Some(gate);
+        let mut gate_beside = None;
         let (report, shared) = match (&also.report, other, export) {
-            (Some(po), Some((_, src)), Some(e)) => match crate::report::document_sharing_scans(e, src, po, keep) {
-                Ok((doc, shared)) => (Some(Ok(doc)), Some(shared)),
-                Err(err) => (Some(Err(err)), None),
-            },
+            (Some(po), Some((p, src)), Some(e)) => {
+                let beside = |detail: Option<&Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>| {
+                    let ex = Export::open(p).inspect(|ex| ex.take_over_facts(e));
+                    gate_beside = gate.take().map(|g| s.spawn(move || g(Some(&ex?))));
+                    readiness = also.readiness.as_ref().map(|ro| {
+                        let ex = Export::open(p).inspect(|ex| ex.adopt_facts(e));
+                        readiness_thread(s, ex, src, ro, detail.cloned())
+                    });
+                };
+                match crate::report::document_sharing_scans(e, src, po, also.readiness.is_some(), beside) {
+                    Ok((doc, shared)) => (Some(Ok(doc)), Some(shared)),
+                    Err(err) => (Some(Err(err)), None),
+                }
+            }
             _ => (None, None),
         };
-        let (report_ranges, detail) = shared.map(|s| (s.ranges, s.detail)).unwrap_or_default();
-        let readiness_shared = match (&also.readiness, other, export) {
-            (Some(ro), Some((p, src)), Some(e)) if readiness_after_report => {
-                let ex = Export::open(p).inspect(|ex| ex.adopt_facts(e));
-                Some(readiness_thread(s, ex, src, ro, detail))
-            }
-            _ => {
-                drop(detail);
-                None
-            }
-        };
+        let report_ranges = shared.and_then(|s| s.ranges);
+        // the report failed before its evidence was read: readiness reads on its own
+        if let (None, true, Some(ro), Some((p, src))) = (&readiness, after_evidence, &also.readiness, other) {
+            readiness = Some(readiness_thread(s, Export::open(p), src, ro, None));
+        }
         let ranges = match (&also.ranges, other, export) {
             (Some(ro), Some((_, src)), Some(e)) => Some(ranges_doc(e, src, ro, report_ranges)),
             _ => None,
         };
-        let gate = gate(export);
-        let readiness = readiness.or(readiness_shared).map(|h| join_doc(h)).transpose();
+        // gate_beside is set exactly when the gates were taken from `gate`
+        let gate = match (gate_beside, gate) {
+            (Some(h), _) => join_doc(h),
+            (None, Some(g)) => g(export),
+            (None, None) => Err(Error::input("the gates did not run")),
+        };
+        let readiness = readiness.map(|h| join_doc(h)).transpose();
         // an error of another document names its flag: the gates themselves went through
         let named = |flag: &'static str| move |e: Error| e.context(flag).with_arg(flag);
         Ok(SharedDocs {
@@ -705,7 +716,20 @@ mod tests {
             read += 1;
         }
         assert!(read >= 3, "the fixture has the runtime, kernel and memcpy tables");
-        assert_eq!(shared.window_intervals(&WINDOW_TABLES).unwrap(), own.window_intervals(&WINDOW_TABLES).unwrap());
+        // `gate-check --report`: the gates run beside the step budget on a connection of their own that took
+        // over the facts and the kept intervals; the shared connection keeps its facts
+        let beside = Export::open(&path).unwrap();
+        beside.take_over_facts(&shared);
+        let kept = |e: &Export| e.known_stats(export::schema::KERNEL, |s| s.kept_intervals()).unwrap();
+        assert!(kept(&beside) > 0 && kept(&shared) == 0, "the kernel intervals moved to the gates' connection");
+        for t in [export::schema::RUNTIME, export::schema::KERNEL, export::schema::MEMCPY] {
+            assert!(beside.stats_wanted(t).is_none(), "{t}: the gates would scan it again");
+            assert_eq!(beside.known_stats(t, fact), own.known_stats(t, fact), "{t}");
+            assert_eq!(shared.known_stats(t, fact), own.known_stats(t, fact), "{t}");
+        }
+        let own_rows = own.window_intervals(&WINDOW_TABLES).unwrap();
+        assert_eq!(beside.window_intervals(&WINDOW_TABLES).unwrap(), own_rows);
+        assert_eq!(shared.window_intervals(&WINDOW_TABLES).unwrap(), own_rows, "read again when moved");
     }
 
     #[test]

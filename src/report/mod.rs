@@ -346,21 +346,23 @@ pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Resu
 }
 
 /// What [`document_sharing_scans`] gives besides the report: the `sqlite-ranges` document its ranges analysis
-/// computed, and that analysis with what it read (for a readiness document on the same export).
+/// computed.
 pub struct SharedScans {
     pub ranges: Option<crate::ranges::RangesDoc>,
-    pub detail: Option<std::sync::Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>,
 }
 
 /// The document [`run`] prints for an export already open, `source` saying where it came from, and what its
 /// scans computed for the other documents of the same export ([`SharedScans`]; `gate-check --report`: the gates'
 /// own export, whose facts these reads also compute; `opts.input` is not read). With `keep_occurrences`, the
-/// detail keeps the occurrences as read ([`crate::ranges::Collected::occurrences`]).
+/// detail keeps the occurrences as read ([`crate::ranges::Collected::occurrences`]). `beside` is called once the
+/// evidence is read, before the step budget, with that detail: the caller can start the work that needs only the
+/// scans' facts (its own threads, on its own connections) while the step budget builds its timelines.
 pub fn document_sharing_scans(
     export: &Export,
     source: &crate::export::CaptureSource,
     opts: &ReportOptions,
     keep_occurrences: bool,
+    beside: impl FnOnce(Option<&std::sync::Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>),
 ) -> Result<(ReportDoc, SharedScans)> {
     let categories = prepare(opts)?;
     let mut ph = crate::phase::Phases::new("report");
@@ -369,9 +371,10 @@ pub fn document_sharing_scans(
         evidence::add_provenance(&mut ev, p)?;
     }
     ph.mark("evidence");
+    beside(ev.step_detail.as_ref());
     let doc = report_of(&mut ev, opts, &categories, Some(export), ph)?;
     let ranges = ev.step_detail.as_deref().map(|(a, _)| crate::ranges::described(a.doc.clone(), source));
-    Ok((doc, SharedScans { ranges, detail: ev.step_detail.take() }))
+    Ok((doc, SharedScans { ranges }))
 }
 
 /// The categories of `opts`, after refusing an output over an input.
@@ -498,8 +501,7 @@ fn step_budget_of(ev: &mut Evidence, opts: &ReportOptions, doc: &ReportDoc, give
     // the captured device rows are the step budget's to drop once its timelines are built (the evidence used them
     // already); taken only while the evidence holds the analysis alone
     let window = ev.step_window;
-    let detail = ev.step_detail.as_mut().filter(|_| window.is_none());
-    let device = detail.and_then(std::sync::Arc::get_mut).map(|(_, c)| std::mem::take(&mut c.rows.device));
+    let device = ev.step_device.take().filter(|_| window.is_none());
     let pre = ev.step_detail.as_deref().filter(|_| window.is_none()).map(|(a, c)| (a, c));
     let mut sb = crate::step_budget::analyze_window_with(export, &sopts, window, pre, device)?;
     sb.source = ev.source.clone();

@@ -524,15 +524,21 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
             s.spawn(move || link(part, calls));
         }
     });
+    let mut ph = crate::phase::Phases::new("step-budget");
+    ph.mark("device_link");
     // stable and adaptive: the rows of each table come nearly sorted
     ops.sort_by_key(|o| (o.start, o.issue, o.end, o.pid, o.corr));
+    ph.mark("device_sort");
     // four independent passes over the sorted rows, in parallel
     let ops = &ops;
     let ((first, (pieces, gap_lengths, busy, span)), (compute, (nccl_by_pid, busy_by_pid)), queue_depth) =
         std::thread::scope(|s| {
             let gaps = s.spawn(move || {
+                let mut ph = crate::phase::Phases::new("step-budget");
                 let first = FirstRows::of(ops);
+                ph.mark("device_first_rows");
                 let g = gaps(ops, calls, &first);
+                ph.mark("device_gaps");
                 (first, g)
             });
             let queue = s.spawn(move || queue(ops));
@@ -548,6 +554,7 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
                 queue.join().expect("the queue pass panicked"),
             )
         });
+    ph.mark("device_passes");
     let (span_start, span_end) = span;
     let categories = categories_of(&pieces);
     let (launch, launch_by_pid) = launches(dev, &first, calls, names, queue_depth);
