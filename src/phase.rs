@@ -1,7 +1,9 @@
 //! Timing by phase for the benchmark (`scripts/bench-ranges`, docs/performance.md): with
 //! `NSYSKIT_PHASE_TIMES=1` in the environment, each tool prints one stderr line per phase,
-//! `nsyskit-phase TOOL PHASE SECONDS rss=MB hwm=MB`, as the phase ends (the resident and peak resident memory of
-//! the process then, from `/proc/self/status` where there is one). Without it nothing is printed and nothing is timed
+//! `nsyskit-phase TOOL PHASE SECONDS rss=MB hwm=MB faults=K`, as the phase ends (the resident and peak resident
+//! memory of the process then, from `/proc/self/status` where there is one, and the thousands of minor page faults
+//! since it started, from `/proc/self/stat`: each first touch of a fresh page costs one, and a fault costs more on
+//! some virtual machines than the work that touched the page). Without it nothing is printed and nothing is timed
 //! beyond one `Instant::now()` per phase. Never part of a document.
 
 use std::sync::OnceLock;
@@ -41,10 +43,18 @@ fn memory() -> String {
     let kb = |key: &str| {
         status.lines().find_map(|l| l.strip_prefix(key)?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
     };
+    let faults = minor_faults().map(|f| format!(" faults={}", f / 1000)).unwrap_or_default();
     match (kb("VmRSS:"), kb("VmHWM:")) {
-        (Some(r), Some(h)) => format!(" rss={} hwm={}", r / 1024, h / 1024),
+        (Some(r), Some(h)) => format!(" rss={} hwm={}{faults}", r / 1024, h / 1024),
         _ => String::new(),
     }
+}
+
+/// The process's minor page faults so far (`minflt`, the 10th field of `/proc/self/stat`, counted after the
+/// command name, which may hold spaces but ends at the last `)`).
+fn minor_faults() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(7)?.parse().ok()
 }
 
 /// Time `f` as one phase of `tool` (printed only with `NSYSKIT_PHASE_TIMES=1`).
