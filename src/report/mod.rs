@@ -498,8 +498,8 @@ fn step_budget_of(ev: &mut Evidence, opts: &ReportOptions, doc: &ReportDoc, give
     // --iterations: the same time window as the windowed ranges (crate::iterations::window::report_run)
     // the evidence's analysis (whole capture, folded, intervals of every iteration-like label) when the
     // ranges were not recomputed over a window
-    // the captured device rows are the step budget's to drop once its timelines are built (the evidence used them
-    // already); taken only while the evidence holds the analysis alone
+    // the captured device rows (Evidence::step_device, out of the shared detail) are the step budget's to drop once
+    // its timelines are built (the evidence used them already); a windowed step budget reads its own
     let window = ev.step_window;
     let device = ev.step_device.take().filter(|_| window.is_none());
     let pre = ev.step_detail.as_deref().filter(|_| window.is_none()).map(|(a, c)| (a, c));

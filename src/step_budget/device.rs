@@ -517,6 +517,7 @@ fn split_by(a: i64, b: i64, cover: &[(i64, i64)], inside: u8, outside: u8, out: 
 }
 
 fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i64, String>) -> DeviceTimeline {
+    let mut ph = crate::phase::Phases::new("step-budget");
     // each row linked to its call, in parallel chunks
     let chunk = ops.len().div_ceil(crate::export::rows::scan_threads()).max(1 << 16);
     std::thread::scope(|s| {
@@ -524,7 +525,6 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
             s.spawn(move || link(part, calls));
         }
     });
-    let mut ph = crate::phase::Phases::new("step-budget");
     ph.mark("device_link");
     // stable and adaptive: the rows of each table come nearly sorted
     ops.sort_by_key(|o| (o.start, o.issue, o.end, o.pid, o.corr));
