@@ -221,11 +221,12 @@ pub struct Evidence {
     #[serde(skip)]
     #[schemars(skip)]
     pub step_detail: Option<std::sync::Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>,
-    /// The device rows that analysis read (taken out of its [`crate::ranges::Collected`], so that the detail can
-    /// be shared while the step budget takes them to build its timelines).
+    /// The step budget's device timelines, built in a thread of their own from the rows that analysis read, while
+    /// it went on ([`crate::step_budget::device::build_beside`]; its [`crate::ranges::Collected`] then holds no
+    /// device rows).
     #[serde(skip)]
     #[schemars(skip)]
-    pub step_device: Option<Vec<crate::export::rows::DeviceChunk>>,
+    pub step_timelines: Option<crate::step_budget::device::PendingTimelines>,
     /// `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (raw export only).
     #[serde(skip)]
     pub started_utc_ns: Option<i64>,
@@ -870,9 +871,15 @@ pub fn from_open_export_keeping(
     // report (step detail): the ranges analysis first; its parallel reads of the runtime and device tables
     // check every row's timestamps and compute those tables' timed-stats facts (Export::put_stats), so that
     // the checks, sums and counts below scan only the tables it did not read
+    // the step budget's device timelines start in their own thread as soon as the rows are read; the device rows
+    // are shared with them until the exposure below has read them
+    let mut beside = None;
     let detail = if step_detail {
         let want = &crate::gate::is_iteration_like;
-        Some(crate::ranges::analyze_with_intervals_keeping(export, &ropts, want, keep_occurrences)?)
+        let mut ready = |rows: &mut crate::ranges::CapturedRows| {
+            beside = crate::step_budget::device::build_beside(export, rows).ok();
+        };
+        Some(crate::ranges::analyze_with_intervals_keeping(export, &ropts, want, keep_occurrences, Some(&mut ready))?)
     } else {
         None
     };
@@ -891,7 +898,7 @@ pub fn from_open_export_keeping(
     ev.kernels = Some(kernels);
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
     ev.memcpy_time_ns = Some(memcpy);
-    let (a, mut iv) = match detail {
+    let (a, iv) = match detail {
         Some((a, c)) => (a, Some(c)),
         None => (crate::ranges::analyze(export, &ropts)?, None),
     };
@@ -901,7 +908,8 @@ pub fn from_open_export_keeping(
     // report (step detail): how much copy and communication time the compute hides on each device, from the
     // device rows the ranges scan read (no second read of the device tables)
     if let Some(c) = &iv {
-        ev.exposure = export_exposure(export, &c.rows, ev.kernels.as_deref().unwrap_or_default(), memcpy)?;
+        let device = beside.as_ref().map_or(c.rows.device.as_slice(), |(_, d)| d.as_slice());
+        ev.exposure = export_exposure(export, device, ev.kernels.as_deref().unwrap_or_default(), memcpy)?;
         ph.mark("exposure");
     }
     // report (step detail) on a capture without any range: what the host side still shows
@@ -909,7 +917,7 @@ pub fn from_open_export_keeping(
         ev.no_range = Some(no_range_of(export)?);
         ph.mark("no_range");
     }
-    ev.step_device = iv.as_mut().map(|c| std::mem::take(&mut c.rows.device));
+    ev.step_timelines = beside.map(|(pending, _)| pending);
     ev.step_detail = iv.map(|iv| std::sync::Arc::new((a, iv)));
     ev.started_utc_ns = crate::export::session_start_utc_ns(export)?;
     Ok(ev)
@@ -1111,7 +1119,7 @@ impl Exposure {
 /// communication stream under the GEMMs (tests/heldout_devices.rs).
 pub fn export_exposure(
     export: &Export,
-    rows: &crate::ranges::CapturedRows,
+    device: &[crate::export::rows::DeviceChunk],
     kernels: &[KernelStat],
     copy_sum: i64,
 ) -> Result<Option<Exposure>> {
@@ -1121,7 +1129,7 @@ pub fn export_exposure(
     if !copies && !comm {
         return Ok(None);
     }
-    let devices = device_rows_by_role(export, rows)?.into_iter().map(|(d, r)| r.exposure(d)).collect();
+    let devices = device_rows_by_role(export, device)?.into_iter().map(|(d, r)| r.exposure(d)).collect();
     Ok(Some(Exposure { devices }))
 }
 
@@ -1140,12 +1148,15 @@ pub struct Roles {
 
 /// Every valid row of the four device tables as the ranges scan read them (any process; its kernels with their
 /// `demangledName` ids), by `deviceId` (-1: none) and role.
-pub fn device_rows_by_role(export: &Export, rows: &crate::ranges::CapturedRows) -> Result<BTreeMap<i64, Roles>> {
+pub fn device_rows_by_role(
+    export: &Export,
+    device: &[crate::export::rows::DeviceChunk],
+) -> Result<BTreeMap<i64, Roles>> {
     use crate::export::rows::NO_NAME;
     use crate::export::DeviceKind;
     let comm_ids = export.string_ids_where(|v| crate::categories::is_communication_kernel(v).then_some(()))?;
     let mut by_dev: BTreeMap<i64, Roles> = BTreeMap::new();
-    for c in &rows.device {
+    for c in device {
         let Some(kind) = c.kind else { continue };
         for (rows, _, dev) in c.segments() {
             let r = by_dev.entry(dev.unwrap_or(-1)).or_default();

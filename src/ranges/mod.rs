@@ -634,7 +634,7 @@ type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
 /// [`map_threads`], [`aggregate`] and [`finish`]. With `share`, the reads also compute the timed-stats facts
 /// of the tables they read ([`run_scans`]).
 fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool, share: bool) -> Result<(RangesDoc, Detail)> {
-    let w = run_scans(export, opts, None, share, false)?;
+    let w = run_scans(export, opts, None, share, false, None)?;
     let mut ph = crate::phase::Phases::new("sqlite-ranges");
     let thread_diagnostics = map_threads(export, &w)?;
     ph.mark("map_threads");
@@ -719,8 +719,9 @@ pub struct CapturedRows {
     /// The device tables' rows in table then rowid order, with the kernels' names
     /// ([`crate::export::rows::DeviceDetail::Names`]) and the skipped rows of each part.
     pub device: Vec<DeviceChunk>,
-    /// The runtime calls with a thread and an API name id, in table order.
-    pub runtime: Vec<CapturedCall>,
+    /// The runtime calls with a thread and an API name id, in table order (shared with the thread that builds
+    /// the device timelines while the analysis goes on: [`RowsReady`]).
+    pub runtime: std::sync::Arc<Vec<CapturedCall>>,
     /// Runtime rows skipped (invalid intervals).
     pub runtime_skips: RowSkips,
 }
@@ -792,19 +793,26 @@ pub fn analyze_with_intervals(
     opts: &RangesOptions,
     want: &dyn Fn(&str) -> bool,
 ) -> Result<(Analysis, Collected)> {
-    analyze_with_intervals_keeping(export, opts, want, false)
+    analyze_with_intervals_keeping(export, opts, want, false, None)
 }
 
+/// Called once with the rows an analysis with intervals captured, as soon as they are read (before the
+/// attribution): the caller may start work on them in its own thread, taking the device rows out (the
+/// [`Collected::rows`] it gets back then have none).
+pub type RowsReady<'a> = &'a mut dyn FnMut(&mut CapturedRows);
+
 /// [`analyze_with_intervals`]; with `keep_occurrences` and options without prefix or window, the occurrences as
-/// read too ([`Collected::occurrences`]), for a readiness document on the same export.
+/// read too ([`Collected::occurrences`]), for a readiness document on the same export; `ready` is given the
+/// captured rows as soon as they are read ([`RowsReady`]).
 pub fn analyze_with_intervals_keeping(
     export: &Export,
     opts: &RangesOptions,
     want: &dyn Fn(&str) -> bool,
     keep_occurrences: bool,
+    ready: Option<RowsReady<'_>>,
 ) -> Result<(Analysis, Collected)> {
     let keep = keep_occurrences && opts.range_prefix.is_none() && opts.window.is_none();
-    let mut w = run_scans(export, opts, Some(want), true, keep)?;
+    let mut w = run_scans(export, opts, Some(want), true, keep, ready)?;
     let thread_diagnostics = map_threads(export, &w)?;
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
     let (per_occ, rows, runtime_read) =
@@ -837,6 +845,7 @@ fn run_scans(
     want: Option<&dyn Fn(&str) -> bool>,
     share_stats: bool,
     keep_occurrences: bool,
+    ready: Option<RowsReady<'_>>,
 ) -> Result<Work> {
     check_tables(export)?;
     let stats = |t: &str| if share_stats { export.stats_wanted(t) } else { None };
@@ -915,6 +924,9 @@ fn run_scans(
         if let Some(c) = w.collect.as_mut() {
             c.runtime_read = consumed;
             c.rows = captured_rows(&mut chunks, std::mem::take(&mut c.calls_by_part), rt_skips.unwrap_or_default());
+            if let Some(f) = ready {
+                f(&mut c.rows);
+            }
         }
         attribute_device_rows(&mut w, corr, chunks);
         ph.mark("attribute_device_rows+sweep");
@@ -962,7 +974,7 @@ fn captured_rows(chunks: &mut [DeviceChunk], calls: Vec<Vec<CapturedCall>>, runt
             stats: None,
         })
         .collect();
-    CapturedRows { device, runtime: calls.concat(), runtime_skips }
+    CapturedRows { device, runtime: std::sync::Arc::new(calls.concat()), runtime_skips }
 }
 
 /// Every table of the contract, validated before any work (a schema mismatch is an error, never a partial

@@ -498,12 +498,12 @@ fn step_budget_of(ev: &mut Evidence, opts: &ReportOptions, doc: &ReportDoc, give
     // --iterations: the same time window as the windowed ranges (crate::iterations::window::report_run)
     // the evidence's analysis (whole capture, folded, intervals of every iteration-like label) when the
     // ranges were not recomputed over a window
-    // the captured device rows (Evidence::step_device, out of the shared detail) are the step budget's to drop once
-    // its timelines are built (the evidence used them already); a windowed step budget reads its own
+    // the device timelines the evidence built beside its ranges analysis (Evidence::step_timelines); a windowed
+    // step budget reads its own
     let window = ev.step_window;
-    let device = ev.step_device.take().filter(|_| window.is_none());
+    let built = ev.step_timelines.take().filter(|_| window.is_none());
     let pre = ev.step_detail.as_deref().filter(|_| window.is_none()).map(|(a, c)| (a, c));
-    let mut sb = crate::step_budget::analyze_window_with(export, &sopts, window, pre, device)?;
+    let mut sb = crate::step_budget::analyze_window_with(export, &sopts, window, pre, built)?;
     sb.source = ev.source.clone();
     sb.step_label_choice = "the report's primary range (iteration-like)".into();
     Ok(Budget { section: steps::section_of(&sb, "step-budget on the export"), export: cap, doc: Some(sb) })

@@ -5,12 +5,13 @@
 //! over time, and the NCCL/compute overlap (exposed communication). The rules are in docs/step-budget.md.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{dist, Dist};
-use crate::contract::Result;
+use crate::contract::{Error, Result};
 use crate::export::rows::DeviceChunk;
 use crate::export::rows::NO_NAME;
 use crate::export::schema::DeviceKind;
@@ -392,7 +393,7 @@ fn calls_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Calls {
     crate::export::merge_skips(skips, &rows.runtime_skips);
     let mut calls: Vec<Call> = Vec::with_capacity(rows.runtime.len());
     let mut syncs: FxMap<i64, Vec<(i64, i64)>> = FxMap::default();
-    for r in &rows.runtime {
+    for r in rows.runtime.iter() {
         let (tid, nid) = (r.global_tid, r.name_id);
         let api = names.api_of.get(&nid).copied().unwrap_or(Api::Other);
         if api == Api::Sync {
@@ -417,19 +418,53 @@ fn calls_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Calls {
 
 /// The device timelines of a capture from the device rows and runtime calls the ranges scan read
 /// ([`CapturedRows`]): every device row linked to the call that issued it; each device analysed (in parallel
-/// threads when there are several). `owned`: the device rows of `rows`, taken out of them by the caller, dropped
-/// as soon as the timeline rows are built (they are the largest thing a report holds then).
-pub fn build(export: &Export, rows: &CapturedRows, owned: Option<Vec<DeviceChunk>>) -> Result<Timelines> {
+/// threads when there are several).
+pub fn build(export: &Export, rows: &CapturedRows) -> Result<Timelines> {
     let mut ph = crate::phase::Phases::new("step-budget");
-    let mut skips = RowSkips::new();
     let names = names_of(export)?;
     ph.mark("timeline_names");
+    Ok(timelines(&names, rows, None))
+}
+
+/// Device timelines being built in a thread of their own ([`build_beside`]); [`PendingTimelines::join`] waits
+/// for them.
+#[derive(Debug, Clone)]
+pub struct PendingTimelines(Arc<Mutex<Option<std::thread::JoinHandle<Timelines>>>>);
+
+impl PendingTimelines {
+    /// The timelines, once built.
+    pub fn join(self) -> Result<Timelines> {
+        let handle = self.0.lock().ok().and_then(|mut h| h.take());
+        let Some(h) = handle else { return Err(Error::input("the device timelines were taken already")) };
+        h.join().map_err(|_| Error::input("the device timeline thread panicked"))
+    }
+}
+
+/// [`build`] in a thread of its own, started as soon as the ranges analysis has read its rows
+/// ([`crate::ranges::RowsReady`]): the device rows are taken out of `rows` and shared with the caller (the
+/// report's exposure reads them while the analysis goes on; the thread drops its share once its timeline rows are
+/// built), the runtime calls shared. A failure to read the names leaves `rows` as they were.
+pub fn build_beside(export: &Export, rows: &mut CapturedRows) -> Result<(PendingTimelines, Arc<Vec<DeviceChunk>>)> {
+    let names = names_of(export)?;
+    let device = Arc::new(std::mem::take(&mut rows.device));
+    let own =
+        CapturedRows { device: Vec::new(), runtime: rows.runtime.clone(), runtime_skips: rows.runtime_skips.clone() };
+    let shared = device.clone();
+    let handle = std::thread::spawn(move || timelines(&names, &own, Some(shared)));
+    Ok((PendingTimelines(Arc::new(Mutex::new(Some(handle)))), device))
+}
+
+/// [`build`] with the names read: the device rows are `owned` when given (dropped as soon as the timeline rows
+/// are built: they are the largest thing a report holds then), else those of `rows`.
+fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChunk>>>) -> Timelines {
+    let mut ph = crate::phase::Phases::new("step-budget");
+    let mut skips = RowSkips::new();
     // the device rows and the runtime calls, at once
     let mut call_skips = RowSkips::new();
-    let device: &[DeviceChunk] = owned.as_deref().unwrap_or(&rows.device);
+    let device: &[DeviceChunk] = owned.as_deref().map_or(&rows.device, |v| v.as_slice());
     let (Ops { by_dev, nccl_by_id, node_rows }, calls) = std::thread::scope(|s| {
-        let ops = s.spawn(|| ops_of(device, &names, &mut skips));
-        let calls = calls_of(rows, &names, &mut call_skips);
+        let ops = s.spawn(|| ops_of(device, names, &mut skips));
+        let calls = calls_of(rows, names, &mut call_skips);
         (ops.join().expect("the device rows pass panicked"), calls)
     });
     drop(owned);
@@ -465,7 +500,7 @@ pub fn build(export: &Export, rows: &CapturedRows, owned: Option<Vec<DeviceChunk
     let mut nccl_by_name: Vec<NcclKernels> =
         by_name.into_iter().map(|(name, (count, total_ns))| NcclKernels { name, count, total_ns }).collect();
     nccl_by_name.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
-    Ok(Timelines { devices, nccl_keys, ambiguous_keys, nccl_kernels, nccl_by_name, node_rows, skips })
+    Timelines { devices, nccl_keys, ambiguous_keys, nccl_kernels, nccl_by_name, node_rows, skips }
 }
 
 /// [`device_timeline`] of every device, in parallel threads when there are several.
@@ -647,10 +682,14 @@ impl FirstRows {
 
     /// From rows sorted by start (then issue): the first of each call's rows.
     fn of(ops: &[Op]) -> FirstRows {
-        let linked = || ops.iter().filter(|o| o.call != NO_CALL).map(|o| o.call);
-        let (Some(lo), Some(hi)) = (linked().min(), linked().max()) else {
+        // the range of linked calls, in one pass
+        let (lo, hi) = ops
+            .iter()
+            .filter(|o| o.call != NO_CALL)
+            .fold((u32::MAX, 0), |(lo, hi), o| (lo.min(o.call), hi.max(o.call)));
+        if lo > hi {
             return FirstRows { lo: 0, at: Vec::new() };
-        };
+        }
         let mut at = vec![(Self::UNSET, DeviceKind::Kernel); (hi - lo) as usize + 1];
         for o in ops.iter().filter(|o| o.call != NO_CALL) {
             let f = &mut at[(o.call - lo) as usize];
@@ -924,6 +963,42 @@ mod tests {
         assert_eq!(classify("cudaLaunchKernelExC_v11060"), Api::KernelLaunch);
         assert_eq!(classify("cudaGraphLaunch_v10000"), Api::GraphLaunch);
         assert_eq!(classify("cudaStreamSynchronize_v3020"), Api::Sync);
+    }
+
+    /// The timelines built in their own thread from the rows the ranges analysis hands over while it goes on are
+    /// those built from its collected rows afterwards; the device rows leave the collected rows and stay shared
+    /// with the caller; a pending build is joined once.
+    #[test]
+    fn timelines_built_beside_the_analysis_are_the_same() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        for name in ["decode_mixed", "gpu_full_node"] {
+            let path = root.join(format!("fixtures/nsys-2025.3.1/{name}.sqlite"));
+            let export = Export::open(&path).unwrap();
+            let want = |l: &str| crate::gate::is_iteration_like(l);
+            let opts = crate::ranges::RangesOptions { fold: true, ..Default::default() };
+            let mut beside = None;
+            let mut ready = |rows: &mut CapturedRows| beside = Some(build_beside(&export, rows).unwrap());
+            let (_, handed) =
+                crate::ranges::analyze_with_intervals_keeping(&export, &opts, &want, false, Some(&mut ready)).unwrap();
+            let (pending, device) = beside.expect("the rows were handed over");
+            assert!(handed.rows.device.is_empty() && !device.is_empty(), "{name}: the device rows were taken");
+            let (_, kept) = crate::ranges::analyze_with_intervals(&export, &opts, &want).unwrap();
+            let after = build(&export, &kept.rows).unwrap();
+            let early = pending.clone().join().unwrap();
+            assert!(pending.join().is_err(), "{name}: joined twice");
+            let view = |t: &Timelines| {
+                let mut keys: Vec<_> = t.nccl_keys.iter().copied().collect();
+                keys.sort_unstable();
+                let devices: Vec<_> = t
+                    .devices
+                    .iter()
+                    .map(|d| (d.device_id, d.pieces.clone(), d.compute.clone(), d.idle.clone(), d.launch.clone()))
+                    .collect();
+                (devices, keys, t.ambiguous_keys, t.nccl_kernels, t.nccl_by_name.clone(), t.node_rows)
+            };
+            assert!(!after.devices.is_empty(), "{name}: the fixture has device rows");
+            assert_eq!(view(&early), view(&after), "{name}");
+        }
     }
 
     #[test]

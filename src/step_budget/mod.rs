@@ -419,14 +419,14 @@ pub fn analyze_window(export: &Export, opts: &StepBudgetOptions, window: Option<
 /// [`analyze_window`], reusing `pre`: the ranges analysis of the same export with the same options
 /// (`fold`, `window`), the intervals of (at least) every occurrence of the step label and the rows read, as
 /// [`ranges::analyze_with_intervals`] returns them (report computes them once for the evidence and the step
-/// budget). Used only when `opts.step` is given; `pre_device` are then the device rows of `pre`'s collected rows,
-/// taken out of them by the caller (`report`), dropped once the device timelines are built.
+/// budget). Used only when `opts.step` is given; `pre_built` are then the device timelines of `pre`'s rows, built
+/// beside that analysis ([`device::build_beside`]: report's evidence), else they are built from `pre`'s rows.
 pub fn analyze_window_with(
     export: &Export,
     opts: &StepBudgetOptions,
     window: Option<(i64, i64)>,
     pre: Option<(&ranges::Analysis, &ranges::Collected)>,
-    pre_device: Option<Vec<crate::export::rows::DeviceChunk>>,
+    pre_built: Option<device::PendingTimelines>,
 ) -> Result<StepBudgetDoc> {
     if !(opts.outlier_factor.is_finite() && opts.outlier_factor > 1.0) {
         return Err(Error::usage(format!(
@@ -459,8 +459,8 @@ pub fn analyze_window_with(
     };
     let mut ph = crate::phase::Phases::new("step-budget");
     let owned;
-    let (a, collected, pre_device) = match pre.filter(|_| opts.step.is_some()) {
-        Some((a, c)) => (a, c, pre_device),
+    let (a, collected, pre_built) = match pre.filter(|_| opts.step.is_some()) {
+        Some((a, c)) => (a, c, pre_built),
         None => {
             owned = ranges::analyze_with_intervals(export, &ropts, &|l| l == label)?;
             (&owned.0, &owned.1, None)
@@ -486,7 +486,10 @@ pub fn analyze_window_with(
         idx.iter().flat_map(|&i| iv[i].runtime.iter().filter_map(|r| r.name_id)).collect();
     let names = export.strings_for(&ids)?;
     ph.mark("ranges+names");
-    let mut tl = device::build(export, &collected.rows, pre_device)?;
+    let mut tl = match pre_built {
+        Some(p) => p.join()?,
+        None => device::build(export, &collected.rows)?,
+    };
     ph.mark("device_timeline");
     let nccl_kernels = tl.nccl_kernels;
     // ranks: the processes of the steps' threads, in order of their first step
