@@ -872,7 +872,8 @@ pub fn from_open_export_keeping(
     // check every row's timestamps and compute those tables' timed-stats facts (Export::put_stats), so that
     // the checks, sums and counts below scan only the tables it did not read
     // the step budget's device timelines start in their own thread as soon as the rows are read; the device rows
-    // are shared with them until the exposure below has read them
+    // are shared with them until the exposure below has read them (names that cannot be read leave the rows in
+    // the detail: the step budget then builds the timelines itself and reports that error)
     let mut beside = None;
     let detail = if step_detail {
         let want = &crate::gate::is_iteration_like;
