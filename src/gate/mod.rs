@@ -493,7 +493,7 @@ fn shared_documents(
         }
         let mut gate = Some(gate);
         let mut gate_beside = None;
-        let (report, shared) = match (&also.report, other, export) {
+        let (report, report_ranges) = match (&also.report, other, export) {
             (Some(po), Some((p, src)), Some(e)) => {
                 let beside = |detail: Option<&Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>| {
                     let ex = Export::open(p).inspect(|ex| ex.take_over_facts(e));
@@ -504,13 +504,12 @@ fn shared_documents(
                     });
                 };
                 match crate::report::document_sharing_scans(e, src, po, also.readiness.is_some(), beside) {
-                    Ok((doc, shared)) => (Some(Ok(doc)), Some(shared)),
+                    Ok((doc, ranges)) => (Some(Ok(doc)), ranges),
                     Err(err) => (Some(Err(err)), None),
                 }
             }
             _ => (None, None),
         };
-        let report_ranges = shared.and_then(|s| s.ranges);
         // the report failed before its evidence was read: readiness reads on its own
         if let (None, true, Some(ro), Some((p, src))) = (&readiness, after_evidence, &also.readiness, other) {
             readiness = Some(readiness_thread(s, Export::open(p), src, ro, None));

@@ -467,9 +467,9 @@ struct COcc {
 
 /// Per-occurrence interval metrics of the sweep (32 bytes). `cur_e`, the end of the union so far, doubles as
 /// `last_device_end` (rows are swept by start, so the union's last interval ends last) and `first` is the start
-/// of the first one (`i64::MAX` while D is empty); busy and coverage grow by each new piece of the union. The runtime calls and sync statistics live aside (the join's),
-/// and so do the row counts ([`DevCounts`]): these are allocated only once the join's correlation table is gone
-/// (the peak memory of the analysis is the sweep's).
+/// of the first one (`i64::MAX` while D is empty); busy and coverage grow by each new piece of the union. The
+/// runtime calls and sync statistics live aside (the join's), and so do the row counts ([`DevCounts`]): these are
+/// allocated only once the join's correlation table is gone (the peak memory of the analysis is the sweep's).
 #[derive(Clone, Copy)]
 struct CMet {
     busy_ns: i64,

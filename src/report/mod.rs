@@ -345,25 +345,19 @@ pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Resu
     report_of(&mut ev, opts, &categories, None, ph)
 }
 
-/// What [`document_sharing_scans`] gives besides the report: the `sqlite-ranges` document its ranges analysis
-/// computed.
-pub struct SharedScans {
-    pub ranges: Option<crate::ranges::RangesDoc>,
-}
-
-/// The document [`run`] prints for an export already open, `source` saying where it came from, and what its
-/// scans computed for the other documents of the same export ([`SharedScans`]; `gate-check --report`: the gates'
-/// own export, whose facts these reads also compute; `opts.input` is not read). With `keep_occurrences`, the
-/// detail keeps the occurrences as read ([`crate::ranges::Collected::occurrences`]). `beside` is called once the
-/// evidence is read, before the step budget, with that detail: the caller can start the work that needs only the
-/// scans' facts (its own threads, on its own connections) while the step budget builds its timelines.
+/// The document [`run`] prints for an export already open, `source` saying where it came from, and the
+/// `sqlite-ranges` document its ranges analysis computed (`gate-check --report`: on the gates' own export, whose
+/// facts these reads also compute; `opts.input` is not read). With `keep_occurrences`, the detail keeps the
+/// occurrences as read ([`crate::ranges::Collected::occurrences`]). `beside` is called once the evidence is read,
+/// before the step budget, with that detail: the caller can start the work that needs only the scans' facts (its
+/// own threads, on its own connections) while the step budget finishes.
 pub fn document_sharing_scans(
     export: &Export,
     source: &crate::export::CaptureSource,
     opts: &ReportOptions,
     keep_occurrences: bool,
     beside: impl FnOnce(Option<&std::sync::Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>),
-) -> Result<(ReportDoc, SharedScans)> {
+) -> Result<(ReportDoc, Option<crate::ranges::RangesDoc>)> {
     let categories = prepare(opts)?;
     let mut ph = crate::phase::Phases::new("report");
     let mut ev = evidence::from_open_export_keeping(export, source, true, keep_occurrences)?;
@@ -374,7 +368,7 @@ pub fn document_sharing_scans(
     beside(ev.step_detail.as_ref());
     let doc = report_of(&mut ev, opts, &categories, Some(export), ph)?;
     let ranges = ev.step_detail.as_deref().map(|(a, _)| crate::ranges::described(a.doc.clone(), source));
-    Ok((doc, SharedScans { ranges }))
+    Ok((doc, ranges))
 }
 
 /// The categories of `opts`, after refusing an output over an input.
