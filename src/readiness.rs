@@ -396,7 +396,7 @@ pub struct SharedReads<'a> {
     pub occurrences: ranges::LoadedOccurrences,
     /// Every runtime call with a thread and an API name id, in any order, when the runtime table was read
     /// whole (None: the table is read here when there is one).
-    pub runtime_calls: Option<&'a [ranges::CapturedCall]>,
+    pub runtime_calls: Option<&'a ranges::RuntimeCalls>,
 }
 
 impl<'a> SharedReads<'a> {
@@ -404,7 +404,7 @@ impl<'a> SharedReads<'a> {
     /// ([`ranges::analyze_with_intervals_keeping`]), None when it did not.
     pub fn of(collected: &'a ranges::Collected) -> Option<SharedReads<'a>> {
         let occurrences = collected.occurrences.as_ref()?.loaded();
-        let runtime_calls = collected.runtime_read.then_some(collected.rows.runtime.as_slice());
+        let runtime_calls = collected.runtime_read.then_some(&*collected.rows.runtime);
         Some(SharedReads { occurrences, runtime_calls })
     }
 }
@@ -806,7 +806,7 @@ fn unenclosed_syncs_of(
     export: &Export,
     runtime: Option<&str>,
     occ: &[Occurrence],
-    calls: Option<&[ranges::CapturedCall]>,
+    calls: Option<&ranges::RuntimeCalls>,
 ) -> Result<UnenclosedSyncs> {
     let mut out =
         UnenclosedSyncs { runtime_table: runtime.is_some(), sync_calls: 0, enclosed_calls: 0, by_api: Vec::new() };
@@ -856,7 +856,7 @@ fn unenclosed_syncs_of(
     let parts: Vec<Part> = match calls {
         Some(calls) => {
             let mut p = Part::default();
-            for c in calls {
+            for c in calls.iter() {
                 add(&mut p, c.global_tid, c.name_id, c.start, c.end);
             }
             vec![p]

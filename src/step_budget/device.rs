@@ -188,13 +188,12 @@ const NO_CALL: u32 = u32::MAX;
 /// [`Op::corr`] of a row whose correlationId is NULL.
 const NO_CORR: i64 = i64::MIN;
 
-/// A device row of a timeline: 48 bytes (5 M rows: 240 MB; an `Option` correlation id made it 56).
+/// A device row of a timeline: 40 bytes (5 M rows: 200 MB; an `Option` correlation id made it 56, its issue
+/// time, now [`Calls::issue_of`], 48).
 #[derive(Debug, Clone, Copy)]
 struct Op {
     start: i64,
     end: i64,
-    /// Its call's start (at most its own start), else its start.
-    issue: i64,
     pid: i64,
     /// The correlationId, [`NO_CORR`] when NULL (it sorts first, as `None` did).
     corr: i64,
@@ -352,7 +351,7 @@ fn ops_of(device: &[DeviceChunk], names: &Names, skips: &mut RowSkips) -> Ops {
                     e.1 += end - r.start;
                 }
                 let corr = corr.unwrap_or(NO_CORR);
-                v.push(Op { start: r.start, end, issue: r.start, pid, corr, call: NO_CALL, kind, nccl });
+                v.push(Op { start: r.start, end, pid, corr, call: NO_CALL, kind, nccl });
             }
         }
     }
@@ -387,6 +386,14 @@ impl Calls {
         *hint = i;
         i as u32
     }
+
+    /// When `o` was issued: its call's start (at most its own start), else its start.
+    fn issue_of(&self, o: &Op) -> i64 {
+        match self.calls.get(o.call as usize) {
+            Some(c) => c.start.min(o.start),
+            None => o.start,
+        }
+    }
 }
 
 fn calls_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Calls {
@@ -405,15 +412,17 @@ fn calls_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Calls {
     }
     // stable: equal keys keep table order, and the last of them wins (as a map insert per row would)
     calls.sort_by_key(|c| (c.pid, c.corr));
-    let mut out: Vec<Call> = Vec::with_capacity(calls.len());
-    for c in calls {
-        match out.last_mut() {
-            Some(l) if (l.pid, l.corr) == (c.pid, c.corr) => *l = c,
-            _ => out.push(c),
+    // in place (a second vector was 62 MB of fresh pages at 5 M kernels): `later` is dropped, its value kept
+    calls.dedup_by(|later, kept| {
+        let same = (later.pid, later.corr) == (kept.pid, kept.corr);
+        if same {
+            *kept = *later;
         }
-    }
+        same
+    });
+    calls.shrink_to_fit();
     let syncs = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
-    Calls { calls: out, syncs }
+    Calls { calls, syncs }
 }
 
 /// The device timelines of a capture from the device rows and runtime calls the ranges scan read
@@ -561,8 +570,14 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
         }
     });
     ph.mark("device_link");
-    // stable and adaptive: the rows of each table come nearly sorted
-    ops.sort_by_key(|o| (o.start, o.issue, o.end, o.pid, o.corr));
+    // by (start, issue, end, pid, corr); stable and adaptive: the rows of each table come nearly sorted (the issue
+    // is looked up for rows of equal start only)
+    ops.sort_by(|a, b| {
+        a.start
+            .cmp(&b.start)
+            .then_with(|| calls.issue_of(a).cmp(&calls.issue_of(b)))
+            .then_with(|| (a.end, a.pid, a.corr).cmp(&(b.end, b.pid, b.corr)))
+    });
     ph.mark("device_sort");
     // four independent passes over the sorted rows, in parallel
     let ops = &ops;
@@ -576,7 +591,7 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
                 ph.mark("device_gaps");
                 (first, g)
             });
-            let queue = s.spawn(move || queue(ops));
+            let queue = s.spawn(move || queue(ops, calls));
             let compute = union_sorted(
                 ops.iter()
                     .filter(|o| (o.kind == DeviceKind::Kernel && !o.nccl) || o.kind == DeviceKind::GraphTrace)
@@ -621,16 +636,11 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
     }
 }
 
-/// Link each row to the runtime call that issued it (`(pid, corr)`), its issue time the call's start.
+/// Link each row to the runtime call that issued it (`(pid, corr)`).
 fn link(ops: &mut [Op], calls: &Calls) {
     let mut hint = 0usize;
-    for o in ops.iter_mut() {
-        if o.corr != NO_CORR {
-            o.call = calls.find(o.pid, o.corr, &mut hint);
-        }
-        if o.call != NO_CALL {
-            o.issue = calls.calls[o.call as usize].start.min(o.start);
-        }
+    for o in ops.iter_mut().filter(|o| o.corr != NO_CORR) {
+        o.call = calls.find(o.pid, o.corr, &mut hint);
     }
 }
 
@@ -828,15 +838,15 @@ fn launches(
 }
 
 /// The queue-depth sweep: +1 at each row's issue, −1 at its end (ends before issues at the same ns).
-fn queue(ops: &[Op]) -> QueueDepth {
-    let sorted = |f: fn(&Op) -> i64| {
+fn queue(ops: &[Op], calls: &Calls) -> QueueDepth {
+    let sorted = |f: &dyn Fn(&Op) -> i64| {
         let mut v: Vec<i64> = ops.iter().map(f).collect();
         v.sort_unstable();
         v
     };
     let (issues, ends) = std::thread::scope(|s| {
-        let issues = s.spawn(|| sorted(|o| o.issue));
-        let ends = sorted(|o| o.end);
+        let issues = s.spawn(|| sorted(&|o| calls.issue_of(o)));
+        let ends = sorted(&|o| o.end);
         (issues.join().expect("the issue sort panicked"), ends)
     });
     let (Some(&t0), Some(&t1)) = (issues.first().min(ends.first()), issues.last().max(ends.last())) else {
@@ -855,7 +865,7 @@ fn queue(ops: &[Op]) -> QueueDepth {
     let nb = ((window + bw - 1) / bw).max(1) as usize;
     let mut series: Vec<[i64; 2]> = (0..nb).map(|i| [t0 + i as i64 * bw, 0]).collect();
     let (mut depth, mut max, mut area, mut empty) = (0i64, 0i64, 0i128, 0i64);
-    let mut at_issue = Vec::with_capacity(ops.len());
+    let mut at_issue = super::DepthCounts::default();
     let mut prev = t0;
     let (mut i, mut j) = (0usize, 0usize);
     while i < issues.len() || j < ends.len() {
@@ -878,7 +888,7 @@ fn queue(ops: &[Op]) -> QueueDepth {
             depth -= 1;
             j += 1;
         } else {
-            at_issue.push(depth);
+            at_issue.add(depth);
             depth += 1;
             i += 1;
             let b = (((t - t0) / bw) as usize).min(nb - 1);
@@ -890,7 +900,7 @@ fn queue(ops: &[Op]) -> QueueDepth {
         max,
         mean: area as f64 / window as f64,
         empty_share: empty as f64 / window as f64,
-        at_issue: dist(at_issue),
+        at_issue: at_issue.dist(),
         bucket_ns: bw,
         series,
     }
@@ -1002,7 +1012,7 @@ mod tests {
     }
 
     #[test]
-    fn an_op_is_48_bytes() {
-        assert_eq!(std::mem::size_of::<Op>(), 48);
+    fn an_op_is_40_bytes() {
+        assert_eq!(std::mem::size_of::<Op>(), 40);
     }
 }

@@ -357,6 +357,59 @@ pub fn dist(values: impl IntoIterator<Item = i64>) -> Dist {
     Dist { count: n, median, p90, p99, max }
 }
 
+/// The counts of small integer values (queue depths): [`dist`] of the values added, without holding them (a
+/// depth per device row was 45 MB at 5 M kernels).
+#[derive(Debug, Default)]
+pub struct DepthCounts {
+    /// The least value added.
+    lo: i64,
+    /// `counts[i]`: how many times `lo + i` was added.
+    counts: Vec<u64>,
+}
+
+impl DepthCounts {
+    pub fn add(&mut self, v: i64) {
+        if self.counts.is_empty() {
+            self.lo = v;
+        } else if v < self.lo {
+            let below = usize::try_from(self.lo - v).unwrap_or(usize::MAX);
+            self.counts.splice(0..0, std::iter::repeat_n(0, below));
+            self.lo = v;
+        }
+        let i = usize::try_from(v - self.lo).unwrap_or(usize::MAX);
+        if i >= self.counts.len() {
+            self.counts.resize(i + 1, 0);
+        }
+        self.counts[i] += 1;
+    }
+
+    /// [`dist`] of the values added: the same nearest ranks, read off the cumulative counts.
+    pub fn dist(&self) -> Dist {
+        let n: u64 = self.counts.iter().sum();
+        let Some(top) = self.counts.iter().rposition(|&c| c > 0) else {
+            return Dist { count: 0, median: 0, p90: 0, p99: 0, max: 0 };
+        };
+        let value_at = |rank: usize| {
+            let mut seen = 0u64;
+            for (i, &c) in self.counts.iter().enumerate() {
+                seen += c;
+                if seen > rank as u64 {
+                    return self.lo + i as i64;
+                }
+            }
+            self.lo + top as i64
+        };
+        let n = n as usize;
+        Dist {
+            count: n,
+            median: value_at(rank_index(n, 0.5)),
+            p90: value_at(rank_index(n, 0.9)),
+            p99: value_at(rank_index(n, 0.99)),
+            max: self.lo + top as i64,
+        }
+    }
+}
+
 /// Length of the union of intervals (any order, unclipped).
 pub fn union_len(mut iv: Vec<(i64, i64)>) -> i64 {
     iv.retain(|(s, e)| e > s);
@@ -1218,6 +1271,27 @@ mod tests {
         assert_eq!(rest, 0);
         let (v, rest) = partition(0, 100, &[vec![(10, 20), (15, 30)], vec![]]);
         assert_eq!((v, rest), (vec![20, 0], 80));
+    }
+
+    #[test]
+    fn histogram_dist_equals_dist() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = |n: i64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as i64
+        };
+        assert_eq!(DepthCounts::default().dist(), dist(Vec::new()));
+        for round in 0..500 {
+            let len = 1 + next(300) as usize;
+            // small depths, some below zero (an end before the issue of a zero-length row), the first value
+            // not the least
+            let v: Vec<i64> = (0..len).map(|_| next(40) - if round % 3 == 0 { 5 } else { 0 }).collect();
+            let mut h = DepthCounts::default();
+            v.iter().for_each(|&d| h.add(d));
+            assert_eq!(h.dist(), dist(v.clone()), "{v:?}");
+        }
     }
 
     /// The definition, class by class: `|∪_{j≤k}| − |∪_{j<k}|` of the clipped intervals.
