@@ -564,7 +564,8 @@ pub fn analyze_window_with(
         .into_iter()
         .collect();
     // a process that runs its collectives with NCCL only enqueues GPU work in them: not host communication
-    let nccl_procs = nccl_processes(a, iv, &idx, &tl.nccl_keys);
+    let comm = CommRows { keys: &tl.nccl_keys, device_ids: &collected.device_ids };
+    let nccl_procs = nccl_processes(a, iv, &idx, comm);
     let mut comm_occ: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
     let mut enqueue_labels: std::collections::BTreeSet<&str> = Default::default();
     for o in a.occurrences.iter().filter(|o| comm_labels.contains(&o.label)) {
@@ -587,6 +588,7 @@ pub fn analyze_window_with(
         comm_occ: &comm_occ,
         rank_pids: &rank_pids,
         dev_pos: &dev_pos,
+        comm,
     };
     let (steps, step_spans) = cx.steps();
     for (d, spans) in step_spans {
@@ -650,7 +652,7 @@ pub fn analyze_window_with(
         verdict.reason.push_str(&format!("; comm here is {what}"));
     }
     ph.mark("steps");
-    let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, a, iv, &names, &tl.nccl_keys, &comm_occ);
+    let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, a, iv, &names, comm, &comm_occ);
     let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
     let mut notes = Vec::new();
     if !enqueue_labels.is_empty() {
@@ -750,6 +752,7 @@ struct StepCx<'a> {
     comm_occ: &'a HashMap<i64, Vec<(i64, i64)>>,
     rank_pids: &'a [i64],
     dev_pos: &'a BTreeMap<i64, usize>,
+    comm: CommRows<'a>,
 }
 
 impl StepCx<'_> {
@@ -783,18 +786,18 @@ impl StepCx<'_> {
         let o = &a.occurrences[i];
         let m = &a.metrics[i];
         let host_comm = host_comm_of(self.comm_occ, o.global_tid, o.start, o.end);
-        let c = step_components(o.start, o.end, &iv[i], self.names, &tl.nccl_keys, &host_comm);
+        let c = step_components(o.start, o.end, &iv[i], self.names, self.comm, &host_comm);
         debug_assert_eq!(c.sum(), o.end - o.start);
         // the next step of the same rank (process)
         let rank_of = |j: usize| crate::export::ns_of(a.occurrences[j].global_tid);
         let gap =
             self.idx[k + 1..].iter().find(|&&j| rank_of(j) == rank_of(i)).map(|&j| a.occurrences[j].start - o.end);
-        let comm_busy =
-            union_len(iv[i].device.iter().filter(|d| is_comm(d, &tl.nccl_keys)).map(|d| (d.start, d.end)).collect());
+        let comm_busy = union_len(iv[i].device.iter().filter(|d| self.comm.has(d)).map(|d| (d.start, d.end)).collect());
         let mut idle = IdleSplit::default();
         let mut spans = Vec::new();
         if let (Some(fs), Some(le)) = (m.first_device_start, m.last_device_end) {
-            let devs: std::collections::BTreeSet<i64> = iv[i].device.iter().map(|d| d.device_id).collect();
+            let devs: std::collections::BTreeSet<i64> =
+                iv[i].device.iter().map(|d| self.comm.device_ids[d.device as usize]).collect();
             let mut v = [0i64; 4];
             for d in devs {
                 spans.push((d, (fs, le)));
@@ -843,9 +846,19 @@ impl StepCx<'_> {
     }
 }
 
-/// Is this correlated row an NCCL kernel (recognised by `(device, start, end)` among the capture's NCCL rows)?
-fn is_comm(d: &ranges::CorrelatedDeviceRow, nccl: &HashSet<(i64, i64, i64)>) -> bool {
-    d.kind == DeviceKind::Kernel && nccl.contains(&(d.device_id, d.start, d.end))
+/// The capture's NCCL kernel rows by `(deviceId, start, end)` ([`device::Timelines::nccl_keys`]), and the
+/// `deviceId` of each device index of the correlated rows ([`ranges::Collected::device_ids`]).
+#[derive(Clone, Copy)]
+pub struct CommRows<'a> {
+    pub keys: &'a HashSet<(i64, i64, i64)>,
+    pub device_ids: &'a [i64],
+}
+
+impl CommRows<'_> {
+    /// Is this correlated row an NCCL kernel (recognised by `(device, start, end)` among the NCCL rows)?
+    fn has(&self, d: &ranges::CorrelatedDeviceRow) -> bool {
+        d.kind == DeviceKind::Kernel && self.keys.contains(&(self.device_ids[d.device as usize], d.start, d.end))
+    }
 }
 
 /// What each class of [`step_classes`] counts as (the last entry: the rest).
@@ -878,14 +891,9 @@ pub fn is_comm_label(label: &str) -> bool {
 /// enqueues the collective, and the wait for the peers is the NCCL kernel's time on the GPU (measured: held-out
 /// `nccl`, world size 1, `NCCL:ncclAllReduce` 7.4 µs per call while `tp.all_reduce` around torch's
 /// `dist.all_reduce` took 82.7 µs of host time with no peer to wait for).
-fn nccl_processes(
-    a: &ranges::Analysis,
-    iv: &[OccurrenceIntervals],
-    idx: &[usize],
-    nccl: &HashSet<(i64, i64, i64)>,
-) -> HashSet<i64> {
+fn nccl_processes(a: &ranges::Analysis, iv: &[OccurrenceIntervals], idx: &[usize], nccl: CommRows<'_>) -> HashSet<i64> {
     let by_domain = a.occurrences.iter().filter(|o| o.label.starts_with(NCCL_DOMAIN_PREFIX));
-    let by_kernel = idx.iter().filter(|&&i| iv[i].device.iter().any(|d| is_comm(d, nccl))).map(|&i| &a.occurrences[i]);
+    let by_kernel = idx.iter().filter(|&&i| iv[i].device.iter().any(|d| nccl.has(d))).map(|&i| &a.occurrences[i]);
     by_domain.chain(by_kernel).map(|o| crate::export::ns_of(o.global_tid)).collect()
 }
 
@@ -903,14 +911,14 @@ fn host_comm_of(comm: &HashMap<i64, Vec<(i64, i64)>>, tid: i64, start: i64, end:
 pub fn step_classes(
     iv: &OccurrenceIntervals,
     names: &HashMap<i64, String>,
-    nccl: &HashSet<(i64, i64, i64)>,
+    nccl: CommRows<'_>,
     host_comm: &[(i64, i64)],
 ) -> Vec<Vec<(i64, i64)>> {
     let mut cls: Vec<Vec<(i64, i64)>> = vec![Vec::new(); 7];
     cls[6] = host_comm.to_vec();
     for d in &iv.device {
         let k = match d.kind {
-            DeviceKind::Kernel if is_comm(d, nccl) => 1,
+            DeviceKind::Kernel if nccl.has(d) => 1,
             DeviceKind::Kernel | DeviceKind::GraphTrace => 0,
             DeviceKind::Memcpy | DeviceKind::Memset => 2,
         };
@@ -935,7 +943,7 @@ pub fn step_components(
     end: i64,
     iv: &OccurrenceIntervals,
     names: &HashMap<i64, String>,
-    nccl: &HashSet<(i64, i64, i64)>,
+    nccl: CommRows<'_>,
     host_comm: &[(i64, i64)],
 ) -> Components {
     let (v, rest) = partition(start, end, &step_classes(iv, names, nccl, host_comm));
@@ -1001,7 +1009,7 @@ fn waterfall_of(
     a: &ranges::Analysis,
     iv: &[OccurrenceIntervals],
     names: &HashMap<i64, String>,
-    nccl: &HashSet<(i64, i64, i64)>,
+    nccl: CommRows<'_>,
     comm_occ: &HashMap<i64, Vec<(i64, i64)>>,
 ) -> Option<Waterfall> {
     let typical = |s: &&Step| !outliers.iter().any(|o| o.index == s.index);
