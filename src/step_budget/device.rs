@@ -1044,16 +1044,13 @@ mod tests {
             kind,
             nccl,
         };
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = crate::step_budget::xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..300 {
-            let mut ops: Vec<Op> = (0..1 + x % 40)
+            let n = 1 + next(40);
+            let mut ops: Vec<Op> = (0..n)
                 .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let (s, d) = ((x % 1000) as i64, (x >> 20) as i64 % 90);
-                    let kind = DeviceKind::ALL[(x >> 40) as usize % 4];
-                    op(s, s + d, kind, false)
+                    let (s, d) = (next(1000), next(90));
+                    op(s, s + d, DeviceKind::ALL[next(4) as usize], false)
                 })
                 .collect();
             ops.sort_by_key(|o| o.start);
