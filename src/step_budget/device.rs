@@ -531,14 +531,27 @@ fn analyse_devices(by_dev: BTreeMap<i64, Vec<Op>>, calls: &Calls, names: &HashMa
 fn union_sorted(iv: impl Iterator<Item = (i64, i64)>) -> Vec<(i64, i64)> {
     // the iterator's upper bound, reserved once: untouched pages cost no memory and no copy while growing
     let mut out: Vec<(i64, i64)> = Vec::with_capacity(iv.size_hint().1.unwrap_or(0));
-    for (s, e) in iv {
-        match out.last_mut() {
-            Some(l) if s <= l.1 => l.1 = l.1.max(e),
-            _ => out.push((s, e)),
-        }
-    }
+    merge_sorted(iv, |u| out.push(u));
     out.shrink_to_fit();
     out
+}
+
+/// Each interval of the union of intervals already sorted by start, in order, given to `emit` once complete.
+fn merge_sorted(iv: impl Iterator<Item = (i64, i64)>, mut emit: impl FnMut((i64, i64))) {
+    let mut cur: Option<(i64, i64)> = None;
+    for (s, e) in iv {
+        match cur.as_mut() {
+            Some(c) if s <= c.1 => c.1 = c.1.max(e),
+            _ => {
+                if let Some(done) = cur.replace((s, e)) {
+                    emit(done);
+                }
+            }
+        }
+    }
+    if let Some(done) = cur {
+        emit(done);
+    }
 }
 
 /// The union of a device's compute rows (non-NCCL kernels, GRAPH_TRACE) and its length, from rows sorted by
@@ -554,17 +567,9 @@ fn compute_of(ops: &[Op]) -> (Vec<(i64, i64)>, i64) {
         let l = len(&u);
         return (u, l);
     }
-    let (mut total, mut cur) = (0i64, None::<(i64, i64)>);
-    for (s, e) in rows {
-        match cur.as_mut() {
-            Some(c) if s <= c.1 => c.1 = c.1.max(e),
-            _ => {
-                total += cur.map_or(0, |(a, b)| b - a);
-                cur = Some((s, e));
-            }
-        }
-    }
-    (Vec::new(), total + cur.map_or(0, |(a, b)| b - a))
+    let mut total = 0i64;
+    merge_sorted(rows, |(a, b)| total += b - a);
+    (Vec::new(), total)
 }
 
 /// Idle pieces `(start, end, category)` by start: the intervals and the categories apart, 17 bytes a piece (a
@@ -589,11 +594,13 @@ impl Pieces {
     }
     /// The pieces from the first that ends after `t`.
     fn ending_after(&self, t: i64) -> impl Iterator<Item = (i64, i64, u8)> + '_ {
-        let i = self.spans.partition_point(|p| p.1 <= t);
-        self.spans[i..].iter().zip(&self.kinds[i..]).map(|(&(s, e), &k)| (s, e, k))
+        self.starting_at(self.spans.partition_point(|p| p.1 <= t))
     }
     fn iter(&self) -> impl Iterator<Item = (i64, i64, u8)> + '_ {
-        self.spans.iter().zip(&self.kinds).map(|(&(s, e), &k)| (s, e, k))
+        self.starting_at(0)
+    }
+    fn starting_at(&self, i: usize) -> impl Iterator<Item = (i64, i64, u8)> + '_ {
+        self.spans[i..].iter().zip(&self.kinds[i..]).map(|(&(s, e), &k)| (s, e, k))
     }
 }
 
@@ -1054,18 +1061,16 @@ mod tests {
                 })
                 .collect();
             ops.sort_by_key(|o| o.start);
+            let compute = |o: &&Op| matches!(o.kind, DeviceKind::Kernel | DeviceKind::GraphTrace);
+            // by definition: the ns covered by at least one compute row
+            let covered = (0..1100).filter(|&t| ops.iter().filter(compute).any(|o| o.start <= t && t < o.end)).count();
             let (kept, ns) = compute_of(&ops);
-            let want = union(
-                ops.iter()
-                    .filter(|o| matches!(o.kind, DeviceKind::Kernel | DeviceKind::GraphTrace))
-                    .map(|o| (o.start, o.end))
-                    .collect(),
-            );
             assert!(kept.is_empty());
-            assert_eq!(ns, len(&want), "{ops:?}");
+            assert_eq!(ns, covered as i64, "{ops:?}");
             // with a communication row, the union itself is kept (the NCCL row is not compute)
+            let want = union(ops.iter().filter(compute).map(|o| (o.start, o.end)).collect());
             ops.push(op(2000, 2010, DeviceKind::Kernel, true));
-            assert_eq!(compute_of(&ops), (want.clone(), len(&want)));
+            assert_eq!(compute_of(&ops), (want, covered as i64));
         }
     }
 

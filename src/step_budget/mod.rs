@@ -386,9 +386,7 @@ impl DepthCounts {
     /// [`dist`] of the values added: the same nearest ranks, read off the cumulative counts.
     pub fn dist(&self) -> Dist {
         let n: u64 = self.counts.iter().sum();
-        let Some(top) = self.counts.iter().rposition(|&c| c > 0) else {
-            return Dist { count: 0, median: 0, p90: 0, p99: 0, max: 0 };
-        };
+        let Some(top) = self.counts.iter().rposition(|&c| c > 0) else { return Dist::default() };
         let value_at = |rank: usize| {
             let mut seen = 0u64;
             for (i, &c) in self.counts.iter().enumerate() {
@@ -796,8 +794,7 @@ impl StepCx<'_> {
         let mut idle = IdleSplit::default();
         let mut spans = Vec::new();
         if let (Some(fs), Some(le)) = (m.first_device_start, m.last_device_end) {
-            let devs: std::collections::BTreeSet<i64> =
-                iv[i].device.iter().map(|d| self.comm.device_ids[d.device as usize]).collect();
+            let devs: std::collections::BTreeSet<i64> = iv[i].device.iter().map(|d| self.comm.device_id(d)).collect();
             let mut v = [0i64; 4];
             for d in devs {
                 spans.push((d, (fs, le)));
@@ -857,7 +854,11 @@ pub struct CommRows<'a> {
 impl CommRows<'_> {
     /// Is this correlated row an NCCL kernel (recognised by `(device, start, end)` among the NCCL rows)?
     fn has(&self, d: &ranges::CorrelatedDeviceRow) -> bool {
-        d.kind == DeviceKind::Kernel && self.keys.contains(&(self.device_ids[d.device as usize], d.start, d.end))
+        d.kind == DeviceKind::Kernel && self.keys.contains(&(self.device_id(d), d.start, d.end))
+    }
+    /// The CUDA `deviceId` of a correlated row.
+    fn device_id(&self, d: &ranges::CorrelatedDeviceRow) -> i64 {
+        self.device_ids[d.device as usize]
     }
 }
 
