@@ -22,6 +22,7 @@ pub mod iterations;
 pub mod kern_csv;
 pub mod labels;
 pub mod memory;
+pub mod merge;
 pub mod phase;
 pub mod pod_attach;
 pub mod ranges;

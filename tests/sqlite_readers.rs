@@ -322,3 +322,65 @@ fn graph_trace_rows_with_null_or_inverted_intervals_are_counted() {
         .sum();
     assert_eq!(traces, 200 - 5, "the valid replays are still attributed");
 }
+
+/// Device rows out of start order (nsys writes them in order; the readers check and sort): every reader's
+/// document is the same as on the same rows in order, the CI chain's documents too. Both copies are rebuilt
+/// the same way, only the row order differs (rows of equal start keep their table order).
+#[test]
+fn device_rows_out_of_start_order_give_the_same_documents() {
+    let rebuilt = |order: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sql = String::new();
+        for t in ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"] {
+            sql += &format!(
+                "CREATE TABLE x AS SELECT * FROM {t} ORDER BY {order}; DROP TABLE {t}; ALTER TABLE x RENAME TO {t};"
+            );
+        }
+        sql += "VACUUM;";
+        let p = mutated(dir.path(), "nsys-2025.3.1/decode_clean.sqlite", &sql);
+        (dir, p)
+    };
+    let (da, a) = rebuilt("rowid");
+    let (db, b) = rebuilt("start DESC, rowid");
+    let c = Connection::open(&b).unwrap();
+    let first: i64 =
+        c.query_row("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 1", [], |r| r.get(0)).unwrap();
+    let max: i64 = c.query_row("SELECT max(start) FROM CUPTI_ACTIVITY_KIND_KERNEL", [], |r| r.get(0)).unwrap();
+    assert_eq!(first, max, "the kernels are in reverse start order");
+    drop(c);
+    assert_eq!(std::fs::metadata(&a).unwrap().len(), std::fs::metadata(&b).unwrap().len());
+    let same = |what: &str, x: &[u8], y: &[u8]| {
+        let (x, y) = (String::from_utf8_lossy(x), String::from_utf8_lossy(y));
+        let x = x.replace(&da.path().display().to_string(), "DIR");
+        let y = y.replace(&db.path().display().to_string(), "DIR");
+        assert!(x.len() > 100, "{what}: {x}");
+        assert!(x == y, "{what} differs on rows out of start order:\n{x}\n---\n{y}");
+    };
+    for bin in READERS {
+        let (ca, sa, ea) = run(bin, &a);
+        let (cb, sb, eb) = run(bin, &b);
+        assert_eq!((ca, bin), (cb, bin), "{ea}\n{eb}");
+        same(bin, &sa, &sb);
+    }
+    // the CI chain: the report's timelines and the attribution share the rows as read
+    let chain = |p: &Path, dir: &Path| {
+        let out = Command::cargo_bin("gate-check")
+            .unwrap()
+            .arg(p)
+            .arg("--compact")
+            .args(["--ranges", &dir.join("r.json").display().to_string()])
+            .args(["--nvtx-readiness", &dir.join("d.json").display().to_string()])
+            .args(["--report", &dir.join("p.json").display().to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.code().is_some_and(|c| c <= 1), "{}", String::from_utf8_lossy(&out.stderr));
+        let side = ["r.json", "d.json", "p.json"].map(|f| std::fs::read(dir.join(f)).unwrap());
+        (out.stdout, side)
+    };
+    let (ga, sa) = chain(&a, da.path());
+    let (gb, sb) = chain(&b, db.path());
+    same("gate-check (chain)", &ga, &gb);
+    for (f, (x, y)) in ["--ranges", "--nvtx-readiness", "--report"].iter().zip(sa.iter().zip(&sb)) {
+        same(f, x, y);
+    }
+}

@@ -802,9 +802,28 @@ impl Export {
 /// `(start, end)` of a valid row.
 pub type Interval = (i64, i64);
 
-/// [`Export::window_intervals`]: the valid intervals, how many come from the first table, the starts of that
-/// table's invalid rows.
-pub type WindowRows = (Vec<Interval>, usize, Vec<i64>);
+/// [`Export::window_intervals`]: the valid intervals in parts, each part in its table's order (a rowid chunk
+/// of a table read in parallel, or a whole table), the parts in table order; how many parts come from the first
+/// table; the starts of that table's invalid rows. Kept in parts, the rows of a 5 M-kernel capture are never
+/// concatenated (an 80 MB copy into fresh pages).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WindowRows {
+    pub parts: Vec<Vec<Interval>>,
+    pub first_parts: usize,
+    pub first_invalid: Vec<i64>,
+}
+
+impl WindowRows {
+    /// Every interval, in table order.
+    pub fn intervals(&self) -> impl Iterator<Item = Interval> + '_ {
+        self.parts.iter().flatten().copied()
+    }
+
+    /// The intervals of the first table, in its order.
+    pub fn first_table(&self) -> impl Iterator<Item = Interval> + '_ {
+        self.parts[..self.first_parts].iter().flatten().copied()
+    }
+}
 
 /// Facts about every row of one timed table, from one scan.
 #[derive(Debug, Clone, Default)]
@@ -824,9 +843,10 @@ pub struct TimedStats {
     pub name_counts: crate::fx::FxMap<i64, i64>,
     /// Rows with `graphNodeId` set (None when the table has no such column).
     pub node_rows: Option<i64>,
-    /// `(start, end)` of the valid rows in table order, kept only when asked ([`Export::keep_intervals`]), and
-    /// the starts of the invalid rows with a start; taken by [`Export::window_intervals`].
-    intervals: Option<(Vec<Interval>, Vec<i64>)>,
+    /// `(start, end)` of the valid rows in table order, in the parts the scans read (one per rowid chunk),
+    /// kept only when asked ([`Export::keep_intervals`]), and the starts of the invalid rows with a start;
+    /// taken by [`Export::window_intervals`].
+    intervals: Option<(Vec<Vec<Interval>>, Vec<i64>)>,
     /// `demangledName` id → (rows, Σ `end - start`) over the valid rows, kept only when asked
     /// ([`Export::keep_kernel_names`]); None when a name id is not an INTEGER or a sum overflows (the SQL of
     /// [`Export::kernel_time_by_name`] then decides).
@@ -866,7 +886,7 @@ impl TimedStats {
 
     /// How many valid intervals the scan kept for the gates and nobody took yet.
     pub fn kept_intervals(&self) -> usize {
-        self.intervals.as_ref().map_or(0, |(v, _)| v.len())
+        self.intervals.as_ref().map_or(0, |(v, _)| v.iter().map(Vec::len).sum())
     }
 
     /// Add the stats of the next rows of the same table (chunks in table order).
@@ -895,9 +915,8 @@ impl TimedStats {
             (a, b) => a.or(b),
         };
         if let (Some((v, s)), Some((ov, os))) = (self.intervals.as_mut(), o.intervals) {
-            // exact: a large block grows in place (mremap), never doubled
-            v.reserve_exact(ov.len());
-            v.extend_from_slice(&ov);
+            // the parts moved, never copied
+            v.extend(ov);
             s.extend_from_slice(&os);
         }
         self.name_time = match (self.name_time.take(), o.name_time) {
@@ -1008,7 +1027,7 @@ impl TimedStats {
         TimedStats {
             sum_dur: Some(0),
             node_rows: t.has_column(cols::GRAPH_NODE_ID).then_some(0),
-            intervals: keep.intervals.then(Default::default),
+            intervals: keep.intervals.then(|| (vec![Vec::new()], Vec::new())),
             name_time: (keep.names && t.has_column(cols::DEMANGLED_NAME)).then(Default::default),
             threads: t.has_column("globalTid"),
             names: t.has_column("nameId"),
@@ -1038,7 +1057,7 @@ impl TimedStats {
             (Some(s), Some(e)) if e >= s => {
                 self.max_end = Some(self.max_end.map_or(e, |m| m.max(e)));
                 self.sum_dur = self.sum_dur.and_then(|a| a.checked_add(e - s));
-                if let Some((v, _)) = self.intervals.as_mut() {
+                if let Some(v) = self.intervals.as_mut().and_then(|(v, _)| v.last_mut()) {
                     v.push((s, e));
                 }
                 if let Some(m) = self.name_time.as_mut() {
@@ -1261,37 +1280,32 @@ impl Export {
     /// scans of [`Export::prefetch_timed_stats`] when [`Export::keep_intervals`] asked for them (taken: asked
     /// once), else read now. A value of another type than INTEGER is an input error naming table and column.
     pub fn window_intervals(&self, kinds: &[DeviceKind]) -> Result<WindowRows> {
-        let mut rows: Vec<(i64, i64)> = Vec::new();
-        let mut first_rows = 0usize;
-        let mut first_invalid: Vec<i64> = Vec::new();
+        let mut rows = WindowRows::default();
         for (n, k) in kinds.iter().enumerate() {
             let tbl = k.table();
             let Some(info) = self.optional(tbl, &["start", "end"])? else { continue };
             let key = info.name.to_ascii_lowercase();
             let cached =
                 self.stats.stats.borrow_mut().get_mut(&key).and_then(|s| s.as_mut()).and_then(|s| s.intervals.take());
-            let before = rows.len();
             match cached {
                 Some((v, inv)) => {
-                    if rows.is_empty() {
-                        rows = v;
-                    } else {
-                        rows.extend_from_slice(&v);
-                    }
+                    rows.parts.extend(v);
                     if n == 0 {
-                        first_invalid = inv;
+                        rows.first_invalid = inv;
                     }
                 }
                 None => {
                     let mut skips = RowSkips::new();
-                    self.device_intervals(*k, &mut skips, |s, e| rows.push((s, e)))?;
+                    let mut part = Vec::new();
+                    self.device_intervals(*k, &mut skips, |s, e| part.push((s, e)))?;
+                    rows.parts.push(part);
                     if n == 0 && skips.get(tbl).is_some_and(|s| s.null_end + s.inverted > 0) {
                         // the starts of the invalid rows (only the tenths of the first table need them)
                         self.scan(tbl, &["start", "end"]).run(
                             "start IS NOT NULL AND (end IS NULL OR end < start)",
                             |rowid, row| {
                                 let s = self.check_ts(tbl, "start", rowid, self.int_at(row, 1, tbl, "start")?)?;
-                                first_invalid.extend(s);
+                                rows.first_invalid.extend(s);
                                 Ok(())
                             },
                         )?;
@@ -1299,10 +1313,10 @@ impl Export {
                 }
             }
             if n == 0 {
-                first_rows = rows.len() - before;
+                rows.first_parts = rows.parts.len();
             }
         }
-        Ok((rows, first_rows, first_invalid))
+        Ok(rows)
     }
 
     /// `f` of the table's [`TimedStats`] (computed now when unknown); None when the table is absent or fell
@@ -1359,7 +1373,7 @@ pub(crate) fn merge_stats(parts: impl IntoIterator<Item = Option<TimedStats>>) -
 
 /// A device row as read in bulk: 16 bytes. `dur` is `end - start`, or `u32::MAX` for a row lasting that long
 /// or longer (its end is in [`DeviceChunk::long`]); `aux` is the `correlationId`, or `u32::MAX` when it is NULL
-/// or outside `0..u32::MAX` (the value is in [`DeviceChunk::wide`]). A caller may reuse `aux` once read.
+/// or outside `0..u32::MAX` (the value is in [`DeviceChunk::wide`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PackedDeviceRow {
     pub start: i64,
@@ -1421,7 +1435,7 @@ impl DeviceChunk {
             r.start + r.dur as i64
         }
     }
-    /// `correlationId` of row `i` as read (before the caller reused `aux`).
+    /// `correlationId` of row `i` as read.
     pub fn correlation_id(&self, i: usize, aux: u32) -> Option<i64> {
         if aux == u32::MAX {
             self.wide[self.wide.partition_point(|&(j, _)| j < i)].1

@@ -304,32 +304,35 @@ pub fn device_gaps_and_tenths(
     if !WINDOW_TABLES.iter().any(|k| e.has_table(k.table())) {
         return Ok(None);
     }
-    // 16 bytes a row, sorted here (in place) rather than by SQLite (a temporary b-tree of the same rows);
-    // rows with a NULL or inverted interval are skipped by the export layer (counted in the document's
-    // source.skipped_rows)
-    let (mut rows, kernel_rows, kernel_invalid_starts) = e.window_intervals(&WINDOW_TABLES)?;
+    // 16 bytes a row, in the parts the scans read, merged here by start rather than sorted by SQLite (a
+    // temporary b-tree of the same rows); rows with a NULL or inverted interval are skipped by the export layer
+    // (counted in the document's source.skipped_rows)
+    let mut rows = e.window_intervals(&WINDOW_TABLES)?;
     let kernel_table = WINDOW_TABLES[0] == DeviceKind::Kernel && e.has_table(DeviceKind::Kernel.table());
-    let Some(first) = rows.iter().map(|r| r.0).min() else { return Ok(None) };
-    let last = rows.iter().map(|r| r.1).max().unwrap_or(first);
+    let Some(first) = rows.intervals().map(|r| r.0).min() else { return Ok(None) };
+    let last = rows.intervals().map(|r| r.1).max().unwrap_or(first);
     let tenths = kernel_table.then(|| {
         let window = (last - first).max(1);
         let mut t = [0i64; 10];
-        for s in rows[..kernel_rows].iter().map(|r| r.0).chain(kernel_invalid_starts.iter().copied()) {
+        for s in rows.first_table().map(|r| r.0).chain(rows.first_invalid.iter().copied()) {
             if s >= first {
                 t[((s - first) * 10 / window).min(9) as usize] += 1;
             }
         }
         t
     });
-    drop(kernel_invalid_starts);
-    // by start only (the gaps do not depend on the order of equal starts); stable: each table's rows come
-    // sorted by start, and the merge of those runs is linear
-    rows.sort_by_key(|r| r.0);
+    // by start only (the gaps do not depend on the order of equal starts): each part sorted (nsys writes its
+    // rows so: the sort is a check), then the parts merged
+    for p in rows.parts.iter_mut().filter(|p| !p.is_sorted_by_key(|r| r.0)) {
+        p.sort_unstable_by_key(|r| r.0);
+    }
     let window = (last - first).max(1);
     let mut kept = Longest::default();
     let mut gaps = 0usize;
     let mut reach = i64::MIN;
-    for (s, en) in rows {
+    let parts = &rows.parts;
+    for (p, i) in crate::merge::MergeByKey::new(parts.len(), |p, i| parts[p].get(i).map(|r| r.0)) {
+        let (s, en) = parts[p][i];
         if reach != i64::MIN && s > reach {
             gaps += 1;
             kept.offer(Gap { start: reach, end: s }, keep(s - reach, window));

@@ -13,8 +13,10 @@
 //! How it scales: NVTX rows are few and kept in memory; RUNTIME rows are streamed once (a stabbing query per
 //! row against the occurrences of its thread), keeping only a `(process, correlationId) → occurrence-chain`
 //! table (a sorted Vec) for calls that fall inside a kept occurrence; device rows are streamed once into a compact 16-byte
-//! record, sorted by start (already sorted in nsys exports, so the sort is a check), and swept once to merge
-//! per-occurrence and per-device interval unions incrementally.
+//! record (in parallel rowid chunks, each in start order as nsys writes them: the order is a check), marked with
+//! their chain and tag in a vector apart (the rows stay as read, shared with the step budget's timelines), and
+//! swept once in start order (a merge of the chunks) to merge per-occurrence and per-device interval unions
+//! incrementally.
 
 mod occurrences;
 mod table;
@@ -565,46 +567,6 @@ impl SyncTable {
     }
 }
 
-/// The rows of sorted chunks in start order (a k-way merge; one chunk is read straight through). During the
-/// sweep a row's `aux` is its tag: `(chain, device index, end of a long row)`; a row lasting `u32::MAX` ns or
-/// more has `dur == u32::MAX` and its own tag holding its end.
-struct MergeByStart<'a> {
-    chunks: &'a [DeviceChunk],
-    pos: Vec<usize>,
-    heap: std::collections::BinaryHeap<std::cmp::Reverse<(i64, usize)>>,
-}
-
-impl<'a> MergeByStart<'a> {
-    fn new(chunks: &'a [DeviceChunk]) -> MergeByStart<'a> {
-        let mut heap = std::collections::BinaryHeap::new();
-        for (i, c) in chunks.iter().enumerate() {
-            if let Some(r) = c.rows.first() {
-                heap.push(std::cmp::Reverse((r.start, i)));
-            }
-        }
-        MergeByStart { chunks, pos: vec![0; chunks.len()], heap }
-    }
-}
-
-impl Iterator for MergeByStart<'_> {
-    /// A row and the index of its chunk.
-    type Item = (PackedDeviceRow, usize);
-    fn next(&mut self) -> Option<(PackedDeviceRow, usize)> {
-        let mut top = self.heap.peek_mut()?;
-        let c = top.0 .1;
-        let rows = &self.chunks[c].rows;
-        let r = rows[self.pos[c]];
-        self.pos[c] += 1;
-        match rows.get(self.pos[c]) {
-            Some(n) => top.0 .0 = n.start,
-            None => {
-                std::collections::binary_heap::PeekMut::pop(top);
-            }
-        }
-        Some((r, c))
-    }
-}
-
 /// `(process index << 32 | correlationId) → chain`, 12 bytes, kept in a Vec sorted by key.
 #[derive(Clone, Copy)]
 #[repr(C, packed)]
@@ -741,8 +703,9 @@ impl RuntimeCalls {
 #[derive(Debug, Clone, Default)]
 pub struct CapturedRows {
     /// The device tables' rows in table then rowid order, with the kernels' names
-    /// ([`crate::export::rows::DeviceDetail::Names`]) and the skipped rows of each part.
-    pub device: Vec<DeviceChunk>,
+    /// ([`crate::export::rows::DeviceDetail::Names`]) and the skipped rows of each part: the rows the
+    /// attribution reads, shared, never copied (the attribution keeps its marks apart).
+    pub device: std::sync::Arc<Vec<DeviceChunk>>,
     /// The runtime calls with a thread and an API name id, in table order (shared with the thread that builds
     /// the device timelines while the analysis goes on: [`RowsReady`]).
     pub runtime: std::sync::Arc<RuntimeCalls>,
@@ -950,14 +913,21 @@ fn run_scans(
         }
         let mut chunks = chunks?;
         put_device_stats(export, &mut chunks);
-        if let Some(c) = w.collect.as_mut() {
-            c.runtime_read = consumed;
-            c.rows = captured_rows(&mut chunks, std::mem::take(&mut c.calls_by_part), rt_skips.unwrap_or_default());
-            if let Some(f) = ready {
-                f(&mut c.rows);
+        let rows = match w.collect.as_mut() {
+            Some(c) => {
+                c.runtime_read = consumed;
+                let chunks = std::sync::Arc::new(chunks);
+                let calls = RuntimeCalls::new(std::mem::take(&mut c.calls_by_part));
+                let runtime_skips = rt_skips.unwrap_or_default();
+                c.rows = CapturedRows { device: chunks.clone(), runtime: std::sync::Arc::new(calls), runtime_skips };
+                if let Some(f) = ready {
+                    f(&mut c.rows);
+                }
+                DeviceRows::Shared(chunks)
             }
-        }
-        attribute_device_rows(&mut w, corr, chunks);
+            None => DeviceRows::Own(chunks),
+        };
+        attribute_device_rows(&mut w, corr, rows);
         ph.mark("attribute_device_rows+sweep");
         Ok(w)
     })
@@ -983,27 +953,6 @@ fn put_device_stats(export: &Export, chunks: &mut [DeviceChunk]) {
             export.put_stats(kind.table(), st);
         }
     }
-}
-
-/// What the step budget's device timelines read ([`CapturedRows`]): a copy of the device rows as read (the
-/// attribution rewrites them in place), taking the kernels' names out of the chunks, and the runtime calls of
-/// each part of the table in table order.
-fn captured_rows(chunks: &mut [DeviceChunk], calls: Vec<Vec<CapturedCall>>, runtime_skips: RowSkips) -> CapturedRows {
-    let device = chunks
-        .iter_mut()
-        .map(|c| DeviceChunk {
-            kind: c.kind,
-            rows: c.rows.clone(),
-            segs: c.segs.clone(),
-            long: c.long.clone(),
-            wide: c.wide.clone(),
-            skips: c.skips.clone(),
-            names: std::mem::take(&mut c.names),
-            node_rows: c.node_rows,
-            stats: None,
-        })
-        .collect();
-    CapturedRows { device, runtime: std::sync::Arc::new(RuntimeCalls::new(calls)), runtime_skips }
 }
 
 /// Every table of the contract, validated before any work (a schema mismatch is an error, never a partial
@@ -1345,17 +1294,133 @@ impl Stabs {
     }
 }
 
+/// The device rows the attribution reads, and where it keeps each row's mark (its chain, then its tag): in the
+/// rows' own `aux` when the analysis holds them alone (`sqlite-ranges`: no second copy of anything), else in a
+/// vector apart, the rows shared as read with the step budget's timelines.
+enum DeviceRows {
+    Own(Vec<DeviceChunk>),
+    Shared(std::sync::Arc<Vec<DeviceChunk>>),
+}
+
+impl DeviceRows {
+    fn chunks(&self) -> &[DeviceChunk] {
+        match self {
+            DeviceRows::Own(v) => v,
+            DeviceRows::Shared(a) => a,
+        }
+    }
+
+    /// Each chunk's meta and its rows with their marks (none yet).
+    fn marked(&mut self) -> (Vec<ChunkMeta<'_>>, Vec<Marked<'_>>) {
+        match self {
+            DeviceRows::Own(v) => v
+                .iter_mut()
+                .map(|c| {
+                    let DeviceChunk { kind, rows, long, wide, .. } = c;
+                    (ChunkMeta { kind: *kind, long, wide }, Marked::Aux(rows))
+                })
+                .unzip(),
+            DeviceRows::Shared(a) => a
+                .iter()
+                .map(|c| (ChunkMeta { kind: c.kind, long: &c.long, wide: &c.wide }, Marked::Apart(&c.rows, Vec::new())))
+                .unzip(),
+        }
+    }
+}
+
+/// One chunk's rows and their marks ([`DeviceRows`]).
+enum Marked<'a> {
+    /// In the rows' `aux` (the correlation id until marked).
+    Aux(&'a mut [PackedDeviceRow]),
+    /// Apart (filled by [`chain_rows`]).
+    Apart(&'a [PackedDeviceRow], Vec<u32>),
+}
+
+impl Marked<'_> {
+    fn rows(&self) -> &[PackedDeviceRow] {
+        match self {
+            Marked::Aux(r) => r,
+            Marked::Apart(r, _) => r,
+        }
+    }
+
+    fn mark(&self, i: usize) -> u32 {
+        match self {
+            Marked::Aux(r) => r[i].aux,
+            Marked::Apart(_, m) => m[i],
+        }
+    }
+
+    fn set(&mut self, i: usize, mark: u32) {
+        match self {
+            Marked::Aux(r) => r[i].aux = mark,
+            Marked::Apart(_, m) => m[i] = mark,
+        }
+    }
+}
+
+/// What the attribution reads of a chunk besides its rows.
+#[derive(Clone, Copy)]
+struct ChunkMeta<'a> {
+    kind: Option<DeviceKind>,
+    long: &'a [(usize, i64)],
+    wide: &'a [(usize, Option<i64>)],
+}
+
 /// Phase 3: the device rows (read in bulk, in table order: [`run_scans`]) attributed through `(globalPid,
-/// correlationId)` to the occurrence chain of their runtime call, each record's `aux` rewritten in place into
-/// its tag; then [`sweep`].
-fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChunk>) {
+/// correlationId)` to the occurrence chain of their runtime call: each row marked ([`DeviceRows`]) with its
+/// chain, then its tag; then [`sweep`].
+fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut rows: DeviceRows) {
     progress("attributing device rows");
     let CorrTable { corr, wide: corr_wide } = ct;
-    // the segments' devices and processes (a few per chunk), in row order
+    let (segs, dev_ids) = segments_of(w, rows.chunks());
+    let (metas, marked) = rows.marked();
+    // each row's chain, chunk by chunk in parallel threads
+    let (counts, mut marked): (Vec<KernelTotals>, Vec<Marked>) = {
+        let (corr, corr_wide) = (&corr, &corr_wide);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = marked
+                .into_iter()
+                .zip(metas.iter().zip(&segs))
+                .map(|(mut m, (meta, sg))| {
+                    s.spawn(move || {
+                        let n = chain_rows(*meta, &mut m, sg, corr, corr_wide);
+                        (n, m)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a device row attribution thread panicked")).unzip()
+        })
+    };
+    drop(corr);
+    drop(corr_wide);
+    w.syncs = SyncTable::new(std::mem::take(&mut w.sync_hits));
+    crate::memory::release_free_memory();
+    w.metrics = vec![CMet::EMPTY; w.occ.len()];
+    w.chain_counts = vec![DevCounts::default(); w.chains.len()];
+    for c in counts {
+        w.kernels_total += c.kernels_total;
+        w.kernel_work_total = w.kernel_work_total.saturating_add(c.kernel_work_total);
+        w.kernels_attr += c.kernels_attr;
+        w.kernel_work_attr = w.kernel_work_attr.saturating_add(c.kernel_work_attr);
+    }
+    // then, in one pass, the rows counted for the occurrences of their chain and tagged
+    let tags = tag_rows(w, &metas, &segs, &mut marked);
+    crate::phase::timed("sqlite-ranges", "sweep", || sweep(w, &metas, &marked, tags, &dev_ids));
+    // the rows (when the analysis held them alone) go before the occurrences' counts are spread
+    drop((metas, marked));
+    drop(rows);
+    spread_counts(w);
+    w.syncs.index(w.occ.len());
+}
+
+/// Each chunk's runs of rows of one process and device ([`SegOf`]), in row order, and the devices (a few per
+/// chunk) by index; the chunks' skipped rows counted, their processes noted.
+fn segments_of(w: &mut Work, chunks: &[DeviceChunk]) -> (Vec<Vec<SegOf>>, Vec<i64>) {
     let mut dev_ids: Vec<i64> = Vec::new();
     let mut dev_idx: FxMap<i64, u32> = FxMap::default();
     let mut segs: Vec<Vec<SegOf>> = Vec::with_capacity(chunks.len());
-    for chunk in &chunks {
+    for chunk in chunks {
         crate::export::merge_skips(&mut w.row_skips, &chunk.skips);
         if chunk.kind.is_none() {
             segs.push(Vec::new());
@@ -1381,35 +1446,7 @@ fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut chunks: Vec<DeviceChun
         }
         segs.push(v);
     }
-    // each row's chain, chunk by chunk in parallel threads
-    let counts: Vec<KernelTotals> = {
-        let (corr, corr_wide) = (&corr, &corr_wide);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = chunks
-                .iter_mut()
-                .zip(&segs)
-                .map(|(c, sg)| s.spawn(move || chain_rows(c, sg, corr, corr_wide)))
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("a device row attribution thread panicked")).collect()
-        })
-    };
-    drop(corr);
-    drop(corr_wide);
-    w.syncs = SyncTable::new(std::mem::take(&mut w.sync_hits));
-    crate::memory::release_free_memory();
-    w.metrics = vec![CMet::EMPTY; w.occ.len()];
-    w.chain_counts = vec![DevCounts::default(); w.chains.len()];
-    for c in counts {
-        w.kernels_total += c.kernels_total;
-        w.kernel_work_total = w.kernel_work_total.saturating_add(c.kernel_work_total);
-        w.kernels_attr += c.kernels_attr;
-        w.kernel_work_attr = w.kernel_work_attr.saturating_add(c.kernel_work_attr);
-    }
-    // then, in one pass, the rows counted for the occurrences of their chain and tagged
-    let tags = tag_rows(w, &mut chunks, &segs);
-    crate::phase::timed("sqlite-ranges", "sweep", || sweep(w, chunks, tags, &dev_ids));
-    spread_counts(w);
-    w.syncs.index(w.occ.len());
+    (segs, dev_ids)
 }
 
 /// A run of rows of one chunk with the same process and device: the device's index, the process's index in the
@@ -1430,19 +1467,23 @@ struct KernelTotals {
     kernel_work_attr: i64,
 }
 
-/// Each row's chain (`u32::MAX` for none) into its `aux`, through `(process, correlationId)`; the kernel totals.
+/// Each row's chain (`u32::MAX` for none), through `(process, correlationId)`, by row; the kernel totals.
 fn chain_rows(
-    chunk: &mut DeviceChunk,
+    chunk: ChunkMeta,
+    m: &mut Marked,
     segs: &[SegOf],
     corr: &[CorrEnt],
     corr_wide: &FxMap<(i64, i64), u32>,
 ) -> KernelTotals {
     let mut n = KernelTotals::default();
     let Some(kind) = chunk.kind else { return n };
-    let (mut ends, mut wide_i, mut hint) = (Ends::new(&chunk.long), 0usize, 0usize);
+    if let Marked::Apart(rows, marks) = m {
+        *marks = vec![u32::MAX; rows.len()];
+    }
+    let (mut ends, mut wide_i, mut hint) = (Ends::new(chunk.long), 0usize, 0usize);
     for sg in segs {
         for i in sg.rows.clone() {
-            let r = chunk.rows[i];
+            let r = m.rows()[i];
             let (s, e) = (r.start, ends.next(r));
             let correlation_id = if r.aux == u32::MAX {
                 wide_i += 1;
@@ -1462,7 +1503,7 @@ fn chain_rows(
                     n.kernel_work_attr = n.kernel_work_attr.saturating_add(e - s);
                 }
             }
-            chunk.rows[i].aux = chain;
+            m.set(i, chain);
         }
     }
     n
@@ -1557,20 +1598,20 @@ fn spread_counts(w: &mut Work) {
     w.counts = counts;
 }
 
-/// Each row counted for the occurrences of its chain (its `aux`, by runs of rows with the same chain: the rows of
-/// a launch come together), then tagged: `aux` becomes `(chain, device)`, shared by the rows of a key, or its own
-/// tag holding the end for a row lasting `u32::MAX` ns or more.
-fn tag_rows(w: &mut Work, chunks: &mut [DeviceChunk], segs: &[Vec<SegOf>]) -> Vec<Tag> {
+/// Each row counted for the occurrences of its chain (its mark, by runs of rows with the same chain: the rows of
+/// a launch come together), then tagged: its mark becomes `(chain, device)`, shared by the rows of a key, or its
+/// own tag holding the end for a row lasting `u32::MAX` ns or more.
+fn tag_rows(w: &mut Work, chunks: &[ChunkMeta], segs: &[Vec<SegOf>], marked: &mut [Marked]) -> Vec<Tag> {
     let mut tags = Tags::new(w.chains.len());
     let (mut last_key, mut last_tag) = ((u32::MAX, u32::MAX), u32::MAX);
-    for (chunk, sg) in chunks.iter_mut().zip(segs) {
+    for ((chunk, sg), m) in chunks.iter().zip(segs).zip(marked) {
         let Some(kind) = chunk.kind else { continue };
-        let mut ends = Ends::new(&chunk.long);
+        let mut ends = Ends::new(chunk.long);
         let mut run: (u32, u64, i64) = (u32::MAX, 0, 0);
         for sg in sg {
             for i in sg.rows.clone() {
-                let r = chunk.rows[i];
-                let chain = r.aux;
+                let r = m.rows()[i];
+                let chain = m.mark(i);
                 let end = ends.next(r);
                 if chain != run.0 {
                     add_run(w, kind, run);
@@ -1578,7 +1619,7 @@ fn tag_rows(w: &mut Work, chunks: &mut [DeviceChunk], segs: &[Vec<SegOf>]) -> Ve
                 }
                 run.1 += 1;
                 run.2 = run.2.saturating_add(end - r.start);
-                chunk.rows[i].aux = if r.dur != u32::MAX {
+                let tag = if r.dur != u32::MAX {
                     let key = (chain, sg.dev);
                     if key != last_key {
                         last_tag = tags.shared(chain, sg.dev);
@@ -1588,12 +1629,10 @@ fn tag_rows(w: &mut Work, chunks: &mut [DeviceChunk], segs: &[Vec<SegOf>]) -> Ve
                 } else {
                     tags.own(Tag { chain, dev: sg.dev, end })
                 };
+                m.set(i, tag);
             }
         }
         add_run(w, kind, run);
-        chunk.segs = Vec::new();
-        chunk.long = Vec::new();
-        chunk.wide = Vec::new();
     }
     tags.tags
 }
@@ -1642,17 +1681,20 @@ impl Tags {
 
 /// Phase 3b: the device records swept by start, merging per-occurrence and per-device interval unions
 /// incrementally (busy, coverage, span), no per-occurrence interval list.
-fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[i64]) {
+fn sweep(w: &mut Work, chunks: &[ChunkMeta], marked: &[Marked], tags: Vec<Tag>, dev_ids: &[i64]) {
     progress("merging device intervals");
-    // each chunk sorted by start (nsys writes them so: the sort is a check), then merged by start (the
-    // unions do not depend on the order of equal starts; the collected intervals keep the table order of
-    // rows with equal starts: a stable sort)
-    for c in &mut chunks {
-        if !c.rows.windows(2).all(|w| w[0].start <= w[1].start) {
-            c.rows.sort_by_key(|r| r.start);
-        }
-    }
-    let rows_out = MergeByStart::new(&chunks);
+    // each chunk in start order (nsys writes its rows so: the order is a check, an index only for a chunk
+    // that is not), then merged by start (the unions do not depend on the order of equal starts; the collected
+    // intervals keep the table order of rows with equal starts: a stable sort)
+    let order: Vec<Option<Vec<u32>>> = marked.iter().map(|m| start_order(m.rows())).collect();
+    let row_at = |c: usize, i: usize| order[c].as_ref().map_or(Some(i), |o| o.get(i).map(|&j| j as usize));
+    let key = |c: usize, i: usize| row_at(c, i).and_then(|j| marked[c].rows().get(j)).map(|r| r.start);
+    // a row's mark is its tag: `(chain, device index, end of a long row)`; a row lasting `u32::MAX` ns or more
+    // has `dur == u32::MAX` and its own tag holding its end
+    let rows_out = crate::merge::MergeByKey::new(marked.len(), key).filter_map(|(c, i)| {
+        let j = row_at(c, i)?;
+        Some((marked[c].rows()[j], marked[c].mark(j), c))
+    });
     // the collected device rows of an occurrence: as many as its chains counted, allocated once
     if let Some(c) = w.collect.as_mut() {
         let mut need = vec![0u64; w.occ.len()];
@@ -1690,8 +1732,8 @@ fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[
         c.device_ids = dev_ids.to_vec();
     }
     let (occ, metrics, chains, collect) = (&w.occ, &mut w.metrics, &w.chains, &mut w.collect);
-    for (r, ci) in rows_out {
-        let tg = tags[r.aux as usize];
+    for (r, mark, ci) in rows_out {
+        let tg = tags[mark as usize];
         let end = if r.dur == u32::MAX { tg.end } else { r.start + r.dur as i64 };
         let di = tg.dev as usize;
         let dt = &mut dtot[di];
@@ -1735,7 +1777,6 @@ fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[
             }
         }
     }
-    drop(chunks);
     drop(tags);
     for (di, c) in dcur.iter().enumerate() {
         if c.open {
@@ -1745,6 +1786,16 @@ fn sweep(w: &mut Work, mut chunks: Vec<DeviceChunk>, tags: Vec<Tag>, dev_ids: &[
     let mut per_device: Vec<DeviceTotals> = dtot.into_iter().filter(|d| d.device_rows > 0).collect();
     per_device.sort_by_key(|d| d.device_id);
     w.per_device = per_device;
+}
+
+/// The rows' indices in start order (stable), or None when they are in start order already.
+fn start_order(rows: &[PackedDeviceRow]) -> Option<Vec<u32>> {
+    if rows.is_sorted_by_key(|r| r.start) {
+        return None;
+    }
+    let mut o: Vec<u32> = (0..rows.len() as u32).collect();
+    o.sort_by_key(|&i| rows[i as usize].start);
+    Some(o)
 }
 
 /// Phase 4: one diagnostic per thread with kept occurrences: its process mapping (PROCESSES, else the

@@ -455,12 +455,15 @@ impl PendingTimelines {
 /// [`build`] in a thread of its own, started as soon as the ranges analysis has read its rows
 /// ([`crate::ranges::RowsReady`]): the device rows are taken out of `rows` and shared with the caller (the
 /// report's exposure reads them while the analysis goes on; the thread drops its share once its timeline rows are
-/// built), the runtime calls shared. A failure to read the names leaves `rows` as they were.
+/// built) and with the analysis's attribution (which reads them as they are), the runtime calls shared. A failure to read the names leaves `rows` as they were.
 pub fn build_beside(export: &Export, rows: &mut CapturedRows) -> Result<(PendingTimelines, Arc<Vec<DeviceChunk>>)> {
     let names = names_of(export)?;
-    let device = Arc::new(std::mem::take(&mut rows.device));
-    let own =
-        CapturedRows { device: Vec::new(), runtime: rows.runtime.clone(), runtime_skips: rows.runtime_skips.clone() };
+    let device = std::mem::take(&mut rows.device);
+    let own = CapturedRows {
+        device: Default::default(),
+        runtime: rows.runtime.clone(),
+        runtime_skips: rows.runtime_skips.clone(),
+    };
     let shared = device.clone();
     let handle = std::thread::spawn(move || timelines(&names, &own, Some(shared)));
     Ok((PendingTimelines(Arc::new(Mutex::new(Some(handle)))), device))
