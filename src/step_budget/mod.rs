@@ -601,7 +601,7 @@ pub fn analyze_window_with(
     let graph_level = steps.iter().any(|s| s.graph_traces > 0 || s.graph_launches > 0)
         && tl.node_rows == 0
         && export.graph_facts()?.node_rows == 0;
-    let distributions = distributions_of(&steps, true);
+    let distributions = distributions_of(steps.iter(), true);
     let mut totals: BTreeMap<String, i64> = BTreeMap::new();
     totals.insert("wall".into(), steps.iter().map(|s| s.wall_ns).sum());
     for (n, name) in Components::NAMES.iter().enumerate() {
@@ -618,16 +618,18 @@ pub fn analyze_window_with(
             ratio_to_median: s.wall_ns as f64 / median_wall as f64,
         })
         .collect();
-    let pacing = pacing_of(&steps);
+    let pacing = pacing_of(steps.iter());
     let mut by_shape: BTreeMap<u64, Vec<&Step>> = BTreeMap::new();
     for s in &steps {
         by_shape.entry(s.kernels).or_default().push(s);
     }
     let mut groups: Vec<Group> = by_shape
         .into_iter()
-        .map(|(kernels, ss)| {
-            let owned: Vec<Step> = ss.iter().map(|s| (*s).clone()).collect();
-            Group { kernels, steps: ss.len(), first_index: ss[0].index, distributions: distributions_of(&owned, false) }
+        .map(|(kernels, ss)| Group {
+            kernels,
+            steps: ss.len(),
+            first_index: ss[0].index,
+            distributions: distributions_of(ss.iter().copied(), false),
         })
         .collect();
     groups.sort_by(|a, b| b.steps.cmp(&a.steps).then(a.kernels.cmp(&b.kernels)));
@@ -1059,7 +1061,7 @@ fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<R
         per_rank[s.rank].push(s);
     }
     for (r, &pid) in rank_pids.iter().enumerate() {
-        let mine: Vec<Step> = per_rank[r].iter().map(|s| (*s).clone()).collect();
+        let mine: &[&Step] = &per_rank[r];
         let mut devices: Vec<(i64, i64)> =
             tl.devices.iter().filter_map(|d| d.busy_by_pid.get(&pid).map(|&b| (d.device_id, b))).collect();
         devices.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
@@ -1073,7 +1075,7 @@ fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<R
                 (kl, gl) = *l;
             }
         }
-        let mut distributions = distributions_of(&mine, false);
+        let mut distributions = distributions_of(mine.iter().copied(), false);
         distributions.insert("comm_busy".into(), dist(mine.iter().map(|s| s.comm_busy_ns)));
         let mut totals: BTreeMap<String, i64> = BTreeMap::new();
         totals.insert("wall".into(), mine.iter().map(|s| s.wall_ns).sum());
@@ -1096,7 +1098,7 @@ fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<R
             exposed_comm_ns: exposed,
             compute_busy_ns: compute,
             straggler_steps: 0,
-            pacing: pacing_of(&mine),
+            pacing: pacing_of(mine.iter().copied()),
             kernel_launch: kl,
             graph_launch: gl,
         });
@@ -1131,22 +1133,22 @@ fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<R
     (ranks, stragglers)
 }
 
-fn distributions_of(steps: &[Step], all: bool) -> BTreeMap<String, Dist> {
+fn distributions_of<'a>(steps: impl Iterator<Item = &'a Step> + Clone, all: bool) -> BTreeMap<String, Dist> {
     let mut d = BTreeMap::new();
-    d.insert("wall".to_string(), dist(steps.iter().map(|s| s.wall_ns)));
-    d.insert("gpu_busy".to_string(), dist(steps.iter().map(|s| s.gpu_busy_ns)));
+    d.insert("wall".to_string(), dist(steps.clone().map(|s| s.wall_ns)));
+    d.insert("gpu_busy".to_string(), dist(steps.clone().map(|s| s.gpu_busy_ns)));
     if all {
-        d.insert("gpu_idle_in_span".to_string(), dist(steps.iter().map(|s| s.gpu_idle_in_span_ns)));
-        d.insert("host_gap_to_next".to_string(), dist(steps.iter().filter_map(|s| s.host_gap_to_next_ns)));
+        d.insert("gpu_idle_in_span".to_string(), dist(steps.clone().map(|s| s.gpu_idle_in_span_ns)));
+        d.insert("host_gap_to_next".to_string(), dist(steps.clone().filter_map(|s| s.host_gap_to_next_ns)));
     }
     for (n, name) in Components::NAMES.iter().enumerate() {
-        d.insert(name.to_string(), dist(steps.iter().map(|s| s.components.values()[n])));
+        d.insert(name.to_string(), dist(steps.clone().map(|s| s.components.values()[n])));
     }
     d
 }
 
 /// Start-to-start intervals of consecutive steps of the same rank (all ranks' intervals together).
-fn pacing_of(steps: &[Step]) -> Option<Pacing> {
+fn pacing_of<'a>(steps: impl Iterator<Item = &'a Step>) -> Option<Pacing> {
     let mut last: BTreeMap<usize, i64> = BTreeMap::new();
     let mut iv: Vec<i64> = Vec::new();
     for s in steps {
