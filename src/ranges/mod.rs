@@ -14,9 +14,9 @@
 //! row against the occurrences of its thread), keeping only a `(process, correlationId) → occurrence-chain`
 //! table (a sorted Vec) for calls that fall inside a kept occurrence; device rows are streamed once into a compact 16-byte
 //! record (in parallel rowid chunks, each in start order as nsys writes them: the order is a check), marked with
-//! their chain and tag in a vector apart (the rows stay as read, shared with the step budget's timelines), and
-//! swept once in start order (a merge of the chunks) to merge per-occurrence and per-device interval unions
-//! incrementally.
+//! their chain and tag (in place when the analysis holds them alone; in a vector apart when they are shared as
+//! read with the step budget's timelines), and swept once in start order (a merge of the chunks) to merge
+//! per-occurrence and per-device interval unions incrementally.
 
 mod occurrences;
 mod table;
