@@ -33,3 +33,5 @@ pub mod schemas;
 pub mod serve_capture;
 pub mod step_budget;
 pub mod step_label;
+#[cfg(test)]
+mod test_rng;

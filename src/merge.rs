@@ -45,22 +45,16 @@ mod tests {
     /// included.
     #[test]
     fn merge_is_the_stable_sort_of_the_runs() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::test_rng::xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..200 {
-            let runs: Vec<Vec<(i64, u64)>> = (0..next() % 6)
+            let runs: Vec<Vec<(i64, i64)>> = (0..next(6))
                 .map(|_| {
-                    let mut r: Vec<(i64, u64)> = (0..next() % 40).map(|_| ((next() % 25) as i64, next())).collect();
+                    let mut r: Vec<(i64, i64)> = (0..next(40)).map(|_| (next(25), next(i64::MAX))).collect();
                     r.sort_by_key(|p| p.0);
                     r
                 })
                 .collect();
-            let mut want: Vec<((i64, u64), usize)> =
+            let mut want: Vec<((i64, i64), usize)> =
                 runs.iter().enumerate().flat_map(|(i, r)| r.iter().map(move |&p| (p, i))).collect();
             want.sort_by_key(|(p, _)| p.0);
             let got: Vec<_> =

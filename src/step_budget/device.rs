@@ -455,7 +455,8 @@ impl PendingTimelines {
 /// [`build`] in a thread of its own, started as soon as the ranges analysis has read its rows
 /// ([`crate::ranges::RowsReady`]): the device rows are taken out of `rows` and shared with the caller (the
 /// report's exposure reads them while the analysis goes on; the thread drops its share once its timeline rows are
-/// built) and with the analysis's attribution (which reads them as they are), the runtime calls shared. A failure to read the names leaves `rows` as they were.
+/// built) and with the analysis's attribution (which reads them as they are), the runtime calls shared. A
+/// failure to read the names leaves `rows` as they were.
 pub fn build_beside(export: &Export, rows: &mut CapturedRows) -> Result<(PendingTimelines, Arc<Vec<DeviceChunk>>)> {
     let names = names_of(export)?;
     let device = std::mem::take(&mut rows.device);
@@ -1054,7 +1055,7 @@ mod tests {
             kind,
             nccl,
         };
-        let mut next = crate::step_budget::xorshift(0x9E37_79B9_7F4A_7C15);
+        let mut next = crate::test_rng::xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..300 {
             let n = 1 + next(40);
             let mut ops: Vec<Op> = (0..n)

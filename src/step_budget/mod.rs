@@ -1269,18 +1269,6 @@ pub fn run(path: &Path, opts: &StepBudgetOptions, nsys: Option<&Path>) -> Result
     Ok(doc)
 }
 
-/// A deterministic pseudo-random source for the tests (xorshift64): `next(n)` is in `0..n`.
-#[cfg(test)]
-pub(crate) fn xorshift(seed: u64) -> impl FnMut(i64) -> i64 {
-    let mut x = seed;
-    move |n: i64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x % n as u64) as i64
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1298,7 +1286,7 @@ mod tests {
 
     #[test]
     fn depth_counts_dist_equals_dist() {
-        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
+        let mut next = crate::test_rng::xorshift(0x2545_F491_4F6C_DD1D);
         assert_eq!(DepthCounts::default().dist(), dist(Vec::new()));
         for round in 0..500 {
             let len = 1 + next(300) as usize;
@@ -1326,7 +1314,7 @@ mod tests {
 
     #[test]
     fn partition_sweep_equals_the_definition() {
-        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
+        let mut next = crate::test_rng::xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..2000 {
             let (start, end) = (next(50), 50 + next(100));
             let classes: Vec<Vec<(i64, i64)>> = (0..1 + next(7))
