@@ -203,7 +203,9 @@ pub struct Evidence {
     /// `question`, `benchmark`, `baselines` from it).
     #[serde(skip)]
     pub bundle: Option<Value>,
-    /// Per-occurrence values of every kept range (raw export only): the A/B statistics of capture-compare.
+    /// Per-occurrence values of every kept range (raw export read without step detail): the A/B statistics of
+    /// capture-compare. With step detail (report) they are not copied out: [`Evidence::occurrence_values`] reads
+    /// them from [`Evidence::step_detail`].
     #[serde(skip)]
     pub occurrences: Option<Vec<crate::compare::ab::Occ>>,
     /// The private temporary copy of an export read from stdin or a FIFO (kept while the evidence lives, so
@@ -235,6 +237,19 @@ pub struct Evidence {
     #[serde(skip)]
     #[schemars(skip)]
     pub no_range: Option<NoRange>,
+}
+
+impl Evidence {
+    /// The per-occurrence values of every kept range ([`Evidence::occurrences`]): as kept, else computed from
+    /// the step detail; None for evidence read from JSON.
+    pub fn occurrence_values(&self) -> Option<std::borrow::Cow<'_, [crate::compare::ab::Occ]>> {
+        use std::borrow::Cow;
+        match (&self.occurrences, &self.step_detail) {
+            (Some(o), _) => Some(Cow::Borrowed(o.as_slice())),
+            (None, Some(d)) => Some(Cow::Owned(crate::compare::ab::occurrences_of(&d.0))),
+            (None, None) => None,
+        }
+    }
 }
 
 /// What a capture without any NVTX range still shows on the host side.
@@ -903,7 +918,10 @@ pub fn from_open_export_keeping(
         Some((a, c)) => (a, Some(c)),
         None => (crate::ranges::analyze(export, &ropts)?, None),
     };
-    ev.occurrences = Some(crate::compare::ab::occurrences_of(&a));
+    // the report reads them from its step detail (a copy of 500 k labels at 5 M kernels, on the critical path)
+    if iv.is_none() {
+        ev.occurrences = Some(crate::compare::ab::occurrences_of(&a));
+    }
     ev.ranges = Some(ranges_view_of(export, &a)?);
     ph.mark("ranges");
     // report (step detail): how much copy and communication time the compute hides on each device, from the

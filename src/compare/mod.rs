@@ -406,7 +406,7 @@ pub fn capture_of(ev: Evidence, role: &str, path: &std::path::Path, tier: crate:
             None => (None, None),
         },
     };
-    let series = ev.occurrences.as_ref().map(|o| ab::series_by_label(o));
+    let series = ev.occurrence_values().map(|o| ab::series_by_label(&o));
     let side = Side {
         source: ev.source.clone(),
         kind: ev.kind.clone(),

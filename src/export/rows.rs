@@ -1653,6 +1653,9 @@ pub(crate) fn nvtx_ref<'r>(name: &str, rowid: Option<i64>, row: &'r RawRow) -> R
 /// from (in table order).
 pub struct RuntimeBatch {
     pub chunk: usize,
+    /// An upper bound of the rows of its chunk (the size of its rowid range; 0 when the chunk is the whole table):
+    /// for a consumer that keeps the rows of each chunk apart and reserves once.
+    pub chunk_bound: usize,
     pub rows: Vec<RuntimeRow>,
 }
 
@@ -1679,6 +1682,7 @@ fn read_runtime_chunk(
         stats.map(|k| TimedStats::columns(t, k)).unwrap_or_else(|| "NULL, NULL, NULL, NULL".into())
     );
     let mut gone = false;
+    let chunk_bound = range.map_or(0, |(a, b)| (b - a).clamp(0, 1 << 32) as usize);
     super::fold::for_each_in_range(src, t, tbl, &list, range, |rowid, r| {
         // the order of the checks of `Export::runtime_calls`: both types, both timestamps, then the rest
         let interval = super::fold::valid_interval(src, tbl, rowid, r, &mut skips)?;
@@ -1698,7 +1702,8 @@ fn read_runtime_chunk(
         });
         if batch.len() == RUNTIME_BATCH {
             let full = std::mem::replace(&mut batch, Vec::with_capacity(RUNTIME_BATCH));
-            if cancel.load(std::sync::atomic::Ordering::Relaxed) || tx.send(RuntimeBatch { chunk, rows: full }).is_err()
+            if cancel.load(std::sync::atomic::Ordering::Relaxed)
+                || tx.send(RuntimeBatch { chunk, chunk_bound, rows: full }).is_err()
             {
                 gone = true; // the consumer is gone
                 return Ok(false);
@@ -1707,7 +1712,7 @@ fn read_runtime_chunk(
         Ok(true)
     })?;
     if !gone && !batch.is_empty() {
-        let _ = tx.send(RuntimeBatch { chunk, rows: batch });
+        let _ = tx.send(RuntimeBatch { chunk, chunk_bound, rows: batch });
     }
     Ok((skips, if gone { None } else { st }))
 }

@@ -1118,11 +1118,15 @@ fn join_runtime(
         let mut last_pidx = 0u32;
         let mut seen = 0u64;
         let Work { occ, slice_of, runtime_calls, sync_hits, th_runtime, proc_idx, chains, row_skips, collect, .. } = w;
-        let mut body = |r: crate::export::RuntimeRow, part: usize| -> Result<()> {
+        // `bound`: an upper bound of the rows of the part, reserved once (untouched pages cost no memory)
+        let mut body = |r: crate::export::RuntimeRow, part: usize, bound: usize| -> Result<()> {
             seen += 1;
             if let (Some(c), Some(t), Some(n)) = (collect.as_mut(), r.global_tid, r.name_id) {
                 if c.calls_by_part.len() <= part {
                     c.calls_by_part.resize_with(part + 1, Vec::new);
+                }
+                if c.calls_by_part[part].capacity() == 0 {
+                    c.calls_by_part[part].reserve_exact(bound);
                 }
                 let call = CapturedCall {
                     start: r.start,
@@ -1205,11 +1209,14 @@ fn join_runtime(
                 consumed = true;
                 for b in rx.iter() {
                     for r in b.rows {
-                        body(r, b.chunk)?;
+                        body(r, b.chunk, b.chunk_bound)?;
                     }
                 }
             }
-            None => export.runtime_calls(row_skips, |r| body(r, 0))?,
+            None => {
+                let hint = export.row_count_hint(tbl);
+                export.runtime_calls(row_skips, |r| body(r, 0, hint))?
+            }
         }
     }
 

@@ -360,12 +360,10 @@ pub(super) fn load_interned(export: &Export, opts: &RangesOptions) -> Result<Int
 /// `prefix`, with their depth and parent among themselves: what [`load_occurrences`] gives with that
 /// `range_prefix`, without reading the export again (the sorted order of a subset is its sorted order).
 pub fn keep_prefix(loaded: &LoadedOccurrences, prefix: &str) -> LoadedOccurrences {
-    let mut occ: Vec<Occurrence> = loaded
-        .occurrences
-        .iter()
-        .filter(|o| o.label.starts_with(prefix))
-        .map(|o| Occurrence { depth: 0, parent: None, ..o.clone() })
-        .collect();
+    let kept = |o: &&Occurrence| o.label.starts_with(prefix);
+    // allocated once at its size (500 k occurrences: no doubling copies)
+    let mut occ: Vec<Occurrence> = Vec::with_capacity(loaded.occurrences.iter().filter(kept).count());
+    occ.extend(loaded.occurrences.iter().filter(kept).map(|o| Occurrence { depth: 0, parent: None, ..o.clone() }));
     nest(&mut occ);
     LoadedOccurrences { occurrences: occ, skipped: loaded.skipped, range_rows: loaded.range_rows }
 }

@@ -904,19 +904,16 @@ fn launches(
     (launch, by_pid_lat.into_iter().map(|(p, (k, g))| (p, (latency(&k), latency(&g)))).collect())
 }
 
-/// The queue-depth sweep: +1 at each row's issue, −1 at its end (ends before issues at the same ns).
+/// The queue-depth sweep: +1 at each row's issue, −1 at its end (ends before issues at the same ns). `ops` by
+/// start.
 fn queue(ops: &[Op], calls: &Calls) -> QueueDepth {
-    let sorted = |f: &dyn Fn(&Op) -> i64| {
-        let mut v: Vec<i64> = ops.iter().map(f).collect();
-        v.sort_unstable();
-        v
-    };
-    let (issues, ends) = std::thread::scope(|s| {
-        let issues = s.spawn(|| sorted(&|o| calls.issue_of(o)));
-        let ends = sorted(&|o| o.end);
-        (issues.join().expect("the issue sort panicked"), ends)
-    });
-    let (Some(&t0), Some(&t1)) = (issues.first().min(ends.first()), issues.last().max(ends.last())) else {
+    let mut issues: Vec<i64> = ops.iter().map(|o| calls.issue_of(o)).collect();
+    issues.sort_unstable();
+    let mut ends = EndsInOrder::new(ops);
+    let bounds = |v: Option<i64>, w: Option<i64>| v.into_iter().chain(w);
+    let t0 = bounds(issues.first().copied(), ops.iter().map(|o| o.end).min()).min();
+    let t1 = bounds(issues.last().copied(), ops.iter().map(|o| o.end).max()).max();
+    let (Some(t0), Some(t1)) = (t0, t1) else {
         return QueueDepth {
             max: 0,
             mean: 0.0,
@@ -934,11 +931,15 @@ fn queue(ops: &[Op], calls: &Calls) -> QueueDepth {
     let (mut depth, mut max, mut area, mut empty) = (0i64, 0i64, 0i128, 0i64);
     let mut at_issue = super::DepthCounts::default();
     let mut prev = t0;
-    let (mut i, mut j) = (0usize, 0usize);
-    while i < issues.len() || j < ends.len() {
+    let mut i = 0usize;
+    loop {
         // an end before an issue at the same ns
-        let is_end = j < ends.len() && (i == issues.len() || ends[j] <= issues[i]);
-        let t = if is_end { ends[j] } else { issues[i] };
+        let (t, is_end) = match (ends.peek(), issues.get(i)) {
+            (Some(e), Some(&x)) if e <= x => (e, true),
+            (_, Some(&x)) => (x, false),
+            (Some(e), None) => (e, true),
+            (None, None) => break,
+        };
         if t > prev {
             area += depth as i128 * (t - prev) as i128;
             if depth == 0 {
@@ -953,7 +954,7 @@ fn queue(ops: &[Op], calls: &Calls) -> QueueDepth {
         }
         if is_end {
             depth -= 1;
-            j += 1;
+            ends.pop();
         } else {
             at_issue.add(depth);
             depth += 1;
@@ -970,6 +971,38 @@ fn queue(ops: &[Op], calls: &Calls) -> QueueDepth {
         at_issue: at_issue.dist(),
         bucket_ns: bw,
         series,
+    }
+}
+
+/// The rows' ends in ascending order from rows by start, without sorting them: a row ends at or after its start,
+/// so an end at or before the next row's start is the smallest left. A min-heap holds the ends of the rows
+/// started and not yet ended: the rows in flight on the device, not every row.
+struct EndsInOrder<'a> {
+    ops: &'a [Op],
+    next: usize,
+    open: std::collections::BinaryHeap<std::cmp::Reverse<i64>>,
+}
+
+impl<'a> EndsInOrder<'a> {
+    fn new(ops: &'a [Op]) -> Self {
+        debug_assert!(ops.windows(2).all(|w| w[0].start <= w[1].start), "rows not by start");
+        EndsInOrder { ops, next: 0, open: std::collections::BinaryHeap::new() }
+    }
+    /// The smallest end not yet popped.
+    fn peek(&mut self) -> Option<i64> {
+        loop {
+            let top = self.open.peek().map(|r| r.0);
+            match self.ops.get(self.next) {
+                Some(o) if top.is_none_or(|e| e > o.start) => {
+                    self.open.push(std::cmp::Reverse(o.end));
+                    self.next += 1;
+                }
+                _ => return top,
+            }
+        }
+    }
+    fn pop(&mut self) {
+        self.open.pop();
     }
 }
 
