@@ -1014,11 +1014,33 @@ fn scan_timed_stats(
     while let Some(r) = q.next()? {
         let Ok(start) = int_cell(r.int(1)) else { return Ok(None) };
         let Ok(end) = int_cell(r.int(2)) else { return Ok(None) };
-        if !st.add_row(&r, start, end, 3) {
+        if !st.add_row(&r, start, end, StatCols::at(3)) {
             return Ok(None);
         }
     }
     Ok(Some(st))
+}
+
+/// Where [`TimedStats::add_row`] finds its four values in a row: `globalTid`, `nameId`, `graphNodeId` and the
+/// kernel's `demangledName`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StatCols {
+    tid: usize,
+    name: usize,
+    node: usize,
+    kname: usize,
+}
+
+impl StatCols {
+    /// The list of [`TimedStats::columns`] at `base`.
+    pub(crate) fn at(base: usize) -> StatCols {
+        StatCols { tid: base, name: base + 1, node: base + 2, kname: base + 3 }
+    }
+    /// The list of [`TimedStats::columns_beside`] at `base`, `graphNodeId` and `demangledName` at `node` and
+    /// `kname` when the statement reads them itself.
+    pub(crate) fn beside(base: usize, node: Option<usize>, kname: Option<usize>) -> StatCols {
+        StatCols { node: node.unwrap_or(base + 2), kname: kname.unwrap_or(base + 3), ..Self::at(base) }
+    }
 }
 
 impl TimedStats {
@@ -1036,17 +1058,29 @@ impl TimedStats {
     }
 
     /// The four columns [`TimedStats::add_row`] reads (NULL for those the table lacks): `globalTid`, `nameId`,
-    /// `graphNodeId IS NOT NULL`, and the kernel's `demangledName` when kept.
+    /// `graphNodeId`, and the kernel's `demangledName` when kept.
     pub(crate) fn columns(t: &super::TableInfo, keep: Keep) -> String {
+        Self::columns_beside(t, keep, false, false)
+    }
+
+    /// [`TimedStats::columns`] for a statement that reads `graphNodeId` (`node_read`) or `demangledName`
+    /// (`kname_read`) itself: those are not read twice (NULL in the list; [`StatCols::beside`] says where they are).
+    pub(crate) fn columns_beside(t: &super::TableInfo, keep: Keep, node_read: bool, kname_read: bool) -> String {
         let has = |c: &'static str| if t.has_column(c) { c } else { "NULL" };
-        let kname = if keep.names && t.has_column(cols::DEMANGLED_NAME) { cols::DEMANGLED_NAME } else { "NULL" };
-        format!("{}, {}, {} IS NOT NULL, {kname}", has("globalTid"), has("nameId"), has(cols::GRAPH_NODE_ID))
+        let kname = keep.names && t.has_column(cols::DEMANGLED_NAME) && !kname_read;
+        format!(
+            "{}, {}, {}, {}",
+            has("globalTid"),
+            has("nameId"),
+            if node_read { "NULL" } else { has(cols::GRAPH_NODE_ID) },
+            if kname { cols::DEMANGLED_NAME } else { "NULL" }
+        )
     }
 
     /// Count one row whose interval was read as `start, end` and whose [`TimedStats::columns`] are the
-    /// columns `base..base + 4` of `r`; the row id (column 0) names an impossible timestamp. False when a value
-    /// is not an INTEGER (the stats of the table then fall back to SQL).
-    pub(crate) fn add_row(&mut self, r: &RawRow, start: Option<i64>, end: Option<i64>, base: usize) -> bool {
+    /// columns of `r` at `at`; the row id (column 0) names an impossible timestamp. False when a value is not
+    /// an INTEGER (the stats of the table then fall back to SQL).
+    pub(crate) fn add_row(&mut self, r: &RawRow, start: Option<i64>, end: Option<i64>, at: StatCols) -> bool {
         let bad = |v: Option<i64>| v.is_some_and(|x| !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&x));
         self.rows += 1;
         if self.bad_ts.is_none() && (bad(start) || bad(end)) {
@@ -1061,7 +1095,7 @@ impl TimedStats {
                     v.push((s, e));
                 }
                 if let Some(m) = self.name_time.as_mut() {
-                    let ok = match r.int(base + 3) {
+                    let ok = match r.int(at.kname) {
                         IntCell::Int(id) => {
                             let x = m.entry(id).or_insert((0, 0));
                             e.checked_sub(s).and_then(|d| x.1.checked_add(d)).map(|t| *x = (x.0 + 1, t)).is_some()
@@ -1088,19 +1122,20 @@ impl TimedStats {
             }
         }
         if self.threads {
-            let Ok(g) = int_cell(r.int(base)) else { return false };
+            let Ok(g) = int_cell(r.int(at.tid)) else { return false };
             if let Some(g) = g {
                 self.thread_ids.insert(g);
             }
         }
         if self.names {
-            let Ok(n) = int_cell(r.int(base + 1)) else { return false };
+            let Ok(n) = int_cell(r.int(at.name)) else { return false };
             if let Some(n) = n {
                 *self.name_counts.entry(n).or_default() += 1;
             }
         }
         if let Some(n) = self.node_rows.as_mut() {
-            if let IntCell::Int(1) = r.int(base + 2) {
+            // `graphNodeId IS NOT NULL`
+            if !matches!(r.int(at.node), IntCell::Null) {
                 *n += 1;
             }
         }
@@ -1511,8 +1546,12 @@ fn read_device_chunk(
         cols::DEVICE.join(", "),
         if names { cols::DEMANGLED_NAME } else { "NULL" },
         if nodes { cols::GRAPH_NODE_ID } else { "NULL" },
-        stats.map(|k| TimedStats::columns(t, k)).unwrap_or_else(|| "NULL, NULL, NULL, NULL".into())
+        stats
+            .map(|k| TimedStats::columns_beside(t, k, nodes, names))
+            .unwrap_or_else(|| "NULL, NULL, NULL, NULL".into())
     );
+    // the stats read the name and the graph node where the rows' own columns have them (not twice)
+    let at = StatCols::beside(8, nodes.then_some(7), names.then_some(6));
     super::fold::for_each_in_range(src, t, tbl, &list, range, |rowid, r| {
         n += 1;
         if n & 0xFFFF == 0 && cancel.load(std::sync::atomic::Ordering::Relaxed) {
@@ -1521,7 +1560,7 @@ fn read_device_chunk(
         let interval = super::fold::valid_interval(src, tbl, rowid, r, &mut c.skips)?;
         if let Some(st) = c.stats.as_mut() {
             let (s, e) = (int_cell(r.int(1)).ok().flatten(), int_cell(r.int(2)).ok().flatten());
-            if !st.add_row(r, s, e, 8) {
+            if !st.add_row(r, s, e, at) {
                 c.stats = None;
             }
         }
@@ -1688,7 +1727,7 @@ fn read_runtime_chunk(
         let interval = super::fold::valid_interval(src, tbl, rowid, r, &mut skips)?;
         if let Some(x) = st.as_mut() {
             let (s, e) = (int_cell(r.int(1)).ok().flatten(), int_cell(r.int(2)).ok().flatten());
-            if !x.add_row(r, s, e, 6) {
+            if !x.add_row(r, s, e, StatCols::at(6)) {
                 st = None;
             }
         }
