@@ -514,7 +514,7 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
             largest_opaque_gaps: Vec::new(),
             cuda_graphs: cuda_graphs(export, runtime.as_deref(), None, false)?,
             naming: Naming {
-                labels_with_ids: id_patterns(all.iter().map(|o| o.label.as_str())),
+                labels_with_ids: id_patterns(all.iter().map(|o| &*o.label)),
                 outside_prefix_on_engine_threads: Vec::new(),
                 labels_at_several_depths: Vec::new(),
             },
@@ -532,7 +532,7 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
     // ---- taxonomy and labels outside it
     let mut per_label: BTreeMap<&str, (u64, i64, BTreeSet<i64>)> = BTreeMap::new();
     for o in &occ {
-        let e = per_label.entry(o.label.as_str()).or_default();
+        let e = per_label.entry(&*o.label).or_default();
         e.0 += 1;
         e.1 += o.end - o.start;
         e.2.insert(o.global_tid);
@@ -558,10 +558,10 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
 
     // ---- naming rules
     let engine: BTreeSet<i64> = iterations.engine_threads.iter().map(|t| t.global_tid).collect();
-    let labels_with_ids: Vec<IdPattern> = id_patterns(occ.iter().map(|o| o.label.as_str()));
+    let labels_with_ids: Vec<IdPattern> = id_patterns(occ.iter().map(|o| &*o.label));
     let mut outside: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
     for o in all.iter().filter(|o| engine.contains(&o.global_tid) && !o.label.starts_with(&under)) {
-        let e = outside.entry(o.label.as_str()).or_default();
+        let e = outside.entry(&*o.label).or_default();
         e.0 += 1;
         e.1 += o.end - o.start;
     }
@@ -572,7 +572,7 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
     sort_counts(&mut outside_prefix_on_engine_threads);
     let mut depths: BTreeMap<&str, BTreeMap<u32, u64>> = BTreeMap::new();
     for o in &occ {
-        *depths.entry(o.label.as_str()).or_default().entry(o.depth).or_default() += 1;
+        *depths.entry(&*o.label).or_default().entry(o.depth).or_default() += 1;
     }
     let labels_at_several_depths: Vec<DepthSpread> = depths
         .into_iter()
@@ -689,7 +689,7 @@ pub fn opaque(occ: &[Occurrence], iter_label: &str, keep: usize) -> (Iterations,
     let mut gaps = TopGaps::new(keep);
     let mut threads = BTreeSet::new();
     for (i, o) in occ.iter().enumerate() {
-        if o.label != iter_label {
+        if &*o.label != iter_label {
             continue;
         }
         let idx = it.occurrences;
@@ -709,7 +709,7 @@ pub fn opaque(occ: &[Occurrence], iter_label: &str, keep: usize) -> (Iterations,
         while j < occ.len() && occ[j].global_tid == o.global_tid && occ[j].start <= o.end {
             let c = &occ[j];
             j += 1;
-            if c.label == iter_label || c.end > o.end || c.start < o.start {
+            if &*c.label == iter_label || c.end > o.end || c.start < o.start {
                 continue;
             }
             any_child = true;
@@ -724,7 +724,7 @@ pub fn opaque(occ: &[Occurrence], iter_label: &str, keep: usize) -> (Iterations,
                     iteration_start: o.start,
                     iteration_end: o.end,
                     after: last_label.map(str::to_string),
-                    before: Some(c.label.clone()),
+                    before: Some(c.label.to_string()),
                 });
             }
             if c.end > cursor {

@@ -669,13 +669,13 @@ fn synthetic_library_api_exposes_occurrences() {
     let loaded = nsyskit::ranges::load_occurrences(&export, &Default::default()).unwrap();
     assert_eq!(loaded.skipped.unlabeled, 1);
     let occ = &loaded.occurrences;
-    let inner = occ.iter().position(|o| o.label == "inner" && o.start == -500).unwrap();
+    let inner = occ.iter().position(|o| &*o.label == "inner" && o.start == -500).unwrap();
     let parent = occ[inner].parent.unwrap();
-    assert_eq!(occ[parent].label, "outer");
+    assert_eq!(&*occ[parent].label, "outer");
     assert_eq!(occ[inner].depth, 2);
     let a = nsyskit::ranges::analyze(&export, &Default::default()).unwrap();
     assert_eq!(a.occurrences.len(), a.metrics.len());
-    let i = a.occurrences.iter().position(|o| o.label == "outer").unwrap();
+    let i = a.occurrences.iter().position(|o| &*o.label == "outer").unwrap();
     let m = &a.metrics[i];
     assert_eq!(
         (m.busy_ns, m.coverage_ns, m.span_ns, m.first_device_start, m.last_device_end),

@@ -340,7 +340,7 @@ fn intervals_agree_with_the_metrics_of_the_same_join() {
     assert_eq!(a.metrics, plain.metrics);
     let mut seen = 0;
     for (i, o) in a.occurrences.iter().enumerate() {
-        if o.label != "vibeserve.engine.iteration" {
+        if &*o.label != "vibeserve.engine.iteration" {
             assert!(iv[i].device.is_empty() && iv[i].runtime.is_empty());
             continue;
         }

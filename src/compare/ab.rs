@@ -31,7 +31,7 @@ pub fn occurrences_of(a: &crate::ranges::Analysis) -> Vec<Occ> {
         .iter()
         .zip(a.metrics.iter())
         .map(|(o, m)| Occ {
-            label: o.label.clone(),
+            label: o.label.to_string(),
             start: o.start,
             host_wall_ns: o.end - o.start,
             kernel_busy_union_ns: m.busy_ns,

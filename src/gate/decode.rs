@@ -63,10 +63,10 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
     // per label: occurrences carrying device work, Σ host wall
     let mut work: std::collections::BTreeMap<&str, (u64, i64)> = std::collections::BTreeMap::new();
     for (o, m) in a.occurrences.iter().zip(&a.metrics) {
-        let c = counts.entry(o.label.as_str()).or_insert((0, u32::MAX));
+        let c = counts.entry(&*o.label).or_insert((0, u32::MAX));
         c.0 += 1;
         c.1 = c.1.min(o.depth);
-        let w = work.entry(o.label.as_str()).or_default();
+        let w = work.entry(&*o.label).or_default();
         w.0 += u64::from(m.device_rows() > 0);
         w.1 += o.end - o.start;
     }
@@ -120,7 +120,7 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
     };
     let mut steps: Vec<DecodeStep> = Vec::new();
     for (i, o) in a.occurrences.iter().enumerate() {
-        if o.label == label {
+        if *o.label == *label {
             steps.push(DecodeStep {
                 global_tid: o.global_tid,
                 start: o.start,

@@ -2062,6 +2062,8 @@ fn finish(
         return Ok((doc, None));
     }
     let Work { occ, label_names, metrics, counts, runtime_calls, syncs, slices, thread_of, .. } = w;
+    // one string per label, shared by its occurrences
+    let label_names: Vec<std::sync::Arc<str>> = label_names.iter().map(|l| std::sync::Arc::from(l.as_str())).collect();
     let occurrences: Vec<Occurrence> = occ
         .iter()
         .zip(&thread_of)

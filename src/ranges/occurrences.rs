@@ -17,7 +17,7 @@ use crate::export::{ns_of, Export};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Occurrence {
     /// The label: the message, prefixed with `DOMAIN:` for a named NVTX domain.
-    pub label: String,
+    pub label: std::sync::Arc<str>,
     /// The thread that opened it.
     pub global_tid: i64,
     pub start: i64,
@@ -235,11 +235,13 @@ pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedO
 impl InternedOccurrences {
     /// The occurrences with their labels.
     pub(super) fn into_loaded(self) -> LoadedOccurrences {
+        // one string per label, shared by its occurrences
+        let labels: Vec<std::sync::Arc<str>> = self.labels.iter().map(|l| std::sync::Arc::from(l.as_str())).collect();
         let occurrences = self
             .occurrences
             .iter()
             .map(|o| Occurrence {
-                label: self.labels[o.label as usize].clone(),
+                label: labels[o.label as usize].clone(),
                 global_tid: o.global_tid,
                 start: o.start,
                 end: o.end,
@@ -535,7 +537,7 @@ mod tests {
                 .map(|_| {
                     let start = next(30) as i64;
                     Occurrence {
-                        label: String::new(),
+                        label: "".into(),
                         global_tid: next(2) as i64,
                         start,
                         end: start + next(12) as i64,

@@ -2264,7 +2264,7 @@ pub fn summarize_export(ex: &crate::export::Export) -> Result<(Vec<RangeCount>, 
         let loaded = crate::ranges::load_occurrences(ex, &crate::ranges::RangesOptions::default())?;
         let mut by: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
         for o in &loaded.occurrences {
-            *by.entry(o.label.as_str()).or_default() += 1;
+            *by.entry(&*o.label).or_default() += 1;
         }
         for (name, n) in by {
             total += n;

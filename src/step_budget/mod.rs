@@ -518,7 +518,7 @@ pub fn analyze_window_with(
         }
     };
     let iv = collected.intervals.as_slice();
-    let mut idx: Vec<usize> = (0..a.occurrences.len()).filter(|&i| a.occurrences[i].label == label).collect();
+    let mut idx: Vec<usize> = (0..a.occurrences.len()).filter(|&i| *a.occurrences[i].label == *label).collect();
     if a.doc.ranges.is_empty() {
         return Err(no_range_error(export)?);
     }
@@ -566,9 +566,9 @@ pub fn analyze_window_with(
     let nccl_procs = nccl_processes(a, iv, &idx, comm);
     let mut comm_occ: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
     let mut enqueue_labels: std::collections::BTreeSet<&str> = Default::default();
-    for o in a.occurrences.iter().filter(|o| comm_labels.contains(&o.label)) {
+    for o in a.occurrences.iter().filter(|o| comm_labels.iter().any(|l| **l == *o.label)) {
         if nccl_procs.contains(&crate::export::ns_of(o.global_tid)) {
-            enqueue_labels.insert(o.label.as_str());
+            enqueue_labels.insert(&*o.label);
             continue;
         }
         comm_occ.entry(o.global_tid).or_default().push((o.start, o.end));
