@@ -118,12 +118,24 @@ pub(crate) fn valid_interval(
     r: &RawRow,
     skips: &mut RowSkips,
 ) -> Result<Option<(i64, i64)>> {
+    row_times(src, tbl, rowid, r, skips).map(|(_, valid)| valid)
+}
+
+/// [`valid_interval`], and the two cells as read (integers or NULL: anything else is an error), for a caller that
+/// also counts the row in [`super::rows::TimedStats`] (not read twice).
+pub(crate) fn row_times(
+    src: &ScanSource,
+    tbl: &str,
+    rowid: Option<i64>,
+    r: &RawRow,
+    skips: &mut RowSkips,
+) -> Result<((Option<i64>, Option<i64>), Option<(i64, i64)>)> {
     let name = src.name();
     let (start, end) = (cell_int(name, r, 1, tbl, "start")?, cell_int(name, r, 2, tbl, "end")?);
     let start = named_ts(name, tbl, "start", rowid, start)?;
     let end = named_ts(name, tbl, "end", rowid, end)?;
     match (start, end) {
-        (Some(s), Some(e)) if e >= s => Ok(Some((s, e))),
+        (Some(s), Some(e)) if e >= s => Ok(((start, end), Some((s, e)))),
         (st, en) => {
             let k = skips.entry(tbl.to_string()).or_default();
             match (st, en) {
@@ -131,7 +143,7 @@ pub(crate) fn valid_interval(
                 (_, None) => k.null_end += 1,
                 _ => k.inverted += 1,
             }
-            Ok(None)
+            Ok(((start, end), None))
         }
     }
 }

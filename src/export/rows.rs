@@ -1557,9 +1557,8 @@ fn read_device_chunk(
         if n & 0xFFFF == 0 && cancel.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(false);
         }
-        let interval = super::fold::valid_interval(src, tbl, rowid, r, &mut c.skips)?;
+        let ((s, e), interval) = super::fold::row_times(src, tbl, rowid, r, &mut c.skips)?;
         if let Some(st) = c.stats.as_mut() {
-            let (s, e) = (int_cell(r.int(1)).ok().flatten(), int_cell(r.int(2)).ok().flatten());
             if !st.add_row(r, s, e, at) {
                 c.stats = None;
             }
@@ -1724,9 +1723,8 @@ fn read_runtime_chunk(
     let chunk_bound = range.map_or(0, |(a, b)| (b - a).clamp(0, 1 << 32) as usize);
     super::fold::for_each_in_range(src, t, tbl, &list, range, |rowid, r| {
         // the order of the checks of `Export::runtime_calls`: both types, both timestamps, then the rest
-        let interval = super::fold::valid_interval(src, tbl, rowid, r, &mut skips)?;
+        let ((s, e), interval) = super::fold::row_times(src, tbl, rowid, r, &mut skips)?;
         if let Some(x) = st.as_mut() {
-            let (s, e) = (int_cell(r.int(1)).ok().flatten(), int_cell(r.int(2)).ok().flatten());
             if !x.add_row(r, s, e, StatCols::at(6)) {
                 st = None;
             }
