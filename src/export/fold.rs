@@ -121,6 +121,9 @@ pub(crate) fn valid_interval(
     row_times(src, tbl, rowid, r, skips).map(|(_, valid)| valid)
 }
 
+/// The `start` and `end` cells of a row as read (integers or NULL).
+pub(crate) type TimeCells = (Option<i64>, Option<i64>);
+
 /// [`valid_interval`], and the two cells as read (integers or NULL: anything else is an error), for a caller that
 /// also counts the row in [`super::rows::TimedStats`] (not read twice).
 pub(crate) fn row_times(
@@ -129,7 +132,7 @@ pub(crate) fn row_times(
     rowid: Option<i64>,
     r: &RawRow,
     skips: &mut RowSkips,
-) -> Result<((Option<i64>, Option<i64>), Option<(i64, i64)>)> {
+) -> Result<(TimeCells, Option<(i64, i64)>)> {
     let name = src.name();
     let (start, end) = (cell_int(name, r, 1, tbl, "start")?, cell_int(name, r, 2, tbl, "end")?);
     let start = named_ts(name, tbl, "start", rowid, start)?;
