@@ -417,39 +417,45 @@ pub fn union_len(mut iv: Vec<(i64, i64)>) -> i64 {
 /// The priority partition of `[start, end)`: `classes[k]` are the intervals of component k (in priority
 /// order); component k gets `|∪_{j≤k} C_j ∩ wall| − |∪_{j<k} C_j ∩ wall|`, the rest is returned last.
 ///
-/// One sweep: that difference is the time whose highest-priority covering class is k, so the clipped
-/// intervals' boundaries are swept once in time order, with a coverage count per class.
+/// The definition, in one pass per class: the union of the classes so far is kept sorted and disjoint, each
+/// class's clipped intervals (by start: a device class comes so, a class that does not is sorted) are merged
+/// into it, and the component is how much it grew.
 pub fn partition(start: i64, end: i64, classes: &[Vec<(i64, i64)>]) -> (Vec<i64>, i64) {
-    let mut ev: Vec<(i64, bool, usize)> = Vec::new();
-    for (k, c) in classes.iter().enumerate() {
-        for &(s, e) in c {
-            let (s, e) = (s.max(start), e.min(end));
-            if e > s {
-                ev.push((s, true, k));
-                ev.push((e, false, k));
-            }
-        }
-    }
-    ev.sort_unstable_by_key(|&(t, _, _)| t);
-    let mut out = vec![0i64; classes.len()];
-    let mut count = vec![0u32; classes.len()];
+    let (mut acc, mut next, mut cls) = (Vec::new(), Vec::new(), Vec::new());
+    let mut out = Vec::with_capacity(classes.len());
     let mut covered = 0i64;
-    let mut prev = i64::MIN;
-    for (t, open, k) in ev {
-        if t > prev {
-            if let Some(top) = count.iter().position(|&c| c > 0) {
-                out[top] += t - prev;
-                covered += t - prev;
-            }
-            prev = t;
+    for c in classes {
+        cls.clear();
+        cls.extend(c.iter().map(|&(s, e)| (s.max(start), e.min(end))).filter(|(s, e)| e > s));
+        if !cls.is_sorted_by_key(|iv| iv.0) {
+            cls.sort_unstable_by_key(|iv| iv.0);
         }
-        if open {
-            count[k] += 1;
-        } else {
-            count[k] -= 1;
-        }
+        merge_union(&acc, &cls, &mut next);
+        std::mem::swap(&mut acc, &mut next);
+        let now = device::len(&acc);
+        out.push(now - covered);
+        covered = now;
     }
     (out, (end - start) - covered)
+}
+
+/// The union of `a` (sorted, disjoint) and `b` (by start) into `out`, sorted and disjoint.
+fn merge_union(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut Vec<(i64, i64)>) {
+    out.clear();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let iv = if j == b.len() || (i < a.len() && a[i].0 <= b[j].0) {
+            i += 1;
+            a[i - 1]
+        } else {
+            j += 1;
+            b[j - 1]
+        };
+        match out.last_mut() {
+            Some(last) if iv.0 <= last.1 => last.1 = last.1.max(iv.1),
+            _ => out.push(iv),
+        }
+    }
 }
 
 fn is_launch(name: &str) -> bool {
@@ -1323,7 +1329,7 @@ mod tests {
     }
 
     #[test]
-    fn partition_sweep_equals_the_definition() {
+    fn partition_equals_the_definition() {
         let mut next = crate::test_rng::xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..2000 {
             let (start, end) = (next(50), 50 + next(100));
