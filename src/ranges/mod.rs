@@ -737,7 +737,7 @@ pub struct SharedOccurrences(occurrences::InternedOccurrences);
 impl SharedOccurrences {
     /// [`load_occurrences`] with default options, without reading the export again.
     pub fn loaded(&self) -> LoadedOccurrences {
-        self.0.clone().into_loaded()
+        self.0.to_loaded()
     }
 }
 

@@ -229,12 +229,12 @@ fn read_nvtx(export: &Export) -> Result<(NvtxRead, Vec<Vec<RawRange>>)> {
 
 /// The kept NVTX range occurrences of an export, with depth and parent (see the module docs).
 pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedOccurrences> {
-    Ok(load_interned(export, opts)?.into_loaded())
+    Ok(load_interned(export, opts)?.to_loaded())
 }
 
 impl InternedOccurrences {
     /// The occurrences with their labels.
-    pub(super) fn into_loaded(self) -> LoadedOccurrences {
+    pub(super) fn to_loaded(&self) -> LoadedOccurrences {
         // one string per label, shared by its occurrences
         let labels: Vec<std::sync::Arc<str>> = self.labels.iter().map(|l| std::sync::Arc::from(l.as_str())).collect();
         let occurrences = self

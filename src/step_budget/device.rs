@@ -606,6 +606,40 @@ impl Pieces {
     fn starting_at(&self, i: usize) -> impl Iterator<Item = (i64, i64, u8)> + '_ {
         self.spans[i..].iter().zip(&self.kinds[i..]).map(|(&(s, e), &k)| (s, e, k))
     }
+    /// The idle of `[lo, hi)` by category.
+    fn idle_in(&self, lo: i64, hi: i64) -> [i64; 4] {
+        let mut v = [0i64; 4];
+        if hi <= lo {
+            return v;
+        }
+        for (s, e, k) in self.ending_after(lo) {
+            if s >= hi {
+                break;
+            }
+            v[k as usize] += e.min(hi) - s.max(lo);
+        }
+        v
+    }
+    /// The idle inside the sorted disjoint spans `u` ([`Pieces::idle_in`] summed over them) and across them (from
+    /// the first start to the last end), by category, in one pass over the pieces.
+    fn idle_inside_and_across(&self, u: &[(i64, i64)]) -> ([i64; 4], [i64; 4]) {
+        let (mut inside, mut across) = ([0i64; 4], [0i64; 4]);
+        let (Some(&(lo, _)), Some(&(_, hi))) = (u.first(), u.last()) else { return (inside, across) };
+        let mut j = 0;
+        for (s, e, k) in self.ending_after(lo) {
+            if s >= hi {
+                break;
+            }
+            across[k as usize] += e.min(hi) - s.max(lo);
+            while j < u.len() && u[j].1 <= s {
+                j += 1;
+            }
+            for &(a, b) in u[j..].iter().take_while(|span| span.0 < e) {
+                inside[k as usize] += e.min(b) - s.max(a);
+            }
+        }
+        (inside, across)
+    }
 }
 
 /// Split `[a, b)` into the parts covered by `cover` (sorted disjoint) and the rest, pushed as pieces.
@@ -1009,35 +1043,15 @@ impl<'a> EndsInOrder<'a> {
 impl DeviceTimeline {
     /// The idle of `[lo, hi)` on this device, by category.
     pub fn idle_in(&self, lo: i64, hi: i64) -> IdleSplit {
-        let mut v = [0i64; 4];
-        if hi <= lo {
-            return IdleSplit::default();
-        }
-        for (s, e, k) in self.pieces.ending_after(lo) {
-            if s >= hi {
-                break;
-            }
-            v[k as usize] += e.min(hi) - s.max(lo);
-        }
-        IdleSplit::from(v)
+        IdleSplit::from(self.pieces.idle_in(lo, hi))
     }
 
     /// Fill `in_steps`, `between_steps`, `outside_steps` from the GPU spans of the steps on this device.
     pub fn set_step_spans(&mut self, spans: Vec<(i64, i64)>) {
         let u = union(spans);
         let total = IdleSplit::from(IDLE_NAMES.map(|n| self.idle.categories.get(n).map(|c| c.ns).unwrap_or(0)));
-        let mut inside = [0i64; 4];
-        for &(a, b) in &u {
-            let s = self.idle_in(a, b).values();
-            for k in 0..4 {
-                inside[k] += s[k];
-            }
-        }
-        let inside = IdleSplit::from(inside);
-        let window = match (u.first(), u.last()) {
-            (Some(f), Some(l)) => self.idle_in(f.0, l.1),
-            _ => IdleSplit::default(),
-        };
+        let (inside, window) = self.pieces.idle_inside_and_across(&u);
+        let (inside, window) = (IdleSplit::from(inside), IdleSplit::from(window));
         let between = window.minus(&inside);
         self.idle.in_steps = inside;
         self.idle.between_steps = between;
@@ -1060,6 +1074,34 @@ impl DeviceTimeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idle_inside_and_across_spans_is_idle_in_summed() {
+        let mut next = crate::test_rng::xorshift(0x5DEE_CE66_D1CE_4E5B);
+        for _ in 0..500 {
+            // sorted disjoint pieces (some touching), sorted disjoint spans (some empty of pieces)
+            let (mut pieces, mut t) = (Pieces::default(), next(20));
+            for _ in 0..next(30) {
+                let s = t + next(3);
+                t = s + 1 + next(10);
+                pieces.push((s, t, next(4) as u8));
+            }
+            let (mut u, mut t) = (Vec::new(), next(40) - 10);
+            for _ in 0..1 + next(8) {
+                let a = t + 1 + next(15);
+                t = a + 1 + next(20);
+                u.push((a, t));
+            }
+            let mut inside = [0i64; 4];
+            for &(a, b) in &u {
+                let v = pieces.idle_in(a, b);
+                (0..4).for_each(|k| inside[k] += v[k]);
+            }
+            let across = pieces.idle_in(u[0].0, u[u.len() - 1].1);
+            assert_eq!(pieces.idle_inside_and_across(&u), (inside, across), "{pieces:?} {u:?}");
+        }
+        assert_eq!(Pieces::default().idle_inside_and_across(&[]), ([0; 4], [0; 4]));
+    }
 
     #[test]
     fn split_and_overlap() {
