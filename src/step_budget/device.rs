@@ -25,6 +25,8 @@ const HOST: u8 = 0;
 const SYNC: u8 = 1;
 const LAUNCH: u8 = 2;
 const OTHER: u8 = 3;
+/// In [`Pieces`]' category bytes: the first piece of a gap.
+const GAP_START: u8 = 0x80;
 
 /// Most points of a queue-depth series.
 pub const QUEUE_SERIES_POINTS: i64 = 256;
@@ -577,7 +579,8 @@ fn compute_of(ops: &[Op]) -> (Vec<(i64, i64)>, i64) {
 }
 
 /// Idle pieces `(start, end, category)` by start: the intervals and the categories apart, 17 bytes a piece (a
-/// tuple was 24: 5.6 M pieces at 5 M kernels, 134 MB).
+/// tuple was 24: 5.6 M pieces at 5 M kernels, 134 MB). The first piece of each gap has [`GAP_START`] in its
+/// category byte (two gaps can touch: around a zero-length row).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Pieces {
     spans: Vec<(i64, i64)>,
@@ -604,7 +607,20 @@ impl Pieces {
         self.starting_at(0)
     }
     fn starting_at(&self, i: usize) -> impl Iterator<Item = (i64, i64, u8)> + '_ {
-        self.spans[i..].iter().zip(&self.kinds[i..]).map(|(&(s, e), &k)| (s, e, k))
+        self.spans[i..].iter().zip(&self.kinds[i..]).map(|(&(s, e), &k)| (s, e, k & !GAP_START))
+    }
+    fn len(&self) -> usize {
+        self.kinds.len()
+    }
+    /// Mark piece `at` as the first of its gap.
+    fn mark_gap_start(&mut self, at: usize) {
+        if let Some(k) = self.kinds.get_mut(at) {
+            *k |= GAP_START;
+        }
+    }
+    /// The pieces, each with whether it is the first of its gap.
+    fn with_gap_starts(&self) -> impl Iterator<Item = (i64, i64, u8, bool)> + '_ {
+        self.spans.iter().zip(&self.kinds).map(|(&(s, e), &k)| (s, e, k & !GAP_START, k & GAP_START != 0))
     }
     /// The idle of `[lo, hi)` by category.
     fn idle_in(&self, lo: i64, hi: i64) -> [i64; 4] {
@@ -840,6 +856,7 @@ fn gaps(ops: &[Op], calls: &Calls, first: &FirstRows) -> (Pieces, Vec<i64>, i64,
                 busy += ce - cs;
                 let (g0, g1) = (ce, o.start);
                 gap_lengths.push(g1 - g0);
+                let first_piece = pieces.len();
                 let launch_first = first.get(o.call).is_some_and(|f| f.0 == o.start);
                 if launch_first {
                     let c = &calls.calls[o.call as usize];
@@ -854,6 +871,7 @@ fn gaps(ops: &[Op], calls: &Calls, first: &FirstRows) -> (Pieces, Vec<i64>, i64,
                 } else {
                     pieces.push((g0, g1, OTHER));
                 }
+                pieces.mark_gap_start(first_piece);
                 cur = Some((o.start, o.end));
             }
             None => cur = Some((o.start, o.end)),
@@ -874,14 +892,12 @@ fn gaps(ops: &[Op], calls: &Calls, first: &FirstRows) -> (Pieces, Vec<i64>, i64,
 fn categories_of(pieces: &Pieces) -> BTreeMap<String, IdleCategory> {
     let mut cat = [IdleCategory::default(); 4];
     let mut last_gap: [i64; 4] = [i64::MIN; 4];
-    // a gap is identified by its start; pieces of one gap are contiguous
+    // a gap is identified by its start (marked on its first piece: two gaps can touch)
     let mut gap_start = i64::MIN;
-    let mut prev_end = i64::MIN;
-    for (s, e, k) in pieces.iter() {
-        if s != prev_end {
+    for (s, e, k, first) in pieces.with_gap_starts() {
+        if first {
             gap_start = s;
         }
-        prev_end = e;
         cat[k as usize].ns += e - s;
         if last_gap[k as usize] != gap_start {
             last_gap[k as usize] = gap_start;
@@ -1074,6 +1090,26 @@ impl DeviceTimeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_gaps_that_touch_count_as_two() {
+        // [0, 10), a zero-length row at 20, [30, 40): the gaps [10, 20) and [20, 30) touch
+        let op = |start: i64, end: i64| Op {
+            start,
+            end,
+            pid: 1,
+            corr: NO_CORR,
+            call: NO_CALL,
+            kind: DeviceKind::Kernel,
+            nccl: false,
+        };
+        let ops = [op(0, 10), op(20, 20), op(30, 40)];
+        let (pieces, lengths, busy, span) = gaps(&ops, &Calls::default(), &FirstRows::of(&ops));
+        assert_eq!((lengths, busy, span), (vec![10, 10], 20, (0, 40)));
+        let other = categories_of(&pieces)["other"];
+        assert_eq!((other.ns, other.gaps), (20, 2));
+        assert_eq!(pieces.iter().collect::<Vec<_>>(), vec![(10, 20, OTHER), (20, 30, OTHER)]);
+    }
 
     #[test]
     fn idle_inside_and_across_spans_is_idle_in_summed() {
