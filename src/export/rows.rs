@@ -1036,11 +1036,6 @@ impl StatCols {
     pub(crate) fn at(base: usize) -> StatCols {
         StatCols { tid: base, name: base + 1, node: base + 2, kname: base + 3 }
     }
-    /// The list of [`TimedStats::columns_beside`] at `base`, `graphNodeId` and `demangledName` at `node` and
-    /// `kname` when the statement reads them itself.
-    pub(crate) fn beside(base: usize, node: Option<usize>, kname: Option<usize>) -> StatCols {
-        StatCols { node: node.unwrap_or(base + 2), kname: kname.unwrap_or(base + 3), ..Self::at(base) }
-    }
 }
 
 impl TimedStats {
@@ -1060,21 +1055,30 @@ impl TimedStats {
     /// The four columns [`TimedStats::add_row`] reads (NULL for those the table lacks): `globalTid`, `nameId`,
     /// `graphNodeId`, and the kernel's `demangledName` when kept.
     pub(crate) fn columns(t: &super::TableInfo, keep: Keep) -> String {
-        Self::columns_beside(t, keep, false, false)
+        Self::columns_beside(t, keep, 0, None, None).0
     }
 
-    /// [`TimedStats::columns`] for a statement that reads `graphNodeId` (`node_read`) or `demangledName`
-    /// (`kname_read`) itself: those are not read twice (NULL in the list; [`StatCols::beside`] says where they are).
-    pub(crate) fn columns_beside(t: &super::TableInfo, keep: Keep, node_read: bool, kname_read: bool) -> String {
+    /// [`TimedStats::columns`] as the list at `base` of a statement that reads `graphNodeId` at `node` or
+    /// `demangledName` at `kname` itself: those are not read twice (NULL in the list); and where
+    /// [`TimedStats::add_row`] finds each value.
+    pub(crate) fn columns_beside(
+        t: &super::TableInfo,
+        keep: Keep,
+        base: usize,
+        node: Option<usize>,
+        kname: Option<usize>,
+    ) -> (String, StatCols) {
         let has = |c: &'static str| if t.has_column(c) { c } else { "NULL" };
-        let kname = keep.names && t.has_column(cols::DEMANGLED_NAME) && !kname_read;
-        format!(
+        let keep_name = keep.names && t.has_column(cols::DEMANGLED_NAME) && kname.is_none();
+        let list = format!(
             "{}, {}, {}, {}",
             has("globalTid"),
             has("nameId"),
-            if node_read { "NULL" } else { has(cols::GRAPH_NODE_ID) },
-            if kname { cols::DEMANGLED_NAME } else { "NULL" }
-        )
+            if node.is_some() { "NULL" } else { has(cols::GRAPH_NODE_ID) },
+            if keep_name { cols::DEMANGLED_NAME } else { "NULL" }
+        );
+        let at = StatCols::at(base);
+        (list, StatCols { node: node.unwrap_or(at.node), kname: kname.unwrap_or(at.kname), ..at })
     }
 
     /// Count one row whose interval was read as `start, end` and whose [`TimedStats::columns`] are the
@@ -1541,17 +1545,17 @@ fn read_device_chunk(
     }
     let mut last: Option<(Option<i64>, Option<i64>)> = None;
     let mut n = 0u64;
+    // the stats read the name and the graph node where the rows' own columns have them (not twice)
+    let (stat_list, at) = match stats {
+        Some(k) => TimedStats::columns_beside(t, k, 8, nodes.then_some(7), names.then_some(6)),
+        None => ("NULL, NULL, NULL, NULL".into(), StatCols::at(8)),
+    };
     let list = format!(
-        "{}, {}, {}, {}",
+        "{}, {}, {}, {stat_list}",
         cols::DEVICE.join(", "),
         if names { cols::DEMANGLED_NAME } else { "NULL" },
         if nodes { cols::GRAPH_NODE_ID } else { "NULL" },
-        stats
-            .map(|k| TimedStats::columns_beside(t, k, nodes, names))
-            .unwrap_or_else(|| "NULL, NULL, NULL, NULL".into())
     );
-    // the stats read the name and the graph node where the rows' own columns have them (not twice)
-    let at = StatCols::beside(8, nodes.then_some(7), names.then_some(6));
     super::fold::for_each_in_range(src, t, tbl, &list, range, |rowid, r| {
         n += 1;
         if n & 0xFFFF == 0 && cancel.load(std::sync::atomic::Ordering::Relaxed) {

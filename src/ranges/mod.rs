@@ -2067,8 +2067,7 @@ fn finish(
         return Ok((doc, None));
     }
     let Work { occ, label_names, metrics, counts, runtime_calls, syncs, slices, thread_of, .. } = w;
-    // one string per label, shared by its occurrences
-    let label_names: Vec<std::sync::Arc<str>> = label_names.iter().map(|l| std::sync::Arc::from(l.as_str())).collect();
+    let label_names = occurrences::shared_labels(&label_names);
     let occurrences: Vec<Occurrence> = occ
         .iter()
         .zip(&thread_of)

@@ -232,11 +232,15 @@ pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedO
     Ok(load_interned(export, opts)?.to_loaded())
 }
 
+/// One shared string per label, for the occurrences that carry it ([`Occurrence::label`]).
+pub(super) fn shared_labels(labels: &[String]) -> Vec<std::sync::Arc<str>> {
+    labels.iter().map(|l| std::sync::Arc::from(l.as_str())).collect()
+}
+
 impl InternedOccurrences {
     /// The occurrences with their labels.
     pub(super) fn to_loaded(&self) -> LoadedOccurrences {
-        // one string per label, shared by its occurrences
-        let labels: Vec<std::sync::Arc<str>> = self.labels.iter().map(|l| std::sync::Arc::from(l.as_str())).collect();
+        let labels = shared_labels(&self.labels);
         let occurrences = self
             .occurrences
             .iter()

@@ -543,7 +543,7 @@ fn union_sorted(iv: impl Iterator<Item = (i64, i64)>) -> Vec<(i64, i64)> {
 }
 
 /// Each interval of the union of intervals already sorted by start, in order, given to `emit` once complete.
-fn merge_sorted(iv: impl Iterator<Item = (i64, i64)>, mut emit: impl FnMut((i64, i64))) {
+pub(super) fn merge_sorted(iv: impl Iterator<Item = (i64, i64)>, mut emit: impl FnMut((i64, i64))) {
     let mut cur: Option<(i64, i64)> = None;
     for (s, e) in iv {
         match cur.as_mut() {

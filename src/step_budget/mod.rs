@@ -442,20 +442,9 @@ pub fn partition(start: i64, end: i64, classes: &[Vec<(i64, i64)>]) -> (Vec<i64>
 /// The union of `a` (sorted, disjoint) and `b` (by start) into `out`, sorted and disjoint.
 fn merge_union(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut Vec<(i64, i64)>) {
     out.clear();
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() || j < b.len() {
-        let iv = if j == b.len() || (i < a.len() && a[i].0 <= b[j].0) {
-            i += 1;
-            a[i - 1]
-        } else {
-            j += 1;
-            b[j - 1]
-        };
-        match out.last_mut() {
-            Some(last) if iv.0 <= last.1 => last.1 = last.1.max(iv.1),
-            _ => out.push(iv),
-        }
-    }
+    let runs = [a, b];
+    let by_start = crate::merge::MergeByKey::new(2, |r, i| runs[r].get(i).map(|iv| iv.0)).map(|(r, i)| runs[r][i]);
+    device::merge_sorted(by_start, |u| out.push(u));
 }
 
 fn is_launch(name: &str) -> bool {
