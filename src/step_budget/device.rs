@@ -187,22 +187,35 @@ fn base_name(n: &str) -> &str {
 
 /// No runtime call (an index into the calls).
 const NO_CALL: u32 = u32::MAX;
-/// [`Op::corr`] of a row whose correlationId is NULL.
-const NO_CORR: i64 = i64::MIN;
 
-/// A device row of a timeline: 40 bytes (5 M rows: 200 MB; an `Option` correlation id made it 56, its issue
-/// time, now [`Calls::issue_of`], 48).
+/// A device row of a timeline, linked to the runtime call that issued it when built: 24 bytes (5 M rows: 120
+/// MB; it was 40 with its process id and correlation id beside the call they are looked up by).
 #[derive(Debug, Clone, Copy)]
 struct Op {
     start: i64,
     end: i64,
-    pid: i64,
-    /// The correlationId, [`NO_CORR`] when NULL (it sorts first, as `None` did).
-    corr: i64,
     /// Index of its runtime call in [`Calls`], or [`NO_CALL`].
     call: u32,
-    kind: DeviceKind,
-    nccl: bool,
+    /// Its process (an index into the timeline's process ids, [`Ops::pids`], sorted: the index orders as the id)
+    /// above the NCCL flag (bit 2) and the [`DeviceKind`] (bits 0–1).
+    meta: u32,
+}
+
+impl Op {
+    fn new(start: i64, end: i64, call: u32, process: u32, kind: DeviceKind, nccl: bool) -> Op {
+        Op { start, end, call, meta: process << 3 | (nccl as u32) << 2 | kind as u32 }
+    }
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::ALL[(self.meta & 3) as usize]
+    }
+    /// A communication (NCCL) kernel.
+    fn nccl(&self) -> bool {
+        self.meta & 4 != 0
+    }
+    /// Index of its process id in [`Ops::pids`].
+    fn process(&self) -> u32 {
+        self.meta >> 3
+    }
 }
 
 /// A runtime call with a correlation id: the launch of device rows `(pid, corr)`.
@@ -319,31 +332,42 @@ fn names_of(export: &Export) -> Result<Names> {
     Ok(n)
 }
 
-/// The rows by device, the NCCL kernel rows by name id, the node-level rows ([`ops_of`]).
+/// The rows by device, the process ids they index, the NCCL kernel rows by name id, the node-level rows
+/// ([`ops_of`]).
 struct Ops {
     by_dev: BTreeMap<i64, Vec<Op>>,
+    /// The rows' `globalPid` values (−1 for NULL), sorted: [`Op::process`] indexes them.
+    pids: Vec<i64>,
     nccl_by_id: FxMap<i64, (u64, i64)>,
     node_rows: u64,
 }
 
-/// Every device row of the capture, by device (rows in table then rowid order), as the ranges scan read them.
-fn ops_of(device: &[DeviceChunk], names: &Names, skips: &mut RowSkips) -> Ops {
-    // each device's vector allocated once at its size (5 M rows: no doubling copies)
+/// Every device row of the capture, by device (rows in table then rowid order), as the ranges scan read them,
+/// each linked to the runtime call of its `(globalPid, correlationId)`.
+fn ops_of(device: &[DeviceChunk], names: &Names, calls: &Calls, skips: &mut RowSkips) -> Ops {
+    // each device's vector allocated once at its size (5 M rows: no doubling copies); the process ids
     let mut sizes: BTreeMap<i64, usize> = BTreeMap::new();
+    let mut pids: Vec<i64> = Vec::new();
     for c in device.iter().filter(|c| c.kind.is_some()) {
-        for (rows, _, dev) in c.segments() {
+        for (rows, pid, dev) in c.segments() {
             *sizes.entry(dev.unwrap_or(-1)).or_default() += rows.len();
+            pids.push(pid.unwrap_or(-1));
         }
     }
+    pids.sort_unstable();
+    pids.dedup();
     let mut by_dev: BTreeMap<i64, Vec<Op>> = sizes.into_iter().map(|(d, n)| (d, Vec::with_capacity(n))).collect();
     let mut nccl_by_id: FxMap<i64, (u64, i64)> = FxMap::default();
     let mut node_rows = 0;
+    // rows come nearly in correlation order: each lookup tries the previous call and its successor first
+    let mut hint = 0usize;
     for c in device {
         crate::export::merge_skips(skips, &c.skips);
         node_rows += c.node_rows;
         let Some(kind) = c.kind else { continue };
         for (idx, pid, dev) in c.segments() {
             let (pid, dev) = (pid.unwrap_or(-1), dev.unwrap_or(-1));
+            let process = pids.partition_point(|&p| p < pid) as u32;
             let v = by_dev.entry(dev).or_default();
             for i in idx {
                 let r = c.rows[i];
@@ -355,12 +379,12 @@ fn ops_of(device: &[DeviceChunk], names: &Names, skips: &mut RowSkips) -> Ops {
                     e.0 += 1;
                     e.1 += end - r.start;
                 }
-                let corr = corr.unwrap_or(NO_CORR);
-                v.push(Op { start: r.start, end, pid, corr, call: NO_CALL, kind, nccl });
+                let call = corr.map_or(NO_CALL, |corr| calls.find(pid, corr, &mut hint));
+                v.push(Op::new(r.start, end, call, process, kind, nccl));
             }
         }
     }
-    Ops { by_dev, nccl_by_id, node_rows }
+    Ops { by_dev, pids, nccl_by_id, node_rows }
 }
 
 /// The runtime calls with a correlation id, sorted by `(pid, corr)` (one per key: the last in table order), and
@@ -480,18 +504,16 @@ fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChu
     // the device rows and the runtime calls, at once
     let mut call_skips = RowSkips::new();
     let device: &[DeviceChunk] = owned.as_deref().map_or(&rows.device, |v| v.as_slice());
-    let (Ops { by_dev, nccl_by_id, node_rows }, calls) = std::thread::scope(|s| {
-        let ops = s.spawn(|| ops_of(device, names, &mut skips));
-        let calls = calls_of(rows, names, &mut call_skips);
-        (ops.join().expect("the device rows pass panicked"), calls)
-    });
+    // the calls first: each device row is linked to its call as it is built
+    let calls = calls_of(rows, names, &mut call_skips);
+    let Ops { by_dev, pids, nccl_by_id, node_rows } = ops_of(device, names, &calls, &mut skips);
     drop(owned);
     crate::export::merge_skips(&mut skips, &call_skips);
-    ph.mark("timeline_ops+calls");
+    ph.mark("timeline_calls+ops");
     let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();
     let mut nccl_kernels = 0u64;
     for (&dev, ops) in &by_dev {
-        for o in ops.iter().filter(|o| o.nccl) {
+        for o in ops.iter().filter(|o| o.nccl()) {
             nccl_kernels += 1;
             nccl_keys.insert((dev, o.start, o.end));
         }
@@ -502,7 +524,7 @@ fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChu
         by_dev
             .iter()
             .flat_map(|(d, v)| v.iter().map(move |o| (*d, o)))
-            .filter(|(d, o)| o.kind == DeviceKind::Kernel && !o.nccl && nccl_keys.contains(&(*d, o.start, o.end)))
+            .filter(|(d, o)| o.kind() == DeviceKind::Kernel && !o.nccl() && nccl_keys.contains(&(*d, o.start, o.end)))
             .count() as u64
     };
     let mut by_name: BTreeMap<String, (u64, i64)> = BTreeMap::new();
@@ -513,7 +535,7 @@ fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChu
             e.1 += t;
         }
     }
-    let devices = analyse_devices(by_dev, &calls, &names.launch_names);
+    let devices = analyse_devices(by_dev, &pids, &calls, &names.launch_names);
     ph.mark("timeline_devices");
     let mut nccl_by_name: Vec<NcclKernels> =
         by_name.into_iter().map(|(name, (count, total_ns))| NcclKernels { name, count, total_ns }).collect();
@@ -522,13 +544,20 @@ fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChu
 }
 
 /// [`device_timeline`] of every device, in parallel threads when there are several.
-fn analyse_devices(by_dev: BTreeMap<i64, Vec<Op>>, calls: &Calls, names: &HashMap<i64, String>) -> Vec<DeviceTimeline> {
+fn analyse_devices(
+    by_dev: BTreeMap<i64, Vec<Op>>,
+    pids: &[i64],
+    calls: &Calls,
+    names: &HashMap<i64, String>,
+) -> Vec<DeviceTimeline> {
     if by_dev.len() <= 1 {
-        return by_dev.into_iter().map(|(dev, ops)| device_timeline(dev, ops, calls, names)).collect();
+        return by_dev.into_iter().map(|(dev, ops)| device_timeline(dev, ops, pids, calls, names)).collect();
     }
     std::thread::scope(|s| {
-        let handles: Vec<_> =
-            by_dev.into_iter().map(|(dev, ops)| s.spawn(move || device_timeline(dev, ops, calls, names))).collect();
+        let handles: Vec<_> = by_dev
+            .into_iter()
+            .map(|(dev, ops)| s.spawn(move || device_timeline(dev, ops, pids, calls, names)))
+            .collect();
         handles.into_iter().map(|h| h.join().expect("a device timeline thread panicked")).collect()
     })
 }
@@ -566,9 +595,9 @@ pub(super) fn merge_sorted(iv: impl Iterator<Item = (i64, i64)>, mut emit: impl 
 fn compute_of(ops: &[Op]) -> (Vec<(i64, i64)>, i64) {
     let rows = ops
         .iter()
-        .filter(|o| (o.kind == DeviceKind::Kernel && !o.nccl) || o.kind == DeviceKind::GraphTrace)
+        .filter(|o| (o.kind() == DeviceKind::Kernel && !o.nccl()) || o.kind() == DeviceKind::GraphTrace)
         .map(|o| (o.start, o.end));
-    if ops.iter().any(|o| o.nccl) {
+    if ops.iter().any(|o| o.nccl()) {
         let u = union_sorted(rows);
         let l = len(&u);
         return (u, l);
@@ -680,23 +709,22 @@ fn split_by(a: i64, b: i64, cover: &[(i64, i64)], inside: u8, outside: u8, out: 
     }
 }
 
-fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i64, String>) -> DeviceTimeline {
+fn device_timeline(
+    dev: i64,
+    mut ops: Vec<Op>,
+    pids: &[i64],
+    calls: &Calls,
+    names: &HashMap<i64, String>,
+) -> DeviceTimeline {
     let mut ph = crate::phase::Phases::new("step-budget");
-    // each row linked to its call, in parallel chunks
-    let chunk = ops.len().div_ceil(crate::export::rows::scan_threads()).max(1 << 16);
-    std::thread::scope(|s| {
-        for part in ops.chunks_mut(chunk) {
-            s.spawn(move || link(part, calls));
-        }
-    });
-    ph.mark("device_link");
-    // by (start, issue, end, pid, corr); stable and adaptive: the rows of each table come nearly sorted (the issue
-    // is looked up for rows of equal start only)
+    // by (start, issue, end, process, call); stable and adaptive: the rows of each table come nearly sorted (the
+    // issue is looked up for rows of equal start only). Rows tied up to their process order by call, that is by
+    // correlationId (the calls are sorted so), unlinked rows last.
     ops.sort_by(|a, b| {
         a.start
             .cmp(&b.start)
             .then_with(|| calls.issue_of(a).cmp(&calls.issue_of(b)))
-            .then_with(|| (a.end, a.pid, a.corr).cmp(&(b.end, b.pid, b.corr)))
+            .then_with(|| (a.end, a.process(), a.call).cmp(&(b.end, b.process(), b.call)))
     });
     ph.mark("device_sort");
     // four independent passes over the sorted rows, in parallel
@@ -713,7 +741,7 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
             });
             let queue = s.spawn(move || queue(ops, calls));
             let compute = compute_of(ops);
-            let procs = per_process(ops);
+            let procs = per_process(ops, pids);
             (
                 gaps.join().expect("the gaps pass panicked"),
                 (compute, procs),
@@ -753,33 +781,25 @@ fn device_timeline(dev: i64, mut ops: Vec<Op>, calls: &Calls, names: &HashMap<i6
     }
 }
 
-/// Link each row to the runtime call that issued it (`(pid, corr)`).
-fn link(ops: &mut [Op], calls: &Calls) {
-    let mut hint = 0usize;
-    for o in ops.iter_mut().filter(|o| o.corr != NO_CORR) {
-        o.call = calls.find(o.pid, o.corr, &mut hint);
-    }
-}
-
 /// Per process of the device's rows (sorted by start): the union of its communication kernels and its busy
 /// union length. A device serves a few processes: a short list, not a map lookup per row.
 #[allow(clippy::type_complexity)]
-fn per_process(ops: &[Op]) -> (BTreeMap<i64, Vec<(i64, i64)>>, BTreeMap<i64, i64>) {
-    // (pid, communication union, busy (current start, current end, total before it))
-    let mut procs: Vec<(i64, Vec<(i64, i64)>, (i64, i64, i64))> = Vec::new();
+fn per_process(ops: &[Op], pids: &[i64]) -> (BTreeMap<i64, Vec<(i64, i64)>>, BTreeMap<i64, i64>) {
+    // (process index, communication union, busy (current start, current end, total before it))
+    let mut procs: Vec<(u32, Vec<(i64, i64)>, (i64, i64, i64))> = Vec::new();
     let mut last = usize::MAX;
     for o in ops {
-        if procs.get(last).is_none_or(|p| p.0 != o.pid) {
-            last = match procs.iter().position(|p| p.0 == o.pid) {
+        if procs.get(last).is_none_or(|p| p.0 != o.process()) {
+            last = match procs.iter().position(|p| p.0 == o.process()) {
                 Some(i) => i,
                 None => {
-                    procs.push((o.pid, Vec::new(), (o.start, o.start, 0)));
+                    procs.push((o.process(), Vec::new(), (o.start, o.start, 0)));
                     procs.len() - 1
                 }
             };
         }
         let (_, nccl, b) = &mut procs[last];
-        if o.nccl {
+        if o.nccl() {
             match nccl.last_mut() {
                 Some(l) if o.start <= l.1 => l.1 = l.1.max(o.end),
                 _ => nccl.push((o.start, o.end)),
@@ -792,8 +812,9 @@ fn per_process(ops: &[Op]) -> (BTreeMap<i64, Vec<(i64, i64)>>, BTreeMap<i64, i64
             *b = (o.start, o.end, b.2);
         }
     }
-    let busy = procs.iter().map(|(p, _, (s, e, t))| (*p, t + (e - s))).collect();
-    let nccl = procs.into_iter().filter(|(_, v, _)| !v.is_empty()).map(|(p, v, _)| (p, v)).collect();
+    let pid = |p: u32| pids[p as usize];
+    let busy = procs.iter().map(|(p, _, (s, e, t))| (pid(*p), t + (e - s))).collect();
+    let nccl = procs.into_iter().filter(|(_, v, _)| !v.is_empty()).map(|(p, v, _)| (pid(p), v)).collect();
     (nccl, busy)
 }
 
@@ -821,7 +842,7 @@ impl FirstRows {
         for o in ops.iter().filter(|o| o.call != NO_CALL) {
             let f = &mut at[(o.call - lo) as usize];
             if f.0 == Self::UNSET {
-                *f = (o.start, o.kind);
+                *f = (o.start, o.kind());
             }
         }
         FirstRows { lo, at }
@@ -1094,15 +1115,7 @@ mod tests {
     #[test]
     fn two_gaps_that_touch_count_as_two() {
         // [0, 10), a zero-length row at 20, [30, 40): the gaps [10, 20) and [20, 30) touch
-        let op = |start: i64, end: i64| Op {
-            start,
-            end,
-            pid: 1,
-            corr: NO_CORR,
-            call: NO_CALL,
-            kind: DeviceKind::Kernel,
-            nccl: false,
-        };
+        let op = |start: i64, end: i64| Op::new(start, end, NO_CALL, 0, DeviceKind::Kernel, false);
         let ops = [op(0, 10), op(20, 20), op(30, 40)];
         let (pieces, lengths, busy, span) = gaps(&ops, &Calls::default(), &FirstRows::of(&ops));
         assert_eq!((lengths, busy, span), (vec![10, 10], 20, (0, 40)));
@@ -1157,15 +1170,7 @@ mod tests {
 
     #[test]
     fn compute_length_without_the_union_is_the_unions() {
-        let op = |start: i64, end: i64, kind: DeviceKind, nccl: bool| Op {
-            start,
-            end,
-            pid: 1,
-            corr: NO_CORR,
-            call: NO_CALL,
-            kind,
-            nccl,
-        };
+        let op = |start: i64, end: i64, kind: DeviceKind, nccl: bool| Op::new(start, end, NO_CALL, 0, kind, nccl);
         let mut next = crate::test_rng::xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..300 {
             let n = 1 + next(40);
@@ -1176,7 +1181,7 @@ mod tests {
                 })
                 .collect();
             ops.sort_by_key(|o| o.start);
-            let compute = |o: &&Op| matches!(o.kind, DeviceKind::Kernel | DeviceKind::GraphTrace);
+            let compute = |o: &&Op| matches!(o.kind(), DeviceKind::Kernel | DeviceKind::GraphTrace);
             // by definition: the ns covered by at least one compute row
             let covered = (0..1100).filter(|&t| ops.iter().filter(compute).any(|o| o.start <= t && t < o.end)).count();
             let (kept, ns) = compute_of(&ops);
@@ -1226,7 +1231,13 @@ mod tests {
     }
 
     #[test]
-    fn an_op_is_40_bytes() {
-        assert_eq!(std::mem::size_of::<Op>(), 40);
+    fn an_op_is_24_bytes_and_keeps_its_fields() {
+        assert_eq!(std::mem::size_of::<Op>(), 24);
+        for (k, nccl, process) in
+            [(DeviceKind::Kernel, true, 0), (DeviceKind::GraphTrace, false, 7), (DeviceKind::Memset, true, 1 << 28)]
+        {
+            let o = Op::new(-5, 9, 3, process, k, nccl);
+            assert_eq!((o.start, o.end, o.call, o.kind(), o.nccl(), o.process()), (-5, 9, 3, k, nccl, process));
+        }
     }
 }
