@@ -806,9 +806,9 @@ pub type Interval = (i64, i64);
 /// of a table read in parallel, or a whole table), the parts in table order; how many parts come from the first
 /// table; the starts of that table's invalid rows. Kept in parts, the rows of a 5 M-kernel capture are never
 /// concatenated (an 80 MB copy into fresh pages).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct WindowRows {
-    pub parts: Vec<Vec<Interval>>,
+    pub parts: Vec<IntervalPart>,
     pub first_parts: usize,
     pub first_invalid: Vec<i64>,
 }
@@ -816,12 +816,62 @@ pub struct WindowRows {
 impl WindowRows {
     /// Every interval, in table order.
     pub fn intervals(&self) -> impl Iterator<Item = Interval> + '_ {
-        self.parts.iter().flatten().copied()
+        self.parts.iter().flat_map(IntervalPart::iter)
     }
 
     /// The intervals of the first table, in its order.
     pub fn first_table(&self) -> impl Iterator<Item = Interval> + '_ {
-        self.parts[..self.first_parts].iter().flatten().copied()
+        self.parts[..self.first_parts].iter().flat_map(IntervalPart::iter)
+    }
+}
+
+/// A part of a table's valid intervals, in its order: copied by the scan that kept them, or the rows of a
+/// device chunk that scan read and shared ([`DeviceDetail::Names`]: the intervals are these rows, not a copy).
+#[derive(Debug, Clone)]
+pub enum IntervalPart {
+    Own(Vec<Interval>),
+    /// Chunk `.1` of the shared device rows.
+    Rows(std::sync::Arc<Vec<DeviceChunk>>, usize),
+}
+
+impl IntervalPart {
+    pub fn len(&self) -> usize {
+        match self {
+            IntervalPart::Own(v) => v.len(),
+            IntervalPart::Rows(c, i) => c[*i].rows.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Interval `i`.
+    pub fn get(&self, i: usize) -> Option<Interval> {
+        match self {
+            IntervalPart::Own(v) => v.get(i).copied(),
+            IntervalPart::Rows(c, k) => {
+                let c = &c[*k];
+                c.rows.get(i).map(|r| (r.start, c.end(i)))
+            }
+        }
+    }
+    pub fn iter(&self) -> impl Iterator<Item = Interval> + '_ {
+        (0..self.len()).map_while(|i| self.get(i))
+    }
+    /// Sorted by start (an unsorted part of shared rows becomes a sorted copy).
+    pub fn sort_by_start(&mut self) {
+        if self.iter().is_sorted_by_key(|r| r.0) {
+            return;
+        }
+        let mut v: Vec<Interval> = self.iter().collect();
+        v.sort_unstable_by_key(|r| r.0);
+        *self = IntervalPart::Own(v);
+    }
+}
+
+impl PartialEq for IntervalPart {
+    /// The same intervals, however held.
+    fn eq(&self, o: &IntervalPart) -> bool {
+        self.len() == o.len() && self.iter().eq(o.iter())
     }
 }
 
@@ -846,7 +896,7 @@ pub struct TimedStats {
     /// `(start, end)` of the valid rows in table order, in the parts the scans read (one per rowid chunk),
     /// kept only when asked ([`Export::keep_intervals`]), and the starts of the invalid rows with a start;
     /// taken by [`Export::window_intervals`].
-    intervals: Option<(Vec<Vec<Interval>>, Vec<i64>)>,
+    intervals: Option<(Vec<IntervalPart>, Vec<i64>)>,
     /// `demangledName` id → (rows, Σ `end - start`) over the valid rows, kept only when asked
     /// ([`Export::keep_kernel_names`]); None when a name id is not an INTEGER or a sum overflows (the SQL of
     /// [`Export::kernel_time_by_name`] then decides).
@@ -886,7 +936,24 @@ impl TimedStats {
 
     /// How many valid intervals the scan kept for the gates and nobody took yet.
     pub fn kept_intervals(&self) -> usize {
-        self.intervals.as_ref().map_or(0, |(v, _)| v.iter().map(Vec::len).sum())
+        self.intervals.as_ref().map_or(0, |(v, _)| v.iter().map(IntervalPart::len).sum())
+    }
+
+    /// The valid intervals this scan keeps are the rows it reads, shared afterwards ([`DeviceDetail::Names`]):
+    /// none is copied; [`TimedStats::attach_rows`] names the chunk that holds them.
+    fn leave_intervals_to_rows(&mut self) {
+        if let Some((v, _)) = self.intervals.as_mut() {
+            v.clear();
+        }
+    }
+
+    /// The kept valid intervals of these stats are the rows of chunk `at` of `rows` (after
+    /// [`TimedStats::leave_intervals_to_rows`]); nothing when no interval is kept.
+    pub(crate) fn attach_rows(&mut self, rows: &std::sync::Arc<Vec<DeviceChunk>>, at: usize) {
+        if let Some((v, _)) = self.intervals.as_mut() {
+            debug_assert!(v.is_empty(), "intervals copied and left to the rows");
+            *v = vec![IntervalPart::Rows(rows.clone(), at)];
+        }
     }
 
     /// Add the stats of the next rows of the same table (chunks in table order).
@@ -1044,7 +1111,7 @@ impl TimedStats {
         TimedStats {
             sum_dur: Some(0),
             node_rows: t.has_column(cols::GRAPH_NODE_ID).then_some(0),
-            intervals: keep.intervals.then(|| (vec![Vec::new()], Vec::new())),
+            intervals: keep.intervals.then(|| (vec![IntervalPart::Own(Vec::new())], Vec::new())),
             name_time: (keep.names && t.has_column(cols::DEMANGLED_NAME)).then(Default::default),
             threads: t.has_column("globalTid"),
             names: t.has_column("nameId"),
@@ -1095,8 +1162,10 @@ impl TimedStats {
             (Some(s), Some(e)) if e >= s => {
                 self.max_end = Some(self.max_end.map_or(e, |m| m.max(e)));
                 self.sum_dur = self.sum_dur.and_then(|a| a.checked_add(e - s));
-                if let Some(v) = self.intervals.as_mut().and_then(|(v, _)| v.last_mut()) {
-                    v.push((s, e));
+                if let Some((v, _)) = self.intervals.as_mut() {
+                    if let Some(IntervalPart::Own(v)) = v.last_mut() {
+                        v.push((s, e));
+                    }
                 }
                 if let Some(m) = self.name_time.as_mut() {
                     let ok = match r.int(at.kname) {
@@ -1337,7 +1406,7 @@ impl Export {
                     let mut skips = RowSkips::new();
                     let mut part = Vec::new();
                     self.device_intervals(*k, &mut skips, |s, e| part.push((s, e)))?;
-                    rows.parts.push(part);
+                    rows.parts.push(IntervalPart::Own(part));
                     if n == 0 && skips.get(tbl).is_some_and(|s| s.null_end + s.inverted > 0) {
                         // the starts of the invalid rows (only the tenths of the first table need them)
                         self.scan(tbl, &["start", "end"]).run(
@@ -1452,7 +1521,9 @@ pub enum DeviceDetail {
     /// Nothing more (the ranges contract).
     None,
     /// KERNEL's `demangledName` (required then) and every table's `graphNodeId` when present: the device
-    /// timelines of the step budget read them from the same scan.
+    /// timelines of the step budget read them from the same scan. The rows are then shared: the valid intervals
+    /// kept for the gates are left in them, each chunk's stats attached to it by the reader's caller
+    /// ([`TimedStats::attach_rows`]).
     Names,
 }
 
@@ -1534,6 +1605,9 @@ fn read_device_chunk(
     let name = src.name();
     let tbl = kind.table();
     let mut c = DeviceChunk { kind: Some(kind), stats: stats.map(|k| TimedStats::new(t, k)), ..Default::default() };
+    if let Some(st) = c.stats.as_mut().filter(|_| detail == DeviceDetail::Names) {
+        st.leave_intervals_to_rows();
+    }
     let names = detail == DeviceDetail::Names && kind == DeviceKind::Kernel;
     let nodes = detail == DeviceDetail::Names && t.has_column(cols::GRAPH_NODE_ID) && kind != DeviceKind::GraphTrace;
     if let Some((a, b)) = range {

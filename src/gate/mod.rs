@@ -737,6 +737,44 @@ mod tests {
         assert_eq!(rows(&shared), own_rows, "read again when moved");
     }
 
+    /// `gate-check --report`: the report's ranges analysis shares the device rows it read (the step budget's
+    /// timelines), and the intervals G5 keeps are those rows, not a copy: the same intervals, parts and invalid
+    /// starts as the gates' own scans, taken over by the gates' connection.
+    #[test]
+    fn shared_device_rows_are_the_gates_intervals() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        for name in ["decode_mixed", "gpu_full_node"] {
+            let path = root.join(format!("fixtures/nsys-2025.3.1/{name}.sqlite"));
+            let opts = GateOptions { capture: path.clone(), ..Default::default() };
+            let shared = Export::open(&path).unwrap();
+            keep_for_gates(&opts, &shared);
+            let ro = crate::ranges::RangesOptions { fold: true, ..Default::default() };
+            let want = |l: &str| is_iteration_like(l);
+            let (_, collected) =
+                crate::ranges::analyze_with_intervals_keeping(&shared, &ro, &want, false, None).unwrap();
+            let kept = |e: &Export| e.known_stats(export::schema::KERNEL, |s| s.kept_intervals()).unwrap();
+            let kernels: usize =
+                collected.rows.device.iter().filter(|c| c.kind == Some(DeviceKind::Kernel)).map(|c| c.rows.len()).sum();
+            assert!(kernels > 0 && kept(&shared) == kernels, "{name}: the kernel rows are the kept intervals");
+            let beside = Export::open(&path).unwrap();
+            beside.take_over_facts(&shared);
+            assert_eq!((kept(&beside), kept(&shared)), (kernels, 0), "{name}: moved to the gates' connection");
+            let w = beside.window_intervals(&WINDOW_TABLES).unwrap();
+            assert!(w.parts.iter().all(|p| matches!(p, export::rows::IntervalPart::Rows(..))), "{name}: copied");
+            let own = Export::open(&path).unwrap();
+            let o = own.window_intervals(&WINDOW_TABLES).unwrap();
+            let view = |w: &export::rows::WindowRows| {
+                (w.intervals().collect::<Vec<_>>(), w.first_table().count(), w.first_invalid.clone())
+            };
+            assert_eq!(view(&w), view(&o), "{name}");
+            assert_eq!(
+                device_gaps(&beside).unwrap().map(|g| (g.first, g.last, g.gaps)),
+                device_gaps(&own).unwrap().map(|g| (g.first, g.last, g.gaps)),
+                "{name}: read again once taken"
+            );
+        }
+    }
+
     #[test]
     fn flags_are_read() {
         let s = settings_from_flags("profile --trace=cuda,nvtx,osrt --cuda-graph-trace=node -o x");

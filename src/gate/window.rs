@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{Document, Error, Result, Tool};
+use crate::export::rows::IntervalPart;
 use crate::export::schema::{self, DeviceKind};
 use crate::export::{self, Export};
 
@@ -323,16 +324,14 @@ pub fn device_gaps_and_tenths(
     });
     // by start only (the gaps do not depend on the order of equal starts): each part sorted (nsys writes its
     // rows so: the sort is a check), then the parts merged
-    for p in rows.parts.iter_mut().filter(|p| !p.is_sorted_by_key(|r| r.0)) {
-        p.sort_unstable_by_key(|r| r.0);
-    }
+    rows.parts.iter_mut().for_each(IntervalPart::sort_by_start);
     let window = (last - first).max(1);
     let mut kept = Longest::default();
     let mut gaps = 0usize;
     let mut reach = i64::MIN;
     let parts = &rows.parts;
     for (p, i) in crate::merge::MergeByKey::new(parts.len(), |p, i| parts[p].get(i).map(|r| r.0)) {
-        let (s, en) = parts[p][i];
+        let Some((s, en)) = parts[p].get(i) else { continue };
         if reach != i64::MIN && s > reach {
             gaps += 1;
             kept.offer(Gap { start: reach, end: s }, keep(s - reach, window));

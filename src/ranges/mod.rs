@@ -912,11 +912,12 @@ fn run_scans(
             export.put_stats(schema::RUNTIME, st);
         }
         let mut chunks = chunks?;
-        put_device_stats(export, &mut chunks);
+        let stats = chunks.iter_mut().map(|c| (c.kind, c.stats.take())).collect();
         let rows = match w.collect.as_mut() {
             Some(c) => {
                 c.runtime_read = consumed;
                 let chunks = std::sync::Arc::new(chunks);
+                put_device_stats(export, stats, Some(&chunks));
                 let calls = RuntimeCalls::new(std::mem::take(&mut c.calls_by_part));
                 let runtime_skips = rt_skips.unwrap_or_default();
                 c.rows = CapturedRows { device: chunks.clone(), runtime: std::sync::Arc::new(calls), runtime_skips };
@@ -925,7 +926,10 @@ fn run_scans(
                 }
                 DeviceRows::Shared(chunks)
             }
-            None => DeviceRows::Own(chunks),
+            None => {
+                put_device_stats(export, stats, None);
+                DeviceRows::Own(chunks)
+            }
         };
         attribute_device_rows(&mut w, corr, rows);
         ph.mark("attribute_device_rows+sweep");
@@ -945,10 +949,22 @@ fn nvtx_table(export: &Export) -> Result<bool> {
     Ok(true)
 }
 
-/// The timed-stats facts the device reads computed, per table ([`Export::put_stats`]).
-fn put_device_stats(export: &Export, chunks: &mut [DeviceChunk]) {
+/// The timed-stats facts the device reads computed, per table ([`Export::put_stats`]); their kept intervals
+/// the rows of `shared` when the chunks are shared ([`crate::export::rows::DeviceDetail::Names`]).
+fn put_device_stats(
+    export: &Export,
+    mut stats: Vec<(Option<DeviceKind>, Option<crate::export::rows::TimedStats>)>,
+    shared: Option<&std::sync::Arc<Vec<DeviceChunk>>>,
+) {
+    if let Some(rows) = shared {
+        for (at, (_, st)) in stats.iter_mut().enumerate() {
+            if let Some(st) = st {
+                st.attach_rows(rows, at);
+            }
+        }
+    }
     for kind in DeviceKind::ALL {
-        let parts: Vec<_> = chunks.iter_mut().filter(|c| c.kind == Some(kind)).map(|c| c.stats.take()).collect();
+        let parts: Vec<_> = stats.iter_mut().filter(|c| c.0 == Some(kind)).map(|c| c.1.take()).collect();
         if let Some(st) = crate::export::rows::merge_stats(parts) {
             export.put_stats(kind.table(), st);
         }
