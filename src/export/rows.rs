@@ -844,27 +844,62 @@ impl IntervalPart {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Interval `i`.
-    pub fn get(&self, i: usize) -> Option<Interval> {
+    /// The intervals as a slice or as the chunk's rows (for lookups one by one: no reference counted on each).
+    pub fn view(&self) -> PartView<'_> {
         match self {
-            IntervalPart::Own(v) => v.get(i).copied(),
-            IntervalPart::Rows(c, k) => {
-                let c = &c[*k];
-                c.rows.get(i).map(|r| (r.start, c.end(i)))
-            }
+            IntervalPart::Own(v) => PartView::Own(v),
+            IntervalPart::Rows(c, k) => PartView::Rows(&c[*k]),
         }
     }
+    /// Every interval, in order (the rows of a chunk read in one pass, not looked up one by one).
     pub fn iter(&self) -> impl Iterator<Item = Interval> + '_ {
-        (0..self.len()).map_while(|i| self.get(i))
+        let (own, rows) = match self {
+            IntervalPart::Own(v) => (Some(v.iter().copied()), None),
+            IntervalPart::Rows(c, k) => (None, Some(c[*k].intervals())),
+        };
+        own.into_iter().flatten().chain(rows.into_iter().flatten())
     }
     /// Sorted by start (an unsorted part of shared rows becomes a sorted copy).
     pub fn sort_by_start(&mut self) {
-        if self.iter().is_sorted_by_key(|r| r.0) {
+        let sorted = match self {
+            IntervalPart::Own(v) => v.is_sorted_by_key(|r| r.0),
+            IntervalPart::Rows(c, k) => c[*k].rows.is_sorted_by_key(|r| r.start),
+        };
+        if sorted {
             return;
         }
         let mut v: Vec<Interval> = self.iter().collect();
         v.sort_unstable_by_key(|r| r.0);
         *self = IntervalPart::Own(v);
+    }
+}
+
+/// [`IntervalPart::view`].
+#[derive(Debug, Clone, Copy)]
+pub enum PartView<'a> {
+    Own(&'a [Interval]),
+    Rows(&'a DeviceChunk),
+}
+
+impl PartView<'_> {
+    /// The start of interval `i`.
+    #[inline]
+    pub fn start(&self, i: usize) -> Option<i64> {
+        match self {
+            PartView::Own(v) => v.get(i).map(|r| r.0),
+            PartView::Rows(c) => c.rows.get(i).map(|r| r.start),
+        }
+    }
+    /// Interval `i`.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<Interval> {
+        match self {
+            PartView::Own(v) => v.get(i).copied(),
+            PartView::Rows(c) => c.rows.get(i).map(|r| match r.dur {
+                u32::MAX => (r.start, c.end(i)),
+                d => (r.start, r.start + d as i64),
+            }),
+        }
     }
 }
 
@@ -1533,6 +1568,14 @@ impl DeviceChunk {
         self.segs.iter().enumerate().map(|(k, &(lo, pid, dev))| {
             let hi = self.segs.get(k + 1).map_or(self.rows.len(), |n| n.0);
             (lo..hi, pid, dev)
+        })
+    }
+
+    /// `(start, end)` of every row, in order.
+    pub fn intervals(&self) -> impl Iterator<Item = Interval> + '_ {
+        self.rows.iter().enumerate().map(|(i, r)| match r.dur {
+            u32::MAX => (r.start, self.end(i)),
+            d => (r.start, r.start + d as i64),
         })
     }
 

@@ -329,8 +329,8 @@ pub fn device_gaps_and_tenths(
     let mut kept = Longest::default();
     let mut gaps = 0usize;
     let mut reach = i64::MIN;
-    let parts = &rows.parts;
-    for (p, i) in crate::merge::MergeByKey::new(parts.len(), |p, i| parts[p].get(i).map(|r| r.0)) {
+    let parts: Vec<_> = rows.parts.iter().map(IntervalPart::view).collect();
+    for (p, i) in crate::merge::MergeByKey::new(parts.len(), |p, i| parts[p].start(i)) {
         let Some((s, en)) = parts[p].get(i) else { continue };
         if reach != i64::MIN && s > reach {
             gaps += 1;
