@@ -150,15 +150,21 @@ pub fn label_prefix(label: &str) -> Option<String> {
 }
 
 /// The prefixes of a set of occurrences (labels folded first), most occurrences first (ties: byte order).
-pub fn prefixes_seen(all: &[Occurrence]) -> Vec<PrefixCount> {
+pub fn prefixes_seen<'a>(all: impl IntoIterator<Item = &'a Occurrence>) -> Vec<PrefixCount> {
+    // each distinct label folded once, with its occurrences (a label repeats on every step: 500 k occurrences
+    // of a few labels were folded, cut and looked up one by one)
+    let mut counts: crate::fx::FxMap<&str, u64> = Default::default();
+    for o in all {
+        *counts.entry(&o.label).or_default() += 1;
+    }
     let mut per: BTreeMap<String, (BTreeSet<String>, u64)> = BTreeMap::new();
     let mut folder = crate::labels::Folder::new();
-    for o in all {
-        let l = folder.add(&o.label, 1);
+    for (raw, n) in counts {
+        let l = folder.add(raw, n);
         if let Some(p) = label_prefix(&l) {
             let e = per.entry(p).or_default();
             e.0.insert(l);
-            e.1 += 1;
+            e.1 += n;
         }
     }
     let mut v: Vec<PrefixCount> = per
@@ -180,8 +186,8 @@ pub fn suggest_prefix(seen: &[PrefixCount]) -> Option<String> {
 /// `EngineCore.` (200, on the thread that replays the CUDA graph).
 fn suggest_engine_prefix(export: &Export, all: &[Occurrence], seen: &[PrefixCount]) -> Result<Option<String>> {
     let cuda = export.runtime_thread_ids()?;
-    let engine: Vec<Occurrence> = all.iter().filter(|o| cuda.contains(&o.global_tid)).cloned().collect();
-    Ok(suggest_prefix(&prefixes_seen(&engine)).or_else(|| suggest_prefix(seen)))
+    let engine = all.iter().filter(|o| cuda.contains(&o.global_tid));
+    Ok(suggest_prefix(&prefixes_seen(engine)).or_else(|| suggest_prefix(seen)))
 }
 
 /// Id-bearing labels grouped by the label they fold into ([`crate::labels`], the rule `sqlite-ranges`
@@ -998,6 +1004,47 @@ mod tests {
         assert_eq!(infer_prefix(&occ).as_deref(), Some("b"));
         assert_eq!(infer_prefix(&occ[..1]).as_deref(), Some("a"));
         assert_eq!(infer_prefix(&[o("x", 1, 0, 1)]), None);
+    }
+
+    /// Each distinct label folded once with its count is the fold of every occurrence one by one (labels that
+    /// fold together, prefixes of both kinds, labels without a prefix).
+    #[test]
+    fn prefixes_of_distinct_labels_are_those_of_every_occurrence() {
+        let pool = [
+            "engine.step_12",
+            "engine.step_13",
+            "engine::decode 7",
+            "engine::decode 8",
+            "req 3.prefill",
+            "plain",
+            "P.engine.iteration",
+            "b.x",
+        ];
+        let mut next = crate::test_rng::xorshift(0x2545_F491_4F6C_DD1D);
+        for _ in 0..200 {
+            let occ: Vec<Occurrence> =
+                (0..next(40)).map(|i| o(pool[next(pool.len() as i64) as usize], 1, i, i + 1)).collect();
+            // the definition: every occurrence folded, cut and counted
+            let mut per: BTreeMap<String, (BTreeSet<String>, u64)> = BTreeMap::new();
+            let mut folder = crate::labels::Folder::new();
+            for x in &occ {
+                let l = folder.add(&x.label, 1);
+                if let Some(p) = label_prefix(&l) {
+                    let e = per.entry(p).or_default();
+                    e.0.insert(l);
+                    e.1 += 1;
+                }
+            }
+            let mut want: Vec<PrefixCount> = per
+                .into_iter()
+                .map(|(prefix, (l, n))| PrefixCount { prefix, labels: l.len() as u64, occurrences: n })
+                .collect();
+            want.sort_by(|a, b| b.occurrences.cmp(&a.occurrences).then_with(|| a.prefix.cmp(&b.prefix)));
+            let got = prefixes_seen(&occ);
+            let key =
+                |v: &[PrefixCount]| v.iter().map(|p| (p.prefix.clone(), p.labels, p.occurrences)).collect::<Vec<_>>();
+            assert_eq!(key(&got), key(&want), "{:?}", occ.iter().map(|x| &*x.label).collect::<Vec<_>>());
+        }
     }
 
     #[test]
