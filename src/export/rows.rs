@@ -629,9 +629,13 @@ impl Export {
         Some(by_name.into_iter().map(|(name, (n, sum))| (name, n, sum)).collect())
     }
 
-    /// Number of NVTX range rows (push/pop and start/end; 0 without NVTX_EVENTS).
+    /// Number of NVTX range rows (push/pop and start/end; None without NVTX_EVENTS): counted by the read of
+    /// every range row when one was made on this connection ([`Export::put_nvtx_range_rows`]), else by SQL.
     pub fn nvtx_range_rows(&self) -> Result<Option<i64>> {
         let Some(nv) = self.optional(schema::NVTX_EVENTS, &["eventType", "text"])? else { return Ok(None) };
+        if let Some(n) = self.stats.nvtx_range_rows.get() {
+            return Ok(Some(n));
+        }
         let sql = format!(
             "SELECT count(*) FROM \"{}\" WHERE eventType IN ({}, {})",
             nv.name,
@@ -1035,12 +1039,13 @@ impl TimedStats {
     }
 }
 
-/// The per-table [`TimedStats`] of an export (`None` for a table that fell back to SQL), and the tables whose
-/// valid intervals the next scan keeps.
+/// The per-table [`TimedStats`] of an export (`None` for a table that fell back to SQL), the tables whose
+/// valid intervals the next scan keeps, and the NVTX range rows counted by a read of them all.
 #[derive(Debug, Default)]
 pub(crate) struct StatsCache {
     stats: std::cell::RefCell<HashMap<String, Option<TimedStats>>>,
     keep: std::cell::RefCell<HashMap<String, Keep>>,
+    nvtx_range_rows: std::cell::Cell<Option<i64>>,
 }
 
 /// At this many rows in all the tables asked for, the scans run in parallel threads.
@@ -1307,11 +1312,20 @@ impl Export {
     /// `other` being a connection to the same export: a thread on this connection then answers from them what
     /// `other` already knows, without a scan.
     pub fn adopt_facts(&self, other: &Export) {
+        if self.stats.nvtx_range_rows.get().is_none() {
+            self.stats.nvtx_range_rows.set(other.stats.nvtx_range_rows.get());
+        }
         let theirs = other.stats.stats.borrow();
         let mut mine = self.stats.stats.borrow_mut();
         for (k, v) in theirs.iter() {
             mine.entry(k.clone()).or_insert_with(|| v.as_ref().map(TimedStats::facts));
         }
+    }
+
+    /// The NVTX range rows a read of every push/pop and start/end row of `NVTX_EVENTS` counted (what
+    /// [`Export::nvtx_range_rows`] then answers without a scan).
+    pub(crate) fn put_nvtx_range_rows(&self, n: u64) {
+        self.stats.nvtx_range_rows.set(i64::try_from(n).ok());
     }
 
     /// [`Export::adopt_facts`], and the intervals `other`'s scans kept for the gates ([`Export::keep_intervals`])

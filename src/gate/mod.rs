@@ -759,6 +759,10 @@ mod tests {
             let beside = Export::open(&path).unwrap();
             beside.take_over_facts(&shared);
             assert_eq!((kept(&beside), kept(&shared)), (kernels, 0), "{name}: moved to the gates' connection");
+            // the range rows the read counted, on both connections, are SQL's count
+            let sql = Export::open(&path).unwrap().nvtx_range_rows().unwrap();
+            assert!(sql.is_some_and(|n| n > 0), "{name}: the fixture has NVTX ranges");
+            assert_eq!((shared.nvtx_range_rows().unwrap(), beside.nvtx_range_rows().unwrap()), (sql, sql), "{name}");
             let w = beside.window_intervals(&WINDOW_TABLES).unwrap();
             assert!(w.parts.iter().all(|p| matches!(p, export::rows::IntervalPart::Rows(..))), "{name}: copied");
             let own = Export::open(&path).unwrap();

@@ -269,6 +269,7 @@ pub(super) fn load_interned(export: &Export, opts: &RangesOptions) -> Result<Int
     }
     let mut ph = crate::phase::Phases::new("nvtx");
     let (NvtxRead { texts, domain_rows, mut skipped, range_rows, .. }, raw) = read_nvtx(export)?;
+    export.put_nvtx_range_rows(range_rows);
     ph.mark("read");
     let mut ids: std::collections::HashSet<i64> = HashSet::new();
     for m in raw.iter().flatten().map(|r| r.msg).chain(domain_rows.iter().filter_map(|d| d.2)) {
