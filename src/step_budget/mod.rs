@@ -421,7 +421,16 @@ pub fn union_len(mut iv: Vec<(i64, i64)>) -> i64 {
 /// class's clipped intervals (by start: a device class comes so, a class that does not is sorted) are merged
 /// into it, and the component is how much it grew.
 pub fn partition(start: i64, end: i64, classes: &[Vec<(i64, i64)>]) -> (Vec<i64>, i64) {
-    let (mut acc, mut next, mut cls) = (Vec::new(), Vec::new(), Vec::new());
+    partition_in(start, end, classes, (&mut Vec::new(), &mut Vec::new(), &mut Vec::new()))
+}
+
+/// A union so far, the next one, a class clipped: [`partition`]'s buffers.
+type PartitionBuffers<'b> = (&'b mut Vec<(i64, i64)>, &'b mut Vec<(i64, i64)>, &'b mut Vec<(i64, i64)>);
+
+/// [`partition`] in the buffers given (cleared first).
+fn partition_in(start: i64, end: i64, classes: &[Vec<(i64, i64)>], buf: PartitionBuffers<'_>) -> (Vec<i64>, i64) {
+    let (acc, next, cls) = buf;
+    acc.clear();
     let mut out = Vec::with_capacity(classes.len());
     let mut covered = 0i64;
     for c in classes {
@@ -430,9 +439,9 @@ pub fn partition(start: i64, end: i64, classes: &[Vec<(i64, i64)>]) -> (Vec<i64>
         if !cls.is_sorted_by_key(|iv| iv.0) {
             cls.sort_unstable_by_key(|iv| iv.0);
         }
-        merge_union(&acc, &cls, &mut next);
-        std::mem::swap(&mut acc, &mut next);
-        let now = device::len(&acc);
+        merge_union(acc, cls, next);
+        std::mem::swap(acc, next);
+        let now = device::len(acc);
         out.push(now - covered);
         covered = now;
     }
@@ -530,7 +539,7 @@ pub fn analyze_window_with(
     // runtime API names of the steps' calls
     let ids: std::collections::HashSet<i64> =
         idx.iter().flat_map(|&i| iv[i].runtime.iter().filter_map(|r| r.name_id)).collect();
-    let names = export.strings_for(&ids)?;
+    let api = ApiIds::of(&export.strings_for(&ids)?);
     ph.mark("ranges+names");
     let mut tl = match pre_built {
         Some(p) => p.join()?,
@@ -576,7 +585,7 @@ pub fn analyze_window_with(
         a,
         iv,
         idx: &idx,
-        names: &names,
+        api: &api,
         tl: &tl,
         comm_occ: &comm_occ,
         rank_pids: &rank_pids,
@@ -647,7 +656,7 @@ pub fn analyze_window_with(
         verdict.reason.push_str(&format!("; comm here is {what}"));
     }
     ph.mark("steps");
-    let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, a, iv, &names, comm, &comm_occ);
+    let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, a, iv, &api, comm, &comm_occ);
     let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
     let mut notes = Vec::new();
     if !enqueue_labels.is_empty() {
@@ -742,7 +751,7 @@ struct StepCx<'a> {
     iv: &'a [ranges::OccurrenceIntervals],
     /// The steps' occurrence indices, by start.
     idx: &'a [usize],
-    names: &'a HashMap<i64, String>,
+    api: &'a ApiIds,
     tl: &'a device::Timelines,
     comm_occ: &'a HashMap<i64, Vec<(i64, i64)>>,
     rank_pids: &'a [i64],
@@ -764,9 +773,9 @@ impl StepCx<'_> {
                 .enumerate()
                 .map(|(c, slots)| {
                     s.spawn(move || {
-                        let mut spans = StepSpans::new();
+                        let (mut spans, mut scratch) = (StepSpans::new(), StepScratch::default());
                         for (j, slot) in slots.iter_mut().enumerate() {
-                            slot.write(self.step(c * chunk + j, &mut spans));
+                            slot.write(self.step(c * chunk + j, &mut spans, &mut scratch));
                         }
                         spans
                     })
@@ -784,14 +793,15 @@ impl StepCx<'_> {
         (steps, spans)
     }
 
-    /// Step `k` (occurrence `idx[k]`); its GPU span on each device it ran on is pushed on `spans`.
-    fn step(&self, k: usize, spans: &mut StepSpans) -> Step {
+    /// Step `k` (occurrence `idx[k]`), in the buffers of `scratch`; its GPU span on each device it ran on is
+    /// pushed on `spans`.
+    fn step(&self, k: usize, spans: &mut StepSpans, scratch: &mut StepScratch) -> Step {
         let (a, iv, tl) = (self.a, self.iv, self.tl);
         let i = self.idx[k];
         let o = &a.occurrences[i];
         let m = &a.metrics[i];
         let host_comm = host_comm_of(self.comm_occ, o.global_tid, o.start, o.end);
-        let c = step_components(o.start, o.end, &iv[i], self.names, self.comm, &host_comm);
+        let c = step_components_with(o.start, o.end, &iv[i], self.api, self.comm, &host_comm, scratch);
         debug_assert_eq!(c.sum(), o.end - o.start);
         // the next step of the same rank (process)
         let rank_of = |j: usize| crate::export::ns_of(a.occurrences[j].global_tid);
@@ -816,13 +826,7 @@ impl StepCx<'_> {
             idle = IdleSplit { host_wait: v[0], sync_wait: v[1], launch_latency: v[2], other: v[3] };
         }
         let rank = self.rank_pids.iter().position(|&p| p == crate::export::ns_of(o.global_tid)).unwrap_or(0);
-        let graph_launches = iv[i]
-            .runtime
-            .iter()
-            .filter(|r| {
-                r.name_id.and_then(|id| self.names.get(&id)).is_some_and(|n| crate::export::schema::is_graph_launch(n))
-            })
-            .count() as u64;
+        let graph_launches = iv[i].runtime.iter().filter(|r| self.api.is_graph_launch(r.name_id)).count() as u64;
         Step {
             index: k,
             start_ns: o.start,
@@ -914,16 +918,62 @@ fn host_comm_of(comm: &HashMap<i64, Vec<(i64, i64)>>, tid: i64, start: i64, end:
     v[lo..].iter().take_while(|c| c.0 < end).map(|&(s, e)| (s, e.min(end))).filter(|(s, e)| e > s).collect()
 }
 
+/// The runtime API name ids of the steps' calls by what a step asks of them, from their names once (a name
+/// looked up and searched per call of every step was 2 % of the chain's CPU at 5 M kernels).
+#[derive(Debug, Default)]
+pub struct ApiIds {
+    launch: crate::fx::FxSet<i64>,
+    graph_launch: crate::fx::FxSet<i64>,
+}
+
+impl ApiIds {
+    pub fn of(names: &HashMap<i64, String>) -> ApiIds {
+        let ids = |f: fn(&str) -> bool| names.iter().filter(|(_, n)| f(n)).map(|(&id, _)| id).collect();
+        ApiIds { launch: ids(is_launch), graph_launch: ids(crate::export::schema::is_graph_launch) }
+    }
+    /// A launch API (kernel or graph).
+    fn is_launch(&self, id: Option<i64>) -> bool {
+        id.is_some_and(|i| self.launch.contains(&i))
+    }
+    fn is_graph_launch(&self, id: Option<i64>) -> bool {
+        id.is_some_and(|i| self.graph_launch.contains(&i))
+    }
+}
+
+/// The buffers one thread's steps reuse from one step to the next (a step's classes and partition were eleven
+/// allocations).
+#[derive(Debug, Default)]
+pub struct StepScratch {
+    classes: Vec<Vec<(i64, i64)>>,
+    acc: Vec<(i64, i64)>,
+    next: Vec<(i64, i64)>,
+    cls: Vec<(i64, i64)>,
+}
+
 /// The intervals of one step per class, in priority order: compute kernels, NCCL kernels, memcpy/memset,
 /// sync APIs, launch APIs, other APIs, host communication ranges (see [`CLASS_COMPONENT`]).
 pub fn step_classes(
     iv: &OccurrenceIntervals,
-    names: &HashMap<i64, String>,
+    api: &ApiIds,
     nccl: CommRows<'_>,
     host_comm: &[(i64, i64)],
 ) -> Vec<Vec<(i64, i64)>> {
-    let mut cls: Vec<Vec<(i64, i64)>> = vec![Vec::new(); 7];
-    cls[6] = host_comm.to_vec();
+    let mut cls = Vec::new();
+    fill_step_classes(iv, api, nccl, host_comm, &mut cls);
+    cls
+}
+
+/// [`step_classes`] into `cls` (its vectors reused).
+fn fill_step_classes(
+    iv: &OccurrenceIntervals,
+    api: &ApiIds,
+    nccl: CommRows<'_>,
+    host_comm: &[(i64, i64)],
+    cls: &mut Vec<Vec<(i64, i64)>>,
+) {
+    cls.resize_with(7, Vec::new);
+    cls.iter_mut().for_each(Vec::clear);
+    cls[6].extend_from_slice(host_comm);
     for d in &iv.device {
         let k = match d.kind {
             DeviceKind::Kernel if nccl.has(d) => 1,
@@ -935,14 +985,13 @@ pub fn step_classes(
     for r in &iv.runtime {
         let k = if r.sync {
             3
-        } else if r.name_id.and_then(|i| names.get(&i)).is_some_and(|n| is_launch(n)) {
+        } else if api.is_launch(r.name_id) {
             4
         } else {
             5
         };
         cls[k].push((r.start, r.end));
     }
-    cls
 }
 
 /// The partition of one step from its intervals.
@@ -950,11 +999,26 @@ pub fn step_components(
     start: i64,
     end: i64,
     iv: &OccurrenceIntervals,
-    names: &HashMap<i64, String>,
+    api: &ApiIds,
     nccl: CommRows<'_>,
     host_comm: &[(i64, i64)],
 ) -> Components {
-    let (v, rest) = partition(start, end, &step_classes(iv, names, nccl, host_comm));
+    step_components_with(start, end, iv, api, nccl, host_comm, &mut StepScratch::default())
+}
+
+/// [`step_components`] in the buffers of `scratch`.
+fn step_components_with(
+    start: i64,
+    end: i64,
+    iv: &OccurrenceIntervals,
+    api: &ApiIds,
+    nccl: CommRows<'_>,
+    host_comm: &[(i64, i64)],
+    scratch: &mut StepScratch,
+) -> Components {
+    let StepScratch { classes, acc, next, cls } = scratch;
+    fill_step_classes(iv, api, nccl, host_comm, classes);
+    let (v, rest) = partition_in(start, end, classes, (acc, next, cls));
     Components {
         gpu_kernel: v[0],
         comm: v[1] + v[6],
@@ -1016,7 +1080,7 @@ fn waterfall_of(
     idx: &[usize],
     a: &ranges::Analysis,
     iv: &[OccurrenceIntervals],
-    names: &HashMap<i64, String>,
+    api: &ApiIds,
     nccl: CommRows<'_>,
     comm_occ: &HashMap<i64, Vec<(i64, i64)>>,
 ) -> Option<Waterfall> {
@@ -1029,7 +1093,7 @@ fn waterfall_of(
         .or_else(|| steps.first())?;
     let o = &a.occurrences[idx[s.index]];
     let hc = host_comm_of(comm_occ, o.global_tid, o.start, o.end);
-    let cls = step_classes(&iv[idx[s.index]], names, nccl, &hc);
+    let cls = step_classes(&iv[idx[s.index]], api, nccl, &hc);
     let seg = sweep_segments(o.start, o.end, &cls);
     let segments = seg
         .iter()
