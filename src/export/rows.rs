@@ -899,10 +899,7 @@ impl PartView<'_> {
     pub fn get(&self, i: usize) -> Option<Interval> {
         match self {
             PartView::Own(v) => v.get(i).copied(),
-            PartView::Rows(c) => c.rows.get(i).map(|r| match r.dur {
-                u32::MAX => (r.start, c.end(i)),
-                d => (r.start, r.start + d as i64),
-            }),
+            PartView::Rows(c) => c.interval(i),
         }
     }
 }
@@ -1587,15 +1584,22 @@ impl DeviceChunk {
 
     /// `(start, end)` of every row, in order.
     pub fn intervals(&self) -> impl Iterator<Item = Interval> + '_ {
-        self.rows.iter().enumerate().map(|(i, r)| match r.dur {
-            u32::MAX => (r.start, self.end(i)),
-            d => (r.start, r.start + d as i64),
-        })
+        self.rows.iter().enumerate().map(|(i, &r)| (r.start, self.end_of(i, r)))
+    }
+
+    /// `(start, end)` of row `i`.
+    pub fn interval(&self, i: usize) -> Option<Interval> {
+        let r = *self.rows.get(i)?;
+        Some((r.start, self.end_of(i, r)))
     }
 
     /// `end` of row `i`.
     pub fn end(&self, i: usize) -> i64 {
-        let r = self.rows[i];
+        self.end_of(i, self.rows[i])
+    }
+
+    /// `end` of `r`, row `i`.
+    fn end_of(&self, i: usize, r: PackedDeviceRow) -> i64 {
         if r.dur == u32::MAX {
             self.long[self.long.partition_point(|&(j, _)| j < i)].1
         } else {
