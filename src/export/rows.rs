@@ -904,13 +904,6 @@ impl PartView<'_> {
     }
 }
 
-impl PartialEq for IntervalPart {
-    /// The same intervals, however held.
-    fn eq(&self, o: &IntervalPart) -> bool {
-        self.len() == o.len() && self.iter().eq(o.iter())
-    }
-}
-
 /// Facts about every row of one timed table, from one scan.
 #[derive(Debug, Clone, Default)]
 pub struct TimedStats {

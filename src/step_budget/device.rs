@@ -501,14 +501,11 @@ pub fn build_beside(export: &Export, rows: &mut CapturedRows) -> Result<(Pending
 fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChunk>>>) -> Timelines {
     let mut ph = crate::phase::Phases::new("step-budget");
     let mut skips = RowSkips::new();
-    // the device rows and the runtime calls, at once
-    let mut call_skips = RowSkips::new();
     let device: &[DeviceChunk] = owned.as_deref().map_or(&rows.device, |v| v.as_slice());
     // the calls first: each device row is linked to its call as it is built
-    let calls = calls_of(rows, names, &mut call_skips);
+    let calls = calls_of(rows, names, &mut skips);
     let Ops { by_dev, pids, nccl_by_id, node_rows } = ops_of(device, names, &calls, &mut skips);
     drop(owned);
-    crate::export::merge_skips(&mut skips, &call_skips);
     ph.mark("timeline_calls+ops");
     let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();
     let mut nccl_kernels = 0u64;

@@ -421,15 +421,20 @@ pub fn union_len(mut iv: Vec<(i64, i64)>) -> i64 {
 /// class's clipped intervals (by start: a device class comes so, a class that does not is sorted) are merged
 /// into it, and the component is how much it grew.
 pub fn partition(start: i64, end: i64, classes: &[Vec<(i64, i64)>]) -> (Vec<i64>, i64) {
-    partition_in(start, end, classes, (&mut Vec::new(), &mut Vec::new(), &mut Vec::new()))
+    partition_in(start, end, classes, &mut PartitionBuffers::default())
 }
 
-/// A union so far, the next one, a class clipped: [`partition`]'s buffers.
-type PartitionBuffers<'b> = (&'b mut Vec<(i64, i64)>, &'b mut Vec<(i64, i64)>, &'b mut Vec<(i64, i64)>);
+/// [`partition`]'s buffers: the union so far, the next one, a class clipped.
+#[derive(Debug, Default)]
+struct PartitionBuffers {
+    acc: Vec<(i64, i64)>,
+    next: Vec<(i64, i64)>,
+    cls: Vec<(i64, i64)>,
+}
 
 /// [`partition`] in the buffers given (cleared first).
-fn partition_in(start: i64, end: i64, classes: &[Vec<(i64, i64)>], buf: PartitionBuffers<'_>) -> (Vec<i64>, i64) {
-    let (acc, next, cls) = buf;
+fn partition_in(start: i64, end: i64, classes: &[Vec<(i64, i64)>], buf: &mut PartitionBuffers) -> (Vec<i64>, i64) {
+    let PartitionBuffers { acc, next, cls } = buf;
     acc.clear();
     let mut out = Vec::with_capacity(classes.len());
     let mut covered = 0i64;
@@ -945,9 +950,7 @@ impl ApiIds {
 #[derive(Debug, Default)]
 pub struct StepScratch {
     classes: Vec<Vec<(i64, i64)>>,
-    acc: Vec<(i64, i64)>,
-    next: Vec<(i64, i64)>,
-    cls: Vec<(i64, i64)>,
+    partition: PartitionBuffers,
 }
 
 /// The intervals of one step per class, in priority order: compute kernels, NCCL kernels, memcpy/memset,
@@ -1016,9 +1019,9 @@ fn step_components_with(
     host_comm: &[(i64, i64)],
     scratch: &mut StepScratch,
 ) -> Components {
-    let StepScratch { classes, acc, next, cls } = scratch;
+    let StepScratch { classes, partition } = scratch;
     fill_step_classes(iv, api, nccl, host_comm, classes);
-    let (v, rest) = partition_in(start, end, classes, (acc, next, cls));
+    let (v, rest) = partition_in(start, end, classes, partition);
     Components {
         gpu_kernel: v[0],
         comm: v[1] + v[6],
