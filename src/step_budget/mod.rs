@@ -453,11 +453,24 @@ fn partition_in(start: i64, end: i64, classes: &[Vec<(i64, i64)>], buf: &mut Par
     (out, (end - start) - covered)
 }
 
-/// The union of `a` (sorted, disjoint) and `b` (by start) into `out`, sorted and disjoint.
+/// The union of `a` (sorted, disjoint) and `b` (by start) into `out`, sorted and disjoint: the two lists read
+/// by start with two cursors (the union does not depend on the order of equal starts).
 fn merge_union(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut Vec<(i64, i64)>) {
     out.clear();
-    let runs = [a, b];
-    let by_start = crate::merge::MergeByKey::new(2, |r, i| runs[r].get(i).map(|iv| iv.0)).map(|(r, i)| runs[r][i]);
+    let (mut i, mut j) = (0, 0);
+    let by_start = std::iter::from_fn(|| {
+        let take_a = match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) => x.0 <= y.0,
+            (x, _) => x.is_some(),
+        };
+        let next = if take_a { a.get(i) } else { b.get(j) };
+        if take_a {
+            i += 1;
+        } else {
+            j += 1;
+        }
+        next.copied()
+    });
     device::merge_sorted(by_start, |u| out.push(u));
 }
 
