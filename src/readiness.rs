@@ -532,12 +532,13 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
     };
     let under = format!("{p}.");
     // what `load_occurrences` gives with `range_prefix: under`, without reading NVTX_EVENTS again
-    let occ = ranges::keep_prefix(&loaded, &under).occurrences;
+    let kept = ranges::kept_under(&loaded, &under);
+    let occ: &[Occurrence] = &kept;
     let iter_label = format!("{p}.engine.iteration");
 
     // ---- taxonomy and labels outside it
     let mut per_label: BTreeMap<&str, (u64, i64, BTreeSet<i64>)> = BTreeMap::new();
-    for o in &occ {
+    for o in occ {
         let e = per_label.entry(&*o.label).or_default();
         e.0 += 1;
         e.1 += o.end - o.start;
@@ -560,7 +561,7 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
     sort_counts(&mut outside_taxonomy);
 
     // ---- opaque share
-    let (iterations, gaps) = opaque(&occ, &iter_label, TOP_GAPS);
+    let (iterations, gaps) = opaque(occ, &iter_label, TOP_GAPS);
 
     // ---- naming rules
     let engine: BTreeSet<i64> = iterations.engine_threads.iter().map(|t| t.global_tid).collect();
@@ -577,7 +578,7 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
         .collect();
     sort_counts(&mut outside_prefix_on_engine_threads);
     let mut depths: BTreeMap<&str, BTreeMap<u32, u64>> = BTreeMap::new();
-    for o in &occ {
+    for o in occ {
         *depths.entry(&*o.label).or_default().entry(o.depth).or_default() += 1;
     }
     let labels_at_several_depths: Vec<DepthSpread> = depths
@@ -587,7 +588,7 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
         .collect();
 
     // ---- syncs, graphs
-    let unenclosed = unenclosed_syncs_of(export, runtime.as_deref(), &occ, calls)?;
+    let unenclosed = unenclosed_syncs_of(export, runtime.as_deref(), occ, calls)?;
     let replay_present = per_label.contains_key(format!("{p}.graph.replay").as_str());
     let graphs = cuda_graphs(export, runtime.as_deref(), Some(&p), replay_present)?;
 

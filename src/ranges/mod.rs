@@ -22,7 +22,7 @@ mod occurrences;
 mod table;
 mod tree;
 
-pub use occurrences::{keep_prefix, load_occurrences, LoadedOccurrences, Occurrence, Skipped};
+pub use occurrences::{keep_prefix, kept_under, load_occurrences, LoadedOccurrences, Occurrence, Skipped};
 use occurrences::{load_interned, thread_slices};
 pub use table::render_table;
 
