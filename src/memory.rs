@@ -25,3 +25,12 @@ pub fn limit_arenas() {
         libc::mallopt(libc::M_ARENA_MAX, 4);
     }
 }
+
+/// Drop `v` in a thread of its own, so that the caller goes on while a large analysis's memory is given back:
+/// the last phase of a run is one thread's work, and its frees (tens of milliseconds of unmapping at 5 M
+/// kernels) would otherwise hold up its result while another core waits. A process that exits meanwhile
+/// leaves the rest to the system. Dropped here when no thread can be started (the closure holding `v` is
+/// dropped by the failed spawn).
+pub fn drop_beside<T: Send + 'static>(v: T) {
+    let _ = std::thread::Builder::new().name("nsyskit-drop".into()).spawn(move || drop(v));
+}

@@ -368,6 +368,7 @@ pub fn document_sharing_scans(
     beside(ev.step_detail.as_ref());
     let doc = report_of(&mut ev, opts, &categories, Some(export), ph)?;
     let ranges = ev.step_detail.as_deref().map(|(a, _)| crate::ranges::described(a.doc.clone(), source));
+    crate::memory::drop_beside(ev);
     Ok((doc, ranges))
 }
 
