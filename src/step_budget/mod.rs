@@ -630,11 +630,7 @@ pub fn analyze_window_with(
     let graph_level = steps.iter().any(|s| s.graph_traces > 0 || s.graph_launches > 0)
         && tl.node_rows == 0
         && export.graph_facts()?.node_rows == 0;
-    let mut totals: BTreeMap<String, i64> = BTreeMap::new();
-    totals.insert("wall".into(), steps.iter().map(|s| s.wall_ns).sum());
-    for (n, name) in Components::NAMES.iter().enumerate() {
-        totals.insert(name.to_string(), steps.iter().map(|s| s.components.values()[n]).sum());
-    }
+    let totals = totals_of(&steps);
     let median_wall = distributions["wall"].median;
     let outliers: Vec<Outlier> = steps
         .iter()
@@ -664,11 +660,7 @@ pub fn analyze_window_with(
     // the verdict reads the typical step: the totals over the steps that are not outliers (all when every step is)
     let typical: Vec<&Step> = steps.iter().filter(typical_step(&outliers)).collect();
     let typical: Vec<&Step> = if typical.is_empty() { steps.iter().collect() } else { typical };
-    let mut vt: BTreeMap<String, i64> = BTreeMap::new();
-    vt.insert("wall".into(), typical.iter().map(|s| s.wall_ns).sum());
-    for (n, name) in Components::NAMES.iter().enumerate() {
-        vt.insert(name.to_string(), typical.iter().map(|s| s.components.values()[n]).sum());
-    }
+    let vt = totals_of(typical.iter().copied());
     let mut verdict = verdict_of(&vt, &distributions, pacing.as_ref(), graph_level, nccl_kernels);
     verdict.steps_used = typical.len();
     if verdict.class == "comm_bound" {
@@ -1178,11 +1170,7 @@ fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<R
         }
         let mut distributions = distributions_of(mine.iter().copied(), false);
         distributions.insert("comm_busy".into(), dist(mine.iter().map(|s| s.comm_busy_ns)));
-        let mut totals: BTreeMap<String, i64> = BTreeMap::new();
-        totals.insert("wall".into(), mine.iter().map(|s| s.wall_ns).sum());
-        for (n, name) in Components::NAMES.iter().enumerate() {
-            totals.insert(name.to_string(), mine.iter().map(|s| s.components.values()[n]).sum());
-        }
+        let totals = totals_of(mine.iter().copied());
         let mut ds: Vec<i64> = devices.iter().map(|d| d.0).collect();
         ds.sort_unstable();
         ranks.push(RankBudget {
@@ -1234,18 +1222,54 @@ fn ranks_of(steps: &[Step], rank_pids: &[i64], tl: &device::Timelines) -> (Vec<R
     (ranks, stragglers)
 }
 
-fn distributions_of<'a>(steps: impl Iterator<Item = &'a Step> + Clone, all: bool) -> BTreeMap<String, Dist> {
-    let mut d = BTreeMap::new();
-    d.insert("wall".to_string(), dist(steps.clone().map(|s| s.wall_ns)));
-    d.insert("gpu_busy".to_string(), dist(steps.clone().map(|s| s.gpu_busy_ns)));
-    if all {
-        d.insert("gpu_idle_in_span".to_string(), dist(steps.clone().map(|s| s.gpu_idle_in_span_ns)));
-        d.insert("host_gap_to_next".to_string(), dist(steps.clone().filter_map(|s| s.host_gap_to_next_ns)));
+fn distributions_of<'a>(steps: impl Iterator<Item = &'a Step>, all: bool) -> BTreeMap<String, Dist> {
+    // the values of every distribution gathered in one pass over the steps (a pass per distribution read each
+    // step's cache lines eleven times over: 100 k steps of ~490 bytes)
+    const WALL: usize = Components::NAMES.len();
+    let (busy, idle) = (WALL + 1, WALL + 2);
+    let n = steps.size_hint().0;
+    let mut cols: [Vec<i64>; WALL + 3] = std::array::from_fn(|_| Vec::with_capacity(n));
+    let mut gaps: Vec<i64> = Vec::new();
+    for s in steps {
+        for (col, v) in cols.iter_mut().zip(s.components.values()) {
+            col.push(v);
+        }
+        cols[WALL].push(s.wall_ns);
+        cols[busy].push(s.gpu_busy_ns);
+        if all {
+            cols[idle].push(s.gpu_idle_in_span_ns);
+            gaps.extend(s.host_gap_to_next_ns);
+        }
     }
-    for (n, name) in Components::NAMES.iter().enumerate() {
-        d.insert(name.to_string(), dist(steps.clone().map(|s| s.components.values()[n])));
+    let ds = cols.map(dist);
+    let mut d = BTreeMap::new();
+    d.insert("wall".to_string(), ds[WALL]);
+    d.insert("gpu_busy".to_string(), ds[busy]);
+    if all {
+        d.insert("gpu_idle_in_span".to_string(), ds[idle]);
+        d.insert("host_gap_to_next".to_string(), dist(gaps));
+    }
+    for (k, name) in Components::NAMES.iter().enumerate() {
+        d.insert(name.to_string(), ds[k]);
     }
     d
+}
+
+/// The wall and each component summed over `steps`, in one pass.
+fn totals_of<'a>(steps: impl IntoIterator<Item = &'a Step>) -> BTreeMap<String, i64> {
+    let (mut wall, mut sums) = (0i64, [0i64; Components::NAMES.len()]);
+    for s in steps {
+        wall += s.wall_ns;
+        for (t, v) in sums.iter_mut().zip(s.components.values()) {
+            *t += v;
+        }
+    }
+    let mut totals: BTreeMap<String, i64> = BTreeMap::new();
+    totals.insert("wall".into(), wall);
+    for (name, t) in Components::NAMES.iter().zip(sums) {
+        totals.insert(name.to_string(), t);
+    }
+    totals
 }
 
 /// Start-to-start intervals of consecutive steps of the same rank (all ranks' intervals together).
