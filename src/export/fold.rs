@@ -5,7 +5,7 @@
 //! [`super::rows`] (types, impossible timestamps, invalid intervals counted in [`RowSkips`]); when several
 //! ranges fail, the first error in table order wins.
 
-use super::raw::{IntCell, RawQuery, RawRow};
+use super::raw::{RawQuery, RawRow};
 use super::rows::{cell_int, named_ts, rowid_chunks_of, RowSkips, RuntimeRow, ScanSource, CHUNK_ROWS};
 use super::schema::{self, cols};
 use super::TableInfo;
@@ -69,7 +69,7 @@ pub(crate) fn for_each_in_range(
     logical: &str,
     list: &str,
     range: Option<(i64, i64)>,
-    f: impl FnMut(Option<i64>, &RawRow) -> Result<bool>,
+    f: impl FnMut(&RawRow) -> Result<bool>,
 ) -> Result<()> {
     for_each_in_range_where(src, t, logical, list, range, None, f)
 }
@@ -82,7 +82,7 @@ pub(crate) fn for_each_in_range_where(
     list: &str,
     range: Option<(i64, i64)>,
     cond: Option<&str>,
-    mut f: impl FnMut(Option<i64>, &RawRow) -> Result<bool>,
+    mut f: impl FnMut(&RawRow) -> Result<bool>,
 ) -> Result<()> {
     let conn = src.open()?;
     let conds: Vec<String> =
@@ -98,11 +98,7 @@ pub(crate) fn for_each_in_range_where(
         }
     };
     while let Some(r) = q.next().map_err(|e| src.sql_err(logical, e))? {
-        let rowid = match r.int(0) {
-            IntCell::Int(v) => Some(v),
-            _ => None,
-        };
-        if !f(rowid, &r)? {
+        if !f(&r)? {
             break;
         }
     }
@@ -114,11 +110,10 @@ pub(crate) fn for_each_in_range_where(
 pub(crate) fn valid_interval(
     src: &ScanSource,
     tbl: &str,
-    rowid: Option<i64>,
     r: &RawRow,
     skips: &mut RowSkips,
 ) -> Result<Option<(i64, i64)>> {
-    row_times(src, tbl, rowid, r, skips).map(|(_, valid)| valid)
+    row_times(src, tbl, r, skips).map(|(_, valid)| valid)
 }
 
 /// The `start` and `end` cells of a row as read (integers or NULL).
@@ -129,14 +124,13 @@ pub(crate) type TimeCells = (Option<i64>, Option<i64>);
 pub(crate) fn row_times(
     src: &ScanSource,
     tbl: &str,
-    rowid: Option<i64>,
     r: &RawRow,
     skips: &mut RowSkips,
 ) -> Result<(TimeCells, Option<(i64, i64)>)> {
     let name = src.name();
     let (start, end) = (cell_int(name, r, 1, tbl, "start")?, cell_int(name, r, 2, tbl, "end")?);
-    let start = named_ts(name, tbl, "start", rowid, start)?;
-    let end = named_ts(name, tbl, "end", rowid, end)?;
+    let start = named_ts(name, tbl, "start", r, start)?;
+    let end = named_ts(name, tbl, "end", r, end)?;
     match (start, end) {
         (Some(s), Some(e)) if e >= s => Ok(((start, end), Some((s, e)))),
         (st, en) => {
@@ -171,8 +165,8 @@ pub fn fold_runtime<T: Send>(
     let parts = in_order(run_jobs(&jobs, |_, j| {
         let (mut acc, mut skips) = (init(), RowSkips::new());
         let name = src.name();
-        for_each_in_range(src, t, tbl, &list, j.range, |rowid, r| {
-            let Some((start, end)) = valid_interval(src, tbl, rowid, r, &mut skips)? else { return Ok(true) };
+        for_each_in_range(src, t, tbl, &list, j.range, |r| {
+            let Some((start, end)) = valid_interval(src, tbl, r, &mut skips)? else { return Ok(true) };
             let row = RuntimeRow {
                 start,
                 end,
@@ -212,8 +206,8 @@ pub fn fold_nvtx_events<T: Send>(
     let cond = super::rows::nvtx_types_condition(types);
     in_order(run_jobs(&jobs, |_, j| {
         let mut acc = init();
-        for_each_in_range_where(src, t, schema::NVTX_EVENTS, &list, j.range, Some(&cond), |rowid, r| {
-            f(&mut acc, super::rows::nvtx_ref(src.name(), rowid, r)?)?;
+        for_each_in_range_where(src, t, schema::NVTX_EVENTS, &list, j.range, Some(&cond), |r| {
+            f(&mut acc, super::rows::nvtx_ref(src.name(), r)?)?;
             Ok(true)
         })?;
         Ok(acc)

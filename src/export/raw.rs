@@ -97,6 +97,16 @@ impl RawRow<'_> {
         unsafe { ffi::sqlite3_column_value(self.stmt, i as std::os::raw::c_int) }
     }
 
+    /// The row id: column 0, which every scan selects first (NULL where the table has none: a view or a
+    /// WITHOUT ROWID table). Read only where a message names the row, not for every row.
+    #[cold]
+    pub(crate) fn rowid(&self) -> Option<i64> {
+        match self.int(0) {
+            IntCell::Int(v) => Some(v),
+            _ => None,
+        }
+    }
+
     /// Column `i` as an integer cell.
     #[inline]
     pub(crate) fn int(&self, i: usize) -> IntCell {

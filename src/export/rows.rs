@@ -185,17 +185,27 @@ impl Export {
         Ok(v)
     }
 
+    /// [`Export::check_ts`] of a cell of `row`, whose id is read only when the timestamp is refused.
+    fn check_row_ts(&self, table: &str, col: &str, row: &RawRow, v: Option<i64>) -> Result<Option<i64>> {
+        match v {
+            Some(t) if !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&t) => {
+                self.check_ts(table, col, row.rowid(), v)
+            }
+            _ => Ok(v),
+        }
+    }
+
     /// A timed row's `(start, end)` when valid, else the reason counted in `skips`.
     fn interval(
         &self,
         table: &str,
-        rowid: Option<i64>,
+        row: &RawRow,
         start: Option<i64>,
         end: Option<i64>,
         skips: &mut RowSkips,
     ) -> Result<Option<(i64, i64)>> {
-        let start = self.check_ts(table, "start", rowid, start)?;
-        let end = self.check_ts(table, "end", rowid, end)?;
+        let start = self.check_row_ts(table, "start", row, start)?;
+        let end = self.check_row_ts(table, "end", row, end)?;
         let k = match (start, end) {
             (Some(s), Some(e)) if e >= s => return Ok(Some((s, e))),
             (None, _) => 0,
@@ -234,9 +244,9 @@ impl Export {
         if self.optional(tbl, &cols::RUNTIME)?.is_none() {
             return Ok(());
         }
-        self.scan(tbl, &cols::RUNTIME).run("", |rowid, row| {
+        self.scan(tbl, &cols::RUNTIME).run("", |row| {
             let Some((start, end)) =
-                self.interval(tbl, rowid, self.int_at(row, 1, tbl, "start")?, self.int_at(row, 2, tbl, "end")?, skips)?
+                self.interval(tbl, row, self.int_at(row, 1, tbl, "start")?, self.int_at(row, 2, tbl, "end")?, skips)?
             else {
                 return Ok(());
             };
@@ -261,9 +271,9 @@ impl Export {
         if self.optional(tbl, &cols::DEVICE)?.is_none() {
             return Ok(());
         }
-        self.scan(tbl, &cols::DEVICE).run("", |rowid, row| {
+        self.scan(tbl, &cols::DEVICE).run("", |row| {
             let Some((start, end)) =
-                self.interval(tbl, rowid, self.int_at(row, 1, tbl, "start")?, self.int_at(row, 2, tbl, "end")?, skips)?
+                self.interval(tbl, row, self.int_at(row, 1, tbl, "start")?, self.int_at(row, 2, tbl, "end")?, skips)?
             else {
                 return Ok(());
             };
@@ -283,9 +293,9 @@ impl Export {
         if self.optional(tbl, &["start", "end"])?.is_none() {
             return Ok(());
         }
-        self.scan(tbl, &["start", "end"]).run("", |rowid, row| {
+        self.scan(tbl, &["start", "end"]).run("", |row| {
             if let Some((s, e)) =
-                self.interval(tbl, rowid, self.int_at(row, 1, tbl, "start")?, self.int_at(row, 2, tbl, "end")?, skips)?
+                self.interval(tbl, row, self.int_at(row, 1, tbl, "start")?, self.int_at(row, 2, tbl, "end")?, skips)?
             {
                 f(s, e);
             }
@@ -299,9 +309,9 @@ impl Export {
         if self.optional(tbl, &cols::SYNCHRONIZATION)?.is_none() {
             return Ok(());
         }
-        self.scan(tbl, &cols::SYNCHRONIZATION).run("", |rowid, row| {
+        self.scan(tbl, &cols::SYNCHRONIZATION).run("", |row| {
             let Some((start, end)) =
-                self.interval(tbl, rowid, self.int_at(row, 1, tbl, "start")?, self.int_at(row, 2, tbl, "end")?, skips)?
+                self.interval(tbl, row, self.int_at(row, 1, tbl, "start")?, self.int_at(row, 2, tbl, "end")?, skips)?
             else {
                 return Ok(());
             };
@@ -354,7 +364,7 @@ impl Export {
         if self.optional(tbl, &cols::PROCESSES)?.is_none() {
             return Ok(out);
         }
-        self.scan(tbl, &["globalPid"]).run("", |_, row| {
+        self.scan(tbl, &["globalPid"]).run("", |row| {
             if let Some(g) = self.int_at(row, 1, tbl, "globalPid")? {
                 out.insert(g);
             }
@@ -369,7 +379,7 @@ impl Export {
         if self.optional(tbl, &cols::THREAD_NAMES)?.is_none() {
             return Ok(());
         }
-        self.scan(tbl, &cols::THREAD_NAMES).run("", |_, row| {
+        self.scan(tbl, &cols::THREAD_NAMES).run("", |row| {
             if let (Some(nid), Some(g)) = (self.int_at(row, 1, tbl, "nameId")?, self.int_at(row, 2, tbl, "globalTid")?)
             {
                 f(g, nid);
@@ -382,7 +392,7 @@ impl Export {
     pub fn for_each_string(&self, mut f: impl FnMut(i64, &[u8])) -> Result<()> {
         let tbl = schema::STRING_IDS;
         self.require(tbl, &cols::STRING_IDS)?;
-        self.scan(tbl, &cols::STRING_IDS).run("", |_, row| {
+        self.scan(tbl, &cols::STRING_IDS).run("", |row| {
             let Some(id) = self.int_at(row, 1, tbl, "id")? else { return Ok(()) };
             if let ValueRef::Text(v) = row.get_ref(2).map_err(|e| self.sql_err(tbl)(e))? {
                 f(id, v);
@@ -399,7 +409,7 @@ impl Export {
         }
         let tbl = schema::STRING_IDS;
         self.require(tbl, &cols::STRING_IDS)?;
-        self.scan(tbl, &cols::STRING_IDS).run("", |_, row| {
+        self.scan(tbl, &cols::STRING_IDS).run("", |row| {
             let Some(id) = self.int_at(row, 1, tbl, "id")? else { return Ok(()) };
             if ids.contains(&id) {
                 if let Some(v) = self.text_at(row, 2, tbl, "value")? {
@@ -511,7 +521,7 @@ impl Export {
                 schema::nvtx::PUSH_POP,
                 schema::nvtx::START_END
             );
-            self.scan(tbl, &["start", "end", "globalTid"]).run(&types, |_, row| {
+            self.scan(tbl, &["start", "end", "globalTid"]).run(&types, |row| {
                 let (Ok(s), Ok(e), Ok(g)) = (int_cell(row.int(1)), int_cell(row.int(2)), int_cell(row.int(3))) else {
                     other_type = true;
                     return Ok(());
@@ -680,7 +690,7 @@ const VALID_K: &str = "k.start IS NOT NULL AND k.end IS NOT NULL AND k.end >= k.
 impl Scan<'_> {
     /// Run the scan; `f` gets the row id (None when the table has none) and the row, whose column `i + 1` is
     /// `cols[i]`.
-    fn run(self, filter: &str, mut f: impl FnMut(Option<i64>, &RawRow) -> Result<()>) -> Result<()> {
+    fn run(self, filter: &str, mut f: impl FnMut(&RawRow) -> Result<()>) -> Result<()> {
         let ex = self.ex;
         let t = ex.table(self.table).ok_or_else(|| {
             Error::input(format!("{}: schema mismatch: required table {} is missing", ex.name(), self.table))
@@ -697,11 +707,7 @@ impl Scan<'_> {
         let table = self.table;
         // errors are built lazily: `sql_err` allocates, and this loop runs once per row
         while let Some(row) = q.next().map_err(|e| ex.sql_err(table)(e))? {
-            let rowid = match row.int(0) {
-                IntCell::Int(v) => Some(v),
-                _ => None,
-            };
-            f(rowid, &row)?;
+            f(&row)?;
         }
         Ok(())
     }
@@ -1182,10 +1188,23 @@ impl TimedStats {
     /// columns of `r` at `at`; the row id (column 0) names an impossible timestamp. False when a value is not
     /// an INTEGER (the stats of the table then fall back to SQL).
     pub(crate) fn add_row(&mut self, r: &RawRow, start: Option<i64>, end: Option<i64>, at: StatCols) -> bool {
+        self.add_cells(start, end, at, |i| r.int(i))
+    }
+
+    /// [`TimedStats::add_row`] of a row whose cell `i` is `cell(i)` (the caller's reader, which gives the cells
+    /// it has read already instead of asking SQLite twice).
+    #[inline]
+    pub(crate) fn add_cells(
+        &mut self,
+        start: Option<i64>,
+        end: Option<i64>,
+        at: StatCols,
+        cell: impl Fn(usize) -> IntCell,
+    ) -> bool {
         let bad = |v: Option<i64>| v.is_some_and(|x| !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&x));
         self.rows += 1;
         if self.bad_ts.is_none() && (bad(start) || bad(end)) {
-            let rowid = int_cell(r.int(0)).ok().flatten();
+            let rowid = int_cell(cell(0)).ok().flatten();
             self.bad_ts = Some((rowid, start, end));
         }
         match (start, end) {
@@ -1198,7 +1217,7 @@ impl TimedStats {
                     }
                 }
                 if let Some(m) = self.name_time.as_mut() {
-                    let ok = match r.int(at.kname) {
+                    let ok = match cell(at.kname) {
                         IntCell::Int(id) => {
                             let x = m.entry(id).or_insert((0, 0));
                             e.checked_sub(s).and_then(|d| x.1.checked_add(d)).map(|t| *x = (x.0 + 1, t)).is_some()
@@ -1225,20 +1244,20 @@ impl TimedStats {
             }
         }
         if self.threads {
-            let Ok(g) = int_cell(r.int(at.tid)) else { return false };
+            let Ok(g) = int_cell(cell(at.tid)) else { return false };
             if let Some(g) = g {
                 self.thread_ids.insert(g);
             }
         }
         if self.names {
-            let Ok(n) = int_cell(r.int(at.name)) else { return false };
+            let Ok(n) = int_cell(cell(at.name)) else { return false };
             if let Some(n) = n {
                 *self.name_counts.entry(n).or_default() += 1;
             }
         }
         if let Some(n) = self.node_rows.as_mut() {
             // `graphNodeId IS NOT NULL`
-            if !matches!(r.int(at.node), IntCell::Null) {
+            if !matches!(cell(at.node), IntCell::Null) {
                 *n += 1;
             }
         }
@@ -1450,8 +1469,8 @@ impl Export {
                         // the starts of the invalid rows (only the tenths of the first table need them)
                         self.scan(tbl, &["start", "end"]).run(
                             "start IS NOT NULL AND (end IS NULL OR end < start)",
-                            |rowid, row| {
-                                let s = self.check_ts(tbl, "start", rowid, self.int_at(row, 1, tbl, "start")?)?;
+                            |row| {
+                                let s = self.check_row_ts(tbl, "start", row, self.int_at(row, 1, tbl, "start")?)?;
                                 rows.first_invalid.extend(s);
                                 Ok(())
                             },
@@ -1615,7 +1634,14 @@ impl DeviceChunk {
 /// built out of line.
 #[inline(always)]
 pub(crate) fn cell_int(name: &str, r: &RawRow, i: usize, table: &str, col: &str) -> Result<Option<i64>> {
-    match r.int(i) {
+    cell_value(name, r.int(i), table, col)
+}
+
+/// A cell read as an integer cell: its value, None for NULL, an error naming `table.col` for another storage
+/// class.
+#[inline]
+pub(crate) fn cell_value(name: &str, cell: IntCell, table: &str, col: &str) -> Result<Option<i64>> {
+    match cell {
         IntCell::Int(v) => Ok(Some(v)),
         IntCell::Null => Ok(None),
         IntCell::Other(t) => Err(not_integer(name, table, col, t)),
@@ -1629,10 +1655,10 @@ fn not_integer(name: &str, table: &str, col: &str, t: &str) -> Error {
 }
 
 #[inline(always)]
-pub(crate) fn named_ts(name: &str, table: &str, col: &str, rowid: Option<i64>, v: Option<i64>) -> Result<Option<i64>> {
+pub(crate) fn named_ts(name: &str, table: &str, col: &str, row: &RawRow, v: Option<i64>) -> Result<Option<i64>> {
     if let Some(t) = v {
         if !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&t) {
-            return Err(impossible_timestamp(name, table, col, rowid, t));
+            return Err(impossible_timestamp(name, table, col, row.rowid(), t));
         }
     }
     Ok(v)
@@ -1684,14 +1710,22 @@ fn read_device_chunk(
         if names { cols::DEMANGLED_NAME } else { "NULL" },
         if nodes { cols::GRAPH_NODE_ID } else { "NULL" },
     );
-    super::fold::for_each_in_range(src, t, tbl, &list, range, |rowid, r| {
+    super::fold::for_each_in_range(src, t, tbl, &list, range, |r| {
         n += 1;
         if n & 0xFFFF == 0 && cancel.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(false);
         }
-        let ((s, e), interval) = super::fold::row_times(src, tbl, rowid, r, &mut c.skips)?;
+        let ((s, e), interval) = super::fold::row_times(src, tbl, r, &mut c.skips)?;
+        // the kernel's name and graph node, asked of SQLite once for the row and its stats
+        let kname = if names { r.int(6) } else { IntCell::Null };
+        let node = if nodes { r.int(7) } else { IntCell::Null };
         if let Some(st) = c.stats.as_mut() {
-            if !st.add_row(r, s, e, at) {
+            let cell = |i: usize| match i {
+                6 if names => kname,
+                7 if nodes => node,
+                _ => r.int(i),
+            };
+            if !st.add_cells(s, e, at, cell) {
                 c.stats = None;
             }
         }
@@ -1700,9 +1734,9 @@ fn read_device_chunk(
         let corr = cell_int(name, r, 4, tbl, "correlationId")?;
         let dev = cell_int(name, r, 5, tbl, "deviceId")?;
         if names {
-            c.names.push(cell_int(name, r, 6, tbl, cols::DEMANGLED_NAME)?.unwrap_or(NO_NAME));
+            c.names.push(cell_value(name, kname, tbl, cols::DEMANGLED_NAME)?.unwrap_or(NO_NAME));
         }
-        if nodes && cell_int(name, r, 7, tbl, cols::GRAPH_NODE_ID)?.is_some() {
+        if nodes && cell_value(name, node, tbl, cols::GRAPH_NODE_ID)?.is_some() {
             c.node_rows += 1;
         }
         let i = c.rows.len();
@@ -1777,7 +1811,7 @@ impl Export {
         let t = self.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
         let name = self.name();
         self.scan(schema::NVTX_EVENTS, &nvtx_columns(t))
-            .run(&nvtx_types_condition(types), |rowid, row| f(nvtx_ref(&name, rowid, row)?))
+            .run(&nvtx_types_condition(types), |row| f(nvtx_ref(&name, row)?))
     }
 }
 
@@ -1793,10 +1827,10 @@ pub(crate) fn nvtx_types_condition(types: &[i64]) -> String {
 }
 
 /// One row of [`nvtx_columns`] (column `i + 1` is the i-th), checked: integer columns, text, timestamps.
-pub(crate) fn nvtx_ref<'r>(name: &str, rowid: Option<i64>, row: &'r RawRow) -> Result<NvtxRef<'r>> {
+pub(crate) fn nvtx_ref<'r>(name: &str, row: &'r RawRow) -> Result<NvtxRef<'r>> {
     let tbl = schema::NVTX_EVENTS;
-    let start = named_ts(name, tbl, "start", rowid, cell_int(name, row, 1, tbl, "start")?)?;
-    let end = named_ts(name, tbl, "end", rowid, cell_int(name, row, 2, tbl, "end")?)?;
+    let start = named_ts(name, tbl, "start", row, cell_int(name, row, 1, tbl, "start")?)?;
+    let end = named_ts(name, tbl, "end", row, cell_int(name, row, 2, tbl, "end")?)?;
     let event_type = cell_int(name, row, 3, tbl, "eventType")?.unwrap_or(0);
     let text = match row.get_ref(4).map_err(|e| Error::input(format!("{name}: {tbl}: {e}")))? {
         ValueRef::Null => None,
@@ -1853,9 +1887,9 @@ fn read_runtime_chunk(
     );
     let mut gone = false;
     let chunk_bound = range.map_or(0, |(a, b)| (b - a).clamp(0, 1 << 32) as usize);
-    super::fold::for_each_in_range(src, t, tbl, &list, range, |rowid, r| {
+    super::fold::for_each_in_range(src, t, tbl, &list, range, |r| {
         // the order of the checks of `Export::runtime_calls`: both types, both timestamps, then the rest
-        let ((s, e), interval) = super::fold::row_times(src, tbl, rowid, r, &mut skips)?;
+        let ((s, e), interval) = super::fold::row_times(src, tbl, r, &mut skips)?;
         if let Some(x) = st.as_mut() {
             if !x.add_row(r, s, e, StatCols::at(6)) {
                 st = None;
@@ -1951,9 +1985,9 @@ impl Export {
         let node = if t.has_column(cols::GRAPH_NODE_ID) { cols::GRAPH_NODE_ID } else { "NULL" };
         let mut c: Vec<&str> = cols::DEVICE.to_vec();
         c.extend([name, stream, node]);
-        self.scan(tbl, &c).run("", |rowid, row| {
+        self.scan(tbl, &c).run("", |row| {
             let Some((start, end)) =
-                self.interval(tbl, rowid, self.int_at(row, 1, tbl, "start")?, self.int_at(row, 2, tbl, "end")?, skips)?
+                self.interval(tbl, row, self.int_at(row, 1, tbl, "start")?, self.int_at(row, 2, tbl, "end")?, skips)?
             else {
                 return Ok(());
             };
