@@ -686,6 +686,10 @@ impl RuntimeCalls {
     pub fn new(parts: Vec<Vec<CapturedCall>>) -> RuntimeCalls {
         RuntimeCalls(parts)
     }
+    /// The parts, in table order, each in rowid order.
+    pub fn parts(&self) -> &[Vec<CapturedCall>] {
+        &self.0
+    }
     /// Every call, in table order.
     pub fn iter(&self) -> impl Iterator<Item = &CapturedCall> + '_ {
         self.0.iter().flatten()

@@ -16,8 +16,8 @@ use crate::export::rows::DeviceChunk;
 use crate::export::rows::NO_NAME;
 use crate::export::schema::DeviceKind;
 use crate::export::{ns_of, Export, RowSkips};
-use crate::ranges::CapturedRows;
 use crate::ranges::FxMap;
+use crate::ranges::{CapturedCall, CapturedRows};
 
 /// Idle categories, in the order of [`IdleSplit`].
 pub const IDLE_NAMES: [&str; 4] = ["host_wait", "sync_wait", "launch_latency", "other"];
@@ -218,15 +218,12 @@ impl Op {
     }
 }
 
-/// A runtime call with a correlation id: the launch of device rows `(pid, corr)`.
+/// Where a runtime call is kept in the calls the ranges scan read: its part and its index there
+/// ([`crate::ranges::RuntimeCalls::parts`]).
 #[derive(Debug, Clone, Copy)]
-struct Call {
-    pid: i64,
-    corr: i64,
-    start: i64,
-    tid: i64,
-    api: Api,
-    name_id: i64,
+struct CallAt {
+    part: u32,
+    i: u32,
 }
 
 /// One device's timeline, as analysed.
@@ -387,26 +384,40 @@ fn ops_of(device: &[DeviceChunk], names: &Names, calls: &Calls, skips: &mut RowS
     Ops { by_dev, pids, nccl_by_id, node_rows }
 }
 
-/// The runtime calls with a correlation id, sorted by `(pid, corr)` (one per key: the last in table order), and
-/// each thread's blocking sync calls, unioned.
+/// The runtime calls with a correlation id, sorted by `(pid, corr)` (one per key: the last in table order): where
+/// the ranges scan keeps them (8 bytes a call; a copy of each was 48, 62 MB at 5 M kernels) and their API
+/// classes; and each thread's blocking sync calls, unioned. A call's index is its place in this order.
 #[derive(Default)]
-struct Calls {
-    calls: Vec<Call>,
+struct Calls<'a> {
+    parts: &'a [Vec<CapturedCall>],
+    at: Vec<CallAt>,
+    api: Vec<Api>,
     syncs: FxMap<i64, Vec<(i64, i64)>>,
 }
 
-impl Calls {
+/// A call's `(pid, corr)`: the key of its device rows.
+fn key_of(c: &CapturedCall) -> (i64, Option<i64>) {
+    (ns_of(c.global_tid), c.correlation_id)
+}
+
+impl<'a> Calls<'a> {
+    /// The call of index `k`.
+    fn get(&self, k: u32) -> Option<&'a CapturedCall> {
+        let c = self.at.get(k as usize)?;
+        self.parts.get(c.part as usize)?.get(c.i as usize)
+    }
+
     /// The index of the call of `(pid, corr)`, trying `hint` and its successor first (rows come nearly in
     /// correlation order).
     fn find(&self, pid: i64, corr: i64, hint: &mut usize) -> u32 {
-        let key = (pid, corr);
-        let at = |i: usize| self.calls.get(i).is_some_and(|c| (c.pid, c.corr) == key);
+        let key = (pid, Some(corr));
+        let at = |i: usize| self.get(i as u32).is_some_and(|c| key_of(c) == key);
         let i = if at(*hint) {
             *hint
         } else if at(*hint + 1) {
             *hint + 1
         } else {
-            let i = self.calls.partition_point(|c| (c.pid, c.corr) < key);
+            let i = self.at.partition_point(|c| key_of(&self.parts[c.part as usize][c.i as usize]) < key);
             if !at(i) {
                 return NO_CALL;
             }
@@ -418,40 +429,43 @@ impl Calls {
 
     /// When `o` was issued: its call's start (at most its own start), else its start.
     fn issue_of(&self, o: &Op) -> i64 {
-        match self.calls.get(o.call as usize) {
+        match self.get(o.call) {
             Some(c) => c.start.min(o.start),
             None => o.start,
         }
     }
 }
 
-fn calls_of(rows: &CapturedRows, names: &Names, skips: &mut RowSkips) -> Calls {
+fn calls_of<'a>(rows: &'a CapturedRows, names: &Names, skips: &mut RowSkips) -> Calls<'a> {
     crate::export::merge_skips(skips, &rows.runtime_skips);
-    let mut calls: Vec<Call> = Vec::with_capacity(rows.runtime.len());
+    let parts = rows.runtime.parts();
+    let api_of = |c: &CapturedCall| names.api_of.get(&c.name_id).copied().unwrap_or(Api::Other);
+    let mut at: Vec<CallAt> = Vec::with_capacity(rows.runtime.len());
     let mut syncs: FxMap<i64, Vec<(i64, i64)>> = FxMap::default();
-    for r in rows.runtime.iter() {
-        let (tid, nid) = (r.global_tid, r.name_id);
-        let api = names.api_of.get(&nid).copied().unwrap_or(Api::Other);
-        if api == Api::Sync {
-            syncs.entry(tid).or_default().push((r.start, r.end));
-        }
-        if let Some(corr) = r.correlation_id {
-            calls.push(Call { pid: ns_of(tid), corr, start: r.start, tid, api, name_id: nid });
+    for (part, calls) in parts.iter().enumerate() {
+        for (i, c) in calls.iter().enumerate() {
+            if api_of(c) == Api::Sync {
+                syncs.entry(c.global_tid).or_default().push((c.start, c.end));
+            }
+            if c.correlation_id.is_some() {
+                at.push(CallAt { part: part as u32, i: i as u32 });
+            }
         }
     }
+    let call = |c: &CallAt| &parts[c.part as usize][c.i as usize];
     // stable: equal keys keep table order, and the last of them wins (as a map insert per row would)
-    calls.sort_by_key(|c| (c.pid, c.corr));
-    // in place (a second vector was 62 MB of fresh pages at 5 M kernels): `later` is dropped, its value kept
-    calls.dedup_by(|later, kept| {
-        let same = (later.pid, later.corr) == (kept.pid, kept.corr);
+    at.sort_by_key(|c| key_of(call(c)));
+    at.dedup_by(|later, kept| {
+        let same = key_of(call(later)) == key_of(call(kept));
         if same {
             *kept = *later;
         }
         same
     });
-    calls.shrink_to_fit();
+    at.shrink_to_fit();
+    let api = at.iter().map(|c| api_of(call(c))).collect();
     let syncs = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
-    Calls { calls, syncs }
+    Calls { parts, at, api, syncs }
 }
 
 /// The device timelines of a capture from the device rows and runtime calls the ranges scan read
@@ -875,12 +889,12 @@ fn gaps(ops: &[Op], calls: &Calls, first: &FirstRows) -> (Pieces, Vec<i64>, i64,
                 let (g0, g1) = (ce, o.start);
                 gap_lengths.push(g1 - g0);
                 let first_piece = pieces.len();
-                let launch_first = first.get(o.call).is_some_and(|f| f.0 == o.start);
-                if launch_first {
-                    let c = &calls.calls[o.call as usize];
+                // the call of a launch's first row on the device
+                let launch = calls.get(o.call).filter(|_| first.get(o.call).is_some_and(|f| f.0 == o.start));
+                if let Some(c) = launch {
                     let cs = c.start;
                     if cs > g0 {
-                        let cover = calls.syncs.get(&c.tid).unwrap_or(&empty);
+                        let cover = calls.syncs.get(&c.global_tid).unwrap_or(&empty);
                         split_by(g0, cs.min(g1), cover, SYNC, HOST, &mut pieces);
                     }
                     if g1 > cs.max(g0) {
@@ -938,9 +952,9 @@ fn launches(
     let mut by_name_id: FxMap<i64, u64> = FxMap::default();
     let mut by_pid_lat: BTreeMap<i64, (Vec<i64>, Vec<i64>)> = BTreeMap::new();
     for (call, (start, kind)) in first.iter() {
-        let c = &calls.calls[call as usize];
-        let mine = by_pid_lat.entry(c.pid).or_default();
-        match c.api {
+        let Some(c) = calls.get(call) else { continue };
+        let mine = by_pid_lat.entry(ns_of(c.global_tid)).or_default();
+        match calls.api[call as usize] {
             Api::KernelLaunch => {
                 kl.push(start - c.start);
                 mine.0.push(start - c.start);
