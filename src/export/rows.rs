@@ -1699,9 +1699,12 @@ fn read_device_chunk(
     }
     let mut last: Option<(Option<i64>, Option<i64>)> = None;
     let mut n = 0u64;
+    // the row's columns after rowid and the device columns: the kernel's name, its graph node, then the stats'
+    const NAME_AT: usize = 6;
+    const NODE_AT: usize = 7;
     // the stats read the name and the graph node where the rows' own columns have them (not twice)
     let (stat_list, at) = match stats {
-        Some(k) => TimedStats::columns_beside(t, k, 8, nodes.then_some(7), names.then_some(6)),
+        Some(k) => TimedStats::columns_beside(t, k, 8, nodes.then_some(NODE_AT), names.then_some(NAME_AT)),
         None => ("NULL, NULL, NULL, NULL".into(), StatCols::at(8)),
     };
     let list = format!(
@@ -1717,12 +1720,12 @@ fn read_device_chunk(
         }
         let ((s, e), interval) = super::fold::row_times(src, tbl, r, &mut c.skips)?;
         // the kernel's name and graph node, asked of SQLite once for the row and its stats
-        let kname = if names { r.int(6) } else { IntCell::Null };
-        let node = if nodes { r.int(7) } else { IntCell::Null };
+        let kname = if names { r.int(NAME_AT) } else { IntCell::Null };
+        let node = if nodes { r.int(NODE_AT) } else { IntCell::Null };
         if let Some(st) = c.stats.as_mut() {
             let cell = |i: usize| match i {
-                6 if names => kname,
-                7 if nodes => node,
+                NAME_AT if names => kname,
+                NODE_AT if nodes => node,
                 _ => r.int(i),
             };
             if !st.add_cells(s, e, at, cell) {

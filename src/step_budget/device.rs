@@ -400,11 +400,15 @@ fn key_of(c: &CapturedCall) -> (i64, Option<i64>) {
     (ns_of(c.global_tid), c.correlation_id)
 }
 
+/// The call kept at `c` in `parts`.
+fn call_at<'a>(parts: &'a [Vec<CapturedCall>], c: &CallAt) -> &'a CapturedCall {
+    &parts[c.part as usize][c.i as usize]
+}
+
 impl<'a> Calls<'a> {
     /// The call of index `k`.
     fn get(&self, k: u32) -> Option<&'a CapturedCall> {
-        let c = self.at.get(k as usize)?;
-        self.parts.get(c.part as usize)?.get(c.i as usize)
+        self.at.get(k as usize).map(|c| call_at(self.parts, c))
     }
 
     /// The index of the call of `(pid, corr)`, trying `hint` and its successor first (rows come nearly in
@@ -417,7 +421,7 @@ impl<'a> Calls<'a> {
         } else if at(*hint + 1) {
             *hint + 1
         } else {
-            let i = self.at.partition_point(|c| key_of(&self.parts[c.part as usize][c.i as usize]) < key);
+            let i = self.at.partition_point(|c| key_of(call_at(self.parts, c)) < key);
             if !at(i) {
                 return NO_CALL;
             }
@@ -452,7 +456,7 @@ fn calls_of<'a>(rows: &'a CapturedRows, names: &Names, skips: &mut RowSkips) -> 
             }
         }
     }
-    let call = |c: &CallAt| &parts[c.part as usize][c.i as usize];
+    let call = |c: &CallAt| call_at(parts, c);
     // stable: equal keys keep table order, and the last of them wins (as a map insert per row would)
     at.sort_by_key(|c| key_of(call(c)));
     at.dedup_by(|later, kept| {

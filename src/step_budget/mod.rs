@@ -459,17 +459,22 @@ fn merge_union(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut Vec<(i64, i64)>) {
     out.clear();
     let (mut i, mut j) = (0, 0);
     let by_start = std::iter::from_fn(|| {
-        let take_a = match (a.get(i), b.get(j)) {
-            (Some(x), Some(y)) => x.0 <= y.0,
-            (x, _) => x.is_some(),
+        let next = match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if x.0 <= y.0 => {
+                i += 1;
+                x
+            }
+            (Some(x), None) => {
+                i += 1;
+                x
+            }
+            (_, Some(y)) => {
+                j += 1;
+                y
+            }
+            (None, None) => return None,
         };
-        let next = if take_a { a.get(i) } else { b.get(j) };
-        if take_a {
-            i += 1;
-        } else {
-            j += 1;
-        }
-        next.copied()
+        Some(*next)
     });
     device::merge_sorted(by_start, |u| out.push(u));
 }
