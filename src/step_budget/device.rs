@@ -786,7 +786,7 @@ fn device_timeline(
             busy_ns: busy,
             idle_ns,
             gaps: gap_lengths.len() as u64,
-            gap_lengths: dist(gap_lengths),
+            gap_lengths: gap_lengths.dist(),
             categories,
             in_steps: IdleSplit::default(),
             between_steps: IdleSplit::default(),
@@ -833,55 +833,99 @@ fn per_process(ops: &[Op], pids: &[i64]) -> (BTreeMap<i64, Vec<(i64, i64)>>, BTr
     (nccl, busy)
 }
 
-/// The first row (start, kind) of each launch on one device, in a vector over the range of call indices its
-/// rows have (a device's rows come from a few processes, whose calls are contiguous in [`Calls`]).
-struct FirstRows {
+/// The first row of each launch on one device, as its index in the device's rows sorted by start, in a vector
+/// over the range of call indices its rows have (a device's rows come from a few processes, whose calls are
+/// contiguous in [`Calls`]): 4 bytes a call (its start and kind were 16, 21 MB at 5 M kernels). A device's rows
+/// are indexed by `u32` as their calls are ([`Op::call`]).
+struct FirstRows<'a> {
+    ops: &'a [Op],
     lo: u32,
-    at: Vec<(i64, DeviceKind)>,
+    at: Vec<u32>,
 }
 
-impl FirstRows {
-    const UNSET: i64 = i64::MIN;
+impl<'a> FirstRows<'a> {
+    const UNSET: u32 = u32::MAX;
 
     /// From rows sorted by start (then issue): the first of each call's rows.
-    fn of(ops: &[Op]) -> FirstRows {
+    fn of(ops: &'a [Op]) -> FirstRows<'a> {
         // the range of linked calls, in one pass
         let (lo, hi) = ops
             .iter()
             .filter(|o| o.call != NO_CALL)
             .fold((u32::MAX, 0), |(lo, hi), o| (lo.min(o.call), hi.max(o.call)));
         if lo > hi {
-            return FirstRows { lo: 0, at: Vec::new() };
+            return FirstRows { ops, lo: 0, at: Vec::new() };
         }
-        let mut at = vec![(Self::UNSET, DeviceKind::Kernel); (hi - lo) as usize + 1];
-        for o in ops.iter().filter(|o| o.call != NO_CALL) {
+        let mut at = vec![Self::UNSET; (hi - lo) as usize + 1];
+        for (i, o) in ops.iter().enumerate().filter(|(_, o)| o.call != NO_CALL) {
             let f = &mut at[(o.call - lo) as usize];
-            if f.0 == Self::UNSET {
-                *f = (o.start, o.kind());
+            if *f == Self::UNSET {
+                *f = i as u32;
             }
         }
-        FirstRows { lo, at }
+        FirstRows { ops, lo, at }
+    }
+
+    /// The (start, kind) of the row at `i`.
+    fn row(&self, i: u32) -> Option<(i64, DeviceKind)> {
+        let o = self.ops.get(i as usize)?;
+        Some((o.start, o.kind()))
     }
 
     fn get(&self, call: u32) -> Option<(i64, DeviceKind)> {
-        let f = *self.at.get(call.checked_sub(self.lo)? as usize)?;
-        (f.0 != Self::UNSET).then_some(f)
+        let i = *self.at.get(call.checked_sub(self.lo)? as usize)?;
+        self.row(i)
     }
 
     /// (call index, first row) of every launch on the device.
     fn iter(&self) -> impl Iterator<Item = (u32, (i64, DeviceKind))> + '_ {
-        self.at.iter().enumerate().filter(|(_, f)| f.0 != Self::UNSET).map(|(i, f)| (self.lo + i as u32, *f))
+        self.at.iter().enumerate().filter_map(|(k, &i)| Some((self.lo + k as u32, self.row(i)?)))
+    }
+}
+
+/// The lengths of a device's gaps: 4 bytes each while every one fits (22 MB at 5 M kernels, not 45); a gap of
+/// `u32::MAX` ns (4.3 s) or more widens them all to 8 bytes.
+enum GapLengths {
+    Short(Vec<u32>),
+    Long(Vec<i64>),
+}
+
+impl GapLengths {
+    fn push(&mut self, g: i64) {
+        match self {
+            GapLengths::Short(v) => match u32::try_from(g) {
+                Ok(x) => v.push(x),
+                Err(_) => {
+                    let mut wide: Vec<i64> = v.iter().map(|&x| x as i64).collect();
+                    wide.push(g);
+                    *self = GapLengths::Long(wide);
+                }
+            },
+            GapLengths::Long(v) => v.push(g),
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            GapLengths::Short(v) => v.len(),
+            GapLengths::Long(v) => v.len(),
+        }
+    }
+    fn dist(mut self) -> Dist {
+        match &mut self {
+            GapLengths::Short(v) => super::dist_in(v),
+            GapLengths::Long(v) => super::dist_in(v),
+        }
     }
 }
 
 /// Idle pieces and gaps of rows sorted by start: each gap split into pieces by the rules; the gap lengths, the
 /// busy union and the active span.
 #[allow(clippy::type_complexity)]
-fn gaps(ops: &[Op], calls: &Calls, first: &FirstRows) -> (Pieces, Vec<i64>, i64, (i64, i64)) {
+fn gaps(ops: &[Op], calls: &Calls, first: &FirstRows) -> (Pieces, GapLengths, i64, (i64, i64)) {
     // at most one gap per row; a gap is one piece or a few: reserved once (untouched pages cost no memory), no
     // copy while growing
     let mut pieces = Pieces::with_capacity(ops.len() * 2);
-    let mut gap_lengths = Vec::with_capacity(ops.len());
+    let mut gap_lengths = GapLengths::Short(Vec::with_capacity(ops.len()));
     let mut busy = 0i64;
     let mut cur: Option<(i64, i64)> = None;
     let empty = Vec::new();
@@ -1133,7 +1177,7 @@ mod tests {
         let op = |start: i64, end: i64| Op::new(start, end, NO_CALL, 0, DeviceKind::Kernel, false);
         let ops = [op(0, 10), op(20, 20), op(30, 40)];
         let (pieces, lengths, busy, span) = gaps(&ops, &Calls::default(), &FirstRows::of(&ops));
-        assert_eq!((lengths, busy, span), (vec![10, 10], 20, (0, 40)));
+        assert_eq!((lengths.dist(), busy, span), (dist([10, 10]), 20, (0, 40)));
         let other = categories_of(&pieces)["other"];
         assert_eq!((other.ns, other.gaps), (20, 2));
         assert_eq!(pieces.iter().collect::<Vec<_>>(), vec![(10, 20, OTHER), (20, 30, OTHER)]);
@@ -1242,6 +1286,25 @@ mod tests {
             };
             assert!(!after.devices.is_empty(), "{name}: the fixture has device rows");
             assert_eq!(view(&early), view(&after), "{name}");
+        }
+    }
+
+    /// Gap lengths held in 4 bytes give the distribution of their values, and one too long for 4 bytes widens
+    /// those held before it.
+    #[test]
+    fn gap_lengths_widen_and_keep_their_distribution() {
+        let mut next = crate::test_rng::xorshift(0x51_7CC1_B727_220A);
+        for long_at in [None, Some(0), Some(7), Some(63)] {
+            let mut g = GapLengths::Short(Vec::new());
+            let mut want = Vec::new();
+            for k in 0..64 {
+                let v = if Some(k) == long_at { u32::MAX as i64 + 1 + next(1000) } else { 1 + next(5000) };
+                g.push(v);
+                want.push(v);
+            }
+            assert_eq!(matches!(g, GapLengths::Long(_)), long_at.is_some());
+            assert_eq!(g.len(), 64);
+            assert_eq!(g.dist(), dist(want));
         }
     }
 

@@ -347,6 +347,11 @@ fn rank_index(n: usize, q: f64) -> usize {
 /// launch latencies need no full sort).
 pub fn dist(values: impl IntoIterator<Item = i64>) -> Dist {
     let mut v: Vec<i64> = values.into_iter().collect();
+    dist_in(&mut v)
+}
+
+/// [`dist`] of the values in `v` (reordered), of any integer type that widens to `i64`.
+pub fn dist_in<T: Copy + Ord + Into<i64>>(v: &mut [T]) -> Dist {
     let n = v.len();
     let Some(&max) = v.iter().max() else { return Dist { count: 0, median: 0, p90: 0, p99: 0, max: 0 } };
     // from the highest rank down: a selection leaves the smaller values to its left
@@ -354,7 +359,7 @@ pub fn dist(values: impl IntoIterator<Item = i64>) -> Dist {
     let p99 = *v.select_nth_unstable(i99).1;
     let p90 = *v[..=i99].select_nth_unstable(i90).1;
     let median = *v[..=i90].select_nth_unstable(i50).1;
-    Dist { count: n, median, p90, p99, max }
+    Dist { count: n, median: median.into(), p90: p90.into(), p99: p99.into(), max: max.into() }
 }
 
 /// The counts of small integer values (queue depths): [`dist`] of the values added, without holding them (a
