@@ -173,24 +173,16 @@ impl Export {
     }
 
     fn check_ts(&self, table: &str, col: &str, rowid: Option<i64>, v: Option<i64>) -> Result<Option<i64>> {
-        if let Some(t) = v {
-            if !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&t) {
-                return Err(Error::input(format!(
-                    "{}: {table}.{col} = {t} ns on row {}: an impossible timestamp (beyond ±2^53 ns, about 104 days from the session start); the export is damaged",
-                    self.name(),
-                    rowid.map(|r| format!("id {r}")).unwrap_or_else(|| "?".into())
-                )));
-            }
+        match v {
+            Some(t) if !possible_ts(t) => Err(impossible_timestamp(&self.name(), table, col, rowid, t)),
+            _ => Ok(v),
         }
-        Ok(v)
     }
 
     /// [`Export::check_ts`] of a cell of `row`, whose id is read only when the timestamp is refused.
     fn check_row_ts(&self, table: &str, col: &str, row: &RawRow, v: Option<i64>) -> Result<Option<i64>> {
         match v {
-            Some(t) if !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&t) => {
-                self.check_ts(table, col, row.rowid(), v)
-            }
+            Some(t) if !possible_ts(t) => self.check_ts(table, col, row.rowid(), v),
             _ => Ok(v),
         }
     }
@@ -1201,7 +1193,7 @@ impl TimedStats {
         at: StatCols,
         cell: impl Fn(usize) -> IntCell,
     ) -> bool {
-        let bad = |v: Option<i64>| v.is_some_and(|x| !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&x));
+        let bad = |v: Option<i64>| v.is_some_and(|x| !possible_ts(x));
         self.rows += 1;
         if self.bad_ts.is_none() && (bad(start) || bad(end)) {
             let rowid = int_cell(cell(0)).ok().flatten();
@@ -1656,12 +1648,16 @@ fn not_integer(name: &str, table: &str, col: &str, t: &str) -> Error {
 
 #[inline(always)]
 pub(crate) fn named_ts(name: &str, table: &str, col: &str, row: &RawRow, v: Option<i64>) -> Result<Option<i64>> {
-    if let Some(t) = v {
-        if !(-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&t) {
-            return Err(impossible_timestamp(name, table, col, row.rowid(), t));
-        }
+    match v {
+        Some(t) if !possible_ts(t) => Err(impossible_timestamp(name, table, col, row.rowid(), t)),
+        _ => Ok(v),
     }
-    Ok(v)
+}
+
+/// A timestamp within ±[`MAX_TIMESTAMP_NS`]: one an nsys capture can hold.
+#[inline(always)]
+fn possible_ts(t: i64) -> bool {
+    (-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&t)
 }
 
 #[cold]
