@@ -5,8 +5,10 @@
 //! [`super::rows`] (types, impossible timestamps, invalid intervals counted in [`RowSkips`]); when several
 //! ranges fail, the first error in table order wins.
 
-use super::raw::{RawQuery, RawRow};
-use super::rows::{cell_int, named_ts, rowid_chunks_of, RowSkips, RuntimeRow, ScanSource, CHUNK_ROWS};
+use super::raw::{IntCell, RawQuery, RawRow};
+use super::rows::{
+    cell_int, named_ts, rowid_chunks_of, Keep, NvtxFacts, RowSkips, RuntimeRow, ScanSource, TimedStats, CHUNK_ROWS,
+};
 use super::schema::{self, cols};
 use super::TableInfo;
 use crate::contract::{Error, Result};
@@ -193,23 +195,48 @@ pub fn fold_runtime<T: Send>(
 /// Every `NVTX_EVENTS` row whose `eventType` is in `types` (`t`: the table, present with
 /// [`cols::NVTX_EVENTS`]) folded into an accumulator per rowid range (`init`, `f`): the accumulators in rowid
 /// order; the checks and messages of [`super::Export::nvtx_events_ref`], the first error in table order wins.
+/// With `stats`, the same read is the table's timed-stats scan ([`super::rows::NvtxFacts`]: every row read,
+/// those of `types` folded), instead of a second scan of the table by the caller's other questions.
 pub fn fold_nvtx_events<T: Send>(
     src: &ScanSource,
     t: &TableInfo,
     types: &[i64],
     threads: usize,
+    stats: Option<Keep>,
     init: impl Fn() -> T + Sync,
     f: impl Fn(&mut T, super::rows::NvtxRef<'_>) -> Result<()> + Sync,
-) -> Result<Vec<T>> {
+) -> Result<(Vec<T>, Option<NvtxFacts>)> {
     let jobs = plan_with(src, &[t], threads, NVTX_CHUNK_ROWS)?;
-    let list = super::rows::nvtx_columns(t).join(", ");
+    let mut list = super::rows::nvtx_columns(t).join(", ");
+    // without stats SQLite selects the rows of `types`; with them every row is read and the type tested here
+    // (an `eventType` that is not an INTEGER is in no list, as in SQL)
     let cond = super::rows::nvtx_types_condition(types);
-    in_order(run_jobs(&jobs, |_, j| {
+    let cond = match stats {
+        Some(k) => {
+            list = format!("{list}, {}", TimedStats::columns(t, k));
+            None
+        }
+        None => Some(cond.as_str()),
+    };
+    let parts = in_order(run_jobs(&jobs, |_, j| {
         let mut acc = init();
-        for_each_in_range_where(src, t, schema::NVTX_EVENTS, &list, j.range, Some(&cond), |r| {
+        let mut facts = stats.map(|k| NvtxFacts::new(t, k));
+        for_each_in_range_where(src, t, schema::NVTX_EVENTS, &list, j.range, cond, |r| {
+            if let Some(x) = facts.as_mut() {
+                x.add_row(r, NVTX_STATS_AT);
+                if !matches!(r.int(3), IntCell::Int(v) if types.contains(&v)) {
+                    return Ok(true);
+                }
+            }
             f(&mut acc, super::rows::nvtx_ref(src.name(), r)?)?;
             Ok(true)
         })?;
-        Ok(acc)
-    }))
+        Ok((acc, facts))
+    }))?;
+    let (accs, facts): (Vec<T>, Vec<Option<NvtxFacts>>) = parts.into_iter().unzip();
+    Ok((accs, facts.into_iter().collect::<Option<Vec<_>>>().map(NvtxFacts::merge)))
 }
+
+/// Where the timed-stats columns start in a row of [`fold_nvtx_events`] with stats: after the row id and
+/// [`super::rows::nvtx_columns`].
+const NVTX_STATS_AT: usize = 8;

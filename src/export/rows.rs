@@ -505,6 +505,9 @@ impl Export {
         };
         // the runtime threads from the one runtime scan, then one NVTX scan (no IN subquery re-reading RUNTIME)
         if let Some(tids) = self.with_stats(schema::RUNTIME, |s| s.thread_ids.clone())? {
+            if let Some(th) = self.stats.nvtx_threads.borrow().as_deref() {
+                return Ok(th.on(&tids, after_ns));
+            }
             let tbl = schema::NVTX_EVENTS;
             let (mut n, mut after, mut last, mut other_type) = (0i64, 0i64, None::<i64>, false);
             let types = format!(
@@ -1027,6 +1030,110 @@ impl TimedStats {
     }
 }
 
+/// What one read of every `NVTX_EVENTS` row tells besides its ranges ([`super::fold::fold_nvtx_events`] with
+/// stats): the table's [`TimedStats`] and each thread's marks and ranges ([`NvtxThreads`]), each None when a
+/// value is not an INTEGER (its question then falls back to its own scan, as without this read).
+#[derive(Debug, Clone)]
+pub struct NvtxFacts {
+    stats: Option<TimedStats>,
+    threads: Option<NvtxThreads>,
+}
+
+impl NvtxFacts {
+    pub(crate) fn new(t: &super::TableInfo, keep: Keep) -> NvtxFacts {
+        NvtxFacts { stats: Some(TimedStats::new(t, keep)), threads: Some(NvtxThreads::default()) }
+    }
+
+    /// Count a row of [`nvtx_columns`] followed by [`TimedStats::columns`] at `at` (what [`scan_timed_stats`]
+    /// and [`Export::nvtx_on_runtime_threads`]'s scan count of it).
+    pub(crate) fn add_row(&mut self, r: &RawRow, at: usize) {
+        if let Some(st) = self.stats.as_mut() {
+            let ok = match (int_cell(r.int(1)), int_cell(r.int(2))) {
+                (Ok(s), Ok(e)) => st.add_row(r, s, e, StatCols::at(at)),
+                _ => false,
+            };
+            if !ok {
+                self.stats = None;
+            }
+        }
+        if self.threads.as_mut().is_some_and(|th| !th.add_row(r)) {
+            self.threads = None;
+        }
+    }
+
+    /// The facts of the parts of a read, in rowid order.
+    pub(crate) fn merge(parts: Vec<NvtxFacts>) -> NvtxFacts {
+        let mut threads = Some(NvtxThreads::default());
+        let mut stats = Vec::with_capacity(parts.len());
+        for p in parts {
+            stats.push(p.stats);
+            threads = threads.zip(p.threads).map(|(mut a, b)| {
+                a.append(b);
+                a
+            });
+        }
+        NvtxFacts { stats: merge_stats(stats), threads }
+    }
+}
+
+/// The NVTX marks, push/pop and start/end ranges of each thread (`globalTid`, not NULL): their count, their
+/// starts and `max(start, end)` over those with a start (what [`Export::nvtx_on_runtime_threads`] counts).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NvtxThreads(crate::fx::FxMap<i64, ThreadMarks>);
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ThreadMarks {
+    rows: i64,
+    starts: Vec<i64>,
+    last: Option<i64>,
+}
+
+impl NvtxThreads {
+    /// Count a row of [`nvtx_columns`] when it is a mark or a range; false when its `start`, `end` or
+    /// `globalTid` is not an INTEGER (the scan of [`Export::nvtx_on_runtime_threads`] then goes to SQL).
+    fn add_row(&mut self, r: &RawRow) -> bool {
+        if !matches!(r.int(3), IntCell::Int(t) if NVTX_MARKS_AND_RANGES.contains(&t)) {
+            return true;
+        }
+        let (Ok(s), Ok(e), Ok(g)) = (int_cell(r.int(1)), int_cell(r.int(2)), int_cell(r.int(6))) else {
+            return false;
+        };
+        if let Some(g) = g {
+            let m = self.0.entry(g).or_default();
+            m.rows += 1;
+            if let Some(s) = s {
+                m.starts.push(s);
+                let v = s.max(e.unwrap_or(s));
+                m.last = Some(m.last.map_or(v, |l| l.max(v)));
+            }
+        }
+        true
+    }
+
+    fn append(&mut self, o: NvtxThreads) {
+        for (g, m) in o.0 {
+            let x = self.0.entry(g).or_default();
+            x.rows += m.rows;
+            x.starts.extend(m.starts);
+            x.last = x.last.max(m.last);
+        }
+    }
+
+    /// `(count, count starting after after_ns, max(start, end))` of the rows on `tids`.
+    fn on(&self, tids: &crate::fx::FxSet<i64>, after_ns: i64) -> (i64, i64, i64) {
+        let (mut n, mut after, mut last) = (0, 0, None::<i64>);
+        for (_, m) in self.0.iter().filter(|(g, _)| tids.contains(g)) {
+            n += m.rows;
+            after += m.starts.iter().filter(|&&s| s > after_ns).count() as i64;
+            last = last.max(m.last);
+        }
+        (n, after, last.unwrap_or(0))
+    }
+}
+
+/// The NVTX event types [`Export::nvtx_on_runtime_threads`] counts.
+const NVTX_MARKS_AND_RANGES: [i64; 3] = [schema::nvtx::MARK, schema::nvtx::PUSH_POP, schema::nvtx::START_END];
+
 /// The per-table [`TimedStats`] of an export (`None` for a table that fell back to SQL), the tables whose
 /// valid intervals the next scan keeps, and the NVTX range rows counted by a read of them all.
 #[derive(Debug, Default)]
@@ -1034,6 +1141,8 @@ pub(crate) struct StatsCache {
     stats: std::cell::RefCell<HashMap<String, Option<TimedStats>>>,
     keep: std::cell::RefCell<HashMap<String, Keep>>,
     nvtx_range_rows: std::cell::Cell<Option<i64>>,
+    /// Each thread's NVTX marks and ranges, from a read of every NVTX row ([`Export::put_nvtx_facts`]).
+    nvtx_threads: std::cell::RefCell<Option<std::sync::Arc<NvtxThreads>>>,
 }
 
 /// At this many rows in all the tables asked for, the scans run in parallel threads.
@@ -1316,6 +1425,9 @@ impl Export {
         if self.stats.nvtx_range_rows.get().is_none() {
             self.stats.nvtx_range_rows.set(other.stats.nvtx_range_rows.get());
         }
+        if self.stats.nvtx_threads.borrow().is_none() {
+            self.stats.nvtx_threads.replace(other.stats.nvtx_threads.borrow().clone());
+        }
         let theirs = other.stats.stats.borrow();
         let mut mine = self.stats.stats.borrow_mut();
         for (k, v) in theirs.iter() {
@@ -1502,6 +1614,23 @@ impl Export {
             return None;
         }
         Some(self.stats.keep.borrow().get(&key).copied().unwrap_or_default())
+    }
+
+    /// Record what a read of every NVTX row found ([`NvtxFacts`]): the table's timed stats and each thread's
+    /// marks and ranges, where they could be computed (the rest is asked of the table as before).
+    pub(crate) fn put_nvtx_facts(&self, facts: NvtxFacts) {
+        if let Some(st) = facts.stats {
+            self.put_stats(schema::NVTX_EVENTS, st);
+        }
+        if let Some(th) = facts.threads {
+            self.stats.nvtx_threads.replace(Some(std::sync::Arc::new(th)));
+        }
+    }
+
+    /// Whether each thread's NVTX marks and ranges are known without a scan ([`Export::put_nvtx_facts`]).
+    #[cfg(test)]
+    pub(crate) fn knows_nvtx_threads(&self) -> bool {
+        self.stats.nvtx_threads.borrow().is_some()
     }
 
     /// Record the [`TimedStats`] of `table` computed by another whole-table scan (the ranges readers), unless

@@ -706,7 +706,8 @@ mod tests {
             (s.rows, s.max_end, s.sum_dur, t, s.node_rows, format!("{:?}", s.skips))
         };
         let mut read = 0;
-        for t in [export::schema::RUNTIME, export::schema::KERNEL, export::schema::MEMCPY, export::schema::MEMSET] {
+        use export::schema::{KERNEL, MEMCPY, MEMSET, NVTX_EVENTS, RUNTIME};
+        for t in [RUNTIME, KERNEL, MEMCPY, MEMSET, NVTX_EVENTS] {
             if !shared.has_table(t) {
                 continue;
             }
@@ -714,7 +715,26 @@ mod tests {
             assert_eq!(shared.known_stats(t, fact), own.known_stats(t, fact), "{t}");
             read += 1;
         }
-        assert!(read >= 3, "the fixture has the runtime, kernel and memcpy tables");
+        assert!(read >= 4, "the fixture has the NVTX, runtime, kernel and memcpy tables");
+        // G4's marks and ranges on the runtime threads, from the NVTX read (no scan of its own), at any cut: what
+        // its own scan counts (the fixture has marks, push/pop and start/end ranges)
+        assert!(shared.knows_nvtx_threads() && !own.knows_nvtx_threads());
+        let starts: Vec<i64> = own
+            .conn()
+            .prepare("SELECT start FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60) ORDER BY start")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        let n = starts.len();
+        let last_runtime = own.max_end(RUNTIME).unwrap().unwrap();
+        for cut in [i64::MIN, starts[0], starts[n / 2], starts[n - 1] - 1, starts[n - 1], last_runtime] {
+            let (a, b) = (shared.nvtx_on_runtime_threads(cut).unwrap(), own.nvtx_on_runtime_threads(cut).unwrap());
+            assert_eq!(a, b, "after {cut}");
+        }
+        let (all, after, _) = shared.nvtx_on_runtime_threads(starts[n / 2]).unwrap();
+        assert!(after > 0 && after < all, "a cut in the middle counts some: {after} of {all}");
         // `gate-check --report`: the gates run beside the step budget on a connection of their own that took
         // over the facts and the kept intervals; the shared connection keeps its facts
         let beside = Export::open(&path).unwrap();

@@ -34,7 +34,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{Document, Error, Result, Tool};
-use crate::export::rows::{DeviceChunk, PackedDeviceRow};
+use crate::export::rows::{DeviceChunk, Keep, PackedDeviceRow};
 use crate::export::schema::{self, cols, DeviceKind};
 use crate::export::{ns_of, pid_of, tid_of, Export, RowSkips};
 
@@ -844,7 +844,7 @@ fn run_scans(
 ) -> Result<Work> {
     check_tables(export)?;
     let stats = |t: &str| if share_stats { export.stats_wanted(t) } else { None };
-    let dev_tables: Vec<(DeviceKind, crate::export::TableInfo, Option<crate::export::rows::Keep>)> = DeviceKind::ALL
+    let dev_tables: Vec<(DeviceKind, crate::export::TableInfo, Option<Keep>)> = DeviceKind::ALL
         .iter()
         .filter_map(|k| export.table(k.table()).map(|t| (*k, t.clone(), stats(k.table()))))
         .collect();
@@ -882,7 +882,7 @@ fn run_scans(
             };
         let mut ph = crate::phase::Phases::new("sqlite-ranges");
         let main = (|| -> Result<(Work, CorrTable, bool)> {
-            let mut w = load(export, opts, keep_occurrences)?;
+            let mut w = load(export, opts, keep_occurrences, stats(schema::NVTX_EVENTS))?;
             ph.mark("load");
             if let Some(want) = want {
                 w.collect = Some(Collect {
@@ -1000,8 +1000,9 @@ struct CorrTable {
 }
 
 /// Phase 1: validate every table (a schema mismatch is an error before any work, never a partial report),
-/// load the kept occurrences and intern their labels.
-fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool) -> Result<Work> {
+/// load the kept occurrences and intern their labels (`nvtx_stats`: the NVTX read is also the table's
+/// timed-stats scan).
+fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvtx_stats: Option<Keep>) -> Result<Work> {
     nvtx_table(export)?;
     export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
     let mut tables_present = Vec::new();
@@ -1011,7 +1012,7 @@ fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool) -> Result<Work
         }
     }
     progress("reading NVTX_EVENTS");
-    let mut loaded = load_interned(export, opts)?;
+    let mut loaded = load_interned(export, opts, nvtx_stats)?;
     let slices = thread_slices(&loaded.occurrences);
     let n = loaded.occurrences.len();
     // labels as ids; folding runs once per distinct raw label (with its occurrence count, first-seen order:

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{nvtx_table, FxMap, RangesOptions};
 use crate::contract::{Error, Result};
+use crate::export::rows::Keep;
 use crate::export::schema::{self, cols, nvtx};
 use crate::export::{ns_of, Export};
 
@@ -212,16 +213,24 @@ impl NvtxRead {
 
 /// The range and domain rows of `NVTX_EVENTS` (present), read in parallel rowid ranges and taken in table
 /// order: what one read in table order gives, the range rows as the parts read them (in table order, one vector
-/// per part).
-fn read_nvtx(export: &Export) -> Result<(NvtxRead, Vec<Vec<RawRange>>)> {
+/// per part). With `stats`, the read is also the table's timed-stats scan ([`Export::put_nvtx_facts`]).
+fn read_nvtx(export: &Export, stats: Option<Keep>) -> Result<(NvtxRead, Vec<Vec<RawRange>>)> {
     let t = export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?.clone();
     let name = export.name();
     let types = [nvtx::PUSH_POP, nvtx::START_END, nvtx::DOMAIN_CREATE];
     let threads = crate::export::rows::scan_threads();
-    let parts =
-        crate::export::fold::fold_nvtx_events(&export.source(), &t, &types, threads, NvtxRead::default, |p, r| {
-            p.add(r, &name)
-        })?;
+    let (parts, facts) = crate::export::fold::fold_nvtx_events(
+        &export.source(),
+        &t,
+        &types,
+        threads,
+        stats,
+        NvtxRead::default,
+        |p, r| p.add(r, &name),
+    )?;
+    if let Some(f) = facts {
+        export.put_nvtx_facts(f);
+    }
     let mut all = NvtxRead::default();
     let raw = parts.into_iter().map(|p| all.absorb(p)).collect();
     Ok((all, raw))
@@ -229,7 +238,7 @@ fn read_nvtx(export: &Export) -> Result<(NvtxRead, Vec<Vec<RawRange>>)> {
 
 /// The kept NVTX range occurrences of an export, with depth and parent (see the module docs).
 pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedOccurrences> {
-    Ok(load_interned(export, opts)?.to_loaded())
+    Ok(load_interned(export, opts, None)?.to_loaded())
 }
 
 /// One shared string per label, for the occurrences that carry it ([`Occurrence::label`]).
@@ -260,15 +269,16 @@ impl InternedOccurrences {
 }
 
 /// [`load_occurrences`], the messages interned while the rows stream (one `String` per distinct text) and the
-/// labels built once per distinct `(domain, message)`.
-pub(super) fn load_interned(export: &Export, opts: &RangesOptions) -> Result<InternedOccurrences> {
+/// labels built once per distinct `(domain, message)`; with `stats`, the NVTX read is also the table's
+/// timed-stats scan ([`read_nvtx`]).
+pub(super) fn load_interned(export: &Export, opts: &RangesOptions, stats: Option<Keep>) -> Result<InternedOccurrences> {
     let nvtx = nvtx_table(export)?;
     export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
     if !nvtx {
         return Ok(InternedOccurrences::default());
     }
     let mut ph = crate::phase::Phases::new("nvtx");
-    let (NvtxRead { texts, domain_rows, mut skipped, range_rows, .. }, raw) = read_nvtx(export)?;
+    let (NvtxRead { texts, domain_rows, mut skipped, range_rows, .. }, raw) = read_nvtx(export, stats)?;
     export.put_nvtx_range_rows(range_rows);
     ph.mark("read");
     let mut ids: std::collections::HashSet<i64> = HashSet::new();
