@@ -751,8 +751,8 @@ impl std::fmt::Debug for SharedOccurrences {
     }
 }
 
-/// A device row attributed to an occurrence by the join (same rows as its metrics): 24 bytes (5.6 M rows at 5 M
-/// kernels; a `deviceId` of its own made it 32).
+/// A device row attributed to an occurrence by the join (same rows as its metrics), as
+/// [`CorrelatedDeviceRows`] gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CorrelatedDeviceRow {
     pub start: i64,
@@ -760,6 +760,78 @@ pub struct CorrelatedDeviceRow {
     pub kind: DeviceKind,
     /// Its CUDA `deviceId` is `Collected::device_ids[device]`.
     pub device: u32,
+}
+
+/// The device rows attributed to an occurrence, 16 bytes each (5.6 M rows at 5 M kernels: 24 bytes made them
+/// 134 MB): the start, the duration in 32 bits (`u32::MAX`: the end is in `long`, by row index), the kind in the
+/// top 2 bits of `tag` and the device index in the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CorrelatedDeviceRows {
+    rows: Vec<PackedCorrelatedRow>,
+    long: Vec<(usize, i64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PackedCorrelatedRow {
+    start: i64,
+    dur: u32,
+    tag: u32,
+}
+
+impl CorrelatedDeviceRows {
+    fn reserve_exact(&mut self, n: usize) {
+        self.rows.reserve_exact(n);
+    }
+
+    fn push(&mut self, r: CorrelatedDeviceRow) {
+        let dur = match u32::try_from(r.end - r.start) {
+            Ok(d) if d < u32::MAX => d,
+            _ => {
+                self.long.push((self.rows.len(), r.end));
+                u32::MAX
+            }
+        };
+        debug_assert!(r.device < 1 << 30, "device indices are distinct devices");
+        self.rows.push(PackedCorrelatedRow { start: r.start, dur, tag: (r.kind as u32) << 30 | r.device });
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The rows in order.
+    pub fn iter(&self) -> impl Iterator<Item = CorrelatedDeviceRow> + '_ {
+        let mut long = self.long.iter().peekable();
+        self.rows.iter().enumerate().map(move |(i, r)| {
+            let end = match long.next_if(|&&(j, _)| j == i) {
+                Some(&(_, e)) => e,
+                None => r.start + r.dur as i64,
+            };
+            CorrelatedDeviceRow {
+                start: r.start,
+                end,
+                kind: DeviceKind::ALL[(r.tag >> 30) as usize],
+                device: r.tag & !(3 << 30),
+            }
+        })
+    }
+
+    /// Sorted by `(start, end)`, stable (rows of equal interval keep their order).
+    fn sort(&mut self) {
+        if self.long.is_empty() {
+            // the end is start + dur: by (start, dur) is by (start, end)
+            self.rows.sort_by_key(|r| (r.start, r.dur));
+            return;
+        }
+        let mut all: Vec<CorrelatedDeviceRow> = self.iter().collect();
+        all.sort_by_key(|d| (d.start, d.end));
+        *self = CorrelatedDeviceRows::default();
+        all.into_iter().for_each(|d| self.push(d));
+    }
 }
 
 /// A runtime call counted in an occurrence (on its thread, starting inside it).
@@ -776,7 +848,7 @@ pub struct EnclosedRuntimeCall {
 /// The intervals behind one occurrence's metrics: its correlated device rows and its runtime calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OccurrenceIntervals {
-    pub device: Vec<CorrelatedDeviceRow>,
+    pub device: CorrelatedDeviceRows,
     pub runtime: Vec<EnclosedRuntimeCall>,
 }
 
@@ -820,7 +892,7 @@ pub fn analyze_with_intervals_keeping(
     let mut iv = per_occ;
     iv.resize_with(n, OccurrenceIntervals::default);
     for v in &mut iv {
-        v.device.sort_by_key(|d| (d.start, d.end));
+        v.device.sort();
         v.runtime.sort_unstable_by_key(|r| (r.start, r.end, r.name_id, r.sync));
     }
     let c = Collected { intervals: iv, rows, runtime_read, occurrences: shared, device_ids };
@@ -2178,8 +2250,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_correlated_row_is_24_bytes() {
-        assert_eq!(std::mem::size_of::<CorrelatedDeviceRow>(), 24);
+    fn a_correlated_row_is_16_bytes() {
+        assert_eq!(std::mem::size_of::<PackedCorrelatedRow>(), 16);
+    }
+
+    /// Packed rows give back what was pushed, rows of 2^32 - 1 ns or more included (their end kept apart), and
+    /// sort as the rows themselves sorted stably by `(start, end)`, with and without long rows.
+    #[test]
+    fn correlated_rows_keep_long_ends_and_sort_stably() {
+        let row = |start: i64, len: i64, kind: DeviceKind, device: u32| CorrelatedDeviceRow {
+            start,
+            end: start + len,
+            kind,
+            device,
+        };
+        let long = u32::MAX as i64;
+        let short = vec![
+            row(50, 10, DeviceKind::Kernel, 0),
+            row(10, 5, DeviceKind::Memcpy, 3),
+            row(10, 5, DeviceKind::Kernel, 1),
+            row(10, 2, DeviceKind::GraphTrace, (1 << 30) - 1),
+            row(-7, 0, DeviceKind::Memset, 2),
+        ];
+        let mut with_long = short.clone();
+        with_long.insert(1, row(10, long, DeviceKind::Kernel, 4));
+        with_long.insert(3, row(10, long - 1, DeviceKind::Memcpy, 5));
+        with_long.push(row(-100, 1 << 40, DeviceKind::GraphTrace, 6));
+        for rows in [short, with_long] {
+            let mut packed = CorrelatedDeviceRows::default();
+            rows.iter().for_each(|&r| packed.push(r));
+            assert_eq!(packed.iter().collect::<Vec<_>>(), rows);
+            assert_eq!(packed.len(), rows.len());
+            let mut sorted = rows.clone();
+            sorted.sort_by_key(|d| (d.start, d.end));
+            packed.sort();
+            assert_eq!(packed.iter().collect::<Vec<_>>(), sorted);
+        }
     }
 
     #[test]

@@ -838,7 +838,7 @@ impl StepCx<'_> {
         let comm_busy = union_len(iv[i].device.iter().filter(|d| self.comm.has(d)).map(|d| (d.start, d.end)).collect());
         let mut idle = IdleSplit::default();
         if let (Some(fs), Some(le)) = (m.first_device_start, m.last_device_end) {
-            let mut devs: Vec<i64> = iv[i].device.iter().map(|d| self.comm.device_id(d)).collect();
+            let mut devs: Vec<i64> = iv[i].device.iter().map(|d| self.comm.device_id(&d)).collect();
             devs.sort_unstable();
             devs.dedup();
             let mut v = [0i64; 4];
@@ -933,7 +933,7 @@ pub fn is_comm_label(label: &str) -> bool {
 /// `dist.all_reduce` took 82.7 µs of host time with no peer to wait for).
 fn nccl_processes(a: &ranges::Analysis, iv: &[OccurrenceIntervals], idx: &[usize], nccl: CommRows<'_>) -> HashSet<i64> {
     let by_domain = a.occurrences.iter().filter(|o| o.label.starts_with(NCCL_DOMAIN_PREFIX));
-    let by_kernel = idx.iter().filter(|&&i| iv[i].device.iter().any(|d| nccl.has(d))).map(|&i| &a.occurrences[i]);
+    let by_kernel = idx.iter().filter(|&&i| iv[i].device.iter().any(|d| nccl.has(&d))).map(|&i| &a.occurrences[i]);
     by_domain.chain(by_kernel).map(|o| crate::export::ns_of(o.global_tid)).collect()
 }
 
@@ -1000,9 +1000,9 @@ fn fill_step_classes(
     cls.resize_with(7, Vec::new);
     cls.iter_mut().for_each(Vec::clear);
     cls[6].extend_from_slice(host_comm);
-    for d in &iv.device {
+    for d in iv.device.iter() {
         let k = match d.kind {
-            DeviceKind::Kernel if nccl.has(d) => 1,
+            DeviceKind::Kernel if nccl.has(&d) => 1,
             DeviceKind::Kernel | DeviceKind::GraphTrace => 0,
             DeviceKind::Memcpy | DeviceKind::Memset => 2,
         };
