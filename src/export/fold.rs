@@ -207,23 +207,21 @@ pub fn fold_nvtx_events<T: Send>(
     f: impl Fn(&mut T, super::rows::NvtxRef<'_>) -> Result<()> + Sync,
 ) -> Result<(Vec<T>, Option<NvtxFacts>)> {
     let jobs = plan_with(src, &[t], threads, NVTX_CHUNK_ROWS)?;
-    let mut list = super::rows::nvtx_columns(t).join(", ");
+    let nvtx = super::rows::nvtx_columns(t);
     // without stats SQLite selects the rows of `types`; with them every row is read and the type tested here
-    // (an `eventType` that is not an INTEGER is in no list, as in SQL)
-    let cond = super::rows::nvtx_types_condition(types);
-    let cond = match stats {
-        Some(k) => {
-            list = format!("{list}, {}", TimedStats::columns(t, k));
-            None
-        }
-        None => Some(cond.as_str()),
+    // (an `eventType` that is not an INTEGER is in no list, as in SQL), the stats' columns after the row's
+    let types_only = super::rows::nvtx_types_condition(types);
+    let stats_at = nvtx.len() + 1;
+    let (list, cond) = match stats {
+        Some(k) => (format!("{}, {}", nvtx.join(", "), TimedStats::columns(t, k)), None),
+        None => (nvtx.join(", "), Some(types_only.as_str())),
     };
     let parts = in_order(run_jobs(&jobs, |_, j| {
         let mut acc = init();
         let mut facts = stats.map(|k| NvtxFacts::new(t, k));
         for_each_in_range_where(src, t, schema::NVTX_EVENTS, &list, j.range, cond, |r| {
             if let Some(x) = facts.as_mut() {
-                x.add_row(r, NVTX_STATS_AT);
+                x.add_row(r, stats_at);
                 if !matches!(r.int(3), IntCell::Int(v) if types.contains(&v)) {
                     return Ok(true);
                 }
@@ -236,7 +234,3 @@ pub fn fold_nvtx_events<T: Send>(
     let (accs, facts): (Vec<T>, Vec<Option<NvtxFacts>>) = parts.into_iter().unzip();
     Ok((accs, facts.into_iter().collect::<Option<Vec<_>>>().map(NvtxFacts::merge)))
 }
-
-/// Where the timed-stats columns start in a row of [`fold_nvtx_events`] with stats: after the row id and
-/// [`super::rows::nvtx_columns`].
-const NVTX_STATS_AT: usize = 8;

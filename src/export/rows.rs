@@ -508,43 +508,24 @@ impl Export {
             if let Some(th) = self.stats.nvtx_threads.borrow().as_deref() {
                 return Ok(th.on(&tids, after_ns));
             }
-            let tbl = schema::NVTX_EVENTS;
-            let (mut n, mut after, mut last, mut other_type) = (0i64, 0i64, None::<i64>, false);
-            let types = format!(
-                "eventType IN ({}, {}, {})",
-                schema::nvtx::MARK,
-                schema::nvtx::PUSH_POP,
-                schema::nvtx::START_END
-            );
-            self.scan(tbl, &["start", "end", "globalTid"]).run(&types, |row| {
-                let (Ok(s), Ok(e), Ok(g)) = (int_cell(row.int(1)), int_cell(row.int(2)), int_cell(row.int(3))) else {
-                    other_type = true;
-                    return Ok(());
-                };
-                if g.is_some_and(|g| tids.contains(&g)) {
-                    n += 1;
-                    if let Some(s) = s {
-                        if s > after_ns {
-                            after += 1;
-                        }
-                        let v = s.max(e.unwrap_or(s));
-                        last = Some(last.map_or(v, |m| m.max(v)));
-                    }
+            // no read of every NVTX row yet: the marks and ranges alone, counted as that read counts them
+            let mut th = Some(NvtxThreads::default());
+            let types = nvtx_types_condition(&NVTX_MARKS_AND_RANGES);
+            self.scan(schema::NVTX_EVENTS, &["start", "end", "globalTid", "eventType"]).run(&types, |row| {
+                if th.as_mut().is_some_and(|t| !t.add(row.int(4), row.int(1), row.int(2), row.int(3))) {
+                    th = None;
                 }
                 Ok(())
             })?;
-            if !other_type {
-                return Ok((n, after, last.unwrap_or(0)));
+            if let Some(th) = th {
+                return Ok(th.on(&tids, after_ns));
             }
         }
         let sql = format!(
             "SELECT count(*), coalesce(sum(n.start > ?1), 0), coalesce(max(max(n.start, coalesce(n.end, n.start))), 0)
-             FROM \"{}\" n WHERE n.eventType IN ({}, {}, {})
-             AND n.globalTid IN (SELECT DISTINCT globalTid FROM \"{}\")",
+             FROM \"{}\" n WHERE n.{} AND n.globalTid IN (SELECT DISTINCT globalTid FROM \"{}\")",
             nv.name,
-            schema::nvtx::MARK,
-            schema::nvtx::PUSH_POP,
-            schema::nvtx::START_END,
+            nvtx_types_condition(&NVTX_MARKS_AND_RANGES),
             rt.name
         );
         self.conn()
@@ -1056,7 +1037,8 @@ impl NvtxFacts {
                 self.stats = None;
             }
         }
-        if self.threads.as_mut().is_some_and(|th| !th.add_row(r)) {
+        // the columns of `nvtx_columns`: start 1, end 2, eventType 3, globalTid 6
+        if self.threads.as_mut().is_some_and(|th| !th.add(r.int(3), r.int(1), r.int(2), r.int(6))) {
             self.threads = None;
         }
     }
@@ -1089,13 +1071,14 @@ pub(crate) struct ThreadMarks {
 }
 
 impl NvtxThreads {
-    /// Count a row of [`nvtx_columns`] when it is a mark or a range; false when its `start`, `end` or
-    /// `globalTid` is not an INTEGER (the scan of [`Export::nvtx_on_runtime_threads`] then goes to SQL).
-    fn add_row(&mut self, r: &RawRow) -> bool {
-        if !matches!(r.int(3), IntCell::Int(t) if NVTX_MARKS_AND_RANGES.contains(&t)) {
+    /// Count a row of the cells `event_type`, `start`, `end` and `global_tid` when it is a mark or a range;
+    /// false when its `start`, `end` or `globalTid` is not an INTEGER ([`Export::nvtx_on_runtime_threads`] then
+    /// asks SQL).
+    fn add(&mut self, event_type: IntCell, start: IntCell, end: IntCell, global_tid: IntCell) -> bool {
+        if !matches!(event_type, IntCell::Int(t) if NVTX_MARKS_AND_RANGES.contains(&t)) {
             return true;
         }
-        let (Ok(s), Ok(e), Ok(g)) = (int_cell(r.int(1)), int_cell(r.int(2)), int_cell(r.int(6))) else {
+        let (Ok(s), Ok(e), Ok(g)) = (int_cell(start), int_cell(end), int_cell(global_tid)) else {
             return false;
         };
         if let Some(g) = g {

@@ -729,9 +729,21 @@ mod tests {
             .unwrap();
         let n = starts.len();
         let last_runtime = own.max_end(RUNTIME).unwrap().unwrap();
+        // SQL's answer: the statement the export layer falls back to
+        let sql = |cut: i64| -> (i64, i64, i64) {
+            own.conn()
+                .query_row(
+                    "SELECT count(*), coalesce(sum(n.start > ?1), 0), coalesce(max(max(n.start, coalesce(n.end, n.start))), 0)
+                     FROM NVTX_EVENTS n WHERE n.eventType IN (34, 59, 60)
+                     AND n.globalTid IN (SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME)",
+                    [cut],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .unwrap()
+        };
         for cut in [i64::MIN, starts[0], starts[n / 2], starts[n - 1] - 1, starts[n - 1], last_runtime] {
             let (a, b) = (shared.nvtx_on_runtime_threads(cut).unwrap(), own.nvtx_on_runtime_threads(cut).unwrap());
-            assert_eq!(a, b, "after {cut}");
+            assert_eq!((a, b), (sql(cut), sql(cut)), "after {cut}");
         }
         let (all, after, _) = shared.nvtx_on_runtime_threads(starts[n / 2]).unwrap();
         assert!(after > 0 && after < all, "a cut in the middle counts some: {after} of {all}");
