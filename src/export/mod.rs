@@ -421,6 +421,43 @@ mod tests {
         assert_eq!(ns_of(neg), neg);
     }
 
+    /// G4's count of the NVTX marks and ranges on the runtime threads, by the export's own scan, is the SQL
+    /// statement it falls back to, at cuts before, inside and after the rows (captures of nsys 2025.3 and 2023.4
+    /// with marks, push/pop and start/end ranges).
+    #[test]
+    fn nvtx_on_runtime_threads_is_sqls() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        for name in ["nsys-2025.3.1/decode_mixed", "nsys-2025.3.1/gpu_full_node", "nsys-2023.4.4/gpu_range_node"] {
+            let e = Export::open(&root.join(format!("fixtures/{name}.sqlite"))).unwrap();
+            let sql = |cut: i64| -> (i64, i64, i64) {
+                e.conn()
+                    .query_row(
+                        "SELECT count(*), coalesce(sum(n.start > ?1), 0), coalesce(max(max(n.start, coalesce(n.end, n.start))), 0)
+                         FROM NVTX_EVENTS n WHERE n.eventType IN (34, 59, 60)
+                         AND n.globalTid IN (SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME)",
+                        [cut],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    )
+                    .unwrap()
+            };
+            let starts: Vec<i64> = e
+                .conn()
+                .prepare("SELECT start FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60) ORDER BY start")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<std::result::Result<_, _>>()
+                .unwrap();
+            let n = starts.len();
+            assert!(n > 10, "{name}: the capture has NVTX rows");
+            for cut in [i64::MIN, starts[0], starts[n / 3], starts[n / 2], starts[n - 1] - 1, starts[n - 1]] {
+                assert_eq!(e.nvtx_on_runtime_threads(cut).unwrap(), sql(cut), "{name}: after {cut}");
+            }
+            let (all, after, _) = e.nvtx_on_runtime_threads(starts[n / 2]).unwrap();
+            assert!(all == 0 || (after > 0 && after < all), "{name}: a cut in the middle counts some");
+        }
+    }
+
     #[test]
     fn uri_escapes_specials() {
         assert_eq!(uri_escape("/a/b?c#d%e"), "/a/b%3Fc%23d%25e");
