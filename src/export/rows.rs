@@ -1028,14 +1028,8 @@ impl NvtxFacts {
     /// Count a row of [`nvtx_columns`] followed by [`TimedStats::columns`] at `at` (what [`scan_timed_stats`]
     /// and [`Export::nvtx_on_runtime_threads`]'s scan count of it).
     pub(crate) fn add_row(&mut self, r: &RawRow, at: usize) {
-        if let Some(st) = self.stats.as_mut() {
-            let ok = match (int_cell(r.int(1)), int_cell(r.int(2))) {
-                (Ok(s), Ok(e)) => st.add_row(r, s, e, StatCols::at(at)),
-                _ => false,
-            };
-            if !ok {
-                self.stats = None;
-            }
+        if self.stats.as_mut().is_some_and(|st| !st.add_timed_row(r, at)) {
+            self.stats = None;
         }
         // the columns of `nvtx_columns`: start 1, end 2, eventType 3, globalTid 6
         if self.threads.as_mut().is_some_and(|th| !th.add(r.int(3), r.int(1), r.int(2), r.int(6))) {
@@ -1199,9 +1193,7 @@ fn scan_timed_stats(
     };
     let mut st = TimedStats::new(t, keep);
     while let Some(r) = q.next()? {
-        let Ok(start) = int_cell(r.int(1)) else { return Ok(None) };
-        let Ok(end) = int_cell(r.int(2)) else { return Ok(None) };
-        if !st.add_row(&r, start, end, StatCols::at(3)) {
+        if !st.add_timed_row(&r, 3) {
             return Ok(None);
         }
     }
@@ -1273,6 +1265,16 @@ impl TimedStats {
     /// an INTEGER (the stats of the table then fall back to SQL).
     pub(crate) fn add_row(&mut self, r: &RawRow, start: Option<i64>, end: Option<i64>, at: StatCols) -> bool {
         self.add_cells(start, end, at, |i| r.int(i))
+    }
+
+    /// [`TimedStats::add_row`] of a row whose `start` and `end` are columns 1 and 2 and whose
+    /// [`TimedStats::columns`] start at `at`: what a scan of the table counts of it. False when a value is not an
+    /// INTEGER.
+    pub(crate) fn add_timed_row(&mut self, r: &RawRow, at: usize) -> bool {
+        match (int_cell(r.int(1)), int_cell(r.int(2))) {
+            (Ok(s), Ok(e)) => self.add_row(r, s, e, StatCols::at(at)),
+            _ => false,
+        }
     }
 
     /// [`TimedStats::add_row`] of a row whose cell `i` is `cell(i)` (the caller's reader, which gives the cells
