@@ -35,3 +35,4 @@ pub mod step_budget;
 pub mod step_label;
 #[cfg(test)]
 mod test_rng;
+pub mod tools;

@@ -6,20 +6,12 @@ use std::path::{Path, PathBuf};
 use nsyskit::contract::{Error, ErrorKind};
 use nu_plugin::{EngineInterface, EvaluatedCall};
 use nu_protocol::{Category, LabeledError, ShellError, Signature, Span, Spanned, Value};
-use serde::Serialize;
 
 use crate::convert::json_to_nu;
 
 /// The category every nsyskit command is listed under (`help commands | where category == nsyskit`).
 pub fn category() -> Category {
     Category::Custom("nsyskit".into())
-}
-
-/// A document (any `Serialize`, in practice an nsyskit `Document`) as a typed Nushell value.
-pub fn doc_value<T: Serialize>(doc: &T, span: Span) -> Result<Value, LabeledError> {
-    let json = serde_json::to_value(doc)
-        .map_err(|e| LabeledError::new(format!("internal error: document does not serialise: {e}")))?;
-    Ok(json_to_nu(&json, span))
 }
 
 fn normalise(name: &str) -> String {
@@ -117,94 +109,6 @@ pub fn flag_str(call: &EvaluatedCall, name: &str) -> Result<Option<Spanned<Strin
     }
 }
 
-/// An optional path flag, resolved against the current directory.
-pub fn flag_path(engine: &EngineInterface, call: &EvaluatedCall, name: &str) -> Result<Option<PathBuf>, ShellError> {
-    match flag_str(call, name)? {
-        None => Ok(None),
-        Some(s) => Ok(Some(resolve_path(engine, &s.item)?)),
-    }
-}
-
-/// An optional non-negative integer flag.
-pub fn flag_usize(call: &EvaluatedCall, name: &str) -> Result<Option<usize>, LabeledError> {
-    match call.get_flag_value(name) {
-        None | Some(Value::Nothing { .. }) => Ok(None),
-        Some(v) => {
-            let span = v.span();
-            let i = v.as_int().map_err(LabeledError::from)?;
-            usize::try_from(i).map(Some).map_err(|_| {
-                LabeledError::new(format!("--{name} must not be negative, got {i}"))
-                    .with_code("nsyskit::usage")
-                    .with_label("negative", span)
-            })
-        }
-    }
-}
-
-/// An optional number flag (int or float) as `f64`.
-pub fn flag_f64(call: &EvaluatedCall, name: &str) -> Result<Option<f64>, ShellError> {
-    match call.get_flag_value(name) {
-        None | Some(Value::Nothing { .. }) => Ok(None),
-        Some(v) => v.coerce_float().map(Some),
-    }
-}
-
-/// Seconds: a number, or a Nushell duration (`--duration 10sec`, `--grace 3sec`).
-pub fn flag_seconds(call: &EvaluatedCall, name: &str) -> Result<Option<f64>, LabeledError> {
-    Ok(match call.get_flag_value(name) {
-        None | Some(Value::Nothing { .. }) => None,
-        Some(Value::Duration { val, .. }) => Some(val as f64 / 1e9),
-        Some(v) => Some(v.coerce_float().map_err(LabeledError::from)?),
-    })
-}
-
-/// [`flag_seconds`] as a `Duration`: a negative or non-finite value is a usage error at the flag's value.
-pub fn flag_duration(call: &EvaluatedCall, name: &str) -> Result<Option<std::time::Duration>, LabeledError> {
-    let Some(secs) = flag_seconds(call, name)? else { return Ok(None) };
-    std::time::Duration::try_from_secs_f64(secs).map(Some).map_err(|_| {
-        let span = call.get_flag_value(name).map(|v| v.span()).unwrap_or(call.head);
-        LabeledError::new(format!("--{name} {secs}: expected seconds >= 0"))
-            .with_code("nsyskit::usage")
-            .with_label("bad argument", span)
-    })
-}
-
-/// An optional byte count: an int or a filesize (`--min-rep-bytes 10MB`).
-pub fn flag_bytes(call: &EvaluatedCall, name: &str) -> Result<Option<u64>, LabeledError> {
-    match call.get_flag_value(name) {
-        None | Some(Value::Nothing { .. }) => Ok(None),
-        Some(v) => {
-            let span = v.span();
-            let n = match &v {
-                Value::Filesize { val, .. } => val.get(),
-                other => other.as_int().map_err(LabeledError::from)?,
-            };
-            u64::try_from(n).map(Some).map_err(|_| {
-                LabeledError::new(format!("--{name} must not be negative, got {n}"))
-                    .with_code("nsyskit::usage")
-                    .with_label("negative", span)
-            })
-        }
-    }
-}
-
-/// A variable of Nushell's environment (`$env.NSYS_BIN`), which the plugin process does not see once it
-/// changed after the plugin started. Empty counts as unset.
-pub fn nu_env(engine: &EngineInterface, name: &str) -> Result<Option<String>, ShellError> {
-    Ok(nu_env_raw(engine, name)?.filter(|s| !s.is_empty()))
-}
-
-/// A variable of Nushell's environment as it is, empty included (an empty `CUDA_VISIBLE_DEVICES` hides
-/// every GPU).
-pub fn nu_env_raw(engine: &EngineInterface, name: &str) -> Result<Option<String>, ShellError> {
-    engine.get_env_var(name)?.map(|v| v.coerce_into_string()).transpose()
-}
-
-/// `$env.NSYS_BIN` as a path (relative to the current directory), for commands that export an `.nsys-rep`.
-pub fn nu_nsys_bin(engine: &EngineInterface) -> Result<Option<PathBuf>, ShellError> {
-    nu_env(engine, "NSYS_BIN")?.map(|s| resolve_path(engine, &s)).transpose()
-}
-
 /// A JSON-document argument given as a path (a string: resolved against the current directory) or as a
 /// Nushell record/list (written, companions dropped, to `<name>.json` in a temporary folder that lives as long
 /// as the returned guard), for library functions that read a document from a path.
@@ -236,22 +140,94 @@ pub fn doc_arg(
     }
 }
 
-/// A repeatable string flag: one value, or a list of them (`--env [HF_TOKEN VLLM_USE_V1=1]`).
-pub fn flag_list(call: &EvaluatedCall, name: &str) -> Result<Vec<String>, ShellError> {
-    let mut out = Vec::new();
-    for (flag, value) in &call.named {
-        if flag.item != name {
-            continue;
+/// The user's environment as a tool's run reads it ([`nsyskit::tools::Invocation::env`]): Nushell's `$env` (the
+/// plugin process's own is not the user's once they change it); a list (`PATH`) is joined with `:`.
+pub fn nu_var(engine: &EngineInterface, name: &str) -> Option<std::ffi::OsString> {
+    match engine.get_env_var(name).ok()?? {
+        Value::List { vals, .. } => {
+            let dirs: Vec<String> = vals.into_iter().filter_map(|v| v.coerce_into_string().ok()).collect();
+            std::env::join_paths(dirs).ok()
         }
-        match value {
-            None | Some(Value::Nothing { .. }) => {}
-            Some(Value::List { vals, .. }) => {
-                for v in vals {
-                    out.push(v.clone().coerce_into_string()?);
-                }
-            }
-            Some(v) => out.push(v.clone().coerce_into_string()?),
-        }
+        v => v.coerce_into_string().ok().map(Into::into),
     }
-    Ok(out)
+}
+
+/// Run a tool the Nushell way: the flags of `call` (and `positionals`, already resolved) through the binary's
+/// parser, the tool's one run ([`nsyskit::tools`]) on Nushell's host, its lines on stderr, its output as a
+/// typed value; an error labelled at the argument it names. `stdin` is what `-` reads (the pipeline input
+/// the command accepts).
+#[allow(clippy::too_many_arguments)]
+pub fn run_tool<A: clap::FromArgMatches>(
+    engine: &EngineInterface,
+    call: &EvaluatedCall,
+    input: &Value,
+    sig: &Signature,
+    flags: &crate::flags::Flags,
+    positionals: Vec<std::ffi::OsString>,
+    stdin: nsyskit::tools::Stdin,
+    stop: Option<nsyskit::serve_capture::StopFlag>,
+    run: fn(A, &nsyskit::tools::Invocation) -> nsyskit::contract::Result<nsyskit::tools::Outcome>,
+) -> Result<Value, LabeledError> {
+    let label = |e| labeled(e, call, sig, Some(input.span()));
+    run_tool_with(engine, call, sig, flags, positionals, stdin, stop, run, &label)
+}
+
+/// [`run_tool`] with the command's own placing of an error (`label`).
+#[allow(clippy::too_many_arguments)]
+pub fn run_tool_with<A: clap::FromArgMatches>(
+    engine: &EngineInterface,
+    call: &EvaluatedCall,
+    sig: &Signature,
+    flags: &crate::flags::Flags,
+    positionals: Vec<std::ffi::OsString>,
+    stdin: nsyskit::tools::Stdin,
+    stop: Option<nsyskit::serve_capture::StopFlag>,
+    run: fn(A, &nsyskit::tools::Invocation) -> nsyskit::contract::Result<nsyskit::tools::Outcome>,
+    label: &dyn Fn(Error) -> LabeledError,
+) -> Result<Value, LabeledError> {
+    let args: A = flags.parse(engine, call, positionals)?;
+    let outcome = with_host(engine, stdin, stop, |host| run(args, host))?.map_err(label)?;
+    outcome_value(&sig.name, outcome, call)
+}
+
+/// Call `f` with Nushell's host: `$env` as the user's environment, Nushell's current folder, `stdin` as what
+/// `-` reads, `stop` raised by Ctrl-C.
+pub fn with_host<R>(
+    engine: &EngineInterface,
+    stdin: nsyskit::tools::Stdin,
+    stop: Option<nsyskit::serve_capture::StopFlag>,
+    f: impl FnOnce(&nsyskit::tools::Invocation) -> R,
+) -> Result<R, ShellError> {
+    let env = |n: &str| nu_var(engine, n);
+    let host = nsyskit::tools::Invocation {
+        env: &env,
+        cwd: Some(PathBuf::from(engine.get_current_dir()?)),
+        stdin,
+        progress: false,
+        stop,
+        own_env: false,
+    };
+    Ok(f(&host))
+}
+
+/// An outcome as the command's value (its `say` lines go to stderr as the binary prints them).
+pub fn outcome_value(tool: &str, o: nsyskit::tools::Outcome, call: &EvaluatedCall) -> Result<Value, LabeledError> {
+    use nsyskit::tools::Output;
+    let name = call.head;
+    for line in &o.say {
+        eprintln!("{tool}: {line}");
+    }
+    let json = match o.output {
+        Output::Doc(doc) => doc.to_json(),
+        Output::Text(text) => return Ok(Value::string(text, name)),
+        Output::Json(text) => serde_json::from_str(&text)
+            .map_err(|e| LabeledError::new(format!("internal error: the output is not JSON: {e}")))?,
+        Output::Stream(write) => {
+            let mut buf = Vec::new();
+            write(&mut buf).map_err(|e| labeled_at(e, call.head))?;
+            serde_json::from_slice(&buf)
+                .map_err(|e| LabeledError::new(format!("internal error: the output is not JSON: {e}")))?
+        }
+    };
+    Ok(json_to_nu(&json, name))
 }

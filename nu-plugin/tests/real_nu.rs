@@ -330,3 +330,48 @@ fn capture_compare_ab_numbers_match_the_binary() {
     ));
     assert_eq!(g, json!(["G7"]));
 }
+
+/// The binary's path (the workspace's target folder, beside this test's own executable).
+fn binary(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(|d| d.parent()).unwrap().join(name)
+}
+
+/// One run per tool (nsyskit::tools): every tool that reads a capture refuses a serve-capture run folder that
+/// never reached a terminal state, the binary with exit 2 and the Nushell command with an error, the same
+/// message from both (the refusal once lived only in the gate-check and report binaries).
+#[test]
+fn unfinished_run_folders_are_refused_by_both_adapters() {
+    let Some(nu) = Nu::or_skip("unfinished_run_folders_are_refused_by_both_adapters") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    std::fs::create_dir_all(run.join("pids")).unwrap();
+    std::fs::copy(fixture("nsys-2025.3.1/gpu_full_node.sqlite"), run.join("capture.sqlite")).unwrap();
+    std::fs::write(run.join("provenance.json"), "{}").unwrap();
+    let mut c = std::process::Command::new("true").spawn().unwrap();
+    let dead = c.id();
+    c.wait().unwrap();
+    std::fs::write(run.join("run-state"), format!("running {dead}\n")).unwrap();
+    let sql = run.join("capture.sqlite").display().to_string();
+    let other = fixture("nsys-2025.3.1/gpu_full_node.sqlite").display().to_string();
+    let want = format!("the serve-capture run in {} never reached a terminal state", run.display());
+    for (tool, args) in [
+        ("gate-check", vec![sql.clone()]),
+        ("report", vec![sql.clone()]),
+        ("sqlite-ranges", vec![sql.clone()]),
+        ("step-budget", vec![sql.clone()]),
+        ("nvtx-readiness", vec![sql.clone()]),
+        ("capture-compare", vec![sql.clone(), other.clone()]),
+    ] {
+        let o = std::process::Command::new(binary(tool)).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{tool}: {err}");
+        assert!(err.contains(&want) && o.stdout.is_empty(), "{tool}: {err}");
+        let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+        let nu_err = nu.error(&format!("{tool} {}", quoted.join(" ")));
+        assert!(nu_err.contains(&want), "{tool} in nu: {nu_err}");
+    }
+    // terminal: both read it
+    std::fs::write(run.join("run-state"), "ok 1\n").unwrap();
+    assert_eq!(nu.json(&format!("(gate-check '{sql}').verdict")), json!("PASS"));
+}

@@ -132,7 +132,7 @@ pub struct DocIn {
 
 /// The result of [`run`]: the summary document and the merged bundle text.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct MergeOutcome {
     pub report: MergeReport,
     pub bundle_text: String,
     /// Temporary files of an interrupted earlier run, removed under the lock (the binary lists them on stderr).
@@ -405,7 +405,7 @@ fn strip_position(msg: &str) -> String {
 }
 
 /// Merge `docs` into the bundle file at `bundle` (created when absent).
-pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
+pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<MergeOutcome> {
     let name = bundle.display().to_string();
     if docs.is_empty() {
         return Err(Error::input("no documents to merge (the input was empty)".to_string()).with_arg("DOC"));
@@ -466,7 +466,7 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<Outcome> {
         bytes_after: new_text.len() as u64,
         documents: merged,
     };
-    Ok(Outcome { report, bundle_text: new_text, removed_temps })
+    Ok(MergeOutcome { report, bundle_text: new_text, removed_temps })
 }
 
 /// The bundle must be a regular file (or absent); to be written it must be writable by this user and have

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use crate::contract::cli::OutputArgs;
-use crate::contract::{render, Error, Result, Style};
-use crate::gate::{GateDoc, GateOptions, Thresholds, Tier};
+use crate::contract::Result;
+use crate::gate::{GateOptions, Thresholds, Tier};
 use crate::readiness::ReadinessOptions;
 
 /// Decide whether an nsys capture can be analysed: PASS, or RETRY with the gate, the number it measured and
@@ -82,59 +82,5 @@ impl GateCheckArgs {
                 max_opaque_share: self.max_opaque_share,
             }),
         })
-    }
-
-    /// Run the gates with `opts` (from [`Self::options`]); with `--ranges`, `--nvtx-readiness` and `--report`,
-    /// also write those tools' documents of the same export, from the same run (refused over an input or over
-    /// each other).
-    pub fn run(&self, opts: &GateOptions) -> Result<GateDoc> {
-        let also = crate::gate::AlsoDocs {
-            ranges: self.ranges.as_ref().map(|_| crate::ranges::RangesOptions::sqlite_ranges_default()),
-            readiness: self.nvtx_readiness.as_ref().map(|_| ReadinessOptions {
-                range_prefix: self.range_prefix.clone(),
-                max_opaque_share: self.max_opaque_share,
-            }),
-            report: self.report.as_ref().map(|_| crate::report::ReportOptions::of_input(opts.capture.clone())),
-        };
-        let inputs: Vec<&std::path::Path> =
-            [Some(&opts.capture), opts.sqlite.as_ref(), opts.log.as_ref(), opts.provenance.as_ref()]
-                .into_iter()
-                .flatten()
-                .map(|p| p.as_path())
-                .collect();
-        let outputs = self.outputs();
-        for (i, (flag, out)) in outputs.iter().enumerate() {
-            crate::contract::refuse_output_over_input(out, flag, &inputs)?;
-            if let Some((other, _)) = outputs[..i].iter().find(|(_, o)| o == out) {
-                return Err(
-                    Error::usage(format!("{flag} {}: {other} writes that file too", out.display())).with_arg(*flag)
-                );
-            }
-        }
-        let shared = crate::gate::run_shared(opts, &also)?;
-        // what each tool writes to a file (not a terminal: compact)
-        let written = [
-            ("--ranges", self.ranges.as_deref(), shared.ranges.as_ref().map(|d| render(d, Style::Compact))),
-            (
-                "--nvtx-readiness",
-                self.nvtx_readiness.as_deref(),
-                shared.readiness.as_ref().map(|d| render(d, Style::Compact)),
-            ),
-            ("--report", self.report.as_deref(), shared.report.as_ref().map(|d| render(d, Style::Compact))),
-        ];
-        for (flag, out, text) in written {
-            let (Some(out), Some(text)) = (out, text) else { continue };
-            std::fs::write(out, text)
-                .map_err(|e| Error::env(format!("{flag} {}: cannot write: {e}", out.display())).with_arg(flag))?;
-        }
-        Ok(shared.gate)
-    }
-
-    /// `(flag, file)` of the other documents asked for, in the order --ranges, --nvtx-readiness, --report.
-    fn outputs(&self) -> Vec<(&'static str, &std::path::Path)> {
-        [("--ranges", &self.ranges), ("--nvtx-readiness", &self.nvtx_readiness), ("--report", &self.report)]
-            .into_iter()
-            .filter_map(|(f, p)| p.as_deref().map(|p| (f, p)))
-            .collect()
     }
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::contract::cli::OutputArgs;
-use crate::pod_attach::{self as pa, Flags};
+use crate::pod_attach::Flags;
 
 /// Capture an nsys profile from a live Kubernetes pod through the API (no kubectl), copy the report, its SQLite
 /// export and stats CSVs out with sha256 checks, run gate-check on it, and clean up.
@@ -91,14 +91,15 @@ pub struct PodAttachArgs {
 }
 
 impl PodAttachArgs {
-    /// The library's plain flag values (`$NSYSKIT_SIDECAR_IMAGE` read here when --image is absent).
+    /// The library's plain flag values; `image` is `--image` (the tool's run reads `$NSYSKIT_SIDECAR_IMAGE` of
+    /// the user's environment when it is absent).
     pub fn flags(&self) -> Flags {
         Flags {
             namespace: self.namespace.clone(),
             pod: self.pod.clone(),
             selector: self.selector.clone(),
             container: self.container.clone(),
-            image: self.image.clone().or_else(|| std::env::var(pa::SIDECAR_IMAGE_ENV).ok().filter(|s| !s.is_empty())),
+            image: self.image.clone(),
             allow_unpinned_image: self.allow_unpinned_image,
             install_nsys: self.install_nsys.clone(),
             max_copy_bytes: self.max_copy_bytes,

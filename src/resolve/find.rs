@@ -27,14 +27,16 @@ pub const KNOWN_INSTALL_GLOBS: &[&str] = &[
 /// The install-folder globs: `NSYSKIT_NSYS_DIRS` (`:`-separated globs of nsys executables; set but empty = search
 /// no install folder) when set, else [`KNOWN_INSTALL_GLOBS`].
 pub fn install_globs_from_env() -> Vec<String> {
-    match std::env::var("NSYSKIT_NSYS_DIRS") {
-        Ok(v) => v.split(':').filter(|s| !s.is_empty()).map(|s| s.to_string()).collect(),
-        Err(_) => {
+    install_globs_from_vars(&|n| std::env::var_os(n))
+}
+
+/// [`install_globs_from_env`] over an environment given as a lookup (Nushell's `$env` for the plugin).
+pub fn install_globs_from_vars(var: &dyn Fn(&str) -> Option<OsString>) -> Vec<String> {
+    match var("NSYSKIT_NSYS_DIRS") {
+        Some(v) => v.to_string_lossy().split(':').filter(|s| !s.is_empty()).map(|s| s.to_string()).collect(),
+        None => {
             let mut g: Vec<String> = KNOWN_INSTALL_GLOBS.iter().map(|s| s.to_string()).collect();
-            g.extend(project_install_globs(
-                std::env::var_os("NSYS_HOME").as_deref(),
-                std::env::var_os("HOME").as_deref(),
-            ));
+            g.extend(project_install_globs(var("NSYS_HOME").as_deref(), var("HOME").as_deref()));
             g
         }
     }
@@ -80,11 +82,17 @@ impl ResolveOptions {
     /// `NSYS_BIN` and `PATH` from this process's environment, the install folders (`NSYSKIT_NSYS_DIRS` when
     /// set, else [`KNOWN_INSTALL_GLOBS`]), a 10 s timeout, capabilities probed.
     pub fn from_env() -> ResolveOptions {
+        ResolveOptions::from_vars(&|n| std::env::var_os(n))
+    }
+
+    /// [`ResolveOptions::from_env`] over an environment given as a lookup (the user's environment of a tool's
+    /// run: the process's for a binary, Nushell's `$env` for the plugin).
+    pub fn from_vars(var: &dyn Fn(&str) -> Option<OsString>) -> ResolveOptions {
         ResolveOptions {
             nsys: None,
-            nsys_bin: std::env::var_os("NSYS_BIN").filter(|v| !v.is_empty()),
-            path_var: std::env::var_os("PATH"),
-            install_globs: install_globs_from_env(),
+            nsys_bin: var("NSYS_BIN").filter(|v| !v.is_empty()),
+            path_var: var("PATH"),
+            install_globs: install_globs_from_vars(var),
             timeout: Duration::from_millis(10_000),
             probe: true,
         }

@@ -169,6 +169,9 @@ pub struct ProvenanceOptions {
     pub server_cmd: Option<String>,
     pub client_cmd: Option<String>,
     pub env: Vec<String>,
+    /// The values of the `NAME`-only `env` entries in the user's environment (a tool's run fills it from its
+    /// host: Nushell's `$env` for the plugin); `None`: this process's environment.
+    pub environment: Option<std::collections::BTreeMap<String, String>>,
     pub instrumentation: Vec<String>,
     pub repo: Option<PathBuf>,
     pub artifacts: Vec<String>,
@@ -194,6 +197,7 @@ impl Default for ProvenanceOptions {
             server_cmd: None,
             client_cmd: None,
             env: vec![],
+            environment: None,
             instrumentation: vec![],
             repo: None,
             artifacts: vec![],
@@ -250,12 +254,18 @@ fn check(name: &str, status: &str, reason: impl Into<String>) -> Check {
     Check { name: name.into(), status: status.into(), reason: reason.into() }
 }
 
-fn env_vars(specs: &[String]) -> Result<Vec<EnvVar>> {
+fn env_vars(specs: &[String], environment: Option<&std::collections::BTreeMap<String, String>>) -> Result<Vec<EnvVar>> {
     let mut out = Vec::new();
     for s in specs {
         let (name, value, source) = match s.split_once('=') {
             Some((k, v)) => (k.to_string(), Some(v.to_string()), "given"),
-            None => (s.clone(), std::env::var(s).ok(), "environment"),
+            None => {
+                let v = match environment {
+                    Some(env) => env.get(s).cloned(),
+                    None => std::env::var(s).ok(),
+                };
+                (s.clone(), v, "environment")
+            }
         };
         if name.is_empty() || name.contains(char::is_whitespace) {
             return Err(Error::usage(format!("--env {s:?}: expected NAME or NAME=VALUE")).with_arg("--env"));
@@ -312,7 +322,7 @@ pub fn load_record(path: &Path) -> Result<Provenance> {
 pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
     let time_utc = rfc3339(SystemTime::now());
     // Usage errors before any probing.
-    let env = env_vars(&opts.env)?;
+    let env = env_vars(&opts.env, opts.environment.as_ref())?;
     let instrumentation = switches(&opts.instrumentation)?;
     let flags_argv = opts.flags.as_deref().map(split_words).unwrap_or_default();
     let repo = opts.repo.as_deref().map(repo_state).transpose()?;

@@ -32,6 +32,9 @@ use crate::resolve::Capabilities;
 pub struct ServeCaptureOptions {
     /// The nsys to profile with; None: `NSYS_BIN`, else `nsys` on PATH.
     pub nsys: Option<PathBuf>,
+    /// Where nsys is looked for when `nsys` is None: the user's environment (`NSYS_BIN`, `PATH`, install
+    /// folders), set by the tool's run from its host.
+    pub resolve: crate::resolve::ResolveOptions,
     /// `--trace` for nsys (e.g. `cuda,nvtx,osrt`).
     pub trace: String,
     /// Extra `nsys profile` flags (already split into words).
@@ -149,6 +152,7 @@ impl ServeCaptureOptions {
     pub fn new(server: Vec<String>, health: String, load: Vec<String>, out: PathBuf) -> Self {
         ServeCaptureOptions {
             nsys: None,
+            resolve: crate::resolve::ResolveOptions::from_env(),
             trace: "cuda,nvtx,osrt".into(),
             flags: Vec::new(),
             delay_s: None,
@@ -1048,7 +1052,7 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
     // nsys-resolve: the nsys, its capabilities, the preflight (GPU, port) and the provenance document
     let join = |v: &[String]| shlex::try_join(v.iter().map(String::as_str)).unwrap_or_else(|_| v.join(" "));
     let popts = crate::resolve::ProvenanceOptions {
-        resolve: crate::resolve::ResolveOptions { nsys: o.nsys.clone(), ..crate::resolve::ResolveOptions::from_env() },
+        resolve: crate::resolve::ResolveOptions { nsys: o.nsys.clone(), ..o.resolve.clone() },
         preflight: true,
         port: is_local.then_some(health.port),
         flags: Some(join(&o.flags)),

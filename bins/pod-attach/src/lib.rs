@@ -903,6 +903,51 @@ pub async fn connect_and_run(
     Ok(run_with_cleanup(&cluster, o, gate, cancel).await)
 }
 
+/// How pod-attach's run ended ([`run_tool`]).
+pub enum Ended {
+    /// A document (the capture, gated; or the `--dry-run` plan).
+    Done(nsyskit::tools::Outcome),
+    /// A step failed; the cleanup log.
+    Failed(Error, Vec<String>),
+    /// The interrupt completed first (its reason: `SIGINT`, `Ctrl-C`…); the cleanup log.
+    Interrupted(String, Vec<String>),
+}
+
+/// pod-attach's whole run, for the binary and the Nushell command (the `tools` layer of nsyskit, here because
+/// only this crate may depend on kube): the flags, the user's environment (`NSYSKIT_SIDECAR_IMAGE`,
+/// `KUBECONFIG`) and folder from `host`, `--dry-run` or the capture with its cleanup, until it ends or
+/// `interrupt` completes.
+pub fn run_tool(
+    a: nsyskit::flags::pod_attach::PodAttachArgs,
+    host: &nsyskit::tools::Invocation,
+    interrupt: impl Future<Output = String>,
+) -> Result<Ended> {
+    let style = a.out.style();
+    let mut flags = a.flags();
+    if flags.image.is_none() {
+        flags.image = host.var(pa::SIDECAR_IMAGE_ENV).map(|v| v.to_string_lossy().into_owned());
+    }
+    flags.bundle = flags.bundle.as_deref().map(|b| host.path(b));
+    flags.out_dir = host.path(&flags.out_dir);
+    let o = options(&flags)?;
+    if a.dry_run {
+        return Ok(Ended::Done(nsyskit::tools::Outcome::doc(pa::dry_run(&o)?, style)));
+    }
+    let gate = match &a.gate_check {
+        Some(p) => Gate::Program(p.clone()),
+        None => Gate::Library,
+    };
+    // a binary leaves the client configuration to kube (KUBECONFIG, ~/.kube/config, in-cluster); Nushell passes
+    // its own `$env.KUBECONFIG`, which the plugin process may not have
+    let kubeconfig = if host.own_env { None } else { host.var("KUBECONFIG") };
+    let rt = runtime()?;
+    Ok(match rt.block_on(connect_and_run(kubeconfig.as_deref(), &o, &gate, interrupt))? {
+        Outcome::Done(doc) => Ended::Done(nsyskit::tools::Outcome::doc(*doc, style)),
+        Outcome::Failed(e, log) => Ended::Failed(e, log),
+        Outcome::Interrupted(why, log) => Ended::Interrupted(why, log),
+    })
+}
+
 /// A small multi-threaded tokio runtime for one run (the binary and the Nushell command block on it).
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()

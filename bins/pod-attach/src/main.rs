@@ -1,29 +1,16 @@
+//! `pod-attach`: capture from a live Kubernetes pod (docs/pod-attach.md). The whole run is
+//! `nsyskit_pod_attach::run_tool`, shared with the Nushell command; this binary adds its signals.
+
 use clap::Parser;
-use nsyskit::contract::cli::{emit, main_with, report_error};
-use nsyskit::pod_attach as pa;
-use nsyskit_pod_attach::{connect_and_run, options, runtime, Gate, Outcome};
+use nsyskit::contract::cli::{main_with, report_error};
+use nsyskit::tools::Invocation;
+use nsyskit_pod_attach::{run_tool, Ended};
 
 use nsyskit::flags::pod_attach::PodAttachArgs as Args;
 
 fn main() {
     main_with("pod-attach", || {
         let a = Args::parse();
-        let style = a.out.style();
-        let o = match options(&a.flags()) {
-            Ok(o) => o,
-            Err(e) => return report_error("pod-attach", &e),
-        };
-        if a.dry_run {
-            return emit("pod-attach", pa::dry_run(&o), style);
-        }
-        let rt = match runtime() {
-            Ok(rt) => rt,
-            Err(e) => return report_error("pod-attach", &e),
-        };
-        let gate = match &a.gate_check {
-            Some(p) => Gate::Program(p.clone()),
-            None => Gate::Library,
-        };
         // SIGINT, SIGTERM and SIGHUP all stop the run and run the same cleanup
         let signals = async {
             use tokio::signal::unix::{signal, SignalKind};
@@ -39,11 +26,10 @@ fn main() {
                 }
             }
         };
-        match rt.block_on(async { connect_and_run(None, &o, &gate, signals).await }) {
-            Err(e) => report_error("pod-attach", &e),
-            Ok(Outcome::Done(doc)) => emit("pod-attach", Ok(*doc), style),
-            Ok(Outcome::Failed(e, _)) => report_error("pod-attach", &e),
-            Ok(Outcome::Interrupted(why, _)) => {
+        match run_tool(a, &Invocation::process(), signals) {
+            Ok(Ended::Done(outcome)) => nsyskit::tools::print("pod-attach", outcome),
+            Err(e) | Ok(Ended::Failed(e, _)) => report_error("pod-attach", &e),
+            Ok(Ended::Interrupted(why, _)) => {
                 eprintln!("pod-attach: error: interrupted by {why} before the capture was copied out");
                 match why.as_str() {
                     "SIGTERM" => 143,

@@ -1,14 +1,13 @@
 //! `bundle-merge`: merge nsyskit documents (pipeline records, JSON text, files) into an evidence bundle.
 
 use clap::CommandFactory;
-use nsyskit::bundle::{self, DocIn, Mode};
-use nsyskit::contract::Input;
 use nsyskit::flags::bundle_merge::BundleMergeArgs;
+use nsyskit::tools::{self, Stdin};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, Span, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_value, labeled_at, resolve_path, span_of_arg};
-use crate::convert::{json_to_nu, nu_to_json};
+use crate::call::{category, labeled_at, resolve_path, run_tool_with, span_of_arg};
+use crate::convert::nu_to_json;
 use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
@@ -17,24 +16,20 @@ pub struct BundleMerge;
 /// Where pipeline documents are said to come from in messages and in the summary.
 const PIPELINE: &str = "pipeline input";
 
-/// The documents of the pipeline input: a record (one document), a list of records, or JSON text (one,
-/// concatenated or NDJSON documents; a top-level array is a list of documents, as in the binary).
-fn pipeline_docs(input: &Value) -> Result<Vec<DocIn>, LabeledError> {
-    let json_docs = |bytes: &[u8]| -> Result<Vec<DocIn>, LabeledError> {
-        bundle::docs_from_bytes(bytes, PIPELINE).map_err(|e| {
-            LabeledError::new(e.message).with_code("nsyskit::input").with_label("not valid JSON", input.span())
-        })
-    };
+/// The documents of the pipeline input, as the tool reads standard input: a record (one document), a list of
+/// records, or JSON text (one, concatenated or NDJSON documents).
+fn pipeline_docs(input: &Value) -> Result<Stdin, LabeledError> {
     Ok(match input {
-        Value::Nothing { .. } => Vec::new(),
-        Value::String { val, .. } => json_docs(val.as_bytes())?,
-        Value::Binary { val, .. } => json_docs(val)?,
-        Value::List { vals, .. } => vals
-            .iter()
-            .enumerate()
-            .map(|(i, v)| Ok(DocIn { value: nu_to_json(v)?, source: format!("{PIPELINE} item {i}"), line: 1 }))
-            .collect::<Result<_, nu_protocol::ShellError>>()?,
-        other => vec![DocIn { value: nu_to_json(other)?, source: PIPELINE.into(), line: 1 }],
+        Value::Nothing { .. } => Stdin::None,
+        Value::String { val, .. } => Stdin::Bytes(val.as_bytes().to_vec(), PIPELINE.into()),
+        Value::Binary { val, .. } => Stdin::Bytes(val.to_vec(), PIPELINE.into()),
+        Value::List { vals, .. } => Stdin::Values(
+            vals.iter()
+                .enumerate()
+                .map(|(i, v)| Ok((nu_to_json(v)?, format!("{PIPELINE} item {i}"))))
+                .collect::<Result<_, nu_protocol::ShellError>>()?,
+        ),
+        other => Stdin::Values(vec![(nu_to_json(other)?, PIPELINE.into())]),
     })
 }
 
@@ -107,44 +102,23 @@ impl SimplePluginCommand for BundleMerge {
         input: &Value,
     ) -> Result<Value, LabeledError> {
         let sig = self.signature();
-        let input_span = Some(input.span());
-        let bundle_path = resolve_path(engine, &call.req::<String>(0)?)?;
-        let mut docs = pipeline_docs(input)?;
+        let bundle = resolve_path(engine, &call.req::<String>(0)?)?;
         let files: Vec<String> = call.rest(1)?;
-        let inputs = files.iter().map(|f| resolve_path(engine, f).map(Input::Path)).collect::<Result<Vec<_>, _>>()?;
-        docs.extend(bundle::read_docs(&inputs).map_err(|e| {
-            let span = error_span(&e.message, call, &files, input.span()).unwrap_or(call.head);
-            labeled_at(e, span)
-        })?);
-        let check = call.has_flag("check")?;
-        let stdout = call.has_flag("stdout")?;
-        if check && stdout {
-            return Err(LabeledError::new("--check and --stdout cannot be used together")
-                .with_code("nsyskit::usage")
-                .with_label("conflicts with --stdout", call.get_flag_span("check").unwrap_or(call.head)));
+        let mut positionals = vec![bundle.into_os_string()];
+        for f in &files {
+            positionals.push(resolve_path(engine, f)?.into_os_string());
         }
-        let mode = if check {
-            Mode::Check
-        } else if stdout {
-            Mode::Stdout
-        } else {
-            Mode::Write
-        };
-        let outcome = bundle::run(&bundle_path, &docs, mode).map_err(|e| {
+        let label = |e: nsyskit::contract::Error| {
             let span = match error_span(&e.message, call, &files, input.span()) {
                 Some(span) => span,
-                None if e.arg.is_some() => span_of_arg(e.arg.as_deref(), call, &sig, input_span),
+                None if e.arg.is_some() => span_of_arg(e.arg.as_deref(), call, &sig, Some(input.span())),
                 // the rest are about the bundle (not JSON, not an object, cannot write)
                 None => call.positional.first().map(|v| v.span()).unwrap_or(call.head),
             };
             labeled_at(e, span)
-        })?;
-        if mode == Mode::Stdout {
-            let json: serde_json::Value = serde_json::from_str(&outcome.bundle_text)
-                .map_err(|e| LabeledError::new(format!("internal error: merged bundle is not JSON: {e}")))?;
-            return Ok(json_to_nu(&json, call.head));
-        }
-        doc_value(&outcome.report, call.head)
+        };
+        let stdin = pipeline_docs(input)?;
+        run_tool_with(engine, call, &sig, &flags(), positionals, stdin, None, tools::bundle_merge::run, &label)
     }
 }
 

@@ -2,12 +2,12 @@
 //! (or `nsyskit.baseline/v1` with `--save-baseline`).
 
 use clap::CommandFactory;
-use nsyskit::compare;
 use nsyskit::flags::capture_compare::CaptureCompareArgs;
+use nsyskit::tools::{self, Stdin};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_arg, doc_value, labeled};
+use crate::call::{category, doc_arg, run_tool};
 use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
@@ -66,30 +66,27 @@ impl SimplePluginCommand for CaptureCompare {
         call: &EvaluatedCall,
         input: &Value,
     ) -> Result<Value, LabeledError> {
-        let sig = self.signature();
-        let err = |e| labeled(e, call, &sig, Some(input.span()));
+        // records (from the pipeline or as arguments) are read from temporary files that live until the end
         let (a, _ta) = match call.positional.first() {
-            Some(v) => {
-                let (p, t) = doc_arg(engine, v, "a")?;
-                (p, t)
-            }
+            Some(v) => doc_arg(engine, v, "a")?,
             None => (Default::default(), None),
         };
         let (b, _tb) = match call.positional.get(1) {
-            Some(v) => {
-                let (p, t) = doc_arg(engine, v, "b")?;
-                (p, t)
-            }
+            Some(v) => doc_arg(engine, v, "b")?,
             None => (Default::default(), None),
         };
-        let positionals = [&a, &b].into_iter().filter(|p| !p.as_os_str().is_empty());
-        let args: CaptureCompareArgs =
-            flags().parse(engine, call, positionals.map(|p| p.clone().into_os_string()).collect())?;
-        let opts = args.options().map_err(err)?;
-        match &args.save_baseline {
-            Some(name) => doc_value(&compare::baseline::save(&opts, name).map_err(err)?, call.head),
-            None => doc_value(&compare::run(&opts).map_err(err)?, call.head),
-        }
+        let positionals = [a, b].into_iter().filter(|p| !p.as_os_str().is_empty()).map(|p| p.into_os_string());
+        run_tool(
+            engine,
+            call,
+            input,
+            &self.signature(),
+            &flags(),
+            positionals.collect(),
+            Stdin::None,
+            None,
+            tools::capture_compare::run,
+        )
     }
 }
 

@@ -2,10 +2,11 @@
 
 use clap::CommandFactory;
 use nsyskit::flags::gate_check::GateCheckArgs;
+use nsyskit::tools::{self, Stdin};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, Type, Value};
 
-use crate::call::{category, doc_value, flag_str, labeled, nu_nsys_bin, resolve_path};
+use crate::call::{category, flag_str, resolve_path, run_tool};
 use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
@@ -73,7 +74,6 @@ impl SimplePluginCommand for GateCheck {
         call: &EvaluatedCall,
         input: &Value,
     ) -> Result<Value, LabeledError> {
-        let sig = self.signature();
         if !call.has_flag("readiness")? {
             if let Some(p) = flag_str(call, "range-prefix")? {
                 return Err(LabeledError::new("--range-prefix needs --readiness (it selects G8's taxonomy)")
@@ -82,12 +82,17 @@ impl SimplePluginCommand for GateCheck {
             }
         }
         let capture = resolve_path(engine, &call.req::<String>(0)?)?;
-        let mut args: GateCheckArgs = flags().parse(engine, call, vec![capture.into_os_string()])?;
-        if args.nsys.is_none() {
-            args.nsys = nu_nsys_bin(engine)?;
-        }
-        let doc = args.options().and_then(|o| args.run(&o)).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
-        doc_value(&doc, call.head)
+        run_tool(
+            engine,
+            call,
+            input,
+            &self.signature(),
+            &flags(),
+            vec![capture.into_os_string()],
+            Stdin::None,
+            None,
+            tools::gate_check::run,
+        )
     }
 }
 

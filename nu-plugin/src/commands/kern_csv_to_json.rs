@@ -1,13 +1,15 @@
 //! `kern-csv-to-json`: `nsys stats --format csv` output → the typed `nsyskit.stats/v1` document.
 
 use clap::CommandFactory;
-use nsyskit::contract::Input;
 use nsyskit::flags::kern_csv_to_json::KernCsvToJsonArgs;
-use nsyskit::kern_csv;
+use nsyskit::tools::{self, Stdin};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_value, labeled, resolve_path};
+use crate::call::{category, resolve_path, run_tool};
+
+/// How messages name the pipeline's CSV text.
+const PIPELINE: &str = "pipeline input";
 use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
@@ -79,15 +81,12 @@ impl SimplePluginCommand for KernCsvToJson {
         call: &EvaluatedCall,
         input: &Value,
     ) -> Result<Value, LabeledError> {
-        let sig = self.signature();
-        let input_span = Some(input.span());
-        // the input is the path argument or the pipeline, read below; the flags go through the binary's parser
-        let opts = flags().parse::<KernCsvToJsonArgs>(engine, call, Vec::new())?.options();
+        // the input is the path argument, else the pipeline's CSV text (what `-` reads)
         let path: Option<String> = call.opt(0)?;
-        let result = match (path, input) {
-            (Some(p), _) => kern_csv::run(&Input::Path(resolve_path(engine, &p)?), &opts),
-            (None, Value::String { val, .. }) => kern_csv::convert(val.as_bytes(), "pipeline input", None, None, &opts),
-            (None, Value::Binary { val, .. }) => kern_csv::convert(val, "pipeline input", None, None, &opts),
+        let (positionals, stdin) = match (path, input) {
+            (Some(p), _) => (vec![resolve_path(engine, &p)?.into_os_string()], Stdin::None),
+            (None, Value::String { val, .. }) => (Vec::new(), Stdin::Bytes(val.as_bytes().to_vec(), PIPELINE.into())),
+            (None, Value::Binary { val, .. }) => (Vec::new(), Stdin::Bytes(val.to_vec(), PIPELINE.into())),
             (None, other) => {
                 return Err(LabeledError::new(format!(
                     "kern-csv-to-json needs a CSV file argument or CSV text from the pipeline, got {}",
@@ -100,8 +99,17 @@ impl SimplePluginCommand for KernCsvToJson {
                 ))
             }
         };
-        let doc = result.map_err(|e| labeled(e, call, &sig, input_span))?;
-        doc_value(&doc, call.head)
+        run_tool(
+            engine,
+            call,
+            input,
+            &self.signature(),
+            &flags(),
+            positionals,
+            stdin,
+            None,
+            tools::kern_csv_to_json::run,
+        )
     }
 }
 

@@ -1,31 +1,16 @@
 //! `nsys-resolve`: find, verify and probe nsys; preflight the machine; the provenance record.
 
-use std::ffi::OsString;
-use std::time::Duration;
-
 use clap::CommandFactory;
 use nsyskit::flags::nsys_resolve::NsysResolveArgs;
-use nsyskit::resolve::{self, ProvenanceOptions, ResolveOptions, KNOWN_INSTALL_GLOBS};
+use nsyskit::tools::{self, Stdin};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
-use nu_protocol::{Example, LabeledError, ShellError, Signature, Type, Value};
+use nu_protocol::{Example, LabeledError, Signature, Type, Value};
 
-use crate::call::{category, doc_value, labeled, nu_env, nu_env_raw};
+use crate::call::{category, run_tool};
 use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
 pub struct NsysResolve;
-
-/// `$env.PATH` of Nushell (a list there, a string in the plugin's own environment), joined the OS way.
-fn nu_path_var(engine: &EngineInterface) -> Result<Option<OsString>, ShellError> {
-    Ok(match engine.get_env_var("PATH")? {
-        None => None,
-        Some(Value::List { vals, .. }) => {
-            let dirs = vals.into_iter().map(|v| v.coerce_into_string()).collect::<Result<Vec<_>, _>>()?;
-            std::env::join_paths(dirs).ok()
-        }
-        Some(v) => Some(OsString::from(v.coerce_into_string()?)),
-    })
-}
 
 impl SimplePluginCommand for NsysResolve {
     type Plugin = NsyskitPlugin;
@@ -78,54 +63,17 @@ impl SimplePluginCommand for NsysResolve {
         call: &EvaluatedCall,
         input: &Value,
     ) -> Result<Value, LabeledError> {
-        let sig = self.signature();
-        let args: NsysResolveArgs = flags().parse(engine, call, Vec::new())?;
-        let timeout = Duration::from_millis(args.timeout_ms.max(1));
-        // `--env NAME` reads NAME from Nushell's environment (the plugin process's is not the user's)
-        let mut env = Vec::new();
-        for e in args.env.iter().cloned() {
-            if e.contains('=') {
-                env.push(e);
-            } else {
-                match nu_env(engine, &e)? {
-                    Some(v) => env.push(format!("{e}={v}")),
-                    None => env.push(e),
-                }
-            }
-        }
-        let opts = ProvenanceOptions {
-            resolve: ResolveOptions {
-                nsys: args.nsys.clone(),
-                nsys_bin: nu_env(engine, "NSYS_BIN")?.map(OsString::from),
-                path_var: nu_path_var(engine)?,
-                install_globs: match nu_env_raw(engine, "NSYSKIT_NSYS_DIRS")? {
-                    Some(v) => v.split(':').filter(|s| !s.is_empty()).map(String::from).collect(),
-                    None => KNOWN_INSTALL_GLOBS.iter().map(|s| s.to_string()).collect(),
-                },
-                timeout,
-                probe: !args.no_probe,
-            },
-            preflight: args.preflight,
-            require_gpu: args.require_gpu,
-            gpu: args.gpu,
-            cuda_visible_devices: nu_env_raw(engine, "CUDA_VISIBLE_DEVICES")?,
-            nvidia_smi: args.nvidia_smi.clone(),
-            port: args.port,
-            shm: args.shm.clone(),
-            record: args.record.clone(),
-            flags: args.flags.clone(),
-            server_cmd: args.server_cmd.clone(),
-            client_cmd: args.client_cmd.clone(),
-            env,
-            instrumentation: args.instrumentation.clone(),
-            repo: args.repo.clone(),
-            artifacts: args.artifact.clone(),
-            // the engine starts from Nushell's environment, not the plugin process's
-            cuda_injection: nu_env_raw(engine, "CUDA_INJECTION64_PATH")?.filter(|v| !v.is_empty()),
-            ..ProvenanceOptions::default()
-        };
-        let doc = resolve::run(&opts).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
-        doc_value(&doc, call.head)
+        run_tool(
+            engine,
+            call,
+            input,
+            &self.signature(),
+            &flags(),
+            Vec::new(),
+            Stdin::None,
+            None,
+            tools::nsys_resolve::run,
+        )
     }
 }
 

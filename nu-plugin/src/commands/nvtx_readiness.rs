@@ -2,13 +2,13 @@
 
 use clap::CommandFactory;
 use nsyskit::flags::nvtx_readiness::NvtxReadinessArgs;
-use nsyskit::readiness;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, Type, Value};
 
-use crate::call::{category, doc_value, labeled, nu_nsys_bin, resolve_path};
+use crate::call::{category, resolve_path, run_tool};
 use crate::flags::Flags;
 use crate::NsyskitPlugin;
+use nsyskit::tools::{self, Stdin};
 
 pub struct NvtxReadiness;
 
@@ -56,15 +56,18 @@ impl SimplePluginCommand for NvtxReadiness {
         call: &EvaluatedCall,
         input: &Value,
     ) -> Result<Value, LabeledError> {
-        let sig = self.signature();
         let capture = resolve_path(engine, &call.req::<String>(0)?)?;
-        let mut args: NvtxReadinessArgs = flags().parse(engine, call, vec![capture.clone().into_os_string()])?;
-        if args.nsys.is_none() {
-            args.nsys = nu_nsys_bin(engine)?;
-        }
-        let doc = readiness::run(&capture, &args.options(), args.nsys.as_deref())
-            .map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
-        doc_value(&doc, call.head)
+        run_tool(
+            engine,
+            call,
+            input,
+            &self.signature(),
+            &flags(),
+            vec![capture.into_os_string()],
+            Stdin::None,
+            None,
+            tools::nvtx_readiness::run,
+        )
     }
 }
 

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use clap::CommandFactory;
 use nsyskit::flags::pod_attach::PodAttachArgs;
-use nsyskit::pod_attach as pa;
-use nsyskit_pod_attach::{connect_and_run, options, runtime, Gate, Outcome};
+use nsyskit::tools::Stdin;
+use nsyskit_pod_attach::{run_tool, Ended};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, Type, Value};
 
-use crate::call::{category, doc_value, labeled, nu_env, resolve_path};
+use crate::call::{category, labeled, outcome_value, with_host};
 use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
@@ -78,25 +78,7 @@ impl SimplePluginCommand for PodAttach {
     ) -> Result<Value, LabeledError> {
         let sig = self.signature();
         let args: PodAttachArgs = flags().parse(engine, call, Vec::new())?;
-        let mut flags = args.flags();
-        // Nushell's environment and current directory, not the plugin process's
-        flags.image = match &args.image {
-            Some(i) => Some(i.clone()),
-            None => nu_env(engine, nsyskit::pod_attach::SIDECAR_IMAGE_ENV)?,
-        };
-        flags.bundle =
-            args.bundle.as_deref().map(|b| resolve_path(engine, b)).transpose()?.map(|p| p.display().to_string());
-        flags.out_dir = resolve_path(engine, &args.out_dir)?.display().to_string();
         let err = |e| labeled(e, call, &sig, Some(input.span()));
-        let o = options(&flags).map_err(err)?;
-        if args.dry_run {
-            return doc_value(&pa::dry_run(&o).map_err(err)?, call.head);
-        }
-        let gate = match args.gate_check {
-            Some(p) => Gate::Program(p),
-            None => Gate::Library,
-        };
-        let kubeconfig = nu_env(engine, "KUBECONFIG")?;
         // Ctrl-C reaches a plugin through the protocol (never as SIGINT: it runs in its own process group)
         let signals = engine.signals().clone();
         let ctrl_c = async move {
@@ -105,8 +87,6 @@ impl SimplePluginCommand for PodAttach {
             }
             "Ctrl-C".to_string()
         };
-        let rt = runtime().map_err(err)?;
-        let outcome = rt.block_on(connect_and_run(kubeconfig.as_deref().map(std::ffi::OsStr::new), &o, &gate, ctrl_c));
         let with_cleanup = |e: LabeledError, log: &[String]| {
             if log.is_empty() {
                 e
@@ -114,10 +94,10 @@ impl SimplePluginCommand for PodAttach {
                 e.with_help(format!("cleanup: {}", log.join("; ")))
             }
         };
-        match outcome.map_err(err)? {
-            Outcome::Done(doc) => doc_value(&*doc, call.head),
-            Outcome::Failed(e, log) => Err(with_cleanup(err(e), &log)),
-            Outcome::Interrupted(why, log) => Err(with_cleanup(
+        match with_host(engine, Stdin::None, None, |host| run_tool(args, host, ctrl_c))?.map_err(err)? {
+            Ended::Done(outcome) => outcome_value(&sig.name, outcome, call),
+            Ended::Failed(e, log) => Err(with_cleanup(err(e), &log)),
+            Ended::Interrupted(why, log) => Err(with_cleanup(
                 LabeledError::new(format!("interrupted by {why} before the capture was copied out"))
                     .with_code("nsyskit::interrupted")
                     .with_label("interrupted", call.head),

@@ -2,12 +2,11 @@
 
 use clap::CommandFactory;
 use nsyskit::flags::report::ReportArgs;
-use nsyskit::iterations::window::{self, Windowed};
-use nsyskit::report;
+use nsyskit::tools::{self, Stdin};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_arg, doc_value, labeled};
+use crate::call::{category, doc_arg, run_tool};
 use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
@@ -63,21 +62,20 @@ impl SimplePluginCommand for Report {
         call: &EvaluatedCall,
         input: &Value,
     ) -> Result<Value, LabeledError> {
-        let sig = self.signature();
-        let err = |e| labeled(e, call, &sig, Some(input.span()));
         let arg = call.positional.first().unwrap_or(input);
+        // a record (from the pipeline or as the argument) is read from a temporary file that lives until the end
         let (path, _tmp) = doc_arg(engine, arg, "bundle")?;
-        let args: ReportArgs = flags().parse(engine, call, vec![path.into_os_string()])?;
-        let opts = args.options().map_err(err)?;
-        let it = args.iteration_args().map_err(err)?;
-        if it.any() {
-            return match window::report_run(&opts, &it).map_err(err)? {
-                Windowed::Doc(doc) => doc_value(&doc, call.head),
-                Windowed::Retry(doc) => doc_value(&*doc, call.head),
-            };
-        }
-        let doc = report::run(&opts).map_err(err)?;
-        doc_value(&doc, call.head)
+        run_tool(
+            engine,
+            call,
+            input,
+            &self.signature(),
+            &flags(),
+            vec![path.into_os_string()],
+            Stdin::None,
+            None,
+            tools::report::run,
+        )
     }
 }
 

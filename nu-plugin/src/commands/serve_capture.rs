@@ -4,11 +4,12 @@
 
 use clap::CommandFactory;
 use nsyskit::flags::serve_capture::ServeCaptureArgs;
-use nsyskit::serve_capture::{self, StopFlag, StopSource};
+use nsyskit::serve_capture::StopFlag;
+use nsyskit::tools::{self, Stdin};
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
-use nu_protocol::{Example, LabeledError, SignalAction, Signature, Span, SyntaxShape, Type, Value};
+use nu_protocol::{Example, LabeledError, SignalAction, Signature, SyntaxShape, Type, Value};
 
-use crate::call::{category, doc_value, labeled, nu_nsys_bin};
+use crate::call::{category, run_tool};
 use crate::flags::Flags;
 use crate::NsyskitPlugin;
 
@@ -73,21 +74,12 @@ impl SimplePluginCommand for ServeCapture {
         call: &EvaluatedCall,
         input: &Value,
     ) -> Result<Value, LabeledError> {
-        let sig = self.signature();
-        let usage = |msg: String, span: Span| {
-            LabeledError::new(msg).with_code("nsyskit::usage").with_label("bad argument", span)
-        };
         let server: Vec<String> = call.rest(0)?;
         if server.is_empty() {
-            return Err(usage("serve-capture: the server command (rest arguments) is missing".into(), call.head));
+            return Err(LabeledError::new("serve-capture: the server command (rest arguments) is missing")
+                .with_code("nsyskit::usage")
+                .with_label("bad argument", call.head));
         }
-        let mut args: ServeCaptureArgs = flags().parse(engine, call, server.into_iter().map(Into::into).collect())?;
-        if args.nsys.is_none() {
-            args.nsys = nu_nsys_bin(engine)?;
-        }
-        let mut o = args.options().map_err(|e| labeled(e, call, &sig, None))?;
-        o.cwd = Some(std::path::PathBuf::from(engine.get_current_dir()?));
-
         // Ctrl-C reaches a plugin through the protocol, not as SIGINT: it sets the run's stop flag, and the run
         // cleans up exactly as the binary does on SIGINT.
         let stop = StopFlag::new();
@@ -100,9 +92,18 @@ impl SimplePluginCommand for ServeCapture {
         if engine.signals().interrupted() {
             stop.interrupt();
         }
-        o.stop = StopSource::Flag(stop);
-        let doc = serve_capture::run(&o).map_err(|e| labeled(e, call, &sig, Some(input.span())))?;
-        doc_value(&doc, call.head)
+        let server = server.into_iter().map(Into::into).collect();
+        run_tool(
+            engine,
+            call,
+            input,
+            &self.signature(),
+            &flags(),
+            server,
+            Stdin::None,
+            Some(stop),
+            tools::serve_capture::run,
+        )
     }
 }
 

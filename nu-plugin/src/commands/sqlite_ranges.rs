@@ -2,14 +2,13 @@
 
 use clap::CommandFactory;
 use nsyskit::flags::sqlite_ranges::SqliteRangesArgs;
-use nsyskit::iterations::window::{self, Windowed};
-use nsyskit::ranges;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, Type, Value};
 
-use crate::call::{category, doc_value, labeled, nu_nsys_bin, resolve_path};
+use crate::call::{category, resolve_path, run_tool};
 use crate::flags::Flags;
 use crate::NsyskitPlugin;
+use nsyskit::tools::{self, Stdin};
 
 pub struct SqliteRanges;
 
@@ -65,24 +64,18 @@ impl SimplePluginCommand for SqliteRanges {
         call: &EvaluatedCall,
         input: &Value,
     ) -> Result<Value, LabeledError> {
-        let sig = self.signature();
         let export = resolve_path(engine, &call.req::<String>(0)?)?;
-        let mut args: SqliteRangesArgs = flags().parse(engine, call, vec![export.clone().into_os_string()])?;
-        if args.nsys.is_none() {
-            args.nsys = nu_nsys_bin(engine)?;
-        }
-        let result = (|| {
-            let opts = args.options()?;
-            let it = args.iteration_args()?;
-            if it.any() {
-                return window::ranges_run(&export, &opts, args.nsys.as_deref(), &it);
-            }
-            ranges::run(&export, &opts, args.nsys.as_deref()).map(Windowed::Doc)
-        })();
-        match result.map_err(|e| labeled(e, call, &sig, Some(input.span())))? {
-            Windowed::Doc(doc) => doc_value(&doc, call.head),
-            Windowed::Retry(doc) => doc_value(&*doc, call.head),
-        }
+        run_tool(
+            engine,
+            call,
+            input,
+            &self.signature(),
+            &flags(),
+            vec![export.into_os_string()],
+            Stdin::None,
+            None,
+            tools::sqlite_ranges::run,
+        )
     }
 }
 

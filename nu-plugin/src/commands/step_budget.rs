@@ -2,14 +2,13 @@
 
 use clap::CommandFactory;
 use nsyskit::flags::step_budget::StepBudgetArgs;
-use nsyskit::iterations::window::{self, Windowed};
-use nsyskit::step_budget;
 use nu_plugin::{EngineInterface, EvaluatedCall, SimplePluginCommand};
 use nu_protocol::{Example, LabeledError, Signature, Type, Value};
 
-use crate::call::{category, doc_value, labeled, nu_nsys_bin, resolve_path};
+use crate::call::{category, resolve_path, run_tool};
 use crate::flags::Flags;
 use crate::NsyskitPlugin;
+use nsyskit::tools::{self, Stdin};
 
 pub struct StepBudget;
 
@@ -57,23 +56,18 @@ impl SimplePluginCommand for StepBudget {
         call: &EvaluatedCall,
         input: &Value,
     ) -> Result<Value, LabeledError> {
-        let sig = self.signature();
-        let err = |e| labeled(e, call, &sig, Some(input.span()));
         let capture = resolve_path(engine, &call.req::<String>(0)?)?;
-        let mut args: StepBudgetArgs = flags().parse(engine, call, vec![capture.clone().into_os_string()])?;
-        if args.nsys.is_none() {
-            args.nsys = nu_nsys_bin(engine)?;
-        }
-        let opts = args.options();
-        let it = args.iteration_args().map_err(err)?;
-        if it.any() {
-            return match window::step_budget_run(&capture, &opts, args.nsys.as_deref(), &it).map_err(err)? {
-                Windowed::Doc(doc) => doc_value(&doc, call.head),
-                Windowed::Retry(doc) => doc_value(&*doc, call.head),
-            };
-        }
-        let doc = step_budget::run(&capture, &opts, args.nsys.as_deref()).map_err(err)?;
-        doc_value(&doc, call.head)
+        run_tool(
+            engine,
+            call,
+            input,
+            &self.signature(),
+            &flags(),
+            vec![capture.into_os_string()],
+            Stdin::None,
+            None,
+            tools::step_budget::run,
+        )
     }
 }
 

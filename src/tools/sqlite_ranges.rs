@@ -1,0 +1,55 @@
+//! `sqlite-ranges EXPORT`: exact NVTX range attribution → `nsyskit.ranges/v1` (or its table with
+//! `--format table`); with `--iterations` / `--iteration-records`, the ranges of that window.
+
+use std::path::Path;
+
+use crate::contract::Result;
+use crate::export::STDIN_NAME;
+use crate::flags::sqlite_ranges::{Format, SqliteRangesArgs};
+use crate::iterations::window::{self, Windowed};
+use crate::ranges;
+
+use super::{Invocation, Outcome, Output};
+
+pub fn run(a: SqliteRangesArgs, host: &Invocation) -> Result<Outcome> {
+    ranges::set_progress(host.progress);
+    let path = Path::new(&a.export);
+    super::refuse_unfinished(&[(path, "EXPORT")])?;
+    let opts = a.options()?;
+    let it = a.iteration_args()?;
+    let nsys = super::nsys_for(a.nsys.as_deref(), &[path], host)?;
+    let nsys = nsys.as_deref();
+    let result = match (it.any(), a.export == "-") {
+        (true, true) => super::on_stdin_export(
+            host,
+            "EXPORT",
+            |p| window::ranges_run(p, &opts, nsys, &it),
+            |w| match w {
+                Windowed::Doc(d) => d.source.path = STDIN_NAME.into(),
+                Windowed::Retry(d) => d.source = STDIN_NAME.into(),
+            },
+        )?,
+        (true, false) => window::ranges_run(path, &opts, nsys, &it)?,
+        (false, true) => Windowed::Doc(super::on_stdin_export(
+            host,
+            "EXPORT",
+            |p| ranges::run(p, &opts, nsys),
+            |d| d.source.path = STDIN_NAME.into(),
+        )?),
+        (false, false) => Windowed::Doc(ranges::run(path, &opts, nsys)?),
+    };
+    Ok(match (a.format, result) {
+        (_, Windowed::Retry(d)) => {
+            let reason = d.reason.clone();
+            Outcome::doc(*d, a.out.style()).saying(format!("RETRY: {reason}"))
+        }
+        (Format::Table, Windowed::Doc(doc)) => Outcome {
+            output: Output::Text(ranges::render_table(&doc)),
+            say: Vec::new(),
+            exit: 0,
+            style: a.out.style(),
+            stderr: None,
+        },
+        (Format::Json, Windowed::Doc(doc)) => Outcome::doc(doc, a.out.style()),
+    })
+}

@@ -1,0 +1,47 @@
+//! `step-budget CAPTURE`: where each engine step's time went → `nsyskit.step-budget/v1`; with `--iterations`
+//! / `--iteration-records`, the budget of that window.
+
+use std::path::Path;
+
+use crate::contract::Result;
+use crate::export::STDIN_NAME;
+use crate::flags::step_budget::StepBudgetArgs;
+use crate::iterations::window::{self, Windowed};
+use crate::step_budget;
+
+use super::{Invocation, Outcome};
+
+pub fn run(a: StepBudgetArgs, host: &Invocation) -> Result<Outcome> {
+    let path = Path::new(&a.export);
+    super::refuse_unfinished(&[(path, "CAPTURE")])?;
+    let opts = a.options();
+    let it = a.iteration_args()?;
+    let nsys = super::nsys_for(a.nsys.as_deref(), &[path], host)?;
+    let nsys = nsys.as_deref();
+    let result = match (it.any(), a.export == "-") {
+        (true, true) => super::on_stdin_export(
+            host,
+            "CAPTURE",
+            |p| window::step_budget_run(p, &opts, nsys, &it),
+            |w| match w {
+                Windowed::Doc(d) => d.source = STDIN_NAME.into(),
+                Windowed::Retry(d) => d.source = STDIN_NAME.into(),
+            },
+        )?,
+        (true, false) => window::step_budget_run(path, &opts, nsys, &it)?,
+        (false, true) => Windowed::Doc(super::on_stdin_export(
+            host,
+            "CAPTURE",
+            |p| step_budget::run(p, &opts, nsys),
+            |d| d.source = STDIN_NAME.into(),
+        )?),
+        (false, false) => Windowed::Doc(step_budget::run(path, &opts, nsys)?),
+    };
+    Ok(match result {
+        Windowed::Retry(d) => {
+            let reason = d.reason.clone();
+            Outcome::doc(*d, a.out.style()).saying(format!("RETRY: {reason}"))
+        }
+        Windowed::Doc(d) => Outcome::doc(d, a.out.style()),
+    })
+}
