@@ -128,6 +128,10 @@ impl Fact {
     pub fn is_known(&self) -> bool {
         !self.value.is_null()
     }
+    /// A fact that cannot be read, with the reason (in `source`).
+    fn unknown(why: impl Into<String>) -> Fact {
+        Fact { value: Value::Null, source: why.into() }
+    }
 }
 
 /// Counts that show whether CUDA graphs were used and at which level they were traced.
@@ -237,6 +241,11 @@ pub struct Evidence {
     #[serde(skip)]
     #[schemars(skip)]
     pub no_range: Option<NoRange>,
+    /// What each GPU did over its whole active span ([`crate::device_picture`]), when no step can be attributed
+    /// and the device timelines were built (report on an export).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub picture: Option<Vec<crate::device_picture::PictureRow>>,
 }
 
 impl Evidence {
@@ -355,7 +364,13 @@ pub fn load(path: &Path, provenance: Option<&Path>) -> Result<Evidence> {
 /// [`load`]; with `step_detail`, a raw export's evidence keeps [`Evidence::step_detail`] (report).
 pub fn load_with(path: &Path, provenance: Option<&Path>, step_detail: bool) -> Result<Evidence> {
     let name = path.display().to_string();
-    let is_rep = path.extension().map(|e| e == "nsys-rep" || e == "qdrep").unwrap_or(false);
+    // by the first bytes, else by the extension (a report renamed, a .qdstrm given where a report is wanted)
+    let sniffed = crate::export::capture::sniff(path);
+    if let Some(crate::export::capture::FileKind::Qdstrm { version }) = &sniffed {
+        return Err(Error::input(crate::export::capture::qdstrm_message(&name, version.as_deref())));
+    }
+    let is_rep = matches!(sniffed, Some(crate::export::capture::FileKind::Report { .. }))
+        || path.extension().map(|e| e == "nsys-rep" || e == "qdrep").unwrap_or(false);
     let is_fifo = {
         use std::os::unix::fs::FileTypeExt;
         std::fs::metadata(path).map(|m| m.file_type().is_fifo()).unwrap_or(false)
@@ -992,14 +1007,20 @@ const WINDOW_KEYS: &[&str] =
 /// The comparability facts of an export.
 pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
     let mut f = CaptureFacts::default();
-    let meta = export.name_values("META_DATA_EXPORT")?;
+    let meta = export.export_metadata()?;
+    let meta_table = export.export_meta_table().unwrap_or(schema::META_DATA_EXPORT);
     if let Some((_, Some(v))) = meta.iter().find(|(n, _)| n == "EXPORT_PRODUCT_VERSION") {
         f.nsys_version = Fact::known(
             Value::String(normalize_version(v)),
-            "META_DATA_EXPORT.EXPORT_PRODUCT_VERSION (the nsys that exported it)",
+            format!("{meta_table}.EXPORT_PRODUCT_VERSION (the nsys that exported it)"),
         );
     } else if let Some(v) = export.nsys_version()? {
-        f.nsys_version = Fact::known(Value::String(normalize_version(&v)), "META_DATA_EXPORT");
+        f.nsys_version = Fact::known(Value::String(normalize_version(&v)), meta_table);
+    } else if export.export_meta_table().is_none() {
+        f.nsys_version = Fact::unknown(format!(
+            "unknown: the export has no export-metadata table ({}; ≈2021.3 exports have none)",
+            schema::EXPORT_META_TABLES.join(" / ")
+        ));
     }
     let cap = export.capture_settings()?;
     if !cap.is_empty() {

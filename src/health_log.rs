@@ -17,7 +17,7 @@
 //! | `If you see CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, refer to …` (kineto's hint, real) | none | advice printed on every failure, not an error |
 //! | `CUDA_INJECTION64_PATH=/x/libinjector.so` (a log, provenance, the export's environment) | `injection` | a foreign CUDA injection library (nsys's own `libToolsInjection*` is not one) |
 //! | `Unknown runtime API function index: 468` (nsys 2023.4 on CUDA 12.5+, real) | `unknown-runtime-api` | nsys older than the CUDA runtime dropped CUDA data |
-//! | `**** Analysis failed with:`, `Errors occurred while processing the raw events` | `analysis-failed` | the report is incomplete |
+//! | `**** Analysis failed with:`, `Errors occurred while processing the raw events`, `Error when processing events: … ProcessEventsError` (nsys 2025.3.1 DIAGNOSTIC_EVENT, severity Warning, real: JAX/XLA, fixtures/nsys-2025.3.1/jax_decode), `Cannot find string for an exterior index` | `analysis-failed` | nsys's own analysis failed: the report is incomplete (e.g. NVTX ranges named `[Unknown]`) |
 //! | `NVTX binary payload extension is incompatible. Provided compatibility ID 260 != 259.` (nsys 2023.4 with pip nvtx 0.2.17, real) | `nvtx-incompatible` | nsys dropped the NVTX ranges |
 use regex::Regex;
 use std::fmt;
@@ -136,7 +136,10 @@ fn patterns() -> &'static Patterns {
         admin_only: Regex::new(r"RmProfilingAdminOnly\s*[:=]\s*([0-9]+)").unwrap(),
         injection: Regex::new(r#"CUDA_INJECTION64_PATH\s*[=:]\s*"?([^\s";]+)"#).unwrap(),
         unknown_api: Regex::new(r"Unknown runtime API function index: *([0-9]+)").unwrap(),
-        analysis: Regex::new(r"Analysis failed|Errors occurred while processing the raw events").unwrap(),
+        analysis: Regex::new(
+            r"Analysis failed|Errors occurred while processing the raw events|Error when processing events|Cannot find string for an exterior index",
+        )
+        .unwrap(),
         nvtx: Regex::new(r"NVTX binary payload extension is incompatible[^\\\n]*").unwrap(),
     })
 }

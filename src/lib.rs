@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod categories;
 pub mod compare;
 pub mod contract;
+pub mod device_picture;
 pub mod evidence;
 pub mod export;
 pub mod flags;

@@ -44,9 +44,11 @@ fn graph_node_events_table_is_resolved_per_nsys_version() {
             "{f}"
         );
     }
-    // graph-level 2025.3 capture: CUDA_GRAPH_EVENTS only (graph-level events), no node table
+    // graph-level 2025.3 capture: CUDA_GRAPH_EVENTS holds whole-graph events (graphId, no graphNodeId, as in nsys
+    // 2026), so there is no node-building table
     let ex = Export::open(&common::fixture("nsys-2025.3.1/gpu_full_graph.sqlite")).unwrap();
-    assert_eq!(ex.graph_node_events_table(), Some("CUDA_GRAPH_EVENTS"));
+    assert!(ex.table("CUDA_GRAPH_EVENTS").is_some_and(|t| t.has_column("graphId") && !t.has_column("graphNodeId")));
+    assert_eq!(ex.graph_node_events_table(), None);
     // no CUDA at all: no table
     for f in ["nsys-2023.4.4/cpu_nvtx_osrt.sqlite", "nsys-2025.3.1/cpu_nvtx_osrt.sqlite"] {
         assert_eq!(Export::open(&common::fixture(f)).unwrap().graph_node_events_table(), None, "{f}");

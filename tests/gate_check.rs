@@ -164,7 +164,7 @@ fn qdstrm_retries_at_g2_and_skips_the_rest() {
     let (code, doc, _) = gate_check(&[q.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert_eq!(retry(&doc), ["G2"]);
-    assert!(gate(&doc, "G2")["reason"].as_str().unwrap().contains(".qdstrm left instead of a .nsys-rep"));
+    assert!(gate(&doc, "G2")["reason"].as_str().unwrap().contains("a .qdstrm, nsys's raw capture stream"));
     for id in ["G0", "G1", "G3", "G4", "G5", "G6", "G7"] {
         assert_eq!(gate(&doc, id)["verdict"], "skip", "{id}");
     }

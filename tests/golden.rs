@@ -22,7 +22,7 @@ struct Case {
     stdin: Option<String>,
 }
 
-const SQLITE: [&str; 10] = [
+const SQLITE: [&str; 9] = [
     "nsys-2023.4.4/cpu_nvtx_osrt.sqlite",
     "nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite",
     "nsys-2023.4.4/gpu_range_graph.sqlite",
@@ -32,13 +32,13 @@ const SQLITE: [&str; 10] = [
     "nsys-2025.3.1/decode_mixed.sqlite",
     "nsys-2025.3.1/gpu_full_graph.sqlite",
     "nsys-2025.3.1/gpu_full_node.sqlite",
-    "nsys-2025.3.1/serve_node.sqlite",
 ];
 
 /// Real exports kept xz-compressed in the repository: decompressed once per run into the test's scratch folder
 /// (`CARGO_TARGET_TMPDIR/golden-xz/`, written `<XZ>` in the outputs).
-const SQLITE_XZ: [&str; 3] = [
+const SQLITE_XZ: [&str; 4] = [
     "nsys-2025.3.1/hf_node.sqlite.xz",
+    "nsys-2025.3.1/serve_node.sqlite.xz",
     "nsys-2025.3.1/two_rank.sqlite.xz",
     "serve-capture-gpu-records/capture.sqlite.xz",
 ];
@@ -135,7 +135,7 @@ fn cases() -> Vec<Case> {
         "gate-check__serve_node__log_provenance".into(),
         "gate-check",
         &[
-            &fx("nsys-2025.3.1/serve_node.sqlite"),
+            &unxz("nsys-2025.3.1/serve_node.sqlite.xz"),
             "--log",
             "fixtures/serve-capture-gpu/nsys.log",
             "--provenance",

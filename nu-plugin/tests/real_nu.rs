@@ -375,3 +375,33 @@ fn unfinished_run_folders_are_refused_by_both_adapters() {
     std::fs::write(run.join("run-state"), "ok 1\n").unwrap();
     assert_eq!(nu.json(&format!("(gate-check '{sql}').verdict")), json!("PASS"));
 }
+
+/// Issue #36 through Nushell: old and new schemas are read, every capture with kernels gets a class and devices,
+/// a raw .qdstrm and an incomplete export get their plain message (the same runs as the binaries').
+#[test]
+fn world_captures_in_nushell() {
+    let Some(nu) = Nu::or_skip("world_captures_in_nushell") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let unxz = |rel: &str| {
+        let out = tmp.path().join(std::path::Path::new(rel).file_name().unwrap()).with_extension("");
+        let got = std::process::Command::new("xz").arg("-dc").arg(fixture(rel)).output().unwrap();
+        std::fs::write(&out, got.stdout).unwrap();
+        out.display().to_string()
+    };
+    let vit = unxz("thirdparty/DynamicViT/nsys_profile.sqlite.xz");
+    let v = nu.json(&format!("gate-check '{vit}' | get source.notes"));
+    assert!(v.as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("no export-metadata table")), "{v}");
+    let mfu = unxz("thirdparty/nsys-ai/mfu_2gpu_before.sqlite.xz");
+    let r = nu.json(&format!("report '{mfu}' | select class devices"));
+    assert_eq!(r["devices"].as_array().unwrap().len(), 2, "{r}");
+    let bin = binary("report");
+    let o = std::process::Command::new(bin).args([&mfu, "--compact"]).output().unwrap();
+    let b: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["class"], b["class"]);
+    let q = fixture("nsys-2023.4.4/no_importer_head.qdstrm").display().to_string();
+    let err = nu.error(&format!("sqlite-ranges '{q}'"));
+    assert!(err.contains("a .qdstrm, nsys's raw capture stream"), "{err}");
+    let apax = unxz("thirdparty/apax/report1.sqlite.xz");
+    let err = nu.error(&format!("report '{apax}'"));
+    assert!(err.contains("an incomplete export: it holds no capture"), "{err}");
+}

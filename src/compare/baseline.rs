@@ -123,7 +123,16 @@ fn captures_of(doc: &Value, at: &str, path: &Path) -> Result<Vec<Capture>> {
 /// A stored baseline, if `path` is one (a baseline document) or a bundle read with `--baseline-name`.
 /// None: an ordinary capture.
 pub fn try_load(path: &Path, name: Option<&str>) -> Result<Option<Vec<Capture>>> {
-    let is_json = !crate::evidence::looks_like_sqlite(path)
+    let binary = matches!(
+        crate::export::capture::sniff(path),
+        Some(
+            crate::export::capture::FileKind::Sqlite
+                | crate::export::capture::FileKind::Report { .. }
+                | crate::export::capture::FileKind::Qdstrm { .. }
+        )
+    );
+    let is_json = !binary
+        && !crate::evidence::looks_like_sqlite(path)
         && !path.extension().map(|e| e == "nsys-rep" || e == "qdrep").unwrap_or(false);
     // `-`, a FIFO or a device is read once, by evidence::load (reading it here would consume it)
     let regular = std::fs::metadata(path).map(|m| m.is_file()).unwrap_or(false);

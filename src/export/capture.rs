@@ -29,7 +29,9 @@ pub fn nsys_export_args(report: &str, out: &str) -> Vec<String> {
     ]
 }
 
-/// Run `nsys export` of `report` into `out` (stdin closed); the error names the report and nsys's last lines.
+/// Run `nsys export` of `report` into `out` (stdin closed); the error names the report and says, in plain words,
+/// what nsys's failure means: a report newer than this nsys, a corrupt report, an export that stopped part-way
+/// (nsys exits non-zero and may leave a partial SQLite: that one is never read).
 pub fn run_nsys_export(nsys: &Path, report: &Path, out: &Path) -> Result<()> {
     let name = report.display().to_string();
     let output = std::process::Command::new(nsys)
@@ -42,11 +44,140 @@ pub fn run_nsys_export(nsys: &Path, report: &Path, out: &Path) -> Result<()> {
         let stdout = String::from_utf8_lossy(&output.stdout);
         let text = format!("{stdout}{stderr}");
         let tail: Vec<&str> = text.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
+        let said = tail.join(" | ");
+        let why = export_failure(&text, report, nsys);
         return Err(Error::input(format!(
-            "{name}: `{} export --type=sqlite` failed ({}): {}",
+            "{name}: `{} export --type=sqlite` failed ({}){why}: {said}",
             nsys.display(),
-            output.status,
-            tail.join(" | ")
+            output.status
+        )));
+    }
+    Ok(())
+}
+
+/// What nsys's export failure output means, as a clause (empty when it is none of the known failures).
+fn export_failure(text: &str, report: &Path, nsys: &Path) -> String {
+    let written = report_header(report).ok().flatten().and_then(|h| h.version);
+    if text.contains("newer than your current version") || text.contains("Please update your Nsight Systems") {
+        return format!(
+            ": the report is newer than this nsys{}; {}",
+            written.as_deref().map(|v| format!(" (written by nsys {v})")).unwrap_or_default(),
+            newer_nsys_advice(written.as_deref())
+        );
+    }
+    if text.contains("magic number mismatch") || text.contains("Section Table") {
+        return ": the report is corrupt or truncated (its section table cannot be read: a copy cut short, or a capture that never finished); copy it again from where it was written, or capture again".into();
+    }
+    if text.contains("missing required fields") || text.contains("Can't parse message") {
+        return format!(
+            ": nsys {} could not read this report's format{} and stopped part-way (the partial SQLite it leaves holds no capture data and is not read); {}",
+            nsys.display(),
+            written.as_deref().map(|v| format!(" (written by nsys {v})")).unwrap_or_default(),
+            newer_nsys_advice(written.as_deref())
+        );
+    }
+    String::new()
+}
+
+/// How to get an nsys that opens a report written by `written`.
+fn newer_nsys_advice(written: Option<&str>) -> String {
+    format!(
+        "export it with nsys {} (nsys opens reports of its own release and older ones; `nsys-resolve --nsys PATH` checks one, `NSYS_BIN` or `--nsys` chooses it), or give the .sqlite export made where it was captured",
+        written.map(|v| format!("{} or newer", short_version(v))).unwrap_or_else(|| "of the release that wrote it, or newer".into())
+    )
+}
+
+/// `2024.5.1.113-245134619542v0` → `2024.5.1`.
+fn short_version(v: &str) -> String {
+    let key = crate::resolve::version_key(v);
+    key.iter().take(3).map(|n| n.to_string()).collect::<Vec<_>>().join(".")
+}
+
+/// What a capture file is, read from its first bytes (never from its name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileKind {
+    /// An SQLite database (an export, or something else SQLite).
+    Sqlite,
+    /// An nsys report (`.nsys-rep`, `.qdrep`): `NVIDIA Tegra Profiler Report`; the version that wrote it when
+    /// the header carries one (2023 and later: `2024@5@1@113-…`; older reports write `1.`).
+    Report { version: Option<String> },
+    /// nsys's raw capture stream, left when no report was made from it: `NVIDIA Nsight Systems Stream <version>`.
+    Qdstrm { version: Option<String> },
+    /// Anything else.
+    Other,
+}
+
+const REPORT_MAGIC: &[u8] = b"NVIDIA Tegra Profiler Report ";
+const QDSTRM_MAGIC: &[u8] = b"NVIDIA Nsight Systems Stream ";
+
+/// The kind of the file at `path` by its first bytes; None when it cannot be read or is not a regular file (a
+/// FIFO or standard input is never opened here: reading it would consume it, or wait for a writer).
+pub fn sniff(path: &Path) -> Option<FileKind> {
+    use std::io::Read;
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
+    let mut head = [0u8; 256];
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(_) => return None,
+        }
+    }
+    let head = &head[..n];
+    let find = |magic: &[u8]| head.windows(magic.len()).position(|w| w == magic).map(|i| i + magic.len());
+    let version_after = |at: usize, sep: u8| -> Option<String> {
+        let rest: Vec<u8> = head[at..].iter().copied().take_while(|b| b.is_ascii_graphic() && *b != b'!').collect();
+        let text = String::from_utf8(rest).ok()?.replace(sep as char, ".");
+        let text = text.trim_end_matches('.').to_string();
+        (crate::resolve::version_key(&text).first().is_some_and(|y| *y >= 2000)).then_some(text)
+    };
+    if head.starts_with(b"SQLite format 3\0") {
+        Some(FileKind::Sqlite)
+    } else if head.starts_with(REPORT_MAGIC) {
+        Some(FileKind::Report { version: version_after(REPORT_MAGIC.len(), b'@') })
+    } else if let Some(at) = find(QDSTRM_MAGIC) {
+        Some(FileKind::Qdstrm { version: version_after(at, b'.') })
+    } else {
+        Some(FileKind::Other)
+    }
+}
+
+/// The report header of `path` when it is an nsys report (`Ok(None)` when it is not one).
+fn report_header(path: &Path) -> Result<Option<ReportHeader>> {
+    Ok(match sniff(path) {
+        Some(FileKind::Report { version }) => Some(ReportHeader { version }),
+        _ => None,
+    })
+}
+
+struct ReportHeader {
+    version: Option<String>,
+}
+
+/// The message for a `.qdstrm` given where a report or an export is needed.
+pub fn qdstrm_message(name: &str, version: Option<&str>) -> String {
+    format!(
+        "{name}: a .qdstrm, nsys's raw capture stream{}, not a report: nsys wrote no .nsys-rep from it (its importer, QdstrmImporter, was missing, failed or was interrupted; the console output of `nsys profile` says which); import it with the QdstrmImporter of that nsys release (`QdstrmImporter -i {name}`), or capture again, then give the .nsys-rep or its .sqlite export",
+        version.map(|v| format!(" (written by nsys {})", short_version(v))).unwrap_or_default()
+    )
+}
+
+/// Refuse a report that `nsys` (of `nsys_version`) cannot open because a newer release wrote it: by the year
+/// and release of the report header against those of the nsys (a report of the same release is tried).
+pub fn refuse_newer_report(name: &str, report_version: Option<&str>, nsys: &Path, nsys_version: &str) -> Result<()> {
+    let Some(rv) = report_version else { return Ok(()) };
+    let key = |v: &str| crate::resolve::version_key(v).into_iter().take(2).collect::<Vec<_>>();
+    if key(rv) > key(nsys_version) {
+        return Err(Error::input(format!(
+            "{name}: written by nsys {} (its header), newer than the nsys that would export it ({}, {}): nsys cannot open a report of a later release; {}",
+            short_version(rv),
+            nsys.display(),
+            short_version(nsys_version),
+            newer_nsys_advice(Some(rv))
         )));
     }
     Ok(())
@@ -99,8 +230,14 @@ pub fn open_capture(path: &Path, nsys: Option<&Path>) -> Result<OpenedCapture> {
     if !meta.is_file() {
         return Err(Error::input(format!("{name}: not a regular file")));
     }
-    if !is_report(path) {
+    let kind = sniff(path);
+    if let Some(FileKind::Qdstrm { version }) = &kind {
+        return Err(Error::input(qdstrm_message(&name, version.as_deref())));
+    }
+    let report = matches!(kind, Some(FileKind::Report { .. })) || (is_report(path) && kind != Some(FileKind::Sqlite));
+    if !report {
         let export = Export::open(path)?;
+        export.refuse_incomplete()?;
         return Ok(OpenedCapture {
             export,
             source: CaptureSource {
@@ -121,9 +258,15 @@ pub fn open_capture(path: &Path, nsys: Option<&Path>) -> Result<OpenedCapture> {
         .prefix("nsyskit-export-")
         .tempdir()
         .map_err(|e| Error::env(format!("cannot create a temporary folder: {e}")))?;
+    if let Some(FileKind::Report { version: Some(v) }) = &kind {
+        if let Ok((_, nv)) = crate::resolve::verify(&nsys, std::time::Duration::from_secs(10)) {
+            refuse_newer_report(&name, Some(v), &nsys, &nv)?;
+        }
+    }
     let out = tmp.path().join("export.sqlite");
     run_nsys_export(&nsys, path, &out)?;
     let export = Export::open(&out)?;
+    export.refuse_incomplete().map_err(|e| e.context(format!("{name}: exported by {}", nsys.display())))?;
     Ok(OpenedCapture {
         export,
         source: CaptureSource {
@@ -235,10 +378,11 @@ pub fn capture_info(export: &Export) -> Result<CaptureInfo> {
         let mut stmt = conn
             .prepare(&format!("SELECT DISTINCT {name} FROM \"{}\" WHERE {name} IS NOT NULL ORDER BY {name}", t.name))
             .map_err(export.sql_err(&gpu_name_col))?;
-        c.gpus = stmt
-            .query_map([], |r| r.get::<_, String>(0))
+        let names: Vec<Option<String>> = stmt
+            .query_map([], |r| Ok(super::text_lossy(r.get_ref(0)?).0))
             .and_then(|r| r.collect())
             .map_err(export.sql_err(&gpu_name_col))?;
+        c.gpus = names.into_iter().flatten().collect();
     }
     if let Some(t) = export.optional(TARGET_INFO_SYSTEM_ENV, &cols::NAME_VALUE)? {
         let [name, value] = cols::NAME_VALUE;
@@ -246,7 +390,7 @@ pub fn capture_info(export: &Export) -> Result<CaptureInfo> {
             conn.query_row(
                 &format!("SELECT CAST({value} AS TEXT) FROM \"{}\" WHERE {name} = ?1 LIMIT 1", t.name),
                 [key],
-                |r| r.get::<_, Option<String>>(0),
+                |r| Ok(super::text_lossy(r.get_ref(0)?).0),
             )
             .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
             .map_err(export.sql_err(TARGET_INFO_SYSTEM_ENV))

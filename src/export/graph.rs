@@ -39,6 +39,8 @@ pub struct GraphFacts {
     pub graph_trace_rows: i64,
     /// `CUPTI_ACTIVITY_KIND_RUNTIME` rows.
     pub runtime_rows: i64,
+    /// KERNEL + MEMCPY + MEMSET rows (GRAPH_TRACE apart): whether the export holds GPU rows at all.
+    pub device_rows: i64,
     /// `(table, rows)` of the node-building events table, when the export has one.
     pub node_events: Option<(String, i64)>,
 }
@@ -58,7 +60,11 @@ impl Export {
 
     /// The node-building events table present, newest name first.
     pub fn graph_node_events_table(&self) -> Option<&'static str> {
-        schema::GRAPH_NODE_EVENTS_TABLES.into_iter().find(|t| self.has_table(t))
+        // nsys 2026 keeps a CUDA_GRAPH_EVENTS table of whole-graph events (`graphId`, no `graphNodeId`) beside
+        // the node events: only a table with node ids holds node-building events
+        schema::GRAPH_NODE_EVENTS_TABLES
+            .into_iter()
+            .find(|t| self.table(t).is_some_and(|i| i.has_column(cols::GRAPH_NODE_ID)))
     }
 
     /// `(runtime rows, graph launches)` of [`GraphFacts`]: the runtime table alone (None without one), for a
@@ -116,6 +122,9 @@ impl Export {
             }
         }
         d.graph_trace_rows = self.count_rows(schema::GRAPH_TRACE)?;
+        for t in schema::NODE_LEVEL_TABLES {
+            d.device_rows += self.count_rows(t)?;
+        }
         if let Some(t) = self.graph_node_events_table() {
             d.node_events = Some((t.to_string(), self.count_rows(t)?));
         }

@@ -83,6 +83,8 @@ pub struct Export {
     uri: String,
     /// One scan's facts per timed table ([`rows::TimedStats`]), computed once (perf helper, issue #19).
     stats: rows::StatsCache,
+    /// Informational values read lossily ([`Export::lossy_reads`]).
+    lossy: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for Export {
@@ -185,7 +187,7 @@ impl Export {
                 tables.insert(t.to_ascii_lowercase(), TableInfo { name: t, columns: cols });
             }
         }
-        Ok(Export { conn, path: path.to_path_buf(), tables, uri, stats: Default::default() })
+        Ok(Export { conn, path: path.to_path_buf(), tables, uri, stats: Default::default(), lossy: Default::default() })
     }
 
     pub fn path(&self) -> &Path {
@@ -255,21 +257,139 @@ impl Export {
     }
 
     /// `(name, value)` rows of a `name, value` table such as META_DATA_EXPORT or META_DATA_CAPTURE; empty when
-    /// the table is absent.
+    /// the table is absent. These tables are informational: bytes that are not UTF-8 (nsys 2021.3–2022.4 store
+    /// a protobuf blob as the TEXT value `GpuInfo` of TARGET_INFO_SYSTEM_ENV) are decoded lossily and recorded
+    /// ([`Export::lossy_reads`]), never an error.
     pub fn name_values(&self, table: &str) -> Result<Vec<(String, Option<String>)>> {
         let Some(t) = self.optional(table, &["name", "value"])? else { return Ok(Vec::new()) };
         let sql = format!("SELECT name, CAST(value AS TEXT) FROM \"{}\"", t.name);
         let mut stmt = self.conn.prepare(&sql).map_err(self.sql_err(table))?;
+        let mut lossy = Vec::new();
         let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)))
+            .query_map([], |r| {
+                let (name, bad_name) = text_lossy(r.get_ref(0)?);
+                let (value, bad_value) = text_lossy(r.get_ref(1)?);
+                if bad_name || bad_value {
+                    lossy.push(name.clone().unwrap_or_default());
+                }
+                Ok((name.unwrap_or_default(), value))
+            })
             .and_then(|rows| rows.collect::<std::result::Result<Vec<_>, _>>())
             .map_err(self.sql_err(table))?;
+        drop(stmt);
+        if !lossy.is_empty() {
+            self.note_lossy(&t.name, "value", &lossy);
+        }
         Ok(rows)
+    }
+
+    /// Record that `table.column` held bytes that are not UTF-8, read lossily (U+FFFD) in the rows named.
+    pub(crate) fn note_lossy(&self, table: &str, column: &str, names: &[String]) {
+        let mut shown: Vec<&str> = names.iter().map(String::as_str).take(5).collect();
+        shown.dedup();
+        let line = format!(
+            "{table}.{column}: {} value(s) not UTF-8, decoded lossily ({}{})",
+            names.len(),
+            shown.join(", "),
+            if names.len() > 5 { ", …" } else { "" }
+        );
+        if let Ok(mut l) = self.lossy.lock() {
+            if !l.contains(&line) {
+                l.push(line);
+            }
+        }
+    }
+
+    /// Informational values that were not UTF-8 and were decoded lossily, one line per table and column (empty
+    /// when every value read was UTF-8).
+    pub fn lossy_reads(&self) -> Vec<String> {
+        self.lossy.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Refuse an export that holds no capture: every genuine export (nsys ≈2021.3 to 2026.2 seen) has a
+    /// `TARGET_INFO_SESSION_START_TIME` row; an export that stopped part-way has tables and strings but not it
+    /// (measured: nsys 2025.3.1 on a 2026.1 report writes ANALYSIS_FILE, ProcessStreams, StringIds and the NVTX
+    /// payload schemas, and exits 1 with a protobuf "missing required fields" error).
+    pub fn refuse_incomplete(&self) -> Result<()> {
+        let has_rows = |t: &str| -> Result<bool> {
+            match self.table(t) {
+                None => Ok(false),
+                Some(info) => self
+                    .conn
+                    .query_row(&format!("SELECT EXISTS (SELECT 1 FROM \"{}\")", info.name), [], |r| r.get::<_, bool>(0))
+                    .map_err(self.sql_err(t)),
+            }
+        };
+        // a capture: its session start, or any event it recorded (a small export made by hand for a test has
+        // events but no session table)
+        let t = schema::TARGET_INFO_SESSION_START_TIME;
+        if has_rows(t)? || !has_rows(schema::STRING_IDS)? {
+            // a file without strings is not what a failed nsys export leaves (the readers say what it lacks)
+            return Ok(());
+        }
+        for e in schema::EVENT_TABLES {
+            if has_rows(e)? {
+                return Ok(());
+            }
+        }
+        let mut names: Vec<&TableInfo> = self.tables.values().collect();
+        names.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut with_rows = Vec::new();
+        for info in names {
+            if has_rows(&info.name)? {
+                with_rows.push(info.name.clone());
+            }
+        }
+        Err(Error::input(format!(
+            "{}: an incomplete export: it holds no capture (no {t} row and no event; tables with rows: {}): the export stopped part-way (nsys exits with an error and leaves such a file, e.g. nsys 2025.3.1 on a report of a later release: \"missing required fields\"); export the report again with an nsys as new as the one that captured it",
+            self.name(),
+            if with_rows.is_empty() { "none".to_string() } else { with_rows.join(", ") }
+        )))
+    }
+
+    /// What a reader of this export must be told about it beside its rows: the export-metadata table missing
+    /// (the nsys version that wrote it is unknown), a window cut out of another export (`DERIVED_FROM` rows:
+    /// the capture's duration and settings are the original's, the rows only the window's), informational
+    /// values decoded lossily ([`Export::lossy_reads`]).
+    pub fn caveats(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        if self.export_meta_table().is_none() {
+            out.push(format!(
+                "no export-metadata table ({}): the nsys version that wrote this export is unknown (≈2021.3 exports have none)",
+                schema::EXPORT_META_TABLES.join(" / ")
+            ));
+        }
+        let meta = self.export_metadata()?;
+        let get = |k: &str| meta.iter().find(|(n, _)| n == k).and_then(|(_, v)| v.clone());
+        if let Some(from) = get("DERIVED_FROM") {
+            out.push(format!(
+                "a window cut out of another export ({}: DERIVED_FROM {from}{}{}): the rows cover only that window, while the capture's recorded duration and settings are the original's",
+                self.export_meta_table().unwrap_or("export metadata"),
+                get("DERIVED_WINDOW_NS").map(|w| format!(", DERIVED_WINDOW_NS {w}")).unwrap_or_default(),
+                get("DERIVED_BY").map(|b| format!(", DERIVED_BY {b}")).unwrap_or_default()
+            ));
+        }
+        out.extend(self.lossy_reads());
+        Ok(out)
+    }
+
+    /// The export-metadata table: `META_DATA_EXPORT` (nsys 2022.4 and later), `EXPORT_META_DATA` (nsys 2022.1,
+    /// schema 2.9.1); None when the export has none (≈2021.3 exports have no export-metadata table).
+    pub fn export_meta_table(&self) -> Option<&'static str> {
+        schema::EXPORT_META_TABLES.into_iter().find(|t| self.has_table(t))
+    }
+
+    /// The rows of the export-metadata table ([`Export::export_meta_table`]); empty when there is none.
+    pub fn export_metadata(&self) -> Result<Vec<(String, Option<String>)>> {
+        match self.export_meta_table() {
+            Some(t) => self.name_values(t),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// The nsys version that wrote the export (META_DATA_EXPORT `nsys_version`, else `EXPORT_...VERSION`).
     pub fn nsys_version(&self) -> Result<Option<String>> {
-        let rows = self.name_values("META_DATA_EXPORT")?;
+        let rows = self.export_metadata()?;
         for key in ["NSYS_VERSION", "nsys_version", "EXPORT_PROGRAM_VERSION"] {
             if let Some((_, v)) = rows.iter().find(|(n, _)| n.eq_ignore_ascii_case(key)) {
                 return Ok(v.clone());
@@ -310,6 +430,21 @@ fn table_columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>
     let mut stmt = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
     let cols = stmt.query_map([table], |r| r.get::<_, String>(0))?.collect();
     cols
+}
+
+/// A TEXT (or BLOB) cell as text, bytes that are not UTF-8 replaced (U+FFFD); whether any was. Numbers are
+/// written as SQLite would cast them; NULL is None.
+pub(crate) fn text_lossy(v: rusqlite::types::ValueRef<'_>) -> (Option<String>, bool) {
+    use rusqlite::types::ValueRef;
+    match v {
+        ValueRef::Null => (None, false),
+        ValueRef::Integer(i) => (Some(i.to_string()), false),
+        ValueRef::Real(f) => (Some(f.to_string()), false),
+        ValueRef::Text(b) | ValueRef::Blob(b) => match std::str::from_utf8(b) {
+            Ok(s) => (Some(s.to_string()), false),
+            Err(_) => (Some(String::from_utf8_lossy(b).into_owned()), true),
+        },
+    }
 }
 
 /// A one-line description of an SQLite error, naming a corrupt or truncated file as such.

@@ -454,7 +454,7 @@ impl Export {
             .query_map([], |r| {
                 let mut v = Vec::new();
                 for (i, c) in present.iter().enumerate() {
-                    v.push((*c, r.get::<_, Option<String>>(i)?));
+                    v.push((*c, super::text_lossy(r.get_ref(i)?).0));
                 }
                 Ok(v)
             })
@@ -651,11 +651,11 @@ impl Export {
             )
         };
         let mut stmt = self.conn().prepare(&sql).map_err(self.sql_err(schema::NVTX_EVENTS))?;
-        let v = stmt
-            .query_map([], |r| r.get::<_, String>(0))
+        let v: Vec<Option<String>> = stmt
+            .query_map([], |r| Ok(super::text_lossy(r.get_ref(0)?).0))
             .and_then(|r| r.collect())
             .map_err(self.sql_err(schema::NVTX_EVENTS))?;
-        Ok(v)
+        Ok(v.into_iter().flatten().collect())
     }
 }
 

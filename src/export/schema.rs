@@ -7,6 +7,8 @@
 //! |---|---|---|---|
 //! | graph node-building events | `CUDA_GRAPH_EVENTS` | `CUDA_GRAPH_NODE_EVENTS` (and `CUDA_GRAPH_EVENTS` for graph-level events) | [`GRAPH_NODE_EVENTS_TABLES`], the first present |
 //! | profiler diagnostics | absent | `DIAGNOSTIC_EVENT` | optional |
+//! | export metadata | `META_DATA_EXPORT` (2022.1: `EXPORT_META_DATA`; ≈2021.3: none) | `META_DATA_EXPORT` | [`EXPORT_META_TABLES`], the first present; none: every fact it holds is unknown, with that reason |
+//! | informational text (`TARGET_INFO_SYSTEM_ENV.value`…) | 2021.3–2022.4: `GpuInfo` is a protobuf blob stored as TEXT | UTF-8 | decoded lossily, recorded ([`crate::export::Export::lossy_reads`]) |
 //! | `CUPTI_ACTIVITY_KIND_SYNCHRONIZATION` sync type | `syncType` | `syncType` (+ `deprecatedSyncType`, values differ) | not interpreted |
 //! | NVTX message | `text` or `textId` → `StringIds` | same | [`crate::export::Export::nvtx_events`] resolves both |
 //!
@@ -29,6 +31,11 @@ pub const TARGET_INFO_SESSION_START_TIME: &str = "TARGET_INFO_SESSION_START_TIME
 pub const TARGET_INFO_SYSTEM_ENV: &str = "TARGET_INFO_SYSTEM_ENV";
 pub const META_DATA_CAPTURE: &str = "META_DATA_CAPTURE";
 pub const META_DATA_EXPORT: &str = "META_DATA_EXPORT";
+/// nsys 2022.1 (export schema 2.9.1) name of the export-metadata table.
+pub const EXPORT_META_DATA: &str = "EXPORT_META_DATA";
+/// Where the export's own metadata (`EXPORT_PRODUCT_VERSION`, `EXPORT_SCHEMA_VERSION`…) is, newest name
+/// first; ≈2021.3 exports have neither.
+pub const EXPORT_META_TABLES: [&str; 2] = [META_DATA_EXPORT, EXPORT_META_DATA];
 pub const DIAGNOSTIC_EVENT: &str = "DIAGNOSTIC_EVENT";
 /// The capture's duration and its bounds on the export's clock (one row).
 pub const ANALYSIS_DETAILS: &str = "ANALYSIS_DETAILS";
@@ -38,6 +45,11 @@ pub const CUDA_GRAPH_NODE_EVENTS: &str = "CUDA_GRAPH_NODE_EVENTS";
 pub const CUDA_GRAPH_EVENTS: &str = "CUDA_GRAPH_EVENTS";
 /// Where node-building events are, newest name first.
 pub const GRAPH_NODE_EVENTS_TABLES: [&str; 2] = [CUDA_GRAPH_NODE_EVENTS, CUDA_GRAPH_EVENTS];
+
+/// Tables whose rows are events of a capture: an export with a row in none of them, and no session start,
+/// holds no capture ([`crate::export::Export::refuse_incomplete`]).
+pub const EVENT_TABLES: [&str; 10] =
+    [NVTX_EVENTS, RUNTIME, KERNEL, MEMCPY, MEMSET, GRAPH_TRACE, SYNCHRONIZATION, "OSRT_API", PROCESSES, THREAD_NAMES];
 
 /// The device activity tables, in the order of the ranges contract (index = [`DeviceKind`] as usize).
 pub const DEVICE_TABLES: [&str; 4] = [KERNEL, MEMCPY, MEMSET, GRAPH_TRACE];

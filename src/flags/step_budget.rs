@@ -12,7 +12,7 @@ use crate::step_budget::DEFAULT_OUTLIER_FACTOR;
 #[command(
     name = "step-budget",
     version,
-    after_help = "Examples:\n  step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite --compact \\\n    | jq '.outliers | length'\n  step-budget fixtures/nsys-2025.3.1/serve_node.sqlite \\\n    --step vibeserve.engine.iteration --compact | jq .verdict"
+    after_help = "Examples:\n  step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite --compact \\\n    | jq '.outliers | length'\n  step-budget fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --step vibeserve.engine.iteration --compact | jq .verdict"
 )]
 pub struct StepBudgetArgs {
     /// The export written by `nsys export --type sqlite` (or an .nsys-rep, exported into a temporary folder;

@@ -105,7 +105,18 @@ pub fn g0_profiler_health(cx: &Context) -> Result<GateResult> {
             "nothing to read: no --log given and the export has no DIAGNOSTIC_EVENT table (nsys 2023.4 writes none); pass the nsys console log with --log",
         ));
     }
-    let d = health_log::diagnose(&scan, cuda_data(cx.export)?);
+    let mut d = health_log::diagnose(&scan, cuda_data(cx.export)?);
+    // what nsys's failed analysis lost that the export shows: NVTX events whose name it could not resolve
+    if let Some(e) = cx.export.filter(|_| scan.of("analysis-failed").next().is_some()) {
+        let unknown = e.nvtx_unknown_names()?;
+        if unknown > 0 {
+            d.causes.push(format!(
+                "{unknown} NVTX event(s) of {} are named {:?}: nsys lost their strings",
+                e.name(),
+                crate::export::nvtx::UNKNOWN_NAME
+            ));
+        }
+    }
     let n = d.errors.len();
     let mut g = if d.retry() {
         g.decide(

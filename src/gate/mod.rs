@@ -141,6 +141,10 @@ pub struct GateSource {
     /// reason: skipped by every gate. Present only when a row was skipped.
     #[serde(default, skip_serializing_if = "crate::export::RowSkips::is_empty")]
     pub skipped_rows: crate::export::RowSkips,
+    /// What the export could not say plainly: an unknown fact and why (no export-metadata table), an
+    /// informational value decoded lossily, a window cut out of another export. Present only when there is one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// `nsyskit.gate/v1`.
@@ -381,6 +385,7 @@ fn run_path(opts: &GateOptions, also: &AlsoDocs, shown: Option<&str>) -> Result<
         log: opts.log.as_ref().map(|p| p.display().to_string()),
         provenance: opts.provenance.as_ref().map(|p| p.display().to_string()),
         skipped_rows: Default::default(),
+        notes: Vec::new(),
     };
     // Open the export (kept alive, with its temporary folder, until the gates ran).
     let opened: Option<export::OpenedCapture>;
@@ -438,10 +443,14 @@ fn capture_kind(opts: &GateOptions) -> Result<(&'static str, u64)> {
     if !meta.is_file() {
         return Err(Error::input(format!("{name}: not a regular file")).with_arg("CAPTURE"));
     }
+    // by its first bytes (a report renamed .sqlite is still a report), else by its extension
     let ext = capture.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-    let kind = match ext.as_str() {
-        "nsys-rep" | "qdrep" => "nsys-rep",
-        "qdstrm" => "qdstrm",
+    let kind = match (export::capture::sniff(capture), ext.as_str()) {
+        (Some(export::capture::FileKind::Report { .. }), _) => "nsys-rep",
+        (Some(export::capture::FileKind::Qdstrm { .. }), _) => "qdstrm",
+        (Some(export::capture::FileKind::Sqlite), _) => "sqlite",
+        (_, "nsys-rep" | "qdrep") => "nsys-rep",
+        (_, "qdstrm") => "qdstrm",
         _ => "sqlite",
     };
     if opts.sqlite.is_some() && kind != "nsys-rep" {
@@ -604,6 +613,9 @@ fn gate_doc(
     }
     let cx = Context { opts, source: &source, export, log, provenance, steps: OnceCell::new() };
     let gates = gates(&cx)?;
+    if let Some(e) = export {
+        source.notes = e.caveats()?;
+    }
     let retry: Vec<String> = gates.iter().filter(|g| g.verdict == GateVerdict::Retry).map(|g| g.id.clone()).collect();
     let (schema, tool) = GateDoc::header();
     Ok(GateDoc {

@@ -180,32 +180,62 @@ pub fn g1_graph_tracing(cx: &Context) -> Result<GateResult> {
         data.runtime_rows
     ));
     let measured = data.node_rows as f64;
-    if cuda == Some(false) || (cuda.is_none() && !e.has_table("CUPTI_ACTIVITY_KIND_RUNTIME")) {
+    // rows beat metadata: nsys records COLLECT_CUDA_TRACE per process (false for a launcher such as torchrun
+    // whose workers were traced), so CUDA rows in the export mean CUDA was traced, whatever a row says
+    let cuda_rows = data.runtime_rows + data.device_rows + data.graph_trace_rows;
+    if cuda_rows == 0 && (cuda == Some(false) || (cuda.is_none() && !e.has_table(schema::RUNTIME))) {
+        let said = if cuda == Some(false) { ", and the recorded settings say CUDA tracing was off" } else { "" };
         return Ok(g.decide(
             true,
             measured,
             None,
-            "CUDA tracing was off (no CUDA API or GPU rows can exist): capture with --trace=cuda,nvtx,osrt --cuda-graph-trace=node",
+            format!("the export holds no CUDA API or GPU row{said}: CUDA was not traced (or recorded nothing); capture with --trace=cuda,nvtx,osrt --cuda-graph-trace=node"),
+        ));
+    }
+    if cuda_rows == 0 {
+        // traced (as recorded), and nothing recorded: no replay to judge; G3 says what is missing
+        return Ok(g.skip(format!(
+            "CUDA was traced but the export holds no CUDA API or GPU row: no graph replay to judge (G3 decides); {} runtime rows",
+            data.runtime_rows
+        )));
+    }
+    if cuda == Some(false) {
+        let said: Vec<String> = md
+            .from
+            .iter()
+            .chain(cmd.from.iter())
+            .chain(prov.from.iter())
+            .filter(|f| f.contains("COLLECT_CUDA_TRACE") || f.contains("--trace"))
+            .cloned()
+            .collect();
+        g.evidence.push(format!(
+            "the recorded settings say CUDA tracing was off ({}) but the export holds {} CUDA runtime and {} GPU rows: CUDA was traced (a per-process setting, e.g. a launcher's; the rows decide)",
+            said.join("; "),
+            data.runtime_rows,
+            data.device_rows + data.graph_trace_rows
         ));
     }
     let launches_hidden = data.graph_launches > 0 && data.node_rows == 0;
     match mode.as_deref() {
+        // rows beat metadata: graph-level mode hides only the replays of graphs that were launched
+        Some("graph") if data.graph_launches == 0 && data.graph_trace_rows == 0 => Ok(g.decide(
+            false,
+            measured,
+            None,
+            format!(
+                "graph-level tracing (--cuda-graph-trace=graph, from {mode_from}; nsys's default), but this capture launched no CUDA graph (0 graph launches among {} CUDA runtime rows, 0 GRAPH_TRACE rows): no replayed kernel is hidden; an engine that replays CUDA graphs needs --cuda-graph-trace=node",
+                data.runtime_rows
+            ),
+        )),
         Some("graph") => Ok(g.decide(
             true,
             measured,
             None,
-            if data.graph_launches == 0 && data.graph_trace_rows == 0 {
-                // the injector capture: nsys's default mode, no graph launched in it
-                format!(
-                    "graph-level tracing (--cuda-graph-trace=graph, from {mode_from}, nsys's default): this capture launched no CUDA graph, but an engine's graph replays would be opaque GRAPH_TRACE rows; re-capture with --cuda-graph-trace=node"
-                )
-            } else {
-                format!(
-                    "graph-level tracing (--cuda-graph-trace=graph, from {mode_from}): the {} graph launches' kernels are {}; re-capture with --cuda-graph-trace=node",
-                    data.graph_launches,
-                    if data.graph_trace_rows > 0 { format!("{} opaque GRAPH_TRACE rows", data.graph_trace_rows) } else { "not in the export".to_string() }
-                )
-            },
+            format!(
+                "graph-level tracing (--cuda-graph-trace=graph, from {mode_from}): the {} graph launches' kernels are {}; re-capture with --cuda-graph-trace=node",
+                data.graph_launches,
+                if data.graph_trace_rows > 0 { format!("{} opaque GRAPH_TRACE rows", data.graph_trace_rows) } else { "not in the export".to_string() }
+            ),
         )),
         _ if launches_hidden => Ok(g.decide(
             true,

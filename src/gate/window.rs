@@ -25,10 +25,16 @@ pub fn g2_report_size(cx: &Context) -> Result<GateResult> {
             true,
             size as f64,
             None,
-            format!(
-                "{} is a .qdstrm left instead of a .nsys-rep: nsys could not run its importer (QdstrmImporter), so no report was written and the raw stream embeds copies of every loaded library; fix the nsys installation (missing importer libraries) and re-capture",
-                cx.source.path
-            ),
+            {
+                let version = match export::capture::sniff(Path::new(&cx.source.path)) {
+                    Some(export::capture::FileKind::Qdstrm { version }) => version,
+                    _ => None,
+                };
+                format!(
+                    "{} (a .qdstrm is left instead of a .nsys-rep; the raw stream embeds copies of every loaded library, measured 2 GB for a GPU server)",
+                    export::capture::qdstrm_message(&cx.source.path, version.as_deref())
+                )
+            },
         )),
         "nsys-rep" => {
             let mut g = if size < min {

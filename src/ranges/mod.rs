@@ -1013,12 +1013,12 @@ fn run_scans(
     })
 }
 
-/// Is there an `NVTX_EVENTS` table to read? An absent one that the export explains (nsys's default, lazy export
-/// of a capture that recorded no NVTX event: [`crate::export::NvtxRecorded::nothing_recorded`]) reads as the
-/// empty table the `--lazy=false` export of the same capture has; any other absent table is the error naming it.
-/// Only [`document`] (the `sqlite-ranges` contract) requires the table itself.
+/// Is there an `NVTX_EVENTS` table to read? An absent one (nsys creates it only when it records an NVTX event:
+/// [`crate::export::NvtxRecorded::absent_table_is_empty`]) reads as the empty table the `--lazy=false` export of
+/// the same capture has; one that nsys's own count says should be there is the error naming it. Only
+/// [`document`] (the `sqlite-ranges` contract) requires the table itself.
 fn nvtx_table(export: &Export) -> Result<bool> {
-    if !export.has_table(schema::NVTX_EVENTS) && export.nvtx_recorded()?.nothing_recorded() {
+    if !export.has_table(schema::NVTX_EVENTS) && export.nvtx_recorded()?.absent_table_is_empty() {
         return Ok(false);
     }
     export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
@@ -1185,11 +1185,14 @@ fn join_runtime(
     let mut corr: Vec<CorrEnt> = Vec::new();
     let mut corr_wide: FxMap<(i64, i64), u32> = FxMap::default();
     let n = w.occ.len();
-    if w.present(schema::RUNTIME) && n == 0 {
+    // the calls are read when an occurrence can be attributed to, or when the caller collects the rows (the
+    // device timelines of a capture without any range link its device rows to their calls)
+    let scan = n > 0 || w.collect.is_some();
+    if w.present(schema::RUNTIME) && !scan {
         // not scanned (no occurrence to attribute to): its skipped rows are still counted
         export.count_interval_skips(&[schema::RUNTIME], &mut w.row_skips)?;
     }
-    if w.present(schema::RUNTIME) && n > 0 {
+    if w.present(schema::RUNTIME) && scan {
         let tbl = schema::RUNTIME;
         // sync API name ids (one StringIds scan)
         let mut sync_ids: FxMap<i64, u8> = FxMap::default();

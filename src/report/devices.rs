@@ -35,6 +35,17 @@ pub struct DeviceEvidence {
     pub exposed_comm_ns: Option<i64>,
     /// `exposed_comm_ns / busy_ns`.
     pub exposed_comm_share: Option<f64>,
+    /// The idle inside its active span split by cause (host_wait, sync_wait, launch_latency, other; the device
+    /// timelines of docs/step-budget.md), and its launches: present when the report built the device picture
+    /// (no step can be attributed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_by_cause: Option<crate::step_budget::device::IdleSplit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_launches: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_launches: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_launch_latency_median_ns: Option<i64>,
 }
 
 /// The rows of every device: busy union and active span from the ranges document's `totals.per_device`, copies
@@ -46,6 +57,7 @@ pub fn rows(ev: &Evidence) -> Vec<DeviceEvidence> {
         .iter()
         .map(|d| {
             let x = ev.exposure.as_ref().and_then(|x| x.devices.iter().find(|e| e.device_id == d.device_id));
+            let pic = ev.picture.iter().flatten().find(|p| p.device_id == d.device_id);
             let span = d.last_end - d.first_start;
             DeviceEvidence {
                 device_id: d.device_id,
@@ -59,14 +71,18 @@ pub fn rows(ev: &Evidence) -> Vec<DeviceEvidence> {
                 comm_ns: x.map(|x| x.comm_ns),
                 exposed_comm_ns: x.map(|x| x.exposed_comm_ns),
                 exposed_comm_share: x.and_then(|x| super::frac(x.exposed_comm_ns, x.busy_ns)),
+                idle_by_cause: pic.map(|p| p.idle_by_cause),
+                kernel_launches: pic.map(|p| p.kernel_launches),
+                graph_launches: pic.map(|p| p.graph_launches),
+                kernel_launch_latency_median_ns: pic.and_then(|p| p.kernel_launch_latency_median_ns),
             }
         })
         .collect()
 }
 
-/// The rows say more than the rest of the report: several GPUs, no range at all, or measured communication.
-pub fn shown(ev: &Evidence, rows: &[DeviceEvidence]) -> bool {
-    rows.len() > 1 || ev.no_range.is_some() || rows.iter().any(|r| r.comm_ns.unwrap_or(0) > 0)
+/// Every capture with device rows gets its device section (what each GPU did is evidence whatever decides).
+pub fn shown(_ev: &Evidence, rows: &[DeviceEvidence]) -> bool {
+    !rows.is_empty()
 }
 
 /// `comm_share`, where it comes from, and a note when it could not be the exposed share: Σ exposed communication
@@ -169,6 +185,24 @@ fn blocking_summary(nr: &NoRange) -> String {
     let top: Vec<String> =
         calls.iter().take(3).map(|c| format!("{} {} calls {}", c.api, c.calls, dur(c.total_ns))).collect();
     format!("blocking sync and copy calls {} in all ({})", dur(total), top.join(", "))
+}
+
+/// The verdict of a capture without any NVTX range, from the device picture of every GPU (the rules of
+/// [`crate::device_picture`], shared with step-budget), prefixed with why no phase can be attributed.
+pub fn decide_picture(
+    rows: &[crate::device_picture::PictureRow],
+    nr: &NoRange,
+) -> (&'static str, &'static str, String) {
+    let v = crate::device_picture::decide(rows);
+    let reason = format!(
+        "no phase can be attributed: the capture holds no NVTX range{}, so the verdict rests on what the GPUs did: {}; decided by: {}; {}; {}",
+        nr.cause.as_deref().map(|c| format!(", {c}")).unwrap_or_default(),
+        v.reason,
+        v.decided_by.join("; "),
+        blocking_summary(nr),
+        crate::export::nvtx::ANNOTATE
+    );
+    (v.class, v.rule, reason)
 }
 
 /// The verdict of a capture without any NVTX range, from its device rows (first match wins): exposed

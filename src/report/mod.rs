@@ -410,6 +410,13 @@ fn report_of(
     given: Option<&Export>,
     mut ph: crate::phase::Phases,
 ) -> Result<ReportDoc> {
+    // no range at all: what each GPU did decides (the device timelines built beside the evidence)
+    if ev.no_range.is_some() && ev.picture.is_none() {
+        if let Some(pending) = ev.step_timelines.take() {
+            let tl = pending.join()?;
+            ev.picture = Some(crate::device_picture::rows(&tl, ev.exposure.as_ref()));
+        }
+    }
     let mut doc = classify(ev, categories, opts.label.as_deref(), opts.top)?;
     ph.mark("classify");
     doc.range_decision = Some(doc.decision.clone());
@@ -834,7 +841,10 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     let device_basis = primary.is_none() && ev.no_range.is_some() && !device_rows.is_empty() && graphs_hidden.is_none();
     let (class, rule, reason): (&str, &str, String) = match primary {
         // no range at all, but device rows: what they show alone (src/report/devices.rs)
-        None if device_basis => devices::decide(&device_rows, &s, ev.no_range.as_ref().expect("checked")),
+        None if device_basis => match &ev.picture {
+            Some(rows) => devices::decide_picture(rows, ev.no_range.as_ref().expect("checked")),
+            None => devices::decide(&device_rows, &s, ev.no_range.as_ref().expect("checked")),
+        },
         None if ev.no_range.is_some() && graphs_hidden.is_some() => (
             "mixed_or_unclear",
             "R0",

@@ -249,6 +249,10 @@ pub struct StepBudgetDoc {
     /// (docs/iterations.md); absent without them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iterations: Option<crate::iterations::window::IterationsSection>,
+    /// No step can be attributed (no NVTX range): what each GPU did over its whole active span, the picture
+    /// the verdict comes from ([`crate::device_picture`]); absent when there are steps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<crate::device_picture::PictureRow>,
 }
 
 /// One segment of the median step's wall.
@@ -528,7 +532,7 @@ pub fn analyze_window_with(
             let cands: Vec<crate::step_label::StepCandidate> = a.doc.ranges.iter().map(Into::into).collect();
             match crate::step_label::choose(&cands, &unstable) {
                 Some(l) => (l.to_string(), "iteration_label".to_string()),
-                None if a.doc.ranges.is_empty() => return Err(no_range_error(export)?),
+                None if a.doc.ranges.is_empty() => return device_only(export, &ropts, opts, no_range_why(export)?),
                 None => {
                     return Err(Error::input(format!(
                         "{}: no iteration-like label (containing iteration, step or decode, not prefill) among {} labels: give --step LABEL",
@@ -759,6 +763,7 @@ pub fn analyze_window_with(
         verdict,
         notes,
         iterations: None,
+        devices: Vec::new(),
     };
     crate::memory::drop_beside(tl);
     Ok(doc)
@@ -1312,6 +1317,73 @@ fn pacing_of<'a>(steps: impl Iterator<Item = &'a Step>) -> Option<Pacing> {
 
 /// A capture without any NVTX range has no step to budget: the same message for its lazy export (no
 /// `NVTX_EVENTS` table) and its `--lazy=false` export (an empty one), with the cause when the export says it.
+/// Why no step can be attributed in a capture without NVTX ranges, and what to add.
+fn no_range_why(export: &Export) -> Result<String> {
+    let cause = export.nvtx_recorded()?.no_range_cause().map(|c| format!(" ({c})")).unwrap_or_default();
+    Ok(format!(
+        "the capture holds no NVTX range{cause}, so no engine step and no phase can be attributed: the budget is the GPUs' own picture over the whole capture; {}",
+        crate::export::nvtx::ANNOTATE
+    ))
+}
+
+/// The step budget of a capture in which no step can be attributed (`why`): no step, the device picture of
+/// every GPU over its whole active span, and the class it supports ([`crate::device_picture`]).
+fn device_only(export: &Export, ropts: &RangesOptions, opts: &StepBudgetOptions, why: String) -> Result<StepBudgetDoc> {
+    let (_, collected) = ranges::analyze_with_intervals(export, ropts, &|_| false)?;
+    let tl = device::build(export, &collected.rows)?;
+    let (kernels, copies) = crate::evidence::export_kernel_stats(export)?;
+    let exposure = crate::evidence::export_exposure(export, &collected.rows.device, &kernels, copies)?;
+    let rows = crate::device_picture::rows(&tl, exposure.as_ref());
+    let picture = crate::device_picture::decide(&rows);
+    let verdict_rows: Vec<VerdictRow> = device::IDLE_NAMES
+        .iter()
+        .map(|n| {
+            let ns: i64 = tl.devices.iter().map(|d| d.idle.categories.get(*n).map_or(0, |c| c.ns)).sum();
+            let idle: i64 = tl.devices.iter().map(|d| d.idle.idle_ns).sum();
+            VerdictRow { name: format!("idle_{n}"), value_ns: ns, share: (idle > 0).then(|| ns as f64 / idle as f64) }
+        })
+        .collect();
+    let mut notes = vec![why];
+    notes.extend(picture.decided_by.iter().map(|f| format!("decided by: {f}")));
+    if let Some(s) = crate::export::describe_skips(&tl.skips) {
+        notes.push(format!("device timelines: rows skipped: {s}"));
+    }
+    let (schema, tool) = StepBudgetDoc::header();
+    Ok(StepBudgetDoc {
+        schema,
+        tool,
+        source: export.name(),
+        step_label: String::new(),
+        step_label_choice: "none: no step can be attributed".into(),
+        outlier_factor: opts.outlier_factor,
+        graph_level: false,
+        nccl_kernels: tl.nccl_kernels,
+        nccl_by_name: tl.nccl_by_name.clone(),
+        steps: Vec::new(),
+        distributions: distributions_of(std::iter::empty(), true),
+        totals: totals_of(std::iter::empty()),
+        outliers: Vec::new(),
+        pacing: None,
+        groups: Vec::new(),
+        comm_labels: Vec::new(),
+        waterfall: None,
+        idle: tl.devices.iter().map(|d| d.idle.clone()).collect(),
+        launch: tl.devices.iter().map(|d| d.launch.clone()).collect(),
+        ranks: Vec::new(),
+        stragglers: Vec::new(),
+        verdict: BudgetVerdict {
+            class: picture.class.into(),
+            rule: picture.rule.into(),
+            reason: picture.reason,
+            steps_used: 0,
+            rows: verdict_rows,
+        },
+        notes,
+        iterations: None,
+        devices: rows,
+    })
+}
+
 fn no_range_error(export: &Export) -> Result<Error> {
     let cause = export.nvtx_recorded()?.no_range_cause().map(|c| format!("; {c}")).unwrap_or_default();
     Ok(Error::input(format!(

@@ -8,9 +8,22 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A file under `fixtures/` (the real captures copied from shared/fixtures).
+/// A file under `fixtures/` (the real captures copied from shared/fixtures). An export kept only as `REL.xz` (to
+/// keep the working tree small) is decompressed once into the target folder and that copy is returned.
 pub fn fixture(rel: &str) -> PathBuf {
     let p = root().join("fixtures").join(rel);
+    if !p.exists() && root().join("fixtures").join(format!("{rel}.xz")).exists() {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures-xz").join(Path::new(rel).parent().unwrap());
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join(Path::new(rel).file_name().unwrap());
+        if !out.is_file() {
+            // decompressed beside, then renamed: a test running at the same time never reads half a file
+            let mut part = tempfile::Builder::new().suffix(".part").tempfile_in(&dir).unwrap();
+            std::io::Write::write_all(&mut part, &unxz(&root().join("fixtures").join(format!("{rel}.xz")))).unwrap();
+            part.persist(&out).unwrap();
+        }
+        return out;
+    }
     assert!(p.exists(), "fixture {} is missing", p.display());
     p
 }
@@ -21,16 +34,21 @@ pub fn export(rel: &str, dir: &Path) -> PathBuf {
     let src = fixture(rel);
     let Some(stem) = rel.strip_suffix(".xz") else { return src };
     let out = dir.join(Path::new(stem).file_name().unwrap());
-    let xz = std::process::Command::new("xz").arg("-dc").arg(&src).output().or_else(|_| {
+    std::fs::write(&out, unxz(&src)).unwrap();
+    out
+}
+
+/// The decompressed bytes of an `.xz` file (xz, else Python's lzma).
+pub fn unxz(src: &Path) -> Vec<u8> {
+    let xz = std::process::Command::new("xz").arg("-dc").arg(src).output().or_else(|_| {
         std::process::Command::new("python3")
             .args(["-c", "import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())"])
-            .arg(&src)
+            .arg(src)
             .output()
     });
     let xz = xz.expect("xz or python3 is needed to read the .xz fixtures");
     assert!(xz.status.success(), "{}", String::from_utf8_lossy(&xz.stderr));
-    std::fs::write(&out, &xz.stdout).unwrap();
-    out
+    xz.stdout
 }
 
 /// Validate a document against `schemas/<kind>.v1.schema.json`, chosen by its `schema` field.

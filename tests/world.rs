@@ -1,0 +1,260 @@
+//! Every capture anyone made (issue #36): exports that nsys 2021.3 to 2026.2 wrote natively, other people's
+//! captures (fixtures/thirdparty, each with its licence) and every fixture of ours. No genuine export is refused;
+//! every capture with kernel rows gets a class and a device section; no gate's reason contradicts the rows it is
+//! about; reports nsys cannot open, corrupt reports and raw `.qdstrm` streams get their own plain message.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{doc, run};
+use serde_json::Value;
+
+/// Every export the fixtures hold: ours (nsys 2023.4 and 2025.3) and the third-party ones (nsys ≈2021.3–2026.2).
+fn exports() -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    let root = common::root().join("fixtures");
+    for dir in ["nsys-2023.4.4", "nsys-2025.3.1", "serve-capture-gpu-records", "pod-attach-gpu/endpoint"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().to_string();
+            if let Some(stem) = name.strip_suffix(".sqlite.xz").or(name.strip_suffix(".sqlite")) {
+                let rel = format!("{dir}/{stem}.sqlite");
+                out.push((rel.clone(), common::fixture(&rel)));
+            }
+        }
+    }
+    for (rel, _) in thirdparty() {
+        out.push((rel.clone(), common::fixture(&rel)));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The third-party exports and whether they are genuine (apax's is the partial file a failed export left).
+fn thirdparty() -> Vec<(String, bool)> {
+    [
+        ("thirdparty/nsys-ai/mfu_2gpu_before.sqlite", true),
+        ("thirdparty/nsys-ai/h100_2gpu_1s.sqlite", true),
+        ("thirdparty/nsys-ai/mock.sqlite", true),
+        ("thirdparty/EfficientCenterFormer/baseline.sqlite", true),
+        ("thirdparty/DynamicViT/nsys_profile.sqlite", true),
+        ("thirdparty/DD2360-llm.c/report1.sqlite", true),
+        ("thirdparty/NeMo/report2.sqlite", true),
+        ("thirdparty/anemoi-core/test.sqlite", true),
+        ("thirdparty/apax/report1.sqlite", false),
+    ]
+    .into_iter()
+    .map(|(r, g)| (r.to_string(), g))
+    .collect()
+}
+
+fn count(p: &std::path::Path, sql: &str) -> i64 {
+    let c = rusqlite::Connection::open_with_flags(p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    c.query_row(sql, [], |r| r.get(0)).unwrap_or(0)
+}
+
+/// Rows of a table, 0 when it is absent.
+fn rows(p: &std::path::Path, table: &str) -> i64 {
+    count(p, &format!("SELECT count(*) FROM {table}"))
+}
+
+#[test]
+fn no_genuine_export_is_refused_and_every_one_with_kernels_gets_a_class_and_devices() {
+    let genuine: std::collections::BTreeMap<String, bool> = thirdparty().into_iter().collect();
+    let mut seen = 0;
+    for (rel, p) in exports() {
+        let path = p.to_str().unwrap();
+        let (gcode, _, gerr) = run("gate-check", &[path, "--compact"]);
+        if genuine.get(&rel) == Some(&false) {
+            assert_eq!(gcode, 2, "{rel}");
+            assert!(gerr.contains("an incomplete export: it holds no capture"), "{rel}: {gerr}");
+            let (rcode, _, rerr) = run("report", &[path]);
+            assert_eq!(rcode, 2, "{rel}");
+            assert!(rerr.contains("an incomplete export"), "{rel}: {rerr}");
+            continue;
+        }
+        assert_ne!(gcode, 2, "gate-check refused the genuine export {rel}: {gerr}");
+        let (rcode, r) = doc("report", &[path]);
+        assert!(rcode == 0 || rcode == 1, "{rel}");
+        let class = r["class"].as_str().unwrap();
+        assert!(
+            nsyskit::report::CLASSES.contains(&class) || class == "unreliable",
+            "{rel}: class {class} is not of the vocabulary"
+        );
+        let kernels = rows(&p, "CUPTI_ACTIVITY_KIND_KERNEL");
+        if kernels > 0 {
+            let devices = r["devices"].as_array().map(Vec::len).unwrap_or(0);
+            assert!(devices > 0, "{rel}: {kernels} kernel rows but no device section");
+            let busy: i64 = r["devices"].as_array().unwrap().iter().map(|d| d["busy_ns"].as_i64().unwrap()).sum();
+            assert!(busy > 0, "{rel}");
+        }
+        // without any NVTX range, step-budget still gives what the devices tell
+        if rows(&p, "NVTX_EVENTS WHERE eventType IN (59, 60)") == 0 {
+            let (scode, s) = doc("step-budget", &[path]);
+            assert_eq!(scode, 0, "{rel}");
+            assert_eq!(s["steps"], serde_json::json!([]), "{rel}");
+            assert!(s["notes"][0].as_str().unwrap().contains("no engine step and no phase can be attributed"), "{rel}");
+            if kernels > 0 {
+                assert_eq!(s["verdict"]["class"], r["class"], "{rel}: step-budget and report disagree");
+            }
+        }
+        seen += 1;
+    }
+    assert!(seen >= 35, "only {seen} exports");
+}
+
+/// The counts a gate's words can claim, and the claim each pattern makes.
+#[test]
+fn no_gate_reason_contradicts_the_rows() {
+    let kernel_rows = regex::Regex::new(r"^([0-9]+) kernel rows").unwrap();
+    let launches = regex::Regex::new(r"([0-9]+) cudaGraphLaunch calls").unwrap();
+    for (rel, p) in exports() {
+        let (code, out, _) = run("gate-check", &[p.to_str().unwrap(), "--compact"]);
+        if code == 2 {
+            continue;
+        }
+        let g: Value = serde_json::from_str(&out).unwrap();
+        let runtime = rows(&p, "CUPTI_ACTIVITY_KIND_RUNTIME");
+        let kernels = rows(&p, "CUPTI_ACTIVITY_KIND_KERNEL");
+        let device = kernels + rows(&p, "CUPTI_ACTIVITY_KIND_MEMCPY") + rows(&p, "CUPTI_ACTIVITY_KIND_MEMSET");
+        let nvtx_ranges = rows(&p, "NVTX_EVENTS WHERE eventType IN (59, 60)");
+        let graph_launches = count(
+            &p,
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId \
+             WHERE s.value LIKE 'cudaGraphLaunch%' OR s.value LIKE 'cuGraphLaunch%'",
+        );
+        for gate in g["gates"].as_array().unwrap() {
+            let (id, reason) = (gate["id"].as_str().unwrap(), gate["reason"].as_str().unwrap());
+            let at = format!("{rel} {id}: {reason}");
+            if reason.contains("no CUDA API or GPU row") || reason.contains("CUDA tracing was off") {
+                assert_eq!((runtime, device), (0, 0), "{at}");
+            }
+            if reason.contains("no CUDA kernel data") {
+                assert_eq!(kernels, 0, "{at}");
+            }
+            if let Some(c) = kernel_rows.captures(reason) {
+                assert_eq!(c[1].parse::<i64>().unwrap(), kernels, "{at}");
+            }
+            if let Some(c) = launches.captures(reason) {
+                assert_eq!(c[1].parse::<i64>().unwrap(), graph_launches, "{at}");
+            }
+            if reason.contains("launched no CUDA graph") {
+                assert_eq!(graph_launches, 0, "{at}");
+            }
+            if reason.starts_with("no NVTX range") {
+                assert_eq!(nvtx_ranges, 0, "{at}");
+            }
+            if id == "G1" && gate["verdict"] == "retry" && reason.contains("graph-level tracing") {
+                assert!(graph_launches > 0, "{at}: graph-level mode hid nothing: no graph was launched");
+            }
+        }
+    }
+}
+
+#[test]
+fn old_and_new_schemas_are_read_and_what_is_unknown_says_why() {
+    // nsys ≈2021.3: six tables, no export-metadata table, a protobuf blob stored as TEXT in GpuInfo
+    let vit = common::fixture("thirdparty/DynamicViT/nsys_profile.sqlite");
+    let (code, g) = doc("gate-check", &[vit.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    let notes: Vec<&str> = g["source"]["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(notes.iter().any(|n| n.starts_with("no export-metadata table")), "{notes:?}");
+    assert!(notes
+        .iter()
+        .any(|n| n.contains("TARGET_INFO_SYSTEM_ENV.value: 1 value(s) not UTF-8, decoded lossily (GpuInfo)")));
+    assert_eq!(g["source"]["nsys_version"], Value::Null);
+    let (_, r) = doc("report", &[vit.to_str().unwrap()]);
+    assert_eq!(r["facts"]["nsys_version"]["value"], Value::Null);
+    assert!(r["facts"]["nsys_version"]["source"].as_str().unwrap().contains("no export-metadata table"));
+    // nsys 2022.4 native export: EXPORT_META_DATA, the same blob
+    let ecf = common::fixture("thirdparty/EfficientCenterFormer/baseline.sqlite");
+    let (_, g) = doc("gate-check", &[ecf.to_str().unwrap()]);
+    assert_eq!(g["source"]["nsys_version"], "2022.4.2.1");
+    let (_, r) = doc("report", &[ecf.to_str().unwrap()]);
+    assert_eq!(r["facts"]["nsys_version"]["value"], "2022.4.2");
+    assert!(r["facts"]["nsys_version"]["source"].as_str().unwrap().starts_with("EXPORT_META_DATA."));
+    // nsys 2026.2: a launcher's COLLECT_CUDA_TRACE=false beside 4010 kernel rows: CUDA was traced
+    let mfu = common::fixture("thirdparty/nsys-ai/mfu_2gpu_before.sqlite");
+    let (_, g) = doc("gate-check", &[mfu.to_str().unwrap()]);
+    let g1 = common::gate(&g, "G1");
+    assert_eq!(g1["verdict"], "pass", "{g1}");
+    assert!(g1["evidence"].as_array().unwrap().iter().any(|e| e
+        .as_str()
+        .unwrap()
+        .contains("PROCESS_0:COLLECT_CUDA_TRACE=false) but the export holds 7466 CUDA runtime and")
+        && e.as_str().unwrap().contains("CUDA was traced")));
+    assert!(g["source"]["notes"][0].as_str().unwrap().starts_with("a window cut out of another export"));
+    // llm.c on a T4: runtime rows, no kernel table: G3 names it, nothing says CUDA was off
+    let llmc = common::fixture("thirdparty/DD2360-llm.c/report1.sqlite");
+    let (_, g) = doc("gate-check", &[llmc.to_str().unwrap()]);
+    assert_eq!(common::gate(&g, "G1")["verdict"], "pass");
+    assert_eq!(common::gate(&g, "G3")["verdict"], "retry");
+}
+
+#[test]
+fn reports_nsys_cannot_open_get_their_own_message() {
+    let Some(nsys) = common::nsys_or_skip("reports_nsys_cannot_open_get_their_own_message") else { return };
+    let nsys = nsys.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // a report of nsys 2024.5.1 (NeMo, as published) for nsys 2023.4: refused before the export, naming both
+    let nemo = common::fixture("thirdparty/NeMo/report2.nsys-rep");
+    for tool in ["gate-check", "report", "sqlite-ranges", "step-budget", "nvtx-readiness"] {
+        let mut args = vec![nemo.to_str().unwrap()];
+        if tool != "report" {
+            args.extend(["--nsys", nsys]);
+        }
+        let out = assert_cmd::Command::cargo_bin(tool).unwrap().args(&args).env("NSYS_BIN", nsys).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{tool}: {err}");
+        assert!(
+            err.contains("written by nsys 2024.5.1 (its header), newer than the nsys that would export it")
+                && err.contains("export it with nsys 2024.5.1 or newer")
+                && err.contains("nsys-resolve"),
+            "{tool}: {err}"
+        );
+    }
+    // a report cut short: nsys's "Section Table Reference magic number mismatch", said plainly
+    let whole = std::fs::read(common::fixture("nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep")).unwrap();
+    let cut = dir.path().join("cut.nsys-rep");
+    std::fs::write(&cut, &whole[..100_000]).unwrap();
+    let out = assert_cmd::Command::cargo_bin("report").unwrap().arg(&cut).env("NSYS_BIN", nsys).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("the report is corrupt or truncated") && err.contains("magic number mismatch"), "{err}");
+}
+
+#[test]
+fn a_raw_qdstrm_and_an_incomplete_export_get_their_own_message() {
+    // the first 4 KiB of a real .qdstrm that nsys 2023.4.4 left when its importer was missing
+    let q = common::fixture("nsys-2023.4.4/no_importer_head.qdstrm");
+    for tool in ["report", "sqlite-ranges", "step-budget", "nvtx-readiness"] {
+        let (code, _, err) = run(tool, &[q.to_str().unwrap()]);
+        assert_eq!(code, 2, "{tool}");
+        assert!(
+            err.contains("a .qdstrm, nsys's raw capture stream (written by nsys 2023.4.4), not a report")
+                && err.contains("QdstrmImporter"),
+            "{tool}: {err}"
+        );
+    }
+    let (code, _, err) = run("capture-compare", &[q.to_str().unwrap(), q.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("a .qdstrm, nsys's raw capture stream"), "{err}");
+    // gate-check judges the capture: no report was made, RETRY at G2 with the same words
+    let (code, g) = doc("gate-check", &[q.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(common::gate(&g, "G2")["reason"]
+        .as_str()
+        .unwrap()
+        .contains("a .qdstrm, nsys's raw capture stream (written by nsys 2023.4.4)"));
+    // what nsys 2025.3.1 left when it could not read a 2026.1 report
+    let apax = common::fixture("thirdparty/apax/report1.sqlite");
+    for tool in ["gate-check", "report", "sqlite-ranges", "step-budget", "nvtx-readiness"] {
+        let (code, _, err) = run(tool, &[apax.to_str().unwrap()]);
+        assert_eq!(code, 2, "{tool}");
+        assert!(
+            err.contains("an incomplete export: it holds no capture") && err.contains("StringIds"),
+            "{tool}: {err}"
+        );
+    }
+}
