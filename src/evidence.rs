@@ -200,9 +200,9 @@ pub struct Evidence {
     /// taken over these, whatever part of the table `kernels` lists.
     #[serde(skip)]
     pub kernel_totals: Option<BundleKernelTotals>,
-    /// `kernel_profile.gates`: the gate-check verdict and its retry reasons, when the bundle has them.
-    #[serde(skip)]
-    pub gates: Option<(String, Vec<String>)>,
+    /// gate-check's verdict on the capture: the bundle's recorded one (`kernel_profile.gates`,
+    /// `pod_attach.gate`, `serve_capture.gate`), or gate-check run on the export (report).
+    pub gates: Option<EvidenceGates>,
     /// The whole JSON document when the input was a bundle (capture-compare reads `serve_capture`,
     /// `question`, `benchmark`, `baselines` from it).
     #[serde(skip)]
@@ -258,6 +258,50 @@ impl Evidence {
             (None, Some(d)) => Some(Cow::Owned(crate::compare::ab::occurrences_of(&d.0))),
             (None, None) => None,
         }
+    }
+}
+
+/// gate-check's verdict on a capture, its retried gates and their reasons, and where it was read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EvidenceGates {
+    /// `PASS` or `RETRY`.
+    pub verdict: String,
+    /// The retried gates (`G4`).
+    pub retry: Vec<String>,
+    /// `G4: CUDA data stops at …`, one per retried gate.
+    pub reasons: Vec<String>,
+    /// `kernel_profile.gates`, `pod_attach.gate`, `serve_capture.gate`, or `gate-check on the export`.
+    pub source: String,
+}
+
+impl EvidenceGates {
+    /// From a gate-check document as JSON (`{verdict, retry, gates[]}`), read at `source`.
+    pub fn of_doc(g: &Value, source: &str) -> Option<EvidenceGates> {
+        let verdict = g.get("verdict")?.as_str()?.to_string();
+        let retry: Vec<String> = g
+            .get("retry")
+            .and_then(|r| r.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        let reasons = g
+            .get("gates")
+            .and_then(|l| l.as_array())
+            .into_iter()
+            .flatten()
+            .filter(|x| x.get("verdict").and_then(|v| v.as_str()) == Some("retry"))
+            .map(|x| {
+                format!(
+                    "{}: {}",
+                    x.get("id").and_then(|v| v.as_str()).unwrap_or("?"),
+                    x.get("reason").and_then(|v| v.as_str()).unwrap_or("")
+                )
+            })
+            .collect();
+        Some(EvidenceGates { verdict, retry, reasons, source: source.into() })
+    }
+    /// Did gate-check reject the capture?
+    pub fn rejected(&self) -> bool {
+        self.verdict == "RETRY"
     }
 }
 
@@ -501,6 +545,27 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
     if let Some(kp) = kp {
         apply_bundle_documents(&mut ev, kp);
     }
+    // the gate verdict of a pod-attach or serve-capture run, where kernel_profile carries none (pod-attach
+    // --bundle keeps gate-check's document at pod_attach.gate.document)
+    if ev.gates.is_none() {
+        if let Some(g) = v.pointer("/pod_attach/gate").filter(|g| g.is_object()) {
+            ev.gates = g
+                .get("document")
+                .and_then(|d| EvidenceGates::of_doc(d, "pod_attach.gate.document"))
+                .or_else(|| EvidenceGates::of_doc(g, "pod_attach.gate"));
+        } else if let Some(g) = v.pointer("/serve_capture/gate").filter(|g| g.is_object()) {
+            ev.gates = EvidenceGates::of_doc(g, "serve_capture.gate").map(|mut s| {
+                if s.reasons.is_empty() {
+                    s.reasons = g
+                        .get("reasons")
+                        .and_then(|r| r.as_array())
+                        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                        .unwrap_or_default();
+                }
+                s
+            });
+        }
+    }
     if let Some(p) = obj.get("provenance").filter(|p| p.is_object()) {
         apply_provenance(&mut ev.facts, p, "provenance");
         ev.provenance = Some(p.clone());
@@ -593,13 +658,7 @@ fn apply_bundle_documents(ev: &mut Evidence, kp: &Value) {
         f.window = Fact::known(w, "kernel_profile.ranges.source.window (sqlite-ranges --window; null = whole capture)");
     }
     let Some(g) = kp.get("gates").filter(|g| g.is_object()) else { return };
-    let verdict = g.get("verdict").and_then(|v| v.as_str()).unwrap_or("").to_string();
-    let retry: Vec<String> = g
-        .get("retry")
-        .and_then(|r| r.as_array())
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
-        .unwrap_or_default();
-    ev.gates = Some((verdict, retry));
+    ev.gates = EvidenceGates::of_doc(g, "kernel_profile.gates");
     let Some(g1) = g
         .get("gates")
         .and_then(|l| l.as_array())
@@ -945,6 +1004,14 @@ pub fn from_open_export_keeping(
         let device = beside.as_ref().map_or(c.rows.device.as_slice(), |(_, d)| d.as_slice());
         ev.exposure = export_exposure(export, device, ev.kernels.as_deref().unwrap_or_default(), memcpy)?;
         ph.mark("exposure");
+    }
+    // report (step detail): gate-check's verdict on the same export (its scans' facts shared): a class never
+    // stands on a capture the gates rejected
+    if step_detail {
+        let g = crate::gate::gate_doc_of_open(export, source)?;
+        let v = serde_json::to_value(&g).map_err(|e| Error::input(format!("{}: gate: {e}", export.name())))?;
+        ev.gates = EvidenceGates::of_doc(&v, "gate-check (throughput tier) on the export");
+        ph.mark("gates");
     }
     // report (step detail) on a capture without any range: what the host side still shows
     if step_detail && ev.ranges.as_ref().is_some_and(|r| r.ranges.is_empty()) {

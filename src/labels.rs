@@ -15,6 +15,7 @@
 //! | `nccl:all_reduce, stream = 7` | `nccl:all_reduce` | `stream` |
 //! | `vibeserve.request.3` | `vibeserve.request.<n>` | `trailing_number` (a last dotted segment of digits only) |
 //! | `decode step 12` | `decode step <n>` | `trailing_number` (a last space-separated word of digits only) |
+//! | `ProfilerStep#12, op_id = 2044` | `ProfilerStep#<n>` | `op_id`, `trailing_number` (digits after a last `#`: PyTorch profiler's step) |
 //!
 //! Not folded: hashes and compile ids, which name different things (`## Call CompiledFxGraph
 //! fpfwjtfd4iuyycexefjctaadhoi5ngi4cv3hquuqiddusso5pqcc ##` keeps its hash; `Torch-Compiled Region: 0/1` is a
@@ -38,7 +39,8 @@ pub enum FoldRule {
     InputOpIds,
     /// `, stream = N`.
     Stream,
-    /// A last dotted segment or last word made of digits only (`vibeserve.request.3`, `step 12`).
+    /// A last dotted segment, last word or last `#`-part made of digits only (`vibeserve.request.3`, `step 12`,
+    /// `ProfilerStep#12`).
     TrailingNumber,
 }
 
@@ -145,10 +147,8 @@ pub fn fold_label(raw: &str) -> Fold {
     }
     // a trailing number: last dotted segment or last word, digits only, after a non-empty head that is not
     // itself a number (a label that IS a number, "3", stays)
-    let cut = match (label.rfind('.'), label.rfind(' ')) {
-        (Some(d), Some(s)) => Some(d.max(s)),
-        (a, b) => a.or(b),
-    };
+    // (`#` too: PyTorch profiler's `ProfilerStep#12`)
+    let cut = [label.rfind('.'), label.rfind(' '), label.rfind('#')].into_iter().flatten().max();
     if let Some(i) = cut {
         let (head, tail) = (&label[..i], &label[i + 1..]);
         if is_digits(tail) && !head.trim().is_empty() && !is_digits(head.trim()) {
@@ -322,6 +322,8 @@ mod tests {
         assert_eq!(f("hf.batch.4").0, "hf.batch.<n>");
         assert_eq!(f("app.request.0").0, "app.request.<n>");
         assert_eq!(f("decode step 12").0, "decode step <n>");
+        assert_eq!(f("ProfilerStep#12, op_id = 2044").0, "ProfilerStep#<n>");
+        assert_eq!(f("Optimizer.step#SGD.step").1, vec![]);
         // not a number to fold: digits inside a word, a label that is a number, a version
         assert_eq!(f("triton_poi_fused_add_0").1, vec![]);
         assert_eq!(f("layer3").1, vec![]);

@@ -16,6 +16,7 @@ pub mod device_picture;
 pub mod evidence;
 pub mod export;
 pub mod flags;
+pub mod framework;
 pub mod fx;
 pub mod gate;
 pub mod health_log;

@@ -1,27 +1,141 @@
 //! The engine step label of a capture: one rule for every tool that needs it — gate-check's decode gates (G6,
 //! G7), step-budget, report's primary range, capture-compare's iteration label, the `--iterations` windows.
 //!
-//! A label is *iteration-like* when it contains `iteration`, `step` or `decode` (case-insensitive) and not
-//! `prefill`. Among the iteration-like labels that are stable (not one of several labels that differ only in
-//! digit runs, such as `request.1`, `request.2`):
+//! A framework's own ranges ([`crate::framework`]: `aten::mm`, `TSL:XlaModule:…`, `NCCL:…`) are never the step,
+//! nor are per-request labels (several labels that differ only in digit runs, such as `request.1`,
+//! `request.2`). Among the others, the first rule that finds a label decides ([`StepRule`]):
 //!
-//! - when some of them carry device work (an occurrence with correlated KERNEL/MEMCPY/MEMSET/GRAPH_TRACE rows),
-//!   only those, ranked by the occurrences carrying device work, then the longer host wall, then byte order: an
-//!   engine step launches GPU work, and a CPU-only range whose name says `decode` (an API process's
-//!   `detokenizer.decode`, measured in `fixtures/nsys-2025.3.1/engine_spawn`: 800 occurrences against the
-//!   engine's 200 `EngineCore.step`) is not the step;
-//! - otherwise (no device work known or none at all), the most occurrences, then `iteration` before `step`
-//!   before `decode`, then the outermost (smallest nesting depth seen), then byte order.
+//! 1. `iteration_label`: a label whose text contains `iteration`, `step` or `decode` (case-insensitive) and not
+//!    `prefill`:
+//!    - when some of them carry device work (an occurrence with correlated KERNEL/MEMCPY/MEMSET/GRAPH_TRACE
+//!      rows), only those, ranked by the occurrences carrying device work, then the longer host wall, then byte
+//!      order: an engine step launches GPU work, and a CPU-only range whose name says `decode` (an API process's
+//!      `detokenizer.decode`, measured in `fixtures/nsys-2025.3.1/engine_spawn`: 800 occurrences against the
+//!      engine's 200 `EngineCore.step`) is not the step;
+//!    - otherwise (no device work known or none at all), the most occurrences, then `iteration` before `step`
+//!      before `decode`, then the outermost (smallest nesting depth seen), then byte order;
+//! 2. `profiler_step`: PyTorch profiler's `ProfilerStep#N` (folded to `ProfilerStep#<n>`) with device work;
+//! 3. `repeating_top_level`: the way a person finds a loop in a timeline: a label that repeats at the top level
+//!    of a thread that calls CUDA inside it, carries device work in at least [`REPEAT_MIN`] of those
+//!    occurrences, and comes at a regular period (the p90 of its start-to-start intervals at most
+//!    [`PERIOD_P90_OVER_MEDIAN_MAX`] times their median); the one covering the most device busy time wins (then
+//!    more occurrences, then byte order). Needs the occurrences ([`period_facts`]); label counts alone cannot
+//!    apply it.
 
 use std::collections::BTreeSet;
 
 use crate::evidence::RangeRow;
 
-/// Is a label iteration-like (a candidate engine step)? Its text contains `iteration`, `step` or `decode`
-/// (case-insensitive) and not `prefill`.
+/// Is a label iteration-like (a candidate engine step by its name)? Its text contains `iteration`, `step` or
+/// `decode` (case-insensitive) and not `prefill`, and it is not a framework's own range
+/// ([`crate::framework::is_framework`]: `Optimizer.step#SGD.step`, `TSL:XlaModule:#hlo_module=jit__step…#`).
 pub fn is_iteration_like(label: &str) -> bool {
     let l = label.to_ascii_lowercase();
-    (l.contains("iteration") || l.contains("step") || l.contains("decode")) && !l.contains("prefill")
+    (l.contains("iteration") || l.contains("step") || l.contains("decode"))
+        && !l.contains("prefill")
+        && !crate::framework::is_framework(label)
+}
+
+/// Could `label` be a step under any rule (its intervals are worth collecting): not a framework's own range.
+pub fn may_be_step(label: &str) -> bool {
+    !crate::framework::is_framework(label)
+}
+
+/// Occurrences with device work at the top level of a CUDA-calling thread a repeating label needs.
+pub const REPEAT_MIN: u64 = 5;
+/// The most the p90 of a repeating label's start-to-start intervals may exceed their median (×).
+pub const PERIOD_P90_OVER_MEDIAN_MAX: f64 = 2.0;
+
+/// How a label repeats: its occurrences at the top level of a thread that calls CUDA inside them and carry
+/// device work ([`period_facts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeriodFacts {
+    pub top_level_with_work: u64,
+    /// Start-to-start intervals of consecutive such occurrences on the same thread.
+    pub interval_median_ns: i64,
+    pub interval_p90_ns: i64,
+    /// Their median host wall.
+    pub median_wall_ns: i64,
+    /// Σ of their device busy unions.
+    pub device_busy_ns: i64,
+}
+
+impl PeriodFacts {
+    /// At least [`REPEAT_MIN`] occurrences at a regular period.
+    pub fn repeats_regularly(&self) -> bool {
+        self.top_level_with_work >= REPEAT_MIN
+            && self.interval_median_ns > 0
+            && (self.interval_p90_ns as f64) <= PERIOD_P90_OVER_MEDIAN_MAX * self.interval_median_ns as f64
+    }
+}
+
+/// [`PeriodFacts`] of every label of a ranges analysis (its occurrences and their metrics).
+pub fn period_facts(a: &crate::ranges::Analysis) -> std::collections::HashMap<String, PeriodFacts> {
+    use std::collections::HashMap;
+    let mut by_label: HashMap<&str, Vec<(i64, i64, i64, i64)>> = HashMap::new();
+    for (o, m) in a.occurrences.iter().zip(a.metrics.iter()) {
+        if o.depth == 0 && m.runtime_calls > 0 && m.busy_ns > 0 && may_be_step(&o.label) {
+            by_label.entry(&o.label).or_default().push((o.global_tid, o.start, o.end, m.busy_ns));
+        }
+    }
+    let pick = |v: &mut Vec<i64>, q: f64| -> i64 {
+        if v.is_empty() {
+            return 0;
+        }
+        v.sort_unstable();
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    };
+    by_label
+        .into_iter()
+        .map(|(label, mut occ)| {
+            occ.sort_unstable();
+            let mut intervals: Vec<i64> =
+                occ.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1 - w[0].1).collect();
+            let mut walls: Vec<i64> = occ.iter().map(|o| o.2 - o.1).collect();
+            let f = PeriodFacts {
+                top_level_with_work: occ.len() as u64,
+                interval_median_ns: pick(&mut intervals, 0.5),
+                interval_p90_ns: pick(&mut intervals, 0.9),
+                median_wall_ns: pick(&mut walls, 0.5),
+                device_busy_ns: occ.iter().map(|o| o.3).sum(),
+            };
+            (label.to_string(), f)
+        })
+        .collect()
+}
+
+/// Which rule found the step ([module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepRule {
+    IterationLabel,
+    ProfilerStep,
+    RepeatingTopLevel,
+}
+
+impl StepRule {
+    /// The rule's name as documents write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StepRule::IterationLabel => "iteration_label",
+            StepRule::ProfilerStep => "profiler_step",
+            StepRule::RepeatingTopLevel => "repeating_top_level",
+        }
+    }
+    /// What the rule is, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            StepRule::IterationLabel => "an iteration-like label (iteration, step or decode in its name, not prefill) with the most occurrences carrying device work",
+            StepRule::ProfilerStep => "PyTorch profiler's ProfilerStep#N",
+            StepRule::RepeatingTopLevel => "a label repeating at a regular period at the top level of a CUDA-calling thread, with device work, covering the most device busy time",
+        }
+    }
+}
+
+/// The step and the rule that found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepChoice<'a> {
+    pub label: &'a str,
+    pub rule: StepRule,
 }
 
 /// One label as the chooser sees it.
@@ -35,6 +149,8 @@ pub struct StepCandidate<'a> {
     pub min_depth: Option<u32>,
     /// Σ host wall of its occurrences; None when unknown.
     pub host_wall_ns: Option<i64>,
+    /// How it repeats on CUDA-calling threads; None when unknown (label counts only).
+    pub period: Option<PeriodFacts>,
 }
 
 impl<'a> StepCandidate<'a> {
@@ -46,6 +162,7 @@ impl<'a> StepCandidate<'a> {
             with_device_work: Some(r.occurrences_with_device_work.max(0) as u64),
             min_depth: r.depths.keys().filter_map(|d| d.parse().ok()).min(),
             host_wall_ns: Some(r.host_wall_time_ns),
+            period: None,
         }
     }
 }
@@ -59,6 +176,7 @@ impl<'a> From<&'a crate::ranges::RangeStats> for StepCandidate<'a> {
             with_device_work: Some(r.occurrences_with_device_work),
             min_depth: r.depths.keys().copied().min(),
             host_wall_ns: Some(r.host_wall_time_ns),
+            period: None,
         }
     }
 }
@@ -103,9 +221,76 @@ pub fn ranked<'c, 'a>(cands: &'c [StepCandidate<'a>], unstable: &BTreeSet<String
     pool
 }
 
-/// The step label (see the module docs), None when no label is iteration-like.
+/// The step label (see the module docs), None when no rule finds one.
 pub fn choose<'a>(cands: &[StepCandidate<'a>], unstable: &BTreeSet<String>) -> Option<&'a str> {
-    ranked(cands, unstable).first().map(|c| c.label)
+    choose_step(cands, unstable).map(|c| c.label)
+}
+
+/// The step label and the rule that found it (see the module docs).
+pub fn choose_step<'a>(cands: &[StepCandidate<'a>], unstable: &BTreeSet<String>) -> Option<StepChoice<'a>> {
+    if let Some(c) = ranked(cands, unstable).first() {
+        return Some(StepChoice { label: c.label, rule: StepRule::IterationLabel });
+    }
+    let usable = |c: &&StepCandidate<'a>| c.occurrences > 0 && !unstable.contains(c.label) && may_be_step(c.label);
+    if let Some(c) = cands
+        .iter()
+        .filter(usable)
+        .filter(|c| c.label.starts_with("ProfilerStep#") && c.with_device_work.unwrap_or(0) > 0)
+        .max_by(|a, b| a.with_device_work.cmp(&b.with_device_work).then(b.label.cmp(a.label)))
+    {
+        return Some(StepChoice { label: c.label, rule: StepRule::ProfilerStep });
+    }
+    cands
+        .iter()
+        .filter(usable)
+        .filter(|c| c.period.is_some_and(|p| p.repeats_regularly()))
+        .max_by(|a, b| {
+            let (pa, pb) = (a.period.unwrap_or_default(), b.period.unwrap_or_default());
+            pa.device_busy_ns
+                .cmp(&pb.device_busy_ns)
+                .then(pa.top_level_with_work.cmp(&pb.top_level_with_work))
+                .then(b.label.cmp(a.label))
+        })
+        .map(|c| StepChoice { label: c.label, rule: StepRule::RepeatingTopLevel })
+}
+
+/// The candidates a user could pass as the step when no rule finds one: the labels that are not a framework's
+/// own ranges, most device busy first, with their occurrences, median duration and share of the capture's
+/// device busy time (`total_busy_ns`), at most `n`, one line each.
+pub fn best_candidates(cands: &[StepCandidate<'_>], total_busy_ns: i64, n: usize) -> Vec<String> {
+    let mut v: Vec<&StepCandidate> = cands.iter().filter(|c| c.occurrences > 0 && may_be_step(c.label)).collect();
+    v.sort_by(|a, b| {
+        let (pa, pb) = (a.period.unwrap_or_default(), b.period.unwrap_or_default());
+        pb.device_busy_ns
+            .cmp(&pa.device_busy_ns)
+            .then(b.with_device_work.cmp(&a.with_device_work))
+            .then(b.occurrences.cmp(&a.occurrences))
+            .then(a.label.cmp(b.label))
+    });
+    v.into_iter()
+        .take(n)
+        .map(|c| {
+            let p = c.period.unwrap_or_default();
+            let share = if total_busy_ns > 0 { 100.0 * p.device_busy_ns as f64 / total_busy_ns as f64 } else { 0.0 };
+            let why = if p.top_level_with_work < REPEAT_MIN {
+                format!("{} top-level occurrences with device work (< {REPEAT_MIN})", p.top_level_with_work)
+            } else if !p.repeats_regularly() {
+                format!(
+                    "irregular period (p90 {:.3} ms over median {:.3} ms > {PERIOD_P90_OVER_MEDIAN_MAX}×)",
+                    p.interval_p90_ns as f64 / 1e6,
+                    p.interval_median_ns as f64 / 1e6
+                )
+            } else {
+                "repeats regularly".to_string()
+            };
+            format!(
+                "{:?}: {} occurrences, median {:.3} ms, {share:.1}% of the device busy time; {why}",
+                c.label,
+                c.occurrences,
+                p.median_wall_ns as f64 / 1e6
+            )
+        })
+        .collect()
 }
 
 /// The step label among the rows of a ranges document.
@@ -120,7 +305,14 @@ mod tests {
     use super::*;
 
     fn c(label: &str, n: u64, busy: Option<u64>, depth: Option<u32>) -> StepCandidate<'_> {
-        StepCandidate { label, occurrences: n, with_device_work: busy, min_depth: depth, host_wall_ns: None }
+        StepCandidate {
+            label,
+            occurrences: n,
+            with_device_work: busy,
+            min_depth: depth,
+            host_wall_ns: None,
+            period: None,
+        }
     }
 
     #[test]

@@ -6,13 +6,21 @@ mod common;
 use assert_cmd::Command;
 use serde_json::{json, Value};
 
+/// capture-compare A B with `extra`; the tests about deltas, statistics and invalidators accept unverified facts
+/// (`--allow-unverified`, unless `--strict` or `--no-allow` is asked: the UNVERIFIED verdict has its own test).
 fn compare(a: &std::path::Path, b: &std::path::Path, extra: &[&str]) -> (Value, i32, String) {
+    let mut extra: Vec<&str> = extra.to_vec();
+    let allow = !extra.contains(&"--strict") && !extra.contains(&"--no-allow");
+    extra.retain(|e| *e != "--no-allow");
+    if allow {
+        extra.push("--allow-unverified");
+    }
     // 400 resamples keep the debug-build tests quick (the default is 2000)
     let out = Command::cargo_bin("capture-compare")
         .unwrap()
         .arg(a)
         .arg(b)
-        .args(extra)
+        .args(&extra)
         .args(["--bootstrap", "400"])
         .output()
         .unwrap();
@@ -435,7 +443,7 @@ fn fifo_stdin_and_wrong_block_types() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("b.fifo: empty"), "{}", String::from_utf8_lossy(&o.stderr));
     // the export against itself through stdin: comparable, zero deltas
-    let o = compare_raw(&[a.as_os_str(), "-".as_ref()], std::fs::read(&a).unwrap());
+    let o = compare_raw(&[a.as_os_str(), "-".as_ref(), "--allow-unverified".as_ref()], std::fs::read(&a).unwrap());
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let d = common::one_doc(&o.stdout);
     assert_eq!(d["b"]["source"], "<stdin>");
@@ -673,8 +681,12 @@ fn a_planted_ten_percent_slowdown_is_detected_and_zero_is_not() {
     sql.push(set_start(t + 3 * sec));
     let b2 = planted(dir.path(), f, "b2.sqlite", &sql);
     let run = |args: &[&std::ffi::OsStr]| {
-        let out =
-            Command::cargo_bin("capture-compare").unwrap().args(args).args(["--bootstrap", "400"]).output().unwrap();
+        let out = Command::cargo_bin("capture-compare")
+            .unwrap()
+            .args(args)
+            .args(["--bootstrap", "400", "--allow-unverified"])
+            .output()
+            .unwrap();
         let code = out.status.code().unwrap();
         assert!(code == 0 || code == 1, "{}", String::from_utf8_lossy(&out.stderr));
         (common::one_doc(&out.stdout), code)
@@ -784,7 +796,7 @@ fn named_baselines_are_stored_in_and_read_from_a_bundle() {
         .unwrap()
         .arg("--baseline")
         .arg(&bundle)
-        .args(["--baseline-name", "main", "--bootstrap", "400", "--trial"])
+        .args(["--baseline-name", "main", "--bootstrap", "400", "--allow-unverified", "--trial"])
         .arg(&b1)
         .output()
         .unwrap();
@@ -1290,4 +1302,47 @@ fn a_planted_kernel_slowdown_in_one_range_is_found_in_that_range() {
     assert_eq!(code, 1);
     assert_eq!(d["regression"]["failed"], true);
     assert_eq!(d["regression"]["metric"], "kernel_busy_union");
+}
+
+/// Unknown is not comparable (issue #37): a pair whose comparability facts are unknown (two raw exports without
+/// provenance: request rate, seed policy, clock policy… are recorded by no export) is UNVERIFIED, exit 1, its
+/// deltas and statistics still given; `--allow-unverified` accepts it (COMPARABLE, exit 0), `--strict` refuses.
+#[test]
+fn unknown_facts_make_a_pair_unverified_not_comparable() {
+    let a = common::fixture("nsys-2025.3.1/gpu_full_node.sqlite");
+    let (d, code, _) = compare(&a, &a, &["--no-allow"]);
+    assert_eq!((d["verdict"].as_str(), code), (Some("UNVERIFIED"), 1));
+    assert!(d["invalidators"].as_array().unwrap().is_empty());
+    let unchecked = d["unchecked"].as_array().unwrap().len();
+    assert!(unchecked > 0);
+    assert!(d["range_deltas"].is_array() && d["ab"].is_object(), "the numbers are still given");
+    assert!(d["notes"].as_array().unwrap().iter().any(|n| n
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("unverified: {unchecked} comparability check(s) could not be made"))));
+    let (d, code, _) = compare(&a, &a, &[]);
+    assert_eq!((d["verdict"].as_str(), code), (Some("COMPARABLE"), 0));
+    let (d, code, _) = compare(&a, &a, &["--strict"]);
+    assert_eq!((d["verdict"].as_str(), code), (Some("REFUSED"), 1));
+}
+
+/// A pod-attach bundle keeps its gate at pod_attach.gate: two copies of the real H200 bundle whose gate said
+/// RETRY (G2, a 9.8 MB report under the throughput tier's 10 MB) are not comparable, and its report says the
+/// class does not stand (issue #37).
+#[test]
+fn a_pod_attach_bundle_whose_gate_said_retry_is_refused_and_unreliable() {
+    let b = common::fixture("pod-attach-gpu/bundle/inference_perfbench_v1.json");
+    let (d, code, _) = compare(&b, &b, &[]);
+    assert_eq!((d["verdict"].as_str(), code), (Some("REFUSED"), 1));
+    let gate = d["invalidators"].as_array().unwrap().iter().find(|i| i["check"] == "gate").expect("gate invalidator");
+    assert_eq!(gate["a"]["retry"], serde_json::json!(["G2"]), "{gate}");
+    let out = Command::cargo_bin("report").unwrap().arg(&b).arg("--compact").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let r = common::one_doc(&out.stdout);
+    assert_eq!(r["class"], "unreliable");
+    assert_eq!(r["decision"]["rule"], "gates.G2");
+    assert!(r["decision"]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("gate-check said RETRY (pod_attach.gate.document): G2:"));
 }

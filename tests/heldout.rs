@@ -144,7 +144,9 @@ fn copies_hidden_under_compute_are_not_memcpy_bound() {
     let (exposed, busy) = exposed_and_union(&copies, &kernels);
     let (_, r) = doc("report", &[p.to_str().unwrap()]);
     assert_eq!(r["class"], "kernel_bound", "{}", r["decision"]);
-    assert_eq!(r["decision"]["rule"], "R3");
+    // `overlap.chunk` repeats 20 times at top level, so it is the step and the step budget decides: the GPU is
+    // busy through the step (not memcpy_bound on summed copy time).
+    assert_eq!(r["decision"]["rule"], "step_budget.gpu_saturated", "{}", r["decision"]);
     let share = r["signals"]["memcpy_device_share"].as_f64().unwrap();
     assert!((share - exposed as f64 / busy as f64).abs() < 1e-12, "{share} vs {exposed}/{busy}");
     assert!(share < 0.1, "{share}");

@@ -168,8 +168,19 @@ const US: i64 = 1000;
 const GEMM: &str = "nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_NNT";
 
 fn report_on_export(s: &Synth) -> Value {
+    report_on_export_exit(s, 0)
+}
+
+/// The report on a synthetic export, which must exit with `code` (1: no class stands).
+fn report_on_export_exit(s: &Synth, code: i32) -> Value {
     let out = Command::cargo_bin("report").unwrap().arg(&s.path).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
     let r = common::one_doc(&out.stdout);
     // the evidence row is the ranges library's row for the primary label, number for number
     let doc = nsyskit::ranges::run(&s.path, &Default::default(), None).unwrap();
@@ -229,32 +240,54 @@ fn cpu_launch_bound_synthetic_export() {
 
 #[test]
 fn python_overhead_bound_synthetic_export() {
-    // 900 µs of host code without a CUDA call, then two launches
-    let s = Synth::new().steps(10, 1000 * US, |s, t| {
-        for i in 0..2 {
-            let at = t + 900 * US + i * 10 * US;
-            let c = s.call("cudaLaunchKernel_v7000", at, at + 5 * US);
-            s.kernel(GEMM, c, at + 6 * US, at + 26 * US);
+    // 900 µs of host code without a CUDA call, then two launches; the host code is a named phase
+    let body = |named: bool| {
+        move |s: &mut Synth, t: i64| {
+            if named {
+                s.range("scheduler.prepare", t + 5 * US, t + 895 * US);
+            }
+            for i in 0..2 {
+                let at = t + 900 * US + i * 10 * US;
+                let c = s.call("cudaLaunchKernel_v7000", at, at + 5 * US);
+                s.kernel(GEMM, c, at + 6 * US, at + 26 * US);
+            }
         }
-    });
+    };
+    let s = Synth::new().steps(10, 1000 * US, body(true));
     let r = report_on_export(&s);
     assert_eq!(class_rule(&r), ("python_overhead_bound", "R6"), "{}", r["decision"]["reason"]);
     assert_eq!(step_class(&r), "python_overhead_bound");
+    // the same host time with no range naming it: an opaque gap is compatible with scheduling, input
+    // preparation, a hidden sync and Python overhead alike, so NVTX readiness rejects the class (exit 1)
+    let s = Synth::new().steps(10, 1000 * US, body(false));
+    let r = report_on_export_exit(&s, 1);
+    assert_eq!(
+        (r["class"].as_str(), r["decision"]["rule"].as_str()),
+        (Some("unreliable"), Some("readiness.opaque_step"))
+    );
+    assert_eq!(r["decision"]["would_be"]["class"], "python_overhead_bound");
+    assert!(
+        r["decision"]["reason"].as_str().unwrap().contains("covered by no range nested in it"),
+        "{}",
+        r["decision"]
+    );
 }
 
 #[test]
 fn sync_bound_synthetic_export() {
     // a 300 µs kernel, then the host blocks 400 µs in cudaStreamSynchronize
     let s = Synth::new().steps(10, 1000 * US, |s, t| {
+        s.range("model.forward", t + 1, t + 421 * US);
         let c = s.call("cudaLaunchKernel_v7000", t, t + 5 * US);
         s.kernel(GEMM, c, t + 10 * US, t + 310 * US);
         s.call("cudaStreamSynchronize_v3020", t + 20 * US, t + 420 * US);
+        s.range("sampler.postprocess", t + 425 * US, t + 995 * US);
     });
     let r = report_on_export(&s);
     assert_eq!(class_rule(&r), ("sync_bound", "R4"), "{}", r["decision"]["reason"]);
     assert_eq!(r["evidence"][0]["sync_ns"], 10 * 400 * US);
     // the step budget counts only the sync time no GPU work covers (110 of the 400 µs): the 585 µs of host
-    // time without a CUDA call dominate the step
+    // time without a CUDA call (named by a nested range) dominate the step
     assert_eq!(step_class(&r), "python_overhead_bound");
     assert_eq!(r["step_budget"]["totals"]["sync_wait"], 10 * 110 * US);
 }
@@ -319,11 +352,20 @@ fn mixed_or_unclear_synthetic_export() {
     let s = Synth::new().steps(3, 1000 * US, |s, t| {
         s.call("cudaStreamQuery_v3020", t, t + 5 * US);
     });
-    let r = report_on_export(&s);
+    // no CUDA kernel data at all: gate-check's G3 says RETRY, so no class stands (exit 1)
+    let r = report_on_export_exit(&s, 1);
     assert_eq!(class_rule(&r), ("mixed_or_unclear", "R0"), "{}", r["decision"]["reason"]);
     assert_eq!(
-        (r["class"].as_str().unwrap(), r["decision"]["basis"].as_str().unwrap()),
-        ("mixed_or_unclear", "ranges")
+        (
+            r["class"].as_str().unwrap(),
+            r["decision"]["rule"].as_str().unwrap(),
+            r["decision"]["basis"].as_str().unwrap()
+        ),
+        ("unreliable", "gates.G3", "rejected")
+    );
+    assert_eq!(
+        (r["decision"]["would_be"]["class"].as_str(), r["decision"]["would_be"]["basis"].as_str()),
+        (Some("mixed_or_unclear"), Some("ranges"))
     );
 }
 
@@ -520,11 +562,18 @@ fn html_page_is_self_contained_and_renders_in_headless_chromium() {
 
 #[test]
 fn real_fixtures_classes() {
-    let run = |f: &str| {
+    let run_exit = |f: &str, code: i32| {
         let out = Command::cargo_bin("report").unwrap().arg(common::fixture(f)).output().unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{f}: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
         common::one_doc(&out.stdout)
     };
+    let run = |f: &str| run_exit(f, 0);
     // the whole-run node-level capture: a tiny model replayed as a CUDA graph, Python host code dominates
     let r = run("nsys-2025.3.1/gpu_full_node.sqlite");
     assert_eq!(class_rule(&r), ("python_overhead_bound", "R6"), "{}", r["decision"]["reason"]);
@@ -538,16 +587,18 @@ fn real_fixtures_classes() {
     assert_eq!(r["evidence"][0]["host_range_kernel_coverage_ns"], it.host_range_kernel_coverage_ns);
     assert_eq!(r["evidence"][0]["uncovered_host_time_ns"], it.uncovered_host_time_ns);
     assert_eq!(r["unattributed"]["kernels_total"], doc.totals.kernels_total);
-    // nsys 2023.4 graph level: the 200 replays left no GPU row, nothing device-side can be concluded
-    let r = run("nsys-2023.4.4/gpu_range_graph.sqlite");
+    // nsys 2023.4 graph level: the 200 replays left no GPU row, nothing device-side can be concluded, and G1
+    // rejects the capture: no class stands (exit 1)
+    let r = run_exit("nsys-2023.4.4/gpu_range_graph.sqlite", 1);
     assert_eq!(class_rule(&r), ("mixed_or_unclear", "R0"));
-    assert_eq!(step_class(&r), "mixed_or_unclear");
-    assert_eq!(r["decision"]["rule"], "step_budget.graph_level_capture");
+    assert_eq!((r["class"].as_str(), r["decision"]["rule"].as_str()), (Some("unreliable"), Some("gates.G1")));
+    assert_eq!(r["decision"]["would_be"]["rule"], "step_budget.graph_level_capture");
     assert!(r["range_decision"]["reason"].as_str().unwrap().contains("invisible"));
-    // a CPU-only capture
-    let r = run("nsys-2025.3.1/cpu_nvtx_osrt.sqlite");
+    // a CPU-only capture: no CUDA data, so no class (G1 and G3 say RETRY; exit 1)
+    let r = run_exit("nsys-2025.3.1/cpu_nvtx_osrt.sqlite", 1);
     assert_eq!(class_rule(&r), ("mixed_or_unclear", "R0"));
-    assert_eq!(r["decision"]["rule"], "R0");
+    assert_eq!((r["class"].as_str(), r["decision"]["rule"].as_str()), (Some("unreliable"), Some("gates.G1+G3")));
+    assert_eq!(r["decision"]["would_be"]["rule"], "R0");
     assert!(r["top_kernels"].as_array().unwrap().is_empty());
 }
 
@@ -566,9 +617,23 @@ fn real_serve_capture_documents_in_a_bundle() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // its gate-check said RETRY (G2: a deliberately small report), so no class stands on it (exit 1); the
+    // evidence is still shown, number for number
     let out = Command::cargo_bin("report").unwrap().arg(&bundle).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
     let r = common::one_doc(&out.stdout);
+    assert_eq!((r["class"].as_str(), r["decision"]["rule"].as_str()), (Some("unreliable"), Some("gates.G2")));
+    assert!(r["decision"]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("gate-check said RETRY (kernel_profile.gates): G2: the report is 1911082 bytes"));
+    assert!(nsyskit::report::CLASSES.contains(&r["decision"]["would_be"]["class"].as_str().unwrap()));
     let ranges: Value = serde_json::from_slice(&std::fs::read(docs.join("ranges.json")).unwrap()).unwrap();
     let label = r["decision"]["primary_label"].as_str().unwrap();
     let row = ranges["ranges"].as_array().unwrap().iter().find(|x| x["label"] == label).unwrap();
@@ -588,7 +653,6 @@ fn real_serve_capture_documents_in_a_bundle() {
         .unwrap()
         .iter()
         .all(|w| w.as_str().unwrap().starts_with('-')));
-    assert!(nsyskit::report::CLASSES.contains(&r["class"].as_str().unwrap()));
     // the bundle against itself: its gate-check said RETRY (G2, a deliberately small report), so capture-compare
     // refuses it, naming that gate once (issue #15: a RETRY capture is never compared)
     let out = Command::cargo_bin("capture-compare").unwrap().arg(&bundle).arg(&bundle).output().unwrap();

@@ -39,10 +39,15 @@ fn demo_bundle(dir: &Path) -> PathBuf {
 }
 
 fn report(input: &Path, extra: &[&str]) -> Value {
+    report_exit(input, extra, 0)
+}
+
+/// The report, which must exit with `code` (1: no class stands).
+fn report_exit(input: &Path, extra: &[&str], code: i32) -> Value {
     let mut args = vec![input.to_str().unwrap()];
     args.extend_from_slice(extra);
     let (out, rc) = run("report", &args, None);
-    assert_eq!(rc, 0);
+    assert_eq!(rc, code);
     common::one_doc(&out)
 }
 
@@ -256,9 +261,13 @@ fn a_graph_level_capture_gets_no_class_and_no_workload_ranking() {
         assert_eq!(run("bundle-merge", &[b], Some(doc)).1, 0);
     }
     let html = dir.path().join("g.html");
-    for r in [report(&common::fixture(graph), &[]), report(&bundle, &["--html", html.to_str().unwrap()])] {
-        // the range rules say R0 with the counts; from the export the step budget decides, with the same class
-        assert_eq!(r["class"], "mixed_or_unclear");
+    for r in
+        [report_exit(&common::fixture(graph), &[], 1), report_exit(&bundle, &["--html", html.to_str().unwrap()], 1)]
+    {
+        // G1 rejects graph-level tracing, so no class stands (exit 1); the range rules say R0 with the counts;
+        // from the export the step budget would decide, with the same class
+        assert_eq!((r["class"].as_str(), r["decision"]["rule"].as_str()), (Some("unreliable"), Some("gates.G1")));
+        assert_eq!(r["decision"]["would_be"]["class"], "mixed_or_unclear");
         assert_eq!(
             (r["range_decision"]["class"].as_str().unwrap(), r["range_decision"]["rule"].as_str().unwrap()),
             ("mixed_or_unclear", "R0"),

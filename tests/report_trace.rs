@@ -301,13 +301,14 @@ fn hf_node_window_over_the_graph_recording_outlier() {
     check_capture(&p, &[], dir.path());
     let (r, _, ev) = check_capture(&p, &["--window", "46:49"], dir.path());
     assert_eq!(r["trace"]["step_label"], "hf.decode_step");
-    // step 47, the second call's first decode step (graph re-recording), is marked an outlier on its range
+    // step 47, the second call's first decode step (graph re-recording), is marked an outlier on its range, and
+    // step 48 after it (1.52x the median of a tight distribution) too
     let marks: Vec<(u64, bool)> = ev
         .iter()
         .filter(|e| e["ph"] == "X" && e["name"] == "hf.decode_step")
         .filter_map(|e| Some((e["args"]["step"].as_u64()?, e["args"]["outlier"].as_bool()?)))
         .collect();
-    assert_eq!(marks, vec![(46, false), (47, true), (48, false)]);
+    assert_eq!(marks, vec![(46, false), (47, true), (48, true)]);
     assert!(ev.iter().filter(|e| e["cat"] == "kernel").count() > 100);
 }
 

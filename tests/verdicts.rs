@@ -225,10 +225,12 @@ fn report_on_the_hf_captures_knows_what_graphs_do() {
 
     let graph = export("nsys-2025.3.1/hf_graph.sqlite.xz", dir.path());
     let (code, out, err) = run("report", &[graph.to_str().unwrap(), "--compact"]);
-    assert_eq!(code, 0, "{err}");
+    // G1 rejects graph-level tracing: no class stands (exit 1); the step budget's reading is kept as would_be
+    assert_eq!(code, 1, "{err}");
     let d = one_doc(out.as_bytes());
-    assert_eq!(d["decision"]["class"], "mixed_or_unclear");
-    assert_eq!(d["decision"]["rule"], "step_budget.graph_level_capture");
+    assert_eq!((d["class"].as_str(), d["decision"]["rule"].as_str()), (Some("unreliable"), Some("gates.G1")));
+    assert_eq!(d["decision"]["would_be"]["class"], "mixed_or_unclear");
+    assert_eq!(d["decision"]["would_be"]["rule"], "step_budget.graph_level_capture");
     assert_eq!(d["range_decision"]["rule"], "R0");
     assert!(d["kernels_scope"].as_str().unwrap().starts_with("eager kernels only"), "{}", d["kernels_scope"]);
 }

@@ -256,7 +256,13 @@ fn report_and_capture_compare_take_paths_and_records() {
     ));
     assert_eq!(got["verdict"], "REFUSED", "node vs graph level is refused, as data");
     assert!(got["n"].as_i64().unwrap() >= 1);
+    // two ranges records carry no provenance: nothing invalidates the pair, but it is not shown comparable
+    // either, unless the unknown facts are accepted (the binary's exit 1 / exit 0)
     let same = nu.json(&format!("capture-compare (sqlite-ranges {node}) (sqlite-ranges {node}) | get verdict"));
+    assert_eq!(same, json!("UNVERIFIED"));
+    let same = nu.json(&format!(
+        "capture-compare (sqlite-ranges {node}) (sqlite-ranges {node}) --allow-unverified | get verdict"
+    ));
     assert_eq!(same, json!("COMPARABLE"));
 }
 

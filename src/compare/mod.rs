@@ -54,6 +54,8 @@ pub struct CompareOptions {
     pub top: usize,
     /// `--strict`: a fact unknown on a side makes the comparison not comparable.
     pub strict: bool,
+    /// `--allow-unverified`: unknown facts leave the comparison COMPARABLE (exit 0) instead of UNVERIFIED.
+    pub allow_unverified: bool,
     /// `--tier`: the gate-check tier used for raw exports (bundles carry their own gate verdict).
     pub tier: crate::gate::Tier,
     /// `--expect-label L` (repeatable): the producer ranges both sides must contain (default: every stable label).
@@ -82,6 +84,7 @@ impl Default for CompareOptions {
             categories: None,
             top: 50,
             strict: false,
+            allow_unverified: false,
             tier: crate::gate::Tier::default(),
             expect_labels: Vec::new(),
             max_attributed_share_diff: 0.05,
@@ -259,7 +262,9 @@ pub struct ThroughputComparison {
 pub struct CompareDoc {
     pub schema: String,
     pub tool: Tool,
-    /// `COMPARABLE` or `REFUSED` (exit 1).
+    /// `COMPARABLE`; `REFUSED` (exit 1: an invalidator holds); `UNVERIFIED` (exit 1: none holds, but some
+    /// checks could not be made: see `unchecked`; `--allow-unverified` accepts them). Unknown is never
+    /// comparable by default: a pair whose facts are unknown proves nothing.
     pub verdict: String,
     /// The first baseline and the first trial (the pair in the two-argument form).
     pub a: Side,
@@ -350,7 +355,8 @@ fn gate_fact_of_export(path: &std::path::Path, tier: crate::gate::Tier) -> Resul
     })
 }
 
-/// The gate verdict a bundle records: `kernel_profile.gates`, else `serve_capture.gate`.
+/// The gate verdict a bundle records: `kernel_profile.gates`, else `pod_attach.gate.document`, else
+/// `serve_capture.gate`.
 fn gate_fact_of_bundle(bundle: &Value) -> Fact {
     if let Some(g) = bundle.pointer("/kernel_profile/gates").filter(|g| g.is_object()) {
         let reasons: Vec<String> = g["gates"]
@@ -363,6 +369,20 @@ fn gate_fact_of_bundle(bundle: &Value) -> Fact {
         return Fact {
             value: json!({"verdict": g["verdict"], "retry": g["retry"], "reasons": reasons, "tier": g["tier"]}),
             source: "kernel_profile.gates".into(),
+        };
+    }
+    // pod-attach --bundle keeps gate-check's document at pod_attach.gate.document
+    if let Some(g) = bundle.pointer("/pod_attach/gate/document").filter(|g| g.is_object()) {
+        let reasons: Vec<String> = g["gates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|x| x["verdict"] == "retry")
+            .map(|x| format!("{}: {}", x["id"].as_str().unwrap_or("?"), x["reason"].as_str().unwrap_or("")))
+            .collect();
+        return Fact {
+            value: json!({"verdict": g["verdict"], "retry": g["retry"], "reasons": reasons, "tier": g["tier"]}),
+            source: "pod_attach.gate.document".into(),
         };
     }
     if let Some(g) = bundle.pointer("/serve_capture/gate").filter(|g| g.is_object()) {
@@ -462,6 +482,7 @@ pub fn iteration_label(labels: &BTreeMap<String, i64>, unstable: &BTreeSet<Strin
             with_device_work: None,
             min_depth: None,
             host_wall_ns: None,
+            period: None,
         })
         .collect();
     crate::step_label::choose(&cands, unstable).map(str::to_string)
@@ -641,7 +662,13 @@ pub fn compare_captures(
     let mut doc = CompareDoc {
         schema,
         tool,
-        verdict: if refused { "REFUSED".into() } else { "COMPARABLE".into() },
+        verdict: if refused {
+            "REFUSED".into()
+        } else if !unchecked.is_empty() && !opts.allow_unverified {
+            "UNVERIFIED".into()
+        } else {
+            "COMPARABLE".into()
+        },
         a: base[0].side.clone(),
         b: trial[0].side.clone(),
         baseline: base.iter().map(|c| c.side.clone()).collect(),
@@ -669,9 +696,14 @@ pub fn compare_captures(
         doc.notes = notes;
         return doc;
     }
-    if !doc.unchecked.is_empty() {
+    if doc.verdict == "UNVERIFIED" {
         notes.push(format!(
-            "{} comparability check(s) could not be made (see unchecked; --strict refuses on them): the result is only as trustworthy as those facts",
+            "unverified: {} comparability check(s) could not be made (see unchecked): no invalidator was found, but the pair is not shown comparable; the deltas and A/B statistics below are given for reading; --allow-unverified accepts the unknown facts (exit 0), --strict refuses on them; provenance documents (--provenance-a/-b) or bundles that carry them make the checks",
+            doc.unchecked.len()
+        ));
+    } else if !doc.unchecked.is_empty() {
+        notes.push(format!(
+            "{} comparability check(s) could not be made (see unchecked), accepted with --allow-unverified: the result is only as trustworthy as those facts",
             doc.unchecked.len()
         ));
     }

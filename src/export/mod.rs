@@ -25,6 +25,7 @@ pub mod capture;
 pub mod fold;
 pub mod graph;
 pub mod nvtx;
+pub mod osrt;
 mod raw;
 pub mod rows;
 pub mod schema;

@@ -24,6 +24,8 @@ pub const MEMSET: &str = "CUPTI_ACTIVITY_KIND_MEMSET";
 pub const GRAPH_TRACE: &str = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE";
 pub const SYNCHRONIZATION: &str = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION";
 pub const PROCESSES: &str = "PROCESSES";
+/// OS runtime calls (`--trace=osrt`).
+pub const OSRT_API: &str = "OSRT_API";
 pub const THREAD_NAMES: &str = "ThreadNames";
 pub const TARGET_INFO_GPU: &str = "TARGET_INFO_GPU";
 pub const TARGET_INFO_SESSION_START_TIME: &str = "TARGET_INFO_SESSION_START_TIME";
@@ -87,6 +89,7 @@ pub mod cols {
     pub const NAME_VALUE: [&str; 2] = ["name", "value"];
     pub const DIAGNOSTIC_EVENT: [&str; 3] = ["timestamp", "severity", "text"];
     pub const SYNCHRONIZATION: [&str; 4] = ["start", "end", "globalPid", "correlationId"];
+    pub const OSRT_API: [&str; 4] = ["start", "end", "globalTid", "nameId"];
     pub const GRAPH_NODE_ID: &str = "graphNodeId";
     pub const DEMANGLED_NAME: &str = "demangledName";
     pub const DOMAIN_ID: &str = "domainId";

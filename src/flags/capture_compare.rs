@@ -9,14 +9,15 @@ use crate::contract::cli::OutputArgs;
 /// Two forms: `capture-compare A B` (one pair), or `capture-compare --baseline A1 A2 … --trial B1 B2 …`
 /// (several captures per side, in any order). Inputs are evidence bundles (bundle-merge output), bare
 /// nsyskit.ranges/v1 documents, raw nsys .sqlite exports, or stored baselines (nsyskit.baseline/v1). Every
-/// invalidator of the serving-run manual is checked with both values shown; unknown facts are listed
-/// (`--strict` refuses on them). Exit 0: comparable; 1: refused (each invalidator listed), or
-/// `--fail-on-regression` tripped, or `--save-baseline` over captures that are not comparable; 2: bad usage or input.
+/// invalidator of the serving-run manual is checked with both values shown; unknown facts are listed and make
+/// the comparison UNVERIFIED (`--allow-unverified` accepts them, `--strict` refuses). Exit 0: comparable; 1:
+/// refused (each invalidator listed), unverified, `--fail-on-regression` tripped, or `--save-baseline` over
+/// captures that are not comparable; 2: bad usage or input.
 #[derive(clap::Parser, Clone)]
 #[command(
     name = "capture-compare",
     version,
-    after_help = "Examples (from the repository root):\n  cd fixtures/nsys-2025.3.1\n  capture-compare gpu_full_node.sqlite gpu_full_graph.sqlite  # exit 1\n  capture-compare --tier decode decode_clean.sqlite \\\n    decode_mixed.sqlite  # exit 1\n  capture-compare --baseline gpu_full_node.sqlite \\\n    --trial gpu_full_node.sqlite --fail-on-regression 5"
+    after_help = "Examples (from the repository root):\n  cd fixtures/nsys-2025.3.1\n  capture-compare gpu_full_node.sqlite gpu_full_graph.sqlite  # exit 1\n  capture-compare --tier decode decode_clean.sqlite \\\n    decode_mixed.sqlite  # exit 1\n  capture-compare gpu_full_node.sqlite \\\n    gpu_full_node.sqlite  # exit 1: UNVERIFIED, no provenance\n  capture-compare --baseline gpu_full_node.sqlite \\\n    --trial gpu_full_node.sqlite --allow-unverified \\\n    --fail-on-regression 5"
 )]
 pub struct CaptureCompareArgs {
     /// The baseline capture: bundle JSON, ranges JSON, nsys .sqlite export or stored baseline (`-` = stdin, for one of A/B)
@@ -46,6 +47,10 @@ pub struct CaptureCompareArgs {
     /// A fact unknown on a side makes the comparison not comparable
     #[arg(long)]
     pub strict: bool,
+    /// Accept a comparison whose checks could not all be made (verdict COMPARABLE, exit 0, the unchecked facts
+    /// listed); without it such a comparison is UNVERIFIED (exit 1), its A/B numbers still given
+    #[arg(long, conflicts_with = "strict")]
+    pub allow_unverified: bool,
     /// The gate-check tier used for raw exports: throughput or decode (bundles carry their own gate verdict)
     #[arg(long, default_value = "throughput", value_name = "TIER")]
     pub tier: String,
@@ -98,6 +103,7 @@ impl CaptureCompareArgs {
             categories: self.categories.clone(),
             top: self.top,
             strict: self.strict,
+            allow_unverified: self.allow_unverified,
             tier,
             expect_labels: self.expect_label.clone(),
             max_attributed_share_diff: self.max_attributed_share_diff,

@@ -70,6 +70,7 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
         w.0 += u64::from(m.device_rows() > 0);
         w.1 += o.end - o.start;
     }
+    let periods = crate::step_label::period_facts(&a);
     let cand = |with_work: bool| -> Vec<crate::step_label::StepCandidate> {
         counts
             .iter()
@@ -79,6 +80,7 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
                 with_device_work: with_work.then(|| work[l].0),
                 min_depth: Some(*d),
                 host_wall_ns: Some(work[l].1),
+                period: with_work.then(|| periods.get(*l).copied().unwrap_or_default()),
             })
             .collect()
     };
@@ -89,7 +91,8 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
         .iter()
         .map(|c| (c.label.to_string(), c.occurrences as usize))
         .collect();
-    let chosen = crate::step_label::choose(&cand(true), &unstable);
+    let with_work = cand(true);
+    let chosen = crate::step_label::choose_step(&with_work, &unstable);
     let (label, chosen_by) = match decode_range {
         Some(l) => {
             if !counts.contains_key(l) {
@@ -101,10 +104,15 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
             (l.to_string(), "--decode-range".to_string())
         }
         None => match chosen {
-            Some(l) if cand_list.first().is_some_and(|(top, _)| top == l) => {
+            Some(c) if c.rule != crate::step_label::StepRule::IterationLabel => {
+                (c.label.to_string(), format!("{} ({})", c.rule.name(), c.rule.describe()))
+            }
+            Some(crate::step_label::StepChoice { label: l, .. })
+                if cand_list.first().is_some_and(|(top, _)| top == l) =>
+            {
                 (l.to_string(), "the most frequent iteration-like label".to_string())
             }
-            Some(l) => {
+            Some(crate::step_label::StepChoice { label: l, .. }) => {
                 let (top, n) = &cand_list[0];
                 (
                     l.to_string(),

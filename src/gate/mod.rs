@@ -591,6 +591,25 @@ fn join_doc<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
     h.join().unwrap_or_else(|_| Err(Error::input("a document thread panicked")))
 }
 
+/// gate-check's document (default options: throughput tier) of an export already open, `source` saying where
+/// it came from: the gates report checks its verdict against (its scans' facts shared with the evidence).
+pub fn gate_doc_of_open(e: &Export, src: &export::CaptureSource) -> Result<GateDoc> {
+    let opts = GateOptions { capture: PathBuf::from(&src.path), ..Default::default() };
+    let source = GateSource {
+        path: src.path.clone(),
+        kind: if src.kind == "nsys-rep" { "nsys-rep".into() } else { "sqlite".into() },
+        size: src.size,
+        sqlite: Some(if src.kind == "nsys-rep" { "exported".into() } else { src.path.clone() }),
+        exported_with: src.exported_with.clone(),
+        nsys_version: None,
+        log: None,
+        provenance: None,
+        skipped_rows: Default::default(),
+        notes: Vec::new(),
+    };
+    gate_doc(&opts, source, Some(e), None, None)
+}
+
 /// The gates on the open export.
 fn gate_doc(
     opts: &GateOptions,

@@ -177,6 +177,10 @@ pub fn coverage(e: &Export) -> Result<Option<Coverage>> {
     Ok(Some(c))
 }
 
+/// G4 RETRYs only when at least this many NVTX events on the CUDA threads start after the last CUDA runtime row
+/// (and their share is above `--max-nvtx-after-cuda-share`).
+pub const MIN_NVTX_AFTER_CUDA: i64 = 3;
+
 pub fn g4_cuda_coverage(cx: &Context) -> Result<GateResult> {
     let mut g = GateResult::new("G4", "cuda-data-covers-window", "share");
     let Some(e) = cx.export else { return Ok(g.skip("no export to read (a .qdstrm: see G2)")) };
@@ -234,7 +238,9 @@ pub fn g4_cuda_coverage(cx: &Context) -> Result<GateResult> {
     let share = c.nvtx_after as f64 / c.nvtx_on_cuda_threads as f64;
     let max = cx.opts.thresholds.max_nvtx_after_cuda_share;
     g.at_ns = Some(c.last_runtime_end);
-    let g = if share > max {
+    // a lost trace leaves the NVTX events going on without CUDA rows; one or two ranges closing the run after its
+    // last CUDA call (a final post-processing or shutdown range) are not that
+    let g = if share > max && c.nvtx_after >= MIN_NVTX_AFTER_CUDA {
         // the cause: a process that never flushed, when nsys says so; else the analyser's loss (G0)
         let cause = if cuda_unflushed(e)? {
             format!("nsys lost the CUDA trace: {UNFLUSHED}")
@@ -261,10 +267,15 @@ pub fn g4_cuda_coverage(cx: &Context) -> Result<GateResult> {
             share,
             Some(max),
             format!(
-                "CUDA data lasts as long as the CUDA threads' NVTX ranges: {} of {} NVTX events start after the last CUDA runtime row ({})",
+                "CUDA data lasts as long as the CUDA threads' NVTX ranges: {} of {} NVTX events start after the last CUDA runtime row ({}){}",
                 c.nvtx_after,
                 c.nvtx_on_cuda_threads,
-                secs(c.last_runtime_end)
+                secs(c.last_runtime_end),
+                if share > max {
+                    format!(" (fewer than {MIN_NVTX_AFTER_CUDA}: a range closing the run, not a lost trace)")
+                } else {
+                    String::new()
+                }
             ),
         )
     };
@@ -427,12 +438,19 @@ pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
     let long: Vec<&Gap> = gaps.iter().filter(|x| long(x.end - x.start, window)).collect();
     Ok(if !long.is_empty() {
         let where_: Vec<String> = long.iter().map(|x| format!("{} – {}", secs(x.start), secs(x.end))).collect();
+        // where in the window: a stretch in its first quarter is most likely a one-time warm-up inside it
+        let early = (longest.start - first) as f64 <= 0.25 * window as f64;
+        let cause = if early {
+            "early in the window: most likely a one-time warm-up inside it (compilation, autotuning, weight load, CUDA-graph capture), else the load started late; start the capture after warm-up (--delay, or a capture range opened after warm-up) and under steady load"
+        } else {
+            "the load stopped or stalled, or a one-time step (a compilation of a new shape, a checkpoint) ran inside the window; re-capture under steady load, after warm-up"
+        };
         g.decide(
             true,
             share,
             Some(t.max_gap_share),
             format!(
-                "no kernel ran for {} ({:.1} % of the {} GPU activity window, above {:.0} % and ≥ {} ms) at {}: traffic was not steady (load stopped or stalled); re-capture under steady load",
+                "no kernel ran for {} ({:.1} % of the {} GPU activity window, above {:.0} % and ≥ {} ms) at {}: traffic was not steady: {cause}",
                 ms(len),
                 share * 100.0,
                 ms(window),

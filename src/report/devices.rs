@@ -187,19 +187,20 @@ fn blocking_summary(nr: &NoRange) -> String {
     format!("blocking sync and copy calls {} in all ({})", dur(total), top.join(", "))
 }
 
-/// The verdict of a capture without any NVTX range, from the device picture of every GPU (the rules of
+/// The verdict of a capture in which no step can be attributed (no NVTX range, or only a framework's own
+/// ranges, or nothing that behaves like a step: `why`), from the device picture of every GPU (the rules of
 /// [`crate::device_picture`], shared with step-budget), prefixed with why no phase can be attributed.
 pub fn decide_picture(
     rows: &[crate::device_picture::PictureRow],
-    nr: &NoRange,
+    why: &str,
+    nr: Option<&NoRange>,
 ) -> (&'static str, &'static str, String) {
     let v = crate::device_picture::decide(rows);
     let reason = format!(
-        "no phase can be attributed: the capture holds no NVTX range{}, so the verdict rests on what the GPUs did: {}; decided by: {}; {}; {}",
-        nr.cause.as_deref().map(|c| format!(", {c}")).unwrap_or_default(),
+        "no phase can be attributed: {why}, so the verdict rests on what the GPUs did: {}; decided by: {}{}; {}",
         v.reason,
         v.decided_by.join("; "),
-        blocking_summary(nr),
+        nr.map(|n| format!("; {}", blocking_summary(n))).unwrap_or_default(),
         crate::export::nvtx::ANNOTATE
     );
     (v.class, v.rule, reason)

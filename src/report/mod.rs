@@ -181,10 +181,14 @@ pub struct Decision {
     /// The primary range classified (null when there is none).
     pub primary_label: Option<String>,
     pub primary_label_choice: String,
-    /// `step_budget` (the verdict of the step budget of the step label), `ranges` (rules R0…R7) or `device` (a
-    /// capture without any NVTX range: what its device rows show, src/report/devices.rs).
+    /// `step_budget` (the verdict of the step budget of the step label), `ranges` (rules R0…R7), `device` (no
+    /// step can be attributed: what the GPUs did, src/device_picture.rs), or `rejected` (class `unreliable`:
+    /// the gates or readiness rejected the evidence the class would stand on; `would_be` says which class).
     #[serde(default)]
     pub basis: String,
+    /// Class `unreliable`: the decision the evidence alone gives, which does not stand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_be: Option<Box<Decision>>,
 }
 
 /// A top kernel with its category.
@@ -289,10 +293,15 @@ pub struct ReportDoc {
     pub primary_split: Option<PrimarySplit>,
     pub signals: Signals,
     pub evidence: Vec<EvidenceRow>,
+
     /// Per GPU (src/report/devices.rs): busy union, active span and idle in it, exposed communication and copies
-    /// when measured; present with several GPUs, without any NVTX range, or with communication kernels.
+    /// when measured, the idle by cause when the device picture was built; every capture with device rows.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<devices::DeviceEvidence>,
+    /// With two or more ranks (processes with device rows): each one's compute and communication and how often
+    /// the others wait for it (step-budget's ranks and stragglers; without steps, matched by collective).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<ReportRank>,
     /// A capture without any NVTX range: the blocking sync and copy calls of the whole capture by API.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocking_calls: Vec<crate::readiness::SyncApiCount>,
@@ -326,7 +335,15 @@ pub struct ReportDoc {
 impl Document for ReportDoc {
     const KIND: &'static str = "report";
     const TOOL: &'static str = "report";
+    /// 1 when the class is `unreliable` (the gates or readiness rejected the evidence, as gate-check's RETRY).
+    fn exit_code(&self) -> i32 {
+        i32::from(self.class == UNRELIABLE)
+    }
 }
+
+/// The class of a report whose evidence a gate or readiness rejected ([`Decision::would_be`] holds the class the
+/// evidence alone gives).
+pub const UNRELIABLE: &str = "unreliable";
 
 /// Load the input, classify it, and write the HTML page when asked.
 pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
@@ -410,18 +427,58 @@ fn report_of(
     given: Option<&Export>,
     mut ph: crate::phase::Phases,
 ) -> Result<ReportDoc> {
-    // no range at all: what each GPU did decides (the device timelines built beside the evidence)
-    if ev.no_range.is_some() && ev.picture.is_none() {
+    let primary = choose_primary(ev, opts.label.as_deref())?;
+    // no step: what each GPU did decides (the device timelines built beside the evidence), and its budget is the
+    // device picture with the ranks of a multi-GPU capture
+    let mut device_budget = None;
+    if primary.label.is_none() && ev.picture.is_none() {
         if let Some(pending) = ev.step_timelines.take() {
             let tl = pending.join()?;
-            ev.picture = Some(crate::device_picture::rows(&tl, ev.exposure.as_ref()));
+            let why = vec![format!("no step: {}", primary.choice)];
+            let sb = crate::step_budget::device_only_of(
+                ev.source.clone(),
+                &tl,
+                ev.exposure.as_ref(),
+                &Default::default(),
+                why,
+            );
+            ev.picture = Some(sb.devices.clone());
+            device_budget = Some(sb);
         }
     }
-    let mut doc = classify(ev, categories, opts.label.as_deref(), opts.top)?;
+    let mut doc = classify(ev, categories, &primary, opts.top)?;
     ph.mark("classify");
     doc.range_decision = Some(doc.decision.clone());
-    let budget = step_budget_of(ev, opts, &doc, given)?;
+    let budget = step_budget_of(ev, opts, &doc, given, primary.rule.is_some())?;
     ph.mark("step_budget");
+    if let Some(sb) = budget.doc.as_ref().or(device_budget.as_ref()) {
+        doc.ranks = rank_summaries(sb);
+        if let Some(p) = &sb.periodic_stall {
+            doc.notes.insert(
+                0,
+                format!(
+                    "periodic stall: every {}th step of rank {} ({} steps from step {}) takes {:.1}× the median step ({} more each): a host task on a timer or a counter (logging, checkpointing, garbage collection, a scheduler tick) stalls the loop",
+                    p.period,
+                    p.rank,
+                    p.count,
+                    p.first_index,
+                    p.median_ratio,
+                    dur(p.extra_ns)
+                ),
+            );
+        }
+        if !sb.warmup.is_empty() {
+            doc.notes.push(format!(
+                "warm-up set apart: the first {} step(s) of {:?} ({}) are slow from the start (compilation, autotuning, first-call allocation) and are left out of the typical steps",
+                sb.warmup.len(),
+                sb.step_label,
+                sb.warmup.iter().map(|w| format!("{} at {:.1}×", w.index, w.ratio_to_median)).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        if device_budget.is_some() {
+            doc.notes.extend(sb.notes.iter().filter(|n| n.starts_with("rank ")).cloned());
+        }
+    }
     if let Some(sec) = budget.section {
         apply_step_budget(&mut doc, sec);
     } else if ev.kind == "bundle" {
@@ -430,6 +487,27 @@ fn report_of(
                 "the bundle has no step budget (kernel_profile.step_budget): the class comes from the range rules; `step-budget CAPTURE --step {l} | bundle-merge BUNDLE` adds it"
             ));
         }
+    }
+    reject_on_opaque_step(&mut doc, ev);
+    reject_on_gates(&mut doc, ev);
+    // one class stands: when the range rules alone say another, say which and why
+    if let Some(rd) = doc.range_decision.as_ref().filter(|rd| rd.class != doc.class) {
+        doc.notes.insert(
+            0,
+            format!(
+                "the class that stands is {} ({}); range_decision ({}, {}) is the range rules' reading of {} alone, shown as evidence: {}",
+                doc.class,
+                doc.decision.rule,
+                rd.class,
+                rd.rule,
+                rd.primary_label.as_deref().map(|l| format!("{l:?}")).unwrap_or_else(|| "the capture".into()),
+                match doc.decision.basis.as_str() {
+                    "step_budget" => "the step budget partitions every step's wall exactly, where the range rules read one range's totals",
+                    "rejected" => "no class stands on rejected evidence",
+                    _ => "the device picture decides when no step can be attributed",
+                }
+            ),
+        );
     }
     if let Some(out) = &opts.trace {
         let export = budget.export.as_ref().map(|c| &c.export).or(given.filter(|_| budget.doc.is_some()));
@@ -466,6 +544,51 @@ fn report_of(
     Ok(doc)
 }
 
+/// One rank (a process with device rows, one per GPU in a torchrun or tensor-parallel run) of a capture with two
+/// or more: its compute and communication on its device, and how often the others wait for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReportRank {
+    pub rank: usize,
+    pub pid: i64,
+    /// Its device with the most busy time.
+    pub device_id: Option<i64>,
+    /// Union of the compute rows of that device, whole capture.
+    pub compute_busy_ns: i64,
+    /// Its NCCL kernels on that device: union, and the part no compute kernel runs under.
+    pub comm_busy_ns: i64,
+    pub exposed_comm_ns: i64,
+    /// `exposed_comm_ns / (compute_busy_ns + exposed_comm_ns)`.
+    pub exposed_comm_share: Option<f64>,
+    /// Matched steps (or collectives, without steps) at which it is the straggler, of `matched`.
+    pub straggler_of: usize,
+    pub matched: usize,
+    /// How they were matched: `steps` (the k-th step of every rank) or `collectives` (the k-th NCCL kernel).
+    pub matched_by: String,
+}
+
+/// [`ReportRank`] of a step budget with two or more ranks (empty otherwise).
+fn rank_summaries(sb: &crate::step_budget::StepBudgetDoc) -> Vec<ReportRank> {
+    if sb.ranks.len() < 2 {
+        return Vec::new();
+    }
+    let by = if sb.steps.is_empty() { "collectives" } else { "steps" };
+    sb.ranks
+        .iter()
+        .map(|r| ReportRank {
+            rank: r.rank,
+            pid: r.pid,
+            device_id: r.device_id,
+            compute_busy_ns: r.compute_busy_ns,
+            comm_busy_ns: r.comm_busy_ns,
+            exposed_comm_ns: r.exposed_comm_ns,
+            exposed_comm_share: frac(r.exposed_comm_ns, r.compute_busy_ns + r.exposed_comm_ns),
+            straggler_of: r.straggler_steps,
+            matched: sb.stragglers.len(),
+            matched_by: by.into(),
+        })
+        .collect()
+}
+
 /// The step budget of the input, and (from an export) the export and the typed document for `--trace`.
 struct Budget {
     section: Option<steps::StepBudgetSection>,
@@ -475,7 +598,13 @@ struct Budget {
 
 /// A bundle's `kernel_profile.step_budget`, or (from an export) the step budget of the primary range when it is
 /// iteration-like (the step label), computed by the step-budget library on the same export.
-fn step_budget_of(ev: &mut Evidence, opts: &ReportOptions, doc: &ReportDoc, given: Option<&Export>) -> Result<Budget> {
+fn step_budget_of(
+    ev: &mut Evidence,
+    opts: &ReportOptions,
+    doc: &ReportDoc,
+    given: Option<&Export>,
+    is_step: bool,
+) -> Result<Budget> {
     let none = Budget { section: None, export: None, doc: None };
     if ev.kind == "bundle" {
         let v = ev.bundle.as_ref().and_then(|b| b.pointer("/kernel_profile/step_budget")).filter(|v| !v.is_null());
@@ -488,7 +617,8 @@ fn step_budget_of(ev: &mut Evidence, opts: &ReportOptions, doc: &ReportDoc, give
     if ev.kind != "sqlite" && ev.kind != "nsys-rep" {
         return Ok(none);
     }
-    let Some(label) = doc.decision.primary_label.clone().filter(|l| crate::gate::is_iteration_like(l)) else {
+    let Some(label) = doc.decision.primary_label.clone().filter(|l| is_step || crate::gate::is_iteration_like(l))
+    else {
         return Ok(none);
     };
     let cap = match given {
@@ -496,7 +626,7 @@ fn step_budget_of(ev: &mut Evidence, opts: &ReportOptions, doc: &ReportDoc, give
         None => Some(crate::export::open_capture(evidence::export_path(ev, &opts.input), None)?),
     };
     let Some(export) = cap.as_ref().map(|c| &c.export).or(given) else { return Ok(none) };
-    let sopts = crate::step_budget::StepBudgetOptions { step: Some(label), ..Default::default() };
+    let sopts = crate::step_budget::StepBudgetOptions { step: Some(label.clone()), ..Default::default() };
     // --iterations: the same time window as the windowed ranges (crate::iterations::window::report_run)
     // the evidence's analysis (whole capture, folded, intervals of every iteration-like label) when the
     // ranges were not recomputed over a window
@@ -504,11 +634,125 @@ fn step_budget_of(ev: &mut Evidence, opts: &ReportOptions, doc: &ReportDoc, give
     // step budget reads its own
     let window = ev.step_window;
     let built = ev.step_timelines.take().filter(|_| window.is_none());
-    let pre = ev.step_detail.as_deref().filter(|_| window.is_none()).map(|(a, c)| (a, c));
+    // (the evidence kept the intervals of the iteration-like labels only: a step found by another rule is read
+    // again)
+    let kept = crate::gate::is_iteration_like(&label);
+    let pre = ev.step_detail.as_deref().filter(|_| window.is_none() && kept).map(|(a, c)| (a, c));
+    let built = built.filter(|_| kept);
     let mut sb = crate::step_budget::analyze_window_with(export, &sopts, window, pre, built)?;
     sb.source = ev.source.clone();
-    sb.step_label_choice = "the report's primary range (iteration-like)".into();
+    sb.step_label_choice = format!("the report's primary range: {}", doc.decision.primary_label_choice);
     Ok(Budget { section: steps::section_of(&sb, "step-budget on the export"), export: cap, doc: Some(sb) })
+}
+
+/// The share of the step's wall that no range nested in it covers (nvtx-readiness's opaque share, with every
+/// nested label: a framework's op ranges name what runs there too), over its occurrences; None without the
+/// occurrences (a bundle) or without the step.
+fn opaque_share_of(ev: &Evidence, label: &str) -> Option<f64> {
+    let (a, _) = ev.step_detail.as_deref()?;
+    let occ = &a.occurrences;
+    let mut covered: std::collections::HashMap<usize, Vec<(i64, i64)>> = Default::default();
+    let mut wall = 0i64;
+    for (i, o) in occ.iter().enumerate() {
+        if *o.label == *label {
+            wall += o.end - o.start;
+            covered.entry(i).or_default();
+        }
+    }
+    if wall <= 0 {
+        return None;
+    }
+    for o in occ.iter().filter(|o| *o.label != *label) {
+        // the step occurrence this range is nested in, if any
+        let mut p = o.parent;
+        while let Some(j) = p {
+            if let Some(v) = covered.get_mut(&j) {
+                v.push((o.start, o.end));
+                break;
+            }
+            p = occ[j].parent;
+        }
+    }
+    let named: i64 = covered
+        .iter()
+        .map(|(&j, v)| {
+            let (s, e) = (occ[j].start, occ[j].end);
+            let clipped: Vec<(i64, i64)> =
+                v.iter().map(|&(a, b)| (a.max(s), b.min(e))).filter(|(a, b)| b > a).collect();
+            crate::step_budget::device::len(&crate::step_budget::device::union(clipped))
+        })
+        .sum();
+    Some(1.0 - named as f64 / wall as f64)
+}
+
+/// A host-side class that rests on step time no range names (the step budget's `unattributed` host time, not
+/// covered by any range nested in the step beyond nvtx-readiness's threshold) does not stand: an opaque gap is
+/// compatible with scheduling, input preparation, a hidden sync and Python alike (the serving manual, step 4).
+/// Class `unreliable`, rule `readiness.opaque_step`, the class the evidence alone gives kept as `would_be`.
+fn reject_on_opaque_step(doc: &mut ReportDoc, ev: &Evidence) {
+    let unattributed = match doc.step_budget.as_ref().and_then(|sb| sb.verdict.rows.first()) {
+        Some(r)
+            if doc.decision.basis == "step_budget"
+                && doc.class == "python_overhead_bound"
+                && r.name == "unattributed" =>
+        {
+            r.share.unwrap_or(0.0)
+        }
+        _ => return,
+    };
+    let Some(label) = doc.decision.primary_label.clone() else { return };
+    let Some(opaque) = opaque_share_of(ev, &label) else { return };
+    let threshold = crate::readiness::DEFAULT_MAX_OPAQUE_SHARE;
+    // the class rests on the unnamed time when the opaque share is above readiness's threshold and the host time
+    // the nested ranges do name could not reach the dominance share alone (a lower bound: all opaque time is
+    // taken as unattributed)
+    if opaque < threshold || unattributed - opaque >= crate::step_budget::DOMINANT_SHARE {
+        return;
+    }
+    let would = doc.decision.clone();
+    doc.decision = Decision {
+        class: UNRELIABLE.into(),
+        rule: "readiness.opaque_step".into(),
+        reason: format!(
+            "NVTX readiness rejects the evidence of this class: {:.1} % of the wall of {label:?} is covered by no range nested in it (nvtx-readiness's threshold {:.0} %), and the class the step budget gives ({}: {}) rests on that unnamed host time; an opaque gap is compatible with scheduling, input preparation, attention planning, a hidden sync and Python overhead alike: add NVTX ranges for the phases of the step (nvtx-readiness lists the taxonomy) before choosing an optimisation",
+            100.0 * opaque,
+            100.0 * threshold,
+            would.class,
+            would.reason
+        ),
+        primary_label: would.primary_label.clone(),
+        primary_label_choice: would.primary_label_choice.clone(),
+        basis: "rejected".into(),
+        would_be: Some(Box::new(would)),
+    };
+    doc.class = UNRELIABLE.into();
+}
+
+/// A class never stands on a capture its gates rejected: class `unreliable`, the gates' reasons first, the class
+/// the evidence alone gives kept as `would_be`.
+fn reject_on_gates(doc: &mut ReportDoc, ev: &Evidence) {
+    let Some(g) = ev.gates.as_ref().filter(|g| g.rejected()) else { return };
+    // already rejected by readiness: the gates come first, the class the evidence gives stays the one kept
+    let would = match doc.decision.would_be.take() {
+        Some(w) => *w,
+        None => doc.decision.clone(),
+    };
+    doc.decision = Decision {
+        class: UNRELIABLE.into(),
+        rule: format!("gates.{}", g.retry.join("+")),
+        reason: format!(
+            "gate-check said RETRY ({}): {}; the class the evidence alone gives ({}, {}) does not stand on a capture its gates rejected: capture again",
+            g.source,
+            g.reasons.join("; "),
+            would.class,
+            would.rule
+        ),
+        primary_label: would.primary_label.clone(),
+        primary_label_choice: would.primary_label_choice.clone(),
+        basis: "rejected".into(),
+        would_be: Some(Box::new(would)),
+    };
+    doc.class = UNRELIABLE.into();
 }
 
 /// The step budget decides the class when its steps carry device work and its class is of the vocabulary.
@@ -538,6 +782,7 @@ fn apply_step_budget(doc: &mut ReportDoc, sec: steps::StepBudgetSection) {
             primary_label: doc.decision.primary_label.clone(),
             primary_label_choice: doc.decision.primary_label_choice.clone(),
             basis: "step_budget".into(),
+            would_be: None,
         };
         doc.class = v.class.clone();
     }
@@ -634,70 +879,91 @@ fn r1_reason(s: &Signals, rows: &[devices::DeviceEvidence]) -> String {
 }
 
 /// Classify loaded evidence (see the module docs for the rules).
-pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top: usize) -> Result<ReportDoc> {
+/// The primary range: `--label`, else the engine step ([`crate::step_label`], the rule every tool shares: a
+/// framework's own ranges and per-request labels are never it), else none (the device picture decides).
+pub struct Primary {
+    pub label: Option<String>,
+    /// How it was chosen, in words.
+    pub choice: String,
+    /// The step rule that found it (None for `--label` or none).
+    pub rule: Option<crate::step_label::StepRule>,
+}
+
+/// Choose the primary range of the evidence ([`Primary`]).
+pub fn choose_primary(ev: &Evidence, label: Option<&str>) -> Result<Primary> {
+    let empty = Vec::new();
+    let ranges: &Vec<RangeRow> = ev.ranges.as_ref().map(|r| &r.ranges).unwrap_or(&empty);
+    if let Some(l) = label {
+        return match ranges.iter().find(|r| r.label == l) {
+            Some(_) => Ok(Primary { label: Some(l.to_string()), choice: format!("--label {l}"), rule: None }),
+            None => Err(Error::usage(format!(
+                "{}: no range labelled {l:?} (labels: {})",
+                ev.source,
+                ranges.iter().take(20).map(|r| r.label.as_str()).collect::<Vec<_>>().join(", ")
+            ))
+            .with_arg("--label")),
+        };
+    }
+    // per-request labels (digit runs shared by two or more labels, e.g. request.#) are never primary, nor is a
+    // folded per-request label (`vibeserve.request.<n>`, crate::labels)
+    let re = regex::Regex::new(r"[0-9]+").expect("digits regex");
+    let mut groups: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in ranges.iter() {
+        *groups.entry(re.replace_all(&r.label, "#").into_owned()).or_default() += 1;
+    }
+    let unstable: std::collections::BTreeSet<String> = ranges
+        .iter()
+        .filter(|r| !r.label.starts_with("ProfilerStep#"))
+        .filter(|r| {
+            r.label.contains(crate::labels::NUMBER)
+                || groups.get(re.replace_all(&r.label, "#").as_ref()).copied().unwrap_or(0) >= 2
+        })
+        .map(|r| r.label.clone())
+        .collect();
+    let periods = ev.step_detail.as_deref().map(|(a, _)| crate::step_label::period_facts(a));
+    let cands: Vec<crate::step_label::StepCandidate> = ranges
+        .iter()
+        .map(|r| crate::step_label::StepCandidate {
+            period: periods.as_ref().map(|p| p.get(&r.label).copied().unwrap_or_default()),
+            ..crate::step_label::StepCandidate::of_row(r)
+        })
+        .collect();
+    Ok(match crate::step_label::choose_step(&cands, &unstable) {
+        Some(c) => Primary {
+            label: Some(c.label.to_string()),
+            choice: format!("the engine step, rule {}: {}", c.rule.name(), c.rule.describe()),
+            rule: Some(c.rule),
+        },
+        None => {
+            let busy: i64 = ev.ranges.as_ref().map_or(0, |r| r.totals.per_device.iter().map(|d| d.busy_union_ns).sum());
+            let best = crate::step_label::best_candidates(&cands, busy, 5);
+            let choice = if ranges.is_empty() {
+                "none: the capture holds no NVTX range".to_string()
+            } else if best.is_empty() {
+                format!(
+                    "none: the capture's {} NVTX labels are all a framework's own ranges (e.g. {:?}: {}), never the workload's step",
+                    ranges.len(),
+                    ranges[0].label,
+                    crate::framework::framework_of(&ranges[0].label).unwrap_or("a framework")
+                )
+            } else {
+                format!(
+                    "none: no label is a step (iteration-like, PyTorch's ProfilerStep#N, or repeating at a regular period at the top level of a CUDA-calling thread with device work); the best candidates for --label: {}",
+                    best.join("; ")
+                )
+            };
+            Primary { label: None, choice, rule: None }
+        }
+    })
+}
+
+pub fn classify(ev: &Evidence, categories: &Categories, chosen: &Primary, top: usize) -> Result<ReportDoc> {
     let (schema, tool) = ReportDoc::header();
     let mut notes = Vec::new();
     let empty = Vec::new();
     let ranges: &Vec<RangeRow> = ev.ranges.as_ref().map(|r| &r.ranges).unwrap_or(&empty);
-
-    // primary range
-    let (primary, choice) = match label {
-        Some(l) => match ranges.iter().find(|r| r.label == l) {
-            Some(r) => (Some(r), format!("--label {l}")),
-            None => {
-                return Err(Error::usage(format!(
-                    "{}: no range labelled {l:?} (labels: {})",
-                    ev.source,
-                    ranges.iter().take(20).map(|r| r.label.as_str()).collect::<Vec<_>>().join(", ")
-                ))
-                .with_arg("--label"))
-            }
-        },
-        None => {
-            // per-request labels (digit runs shared by two or more labels, e.g. request.#) are never primary
-            let re = regex::Regex::new(r"[0-9]+").expect("digits regex");
-            let mut groups: std::collections::BTreeMap<String, usize> = Default::default();
-            for r in ranges.iter() {
-                *groups.entry(re.replace_all(&r.label, "#").into_owned()).or_default() += 1;
-            }
-            // a folded per-request label (`vibeserve.request.<n>`, crate::labels) is one too
-            let high_card = |l: &str| {
-                l.contains(crate::labels::NUMBER)
-                    || groups.get(re.replace_all(l, "#").as_ref()).copied().unwrap_or(0) >= 2
-            };
-            let mut cands: Vec<&RangeRow> =
-                ranges.iter().filter(|r| r.occurrences_with_device_work > 0 && !high_card(&r.label)).collect();
-            // an engine step (crate::step_label, the rule of every tool) is the primary when one carries device
-            // work: on a PyTorch `emit_nvtx()` trace the op labels (`aten::copy_`) outnumber the step but are
-            // not the question
-            let step_cands: Vec<crate::step_label::StepCandidate> =
-                cands.iter().map(|r| crate::step_label::StepCandidate::of_row(r)).collect();
-            let step = crate::step_label::choose(&step_cands, &Default::default()).map(str::to_string);
-            let step_first = step.is_some();
-            if let Some(l) = &step {
-                cands.retain(|r| &r.label == l);
-            }
-            if cands.is_empty() {
-                cands = ranges.iter().filter(|r| !high_card(&r.label)).collect();
-            }
-            if cands.is_empty() {
-                cands = ranges.iter().collect();
-            }
-            cands.sort_by(|a, b| {
-                b.occurrences_with_device_work
-                    .cmp(&a.occurrences_with_device_work)
-                    .then_with(|| b.host_wall_time_ns.cmp(&a.host_wall_time_ns))
-                    .then_with(|| a.label.cmp(&b.label))
-            });
-            let rule = "the label with the most occurrences carrying device work (ties: longer host wall), per-request labels (digit runs, e.g. request.#) excluded";
-            let choice = if step_first {
-                format!("among the iteration-like labels (iteration, step, decode), {rule}")
-            } else {
-                rule.to_string()
-            };
-            (cands.first().copied(), choice)
-        }
-    };
+    let primary: Option<&RangeRow> = chosen.label.as_deref().and_then(|l| ranges.iter().find(|r| r.label == l));
+    let choice = chosen.choice.clone();
 
     // kernels and categories
     let kernels: &[KernelStat] = ev.kernels.as_deref().unwrap_or(&[]);
@@ -838,12 +1104,24 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
     // GPU ran (replayed work missing, or communication and copies inside the replays hidden), so they decide
     // nothing (R0, as for a range)
     let graphs_hidden = invisible_graphs.as_ref().or(opaque_graphs.as_ref());
-    let device_basis = primary.is_none() && ev.no_range.is_some() && !device_rows.is_empty() && graphs_hidden.is_none();
+    let device_basis = primary.is_none() && !device_rows.is_empty() && graphs_hidden.is_none();
     let (class, rule, reason): (&str, &str, String) = match primary {
         // no range at all, but device rows: what they show alone (src/report/devices.rs)
-        None if device_basis => match &ev.picture {
-            Some(rows) => devices::decide_picture(rows, ev.no_range.as_ref().expect("checked")),
-            None => devices::decide(&device_rows, &s, ev.no_range.as_ref().expect("checked")),
+        None if device_basis => match (&ev.picture, &ev.no_range) {
+            (Some(rows), Some(nr)) => {
+                let why = format!(
+                    "the capture holds no NVTX range{}",
+                    nr.cause.as_deref().map(|c| format!(", {c}")).unwrap_or_default()
+                );
+                devices::decide_picture(rows, &why, Some(nr))
+            }
+            (Some(rows), None) => devices::decide_picture(rows, &format!("no engine step ({})", choice), None),
+            (None, Some(nr)) => devices::decide(&device_rows, &s, nr),
+            (None, None) => (
+                "mixed_or_unclear",
+                "R0",
+                format!("no engine step and no device picture to judge by ({choice})"),
+            ),
         },
         None if ev.no_range.is_some() && graphs_hidden.is_some() => (
             "mixed_or_unclear",
@@ -1050,14 +1328,12 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             pct(Some(share_of(crate::categories::OTHER)))
         ));
     }
-    if let Some((verdict, retry)) = &ev.gates {
-        if verdict == "RETRY" {
-            u.statements.push(format!(
-                "gate-check said RETRY for this capture ({}): the class below rests on evidence that failed its gates",
-                retry.join("; ")
-            ));
-            notes.push(format!("gate-check verdict RETRY: {}", retry.join("; ")));
-        }
+    if let Some(g) = ev.gates.as_ref().filter(|g| g.rejected()) {
+        u.statements.push(format!(
+            "gate-check said RETRY for this capture ({}, {}): no class stands on evidence that failed its gates",
+            g.source,
+            g.reasons.join("; ")
+        ));
     }
     if ev.kernels.is_none() {
         u.statements.push("no kernel statistics: top kernels and categories are unknown".into());
@@ -1153,12 +1429,14 @@ pub fn classify(ev: &Evidence, categories: &Categories, label: Option<&str>, top
             primary_label: primary.map(|p| p.label.clone()),
             primary_label_choice: choice,
             basis: if device_basis { "device" } else { "ranges" }.into(),
+            would_be: None,
         },
         capture,
         primary_split,
         signals: s,
         evidence,
         devices: if devices::shown(ev, &device_rows) { device_rows } else { Vec::new() },
+        ranks: Vec::new(),
         blocking_calls: ev.no_range.as_ref().map(|n| n.blocking_calls.clone()).unwrap_or_default(),
         top_kernels,
         categories: cats,

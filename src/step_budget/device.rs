@@ -261,6 +261,9 @@ pub struct Timelines {
     /// Valid KERNEL/MEMCPY/MEMSET rows with a `graphNodeId` (node-level graph rows).
     pub node_rows: u64,
     pub skips: RowSkips,
+    /// `(start, end, deviceId)` of each process's NCCL kernel rows (by `globalPid`), in start order: the k-th of
+    /// every rank is the k-th collective it took part in.
+    pub nccl_rows: BTreeMap<i64, Vec<(i64, i64, i64)>>,
 }
 
 /// The NCCL kernel rows of one demangled name, whole capture.
@@ -527,11 +530,18 @@ fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChu
     ph.mark("timeline_calls+ops");
     let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();
     let mut nccl_kernels = 0u64;
+    let mut nccl_rows: BTreeMap<i64, Vec<(i64, i64, i64)>> = BTreeMap::new();
     for (&dev, ops) in &by_dev {
         for o in ops.iter().filter(|o| o.nccl()) {
             nccl_kernels += 1;
             nccl_keys.insert((dev, o.start, o.end));
+            if let Some(&pid) = pids.get(o.process() as usize) {
+                nccl_rows.entry(pid).or_default().push((o.start, o.end, dev));
+            }
         }
+    }
+    for v in nccl_rows.values_mut() {
+        v.sort_unstable();
     }
     let ambiguous_keys = if nccl_keys.is_empty() {
         0
@@ -555,7 +565,7 @@ fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChu
     let mut nccl_by_name: Vec<NcclKernels> =
         by_name.into_iter().map(|(name, (count, total_ns))| NcclKernels { name, count, total_ns }).collect();
     nccl_by_name.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
-    Timelines { devices, nccl_keys, ambiguous_keys, nccl_kernels, nccl_by_name, node_rows, skips }
+    Timelines { devices, nccl_keys, ambiguous_keys, nccl_kernels, nccl_by_name, node_rows, skips, nccl_rows }
 }
 
 /// [`device_timeline`] of every device, in parallel threads when there are several.
@@ -1140,6 +1150,32 @@ impl DeviceTimeline {
     /// The idle of `[lo, hi)` on this device, by category.
     pub fn idle_in(&self, lo: i64, hi: i64) -> IdleSplit {
         IdleSplit::from(self.pieces.idle_in(lo, hi))
+    }
+
+    /// The parts of `[lo, hi)` in which this device is busy (any process): inside its active span and outside
+    /// its idle pieces, in order.
+    pub fn busy_within(&self, lo: i64, hi: i64) -> Vec<(i64, i64)> {
+        let (lo, hi) = (lo.max(self.idle.span_start_ns), hi.min(self.idle.span_end_ns));
+        let mut out = Vec::new();
+        let mut at = lo;
+        for (s, e, _) in self.pieces.ending_after(lo) {
+            if s >= hi {
+                break;
+            }
+            if s > at {
+                out.push((at, s));
+            }
+            at = at.max(e);
+        }
+        if hi > at {
+            out.push((at, hi));
+        }
+        out
+    }
+
+    /// Does the process `pid` have rows on this device?
+    pub fn has_process(&self, pid: i64) -> bool {
+        self.busy_by_pid.get(&pid).is_some_and(|b| *b > 0)
     }
 
     /// Fill `in_steps`, `between_steps`, `outside_steps` from the GPU spans of the steps on this device.

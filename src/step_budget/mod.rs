@@ -155,6 +155,21 @@ pub struct Outlier {
     pub ratio_to_median: f64,
 }
 
+/// Outliers at a regular step period ([`StepBudgetDoc::periodic_stall`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PeriodicStall {
+    /// Every `period` steps of its rank.
+    pub period: usize,
+    pub rank: usize,
+    /// `steps[]` index of the first and how many outliers keep the period.
+    pub first_index: usize,
+    pub count: usize,
+    /// Median of their `ratio_to_median`.
+    pub median_ratio: f64,
+    /// Median of their wall minus the median step wall: what the stall adds to each of them.
+    pub extra_ns: i64,
+}
+
 /// Start-to-start intervals of consecutive steps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Pacing {
@@ -226,6 +241,14 @@ pub struct StepBudgetDoc {
     /// Σ over steps, per component, and `wall`.
     pub totals: BTreeMap<String, i64>,
     pub outliers: Vec<Outlier>,
+    /// The leading steps of a rank that are slow (compilation, autotuning, first-call allocation): set apart
+    /// before the outliers and left out of the typical steps like them ([`slow_steps`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warmup: Vec<Outlier>,
+    /// Outliers that come back every `period` steps of a rank: a periodic stall (a host task on a timer or a
+    /// counter: logging, checkpointing, garbage collection, a scheduler tick).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub periodic_stall: Option<PeriodicStall>,
     pub pacing: Option<Pacing>,
     /// By kernel count, most steps first.
     pub groups: Vec<Group>,
@@ -528,18 +551,46 @@ pub fn analyze_window_with(
         Some(l) => (l.clone(), "--step".to_string()),
         None => {
             let a = ranges::analyze(export, &ropts)?;
+            if a.doc.ranges.is_empty() {
+                return device_only(export, &ropts, opts, no_range_why(export)?);
+            }
             let unstable = crate::compare::checks::unstable_labels(a.doc.ranges.iter().map(|r| r.label.as_str()));
-            let cands: Vec<crate::step_label::StepCandidate> = a.doc.ranges.iter().map(Into::into).collect();
-            match crate::step_label::choose(&cands, &unstable) {
-                Some(l) => (l.to_string(), "iteration_label".to_string()),
-                None if a.doc.ranges.is_empty() => return device_only(export, &ropts, opts, no_range_why(export)?),
+            let periods = crate::step_label::period_facts(&a);
+            let cands: Vec<crate::step_label::StepCandidate> = a
+                .doc
+                .ranges
+                .iter()
+                .map(|r| crate::step_label::StepCandidate {
+                    period: Some(periods.get(&r.label).copied().unwrap_or_default()),
+                    ..r.into()
+                })
+                .collect();
+            match crate::step_label::choose_step(&cands, &unstable) {
+                Some(c) => (c.label.to_string(), c.rule.name().to_string()),
+                // no step of the user's (only a framework's own ranges, or nothing that behaves like a step): the
+                // devices' own picture, as without NVTX, and the labels a user could pass as --step
                 None => {
-                    return Err(Error::input(format!(
-                        "{}: no iteration-like label (containing iteration, step or decode, not prefill) among {} labels: give --step LABEL",
-                        export.name(),
-                        a.doc.ranges.len()
-                    ))
-                    .with_arg("--step"))
+                    let busy: i64 = a.doc.totals.per_device.iter().map(|d| d.busy_union_ns).sum();
+                    let best = crate::step_label::best_candidates(&cands, busy, 5);
+                    let what = if best.is_empty() {
+                        format!(
+                            "the capture's {} NVTX labels are all a framework's own ranges (e.g. {:?}: {})",
+                            a.doc.ranges.len(),
+                            a.doc.ranges[0].label,
+                            crate::framework::framework_of(&a.doc.ranges[0].label).unwrap_or("a framework")
+                        )
+                    } else {
+                        format!(
+                            "none of the capture's {} NVTX labels is a step (iteration-like, PyTorch's ProfilerStep#N, or repeating at a regular period at the top level of a CUDA-calling thread with device work); the best candidates for --step: {}",
+                            a.doc.ranges.len(),
+                            best.join("; ")
+                        )
+                    };
+                    let why = format!(
+                        "{what}: no step and no phase of the workload can be attributed, so the budget is the GPUs' own picture over the whole capture; name the engine step with --step LABEL, or {}",
+                        crate::export::nvtx::ANNOTATE
+                    );
+                    return device_only(export, &ropts, opts, why);
                 }
             }
         }
@@ -613,6 +664,10 @@ pub fn analyze_window_with(
         v.sort_unstable();
     }
     let dev_pos: BTreeMap<i64, usize> = tl.devices.iter().enumerate().map(|(k, d)| (d.device_id, k)).collect();
+    // the OS runtime waits of the steps' threads: a thread that blocks while its step's GPU work runs waits for
+    // the GPU (sync_wait), as in a CUDA sync call (JAX's block_until_ready waits in futex)
+    let step_tids: crate::fx::FxSet<i64> = idx.iter().map(|&i| a.occurrences[i].global_tid).collect();
+    let waits = export.osrt_waits(&step_tids)?;
     let cx = StepCx {
         a,
         iv,
@@ -623,6 +678,7 @@ pub fn analyze_window_with(
         rank_pids: &rank_pids,
         dev_pos: &dev_pos,
         comm,
+        waits: &waits,
     };
     let (steps, step_spans) = cx.steps();
     // the idle inside, between and outside the steps on each device, beside the steps' distributions
@@ -646,16 +702,12 @@ pub fn analyze_window_with(
         && export.graph_facts()?.node_rows == 0;
     let totals = totals_of(&steps);
     let median_wall = distributions["wall"].median;
-    let outliers: Vec<Outlier> = steps
-        .iter()
-        .filter(|s| median_wall > 0 && s.wall_ns as f64 > opts.outlier_factor * median_wall as f64)
-        .map(|s| Outlier {
-            index: s.index,
-            start_ns: s.start_ns,
-            wall_ns: s.wall_ns,
-            ratio_to_median: s.wall_ns as f64 / median_wall as f64,
-        })
-        .collect();
+    let slow = slow_steps(&steps, median_wall, opts.outlier_factor);
+    let (warmup, outliers) = slow.split(&steps);
+    let periodic_stall = periodic_stall_of(&steps, &outliers);
+    // the typical steps leave out the warm-up too: the verdict reads the steady state
+    let mut not_typical = outliers.clone();
+    not_typical.extend(warmup.iter().cloned());
     let pacing = pacing_of(steps.iter());
     let mut by_shape: BTreeMap<u64, Vec<&Step>> = BTreeMap::new();
     for s in &steps {
@@ -672,7 +724,7 @@ pub fn analyze_window_with(
         .collect();
     groups.sort_by(|a, b| b.steps.cmp(&a.steps).then(a.kernels.cmp(&b.kernels)));
     // the verdict reads the typical step: the totals over the steps that are not outliers (all when every step is)
-    let typical: Vec<&Step> = steps.iter().filter(typical_step(&outliers)).collect();
+    let typical: Vec<&Step> = steps.iter().filter(typical_step(&not_typical)).collect();
     let typical: Vec<&Step> = if typical.is_empty() { steps.iter().collect() } else { typical };
     let vt = totals_of(typical.iter().copied());
     let mut verdict = verdict_of(&vt, &distributions, pacing.as_ref(), graph_level, nccl_kernels);
@@ -686,7 +738,7 @@ pub fn analyze_window_with(
         verdict.reason.push_str(&format!("; comm here is {what}"));
     }
     ph.mark("steps");
-    let waterfall = waterfall_of(&steps, &outliers, median_wall, &idx, a, iv, &api, comm, &comm_occ);
+    let waterfall = waterfall_of(&steps, &not_typical, median_wall, &idx, a, iv, &api, comm, &comm_occ, &waits, &tl);
     let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
     let mut notes = Vec::new();
     if !enqueue_labels.is_empty() {
@@ -752,6 +804,8 @@ pub fn analyze_window_with(
         distributions,
         totals,
         outliers,
+        warmup,
+        periodic_stall,
         pacing,
         groups,
         comm_labels,
@@ -790,6 +844,8 @@ struct StepCx<'a> {
     rank_pids: &'a [i64],
     dev_pos: &'a BTreeMap<i64, usize>,
     comm: CommRows<'a>,
+    /// The OS runtime waits of the steps' threads ([`crate::export::Export::osrt_waits`]).
+    waits: &'a HashMap<i64, Vec<(i64, i64)>>,
 }
 
 impl StepCx<'_> {
@@ -834,7 +890,8 @@ impl StepCx<'_> {
         let o = &a.occurrences[i];
         let m = &a.metrics[i];
         let host_comm = host_comm_of(self.comm_occ, o.global_tid, o.start, o.end);
-        let c = step_components_with(o.start, o.end, &iv[i], self.api, self.comm, &host_comm, scratch);
+        let waits = gpu_waits_of(self.waits, tl, o.global_tid, o.start, o.end);
+        let c = step_components_with(o.start, o.end, &iv[i], self.api, self.comm, &host_comm, &waits, scratch);
         debug_assert_eq!(c.sum(), o.end - o.start);
         // the next step of the same rank (process)
         let rank_of = |j: usize| crate::export::ns_of(a.occurrences[j].global_tid);
@@ -945,6 +1002,32 @@ fn nccl_processes(a: &ranges::Analysis, iv: &[OccurrenceIntervals], idx: &[usize
 /// The label prefix of NCCL's own NVTX domain (`DOMAIN:` labels of the ranges contract).
 pub const NCCL_DOMAIN_PREFIX: &str = "NCCL:";
 
+/// The OS runtime waits of thread `tid` in `[start, end)` while the GPUs its process uses are busy (its GPU work
+/// runs, whichever thread launched it: XLA's executor, PyTorch's autograd thread): the thread waits for the GPU.
+/// The rest of a wait (the GPU idle too: waiting for another host thread, a host callback) is not.
+fn gpu_waits_of(
+    waits: &HashMap<i64, Vec<(i64, i64)>>,
+    tl: &device::Timelines,
+    tid: i64,
+    start: i64,
+    end: i64,
+) -> Vec<(i64, i64)> {
+    let Some(v) = waits.get(&tid) else { return Vec::new() };
+    let pid = crate::export::ns_of(tid);
+    let first = v.partition_point(|w| w.1 <= start);
+    let mut out = Vec::new();
+    for &(s, e) in v[first..].iter().take_while(|w| w.0 < end) {
+        let (s, e) = (s.max(start), e.min(end));
+        if e <= s {
+            continue;
+        }
+        for d in tl.devices.iter().filter(|d| d.has_process(pid)) {
+            out.extend(d.busy_within(s, e));
+        }
+    }
+    out
+}
+
 fn host_comm_of(comm: &HashMap<i64, Vec<(i64, i64)>>, tid: i64, start: i64, end: i64) -> Vec<(i64, i64)> {
     let Some(v) = comm.get(&tid) else { return Vec::new() };
     let lo = v.partition_point(|c| c.0 < start);
@@ -988,9 +1071,10 @@ pub fn step_classes(
     api: &ApiIds,
     nccl: CommRows<'_>,
     host_comm: &[(i64, i64)],
+    waits: &[(i64, i64)],
 ) -> Vec<Vec<(i64, i64)>> {
     let mut cls = Vec::new();
-    fill_step_classes(iv, api, nccl, host_comm, &mut cls);
+    fill_step_classes(iv, api, nccl, host_comm, waits, &mut cls);
     cls
 }
 
@@ -1000,11 +1084,31 @@ fn fill_step_classes(
     api: &ApiIds,
     nccl: CommRows<'_>,
     host_comm: &[(i64, i64)],
+    waits: &[(i64, i64)],
     cls: &mut Vec<Vec<(i64, i64)>>,
 ) {
     cls.resize_with(7, Vec::new);
     cls.iter_mut().for_each(Vec::clear);
     cls[6].extend_from_slice(host_comm);
+    // OS runtime waits while the step's GPU work runs: waiting for the GPU, as a sync call; inside a host
+    // communication range a wait is that communication's (class 6)
+    if host_comm.is_empty() {
+        cls[3].extend_from_slice(waits);
+    } else {
+        let comm = device::union(host_comm.to_vec());
+        for &(s, e) in waits {
+            let mut at = s;
+            for &(cs, ce) in comm.iter().filter(|c| c.1 > s && c.0 < e) {
+                if cs > at {
+                    cls[3].push((at, cs));
+                }
+                at = at.max(ce);
+            }
+            if e > at {
+                cls[3].push((at, e));
+            }
+        }
+    }
     for d in iv.device.iter() {
         let k = match d.kind {
             DeviceKind::Kernel if nccl.has(&d) => 1,
@@ -1033,11 +1137,13 @@ pub fn step_components(
     api: &ApiIds,
     nccl: CommRows<'_>,
     host_comm: &[(i64, i64)],
+    waits: &[(i64, i64)],
 ) -> Components {
-    step_components_with(start, end, iv, api, nccl, host_comm, &mut StepScratch::default())
+    step_components_with(start, end, iv, api, nccl, host_comm, waits, &mut StepScratch::default())
 }
 
 /// [`step_components`] in the buffers of `scratch`.
+#[allow(clippy::too_many_arguments)]
 fn step_components_with(
     start: i64,
     end: i64,
@@ -1045,10 +1151,11 @@ fn step_components_with(
     api: &ApiIds,
     nccl: CommRows<'_>,
     host_comm: &[(i64, i64)],
+    waits: &[(i64, i64)],
     scratch: &mut StepScratch,
 ) -> Components {
     let StepScratch { classes, partition } = scratch;
-    fill_step_classes(iv, api, nccl, host_comm, classes);
+    fill_step_classes(iv, api, nccl, host_comm, waits, classes);
     let (v, rest) = partition_in(start, end, classes, partition);
     Components {
         gpu_kernel: v[0],
@@ -1103,6 +1210,113 @@ pub fn sweep_segments(start: i64, end: i64, classes: &[Vec<(i64, i64)>]) -> Vec<
 /// The most segments a waterfall keeps.
 pub const WATERFALL_SEGMENTS: usize = 4096;
 
+/// How far above the median a step must be to be slow (robust: the median absolute deviation, scaled to a
+/// standard deviation by 1.4826, of all steps; warm-up steps barely move it).
+pub const OUTLIER_ROBUST_SIGMAS: f64 = 5.0;
+/// A slow step is at least this × the median (regular loops have a tiny deviation).
+pub const OUTLIER_MIN_RATIO: f64 = 1.25;
+/// The warm-up of a rank is at most this many of its first steps (and a tenth of them when more).
+pub const WARMUP_MAX_STEPS: usize = 5;
+
+/// The slow steps: wall above `min(factor × median, max(OUTLIER_MIN_RATIO × median, median + 5 σ))`, σ the
+/// robust deviation: a stall of 1.6× the median in a regular loop is slow, as is anything beyond the factor.
+struct Slow {
+    slow: Vec<bool>,
+    median: i64,
+}
+
+fn slow_steps(steps: &[Step], median: i64, factor: f64) -> Slow {
+    let mut dev: Vec<i64> = steps.iter().map(|s| (s.wall_ns - median).abs()).collect();
+    dev.sort_unstable();
+    let mad = if dev.is_empty() { 0 } else { dev[dev.len() / 2] };
+    let robust = (median as f64 + OUTLIER_ROBUST_SIGMAS * 1.4826 * mad as f64).max(OUTLIER_MIN_RATIO * median as f64);
+    let limit = robust.min(factor * median as f64);
+    Slow { slow: steps.iter().map(|s| median > 0 && s.wall_ns as f64 > limit).collect(), median }
+}
+
+impl Slow {
+    /// `(warm-up, outliers)`: the slow steps at the start of each rank (at most [`WARMUP_MAX_STEPS`], or a tenth
+    /// of its steps, each one slow from its first step on) are its warm-up; the other slow steps are outliers.
+    fn split(&self, steps: &[Step]) -> (Vec<Outlier>, Vec<Outlier>) {
+        let mut seen: BTreeMap<usize, (usize, bool)> = BTreeMap::new();
+        let per_rank: BTreeMap<usize, usize> = steps.iter().fold(BTreeMap::new(), |mut m, s| {
+            *m.entry(s.rank).or_insert(0) += 1;
+            m
+        });
+        let (mut warm, mut out) = (Vec::new(), Vec::new());
+        for (s, &slow) in steps.iter().zip(&self.slow) {
+            let (k, leading) = seen.entry(s.rank).or_insert((0, true));
+            let max_warm = WARMUP_MAX_STEPS.max(per_rank[&s.rank] / 10);
+            let o = Outlier {
+                index: s.index,
+                start_ns: s.start_ns,
+                wall_ns: s.wall_ns,
+                ratio_to_median: s.wall_ns as f64 / self.median.max(1) as f64,
+            };
+            if slow && *leading && *k < max_warm {
+                warm.push(o);
+            } else {
+                *leading = false;
+                if slow {
+                    out.push(o);
+                }
+            }
+            *k += 1;
+        }
+        (warm, out)
+    }
+}
+
+/// A periodic stall: on one rank, at least three outliers whose step numbers (within the rank) step by one
+/// period, for at least 80 % of the gaps between them.
+fn periodic_stall_of(steps: &[Step], outliers: &[Outlier]) -> Option<PeriodicStall> {
+    let mut k_of: HashMap<usize, (usize, usize)> = HashMap::new();
+    let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+    for s in steps {
+        let c = counts.entry(s.rank).or_insert(0);
+        k_of.insert(s.index, (s.rank, *c));
+        *c += 1;
+    }
+    let mut by_rank: BTreeMap<usize, Vec<(usize, &Outlier)>> = BTreeMap::new();
+    for o in outliers {
+        if let Some(&(r, k)) = k_of.get(&o.index) {
+            by_rank.entry(r).or_default().push((k, o));
+        }
+    }
+    let median_wall = |o: &[&Outlier]| {
+        let mut v: Vec<f64> = o.iter().map(|o| o.ratio_to_median).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    by_rank.into_iter().find_map(|(rank, list)| {
+        if list.len() < 3 {
+            return None;
+        }
+        let gaps: Vec<usize> = list.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        let mut freq: BTreeMap<usize, usize> = BTreeMap::new();
+        for g in &gaps {
+            *freq.entry(*g).or_insert(0) += 1;
+        }
+        let (&period, &n) = freq.iter().max_by_key(|(g, n)| (**n, std::cmp::Reverse(**g)))?;
+        if period < 2 || (n as f64) < 0.8 * gaps.len() as f64 {
+            return None;
+        }
+        let kept: Vec<&Outlier> = list.iter().map(|(_, o)| *o).collect();
+        let ratio = median_wall(&kept);
+        let mut walls: Vec<i64> = kept.iter().map(|o| o.wall_ns).collect();
+        walls.sort_unstable();
+        let base = (kept[0].wall_ns as f64 / kept[0].ratio_to_median.max(f64::MIN_POSITIVE)) as i64;
+        Some(PeriodicStall {
+            period,
+            rank,
+            first_index: kept[0].index,
+            count: kept.len(),
+            median_ratio: ratio,
+            extra_ns: walls[walls.len() / 2] - base,
+        })
+    })
+}
+
 /// Whether a step is not an outlier: its index looked up in the outliers' indices, sorted (a scan of every
 /// outlier per step was 25 M comparisons at 100 k steps and 250 outliers).
 fn typical_step(outliers: &[Outlier]) -> impl Fn(&&Step) -> bool {
@@ -1122,6 +1336,8 @@ fn waterfall_of(
     api: &ApiIds,
     nccl: CommRows<'_>,
     comm_occ: &HashMap<i64, Vec<(i64, i64)>>,
+    waits: &HashMap<i64, Vec<(i64, i64)>>,
+    tl: &device::Timelines,
 ) -> Option<Waterfall> {
     let typical = typical_step(outliers);
     let s = steps
@@ -1132,7 +1348,8 @@ fn waterfall_of(
         .or_else(|| steps.first())?;
     let o = &a.occurrences[idx[s.index]];
     let hc = host_comm_of(comm_occ, o.global_tid, o.start, o.end);
-    let cls = step_classes(&iv[idx[s.index]], api, nccl, &hc);
+    let w = gpu_waits_of(waits, tl, o.global_tid, o.start, o.end);
+    let cls = step_classes(&iv[idx[s.index]], api, nccl, &hc, &w);
     let seg = sweep_segments(o.start, o.end, &cls);
     let segments = seg
         .iter()
@@ -1333,26 +1550,49 @@ fn device_only(export: &Export, ropts: &RangesOptions, opts: &StepBudgetOptions,
     let tl = device::build(export, &collected.rows)?;
     let (kernels, copies) = crate::evidence::export_kernel_stats(export)?;
     let exposure = crate::evidence::export_exposure(export, &collected.rows.device, &kernels, copies)?;
-    let rows = crate::device_picture::rows(&tl, exposure.as_ref());
+    Ok(device_only_of(export.name(), &tl, exposure.as_ref(), opts, vec![why]))
+}
+
+/// [`device_only`] from device timelines already built (report's evidence): `notes` first say why no step.
+pub fn device_only_of(
+    source: String,
+    tl: &device::Timelines,
+    exposure: Option<&crate::evidence::Exposure>,
+    opts: &StepBudgetOptions,
+    mut notes: Vec<String>,
+) -> StepBudgetDoc {
+    let rows = crate::device_picture::rows(tl, exposure);
     let picture = crate::device_picture::decide(&rows);
+    let idle: i64 = tl.devices.iter().map(|d| d.idle.idle_ns).sum();
     let verdict_rows: Vec<VerdictRow> = device::IDLE_NAMES
         .iter()
         .map(|n| {
             let ns: i64 = tl.devices.iter().map(|d| d.idle.categories.get(*n).map_or(0, |c| c.ns)).sum();
-            let idle: i64 = tl.devices.iter().map(|d| d.idle.idle_ns).sum();
             VerdictRow { name: format!("idle_{n}"), value_ns: ns, share: (idle > 0).then(|| ns as f64 / idle as f64) }
         })
         .collect();
-    let mut notes = vec![why];
     notes.extend(picture.decided_by.iter().map(|f| format!("decided by: {f}")));
+    let (ranks, stragglers) = device_ranks(tl);
+    for r in ranks.iter().filter(|r| r.straggler_steps > 0) {
+        let leads: Vec<i64> = stragglers.iter().filter(|x| x.rank == r.rank).map(|x| x.lead_ns).collect();
+        notes.push(format!(
+            "rank {} (pid {}) is the straggler of {} of {} matched collectives (the rank whose NCCL kernel waited least: the others waited for it; median lead {} ns, max {} ns)",
+            r.rank,
+            r.pid,
+            leads.len(),
+            stragglers.len(),
+            dist(leads.iter().copied()).median,
+            leads.iter().max().copied().unwrap_or(0)
+        ));
+    }
     if let Some(s) = crate::export::describe_skips(&tl.skips) {
         notes.push(format!("device timelines: rows skipped: {s}"));
     }
     let (schema, tool) = StepBudgetDoc::header();
-    Ok(StepBudgetDoc {
+    StepBudgetDoc {
         schema,
         tool,
-        source: export.name(),
+        source,
         step_label: String::new(),
         step_label_choice: "none: no step can be attributed".into(),
         outlier_factor: opts.outlier_factor,
@@ -1363,14 +1603,16 @@ fn device_only(export: &Export, ropts: &RangesOptions, opts: &StepBudgetOptions,
         distributions: distributions_of(std::iter::empty(), true),
         totals: totals_of(std::iter::empty()),
         outliers: Vec::new(),
+        warmup: Vec::new(),
+        periodic_stall: None,
         pacing: None,
         groups: Vec::new(),
         comm_labels: Vec::new(),
         waterfall: None,
         idle: tl.devices.iter().map(|d| d.idle.clone()).collect(),
         launch: tl.devices.iter().map(|d| d.launch.clone()).collect(),
-        ranks: Vec::new(),
-        stragglers: Vec::new(),
+        ranks,
+        stragglers,
         verdict: BudgetVerdict {
             class: picture.class.into(),
             rule: picture.rule.into(),
@@ -1381,7 +1623,76 @@ fn device_only(export: &Export, ropts: &RangesOptions, opts: &StepBudgetOptions,
         notes,
         iterations: None,
         devices: rows,
-    })
+    }
+}
+
+/// Without steps, the ranks are the processes with device rows (one per GPU in a torchrun/tensor-parallel run),
+/// in `globalPid` order; with two or more, the k-th NCCL kernel of every rank is one collective, and its
+/// straggler the rank whose kernel waited least (rule `least_comm_collective`: the others' kernels began
+/// earlier and waited for it; lead = longest − shortest of those kernels).
+fn device_ranks(tl: &device::Timelines) -> (Vec<RankBudget>, Vec<Straggler>) {
+    let mut pids: Vec<i64> = tl.devices.iter().flat_map(|d| d.busy_by_pid.keys().copied()).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let mut ranks: Vec<RankBudget> = pids
+        .iter()
+        .enumerate()
+        .map(|(r, &pid)| {
+            let mut devices: Vec<(i64, i64)> =
+                tl.devices.iter().filter_map(|d| d.busy_by_pid.get(&pid).map(|&b| (d.device_id, b))).collect();
+            devices.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+            let device_id = devices.first().map(|d| d.0);
+            let (mut comm, mut exposed, mut compute) = (0, 0, 0);
+            let (mut kl, mut gl) = (device::LatencyDist::default(), device::LatencyDist::default());
+            if let Some(d) = tl.devices.iter().find(|d| Some(d.device_id) == device_id) {
+                (comm, exposed) = d.comm_of(pid);
+                compute = d.compute_busy();
+                if let Some(l) = d.launch_by_pid.get(&pid) {
+                    (kl, gl) = *l;
+                }
+            }
+            let mut ds: Vec<i64> = devices.iter().map(|d| d.0).collect();
+            ds.sort_unstable();
+            RankBudget {
+                rank: r,
+                global_pid: pid,
+                pid: crate::export::pid_of(pid),
+                device_id,
+                devices: ds,
+                steps: 0,
+                first_index: None,
+                distributions: BTreeMap::new(),
+                totals: totals_of(std::iter::empty()),
+                comm_busy_ns: comm,
+                exposed_comm_ns: exposed,
+                compute_busy_ns: compute,
+                straggler_steps: 0,
+                pacing: None,
+                kernel_launch: kl,
+                graph_launch: gl,
+            }
+        })
+        .collect();
+    let mut stragglers = Vec::new();
+    let lists: Vec<&[(i64, i64, i64)]> =
+        pids.iter().map(|p| tl.nccl_rows.get(p).map_or(&[][..], |v| v.as_slice())).collect();
+    if lists.len() >= 2 {
+        let k_max = lists.iter().map(|v| v.len()).min().unwrap_or(0);
+        for k in 0..k_max {
+            let dur = |r: usize| lists[r][k].1 - lists[r][k].0;
+            let r = (0..lists.len()).min_by_key(|&r| (dur(r), std::cmp::Reverse(lists[r][k].0), r)).unwrap_or(0);
+            let longest = (0..lists.len()).map(dur).max().unwrap_or(0);
+            ranks[r].straggler_steps += 1;
+            stragglers.push(Straggler {
+                occurrence: k,
+                step_indexes: Vec::new(),
+                rank: r,
+                rule: "least_comm_collective".into(),
+                lead_ns: longest - dur(r),
+            });
+        }
+    }
+    (ranks, stragglers)
 }
 
 fn no_range_error(export: &Export) -> Result<Error> {
@@ -1423,11 +1734,17 @@ fn verdict_of(
             VerdictRow { name: "median_gpu_busy".into(), value_ns: busy, share: Some(busy as f64 / period as f64) },
             VerdictRow { name: "median_step_period".into(), value_ns: period, share: None },
         ];
+        // what fills the busy GPU: compute, copies, or communication no compute hides (the largest of the
+        // device components of the steps' wall)
+        let (what, class) = [("gpu_kernel", "kernel_bound"), ("gpu_memcpy", "memcpy_bound"), ("comm", "comm_bound")]
+            .into_iter()
+            .max_by_key(|(n, _)| totals[*n])
+            .unwrap_or(("gpu_kernel", "kernel_bound"));
         r.extend(rows);
         return BudgetVerdict {
-            class: "kernel_bound".into(),
+            class: class.into(),
             rule: "gpu_saturated".into(),
-            reason: format!("the median step's correlated GPU busy ({busy} ns) is ≥ {GPU_SATURATED_SHARE} of the median start-to-start period ({period} ns)"),
+            reason: format!("the median step's correlated GPU busy ({busy} ns) is ≥ {GPU_SATURATED_SHARE} of the median start-to-start period ({period} ns); the largest device component of the steps is {what} ({:.1}% of their wall)", totals[what] as f64 * 100.0 / wall as f64),
             steps_used: 0,
             rows: r,
         };

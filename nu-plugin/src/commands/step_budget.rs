@@ -42,9 +42,8 @@ impl SimplePluginCommand for StepBudget {
 
     fn examples(&self) -> Vec<Example<'_>> {
         vec![Example {
-            example: "(step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite).outliers.14.index",
-            description:
-                "The last of the 15 prefill-contaminated decode steps of a real capture (every 25th step), as outliers",
+            example: "(step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite).outliers.21.index",
+            description: "The last of a real capture's 22 outliers (15 prefill-contaminated decode steps, every 25th, and 7 slow ones)",
             result: Some(Value::test_int(375)),
         }]
     }
