@@ -299,6 +299,12 @@ impl EvidenceGates {
             .collect();
         Some(EvidenceGates { verdict, retry, reasons, source: source.into() })
     }
+    /// gate-check (throughput tier) run on an open export, the one source every tool reads it from.
+    pub fn of_export(export: &Export, source: &crate::export::CaptureSource) -> Result<Option<EvidenceGates>> {
+        let g = crate::gate::gate_doc_of_open(export, source)?;
+        let v = serde_json::to_value(&g).map_err(|e| Error::input(format!("{}: gate: {e}", export.name())))?;
+        Ok(EvidenceGates::of_doc(&v, "gate-check (throughput tier) on the export"))
+    }
     /// Did gate-check reject the capture?
     pub fn rejected(&self) -> bool {
         self.verdict == "RETRY"
@@ -657,7 +663,16 @@ fn apply_bundle_documents(ev: &mut Evidence, kp: &Value) {
         let w = if w.is_null() { Value::String("whole capture".into()) } else { w.clone() };
         f.window = Fact::known(w, "kernel_profile.ranges.source.window (sqlite-ranges --window; null = whole capture)");
     }
-    let Some(g) = kp.get("gates").filter(|g| g.is_object()) else { return };
+    let Some(g) = kp.get("gates").filter(|g| g.is_object()) else {
+        // no gate-check document: the gates step-budget ran on the export it budgeted, when it recorded them
+        if let Some(g) = kp.pointer("/step_budget/gates").filter(|g| g.is_object()) {
+            ev.gates = serde_json::from_value::<EvidenceGates>(g.clone())
+                .ok()
+                .filter(|x| !x.verdict.is_empty())
+                .map(|x| EvidenceGates { source: "kernel_profile.step_budget.gates".into(), ..x });
+        }
+        return;
+    };
     ev.gates = EvidenceGates::of_doc(g, "kernel_profile.gates");
     let Some(g1) = g
         .get("gates")
@@ -1008,9 +1023,7 @@ pub fn from_open_export_keeping(
     // report (step detail): gate-check's verdict on the same export (its scans' facts shared): a class never
     // stands on a capture the gates rejected
     if step_detail {
-        let g = crate::gate::gate_doc_of_open(export, source)?;
-        let v = serde_json::to_value(&g).map_err(|e| Error::input(format!("{}: gate: {e}", export.name())))?;
-        ev.gates = EvidenceGates::of_doc(&v, "gate-check (throughput tier) on the export");
+        ev.gates = EvidenceGates::of_export(export, source)?;
         ph.mark("gates");
     }
     // report (step detail) on a capture without any range: what the host side still shows

@@ -37,6 +37,51 @@ pub const TAXONOMY: [&str; 11] = [
 /// calibration on the real fixtures).
 pub const DEFAULT_MAX_OPAQUE_SHARE: f64 = 0.05;
 
+/// The share of the step label's wall that no range nested in it covers, over its occurrences (every nested
+/// label counts: a framework's op ranges name what runs there too); None without an occurrence of the label.
+pub fn opaque_step_share(occ: &[Occurrence], label: &str) -> Option<f64> {
+    let mut covered: std::collections::HashMap<usize, Vec<(i64, i64)>> = Default::default();
+    let mut wall = 0i64;
+    for (i, o) in occ.iter().enumerate() {
+        if *o.label == *label {
+            wall += o.end - o.start;
+            covered.entry(i).or_default();
+        }
+    }
+    if wall <= 0 {
+        return None;
+    }
+    for o in occ.iter().filter(|o| *o.label != *label) {
+        // the step occurrence this range is nested in, if any
+        let mut p = o.parent;
+        while let Some(j) = p {
+            if let Some(v) = covered.get_mut(&j) {
+                v.push((o.start, o.end));
+                break;
+            }
+            p = occ[j].parent;
+        }
+    }
+    let named: i64 = covered
+        .iter()
+        .map(|(&j, v)| {
+            let (s, e) = (occ[j].start, occ[j].end);
+            let clipped: Vec<(i64, i64)> =
+                v.iter().map(|&(a, b)| (a.max(s), b.min(e))).filter(|(a, b)| b > a).collect();
+            crate::step_budget::device::len(&crate::step_budget::device::union(clipped))
+        })
+        .sum();
+    Some(1.0 - named as f64 / wall as f64)
+}
+
+/// Whether a host-side class resting on `unattributed` (its share of the typical steps' wall) rests on time no
+/// range names: the opaque share is above [`DEFAULT_MAX_OPAQUE_SHARE`] and the host time the nested ranges do
+/// name could not reach the step budget's dominance share alone (a lower bound: all opaque time is taken as
+/// unattributed). Such a class does not stand (report's and step-budget's `readiness.opaque_step`).
+pub fn rests_on_opaque(unattributed: f64, opaque: f64) -> bool {
+    opaque >= DEFAULT_MAX_OPAQUE_SHARE && unattributed - opaque < crate::step_budget::DOMINANT_SHARE
+}
+
 /// How many opaque gaps are listed.
 pub const TOP_GAPS: usize = 10;
 
@@ -149,7 +194,10 @@ pub fn label_prefix(label: &str) -> Option<String> {
     (!head.is_empty() && !head.contains(char::is_whitespace)).then(|| format!("{head}{sep}"))
 }
 
-/// The prefixes of a set of occurrences (labels folded first), most occurrences first (ties: byte order).
+/// The prefixes of a set of occurrences (labels folded first), most occurrences first (ties: byte order). A
+/// framework's own ranges (`aten::*`, XLA's `TSL:` domain, NCCL/cuBLAS API ranges: [`crate::framework`]) are
+/// evidence, not the engine's naming: they are left out (XLA's `TSL:Thunk:#hlo_op=…` used to be suggested as
+/// the prefix of a JAX decode loop over the user's `jaxdec.`).
 pub fn prefixes_seen<'a>(all: impl IntoIterator<Item = &'a Occurrence>) -> Vec<PrefixCount> {
     // each distinct label folded once, with its occurrences (a label repeats on every step: 500 k occurrences
     // of a few labels were folded, cut and looked up one by one)
@@ -157,6 +205,7 @@ pub fn prefixes_seen<'a>(all: impl IntoIterator<Item = &'a Occurrence>) -> Vec<P
     for o in all {
         *counts.entry(&o.label).or_default() += 1;
     }
+    counts.retain(|l, _| !crate::framework::is_framework(l));
     let mut per: BTreeMap<String, (BTreeSet<String>, u64)> = BTreeMap::new();
     let mut folder = crate::labels::Folder::new();
     for (raw, n) in counts {
@@ -1028,7 +1077,8 @@ mod tests {
             // the definition: every occurrence folded, cut and counted
             let mut per: BTreeMap<String, (BTreeSet<String>, u64)> = BTreeMap::new();
             let mut folder = crate::labels::Folder::new();
-            for x in &occ {
+            // a framework's own ranges (here `engine::decode N`, namespace::op) are left out
+            for x in occ.iter().filter(|x| !crate::framework::is_framework(&x.label)) {
                 let l = folder.add(&x.label, 1);
                 if let Some(p) = label_prefix(&l) {
                     let e = per.entry(p).or_default();

@@ -416,7 +416,7 @@ fn decode_range_flag_picks_the_step_label() {
     assert_eq!(code, 1);
     let g6 = gate(&doc, "G6");
     assert_eq!(g6["verdict"], "retry");
-    assert!(g6["reason"].as_str().unwrap().contains("only 4 vibeserve.api.poll steps"), "{}", g6["reason"]);
+    assert!(g6["reason"].as_str().unwrap().contains("only 3 vibeserve.api.poll steps"), "{}", g6["reason"]);
     // an unknown label lists what exists
     let (code, doc, _) = gate_check(&[&f, "--tier", "decode", "--decode-range", "nope"]);
     assert_eq!(code, 1);

@@ -99,10 +99,13 @@ fn s(p: &Path) -> &str {
 
 /// `(start, end, first step of its request)` of every `vibeserve.engine.iteration` range, by start, read with
 /// SQL written here (the server's text is inline in 2023.4, or through StringIds).
+/// The steps by our own SQL; a range that ends at the capture's end (ANALYSIS_DETAILS.duration: nsys closed it
+/// when the capture stopped) is no step.
 fn steps_from_sql(db: &Path) -> Vec<(i64, i64, bool)> {
     let c = Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     let q = "SELECT n.start, n.end, COALESCE(n.text, s.value) AS label FROM NVTX_EVENTS n
-             LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59 AND n.end IS NOT NULL ORDER BY n.start";
+             LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59 AND n.end IS NOT NULL
+             AND n.end < (SELECT duration FROM ANALYSIS_DETAILS) ORDER BY n.start";
     let mut st = c.prepare(q).unwrap();
     let rows: Vec<(i64, i64, String)> = st
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, Option<String>>(2)?.unwrap_or_default())))

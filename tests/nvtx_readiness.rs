@@ -595,10 +595,7 @@ fn hf_capture_names_prefixes_suggests_hf_and_counts_syncs_in_any_range() {
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(doc["suggested_prefix"], "hf");
     let reason = doc["reason"].as_str().unwrap();
-    assert!(
-        reason.contains("prefixes seen: aten:: (79 labels, 15535 occurrences), hf. (4 labels, 100 occurrences)"),
-        "{reason}"
-    );
+    assert!(reason.contains("prefixes seen: hf. (4 labels, 100 occurrences)"), "{reason}");
     assert!(reason.contains("try --range-prefix hf"), "{reason}");
     // no prefix: a sync inside ANY range is enclosed (120 of 123; 3 cudaDeviceSynchronize outside every range)
     assert_eq!(doc["unenclosed_syncs"]["sync_calls"], 123);

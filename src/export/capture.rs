@@ -415,3 +415,24 @@ pub fn capture_info(export: &Export) -> Result<CaptureInfo> {
     }
     Ok(c)
 }
+
+impl Export {
+    /// The end of the capture on the export's clock: `ANALYSIS_DETAILS.duration` (events are timed from the
+    /// session start, so the last possible end is the duration). None without the table, a row or an integer
+    /// there (an informational table: odd bytes never make the capture unreadable).
+    pub fn capture_end_ns(&self) -> Result<Option<i64>> {
+        let Some(t) = self.optional(ANALYSIS_DETAILS, &cols::ANALYSIS_DETAILS[..1])? else { return Ok(None) };
+        let [duration, ..] = cols::ANALYSIS_DETAILS;
+        let v = self
+            .conn()
+            .query_row(&format!("SELECT {duration} FROM \"{}\" LIMIT 1", t.name), [], |r| {
+                Ok(match r.get_ref(0)? {
+                    rusqlite::types::ValueRef::Integer(i) if i > 0 => Some(i),
+                    _ => None,
+                })
+            })
+            .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
+            .map_err(self.sql_err(ANALYSIS_DETAILS))?;
+        Ok(v)
+    }
+}

@@ -476,6 +476,7 @@ pub fn step_budget_run(
     o.step = Some(prep.step_label.clone());
     let mut doc = step_budget::analyze_window(&cap.export, &o, prep.time_window)?;
     doc.source = cap.source.path.clone();
+    step_budget::judge(&mut doc, &cap.export, &cap.source)?;
     doc.step_label_choice = prep.step_label_choice.clone();
     let mut unjoined = 0usize;
     for s in &mut doc.steps {

@@ -163,6 +163,10 @@ pub struct RangesDoc {
     pub thread_diagnostics: Vec<ThreadDiagnostics>,
     pub totals: Totals,
     pub skipped: Skipped,
+    /// Ranges closed by the capture's end (`skipped.closed_by_capture_end`; the first 100 by thread and start):
+    /// no occurrence, never in a statistic. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub truncated_ranges: Vec<occurrences::TruncatedRange>,
     /// Rows of the runtime and device tables that were not read, by table and reason (NULL `start`, NULL
     /// `end`, `end < start`): never summed, never attributed. Present only when a row was skipped.
     #[serde(default, skip_serializing_if = "RowSkips::is_empty")]
@@ -611,6 +615,7 @@ fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool, share: bool
 struct Work {
     tables_present: Vec<String>,
     skipped: Skipped,
+    truncated: Vec<occurrences::TruncatedRange>,
     /// Invalid intervals of the runtime and device tables (not delivered by the export layer).
     row_skips: RowSkips,
     occ: Vec<COcc>,
@@ -1146,6 +1151,7 @@ fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvtx_stats: Op
     Ok(Work {
         tables_present,
         skipped: loaded.skipped,
+        truncated: std::mem::take(&mut loaded.truncated),
         row_skips: RowSkips::new(),
         occ,
         label_names,
@@ -2053,6 +2059,29 @@ fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, Vec<HighCard
     Ok((ranges, high_cardinality_labels))
 }
 
+/// The note on the ranges closed by the capture's end: how many, of which labels (up to five), and why they are
+/// no occurrence.
+pub fn truncated_note(n: u64, listed: &[occurrences::TruncatedRange]) -> String {
+    let mut by_label: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
+    for t in listed {
+        let e = by_label.entry(t.label.as_str()).or_insert((0, 0));
+        e.0 += 1;
+        e.1 = e.1.max(t.end - t.start);
+    }
+    let mut names: Vec<String> = by_label
+        .iter()
+        .take(5)
+        .map(|(l, (c, w))| format!("{l} ×{c} (open for at least {:.3} ms)", *w as f64 / 1e6))
+        .collect();
+    if by_label.len() > 5 {
+        names.push(format!("{} more label(s)", by_label.len() - 5));
+    }
+    format!(
+        "{n} NVTX range(s) end at the capture's end (ANALYSIS_DETAILS.duration): nsys closed them when the capture stopped, so their end and wall are the capture's, not theirs; they are marked truncated (truncated_ranges) and kept out of every statistic like an open range: {}",
+        names.join(", ")
+    )
+}
+
 /// Phase 6: the notes, the document, and (when asked) the public per-occurrence vectors.
 fn finish(
     export: &Export,
@@ -2115,6 +2144,9 @@ fn finish(
             w.skipped.unlabeled, w.skipped.open_or_inverted
         ));
     }
+    if w.skipped.closed_by_capture_end > 0 {
+        notes.push(truncated_note(w.skipped.closed_by_capture_end, &w.truncated));
+    }
     if let Some(s) = crate::export::describe_skips(&w.row_skips) {
         notes.push(format!("Skipped rows with a NULL or inverted interval (never summed, never attributed): {s}."));
     }
@@ -2153,6 +2185,7 @@ fn finish(
             kernel_work_unattributed_ns: kernel_work_total - kernel_work_attr,
         },
         skipped: w.skipped,
+        truncated_ranges: std::mem::take(&mut w.truncated),
         skipped_rows: std::mem::take(&mut w.row_skips),
         high_cardinality_labels,
         folded: w.folded.take(),

@@ -40,7 +40,27 @@ pub struct Skipped {
     pub unlabeled: u64,
     /// `start` or `end` NULL, or `end < start` (counted only here when also unlabeled).
     pub open_or_inverted: u64,
+    /// Closed by the capture's end: a labeled range whose `end` is at or after the end of the capture
+    /// (`ANALYSIS_DETAILS.duration`). nsys closed it when the capture stopped, so its end and wall are the
+    /// capture's, not the range's (the document's `truncated_ranges` lists them); like an open range it is no
+    /// occurrence.
+    #[serde(default)]
+    pub closed_by_capture_end: u64,
 }
+
+/// A range closed by the capture's end ([`Skipped::closed_by_capture_end`]): what it would have been.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TruncatedRange {
+    pub label: String,
+    #[serde(rename = "globalTid")]
+    pub global_tid: i64,
+    pub start: i64,
+    /// The capture's end, where nsys closed it: its wall `end - start` is a lower bound.
+    pub end: i64,
+}
+
+/// At most this many [`TruncatedRange`]s are listed (all are counted).
+pub const TRUNCATED_LISTED: usize = 100;
 
 /// The kept occurrences, sorted by `(global_tid, start, end descending, label)`, and what was skipped.
 #[derive(Debug, Clone, Default)]
@@ -49,6 +69,8 @@ pub struct LoadedOccurrences {
     pub skipped: Skipped,
     /// 59/60 rows seen (kept + skipped + filtered out by prefix/window).
     pub range_rows: u64,
+    /// The first [`TRUNCATED_LISTED`] ranges closed by the capture's end, by thread and start.
+    pub truncated: Vec<TruncatedRange>,
 }
 
 /// A range row's message: its `text` (interned) or its `textId` (resolved after the scan).
@@ -75,6 +97,7 @@ pub(super) struct InternedOccurrences {
     pub(super) labels: Vec<String>,
     pub(super) skipped: Skipped,
     pub(super) range_rows: u64,
+    pub(super) truncated: Vec<TruncatedRange>,
 }
 
 /// An [`Occurrence`] with its label as an id into [`InternedOccurrences::labels`]: 48 bytes, no heap (the
@@ -264,7 +287,12 @@ impl InternedOccurrences {
                 parent: (o.parent != u32::MAX).then_some(o.parent as usize),
             })
             .collect();
-        LoadedOccurrences { occurrences, skipped: self.skipped, range_rows: self.range_rows }
+        LoadedOccurrences {
+            occurrences,
+            skipped: self.skipped,
+            range_rows: self.range_rows,
+            truncated: self.truncated.clone(),
+        }
     }
 }
 
@@ -310,6 +338,9 @@ pub(super) fn load_interned(export: &Export, opts: &RangesOptions, stats: Option
     type LabelKey = (Option<(i64, i64)>, Msg);
     let mut by_key: FxMap<LabelKey, Option<u32>> = FxMap::default();
     let mut occ: Vec<Interned> = Vec::with_capacity(raw.iter().map(Vec::len).sum());
+    // a range nsys closed when the capture stopped ends at the capture's end (never later)
+    let capture_end = export.capture_end_ns()?;
+    let mut truncated: Vec<TruncatedRange> = Vec::new();
     // each part's rows freed once taken
     for r in raw.into_iter().flatten() {
         let dkey = r.domain.map(|d| (ns_of(r.gtid), d)).filter(|k| domains.contains_key(k));
@@ -334,6 +365,18 @@ pub(super) fn load_interned(export: &Export, opts: &RangesOptions, stats: Option
             skipped.unlabeled += 1;
             continue;
         };
+        if capture_end.is_some_and(|e| r.end >= e) {
+            skipped.closed_by_capture_end += 1;
+            if truncated.len() < 4 * TRUNCATED_LISTED {
+                truncated.push(TruncatedRange {
+                    label: labels[label as usize].clone(),
+                    global_tid: r.gtid,
+                    start: r.start,
+                    end: r.end,
+                });
+            }
+            continue;
+        }
         if !keep[label as usize] {
             continue;
         }
@@ -370,7 +413,9 @@ pub(super) fn load_interned(export: &Export, opts: &RangesOptions, stats: Option
     ph.mark("sort");
     nest(&mut occ);
     ph.mark("nest");
-    Ok(InternedOccurrences { occurrences: occ, labels, skipped, range_rows })
+    truncated.sort_by(|a, b| (a.global_tid, a.start, &a.label).cmp(&(b.global_tid, b.start, &b.label)));
+    truncated.truncate(TRUNCATED_LISTED);
+    Ok(InternedOccurrences { occurrences: occ, labels, skipped, range_rows, truncated })
 }
 
 /// The occurrences of `loaded` (a [`load_occurrences`] without prefix or window) whose label starts with
@@ -382,7 +427,12 @@ pub fn keep_prefix(loaded: &LoadedOccurrences, prefix: &str) -> LoadedOccurrence
     let mut occ: Vec<Occurrence> = Vec::with_capacity(loaded.occurrences.iter().filter(kept).count());
     occ.extend(loaded.occurrences.iter().filter(kept).map(|o| Occurrence { depth: 0, parent: None, ..o.clone() }));
     nest(&mut occ);
-    LoadedOccurrences { occurrences: occ, skipped: loaded.skipped, range_rows: loaded.range_rows }
+    LoadedOccurrences {
+        occurrences: occ,
+        skipped: loaded.skipped,
+        range_rows: loaded.range_rows,
+        truncated: loaded.truncated.clone(),
+    }
 }
 
 /// [`keep_prefix`]'s occurrences, borrowed from `loaded` when every occurrence's label starts with `prefix`: the

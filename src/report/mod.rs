@@ -645,44 +645,11 @@ fn step_budget_of(
     Ok(Budget { section: steps::section_of(&sb, "step-budget on the export"), export: cap, doc: Some(sb) })
 }
 
-/// The share of the step's wall that no range nested in it covers (nvtx-readiness's opaque share, with every
-/// nested label: a framework's op ranges name what runs there too), over its occurrences; None without the
-/// occurrences (a bundle) or without the step.
+/// [`crate::readiness::opaque_step_share`] of the step over the evidence's occurrences; None without them (a
+/// bundle) or without the step.
 fn opaque_share_of(ev: &Evidence, label: &str) -> Option<f64> {
     let (a, _) = ev.step_detail.as_deref()?;
-    let occ = &a.occurrences;
-    let mut covered: std::collections::HashMap<usize, Vec<(i64, i64)>> = Default::default();
-    let mut wall = 0i64;
-    for (i, o) in occ.iter().enumerate() {
-        if *o.label == *label {
-            wall += o.end - o.start;
-            covered.entry(i).or_default();
-        }
-    }
-    if wall <= 0 {
-        return None;
-    }
-    for o in occ.iter().filter(|o| *o.label != *label) {
-        // the step occurrence this range is nested in, if any
-        let mut p = o.parent;
-        while let Some(j) = p {
-            if let Some(v) = covered.get_mut(&j) {
-                v.push((o.start, o.end));
-                break;
-            }
-            p = occ[j].parent;
-        }
-    }
-    let named: i64 = covered
-        .iter()
-        .map(|(&j, v)| {
-            let (s, e) = (occ[j].start, occ[j].end);
-            let clipped: Vec<(i64, i64)> =
-                v.iter().map(|&(a, b)| (a.max(s), b.min(e))).filter(|(a, b)| b > a).collect();
-            crate::step_budget::device::len(&crate::step_budget::device::union(clipped))
-        })
-        .sum();
-    Some(1.0 - named as f64 / wall as f64)
+    crate::readiness::opaque_step_share(&a.occurrences, label)
 }
 
 /// A host-side class that rests on step time no range names (the step budget's `unattributed` host time, not
@@ -703,10 +670,7 @@ fn reject_on_opaque_step(doc: &mut ReportDoc, ev: &Evidence) {
     let Some(label) = doc.decision.primary_label.clone() else { return };
     let Some(opaque) = opaque_share_of(ev, &label) else { return };
     let threshold = crate::readiness::DEFAULT_MAX_OPAQUE_SHARE;
-    // the class rests on the unnamed time when the opaque share is above readiness's threshold and the host time
-    // the nested ranges do name could not reach the dominance share alone (a lower bound: all opaque time is
-    // taken as unattributed)
-    if opaque < threshold || unattributed - opaque >= crate::step_budget::DOMINANT_SHARE {
+    if !crate::readiness::rests_on_opaque(unattributed, opaque) {
         return;
     }
     let would = doc.decision.clone();

@@ -196,8 +196,14 @@ pub fn section(doc: &Value, source: &str) -> Option<StepBudgetSection> {
         .and_then(|o| o.as_array())
         .map(|a| a.iter().filter_map(|o| o.as_u64().or_else(|| o.get("index").and_then(|x| x.as_u64()))).collect())
         .unwrap_or_default();
+    // a verdict step-budget itself rejected (its gates said RETRY) draws the class the evidence gives; the
+    // report rejects it again from the gates it reads (`kernel_profile.step_budget.gates` among them)
     let verdict: StepVerdict = doc
         .get("verdict")
+        .map(|v| match v.get("would_be") {
+            Some(w) if v.get("class").and_then(|c| c.as_str()) == Some(crate::step_budget::UNRELIABLE) => w,
+            _ => v,
+        })
         .map(|v| StepVerdict {
             class: v.get("class").and_then(|x| x.as_str()).unwrap_or("").to_string(),
             rule: v.get("rule").and_then(|x| x.as_str()).unwrap_or("").to_string(),
@@ -259,7 +265,10 @@ pub fn section_of(doc: &crate::step_budget::StepBudgetDoc, source: &str) -> Opti
             comps: names.iter().map(|n| s.components.get(n)).collect(),
         })
         .collect();
-    let v = &doc.verdict;
+    let v = match &doc.verdict.would_be {
+        Some(w) if doc.verdict.class == crate::step_budget::UNRELIABLE => w,
+        _ => &doc.verdict,
+    };
     let verdict = StepVerdict {
         class: v.class.clone(),
         rule: v.rule.clone(),

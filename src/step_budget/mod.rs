@@ -215,6 +215,9 @@ pub struct BudgetVerdict {
     /// Steps whose components the shares are over: the steps that are not outliers.
     pub steps_used: usize,
     pub rows: Vec<VerdictRow>,
+    /// With class `unreliable` (rule `gates.…`): the verdict the evidence alone gives, which does not stand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_be: Option<Box<BudgetVerdict>>,
 }
 
 /// `nsyskit.step-budget/v1`.
@@ -267,6 +270,10 @@ pub struct StepBudgetDoc {
     /// With several ranks: per matched step (the k-th step of every rank), the rank the others wait for.
     pub stragglers: Vec<Straggler>,
     pub verdict: BudgetVerdict,
+    /// gate-check's verdict on the export (`step-budget` runs the throughput tier's gates on what it reads):
+    /// a RETRY makes the verdict `unreliable`. Absent when not checked (the library's `analyze`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gates: Option<crate::evidence::EvidenceGates>,
     pub notes: Vec<String>,
     /// `--iteration-records` / `--iterations`: the join, the window and the groups by phase and batch size
     /// (docs/iterations.md); absent without them.
@@ -363,6 +370,10 @@ pub struct Straggler {
 impl Document for StepBudgetDoc {
     const KIND: &'static str = "step-budget";
     const TOOL: &'static str = "step-budget";
+    /// 1 when the verdict is `unreliable` (the capture's gates said RETRY), as gate-check's RETRY.
+    fn exit_code(&self) -> i32 {
+        i32::from(self.verdict.class == UNRELIABLE)
+    }
 }
 
 /// The 0-based index of the nearest-rank quantile `q` (in (0, 1]) of `n > 0` sorted values.
@@ -737,6 +748,7 @@ pub fn analyze_window_with(
         };
         verdict.reason.push_str(&format!("; comm here is {what}"));
     }
+    reject_on_opaque_step(&mut verdict, &a.occurrences, &label);
     ph.mark("steps");
     let waterfall = waterfall_of(&steps, &not_typical, median_wall, &idx, a, iv, &api, comm, &comm_occ, &waits, &tl);
     let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
@@ -815,6 +827,7 @@ pub fn analyze_window_with(
         ranks,
         stragglers,
         verdict,
+        gates: None,
         notes,
         iterations: None,
         devices: Vec::new(),
@@ -1004,7 +1017,9 @@ pub const NCCL_DOMAIN_PREFIX: &str = "NCCL:";
 
 /// The OS runtime waits of thread `tid` in `[start, end)` while the GPUs its process uses are busy (its GPU work
 /// runs, whichever thread launched it: XLA's executor, PyTorch's autograd thread): the thread waits for the GPU.
-/// The rest of a wait (the GPU idle too: waiting for another host thread, a host callback) is not.
+/// The rest of a wait (the GPU idle too: waiting for another host thread, a host callback) is not: counting the
+/// idle gaps inside the step's device span too (nsys's GPU projection) turned a vLLM-shaped engine's GIL waits
+/// (`pthread_cond_timedwait` behind multiprocessing's feeder thread, engine_spawn) into 11 % "sync_wait".
 fn gpu_waits_of(
     waits: &HashMap<i64, Vec<(i64, i64)>>,
     tl: &device::Timelines,
@@ -1619,7 +1634,9 @@ pub fn device_only_of(
             reason: picture.reason,
             steps_used: 0,
             rows: verdict_rows,
+            would_be: None,
         },
+        gates: None,
         notes,
         iterations: None,
         devices: rows,
@@ -1725,6 +1742,7 @@ fn verdict_of(
             reason: "graph-level capture: the graph replays are single GRAPH_TRACE rows, no node-level kernel rows; re-capture with --cuda-graph-trace=node".into(),
             steps_used: 0,
             rows,
+            would_be: None,
         };
     }
     let period = pacing.map(|p| p.intervals.median).unwrap_or(0);
@@ -1747,6 +1765,7 @@ fn verdict_of(
             reason: format!("the median step's correlated GPU busy ({busy} ns) is ≥ {GPU_SATURATED_SHARE} of the median start-to-start period ({period} ns); the largest device component of the steps is {what} ({:.1}% of their wall)", totals[what] as f64 * 100.0 / wall as f64),
             steps_used: 0,
             rows: r,
+            would_be: None,
         };
     }
     let top = &rows[0];
@@ -1769,7 +1788,14 @@ fn verdict_of(
         if nccl > 0 && top.name != "comm" {
             reason.push_str("; NCCL kernels exist: their exposed time is comm");
         }
-        return BudgetVerdict { class: class.into(), rule: "dominant_component".into(), reason, steps_used: 0, rows };
+        return BudgetVerdict {
+            class: class.into(),
+            rule: "dominant_component".into(),
+            reason,
+            steps_used: 0,
+            rows,
+            would_be: None,
+        };
     }
     BudgetVerdict {
         class: "mixed_or_unclear".into(),
@@ -1782,16 +1808,86 @@ fn verdict_of(
         ),
         steps_used: 0,
         rows,
+        would_be: None,
     }
 }
 
-/// Open the capture (an `.nsys-rep` is exported into a temporary folder) and analyse it.
+/// Open the capture (an `.nsys-rep` is exported into a temporary folder), analyse it and judge the verdict by
+/// the capture's gates ([`judge`]).
 pub fn run(path: &Path, opts: &StepBudgetOptions, nsys: Option<&Path>) -> Result<StepBudgetDoc> {
     let cap = crate::export::open_capture(path, nsys)?;
     let mut doc = analyze(&cap.export, opts)?;
     doc.source = cap.source.path.clone();
+    judge(&mut doc, &cap.export, &cap.source)?;
     Ok(doc)
 }
+
+/// A verdict never stands on a capture its gates rejected: gate-check (throughput tier) runs on the export;
+/// on RETRY the verdict becomes `unreliable` (rule `gates.G…`, the gates' reasons first) and the verdict the
+/// evidence alone gives is kept as `would_be`. `gates` records what gate-check said either way.
+pub fn judge(doc: &mut StepBudgetDoc, export: &Export, source: &crate::export::CaptureSource) -> Result<()> {
+    let Some(gates) = crate::evidence::EvidenceGates::of_export(export, source)? else { return Ok(()) };
+    if gates.rejected() {
+        // already rejected by readiness: the gates come first, the verdict the evidence gives stays the one kept
+        if let Some(w) = doc.verdict.would_be.take() {
+            doc.verdict = *w;
+        }
+        let would = std::mem::replace(
+            &mut doc.verdict,
+            BudgetVerdict {
+                class: UNRELIABLE.into(),
+                rule: format!("gates.{}", gates.retry.join("+")),
+                reason: String::new(),
+                steps_used: 0,
+                rows: Vec::new(),
+                would_be: None,
+            },
+        );
+        doc.verdict.reason = format!(
+            "gate-check said RETRY: {}; the class the evidence alone gives ({}, {}) does not stand on a capture its gates rejected: capture again",
+            gates.reasons.join("; "),
+            would.class,
+            would.rule
+        );
+        doc.verdict.steps_used = would.steps_used;
+        doc.verdict.rows = would.rows.clone();
+        doc.verdict.would_be = Some(Box::new(would));
+    }
+    doc.gates = Some(gates);
+    Ok(())
+}
+
+/// A host-side verdict resting on step time no range names does not stand (NVTX readiness: an opaque gap is
+/// compatible with scheduling, input preparation, a hidden sync and Python alike): `unreliable`, rule
+/// `readiness.opaque_step`, the verdict the evidence gives kept as `would_be` ([`crate::readiness::rests_on_opaque`]).
+fn reject_on_opaque_step(verdict: &mut BudgetVerdict, occ: &[ranges::Occurrence], label: &str) {
+    let unattributed = match verdict.rows.first() {
+        Some(r) if verdict.class == "python_overhead_bound" && r.name == "unattributed" => r.share.unwrap_or(0.0),
+        _ => return,
+    };
+    let Some(opaque) = crate::readiness::opaque_step_share(occ, label) else { return };
+    if !crate::readiness::rests_on_opaque(unattributed, opaque) {
+        return;
+    }
+    let would = verdict.clone();
+    *verdict = BudgetVerdict {
+        class: UNRELIABLE.into(),
+        rule: "readiness.opaque_step".into(),
+        reason: format!(
+            "NVTX readiness rejects this verdict: {:.1} % of the wall of {label:?} is covered by no range nested in it (nvtx-readiness's threshold {:.0} %), and {} ({}) rests on that unnamed host time; an opaque gap is compatible with scheduling, input preparation, attention planning, a hidden sync and Python overhead alike: add NVTX ranges for the phases of the step before choosing an optimisation",
+            100.0 * opaque,
+            100.0 * crate::readiness::DEFAULT_MAX_OPAQUE_SHARE,
+            would.class,
+            would.reason
+        ),
+        steps_used: would.steps_used,
+        rows: would.rows.clone(),
+        would_be: Some(Box::new(would)),
+    };
+}
+
+/// The class of a verdict that does not stand (a capture its gates rejected).
+pub const UNRELIABLE: &str = "unreliable";
 
 #[cfg(test)]
 mod tests {

@@ -42,6 +42,13 @@ pub fn run(a: StepBudgetArgs, host: &Invocation) -> Result<Outcome> {
             let reason = d.reason.clone();
             Outcome::doc(*d, a.out.style()).saying(format!("RETRY: {reason}"))
         }
-        Windowed::Doc(d) => Outcome::doc(d, a.out.style()),
+        Windowed::Doc(d) => {
+            let rejected = (d.verdict.class == step_budget::UNRELIABLE).then(|| d.verdict.reason.clone());
+            let o = Outcome::doc(d, a.out.style());
+            match rejected {
+                Some(reason) => o.saying(format!("unreliable: {reason}")),
+                None => o,
+            }
+        }
     })
 }
