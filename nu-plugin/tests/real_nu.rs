@@ -404,6 +404,16 @@ fn world_captures_in_nushell() {
     let o = std::process::Command::new(bin).args([&mfu, "--compact"]).output().unwrap();
     let b: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["class"], b["class"]);
+    // issue #37: no class on rejected evidence, and the evidence's reading kept, as the binary gives them
+    let failed = fixture("nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite").display().to_string();
+    let v = nu.json(&format!("step-budget '{failed}' | get verdict"));
+    assert_eq!((v["class"].as_str(), v["rule"].as_str()), (Some("unreliable"), Some("gates.G4")), "{v}");
+    let jax = unxz("nsys-2025.3.1/jax_decode.sqlite.xz");
+    let v = nu.json(&format!("step-budget '{jax}' | get verdict.would_be"));
+    let o = std::process::Command::new(binary("step-budget")).args([&jax, "--compact"]).output().unwrap();
+    let b: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["class"], b["verdict"]["would_be"]["class"]);
+    assert_ne!(v["class"], "python_overhead_bound");
     let q = fixture("nsys-2023.4.4/no_importer_head.qdstrm").display().to_string();
     let err = nu.error(&format!("sqlite-ranges '{q}'"));
     assert!(err.contains("a .qdstrm, nsys's raw capture stream"), "{err}");

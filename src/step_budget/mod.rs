@@ -903,7 +903,7 @@ impl StepCx<'_> {
         let o = &a.occurrences[i];
         let m = &a.metrics[i];
         let host_comm = host_comm_of(self.comm_occ, o.global_tid, o.start, o.end);
-        let waits = gpu_waits_of(self.waits, tl, o.global_tid, o.start, o.end);
+        let waits = gpu_waits_of(self.waits, tl, o.global_tid, (o.start, o.end), m.last_device_end);
         let c = step_components_with(o.start, o.end, &iv[i], self.api, self.comm, &host_comm, &waits, scratch);
         debug_assert_eq!(c.sum(), o.end - o.start);
         // the next step of the same rank (process)
@@ -1017,23 +1017,32 @@ pub const NCCL_DOMAIN_PREFIX: &str = "NCCL:";
 
 /// The OS runtime waits of thread `tid` in `[start, end)` while the GPUs its process uses are busy (its GPU work
 /// runs, whichever thread launched it: XLA's executor, PyTorch's autograd thread): the thread waits for the GPU.
-/// The rest of a wait (the GPU idle too: waiting for another host thread, a host callback) is not: counting the
-/// idle gaps inside the step's device span too (nsys's GPU projection) turned a vLLM-shaped engine's GIL waits
-/// (`pthread_cond_timedwait` behind multiprocessing's feeder thread, engine_spawn) into 11 % "sync_wait".
+/// A wait in flight when the step's own device work ends (`last_device_end`: it started before and returned at or
+/// after the end of the step's last correlated device row) was released by that work's completion: all of it is
+/// waiting for the GPU, as a CUDA sync call that returns after the work is done (JAX/XLA's `block_until_ready()`
+/// blocks in `futex` from the launch to past the last kernel: 199 of 200 steps of jax_decode, 38.5 ms). The rest
+/// of another wait (the GPU idle too: waiting for another host thread, the GIL) is not: multiprocessing's feeder
+/// thread holds the GIL of a vLLM-shaped engine (engine_spawn: 390 `pthread_cond_timedwait`, none in flight when
+/// its step's device work ends); counting the idle gaps inside the step's device span (nsys's GPU projection)
+/// made 11 % of its steps "sync_wait".
 fn gpu_waits_of(
     waits: &HashMap<i64, Vec<(i64, i64)>>,
     tl: &device::Timelines,
     tid: i64,
-    start: i64,
-    end: i64,
+    (start, end): (i64, i64),
+    last_device_end: Option<i64>,
 ) -> Vec<(i64, i64)> {
     let Some(v) = waits.get(&tid) else { return Vec::new() };
     let pid = crate::export::ns_of(tid);
     let first = v.partition_point(|w| w.1 <= start);
     let mut out = Vec::new();
-    for &(s, e) in v[first..].iter().take_while(|w| w.0 < end) {
-        let (s, e) = (s.max(start), e.min(end));
+    for &(ws, we) in v[first..].iter().take_while(|w| w.0 < end) {
+        let (s, e) = (ws.max(start), we.min(end));
         if e <= s {
+            continue;
+        }
+        if last_device_end.is_some_and(|le| ws < le && le <= we) {
+            out.push((s, e));
             continue;
         }
         for d in tl.devices.iter().filter(|d| d.has_process(pid)) {
@@ -1363,7 +1372,7 @@ fn waterfall_of(
         .or_else(|| steps.first())?;
     let o = &a.occurrences[idx[s.index]];
     let hc = host_comm_of(comm_occ, o.global_tid, o.start, o.end);
-    let w = gpu_waits_of(waits, tl, o.global_tid, o.start, o.end);
+    let w = gpu_waits_of(waits, tl, o.global_tid, (o.start, o.end), a.metrics[idx[s.index]].last_device_end);
     let cls = step_classes(&iv[idx[s.index]], api, nccl, &hc, &w);
     let seg = sweep_segments(o.start, o.end, &cls);
     let segments = seg
