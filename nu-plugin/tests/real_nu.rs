@@ -414,6 +414,17 @@ fn world_captures_in_nushell() {
     let b: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["class"], b["verdict"]["would_be"]["class"]);
     assert_ne!(v["class"], "python_overhead_bound");
+    // a step found without an iteration-like name, with the rule that found it
+    let fwd = unxz("nsys-2025.3.1/plain_loop_fwd.sqlite.xz");
+    let v = nu.json(&format!("step-budget '{fwd}' | select step_label step_label_choice"));
+    assert_eq!(
+        (v["step_label"].as_str(), v["step_label_choice"].as_str()),
+        (Some("forward_block"), Some("repeating_top_level"))
+    );
+    // unknown is not comparable: two raw exports without provenance are UNVERIFIED
+    let node = fixture("nsys-2025.3.1/gpu_full_node.sqlite").display().to_string();
+    let v = nu.json(&format!("capture-compare '{node}' '{node}' | get verdict"));
+    assert_eq!(v, "UNVERIFIED");
     let q = fixture("nsys-2023.4.4/no_importer_head.qdstrm").display().to_string();
     let err = nu.error(&format!("sqlite-ranges '{q}'"));
     assert!(err.contains("a .qdstrm, nsys's raw capture stream"), "{err}");
