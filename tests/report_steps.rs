@@ -384,3 +384,79 @@ fn the_step_budget_page_as_chromium_renders_it() {
         }
     }
 }
+
+/// The headline names the biggest measured fact even when no class wins (issue #41): on the clean node-level H200
+/// capture, the steps set apart (warm-up and outliers: the eager prefill iterations) hold most of the steps' wall
+/// at almost no GPU time, and the range rules' other reading is named; the numbers are the step budget's own.
+#[test]
+fn the_headline_names_the_biggest_measured_fact() {
+    let f = fx("nsys-2025.3.1/gpu_full_node.sqlite");
+    let r = report(&[&f, "--compact"]);
+    let sb = step_budget(&[&f, "--compact"]);
+    let steps = sb["steps"].as_array().unwrap();
+    let apart: Vec<u64> = sb["outliers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(sb["warmup"].as_array().unwrap())
+        .map(|o| o["index"].as_u64().unwrap())
+        .collect();
+    let wall: i64 = steps.iter().map(|s| s["wall_ns"].as_i64().unwrap()).sum();
+    let apart_wall: i64 = steps
+        .iter()
+        .filter(|s| apart.contains(&s["index"].as_u64().unwrap()))
+        .map(|s| s["wall_ns"].as_i64().unwrap())
+        .sum();
+    let share = apart_wall as f64 / wall as f64;
+    assert!(share > 0.5, "{share}");
+    let sa = &r["step_budget"]["set_apart"];
+    assert_eq!(sa["wall_ns"].as_i64().unwrap(), apart_wall);
+    assert_eq!(sa["warmup"].as_u64().unwrap() + sa["outliers"].as_u64().unwrap(), apart.len() as u64);
+    let h = r["headline"].as_str().unwrap();
+    assert!(h.starts_with(&format!("{}: ", r["class"].as_str().unwrap())), "{h}");
+    assert!(h.contains(&format!("{} of {} vibeserve.engine.iteration steps", apart.len(), steps.len())), "{h}");
+    assert!(h.contains(&format!("take {:.1}% of all steps' wall", 100.0 * share)), "{h}");
+    let rd = &r["range_decision"];
+    if rd["class"] != r["class"] {
+        assert!(
+            h.contains(&format!(
+                "the range rules alone read {} ({})",
+                rd["class"].as_str().unwrap(),
+                rd["rule"].as_str().unwrap()
+            )),
+            "{h}"
+        );
+    }
+    // a capture the gates rejected says first that no class stands
+    let r = report_exit(&[&fx("nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite"), "--compact"], 1);
+    assert!(r["headline"].as_str().unwrap().starts_with("unreliable: no class stands (gates.G4): G4: CUDA data stops"));
+    // the page shows the headline first, escaped as the document says it
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("r.html");
+    let r = report(&[&f, "--html", page.to_str().unwrap(), "--compact"]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    let at = html.find("id=\"headline\"").expect("a headline on the page");
+    assert!(at < html.find("id=\"capture\"").unwrap());
+    assert!(html.contains(&nsyskit::report::html::escape(r["headline"].as_str().unwrap())));
+}
+
+/// A fallback that measures something else says so (issue #41): a bundle holds nsys's kernel summary but no
+/// MEMCPY/MEMSET rows, so its `memcpy_device_share` is the copy kernels' share, labelled as that on the page, never
+/// "device time in copies" (the demo's page showed 0.0 % beside an export whose copies are 4.6 % of device time).
+#[test]
+fn a_bundles_memcpy_share_is_labelled_as_copy_kernels_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("b.html");
+    let b = fx("pod-attach-gpu/bundle/inference_perfbench_v1.json");
+    let (out, _, err) = run("report", &[&b, "--html", page.to_str().unwrap(), "--compact"], None);
+    let r = common::one_doc(&out);
+    let src = r["signals"]["memcpy_device_share_source"].as_str().unwrap_or_else(|| panic!("{err}"));
+    assert_eq!(src, nsyskit::report::MEMCPY_FROM_CATEGORY);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("kernel time in copy kernels only (no MEMCPY/MEMSET rows in a bundle)"));
+    assert!(!html.contains("device time in copies"));
+    // on the export itself the share is the copies' rows, labelled as device time in copies
+    let r = report(&[&fx("nsys-2025.3.1/gpu_full_node.sqlite"), "--html", page.to_str().unwrap(), "--compact"]);
+    assert_ne!(r["signals"]["memcpy_device_share_source"], nsyskit::report::MEMCPY_FROM_CATEGORY);
+    assert!(std::fs::read_to_string(&page).unwrap().contains("device time in copies"));
+}

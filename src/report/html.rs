@@ -127,8 +127,9 @@ pub fn render(doc: &ReportDoc) -> String {
     );
     let _ = write!(
         h,
-        "<h1>nsyskit report <span class=\"class {c}\" id=\"class\">{c}</span></h1><p class=\"reason\"><b>{rule}</b>: {reason}</p><p class=\"src\">source: {src} ({kind}); primary range: {label} ({choice})</p>",
+        "<h1>nsyskit report <span class=\"class {c}\" id=\"class\">{c}</span></h1><p class=\"headline\" id=\"headline\">{headline}</p><p class=\"reason\"><b>{rule}</b>: {reason}</p><p class=\"src\">source: {src} ({kind}); primary range: {label} ({choice})</p>",
         c = escape(&doc.class),
+        headline = escape(&doc.headline),
         rule = escape(&doc.decision.rule),
         reason = escape(&doc.decision.reason),
         src = escape(&doc.source),
@@ -425,7 +426,16 @@ pub fn render(doc: &ReportDoc) -> String {
                 "kernel time in communication kernels"
             },
         ),
-        ("memcpy_device_share", s.memcpy_device_share, true, "device time in copies"),
+        (
+            "memcpy_device_share",
+            s.memcpy_device_share,
+            true,
+            if s.memcpy_device_share_source.as_deref() == Some(super::MEMCPY_FROM_CATEGORY) {
+                "kernel time in copy kernels only (no MEMCPY/MEMSET rows in a bundle)"
+            } else {
+                "device time in copies"
+            },
+        ),
     ];
     for (name, v, is_frac, what) in sig {
         let text = match (v, is_frac, name) {
@@ -897,7 +907,7 @@ h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #e2e
 .class{padding:2px 10px;border-radius:4px;background:#2d3748;color:#fff;font-family:monospace}\
 .kernel_bound{background:#2b6cb0}.cpu_launch_bound{background:#c05621}.python_overhead_bound{background:#b7791f}\
 .sync_bound{background:#805ad5}.memcpy_bound{background:#319795}.comm_bound{background:#d53f8c}.mixed_or_unclear{background:#718096}\
-.reason{font-size:15px}.warn{background:#fffaf0;border-left:4px solid #dd6b20;padding:6px 10px}.src{color:#718096;font-size:12px}.unk{color:#a0aec0;font-style:italic}\
+.headline{font-size:17px;font-weight:600;margin:6px 0}.reason{font-size:15px}.warn{background:#fffaf0;border-left:4px solid #dd6b20;padding:6px 10px}.src{color:#718096;font-size:12px}.unk{color:#a0aec0;font-style:italic}\
 table{border-collapse:collapse;margin-top:8px}td,th{padding:3px 8px;text-align:left;vertical-align:top;border-bottom:1px solid #edf2f7}\
 table.kv th{font-weight:600;color:#4a5568;white-space:nowrap}\
 td.num{text-align:right;font-variant-numeric:tabular-nums}td.label,th.label{font-family:monospace;font-size:12px;max-width:520px;overflow:hidden}\

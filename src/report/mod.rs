@@ -34,6 +34,7 @@
 //! 7. otherwise → `mixed_or_unclear`
 
 pub mod devices;
+pub mod headline;
 pub mod html;
 pub mod question;
 pub mod steps;
@@ -287,6 +288,11 @@ pub struct ReportDoc {
     /// mixed_or_unclear`.
     pub class: String,
     pub decision: Decision,
+    /// The first line a person reads ([`headline::headline`]): whether a class stands, the biggest measured fact
+    /// (steps set apart, the largest part of the typical step, or the device picture) and the range rules' reading
+    /// where it differs.
+    #[serde(default)]
+    pub headline: String,
     /// The capture header of the page.
     pub capture: CaptureHeader,
     /// The primary range split into its direct children (null without a primary range).
@@ -534,6 +540,7 @@ fn report_of(
         }
         doc.trace = Some(t);
     }
+    doc.headline = headline::headline(&doc);
     if let Some(out) = &opts.html {
         let page = html::render(&doc);
         std::fs::write(out, page).map_err(|e| {
@@ -815,6 +822,10 @@ pub fn dur(ns: i64) -> String {
     }
 }
 
+/// `memcpy_device_share`'s source when only the kernel list is known (a bundle: no MEMCPY/MEMSET rows): copy
+/// kernels, not the copy engines' copies. It measures something else than its name, and says so.
+pub const MEMCPY_FROM_CATEGORY: &str = "kernel time of category memcpy among the listed kernels (copy kernels only: the bundle holds no MEMCPY/MEMSET rows, so copies by the copy engines are not in it)";
+
 fn pct(x: Option<f64>) -> String {
     x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into())
 }
@@ -1012,7 +1023,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, chosen: &Primary, top: u
         }
         _ if ev.kernels.is_some() && kernel_time > 0 => {
             s.memcpy_device_share = Some(share_of("memcpy"));
-            s.memcpy_device_share_source = Some("share of category memcpy among the listed kernels".into());
+            s.memcpy_device_share_source = Some(MEMCPY_FROM_CATEGORY.into());
         }
         _ => {}
     }
@@ -1395,6 +1406,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, chosen: &Primary, top: u
             basis: if device_basis { "device" } else { "ranges" }.into(),
             would_be: None,
         },
+        headline: String::new(),
         capture,
         primary_split,
         signals: s,

@@ -113,12 +113,28 @@ pub struct StepBudgetSection {
     pub distributions: BTreeMap<String, StepDist>,
     /// Outlier step indexes.
     pub outliers: Vec<u64>,
+    /// The steps left out of the typical ones (warm-up and outliers) and their weight: often the biggest fact of
+    /// the capture (a few prefill or compilation steps holding most of the wall).
+    pub set_apart: SetApart,
     pub bars: StepBars,
     pub histograms: Vec<Histogram>,
     /// The step budget's `idle[]` (GPU idle attribution) as it states it; empty when it was not computed.
     pub idle: Vec<Value>,
     /// `idle[]` was present and non-empty.
     pub idle_computed: bool,
+}
+
+/// The steps set apart from the typical ones ([`StepBudgetSection::set_apart`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SetApart {
+    /// Warm-up steps (slow from the start of a rank) and outliers (slow later).
+    pub warmup: u64,
+    pub outliers: u64,
+    /// Σ wall of those steps, and their share of the wall of all steps.
+    pub wall_ns: i64,
+    pub wall_share: Option<f64>,
+    /// Σ GPU busy of those steps over their wall (how much of their time the GPU worked).
+    pub gpu_busy_share: Option<f64>,
 }
 
 fn i(v: &Value, k: &str) -> i64 {
@@ -142,6 +158,7 @@ struct Parts {
     names: Vec<String>,
     rows: Vec<StepRow>,
     outliers: Vec<u64>,
+    warmup: Vec<u64>,
     verdict: StepVerdict,
     distributions: BTreeMap<String, StepDist>,
     idle: Vec<Value>,
@@ -196,6 +213,11 @@ pub fn section(doc: &Value, source: &str) -> Option<StepBudgetSection> {
         .and_then(|o| o.as_array())
         .map(|a| a.iter().filter_map(|o| o.as_u64().or_else(|| o.get("index").and_then(|x| x.as_u64()))).collect())
         .unwrap_or_default();
+    let warmup: Vec<u64> = doc
+        .get("warmup")
+        .and_then(|o| o.as_array())
+        .map(|a| a.iter().filter_map(|o| o.get("index").and_then(|x| x.as_u64())).collect())
+        .unwrap_or_default();
     // a verdict step-budget itself rejected (its gates said RETRY) draws the class the evidence gives; the
     // report rejects it again from the gates it reads (`kernel_profile.step_budget.gates` among them)
     let verdict: StepVerdict = doc
@@ -234,6 +256,7 @@ pub fn section(doc: &Value, source: &str) -> Option<StepBudgetSection> {
             names,
             rows,
             outliers,
+            warmup,
             verdict,
             distributions,
             idle: doc.get("idle").and_then(|x| x.as_array()).cloned().unwrap_or_default(),
@@ -296,6 +319,7 @@ pub fn section_of(doc: &crate::step_budget::StepBudgetDoc, source: &str) -> Opti
             names,
             rows,
             outliers: doc.outliers.iter().map(|o| o.index as u64).collect(),
+            warmup: doc.warmup.iter().map(|o| o.index as u64).collect(),
             verdict,
             distributions,
             idle: doc.idle.iter().filter_map(|d| serde_json::to_value(d).ok()).collect(),
@@ -310,9 +334,20 @@ pub fn section_of(doc: &crate::step_budget::StepBudgetDoc, source: &str) -> Opti
 
 /// The section from its parts: totals, bars (binned past [`MAX_BARS`]), histograms.
 fn build(p: Parts, source: &str) -> StepBudgetSection {
-    let Parts { names, rows, outliers, verdict, distributions, idle, graph_level, .. } = p;
+    let Parts { names, rows, outliers, warmup, verdict, distributions, idle, graph_level, .. } = p;
     let mut totals = BTreeMap::new();
-    totals.insert("wall".to_string(), rows.iter().map(|r| r.wall).sum());
+    let wall: i64 = rows.iter().map(|r| r.wall).sum();
+    totals.insert("wall".to_string(), wall);
+    let apart: Vec<&StepRow> =
+        rows.iter().filter(|r| outliers.contains(&r.index) || warmup.contains(&r.index)).collect();
+    let apart_wall: i64 = apart.iter().map(|r| r.wall).sum();
+    let set_apart = SetApart {
+        warmup: warmup.len() as u64,
+        outliers: outliers.len() as u64,
+        wall_ns: apart_wall,
+        wall_share: (wall > 0).then(|| apart_wall as f64 / wall as f64),
+        gpu_busy_share: (apart_wall > 0).then(|| apart.iter().map(|r| r.busy).sum::<i64>() as f64 / apart_wall as f64),
+    };
     for (k, n) in names.iter().enumerate() {
         totals.insert(n.clone(), rows.iter().map(|r| r.comps[k]).sum());
     }
@@ -347,6 +382,7 @@ fn build(p: Parts, source: &str) -> StepBudgetSection {
         totals,
         distributions,
         outliers,
+        set_apart,
         bars: StepBars { steps_per_bar: per as u64, binned: per > 1, bars },
         histograms,
         idle_computed: !idle.is_empty(),
