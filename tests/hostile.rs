@@ -920,3 +920,205 @@ fn hostile_inputs_keep_the_contract() {
     }
     assert!(failed.is_empty(), "{} cases broke the contract:\n{}", failed.len(), failed.join("\n"));
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// serve-capture without a real nsys (issue 42): a stand-in nsys that runs the server and "writes" the real CPU
+// report of fixtures/nsys-2023.4.4, and a tiny Python HTTP server.
+
+/// The Python interpreter itself (not a shim: serve-capture finds the server by its argv[0]), or None after
+/// a SKIP line.
+fn python_or_skip(test: &str) -> Option<PathBuf> {
+    let o = std::process::Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output();
+    match o {
+        Ok(o) if o.status.success() => Some(PathBuf::from(String::from_utf8_lossy(&o.stdout).trim())),
+        _ => {
+            common::skip(test, "no python3 for the stand-in server");
+            None
+        }
+    }
+}
+
+/// A stand-in nsys: `--version` and `profile --help`/`export --help` with the real 2023.4.4 texts; `profile
+/// FLAGS… SERVER…` runs the server in the foreground and, once it is gone, copies the real CPU report to
+/// `--output`; `export … --output=X REP` copies that report's real export to X. It prints nothing of its argv.
+fn stand_in_nsys(dir: &Path) -> PathBuf {
+    let help = common::root().join("fixtures/nsys-help/2023.4.4");
+    let fx = common::root().join("fixtures/nsys-2023.4.4");
+    let p = dir.join("nsys");
+    std::fs::write(
+        &p,
+        format!(
+            r#"#!/bin/sh
+case "$1" in
+  --version) echo 'NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0';;
+  profile)
+    if [ "$2" = --help ]; then cat '{ph}'; exit 0; fi
+    shift; out=
+    while [ $# -gt 0 ]; do case "$1" in --output=*) out="${{1#--output=}}"; shift;; -*) shift;; *) break;; esac; done
+    "$@"
+    cp '{rep}' "$out.nsys-rep";;
+  export)
+    if [ "$2" = --help ]; then cat '{eh}'; exit 0; fi
+    for a; do case "$a" in --output=*) out="${{a#--output=}}";; esac; done
+    cp '{sql}' "$out";;
+  *) exit 1;;
+esac
+"#,
+            ph = help.join("profile-help.txt").display(),
+            eh = help.join("export-help.txt").display(),
+            rep = fx.join("cpu_nvtx_osrt.nsys-rep").display(),
+            sql = fx.join("cpu_nvtx_osrt.sqlite").display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    p
+}
+
+/// A Python HTTP server answering 200 to every GET on `127.0.0.1:PORT` (argv[1]); the rest of its argv is
+/// ignored, except `--ignore-term FILE`: SIGTERM then only writes FILE (a server slow to shut down).
+fn stand_in_server(dir: &Path) -> PathBuf {
+    let p = dir.join("srv.py");
+    std::fs::write(
+        &p,
+        r#"import http.server, signal, sys
+a = sys.argv
+if '--ignore-term' in a:
+    mark = a[a.index('--ignore-term') + 1]
+    def on_term(s, f):
+        open(mark, 'w').write('SIGTERM ignored\n')
+    signal.signal(signal.SIGTERM, on_term)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header('Content-Length', '2')
+        self.end_headers()
+        self.wfile.write(b'ok')
+    def log_message(self, *x):
+        pass
+http.server.HTTPServer(('127.0.0.1', int(a[1])), H).serve_forever()
+"#,
+    )
+    .unwrap();
+    p
+}
+
+/// serve-capture's arguments for a whole-run capture of the stand-in server (CPU trace, no GPU).
+fn stand_in_args(nsys: &Path, port: u16, out: &Path, grace: u32) -> Vec<String> {
+    [
+        "--nsys",
+        &nsys.display().to_string(),
+        "--trace",
+        "nvtx,osrt",
+        "--health",
+        &format!("http://127.0.0.1:{port}/health"),
+        "--grace",
+        &grace.to_string(),
+        "--finalize-timeout",
+        "10",
+        "--out",
+        &out.display().to_string(),
+    ]
+    .map(String::from)
+    .into()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            v.extend(files_under(&p));
+        } else {
+            v.push(p);
+        }
+    }
+    v
+}
+
+/// Issue 42: every form of secret the redaction rule names stays out of stdout, stderr and every file
+/// serve-capture writes (serve-capture.json, provenance.json, gate.json, ranges.json, bundle.json, pids/, the
+/// client logs); only the report and its export are nsys's evidence and skipped. One distinct value per form:
+/// an `Authorization: Bearer` and a `Proxy-Authorization: Basic` header and URL credentials in `--load`;
+/// `--passwd V`, `--credentials=V`, `--bearer V`, `-p V` and URL credentials on the server command;
+/// `--env DB_URL=mysql://u:V@…` and `--env WANDB_PASSWD=V`.
+#[test]
+fn serve_capture_redacts_every_secret_form() {
+    let Some(py) = python_or_skip("serve_capture_redacts_every_secret_form") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let nsys = stand_in_nsys(tmp.path());
+    let srv = stand_in_server(tmp.path());
+    let port = free_port();
+    let out = tmp.path().join("run");
+    let secrets = [
+        ("Authorization: Bearer in --load", "hdrSECRET01"),
+        ("Proxy-Authorization: Basic in --load", "dXNlcjpTRUNSRVQwMg=="),
+        ("URL credentials in --load", "urlSECRET03"),
+        ("--passwd", "pwdSECRET04"),
+        ("--credentials=", "credSECRET05"),
+        ("--bearer", "bearSECRET06"),
+        ("-p", "pSECRET07"),
+        ("URL credentials on the server", "srvurlSECRET08"),
+        ("--env DB_URL", "envurlSECRET09"),
+        ("--env WANDB_PASSWD", "wandbSECRET10"),
+    ];
+    let mut args = stand_in_args(&nsys, port, &out, 3);
+    args.extend([
+        "--load".into(),
+        "/bin/true -H 'Authorization: Bearer hdrSECRET01' -H 'Proxy-Authorization: Basic dXNlcjpTRUNSRVQwMg==' https://alice:urlSECRET03@example.com/v1".into(),
+        "--env".into(),
+        "DB_URL=mysql://dbuser:envurlSECRET09@db.local:3306/app".into(),
+        "--env".into(),
+        "WANDB_PASSWD=wandbSECRET10".into(),
+        "--".into(),
+        py.display().to_string(),
+        srv.display().to_string(),
+        port.to_string(),
+        "--passwd".into(),
+        "pwdSECRET04".into(),
+        "--credentials=credSECRET05".into(),
+        "--bearer".into(),
+        "bearSECRET06".into(),
+        "-p".into(),
+        "pSECRET07".into(),
+        "--upstream".into(),
+        "https://carol:srvurlSECRET08@models.local/".into(),
+    ]);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serve-capture")).args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{:?}\n{stderr}", o.status);
+    let doc = common::one_doc(&o.stdout);
+    assert_eq!(doc["outcome"], "ok", "{doc}\n{stderr}");
+    let mut texts = vec![("stdout".to_string(), String::from_utf8_lossy(&o.stdout).into_owned())];
+    texts.push(("stderr".into(), stderr.clone()));
+    for f in files_under(&out) {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        if name == "capture.nsys-rep" || name == "capture.sqlite" {
+            continue;
+        }
+        texts.push((f.display().to_string(), String::from_utf8_lossy(&std::fs::read(&f).unwrap()).into_owned()));
+    }
+    for f in ["serve-capture.json", "provenance.json", "gate.json", "ranges.json", "bundle.json"] {
+        assert!(out.join(f).is_file(), "{f} was written: {stderr}");
+    }
+    for (what, text) in &texts {
+        for (form, s) in secrets {
+            assert!(!text.contains(s), "{form}: {s} leaked into {what}:\n{text}");
+        }
+        assert!(!text.contains("SECRET"), "{what}:\n{text}");
+    }
+    // the redacted words say what was there: the server's argv as recorded from /proc
+    let server = doc["processes"].as_array().unwrap().iter().find(|p| p["role"] == "server").unwrap();
+    let argv: Vec<&str> = server["argv"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+    for w in ["--passwd", "--credentials=<redacted>", "--bearer", "-p", "https://carol:<redacted>@models.local/"] {
+        assert!(argv.contains(&w), "{w} in {argv:?}");
+    }
+    let prov: Value = serde_json::from_str(&std::fs::read_to_string(out.join("provenance.json")).unwrap()).unwrap();
+    let env = prov["capture"]["env"].as_array().unwrap();
+    assert!(env.iter().all(|e| e["redacted"] == true), "{env:?}");
+    assert!(env.iter().any(|e| e["value"] == "mysql://dbuser:<redacted>@db.local:3306/app"), "{env:?}");
+}

@@ -81,9 +81,12 @@ pub struct CaptureRecipe {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EnvVar {
     pub name: String,
-    /// The value (`<redacted>` for secret keys; `null` when `--env K` names a variable that is not set).
+    /// The value (`<redacted>` for secret keys, `scheme://user:<redacted>@host` for URL credentials in it;
+    /// `null` when `--env K` names a variable that is not set).
     pub value: Option<String>,
-    /// The key matched TOKEN|SECRET|PASSWORD|KEY|AUTH (any case) and its value is not recorded.
+    /// The redaction rule (`resolve::redact_words` on `NAME=VALUE`) removed a secret from the value: a secret
+    /// name (TOKEN, SECRET, PASSWORD, PASSWD, KEY, AUTH, CREDENTIAL, BEARER; PASS, PW, PWD as a part) or URL
+    /// credentials.
     pub redacted: bool,
     /// `given` (`--env K=V`) or `environment` (`--env K`, read from this process's environment).
     pub source: String,
@@ -270,8 +273,15 @@ fn env_vars(specs: &[String], environment: Option<&std::collections::BTreeMap<St
         if name.is_empty() || name.contains(char::is_whitespace) {
             return Err(Error::usage(format!("--env {s:?}: expected NAME or NAME=VALUE")).with_arg("--env"));
         }
-        let redacted = is_secret_key(&name) && value.is_some();
-        let value = if redacted { Some(REDACTED.to_string()) } else { value };
+        // the one redaction rule on `NAME=VALUE`: a secret name, or credentials inside the value (a URL's)
+        let (value, redacted) = match value {
+            Some(v) => {
+                let (w, secrets) = redact_words(&[format!("{name}={v}")]);
+                let w = w.into_iter().next().unwrap_or_default();
+                (Some(w[name.len() + 1..].to_string()), !secrets.is_empty())
+            }
+            None => (None, false),
+        };
         out.push(EnvVar { name, value, redacted, source: source.into() });
     }
     Ok(out)

@@ -1861,6 +1861,7 @@ impl<'a> Run<'a> {
         if stop_signal.is_none() {
             files.bundle = Some(out.join("bundle.json").display().to_string());
         }
+        let paths = files.clone();
         let (schema, tool) = ServeCaptureDoc::header();
         let doc = ServeCaptureDoc {
             schema,
@@ -1891,16 +1892,17 @@ impl<'a> Run<'a> {
             wall_s: r.now(),
         };
         let mut doc = finish_doc(&r.red, &out, doc)?;
-        // 9. the bundle: provenance, gate, ranges and this document, merged with bundle-merge
-        if let Some(b) = doc.files.bundle.clone() {
+        // 9. the bundle: provenance, gate, ranges and this document, merged with bundle-merge (from the paths
+        // as they are: a redacted path names no file)
+        if let Some(b) = paths.bundle.clone() {
             let merged = (|| -> Result<()> {
                 let mut docs = Vec::new();
                 for f in [
-                    Some(doc.files.provenance.clone()),
-                    doc.files.gate.clone(),
-                    doc.files.ranges.clone(),
-                    doc.files.iterations.clone(),
-                    Some(doc.files.document.clone()),
+                    Some(paths.provenance.clone()),
+                    paths.gate.clone(),
+                    paths.ranges.clone(),
+                    paths.iterations.clone(),
+                    Some(paths.document.clone()),
                 ]
                 .into_iter()
                 .flatten()
@@ -1910,7 +1912,7 @@ impl<'a> Run<'a> {
                 crate::bundle::run(Path::new(&b), &docs, crate::bundle::Mode::Write).map(|_| ())
             })();
             if let Err(e) = merged {
-                eprintln!("serve-capture: postprocess: bundle-merge: {}", e.message);
+                eprintln!("serve-capture: postprocess: bundle-merge: {}", r.red.text(&e.message));
                 doc.failures
                     .push(Failure { stage: "postprocess".into(), reason: format!("bundle-merge: {}", e.message) });
                 doc.outcome = "failed".into();
