@@ -1122,3 +1122,49 @@ fn serve_capture_redacts_every_secret_form() {
     assert!(env.iter().all(|e| e["redacted"] == true), "{env:?}");
     assert!(env.iter().any(|e| e["value"] == "mysql://dbuser:<redacted>@db.local:3306/app"), "{env:?}");
 }
+
+/// Issue 42: a SIGTERM while serve-capture is already shutting down (here: waiting out `--grace` for a server
+/// that ignores SIGTERM) still means stop now: exit 143, `outcome: interrupted`, `cleanup.stop_signal` 15,
+/// `run-state` interrupted, and no post-processing (no export, gate, ranges or bundle).
+#[test]
+fn serve_capture_sigterm_during_shutdown_interrupts() {
+    let Some(py) = python_or_skip("serve_capture_sigterm_during_shutdown_interrupts") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let nsys = stand_in_nsys(tmp.path());
+    let srv = stand_in_server(tmp.path());
+    let mark = tmp.path().join("server-got-sigterm");
+    let port = free_port();
+    let out = tmp.path().join("run");
+    let mut args = stand_in_args(&nsys, port, &out, 4);
+    args.extend(["--load".into(), "/bin/true".into(), "--".into()]);
+    args.extend([py.display().to_string(), srv.display().to_string(), port.to_string()]);
+    args.extend(["--ignore-term".into(), mark.display().to_string()]);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_serve-capture"))
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    // the shutdown has begun once the server got serve-capture's SIGTERM (and ignored it)
+    while !mark.exists() {
+        assert!(t.elapsed() < LIMIT, "the shutdown never began");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    let doc = common::one_doc(&o.stdout);
+    assert_eq!(o.status.code(), Some(143), "{doc}\n{stderr}");
+    assert_eq!(doc["outcome"], "interrupted", "{doc}");
+    assert_eq!(doc["cleanup"]["stop_signal"], 15);
+    assert!(doc["failures"].as_array().unwrap().iter().any(|f| f["stage"] == "interrupted"), "{doc}");
+    assert!(doc["capture"].is_null() && doc["gate"].is_null(), "no post-processing: {doc}");
+    assert!(doc["files"]["bundle"].is_null(), "{doc}");
+    for f in ["capture.sqlite", "gate.json", "ranges.json", "bundle.json"] {
+        assert!(!out.join(f).exists(), "{f} written after SIGTERM");
+    }
+    assert!(std::fs::read_to_string(out.join("run-state")).unwrap().starts_with("interrupted "));
+    let server = doc["processes"].as_array().unwrap().iter().find(|p| p["role"] == "server").unwrap();
+    assert_eq!(server["gone"], true, "the server was still stopped: {server}");
+}

@@ -1658,6 +1658,8 @@ impl<'a> Run<'a> {
         // 6. cleanup: only the recorded PIDs, reverse launch order
         let server_i = r.server_i;
         cleanup(r, prof, server_i);
+        // a stop signal during the shutdown itself counts as one before it: no post-processing, 128 + signal
+        r.stopped();
         let stop_signal = r.stop_seen;
         let all_gone = r.procs.iter_mut().all(|t| {
             let c = t.child.as_mut().map(|c| matches!(c.try_wait(), Ok(Some(_)))).unwrap_or(false);
@@ -1698,11 +1700,10 @@ impl<'a> Run<'a> {
         let o = r.o;
         let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
         let prof = r.prof;
-        // 7. the report: export and summarise
+        // 7. the report: export and summarise (not after a stop signal, whenever it came)
         let mut capture = None;
         let mut files = r.p.files.clone();
-        let stop_signal = r.stop_seen;
-        if stop_signal.is_none() {
+        if !r.stopped() {
             let rep = out.join("capture.nsys-rep");
             let nsys_ended = r.procs[prof].rec.ended.clone();
             if rep.is_file() {
@@ -1767,7 +1768,7 @@ impl<'a> Run<'a> {
 
         // 8. gate-check and sqlite-ranges on the export, into the run folder
         let mut gate = None;
-        if let (Some(rep), Some(sql)) = (files.report.clone(), files.sqlite.clone()) {
+        if let (Some(rep), Some(sql), false) = (files.report.clone(), files.sqlite.clone(), r.stopped()) {
             let gopts = crate::gate::GateOptions {
                 capture: PathBuf::from(&rep),
                 sqlite: Some(PathBuf::from(&sql)),
@@ -1798,11 +1799,13 @@ impl<'a> Run<'a> {
                 }
                 Err(e) => r.fail("postprocess", format!("gate-check: {}", e.message)),
             }
-            match crate::ranges::run(Path::new(&sql), &crate::ranges::RangesOptions::default(), Some(&nsys))
-                .and_then(|d| write_json_redacted(&out.join("ranges.json"), &d, &r.red))
-            {
-                Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),
-                Err(e) => r.fail("postprocess", format!("sqlite-ranges: {}", e.message)),
+            if !r.stopped() {
+                match crate::ranges::run(Path::new(&sql), &crate::ranges::RangesOptions::default(), Some(&nsys))
+                    .and_then(|d| write_json_redacted(&out.join("ranges.json"), &d, &r.red))
+                {
+                    Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),
+                    Err(e) => r.fail("postprocess", format!("sqlite-ranges: {}", e.message)),
+                }
             }
         }
 
@@ -1813,7 +1816,7 @@ impl<'a> Run<'a> {
     /// Step 8: the document (redacted) and the bundle; the run folder's terminal state.
     fn record_run(
         &mut self,
-        cleanup: Cleanup,
+        mut cleanup: Cleanup,
         gpu_end: Option<crate::resolve::GpuState>,
         capture: Option<CaptureResult>,
         gate: Option<GateSummary>,
@@ -1823,7 +1826,10 @@ impl<'a> Run<'a> {
         let (out, nsys, version) = (r.p.out.clone(), r.p.nsys.clone(), r.p.version.clone());
         let timed = r.p.timed;
         let mut files = r.p.files.clone();
+        // a stop signal at any phase before the document is written makes the run `interrupted`
+        r.stopped();
         let stop_signal = r.stop_seen;
+        cleanup.stop_signal = stop_signal;
         let window = r.p.window.clone();
         let client = |i: Option<usize>, role: &str, r: &Run| {
             i.map(|i| {
@@ -2212,10 +2218,12 @@ fn cleanup(r: &mut Run, prof: usize, server: Option<usize>) {
         r.stop(i);
     }
     // nsys writes the report once the application is gone
+    // (a stop signal, before or during this wait, leaves nsys only --grace: stop now)
     if !r.poll_end(prof) {
-        let limit = if r.stop_seen.is_some() { r.o.grace } else { r.o.finalize_timeout };
+        let limit = if r.stopped() { r.o.grace } else { r.o.finalize_timeout };
         r.say(format!("waiting up to {:.0} s for nsys to write the report", limit.as_secs_f64()));
-        r.wait_for(prof, limit, true, |_| false);
+        let (since, grace) = (Instant::now(), r.o.grace);
+        r.wait_for(prof, limit, true, |r| r.stopped() && since.elapsed() >= grace);
     }
     for &i in &order {
         if r.procs[i].rec.role == "nsys-helper" {
