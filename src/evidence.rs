@@ -472,7 +472,7 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
     if schema == "nsyskit.ranges/v1" {
         ev.kind = "ranges".into();
         ev.ranges = Some(ranges_view(v, &format!("{name}: $"))?);
-        ev.capture = v.pointer("/source/capture").and_then(|c| serde_json::from_value(c.clone()).ok());
+        ev.capture = capture_of(v, &format!("{name}: $.source.capture"))?;
         return Ok(ev);
     }
     let kp = obj.get("kernel_profile");
@@ -494,55 +494,53 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
                 _ => (r, "$.kernel_profile.ranges"),
             };
             ev.ranges = Some(ranges_view(r, &format!("{name}: {at}"))?);
-            ev.capture = r.pointer("/source/capture").and_then(|c| serde_json::from_value(c.clone()).ok());
+            ev.capture = capture_of(r, &format!("{name}: {at}.source.capture"))?;
         }
         if let Some(tk) = kp.get("top_kernels").filter(|t| !t.is_null()) {
             let Some(list) = tk.as_array() else {
                 return Err(Error::input(format!("{name}: $.kernel_profile.top_kernels: expected an array")));
             };
-            let mut ks = Vec::new();
-            for (i, k) in list.iter().enumerate() {
-                ks.push(kernel_stat(k).ok_or_else(|| {
-                    Error::input(format!(
-                        "{name}: $.kernel_profile.top_kernels[{i}]: expected {{name, total time ns, instances}}"
-                    ))
-                })?);
-            }
-            ev.kernels = Some(ks);
+            ev.kernels = Some(kernel_stats(list, &format!("{name}: $.kernel_profile.top_kernels"))?);
             ev.kernels_source = Some("kernel_profile.top_kernels".into());
         }
         // the full kernel table kern-csv-to-json keeps at kernel_profile.stats.<report>.rows (top_kernels may be
-        // cut by --top): preferred, so that shares never come from a truncated list
+        // cut by --top): preferred, so that shares never come from a truncated list; every cell is checked
         for report in crate::kern_csv::KERNEL_REPORTS {
-            let Some(rows) =
-                kp.get("stats").and_then(|s| s.get(*report)).and_then(|d| d.get("rows")).and_then(|r| r.as_array())
-            else {
+            let Some(rows) = kp.get("stats").and_then(|s| s.get(*report)).and_then(|d| d.get("rows")) else {
                 continue;
             };
-            let ks: Option<Vec<KernelStat>> = rows.iter().map(kernel_stat).collect();
-            if let Some(ks) = ks.filter(|k| !k.is_empty()) {
+            let at = format!("{name}: $.kernel_profile.stats.{report}.rows");
+            let Some(rows) = rows.as_array() else {
+                return Err(Error::input(format!("{at}: expected an array, got {}", json_kind(rows))));
+            };
+            let ks = kernel_stats(rows, &at)?;
+            if !ks.is_empty() {
                 ev.kernels = Some(ks);
                 ev.kernels_source = Some(format!("kernel_profile.stats.{report}.rows"));
                 break;
             }
         }
         // the totals of the whole kernel table: the denominator of every share
-        let totals = kp.get("totals").filter(|t| t.is_object()).map(|t| (t, "kernel_profile.totals")).or_else(|| {
-            crate::kern_csv::KERNEL_REPORTS.iter().find_map(|r| {
-                kp.get("stats")
-                    .and_then(|s| s.get(*r))
-                    .and_then(|d| d.get("totals"))
-                    .filter(|t| t.is_object())
-                    .map(|t| (t, "kernel_profile.stats totals"))
-            })
-        });
-        if let Some((t, at)) = totals {
-            let n = |k: &str| t.get(k).and_then(|v| v.as_i64());
-            if let Some(total) = n("total_time_ns") {
+        let totals = kp
+            .get("totals")
+            .filter(|t| t.is_object())
+            .map(|t| (t, "kernel_profile.totals".to_string(), "kernel_profile.totals"))
+            .or_else(|| {
+                crate::kern_csv::KERNEL_REPORTS.iter().find_map(|r| {
+                    kp.get("stats")
+                        .and_then(|s| s.get(*r))
+                        .and_then(|d| d.get("totals"))
+                        .filter(|t| t.is_object())
+                        .map(|t| (t, format!("kernel_profile.stats.{r}.totals"), "kernel_profile.stats totals"))
+                })
+            });
+        if let Some((t, path, at)) = totals {
+            let n = |k: &str| cell_count(t, k, &format!("{name}: $.{path}"));
+            if let Some(total) = n("total_time_ns")? {
                 ev.kernel_totals = Some(BundleKernelTotals {
                     total_time_ns: total,
-                    kernels: n("kernels"),
-                    instances: n("instances"),
+                    kernels: n("kernels")?,
+                    instances: n("instances")?,
                     source: at.into(),
                 });
             }
@@ -635,14 +633,107 @@ fn ranges_view(v: &Value, at: &str) -> Result<RangesView> {
         .map_err(|e| Error::input(format!("{at}: not a ranges document: {e}")))
 }
 
-fn kernel_stat(k: &Value) -> Option<KernelStat> {
-    let name = k.get("name").or_else(|| k.get("Name"))?.as_str()?.to_string();
-    let num = |keys: &[&str]| {
-        keys.iter().find_map(|key| k.get(*key).and_then(|v| v.as_i64().or_else(|| v.as_f64().map(|f| f as i64))))
+/// The JSON type of a value, for messages (`a string "6009202"`, `null`).
+fn json_kind(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("{b}"),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("{:?}", s.chars().take(60).collect::<String>()),
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+/// A count or a duration in ns read from a bundle: a JSON integer in 0..=i64::MAX (no string, float, null,
+/// boolean or negative number), else an input error naming `at`.
+fn count_at(v: &Value, at: &str) -> Result<i64> {
+    match v.as_u64() {
+        Some(n) if n <= i64::MAX as u64 => Ok(n as i64),
+        _ => Err(Error::input(format!("{at}: expected a non-negative integer, got {}", json_kind(v)))),
+    }
+}
+
+/// The cell `key` of object `obj` (at `at`) as [`count_at`]; `None` when it is absent.
+fn cell_count(obj: &Value, key: &str, at: &str) -> Result<Option<i64>> {
+    obj.get(key).map(|v| count_at(v, &format!("{at}.{key}"))).transpose()
+}
+
+/// One kernel row of a bundle (`top_kernels[i]` or `stats.<report>.rows[i]`, at `at`): `name` a string, the
+/// total time (`total_time_ns` or its CSV aliases) and `instances` (absent = 0) non-negative integers.
+fn kernel_stat(k: &Value, at: &str) -> Result<KernelStat> {
+    if !k.is_object() {
+        return Err(Error::input(format!("{at}: expected a kernel row object, got {}", json_kind(k))));
+    }
+    let name = match k.get("name").map(|n| ("name", n)).or_else(|| k.get("Name").map(|n| ("Name", n))) {
+        Some((_, Value::String(s))) => s.clone(),
+        Some((key, v)) => return Err(Error::input(format!("{at}.{key}: expected a string, got {}", json_kind(v)))),
+        None => return Err(Error::input(format!("{at}: expected {{name, total_time_ns, instances}}: no name"))),
     };
-    let total = num(&["total_time_ns", "total_ns", "time_total_ns", "total_time", "Total Time (ns)"])?;
-    let instances = num(&["instances", "Instances", "count"]).unwrap_or(0);
-    Some(KernelStat { name, total_time_ns: total, instances })
+    let first = |keys: &[&'static str]| keys.iter().find_map(|key| k.get(*key).map(|v| (*key, v)));
+    let total = match first(&["total_time_ns", "total_ns", "time_total_ns", "total_time", "Total Time (ns)"]) {
+        Some((key, v)) => count_at(v, &format!("{at}.{key}"))?,
+        None => {
+            return Err(Error::input(format!("{at}: expected {{name, total_time_ns, instances}}: no total_time_ns")))
+        }
+    };
+    let instances = match first(&["instances", "Instances", "count"]) {
+        Some((key, v)) => count_at(v, &format!("{at}.{key}"))?,
+        None => 0,
+    };
+    Ok(KernelStat { name, total_time_ns: total, instances })
+}
+
+/// The kernel rows of a list at `at`, each checked ([`kernel_stat`]); their total time and instances must also
+/// sum within i64 (a category total is such a sum).
+fn kernel_stats(rows: &[Value], at: &str) -> Result<Vec<KernelStat>> {
+    let ks = rows.iter().enumerate().map(|(i, k)| kernel_stat(k, &format!("{at}[{i}]"))).collect::<Result<Vec<_>>>()?;
+    for (what, f) in [
+        ("total_time_ns", (|k: &KernelStat| k.total_time_ns) as fn(&KernelStat) -> i64),
+        ("instances", |k| k.instances),
+    ] {
+        if ks.iter().try_fold(0i64, |a, k| a.checked_add(f(k))).is_none() {
+            return Err(Error::input(format!(
+                "{at}: the rows' {what} sum past {} (no real capture has that much)",
+                i64::MAX
+            )));
+        }
+    }
+    Ok(ks)
+}
+
+/// The capture header a ranges document carries at `source.capture` (`at` names it), every field type-checked:
+/// strings or null, `gpus` an array of strings, durations and bounds integers (the duration non-negative).
+fn capture_of(doc: &Value, at: &str) -> Result<Option<crate::export::CaptureInfo>> {
+    let Some(c) = doc.pointer("/source/capture").filter(|c| !c.is_null()) else { return Ok(None) };
+    let Some(obj) = c.as_object() else {
+        return Err(Error::input(format!("{at}: expected an object, got {}", json_kind(c))));
+    };
+    for (k, v) in obj {
+        let ok = match k.as_str() {
+            "captured_at" | "captured_at_from" | "driver_version" | "cuda_driver_version" => {
+                v.is_null() || v.is_string()
+            }
+            "gpus" => v.as_array().is_some_and(|a| a.iter().all(|g| g.is_string())),
+            "start_ns" | "stop_ns" => v.is_null() || v.is_i64(),
+            "duration_ns" => v.is_null() || v.as_i64().is_some_and(|d| d >= 0),
+            _ => true,
+        };
+        if !ok {
+            let want = match k.as_str() {
+                "gpus" => "an array of strings",
+                "start_ns" | "stop_ns" => "an integer or null",
+                "duration_ns" => "a non-negative integer or null",
+                _ => "a string or null",
+            };
+            return Err(Error::input(format!("{at}.{k}: expected {want}, got {}", json_kind(v))));
+        }
+    }
+    let mut c = c.clone();
+    if let Some(o) = c.as_object_mut() {
+        o.entry("gpus").or_insert_with(|| Value::Array(vec![]));
+    }
+    serde_json::from_value(c).map(Some).map_err(|e| Error::input(format!("{at}: {e}")))
 }
 
 /// Facts the bundle's own documents record: the nsys version (ranges or gate `source.nsys_version`), the

@@ -1168,3 +1168,151 @@ fn serve_capture_sigterm_during_shutdown_interrupts() {
     let server = doc["processes"].as_array().unwrap().iter().find(|p| p["role"] == "server").unwrap();
     assert_eq!(server["gone"], true, "the server was still stopped: {server}");
 }
+
+/// A copy of a real bundle with the cell at JSON pointer `ptr` set to the JSON text `cell` (written as text, so
+/// that numbers beyond u64 stay as planted), in its own folder.
+fn bundle_with_cell(src: &str, ptr: &str, cell: &str) -> (tempfile::TempDir, PathBuf) {
+    let mut v: Value = serde_json::from_slice(&std::fs::read(common::fixture(src)).unwrap()).unwrap();
+    *v.pointer_mut(ptr).unwrap_or_else(|| panic!("{src} has no {ptr}")) = Value::String("@@CELL@@".into());
+    let text = serde_json::to_string_pretty(&v).unwrap().replace("\"@@CELL@@\"", cell);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bundle.json");
+    std::fs::write(&p, text).unwrap();
+    (dir, p)
+}
+
+/// Issue 42: every kernel cell report and capture-compare read from a bundle is type- and range-checked on a
+/// copy of the real pod-attach bundle: a count of 2^64 or 2^63, a time as a string, null, true or "NaN", and
+/// negative times and counts (in stats rows, top_kernels and totals) are exit 2 naming the file and the JSON
+/// path, never a dropped row or a wrapped category count; rows whose times sum past i64 too. A string `gpus`
+/// in the ranges' capture header is exit 2 with its path (it made `captured_at` null). The pristine copies read.
+#[test]
+fn bundle_kernel_cells_are_type_and_range_checked() {
+    const POD: &str = "pod-attach-gpu/bundle/inference_perfbench_v1.json";
+    const SERVE: &str = "serve-capture-gpu-records/bundle.json";
+    let rows = "/kernel_profile/stats/cuda_gpu_kern_sum/rows";
+    let rows_at = "kernel_profile.stats.cuda_gpu_kern_sum.rows";
+    let cases: Vec<(&str, String, &str, String)> = vec![
+        (
+            POD,
+            format!("{rows}/3/instances"),
+            "18446744073709551616",
+            format!("{rows_at}[3].instances: expected a non-negative integer, got 1.8446744073709552e+19"),
+        ),
+        (
+            POD,
+            format!("{rows}/3/instances"),
+            "9223372036854775808",
+            format!("{rows_at}[3].instances: expected a non-negative integer"),
+        ),
+        (
+            POD,
+            format!("{rows}/3/total_time_ns"),
+            "\"6009202\"",
+            format!("{rows_at}[3].total_time_ns: expected a non-negative integer, got \"6009202\""),
+        ),
+        (
+            POD,
+            format!("{rows}/3/total_time_ns"),
+            "null",
+            format!("{rows_at}[3].total_time_ns: expected a non-negative integer, got null"),
+        ),
+        (
+            POD,
+            format!("{rows}/3/total_time_ns"),
+            "true",
+            format!("{rows_at}[3].total_time_ns: expected a non-negative integer, got true"),
+        ),
+        (
+            POD,
+            format!("{rows}/5/total_time_ns"),
+            "\"NaN\"",
+            format!("{rows_at}[5].total_time_ns: expected a non-negative integer, got \"NaN\""),
+        ),
+        (
+            POD,
+            format!("{rows}/5/total_time_ns"),
+            "-1",
+            format!("{rows_at}[5].total_time_ns: expected a non-negative integer, got -1"),
+        ),
+        (
+            POD,
+            format!("{rows}/7/instances"),
+            "-40",
+            format!("{rows_at}[7].instances: expected a non-negative integer, got -40"),
+        ),
+        (
+            POD,
+            format!("{rows}/7/instances"),
+            "2.5",
+            format!("{rows_at}[7].instances: expected a non-negative integer, got 2.5"),
+        ),
+        (POD, format!("{rows}/7/name"), "7", format!("{rows_at}[7].name: expected a string, got 7")),
+        (
+            POD,
+            format!("{rows}/0/total_time_ns"),
+            "9223372036854775000",
+            format!("{rows_at}: the rows' total_time_ns sum past"),
+        ),
+        (
+            POD,
+            "/kernel_profile/top_kernels/2/instances".into(),
+            "-1",
+            "kernel_profile.top_kernels[2].instances: expected a non-negative integer, got -1".into(),
+        ),
+        (
+            POD,
+            "/kernel_profile/totals/total_time_ns".into(),
+            "\"916235599\"",
+            "kernel_profile.totals.total_time_ns: expected a non-negative integer, got \"916235599\"".into(),
+        ),
+        (
+            POD,
+            "/kernel_profile/totals/instances".into(),
+            "-288462",
+            "kernel_profile.totals.instances: expected a non-negative integer, got -288462".into(),
+        ),
+        (
+            SERVE,
+            "/kernel_profile/ranges/source/capture/gpus".into(),
+            "\"NVIDIA H200\"",
+            "kernel_profile.ranges.source.capture.gpus: expected an array of strings, got \"NVIDIA H200\"".into(),
+        ),
+        (
+            SERVE,
+            "/kernel_profile/ranges/source/capture/duration_ns".into(),
+            "-5",
+            "kernel_profile.ranges.source.capture.duration_ns: expected a non-negative integer or null, got -5".into(),
+        ),
+    ];
+    let run = |args: &[&Path]| {
+        let o = std::process::Command::new(bin(args[0].to_str().unwrap())).args(&args[1..]).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    for src in [POD, SERVE] {
+        let pristine = common::fixture(src);
+        let (code, _, err) = run(&[Path::new("report"), &pristine]);
+        assert!(matches!(code, Some(0 | 1)), "{src}: {err}");
+    }
+    let mut failed = Vec::new();
+    for (src, ptr, cell, want) in &cases {
+        let (_dir, p) = bundle_with_cell(src, ptr, cell);
+        let pristine = common::fixture(src);
+        for args in [vec![Path::new("report"), &p], vec![Path::new("capture-compare"), &pristine, &p]] {
+            let (code, out, err) = run(&args);
+            let ok = code == Some(2) && out.is_empty() && err.contains("bundle.json") && err.contains(want.as_str());
+            if !ok {
+                failed.push(format!(
+                    "{} {ptr}={cell}: exit {code:?}, stderr {err}, stdout {} bytes",
+                    args[0].display(),
+                    out.len()
+                ));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{} runs trusted a bad cell:\n{}", failed.len(), failed.join("\n"));
+}
