@@ -1316,3 +1316,64 @@ fn bundle_kernel_cells_are_type_and_range_checked() {
     }
     assert!(failed.is_empty(), "{} runs trusted a bad cell:\n{}", failed.len(), failed.join("\n"));
 }
+
+/// A copy of the real GPU export with `sql` run on it (rusqlite), in its own folder.
+fn edited_export(sql: &str) -> (tempfile::TempDir, PathBuf) {
+    let (d, p) = copy_into(&common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"), "cap.sqlite");
+    rusqlite::Connection::open(&p).unwrap().execute_batch(sql).unwrap();
+    (d, p)
+}
+
+/// Issue 42: one timestamp rule for every reader. Every kernel of a copy of the real 9.6 s GPU export spanning
+/// ±2^53 ns (each timestamp possible, their durations not summable in 64 bits) is exit 2 "timestamps are not
+/// real" from gate-check as from report, naming the file and the table. One kernel lasting an hour in that
+/// capture is G3 RETRY naming the row and the capture's ANALYSIS_DETAILS.duration; the pristine copy passes G3.
+#[test]
+fn gate_check_uses_the_one_timestamp_rule() {
+    let run = |b: &str, p: &Path| {
+        let o = std::process::Command::new(bin(b)).arg(p).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let g3 = |doc: &Value| doc["gates"].as_array().unwrap().iter().find(|g| g["id"] == "G3").unwrap().clone();
+    // ±2^53 ns on every kernel
+    let (_d, p) =
+        edited_export("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = -9007199254740992, end = 9007199254740992;");
+    for b in ["gate-check", "report"] {
+        let (code, out, err) = run(b, &p);
+        assert_eq!(code, Some(2), "{b}: {err}");
+        assert!(out.is_empty(), "{b}: {out}");
+        // (report's ranges read sums first and names the label whose kernel time overflows)
+        let table = if b == "gate-check" { "CUPTI_ACTIVITY_KIND_KERNEL" } else { "overflows 64-bit" };
+        for w in ["cap.sqlite", table, "timestamps are not real"] {
+            assert!(err.contains(w), "{b}: {w} in {err}");
+        }
+    }
+    // one kernel of an hour in a 9.6 s capture
+    let (_d, p) = edited_export(
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start + 3600000000000 WHERE rowid = (SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 1 OFFSET 41);",
+    );
+    let rowid: i64 = rusqlite::Connection::open(&p)
+        .unwrap()
+        .query_row("SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 1 OFFSET 41", [], |r| r.get(0))
+        .unwrap();
+    let (code, out, err) = run("gate-check", &p);
+    assert_eq!(code, Some(1), "{err}");
+    let doc = common::one_doc(out.as_bytes());
+    assert_eq!(doc["verdict"], "RETRY");
+    assert!(doc["retry"].as_array().unwrap().iter().any(|g| g == "G3"), "{doc}");
+    let reason = g3(&doc)["reason"].as_str().unwrap().to_string();
+    for w in [
+        format!("CUPTI_ACTIVITY_KIND_KERNEL row id {rowid} lasts 3600.000 s"),
+        "longer than the whole capture (ANALYSIS_DETAILS.duration 9.588 s)".into(),
+    ] {
+        assert!(reason.contains(&w), "{w} in {reason}");
+    }
+    // the pristine export: G3 passes
+    let (code, out, err) = run("gate-check", &common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"));
+    assert!(matches!(code, Some(0 | 1)), "{err}");
+    assert_eq!(g3(&common::one_doc(out.as_bytes()))["verdict"], "pass");
+}

@@ -475,6 +475,21 @@ impl Export {
         self.conn().query_row(&sql, [], |r| r.get(0)).map_err(self.sql_err(table))
     }
 
+    /// The longest valid row of a timed table: `(end - start, rowid)` (None when absent or empty).
+    pub fn longest_row(&self, table: &'static str) -> Result<Option<(i64, Option<i64>)>> {
+        let Some(t) = self.optional(table, &["start", "end"])? else { return Ok(None) };
+        if let Some(l) = self.with_stats(table, |s| s.longest)? {
+            return Ok(l);
+        }
+        let sql =
+            format!("SELECT end - start, rowid FROM \"{}\" WHERE {VALID} ORDER BY end - start DESC LIMIT 1", t.name);
+        match self.conn().query_row(&sql, [], |r| Ok((r.get(0)?, r.get(1)?))) {
+            Ok(v) => Ok(Some(v)),
+            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+            Err(e) => Err(self.sql_err(table)(e)),
+        }
+    }
+
     /// Σ `end - start` of the valid rows of a timed table (0 when absent).
     pub fn sum_durations(&self, table: &'static str) -> Result<i64> {
         let Some(t) = self.optional(table, &["start", "end"])? else { return Ok(0) };
@@ -702,8 +717,9 @@ impl Export {
 
 impl Export {
     /// Refuse impossible timestamps (beyond ±[`MAX_TIMESTAMP_NS`]) in the named timed tables present: an input
-    /// error naming the table, column and row id. For tools that aggregate in SQL (the streamed readers check
-    /// every row they deliver).
+    /// error naming the table, column and row id; and rows whose durations do not sum in 64-bit nanoseconds
+    /// ([`durations_not_real`], what the readers that sum them say). For tools that aggregate in SQL (the
+    /// streamed readers check every row they deliver).
     pub fn check_timestamps(&self, tables: &[&'static str]) -> Result<()> {
         self.prefetch_timed_stats(tables)?;
         for &tbl in tables {
@@ -728,6 +744,13 @@ impl Export {
             if let Some((rowid, start, end)) = hit {
                 self.check_ts(tbl, "start", rowid, start)?;
                 self.check_ts(tbl, "end", rowid, end)?;
+            }
+        }
+        // each timestamp possible, but rows so long that their durations do not sum in 64 bits (every row
+        // spanning ±2^53 ns): the readers that sum them refuse that, so every reader does
+        for &tbl in tables {
+            if self.with_stats(tbl, |s| s.sum_dur.is_none() && s.rows > 0)? == Some(true) {
+                return Err(durations_not_real(&self.name(), tbl));
             }
         }
         Ok(())
@@ -896,6 +919,8 @@ pub struct TimedStats {
     pub max_end: Option<i64>,
     /// Σ `end - start` over the valid rows; None when it overflows (the SQL query then decides).
     pub sum_dur: Option<i64>,
+    /// The longest valid row: `(end - start, rowid)` (the first of equals in table order).
+    longest: Option<(i64, Option<i64>)>,
     /// The first row (table order) with a timestamp beyond ±[`MAX_TIMESTAMP_NS`].
     bad_ts: Option<RowTimes>,
     /// Distinct non-NULL `globalTid` (when the table has the column).
@@ -934,6 +959,7 @@ impl TimedStats {
             skips: self.skips,
             max_end: self.max_end,
             sum_dur: self.sum_dur,
+            longest: self.longest,
             bad_ts: self.bad_ts,
             thread_ids: self.thread_ids.clone(),
             name_counts: self.name_counts.clone(),
@@ -983,6 +1009,9 @@ impl TimedStats {
         };
         if self.bad_ts.is_none() {
             self.bad_ts = o.bad_ts;
+        }
+        if o.longest.is_some_and(|(d, _)| self.longest.is_none_or(|(l, _)| d > l)) {
+            self.longest = o.longest;
         }
         self.thread_ids.extend(o.thread_ids);
         for (k, v) in o.name_counts {
@@ -1297,6 +1326,9 @@ impl TimedStats {
             (Some(s), Some(e)) if e >= s => {
                 self.max_end = Some(self.max_end.map_or(e, |m| m.max(e)));
                 self.sum_dur = self.sum_dur.and_then(|a| a.checked_add(e - s));
+                if let Some(d) = e.checked_sub(s).filter(|d| self.longest.is_none_or(|(l, _)| *d > l)) {
+                    self.longest = Some((d, int_cell(cell(0)).ok().flatten()));
+                }
                 if let Some((v, _)) = self.intervals.as_mut() {
                     if let Some(IntervalPart::Own(v)) = v.last_mut() {
                         v.push((s, e));
@@ -1772,6 +1804,16 @@ pub(crate) fn named_ts(name: &str, table: &str, col: &str, row: &RawRow, v: Opti
 #[inline(always)]
 fn possible_ts(t: i64) -> bool {
     (-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&t)
+}
+
+/// The rows of `table` last so long that their durations overflow 64-bit nanoseconds: the one message of
+/// every reader that sums them.
+#[cold]
+#[inline(never)]
+pub(crate) fn durations_not_real(name: &str, table: &str) -> Error {
+    Error::input(format!(
+        "{name}: {table}: the rows' total duration overflows 64-bit nanoseconds: the export's timestamps are not real"
+    ))
 }
 
 #[cold]

@@ -93,6 +93,28 @@ pub fn g3_kernel_rows(cx: &Context) -> Result<GateResult> {
         e.name(),
         e.count_rows("CUPTI_ACTIVITY_KIND_KERNEL")?
     ));
+    // no kernel outlasts the capture it was recorded in (ANALYSIS_DETAILS.duration)
+    if g.verdict == GateVerdict::Pass {
+        let capture = export::capture_info(e)?.duration_ns.filter(|d| *d > 0);
+        if let (Some(cap), Some((longest, rowid))) = (capture, e.longest_row(schema::KERNEL)?) {
+            if longest > cap {
+                let row = rowid.map(|r| format!("id {r}")).unwrap_or_else(|| "?".into());
+                let rows = g.measured.unwrap_or(0.0);
+                g = g.decide(
+                    true,
+                    rows,
+                    Some(1.0),
+                    format!(
+                        "CUPTI_ACTIVITY_KIND_KERNEL row {row} lasts {}, longer than the whole capture (ANALYSIS_DETAILS.duration {}): a kernel cannot outlast the capture it was recorded in, so the export's timestamps are not real (damaged or edited); capture again",
+                        secs(longest),
+                        secs(cap)
+                    ),
+                );
+                g.evidence
+                    .push(format!("{}: KERNEL row {row}: end - start = {longest} ns > duration {cap} ns", e.name()));
+            }
+        }
+    }
     if g.verdict == GateVerdict::Retry {
         if let Some(cause) = missing_kernels_cause(e)? {
             g.reason = format!("{}; {cause}", g.reason);
