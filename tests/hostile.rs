@@ -47,6 +47,7 @@ fn bin(name: &str) -> PathBuf {
         "capture-compare" => env!("CARGO_BIN_EXE_capture-compare"),
         "kern-csv-to-json" => env!("CARGO_BIN_EXE_kern-csv-to-json"),
         "bundle-merge" => env!("CARGO_BIN_EXE_bundle-merge"),
+        "step-budget" => env!("CARGO_BIN_EXE_step-budget"),
         other => panic!("no binary {other}"),
     });
     p
@@ -1376,4 +1377,48 @@ fn gate_check_uses_the_one_timestamp_rule() {
     let (code, out, err) = run("gate-check", &common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"));
     assert!(matches!(code, Some(0 | 1)), "{err}");
     assert_eq!(g3(&common::one_doc(out.as_bytes()))["verdict"], "pass");
+}
+
+/// Issue 42: with every `correlationId` 0 (each device row's `(globalPid, correlationId)` shared by every runtime
+/// call of its process), step-budget and report said `kernel_bound / gpu_saturated` with a GPU-busy share of 7.87
+/// (232 on another fixture): each row was attributed to every step. Such a join is ambiguous: the rows are
+/// attributed to no range, call or step, counted (`totals.device_rows_ambiguous`) and named in a note, and no
+/// share or fraction of step-budget, report or sqlite-ranges exceeds 1.
+#[test]
+fn duplicate_correlation_ids_are_ambiguous_never_summed() {
+    for rel in ["nsys-2025.3.1/decode_clean.sqlite", "nsys-2025.3.1/gpu_full_node.sqlite"] {
+        let (_d, p) = copy_into(&common::fixture(rel), "cap.sqlite");
+        let c = rusqlite::Connection::open(&p).unwrap();
+        let mut device_rows = 0i64;
+        for t in ["RUNTIME", "KERNEL", "MEMCPY", "MEMSET"] {
+            let t = format!("CUPTI_ACTIVITY_KIND_{t}");
+            if has_table(&c, &t) {
+                c.execute_batch(&format!("UPDATE {t} SET correlationId = 0;")).unwrap();
+                if !t.ends_with("RUNTIME") {
+                    device_rows +=
+                        c.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get::<_, i64>(0)).unwrap();
+                }
+            }
+        }
+        drop(c);
+        let p = p.to_str().unwrap();
+        let mut bad = Vec::new();
+        for b in ["step-budget", "report", "sqlite-ranges"] {
+            let (code, doc) = common::doc(b, &[p]);
+            assert!(code == 0 || code == 1, "{rel}: {b} exit {code}");
+            bad_values(&doc, &format!("{rel}:{b}"), &mut bad);
+            let text = doc.to_string();
+            assert!(!text.contains("gpu_saturated"), "{rel}: {b} still says gpu_saturated");
+            assert!(text.contains("the join is ambiguous"), "{rel}: {b} has no note of the ambiguous join");
+            if b == "sqlite-ranges" {
+                assert_eq!(doc["totals"]["device_rows_ambiguous"], device_rows, "{rel}");
+                assert_eq!(doc["totals"]["kernels_attributed"], 0, "{rel}");
+            }
+        }
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
+    // a real capture (unique ids per process) has no ambiguous join
+    let (_, doc) =
+        common::doc("sqlite-ranges", &[common::fixture("nsys-2025.3.1/gpu_full_node.sqlite").to_str().unwrap()]);
+    assert!(doc["totals"].get("device_rows_ambiguous").is_none(), "{}", doc["totals"]);
 }

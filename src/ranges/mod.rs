@@ -288,6 +288,15 @@ pub struct Totals {
     pub kernel_work_attributed_ns: i64,
     pub kernels_unattributed: u64,
     pub kernel_work_unattributed_ns: i64,
+    /// Device rows (KERNEL, MEMCPY, MEMSET, GRAPH_TRACE) whose `(globalPid, correlationId)` matches more than one
+    /// runtime call: the join is ambiguous, so they are attributed to no range (their kernels are unattributed).
+    /// Absent when none (real captures: correlation ids are unique per process).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub device_rows_ambiguous: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -571,6 +580,10 @@ impl SyncTable {
     }
 }
 
+/// The chain of a `(process, correlationId)` that several runtime calls share: its device rows are ambiguous,
+/// attributed to no occurrence and counted ([`Totals::device_rows_ambiguous`]).
+const AMBIGUOUS: u32 = u32::MAX - 1;
+
 /// `(process index << 32 | correlationId) → chain`, 12 bytes, kept in a Vec sorted by key.
 #[derive(Clone, Copy)]
 #[repr(C, packed)]
@@ -648,6 +661,8 @@ struct Work {
     kernel_work_total: i64,
     kernels_attr: u64,
     kernel_work_attr: i64,
+    /// Device rows whose `(globalPid, correlationId)` several runtime calls share (attributed to none).
+    ambiguous_rows: u64,
     /// The label folding report (None without `fold`).
     folded: Option<crate::labels::FoldReport>,
     /// Per-occurrence interval collection for the labels asked by [`analyze_with_intervals`] (None otherwise).
@@ -1174,6 +1189,7 @@ fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvtx_stats: Op
         kernel_work_total: 0,
         kernels_attr: 0,
         kernel_work_attr: 0,
+        ambiguous_rows: 0,
         folded: folder.map(|f| f.report(crate::labels::REPORT_LIMIT)),
         collect: None,
         loaded: keep_loaded.then_some(loaded),
@@ -1243,13 +1259,14 @@ fn join_runtime(
                 progress(&format!("{tbl}: {seen} rows"));
             }
             let Some(gtid) = r.global_tid else { return Ok(()) };
-            let Some(&(ti, lo, hi)) = slice_of.get(&gtid) else { return Ok(()) };
             let (rs, re) = (r.start, r.end);
-            stabs.query(occ, ti as usize, part, (lo, hi), rs, &mut hits);
-            if hits.is_empty() {
-                return Ok(());
+            hits.clear();
+            if let Some(&(ti, lo, hi)) = slice_of.get(&gtid) {
+                stabs.query(occ, ti as usize, part, (lo, hi), rs, &mut hits);
+                if !hits.is_empty() {
+                    th_runtime[ti as usize] += 1;
+                }
             }
-            th_runtime[ti as usize] += 1;
             let sync = r.name_id.and_then(|id| sync_ids.get(&id).copied());
             for &h in &hits {
                 if let Some(c) = collect.as_mut() {
@@ -1270,8 +1287,12 @@ fn join_runtime(
                     s.total_ns = s.total_ns.saturating_add(re - rs);
                 }
             }
+            // every call with a correlation id is keyed, those outside kept occurrences too (chain u32::MAX):
+            // a device row whose key several calls share is ambiguous, wherever the calls are
             let Some(cid) = r.correlation_id else { return Ok(()) };
-            let chain = if hits == last_hits && last_chain != u32::MAX {
+            let chain = if hits.is_empty() {
+                u32::MAX
+            } else if hits == last_hits && last_chain != u32::MAX {
                 last_chain
             } else {
                 let c = chains.intern(&hits);
@@ -1293,16 +1314,8 @@ fn join_runtime(
                 corr.push(CorrEnt { key: ((pidx as u64) << 32) | cid as u64, chain });
                 return Ok(());
             }
-            let slot = corr_wide.entry((ns, cid)).or_insert(u32::MAX);
-            if *slot == u32::MAX {
-                *slot = chain;
-            } else if *slot != chain {
-                // the same (process, correlationId) on two runtime calls inside kept ranges: union of both
-                let mut u: Vec<u32> = chains.get(*slot).iter().chain(chains.get(chain).iter()).copied().collect();
-                u.sort_unstable();
-                u.dedup();
-                *slot = chains.intern(&u);
-            }
+            // the same (process, correlationId) on two runtime calls: ambiguous, never a union of both
+            corr_wide.entry((ns, cid)).and_modify(|c| *c = AMBIGUOUS).or_insert(chain);
             Ok(())
         };
         match rx {
@@ -1322,12 +1335,12 @@ fn join_runtime(
         }
     }
 
-    // sort the correlation entries by key; a key seen on several calls gets the union of their chains
+    // sort the correlation entries by key; a key seen on several calls is ambiguous (its device rows are
+    // attributed to none of them, and counted), a key of one call outside kept occurrences is dropped
     if !corr.windows(2).all(|w| { w[0].key } <= { w[1].key }) {
         corr.sort_unstable_by_key(|e| e.key);
     }
     {
-        let chains = &mut w.chains;
         let len = corr.len();
         let (mut i, mut o) = (0, 0);
         while i < len {
@@ -1335,21 +1348,18 @@ fn join_runtime(
             let mut ch = corr[i].chain;
             let mut j = i + 1;
             while j < len && { corr[j].key } == key {
-                let other = corr[j].chain;
-                if other != ch {
-                    let mut u: Vec<u32> = chains.get(ch).iter().chain(chains.get(other).iter()).copied().collect();
-                    u.sort_unstable();
-                    u.dedup();
-                    ch = chains.intern(&u);
-                }
+                ch = AMBIGUOUS;
                 j += 1;
             }
-            corr[o] = CorrEnt { key, chain: ch };
-            o += 1;
+            if ch != u32::MAX {
+                corr[o] = CorrEnt { key, chain: ch };
+                o += 1;
+            }
             i = j;
         }
         corr.truncate(o);
     }
+    corr_wide.retain(|_, c| *c != u32::MAX);
     // the chain map is only needed to intern; the chains themselves stay
     w.chains.freeze();
     Ok((CorrTable { corr, wide: corr_wide }, consumed))
@@ -1517,6 +1527,7 @@ fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut rows: DeviceRows) {
         w.kernel_work_total = w.kernel_work_total.saturating_add(c.kernel_work_total);
         w.kernels_attr += c.kernels_attr;
         w.kernel_work_attr = w.kernel_work_attr.saturating_add(c.kernel_work_attr);
+        w.ambiguous_rows += c.ambiguous_rows;
     }
     // then, in one pass, the rows counted for the occurrences of their chain and tagged
     let tags = tag_rows(w, &metas, &segs, &mut marked);
@@ -1579,6 +1590,8 @@ struct KernelTotals {
     kernel_work_total: i64,
     kernels_attr: u64,
     kernel_work_attr: i64,
+    /// Device rows (every kind) whose key several runtime calls share: attributed to none.
+    ambiguous_rows: u64,
 }
 
 /// Each row's chain (`u32::MAX` for none), through `(process, correlationId)`, by row; the kernel totals.
@@ -1605,10 +1618,14 @@ fn chain_rows(
             } else {
                 Some(r.aux as i64)
             };
-            let chain = match (sg.gpid, sg.pidx, correlation_id) {
+            let mut chain = match (sg.gpid, sg.pidx, correlation_id) {
                 (Some(g), Some(p), Some(c)) => chain_of(corr, corr_wide, &mut hint, g, p, c),
                 _ => u32::MAX,
             };
+            if chain == AMBIGUOUS {
+                n.ambiguous_rows += 1;
+                chain = u32::MAX;
+            }
             if kind == DeviceKind::Kernel {
                 n.kernels_total += 1;
                 n.kernel_work_total = n.kernel_work_total.saturating_add(e - s);
@@ -2129,6 +2146,9 @@ fn finish(
             export.name()
         )));
     }
+    if w.ambiguous_rows > 0 {
+        notes.push(format!("{} device rows have a (globalPid, correlationId) that more than one CUPTI_ACTIVITY_KIND_RUNTIME call shares: the join is ambiguous, so they are attributed to no range (totals.device_rows_ambiguous), never to several.", w.ambiguous_rows));
+    }
     if kernels_total > kernels_attr {
         notes.push(format!(
             "{} of {} KERNEL rows ({} ns of {} ns) are not attributed to any kept range: reported in totals, never dropped.",
@@ -2183,6 +2203,7 @@ fn finish(
             kernel_work_attributed_ns: kernel_work_attr,
             kernels_unattributed: kernels_total - kernels_attr,
             kernel_work_unattributed_ns: kernel_work_total - kernel_work_attr,
+            device_rows_ambiguous: w.ambiguous_rows,
         },
         skipped: w.skipped,
         truncated_ranges: std::mem::take(&mut w.truncated),

@@ -251,8 +251,9 @@ pub fn write(
     }
     let mut tracks: BTreeMap<(i64, i64), String> = BTreeMap::new();
     let mut host_pids: BTreeMap<i64, String> = BTreeMap::new();
-    // (globalPid, correlationId) -> (ts ns, pid, tid) of the call
-    let mut call_at: HashMap<(i64, i64), (i64, i64, i64)> = HashMap::new();
+    // (globalPid, correlationId) -> (ts ns, pid, tid) of the call; None when several calls share the key (an
+    // ambiguous join: no flow arrow rather than one to a guessed call)
+    let mut call_at: HashMap<(i64, i64), Option<(i64, i64, i64)>> = HashMap::new();
     for (gtid, items) in &per_thread {
         let pid = pid_of(*gtid);
         let tid = tid_of(*gtid);
@@ -315,7 +316,7 @@ pub fn write(
                     args["clipped"] = json!(true);
                 }
                 if let Some(corr) = c.correlation_id {
-                    call_at.insert((ns_of(*gtid), corr), (s, pid, t));
+                    call_at.entry((ns_of(*gtid), corr)).and_modify(|c| *c = None).or_insert(Some((s, pid, t)));
                 }
                 evs.push(Ev {
                     ts: s,
@@ -400,7 +401,7 @@ pub fn write(
                 v: json!({"name": name, "cat": cat, "ph": "X", "ts": us(s), "dur": us(e - s), "pid": pid, "tid": t, "args": args}),
             });
             if let (Some(g), Some(corr)) = (d.global_pid, d.correlation_id) {
-                if let Some(&(cts, cpid, ctid)) = call_at.get(&(g, corr)) {
+                if let Some(&Some((cts, cpid, ctid))) = call_at.get(&(g, corr)) {
                     flow_id += 1;
                     flows += 1;
                     evs.push(Ev {

@@ -256,6 +256,9 @@ pub struct Timelines {
     pub nccl_keys: HashSet<(i64, i64, i64)>,
     /// Keys shared by an NCCL and a non-NCCL kernel row (then counted as NCCL).
     pub ambiguous_keys: u64,
+    /// Device rows whose `(globalPid, correlationId)` more than one runtime call shares: linked to no call (the
+    /// join is ambiguous), never to several.
+    pub ambiguous_joins: u64,
     pub nccl_kernels: u64,
     pub nccl_by_name: Vec<NcclKernels>,
     /// Valid KERNEL/MEMCPY/MEMSET rows with a `graphNodeId` (node-level graph rows).
@@ -340,6 +343,8 @@ struct Ops {
     pids: Vec<i64>,
     nccl_by_id: FxMap<i64, (u64, i64)>,
     node_rows: u64,
+    /// Rows whose key several calls share ([`AMBIGUOUS_CALL`]): linked to none.
+    ambiguous: u64,
 }
 
 /// Every device row of the capture, by device (rows in table then rowid order), as the ranges scan read them,
@@ -359,6 +364,7 @@ fn ops_of(device: &[DeviceChunk], names: &Names, calls: &Calls, skips: &mut RowS
     let mut by_dev: BTreeMap<i64, Vec<Op>> = sizes.into_iter().map(|(d, n)| (d, Vec::with_capacity(n))).collect();
     let mut nccl_by_id: FxMap<i64, (u64, i64)> = FxMap::default();
     let mut node_rows = 0;
+    let mut ambiguous = 0u64;
     // rows come nearly in correlation order: each lookup tries the previous call and its successor first
     let mut hint = 0usize;
     for c in device {
@@ -379,13 +385,20 @@ fn ops_of(device: &[DeviceChunk], names: &Names, calls: &Calls, skips: &mut RowS
                     e.0 += 1;
                     e.1 += end - r.start;
                 }
-                let call = corr.map_or(NO_CALL, |corr| calls.find(pid, corr, &mut hint));
+                let mut call = corr.map_or(NO_CALL, |corr| calls.find(pid, corr, &mut hint));
+                if call == AMBIGUOUS_CALL {
+                    ambiguous += 1;
+                    call = NO_CALL;
+                }
                 v.push(Op::new(r.start, end, call, process, kind, nccl));
             }
         }
     }
-    Ops { by_dev, pids, nccl_by_id, node_rows }
+    Ops { by_dev, pids, nccl_by_id, node_rows, ambiguous }
 }
+
+/// What [`Calls::find`] answers for a key that several runtime calls share: the device row is linked to none.
+const AMBIGUOUS_CALL: u32 = u32::MAX - 1;
 
 /// The runtime calls with a correlation id, sorted by `(pid, corr)` (one per key: the last in table order): where
 /// the ranges scan keeps them (8 bytes a call; a copy of each was 48, 62 MB at 5 M kernels) and their API
@@ -394,6 +407,8 @@ fn ops_of(device: &[DeviceChunk], names: &Names, calls: &Calls, skips: &mut RowS
 struct Calls<'a> {
     parts: &'a [Vec<CapturedCall>],
     at: Vec<CallAt>,
+    /// Indices in `at` of the keys that several calls share, ascending.
+    shared: Vec<u32>,
     api: Vec<Api>,
     syncs: FxMap<i64, Vec<(i64, i64)>>,
 }
@@ -415,7 +430,7 @@ impl<'a> Calls<'a> {
     }
 
     /// The index of the call of `(pid, corr)`, trying `hint` and its successor first (rows come nearly in
-    /// correlation order).
+    /// correlation order); [`AMBIGUOUS_CALL`] when several calls have that key.
     fn find(&self, pid: i64, corr: i64, hint: &mut usize) -> u32 {
         let key = (pid, Some(corr));
         let at = |i: usize| self.get(i as u32).is_some_and(|c| key_of(c) == key);
@@ -431,6 +446,9 @@ impl<'a> Calls<'a> {
             i
         };
         *hint = i;
+        if self.shared.binary_search(&(i as u32)).is_ok() {
+            return AMBIGUOUS_CALL;
+        }
         i as u32
     }
 
@@ -460,19 +478,28 @@ fn calls_of<'a>(rows: &'a CapturedRows, names: &Names, skips: &mut RowSkips) -> 
         }
     }
     let call = |c: &CallAt| call_at(parts, c);
-    // stable: equal keys keep table order, and the last of them wins (as a map insert per row would)
+    // stable: equal keys keep table order, and the last of them is kept (its API class, its syncs); a key
+    // several calls share is noted: its device rows are linked to none of them
     at.sort_by_key(|c| key_of(call(c)));
+    let mut shared: Vec<u32> = Vec::new();
+    let mut kept_len = 1usize;
     at.dedup_by(|later, kept| {
         let same = key_of(call(later)) == key_of(call(kept));
         if same {
             *kept = *later;
+            // `kept` is the last entry kept so far: index kept_len - 1
+            if shared.last() != Some(&(kept_len as u32 - 1)) {
+                shared.push(kept_len as u32 - 1);
+            }
+        } else {
+            kept_len += 1;
         }
         same
     });
     at.shrink_to_fit();
     let api = at.iter().map(|c| api_of(call(c))).collect();
     let syncs = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
-    Calls { parts, at, api, syncs }
+    Calls { parts, at, shared, api, syncs }
 }
 
 /// The device timelines of a capture from the device rows and runtime calls the ranges scan read
@@ -525,7 +552,8 @@ fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChu
     let device: &[DeviceChunk] = owned.as_deref().map_or(&rows.device, |v| v.as_slice());
     // the calls first: each device row is linked to its call as it is built
     let calls = calls_of(rows, names, &mut skips);
-    let Ops { by_dev, pids, nccl_by_id, node_rows } = ops_of(device, names, &calls, &mut skips);
+    let Ops { by_dev, pids, nccl_by_id, node_rows, ambiguous: ambiguous_joins } =
+        ops_of(device, names, &calls, &mut skips);
     drop(owned);
     ph.mark("timeline_calls+ops");
     let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();
@@ -565,7 +593,17 @@ fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChu
     let mut nccl_by_name: Vec<NcclKernels> =
         by_name.into_iter().map(|(name, (count, total_ns))| NcclKernels { name, count, total_ns }).collect();
     nccl_by_name.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
-    Timelines { devices, nccl_keys, ambiguous_keys, nccl_kernels, nccl_by_name, node_rows, skips, nccl_rows }
+    Timelines {
+        devices,
+        nccl_keys,
+        ambiguous_keys,
+        ambiguous_joins,
+        nccl_kernels,
+        nccl_by_name,
+        node_rows,
+        skips,
+        nccl_rows,
+    }
 }
 
 /// [`device_timeline`] of every device, in parallel threads when there are several.

@@ -798,6 +798,9 @@ pub fn analyze_window_with(
     if let Some(s) = crate::export::describe_skips(&tl.skips) {
         notes.push(format!("device timelines: rows skipped: {s}"));
     }
+    if let Some(n) = ambiguous_join_note(&tl) {
+        notes.push(n);
+    }
     if graph_level {
         notes.push("graph-level capture (GRAPH_TRACE rows, no node-level kernels): re-capture with --cuda-graph-trace=node to see the kernels".into());
     }
@@ -1577,6 +1580,12 @@ fn device_only(export: &Export, ropts: &RangesOptions, opts: &StepBudgetOptions,
     Ok(device_only_of(export.name(), &tl, exposure.as_ref(), opts, vec![why]))
 }
 
+/// The note on the device rows whose `(globalPid, correlationId)` several runtime calls share (linked to no call,
+/// no step), or None.
+fn ambiguous_join_note(tl: &device::Timelines) -> Option<String> {
+    (tl.ambiguous_joins > 0).then(|| format!("device timelines: {} device rows have a (globalPid, correlationId) that more than one CUPTI_ACTIVITY_KIND_RUNTIME call shares: the join is ambiguous, so they are linked to no call and no step, never to several", tl.ambiguous_joins))
+}
+
 /// [`device_only`] from device timelines already built (report's evidence): `notes` first say why no step.
 pub fn device_only_of(
     source: String,
@@ -1611,6 +1620,9 @@ pub fn device_only_of(
     }
     if let Some(s) = crate::export::describe_skips(&tl.skips) {
         notes.push(format!("device timelines: rows skipped: {s}"));
+    }
+    if let Some(n) = ambiguous_join_note(tl) {
+        notes.push(n);
     }
     let (schema, tool) = StepBudgetDoc::header();
     StepBudgetDoc {
