@@ -1422,3 +1422,37 @@ fn duplicate_correlation_ids_are_ambiguous_never_summed() {
         common::doc("sqlite-ranges", &[common::fixture("nsys-2025.3.1/gpu_full_node.sqlite").to_str().unwrap()]);
     assert!(doc["totals"].get("device_rows_ambiguous").is_none(), "{}", doc["totals"]);
 }
+
+/// Issue 42: a negative, zero or i64::MAX capture duration (ANALYSIS_DETAILS.duration) was copied into
+/// documents unchecked. It is not a positive duration below 2^53 ns (the export layer's timestamp rule): the
+/// duration is unknown (null), with the reason in `source.capture.notes` (sqlite-ranges) and the report's notes;
+/// gate-check still reads the export. The pristine copy keeps its 9.588 s and no note.
+#[test]
+fn impossible_capture_duration_is_unknown_with_a_note() {
+    for d in ["-5", "0", "9223372036854775807"] {
+        let (_d, p) = edited_export(&format!("UPDATE ANALYSIS_DETAILS SET duration = {d};"));
+        let p = p.to_str().unwrap();
+        let (_, ranges) = common::doc("sqlite-ranges", &[p]);
+        let cap = &ranges["source"]["capture"];
+        assert!(cap["duration_ns"].is_null(), "{d}: {cap}");
+        let why = format!("ANALYSIS_DETAILS.duration is {d} ns, not a positive duration below 2^53 ns");
+        assert!(cap["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains(&why)), "{d}: {cap}");
+        let (_, report) = common::doc("report", &[p]);
+        assert!(report["capture"]["duration_ns"].is_null(), "{d}: {}", report["capture"]);
+        assert!(
+            report["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains(&why)),
+            "{d}: {}",
+            report["notes"]
+        );
+        let mut bad = Vec::new();
+        bad_values(&ranges, "ranges", &mut bad);
+        bad_values(&report, "report", &mut bad);
+        assert!(bad.is_empty(), "{d}: {bad:?}");
+        let (code, _) = common::doc("gate-check", &[p]);
+        assert!(code == 0 || code == 1, "{d}");
+    }
+    let (_, ranges) =
+        common::doc("sqlite-ranges", &[common::fixture("nsys-2025.3.1/gpu_full_node.sqlite").to_str().unwrap()]);
+    assert_eq!(ranges["source"]["capture"]["duration_ns"], 9588479707i64);
+    assert!(ranges["source"]["capture"].get("notes").is_none());
+}

@@ -349,10 +349,32 @@ pub struct CaptureInfo {
     pub driver_version: Option<String>,
     /// The CUDA version the driver supports (`CudaDriverVersion`, e.g. `13000` = 13.0).
     pub cuda_driver_version: Option<String>,
-    /// The capture's duration and its bounds on the export's clock (`ANALYSIS_DETAILS`).
+    /// The capture's duration and its bounds on the export's clock (`ANALYSIS_DETAILS`); null when not
+    /// recorded, or when impossible (a duration that is not a positive integer below 2^53 ns, a bound beyond
+    /// ±2^53 ns: `notes` says which and why).
     pub duration_ns: Option<i64>,
     pub start_ns: Option<i64>,
     pub stop_ns: Option<i64>,
+    /// Why a recorded value was treated as unknown (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// `ANALYSIS_DETAILS.duration` as a capture's duration: a positive integer that is a possible timestamp
+/// (below 2^53 ns, the export layer's one timestamp rule); Err says why another cell is unknown.
+fn capture_duration(v: rusqlite::types::ValueRef) -> std::result::Result<Option<i64>, String> {
+    use rusqlite::types::ValueRef;
+    match v {
+        ValueRef::Null => Ok(None),
+        ValueRef::Integer(d) if d > 0 && super::rows::possible_ts(d) => Ok(Some(d)),
+        ValueRef::Integer(d) => Err(format!(
+            "{ANALYSIS_DETAILS}.duration is {d} ns, not a positive duration below 2^53 ns: the capture's duration is unknown"
+        )),
+        other => Err(format!(
+            "{ANALYSIS_DETAILS}.duration is {}, not an integer: the capture's duration is unknown",
+            super::rows::type_name(other)
+        )),
+    }
 }
 
 /// The capture header of an export (read-only; optional tables give nulls).
@@ -401,16 +423,30 @@ pub fn capture_info(export: &Export) -> Result<CaptureInfo> {
     }
     if let Some(t) = export.optional(ANALYSIS_DETAILS, &cols::ANALYSIS_DETAILS)? {
         let [duration, start, stop] = cols::ANALYSIS_DETAILS;
-        let row: Option<(Option<i64>, Option<i64>, Option<i64>)> = conn
+        type Bounds = (std::result::Result<Option<i64>, String>, Option<i64>, Option<i64>);
+        let bound = |v: rusqlite::types::ValueRef| match v {
+            rusqlite::types::ValueRef::Integer(i) => Some(i),
+            _ => None,
+        };
+        let row: Option<Bounds> = conn
             .query_row(&format!("SELECT {duration}, {start}, {stop} FROM \"{}\" LIMIT 1", t.name), [], |r| {
-                Ok(Some((r.get(0)?, r.get(1)?, r.get(2)?)))
+                Ok(Some((capture_duration(r.get_ref(0)?), bound(r.get_ref(1)?), bound(r.get_ref(2)?))))
             })
             .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
             .map_err(export.sql_err(ANALYSIS_DETAILS))?;
         if let Some((d, s, e)) = row {
-            c.duration_ns = d;
-            c.start_ns = s;
-            c.stop_ns = e;
+            match d {
+                Ok(d) => c.duration_ns = d,
+                Err(why) => c.notes.push(why),
+            }
+            for (col, v, slot) in [(start, s, &mut c.start_ns), (stop, e, &mut c.stop_ns)] {
+                match v {
+                    Some(v) if !super::rows::possible_ts(v) => c.notes.push(format!(
+                        "{ANALYSIS_DETAILS}.{col} is {v} ns, beyond ±2^53 ns: not a real timestamp, treated as unknown"
+                    )),
+                    v => *slot = v,
+                }
+            }
         }
     }
     Ok(c)
@@ -418,18 +454,16 @@ pub fn capture_info(export: &Export) -> Result<CaptureInfo> {
 
 impl Export {
     /// The end of the capture on the export's clock: `ANALYSIS_DETAILS.duration` (events are timed from the
-    /// session start, so the last possible end is the duration). None without the table, a row or an integer
-    /// there (an informational table: odd bytes never make the capture unreadable).
+    /// session start, so the last possible end is the duration). None without the table, a row or a positive
+    /// integer below 2^53 ns there (an informational table: odd bytes never make the capture unreadable;
+    /// [`capture_info`] notes why).
     pub fn capture_end_ns(&self) -> Result<Option<i64>> {
         let Some(t) = self.optional(ANALYSIS_DETAILS, &cols::ANALYSIS_DETAILS[..1])? else { return Ok(None) };
         let [duration, ..] = cols::ANALYSIS_DETAILS;
         let v = self
             .conn()
             .query_row(&format!("SELECT {duration} FROM \"{}\" LIMIT 1", t.name), [], |r| {
-                Ok(match r.get_ref(0)? {
-                    rusqlite::types::ValueRef::Integer(i) if i > 0 => Some(i),
-                    _ => None,
-                })
+                Ok(capture_duration(r.get_ref(0)?).ok().flatten())
             })
             .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(None) } else { Err(e) })
             .map_err(self.sql_err(ANALYSIS_DETAILS))?;

@@ -122,7 +122,7 @@ pub struct DiagnosticRow {
     pub text: Option<String>,
 }
 
-fn type_name(v: ValueRef) -> &'static str {
+pub(super) fn type_name(v: ValueRef) -> &'static str {
     match v {
         ValueRef::Null => "NULL",
         ValueRef::Integer(_) => "INTEGER",
@@ -1802,7 +1802,7 @@ pub(crate) fn named_ts(name: &str, table: &str, col: &str, row: &RawRow, v: Opti
 
 /// A timestamp within ±[`MAX_TIMESTAMP_NS`]: one an nsys capture can hold.
 #[inline(always)]
-fn possible_ts(t: i64) -> bool {
+pub(super) fn possible_ts(t: i64) -> bool {
     (-MAX_TIMESTAMP_NS..=MAX_TIMESTAMP_NS).contains(&t)
 }
 

@@ -1333,6 +1333,7 @@ pub fn classify(ev: &Evidence, categories: &Categories, chosen: &Primary, top: u
         ));
     }
     notes.extend(devices::uneven_comm_note(&device_rows, s.comm_share));
+    notes.extend(ev.capture.iter().flat_map(|c| c.notes.iter()).map(|n| format!("capture: {n}")));
     notes.push("nested labels overlap: numbers of labels at different depths are never added".into());
     let question = question::section(ev, categories, primary.map(|p| p.label.as_str()))?;
 
