@@ -1456,3 +1456,46 @@ fn impossible_capture_duration_is_unknown_with_a_note() {
     assert_eq!(ranges["source"]["capture"]["duration_ns"], 9588479707i64);
     assert!(ranges["source"]["capture"].get("notes").is_none());
 }
+
+/// Issue 42: damage to the schema gave a multi-line error quoting CREATE TABLE (a quote planted in a table's
+/// CREATE TABLE text: SQLite's `malformed database schema (T) - unrecognized token: "'…` quotes the rest of it).
+/// A copy of the real export with its schema page (the first page, after the 100-byte header) overwritten, and
+/// one with a quote planted in the first CREATE TABLE text of the schema: every SQLite reader exits 2 with one
+/// line naming the file and saying the export is damaged, quoting no SQL, stdout empty.
+#[test]
+fn damaged_schema_is_one_line_without_sql() {
+    let src = std::fs::read(common::fixture("nsys-2025.3.1/gpu_full_node.sqlite")).unwrap();
+    let page = u16::from_be_bytes([src[16], src[17]]) as usize;
+    let mut page_one = src.clone();
+    for (i, b) in page_one[100..page].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(37) ^ 0xA5;
+    }
+    let mut quoted = src.clone();
+    let at = src.windows(12).position(|w| w == b"CREATE TABLE").unwrap();
+    let col = at + src[at..].iter().position(|&b| b == b'\n').unwrap() + 5;
+    quoted[col] = b'\'';
+    for (case, bytes) in [("page_one", page_one), ("quote_in_create_table", quoted)] {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("cap.sqlite");
+        std::fs::write(&p, bytes).unwrap();
+        for b in ["gate-check", "sqlite-ranges", "nvtx-readiness", "report", "step-budget", "capture-compare"] {
+            let mut cmd = std::process::Command::new(bin(b));
+            cmd.arg(&p);
+            if b == "capture-compare" {
+                cmd.arg(common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"));
+            }
+            let o = cmd.output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
+            assert_eq!(o.status.code(), Some(2), "{case} {b}: {err}");
+            assert!(o.stdout.is_empty(), "{case} {b}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{case} {b}: {err}");
+            assert!(
+                err.contains(&p.display().to_string()) && err.contains("the export is damaged"),
+                "{case} {b}: {err}"
+            );
+            for sql in ["CREATE", "INTEGER", "NOT NULL"] {
+                assert!(!err.contains(sql), "{case} {b} quotes SQL: {err}");
+            }
+        }
+    }
+}

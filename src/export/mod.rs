@@ -184,7 +184,8 @@ impl Export {
                     Error::input(format!("{name}: not a readable SQLite database: {}", describe_sql_error(&e)))
                 })?;
             for t in names {
-                let cols = table_columns(&conn, &t).map_err(|e| Error::input(format!("{name}: table {t}: {e}")))?;
+                let cols = table_columns(&conn, &t)
+                    .map_err(|e| Error::input(format!("{name}: table {t}: {}", describe_sql_error(&e))))?;
                 tables.insert(t.to_ascii_lowercase(), TableInfo { name: t, columns: cols });
             }
         }
@@ -451,11 +452,13 @@ pub(crate) fn text_lossy(v: rusqlite::types::ValueRef<'_>) -> (Option<String>, b
 /// A one-line description of an SQLite error, naming a corrupt or truncated file as such.
 pub fn describe_sql_error(e: &rusqlite::Error) -> String {
     match e {
-        rusqlite::Error::SqliteFailure(f, msg) if f.code == rusqlite::ErrorCode::DatabaseCorrupt => {
-            format!("corrupt or truncated SQLite file ({})", msg.as_deref().unwrap_or("database disk image is malformed"))
+        rusqlite::Error::SqliteFailure(f, msg)
+            if f.code == rusqlite::ErrorCode::DatabaseCorrupt || msg.as_deref().is_some_and(is_damage_message) =>
+        {
+            damaged("corrupt or truncated SQLite file", msg.as_deref().unwrap_or("database disk image is malformed"))
         }
         rusqlite::Error::SqliteFailure(f, msg) if f.code == rusqlite::ErrorCode::NotADatabase => {
-            format!("not an SQLite database ({})", msg.as_deref().unwrap_or("file is not a database"))
+            damaged("not an SQLite database", msg.as_deref().unwrap_or("file is not a database"))
         }
         rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DatabaseBusy || f.code == rusqlite::ErrorCode::DatabaseLocked => {
             "locked by another program writing it (a live writer in the middle of a commit); nothing uncommitted is read: retry when it is done".to_string()
@@ -469,6 +472,31 @@ pub fn describe_sql_error(e: &rusqlite::Error) -> String {
         rusqlite::Error::IntegralValueOutOfRange(i, v) => format!("column #{i}: value {v} out of range"),
         other => other.to_string(),
     }
+}
+
+/// SQLite's words for a damaged file (whatever code carries them).
+fn is_damage_message(m: &str) -> bool {
+    ["malformed database schema", "database disk image is malformed", "file is not a database"]
+        .iter()
+        .any(|w| m.contains(w))
+}
+
+/// One line saying the export is damaged, with SQLite's reason but never the SQL it quotes: a damaged schema
+/// page gives `malformed database schema (TABLE) - unrecognized token: "…"` followed by the rest of that
+/// table's CREATE TABLE, many lines of it; only the table's name (printable, at most 64 characters) is kept.
+fn damaged(what: &str, msg: &str) -> String {
+    let printable = |s: &str, n: usize| -> String { s.chars().filter(|c| !c.is_control()).take(n).collect() };
+    let reason = match msg.find("malformed database schema") {
+        Some(i) => {
+            let rest = &msg[i + "malformed database schema".len()..];
+            match rest.trim_start().strip_prefix('(').and_then(|r| r.split(')').next()) {
+                Some(t) if !t.is_empty() => format!("malformed database schema, at table {}", printable(t, 64)),
+                _ => "malformed database schema".to_string(),
+            }
+        }
+        None => printable(msg.lines().next().unwrap_or(msg), 120),
+    };
+    format!("{what} ({reason}): the export is damaged; export it again from the .nsys-rep, or copy it again")
 }
 
 fn uri_escape(path: &str) -> String {
