@@ -1499,3 +1499,79 @@ fn damaged_schema_is_one_line_without_sql() {
         }
     }
 }
+
+/// A stand-in nsys whose `export` hangs: it writes its pid to `pidfile` and becomes `sleep 300` (`--version`
+/// answers as nsys 2023.4.4 does).
+fn hanging_nsys(dir: &Path, pidfile: &Path) -> PathBuf {
+    let p = dir.join("nsys");
+    std::fs::write(
+        &p,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in\n  --version) echo 'NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0';;\n  *) echo $$ > '{}'; exec sleep 300;;\nesac\n",
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    p
+}
+
+/// Is process `pid` gone (reaped, not merely a zombie)?
+fn gone(pid: i32) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        if unsafe { libc::kill(pid, 0) } != 0 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Issue 42: an `.nsys-rep` input whose `nsys export` hangs had no bound, and after SIGTERM the temporary
+/// `$TMPDIR/nsyskit-export-*` folder and the nsys child stayed behind. On the real cpu_nvtx_osrt.nsys-rep with
+/// a stand-in nsys that hangs: past `NSYSKIT_EXPORT_TIMEOUT` (2 s) sqlite-ranges exits 2 naming the report and
+/// the timeout; on SIGTERM it exits 2 naming the signal. Either way nothing is left in the TMPDIR set for the
+/// run, the nsys child is gone, and stdout is empty.
+#[test]
+fn hung_nsys_export_is_bounded_and_cleaned_up() {
+    let rep = common::fixture("nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep");
+    for case in ["timeout", "sigterm"] {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        let pidfile = dir.path().join("nsys.pid");
+        let nsys = hanging_nsys(dir.path(), &pidfile);
+        let mut cmd = std::process::Command::new(bin("sqlite-ranges"));
+        cmd.arg(&rep).arg("--nsys").arg(&nsys).env("TMPDIR", &tmp).env_remove("NSYSKIT_EXPORT_TIMEOUT");
+        if case == "timeout" {
+            cmd.env("NSYSKIT_EXPORT_TIMEOUT", "2");
+        }
+        let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let t = std::time::Instant::now();
+        while !pidfile.exists() || std::fs::read_to_string(&pidfile).unwrap().trim().is_empty() {
+            assert!(t.elapsed() < LIMIT, "{case}: the export never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let nsys_pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        if case == "sigterm" {
+            std::thread::sleep(Duration::from_millis(200));
+            assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+        }
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(2), "{case}: {:?} {err}", o.status);
+        assert!(t.elapsed() < Duration::from_secs(20), "{case}: took {:?}", t.elapsed());
+        assert!(o.stdout.is_empty(), "{case}");
+        let why = if case == "timeout" {
+            "did not finish within 2 s (NSYSKIT_EXPORT_TIMEOUT)"
+        } else {
+            "interrupted by SIGTERM"
+        };
+        assert!(err.contains("cpu_nvtx_osrt.nsys-rep") && err.contains(why), "{case}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{case}: {err}");
+        let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(left.is_empty(), "{case}: left in TMPDIR: {left:?}");
+        assert!(gone(nsys_pid), "{case}: the nsys child {nsys_pid} is still running");
+    }
+}

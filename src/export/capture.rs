@@ -29,30 +29,188 @@ pub fn nsys_export_args(report: &str, out: &str) -> Vec<String> {
     ]
 }
 
+/// The variable that bounds `nsys export` of an `.nsys-rep`, in seconds ([`DEFAULT_EXPORT_TIMEOUT_S`] when unset).
+pub const EXPORT_TIMEOUT_VAR: &str = "NSYSKIT_EXPORT_TIMEOUT";
+
+/// How long `nsys export` may run by default: generous (a multi-GB report exports in minutes), but bounded.
+pub const DEFAULT_EXPORT_TIMEOUT_S: u64 = 600;
+
+/// The deadline of `nsys export`: `NSYSKIT_EXPORT_TIMEOUT` seconds (a positive integer), else 600 s.
+fn export_timeout() -> Result<std::time::Duration> {
+    match std::env::var(EXPORT_TIMEOUT_VAR) {
+        Err(_) => Ok(std::time::Duration::from_secs(DEFAULT_EXPORT_TIMEOUT_S)),
+        Ok(v) if v.trim().is_empty() => Ok(std::time::Duration::from_secs(DEFAULT_EXPORT_TIMEOUT_S)),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(std::time::Duration::from_secs(n)),
+            _ => Err(Error::usage(format!(
+                "{EXPORT_TIMEOUT_VAR}={v:?}: expected a positive number of seconds for `nsys export` (default {DEFAULT_EXPORT_TIMEOUT_S})"
+            ))),
+        },
+    }
+}
+
+/// A stop signal received while `nsys export` runs (0 = none): recorded by [`on_export_signal`].
+static EXPORT_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn on_export_signal(sig: libc::c_int) {
+    // only an atomic store: async-signal-safe
+    let _ = EXPORT_SIGNAL.compare_exchange(
+        0,
+        sig,
+        std::sync::atomic::Ordering::SeqCst,
+        std::sync::atomic::Ordering::SeqCst,
+    );
+}
+
+/// SIGINT/SIGTERM/SIGHUP recorded (not fatal) while `nsys export` runs, so that the child is stopped and the
+/// temporary folder removed before the process exits; the previous handlers come back on drop. A signal that
+/// already has a handler (serve-capture's, which [`stop_requested`] also reads) or is ignored is left alone.
+struct ExportSignals(Vec<(libc::c_int, libc::sigaction)>);
+
+impl ExportSignals {
+    fn install() -> ExportSignals {
+        let mut saved = Vec::new();
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: reads the current disposition; installs a handler that only stores into an atomic.
+            unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 || old.sa_sigaction != libc::SIG_DFL {
+                    continue;
+                }
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_export_signal as *const () as usize;
+                libc::sigemptyset(&mut sa.sa_mask);
+                sa.sa_flags = libc::SA_RESTART;
+                if libc::sigaction(sig, &sa, std::ptr::null_mut()) == 0 {
+                    saved.push((sig, old));
+                }
+            }
+        }
+        ExportSignals(saved)
+    }
+}
+
+impl Drop for ExportSignals {
+    fn drop(&mut self) {
+        for (sig, old) in &self.0 {
+            // SAFETY: restores the disposition saved by install.
+            unsafe {
+                libc::sigaction(*sig, old, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+/// The stop signal received so far: while exporting, or by serve-capture's handlers (0 = none).
+fn stop_requested() -> i32 {
+    match EXPORT_SIGNAL.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => crate::serve_capture::procs::stop_signal(),
+        s => s,
+    }
+}
+
+/// Stop `child` and its process group (nsys's own helpers): SIGTERM, then SIGKILL after 2 s; reaped.
+fn stop_export(child: &mut std::process::Child) {
+    let pgid = child.id() as i32;
+    // SAFETY: signals the process group the child leads (it was started in its own group).
+    unsafe { libc::kill(-pgid, libc::SIGTERM) };
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(2) {
+        if let Ok(Some(_)) = child.try_wait() {
+            // its helpers too, should any have outlived it
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    let _ = child.wait();
+}
+
 /// Run `nsys export` of `report` into `out` (stdin closed); the error names the report and says, in plain words,
 /// what nsys's failure means: a report newer than this nsys, a corrupt report, an export that stopped part-way
-/// (nsys exits non-zero and may leave a partial SQLite: that one is never read).
+/// (nsys exits non-zero and may leave a partial SQLite: that one is never read). The export runs in its own
+/// process group with a deadline (`NSYSKIT_EXPORT_TIMEOUT` seconds, default 600): past it, or on SIGINT,
+/// SIGTERM or SIGHUP, nsys is stopped and the error names the report and why (the caller's temporary folder
+/// is then removed as the error unwinds).
 pub fn run_nsys_export(nsys: &Path, report: &Path, out: &Path) -> Result<()> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
     let name = report.display().to_string();
-    let output = std::process::Command::new(nsys)
+    let timeout = export_timeout()?;
+    let signals = ExportSignals::install();
+    if let s @ 1.. = stop_requested() {
+        return Err(interrupted(&name, nsys, s));
+    }
+    let mut child = std::process::Command::new(nsys)
         .args(nsys_export_args(&name, &out.display().to_string()))
         .stdin(std::process::Stdio::null())
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
         .map_err(|e| Error::env(format!("cannot run {}: {e}", nsys.display())))?;
-    if !output.status.success() || !out.is_file() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let stdout = String::from_utf8_lossy(&output.stdout);
+    let drain = |p: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut p) = p {
+                let _ = p.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let so = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let se = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let start = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) => {}
+            Err(e) => {
+                stop_export(&mut child);
+                return Err(Error::env(format!("{name}: cannot wait for {} export: {e}", nsys.display())));
+            }
+        }
+        let sig = stop_requested();
+        if sig != 0 || start.elapsed() >= timeout {
+            stop_export(&mut child);
+            drop(signals);
+            return Err(if sig != 0 {
+                interrupted(&name, nsys, sig)
+            } else {
+                Error::input(format!(
+                    "{name}: `{} export --type=sqlite` did not finish within {} s ({EXPORT_TIMEOUT_VAR}): nsys was stopped and its partial export removed; raise {EXPORT_TIMEOUT_VAR} for a very large report, or give the .sqlite export",
+                    nsys.display(),
+                    timeout.as_secs()
+                ))
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    drop(signals);
+    let (stdout, stderr) = (so.join().unwrap_or_default(), se.join().unwrap_or_default());
+    if !status.success() || !out.is_file() {
+        let stderr = String::from_utf8_lossy(&stderr);
+        let stdout = String::from_utf8_lossy(&stdout);
         let text = format!("{stdout}{stderr}");
         let tail: Vec<&str> = text.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
         let said = tail.join(" | ");
         let why = export_failure(&text, report, nsys);
         return Err(Error::input(format!(
-            "{name}: `{} export --type=sqlite` failed ({}){why}: {said}",
+            "{name}: `{} export --type=sqlite` failed ({status}){why}: {said}",
             nsys.display(),
-            output.status
         )));
     }
     Ok(())
+}
+
+/// The error of an export stopped by a signal.
+fn interrupted(name: &str, nsys: &Path, sig: i32) -> Error {
+    Error::input(format!(
+        "{name}: `{} export --type=sqlite` interrupted by {}: nsys was stopped and its partial export removed; nothing was read",
+        nsys.display(),
+        crate::serve_capture::procs::signal_name(sig)
+    ))
 }
 
 /// What nsys's export failure output means, as a clause (empty when it is none of the known failures).
