@@ -253,7 +253,8 @@ pub fn write(
     let mut host_pids: BTreeMap<i64, String> = BTreeMap::new();
     // (globalPid, correlationId) -> (ts ns, pid, tid) of the call; None when several calls share the key (an
     // ambiguous join: no flow arrow rather than one to a guessed call)
-    let mut call_at: HashMap<(i64, i64), Option<(i64, i64, i64)>> = HashMap::new();
+    type CallPlace = (i64, i64, i64);
+    let mut call_at: HashMap<(i64, i64), Option<CallPlace>> = HashMap::new();
     for (gtid, items) in &per_thread {
         let pid = pid_of(*gtid);
         let tid = tid_of(*gtid);
