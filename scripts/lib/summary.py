@@ -50,6 +50,8 @@ def main():
             print(wrap(v["reason"], "    "))
     elif what == "report":
         dec = d.get("decision") or {}
+        if d.get("headline"):
+            print(wrap("headline: %s" % d["headline"], "  "))
         print("  class: %s (%s)" % (d.get("class"), dec.get("rule")))
         print(wrap(dec.get("reason", ""), "    "))
         c = d.get("capture") or {}
