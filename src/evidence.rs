@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::categories::KernelStat;
 use crate::contract::{Error, Input, Result};
 use crate::export::schema;
-use crate::export::Export;
+use crate::export::{Export, SQLITE_MAGIC};
 
 /// One blocking API's calls inside a range (`ranges[].sync`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -349,8 +349,6 @@ fn is_sqlite(path: &Path) -> bool {
         && crate::contract::open_input(path).ok().and_then(|mut f| f.read_exact(&mut head).ok()).is_some()
         && &head == SQLITE_MAGIC
 }
-
-const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
 /// Standard input can be read once per process: a second `-` is an error, not an empty input.
 static STDIN_TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

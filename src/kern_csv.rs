@@ -415,6 +415,21 @@ const TEXT_COLUMNS: &[&str] = &[
     "Device",
 ];
 const FLOAT_COLUMNS: &[&str] = &["Avg GPU Ops", "Avg Range Lvl", "Avg Num Child"];
+/// Time columns that are points in time, not durations (every other time column must not be negative).
+const TIME_POINT_COLUMNS: &[&str] = &["Start", "End"];
+/// Integer columns that count something (a negative value is refused).
+const COUNT_COLUMNS: &[&str] = &[
+    "Instances",
+    "Num Calls",
+    "Count",
+    "QCount",
+    "NVTX Inst",
+    "Kern Inst",
+    "Range Instances",
+    "Total GPU Ops",
+    "Lvl",
+    "NumChild",
+];
 
 /// Look a report up by its current or older name.
 pub fn find_report(name: &str) -> Option<&'static ReportDef> {
@@ -592,6 +607,11 @@ fn prepare<R: Read + Seek>(
                 break;
             }
             n += 1;
+            if n == 1 && buf.starts_with(crate::export::SQLITE_MAGIC) {
+                return Err(Error::input(format!(
+                    "{source}: an SQLite export (it starts with \"SQLite format 3\"), not `nsys stats --format csv` output: read the export with gate-check, report or sqlite-ranges, or write its CSV first with `nsys stats --report cuda_gpu_kern_sum --format csv --output - EXPORT | kern-csv-to-json -`"
+                )));
+            }
             let line_start = offset;
             offset += k as u64;
             let mut content: &[u8] = buf.strip_suffix(b"\n").unwrap_or(&buf);
@@ -749,13 +769,13 @@ fn prepare<R: Read + Seek>(
 
     // pass 1: every row converts (errors before any output), kernel totals and the top kernels
     let rows_at = (header_at + records.consumed, section.end, records.line);
-    let mut summary = doc.is_kernel_report().then(|| Summary::new(opts.top));
+    let mut summary = doc.is_kernel_report().then(|| Summary::new(opts.top, &parsed, &header));
     let mut summary_error: Option<Error> = None;
     let mut i = 0usize;
     while let Some((line, rec)) = records.next_record().map_err(|e| e.into_error(source))? {
         let row = convert_row(&rec, line, &parsed, &header, source)?;
         if let Some(s) = summary.as_mut() {
-            if let Err(e) = s.add(&row, i, source) {
+            if let Err(e) = s.add(&row, i, line, source) {
                 summary_error.get_or_insert(e);
             }
         }
@@ -804,6 +824,13 @@ fn convert_row(
             "{source}: line {line}: {} fields, the header has {}",
             rec.len(),
             header.len()
+        )));
+    }
+    if rec.iter().all(|c| c.trim().is_empty()) {
+        // a row of nulls would pass for data (nsys never writes one)
+        return Err(Error::input(format!(
+            "{source}: line {line}: every one of the {} fields is empty: not a row nsys writes (a damaged or hand-edited file)",
+            rec.len()
         )));
     }
     let mut row = Map::new();
@@ -1019,6 +1046,8 @@ struct ParsedCol {
     kind: Kind,
     /// (unit name, power of ten to nanoseconds)
     unit: Option<(&'static str, u32)>,
+    /// A duration or a count: a negative value is refused (a share of −1 or 2 would follow from it).
+    nonneg: bool,
 }
 
 const TIME_UNITS: &[(&str, &str, u32)] = &[
@@ -1043,6 +1072,7 @@ fn parse_header(h: &str) -> ParsedCol {
                     key: format!("{}_ns", snake(label)),
                     kind: Kind::TimeNs,
                     unit: Some((u, p)),
+                    nonneg: !TIME_POINT_COLUMNS.contains(&label),
                 };
             }
             let (key, kind) = match unit {
@@ -1051,7 +1081,7 @@ fn parse_header(h: &str) -> ParsedCol {
                 "MB/s" => (format!("{}_mb_per_s", snake(label)), Kind::MegabytesPerS),
                 _ => (snake(h), Kind::Text),
             };
-            return ParsedCol { signature: h.to_string(), key, kind, unit: None };
+            return ParsedCol { signature: h.to_string(), key, kind, unit: None, nonneg: false };
         }
     }
     let kind = if TEXT_COLUMNS.contains(&h) {
@@ -1061,7 +1091,7 @@ fn parse_header(h: &str) -> ParsedCol {
     } else {
         Kind::Integer
     };
-    ParsedCol { signature: h.to_string(), key: snake(h), kind, unit: None }
+    ParsedCol { signature: h.to_string(), key: snake(h), kind, unit: None, nonneg: COUNT_COLUMNS.contains(&h) }
 }
 
 /// `Total Time` → `total_time`, `Reg/Trd` → `reg_per_trd`, `T-Pri` → `t_pri`.
@@ -1083,13 +1113,30 @@ impl ParsedCol {
         if cell.is_empty() {
             return Ok(Value::Null);
         }
+        let int = |v: i64| -> std::result::Result<Value, String> {
+            if self.nonneg && v < 0 {
+                let what = if self.kind == Kind::TimeNs { "a duration" } else { "a count" };
+                return Err(format!("negative: {what} cannot be below zero"));
+            }
+            Ok(Value::from(v))
+        };
         Ok(match self.kind {
             Kind::Text => Value::String(cell.to_string()),
             Kind::TimeNs => {
-                let (_, p) = self.unit.unwrap();
-                Value::from(decimal_to_ns(cell.trim(), p).ok_or("not a decimal time")?)
+                let (_, p) = self.unit.unwrap_or(("ns", 0));
+                int(decimal_to_ns(cell.trim(), p).ok_or("not a decimal time, or beyond the 64-bit range of ns")?)?
             }
-            Kind::Integer => Value::from(cell.trim().parse::<i64>().map_err(|_| "not an integer")?),
+            Kind::Integer => {
+                let t = cell.trim();
+                int(t.parse::<i64>().map_err(|_| {
+                    let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+                    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                        "an integer beyond the 64-bit range"
+                    } else {
+                        "not an integer"
+                    }
+                })?)?
+            }
             Kind::Percent | Kind::Float | Kind::Megabytes | Kind::MegabytesPerS => {
                 let f: f64 = cell.trim().parse().map_err(|_| "not a number")?;
                 if !f.is_finite() {
@@ -1130,17 +1177,21 @@ pub fn decimal_to_ns(s: &str, pow: u32) -> Option<i64> {
 }
 
 /// Kernel totals and the top kernels, one row at a time (ties keep CSV order); only the top candidates are
-/// kept.
+/// kept. Sums are checked: one that overflows is an input error naming the line and column, never a
+/// saturated total.
 struct Summary {
     top: usize,
     total: i64,
     instances: u64,
     kernels: u64,
     cands: Vec<Cand>,
+    /// The CSV header of each key the summary reads (for messages).
+    headers: std::collections::HashMap<String, String>,
 }
 
 struct Cand {
     index: usize,
+    line: usize,
     name: String,
     total: i64,
     instances: i64,
@@ -1151,23 +1202,45 @@ struct Cand {
 const REST: [&str; 5] = ["avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns"];
 
 impl Summary {
-    fn new(top: usize) -> Summary {
-        Summary { top, total: 0, instances: 0, kernels: 0, cands: Vec::new() }
+    fn new(top: usize, parsed: &[ParsedCol], header: &[String]) -> Summary {
+        let headers = parsed.iter().zip(header).map(|(c, h)| (c.key.clone(), h.clone())).collect();
+        Summary { top, total: 0, instances: 0, kernels: 0, cands: Vec::new(), headers }
     }
 
-    fn add(&mut self, row: &Map<String, Value>, i: usize, source: &str) -> Result<()> {
+    /// The message prefix naming `line` and the column of `key`.
+    fn at(&self, source: &str, line: usize, key: &str) -> String {
+        let h = self.headers.get(key).map(String::as_str).unwrap_or(key);
+        format!("{source}: line {line}: column \"{h}\"")
+    }
+
+    fn add(&mut self, row: &Map<String, Value>, i: usize, line: usize, source: &str) -> Result<()> {
         let int = |k: &str| -> Result<i64> {
-            row.get(k)
-                .and_then(|v| v.as_i64())
-                .ok_or_else(|| Error::input(format!("{source}: data row {}: {k} is empty", i + 1)))
+            row.get(k).and_then(|v| v.as_i64()).ok_or_else(|| {
+                Error::input(format!("{}: empty (a kernel report needs it in every row)", self.at(source, line, k)))
+            })
         };
         let total = int("total_time_ns")?;
         let instances = int("instances")?;
-        self.total = self.total.saturating_add(total);
-        self.instances = self.instances.saturating_add(instances.max(0) as u64);
+        self.total = self.total.checked_add(total).ok_or_else(|| {
+            Error::input(format!(
+                "{}: {total}: the sum of the total times overflows (beyond {} ns); nothing was written",
+                self.at(source, line, "total_time_ns"),
+                i64::MAX
+            ))
+        })?;
+        let inst = u64::try_from(instances)
+            .map_err(|_| Error::input(format!("{}: negative: {instances}", self.at(source, line, "instances"))))?;
+        self.instances = self.instances.checked_add(inst).ok_or_else(|| {
+            Error::input(format!(
+                "{}: {instances}: the sum of the instances overflows (beyond {}); nothing was written",
+                self.at(source, line, "instances"),
+                u64::MAX
+            ))
+        })?;
         self.kernels += 1;
         self.cands.push(Cand {
             index: i,
+            line,
             name: row.get("name").and_then(|v| v.as_str()).unwrap_or("").to_string(),
             total,
             instances,
@@ -1189,11 +1262,15 @@ impl Summary {
         self.sort();
         let n = if self.top == 0 { self.cands.len() } else { self.top.min(self.cands.len()) };
         let mut out = Vec::with_capacity(n);
-        for (rank, c) in self.cands.into_iter().take(n).enumerate() {
+        for (rank, c) in std::mem::take(&mut self.cands).into_iter().take(n).enumerate() {
             let mut rest = [0i64; 5];
             for (j, v) in c.rest.iter().enumerate() {
-                rest[j] =
-                    v.ok_or_else(|| Error::input(format!("{source}: data row {}: {} is empty", c.index + 1, REST[j])))?;
+                rest[j] = v.ok_or_else(|| {
+                    Error::input(format!(
+                        "{}: empty (a kernel report needs it in every row)",
+                        self.at(source, c.line, REST[j])
+                    ))
+                })?;
             }
             out.push(StatsTopKernel {
                 rank: rank as u64 + 1,

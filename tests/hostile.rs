@@ -1575,3 +1575,142 @@ fn hung_nsys_export_is_bounded_and_cleaned_up() {
         assert!(gone(nsys_pid), "{case}: the nsys child {nsys_pid} is still running");
     }
 }
+
+// ---- issue 42: second pass ----
+
+/// One run that must exit 2 with nothing on stdout, naming every word of `culprit` on stderr (a panic, a
+/// signal, a hang or exit 0/1 fail the test).
+fn assert_refused(args: Vec<OsString>, stdin: &[u8], culprit: &[&str]) -> String {
+    let run = Run {
+        id: format!("{args:?}"),
+        args: args.clone(),
+        stdin: stdin.to_vec(),
+        culprit: culprit.iter().map(|s| s.to_string()).collect(),
+        must_fail: true,
+        check_values: true,
+        extra: None,
+    };
+    match check(&run) {
+        Ok(how) if how == "exit 2" => {}
+        other => panic!("{args:?}: expected exit 2 naming {culprit:?}, got {other:?}"),
+    }
+    let out = std::process::Command::new(bin(args[0].to_str().unwrap())).args(&args[1..]).output().unwrap();
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// One run that must give exactly one schema-valid document with possible values (exit 0 or 1).
+fn assert_document(args: Vec<OsString>, stdin: &[u8]) -> Value {
+    let run = Run {
+        id: format!("{args:?}"),
+        args: args.clone(),
+        stdin: stdin.to_vec(),
+        culprit: vec![],
+        must_fail: false,
+        check_values: true,
+        extra: None,
+    };
+    let how = check(&run).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(how == "exit 0" || how == "exit 1", "{args:?}: {how}");
+    let out = std::process::Command::new(bin(args[0].to_str().unwrap()))
+        .args(&args[1..])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    common::one_doc(&out.stdout)
+}
+
+const KERN_HEADER: &str = "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name";
+
+/// A kernel report of `rows` (`total,instances,avg` each) in a temporary folder.
+fn kern_csv(rows: &[(&str, &str, &str)]) -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("k_cuda_gpu_kern_sum.csv");
+    let mut text = format!("{KERN_HEADER}\n");
+    for (i, (total, inst, avg)) in rows.iter().enumerate() {
+        text.push_str(&format!("50.0,{total},{inst},{avg},1,1,1,0,kernel_{i}\n"));
+    }
+    std::fs::write(&p, text).unwrap();
+    (d, p)
+}
+
+#[test]
+fn kern_csv_sums_never_saturate_and_durations_and_counts_are_not_negative() {
+    let big = "9223372036854775000";
+    let max = "9223372036854775807";
+    let cases: Vec<(Vec<(&str, &str, &str)>, &[&str])> = vec![
+        // two rows of 2^63 − 808 ns: the sum overflows at the second row
+        (vec![(big, "1", "1"), (big, "1", "1")], &["line 3", "column \"Total Time (ns)\"", "overflows"]),
+        // instances: three rows of i64::MAX overflow u64
+        (vec![("1", max, "1"), ("1", max, "1"), ("1", max, "1")], &["line 4", "column \"Instances\"", "overflows"]),
+        (vec![("100", "1", "1"), ("-100", "1", "1")], &["line 3", "column \"Total Time (ns)\"", "negative"]),
+        (vec![("100", "-1", "1")], &["line 2", "column \"Instances\"", "negative"]),
+        (vec![("100", "1", "-5")], &["line 2", "column \"Avg (ns)\"", "negative"]),
+        // a cell beyond i64 is refused by the cell itself
+        (vec![("9223372036854775808", "1", "1")], &["line 2", "column \"Total Time (ns)\""]),
+    ];
+    for (rows, culprit) in cases {
+        let (_d, p) = kern_csv(&rows);
+        let mut c = vec!["k_cuda_gpu_kern_sum.csv"];
+        c.extend(culprit);
+        assert_refused(vec![os("kern-csv-to-json"), os(&p)], b"", &c);
+        let bytes = std::fs::read(&p).unwrap();
+        let mut c = vec!["<stdin>"];
+        c.extend(culprit);
+        assert_refused(vec![os("kern-csv-to-json"), os("-")], &bytes, &c);
+    }
+    // a sum of exactly i64::MAX still fits, and its shares add up to 1
+    let (_d, p) = kern_csv(&[("4611686018427387903", "1", "1"), ("4611686018427387904", "1", "1")]);
+    let doc = assert_document(vec![os("kern-csv-to-json"), os(&p), os("--compact")], b"");
+    assert_eq!(doc["totals"]["total_time_ns"], i64::MAX);
+    let shares: f64 = doc["top_kernels"].as_array().unwrap().iter().map(|k| k["share"].as_f64().unwrap()).sum();
+    assert!((shares - 1.0).abs() < 1e-9, "{shares}");
+    // non-kernel reports: a negative count or duration is refused too
+    let api = common::fixture("nsys-2025.3.1/stats/gpu_full_node_cuda_api_sum.csv");
+    let text = std::fs::read_to_string(api).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let mut cells: Vec<String> = lines[1].split(',').map(String::from).collect();
+    cells[2] = "-3".into(); // Num Calls
+    lines[1] = cells.join(",");
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("x_cuda_api_sum.csv");
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    assert_refused(vec![os("kern-csv-to-json"), os(&p)], b"", &["x_cuda_api_sum.csv", "line 2", "\"Num Calls\""]);
+}
+
+#[test]
+fn kern_csv_refuses_an_all_empty_row() {
+    for rel in [
+        "nsys-2025.3.1/stats/gpu_full_node_nvtx_sum.csv",
+        "nsys-2025.3.1/stats/gpu_full_node_cuda_api_sum.csv",
+        "nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv",
+    ] {
+        let text = std::fs::read_to_string(common::fixture(rel)).unwrap();
+        let name = Path::new(rel).file_name().unwrap().to_str().unwrap();
+        let fields = text.lines().next().unwrap().split(',').count();
+        let mut lines: Vec<String> = text.lines().map(String::from).collect();
+        lines.insert(2, ",".repeat(fields - 1));
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(name);
+        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+        assert_refused(vec![os("kern-csv-to-json"), os(&p)], b"", &[name, "line 3", "empty"]);
+        let report = name.trim_start_matches("gpu_full_node_").trim_end_matches(".csv");
+        let bytes = std::fs::read(&p).unwrap();
+        assert_refused(
+            vec![os("kern-csv-to-json"), os("-"), os("--report"), os(report)],
+            &bytes,
+            &["<stdin>", "line 3", "empty"],
+        );
+    }
+}
+
+#[test]
+fn kern_csv_names_an_sqlite_export() {
+    let (_d, p) = copy_into(&common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"), "x.sqlite");
+    for (args, stdin, who) in [
+        (vec![os("kern-csv-to-json"), os(&p)], vec![], "x.sqlite"),
+        (vec![os("kern-csv-to-json"), os("-")], std::fs::read(&p).unwrap(), "<stdin>"),
+    ] {
+        let err = assert_refused(args, &stdin, &[who, "SQLite export", "gate-check", "report", "sqlite-ranges"]);
+        assert!(!err.contains("UTF-8"), "{err}");
+    }
+}

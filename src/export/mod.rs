@@ -94,7 +94,8 @@ impl std::fmt::Debug for Export {
     }
 }
 
-const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+/// The first 16 bytes of every SQLite database file.
+pub const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
 impl Export {
     /// Open an export read-only. Not a file, not SQLite, an unreadable or corrupt schema: input errors.
