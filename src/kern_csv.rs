@@ -458,9 +458,10 @@ pub fn run(input: &Input, opts: &KernCsvOptions) -> Result<KernCsvDoc> {
 }
 
 /// Convert the input and write the document to `out` exactly as [`crate::contract::render`] would print
-/// [`run`]'s document, without holding the rows in memory: a first pass checks every row (so an error is
-/// reported before anything is written) and computes the kernel totals, a second pass writes the rows.
-/// stdin and FIFOs are first copied to an anonymous temporary file. Returns the document's exit code.
+/// [`run`]'s document, without holding the rows in memory: the input is first copied, once, to an anonymous
+/// temporary file; a first pass over the copy checks every row (so an error is reported before anything is
+/// written) and computes the kernel totals, a second pass over the same copy writes the rows. Returns the
+/// document's exit code.
 pub fn run_to_writer(input: &Input, opts: &KernCsvOptions, style: Style, out: &mut dyn Write) -> Result<i32> {
     let (mut src, name, mtime) = open_source(input)?;
     let p = prepare(&mut src, &name, input.path(), mtime, opts)?;
@@ -507,7 +508,9 @@ pub fn run_to_writer(input: &Input, opts: &KernCsvOptions, style: Style, out: &m
     }
 }
 
-/// A seekable copy of the input: the file itself, or (stdin, a FIFO) an anonymous temporary file.
+/// A private, seekable copy of the input (an anonymous temporary file, never beside the input): the input is
+/// read exactly once, and every later pass reads the copy. Reading a file twice let a rewrite between the
+/// passes publish totals that disagree with the rows, or fail after megabytes of partial JSON on stdout.
 fn open_source(input: &Input) -> Result<(std::fs::File, String, Option<String>)> {
     let name = input.name();
     let spool = |r: &mut dyn Read| -> Result<std::fs::File> {
@@ -522,11 +525,7 @@ fn open_source(input: &Input) -> Result<(std::fs::File, String, Option<String>)>
             let mut f = crate::contract::open_input(p)?;
             let m = f.metadata().map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?;
             let mtime = m.modified().ok().map(rfc3339_utc);
-            if m.is_file() {
-                Ok((f, name, mtime))
-            } else {
-                Ok((spool(&mut f)?, name, mtime))
-            }
+            Ok((spool(&mut f)?, name, mtime))
         }
     }
 }

@@ -1678,6 +1678,69 @@ fn kern_csv_sums_never_saturate_and_durations_and_counts_are_not_negative() {
 }
 
 #[test]
+fn kern_csv_reads_its_input_once() {
+    // a large kernel report rewritten in place, over and over, while kern-csv-to-json reads it: the tool must
+    // either refuse with nothing on stdout, or publish a document whose totals are the sums of its rows
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("big_cuda_gpu_kern_sum.csv");
+    let version = |total: u64, n: usize| {
+        let mut t = format!("{KERN_HEADER}\n");
+        for i in 0..n {
+            t.push_str(&format!("0.1,{total},1,{total},{total},{total},{total},0,kernel_{i}\n"));
+        }
+        t.into_bytes()
+    };
+    let (a, b) = (version(1, 60_000), version(1000, 40_000));
+    std::fs::write(&p, &a).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let outs: Vec<std::process::Output> = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut k = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let bytes = if k % 2 == 0 { &b } else { &a };
+                let _ = std::fs::write(&p, bytes); // truncate and rewrite the same file
+                k += 1;
+                std::thread::sleep(Duration::from_millis(15));
+            }
+        });
+        let outs: Vec<_> = (0..4)
+            .map(|_| {
+                assert_cmd::Command::new(bin("kern-csv-to-json"))
+                    .args([os(&p), os("--top"), os("0"), os("--compact")])
+                    .timeout(LIMIT)
+                    .output()
+            })
+            .collect();
+        stop.store(true, Ordering::SeqCst);
+        outs
+    })
+    .into_iter()
+    .collect::<Result<_, _>>()
+    .unwrap();
+    let (mut docs, mut refused) = (0, 0);
+    for out in outs {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        match out.status.code() {
+            Some(0) => {
+                let doc = common::one_doc(&out.stdout);
+                let rows = doc["rows"].as_array().unwrap();
+                let sum: i64 = rows.iter().map(|r| r["total_time_ns"].as_i64().unwrap()).sum();
+                assert_eq!(doc["totals"]["total_time_ns"].as_i64(), Some(sum), "totals disagree with the rows");
+                assert_eq!(doc["totals"]["kernels"].as_u64(), Some(rows.len() as u64));
+                docs += 1;
+            }
+            Some(2) => {
+                assert!(out.stdout.is_empty(), "exit 2 after {} bytes on stdout: {stderr}", out.stdout.len());
+                refused += 1;
+            }
+            c => panic!("exit {c:?}: {stderr}"),
+        }
+    }
+    eprintln!("kern_csv_reads_its_input_once: {docs} documents, {refused} refused");
+}
+
+#[test]
 fn kern_csv_refuses_an_all_empty_row() {
     for rel in [
         "nsys-2025.3.1/stats/gpu_full_node_nvtx_sum.csv",
