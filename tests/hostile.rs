@@ -1594,7 +1594,12 @@ fn assert_refused(args: Vec<OsString>, stdin: &[u8], culprit: &[&str]) -> String
         Ok(how) if how == "exit 2" => {}
         other => panic!("{args:?}: expected exit 2 naming {culprit:?}, got {other:?}"),
     }
-    let out = std::process::Command::new(bin(args[0].to_str().unwrap())).args(&args[1..]).output().unwrap();
+    let out = assert_cmd::Command::new(bin(args[0].to_str().unwrap()))
+        .args(&args[1..])
+        .write_stdin(stdin.to_vec())
+        .timeout(LIMIT)
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stderr).to_string()
 }
 
@@ -1611,9 +1616,11 @@ fn assert_document(args: Vec<OsString>, stdin: &[u8]) -> Value {
     };
     let how = check(&run).unwrap_or_else(|e| panic!("{args:?}: {e}"));
     assert!(how == "exit 0" || how == "exit 1", "{args:?}: {how}");
-    let out = std::process::Command::new(bin(args[0].to_str().unwrap()))
+    // again, for the document (check keeps only the verdict); the tools are idempotent
+    let out = assert_cmd::Command::new(bin(args[0].to_str().unwrap()))
         .args(&args[1..])
-        .stdin(std::process::Stdio::null())
+        .write_stdin(stdin.to_vec())
+        .timeout(LIMIT)
         .output()
         .unwrap();
     common::one_doc(&out.stdout)
@@ -1776,4 +1783,49 @@ fn kern_csv_names_an_sqlite_export() {
         let err = assert_refused(args, &stdin, &[who, "SQLite export", "gate-check", "report", "sqlite-ranges"]);
         assert!(!err.contains("UTF-8"), "{err}");
     }
+}
+
+/// A gate document of the real capture (what bundle-merge merges in the tests below).
+fn gate_doc() -> Vec<u8> {
+    let cap = common::fixture("nsys-2025.3.1/gpu_full_node.sqlite");
+    let out = std::process::Command::new(bin("gate-check")).args([os(&cap), os("--compact")]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+#[test]
+fn bundle_merge_never_follows_or_blocks_on_its_lock_file() {
+    let doc = gate_doc();
+    let d = tempfile::tempdir().unwrap();
+    let bundle = d.path().join("b.json");
+    let lock = d.path().join("b.json.lock");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("created-by-the-link");
+    let cases: Vec<(&str, Box<dyn Fn(&Path) + '_>)> = vec![
+        ("a FIFO", Box::new(|p: &Path| mkfifo(p))),
+        ("a symbolic link", Box::new(|p: &Path| std::os::unix::fs::symlink(&target, p).unwrap())),
+        ("a directory", Box::new(|p: &Path| std::fs::create_dir(p).unwrap())),
+    ];
+    for (what, plant) in cases {
+        for with_bundle in [false, true] {
+            let _ = std::fs::remove_file(&lock).or_else(|_| std::fs::remove_dir(&lock));
+            let _ = std::fs::remove_file(&bundle);
+            if with_bundle {
+                std::fs::write(&bundle, "{\"a\": 1}\n").unwrap();
+            }
+            plant(&lock);
+            let before = listing(d.path());
+            assert_refused(vec![os("bundle-merge"), os(&bundle)], &doc, &["b.json.lock", what]);
+            assert_eq!(listing(d.path()), before, "{what}: files changed beside the bundle");
+            assert!(!target.exists(), "{what}: the link's target was created");
+            if with_bundle {
+                assert_eq!(std::fs::read_to_string(&bundle).unwrap(), "{\"a\": 1}\n");
+            }
+        }
+    }
+    // a regular lock file left by an earlier run is used as before
+    let _ = std::fs::remove_file(&lock).or_else(|_| std::fs::remove_dir(&lock));
+    std::fs::write(&lock, "").unwrap();
+    assert_document(vec![os("bundle-merge"), os(&bundle)], &doc);
+    assert_document(vec![os("report"), os(&bundle), os("--compact")], b"");
 }

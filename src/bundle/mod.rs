@@ -539,14 +539,34 @@ pub fn lock_path(bundle: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Take the exclusive lock on `BUNDLE.lock`. The lock file is opened without following a symbolic link
+/// (`O_NOFOLLOW`: a dangling link once made bundle-merge create its target, anywhere the user may write) and
+/// without blocking (`O_NONBLOCK`: a FIFO once hung it forever); anything but a regular file is exit 2 naming it.
 fn lock(bundle: &Path, name: &str) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
     let lp = lock_path(bundle);
+    let refuse = |what: &str| {
+        Error::input(format!(
+            "{name}: the lock file {} is {what}, not a regular file: refusing to use it (nothing was touched); remove it, bundle-merge creates it afresh",
+            lp.display()
+        ))
+        .with_arg("BUNDLE")
+    };
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(&lp)
-        .map_err(|e| Error::env(format!("{name}: cannot create the lock file {}: {e}", lp.display())))?;
+        .map_err(|e| match std::fs::symlink_metadata(&lp) {
+            // O_NOFOLLOW on a link: ELOOP; a FIFO without a reader: ENXIO; a directory: EISDIR
+            Ok(m) if !m.is_file() => refuse(crate::contract::file_kind(&m.file_type())),
+            _ => Error::env(format!("{name}: cannot create the lock file {}: {e}", lp.display())),
+        })?;
+    let m = f.metadata().map_err(|e| Error::env(format!("{name}: cannot read the lock file {}: {e}", lp.display())))?;
+    if !m.is_file() {
+        return Err(refuse(crate::contract::file_kind(&m.file_type())));
+    }
     f.lock().map_err(|e| Error::env(format!("{name}: cannot lock {}: {e}", lp.display())))?;
     Ok(f)
 }
