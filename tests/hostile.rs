@@ -1829,3 +1829,54 @@ fn bundle_merge_never_follows_or_blocks_on_its_lock_file() {
     assert_document(vec![os("bundle-merge"), os(&bundle)], &doc);
     assert_document(vec![os("report"), os(&bundle), os("--compact")], b"");
 }
+
+#[test]
+fn bundle_merge_accepts_what_the_bundle_readers_accept() {
+    let doc = gate_doc();
+    let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    // foreign fields the readers refuse: each is refused by bundle-merge too, naming line and column
+    let bad: Vec<(String, &[&str])> = vec![
+        ("{\n  \"foreign\": 1e400\n}\n".into(), &["line 2 column", "number out of range"]),
+        ("{\n  \"foreign\": -1e400\n}\n".into(), &["line 2 column", "number out of range"]),
+        ("{\n  \"foreign\": \"\\ud800\"\n}\n".into(), &["line 2 column", "not valid JSON"]),
+        ("{\n  \"foreign\": \"\\udc00x\"\n}\n".into(), &["line 2 column", "not valid JSON"]),
+        (format!("{{\n  \"foreign\": {}\n}}\n", deep(140)), &["line 2 column", "recursion limit"]),
+        ("{\"foreign\": {\"x\": 1, \"x\": 2}}\n".into(), &["line 1 column", "$.foreign.x", "duplicate key"]),
+    ];
+    for (text, culprit) in &bad {
+        let d = tempfile::tempdir().unwrap();
+        let bundle = d.path().join("b.json");
+        std::fs::write(&bundle, text).unwrap();
+        let mut c = vec!["b.json"];
+        c.extend(culprit.iter());
+        for mode in [None, Some("--check"), Some("--stdout")] {
+            let mut args = vec![os("bundle-merge"), os(&bundle)];
+            args.extend(mode.map(os));
+            assert_refused(args, &doc, &c);
+        }
+        assert_eq!(&std::fs::read_to_string(&bundle).unwrap(), text, "the bundle changed");
+        // the readers refuse it as well: the same language
+        assert_refused(vec![os("report"), os(&bundle)], b"", &["b.json", culprit.last().unwrap()]);
+    }
+    // what the readers accept is accepted: a number at the edge of f64, nesting of 127, a surrogate pair
+    let d = tempfile::tempdir().unwrap();
+    let bundle = d.path().join("b.json");
+    let ok = format!(
+        "{{\"big\": 1.7976931348623157e308, \"int\": 123456789012345678901234567890, \"pair\": \"\\ud83d\\ude00\", \"nest\": {}}}\n",
+        deep(126)
+    );
+    std::fs::write(&bundle, &ok).unwrap();
+    assert_document(vec![os("bundle-merge"), os(&bundle)], &doc);
+    let merged = std::fs::read_to_string(&bundle).unwrap();
+    assert!(merged.contains("123456789012345678901234567890") && merged.contains("\\ud83d\\ude00"), "{merged}");
+    assert_document(vec![os("report"), os(&bundle), os("--compact")], b"");
+    // a document readable alone but nested too deep at its place in the bundle (kernel_profile.gates.x…)
+    let d = tempfile::tempdir().unwrap();
+    let bundle = d.path().join("b.json");
+    let mut g: Value = serde_json::from_slice(&doc).unwrap();
+    g["x"] = serde_json::from_str(&deep(126)).unwrap();
+    let text = serde_json::to_vec(&g).unwrap();
+    assert!(nsyskit::contract::parse_json_stream(&text, "doc").is_ok());
+    assert_refused(vec![os("bundle-merge"), os(&bundle)], &text, &["b.json", "merged bundle", "recursion limit"]);
+    assert!(!bundle.exists());
+}

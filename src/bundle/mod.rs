@@ -369,15 +369,7 @@ pub fn merge_text(old: Option<&str>, bundle_name: &str, docs: &[DocIn]) -> Resul
     }
     let mut text = match old {
         Some(t) if !t.trim().is_empty() => {
-            let body = t.strip_prefix('\u{feff}').unwrap_or(t);
-            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(body) {
-                return Err(Error::input(format!(
-                    "{bundle_name}: line {} column {}: not valid JSON: {}",
-                    e.line(),
-                    e.column(),
-                    strip_position(&e.to_string())
-                )));
-            }
+            check_readable(t, bundle_name, "")?;
             t.to_string()
         }
         _ => "{}\n".to_string(),
@@ -394,7 +386,29 @@ pub fn merge_text(old: Option<&str>, bundle_name: &str, docs: &[DocIn]) -> Resul
             places: edits.iter().map(|e| e.dotted()).collect(),
         });
     }
+    // a document nested deep enough is readable alone but not at its place in the bundle
+    check_readable(
+        &text,
+        bundle_name,
+        "the merged bundle would be refused by its readers (report, capture-compare); nothing was written: ",
+    )?;
     Ok((text, merged))
+}
+
+/// Is `text` one JSON document that the bundle's readers (report, capture-compare: [`parse_json_stream`],
+/// strict [`crate::contract::StrictValue`]s) accept? They refuse what serde_json's syntax check alone lets
+/// through: a number beyond f64 (`1e400`), nesting 128 levels deep or more, a lone surrogate escape (`"\ud800"`) and a
+/// duplicate key anywhere. An error names the bundle, the line and column, and the JSON path of a duplicate.
+/// The check builds no value (a syntax-only check did not either).
+fn check_readable(text: &str, bundle_name: &str, why: &str) -> Result<()> {
+    let body = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let Err(e) = crate::contract::check_strict(body) else { return Ok(()) };
+    let msg = e.to_string();
+    let what = match crate::contract::duplicate_key_path(&msg) {
+        Some(path) => format!("{path}: duplicate key (bundle-merge will not guess which one counts)"),
+        None => format!("not valid JSON: {}", strip_position(&msg)),
+    };
+    Err(Error::input(format!("{bundle_name}: {why}line {} column {}: {what}", e.line(), e.column())))
 }
 
 fn strip_position(msg: &str) -> String {

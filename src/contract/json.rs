@@ -13,8 +13,17 @@ pub struct StrictValue(pub Value);
 
 impl<'de> serde::Deserialize<'de> for StrictValue {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Seed { path: "$".to_string() }.deserialize(d).map(StrictValue)
+        Seed { path: "$".to_string(), keep: true }.deserialize(d).map(StrictValue)
     }
+}
+
+/// Check that `text` is one JSON document a [`StrictValue`] reader accepts, with the same errors (a number
+/// beyond f64, nesting of 128 levels or more, a lone surrogate escape, a duplicate key), without building the
+/// value: only the keys of the objects being read are held.
+pub fn check_strict(text: &str) -> serde_json::Result<()> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    Seed { path: "$".to_string(), keep: false }.deserialize(&mut de)?;
+    de.end()
 }
 
 /// `$.a.b`, `$.a[3]`, `$["odd key"]`.
@@ -31,6 +40,8 @@ pub fn push_key(path: &str, key: &str) -> String {
 
 struct Seed {
     path: String,
+    /// Build the value (else only check it: arrays stay empty, members are null).
+    keep: bool,
 }
 
 impl<'de> DeserializeSeed<'de> for Seed {
@@ -73,9 +84,12 @@ impl<'de> Visitor<'de> for Seed {
         self.deserialize(d)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut out = Vec::new();
-        while let Some(v) = seq.next_element_seed(Seed { path: format!("{}[{}]", self.path, out.len()) })? {
-            out.push(v);
+        let (mut out, mut n) = (Vec::new(), 0usize);
+        while let Some(v) = seq.next_element_seed(Seed { path: format!("{}[{n}]", self.path), keep: self.keep })? {
+            n += 1;
+            if self.keep {
+                out.push(v);
+            }
         }
         Ok(Value::Array(out))
     }
@@ -88,8 +102,8 @@ impl<'de> Visitor<'de> for Seed {
                     "{DUPLICATE}{key:?} at {path} (nsyskit will not guess which one counts)"
                 )));
             }
-            let v = map.next_value_seed(Seed { path })?;
-            out.insert(key, v);
+            let v = map.next_value_seed(Seed { path, keep: self.keep })?;
+            out.insert(key, if self.keep { v } else { Value::Null });
         }
         Ok(Value::Object(out))
     }
@@ -117,5 +131,26 @@ mod tests {
         let v = serde_json::from_str::<StrictValue>(r#"{"n": 12345678901234567890, "f": 1.5, "s": "é", "z": null}"#)
             .unwrap();
         assert_eq!(v.0, serde_json::json!({"n": 12345678901234567890u64, "f": 1.5, "s": "é", "z": null}));
+    }
+
+    #[test]
+    fn check_strict_refuses_what_strict_values_refuse() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        for text in [
+            "{\"a\": 1e400}".to_string(),
+            "[\"\\ud800\"]".to_string(),
+            deep(128),
+            "{\"a\": {\"b\": 1, \"b\": 2}}".to_string(),
+            "{} {}".to_string(),
+        ] {
+            assert!(check_strict(&text).is_err(), "{text}");
+            assert!(serde_json::from_str::<StrictValue>(&text).is_err(), "{text}");
+        }
+        for text in [deep(127), "{\"n\": 123456789012345678901234567890, \"p\": \"\\ud83d\\ude00\"}".to_string()] {
+            assert!(check_strict(&text).is_ok(), "{text}");
+            assert!(serde_json::from_str::<StrictValue>(&text).is_ok(), "{text}");
+        }
+        let e = check_strict("{\"a\": [{\"b\": 1, \"b\": 2}]}").unwrap_err().to_string();
+        assert_eq!(duplicate_key_path(&e), Some("$.a[0].b"));
     }
 }

@@ -19,7 +19,7 @@ mod time;
 
 pub use error::{Error, ErrorKind, Result};
 pub use input::{parse_json_stream, Input, JsonDoc};
-pub use json::{duplicate_key_path, push_key, StrictValue};
+pub use json::{check_strict, duplicate_key_path, push_key, StrictValue};
 pub use output::{render, Style};
 pub use paths::{file_kind, open_input, read_input, refuse_output_over_input, same_file};
 pub use time::rfc3339_utc;
