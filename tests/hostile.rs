@@ -1880,3 +1880,47 @@ fn bundle_merge_accepts_what_the_bundle_readers_accept() {
     assert_refused(vec![os("bundle-merge"), os(&bundle)], &text, &["b.json", "merged bundle", "recursion limit"]);
     assert!(!bundle.exists());
 }
+
+#[test]
+fn a_path_that_is_not_utf8_opens_exactly_that_file() {
+    use std::os::unix::ffi::OsStrExt;
+    // `cap-\xff.sqlite` (PASS, nsys 2025.3) beside `cap-\u{FFFD}.sqlite` (RETRY, nsys 2023.4): the lossy form of
+    // the first name is the second one
+    let d = tempfile::tempdir().unwrap();
+    let raw = d.path().join(std::ffi::OsStr::from_bytes(b"cap-\xff.sqlite"));
+    let look_alike = d.path().join("cap-\u{FFFD}.sqlite");
+    std::fs::copy(common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &raw).unwrap();
+    std::fs::copy(common::fixture("nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite"), &look_alike).unwrap();
+    assert_eq!(raw.to_string_lossy(), look_alike.to_string_lossy());
+    let version = |doc: &Value| doc.pointer("/source/nsys_version").and_then(|v| v.as_str()).unwrap_or("").to_string();
+    let before = listing(d.path());
+
+    let pass = assert_document(vec![os("gate-check"), os(&raw), os("--compact")], b"");
+    assert_eq!(pass["verdict"], "PASS", "{}", pass["retry"]);
+    assert!(version(&pass).starts_with("2025.3"), "{}", version(&pass));
+    let retry = assert_document(vec![os("gate-check"), os(&look_alike), os("--compact")], b"");
+    assert_eq!(retry["verdict"], "RETRY");
+    assert!(version(&retry).starts_with("2023.4"), "{}", version(&retry));
+
+    // report: the same document as from a plain-named copy of the PASS capture
+    let plain = d.path().join("plain.sqlite");
+    std::fs::copy(common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &plain).unwrap();
+    let norm = |v: &Value, p: &Path| {
+        v.to_string()
+            .replace(&p.to_string_lossy().to_string(), "CAP")
+            .replace(p.file_name().unwrap().to_string_lossy().as_ref(), "CAP")
+    };
+    let r_raw = assert_document(vec![os("report"), os(&raw), os("--compact")], b"");
+    let r_plain = assert_document(vec![os("report"), os(&plain), os("--compact")], b"");
+    let r_look = assert_document(vec![os("report"), os(&look_alike), os("--compact")], b"");
+    assert_eq!(norm(&r_raw, &raw), norm(&r_plain, &plain), "report read another file");
+    assert_ne!(norm(&r_raw, &raw), norm(&r_look, &look_alike));
+
+    // capture-compare: each side is the file named
+    let c = assert_document(vec![os("capture-compare"), os(&raw), os(&look_alike), os("--compact")], b"");
+    let v = |side: &str| c.pointer(&format!("/{side}/facts/nsys_version/value")).cloned().unwrap_or(Value::Null);
+    assert!(v("a").as_str().unwrap_or("").starts_with("2025.3"), "a: {}", v("a"));
+    assert!(v("b").as_str().unwrap_or("").starts_with("2023.4"), "b: {}", v("b"));
+    std::fs::remove_file(&plain).unwrap();
+    assert_eq!(listing(d.path()), before, "files appeared beside the captures");
+}

@@ -19,12 +19,23 @@ use crate::contract::{Error, Result};
 /// knows up front (with `--lazy=true`, the default of some versions, tables appear only when first queried
 /// by nsys itself).
 pub fn nsys_export_args(report: &str, out: &str) -> Vec<String> {
+    nsys_export_os_args(Path::new(report), Path::new(out))
+        .into_iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// [`nsys_export_args`] with the paths' exact bytes (a path that is not UTF-8 is passed as it is, never
+/// through a lossy string that could name another file).
+pub fn nsys_export_os_args(report: &Path, out: &Path) -> Vec<std::ffi::OsString> {
+    let mut output = std::ffi::OsString::from("--output=");
+    output.push(out);
     vec![
         "export".into(),
         "--type=sqlite".into(),
         "--force-overwrite=true".into(),
         "--lazy=false".into(),
-        format!("--output={out}"),
+        output,
         report.into(),
     ]
 }
@@ -143,7 +154,7 @@ pub fn run_nsys_export(nsys: &Path, report: &Path, out: &Path) -> Result<()> {
         return Err(interrupted(&name, nsys, s));
     }
     let mut child = std::process::Command::new(nsys)
-        .args(nsys_export_args(&name, &out.display().to_string()))
+        .args(nsys_export_os_args(report, out))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

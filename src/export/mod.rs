@@ -148,8 +148,13 @@ impl Export {
         if wal {
             let side: Vec<String> = ["-wal", "-shm"]
                 .iter()
-                .map(|s| format!("{}{s}", abs.display()))
+                .map(|s| {
+                    let mut p = abs.clone().into_os_string();
+                    p.push(s);
+                    PathBuf::from(p)
+                })
                 .filter(|p| std::fs::symlink_metadata(p).is_ok())
+                .map(|p| p.display().to_string())
                 .collect();
             if !side.is_empty() {
                 return Err(Error::input(format!(
@@ -160,8 +165,7 @@ impl Export {
         }
         // WAL without side files: everything is in the main file, and `immutable` keeps SQLite from creating
         // -wal/-shm. Rollback journal: ordinary locking keeps a live writer's uncommitted pages out of the read.
-        let uri =
-            format!("file:{}?mode=ro{}", uri_escape(&abs.to_string_lossy()), if wal { "&immutable=1" } else { "" });
+        let uri = format!("file:{}?mode=ro{}", uri_escape(&abs), if wal { "&immutable=1" } else { "" });
         let conn = Connection::open_with_flags(
             &uri,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -500,30 +504,17 @@ fn damaged(what: &str, msg: &str) -> String {
     format!("{what} ({reason}): the export is damaged; export it again from the .nsys-rep, or copy it again")
 }
 
-fn uri_escape(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    for b in path.bytes() {
-        match b {
-            b'?' | b'#' | b'%' => out.push_str(&format!("%{b:02X}")),
-            _ => out.push(b as char),
+fn uri_escape(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    // every byte of the path as it is, so any path (one that is not UTF-8 too) opens exactly that file: a
+    // lossy string once turned `cap-\xff.sqlite` into `cap-\u{FFFD}.sqlite`, a neighbouring file
+    let mut out = String::with_capacity(path.as_os_str().len());
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
         }
-    }
-    // non-ASCII bytes were pushed as Latin-1 chars above; redo properly for UTF-8 paths
-    if !path.is_ascii() {
-        let mut s = String::new();
-        for ch in path.chars() {
-            match ch {
-                '?' | '#' | '%' => s.push_str(&format!("%{:02X}", ch as u32)),
-                c if c.is_ascii() => s.push(c),
-                c => {
-                    let mut buf = [0u8; 4];
-                    for b in c.encode_utf8(&mut buf).bytes() {
-                        s.push_str(&format!("%{b:02X}"));
-                    }
-                }
-            }
-        }
-        return s;
     }
     out
 }
@@ -625,7 +616,12 @@ mod tests {
 
     #[test]
     fn uri_escapes_specials() {
-        assert_eq!(uri_escape("/a/b?c#d%e"), "/a/b%3Fc%23d%25e");
-        assert_eq!(uri_escape("/é"), "/%C3%A9");
+        use std::os::unix::ffi::OsStrExt;
+        let e = |b: &[u8]| uri_escape(Path::new(std::ffi::OsStr::from_bytes(b)));
+        assert_eq!(e(b"/a/b?c#d%e"), "/a/b%3Fc%23d%25e");
+        assert_eq!(e("/é".as_bytes()), "/%C3%A9");
+        assert_eq!(e(b"/t/cap-\xff.sqlite"), "/t/cap-%FF.sqlite");
+        assert_eq!(e("/t/cap-\u{FFFD}.sqlite".as_bytes()), "/t/cap-%EF%BF%BD.sqlite");
+        assert_eq!(e(b"/a b&c=d+e;f"), "/a%20b%26c%3Dd%2Be%3Bf");
     }
 }
