@@ -1704,7 +1704,7 @@ fn kern_csv_reads_its_input_once() {
         s.spawn(|| {
             let mut k = 0u64;
             while !stop.load(Ordering::SeqCst) {
-                let bytes = if k % 2 == 0 { &b } else { &a };
+                let bytes = if k.is_multiple_of(2) { &b } else { &a };
                 let _ = std::fs::write(&p, bytes); // truncate and rewrite the same file
                 k += 1;
                 std::thread::sleep(Duration::from_millis(15));
