@@ -617,3 +617,47 @@ fn hf_capture_names_prefixes_suggests_hf_and_counts_syncs_in_any_range() {
     assert_eq!(doc["naming"]["labels_with_ids"].as_array().unwrap().len(), 1);
     assert_eq!(doc["unenclosed_syncs"]["enclosed_calls"], 120);
 }
+
+/// Seed B93, "ranges captured inside a graph are not re-emitted per replay": on the real transformers capture
+/// (torch.compile reduce-overhead, emit_nvtx) the op ranges recorded while the thread captured its CUDA graph are
+/// counted and named, as our own SQL finds them; a capture whose graph capture holds no range says nothing.
+#[test]
+fn ranges_recorded_inside_a_graph_capture_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::export("nsys-2025.3.1/hf_node.sqlite.xz", dir.path());
+    let c = rusqlite::Connection::open_with_flags(&p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let want: i64 = c
+        .query_row(
+            "WITH cap AS (SELECT r.globalTid t, r.start, r.end, s.value n FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+                          JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE 'cu%StreamBeginCapture%'
+                          OR s.value LIKE 'cu%StreamEndCapture%'),
+                  win AS (SELECT b.t, b.start s, (SELECT min(e.end) FROM cap e WHERE e.t = b.t
+                          AND e.n LIKE '%EndCapture%' AND e.start > b.start) e FROM cap b WHERE b.n LIKE '%BeginCapture%')
+             SELECT count(*) FROM NVTX_EVENTS n LEFT JOIN StringIds x ON x.id = n.textId
+             JOIN win w ON n.globalTid = w.t AND n.start >= w.s AND n.end <= w.e
+             WHERE n.eventType IN (59, 60) AND COALESCE(n.text, x.value) IS NOT NULL
+             AND n.end < (SELECT duration FROM ANALYSIS_DETAILS)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(want > 50, "{want}");
+    let o = assert_cmd::Command::cargo_bin("nvtx-readiness").unwrap().arg(&p).arg("--compact").output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = &doc["cuda_graphs"]["ranges_in_capture"];
+    assert_eq!(r["occurrences"].as_i64().unwrap(), want);
+    assert_eq!(r["captures"], 1);
+    assert_eq!(r["labels"][0]["label"], "aten::mm");
+    let n: i64 = r["labels"].as_array().unwrap().iter().map(|l| l["occurrences"].as_i64().unwrap()).sum();
+    assert!(n <= want);
+    assert!(doc["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap().contains("never when the graph replays")));
+    // gpu_full_node captures its decode graph too, with no range inside the capture
+    let f = common::fixture("nsys-2025.3.1/gpu_full_node.sqlite");
+    let o = assert_cmd::Command::cargo_bin("nvtx-readiness").unwrap().arg(&f).arg("--compact").output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(doc["cuda_graphs"].get("ranges_in_capture").is_none(), "{}", doc["cuda_graphs"]);
+}

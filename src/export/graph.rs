@@ -92,6 +92,57 @@ impl Export {
         Ok(Some((rows, launches)))
     }
 
+    /// The windows in which a thread captured a CUDA graph: from each stream capture's begin call to the next end
+    /// call of the same thread ([`schema::stream_capture_edge`]), `(globalTid, begin start, end end)` by thread and
+    /// start; a begin without an end lasts to the end of the thread's last call. Empty without a runtime table or
+    /// such calls. Whatever a thread records between them (NVTX ranges among it) happens once, at capture time:
+    /// the graph's replays re-run its device work only.
+    pub fn stream_capture_windows(&self) -> Result<Vec<(i64, i64, i64)>> {
+        let Some(rt) = self.optional(schema::RUNTIME, &["nameId", "globalTid", "start", "end"])? else {
+            return Ok(Vec::new());
+        };
+        let rt = rt.name.clone();
+        let ids = self.string_ids_where(schema::stream_capture_edge)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list = ids.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(",");
+        let sql = format!(
+            "SELECT globalTid, start, end, nameId FROM \"{rt}\" WHERE nameId IN ({list}) AND globalTid IS NOT NULL AND start IS NOT NULL AND end >= start ORDER BY globalTid, start"
+        );
+        let mut st = self.conn().prepare(&sql).map_err(self.sql_err(schema::RUNTIME))?;
+        let mut rows = st.query([]).map_err(self.sql_err(schema::RUNTIME))?;
+        let mut out = Vec::new();
+        let mut open: Option<(i64, i64)> = None;
+        let mut last_end = 0i64;
+        while let Some(r) = rows.next().map_err(self.sql_err(schema::RUNTIME))? {
+            let (tid, start, end, name): (i64, i64, i64, i64) = (
+                r.get(0).map_err(self.sql_err(schema::RUNTIME))?,
+                r.get(1).map_err(self.sql_err(schema::RUNTIME))?,
+                r.get(2).map_err(self.sql_err(schema::RUNTIME))?,
+                r.get(3).map_err(self.sql_err(schema::RUNTIME))?,
+            );
+            if let Some((t, s)) = open.filter(|(t, _)| *t != tid) {
+                out.push((t, s, last_end));
+                open = None;
+            }
+            match ids.get(&name) {
+                Some(true) if open.is_none() => open = Some((tid, start)),
+                Some(false) => {
+                    if let Some((t, s)) = open.take() {
+                        out.push((t, s, end));
+                    }
+                }
+                _ => {}
+            }
+            last_end = end;
+        }
+        if let Some((t, s)) = open {
+            out.push((t, s, last_end));
+        }
+        Ok(out)
+    }
+
     /// The graph facts (see the module docs).
     pub fn graph_facts(&self) -> Result<GraphFacts> {
         let mut d = GraphFacts::default();

@@ -177,6 +177,22 @@ pub fn is_graph_launch(api: &str) -> bool {
     GRAPH_LAUNCH_PREFIXES.iter().any(|p| api.starts_with(p))
 }
 
+/// Runtime API names that begin and end the capture of a CUDA graph from a stream (nsys adds version suffixes:
+/// `cudaStreamBeginCapture_v10000`, `cudaStreamBeginCaptureToGraph_v12030`).
+pub const STREAM_CAPTURE_BEGIN_PREFIXES: [&str; 2] = ["cudaStreamBeginCapture", "cuStreamBeginCapture"];
+pub const STREAM_CAPTURE_END_PREFIXES: [&str; 2] = ["cudaStreamEndCapture", "cuStreamEndCapture"];
+
+/// Is this runtime API name the begin (`Some(true)`) or the end (`Some(false)`) of a stream capture?
+pub fn stream_capture_edge(api: &str) -> Option<bool> {
+    if STREAM_CAPTURE_BEGIN_PREFIXES.iter().any(|p| api.starts_with(p)) {
+        Some(true)
+    } else if STREAM_CAPTURE_END_PREFIXES.iter().any(|p| api.starts_with(p)) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 /// The largest timestamp magnitude accepted on a timed row: 2^53 ns (about 104 days). nsys timestamps are ns
 /// since the session start; a row beyond this is not a real event (it would overflow sums).
 pub const MAX_TIMESTAMP_NS: i64 = 1 << 53;
