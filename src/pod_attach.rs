@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -230,6 +231,11 @@ impl InstallNsys {
     }
 }
 
+/// How many `--wait-timeout`s a command doing real work in the container may take ([`Options::work_deadline`]).
+pub const WORK_TIMEOUTS: u64 = 10;
+/// The copy-out's slowest accepted average rate, bytes per second ([`Options::copy_deadline`]): 1 MiB/s.
+pub const COPY_MIN_RATE: u64 = 1 << 20;
+
 /// Everything a run needs to know up front (the binary's flags, validated).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Options {
@@ -270,7 +276,8 @@ pub struct Options {
     pub sidecar_name: String,
     /// The sidecar's `sleep` length in seconds; also how cleanup recognises that sleep.
     pub sidecar_sleep_s: u64,
-    /// Seconds to wait for the sidecar to run.
+    /// Seconds to wait for the sidecar to run and for the new report; also the deadline of every remote step
+    /// ([`Options::step_deadline`] and the others derived from it). Positive.
     pub wait_timeout_s: u64,
     /// Base name of the capture files.
     pub capture_name: String,
@@ -389,6 +396,12 @@ impl Options {
         if !is_dns1123_label(&self.sidecar_name) {
             return Err(Error::usage(format!("sidecar name {:?} is not a DNS-1123 label", self.sidecar_name)));
         }
+        if self.wait_timeout_s == 0 {
+            return Err(Error::usage(
+                "--wait-timeout must be a positive number of seconds (it bounds every remote step)",
+            )
+            .with_arg("--wait-timeout"));
+        }
         if self.max_copy_bytes == Some(0) {
             return Err(Error::usage("--max-copy-bytes must be positive").with_arg("--max-copy-bytes"));
         }
@@ -419,6 +432,27 @@ impl Options {
             .with_arg("--install-nsys"));
         }
         Ok(())
+    }
+    /// The deadline of one API request or short command in the container (listings, probes, `mkdir`, the
+    /// engine checks, `nsys start`, a port-forwarded POST, each cleanup step): `--wait-timeout`.
+    pub fn step_deadline(&self) -> Duration {
+        Duration::from_secs(self.wait_timeout_s)
+    }
+    /// The deadline of a command doing real work in the container (`apt-get`, `nsys export`, `nsys stats`,
+    /// `nsys stop`, `sha256sum`, the report's `cp`): [`WORK_TIMEOUTS`] × `--wait-timeout`.
+    pub fn work_deadline(&self) -> Duration {
+        Duration::from_secs(self.wait_timeout_s.saturating_mul(WORK_TIMEOUTS))
+    }
+    /// The deadline of `nsys profile --attach-pid … --duration=D`: D plus [`Options::work_deadline`].
+    pub fn attach_deadline(&self) -> Duration {
+        Duration::from_secs(
+            (self.duration_s.ceil().max(0.0) as u64).saturating_add(self.wait_timeout_s.saturating_mul(WORK_TIMEOUTS)),
+        )
+    }
+    /// The copy-out's total deadline for `bytes` listed: `--wait-timeout` plus the bytes at [`COPY_MIN_RATE`]
+    /// (a stream that trickles is stopped here); a stall of `--wait-timeout` without a byte stops it earlier.
+    pub fn copy_deadline(&self, bytes: u64) -> Duration {
+        Duration::from_secs(self.wait_timeout_s.saturating_add(bytes.div_ceil(COPY_MIN_RATE)))
     }
     fn pod_or_placeholder(&self) -> &str {
         self.pod.as_deref().unwrap_or("<POD>")
@@ -2132,6 +2166,23 @@ mod tests {
             wait_timeout_s: 60,
             capture_name: "capture".into(),
         }
+    }
+
+    #[test]
+    fn every_remote_step_has_a_deadline_from_the_wait_timeout() {
+        let mut o = opts();
+        o.duration_s = 2.5;
+        assert_eq!(o.step_deadline(), Duration::from_secs(60));
+        assert_eq!(o.work_deadline(), Duration::from_secs(600));
+        assert_eq!(o.attach_deadline(), Duration::from_secs(603));
+        assert_eq!(o.copy_deadline(0), Duration::from_secs(60));
+        assert_eq!(o.copy_deadline(1_436_765), Duration::from_secs(62));
+        o.wait_timeout_s = u64::MAX;
+        assert_eq!(o.copy_deadline(u64::MAX), Duration::from_secs(u64::MAX));
+        o.wait_timeout_s = 0;
+        let e = o.validate().unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.message.contains("--wait-timeout must be a positive"), "{}", e.message);
     }
 
     fn real_help(v: &str, f: &str) -> String {

@@ -74,7 +74,9 @@ pub struct PodAttachArgs {
     /// nsys session name (session strategy)
     #[arg(long, default_value_t = Flags::default().session)]
     pub session: String,
-    /// Seconds to wait for the sidecar to run and for the report to appear
+    /// Seconds to wait for the sidecar to run and for the report to appear; also every API request's and
+    /// command's deadline (10x for export, stats, sha256sum, apt-get; the copy-out: this plus 1 s per MiB, and
+    /// no byte for this long stops it)
     #[arg(long, default_value_t = Flags::default().wait_timeout)]
     pub wait_timeout: u64,
     /// Base name of the copied files

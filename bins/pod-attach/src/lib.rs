@@ -39,7 +39,8 @@ pub trait Cluster {
     async fn events(&self, ns: &str, pod: &str) -> Result<Vec<String>>;
     async fn exec(&self, ns: &str, pod: &str, container: &str, argv: &[String]) -> Result<ExecOutput>;
     /// Like [`Cluster::exec`], but stdout goes to `sink` as it arrives (never held whole): the copy-out's tar
-    /// stream. A `sink` error stops the exec. The returned `stdout` is empty.
+    /// stream. A `sink` error stops the exec, and so does `stall` passing without a byte of stdout. The returned
+    /// `stdout` is empty.
     async fn exec_stream(
         &self,
         ns: &str,
@@ -47,6 +48,7 @@ pub trait Cluster {
         container: &str,
         argv: &[String],
         sink: &mut pa::TarSink,
+        stall: Duration,
     ) -> Result<ExecOutput>;
     /// `POST path` to `port` of the pod through a port-forward; the HTTP status code and body.
     async fn http_post(&self, ns: &str, pod: &str, port: u16, path: &str) -> Result<(u16, String)>;
@@ -112,12 +114,14 @@ impl KubeCluster {
         Api::namespaced(self.client.clone(), ns)
     }
     /// Run `argv`, giving stdout to `on_out` chunk by chunk; stderr is kept (its last [`MAX_EXEC_STDERR`] bytes).
+    /// With `stall`, stdout that stays silent that long is an error.
     async fn exec_inner(
         &self,
         ns: &str,
         pod: &str,
         container: &str,
         argv: &[String],
+        stall: Option<Duration>,
         on_out: &mut (dyn FnMut(&[u8]) -> Result<()> + Send),
     ) -> Result<ExecOutput> {
         let ap = AttachParams::default().container(container).stdin(false).stdout(true).stderr(true);
@@ -131,7 +135,18 @@ impl KubeCluster {
         let read_out = async {
             let mut buf = vec![0u8; 256 * 1024];
             loop {
-                let n = out.read(&mut buf).await.map_err(|e| Error::env(format!("{}: reading output: {e}", what())))?;
+                let read = out.read(&mut buf);
+                let n = match stall {
+                    Some(d) => tokio::time::timeout(d, read).await.map_err(|_| {
+                        Error::env(format!(
+                            "{}: no byte of output for {} s (--wait-timeout): stalled; stopped",
+                            what(),
+                            d.as_secs()
+                        ))
+                    })?,
+                    None => read.await,
+                }
+                .map_err(|e| Error::env(format!("{}: reading output: {e}", what())))?;
                 if n == 0 {
                     return Ok::<(), Error>(());
                 }
@@ -244,7 +259,7 @@ impl Cluster for KubeCluster {
     async fn exec(&self, ns: &str, pod: &str, container: &str, argv: &[String]) -> Result<ExecOutput> {
         let mut out = Vec::new();
         let mut r = self
-            .exec_inner(ns, pod, container, argv, &mut |b: &[u8]| {
+            .exec_inner(ns, pod, container, argv, None, &mut |b: &[u8]| {
                 if out.len() + b.len() > MAX_EXEC_OUTPUT {
                     return Err(Error::env(format!(
                         "more than {MAX_EXEC_OUTPUT} bytes of output: stopped (a broken or hostile API server?)"
@@ -264,8 +279,9 @@ impl Cluster for KubeCluster {
         container: &str,
         argv: &[String],
         sink: &mut pa::TarSink,
+        stall: Duration,
     ) -> Result<ExecOutput> {
-        self.exec_inner(ns, pod, container, argv, &mut |b: &[u8]| sink.feed(b)).await
+        self.exec_inner(ns, pod, container, argv, Some(stall), &mut |b: &[u8]| sink.feed(b)).await
     }
     async fn http_post(&self, ns: &str, pod: &str, port: u16, path: &str) -> Result<(u16, String)> {
         let what = format!("POST {path} to port {port} of {ns}/{pod} through a port-forward");
@@ -340,8 +356,53 @@ fn say(msg: &str) {
     eprintln!("pod-attach: {msg}");
 }
 
+/// `f`, a remote step, with a deadline (docs/pod-attach.md, "Deadlines"): past `limit` it is dropped (an exec's
+/// stream is closed, a request abandoned) and the error names the step, the deadline and what it derives from
+/// (`basis`).
+pub async fn within<T>(step: &str, limit: Duration, basis: &str, f: impl Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(limit, f).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::env(format!("{step}: no answer within {} s ({basis}); stopped", limit.as_secs()))),
+    }
+}
+
+/// How a deadline is derived, as errors name it.
+const STEP_BASIS: &str = "--wait-timeout";
+const WORK_BASIS: &str = "10 x --wait-timeout";
+
+fn exec_step(o: &Options, pod: &str, container: &str, argv: &[String]) -> String {
+    format!("exec in {}/{pod} container {container} of {:?}", o.namespace, argv)
+}
+
+/// [`Cluster::exec`] within `limit` (derived from `basis`).
+async fn exec_within<C: Cluster>(
+    c: &C,
+    o: &Options,
+    pod: &str,
+    container: &str,
+    argv: &[String],
+    limit: Duration,
+    basis: &str,
+) -> Result<ExecOutput> {
+    within(&exec_step(o, pod, container, argv), limit, basis, c.exec(&o.namespace, pod, container, argv)).await
+}
+
+/// A short command ([`Options::step_deadline`]) that must exit 0.
 async fn exec_ok<C: Cluster>(c: &C, o: &Options, pod: &str, container: &str, argv: &[String]) -> Result<ExecOutput> {
-    let r = c.exec(&o.namespace, pod, container, argv).await?;
+    exec_ok_within(c, o, pod, container, argv, o.step_deadline(), STEP_BASIS).await
+}
+
+/// A command that must exit 0, within `limit`.
+async fn exec_ok_within<C: Cluster>(
+    c: &C,
+    o: &Options,
+    pod: &str,
+    container: &str,
+    argv: &[String],
+    limit: Duration,
+    basis: &str,
+) -> Result<ExecOutput> {
+    let r = exec_within(c, o, pod, container, argv, limit, basis).await?;
     match r.exit_code {
         Some(0) => Ok(r),
         code => Err(Error::env(format!(
@@ -359,17 +420,31 @@ async fn exec_ok<C: Cluster>(c: &C, o: &Options, pod: &str, container: &str, arg
     }
 }
 
+/// `POST path` to the engine's port through a port-forward, within [`Options::step_deadline`].
+async fn post<C: Cluster>(c: &C, o: &Options, pod: &str, path: &str) -> Result<(u16, String)> {
+    let step = format!("POST {path} to port {} of {}/{pod} through a port-forward", o.port, o.namespace);
+    within(&step, o.step_deadline(), STEP_BASIS, c.http_post(&o.namespace, pod, o.port, path)).await
+}
+
 fn container_names(p: &Pod) -> Vec<String> {
     p.spec.as_ref().map(|s| s.containers.iter().map(|c| c.name.clone()).collect()).unwrap_or_default()
 }
 
 /// Find exactly one pod.
 pub async fn find_pod<C: Cluster>(c: &C, o: &Options) -> Result<Pod> {
+    let (limit, basis) = (o.step_deadline(), STEP_BASIS);
     if let Some(p) = &o.pod {
-        return c.get_pod(&o.namespace, p).await;
+        return within(&format!("GET {}", pa::pod_path(&o.namespace, p)), limit, basis, c.get_pod(&o.namespace, p))
+            .await;
     }
     let sel = o.selector.clone().unwrap_or_default();
-    let pods = c.list_pods(&o.namespace, &sel).await?;
+    let pods = within(
+        &format!("list pods in {} with selector {sel:?}", o.namespace),
+        limit,
+        basis,
+        c.list_pods(&o.namespace, &sel),
+    )
+    .await?;
     match pods.len() {
         1 => Ok(pods.into_iter().next().unwrap()),
         0 => Err(Error::input(format!("no pod in namespace {} matches selector {sel:?}", o.namespace))
@@ -386,6 +461,12 @@ pub async fn find_pod<C: Cluster>(c: &C, o: &Options) -> Result<Pod> {
 /// Wait until the sidecar runs; its `imageID` from the pod's status (what the kubelet pulled), when reported.
 async fn wait_sidecar<C: Cluster>(c: &C, o: &Options, pod: &str) -> Result<Option<String>> {
     let t0 = Instant::now();
+    let wait = o.step_deadline();
+    // each request gets what is left of --wait-timeout (at least 1 s); the events of a failure, one more bound
+    let left = || wait.saturating_sub(t0.elapsed()).max(Duration::from_secs(1));
+    let get = format!("GET {} (waiting for {} to run)", pa::pod_path(&o.namespace, pod), o.sidecar_name);
+    let events =
+        || async { within("list events", wait, STEP_BASIS, c.events(&o.namespace, pod)).await.unwrap_or_default() };
     let fail = |why: String, events: Vec<String>| {
         Error::env(format!(
             "ephemeral container {} in {}/{pod} did not start: {why}. Pod events:\n{}",
@@ -399,7 +480,7 @@ async fn wait_sidecar<C: Cluster>(c: &C, o: &Options, pod: &str) -> Result<Optio
         ))
     };
     loop {
-        let p = c.get_pod(&o.namespace, pod).await?;
+        let p = within(&get, left(), STEP_BASIS, c.get_pod(&o.namespace, pod)).await?;
         let st = p
             .status
             .as_ref()
@@ -411,7 +492,7 @@ async fn wait_sidecar<C: Cluster>(c: &C, o: &Options, pod: &str) -> Result<Optio
                 return Ok(image_id);
             }
             if let Some(t) = state.terminated {
-                let ev = c.events(&o.namespace, pod).await.unwrap_or_default();
+                let ev = events().await;
                 return Err(fail(
                     format!("terminated ({}: {})", t.reason.unwrap_or_default(), t.message.unwrap_or_default()),
                     ev,
@@ -428,13 +509,13 @@ async fn wait_sidecar<C: Cluster>(c: &C, o: &Options, pod: &str) -> Result<Optio
                 ]
                 .contains(&reason.as_str())
                 {
-                    let ev = c.events(&o.namespace, pod).await.unwrap_or_default();
+                    let ev = events().await;
                     return Err(fail(format!("{reason}: {}", w.message.unwrap_or_default()), ev));
                 }
             }
         }
-        if t0.elapsed() > Duration::from_secs(o.wait_timeout_s) {
-            let ev = c.events(&o.namespace, pod).await.unwrap_or_default();
+        if t0.elapsed() > wait {
+            let ev = events().await;
             return Err(fail(format!("still not running after {} s (--wait-timeout)", o.wait_timeout_s), ev));
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -486,7 +567,13 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     let mut image_id = None;
     if sidecar {
         say(&format!("adding ephemeral container {} ({})", o.sidecar_name, o.image));
-        c.patch_ephemeral(&o.namespace, &pod_name, &pa::ephemeral_patch(o)).await?;
+        within(
+            &format!("PATCH {}/ephemeralcontainers", pa::pod_path(&o.namespace, &pod_name)),
+            o.step_deadline(),
+            STEP_BASIS,
+            c.patch_ephemeral(&o.namespace, &pod_name, &pa::ephemeral_patch(o)),
+        )
+        .await?;
         setup.lock().unwrap().sidecar_added = true;
         image_id = wait_sidecar(c, o, &pod_name).await?;
     }
@@ -521,7 +608,9 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
         let [update, install, query] = pa::argv_install_nsys(how);
         say(&format!("--install-nsys apt: installing {} in {}", pa::NSYS_APT_PACKAGE, o.sidecar_name));
         for argv in [&update, &install] {
-            let r = c.exec(&o.namespace, &pod_name, &tools, argv).await?;
+            let r = exec_within(c, o, &pod_name, &tools, argv, o.work_deadline(), WORK_BASIS)
+                .await
+                .map_err(|e| e.with_arg("--install-nsys"))?;
             if r.exit_code != Some(0) {
                 let tail = |b: &[u8]| {
                     let t = String::from_utf8_lossy(b);
@@ -561,7 +650,8 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     // nsys capabilities.
     let [a1, a2, a3] = pa::argv_nsys_probe(&o.nsys);
     let v = exec_ok(c, o, &pod_name, &tools, &a1).await?;
-    let h = c.exec(&o.namespace, &pod_name, &tools, &a2).await?; // `nsys --help` may exit non-zero
+    // `nsys --help` may exit non-zero
+    let h = exec_within(c, o, &pod_name, &tools, &a2, o.step_deadline(), STEP_BASIS).await?;
     let ph = exec_ok(c, o, &pod_name, &tools, &a3).await?;
     let caps = pa::NsysCaps::from_help(
         &String::from_utf8_lossy(&v.stdout),
@@ -615,7 +705,9 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
                 None => format!("/proc/{nsys_pid}/cwd"),
             };
             let before = pa::parse_report_listing(&String::from_utf8_lossy(
-                &c.exec(&o.namespace, &pod_name, &tools, &pa::argv_list_reports(&dir)).await?.stdout,
+                &exec_within(c, o, &pod_name, &tools, &pa::argv_list_reports(&dir), o.step_deadline(), STEP_BASIS)
+                    .await?
+                    .stdout,
             ));
             if let Some(used) = pa::stop_range_used(&ep, &before) {
                 return Err(Error::env(format!(
@@ -632,23 +724,29 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
             }
             setup.lock().unwrap().profiling_started = true;
             captured_at = nsyskit::contract::rfc3339_utc(SystemTime::now());
-            let (code, body) = c.http_post(&o.namespace, &pod_name, o.port, "/start_profile").await?;
+            let (code, body) = post(c, o, &pod_name, "/start_profile").await?;
             if !(200..300).contains(&code) {
                 return Err(Error::env(format!("POST /start_profile answered {code}: {}", body.trim())));
             }
             say(&format!("capturing for {} s", o.duration_s));
             tokio::time::sleep(Duration::from_secs_f64(o.duration_s)).await;
-            let (code, body) = c.http_post(&o.namespace, &pod_name, o.port, "/stop_profile").await?;
+            let (code, body) = post(c, o, &pod_name, "/stop_profile").await?;
             setup.lock().unwrap().profiling_stopped = true;
             if !(200..300).contains(&code) {
                 return Err(Error::env(format!("POST /stop_profile answered {code}: {}", body.trim())));
             }
             // Wait for nsys to write a new report whose size is stable.
+            // the whole wait, each listing included, is bounded by --wait-timeout
             let t0 = Instant::now();
+            let wait = o.step_deadline();
             let mut last: Option<pa::ReportFile> = None;
             let found = loop {
+                let left = wait.saturating_sub(t0.elapsed()).max(Duration::from_secs(1));
+                let list = pa::argv_list_reports(&dir);
                 let after = pa::parse_report_listing(&String::from_utf8_lossy(
-                    &c.exec(&o.namespace, &pod_name, &tools, &pa::argv_list_reports(&dir)).await?.stdout,
+                    &exec_within(c, o, &pod_name, &tools, &list, left, "--wait-timeout after /stop_profile")
+                        .await?
+                        .stdout,
                 ));
                 let mut new = pa::new_reports(&before, &after);
                 new.sort_by_key(|r| r.mtime);
@@ -658,7 +756,7 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
                     }
                     last = Some(n);
                 }
-                if t0.elapsed() > Duration::from_secs(o.wait_timeout_s) {
+                if t0.elapsed() > wait {
                     let hint = if ep.end == pa::RangeEnd::Repeat {
                         " The engine's nsys runs with --capture-range-end=repeat: nsys 2025.3.1 was measured ignoring \
                          cudaProfilerStart in that mode (its output never says \"Capture range started in the application.\"; \
@@ -675,7 +773,8 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
                 tokio::time::sleep(Duration::from_millis(500)).await;
             };
             source_report = Some(found.path.clone());
-            exec_ok(c, o, &pod_name, &tools, &pa::argv_copy(&found.path, &rep)).await?;
+            exec_ok_within(c, o, &pod_name, &tools, &pa::argv_copy(&found.path, &rep), o.work_deadline(), WORK_BASIS)
+                .await?;
         }
         Strategy::Session => {
             setup.lock().unwrap().profiling_started = true;
@@ -683,7 +782,7 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
             exec_ok(c, o, &pod_name, &tools, &pa::argv_session_start(o)).await?;
             say(&format!("capturing for {} s", o.duration_s));
             tokio::time::sleep(Duration::from_secs_f64(o.duration_s)).await;
-            exec_ok(c, o, &pod_name, &tools, &pa::argv_session_stop(o)).await?;
+            exec_ok_within(c, o, &pod_name, &tools, &pa::argv_session_stop(o), o.work_deadline(), WORK_BASIS).await?;
             setup.lock().unwrap().profiling_stopped = true;
             source_report = Some(rep.clone());
         }
@@ -692,15 +791,17 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
             setup.lock().unwrap().profiling_started = true;
             captured_at = nsyskit::contract::rfc3339_utc(SystemTime::now());
             say(&format!("capturing for {} s", o.duration_s));
-            exec_ok(c, o, &pod_name, &tools, &pa::argv_attach(o, &e.pid.to_string())).await?;
+            let argv = pa::argv_attach(o, &e.pid.to_string());
+            exec_ok_within(c, o, &pod_name, &tools, &argv, o.attach_deadline(), "--duration + 10 x --wait-timeout")
+                .await?;
             setup.lock().unwrap().profiling_stopped = true;
             source_report = Some(rep.clone());
         }
     }
     let capture_s = t_cap.elapsed().as_secs_f64();
     say("exporting SQLite and stats");
-    exec_ok(c, o, &pod_name, &tools, &pa::argv_export(o)).await?;
-    let st = c.exec(&o.namespace, &pod_name, &tools, &pa::argv_stats(o)).await?;
+    exec_ok_within(c, o, &pod_name, &tools, &pa::argv_export(o), o.work_deadline(), WORK_BASIS).await?;
+    let st = exec_within(c, o, &pod_name, &tools, &pa::argv_stats(o), o.work_deadline(), WORK_BASIS).await?;
     if st.exit_code != Some(0) {
         warnings.push(format!("nsys stats exited {:?}: {}", st.exit_code, String::from_utf8_lossy(&st.stderr).trim()));
     }
@@ -712,7 +813,17 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
         &exec_ok(c, o, &pod_name, &tools, &pa::argv_sizes(&o.workdir, &names)).await?.stdout,
     ))?;
     let sums = pa::parse_sha256sum(&String::from_utf8_lossy(
-        &exec_ok(c, o, &pod_name, &tools, &pa::argv_checksums(&o.workdir, &names)).await?.stdout,
+        &exec_ok_within(
+            c,
+            o,
+            &pod_name,
+            &tools,
+            &pa::argv_checksums(&o.workdir, &names),
+            o.work_deadline(),
+            WORK_BASIS,
+        )
+        .await?
+        .stdout,
     ))?;
     let expected = pa::expected_files(&names, &sizes, &sums, o.max_copy_bytes)?;
     let total: u64 = expected.values().map(|e| e.size).sum();
@@ -720,10 +831,24 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     let out_dir = std::path::Path::new(&o.out_dir);
     let mut sink = pa::TarSink::new(out_dir, expected, o.max_copy_bytes)?;
     let ctx = || format!("copy-out from {}/{pod_name} {}", o.namespace, o.workdir);
-    let tar = c
-        .exec_stream(&o.namespace, &pod_name, &tools, &pa::argv_tar(&o.workdir, &names), &mut sink)
-        .await
-        .map_err(|e| e.context(ctx()))?;
+    // a stall of --wait-timeout without a byte stops the copy; so does its total deadline (a trickle)
+    let limit = o.copy_deadline(total);
+    let tar = match tokio::time::timeout(
+        limit,
+        c.exec_stream(&o.namespace, &pod_name, &tools, &pa::argv_tar(&o.workdir, &names), &mut sink, o.step_deadline()),
+    )
+    .await
+    {
+        Ok(r) => r.map_err(|e| e.context(ctx()))?,
+        Err(_) => {
+            return Err(Error::env(format!(
+                "{}: tar stream not done within {} s (--wait-timeout + {total} bytes at 1 MiB/s) after {} bytes; stopped, nothing kept",
+                ctx(),
+                limit.as_secs(),
+                sink.received()
+            )))
+        }
+    };
     match tar.exit_code {
         Some(0) => {}
         None => {
@@ -801,13 +926,13 @@ pub async fn cleanup<C: Cluster>(c: &C, o: &Options, setup: &Shared) -> Vec<Stri
     };
     if s.profiling_started && !s.profiling_stopped {
         match o.strategy {
-            Strategy::Endpoint => match c.http_post(&o.namespace, &pod, o.port, "/stop_profile").await {
+            Strategy::Endpoint => match post(c, o, &pod, "/stop_profile").await {
                 Ok((code, _)) => log.push(format!("capture interrupted: POST /stop_profile answered {code}")),
                 Err(e) => log.push(format!("capture interrupted: POST /stop_profile failed: {}", e.message)),
             },
             Strategy::Session => {
                 let argv = vec![o.nsys.clone(), "cancel".into(), format!("--session={}", o.session)];
-                match c.exec(&o.namespace, &pod, &tools, &argv).await {
+                match exec_within(c, o, &pod, &tools, &argv, o.step_deadline(), STEP_BASIS).await {
                     Ok(r) => log.push(format!(
                         "capture interrupted: `nsys cancel --session={}` exited {:?}",
                         o.session, r.exit_code
@@ -819,7 +944,8 @@ pub async fn cleanup<C: Cluster>(c: &C, o: &Options, setup: &Shared) -> Vec<Stri
         }
     }
     if s.workdir_made {
-        match c.exec(&o.namespace, &pod, &tools, &pa::argv_cleanup_workdir(&o.workdir)).await {
+        let argv = pa::argv_cleanup_workdir(&o.workdir);
+        match exec_within(c, o, &pod, &tools, &argv, o.step_deadline(), STEP_BASIS).await {
             Ok(r) if r.exit_code == Some(0) => log.push(format!("removed {} in container {tools}", o.workdir)),
             Ok(r) => log.push(format!(
                 "could not remove {}: exit {:?} {}",
@@ -831,7 +957,8 @@ pub async fn cleanup<C: Cluster>(c: &C, o: &Options, setup: &Shared) -> Vec<Stri
         }
     }
     if s.sidecar_added {
-        match c.exec(&o.namespace, &pod, &o.sidecar_name, &pa::argv_end_sleep(o.sidecar_sleep_s)).await {
+        let argv = pa::argv_end_sleep(o.sidecar_sleep_s);
+        match exec_within(c, o, &pod, &o.sidecar_name, &argv, o.step_deadline(), STEP_BASIS).await {
             Ok(r) => log.push(format!(
                 "ephemeral container {} cannot be removed (Kubernetes does not allow it); ended its `sleep {}` (pids: {})",
                 o.sidecar_name,

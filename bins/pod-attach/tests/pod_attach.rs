@@ -179,6 +179,10 @@ fn common_args(c: &mut Command, nsys: &Path, work: &Path, out: &Path) {
 }
 
 fn common_args_d(c: &mut Command, nsys: &Path, work: &Path, out: &Path, duration: &str) {
+    common_args_w(c, nsys, work, out, duration, "30")
+}
+
+fn common_args_w(c: &mut Command, nsys: &Path, work: &Path, out: &Path, duration: &str, wait: &str) {
     c.args([
         "--pod",
         "engine-0",
@@ -189,7 +193,7 @@ fn common_args_d(c: &mut Command, nsys: &Path, work: &Path, out: &Path, duration
         "--duration",
         duration,
         "--wait-timeout",
-        "30",
+        wait,
     ])
     .arg("--nsys")
     .arg(nsys)
@@ -822,6 +826,135 @@ fn tar_oversize_header_rejected_before_reading() {
         TarFault::Oversize,
         "over",
         "announces 1500000000 bytes, the container's stat said 214193: rejected before reading it",
+    );
+}
+
+// ---- deadlines (issue 42): an API server that never answers, or trickles, cannot hold pod-attach ----
+
+/// Run an endpoint capture against a stand-in with `fault` and `--wait-timeout WAIT`; exit 2 naming `expect`
+/// at most `bound` after pod-attach's progress line containing `from` (the step before the faulty one; cleanup
+/// included), nothing kept, the work folder removed, the sidecar's sleep ended, and every exec the stand-in held
+/// open closed by pod-attach.
+fn deadline_fault(fault: TarFault, tag: &str, wait: u64, from: &str, bound: Duration, expect: &[&str]) {
+    let nsys = nsys_or_skip!(tag);
+    let si = StandIn::start(pods1(), PatchMode::Ok, fault);
+    let dir = tempfile::tempdir().unwrap();
+    let eng = Engine::start(
+        &nsys,
+        dir.path(),
+        &[
+            "profile",
+            "--trace=osrt",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=repeat",
+            "-o",
+            &dir.path().join("engine-out/run").to_string_lossy(),
+        ],
+        tag,
+    );
+    let work = dir.path().join("nsyskit-pod-attach-work");
+    let out_dir = dir.path().join("out");
+    let mut c = bin(&si);
+    common_args_w(&mut c, &nsys, &work, &out_dir, "1", &wait.to_string());
+    c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
+    let t0 = Instant::now();
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let out_thread = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut v).unwrap();
+        v
+    });
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let (mut err, mut t_from) = (String::new(), None);
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if t_from.is_none() && line.contains(from) {
+            t_from = Some(Instant::now());
+        }
+        err.push_str(&line);
+    }
+    let status = child.wait().unwrap();
+    let stdout = out_thread.join().unwrap();
+    let Some(t_from) = t_from else { panic!("{tag}: no progress line with {from:?}:\n{err}") };
+    let (wall, after) = (t0.elapsed(), t_from.elapsed());
+    eprintln!(
+        "MEASURED {tag}: --wait-timeout {wait}: exit {:?} {:.1} s after {from:?} ({:.1} s wall)",
+        status.code(),
+        after.as_secs_f64(),
+        wall.as_secs_f64()
+    );
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(stdout.is_empty());
+    for e in expect {
+        assert!(err.contains(e), "{tag}: expected {e:?} in:\n{err}");
+    }
+    assert!(after < bound, "{tag}: took {after:?} after {from:?} (bound {bound:?}):\n{err}");
+    let kept: Vec<_> =
+        std::fs::read_dir(&out_dir).map(|r| r.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(kept.is_empty(), "{tag}: nothing kept: {kept:?}");
+    assert!(!work.exists(), "{tag}: cleanup removed the work folder");
+    assert_eq!(si.sidecar_ended(), Some(true));
+    for _ in 0..50 {
+        if si.state.lock().unwrap().hung.iter().all(|h| h.1) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let hung = si.state.lock().unwrap().hung.clone();
+    assert!(hung.iter().all(|h| h.1), "{tag}: an exec left open: {hung:?}");
+}
+
+/// `find` never answers: before the capture (listing the reports nsys already wrote), and after /stop_profile
+/// (waiting for the new report, the issue's 150 s with `--wait-timeout 30`): each stops at --wait-timeout.
+#[test]
+fn unanswered_find_exec_stops_at_the_wait_timeout() {
+    deadline_fault(
+        TarFault::Hang("find", 0),
+        "hang-find-before",
+        5,
+        "engine PID",
+        Duration::from_secs(5 + 6),
+        &["of [\"find\"", "no answer within 5 s (--wait-timeout); stopped", "cleanup: removed"],
+    );
+    deadline_fault(
+        TarFault::Hang("find", 1),
+        "hang-find-after-stop",
+        5,
+        "capturing for",
+        Duration::from_secs(1 + 5 + 6),
+        &["of [\"find\"", "(--wait-timeout after /stop_profile); stopped", "cleanup: removed"],
+    );
+}
+
+/// The tar exec never sends a byte: stopped by the stall bound (--wait-timeout without a byte), before its total
+/// deadline.
+#[test]
+fn silent_tar_exec_stops_at_the_stall_bound() {
+    deadline_fault(
+        TarFault::Hang("tar", 0),
+        "hang-tar",
+        5,
+        "files out (",
+        Duration::from_secs(5 + 6),
+        &["copy-out from default/engine-0", "of \"tar\": no byte of output for 5 s (--wait-timeout): stalled; stopped"],
+    );
+}
+
+/// The tar stream trickles one byte a second: stopped at its total deadline (--wait-timeout + the listed bytes
+/// at 1 MiB/s), never at the end of the trickle (days for 832 KB).
+#[test]
+fn trickling_tar_stream_stops_at_its_deadline() {
+    deadline_fault(
+        TarFault::Trickle,
+        "trickle",
+        5,
+        "files out (",
+        Duration::from_secs(5 + 1 + 6),
+        &["copy-out from default/engine-0", "tar stream not done within ", " bytes at 1 MiB/s) after ", "nothing kept"],
     );
 }
 

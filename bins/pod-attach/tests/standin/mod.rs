@@ -57,6 +57,11 @@ pub enum TarFault {
     Flood,
     /// The report's bytes changed in transit (same size): its sha256 check must fail and the file be deleted.
     Corrupt,
+    /// Every exec of this program after its first N is accepted (the WebSocket upgraded) and never answered: no
+    /// byte, no status, the socket held open until the client closes it (issue 42).
+    Hang(&'static str, usize),
+    /// The real tar stream sent one byte per second (issue 42).
+    Trickle,
     /// A genuine large report: before the work folder is listed, its `.nsys-rep` is extended (sparse) to this
     /// many bytes, so the real stat, sha256sum and tar stream it.
     BigReport(u64),
@@ -79,6 +84,10 @@ pub struct Shared {
     pub v4_only: bool,
     /// Every request path (with query) the server received, in order.
     pub requests: Vec<String>,
+    /// Execs of the program [`TarFault::Hang`] names, seen so far.
+    pub hang_seen: usize,
+    /// Execs the stand-in held open without answering, and whether each client went away (closed its socket).
+    pub hung: Vec<(Vec<String>, bool)>,
 }
 
 pub struct StandIn {
@@ -304,6 +313,30 @@ async fn run_exec(st: S, mut sock: WebSocket, argv: Vec<String>) {
         (s.root.clone(), s.tar_fault, s.env.clone())
     };
     let is_tar = argv.first().map(String::as_str) == Some("tar");
+    if let TarFault::Hang(prog, skip) = fault {
+        if argv.first().map(String::as_str) == Some(prog) {
+            let n = {
+                let mut s = st.lock().unwrap();
+                s.hang_seen += 1;
+                s.hang_seen
+            };
+            if n > skip {
+                let i = {
+                    let mut s = st.lock().unwrap();
+                    s.hung.push((argv.clone(), false));
+                    s.hung.len() - 1
+                };
+                // never answer; wait for the client to go away
+                while let Some(Ok(m)) = sock.recv().await {
+                    if matches!(m, Message::Close(_)) {
+                        break;
+                    }
+                }
+                st.lock().unwrap().hung[i].1 = true;
+                return;
+            }
+        }
+    }
     if let TarFault::BigReport(n) = fault {
         // before the work folder is listed: make its report a genuine large (sparse) file
         if argv.first().map(String::as_str) == Some("find") && argv.iter().any(|a| a == "%f\n") {
@@ -339,7 +372,7 @@ async fn run_exec(st: S, mut sock: WebSocket, argv: Vec<String>) {
     let mut out = child.stdout.take().unwrap();
     let mut errs = child.stderr.take().unwrap();
     let (mut o, mut e) = (Vec::new(), Vec::new());
-    if matches!(fault, TarFault::None | TarFault::BigReport(_)) {
+    if matches!(fault, TarFault::None | TarFault::BigReport(_) | TarFault::Hang(..)) {
         // as a kubelet does: stdout goes out as it comes (a large tar stream is never held here either)
         let err_task = tokio::spawn(async move {
             let mut e = Vec::new();
@@ -442,6 +475,15 @@ async fn run_exec(st: S, mut sock: WebSocket, argv: Vec<String>) {
                 return;
             }
             sent += zeros.len() as u64;
+        }
+        o.clear();
+    }
+    if is_tar && fault == TarFault::Trickle {
+        for b in &o {
+            if sock.send(Message::Binary(vec![1u8, *b].into())).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
         o.clear();
     }
@@ -578,6 +620,8 @@ impl StandIn {
             env: HashMap::new(),
             v4_only: false,
             requests: vec![],
+            hang_seen: 0,
+            hung: vec![],
         }));
         let (ptx, prx) = std::sync::mpsc::channel();
         let st2 = state.clone();
