@@ -359,15 +359,49 @@ fn load_streamed(bytes: Vec<u8>, name: &str, step_detail: bool) -> Result<Eviden
     if !bytes.starts_with(SQLITE_MAGIC) {
         return load_json(&bytes, name);
     }
-    let mut tmp = tempfile::Builder::new()
-        .prefix("nsyskit-stdin-")
-        .suffix(".sqlite")
-        .tempfile()
-        .map_err(|e| Error::env(format!("{name}: cannot create a temporary copy of the export: {e}")))?;
+    let mut tmp = spool_file(name)?;
     use std::io::Write;
     tmp.write_all(&bytes)
         .and_then(|_| tmp.flush())
         .map_err(|e| Error::env(format!("{name}: cannot write a temporary copy of the export: {e}")))?;
+    from_spooled(tmp, name, step_detail)
+}
+
+fn spool_file(name: &str) -> Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix("nsyskit-stdin-")
+        .suffix(".sqlite")
+        .tempfile()
+        .map_err(|e| Error::env(format!("{name}: cannot create a temporary copy of the export: {e}")))
+}
+
+/// Standard input: an SQLite export is streamed into a temporary file (never held in memory), at most
+/// `NSYSKIT_STDIN_MAX_BYTES` ([`crate::export::capture::stdin_max_bytes`]; past it exit 2 naming `<stdin>` and
+/// the bound, the partial copy removed); anything else is read as JSON.
+fn load_stdin(step_detail: bool) -> Result<Evidence> {
+    use std::io::Read;
+    let name = crate::export::STDIN_NAME;
+    let mut stdin = std::io::stdin().lock();
+    let mut head = Vec::new();
+    let read_err = |e: std::io::Error| Error::input(format!("{name}: cannot read: {e}"));
+    (&mut stdin).take(SQLITE_MAGIC.len() as u64).read_to_end(&mut head).map_err(read_err)?;
+    let max = crate::export::capture::stdin_max_bytes()?;
+    if !head.starts_with(SQLITE_MAGIC) {
+        // JSON is parsed in memory; the same bound stops an endless stream
+        let rest = max.saturating_sub(head.len() as u64).saturating_add(1);
+        (&mut stdin).take(rest).read_to_end(&mut head).map_err(read_err)?;
+        if head.len() as u64 > max {
+            return Err(crate::export::capture::stdin_too_big(max));
+        }
+        return load_json(&head, name);
+    }
+    let mut tmp = spool_file(name)?;
+    crate::export::capture::copy_stdin_bounded(head.as_slice().chain(stdin), tmp.as_file_mut(), max)?;
+    from_spooled(tmp, name, step_detail)
+}
+
+/// The evidence of the export spooled into `tmp` (kept while the evidence lives); messages say `name`.
+fn from_spooled(tmp: tempfile::NamedTempFile, name: &str, step_detail: bool) -> Result<Evidence> {
     let tmp_name = tmp.path().display().to_string();
     let mut ev = from_export_with(tmp.path(), step_detail)
         .map_err(|e| Error { message: e.message.replace(&tmp_name, name), ..e })?;
@@ -427,7 +461,7 @@ pub fn load_with(path: &Path, provenance: Option<&Path>, step_detail: bool) -> R
         if STDIN_TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::usage("-: standard input is given twice; it can be read only once"));
         }
-        load_streamed(Input::Stdin.read_bytes()?, "<stdin>", step_detail)?
+        load_stdin(step_detail)?
     } else if is_fifo {
         load_streamed(crate::contract::read_input(path)?, &name, step_detail)?
     } else if is_rep || is_sqlite(path) {

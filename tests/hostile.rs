@@ -1924,3 +1924,139 @@ fn a_path_that_is_not_utf8_opens_exactly_that_file() {
     std::fs::remove_file(&plain).unwrap();
     assert_eq!(listing(d.path()), before, "files appeared beside the captures");
 }
+
+/// Peak RSS (KiB, `VmHWM`) of a running child, sampled every 10 ms until `done`; past `kill_kib` the child is
+/// killed (SIGKILL), so that a reader holding its input in memory cannot exhaust the machine.
+fn sample_peak_rss(
+    pid: u32,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    kill_kib: i64,
+) -> std::thread::JoinHandle<i64> {
+    std::thread::spawn(move || {
+        let mut peak = 0i64;
+        while !done.load(Ordering::Relaxed) {
+            if let Ok(st) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                if let Some(v) = st
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+                {
+                    peak = peak.max(v);
+                    if peak > kill_kib {
+                        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                        return peak;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        peak
+    })
+}
+
+/// Issue 42: SQLite on stdin was read whole into memory (6.6 GB in 8 s on an endless stdin). Now it streams into
+/// a temporary file bounded by NSYSKIT_STDIN_MAX_BYTES: an endless stream of zeros stops at the bound (exit 2
+/// naming <stdin> and the bound) in every reader of an export on stdin, in bounded memory, quickly, and leaves nothing in TMPDIR; an export under
+/// the bound still reads; a malformed bound is a usage error.
+#[test]
+fn endless_stdin_is_bounded_and_leaves_nothing() {
+    use std::io::Write;
+    const MAX: u64 = 256 << 20;
+    let export = common::fixture("nsys-2023.4.4/cpu_nvtx_osrt.sqlite");
+    let other = export.to_string_lossy().into_owned();
+    for (tool, args) in [
+        ("gate-check", vec!["-"]),
+        ("sqlite-ranges", vec!["-"]),
+        ("nvtx-readiness", vec!["-"]),
+        ("report", vec!["-"]),
+        ("capture-compare", vec!["-", other.as_str()]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        let t = std::time::Instant::now();
+        let mut child = std::process::Command::new(bin(tool))
+            .args(&args)
+            .env("TMPDIR", &tmp)
+            .env("NSYSKIT_STDIN_MAX_BYTES", MAX.to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let rss = sample_peak_rss(child.id(), done.clone(), 1 << 20);
+        // a reader that never stops (the old behaviour) is killed here, and the asserts below say so
+        let (pid, d2) = (child.id() as i32, done.clone());
+        std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            while !d2.load(Ordering::Relaxed) {
+                if t.elapsed() > Duration::from_secs(30) {
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let mut stdin = child.stdin.take().unwrap();
+        // an endless writer: an SQLite header, then zeros until the reader stops reading (EPIPE)
+        let writer = std::thread::spawn(move || {
+            let zeros = vec![0u8; 1 << 20];
+            let mut sent = 0u64;
+            let mut first = zeros.clone();
+            first[..16].copy_from_slice(b"SQLite format 3\0");
+            if stdin.write_all(&first).is_ok() {
+                sent += first.len() as u64;
+            }
+            while stdin.write_all(&zeros).is_ok() {
+                sent += zeros.len() as u64;
+            }
+            sent
+        });
+        let o = child.wait_with_output().unwrap();
+        done.store(true, Ordering::Relaxed);
+        let (sent, peak_kib) = (writer.join().unwrap(), rss.join().unwrap());
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        eprintln!(
+            "MEASURED {tool}: endless stdin, bound {MAX} B: exit {:?} after {:.2} s, {sent} B written, peak RSS {:.1} MiB",
+            o.status.code(),
+            t.elapsed().as_secs_f64(),
+            peak_kib as f64 / 1024.0
+        );
+        assert_eq!(o.status.code(), Some(2), "{tool}: {err}");
+        assert!(o.stdout.is_empty(), "{tool}");
+        assert!(
+            err.contains(&format!("<stdin>: more than {MAX} bytes (NSYSKIT_STDIN_MAX_BYTES): stopped reading")),
+            "{tool}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{tool}: {err}");
+        assert!(t.elapsed() < Duration::from_secs(30), "{tool}: took {:?}", t.elapsed());
+        assert!(sent <= MAX + (4 << 20) + (1 << 20) * 2, "{tool}: read {sent} B past the bound");
+        assert!(peak_kib < 128 << 10, "{tool}: peak RSS {peak_kib} KiB: stdin was held in memory");
+        let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(left.is_empty(), "{tool}: left in TMPDIR: {left:?}");
+    }
+    // a real export under the bound reads as from a file; one byte over it does not; a bad bound is usage
+    let size = std::fs::metadata(&export).unwrap().len();
+    for (bound, code) in [(size.to_string(), Some(0)), ((size - 1).to_string(), Some(2)), ("0".into(), Some(2))] {
+        let dir = tempfile::tempdir().unwrap();
+        let o = std::process::Command::new(bin("sqlite-ranges"))
+            .arg("-")
+            .env("TMPDIR", dir.path())
+            .env("NSYSKIT_STDIN_MAX_BYTES", &bound)
+            .stdin(std::fs::File::open(&export).unwrap())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), code, "bound {bound}: {err}");
+        if bound == "0" {
+            assert!(err.contains("NSYSKIT_STDIN_MAX_BYTES=\"0\": expected a positive number of bytes"), "{err}");
+        } else if code == Some(2) {
+            assert!(err.contains(&format!("<stdin>: more than {bound} bytes")), "{err}");
+        } else {
+            let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert!(v.to_string().contains("<stdin>"), "the document names <stdin>");
+        }
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "bound {bound}: TMPDIR not empty");
+    }
+}

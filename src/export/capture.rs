@@ -460,22 +460,81 @@ pub struct StdinCopy {
 /// How documents and messages name standard input.
 pub const STDIN_NAME: &str = "<stdin>";
 
+/// The variable that bounds how many bytes of standard input are copied ([`DEFAULT_STDIN_MAX_BYTES`] when unset).
+pub const STDIN_MAX_BYTES_VAR: &str = "NSYSKIT_STDIN_MAX_BYTES";
+
+/// The default bound of standard input: 64 GiB (exports of a few GB are common; an endless stream is not).
+pub const DEFAULT_STDIN_MAX_BYTES: u64 = 64 << 30;
+
+/// The most bytes of standard input copied: `NSYSKIT_STDIN_MAX_BYTES` (a positive integer), else 64 GiB.
+pub fn stdin_max_bytes() -> Result<u64> {
+    match std::env::var(STDIN_MAX_BYTES_VAR) {
+        Err(_) => Ok(DEFAULT_STDIN_MAX_BYTES),
+        Ok(v) if v.trim().is_empty() => Ok(DEFAULT_STDIN_MAX_BYTES),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(Error::usage(format!(
+                "{STDIN_MAX_BYTES_VAR}={v:?}: expected a positive number of bytes for {STDIN_NAME} (default {DEFAULT_STDIN_MAX_BYTES})"
+            ))),
+        },
+    }
+}
+
+/// The error of standard input past [`stdin_max_bytes`] (exit 2).
+pub fn stdin_too_big(max: u64) -> Error {
+    Error::input(format!(
+        "{STDIN_NAME}: more than {max} bytes ({STDIN_MAX_BYTES_VAR}): stopped reading, nothing kept; give the export as a file, or raise {STDIN_MAX_BYTES_VAR}"
+    ))
+}
+
+/// Copy standard input's bytes `r` into `f`, 256 KiB at a time (never held whole), at most `max` bytes: one
+/// more stops reading with an input error naming `<stdin>` and the bound (the caller removes `f`).
+pub fn copy_stdin_bounded(r: impl std::io::Read, f: &mut std::fs::File, max: u64) -> Result<u64> {
+    use std::io::Read;
+    let mut r = r.take(max.saturating_add(1));
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut n = 0u64;
+    loop {
+        let k = match r.read(&mut buf) {
+            Ok(0) => return Ok(n),
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::input(format!("{STDIN_NAME}: cannot read: {e}"))),
+        };
+        n += k as u64;
+        if n > max {
+            return Err(stdin_too_big(max));
+        }
+        std::io::Write::write_all(f, &buf[..k])
+            .map_err(|e| Error::env(format!("cannot write a temporary file for {STDIN_NAME}: {e}")))?;
+    }
+}
+
 impl StdinCopy {
-    /// Read all of standard input into `TMP/nsyskit-stdin-XXXX/stdin.sqlite`.
+    /// Stream standard input into `TMP/nsyskit-stdin-XXXX/stdin.sqlite` (never held in memory), at most
+    /// [`stdin_max_bytes`]: past it, reading stops and the error (exit 2) names `<stdin>` and the bound; the
+    /// temporary folder is removed.
     pub fn read() -> Result<StdinCopy> {
-        let bytes = crate::contract::Input::Stdin.read_bytes()?;
-        Self::from_bytes(&bytes)
+        Self::from_reader(std::io::stdin().lock(), stdin_max_bytes()?)
     }
 
-    /// The same from bytes already read.
+    /// The same from bytes already read (the same bound).
     pub fn from_bytes(bytes: &[u8]) -> Result<StdinCopy> {
+        Self::from_reader(bytes, stdin_max_bytes()?)
+    }
+
+    /// Copy `r` into the temporary file, at most `max` bytes (one more is an error).
+    pub fn from_reader(r: impl std::io::Read, max: u64) -> Result<StdinCopy> {
         let dir = tempfile::Builder::new()
             .prefix("nsyskit-stdin-")
             .tempdir()
             .map_err(|e| Error::env(format!("cannot create a temporary folder for {STDIN_NAME}: {e}")))?;
         let path = dir.path().join("stdin.sqlite");
-        std::fs::write(&path, bytes)
-            .map_err(|e| Error::env(format!("cannot write a temporary file for {STDIN_NAME}: {e}")))?;
+        let write_err = |e: std::io::Error| Error::env(format!("cannot write a temporary file for {STDIN_NAME}: {e}"));
+        let mut f = std::fs::File::create(&path).map_err(write_err)?;
+        // on an error `dir` is dropped with it: the partial copy is removed
+        copy_stdin_bounded(r, &mut f, max)?;
+        drop(f);
         let name = path.display().to_string();
         Ok(StdinCopy { path, name, _dir: dir })
     }
