@@ -357,7 +357,7 @@ static STDIN_TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// private temporary file (never beside the input) and read from there; anything else is JSON.
 fn load_streamed(bytes: Vec<u8>, name: &str, step_detail: bool) -> Result<Evidence> {
     if !bytes.starts_with(SQLITE_MAGIC) {
-        return load_json(&bytes, name);
+        return load_json(bytes, name);
     }
     let mut tmp = spool_file(name)?;
     use std::io::Write;
@@ -410,8 +410,9 @@ fn from_spooled(tmp: tempfile::NamedTempFile, name: &str, step_detail: bool) -> 
     Ok(ev)
 }
 
-fn load_json(bytes: &[u8], name: &str) -> Result<Evidence> {
-    let docs = crate::contract::parse_json_stream(bytes, name)?;
+fn load_json(bytes: Vec<u8>, name: &str) -> Result<Evidence> {
+    let mut docs = crate::contract::parse_json_stream(&bytes, name)?;
+    drop(bytes); // the text is not needed beside its values
     if docs.is_empty() {
         return Err(Error::input(format!(
             "{name}: empty: expected one JSON document (an evidence bundle) or an SQLite export"
@@ -423,7 +424,7 @@ fn load_json(bytes: &[u8], name: &str) -> Result<Evidence> {
             docs.len()
         )));
     }
-    from_json(&docs[0].value, name)
+    from_json_owned(docs.pop().map(|d| d.value).unwrap_or_default(), name)
 }
 
 /// Does the file start with the SQLite header? (capture-compare's stored-baseline probe)
@@ -467,7 +468,7 @@ pub fn load_with(path: &Path, provenance: Option<&Path>, step_detail: bool) -> R
     } else if is_rep || is_sqlite(path) {
         from_export_with(path, step_detail)?
     } else {
-        load_json(&Input::Path(path.to_path_buf()).read_bytes()?, &name)?
+        load_json(Input::Path(path.to_path_buf()).read_json_bytes()?, &name)?
     };
     if let Some(p) = provenance {
         add_provenance(&mut ev, p)?;
@@ -480,7 +481,7 @@ pub fn load_with(path: &Path, provenance: Option<&Path>, step_detail: bool) -> R
 pub fn add_provenance(ev: &mut Evidence, p: &Path) -> Result<()> {
     {
         let pname = p.display().to_string();
-        let bytes = Input::Path(p.to_path_buf()).read_bytes()?;
+        let bytes = Input::Path(p.to_path_buf()).read_json_bytes()?;
         let docs = crate::contract::parse_json_stream(&bytes, &pname)?;
         let Some(doc) = docs.into_iter().next() else {
             return Err(Error::input(format!("{pname}: empty: expected a provenance document")));
@@ -496,6 +497,25 @@ pub fn add_provenance(ev: &mut Evidence, p: &Path) -> Result<()> {
 
 /// Evidence from a JSON document: an evidence bundle, or a bare ranges document.
 pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
+    let mut ev = from_json_view(v, name)?;
+    if ev.kind == "bundle" {
+        ev.bundle = Some(v.clone());
+    }
+    Ok(ev)
+}
+
+/// [`from_json`] keeping the document itself as [`Evidence::bundle`], not a copy of it (the copy doubled the
+/// memory a bundle takes).
+fn from_json_owned(v: Value, name: &str) -> Result<Evidence> {
+    let mut ev = from_json_view(&v, name)?;
+    if ev.kind == "bundle" {
+        ev.bundle = Some(v);
+    }
+    Ok(ev)
+}
+
+/// [`from_json`] without [`Evidence::bundle`].
+fn from_json_view(v: &Value, name: &str) -> Result<Evidence> {
     let Some(obj) = v.as_object() else {
         return Err(Error::input(format!("{name}: $: expected a JSON object (an evidence bundle)")));
     };
@@ -517,7 +537,6 @@ pub fn from_json(v: &Value, name: &str) -> Result<Evidence> {
     ev.kind = "bundle".into();
     check_block_types(obj, name)?;
     let kp = kp.filter(|k| !k.is_null());
-    ev.bundle = Some(v.clone());
     if let Some(kp) = kp {
         if let Some(r) = kp.get("ranges").filter(|r| !r.is_null()) {
             // one ranges document, or a list of them (the first is used)

@@ -2060,3 +2060,85 @@ fn endless_stdin_is_bounded_and_leaves_nothing() {
         assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "bound {bound}: TMPDIR not empty");
     }
 }
+
+/// Run `bin args…` with `env` and return (exit code, stderr, peak RSS in bytes) of that child alone
+/// (`wait4`'s rusage).
+fn run_measured(name: &str, args: &[&Path], env: &[(&str, &str)]) -> (i32, String, u64) {
+    let err = tempfile::NamedTempFile::new().unwrap();
+    let mut cmd = std::process::Command::new(bin(name));
+    cmd.args(args).envs(env.iter().copied()).stdout(std::process::Stdio::null()).stderr(err.reopen().unwrap());
+    let child = cmd.spawn().unwrap();
+    let mut status = 0;
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    assert_eq!(pid, child.id() as i32);
+    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -libc::WTERMSIG(status) };
+    (code, std::fs::read_to_string(err.path()).unwrap(), ru.ru_maxrss as u64 * 1024)
+}
+
+/// Issue 42 (Low, memory): bundle-merge of a 103 MB document took 3.1 GB (it cloned the document twice, then
+/// rendered it, copied the rendering to indent it and copied it again into the new text); report cloned the
+/// whole bundle. Peak RSS ÷ document size, measured at 100 MB: bundle-merge 28× → 11.5×, report on that
+/// bundle 16.9× → 10.8× of the bundle. Here a 20 MB ranges document must stay under 16× (bundle-merge) and
+/// 14× of the bundle (report), and a JSON input over NSYSKIT_JSON_MAX_BYTES is exit 2 before it is parsed.
+#[test]
+fn json_tools_memory_is_bounded_by_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = dir.path().join("ranges.json");
+    let row = |i: usize| {
+        format!(
+            r#"{{"label":"vibeserve.engine.iteration#{i}","occurrences":400,"occurrences_with_device_work":400,"runtime_calls":5200,"kernels":20000,"memcpys":2400,"memsets":0,"graph_traces":0,"host_wall_time_ns":184588994,"wall_ns_min":320547,"wall_ns_median":459851,"wall_ns_max":967074,"kernel_work_ns":58494842,"host_range_kernel_coverage_ns":61042721,"host_range_kernel_coverage_fraction":0.3306953447072798,"kernel_busy_union_ns":61042721,"kernel_span_ns":135070294,"gpu_idle_within_kernel_span_ns":74027573,"uncovered_host_time_ns":123546273,"gpu_busy_fraction":0.451932983872827,"sync":{{"cudaStreamSynchronize":{{"calls":400,"total_ns":2035888}}}},"depths":{{"0":400}},"parents":{{"":400}}}}"#
+        )
+    };
+    let mut text =
+        String::from(r#"{"schema":"nsyskit.ranges/v1","tool":{"name":"sqlite-ranges","version":"0.1.0"},"ranges":["#);
+    let mut i = 0;
+    while text.len() < 20_000_000 {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&row(i));
+        i += 1;
+    }
+    text.push_str("]}\n");
+    std::fs::write(&doc, &text).unwrap();
+    let size = text.len() as u64;
+    drop(text);
+
+    let bundle = dir.path().join("bundle.json");
+    let (code, err, rss) = run_measured("bundle-merge", &[&bundle, &doc], &[]);
+    assert_eq!(code, 0, "{err}");
+    let ratio = rss as f64 / size as f64;
+    eprintln!("bundle-merge: {size} B document, peak RSS {rss} B = {ratio:.1}x");
+    assert!(ratio < 16.0, "bundle-merge took {ratio:.1}x the document ({rss} B for {size} B)");
+
+    let bsize = std::fs::metadata(&bundle).unwrap().len();
+    let (code, err, rss) = run_measured("report", &[&bundle], &[]);
+    assert!(code == 0 || code == 1, "{err}");
+    let ratio = rss as f64 / bsize as f64;
+    eprintln!("report: {bsize} B bundle, peak RSS {rss} B = {ratio:.1}x");
+    assert!(ratio < 14.0, "report took {ratio:.1}x the bundle ({rss} B for {bsize} B)");
+
+    // the bound: exit 2 naming the file and the bound, before anything is parsed or written
+    let fresh = dir.path().join("fresh.json");
+    let (code, err, _) = run_measured("bundle-merge", &[&fresh, &doc], &[("NSYSKIT_JSON_MAX_BYTES", "1000000")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("ranges.json") && err.contains("1000000 bytes") && err.contains("NSYSKIT_JSON_MAX_BYTES"),
+        "{err}"
+    );
+    assert!(!fresh.exists());
+    // the bundle itself is a JSON input too; report and capture-compare read it under the same bound
+    let (code, err, _) = run_measured("bundle-merge", &[&bundle, &doc], &[("NSYSKIT_JSON_MAX_BYTES", "30000000")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("bundle.json") && err.contains("30000000 bytes"), "{err}");
+    let (code, err, _) = run_measured("report", &[&bundle], &[("NSYSKIT_JSON_MAX_BYTES", "1000")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("bundle.json") && err.contains("NSYSKIT_JSON_MAX_BYTES"), "{err}");
+    let (code, err, _) = run_measured("capture-compare", &[&bundle, &bundle], &[("NSYSKIT_JSON_MAX_BYTES", "1000")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("bundle.json") && err.contains("NSYSKIT_JSON_MAX_BYTES"), "{err}");
+    let (code, err, _) = run_measured("bundle-merge", &[&fresh, &doc], &[("NSYSKIT_JSON_MAX_BYTES", "lots")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("NSYSKIT_JSON_MAX_BYTES=lots"), "{err}");
+}

@@ -146,16 +146,137 @@ fn detect_style(text: &str) -> Style {
     Style { newline, unit, pretty }
 }
 
-fn render(value: &Value, pretty: bool, indent: &str, style: &Style) -> String {
-    if !pretty {
-        return serde_json::to_string(value).expect("a JSON value serialises");
+/// `{"k1": {"k2": … value}}` for the keys `keys`: the missing rest of a path, serialised around the borrowed
+/// value (it was cloned into new objects before).
+struct Nested<'a> {
+    keys: &'a [String],
+    value: &'a Value,
+}
+
+impl Serialize for Nested<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self.keys.split_first() {
+            None => self.value.serialize(s),
+            Some((k, rest)) => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry(k, &Nested { keys: rest, value: self.value })?;
+                m.end()
+            }
+        }
     }
-    let mut buf = Vec::new();
-    let fmt = serde_json::ser::PrettyFormatter::with_indent(style.unit.as_bytes());
-    let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
-    value.serialize(&mut ser).expect("a JSON value serialises");
-    let s = String::from_utf8(buf).expect("serde_json writes UTF-8");
-    s.replace('\n', &format!("{}{indent}", style.newline))
+}
+
+/// serde_json's `PrettyFormatter` with the bundle's newline and the indentation of the line the value starts
+/// on written at each line start: the value goes straight into the new text (it was rendered, then copied by
+/// a `replace` of every newline, then copied again into the new text).
+struct Indented<'a> {
+    newline: &'a [u8],
+    base: &'a [u8],
+    unit: &'a [u8],
+    depth: usize,
+    has_value: bool,
+}
+
+impl Indented<'_> {
+    fn line<W: ?Sized + std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(self.newline)?;
+        w.write_all(self.base)?;
+        for _ in 0..self.depth {
+            w.write_all(self.unit)?;
+        }
+        Ok(())
+    }
+}
+
+impl serde_json::ser::Formatter for Indented<'_> {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.depth += 1;
+        self.has_value = false;
+        w.write_all(b"[")
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.depth -= 1;
+        if self.has_value {
+            self.line(w)?;
+        }
+        w.write_all(b"]")
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if !first {
+            w.write_all(b",")?;
+        }
+        self.line(w)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.depth += 1;
+        self.has_value = false;
+        w.write_all(b"{")
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.depth -= 1;
+        if self.has_value {
+            self.line(w)?;
+        }
+        w.write_all(b"}")
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if !first {
+            w.write_all(b",")?;
+        }
+        self.line(w)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+}
+
+/// Append `value` (inside the objects `wrap`) to `out`: compact, or pretty with `indent` after each newline.
+fn render_into(out: &mut Vec<u8>, value: &Value, wrap: &[String], pretty: bool, indent: &str, style: &Style) {
+    let v = Nested { keys: wrap, value };
+    if !pretty {
+        serde_json::to_writer(&mut *out, &v).expect("a JSON value serialises");
+        return;
+    }
+    let fmt = Indented {
+        newline: style.newline.as_bytes(),
+        base: indent.as_bytes(),
+        unit: style.unit.as_bytes(),
+        depth: 0,
+        has_value: false,
+    };
+    let mut ser = serde_json::Serializer::with_formatter(&mut *out, fmt);
+    v.serialize(&mut ser).expect("a JSON value serialises");
+}
+
+/// `head`, the rendered value, `tail`: the new text, built in one buffer.
+#[allow(clippy::too_many_arguments)]
+fn splice(
+    head: &str,
+    mid: &str,
+    value: &Value,
+    wrap: &[String],
+    pretty: bool,
+    indent: &str,
+    style: &Style,
+    tail: &[&str],
+) -> String {
+    let mut out = Vec::with_capacity(head.len() + mid.len() + tail.iter().map(|t| t.len()).sum::<usize>() + 1024);
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(mid.as_bytes());
+    render_into(&mut out, value, wrap, pretty, indent, style);
+    for t in tail {
+        out.extend_from_slice(t.as_bytes());
+    }
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 /// Set `path` to `value` in `text` (valid JSON whose top level must be an object).
@@ -194,8 +315,16 @@ pub(crate) fn apply(
             Some(m) if last => {
                 let pretty = obj_pretty(text, &obj, &style);
                 let indent = line_indent(text, m.key_start);
-                let rendered = render(value, pretty, indent, &style);
-                return Ok(format!("{}{}{}", &text[..m.value_start], rendered, &text[m.value_end..]));
+                return Ok(splice(
+                    &text[..m.value_start],
+                    "",
+                    value,
+                    &[],
+                    pretty,
+                    indent,
+                    &style,
+                    &[&text[m.value_end..]],
+                ));
             }
             Some(m) => {
                 if b[m.value_start] != b'{' {
@@ -210,14 +339,8 @@ pub(crate) fn apply(
                 obj = scan_object(text, m.value_start);
             }
             None => {
-                // build the missing rest of the path as nested objects and insert it here
-                let mut value = value.clone();
-                for k in path[depth + 1..].iter().rev() {
-                    let mut m = serde_json::Map::new();
-                    m.insert(k.clone(), value);
-                    value = Value::Object(m);
-                }
-                return Ok(insert_member(text, &obj, key, &value, &style));
+                // the missing rest of the path becomes nested objects around the value, inserted here
+                return Ok(insert_member(text, &obj, key, value, &path[depth + 1..], &style));
             }
         }
     }
@@ -229,7 +352,7 @@ fn obj_pretty(text: &str, obj: &Obj, style: &Style) -> bool {
     obj.members.first().map(|m| text[obj.open..m.key_start].contains('\n')).unwrap_or(style.pretty)
 }
 
-fn insert_member(text: &str, obj: &Obj, key: &str, value: &Value, style: &Style) -> String {
+fn insert_member(text: &str, obj: &Obj, key: &str, value: &Value, wrap: &[String], style: &Style) -> String {
     let key_text = serde_json::to_string(key).expect("a string serialises");
     match obj.members.last() {
         Some(last) => {
@@ -240,32 +363,24 @@ fn insert_member(text: &str, obj: &Obj, key: &str, value: &Value, style: &Style)
             let sep = if sep.contains('\n') { ": " } else { sep };
             if pretty {
                 let indent = line_indent(text, last.key_start);
-                let rendered = render(value, true, indent, style);
-                format!(
-                    "{},{}{indent}{key_text}{sep}{rendered}{}",
-                    &text[..last.value_end],
-                    style.newline,
-                    &text[last.value_end..]
-                )
+                let mid = format!(",{}{indent}{key_text}{sep}", style.newline);
+                splice(&text[..last.value_end], &mid, value, wrap, true, indent, style, &[&text[last.value_end..]])
             } else {
-                let rendered = render(value, false, "", style);
-                format!("{},{key_text}{sep}{rendered}{}", &text[..last.value_end], &text[last.value_end..])
+                let mid = format!(",{key_text}{sep}");
+                splice(&text[..last.value_end], &mid, value, wrap, false, "", style, &[&text[last.value_end..]])
             }
         }
         None if !style.pretty => {
-            let rendered = render(value, false, "", style);
-            format!("{}{{{key_text}:{rendered}}}{}", &text[..obj.open], &text[obj.close + 1..])
+            let mid = format!("{{{key_text}:");
+            splice(&text[..obj.open], &mid, value, wrap, false, "", style, &["}", &text[obj.close + 1..]])
         }
         None => {
             let outer = line_indent(text, obj.open).to_string();
             let indent = format!("{outer}{}", style.unit);
-            let rendered = render(value, true, &indent, style);
-            format!(
-                "{}{{{nl}{indent}{key_text}: {rendered}{nl}{outer}}}{}",
-                &text[..obj.open],
-                &text[obj.close + 1..],
-                nl = style.newline
-            )
+            let nl = style.newline;
+            let mid = format!("{{{nl}{indent}{key_text}: ");
+            let close = format!("{nl}{outer}}}");
+            splice(&text[..obj.open], &mid, value, wrap, true, &indent, style, &[&close, &text[obj.close + 1..]])
         }
     }
 }

@@ -9,6 +9,7 @@
 //! Writing is atomic (temporary file in the bundle's folder, fsync, rename, the old file's permissions) under
 //! an exclusive lock on the sidecar file `BUNDLE.lock`, so parallel merges into one bundle lose nothing.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -144,7 +145,7 @@ pub struct MergeOutcome {
 pub fn read_docs(inputs: &[Input]) -> Result<Vec<DocIn>> {
     let mut out = Vec::new();
     for input in inputs {
-        out.extend(docs_from_bytes(&input.read_bytes()?, &input.name())?);
+        out.extend(docs_from_bytes(&input.read_json_bytes()?, &input.name())?);
     }
     if out.is_empty() && !inputs.is_empty() {
         let names: Vec<String> = inputs.iter().map(|i| i.name()).collect();
@@ -201,37 +202,39 @@ fn name_bundle_place(e: Error, bytes: &[u8]) -> Error {
         }
         (v, _) => (v, dpath.trim_start_matches('$').to_string()),
     };
-    let place = doc
-        .and_then(|value| edits_for(&DocIn { value, source: String::new(), line: 0 }).ok())
-        .and_then(|edits| edits.last().map(|e| e.dotted()));
+    let place = doc.and_then(|value| {
+        let d = DocIn { value, source: String::new(), line: 0 };
+        let place = edits_for(&d).ok().and_then(|edits| edits.last().map(|e| e.dotted()));
+        place
+    });
     match place {
         Some(p) => Error::input(format!("{}; in the bundle that is {p}{rest}", e.message)),
         None => e,
     }
 }
 
-/// One value to set in the bundle.
+/// One value to set in the bundle: borrowed from its document (a 100 MB document was cloned twice per merge).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Edit {
+pub struct Edit<'a> {
     pub path: Vec<String>,
-    pub value: Value,
+    pub value: Cow<'a, Value>,
     /// Leave a non-null value already there as it is (a CSV's mtime never replaces the capture's start).
     pub keep_existing: bool,
 }
 
-impl Edit {
+impl Edit<'_> {
     fn dotted(&self) -> String {
         self.path.join(".")
     }
 }
 
-fn at(path: &str, value: Value) -> Edit {
+fn at<'a>(path: &str, value: Cow<'a, Value>) -> Edit<'a> {
     Edit { path: path.split('.').map(String::from).collect(), value, keep_existing: false }
 }
 
 /// The edits a document makes to a bundle; an unknown schema or a document missing what its placement
 /// needs is an input error naming the document and the JSON path.
-pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
+pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit<'_>>> {
     let whr = format!("{}: line {}", doc.source, doc.line);
     let obj = doc.value.as_object().ok_or_else(|| {
         Error::input(format!("{whr}: $: a document must be a JSON object, found {}", type_name(&doc.value)))
@@ -252,22 +255,22 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
     };
     Ok(match p {
         Placement::At(path) => {
-            let mut edits = vec![at(path, doc.value.clone())];
+            let mut edits = vec![at(path, Cow::Borrowed(&doc.value))];
             // a ranges document knows when its capture started (the export's session start)
             if kind == "ranges" {
                 if let Some(t) = doc.value.pointer("/source/capture/captured_at").filter(|t| t.is_string()) {
-                    edits.push(at("kernel_profile.captured_at", t.clone()));
+                    edits.push(at("kernel_profile.captured_at", Cow::Borrowed(t)));
                 }
             }
             edits
         }
         Placement::PodAttach => {
-            let mut edits = vec![at("pod_attach", doc.value.clone())];
+            let mut edits = vec![at("pod_attach", Cow::Borrowed(&doc.value))];
             if let Some(Value::Object(kp)) = obj.get("kernel_profile") {
                 for (k, v) in kp {
                     edits.push(Edit {
                         path: vec!["kernel_profile".into(), k.clone()],
-                        value: v.clone(),
+                        value: Cow::Borrowed(v),
                         keep_existing: false,
                     });
                 }
@@ -276,13 +279,17 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
         }
         Placement::Comparisons => {
             let key = comparison_key(&doc.value);
-            vec![Edit { path: vec!["comparisons".into(), key], value: doc.value.clone(), keep_existing: false }]
+            vec![Edit { path: vec!["comparisons".into(), key], value: Cow::Borrowed(&doc.value), keep_existing: false }]
         }
         Placement::Named(prefix) => {
             let name = obj.get("name").and_then(|n| n.as_str()).filter(|n| !n.is_empty()).ok_or_else(|| {
                 Error::input(format!("{whr}: $.name: missing or not a string (it names the entry under {prefix})"))
             })?;
-            vec![Edit { path: vec![prefix.into(), name.into()], value: doc.value.clone(), keep_existing: false }]
+            vec![Edit {
+                path: vec![prefix.into(), name.into()],
+                value: Cow::Borrowed(&doc.value),
+                keep_existing: false,
+            }]
         }
         Placement::KernelProfile => {
             let report = obj
@@ -302,19 +309,21 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit>> {
                     Some(Value::String(s)) if s != "<stdin>" => Value::String(s.clone()),
                     _ => Value::Null,
                 };
-                edits.push(at("kernel_profile.top_kernels", top.clone()));
-                edits.push(at("kernel_profile.totals", totals.clone()));
-                edits.push(at("kernel_profile.summary_csv_path", csv_path));
+                edits.push(at("kernel_profile.top_kernels", Cow::Borrowed(top)));
+                edits.push(at("kernel_profile.totals", Cow::Borrowed(totals)));
+                edits.push(at("kernel_profile.summary_csv_path", Cow::Owned(csv_path)));
                 // the CSV's mtime is only an upper bound of the capture time: it fills a gap, it never replaces
                 // the capture's start a ranges document recorded
-                let mut captured =
-                    at("kernel_profile.captured_at", obj.get("captured_at").cloned().unwrap_or(Value::Null));
+                let mut captured = at(
+                    "kernel_profile.captured_at",
+                    obj.get("captured_at").map(Cow::Borrowed).unwrap_or(Cow::Owned(Value::Null)),
+                );
                 captured.keep_existing = obj.get("captured_at_from").and_then(|v| v.as_str()) != Some("--captured-at");
                 edits.push(captured);
             }
             edits.push(Edit {
                 path: vec!["kernel_profile".into(), "stats".into(), report.to_string()],
-                value: doc.value.clone(),
+                value: Cow::Borrowed(&doc.value),
                 keep_existing: false,
             });
             edits
@@ -444,7 +453,7 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<MergeOutcome> {
     let removed_temps = if mode == Mode::Write { remove_stale_temps(&target) } else { Vec::new() };
 
     let old = match std::fs::metadata(&target) {
-        Ok(m) => Some((crate::contract::read_input(&target)?, m.permissions())),
+        Ok(m) => Some((crate::contract::read_json_file(&target, crate::contract::json_max_bytes()?)?, m.permissions())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(Error::input(format!("{name}: cannot read: {e}"))),
     };

@@ -139,7 +139,7 @@ pub fn try_load(path: &Path, name: Option<&str>) -> Result<Option<Vec<Capture>>>
     if !is_json || !regular {
         return Ok(None);
     }
-    let bytes = Input::Path(path.to_path_buf()).read_bytes()?;
+    let bytes = Input::Path(path.to_path_buf()).read_json_bytes()?;
     let pname = path.display().to_string();
     let docs = crate::contract::parse_json_stream(&bytes, &pname)?;
     let Some(v) = docs.first().map(|d| &d.value) else { return Ok(None) };

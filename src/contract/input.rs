@@ -55,6 +55,75 @@ pub fn read_file(p: &Path) -> Result<Vec<u8>> {
     super::paths::read_input(p)
 }
 
+/// The environment variable that bounds a JSON input's size in bytes ([`json_max_bytes`]).
+pub const JSON_MAX_BYTES_ENV: &str = "NSYSKIT_JSON_MAX_BYTES";
+
+/// The default bound of a JSON input: 1 GiB. A parsed document takes several times its text (about 8× for
+/// bundle-merge, see docs/bundle-merge.md), so a larger one would need many GiB of memory.
+pub const JSON_MAX_BYTES_DEFAULT: u64 = 1 << 30;
+
+/// The most bytes a JSON reader reads: `$NSYSKIT_JSON_MAX_BYTES` (a positive integer), else 1 GiB. A value
+/// that is not a positive integer is a usage error naming the variable.
+pub fn json_max_bytes() -> Result<u64> {
+    match std::env::var_os(JSON_MAX_BYTES_ENV) {
+        None => Ok(JSON_MAX_BYTES_DEFAULT),
+        Some(v) => match v.to_str().and_then(|s| s.trim().parse::<u64>().ok()).filter(|&n| n > 0) {
+            Some(n) => Ok(n),
+            None => Err(Error::usage(format!(
+                "{JSON_MAX_BYTES_ENV}={}: expected a positive number of bytes",
+                v.to_string_lossy()
+            ))),
+        },
+    }
+}
+
+fn over_bound(name: &str, size: Option<u64>, max: u64) -> Error {
+    let size = match size {
+        Some(n) => format!("is {n} bytes"),
+        None => "holds more".to_string(),
+    };
+    Error::input(format!(
+        "{name}: {size}, over the JSON input bound of {max} bytes ({JSON_MAX_BYTES_ENV}; default 1 GiB): not parsed"
+    ))
+}
+
+/// Read at most `max` bytes; more is the input error [`over_bound`].
+fn read_bounded(r: impl Read, name: &str, max: u64) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    r.take(max.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::input(format!("{name}: cannot read: {e}")))?;
+    if buf.len() as u64 > max {
+        return Err(over_bound(name, None, max));
+    }
+    Ok(buf)
+}
+
+impl Input {
+    /// [`Input::read_bytes`] for a JSON reader, bounded by [`json_max_bytes`]: a regular file over the bound is
+    /// refused by its size before anything is read, a stream once it passes the bound (exit 2, naming the input
+    /// and the bound).
+    pub fn read_json_bytes(&self) -> Result<Vec<u8>> {
+        let max = json_max_bytes()?;
+        match self {
+            Input::Path(p) => read_json_file(p, max),
+            Input::Stdin => read_bounded(std::io::stdin().lock(), "<stdin>", max),
+        }
+    }
+}
+
+/// A JSON file bounded by `max` bytes (see [`Input::read_json_bytes`]).
+pub fn read_json_file(p: &Path, max: u64) -> Result<Vec<u8>> {
+    let f = super::paths::open_input(p)?;
+    let name = p.display().to_string();
+    if let Ok(m) = f.metadata() {
+        if m.is_file() && m.len() > max {
+            return Err(over_bound(&name, Some(m.len()), max));
+        }
+    }
+    read_bounded(f, &name, max)
+}
+
 /// One JSON document of a stream, with where it started (1-based line) for messages.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JsonDoc {

@@ -18,7 +18,9 @@ mod paths;
 mod time;
 
 pub use error::{Error, ErrorKind, Result};
-pub use input::{parse_json_stream, Input, JsonDoc};
+pub use input::{
+    json_max_bytes, parse_json_stream, read_json_file, Input, JsonDoc, JSON_MAX_BYTES_DEFAULT, JSON_MAX_BYTES_ENV,
+};
 pub use json::{check_strict, duplicate_key_path, push_key, StrictValue};
 pub use output::{render, Style};
 pub use paths::{file_kind, open_input, read_input, refuse_output_over_input, same_file};

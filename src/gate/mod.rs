@@ -676,7 +676,8 @@ fn check_is_nsys_export(e: &Export) -> Result<()> {
 
 fn read_provenance(p: &Path) -> Result<serde_json::Value> {
     let name = p.display().to_string();
-    let bytes = crate::contract::Input::Path(p.to_path_buf()).read_bytes().map_err(|e| e.with_arg("--provenance"))?;
+    let bytes =
+        crate::contract::Input::Path(p.to_path_buf()).read_json_bytes().map_err(|e| e.with_arg("--provenance"))?;
     let docs = crate::contract::parse_json_stream(&bytes, &name).map_err(|e| e.with_arg("--provenance"))?;
     let Some(doc) = docs.into_iter().next() else {
         return Err(Error::input(format!("{name}: empty, expected an nsyskit.provenance/v1 JSON document"))
