@@ -546,6 +546,16 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
         "opaque_ns is iteration wall time covered by no child range under the prefix (the union of the children's intervals, clipped to the iteration); an opaque gap is not evidence of anything: scheduling, input preparation, attention planning, a hidden sync and Python overhead all look the same.".to_string(),
         "Nested labels overlap by construction: wall times of labels at different depths are never added.".to_string(),
     ];
+    let cut: std::collections::BTreeSet<&str> =
+        all.iter().map(|o| &*o.label).filter(|l| l.ends_with(crate::labels::LABEL_CUT_MARKER)).collect();
+    if !cut.is_empty() {
+        notes.push(format!(
+            "{} labels were longer than {} bytes: each is cut at a character boundary and ends with `{}` (messages that agree up to the cut count as one label).",
+            cut.len(),
+            crate::labels::LABEL_MAX_BYTES,
+            crate::labels::LABEL_CUT_MARKER
+        ));
+    }
 
     let seen = prefixes_seen(all);
     let Some(p) = prefix else {

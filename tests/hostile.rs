@@ -2142,3 +2142,79 @@ fn json_tools_memory_is_bounded_by_the_document() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("NSYSKIT_JSON_MAX_BYTES=lots"), "{err}");
 }
+
+/// Issue 42 (Low, memory): an export of long distinct NVTX labels pushed nvtx-readiness to 9.3 GB: every
+/// message was kept whole, several times (interned text, its key, the label, its key, the folding tables, the
+/// document). A label now keeps at most `LABEL_MAX_BYTES` (4 KiB) of its message, cut at a character boundary
+/// and marked, and a note counts the cut labels. 1 500 ranges with distinct 64 KiB messages (half as `text`,
+/// half as `textId`, two-byte characters across the cut) in a copy of decode_clean: measured 3 000 of them at
+/// 782 MB before, 62 MB after (decode_clean alone: 11 MB). The bound: 40 MB for the program and the fixture
+/// plus 8 copies of every cut label (1 500 × 4 KiB × 8 = 49 MB); the old code needs about 400 MB here.
+#[test]
+fn long_distinct_nvtx_labels_take_bounded_memory() {
+    let (_dir, x) = copy_into(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), "long.sqlite");
+    const N: usize = 1500;
+    {
+        let c = rusqlite::Connection::open(&x).unwrap();
+        let g: i64 =
+            c.query_row("SELECT globalTid FROM NVTX_EVENTS WHERE eventType = 59 LIMIT 1", [], |r| r.get(0)).unwrap();
+        let top: i64 = c.query_row("SELECT max(id) FROM StringIds", [], |r| r.get(0)).unwrap();
+        let t = c.unchecked_transaction().unwrap();
+        for i in 0..N {
+            // "long.00007." then 2-byte characters, so the cut at 4 096 bytes falls inside one
+            let text = format!("long.{i:05}.{}x", "é".repeat(32767));
+            let s = 20_000_000 + i as i64 * 10;
+            if i % 2 == 1 {
+                let id = top + 1 + i as i64;
+                t.execute("INSERT INTO StringIds(id, value) VALUES (?1, ?2)", rusqlite::params![id, text]).unwrap();
+                t.execute(
+                    "INSERT INTO NVTX_EVENTS(start, \"end\", eventType, globalTid, textId, domainId) VALUES (?1, ?2, 59, ?3, ?4, 0)",
+                    rusqlite::params![s, s + 5, g, id],
+                )
+                .unwrap();
+            } else {
+                t.execute(
+                    "INSERT INTO NVTX_EVENTS(start, \"end\", eventType, globalTid, text, domainId) VALUES (?1, ?2, 59, ?3, ?4, 0)",
+                    rusqlite::params![s, s + 5, g, text],
+                )
+                .unwrap();
+            }
+        }
+        t.commit().unwrap();
+    }
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let err = tempfile::NamedTempFile::new().unwrap();
+    let child = std::process::Command::new(bin("nvtx-readiness"))
+        .arg(&x)
+        .stdout(out.reopen().unwrap())
+        .stderr(err.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) }, child.id() as i32);
+    let stderr = std::fs::read_to_string(err.path()).unwrap();
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) <= 1, "{status} {stderr}");
+    let rss = ru.ru_maxrss as u64 * 1024;
+    let bound = 40_000_000 + N as u64 * 4096 * 8;
+    eprintln!("nvtx-readiness: {N} distinct 64 KiB labels, peak RSS {rss} B (bound {bound} B)");
+    assert!(rss < bound, "peak RSS {rss} B over {bound} B");
+    let doc: Value = serde_json::from_slice(&std::fs::read(out.path()).unwrap()).unwrap();
+    let notes: Vec<&str> = doc["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    assert!(
+        notes.iter().any(|n| n.starts_with(&format!("{N} labels were longer than 4096 bytes")) && n.contains("…[cut]")),
+        "{notes:?}"
+    );
+    // every label in the document is cut: at most 4 096 bytes of message and the marker, a valid string
+    let mut longest = 0;
+    let mut stack = vec![&doc];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => longest = longest.max(s.len()),
+            Value::Array(a) => stack.extend(a),
+            Value::Object(o) => stack.extend(o.values()),
+            _ => {}
+        }
+    }
+    assert!(longest <= 4096 + "…[cut]".len() + 64, "a string of {longest} bytes in the document");
+}

@@ -413,6 +413,34 @@ impl Export {
         Ok(out)
     }
 
+    /// [`Export::strings_for`] as NVTX labels: each cut to [`crate::labels::LABEL_MAX_BYTES`] as it is read
+    /// ([`crate::labels::label_of_bytes`]), so a long string never stays in memory whole.
+    pub fn labels_for(&self, ids: &HashSet<i64>) -> Result<HashMap<i64, String>> {
+        let mut out = HashMap::new();
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let tbl = schema::STRING_IDS;
+        self.require(tbl, &cols::STRING_IDS)?;
+        self.scan(tbl, &cols::STRING_IDS).run("", |row| {
+            let Some(id) = self.int_at(row, 1, tbl, "id")? else { return Ok(()) };
+            if ids.contains(&id) {
+                match row.get_ref(2).map_err(|e| self.sql_err(tbl)(e))? {
+                    ValueRef::Text(t) => {
+                        out.insert(id, crate::labels::label_of_bytes(t));
+                    }
+                    _ => {
+                        if let Some(v) = self.text_at(row, 2, tbl, "value")? {
+                            out.insert(id, v);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
     /// The ids of the `StringIds` values for which `keep` gives a key, with that key.
     pub fn string_ids_where<K>(&self, keep: impl Fn(&str) -> Option<K>) -> Result<HashMap<i64, K>> {
         let mut out = HashMap::new();

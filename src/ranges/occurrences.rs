@@ -164,13 +164,19 @@ struct NvtxRead {
 }
 
 impl NvtxRead {
+    /// Interned by their first [`crate::labels::LABEL_MAX_BYTES`]: a long message costs no more than that.
     fn intern(&mut self, t: &[u8]) -> u32 {
-        if let Some(&i) = self.text_idx.get(t) {
+        let key = crate::labels::cut_label_bytes(t).0;
+        self.intern_key(key, || crate::labels::label_of_bytes(t))
+    }
+
+    fn intern_key(&mut self, key: &[u8], label: impl FnOnce() -> String) -> u32 {
+        if let Some(&i) = self.text_idx.get(key) {
             return i;
         }
         let i = self.texts.len() as u32;
-        self.texts.push(String::from_utf8_lossy(t).into_owned());
-        self.text_idx.insert(t.into(), i);
+        self.texts.push(label());
+        self.text_idx.insert(key.into(), i);
         i
     }
 
@@ -216,7 +222,8 @@ impl NvtxRead {
     fn absorb(&mut self, mut p: NvtxRead) -> Vec<RawRange> {
         let mut bytes: Vec<(Box<[u8]>, u32)> = p.text_idx.into_iter().collect();
         bytes.sort_unstable_by_key(|b| b.1);
-        let map: Vec<u32> = bytes.iter().map(|(b, _)| self.intern(b)).collect();
+        let texts = std::mem::take(&mut p.texts);
+        let map: Vec<u32> = bytes.iter().map(|(b, i)| self.intern_key(b, || texts[*i as usize].clone())).collect();
         let remap = |m: Msg| match m {
             Msg::Text(i) => Msg::Text(map[i as usize]),
             id => id,
@@ -315,7 +322,7 @@ pub(super) fn load_interned(export: &Export, opts: &RangesOptions, stats: Option
             ids.insert(id);
         }
     }
-    let strings = export.strings_for(&ids)?;
+    let strings = export.labels_for(&ids)?;
     let message = |m: Msg| -> Option<&str> {
         match m {
             Msg::Id(id) => strings.get(&id).map(|s| s.as_str()),
