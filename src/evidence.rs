@@ -393,7 +393,7 @@ fn load_stdin(step_detail: bool) -> Result<Evidence> {
         if head.len() as u64 > max {
             return Err(crate::export::capture::stdin_too_big(max));
         }
-        return load_json(&head, name);
+        return load_json(head, name);
     }
     let mut tmp = spool_file(name)?;
     crate::export::capture::copy_stdin_bounded(head.as_slice().chain(stdin), tmp.as_file_mut(), max)?;
