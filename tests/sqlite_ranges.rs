@@ -794,3 +794,25 @@ fn only_nvtx_and_strings_is_enough() {
     assert_eq!(range(&doc, "a")["depths"], json!({"1": 1}));
     assert_eq!(doc["thread_diagnostics"][0]["mapping"], "unmapped");
 }
+
+/// A mistyped flag (issue #41): clap's own suggestion goes by edit distance and offered nothing for `--prefix`
+/// but "use '-- --prefix'"; the flag that holds the word is named, exit 2; a close spelling keeps clap's tip alone.
+#[test]
+fn a_mistyped_flag_names_the_flag_that_holds_it() {
+    let f = common::fixture("nsys-2025.3.1/gpu_full_node.sqlite");
+    for (bin, flag, want) in [
+        ("sqlite-ranges", "--prefix", Some("did you mean '--range-prefix'?")),
+        ("nvtx-readiness", "--prefix", Some("did you mean '--range-prefix'?")),
+        ("step-budget", "--label", None),
+        ("gate-check", "--tierr", None),
+    ] {
+        let out = assert_cmd::Command::cargo_bin(bin).unwrap().arg(&f).args([flag, "x"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bin} {flag}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&format!("unexpected argument '{flag}'")), "{err}");
+        match want {
+            Some(w) => assert!(err.contains(w), "{bin} {flag}: {err}"),
+            None => assert!(!err.contains("did you mean"), "{bin} {flag}: {err}"),
+        }
+    }
+}

@@ -73,3 +73,49 @@ pub fn main_with(tool: &'static str, body: impl FnOnce() -> i32) -> ! {
 pub fn parse_args<A: clap::Parser>() -> A {
     A::parse()
 }
+
+/// [`parse_args`], and for an unknown flag that clap finds no close spelling of, the flag that holds it as a
+/// word (`--prefix` → `--range-prefix`, `--step-label` → `--step`): clap's own suggestion goes by edit distance and
+/// says nothing there (it offered only "use '-- --prefix'").
+pub fn parse_or_exit<A: clap::Parser>() -> A {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    match A::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let hint = (e.kind() == ErrorKind::UnknownArgument && e.get(ContextKind::SuggestedArg).is_none())
+                .then(|| match e.get(ContextKind::InvalidArg) {
+                    Some(ContextValue::String(s)) => suggest_flag(&A::command(), s),
+                    _ => None,
+                })
+                .flatten();
+            let _ = e.print();
+            if let Some(h) = hint {
+                eprintln!("\n  tip: did you mean '{h}'?");
+            }
+            std::process::exit(e.exit_code())
+        }
+    }
+}
+
+/// The long flag of `cmd` that holds the unknown `given` (`--prefix=x`, `--prefix`) as a whole word, or that it
+/// holds, the shortest first; None when there is none or `given` is shorter than 3 letters.
+pub fn suggest_flag(cmd: &clap::Command, given: &str) -> Option<String> {
+    let g = given.trim_start_matches('-').split('=').next().unwrap_or("").to_ascii_lowercase();
+    if g.len() < 3 {
+        return None;
+    }
+    let words = |s: &str| s.split('-').map(str::to_string).collect::<Vec<_>>();
+    let gw = words(&g);
+    let mut hits: Vec<&str> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| a.get_long())
+        .filter(|l| {
+            let lw = words(l);
+            // every word of one is a word of the other: `prefix` in `range-prefix`, `step` in `step-label`
+            gw.iter().all(|w| lw.contains(w)) || lw.iter().all(|w| gw.contains(w))
+        })
+        .collect();
+    hits.sort_by_key(|l| (l.len(), l.to_string()));
+    hits.first().map(|l| format!("--{l}"))
+}

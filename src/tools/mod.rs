@@ -169,7 +169,7 @@ impl Outcome {
 /// code (2 with one line on stderr for an error, and for a panic).
 pub fn main<A: clap::Parser>(tool: &'static str, run: fn(A, &Invocation) -> Result<Outcome>) -> ! {
     crate::contract::cli::main_with(tool, || {
-        let args = A::parse();
+        let args = crate::contract::cli::parse_or_exit::<A>();
         match run(args, &Invocation::process()) {
             Ok(outcome) => print(tool, outcome),
             Err(e) => report_error(tool, &e),
