@@ -395,27 +395,22 @@ impl Export {
 
     /// The `StringIds` values of `ids` (one scan; a non-TEXT value of a wanted id is an input error).
     pub fn strings_for(&self, ids: &HashSet<i64>) -> Result<HashMap<i64, String>> {
-        let mut out = HashMap::new();
-        if ids.is_empty() {
-            return Ok(out);
-        }
-        let tbl = schema::STRING_IDS;
-        self.require(tbl, &cols::STRING_IDS)?;
-        self.scan(tbl, &cols::STRING_IDS).run("", |row| {
-            let Some(id) = self.int_at(row, 1, tbl, "id")? else { return Ok(()) };
-            if ids.contains(&id) {
-                if let Some(v) = self.text_at(row, 2, tbl, "value")? {
-                    out.insert(id, v);
-                }
-            }
-            Ok(())
-        })?;
-        Ok(out)
+        self.string_values_for(ids, None)
     }
 
     /// [`Export::strings_for`] as NVTX labels: each cut to [`crate::labels::LABEL_MAX_BYTES`] as it is read
     /// ([`crate::labels::label_of_bytes`]), so a long string never stays in memory whole.
     pub fn labels_for(&self, ids: &HashSet<i64>) -> Result<HashMap<i64, String>> {
+        self.string_values_for(ids, Some(crate::labels::label_of_bytes))
+    }
+
+    /// The one scan of [`Export::strings_for`] and [`Export::labels_for`]: a TEXT value of a wanted id through
+    /// `of_text` when given (on its bytes, before any copy), else as the column's text.
+    fn string_values_for(
+        &self,
+        ids: &HashSet<i64>,
+        of_text: Option<fn(&[u8]) -> String>,
+    ) -> Result<HashMap<i64, String>> {
         let mut out = HashMap::new();
         if ids.is_empty() {
             return Ok(out);
@@ -424,17 +419,17 @@ impl Export {
         self.require(tbl, &cols::STRING_IDS)?;
         self.scan(tbl, &cols::STRING_IDS).run("", |row| {
             let Some(id) = self.int_at(row, 1, tbl, "id")? else { return Ok(()) };
-            if ids.contains(&id) {
-                match row.get_ref(2).map_err(|e| self.sql_err(tbl)(e))? {
-                    ValueRef::Text(t) => {
-                        out.insert(id, crate::labels::label_of_bytes(t));
-                    }
-                    _ => {
-                        if let Some(v) = self.text_at(row, 2, tbl, "value")? {
-                            out.insert(id, v);
-                        }
-                    }
+            if !ids.contains(&id) {
+                return Ok(());
+            }
+            if let Some(f) = of_text {
+                if let ValueRef::Text(t) = row.get_ref(2).map_err(|e| self.sql_err(tbl)(e))? {
+                    out.insert(id, f(t));
+                    return Ok(());
                 }
+            }
+            if let Some(v) = self.text_at(row, 2, tbl, "value")? {
+                out.insert(id, v);
             }
             Ok(())
         })?;

@@ -72,6 +72,20 @@ impl Engine {
     fn start(nsys: &Path, dir: &Path, how: &[&str], tag: &str) -> Engine {
         Engine::start_with(nsys, dir, how, tag, &[], None)
     }
+    /// The endpoint-strategy engine most tests attach to: `nsys profile --trace=osrt` with a repeating
+    /// cudaProfilerApi capture range, its reports under `DIR/engine-out/run`.
+    fn endpoint(nsys: &Path, dir: &Path, tag: &str) -> Engine {
+        let out = dir.join("engine-out/run");
+        let how = [
+            "profile",
+            "--trace=osrt",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=repeat",
+            "-o",
+            &out.to_string_lossy(),
+        ];
+        Engine::start(nsys, dir, &how, tag)
+    }
     /// With extra environment variables for the engine, and the stand-in script copied under another name (its
     /// command line then reads e.g. `python3 …/vllm serve …`).
     fn start_with(
@@ -362,19 +376,7 @@ fn endpoint_happy_path() {
     let nsys = nsys_or_skip!("endpoint_happy_path");
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(
-        &nsys,
-        dir.path(),
-        &[
-            "profile",
-            "--trace=osrt",
-            "--capture-range=cudaProfilerApi",
-            "--capture-range-end=repeat",
-            "-o",
-            &dir.path().join("engine-out/run").to_string_lossy(),
-        ],
-        "ep",
-    );
+    let eng = Engine::endpoint(&nsys, dir.path(), "ep");
     let work = dir.path().join("nsyskit-pod-attach-work");
     let out_dir = dir.path().join("out");
     let mut c = bin(&si);
@@ -553,19 +555,7 @@ fn attach_refused_by_nsys_2023() {
     let nsys = nsys_or_skip!("attach_refused_by_nsys_2023");
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(
-        &nsys,
-        dir.path(),
-        &[
-            "profile",
-            "--trace=osrt",
-            "--capture-range=cudaProfilerApi",
-            "--capture-range-end=repeat",
-            "-o",
-            &dir.path().join("engine-out/run").to_string_lossy(),
-        ],
-        "at",
-    );
+    let eng = Engine::endpoint(&nsys, dir.path(), "at");
     let mut c = bin(&si);
     common_args(&mut c, &nsys, &dir.path().join("nsyskit-pod-attach-work"), &dir.path().join("out"));
     c.args(["--strategy", "attach", "--process-match", &eng.pattern()]);
@@ -705,19 +695,7 @@ fn copy_fault(fault: TarFault, tag: &str, expect: &str) {
     let nsys = nsys_or_skip!("copy fault");
     let si = StandIn::start(pods1(), PatchMode::Ok, fault);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(
-        &nsys,
-        dir.path(),
-        &[
-            "profile",
-            "--trace=osrt",
-            "--capture-range=cudaProfilerApi",
-            "--capture-range-end=repeat",
-            "-o",
-            &dir.path().join("engine-out/run").to_string_lossy(),
-        ],
-        tag,
-    );
+    let eng = Engine::endpoint(&nsys, dir.path(), tag);
     let work = dir.path().join("nsyskit-pod-attach-work");
     let out_dir = dir.path().join("out");
     let mut c = bin(&si);
@@ -752,19 +730,7 @@ fn ctrl_c_mid_capture_cleans_up() {
     let nsys = nsys_or_skip!("ctrl_c_mid_capture_cleans_up");
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(
-        &nsys,
-        dir.path(),
-        &[
-            "profile",
-            "--trace=osrt",
-            "--capture-range=cudaProfilerApi",
-            "--capture-range-end=repeat",
-            "-o",
-            &dir.path().join("engine-out/run").to_string_lossy(),
-        ],
-        "cc",
-    );
+    let eng = Engine::endpoint(&nsys, dir.path(), "cc");
     let work = dir.path().join("nsyskit-pod-attach-work");
     let mut c = bin(&si);
     common_args_d(&mut c, &nsys, &work, &dir.path().join("out"), "60");
@@ -839,19 +805,7 @@ fn deadline_fault(fault: TarFault, tag: &str, wait: u64, from: &str, bound: Dura
     let nsys = nsys_or_skip!(tag);
     let si = StandIn::start(pods1(), PatchMode::Ok, fault);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(
-        &nsys,
-        dir.path(),
-        &[
-            "profile",
-            "--trace=osrt",
-            "--capture-range=cudaProfilerApi",
-            "--capture-range-end=repeat",
-            "-o",
-            &dir.path().join("engine-out/run").to_string_lossy(),
-        ],
-        tag,
-    );
+    let eng = Engine::endpoint(&nsys, dir.path(), tag);
     let work = dir.path().join("nsyskit-pod-attach-work");
     let out_dir = dir.path().join("out");
     let mut c = bin(&si);
@@ -993,19 +947,7 @@ fn flood_after_the_archive_is_cut_at_the_cap() {
     let nsys = nsys_or_skip!("flood_after_the_archive_is_cut_at_the_cap");
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::Flood);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(
-        &nsys,
-        dir.path(),
-        &[
-            "profile",
-            "--trace=osrt",
-            "--capture-range=cudaProfilerApi",
-            "--capture-range-end=repeat",
-            "-o",
-            &dir.path().join("engine-out/run").to_string_lossy(),
-        ],
-        "flood",
-    );
+    let eng = Engine::endpoint(&nsys, dir.path(), "flood");
     let work = dir.path().join("nsyskit-pod-attach-work");
     let out_dir = dir.path().join("out");
     let mut c = bin(&si);
@@ -1038,19 +980,7 @@ fn big_report_streams_to_disk_and_max_copy_bytes_refuses_it() {
         std::env::var("NSYSKIT_POD_ATTACH_BIG_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(300_000_000);
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::BigReport(big));
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(
-        &nsys,
-        dir.path(),
-        &[
-            "profile",
-            "--trace=osrt",
-            "--capture-range=cudaProfilerApi",
-            "--capture-range-end=repeat",
-            "-o",
-            &dir.path().join("engine-out/run").to_string_lossy(),
-        ],
-        "big",
-    );
+    let eng = Engine::endpoint(&nsys, dir.path(), "big");
     let run = |tag: &str, extra: &[&str]| {
         let work = dir.path().join(format!("nsyskit-pod-attach-{tag}"));
         let out_dir = dir.path().join(format!("out-{tag}"));
@@ -1146,19 +1076,7 @@ fn signal_mid_capture(sig: &str, code: i32, tag: &str) {
     let nsys = nsys_or_skip!("signal_mid_capture");
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
     let dir = tempfile::tempdir().unwrap();
-    let eng = Engine::start(
-        &nsys,
-        dir.path(),
-        &[
-            "profile",
-            "--trace=osrt",
-            "--capture-range=cudaProfilerApi",
-            "--capture-range-end=repeat",
-            "-o",
-            &dir.path().join("engine-out/run").to_string_lossy(),
-        ],
-        tag,
-    );
+    let eng = Engine::endpoint(&nsys, dir.path(), tag);
     let work = dir.path().join("nsyskit-pod-attach-work");
     let mut c = bin(&si);
     common_args_d(&mut c, &nsys, &work, &dir.path().join("out"), "60");
