@@ -21,6 +21,10 @@ struct Setup {
     tmp: tempfile::TempDir,
 }
 
+/// How many times a run is tried when nsys 2023.4 fails on its own (its agent lost, its endpoint missing): such
+/// a run says nothing about nsyskit.
+const NSYS_OWN_TRIES: u32 = 3;
+
 fn setup(test: &str) -> Option<Setup> {
     let nu = Nu::or_skip(test)?;
     let nsys = common::nsys_or_skip(test)?;
@@ -86,16 +90,20 @@ fn serve_capture_cpu_server_time_window() {
     // without a report, seen under load in stops 12 and 13, or cannot reach its own endpoint ("Local Endpoint is
     // not available", exit 1, seen in a fresh clone on 2026-12-02): such a run says nothing about nsyskit, so it is
     // tried once more (any other failure fails the test at once)
-    let first = s.nu.raw(&format!("plugin use nsyskit\n{pipeline} | to json --raw"));
-    let stderr = String::from_utf8_lossy(&first.stderr);
+    // (it lost its agent twice in a row once, in a fresh clone on 2026-12-06: up to NSYS_OWN_TRIES runs)
     let nsys_own = ["Connection to Agent lost", "Local Endpoint is not available"];
-    let got: Value = if !first.status.success() && nsys_own.iter().any(|m| stderr.contains(m)) {
-        eprintln!("nsys 2023.4 failed on its own (its own bug): trying once more");
-        let _ = std::fs::remove_dir_all(&out);
-        s.nu.json(&pipeline)
-    } else {
-        assert!(first.status.success(), "nu failed on `{pipeline}`:\n{}", String::from_utf8_lossy(&first.stderr));
-        serde_json::from_slice(&first.stdout).expect("JSON")
+    let mut tries = 0;
+    let got: Value = loop {
+        tries += 1;
+        let run = s.nu.raw(&format!("plugin use nsyskit\n{pipeline} | to json --raw"));
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        if !run.status.success() && nsys_own.iter().any(|m| stderr.contains(m)) && tries < NSYS_OWN_TRIES {
+            eprintln!("nsys 2023.4 failed on its own (its own bug): trying again ({tries} of {NSYS_OWN_TRIES})");
+            let _ = std::fs::remove_dir_all(&out);
+            continue;
+        }
+        assert!(run.status.success(), "nu failed on `{pipeline}`:\n{stderr}");
+        break serde_json::from_slice(&run.stdout).expect("JSON");
     };
     assert_eq!(got["outcome"], "ok", "{got}");
     assert_eq!(got["failures"], json!([]));
@@ -188,10 +196,10 @@ fn serve_capture_ctrl_c_cleans_up() {
         let stderr = String::from_utf8_lossy(&o.stderr);
         let nsys_own = ["Connection to Agent lost", "Local Endpoint is not available"];
         assert!(
-            tries == 1 && nsys_own.iter().any(|m| stderr.contains(m)),
+            tries < NSYS_OWN_TRIES && nsys_own.iter().any(|m| stderr.contains(m)),
             "the run ended before its load client started:\n{stderr}"
         );
-        eprintln!("nsys 2023.4 failed on its own (its own bug): trying once more");
+        eprintln!("nsys 2023.4 failed on its own (its own bug): trying again ({tries} of {NSYS_OWN_TRIES})");
     };
     std::thread::sleep(Duration::from_millis(500));
     let kill = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
