@@ -424,3 +424,72 @@ fn a_periodic_stall_is_named_and_warm_up_is_set_apart() {
         r["notes"].as_array().unwrap().iter().find_map(|n| n.as_str().filter(|n| n.starts_with("periodic stall")));
     assert!(stall.is_some_and(|s| s.contains("every 10th step")), "{}", r["notes"]);
 }
+
+/// Seed A28: a capture made with CPU sampling (`--sample=process-tree`; nsys 2025.3.1 refuses the seed's
+/// `--sampling-frequency`, fixtures/logs/nsys-2025.3.1_engine_samples_sampling-frequency.console.txt) names what
+/// the host ran in the steps' unattributed time; the counts are the rows', the estimate is the arithmetic of its
+/// definition, and an export without samples has no such section.
+#[test]
+fn cpu_samples_name_the_host_code_in_unattributed_time() {
+    let p = common::fixture("nsys-2025.3.1/engine_samples.sqlite");
+    let path = p.to_str().unwrap();
+    let (_, d) = doc("step-budget", &[path]);
+    common::assert_valid(&d);
+    assert_eq!(d["step_label"], "EngineCore.step");
+    let h = &d["host_samples"];
+    // the samples of the step thread inside its steps, counted by SQL alone
+    let in_steps = count(
+        &p,
+        "SELECT count(*) FROM COMPOSITE_EVENTS e JOIN NVTX_EVENTS n ON n.globalTid = e.globalTid
+           AND e.start >= n.start AND e.start < n.end
+         WHERE coalesce(n.text, (SELECT value FROM StringIds WHERE id = n.textId)) = 'EngineCore.step'",
+    );
+    assert!(in_steps > 0);
+    assert_eq!(h["in_steps"].as_i64(), Some(in_steps), "{h}");
+    // a sample inside a CUDA runtime call of its thread is attributed (launch_api/other_api/sync_wait): the
+    // unattributed ones are at most those outside every runtime call
+    let outside_calls = count(
+        &p,
+        "SELECT count(*) FROM COMPOSITE_EVENTS e JOIN NVTX_EVENTS n ON n.globalTid = e.globalTid
+           AND e.start >= n.start AND e.start < n.end
+         WHERE coalesce(n.text, (SELECT value FROM StringIds WHERE id = n.textId)) = 'EngineCore.step'
+           AND NOT EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.globalTid = e.globalTid
+                           AND e.start >= r.start AND e.start < r.end)",
+    );
+    let n = h["in_unattributed"].as_i64().unwrap();
+    assert!(n > 0 && n <= outside_calls && outside_calls < in_steps, "{n} {outside_calls} {in_steps}");
+    let by_module: i64 = h["top_modules"].as_array().unwrap().iter().map(|m| m["samples"].as_i64().unwrap()).sum();
+    assert_eq!(by_module, n, "fewer than ten modules here: the list holds every sample");
+    assert_eq!(h["sampling_period_ns"].as_i64(), Some(2_000_000));
+    assert_eq!(h["unattributed_ns"], d["totals"]["unattributed"]);
+    let est = n as f64 * 2e6 / h["unattributed_ns"].as_f64().unwrap();
+    assert!((h["on_cpu_share"].as_f64().unwrap() - est).abs() < 1e-9);
+    assert_eq!(h["ranked"], n >= 30);
+    assert!(h["reason"].as_str().unwrap().contains(&format!("{n} of {in_steps} samples")), "{h}");
+    // the same engine captured without sampling
+    let (_, plain) = doc("step-budget", &[common::fixture("nsys-2025.3.1/engine_spawn.sqlite").to_str().unwrap()]);
+    assert_eq!(rows(&common::fixture("nsys-2025.3.1/engine_spawn.sqlite"), "COMPOSITE_EVENTS"), 0);
+    assert!(plain.get("host_samples").is_none());
+}
+
+/// The on-CPU estimate against a program whose CPU time is known: fixtures/src/vibeserve_cpu.c spins 450 µs
+/// (`busy_us` 200 + 150 + 100) and sleeps 800 µs in each of its 50 `vibeserve.engine.iteration` steps; nsys 2023.4
+/// sampled it (`--trace=nvtx,osrt`, sampling on by default). The samples name the spin and put the share within
+/// three standard errors of the source's.
+#[test]
+fn the_on_cpu_share_of_samples_matches_the_program_s_known_cpu_time() {
+    let p = common::fixture("nsys-2023.4.4/cpu_nvtx_osrt.sqlite");
+    let (_, d) = doc("step-budget", &[p.to_str().unwrap()]);
+    let h = &d["host_samples"];
+    assert_eq!(d["steps"].as_array().unwrap().len(), 50);
+    assert_eq!(h["top_frames"][0]["symbol"], "busy_us", "{h}");
+    assert_eq!(h["top_frames"][0]["module"], "vibeserve_cpu", "{h}");
+    let n = h["in_unattributed"].as_f64().unwrap();
+    let est = h["on_cpu_share"].as_f64().unwrap();
+    let truth = 50.0 * 450_000.0 / h["unattributed_ns"].as_f64().unwrap();
+    assert!((est - truth).abs() <= 3.0 * est / n.sqrt(), "estimate {est}, source {truth}, {n} samples");
+    // the evidence alone reads python_overhead_bound and says what the samples add
+    let would = &d["verdict"]["would_be"];
+    assert_eq!(would["class"], "python_overhead_bound");
+    assert!(would["reason"].as_str().unwrap().contains("of the unattributed time on a CPU (10 samples"), "{would}");
+}

@@ -28,6 +28,7 @@ pub mod nvtx;
 pub mod osrt;
 mod raw;
 pub mod rows;
+pub mod samples;
 pub mod schema;
 pub mod window;
 

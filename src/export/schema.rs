@@ -39,6 +39,13 @@ pub const EXPORT_META_DATA: &str = "EXPORT_META_DATA";
 /// first; ≈2021.3 exports have neither.
 pub const EXPORT_META_TABLES: [&str; 2] = [META_DATA_EXPORT, EXPORT_META_DATA];
 pub const DIAGNOSTIC_EVENT: &str = "DIAGNOSTIC_EVENT";
+/// CPU IP/backtrace samples (`--sample=process-tree|system-wide`): one row per sample.
+pub const COMPOSITE_EVENTS: &str = "COMPOSITE_EVENTS";
+/// The call stack of each sample: `(id, stackDepth)` → `symbol`, `module` (StringIds); depth 0 is the leaf.
+pub const SAMPLING_CALLCHAINS: &str = "SAMPLING_CALLCHAINS";
+/// `META_DATA_CAPTURE` name of the CPU sampling period (CPU-clock nanoseconds between samples; 2 000 000 by
+/// default in nsys 2025.3.1).
+pub const SAMPLING_PERIOD_SETTING: &str = "LINUX_PERF_OPTIONS:SAMPLING_PERIOD";
 /// The capture's duration and its bounds on the export's clock (one row).
 pub const ANALYSIS_DETAILS: &str = "ANALYSIS_DETAILS";
 /// nsys 2025.3 name of the graph node-building events table.
@@ -90,6 +97,8 @@ pub mod cols {
     pub const DIAGNOSTIC_EVENT: [&str; 3] = ["timestamp", "severity", "text"];
     pub const SYNCHRONIZATION: [&str; 4] = ["start", "end", "globalPid", "correlationId"];
     pub const OSRT_API: [&str; 4] = ["start", "end", "globalTid", "nameId"];
+    pub const COMPOSITE_EVENTS: [&str; 3] = ["id", "start", "globalTid"];
+    pub const SAMPLING_CALLCHAINS: [&str; 4] = ["id", "symbol", "module", "stackDepth"];
     pub const GRAPH_NODE_ID: &str = "graphNodeId";
     pub const DEMANGLED_NAME: &str = "demangledName";
     pub const DOMAIN_ID: &str = "domainId";

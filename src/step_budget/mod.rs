@@ -13,6 +13,7 @@
 //! rank (process) with the straggler of each matched step (`ranks[]`, `stragglers[]`).
 
 pub mod device;
+pub mod samples;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -283,6 +284,10 @@ pub struct StepBudgetDoc {
     /// the verdict comes from ([`crate::device_picture`]); absent when there are steps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<crate::device_picture::PictureRow>,
+    /// What the host ran in the steps' unattributed time, from nsys's CPU samples (`--sample=process-tree`);
+    /// absent when the export holds none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_samples: Option<samples::HostSamples>,
 }
 
 /// One segment of the median step's wall.
@@ -692,6 +697,7 @@ pub fn analyze_window_with(
         waits: &waits,
     };
     let (steps, step_spans) = cx.steps();
+    let host_samples = samples::host_samples(export, &cx, &steps, &step_tids)?;
     // the idle inside, between and outside the steps on each device, beside the steps' distributions
     let devices = &mut tl.devices;
     let distributions = std::thread::scope(|s| {
@@ -749,6 +755,9 @@ pub fn analyze_window_with(
         verdict.reason.push_str(&format!("; comm here is {what}"));
     }
     reject_on_opaque_step(&mut verdict, &a.occurrences, &label);
+    if let Some(h) = &host_samples {
+        samples::qualify(&mut verdict, h);
+    }
     ph.mark("steps");
     let waterfall = waterfall_of(&steps, &not_typical, median_wall, &idx, a, iv, &api, comm, &comm_occ, &waits, &tl);
     let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
@@ -834,6 +843,7 @@ pub fn analyze_window_with(
         notes,
         iterations: None,
         devices: Vec::new(),
+        host_samples,
     };
     crate::memory::drop_beside(tl);
     Ok(doc)
@@ -1661,6 +1671,7 @@ pub fn device_only_of(
         notes,
         iterations: None,
         devices: rows,
+        host_samples: None,
     }
 }
 
