@@ -1378,7 +1378,7 @@ impl Exposure {
 /// holds communication kernels. Copies on a copy stream under compute on another stream are not what bounds the
 /// step (measured: held-out `overlap`, 128 MiB H2D copies under 20 matmuls: the copies are 38.9 % of the summed
 /// device time but 7.6 % of the busy union is copy time with no kernel under it), nor is an all-reduce on a
-/// communication stream under the GEMMs (tests/heldout_devices.rs).
+/// communication stream under the GEMMs (tests/it/heldout_devices.rs).
 pub fn export_exposure(
     export: &Export,
     device: &[crate::export::rows::DeviceChunk],

@@ -4,7 +4,7 @@
 use crate::contract::{json_schema, Document};
 
 /// Every document kind nsyskit writes: `(kind, schema generator)`. `schemas/` is generated from this list
-/// (`NSYSKIT_BLESS=1 cargo test --test schemas`), and tests validate outputs against those files.
+/// (`NSYSKIT_BLESS=1 cargo test --test it schemas::`), and tests validate outputs against those files.
 pub fn all() -> Vec<(&'static str, serde_json::Value)> {
     vec![
         (crate::kern_csv::KernCsvDoc::KIND, json_schema::<crate::kern_csv::KernCsvDoc>()),

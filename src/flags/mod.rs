@@ -4,7 +4,7 @@
 //! library's own option structs flattened in where they are flags (`gate::Thresholds` derives `clap::Args`).
 //! The binary parses it; the Nushell plugin builds its signature from the same `clap::Command`
 //! ([`command`]: long name, help, default value, value type) and parses a call through the same parser, so a
-//! flag, its help and its default are written in one place. `tests/flag_twins.rs` of the plugin checks every
+//! flag, its help and its default are written in one place. `tests/it/flag_twins.rs` of the plugin checks every
 //! flag of every binary against its Nushell twin.
 //!
 //! Conventions the Nushell side reads from a definition (nu-plugin/src/flags.rs):

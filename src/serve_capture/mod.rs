@@ -2295,7 +2295,7 @@ mod tests {
 
     #[test]
     fn a_lost_nsys_agent_is_named_from_the_log() {
-        // nsys.log of a real failed run (nsys 2023.4.4, stop 14, tests/serve_capture.rs time window)
+        // nsys.log of a real failed run (nsys 2023.4.4, stop 14, tests/it/serve_capture.rs time window)
         let log = "vibeserve_http: pid 3539 listening on 127.0.0.1:40969\nConnection to Agent lost. This is most likely a bug. \
                    Internal reason: 'End of file'.\nPlease refer to the troubleshooting section of the docs:\n";
         assert!(nsys_log_cause(log).unwrap().contains("lost the connection to its own agent"));
