@@ -1,0 +1,352 @@
+//! Phases 4 to 6: per-thread diagnostics, per-label statistics, and the finished document with its notes.
+
+use super::*;
+
+/// Phase 4: one diagnostic per thread with kept occurrences: its process mapping (PROCESSES, else the
+/// device tables' globalPid, else unmapped: listed, never guessed), its name, what it owns.
+pub(super) fn map_threads(export: &Export, w: &Work) -> Result<Vec<ThreadDiagnostics>> {
+    progress("summarising");
+    let processes = if w.present(schema::PROCESSES) { export.process_ids()? } else { Default::default() };
+    let mut thread_name_ids: FxMap<i64, i64> = FxMap::default();
+    if w.present(schema::THREAD_NAMES) && !w.slices.is_empty() {
+        export.thread_names(|g, nid| {
+            if w.slice_of.contains_key(&g) {
+                thread_name_ids.insert(g, nid); // the last row for the thread wins
+            }
+        })?;
+    }
+    let names = export.strings_for(&thread_name_ids.values().copied().collect())?;
+    let mut thread_diagnostics = Vec::with_capacity(w.slices.len());
+    for (ti, &(g, lo, hi)) in w.slices.iter().enumerate() {
+        let ns = ns_of(g);
+        let mapping = if processes.contains(&ns) {
+            "processes"
+        } else if w.device_pids.contains(&ns) {
+            "device_namespace_fallback"
+        } else {
+            "unmapped"
+        };
+        let is_main = tid_of(g) == pid_of(g);
+        let mut attention = Vec::new();
+        if !is_main && w.th_device[ti] > 0 {
+            attention.push("non_main_thread_owns_device_work".to_string());
+        }
+        if mapping != "processes" {
+            attention.push(mapping.to_string());
+        }
+        thread_diagnostics.push(ThreadDiagnostics {
+            global_tid: g,
+            pid: pid_of(g),
+            tid: tid_of(g),
+            namespace: ns,
+            mapping: mapping.to_string(),
+            is_main_thread: is_main,
+            thread_name: thread_name_ids.get(&g).and_then(|nid| names.get(nid).cloned()),
+            occurrences: (hi - lo) as u64,
+            runtime_calls: w.th_runtime[ti],
+            device_rows_attributed: w.th_device[ti],
+            attention,
+        });
+    }
+    Ok(thread_diagnostics)
+}
+
+/// Phase 5: per label, the sums over its occurrences (sorted by host wall time descending, then label), and
+/// the high-cardinality label groups.
+pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, Vec<HighCardinality>)> {
+    let (occ, metrics, label_names) = (&w.occ, &w.metrics, &w.label_names);
+    let mut by_label: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, o) in occ.iter().enumerate() {
+        by_label.entry(label_names[o.label as usize].as_str()).or_default().push(i);
+    }
+    let mut ranges = Vec::with_capacity(by_label.len());
+    for (label, idxs) in &by_label {
+        let mut walls: Vec<i64> = idxs.iter().map(|&i| occ[i].end - occ[i].start).collect();
+        walls.sort_unstable();
+        let mut r = RangeStats {
+            label: label.to_string(),
+            occurrences: idxs.len() as u64,
+            occurrences_with_device_work: 0,
+            runtime_calls: 0,
+            kernels: 0,
+            memcpys: 0,
+            memsets: 0,
+            graph_traces: 0,
+            host_wall_time_ns: 0,
+            wall_ns_min: walls[0],
+            wall_ns_median: walls[(walls.len() - 1) / 2],
+            wall_ns_max: walls[walls.len() - 1],
+            kernel_work_ns: 0,
+            host_range_kernel_coverage_ns: 0,
+            host_range_kernel_coverage_fraction: 0.0,
+            kernel_busy_union_ns: 0,
+            kernel_span_ns: 0,
+            gpu_idle_within_kernel_span_ns: 0,
+            uncovered_host_time_ns: 0,
+            gpu_busy_fraction: None,
+            sync: BTreeMap::new(),
+            depths: BTreeMap::new(),
+            parents: BTreeMap::new(),
+        };
+        // checked sums: timestamps are bounded by the export layer, but many huge rows could still overflow
+        let overflow = |field: &str| {
+            Error::input(format!(
+                "{}: label {label:?}: {field} overflows 64-bit nanoseconds: the export's timestamps are not real; nothing was written",
+                export.name()
+            ))
+        };
+        let add = |acc: &mut i64, v: i64, field: &str| -> Result<()> {
+            *acc = acc.checked_add(v).filter(|x| *x != i64::MAX).ok_or_else(|| overflow(field))?;
+            Ok(())
+        };
+        for &w in &walls {
+            add(&mut r.host_wall_time_ns, w, "host_wall_time_ns")?;
+        }
+        for &i in idxs {
+            let (m, n) = (&metrics[i], &w.counts[i]);
+            let o = &occ[i];
+            let wall = o.end - o.start;
+            if n.device_rows() > 0 {
+                r.occurrences_with_device_work += 1;
+            }
+            r.runtime_calls += w.runtime_calls[i];
+            r.kernels += n.kernels;
+            r.memcpys += n.memcpys;
+            r.memsets += n.memsets;
+            r.graph_traces += n.graph_traces;
+            add(&mut r.kernel_work_ns, n.kernel_work_ns, "kernel_work_ns")?;
+            add(&mut r.host_range_kernel_coverage_ns, m.coverage_ns, "host_range_kernel_coverage_ns")?;
+            add(&mut r.kernel_busy_union_ns, m.busy_ns, "kernel_busy_union_ns")?;
+            add(&mut r.kernel_span_ns, m.span_ns(), "kernel_span_ns")?;
+            add(&mut r.gpu_idle_within_kernel_span_ns, m.span_ns() - m.busy_ns, "gpu_idle_within_kernel_span_ns")?;
+            add(&mut r.uncovered_host_time_ns, (wall - m.coverage_ns).max(0), "uncovered_host_time_ns")?;
+            for (api, s) in w.syncs.of(i) {
+                let e = r.sync.entry(SYNC_APIS[api as usize].to_string()).or_default();
+                e.calls += s.calls;
+                add(&mut e.total_ns, s.total_ns, "sync total_ns")?;
+            }
+            *r.depths.entry(o.depth).or_default() += 1;
+            let parent = if o.parent == u32::MAX {
+                String::new()
+            } else {
+                label_names[occ[o.parent as usize].label as usize].clone()
+            };
+            *r.parents.entry(parent).or_default() += 1;
+        }
+        if r.host_wall_time_ns > 0 {
+            r.host_range_kernel_coverage_fraction =
+                (r.host_range_kernel_coverage_ns as f64 / r.host_wall_time_ns as f64).min(1.0);
+        }
+        if r.kernel_span_ns > 0 {
+            r.gpu_busy_fraction = Some(r.kernel_busy_union_ns as f64 / r.kernel_span_ns as f64);
+        }
+        ranges.push(r);
+    }
+    ranges.sort_by(|a, b| {
+        b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.as_bytes().cmp(b.label.as_bytes()))
+    });
+    let high_cardinality_labels = high_cardinality(by_label.keys().copied());
+    Ok((ranges, high_cardinality_labels))
+}
+
+/// The note on the ranges closed by the capture's end: how many, of which labels (up to five), and why they are
+/// no occurrence.
+pub fn truncated_note(n: u64, listed: &[occurrences::TruncatedRange]) -> String {
+    let mut by_label: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
+    for t in listed {
+        let e = by_label.entry(t.label.as_str()).or_insert((0, 0));
+        e.0 += 1;
+        e.1 = e.1.max(t.end - t.start);
+    }
+    let mut names: Vec<String> = by_label
+        .iter()
+        .take(5)
+        .map(|(l, (c, w))| format!("{l} ×{c} (open for at least {:.3} ms)", *w as f64 / 1e6))
+        .collect();
+    if by_label.len() > 5 {
+        names.push(format!("{} more label(s)", by_label.len() - 5));
+    }
+    format!(
+        "{n} NVTX range(s) end at the capture's end (ANALYSIS_DETAILS.duration): nsys closed them when the capture stopped, so their end and wall are the capture's, not theirs; they are marked truncated (truncated_ranges) and kept out of every statistic like an open range: {}",
+        names.join(", ")
+    )
+}
+
+/// Phase 6: the notes, the document, and (when asked) the public per-occurrence vectors.
+pub(super) fn finish(
+    export: &Export,
+    opts: &RangesOptions,
+    mut w: Work,
+    ranges: Vec<RangeStats>,
+    thread_diagnostics: Vec<ThreadDiagnostics>,
+    high_cardinality_labels: Vec<HighCardinality>,
+    detail: bool,
+) -> Result<(RangesDoc, Detail)> {
+    let notes = notes_of(export, opts, &w, &thread_diagnostics)?;
+    let (kernels_total, kernels_attr, kernel_work_total, kernel_work_attr) =
+        (w.kernels_total, w.kernels_attr, w.kernel_work_total, w.kernel_work_attr);
+    if progress_on() {
+        eprintln!();
+    }
+
+    let (schema, tool) = RangesDoc::header();
+    let size = std::fs::metadata(export.path()).map(|m| m.len()).unwrap_or(0);
+    let doc = RangesDoc {
+        schema,
+        tool,
+        source: RangesSource {
+            path: export.name(),
+            size,
+            range_prefix: opts.range_prefix.clone(),
+            nsys_version: export.nsys_version()?,
+            kind: "sqlite".into(),
+            exported_with: None,
+            window: opts.window.map(|(start, end)| TimeWindow { start, end }),
+            capture: Some(crate::export::capture_info(export)?),
+        },
+        tables_present: w.tables_present.clone(),
+        ranges,
+        thread_diagnostics,
+        totals: Totals {
+            per_device: std::mem::take(&mut w.per_device),
+            kernels_total,
+            kernel_work_total_ns: kernel_work_total,
+            kernels_attributed: kernels_attr,
+            kernel_work_attributed_ns: kernel_work_attr,
+            kernels_unattributed: kernels_total - kernels_attr,
+            kernel_work_unattributed_ns: kernel_work_total - kernel_work_attr,
+            device_rows_ambiguous: w.ambiguous_rows,
+        },
+        skipped: w.skipped,
+        truncated_ranges: std::mem::take(&mut w.truncated),
+        skipped_rows: std::mem::take(&mut w.row_skips),
+        high_cardinality_labels,
+        folded: w.folded.take(),
+        notes,
+        iterations: None,
+    };
+    if !detail {
+        return Ok((doc, None));
+    }
+    Ok((doc, detail_of(w)))
+}
+
+/// The notes of the document (what a reader must know to read its numbers); an error when the KERNEL rows'
+/// total duration overflows.
+fn notes_of(
+    export: &Export,
+    opts: &RangesOptions,
+    w: &Work,
+    thread_diagnostics: &[ThreadDiagnostics],
+) -> Result<Vec<String>> {
+    let mut notes = vec![
+        "Nested labels overlap by construction: never add numbers of labels at different depths (see each label's `depths` and `parents`).".to_string(),
+        "uncovered_host_time_ns is host time not covered by device work; it is NOT GPU idle (gpu_idle_within_kernel_span_ns is the device bubble).".to_string(),
+        "kernel_busy_union_ns, kernel_span_ns and host_range_kernel_coverage_ns cover all device work (KERNEL, MEMCPY, MEMSET, GRAPH_TRACE); only kernel_work_ns is kernels alone.".to_string(),
+        "Ranges still open when the capture ended are either absent from the export (nsys ended the application at cudaProfilerStop) or exported with their end clipped to the end of the capture (--capture-range-end=stop).".to_string(),
+    ];
+    if !schema::DEVICE_TABLES.iter().any(|t| w.present(t)) {
+        notes.push("No CUDA device table in this export (a capture without CUDA): no device work is attributed; that is a result, not an error.".to_string());
+    } else if !w.present(schema::RUNTIME) {
+        notes.push(
+            "No CUPTI_ACTIVITY_KIND_RUNTIME table: device work cannot be joined to ranges, all of it is unattributed."
+                .to_string(),
+        );
+    }
+    let graph_mode = export.graph_trace_mode()?.is_some_and(|m| m.mode == "graph");
+    // an empty GRAPH_TRACE table is what `nsys export --lazy=false` writes for every capture: not graph level
+    if w.present(schema::GRAPH_TRACE) && export.count_rows(schema::GRAPH_TRACE)? > 0 {
+        notes.push("CUDA graphs were traced at graph level: each replay is one opaque GRAPH_TRACE row (counted in graph_traces, not kernels).".to_string());
+    } else if graph_mode {
+        notes.push("CUDA graphs were traced at graph level (META_DATA_CAPTURE CUDA_GRAPH_TRACE_OPTIONS:MODE = Graph) and the export has no GRAPH_TRACE table: graph replays left no GPU row at all (seen with nsys 2023.4), so their device work is invisible here. Capture with --cuda-graph-trace=node.".to_string());
+    }
+    let unmapped = thread_diagnostics.iter().filter(|t| t.mapping == "unmapped").count();
+    if unmapped > 0 {
+        notes.push(format!("{unmapped} thread(s) with kept ranges map to no process: their runtime calls are counted, no device work is attributed to them (see thread_diagnostics)."));
+    }
+    let fallback = thread_diagnostics.iter().filter(|t| t.mapping == "device_namespace_fallback").count();
+    if fallback > 0 {
+        notes.push(format!("{fallback} thread(s) belong to a process missing from PROCESSES (nsys omits traced fork children) and were mapped through the device tables' globalPid (mapping = device_namespace_fallback)."));
+    }
+    let (kernels_total, kernels_attr, kernel_work_total, kernel_work_attr) =
+        (w.kernels_total, w.kernels_attr, w.kernel_work_total, w.kernel_work_attr);
+    if kernel_work_total == i64::MAX {
+        return Err(Error::input(format!(
+            "{}: the KERNEL rows' total duration overflows 64-bit nanoseconds: the export's timestamps are not real; nothing was written",
+            export.name()
+        )));
+    }
+    if w.ambiguous_rows > 0 {
+        notes.push(format!("{} device rows have a (globalPid, correlationId) that more than one CUPTI_ACTIVITY_KIND_RUNTIME call shares: the join is ambiguous, so they are attributed to no range (totals.device_rows_ambiguous), never to several.", w.ambiguous_rows));
+    }
+    if kernels_total > kernels_attr {
+        notes.push(format!(
+            "{} of {} KERNEL rows ({} ns of {} ns) are not attributed to any kept range: reported in totals, never dropped.",
+            kernels_total - kernels_attr,
+            kernels_total,
+            kernel_work_total - kernel_work_attr,
+            kernel_work_total
+        ));
+    }
+    if w.skipped.unlabeled + w.skipped.open_or_inverted > 0 {
+        notes.push(format!(
+            "Skipped NVTX range rows: {} without a message, {} with a NULL or inverted interval.",
+            w.skipped.unlabeled, w.skipped.open_or_inverted
+        ));
+    }
+    if w.skipped.closed_by_capture_end > 0 {
+        notes.push(truncated_note(w.skipped.closed_by_capture_end, &w.truncated));
+    }
+    if let Some(s) = crate::export::describe_skips(&w.row_skips) {
+        notes.push(format!("Skipped rows with a NULL or inverted interval (never summed, never attributed): {s}."));
+    }
+    if let Some((ws, we)) = opts.window {
+        notes.push(format!("--window {ws}:{we}: only occurrences lying inside it were kept (start >= {ws} and end <= {we}); totals and per_device still cover the whole capture."));
+    }
+    Ok(notes)
+}
+
+/// The public per-occurrence vectors of a finished analysis.
+fn detail_of(w: Work) -> Detail {
+    let Work { occ, label_names, metrics, counts, runtime_calls, syncs, slices, thread_of, .. } = w;
+    let label_names = occurrences::shared_labels(&label_names);
+    let occurrences: Vec<Occurrence> = occ
+        .iter()
+        .zip(&thread_of)
+        .map(|(o, &th)| Occurrence {
+            label: label_names[o.label as usize].clone(),
+            global_tid: slices[th as usize].0,
+            start: o.start,
+            end: o.end,
+            event_type: o.event_type as i64,
+            domain_id: (o.domain_id != 0).then_some(o.domain_id),
+            depth: o.depth,
+            parent: if o.parent == u32::MAX { None } else { Some(o.parent as usize) },
+        })
+        .collect();
+    let metrics: Vec<OccurrenceMetrics> = metrics
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let (sync_calls, sync_ns) = syncs.totals(i);
+            let n = &counts[i];
+            OccurrenceMetrics {
+                runtime_calls: runtime_calls[i],
+                kernels: n.kernels,
+                memcpys: n.memcpys,
+                memsets: n.memsets,
+                graph_traces: n.graph_traces,
+                kernel_work_ns: n.kernel_work_ns,
+                busy_ns: m.busy_ns,
+                span_ns: m.span_ns(),
+                coverage_ns: m.coverage_ns,
+                first_device_start: m.has_device().then_some(m.first),
+                last_device_end: m.has_device().then_some(m.cur_e),
+                sync_calls,
+                sync_ns,
+                sync: syncs.of(i).collect(),
+            }
+        })
+        .collect();
+    Some((occurrences, metrics))
+}

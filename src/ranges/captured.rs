@@ -1,0 +1,190 @@
+//! What an analysis with intervals hands to other tools: the runtime calls and device rows it read
+//! ([`CapturedRows`]), the intervals behind each occurrence ([`OccurrenceIntervals`]) and the shared occurrences.
+
+use super::*;
+
+/// A runtime call with a thread and an API name id, as the join read it (for the device timelines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapturedCall {
+    pub start: i64,
+    pub end: i64,
+    pub global_tid: i64,
+    pub correlation_id: Option<i64>,
+    pub name_id: i64,
+}
+
+/// The runtime calls of [`CapturedRows`], in table order: the parts the join read, each in rowid order, kept as
+/// they were read (one vector of them all was a copy of 48 bytes per call: 62 MB at 5 M kernels).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeCalls(Vec<Vec<CapturedCall>>);
+
+impl RuntimeCalls {
+    /// The calls of `parts`, taken in order.
+    pub fn new(parts: Vec<Vec<CapturedCall>>) -> RuntimeCalls {
+        RuntimeCalls(parts)
+    }
+    /// The parts, in table order, each in rowid order.
+    pub fn parts(&self) -> &[Vec<CapturedCall>] {
+        &self.0
+    }
+    /// Every call, in table order.
+    pub fn iter(&self) -> impl Iterator<Item = &CapturedCall> + '_ {
+        self.0.iter().flatten()
+    }
+    pub fn len(&self) -> usize {
+        self.0.iter().map(Vec::len).sum()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Every device row and runtime call as [`analyze_with_intervals`] read them, before the attribution: what the
+/// step budget's device timelines need, without reading the tables again.
+#[derive(Debug, Clone, Default)]
+pub struct CapturedRows {
+    /// The device tables' rows in table then rowid order, with the kernels' names
+    /// ([`crate::export::rows::DeviceDetail::Names`]) and the skipped rows of each part: the rows the
+    /// attribution reads, shared, never copied (the attribution keeps its marks apart).
+    pub device: std::sync::Arc<Vec<DeviceChunk>>,
+    /// The runtime calls with a thread and an API name id, in table order (shared with the thread that builds
+    /// the device timelines while the analysis goes on: [`RowsReady`]).
+    pub runtime: std::sync::Arc<RuntimeCalls>,
+    /// Runtime rows skipped (invalid intervals).
+    pub runtime_skips: RowSkips,
+}
+
+/// What [`analyze_with_intervals`] returns besides the analysis.
+#[derive(Debug, Clone, Default)]
+pub struct Collected {
+    /// Per occurrence (parallel to `occurrences`): its intervals when its label was asked for, else empty.
+    pub intervals: Vec<OccurrenceIntervals>,
+    pub rows: CapturedRows,
+    /// Whether `rows.runtime` holds every runtime call with a thread and an API name id: the join read the
+    /// runtime table whole (it does not when the table is absent or no occurrence was kept).
+    pub runtime_read: bool,
+    /// With [`analyze_with_intervals_keeping`] and options without prefix or window: the occurrences as read,
+    /// before folding ([`SharedOccurrences::loaded`] is what [`load_occurrences`] gives with default options).
+    pub occurrences: Option<SharedOccurrences>,
+    /// The CUDA `deviceId` of each device index of the intervals' rows ([`CorrelatedDeviceRow::device`]).
+    pub device_ids: Vec<i64>,
+}
+
+/// The kept occurrences of an analysis without prefix or window, labels unfolded and interned: what a
+/// readiness document on the same export reads (`gate-check --report --nvtx-readiness`).
+#[derive(Default, Clone)]
+pub struct SharedOccurrences(pub(super) occurrences::InternedOccurrences);
+
+impl SharedOccurrences {
+    /// [`load_occurrences`] with default options, without reading the export again.
+    pub fn loaded(&self) -> LoadedOccurrences {
+        self.0.to_loaded()
+    }
+}
+
+impl std::fmt::Debug for SharedOccurrences {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedOccurrences({} occurrences)", self.0.occurrences.len())
+    }
+}
+
+/// A device row attributed to an occurrence by the join (same rows as its metrics), as
+/// [`CorrelatedDeviceRows`] gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CorrelatedDeviceRow {
+    pub start: i64,
+    pub end: i64,
+    pub kind: DeviceKind,
+    /// Its CUDA `deviceId` is `Collected::device_ids[device]`.
+    pub device: u32,
+}
+
+/// The device rows attributed to an occurrence, 16 bytes each (5.6 M rows at 5 M kernels: 24 bytes made them
+/// 134 MB): the start, the duration in 32 bits (`u32::MAX`: the end is in `long`, by row index), the kind in the
+/// top 2 bits of `tag` and the device index in the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CorrelatedDeviceRows {
+    rows: Vec<PackedCorrelatedRow>,
+    long: Vec<(usize, i64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PackedCorrelatedRow {
+    start: i64,
+    dur: u32,
+    tag: u32,
+}
+
+impl CorrelatedDeviceRows {
+    pub(super) fn reserve_exact(&mut self, n: usize) {
+        self.rows.reserve_exact(n);
+    }
+
+    pub(super) fn push(&mut self, r: CorrelatedDeviceRow) {
+        let dur = match u32::try_from(r.end - r.start) {
+            Ok(d) if d < u32::MAX => d,
+            _ => {
+                self.long.push((self.rows.len(), r.end));
+                u32::MAX
+            }
+        };
+        debug_assert!(r.device < 1 << 30, "device indices are distinct devices");
+        self.rows.push(PackedCorrelatedRow { start: r.start, dur, tag: (r.kind as u32) << 30 | r.device });
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The rows in order.
+    pub fn iter(&self) -> impl Iterator<Item = CorrelatedDeviceRow> + '_ {
+        let mut long = self.long.iter().peekable();
+        self.rows.iter().enumerate().map(move |(i, r)| {
+            let end = match long.next_if(|&&(j, _)| j == i) {
+                Some(&(_, e)) => e,
+                None => r.start + r.dur as i64,
+            };
+            CorrelatedDeviceRow {
+                start: r.start,
+                end,
+                kind: DeviceKind::ALL[(r.tag >> 30) as usize],
+                device: r.tag & !(3 << 30),
+            }
+        })
+    }
+
+    /// Sorted by `(start, end)`, stable (rows of equal interval keep their order).
+    pub(super) fn sort(&mut self) {
+        if self.long.is_empty() {
+            // the end is start + dur: by (start, dur) is by (start, end)
+            self.rows.sort_by_key(|r| (r.start, r.dur));
+            return;
+        }
+        let mut all: Vec<CorrelatedDeviceRow> = self.iter().collect();
+        all.sort_by_key(|d| (d.start, d.end));
+        *self = CorrelatedDeviceRows::default();
+        all.into_iter().for_each(|d| self.push(d));
+    }
+}
+
+/// A runtime call counted in an occurrence (on its thread, starting inside it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnclosedRuntimeCall {
+    pub start: i64,
+    pub end: i64,
+    /// `StringIds` id of the API name.
+    pub name_id: Option<i64>,
+    /// Blocking sync API ([`normalize_sync_api`]).
+    pub sync: bool,
+}
+
+/// The intervals behind one occurrence's metrics: its correlated device rows and its runtime calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OccurrenceIntervals {
+    pub device: CorrelatedDeviceRows,
+    pub runtime: Vec<EnclosedRuntimeCall>,
+}

@@ -1,0 +1,268 @@
+//! Phases 1 to 3 as one scan: the table checks, the parallel reads of the device and runtime tables, and
+//! phase 1, loading the kept occurrences.
+
+use super::*;
+
+/// Phases 1 to 3: the device tables are read in parallel threads (each large table split into rowid ranges,
+/// each range on its own read-only connection: [`crate::export::rows::read_device_chunks`]) while the
+/// occurrences load and the runtime calls join on the export's connection; then the device rows are
+/// attributed and swept. Errors come in the order of a serial run: tables, NVTX, runtime, device rows.
+/// With `share_stats`, the reads also compute the timed-stats facts of the tables they read whole
+/// ([`Export::put_stats`]): the caller's other questions (the evidence of a report, the gates) then need no
+/// scan of their own.
+pub(super) fn run_scans(
+    export: &Export,
+    opts: &RangesOptions,
+    want: Option<&dyn Fn(&str) -> bool>,
+    share_stats: bool,
+    keep_occurrences: bool,
+    ready: Option<RowsReady<'_>>,
+) -> Result<Work> {
+    check_tables(export)?;
+    let stats = |t: &str| if share_stats { export.stats_wanted(t) } else { None };
+    let dev_tables: Vec<(DeviceKind, crate::export::TableInfo, Option<Keep>)> = DeviceKind::ALL
+        .iter()
+        .filter_map(|k| export.table(k.table()).map(|t| (*k, t.clone(), stats(k.table()))))
+        .collect();
+    let rt_stats = stats(schema::RUNTIME);
+    let src = export.source();
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let threads = crate::export::rows::scan_threads();
+    // with intervals (the step budget), the kernels' names too: its device timelines read them from this scan
+    let detail = if want.is_some() {
+        if export.has_table(schema::KERNEL) {
+            export.require(schema::KERNEL, &[cols::DEMANGLED_NAME])?;
+        }
+        crate::export::rows::DeviceDetail::Names
+    } else {
+        crate::export::rows::DeviceDetail::None
+    };
+    // the runtime calls too, in parallel batches (the join and the collected intervals do not depend on the
+    // order in which they arrive: [`analyze_with_intervals`] sorts each occurrence's calls on all their fields)
+    let rt_table = export.table(schema::RUNTIME).cloned();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<crate::export::rows::RuntimeBatch>(16);
+    let mut rx = Some(rx);
+    std::thread::scope(|s| {
+        let (src_r, cancel_r) = (&src, &cancel);
+        let reader = s.spawn(|| crate::export::rows::read_device_chunks(&src, &dev_tables, threads, detail, &cancel));
+        let rt_reader =
+            match rt_table.as_ref() {
+                Some(t) => Some(s.spawn(move || {
+                    crate::export::rows::read_runtime_batches(src_r, t, threads, rt_stats, cancel_r, tx)
+                })),
+                None => {
+                    drop(tx);
+                    rx = None;
+                    None
+                }
+            };
+        let mut ph = crate::phase::Phases::new("sqlite-ranges");
+        let main = (|| -> Result<(Work, CorrTable, bool)> {
+            let mut w = load(export, opts, keep_occurrences, stats(schema::NVTX_EVENTS))?;
+            ph.mark("load");
+            if let Some(want) = want {
+                w.collect = Some(Collect {
+                    want: w.label_names.iter().map(|l| want(l)).collect(),
+                    per_occ: (0..w.occ.len()).map(|_| OccurrenceIntervals::default()).collect(),
+                    rows: CapturedRows::default(),
+                    calls_by_part: Vec::new(),
+                    runtime_read: false,
+                    device_ids: Vec::new(),
+                });
+            }
+            let (corr, consumed) = join_runtime(export, &mut w, rx.take())?;
+            ph.mark("join_runtime");
+            Ok((w, corr, consumed))
+        })();
+        // a reader never waits on a consumer that is gone
+        drop(rx.take());
+        if main.is_err() {
+            cancel.store(true, Ordering::Relaxed);
+        }
+        let rt_skips =
+            rt_reader.map(|h| h.join().unwrap_or_else(|_| Err(Error::input("the runtime table reader panicked"))));
+        let chunks = reader.join().unwrap_or_else(|_| Err(Error::input("the device table reader panicked")));
+        ph.mark("device_rows_wait");
+        let (mut w, corr, consumed) = main?;
+        let (rt_skips, rt_stats) = if consumed { rt_skips.transpose()?.unzip() } else { (None, None) };
+        if let Some(sk) = &rt_skips {
+            crate::export::merge_skips(&mut w.row_skips, sk);
+        }
+        if let Some(st) = rt_stats.flatten() {
+            export.put_stats(schema::RUNTIME, st);
+        }
+        let mut chunks = chunks?;
+        let stats = chunks.iter_mut().map(|c| (c.kind, c.stats.take())).collect();
+        let rows = match w.collect.as_mut() {
+            Some(c) => {
+                c.runtime_read = consumed;
+                let chunks = std::sync::Arc::new(chunks);
+                put_device_stats(export, stats, Some(&chunks));
+                let calls = RuntimeCalls::new(std::mem::take(&mut c.calls_by_part));
+                let runtime_skips = rt_skips.unwrap_or_default();
+                c.rows = CapturedRows { device: chunks.clone(), runtime: std::sync::Arc::new(calls), runtime_skips };
+                if let Some(f) = ready {
+                    f(&mut c.rows);
+                }
+                DeviceRows::Shared(chunks)
+            }
+            None => {
+                put_device_stats(export, stats, None);
+                DeviceRows::Own(chunks)
+            }
+        };
+        attribute_device_rows(&mut w, corr, rows);
+        ph.mark("attribute_device_rows+sweep");
+        Ok(w)
+    })
+}
+
+/// Is there an `NVTX_EVENTS` table to read? An absent one (nsys creates it only when it records an NVTX event:
+/// [`crate::export::NvtxRecorded::absent_table_is_empty`]) reads as the empty table the `--lazy=false` export of
+/// the same capture has; one that nsys's own count says should be there is the error naming it. Only
+/// [`document`] (the `sqlite-ranges` contract) requires the table itself.
+pub(super) fn nvtx_table(export: &Export) -> Result<bool> {
+    if !export.has_table(schema::NVTX_EVENTS) && export.nvtx_recorded()?.absent_table_is_empty() {
+        return Ok(false);
+    }
+    export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
+    Ok(true)
+}
+
+/// The timed-stats facts the device reads computed, per table ([`Export::put_stats`]); their kept intervals
+/// the rows of `shared` when the chunks are shared ([`crate::export::rows::DeviceDetail::Names`]).
+pub(super) fn put_device_stats(
+    export: &Export,
+    mut stats: Vec<(Option<DeviceKind>, Option<crate::export::rows::TimedStats>)>,
+    shared: Option<&std::sync::Arc<Vec<DeviceChunk>>>,
+) {
+    if let Some(rows) = shared {
+        for (at, (_, st)) in stats.iter_mut().enumerate() {
+            if let Some(st) = st {
+                st.attach_rows(rows, at);
+            }
+        }
+    }
+    for kind in DeviceKind::ALL {
+        let parts: Vec<_> = stats.iter_mut().filter(|c| c.0 == Some(kind)).map(|c| c.1.take()).collect();
+        if let Some(st) = crate::export::rows::merge_stats(parts) {
+            export.put_stats(kind.table(), st);
+        }
+    }
+}
+
+/// Every table of the contract, validated before any work (a schema mismatch is an error, never a partial
+/// report).
+pub(super) fn check_tables(export: &Export) -> Result<()> {
+    nvtx_table(export)?;
+    export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
+    for (t, cols) in OPTIONAL_TABLES {
+        export.optional(t, cols)?;
+    }
+    Ok(())
+}
+
+/// Phase 1: validate every table (a schema mismatch is an error before any work, never a partial report),
+/// load the kept occurrences and intern their labels (`nvtx_stats`: the NVTX read is also the table's
+/// timed-stats scan).
+pub(super) fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvtx_stats: Option<Keep>) -> Result<Work> {
+    nvtx_table(export)?;
+    export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
+    let mut tables_present = Vec::new();
+    for (t, cols) in OPTIONAL_TABLES {
+        if export.optional(t, cols)?.is_some() {
+            tables_present.push(t.to_string());
+        }
+    }
+    progress("reading NVTX_EVENTS");
+    let mut loaded = load_interned(export, opts, nvtx_stats)?;
+    let slices = thread_slices(&loaded.occurrences);
+    let n = loaded.occurrences.len();
+    // labels as ids; folding runs once per distinct raw label (with its occurrence count, first-seen order:
+    // what one call per occurrence gives), and the folded labels are numbered in order of first occurrence
+    let mut label_names: Vec<String> = Vec::new();
+    let mut folder = opts.fold.then(crate::labels::Folder::new);
+    let occ: Vec<COcc> = {
+        let mut count = vec![0u64; loaded.labels.len()];
+        for o in &loaded.occurrences {
+            count[o.label as usize] += 1;
+        }
+        let mut final_of: Vec<u32> = vec![u32::MAX; loaded.labels.len()];
+        let mut ids: FxMap<String, u32> = FxMap::default();
+        for r in loaded.occurrences.iter().map(|o| o.label) {
+            if final_of[r as usize] == u32::MAX {
+                let raw = &loaded.labels[r as usize];
+                let label = match folder.as_mut() {
+                    Some(f) => f.add(raw, count[r as usize]),
+                    None => raw.clone(),
+                };
+                final_of[r as usize] = match ids.get(label.as_str()) {
+                    Some(&id) => id,
+                    None => {
+                        let id = label_names.len() as u32;
+                        label_names.push(label.clone());
+                        ids.insert(label, id);
+                        id
+                    }
+                };
+            }
+        }
+        let c_occ = |o: &occurrences::Interned| COcc {
+            start: o.start,
+            end: o.end,
+            domain_id: o.domain_id,
+            label: final_of[o.label as usize],
+            depth: o.depth,
+            parent: o.parent,
+            event_type: o.event_type,
+        };
+        if keep_loaded {
+            loaded.occurrences.iter().map(c_occ).collect()
+        } else {
+            // collected in place, then shrunk: the occurrences as read and the kept ones are not both alive
+            let mut v: Vec<COcc> = std::mem::take(&mut loaded.occurrences).into_iter().map(|o| c_occ(&o)).collect();
+            v.shrink_to_fit();
+            v
+        }
+    };
+    let mut thread_of = vec![0u32; n];
+    let mut slice_of: FxMap<i64, (u32, usize, usize)> = FxMap::default();
+    for (ti, &(g, lo, hi)) in slices.iter().enumerate() {
+        for t in &mut thread_of[lo..hi] {
+            *t = ti as u32;
+        }
+        slice_of.insert(g, (ti as u32, lo, hi));
+    }
+    let nth = slices.len();
+    Ok(Work {
+        tables_present,
+        skipped: loaded.skipped,
+        truncated: std::mem::take(&mut loaded.truncated),
+        row_skips: RowSkips::new(),
+        occ,
+        label_names,
+        slices,
+        thread_of,
+        slice_of,
+        runtime_calls: vec![0; n],
+        metrics: Vec::new(),
+        chain_counts: Vec::new(),
+        counts: Vec::new(),
+        sync_hits: FxMap::default(),
+        syncs: SyncTable::default(),
+        th_runtime: vec![0u64; nth],
+        th_device: vec![0u64; nth],
+        proc_idx: FxMap::default(),
+        chains: Chains::new(),
+        device_pids: FxSet::default(),
+        per_device: Vec::new(),
+        kernels_total: 0,
+        kernel_work_total: 0,
+        kernels_attr: 0,
+        kernel_work_attr: 0,
+        ambiguous_rows: 0,
+        folded: folder.map(|f| f.report(crate::labels::REPORT_LIMIT)),
+        collect: None,
+        loaded: keep_loaded.then_some(loaded),
+    })
+}
