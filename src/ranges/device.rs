@@ -372,7 +372,7 @@ pub(super) fn tag_rows(w: &mut Work, chunks: &[ChunkMeta], segs: &[Vec<SegOf>], 
 /// `chain + 1` (no chain: 0) is the chain's on the first device it was seen on; only a chain seen on a second
 /// device needs the map.
 pub(super) struct Tags {
-    tags: Vec<Tag>,
+    pub(super) tags: Vec<Tag>,
     more: FxMap<(u32, u32), u32>,
 }
 
@@ -380,17 +380,17 @@ pub(super) struct Tags {
 pub(super) const UNSEEN: u32 = u32::MAX;
 
 impl Tags {
-    fn new(chains: usize) -> Tags {
+    pub(super) fn new(chains: usize) -> Tags {
         let unseen = (0..=chains as u32).map(|s| Tag { chain: s.wrapping_sub(1), dev: UNSEEN, end: 0 });
         Tags { tags: unseen.collect(), more: FxMap::default() }
     }
 
-    fn own(&mut self, tag: Tag) -> u32 {
+    pub(super) fn own(&mut self, tag: Tag) -> u32 {
         self.tags.push(tag);
         self.tags.len() as u32 - 1
     }
 
-    fn shared(&mut self, chain: u32, dev: u32) -> u32 {
+    pub(super) fn shared(&mut self, chain: u32, dev: u32) -> u32 {
         let slot = chain.wrapping_add(1);
         match self.tags[slot as usize].dev {
             UNSEEN => {

@@ -1,5 +1,6 @@
 //! Unit tests of the ranges analysis (packed rows, sync API names, label patterns).
 
+use super::device::Tags;
 use super::*;
 
 #[test]
