@@ -21,6 +21,7 @@
 //!
 //! Nothing here creates a table, index, view or temp table in it (temporary b-trees are kept in memory).
 
+pub mod bulk;
 pub mod capture;
 pub mod fold;
 pub mod graph;

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Phases 1 to 3: the device tables are read in parallel threads (each large table split into rowid ranges,
-/// each range on its own read-only connection: [`crate::export::rows::read_device_chunks`]) while the
+/// each range on its own read-only connection: [`crate::export::bulk::read_device_chunks`]) while the
 /// occurrences load and the runtime calls join on the export's connection; then the device rows are
 /// attributed and swept. Errors come in the order of a serial run: tables, NVTX, runtime, device rows.
 /// With `share_stats`, the reads also compute the timed-stats facts of the tables they read whole
@@ -44,11 +44,11 @@ pub(super) fn run_scans(
     let mut rx = Some(rx);
     std::thread::scope(|s| {
         let (src_r, cancel_r) = (&src, &cancel);
-        let reader = s.spawn(|| crate::export::rows::read_device_chunks(&src, &dev_tables, threads, detail, &cancel));
+        let reader = s.spawn(|| crate::export::bulk::read_device_chunks(&src, &dev_tables, threads, detail, &cancel));
         let rt_reader =
             match rt_table.as_ref() {
                 Some(t) => Some(s.spawn(move || {
-                    crate::export::rows::read_runtime_batches(src_r, t, threads, rt_stats, cancel_r, tx)
+                    crate::export::bulk::read_runtime_batches(src_r, t, threads, rt_stats, cancel_r, tx)
                 })),
                 None => {
                     drop(tx);
