@@ -1,0 +1,85 @@
+//! Label prefixes and id patterns: which prefix a capture's ranges use, which one to suggest, which labels
+//! carry ids.
+
+use super::*;
+
+/// How many prefixes and id patterns a document lists.
+pub const LIST_LIMIT: usize = 50;
+
+/// A label's prefix: the text before its first `.` (a dotted name such as `hf.decode_step`), else before its
+/// first `::` (`aten::mm`); None for a label with neither, or with a space before the separator.
+pub fn label_prefix(label: &str) -> Option<String> {
+    let dot = label.find('.');
+    let colons = label.find("::");
+    let (i, sep) = match (dot, colons) {
+        (Some(d), Some(c)) if c < d => (c, "::"),
+        (Some(d), _) => (d, "."),
+        (None, Some(c)) => (c, "::"),
+        (None, None) => return None,
+    };
+    let head = &label[..i];
+    (!head.is_empty() && !head.contains(char::is_whitespace)).then(|| format!("{head}{sep}"))
+}
+
+/// The prefixes of a set of occurrences (labels folded first), most occurrences first (ties: byte order). A
+/// framework's own ranges (`aten::*`, XLA's `TSL:` domain, NCCL/cuBLAS API ranges: [`crate::framework`]) are
+/// evidence, not the engine's naming: they are left out (XLA's `TSL:Thunk:#hlo_op=…` used to be suggested as
+/// the prefix of a JAX decode loop over the user's `jaxdec.`).
+pub fn prefixes_seen<'a>(all: impl IntoIterator<Item = &'a Occurrence>) -> Vec<PrefixCount> {
+    // each distinct label folded once, with its occurrences (a label repeats on every step: 500 k occurrences
+    // of a few labels were folded, cut and looked up one by one)
+    let mut counts: crate::fx::FxMap<&str, u64> = Default::default();
+    for o in all {
+        *counts.entry(&o.label).or_default() += 1;
+    }
+    counts.retain(|l, _| !crate::framework::is_framework(l));
+    let mut per: BTreeMap<String, (BTreeSet<String>, u64)> = BTreeMap::new();
+    let mut folder = crate::labels::Folder::new();
+    for (raw, n) in counts {
+        let l = folder.add(raw, n);
+        if let Some(p) = label_prefix(&l) {
+            let e = per.entry(p).or_default();
+            e.0.insert(l);
+            e.1 += n;
+        }
+    }
+    let mut v: Vec<PrefixCount> = per
+        .into_iter()
+        .map(|(prefix, (l, n))| PrefixCount { prefix, labels: l.len() as u64, occurrences: n })
+        .collect();
+    v.sort_by(|a, b| b.occurrences.cmp(&a.occurrences).then_with(|| a.prefix.cmp(&b.prefix)));
+    v
+}
+
+/// The dotted prefix with the most occurrences (without its dot), the one to try with --range-prefix.
+pub fn suggest_prefix(seen: &[PrefixCount]) -> Option<String> {
+    seen.iter().find(|p| p.prefix.ends_with('.')).map(|p| p.prefix.trim_end_matches('.').to_string())
+}
+
+/// The prefix to suggest: [`suggest_prefix`] among the ranges opened on threads that made CUDA runtime calls
+/// (the engine's), else among all. An API process's ranges can outnumber the engine's: in the held-out
+/// `engine_spawn` capture `detokenizer.` (800 occurrences, CPU only) used to be suggested over the engine's
+/// `EngineCore.` (200, on the thread that replays the CUDA graph).
+pub(super) fn suggest_engine_prefix(
+    export: &Export,
+    all: &[Occurrence],
+    seen: &[PrefixCount],
+) -> Result<Option<String>> {
+    let cuda = export.runtime_thread_ids()?;
+    let engine = all.iter().filter(|o| cuda.contains(&o.global_tid));
+    Ok(suggest_prefix(&prefixes_seen(engine)).or_else(|| suggest_prefix(seen)))
+}
+
+/// Id-bearing labels grouped by the label they fold into ([`crate::labels`], the rule `sqlite-ranges`
+/// folds with), most occurrences first, at most [`LIST_LIMIT`].
+pub fn id_patterns<'a>(labels: impl IntoIterator<Item = &'a str>) -> Vec<IdPattern> {
+    let mut f = crate::labels::Folder::new();
+    for l in labels {
+        f.add(l, 1);
+    }
+    f.report(LIST_LIMIT)
+        .folded
+        .into_iter()
+        .map(|x| IdPattern { pattern: x.label, labels: x.raw_labels, occurrences: x.occurrences, examples: x.examples })
+        .collect()
+}
