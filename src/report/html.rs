@@ -138,19 +138,50 @@ pub fn render(doc: &ReportDoc) -> String {
         choice = escape(&doc.decision.primary_label_choice),
     );
 
+    capture_section(&mut h, doc);
+
+    if let Some(sb) = &doc.step_budget {
+        step_budget_section(&mut h, sb);
+    }
+
+    split_section(&mut h, doc);
+
+    ranges_section(&mut h, doc);
+
+    categories_section(&mut h, doc);
+
+    kernels_section(&mut h, doc);
+
+    // unattributed
+    h.push_str("<h2>Not attributed</h2><ul id=\"unattributed\">");
+    for s in &doc.unattributed.statements {
+        let _ = write!(h, "<li>{}</li>", escape(s));
+    }
+    h.push_str("</ul>");
+    devices_section(&mut h, &doc.devices);
+
+    signals_section(&mut h, doc);
+
+    provenance_section(&mut h, doc);
+    let _ = writeln!(h, "<p class=\"src\">{} {}</p></body></html>", escape(&doc.tool.name), escape(&doc.tool.version));
+    h
+}
+
+/// The capture header: GPU, driver, nsys, when, how long, the window, graph trace level, kernels.
+fn capture_section(h: &mut String, doc: &ReportDoc) {
     // capture header
     let c = &doc.capture;
     h.push_str("<h2>Capture</h2><table class=\"kv\" id=\"capture\">");
-    row(&mut h, "GPU", "gpu", &if c.gpus.is_empty() { opt(&None) } else { escape(&c.gpus.join(", ")) });
+    row(h, "GPU", "gpu", &if c.gpus.is_empty() { opt(&None) } else { escape(&c.gpus.join(", ")) });
     let cuda = c
         .cuda_driver_version
         .as_deref()
         .and_then(|v| v.parse::<i64>().ok())
         .map(|v| format!(" (CUDA {}.{})", v / 1000, (v % 1000) / 10));
-    row(&mut h, "driver", "driver", &format!("{}{}", opt(&c.driver_version), escape(&cuda.unwrap_or_default())));
-    row(&mut h, "nsys (export)", "nsys", &opt(&c.nsys_version));
+    row(h, "driver", "driver", &format!("{}{}", opt(&c.driver_version), escape(&cuda.unwrap_or_default())));
+    row(h, "nsys (export)", "nsys", &opt(&c.nsys_version));
     row(
-        &mut h,
+        h,
         "captured at",
         "captured_at",
         &format!(
@@ -162,7 +193,7 @@ pub fn render(doc: &ReportDoc) -> String {
                 .unwrap_or_default()
         ),
     );
-    row(&mut h, "duration", "duration", &c.duration_ns.map(dur).map(|d| escape(&d)).unwrap_or_else(|| opt(&None)));
+    row(h, "duration", "duration", &c.duration_ns.map(dur).map(|d| escape(&d)).unwrap_or_else(|| opt(&None)));
     let window = match &c.window {
         Value::Null => opt(&None),
         Value::String(s) => escape(s),
@@ -175,20 +206,19 @@ pub fn render(doc: &ReportDoc) -> String {
         ),
         v => escape(&v.to_string()),
     };
-    row(&mut h, "window", "window", &window);
-    row(&mut h, "CUDA graph trace", "graph_trace", &opt(&c.graph_trace_level));
+    row(h, "window", "window", &window);
+    row(h, "CUDA graph trace", "graph_trace", &opt(&c.graph_trace_level));
     let kernels = match (c.kernel_names, c.kernel_instances, c.kernel_time_ns) {
         (Some(n), Some(i), Some(t)) => format!("{n} kernel names, {i} launches, {} of kernel time", dur(t)),
         (Some(n), _, _) => format!("{n} kernel names"),
         _ => "no kernel statistics".into(),
     };
-    row(&mut h, "kernels", "kernels", &escape(&kernels));
+    row(h, "kernels", "kernels", &escape(&kernels));
     h.push_str("</table>");
+}
 
-    if let Some(sb) = &doc.step_budget {
-        step_budget_section(&mut h, sb);
-    }
-
+/// The primary range split into its children (absent without a split).
+fn split_section(h: &mut String, doc: &ReportDoc) {
     // the primary range split into its children
     if let Some(sp) = &doc.primary_split {
         let _ = write!(h, "<h2>Where the time of {} went</h2>", escape(&sp.label));
@@ -247,7 +277,10 @@ pub fn render(doc: &ReportDoc) -> String {
             escape(&dur(sp.host_wall_time_ns))
         );
     }
+}
 
+/// Every range of the evidence on one time axis: host wall coverage and device span.
+fn ranges_section(h: &mut String, doc: &ReportDoc) {
     // ranges, one axis
     h.push_str("<h2>Ranges</h2><p class=\"legend\"><span style=\"background:#38a169\"></span>covered by device work <span style=\"background:#a0aec0\"></span>uncovered host time (not GPU idle) &nbsp; <span style=\"background:#2b6cb0\"></span>GPU busy <span style=\"background:#dd6b20\"></span>GPU idle within span</p>");
     if doc.evidence.is_empty() {
@@ -311,7 +344,10 @@ pub fn render(doc: &ReportDoc) -> String {
         }
         h.push_str("</table>");
     }
+}
 
+/// Kernel categories, a bar and a table.
+fn categories_section(h: &mut String, doc: &ReportDoc) {
     // categories
     let eager_only = doc.kernels_scope.starts_with("eager");
     if eager_only {
@@ -355,7 +391,11 @@ pub fn render(doc: &ReportDoc) -> String {
             escape(&doc.categories_source)
         );
     }
+}
 
+/// The top kernels, one axis: 100% of kernel time = 160 px.
+fn kernels_section(h: &mut String, doc: &ReportDoc) {
+    let eager_only = doc.kernels_scope.starts_with("eager");
     // top kernels: one axis, 100% of kernel time = 160 px
     h.push_str(if eager_only {
         "<h2>Eager kernels (graph replays are opaque: not the workload's ranking)</h2>"
@@ -391,15 +431,10 @@ pub fn render(doc: &ReportDoc) -> String {
             let _ = write!(h, "<p class=\"src\">{} more kernels in the JSON document.</p>", doc.top_kernels.len() - 25);
         }
     }
+}
 
-    // unattributed
-    h.push_str("<h2>Not attributed</h2><ul id=\"unattributed\">");
-    for s in &doc.unattributed.statements {
-        let _ = write!(h, "<li>{}</li>", escape(s));
-    }
-    h.push_str("</ul>");
-    devices_section(&mut h, &doc.devices);
-
+/// The classification's signals as a table, unknown ones shown as such.
+fn signals_section(h: &mut String, doc: &ReportDoc) {
     // signals as a table
     h.push_str("<h2>Signals</h2><table class=\"kv\" id=\"signals\"><tr><th>signal</th><th>value</th><th>what it measures</th></tr>");
     let s = &doc.signals;
@@ -461,7 +496,10 @@ pub fn render(doc: &ReportDoc) -> String {
         );
     }
     h.push_str("</table>");
+}
 
+/// The provenance record flattened into a table, or what to do without one.
+fn provenance_section(h: &mut String, doc: &ReportDoc) {
     // provenance as a table
     h.push_str("<h2>Provenance</h2>");
     if doc.provenance.is_null() {
@@ -475,9 +513,6 @@ pub fn render(doc: &ReportDoc) -> String {
         }
         h.push_str("</table>");
     }
-
-    let _ = writeln!(h, "<p class=\"src\">{} {}</p></body></html>", escape(&doc.tool.name), escape(&doc.tool.version));
-    h
 }
 
 /// One row per GPU (`#devices`): busy union of its active span, idle in it, communication and copies with the
@@ -564,6 +599,25 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
         let _ = write!(h, "<span style=\"background:{}\"></span>{} ", comp_color(n, i), escape(n));
     }
     h.push_str("<span style=\"background:#e53e3e\"></span>outlier step</p>");
+    step_bars(h, sb);
+    // outliers
+    if !sb.outliers.is_empty() {
+        let list: Vec<String> = sb.outliers.iter().take(60).map(|o| o.to_string()).collect();
+        let _ = write!(
+            h,
+            "<p id=\"sb-outliers\" data-count=\"{}\">outlier steps: {}{}</p>",
+            sb.outliers.len(),
+            list.join(", "),
+            if sb.outliers.len() > 60 { format!(" … ({} in all)", sb.outliers.len()) } else { String::new() }
+        );
+    }
+    step_histograms(h, sb);
+    step_distributions(h, sb);
+    idle_attribution(h, sb);
+}
+
+/// The per-step stacked bars (binned when there are too many steps), one axis, tall bars clipped and marked.
+fn step_bars(h: &mut String, sb: &StepBudgetSection) {
     // per-step stacked bars
     let bars = &sb.bars.bars;
     let mean = |x: i64, k: u64| x as f64 / k.max(1) as f64;
@@ -655,17 +709,10 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
             escape(&dur(l.start_ns))
         );
     }
-    // outliers
-    if !sb.outliers.is_empty() {
-        let list: Vec<String> = sb.outliers.iter().take(60).map(|o| o.to_string()).collect();
-        let _ = write!(
-            h,
-            "<p id=\"sb-outliers\" data-count=\"{}\">outlier steps: {}{}</p>",
-            sb.outliers.len(),
-            list.join(", "),
-            if sb.outliers.len() > 60 { format!(" … ({} in all)", sb.outliers.len()) } else { String::new() }
-        );
-    }
+}
+
+/// The histograms of step wall, GPU busy and the components.
+fn step_histograms(h: &mut String, sb: &StepBudgetSection) {
     // histograms
     h.push_str("<div class=\"hists\">");
     for hg in &sb.histograms {
@@ -734,6 +781,10 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
         );
     }
     h.push_str("</div>");
+}
+
+/// Median, p90, p99, max and the sum over steps of each per-step quantity.
+fn step_distributions(h: &mut String, sb: &StepBudgetSection) {
     // distributions
     h.push_str("<table class=\"dist\" id=\"sb-dist\"><tr><th>per step</th><th>median</th><th>p90</th><th>p99</th><th>max</th><th>Σ over steps</th></tr>");
     let mut order: Vec<&str> = vec!["wall", "gpu_busy"];
@@ -757,6 +808,10 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
         );
     }
     h.push_str("</table>");
+}
+
+/// GPU idle attribution: by device, as flattened rows, or why it is not computed.
+fn idle_attribution(h: &mut String, sb: &StepBudgetSection) {
     // idle attribution
     h.push_str("<h3>GPU idle attribution</h3>");
     let per_device = sb.idle.iter().all(|x| x.get("categories").is_some_and(|c| c.is_object()));
