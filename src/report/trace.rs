@@ -174,31 +174,7 @@ pub fn write(
         ))
         .with_arg("--trace-max-events"));
     }
-    let n = sb.steps.len() as u64;
-    if n == 0 {
-        return Err(Error::input(format!(
-            "{}: --trace: the step label {:?} has no step",
-            export.name(),
-            sb.step_label
-        )));
-    }
-    let (a, b, choice) = match window {
-        Some((a, b)) => {
-            if a >= n {
-                return Err(Error::usage(format!(
-                    "--window {a}:{b}: the capture has {n} steps of {:?} (indexes 0 to {})",
-                    sb.step_label,
-                    n - 1
-                ))
-                .with_arg("--window"));
-            }
-            (a, b.min(n), "--window".to_string())
-        }
-        None => {
-            let (a, b, m) = default_window(sb);
-            (a, b, format!("default: {} steps around the median step {m}", b - a))
-        }
-    };
+    let (a, b, choice) = window_steps(export, sb, window)?;
     let steps = &sb.steps[a as usize..b as usize];
     let t0 = steps[0].start_ns;
     let t1 = steps
@@ -208,283 +184,21 @@ pub fn write(
         .unwrap_or(t0)
         .max(t0 + 1);
 
-    // rows of the window
-    let mut ranges: Vec<WindowRange> = Vec::new();
-    export.nvtx_ranges_in(t0, t1, |r| ranges.push(r))?;
-    let mut calls: Vec<WindowCall> = Vec::new();
-    export.runtime_calls_in(t0, t1, |c| calls.push(c))?;
-    let mut dev: Vec<WindowDeviceRow> = Vec::new();
-    for k in DeviceKind::ALL {
-        export.device_rows_in(k, t0, t1, |d| dev.push(d))?;
-    }
-    let count = |k: DeviceKind| dev.iter().filter(|d| d.kind == k).count() as u64;
-    let mut ids: HashSet<i64> = ranges.iter().filter(|r| r.text.is_none()).filter_map(|r| r.text_id).collect();
-    ids.extend(calls.iter().filter_map(|c| c.name_id));
-    ids.extend(dev.iter().filter_map(|d| d.name_id));
-    let mut tname_ids: HashMap<i64, i64> = HashMap::new();
-    export.thread_names(|g, nid| {
-        tname_ids.insert(g, nid);
-    })?;
-    ids.extend(tname_ids.values().copied());
-    let strings = export.strings_for(&ids)?;
-    let procs = export.process_names()?;
-    let clip = |s: i64, e: i64| (s.max(t0), e.min(t1), s < t0 || e > t1);
-    // the window's steps by (thread, start): their NVTX ranges carry the step index
-    let outl: HashSet<usize> = sb.outliers.iter().map(|o| o.index).collect();
-    let step_at: HashMap<(i64, i64), usize> = steps.iter().map(|s| ((s.global_tid, s.start_ns), s.index)).collect();
-
-    let mut evs: Vec<Ev> = Vec::new();
-    let mut order = 0u32;
-    let mut next = || {
-        order += 1;
-        order
-    };
-
-    // host tracks: NVTX ranges and API calls per thread, lane-packed
-    // (kind, index) per thread
-    let mut per_thread: BTreeMap<i64, Vec<(u8, usize)>> = BTreeMap::new();
-    for (k, r) in ranges.iter().enumerate() {
-        per_thread.entry(r.global_tid.unwrap_or(0)).or_default().push((0, k));
-    }
-    for (k, c) in calls.iter().enumerate() {
-        per_thread.entry(c.global_tid.unwrap_or(0)).or_default().push((1, k));
-    }
+    let w = read_window(export, t0, t1)?;
+    let span = Span { t0, t1 };
+    let mut evs = Events::default();
     let mut tracks: BTreeMap<(i64, i64), String> = BTreeMap::new();
     let mut host_pids: BTreeMap<i64, String> = BTreeMap::new();
-    // (globalPid, correlationId) -> (ts ns, pid, tid) of the call; None when several calls share the key (an
-    // ambiguous join: no flow arrow rather than one to a guessed call)
-    type CallPlace = (i64, i64, i64);
-    let mut call_at: HashMap<(i64, i64), Option<CallPlace>> = HashMap::new();
-    for (gtid, items) in &per_thread {
-        let pid = pid_of(*gtid);
-        let tid = tid_of(*gtid);
-        let iv: Vec<(i64, i64)> = items
-            .iter()
-            .map(|&(kind, k)| {
-                let (s, e) = if kind == 0 { (ranges[k].start, ranges[k].end) } else { (calls[k].start, calls[k].end) };
-                let (s, e, _) = clip(s, e);
-                (s, e)
-            })
-            .collect();
-        let ln = lanes(&iv);
-        let tname =
-            tname_ids.get(gtid).and_then(|id| strings.get(id)).cloned().unwrap_or_else(|| format!("thread {tid}"));
-        host_pids.entry(pid).or_insert_with(|| {
-            procs.get(&ns_of(*gtid)).map(|(_, n)| n.clone()).filter(|n| !n.is_empty()).unwrap_or_default()
-        });
-        for (j, &(kind, k)) in items.iter().enumerate() {
-            let t = tid + ln[j] * LANE;
-            tracks.entry((pid, t)).or_insert_with(|| {
-                if ln[j] == 0 {
-                    tname.clone()
-                } else {
-                    format!("{tname} lane {}", ln[j])
-                }
-            });
-            let (s, e) = iv[j];
-            if kind == 0 {
-                let r = &ranges[k];
-                let (_, _, clipped) = clip(r.start, r.end);
-                let name = r
-                    .text
-                    .clone()
-                    .or_else(|| r.text_id.and_then(|i| strings.get(&i).cloned()))
-                    .unwrap_or_else(|| "(unnamed range)".into());
-                let mut args = json!({"event_type": if r.event_type == crate::export::schema::nvtx::START_END { "start/end" } else { "push/pop" }});
-                if clipped {
-                    args["clipped"] = json!(true);
-                    args["start_ns"] = json!(r.start);
-                    args["end_ns"] = json!(r.end);
-                }
-                if name == sb.step_label {
-                    if let Some(&ix) = step_at.get(&(*gtid, r.start)) {
-                        args["step"] = json!(ix);
-                        args["outlier"] = json!(outl.contains(&ix));
-                    }
-                }
-                evs.push(Ev {
-                    ts: s,
-                    order: next(),
-                    flow: None,
-                    v: json!({"name": name, "cat": "nvtx", "ph": "X", "ts": us(s), "dur": us(e - s), "pid": pid, "tid": t, "args": args}),
-                });
-            } else {
-                let c = &calls[k];
-                let (_, _, clipped) = clip(c.start, c.end);
-                let name = c.name_id.and_then(|i| strings.get(&i).cloned()).unwrap_or_else(|| "(runtime call)".into());
-                let mut args = json!({"correlation_id": c.correlation_id});
-                if clipped {
-                    args["clipped"] = json!(true);
-                }
-                if let Some(corr) = c.correlation_id {
-                    call_at.entry((ns_of(*gtid), corr)).and_modify(|c| *c = None).or_insert(Some((s, pid, t)));
-                }
-                evs.push(Ev {
-                    ts: s,
-                    order: next(),
-                    flow: None,
-                    v: json!({"name": name, "cat": "cuda_api", "ph": "X", "ts": us(s), "dur": us(e - s), "pid": pid, "tid": t, "args": args}),
-                });
-            }
-        }
-    }
+    let call_at = host_tracks(&w, sb, steps, span, &mut evs, &mut tracks, &mut host_pids);
     let threads = tracks.len() as u64;
 
-    // GPU tracks: per (device, process, stream), lane-packed
-    let mut per_stream: BTreeMap<(i64, i64, i64), Vec<usize>> = BTreeMap::new();
-    for (k, d) in dev.iter().enumerate() {
-        per_stream
-            .entry((d.device_id.unwrap_or(0), d.global_pid.unwrap_or(0), d.stream_id.unwrap_or(0)))
-            .or_default()
-            .push(k);
-    }
-    let mut procs_on_dev: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-    for &(devid, gpid, _) in per_stream.keys() {
-        let v = procs_on_dev.entry(devid).or_default();
-        if !v.contains(&gpid) {
-            v.push(gpid);
-        }
-    }
-    let mut gpu_pids: BTreeMap<i64, String> = BTreeMap::new();
-    let mut gpu_tracks = 0u64;
-    let mut flows = 0u64;
-    let mut flow_id = 0u64;
-    for ((devid, gpid, stream), items) in &per_stream {
-        let pid = GPU_PID_BASE + devid;
-        gpu_pids.insert(pid, format!("GPU {devid}"));
-        let rank = procs_on_dev[devid].iter().position(|g| g == gpid).unwrap_or(0) as i64;
-        let several = procs_on_dev[devid].len() > 1;
-        let iv: Vec<(i64, i64)> = items
-            .iter()
-            .map(|&k| {
-                let (s, e, _) = clip(dev[k].start, dev[k].end);
-                (s, e)
-            })
-            .collect();
-        let ln = lanes(&iv);
-        for (j, &k) in items.iter().enumerate() {
-            let d = &dev[k];
-            let t = stream + rank * (LANE << 4) + ln[j] * LANE;
-            tracks.entry((pid, t)).or_insert_with(|| {
-                gpu_tracks += 1;
-                let mut name = format!("GPU {devid} stream {stream}");
-                if several {
-                    name.push_str(&format!(" (pid {})", pid_of(*gpid)));
-                }
-                if ln[j] > 0 {
-                    name.push_str(&format!(" lane {}", ln[j]));
-                }
-                name
-            });
-            let (s, e) = iv[j];
-            let (name, cat) = match d.kind {
-                DeviceKind::Kernel => {
-                    (d.name_id.and_then(|i| strings.get(&i).cloned()).unwrap_or_else(|| "(kernel)".into()), "kernel")
-                }
-                DeviceKind::Memcpy => (copy_kind(d.copy_kind), "memcpy"),
-                DeviceKind::Memset => ("memset".to_string(), "memset"),
-                DeviceKind::GraphTrace => ("graph replay".to_string(), "graph"),
-            };
-            let mut args = json!({"correlation_id": d.correlation_id});
-            if let Some(b) = d.bytes {
-                args["bytes"] = json!(b);
-            }
-            if let Some(g) = d.graph_node_id {
-                args["graph_node_id"] = json!(g);
-            }
-            if d.start < t0 || d.end > t1 {
-                args["clipped"] = json!(true);
-            }
-            evs.push(Ev {
-                ts: s,
-                order: next(),
-                flow: None,
-                v: json!({"name": name, "cat": cat, "ph": "X", "ts": us(s), "dur": us(e - s), "pid": pid, "tid": t, "args": args}),
-            });
-            if let (Some(g), Some(corr)) = (d.global_pid, d.correlation_id) {
-                if let Some(&Some((cts, cpid, ctid))) = call_at.get(&(g, corr)) {
-                    flow_id += 1;
-                    flows += 1;
-                    evs.push(Ev {
-                        ts: cts,
-                        order: next(),
-                        flow: Some(flow_id),
-                        v: json!({"name": "launch", "cat": "flow", "ph": "s", "id": flow_id, "ts": us(cts), "pid": cpid, "tid": ctid}),
-                    });
-                    evs.push(Ev {
-                        ts: s,
-                        order: next(),
-                        flow: Some(flow_id),
-                        v: json!({"name": "launch", "cat": "flow", "ph": "f", "bp": "e", "id": flow_id, "ts": us(s), "pid": pid, "tid": t}),
-                    });
-                }
-            }
-        }
-    }
+    let (gpu_pids, gpu_tracks, flows) = gpu_tracks(&w, &call_at, span, &mut evs, &mut tracks);
 
-    // the step budget as counters, on the step's process
-    for s in steps {
-        let pid = pid_of(s.global_tid);
-        let comps = serde_json::to_value(s.components).unwrap_or(Value::Null);
-        let mut on = serde_json::Map::new();
-        let mut off = serde_json::Map::new();
-        if let Some(m) = comps.as_object() {
-            for (k, v) in m {
-                on.insert(k.clone(), json!(us(v.as_i64().unwrap_or(0))));
-                off.insert(k.clone(), json!(0.0));
-            }
-        }
-        let (s0, s1, _) = clip(s.start_ns, s.start_ns + s.wall_ns);
-        evs.push(Ev {
-            ts: s0,
-            order: next(),
-            flow: None,
-            v: json!({"name": "step budget (µs)", "cat": "step_budget", "ph": "C", "ts": us(s0), "pid": pid, "tid": 0, "args": Value::Object(on)}),
-        });
-        evs.push(Ev {
-            ts: s1,
-            order: next(),
-            flow: None,
-            v: json!({"name": "step budget (µs)", "cat": "step_budget", "ph": "C", "ts": us(s1), "pid": pid, "tid": 0, "args": Value::Object(off)}),
-        });
-        host_pids.entry(pid).or_default();
-    }
+    step_counters(steps, span, &mut evs, &mut host_pids);
 
-    // metadata
-    let mut meta: Vec<Value> = Vec::new();
-    for (pid, name) in &host_pids {
-        let name = if name.is_empty() { format!("process {pid}") } else { format!("{name} (pid {pid})") };
-        meta.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}));
-    }
-    for (pid, name) in &gpu_pids {
-        meta.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}));
-        meta.push(json!({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}));
-    }
-    for ((pid, tid), name) in &tracks {
-        meta.push(json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}));
-    }
+    let meta = metadata(&host_pids, &gpu_pids, &tracks);
 
-    // bound
-    evs.sort_by(|x, y| x.ts.cmp(&y.ts).then(x.order.cmp(&y.order)));
-    let total = evs.len() + meta.len();
-    let mut truncated_at = None;
-    let mut dropped = 0u64;
-    if total > max_events {
-        let room = max_events.saturating_sub(meta.len());
-        let cut = evs.get(room).map(|e| e.ts);
-        truncated_at = cut;
-        let mut kept: Vec<Ev> = evs.into_iter().filter(|e| cut.is_none_or(|c| e.ts < c)).collect();
-        // flows only in pairs
-        let mut halves: HashMap<u64, u32> = HashMap::new();
-        for e in &kept {
-            if let Some(id) = e.flow {
-                *halves.entry(id).or_default() += 1;
-            }
-        }
-        kept.retain(|e| e.flow.is_none_or(|id| halves[&id] == 2));
-        dropped = (total - meta.len() - kept.len()) as u64;
-        evs = kept;
-    }
+    let (evs, truncated_at, dropped) = bound(evs.evs, &meta, max_events);
     let events = (evs.len() + meta.len()) as u64;
     let mut trace_events: Vec<Value> = meta;
     trace_events.extend(evs.into_iter().map(|e| e.v));
@@ -500,12 +214,12 @@ pub fn write(
         truncated: truncated_at.is_some(),
         dropped_events: dropped,
         truncated_at_ns: truncated_at,
-        nvtx_ranges: ranges.len() as u64,
-        runtime_calls: calls.len() as u64,
-        kernels: count(DeviceKind::Kernel),
-        memcpys: count(DeviceKind::Memcpy),
-        memsets: count(DeviceKind::Memset),
-        graph_traces: count(DeviceKind::GraphTrace),
+        nvtx_ranges: w.ranges.len() as u64,
+        runtime_calls: w.calls.len() as u64,
+        kernels: w.count(DeviceKind::Kernel),
+        memcpys: w.count(DeviceKind::Memcpy),
+        memsets: w.count(DeviceKind::Memset),
+        graph_traces: w.count(DeviceKind::GraphTrace),
         flows,
         threads,
         gpu_streams: gpu_tracks,
@@ -535,6 +249,363 @@ pub fn write(
     std::fs::write(out, bytes)
         .map_err(|e| Error::env(format!("{}: cannot write the trace file: {e}", out.display())).with_arg("--trace"))?;
     Ok(summary)
+}
+
+/// The window in step indexes `[a, b)` and how it was chosen (`--window`, else around the median step).
+fn window_steps(export: &Export, sb: &StepBudgetDoc, window: Option<(u64, u64)>) -> Result<(u64, u64, String)> {
+    let n = sb.steps.len() as u64;
+    if n == 0 {
+        return Err(Error::input(format!(
+            "{}: --trace: the step label {:?} has no step",
+            export.name(),
+            sb.step_label
+        )));
+    }
+    let found = match window {
+        Some((a, b)) => {
+            if a >= n {
+                return Err(Error::usage(format!(
+                    "--window {a}:{b}: the capture has {n} steps of {:?} (indexes 0 to {})",
+                    sb.step_label,
+                    n - 1
+                ))
+                .with_arg("--window"));
+            }
+            (a, b.min(n), "--window".to_string())
+        }
+        None => {
+            let (a, b, m) = default_window(sb);
+            (a, b, format!("default: {} steps around the median step {m}", b - a))
+        }
+    };
+    Ok(found)
+}
+
+/// The rows of a window and the names they refer to.
+struct WindowData {
+    ranges: Vec<WindowRange>,
+    calls: Vec<WindowCall>,
+    dev: Vec<WindowDeviceRow>,
+    tname_ids: HashMap<i64, i64>,
+    strings: HashMap<i64, String>,
+    procs: HashMap<i64, (i64, String)>,
+}
+
+impl WindowData {
+    fn count(&self, k: DeviceKind) -> u64 {
+        self.dev.iter().filter(|d| d.kind == k).count() as u64
+    }
+}
+
+/// The NVTX ranges, runtime calls and device rows of `[t0, t1)`, with the strings, thread and process names.
+fn read_window(export: &Export, t0: i64, t1: i64) -> Result<WindowData> {
+    let mut ranges: Vec<WindowRange> = Vec::new();
+    export.nvtx_ranges_in(t0, t1, |r| ranges.push(r))?;
+    let mut calls: Vec<WindowCall> = Vec::new();
+    export.runtime_calls_in(t0, t1, |c| calls.push(c))?;
+    let mut dev: Vec<WindowDeviceRow> = Vec::new();
+    for k in DeviceKind::ALL {
+        export.device_rows_in(k, t0, t1, |d| dev.push(d))?;
+    }
+    let mut ids: HashSet<i64> = ranges.iter().filter(|r| r.text.is_none()).filter_map(|r| r.text_id).collect();
+    ids.extend(calls.iter().filter_map(|c| c.name_id));
+    ids.extend(dev.iter().filter_map(|d| d.name_id));
+    let mut tname_ids: HashMap<i64, i64> = HashMap::new();
+    export.thread_names(|g, nid| {
+        tname_ids.insert(g, nid);
+    })?;
+    ids.extend(tname_ids.values().copied());
+    let strings = export.strings_for(&ids)?;
+    let procs = export.process_names()?;
+    Ok(WindowData { ranges, calls, dev, tname_ids, strings, procs })
+}
+
+/// The window in time: every slice is clipped to it.
+#[derive(Clone, Copy)]
+struct Span {
+    t0: i64,
+    t1: i64,
+}
+
+impl Span {
+    /// `(start, end)` clipped to the window, and whether it was.
+    fn clip(&self, s: i64, e: i64) -> (i64, i64, bool) {
+        (s.max(self.t0), e.min(self.t1), s < self.t0 || e > self.t1)
+    }
+}
+
+/// The trace's events in the order they were made (`order` breaks ties of `ts`).
+#[derive(Default)]
+struct Events {
+    evs: Vec<Ev>,
+    order: u32,
+}
+
+impl Events {
+    fn push(&mut self, ts: i64, flow: Option<u64>, v: Value) {
+        self.order += 1;
+        self.evs.push(Ev { ts, order: self.order, flow, v });
+    }
+}
+
+/// `(ts ns, pid, tid)` of a runtime call.
+type CallPlace = (i64, i64, i64);
+
+/// Host tracks: NVTX ranges and API calls per thread, lane-packed. Returns where each `(globalPid,
+/// correlationId)` was called; None when several calls share the key (an ambiguous join: no flow arrow rather
+/// than one to a guessed call).
+fn host_tracks(
+    w: &WindowData,
+    sb: &StepBudgetDoc,
+    steps: &[crate::step_budget::Step],
+    span: Span,
+    evs: &mut Events,
+    tracks: &mut BTreeMap<(i64, i64), String>,
+    host_pids: &mut BTreeMap<i64, String>,
+) -> HashMap<(i64, i64), Option<CallPlace>> {
+    // the window's steps by (thread, start): their NVTX ranges carry the step index
+    let outl: HashSet<usize> = sb.outliers.iter().map(|o| o.index).collect();
+    let step_at: HashMap<(i64, i64), usize> = steps.iter().map(|s| ((s.global_tid, s.start_ns), s.index)).collect();
+
+    // host tracks: NVTX ranges and API calls per thread, lane-packed
+    // (kind, index) per thread
+    let mut per_thread: BTreeMap<i64, Vec<(u8, usize)>> = BTreeMap::new();
+    for (k, r) in w.ranges.iter().enumerate() {
+        per_thread.entry(r.global_tid.unwrap_or(0)).or_default().push((0, k));
+    }
+    for (k, c) in w.calls.iter().enumerate() {
+        per_thread.entry(c.global_tid.unwrap_or(0)).or_default().push((1, k));
+    }
+    // (globalPid, correlationId) -> (ts ns, pid, tid) of the call; None when several calls share the key (an
+    // ambiguous join: no flow arrow rather than one to a guessed call)
+    let mut call_at: HashMap<(i64, i64), Option<CallPlace>> = HashMap::new();
+    for (gtid, items) in &per_thread {
+        let pid = pid_of(*gtid);
+        let tid = tid_of(*gtid);
+        let iv: Vec<(i64, i64)> = items
+            .iter()
+            .map(|&(kind, k)| {
+                let (s, e) =
+                    if kind == 0 { (w.ranges[k].start, w.ranges[k].end) } else { (w.calls[k].start, w.calls[k].end) };
+                let (s, e, _) = span.clip(s, e);
+                (s, e)
+            })
+            .collect();
+        let ln = lanes(&iv);
+        let tname =
+            w.tname_ids.get(gtid).and_then(|id| w.strings.get(id)).cloned().unwrap_or_else(|| format!("thread {tid}"));
+        host_pids.entry(pid).or_insert_with(|| {
+            w.procs.get(&ns_of(*gtid)).map(|(_, n)| n.clone()).filter(|n| !n.is_empty()).unwrap_or_default()
+        });
+        for (j, &(kind, k)) in items.iter().enumerate() {
+            let t = tid + ln[j] * LANE;
+            tracks.entry((pid, t)).or_insert_with(|| {
+                if ln[j] == 0 {
+                    tname.clone()
+                } else {
+                    format!("{tname} lane {}", ln[j])
+                }
+            });
+            let (s, e) = iv[j];
+            if kind == 0 {
+                let r = &w.ranges[k];
+                let (_, _, clipped) = span.clip(r.start, r.end);
+                let name = r
+                    .text
+                    .clone()
+                    .or_else(|| r.text_id.and_then(|i| w.strings.get(&i).cloned()))
+                    .unwrap_or_else(|| "(unnamed range)".into());
+                let mut args = json!({"event_type": if r.event_type == crate::export::schema::nvtx::START_END { "start/end" } else { "push/pop" }});
+                if clipped {
+                    args["clipped"] = json!(true);
+                    args["start_ns"] = json!(r.start);
+                    args["end_ns"] = json!(r.end);
+                }
+                if name == sb.step_label {
+                    if let Some(&ix) = step_at.get(&(*gtid, r.start)) {
+                        args["step"] = json!(ix);
+                        args["outlier"] = json!(outl.contains(&ix));
+                    }
+                }
+                evs.push(s, None, json!({"name": name, "cat": "nvtx", "ph": "X", "ts": us(s), "dur": us(e - s), "pid": pid, "tid": t, "args": args}));
+            } else {
+                let c = &w.calls[k];
+                let (_, _, clipped) = span.clip(c.start, c.end);
+                let name =
+                    c.name_id.and_then(|i| w.strings.get(&i).cloned()).unwrap_or_else(|| "(runtime call)".into());
+                let mut args = json!({"correlation_id": c.correlation_id});
+                if clipped {
+                    args["clipped"] = json!(true);
+                }
+                if let Some(corr) = c.correlation_id {
+                    call_at.entry((ns_of(*gtid), corr)).and_modify(|c| *c = None).or_insert(Some((s, pid, t)));
+                }
+                evs.push(s, None, json!({"name": name, "cat": "cuda_api", "ph": "X", "ts": us(s), "dur": us(e - s), "pid": pid, "tid": t, "args": args}));
+            }
+        }
+    }
+    call_at
+}
+
+/// GPU tracks: per (device, process, stream), lane-packed, with a flow arrow from each runtime call to its
+/// device rows. Returns the GPU processes' names, the number of GPU tracks and of flows.
+fn gpu_tracks(
+    w: &WindowData,
+    call_at: &HashMap<(i64, i64), Option<CallPlace>>,
+    span: Span,
+    evs: &mut Events,
+    tracks: &mut BTreeMap<(i64, i64), String>,
+) -> (BTreeMap<i64, String>, u64, u64) {
+    let mut per_stream: BTreeMap<(i64, i64, i64), Vec<usize>> = BTreeMap::new();
+    for (k, d) in w.dev.iter().enumerate() {
+        per_stream
+            .entry((d.device_id.unwrap_or(0), d.global_pid.unwrap_or(0), d.stream_id.unwrap_or(0)))
+            .or_default()
+            .push(k);
+    }
+    let mut procs_on_dev: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for &(devid, gpid, _) in per_stream.keys() {
+        let v = procs_on_dev.entry(devid).or_default();
+        if !v.contains(&gpid) {
+            v.push(gpid);
+        }
+    }
+    let mut gpu_pids: BTreeMap<i64, String> = BTreeMap::new();
+    let mut gpu_tracks = 0u64;
+    let mut flows = 0u64;
+    let mut flow_id = 0u64;
+    for ((devid, gpid, stream), items) in &per_stream {
+        let pid = GPU_PID_BASE + devid;
+        gpu_pids.insert(pid, format!("GPU {devid}"));
+        let rank = procs_on_dev[devid].iter().position(|g| g == gpid).unwrap_or(0) as i64;
+        let several = procs_on_dev[devid].len() > 1;
+        let iv: Vec<(i64, i64)> = items
+            .iter()
+            .map(|&k| {
+                let (s, e, _) = span.clip(w.dev[k].start, w.dev[k].end);
+                (s, e)
+            })
+            .collect();
+        let ln = lanes(&iv);
+        for (j, &k) in items.iter().enumerate() {
+            let d = &w.dev[k];
+            let t = stream + rank * (LANE << 4) + ln[j] * LANE;
+            tracks.entry((pid, t)).or_insert_with(|| {
+                gpu_tracks += 1;
+                let mut name = format!("GPU {devid} stream {stream}");
+                if several {
+                    name.push_str(&format!(" (pid {})", pid_of(*gpid)));
+                }
+                if ln[j] > 0 {
+                    name.push_str(&format!(" lane {}", ln[j]));
+                }
+                name
+            });
+            let (s, e) = iv[j];
+            let (name, cat) = match d.kind {
+                DeviceKind::Kernel => {
+                    (d.name_id.and_then(|i| w.strings.get(&i).cloned()).unwrap_or_else(|| "(kernel)".into()), "kernel")
+                }
+                DeviceKind::Memcpy => (copy_kind(d.copy_kind), "memcpy"),
+                DeviceKind::Memset => ("memset".to_string(), "memset"),
+                DeviceKind::GraphTrace => ("graph replay".to_string(), "graph"),
+            };
+            let mut args = json!({"correlation_id": d.correlation_id});
+            if let Some(b) = d.bytes {
+                args["bytes"] = json!(b);
+            }
+            if let Some(g) = d.graph_node_id {
+                args["graph_node_id"] = json!(g);
+            }
+            if d.start < span.t0 || d.end > span.t1 {
+                args["clipped"] = json!(true);
+            }
+            evs.push(s, None, json!({"name": name, "cat": cat, "ph": "X", "ts": us(s), "dur": us(e - s), "pid": pid, "tid": t, "args": args}));
+            if let (Some(g), Some(corr)) = (d.global_pid, d.correlation_id) {
+                if let Some(&Some((cts, cpid, ctid))) = call_at.get(&(g, corr)) {
+                    flow_id += 1;
+                    flows += 1;
+                    evs.push(cts, Some(flow_id), json!({"name": "launch", "cat": "flow", "ph": "s", "id": flow_id, "ts": us(cts), "pid": cpid, "tid": ctid}));
+                    evs.push(s, Some(flow_id), json!({"name": "launch", "cat": "flow", "ph": "f", "bp": "e", "id": flow_id, "ts": us(s), "pid": pid, "tid": t}));
+                }
+            }
+        }
+    }
+
+    (gpu_pids, gpu_tracks, flows)
+}
+
+/// The step budget as counters, on the step's process.
+fn step_counters(
+    steps: &[crate::step_budget::Step],
+    span: Span,
+    evs: &mut Events,
+    host_pids: &mut BTreeMap<i64, String>,
+) {
+    for s in steps {
+        let pid = pid_of(s.global_tid);
+        let comps = serde_json::to_value(s.components).unwrap_or(Value::Null);
+        let mut on = serde_json::Map::new();
+        let mut off = serde_json::Map::new();
+        if let Some(m) = comps.as_object() {
+            for (k, v) in m {
+                on.insert(k.clone(), json!(us(v.as_i64().unwrap_or(0))));
+                off.insert(k.clone(), json!(0.0));
+            }
+        }
+        let (s0, s1, _) = span.clip(s.start_ns, s.start_ns + s.wall_ns);
+        evs.push(s0, None, json!({"name": "step budget (µs)", "cat": "step_budget", "ph": "C", "ts": us(s0), "pid": pid, "tid": 0, "args": Value::Object(on)}));
+        evs.push(s1, None, json!({"name": "step budget (µs)", "cat": "step_budget", "ph": "C", "ts": us(s1), "pid": pid, "tid": 0, "args": Value::Object(off)}));
+        host_pids.entry(pid).or_default();
+    }
+}
+
+/// The `M` events naming processes and threads.
+fn metadata(
+    host_pids: &BTreeMap<i64, String>,
+    gpu_pids: &BTreeMap<i64, String>,
+    tracks: &BTreeMap<(i64, i64), String>,
+) -> Vec<Value> {
+    let mut meta: Vec<Value> = Vec::new();
+    for (pid, name) in host_pids {
+        let name = if name.is_empty() { format!("process {pid}") } else { format!("{name} (pid {pid})") };
+        meta.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}));
+    }
+    for (pid, name) in gpu_pids {
+        meta.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}));
+        meta.push(json!({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}));
+    }
+    for ((pid, tid), name) in tracks {
+        meta.push(json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}));
+    }
+
+    meta
+}
+
+/// At most `max_events` events with the metadata: past it the events after a cut-off time are dropped (flows
+/// only in pairs). Returns the events kept, the cut-off and how many were dropped.
+fn bound(mut evs: Vec<Ev>, meta: &[Value], max_events: usize) -> (Vec<Ev>, Option<i64>, u64) {
+    evs.sort_by(|x, y| x.ts.cmp(&y.ts).then(x.order.cmp(&y.order)));
+    let total = evs.len() + meta.len();
+    let mut truncated_at = None;
+    let mut dropped = 0u64;
+    if total > max_events {
+        let room = max_events.saturating_sub(meta.len());
+        let cut = evs.get(room).map(|e| e.ts);
+        truncated_at = cut;
+        let mut kept: Vec<Ev> = evs.into_iter().filter(|e| cut.is_none_or(|c| e.ts < c)).collect();
+        // flows only in pairs
+        let mut halves: HashMap<u64, u32> = HashMap::new();
+        for e in &kept {
+            if let Some(id) = e.flow {
+                *halves.entry(id).or_default() += 1;
+            }
+        }
+        kept.retain(|e| e.flow.is_none_or(|id| halves[&id] == 2));
+        dropped = (total - meta.len() - kept.len()) as u64;
+        evs = kept;
+    }
+    (evs, truncated_at, dropped)
 }
 
 #[cfg(test)]
