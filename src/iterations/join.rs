@@ -454,28 +454,7 @@ pub fn join(
         let recs: Vec<(i64, i64)> =
             rr.iter().map(|r| (r.start.unwrap_or(0) as i64, r.end.unwrap_or(0) as i64)).collect();
         let named: BTreeSet<u64> = rr.iter().filter_map(|r| r.pid).collect();
-        let mut rj = RankJoin {
-            rank,
-            verdict: "refused".into(),
-            reason: None,
-            pid: None,
-            offset_ns: None,
-            tolerance_ns: None,
-            timed_records: rr.len() as u64,
-            overlapping_records: 0,
-            matched: 0,
-            matched_fraction: None,
-            unmatched_records: 0,
-            records_outside_capture: 0,
-            process_steps: 0,
-            steps_without_record: 0,
-            first_iteration: None,
-            last_iteration: None,
-            start_residual: None,
-            end_residual: None,
-            drift_ppm: None,
-            candidates: Vec::new(),
-        };
+        let mut rj = refused_rank(rank, rr.len() as u64);
         let pids: Vec<i64> = if named.len() > 1 {
             rj.reason = Some(format!("the records of rank {rank} name several pids {named:?}: one process per rank"));
             Vec::new()
@@ -540,82 +519,8 @@ pub fn join(
             }
         };
         if let Some(o) = chosen {
-            let fit = o.fit.as_ref().unwrap();
-            let idx = &by_pid[&o.pid];
-            rj.verdict = "joined".into();
-            rj.pid = Some(o.pid);
-            rj.offset_ns = Some(fit.offset);
-            rj.tolerance_ns = Some(o.tolerance);
-            rj.overlapping_records = fit.pairs.len() as u64;
-            rj.matched = o.matched.len() as u64;
-            rj.matched_fraction = Some(o.matched.len() as f64 / fit.pairs.len().max(1) as f64);
-            rj.unmatched_records = (fit.pairs.len() - o.matched.len()) as u64;
-            rj.records_outside_capture = (recs.len() - fit.pairs.len()) as u64;
-            rj.process_steps = idx.len() as u64;
-            let ks: BTreeSet<usize> = o.matched.iter().map(|m| m.1).collect();
-            if let (Some(&lo), Some(&hi)) = (ks.first(), ks.last()) {
-                rj.steps_without_record = ((lo..=hi).count() - ks.len()) as u64;
-            }
-            let sres: Vec<i64> = o.matched.iter().map(|m| m.2).collect();
-            let mut eres = Vec::new();
-            for &(i, k, r) in &o.matched {
-                let si = idx[k];
-                let s = &steps[si];
-                let rec = rr[i];
-                let (rs, re) = recs[i];
-                let end_res = s.end - (re - fit.offset);
-                eres.push(end_res);
-                let (el, from) = match rec.elapsed_ns {
-                    Some(e) => (e.min(1 << 62) as i64, "elapsed_ns"),
-                    None => (re - rs, "end_ns - start_ns"),
-                };
-                let wall = s.end - s.start;
-                taken.insert(si, rank);
-                geo[si] = Some(StepGeometry {
-                    iteration: rec.iteration,
-                    rank,
-                    phase: rec.phase.clone(),
-                    batch_size: rec.batch_size,
-                    scheduled_tokens: rec.scheduled_tokens,
-                    scheduled_requests: rec.scheduled_requests,
-                    prefill_chunks: rec.prefill_chunks.clone(),
-                    decode_kv_lens: rec.decode_kv_lens.clone(),
-                    graph_mode: rec.graph_mode.clone(),
-                    backend: rec.backend.clone(),
-                    start_residual_ns: r,
-                    end_residual_ns: end_res,
-                    framework_elapsed_ns: el,
-                    framework_elapsed_from: from.into(),
-                    nvtx_wall_ns: wall,
-                    elapsed_disagrees: disagrees(wall, el),
-                });
-            }
-            rj.first_iteration = o.matched.first().map(|m| rr[m.0].iteration);
-            rj.last_iteration = o.matched.last().map(|m| rr[m.0].iteration);
-            rj.start_residual = abs_stats(&sres);
-            rj.end_residual = abs_stats(&eres);
-            // drift: least-squares slope of the start residual against the step start
-            if o.matched.len() >= 2 {
-                let xs: Vec<f64> = o.matched.iter().map(|m| steps[idx[m.1]].start as f64).collect();
-                let ys: Vec<f64> = sres.iter().map(|&r| r as f64).collect();
-                let n = xs.len() as f64;
-                let (mx, my) = (xs.iter().sum::<f64>() / n, ys.iter().sum::<f64>() / n);
-                let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
-                let sxy: f64 = xs.iter().zip(&ys).map(|(x, y)| (x - mx) * (y - my)).sum();
-                rj.drift_ppm = (sxx > 0.0).then(|| sxy / sxx * 1e6);
-            }
-            if rj.steps_without_record > 0 {
-                findings.push(format!(
-                    "rank {rank}: {} step(s) of process {} between the first and last matched record have no record",
-                    rj.steps_without_record, o.pid
-                ));
-            }
-            if rj.unmatched_records > 0 {
-                findings.push(format!(
-                    "rank {rank}: {} record(s) inside the capture matched no step within {} ns",
-                    rj.unmatched_records, o.tolerance
-                ));
-            }
+            let joined = Joined { rank, rr: &rr, recs: &recs, idx: &by_pid[&o.pid], steps };
+            record_joined(&mut rj, o, joined, &mut geo, &mut taken, &mut findings);
         } else {
             findings.push(format!(
                 "rank {rank}: the join is refused: {}",
@@ -624,7 +529,179 @@ pub fn join(
         }
         rank_joins.push(rj);
     }
-    // framework elapsed vs NVTX wall
+    let ev = elapsed_vs_wall(&geo, &mut findings);
+    let shape_only = (records.len() - timed.len()) as u64;
+    if shape_only > 0 {
+        findings.push(format!(
+            "{shape_only} shape-only record(s) (no start_ns/end_ns): geometry only, never used as time, not joined"
+        ));
+    }
+    let offs: Vec<i64> = rank_joins.iter().filter_map(|r| r.offset_ns).collect();
+    let offset_spread_ns = (offs.len() >= 2).then(|| offs.iter().max().unwrap_or(&0) - offs.iter().min().unwrap_or(&0));
+    let nj = rank_joins.iter().filter(|r| r.verdict == "joined").count();
+    let verdict = if nj > 0 && nj == rank_joins.len() {
+        "joined"
+    } else if nj > 0 {
+        "partly_joined"
+    } else {
+        "refused"
+    };
+    if rank_joins.is_empty() {
+        findings.push("no timed record: nothing can be joined by time".into());
+    }
+    let doc = IterationJoin {
+        records_source: records_source.into(),
+        step_label: step_label.into(),
+        verdict: verdict.into(),
+        method: format!(
+            "per rank and process: candidate clock offsets from {ANCHORS} anchor records × the step starts, voted within {} µs, refined by the median start residual; best = smallest median |residual|; matched within max({} µs, {MATCH_TOL_P90_FACTOR} × p90 |residual|, step period / {MATCH_TOL_PERIOD_DIVISOR}), one record per step; refused below {MIN_MATCHED} matched or {:.0}% of the overlapping records, or when another offset or process fits within {AMBIGUITY_RATIO}× (docs/iterations.md)",
+            VOTE_WINDOW_NS / 1000,
+            MATCH_TOL_MIN_NS / 1000,
+            MIN_MATCHED_FRACTION * 100.0
+        ),
+        clock: format!(
+            "records: the engine's monotonic clock (CLOCK_MONOTONIC ns); steps: the nsys timestamps of the export; offset_ns = engine ns − nsys ns, measured from the overlap (the export holds the session start only as UTC, {}, not on the monotonic clock: no cross-check)",
+            crate::export::schema::TARGET_INFO_SESSION_START_TIME
+        ),
+        records: records.len() as u64,
+        timed_records: timed.len() as u64,
+        shape_only_records: shape_only,
+        steps: steps.len() as u64,
+        joined_steps: taken.len() as u64,
+        ranks: rank_joins,
+        offset_spread_ns,
+        elapsed_vs_wall: ev,
+        findings,
+    };
+    (doc, geo)
+}
+
+/// A rank's join before any fit: refused, nothing matched.
+fn refused_rank(rank: u64, timed_records: u64) -> RankJoin {
+    RankJoin {
+        rank,
+        verdict: "refused".into(),
+        reason: None,
+        pid: None,
+        offset_ns: None,
+        tolerance_ns: None,
+        timed_records,
+        overlapping_records: 0,
+        matched: 0,
+        matched_fraction: None,
+        unmatched_records: 0,
+        records_outside_capture: 0,
+        process_steps: 0,
+        steps_without_record: 0,
+        first_iteration: None,
+        last_iteration: None,
+        start_residual: None,
+        end_residual: None,
+        drift_ppm: None,
+        candidates: Vec::new(),
+    }
+}
+
+/// What [`record_joined`] reads of one rank: its timed records (and their intervals), the chosen process's
+/// steps (indexes into `steps`, by start).
+struct Joined<'a> {
+    rank: u64,
+    rr: &'a [&'a Record],
+    recs: &'a [(i64, i64)],
+    idx: &'a [usize],
+    steps: &'a [StepOcc],
+}
+
+/// A rank joined by the fit of `o`: its numbers, each matched step's geometry (`geo`, `taken`), and the
+/// findings on steps without a record and records without a step.
+fn record_joined(
+    rj: &mut RankJoin,
+    o: &Outcome,
+    j: Joined<'_>,
+    geo: &mut [Option<StepGeometry>],
+    taken: &mut BTreeMap<usize, u64>,
+    findings: &mut Vec<String>,
+) {
+    let fit = o.fit.as_ref().unwrap();
+    let Joined { rank, rr, recs, idx, steps } = j;
+    rj.verdict = "joined".into();
+    rj.pid = Some(o.pid);
+    rj.offset_ns = Some(fit.offset);
+    rj.tolerance_ns = Some(o.tolerance);
+    rj.overlapping_records = fit.pairs.len() as u64;
+    rj.matched = o.matched.len() as u64;
+    rj.matched_fraction = Some(o.matched.len() as f64 / fit.pairs.len().max(1) as f64);
+    rj.unmatched_records = (fit.pairs.len() - o.matched.len()) as u64;
+    rj.records_outside_capture = (recs.len() - fit.pairs.len()) as u64;
+    rj.process_steps = idx.len() as u64;
+    let ks: BTreeSet<usize> = o.matched.iter().map(|m| m.1).collect();
+    if let (Some(&lo), Some(&hi)) = (ks.first(), ks.last()) {
+        rj.steps_without_record = ((lo..=hi).count() - ks.len()) as u64;
+    }
+    let sres: Vec<i64> = o.matched.iter().map(|m| m.2).collect();
+    let mut eres = Vec::new();
+    for &(i, k, r) in &o.matched {
+        let si = idx[k];
+        let s = &steps[si];
+        let rec = rr[i];
+        let (rs, re) = recs[i];
+        let end_res = s.end - (re - fit.offset);
+        eres.push(end_res);
+        let (el, from) = match rec.elapsed_ns {
+            Some(e) => (e.min(1 << 62) as i64, "elapsed_ns"),
+            None => (re - rs, "end_ns - start_ns"),
+        };
+        let wall = s.end - s.start;
+        taken.insert(si, rank);
+        geo[si] = Some(StepGeometry {
+            iteration: rec.iteration,
+            rank,
+            phase: rec.phase.clone(),
+            batch_size: rec.batch_size,
+            scheduled_tokens: rec.scheduled_tokens,
+            scheduled_requests: rec.scheduled_requests,
+            prefill_chunks: rec.prefill_chunks.clone(),
+            decode_kv_lens: rec.decode_kv_lens.clone(),
+            graph_mode: rec.graph_mode.clone(),
+            backend: rec.backend.clone(),
+            start_residual_ns: r,
+            end_residual_ns: end_res,
+            framework_elapsed_ns: el,
+            framework_elapsed_from: from.into(),
+            nvtx_wall_ns: wall,
+            elapsed_disagrees: disagrees(wall, el),
+        });
+    }
+    rj.first_iteration = o.matched.first().map(|m| rr[m.0].iteration);
+    rj.last_iteration = o.matched.last().map(|m| rr[m.0].iteration);
+    rj.start_residual = abs_stats(&sres);
+    rj.end_residual = abs_stats(&eres);
+    // drift: least-squares slope of the start residual against the step start
+    if o.matched.len() >= 2 {
+        let xs: Vec<f64> = o.matched.iter().map(|m| steps[idx[m.1]].start as f64).collect();
+        let ys: Vec<f64> = sres.iter().map(|&r| r as f64).collect();
+        let n = xs.len() as f64;
+        let (mx, my) = (xs.iter().sum::<f64>() / n, ys.iter().sum::<f64>() / n);
+        let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
+        let sxy: f64 = xs.iter().zip(&ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+        rj.drift_ppm = (sxx > 0.0).then(|| sxy / sxx * 1e6);
+    }
+    if rj.steps_without_record > 0 {
+        findings.push(format!(
+            "rank {rank}: {} step(s) of process {} between the first and last matched record have no record",
+            rj.steps_without_record, o.pid
+        ));
+    }
+    if rj.unmatched_records > 0 {
+        findings.push(format!(
+            "rank {rank}: {} record(s) inside the capture matched no step within {} ns",
+            rj.unmatched_records, o.tolerance
+        ));
+    }
+}
+
+/// Framework elapsed against NVTX wall over the joined steps, with the finding when they disagree.
+fn elapsed_vs_wall(geo: &[Option<StepGeometry>], findings: &mut Vec<String>) -> ElapsedVsWall {
     let joined: Vec<&StepGeometry> = geo.iter().flatten().collect();
     let mut ratios: Vec<f64> = joined
         .iter()
@@ -665,47 +742,7 @@ pub fn join(
             w.framework_elapsed_ns
         ));
     }
-    let shape_only = (records.len() - timed.len()) as u64;
-    if shape_only > 0 {
-        findings.push(format!(
-            "{shape_only} shape-only record(s) (no start_ns/end_ns): geometry only, never used as time, not joined"
-        ));
-    }
-    let offs: Vec<i64> = rank_joins.iter().filter_map(|r| r.offset_ns).collect();
-    let offset_spread_ns = (offs.len() >= 2).then(|| offs.iter().max().unwrap_or(&0) - offs.iter().min().unwrap_or(&0));
-    let nj = rank_joins.iter().filter(|r| r.verdict == "joined").count();
-    let verdict = if nj > 0 && nj == rank_joins.len() {
-        "joined"
-    } else if nj > 0 {
-        "partly_joined"
-    } else {
-        "refused"
-    };
-    if rank_joins.is_empty() {
-        findings.push("no timed record: nothing can be joined by time".into());
-    }
-    let doc = IterationJoin {
-        records_source: records_source.into(),
-        step_label: step_label.into(),
-        verdict: verdict.into(),
-        method: format!(
-            "per rank and process: candidate clock offsets from {ANCHORS} anchor records × the step starts, voted within {} µs, refined by the median start residual; best = smallest median |residual|; matched within max({} µs, {MATCH_TOL_P90_FACTOR} × p90 |residual|, step period / {MATCH_TOL_PERIOD_DIVISOR}), one record per step; refused below {MIN_MATCHED} matched or {:.0}% of the overlapping records, or when another offset or process fits within {AMBIGUITY_RATIO}× (docs/iterations.md)",
-            VOTE_WINDOW_NS / 1000,
-            MATCH_TOL_MIN_NS / 1000,
-            MIN_MATCHED_FRACTION * 100.0
-        ),
-        clock: "records: the engine's monotonic clock (CLOCK_MONOTONIC ns); steps: the nsys timestamps of the export; offset_ns = engine ns − nsys ns, measured from the overlap (the export holds the session start only as UTC, TARGET_INFO_SESSION_START_TIME, not on the monotonic clock: no cross-check)".into(),
-        records: records.len() as u64,
-        timed_records: timed.len() as u64,
-        shape_only_records: shape_only,
-        steps: steps.len() as u64,
-        joined_steps: taken.len() as u64,
-        ranks: rank_joins,
-        offset_spread_ns,
-        elapsed_vs_wall: ev,
-        findings,
-    };
-    (doc, geo)
+    ev
 }
 
 #[cfg(test)]
