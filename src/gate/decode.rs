@@ -248,8 +248,10 @@ pub fn graph_level_cause(e: &Export) -> Result<Option<String>> {
         return Ok(None);
     }
     Ok(Some(format!(
-        "graph-level capture (G1: --cuda-graph-trace=graph, from META_DATA_CAPTURE): the {} graph launches' kernels are {} opaque GRAPH_TRACE rows, so the decode steps' kernels are not in the export; re-capture with --cuda-graph-trace=node",
-        f.graph_launches, f.graph_trace_rows
+        "graph-level capture (G1: --cuda-graph-trace=graph, from {}): the {} graph launches' kernels are {} opaque GRAPH_TRACE rows, so the decode steps' kernels are not in the export; re-capture with --cuda-graph-trace=node",
+        schema::META_DATA_CAPTURE,
+        f.graph_launches,
+        f.graph_trace_rows
     )))
 }
 

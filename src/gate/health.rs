@@ -50,7 +50,7 @@ pub fn health_scan(cx: &Context) -> Result<(HealthScan, Vec<String>)> {
             if name.ends_with(":ENVIRONMENT_VARIABLE") {
                 let v = value.unwrap_or_default();
                 if v.starts_with("CUDA_INJECTION64_PATH") {
-                    scan.line(&format!("{}: META_DATA_CAPTURE {name}", e.name()), &v, false);
+                    scan.line(&format!("{}: {} {name}", e.name(), schema::META_DATA_CAPTURE), &v, false);
                 }
             }
         }
@@ -58,10 +58,12 @@ pub fn health_scan(cx: &Context) -> Result<(HealthScan, Vec<String>)> {
             let v = value.unwrap_or_default();
             if name == "DeviceEnvironment" {
                 for entry in v.split(';').filter(|x| x.starts_with("CUDA_INJECTION64_PATH")) {
-                    scan.line(&format!("{}: TARGET_INFO_SYSTEM_ENV DeviceEnvironment", e.name()), entry, false);
+                    let at = format!("{}: {} DeviceEnvironment", e.name(), schema::TARGET_INFO_SYSTEM_ENV);
+                    scan.line(&at, entry, false);
                 }
             } else if name == "CudaDriverVersion" {
-                scan.export_driver_version(&format!("{}: TARGET_INFO_SYSTEM_ENV CudaDriverVersion", e.name()), &v);
+                let at = format!("{}: {} CudaDriverVersion", e.name(), schema::TARGET_INFO_SYSTEM_ENV);
+                scan.export_driver_version(&at, &v);
             }
         }
         if scan.injections.len() > injections_before {
@@ -73,11 +75,16 @@ pub fn health_scan(cx: &Context) -> Result<(HealthScan, Vec<String>)> {
             if let Some((id, msg)) = msgs.into_iter().min_by_key(|(id, _)| *id) {
                 let rows = e.count_rows(schema::NVTX_EVENTS)?;
                 scan.line(
-                    &format!("{}: StringIds id {id} (NVTX_EVENTS: {rows} row(s), no range)", e.name()),
+                    &format!(
+                        "{}: {} id {id} ({}: {rows} row(s), no range)",
+                        e.name(),
+                        schema::STRING_IDS,
+                        schema::NVTX_EVENTS
+                    ),
                     &msg,
                     false,
                 );
-                sources.push(format!("{} StringIds", e.name()));
+                sources.push(format!("{} {}", e.name(), schema::STRING_IDS));
             }
         }
     }

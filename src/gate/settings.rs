@@ -55,14 +55,14 @@ pub fn settings_from_metadata(e: &Export) -> Result<(TraceSettings, TraceSetting
         if crate::export::schema::capture_keys::is(name, crate::export::schema::capture_keys::GRAPH_TRACE_MODE) {
             if let Some(m) = mode.as_ref().filter(|m| &m.key == name && md.graph_mode.is_none()) {
                 md.graph_mode = Some(m.mode.clone());
-                md.from.push(format!("META_DATA_CAPTURE {}={}", m.key, m.raw));
+                md.from.push(format!("{} {}={}", schema::META_DATA_CAPTURE, m.key, m.raw));
             }
         } else if crate::export::schema::capture_keys::is(name, crate::export::schema::capture_keys::COLLECT_CUDA_TRACE)
         {
             let on = v.eq_ignore_ascii_case("true");
             if md.cuda_trace != Some(true) {
                 md.cuda_trace = Some(on);
-                md.from.push(format!("META_DATA_CAPTURE {name}={v}"));
+                md.from.push(format!("{} {name}={v}", schema::META_DATA_CAPTURE));
             }
         } else if name.ends_with(":COMMAND") || name.contains(":ARGUMENT_") {
             cmd_parts.push((name.clone(), v));
@@ -71,7 +71,7 @@ pub fn settings_from_metadata(e: &Export) -> Result<(TraceSettings, TraceSetting
     let joined = cmd_parts.iter().map(|(_, v)| v.as_str()).collect::<Vec<_>>().join(" ");
     let mut cmd = settings_from_flags(&joined);
     if cmd.graph_mode.is_some() || cmd.cuda_trace.is_some() {
-        cmd.from.push(format!("META_DATA_CAPTURE COMMAND/ARGUMENT rows: {joined}"));
+        cmd.from.push(format!("{} COMMAND/ARGUMENT rows: {joined}", schema::META_DATA_CAPTURE));
     }
     Ok((md, cmd))
 }
@@ -158,7 +158,7 @@ pub fn g1_graph_tracing(cx: &Context) -> Result<GateResult> {
     let prov = cx.provenance.as_ref().map(|(p, d)| settings_from_provenance(p, d)).unwrap_or_default();
     // mode: metadata, else command/arguments, else provenance
     let (mode, mode_from) = if md.graph_mode.is_some() {
-        (md.graph_mode.clone(), "META_DATA_CAPTURE")
+        (md.graph_mode.clone(), schema::META_DATA_CAPTURE)
     } else if cmd.graph_mode.is_some() {
         (cmd.graph_mode.clone(), "the recorded command and arguments")
     } else if prov.graph_mode.is_some() {
@@ -265,7 +265,7 @@ pub fn g1_graph_tracing(cx: &Context) -> Result<GateResult> {
             measured,
             None,
             if data.graph_launches == 0 {
-                "graph-trace mode not recorded (no META_DATA_CAPTURE mode row, no flag in the command or --provenance), but the capture has no cudaGraphLaunch call: nothing is hidden".to_string()
+                format!("graph-trace mode not recorded (no {} mode row, no flag in the command or --provenance), but the capture has no cudaGraphLaunch call: nothing is hidden", schema::META_DATA_CAPTURE)
             } else {
                 format!("graph-trace mode not recorded, but the data is node level: {} node-level device rows for {} cudaGraphLaunch calls", data.node_rows, data.graph_launches)
             },

@@ -72,27 +72,26 @@ fn tier_name(t: Tier) -> &'static str {
 pub fn g3_kernel_rows(cx: &Context) -> Result<GateResult> {
     let g = GateResult::new("G3", "kernel-rows", "rows");
     let Some(e) = cx.export else { return Ok(g.skip("no export to read (a .qdstrm: see G2)")) };
-    let mut g = match e.table("CUPTI_ACTIVITY_KIND_KERNEL") {
+    let mut g = match e.table(schema::KERNEL) {
         None => g.decide(
             true,
             0.0,
             Some(1.0),
-            "no CUDA kernel data: the export has no CUPTI_ACTIVITY_KIND_KERNEL table (nsys creates it only when it records a kernel)",
+            format!(
+                "no CUDA kernel data: the export has no {} table (nsys creates it only when it records a kernel)",
+                schema::KERNEL
+            ),
         ),
         Some(t) => {
             let n = e.count_rows(&t.name)?;
             if n == 0 {
-                g.decide(true, 0.0, Some(1.0), "no CUDA kernel data: CUPTI_ACTIVITY_KIND_KERNEL is empty")
+                g.decide(true, 0.0, Some(1.0), format!("no CUDA kernel data: {} is empty", schema::KERNEL))
             } else {
                 g.decide(false, n as f64, Some(1.0), format!("{n} kernel rows"))
             }
         }
     };
-    g.evidence.push(format!(
-        "{}: CUPTI_ACTIVITY_KIND_KERNEL rows {}",
-        e.name(),
-        e.count_rows("CUPTI_ACTIVITY_KIND_KERNEL")?
-    ));
+    g.evidence.push(format!("{}: {} rows {}", e.name(), schema::KERNEL, e.count_rows(schema::KERNEL)?));
     // no kernel outlasts the capture it was recorded in (ANALYSIS_DETAILS.duration)
     if g.verdict == GateVerdict::Pass {
         let capture = export::capture_info(e)?.duration_ns.filter(|d| *d > 0);
@@ -105,9 +104,10 @@ pub fn g3_kernel_rows(cx: &Context) -> Result<GateResult> {
                     rows,
                     Some(1.0),
                     format!(
-                        "CUPTI_ACTIVITY_KIND_KERNEL row {row} lasts {}, longer than the whole capture (ANALYSIS_DETAILS.duration {}): a kernel cannot outlast the capture it was recorded in, so the export's timestamps are not real (damaged or edited); capture again",
+                        "{kernel} row {row} lasts {}, longer than the whole capture (ANALYSIS_DETAILS.duration {}): a kernel cannot outlast the capture it was recorded in, so the export's timestamps are not real (damaged or edited); capture again",
                         secs(longest),
-                        secs(cap)
+                        secs(cap),
+                        kernel = schema::KERNEL,
                     ),
                 );
                 g.evidence
@@ -142,7 +142,7 @@ pub fn missing_kernels_cause(e: &Export) -> Result<Option<String>> {
     if runtime == 0 {
         let fork = setting(TRACE_AFTER_FORK_BEFORE_EXEC);
         return Ok(Some(match fork.as_deref() {
-            Some("false") => "CUDA was traced but no CUDA call of any process was recorded, and the capture ran without --trace-fork-before-exec (META_DATA_CAPTURE TRACE_AFTER_FORK_BEFORE_EXEC=false): an engine that owns CUDA in a child forked without exec (Python multiprocessing 'fork', vLLM's default worker start) is not traced; capture with --trace-fork-before-exec=true and start the engine with 'spawn'".to_string(),
+            Some("false") => format!("CUDA was traced but no CUDA call of any process was recorded, and the capture ran without --trace-fork-before-exec ({} TRACE_AFTER_FORK_BEFORE_EXEC=false): an engine that owns CUDA in a child forked without exec (Python multiprocessing 'fork', vLLM's default worker start) is not traced; capture with --trace-fork-before-exec=true and start the engine with 'spawn'", schema::META_DATA_CAPTURE),
             _ => "CUDA was traced but no CUDA call of any process was recorded: the CUDA-owning process was not traced (see G0: a CUPTI that did not initialise records nothing)".to_string(),
         }));
     }

@@ -248,17 +248,17 @@ fn notes_of(
     if !schema::DEVICE_TABLES.iter().any(|t| w.present(t)) {
         notes.push("No CUDA device table in this export (a capture without CUDA): no device work is attributed; that is a result, not an error.".to_string());
     } else if !w.present(schema::RUNTIME) {
-        notes.push(
-            "No CUPTI_ACTIVITY_KIND_RUNTIME table: device work cannot be joined to ranges, all of it is unattributed."
-                .to_string(),
-        );
+        notes.push(format!(
+            "No {} table: device work cannot be joined to ranges, all of it is unattributed.",
+            schema::RUNTIME
+        ));
     }
     let graph_mode = export.graph_trace_mode()?.is_some_and(|m| m.mode == "graph");
     // an empty GRAPH_TRACE table is what `nsys export --lazy=false` writes for every capture: not graph level
     if w.present(schema::GRAPH_TRACE) && export.count_rows(schema::GRAPH_TRACE)? > 0 {
         notes.push("CUDA graphs were traced at graph level: each replay is one opaque GRAPH_TRACE row (counted in graph_traces, not kernels).".to_string());
     } else if graph_mode {
-        notes.push("CUDA graphs were traced at graph level (META_DATA_CAPTURE CUDA_GRAPH_TRACE_OPTIONS:MODE = Graph) and the export has no GRAPH_TRACE table: graph replays left no GPU row at all (seen with nsys 2023.4), so their device work is invisible here. Capture with --cuda-graph-trace=node.".to_string());
+        notes.push(format!("CUDA graphs were traced at graph level ({} CUDA_GRAPH_TRACE_OPTIONS:MODE = Graph) and the export has no GRAPH_TRACE table: graph replays left no GPU row at all (seen with nsys 2023.4), so their device work is invisible here. Capture with --cuda-graph-trace=node.", schema::META_DATA_CAPTURE));
     }
     let unmapped = thread_diagnostics.iter().filter(|t| t.mapping == "unmapped").count();
     if unmapped > 0 {
@@ -277,7 +277,7 @@ fn notes_of(
         )));
     }
     if w.ambiguous_rows > 0 {
-        notes.push(format!("{} device rows have a (globalPid, correlationId) that more than one CUPTI_ACTIVITY_KIND_RUNTIME call shares: the join is ambiguous, so they are attributed to no range (totals.device_rows_ambiguous), never to several.", w.ambiguous_rows));
+        notes.push(format!("{} device rows have a (globalPid, correlationId) that more than one {} call shares: the join is ambiguous, so they are attributed to no range (totals.device_rows_ambiguous), never to several.", w.ambiguous_rows, schema::RUNTIME));
     }
     if kernels_total > kernels_attr {
         notes.push(format!(

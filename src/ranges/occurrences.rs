@@ -209,7 +209,8 @@ impl NvtxRead {
         };
         let Some(gtid) = r.global_tid else {
             return Err(Error::input(format!(
-                "{name}: NVTX_EVENTS row with start {start}: globalTid is NULL (the thread of a range is required)"
+                "{name}: {} row with start {start}: globalTid is NULL (the thread of a range is required)",
+                schema::NVTX_EVENTS
             )));
         };
         self.raw.push(RawRange { start, end, event_type: r.event_type, gtid, msg, domain: r.domain_id });

@@ -174,7 +174,7 @@ pub(super) fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvt
             tables_present.push(t.to_string());
         }
     }
-    progress("reading NVTX_EVENTS");
+    progress(&format!("reading {}", schema::NVTX_EVENTS));
     let mut loaded = load_interned(export, opts, nvtx_stats)?;
     let slices = thread_slices(&loaded.occurrences);
     let n = loaded.occurrences.len();

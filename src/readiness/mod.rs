@@ -280,7 +280,10 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
 
     let (verdict, reason) = verdict_of(&iterations, opts, &iter_label, &under);
     if runtime.is_none() {
-        notes.push("No CUPTI_ACTIVITY_KIND_RUNTIME table (a capture without CUDA): no blocking sync can be listed; that is a result, not an error.".into());
+        notes.push(format!(
+            "No {} table (a capture without CUDA): no blocking sync can be listed; that is a result, not an error.",
+            schema::RUNTIME
+        ));
     }
     let suggested_prefix =
         if iterations.occurrences == 0 { suggest_engine_prefix(export, all, &seen)?.filter(|s| *s != p) } else { None };
