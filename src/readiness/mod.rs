@@ -341,7 +341,7 @@ fn without_prefix(
         ),
         None => String::new(),
     };
-    return Ok(ReadinessDoc {
+    Ok(ReadinessDoc {
         schema,
         tool,
         verdict: ReadinessVerdict::Retry,
@@ -371,7 +371,7 @@ fn without_prefix(
         prefixes_seen: seen.into_iter().take(LIST_LIMIT).collect(),
         suggested_prefix: suggested,
         notes,
-    });
+    })
 }
 
 /// Occurrences, wall time and threads per label under the prefix `p`; the taxonomy's entries; the labels
