@@ -909,7 +909,7 @@ pub fn apply_provenance(f: &mut CaptureFacts, p: &Value, prefix: &str) {
     set(&mut f.window, &["capture.window", "window"]);
     set(&mut f.warmup, &["capture.warmup", "warmup", "workload.warmup"]);
     set(&mut f.instrumentation, &["capture.instrumentation", "instrumentation"]);
-    set(&mut f.clock_policy, &["gpu.clock_policy", "clock_policy"]);
+    set(&mut f.clock_policy, &["gpu.clock_policy", "clock_policy", "workload.clock_policy"]);
     set(&mut f.gpu, &["gpu.name", "gpu.names"]);
     set(&mut f.foreign_gpu_processes, &["gpu.foreign_processes", "foreign_gpu_processes"]);
     // nsys-resolve's preflight: gpu.gpus[] (target = true) and gpu.processes[] (on_target = true = foreign,

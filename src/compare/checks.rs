@@ -28,7 +28,9 @@ pub struct RunFacts {
     pub seed_policy: Fact,
     /// `serve_capture.warmup.argv` (the fixed warmup client).
     pub warmup_command: Fact,
-    /// `provenance.capture.instrumentation_patch` / `provenance.instrumentation_patch`: the diagnostic patch's identity.
+    /// `provenance.workload.instrumentation_patch` (`sha256:…` of serve-capture's `--instrumentation-patch`), else
+    /// `provenance.capture.instrumentation_patch` / `provenance.instrumentation_patch`: the diagnostic patch's
+    /// identity.
     pub instrumentation_patch: Fact,
     /// Target GPU(s) of `provenance.gpu.gpus[target]`: physical index and UUID.
     pub gpu_index: Fact,
@@ -132,7 +134,7 @@ pub fn run_facts(prov: Option<&Value>, prov_name: &str, serve: Option<&Value>) -
     if let Some(v) = get(s, "warmup.argv") {
         f.warmup_command = fact(v.clone(), sn("warmup.argv"));
     }
-    for path in ["capture.instrumentation_patch", "instrumentation_patch"] {
+    for path in ["workload.instrumentation_patch", "capture.instrumentation_patch", "instrumentation_patch"] {
         if let Some(v) = get(p, path) {
             f.instrumentation_patch = fact(v.clone(), pn(path));
             break;

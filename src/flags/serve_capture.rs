@@ -109,6 +109,24 @@ pub struct ServeCaptureArgs {
     /// The file the server writes its iteration records to (told through NSYSKIT_ITERATION_RECORDS, set on nsys); collected into the run folder and validated (iterations.json)
     #[arg(long, value_name = "FILE")]
     pub iteration_records: Option<PathBuf>,
+    /// The question this capture answers (a text file: the metric, the suspected contributor, its share if known); recorded as provenance.workload.question; without it serve-capture warns
+    #[arg(long, value_name = "FILE")]
+    pub question: Option<PathBuf>,
+    /// Requests per second the load client sends (a number or inf); also read from the load command's --request-rate (a disagreement is exit 2)
+    #[arg(long, value_name = "RATE")]
+    pub request_rate: Option<String>,
+    /// The most requests in flight; also read from the load command's --max-concurrency/--concurrency (a disagreement is exit 2)
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<u64>,
+    /// The load client's seed (N, recorded as fixed:N) or seed policy (e.g. random); also read from the load command's --seed
+    #[arg(long, value_name = "SEED")]
+    pub seed: Option<String>,
+    /// The GPU clock policy, as stated (e.g. locked:1980,2619 or default); recorded and compared by capture-compare
+    #[arg(long, value_name = "POLICY")]
+    pub clock_policy: Option<String>,
+    /// The diagnostic instrumentation patch applied to the engine: its sha256 is recorded and compared by capture-compare
+    #[arg(long, value_name = "FILE")]
+    pub instrumentation_patch: Option<PathBuf>,
     /// The run folder (created; must be empty): report, export, logs, pids/, provenance.json, serve-capture.json
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
@@ -170,6 +188,14 @@ impl ServeCaptureArgs {
             .collect::<Result<_>>()?;
         o.strict_prebuilt = a.strict_prebuilt;
         o.iteration_records = a.iteration_records.clone();
+        o.workload = crate::resolve::WorkloadSpec {
+            question: a.question.clone(),
+            request_rate: a.request_rate.clone(),
+            concurrency: a.concurrency,
+            seed: a.seed.clone(),
+            clock_policy: a.clock_policy.clone(),
+            instrumentation_patch: a.instrumentation_patch.clone(),
+        };
         Ok(o)
     }
 }

@@ -11,6 +11,7 @@ mod caps;
 mod find;
 mod preflight;
 mod record;
+pub mod workload;
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -37,6 +38,7 @@ pub use record::{
     hostname, is_secret_key, redact_command, redact_words, repo_state, rfc3339, split_words, Redactor, RepoState,
     REDACTED,
 };
+pub use workload::{Workload, WorkloadSpec};
 
 /// One preflight check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -136,6 +138,11 @@ pub struct Provenance {
     pub artifacts: Vec<String>,
     /// `DIR/provenance.json` (absolute) when `--record DIR` was given.
     pub record: Option<String>,
+    /// The workload: question, client command, request rate, concurrency, seed and clock policy, the
+    /// instrumentation patch's identity (serve-capture, pod-attach, nsys-resolve's workload flags); absent when
+    /// no tool recorded one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<Workload>,
 }
 
 impl Document for Provenance {
@@ -181,6 +188,8 @@ pub struct ProvenanceOptions {
     /// The value of `CUDA_INJECTION64_PATH` in the environment the engine is started from (the binary passes
     /// its own environment's): checked with `--preflight`/`--record` (`cuda-injection`).
     pub cuda_injection: Option<String>,
+    /// The workload record to write (`provenance.workload`), built by [`workload::from_command`].
+    pub workload: Option<Workload>,
 }
 
 impl Default for ProvenanceOptions {
@@ -205,6 +214,7 @@ impl Default for ProvenanceOptions {
             repo: None,
             artifacts: vec![],
             cuda_injection: std::env::var("CUDA_INJECTION64_PATH").ok().filter(|v| !v.is_empty()),
+            workload: None,
         }
     }
 }
@@ -569,6 +579,7 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
         },
         artifacts,
         record: record_path.as_ref().map(|p| p.display().to_string()),
+        workload: opts.workload.clone(),
     };
     if let Some(dir) = &opts.record {
         write_record(dir, &doc)?;

@@ -102,6 +102,9 @@ pub struct ServeCaptureOptions {
     /// `--iteration-records FILE`: where the server writes its iteration records (given to it as
     /// `NSYSKIT_ITERATION_RECORDS`, set on nsys); collected into the run folder and validated.
     pub iteration_records: Option<PathBuf>,
+    /// The workload flags (`--question`, `--request-rate`, `--concurrency`, `--seed`, `--clock-policy`,
+    /// `--instrumentation-patch`), recorded with the load command's own flags as `provenance.workload`.
+    pub workload: crate::resolve::WorkloadSpec,
 }
 
 /// A stop request set by the caller, with the signal it stands for (2 = SIGINT); shared between threads.
@@ -187,6 +190,7 @@ impl ServeCaptureOptions {
             modules: Vec::new(),
             strict_prebuilt: false,
             iteration_records: None,
+            workload: crate::resolve::WorkloadSpec::default(),
         }
     }
 }
@@ -1051,6 +1055,16 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
     }
     // nsys-resolve: the nsys, its capabilities, the preflight (GPU, port) and the provenance document
     let join = |v: &[String]| shlex::try_join(v.iter().map(String::as_str)).unwrap_or_else(|_| v.join(" "));
+    // the workload: the flags and the load command's own flags (a disagreement is exit 2, nothing started)
+    let workload = crate::resolve::workload::from_command(
+        &o.workload,
+        Some(&o.load),
+        Some(crate::resolve::redact_command(&join(&o.load)).0),
+        o.cwd.as_deref(),
+    )?;
+    for w in crate::resolve::workload::warnings(&workload, o.tier == crate::gate::Tier::Decode) {
+        eprintln!("serve-capture: warning: {w}");
+    }
     let popts = crate::resolve::ProvenanceOptions {
         resolve: crate::resolve::ResolveOptions { nsys: o.nsys.clone(), ..o.resolve.clone() },
         preflight: true,
@@ -1064,6 +1078,7 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
         repo: o.engine_repo.clone(),
         instrumentation: o.instrumentation.clone(),
         shm: o.shm.clone(),
+        workload: Some(workload),
         ..Default::default()
     };
     let red = redactor(o);

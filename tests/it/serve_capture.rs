@@ -1035,3 +1035,120 @@ fn no_nvtx_range_facts_on_the_real_pynvtx_exports() {
     assert_eq!(nsyskit::export::nvtx_no_range_facts(&ex).unwrap().1, None);
     assert!(nsyskit::serve_capture::summarize_export(&ex).unwrap().1 > 100);
 }
+
+/// Issue 39 (B28, B29, B34, A13): the workload record. Two real CPU captures that differ only in the stated
+/// concurrency: serve-capture writes `provenance.workload` (the question — the run without one is warned —, the
+/// client command, rate, concurrency, seed, clock policy, patch identity), and capture-compare refuses the pair on `concurrency` (exit 1) while
+/// the same run against itself checks the workload facts as equal (none of them is "unchecked").
+#[test]
+fn workload_record_makes_concurrency_a_checked_invalidator() {
+    let Some(e) = env_or_skip("workload_record_makes_concurrency_a_checked_invalidator") else { return };
+    let _g = NSYS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let question = tmp.path().join("question.txt");
+    std::fs::write(&question, "Is batch formation on the critical path at c=4?\n").unwrap();
+    let patch = tmp.path().join("nvtx.diff");
+    std::fs::write(&patch, "--- a/engine.py\n+++ b/engine.py\n").unwrap();
+    let mut bundles = Vec::new();
+    for (i, conc) in ["4", "8"].iter().enumerate() {
+        let port = free_port();
+        let out = tmp.path().join(format!("run{i}"));
+        let mut args = base_args(e, port, &out);
+        args.extend(
+            [
+                "--delay",
+                "3",
+                "--duration",
+                "2",
+                "--min-rep-bytes",
+                "1000",
+                "--concurrency",
+                conc,
+                "--request-rate",
+                "inf",
+                "--seed",
+                "42",
+                "--clock-policy",
+                "default",
+                "--instrumentation-patch",
+                patch.to_str().unwrap(),
+                "--load",
+            ]
+            .map(String::from),
+        );
+        args.push(format!("{} --client {port} 7", e.server.display()));
+        // the first run states its question, the second does not (and is warned)
+        if i == 0 {
+            args.extend(["--question".into(), question.display().to_string()]);
+        }
+        args.extend(["--".into(), e.server.display().to_string(), port.to_string()]);
+        let o = common::serve_capture_run(&args, Duration::from_secs(240));
+        let doc = common::one_doc(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(doc["outcome"], "ok", "{doc}\n{err}");
+        assert_eq!(err.contains("warning: no --question FILE"), i == 1, "{err}");
+        let prov: Value = serde_json::from_slice(&std::fs::read(out.join("provenance.json")).unwrap()).unwrap();
+        common::assert_valid(&prov);
+        let w = &prov["workload"];
+        let q = ["Is batch formation on the critical path at c=4?"][..].get(i).map(|q| serde_json::json!(q));
+        assert_eq!(w["question"], q.unwrap_or(Value::Null));
+        assert_eq!(w["concurrency"].as_u64(), Some(conc.parse().unwrap()));
+        assert_eq!((w["request_rate"].as_str(), w["seed_policy"].as_str()), (Some("inf"), Some("fixed:42")));
+        assert_eq!(w["sources"]["concurrency"], "--concurrency");
+        assert_eq!(
+            w["instrumentation_patch"],
+            "sha256:".to_string() + &sha256_hex(&std::fs::read(&patch).unwrap()),
+            "{w}"
+        );
+        assert_eq!(w["client_command"], format!("{} --client {port} 7", e.server.display()));
+        bundles.push(out.join("bundle.json"));
+    }
+    let (a, b) = (bundles[0].to_str().unwrap(), bundles[1].to_str().unwrap());
+    let (code, doc) = common::doc("capture-compare", &[a, b]);
+    assert_eq!(code, 1, "{doc}");
+    let inv = doc["invalidators"].as_array().unwrap();
+    let c = inv.iter().find(|i| i["check"] == "concurrency").unwrap_or_else(|| panic!("{doc}"));
+    assert_eq!((c["a"].as_u64(), c["b"].as_u64()), (Some(4), Some(8)), "{c}");
+    // the same run on both sides: every workload fact is checked (recorded on both sides, equal)
+    let (_, same) = common::doc("capture-compare", &[a, a]);
+    for check in ["concurrency", "request_rate", "seed_policy", "clock_policy", "instrumentation_patch"] {
+        for list in ["invalidators", "unchecked"] {
+            assert!(!same[list].as_array().unwrap().iter().any(|x| x["check"] == check), "{check} in {list}: {same}");
+        }
+    }
+    assert_eq!(same["a"]["run_facts"]["concurrency"]["source"], "provenance.workload.concurrency", "{same}");
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    let o = StdCommand::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(bytes)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)[..64].to_string()
+}
+
+/// An explicit workload flag that disagrees with the load command is exit 2 naming both, before anything is
+/// created.
+#[test]
+fn workload_flag_disagreeing_with_the_load_command_is_refused() {
+    let Some(e) = env_or_skip("workload_flag_disagreeing_with_the_load_command_is_refused") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut args = base_args(e, free_port(), &out);
+    args.extend(
+        ["--concurrency", "8", "--load", "vllm bench serve --max-concurrency 4 --request-rate 2", "--", "true"]
+            .map(String::from),
+    );
+    let o = Command::cargo_bin("serve-capture").unwrap().args(&args).timeout(Duration::from_secs(60)).output().unwrap();
+    let (code, err) = (o.status.code(), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(o.stdout.is_empty());
+    assert!(err.contains("--concurrency 8") && err.contains("--max-concurrency 4"), "{err}");
+    assert!(!out.exists(), "nothing created");
+}
