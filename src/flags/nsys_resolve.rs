@@ -73,6 +73,27 @@ pub struct NsysResolveArgs {
     /// An artifact path to record (e.g. the .nsys-rep to be written); repeatable
     #[arg(long, value_name = "PATH")]
     pub artifact: Vec<String>,
+    /// Only --nsys or NSYS_BIN may name the nsys: PATH and the install folders are not searched (exit 2 without either); recorded as nsys.explicit_required
+    #[arg(long)]
+    pub require_explicit_nsys: bool,
+    /// The question the capture answers (a text file), recorded as workload.question
+    #[arg(long, value_name = "FILE")]
+    pub question: Option<PathBuf>,
+    /// Requests per second of the client (a number or inf); also read from --client-cmd's --request-rate
+    #[arg(long, value_name = "RATE")]
+    pub request_rate: Option<String>,
+    /// The most requests in flight; also read from --client-cmd's --max-concurrency/--concurrency
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<u64>,
+    /// The client's seed (N, recorded as fixed:N) or seed policy; also read from --client-cmd's --seed
+    #[arg(long, value_name = "SEED")]
+    pub seed: Option<String>,
+    /// The GPU clock policy, as stated (e.g. locked:1980,2619 or default)
+    #[arg(long, value_name = "POLICY")]
+    pub clock_policy: Option<String>,
+    /// The diagnostic instrumentation patch applied to the engine: its sha256 is recorded
+    #[arg(long, value_name = "FILE")]
+    pub instrumentation_patch: Option<PathBuf>,
     #[command(flatten)]
     pub out: OutputArgs,
 }

@@ -109,6 +109,9 @@ pub struct ServeCaptureArgs {
     /// The file the server writes its iteration records to (told through NSYSKIT_ITERATION_RECORDS, set on nsys); collected into the run folder and validated (iterations.json)
     #[arg(long, value_name = "FILE")]
     pub iteration_records: Option<PathBuf>,
+    /// Only --nsys or NSYS_BIN may name the nsys: PATH and the install folders are not searched (exit 2 without either, nothing started); recorded as nsys.explicit_required in provenance.json
+    #[arg(long)]
+    pub require_explicit_nsys: bool,
     /// The question this capture answers (a text file: the metric, the suspected contributor, its share if known); recorded as provenance.workload.question; without it serve-capture warns
     #[arg(long, value_name = "FILE")]
     pub question: Option<PathBuf>,
@@ -188,6 +191,7 @@ impl ServeCaptureArgs {
             .collect::<Result<_>>()?;
         o.strict_prebuilt = a.strict_prebuilt;
         o.iteration_records = a.iteration_records.clone();
+        o.require_explicit_nsys = a.require_explicit_nsys;
         o.workload = crate::resolve::WorkloadSpec {
             question: a.question.clone(),
             request_rate: a.request_rate.clone(),

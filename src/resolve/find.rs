@@ -70,6 +70,9 @@ pub struct ResolveOptions {
     pub timeout: Duration,
     /// Run `nsys profile --help` and `nsys export --help` on the chosen binary to fill [`Capabilities`].
     pub probe: bool,
+    /// `--require-explicit-nsys`: only `--nsys` or `NSYS_BIN` may name the nsys; `PATH` and the install folders
+    /// are not searched (the serving-run manual forbids that fallback for evidence runs).
+    pub require_explicit: bool,
 }
 
 impl Default for ResolveOptions {
@@ -95,6 +98,7 @@ impl ResolveOptions {
             install_globs: install_globs_from_vars(var),
             timeout: Duration::from_millis(10_000),
             probe: true,
+            require_explicit: false,
         }
     }
 }
@@ -132,6 +136,10 @@ pub struct Resolved {
     pub probed: bool,
     /// Every candidate in search order, with why it was or was not chosen.
     pub candidates: Vec<NsysCandidate>,
+    /// `--require-explicit-nsys` was given: only `--nsys` or `NSYS_BIN` could name this nsys (absent: the
+    /// `PATH` / install-folder fallback was allowed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub explicit_required: bool,
 }
 
 /// The output of a program run with a timeout.
@@ -394,6 +402,14 @@ fn candidates(opts: &ResolveOptions) -> Vec<Found> {
 pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
     let found = candidates(opts);
     let explicit = found.first().filter(|f| f.source == "--nsys" || f.source == "NSYS_BIN").map(|f| f.source);
+    if opts.require_explicit && explicit.is_none() {
+        let fallback: Vec<String> = found.iter().map(|f| format!("{} [{}]", f.path.display(), f.source)).collect();
+        return Err(Error::usage(format!(
+            "--require-explicit-nsys: neither --nsys nor NSYS_BIN names the nsys; PATH and the install folders are not searched for an evidence run{}: give --nsys PATH or set NSYS_BIN",
+            if fallback.is_empty() { String::new() } else { format!(" (they would have offered {})", fallback.join(", ")) }
+        ))
+        .with_arg("--require-explicit-nsys"));
+    }
     let mut cands: Vec<NsysCandidate> = Vec::new();
     // verification results, indexed like `cands`
     let mut ok: Vec<bool> = Vec::new();
@@ -499,6 +515,7 @@ pub fn resolve(opts: &ResolveOptions) -> Result<Resolved> {
                 capabilities,
                 probed,
                 candidates: cands,
+                explicit_required: opts.require_explicit,
             })
         }
         None => {
@@ -566,6 +583,7 @@ mod tests {
             install_globs: vec![],
             timeout: Duration::from_millis(10_000),
             probe: true,
+            require_explicit: false,
         }
     }
 

@@ -149,20 +149,20 @@ fn sha256_file(p: &Path) -> std::io::Result<String> {
 fn agree(
     field: &str,
     flag: &str,
-    given: Option<String>,
+    given: Option<(String, String)>,
     from_load: Option<(String, String, String)>,
     sources: &mut BTreeMap<String, String>,
 ) -> Result<Option<String>> {
     match (given, from_load) {
-        (Some(g), Some((lf, raw, l))) if g != l => Err(Error::usage(format!(
-            "{flag} {g} disagrees with the load command's {lf} {raw}: give the {field} once, or the same value in both"
+        (Some((raw, g)), Some((lf, lraw, l))) if g != l => Err(Error::usage(format!(
+            "{flag} {raw} disagrees with the load command's {lf} {lraw}: give the {field} once, or the same value in both"
         ))
         .with_arg(flag)),
-        (Some(g), Some((lf, _, _))) => {
+        (Some((_, g)), Some((lf, _, _))) => {
             sources.insert(field.into(), format!("{flag} = load command {lf}"));
             Ok(Some(g))
         }
-        (Some(g), None) => {
+        (Some((_, g)), None) => {
             sources.insert(field.into(), flag.into());
             Ok(Some(g))
         }
@@ -204,7 +204,7 @@ pub fn from_command(
     let argv = client.unwrap_or(&[]);
     let bad = |flag: &str, v: &str, want: &str| Error::usage(format!("{flag} {v}: expected {want}")).with_arg(flag);
     let rate = match &spec.request_rate {
-        Some(r) => Some(normalize_rate(r).ok_or_else(|| bad("--request-rate", r, "a rate > 0 or inf"))?),
+        Some(r) => Some((r.clone(), normalize_rate(r).ok_or_else(|| bad("--request-rate", r, "a rate > 0 or inf"))?)),
         None => None,
     };
     let load_rate = flag_value(argv, &RATE_FLAGS).and_then(|(f, v)| normalize_rate(&v).map(|n| (f, v, n)));
@@ -216,11 +216,16 @@ pub fn from_command(
     }
     let load_conc = flag_value(argv, &CONCURRENCY_FLAGS)
         .and_then(|(f, v)| v.trim().parse::<u64>().ok().filter(|n| *n > 0).map(|n| (f, v, n.to_string())));
-    w.concurrency =
-        agree("concurrency", "--concurrency", spec.concurrency.map(|c| c.to_string()), load_conc, &mut w.sources)?
-            .and_then(|c| c.parse().ok());
+    w.concurrency = agree(
+        "concurrency",
+        "--concurrency",
+        spec.concurrency.map(|c| (c.to_string(), c.to_string())),
+        load_conc,
+        &mut w.sources,
+    )?
+    .and_then(|c| c.parse().ok());
     let seed = match &spec.seed {
-        Some(s) => Some(normalize_seed(s).ok_or_else(|| bad("--seed", s, "a seed or a policy word"))?),
+        Some(s) => Some((s.clone(), normalize_seed(s).ok_or_else(|| bad("--seed", s, "a seed or a policy word"))?)),
         None => None,
     };
     let load_seed = flag_value(argv, &SEED_FLAGS).and_then(|(f, v)| normalize_seed(&v).map(|n| (f, v, n)));

@@ -105,6 +105,8 @@ pub struct ServeCaptureOptions {
     /// The workload flags (`--question`, `--request-rate`, `--concurrency`, `--seed`, `--clock-policy`,
     /// `--instrumentation-patch`), recorded with the load command's own flags as `provenance.workload`.
     pub workload: crate::resolve::WorkloadSpec,
+    /// `--require-explicit-nsys`: only `nsys` (`--nsys`) or `NSYS_BIN` may name the nsys.
+    pub require_explicit_nsys: bool,
 }
 
 /// A stop request set by the caller, with the signal it stands for (2 = SIGINT); shared between threads.
@@ -191,6 +193,7 @@ impl ServeCaptureOptions {
             strict_prebuilt: false,
             iteration_records: None,
             workload: crate::resolve::WorkloadSpec::default(),
+            require_explicit_nsys: false,
         }
     }
 }
@@ -1066,7 +1069,11 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
         eprintln!("serve-capture: warning: {w}");
     }
     let popts = crate::resolve::ProvenanceOptions {
-        resolve: crate::resolve::ResolveOptions { nsys: o.nsys.clone(), ..o.resolve.clone() },
+        resolve: crate::resolve::ResolveOptions {
+            nsys: o.nsys.clone(),
+            require_explicit: o.require_explicit_nsys || o.resolve.require_explicit,
+            ..o.resolve.clone()
+        },
         preflight: true,
         port: is_local.then_some(health.port),
         flags: Some(join(&o.flags)),

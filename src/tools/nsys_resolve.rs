@@ -19,8 +19,35 @@ pub fn run(a: NsysResolveArgs, host: &Invocation) -> Result<Outcome> {
         .filter(|e| !e.contains('='))
         .filter_map(|name| host.var_raw(name).map(|v| (name.clone(), lossy(v))))
         .collect();
+    let spec = crate::resolve::WorkloadSpec {
+        question: a.question.clone(),
+        request_rate: a.request_rate.clone(),
+        concurrency: a.concurrency,
+        seed: a.seed.clone(),
+        clock_policy: a.clock_policy.clone(),
+        instrumentation_patch: a.instrumentation_patch.clone(),
+    };
+    // the workload record, when any workload flag or a client command was given
+    let workload = if spec.is_empty() && a.client_cmd.is_none() {
+        None
+    } else {
+        let client = a.client_cmd.as_deref().map(crate::resolve::split_words);
+        let recorded = a.client_cmd.as_deref().map(|c| crate::resolve::redact_command(c).0);
+        let w = crate::resolve::workload::from_command(&spec, client.as_deref(), recorded, host.cwd.as_deref())?;
+        for line in crate::resolve::workload::warnings(&w, false) {
+            eprintln!("nsys-resolve: warning: {line}");
+        }
+        Some(w)
+    };
     let opts = ProvenanceOptions {
-        resolve: ResolveOptions { nsys: a.nsys, timeout, probe: !a.no_probe, ..ResolveOptions::from_vars(host.env) },
+        resolve: ResolveOptions {
+            nsys: a.nsys,
+            timeout,
+            probe: !a.no_probe,
+            require_explicit: a.require_explicit_nsys,
+            ..ResolveOptions::from_vars(host.env)
+        },
+        workload,
         preflight: a.preflight,
         require_gpu: a.require_gpu,
         gpu: a.gpu,

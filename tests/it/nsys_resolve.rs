@@ -262,6 +262,7 @@ fn install_folders_newest_version_first() {
         install_globs: vec![format!("{}/*/bin/nsys", t.path().display())],
         timeout: Duration::from_secs(10),
         probe: true,
+        require_explicit: false,
     };
     let r = nsyskit::resolve::resolve(&opts).unwrap();
     assert_eq!(r.version, "2025.3.1.90-2");
@@ -680,4 +681,60 @@ fn finds_nsys_in_the_projects_own_install_folder() {
         nsyskit::resolve::project_install_globs(Some(std::ffi::OsStr::new("/n")), Some(std::ffi::OsStr::new("/h"))),
         ["/n/usr/bin/nsys", "/h/.cache/nsyskit/*/usr/bin/nsys"]
     );
+}
+
+/// Issue 39 B7: `--require-explicit-nsys` refuses the PATH / install-folder fallback (exit 2, naming what the
+/// fallback would have offered) and records `nsys.explicit_required` when --nsys or NSYS_BIN names the nsys.
+#[test]
+fn require_explicit_nsys_refuses_the_path_fallback() {
+    let t = tempfile::tempdir().unwrap();
+    let a = t.path().join("a");
+    let nsys = fake_nsys(&a, "2025.3.1.90-253135822126v0");
+    // without the flag PATH is searched
+    let (code, doc, _) = run(cmd(&[&a]).arg("--no-probe"));
+    assert_eq!((code, doc["nsys"]["source"].as_str()), (0, Some("PATH")));
+    assert!(doc["nsys"].get("explicit_required").is_none(), "{doc}");
+    // with it, PATH is not enough
+    let (code, _, err) = run(cmd(&[&a]).args(["--no-probe", "--require-explicit-nsys"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--require-explicit-nsys") && err.contains(&format!("{} [PATH]", nsys.display())), "{err}");
+    // NSYS_BIN or --nsys satisfies it, and the record says so
+    let (code, doc, err) = run(cmd(&[]).env("NSYS_BIN", &nsys).args(["--no-probe", "--require-explicit-nsys"]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (doc["nsys"]["source"].as_str(), doc["nsys"]["explicit_required"].as_bool()),
+        (Some("NSYS_BIN"), Some(true))
+    );
+    let (code, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).args(["--no-probe", "--require-explicit-nsys"]));
+    assert_eq!((code, doc["nsys"]["explicit_required"].as_bool()), (0, Some(true)));
+}
+
+/// Issue 39 B28/B29/B34: nsys-resolve records the workload from its flags and --client-cmd's own flags.
+#[test]
+fn workload_from_the_client_command() {
+    let t = tempfile::tempdir().unwrap();
+    let a = t.path().join("a");
+    let nsys = fake_nsys(&a, "2025.3.1.90-253135822126v0");
+    let q = t.path().join("q.txt");
+    std::fs::write(&q, "where does c=1 decode time go\n").unwrap();
+    let client = "vllm bench serve --model m --request-rate 2 --max-concurrency 1 --seed 0";
+    let (code, doc, err) =
+        run(cmd(&[]).arg("--nsys").arg(&nsys).args(["--no-probe", "--client-cmd", client]).arg("--question").arg(&q));
+    assert_eq!(code, 0, "{err}");
+    let w = &doc["workload"];
+    assert_eq!(w["question"], "where does c=1 decode time go");
+    assert_eq!((w["request_rate"].as_str(), w["concurrency"].as_u64()), (Some("2"), Some(1)));
+    assert_eq!(w["seed_policy"], "fixed:0");
+    assert_eq!(w["client_command"], client);
+    // a disagreeing flag is exit 2 naming both; no question is a warning
+    let (code, _, err) =
+        run(cmd(&[]).arg("--nsys").arg(&nsys).args(["--no-probe", "--client-cmd", client, "--seed", "1"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("--seed 1") && err.contains("--seed 0"), "{err}");
+    let (code, _, err) = run(cmd(&[]).arg("--nsys").arg(&nsys).args(["--no-probe", "--concurrency", "4"]));
+    assert_eq!(code, 0);
+    assert!(err.contains("warning: no --question FILE"), "{err}");
+    // no workload flag, no client command: no workload block
+    let (_, doc, _) = run(cmd(&[]).arg("--nsys").arg(&nsys).arg("--no-probe"));
+    assert!(doc.get("workload").is_none(), "{doc}");
 }

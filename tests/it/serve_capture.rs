@@ -1079,7 +1079,7 @@ fn workload_record_makes_concurrency_a_checked_invalidator() {
         args.push(format!("{} --client {port} 7", e.server.display()));
         // the first run states its question, the second does not (and is warned)
         if i == 0 {
-            args.extend(["--question".into(), question.display().to_string()]);
+            args.extend(["--question".into(), question.display().to_string(), "--require-explicit-nsys".into()]);
         }
         args.extend(["--".into(), e.server.display().to_string(), port.to_string()]);
         let o = common::serve_capture_run(&args, Duration::from_secs(240));
@@ -1089,6 +1089,8 @@ fn workload_record_makes_concurrency_a_checked_invalidator() {
         assert_eq!(err.contains("warning: no --question FILE"), i == 1, "{err}");
         let prov: Value = serde_json::from_slice(&std::fs::read(out.join("provenance.json")).unwrap()).unwrap();
         common::assert_valid(&prov);
+        // B7: --require-explicit-nsys (with --nsys given) is recorded
+        assert_eq!(prov["nsys"]["explicit_required"].as_bool(), [Some(true), None][i], "{}", prov["nsys"]);
         let w = &prov["workload"];
         let q = ["Is batch formation on the critical path at c=4?"][..].get(i).map(|q| serde_json::json!(q));
         assert_eq!(w["question"], q.unwrap_or(Value::Null));
@@ -1150,5 +1152,31 @@ fn workload_flag_disagreeing_with_the_load_command_is_refused() {
     assert_eq!(code, Some(2), "{err}");
     assert!(o.stdout.is_empty());
     assert!(err.contains("--concurrency 8") && err.contains("--max-concurrency 4"), "{err}");
+    assert!(!out.exists(), "nothing created");
+}
+
+/// Issue 39 B7: with `--require-explicit-nsys` and neither `--nsys` nor `NSYS_BIN`, serve-capture refuses before
+/// anything is created, even though PATH holds a usable nsys.
+#[test]
+fn require_explicit_nsys_refuses_the_path_fallback() {
+    let Some(e) = env_or_skip("require_explicit_nsys_refuses_the_path_fallback") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut args = base_args(e, free_port(), &out);
+    args.drain(0..2); // no --nsys
+    args.extend(["--require-explicit-nsys", "--load", "true", "--", "true"].map(String::from));
+    let dir = e.nsys.parent().unwrap();
+    let path = format!("{}:/usr/bin:/bin", dir.display());
+    let o = Command::cargo_bin("serve-capture")
+        .unwrap()
+        .args(&args)
+        .env_remove("NSYS_BIN")
+        .env("PATH", &path)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--require-explicit-nsys") && err.contains("[PATH]"), "{err}");
     assert!(!out.exists(), "nothing created");
 }
