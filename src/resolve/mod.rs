@@ -77,6 +77,12 @@ pub struct CaptureRecipe {
     /// `--engine` implies (null outside serve-capture, or when nothing was required).
     #[serde(default)]
     pub launcher: Option<crate::serve_capture::engine::LauncherCheck>,
+    /// serve-capture: the whole environment the server is started with (nsys's process environment, which the
+    /// server inherits: serve-capture's own environment, then `--env`, then what serve-capture sets), sorted by
+    /// name, each value redacted by the one rule (`redact_words` on `NAME=VALUE`). nsys adds its own injection
+    /// variables on top. Empty outside serve-capture.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_environment: Vec<EnvVar>,
 }
 
 /// A chosen environment variable.
@@ -90,7 +96,8 @@ pub struct EnvVar {
     /// name (TOKEN, SECRET, PASSWORD, PASSWD, KEY, AUTH, CREDENTIAL, BEARER; PASS, PW, PWD as a part) or URL
     /// credentials.
     pub redacted: bool,
-    /// `given` (`--env K=V`) or `environment` (`--env K`, read from this process's environment).
+    /// `given` (`--env K=V`) or `environment` (`--env K`, read from this process's environment); in
+    /// `server_environment` also `inherited` (serve-capture's own environment) and `serve-capture` (set by it).
     pub source: String,
 }
 
@@ -283,18 +290,23 @@ fn env_vars(specs: &[String], environment: Option<&std::collections::BTreeMap<St
         if name.is_empty() || name.contains(char::is_whitespace) {
             return Err(Error::usage(format!("--env {s:?}: expected NAME or NAME=VALUE")).with_arg("--env"));
         }
-        // the one redaction rule on `NAME=VALUE`: a secret name, or credentials inside the value (a URL's)
-        let (value, redacted) = match value {
-            Some(v) => {
-                let (w, secrets) = redact_words(&[format!("{name}={v}")]);
-                let w = w.into_iter().next().unwrap_or_default();
-                (Some(w[name.len() + 1..].to_string()), !secrets.is_empty())
-            }
-            None => (None, false),
-        };
-        out.push(EnvVar { name, value, redacted, source: source.into() });
+        out.push(env_var(name, value, source));
     }
     Ok(out)
+}
+
+/// One environment entry under the one redaction rule on `NAME=VALUE`: a secret name, or credentials inside the
+/// value (a URL's).
+pub fn env_var(name: String, value: Option<String>, source: &str) -> EnvVar {
+    let (value, redacted) = match value {
+        Some(v) => {
+            let (w, secrets) = redact_words(&[format!("{name}={v}")]);
+            let w = w.into_iter().next().unwrap_or_default();
+            (Some(w[name.len() + 1..].to_string()), !secrets.is_empty())
+        }
+        None => (None, false),
+    };
+    EnvVar { name, value, redacted, source: source.into() }
 }
 
 fn switches(specs: &[String]) -> Result<Vec<Switch>> {
@@ -570,6 +582,7 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
             instrumentation,
             cuda_injection64_path: injection.as_ref().filter(|_| want_gpu).map(|(v, _)| v.clone()),
             launcher: None,
+            server_environment: Vec::new(),
         },
         repo,
         host: Host {

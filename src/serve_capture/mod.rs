@@ -1105,6 +1105,7 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
     let mut prov = prov;
     prov.capture.flags_argv = red.argv(&args);
     prov.capture.launcher = launcher.clone();
+    prov.capture.server_environment = server_environment(o, gpu_pin_value(o), iter_path.as_deref());
     let prov: crate::resolve::Provenance =
         serde_json::from_str(&red.json(&prov)).expect("a redacted provenance reads back");
     crate::resolve::write_record(&out, &prov)?;
@@ -2090,6 +2091,34 @@ fn nsys_log_cause(nsys_log: &str) -> Option<String> {
 }
 
 /// The redaction of a run: every secret value in the server, client and nsys commands and in `--env`.
+/// `CUDA_VISIBLE_DEVICES` as serve-capture sets it on nsys and the clients (`--gpu IDX`).
+fn gpu_pin_value(o: &ServeCaptureOptions) -> Option<String> {
+    o.gpu.map(|i| i.to_string())
+}
+
+/// The environment nsys (and so the server) is started with, as [`Run::launch`] builds it: this process's
+/// environment, then `--env`, then `CUDA_VISIBLE_DEVICES` (`--gpu`) and the iteration-records variable; each
+/// entry redacted by the one rule, sorted by name (issue 39 B16).
+fn server_environment(
+    o: &ServeCaptureOptions,
+    cuda_visible: Option<String>,
+    iter_path: Option<&Path>,
+) -> Vec<crate::resolve::EnvVar> {
+    let mut env: std::collections::BTreeMap<String, (String, &str)> = std::env::vars_os()
+        .map(|(k, v)| (k.to_string_lossy().into_owned(), (v.to_string_lossy().into_owned(), "inherited")))
+        .collect();
+    for (k, v) in &o.env {
+        env.insert(k.clone(), (v.clone(), "given"));
+    }
+    if let Some(v) = cuda_visible {
+        env.insert("CUDA_VISIBLE_DEVICES".into(), (v, "serve-capture"));
+    }
+    if let Some(p) = iter_path {
+        env.insert(crate::iterations::RECORDS_ENV.into(), (p.display().to_string(), "serve-capture"));
+    }
+    env.into_iter().map(|(k, (v, src))| crate::resolve::env_var(k, Some(v), src)).collect()
+}
+
 fn redactor(o: &ServeCaptureOptions) -> crate::resolve::Redactor {
     let mut argvs: Vec<&[String]> = vec![o.server.as_slice(), o.load.as_slice(), o.flags.as_slice()];
     if let Some(w) = &o.warmup {

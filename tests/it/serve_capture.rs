@@ -1180,3 +1180,64 @@ fn require_explicit_nsys_refuses_the_path_fallback() {
     assert!(err.contains("--require-explicit-nsys") && err.contains("[PATH]"), "{err}");
     assert!(!out.exists(), "nothing created");
 }
+
+/// Issue 39 B16: provenance.json records the server's whole environment (inherited, `--env`, what serve-capture
+/// sets), names and values, with secrets redacted by the one rule; the secret value appears in no file of the
+/// run folder. A stale `--shm` segment stops the run right after the provenance is written (nothing started).
+#[test]
+fn provenance_records_the_server_environment_redacted() {
+    let Some(e) = env_or_skip("provenance_records_the_server_environment_redacted") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let seg = format!("/dev/shm/nsyskit_test_env_{}", std::process::id());
+    std::fs::write(&seg, b"x").unwrap();
+    let out = tmp.path().join("run");
+    let mut args = base_args(e, free_port(), &out);
+    args.extend(
+        [
+            "--shm",
+            "nsyskit_test_env_*",
+            "--gpu",
+            "0",
+            "--nvidia-smi",
+            "/nonexistent/nvidia-smi",
+            "--env",
+            "GIVEN_VAR=g1",
+            "--load",
+            "true",
+            "--",
+            "true",
+        ]
+        .map(String::from),
+    );
+    let (code, doc, err) = serve(
+        &args,
+        &[("NSYSKIT_TEST_INHERITED", "plain-value"), ("MY_SERVICE_API_KEY", "sk-live-abcdef123"), ("GIVEN_VAR", "x")],
+    );
+    std::fs::remove_file(&seg).unwrap();
+    assert_eq!(code, Some(1), "{doc}\n{err}");
+    assert_eq!(doc["failures"][0]["stage"], "preflight");
+    let prov: Value = serde_json::from_slice(&std::fs::read(out.join("provenance.json")).unwrap()).unwrap();
+    common::assert_valid(&prov);
+    let env = prov["capture"]["server_environment"].as_array().unwrap();
+    let get = |n: &str| env.iter().find(|v| v["name"] == n).unwrap_or_else(|| panic!("{n} not in {env:?}"));
+    assert_eq!(
+        (get("NSYSKIT_TEST_INHERITED")["value"].as_str(), get("NSYSKIT_TEST_INHERITED")["source"].as_str()),
+        (Some("plain-value"), Some("inherited"))
+    );
+    assert_eq!(
+        (get("MY_SERVICE_API_KEY")["value"].as_str(), get("MY_SERVICE_API_KEY")["redacted"].as_bool()),
+        (Some("<redacted>"), Some(true))
+    );
+    // --env overrides the inherited value; --gpu sets CUDA_VISIBLE_DEVICES
+    assert_eq!((get("GIVEN_VAR")["value"].as_str(), get("GIVEN_VAR")["source"].as_str()), (Some("g1"), Some("given")));
+    assert_eq!(
+        (get("CUDA_VISIBLE_DEVICES")["value"].as_str(), get("CUDA_VISIBLE_DEVICES")["source"].as_str()),
+        (Some("0"), Some("serve-capture"))
+    );
+    let names: Vec<&str> = env.iter().map(|v| v["name"].as_str().unwrap()).collect();
+    assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted: {names:?}");
+    for f in walk(&out) {
+        let text = String::from_utf8_lossy(&std::fs::read(&f).unwrap()).into_owned();
+        assert!(!text.contains("sk-live-abcdef123"), "{} holds the secret", f.display());
+    }
+}
