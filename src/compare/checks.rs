@@ -48,6 +48,76 @@ pub struct RunFacts {
     pub gate: Fact,
     /// `{revision, dirty}` of `provenance.repo`: shown, never compared (it is the code under test).
     pub engine: Fact,
+    /// Whether the capture has the engine's iteration records: `serve_capture.iterations` (records > 0), else
+    /// the ranges document's `iterations.join`; `false` for a serve-capture run without `--iteration-records`.
+    #[serde(default)]
+    pub iteration_records: Fact,
+    /// The backend the server was started with: every `--*backend*` flag of the server argv with its value
+    /// (`--attention-backend FLASHINFER`) and every `*BACKEND*` variable of its environment
+    /// (`VLLM_ATTENTION_BACKEND`); `{}` = the engine's defaults. From `provenance.capture.server_cmd`, else the
+    /// server process of `serve_capture.processes`.
+    #[serde(default)]
+    pub backend: Fact,
+    /// The graph mode the server argv asks for: `eager` when it carries `--enforce-eager` (vLLM) or
+    /// `--disable-cuda-graph` (SGLang), else `graphs` (the engine's default); a graph-mode engine captured
+    /// eagerly is a cross-check only (the serving-run manual).
+    #[serde(default)]
+    pub graph_mode: Fact,
+}
+
+/// Server flags that force an engine which normally replays CUDA graphs to run eagerly.
+pub const EAGER_FLAGS: [&str; 3] = ["--enforce-eager", "--disable-cuda-graph", "--disable-cuda-graphs"];
+
+/// The server argv of a run: `provenance.capture.server_cmd` split like a shell, else the `server` process of
+/// the serve-capture document. With where it was read.
+fn server_argv(p: &Value, s: &Value, prov_name: &str) -> Option<(Vec<String>, String)> {
+    if let Some(c) = get(p, "capture.server_cmd").and_then(|c| c.as_str()) {
+        return Some((crate::resolve::split_words(c), format!("{prov_name}.capture.server_cmd")));
+    }
+    let procs = get(s, "processes")?.as_array()?;
+    let server = procs.iter().find(|x| x.get("role").and_then(|r| r.as_str()) == Some("server"))?;
+    let argv = server.get("argv")?.as_array()?.iter().filter_map(|w| w.as_str().map(String::from)).collect();
+    Some((argv, "serve_capture.processes[server].argv".into()))
+}
+
+/// The backend and graph-mode facts of a server argv and its environment entries.
+fn backend_facts(f: &mut RunFacts, p: &Value, s: &Value, prov_name: &str) {
+    let Some((argv, src)) = server_argv(p, s, prov_name) else { return };
+    let mut flags = serde_json::Map::new();
+    let mut i = 0;
+    while i < argv.len() {
+        let w = &argv[i];
+        if let Some(name) = w.strip_prefix("--").filter(|n| n.to_ascii_lowercase().contains("backend")) {
+            let (k, v) = match name.split_once('=') {
+                Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                None => {
+                    let v = argv.get(i + 1).filter(|n| !n.starts_with("--")).cloned();
+                    if v.is_some() {
+                        i += 1;
+                    }
+                    (name.to_string(), v)
+                }
+            };
+            flags.insert(format!("--{}", k.replace('_', "-")), json!(v));
+        }
+        i += 1;
+    }
+    let mut env = serde_json::Map::new();
+    for list in ["capture.env", "capture.server_environment"] {
+        for e in get(p, list).and_then(|v| v.as_array()).into_iter().flatten() {
+            if let Some(n) =
+                e.get("name").and_then(|n| n.as_str()).filter(|n| n.to_ascii_uppercase().contains("BACKEND"))
+            {
+                env.insert(n.to_string(), e.get("value").cloned().unwrap_or(Value::Null));
+            }
+        }
+    }
+    f.backend = fact(json!({"flags": flags, "env": env}), format!("{src} (--*backend* flags; *BACKEND* variables)"));
+    let eager = argv.iter().find(|w| EAGER_FLAGS.iter().any(|e| w == e || w.starts_with(&format!("{e}="))));
+    f.graph_mode = match eager {
+        Some(flag) => fact(json!("eager"), format!("{src}: {flag}")),
+        None => fact(json!("graphs"), format!("{src}: no {}", EAGER_FLAGS.join("/"))),
+    };
 }
 
 fn fact(v: Value, source: impl Into<String>) -> Fact {
@@ -167,6 +237,11 @@ pub fn run_facts(prov: Option<&Value>, prov_name: &str, serve: Option<&Value>) -
     if let Some(r) = get(p, "repo").filter(|r| r.is_object()) {
         f.engine = fact(json!({"revision": r.get("revision"), "dirty": r.get("dirty")}), pn("repo"));
     }
+    if s.is_object() {
+        let records = s.get("iterations").and_then(|i| i.get("records")).and_then(|r| r.as_u64()).unwrap_or(0);
+        f.iteration_records = fact(json!(records > 0), sn(&format!("iterations.records ({records})")));
+    }
+    backend_facts(&mut f, p, s, prov_name);
     f
 }
 
@@ -269,7 +344,15 @@ pub fn check_pair(x: &CheckInput, y: &CheckInput, o: &CheckOptions) -> (Vec<Inva
     out.retain(|i| i.check != "foreign_gpu_process");
     unchecked.retain(|u| u.check != "foreign_gpu_process");
     let (ra, rb) = (&a.run_facts, &b.run_facts);
-    let two: [(&str, &Fact, &Fact, &str); 12] = [
+    let two: [(&str, &Fact, &Fact, &str); 15] = [
+        (
+            "iteration_records",
+            &ra.iteration_records,
+            &rb.iteration_records,
+            "iteration records on one side only (batch geometry and the iteration join differ)",
+        ),
+        ("backend", &ra.backend, &rb.backend, "different backend"),
+        ("graph_mode", &ra.graph_mode, &rb.graph_mode, "different graph mode asked of the engine"),
         ("nsys_path", &ra.nsys_path, &rb.nsys_path, "different resolved nsys executables"),
         ("capture_mode", &ra.capture_mode, &rb.capture_mode, "different capture modes"),
         ("client_command", &ra.client_command, &rb.client_command, "different workload (client command)"),

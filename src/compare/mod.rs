@@ -130,8 +130,8 @@ pub struct Invalidator {
     /// `client_command`, `request_rate`, `concurrency`, `seed_policy`, `instrumentation`,
     /// `instrumentation_patch`, `gpu`, `gpu_index`, `gpu_uuid`, `clock_policy`, `application_clocks`,
     /// `clock_policy_end`, `foreign_gpu_process`, `gate`, `run_outcome`, `thermal_throttling`,
-    /// `clock_stability`, `iteration_label`, `expected_ranges`, `attributed_share`, or with `--strict` any of
-    /// them when unknown.
+    /// `clock_stability`, `iteration_label`, `expected_ranges`, `attributed_share`, `iteration_records`,
+    /// `backend`, `graph_mode`, or with `--strict` any of them when unknown.
     pub check: String,
     /// The captures concerned (one for a per-capture check, two for a pairwise one).
     pub sides: Vec<String>,
@@ -276,7 +276,8 @@ pub struct CompareDoc {
     pub strict: bool,
     pub invalidators: Vec<Invalidator>,
     pub unchecked: Vec<Unchecked>,
-    /// Time-order warnings (baseline and trial not alternated, start times unknown).
+    /// Time-order warnings (baseline and trial not alternated, start times unknown), and `cross-check only: …`
+    /// for an eager capture of a graph-mode engine.
     pub warnings: Vec<String>,
     /// The iteration label used by the checks and as the default `--label`.
     pub iteration_label: Option<String>,
@@ -398,6 +399,14 @@ fn gate_fact_of_bundle(bundle: &Value) -> Fact {
 pub fn capture_of(ev: Evidence, role: &str, path: &std::path::Path, tier: crate::gate::Tier) -> Result<Capture> {
     let serve = ev.bundle.as_ref().and_then(|b| b.get("serve_capture")).filter(|v| v.is_object());
     let mut run_facts = checks::run_facts(ev.provenance.as_ref(), "provenance", serve);
+    if !run_facts.iteration_records.is_known() {
+        // a bundle's ranges document computed with --iteration-records carries the join
+        if let Some(it) = ev.bundle.as_ref().and_then(|b| b.pointer("/kernel_profile/ranges/iterations")) {
+            let joined = it.get("join").is_some_and(|j| !j.is_null());
+            run_facts.iteration_records =
+                Fact { value: json!(joined), source: "kernel_profile.ranges.iterations.join".into() };
+        }
+    }
     run_facts.gate = match ev.kind.as_str() {
         "sqlite" | "nsys-rep" => gate_fact_of_export(evidence::export_path(&ev, path), tier)?,
         _ => ev.bundle.as_ref().map(gate_fact_of_bundle).unwrap_or_default(),
@@ -657,7 +666,8 @@ pub fn compare_captures(
     }
     let refused = !invalidators.is_empty();
     let mut notes = Vec::new();
-    let warnings = alternation_warnings(base, trial);
+    let mut warnings = alternation_warnings(base, trial);
+    warnings.extend(cross_check_warnings(base.iter().chain(trial.iter())));
     let throughput = throughput_comparison(&base[0].side, &trial[0].side);
     let mut doc = CompareDoc {
         schema,
@@ -803,6 +813,19 @@ fn regression_check(ab: Option<&AbResult>, label: Option<&str>, metric: Metric, 
         failed,
         reason,
     }
+}
+
+/// A capture of a graph-mode engine forced eager (`run_facts.graph_mode` eager) is a cross-check only: it runs
+/// kernels the benchmark's graph path never emits (the serving-run manual, B73).
+fn cross_check_warnings<'a>(caps: impl Iterator<Item = &'a Capture>) -> Vec<String> {
+    caps.filter(|c| c.side.run_facts.graph_mode.value == "eager")
+        .map(|c| {
+            format!(
+                "cross-check only: {} is an eager capture of a graph-mode engine ({}): its kernel set is not the graph path the benchmark runs, so it is never the measurement of record",
+                c.side.source, c.side.run_facts.graph_mode.source
+            )
+        })
+        .collect()
 }
 
 /// Warnings when baseline and trial captures were not alternated in time.

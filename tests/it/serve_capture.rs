@@ -1036,10 +1036,12 @@ fn no_nvtx_range_facts_on_the_real_pynvtx_exports() {
     assert!(nsyskit::serve_capture::summarize_export(&ex).unwrap().1 > 100);
 }
 
-/// Issue 39 (B28, B29, B34, A13): the workload record. Two real CPU captures that differ only in the stated
-/// concurrency: serve-capture writes `provenance.workload` (the question — the run without one is warned —, the
-/// client command, rate, concurrency, seed, clock policy, patch identity), and capture-compare refuses the pair on `concurrency` (exit 1) while
-/// the same run against itself checks the workload facts as equal (none of them is "unchecked").
+/// Issue 39 (B28, B29, B34, A13; B40, B43, B73): the workload record. Two real CPU captures that differ in the
+/// stated concurrency, the server's `--attention-backend`, `--enforce-eager` and iteration records:
+/// serve-capture writes `provenance.workload` (the question — the run without one is warned —, the client
+/// command, rate, concurrency, seed, clock policy, patch identity), and capture-compare refuses the pair on
+/// `concurrency`, `backend`, `graph_mode` and `iteration_records` (exit 1), marking the eager one "cross-check
+/// only", while the same run against itself checks all of them as equal (none is "unchecked").
 #[test]
 fn workload_record_makes_concurrency_a_checked_invalidator() {
     let Some(e) = env_or_skip("workload_record_makes_concurrency_a_checked_invalidator") else { return };
@@ -1081,7 +1083,17 @@ fn workload_record_makes_concurrency_a_checked_invalidator() {
         if i == 0 {
             args.extend(["--question".into(), question.display().to_string(), "--require-explicit-nsys".into()]);
         }
+        if i == 0 {
+            let records = tmp.path().join("records.jsonl");
+            args.extend(["--iteration-records".into(), records.display().to_string()]);
+        }
         args.extend(["--".into(), e.server.display().to_string(), port.to_string()]);
+        // the server ignores flags it does not know: the engine flags capture-compare reads
+        args.extend(
+            [&["--attention-backend", "flashinfer"][..], &["--attention-backend=triton", "--enforce-eager"][..]][i]
+                .iter()
+                .map(|w| w.to_string()),
+        );
         let o = common::serve_capture_run(&args, Duration::from_secs(240));
         let doc = common::one_doc(&o.stdout);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -1111,9 +1123,30 @@ fn workload_record_makes_concurrency_a_checked_invalidator() {
     let inv = doc["invalidators"].as_array().unwrap();
     let c = inv.iter().find(|i| i["check"] == "concurrency").unwrap_or_else(|| panic!("{doc}"));
     assert_eq!((c["a"].as_u64(), c["b"].as_u64()), (Some(4), Some(8)), "{c}");
+    let find = |check: &str| inv.iter().find(|i| i["check"] == check).unwrap_or_else(|| panic!("{check}: {doc}"));
+    assert_eq!(find("backend")["a"]["flags"]["--attention-backend"], "flashinfer");
+    assert_eq!(find("backend")["b"]["flags"]["--attention-backend"], "triton");
+    assert_eq!((find("graph_mode")["a"].as_str(), find("graph_mode")["b"].as_str()), (Some("graphs"), Some("eager")));
+    let it = find("iteration_records");
+    assert_eq!((it["a"].as_bool(), it["b"].as_bool()), (Some(true), Some(false)), "{it}");
+    let warnings: Vec<&str> = doc["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+    assert!(
+        warnings.iter().any(|w| w.starts_with("cross-check only: ") && w.contains(b) && w.contains("--enforce-eager")),
+        "{warnings:?}"
+    );
+    assert!(!warnings.iter().any(|w| w.contains("cross-check only") && w.contains(a)), "{warnings:?}");
     // the same run on both sides: every workload fact is checked (recorded on both sides, equal)
     let (_, same) = common::doc("capture-compare", &[a, a]);
-    for check in ["concurrency", "request_rate", "seed_policy", "clock_policy", "instrumentation_patch"] {
+    for check in [
+        "concurrency",
+        "request_rate",
+        "seed_policy",
+        "clock_policy",
+        "instrumentation_patch",
+        "backend",
+        "graph_mode",
+        "iteration_records",
+    ] {
         for list in ["invalidators", "unchecked"] {
             assert!(!same[list].as_array().unwrap().iter().any(|x| x["check"] == check), "{check} in {list}: {same}");
         }
