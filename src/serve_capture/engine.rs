@@ -174,6 +174,55 @@ pub struct ModuleRecord {
     /// How many times the maps were read, and when the first one saw it (seconds since start).
     pub scans: u64,
     pub first_seen_s: Option<f64>,
+    /// Mapped at the scan right after readiness (null: the server never became ready). A module first mapped
+    /// later was built or loaded after readiness: with `--strict-prebuilt` that fails the run (`stage:
+    /// modules`).
+    #[serde(default)]
+    pub loaded_at_ready: Option<bool>,
+    /// The file on disk changed during the run (size, mtime or inode differ from the start): how, and when it
+    /// was seen (a rebuild; with `--strict-prebuilt` a failure).
+    #[serde(default)]
+    pub changed: Option<String>,
+    /// What the file says about itself (ELF build ID, SONAME, needed libraries, compilers, recorded flags, ABI
+    /// note) and the `build.ninja` beside it; read at start (null when the file was missing).
+    #[serde(default)]
+    pub identity: Option<super::module_id::ModuleIdentity>,
+    /// The compile event: recorded server processes whose command line names this module (its path or file
+    /// name), e.g. `gcc … -o PATH` or `ninja -C DIR`, with when they were seen.
+    #[serde(default)]
+    pub compile_events: Vec<CompileEvent>,
+}
+
+/// A recorded process whose command line names a module.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CompileEvent {
+    pub pid: i64,
+    pub argv: Vec<String>,
+    /// When serve-capture first saw it (seconds since start).
+    pub seen_at_s: f64,
+    /// Seen after readiness: a process-local build that did not finish before the server said it was ready.
+    pub after_ready: bool,
+}
+
+/// How the file of `m` differs from what was read at start (`None`: unchanged, or missing at start).
+pub fn changed_on_disk(m: &ModuleRecord) -> Option<String> {
+    let (size, ino) = (m.size?, m.inode?);
+    let md = match std::fs::metadata(&m.path) {
+        Ok(md) => md,
+        Err(e) => return Some(format!("gone from disk ({e})")),
+    };
+    let mtime = md.modified().ok().map(crate::contract::rfc3339_utc);
+    let mut how = Vec::new();
+    if md.ino() != ino {
+        how.push(format!("inode {ino} → {}", md.ino()));
+    }
+    if md.len() != size {
+        how.push(format!("size {size} → {}", md.len()));
+    }
+    if mtime != m.mtime_utc {
+        how.push(format!("mtime {} → {}", m.mtime_utc.as_deref().unwrap_or("?"), mtime.as_deref().unwrap_or("?")));
+    }
+    (!how.is_empty()).then(|| how.join(", "))
 }
 
 fn sha256_file(p: &Path) -> std::io::Result<String> {
@@ -243,6 +292,10 @@ pub fn inspect_modules(specs: &[ModuleSpec], cwd: Option<&Path>, strict: bool) -
             loaded_by_pid: vec![],
             scans: 0,
             first_seen_s: None,
+            loaded_at_ready: None,
+            changed: None,
+            identity: md.as_ref().map(|_| super::module_id::identify(&path)),
+            compile_events: Vec::new(),
         });
     }
     Ok(out)

@@ -13,6 +13,7 @@
 
 pub mod engine;
 pub mod http;
+pub mod module_id;
 pub mod procs;
 
 use std::fs::File;
@@ -1223,7 +1224,59 @@ impl<'a> Run<'a> {
             .collect();
         let at = self.now();
         engine::scan(&mut self.modules, &pids, at);
-        true
+        self.check_modules(at)
+    }
+
+    /// After a scan: the readiness state of each module, files changed on disk, compile events; with
+    /// `--strict-prebuilt` a module first loaded after readiness, or rebuilt during the run, fails the run
+    /// (issue 39 B138: "finish every required process-local build before reporting server readiness").
+    fn check_modules(&mut self, at: f64) -> bool {
+        let ready = self.ready.as_ref().map(|r| r.at_s);
+        let mut problems = Vec::new();
+        for m in self.modules.iter_mut() {
+            if ready.is_some() {
+                match m.loaded_at_ready {
+                    None => m.loaded_at_ready = Some(m.loaded),
+                    Some(false) if m.loaded && m.first_seen_s == Some(at) => problems.push(format!(
+                        "module {} was first loaded after readiness (mapped by pid {:?} at {at:.2} s, ready at {:.2} s)",
+                        m.path,
+                        m.loaded_by_pid,
+                        ready.unwrap_or_default()
+                    )),
+                    _ => {}
+                }
+            }
+            if m.changed.is_none() {
+                if let Some(how) = engine::changed_on_disk(m) {
+                    m.changed = Some(format!("{how} (seen at {at:.2} s)"));
+                    problems.push(format!("module {} changed on disk during the run: {how}", m.path));
+                }
+            }
+            let name = Path::new(&m.path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            for t in self.procs.iter().filter(|t| matches!(t.rec.role.as_str(), "server" | "server-child")) {
+                let names = t.rec.argv.iter().any(|w| w.contains(&m.path) || (!name.is_empty() && w.contains(&name)));
+                if names && t.rec.role == "server-child" && !m.compile_events.iter().any(|c| c.pid == t.rec.pid) {
+                    m.compile_events.push(engine::CompileEvent {
+                        pid: t.rec.pid,
+                        argv: t.rec.argv.clone(),
+                        seen_at_s: t.rec.recorded_at_s,
+                        after_ready: ready.is_some_and(|r| t.rec.recorded_at_s > r),
+                    });
+                }
+            }
+        }
+        if !self.o.strict_prebuilt || problems.is_empty() {
+            return true;
+        }
+        for p in problems {
+            self.fail(
+                "modules",
+                format!(
+                    "--strict-prebuilt: {p}: every process-local build must be finished and loaded before readiness"
+                ),
+            );
+        }
+        false
     }
 
     /// After shutdown: copy the server's iteration records into the run folder and validate them.

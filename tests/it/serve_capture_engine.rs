@@ -345,3 +345,86 @@ fn bad_or_missing_iteration_records_fail_the_run() {
         }
     }
 }
+
+/// Issue 39 B137/B138/B140: a server whose worker rebuilds one `--module` after readiness (`gcc … -o MOD`) and
+/// loads another one only then. With `--strict-prebuilt` the run fails at stage `modules` naming both (rebuilt
+/// on disk; first loaded after readiness); each module records its ELF identity (build ID as readelf prints
+/// it, the libraries it needs, the flags `-frecord-gcc-switches` kept), and the rebuilt one its compile event.
+#[test]
+fn strict_prebuilt_fails_a_module_built_or_loaded_after_readiness() {
+    let Some(e) = env_or_skip("strict_prebuilt_fails_a_module_built_or_loaded_after_readiness") else { return };
+    let tmp = tempfile::tempdir_in(e.dir.path()).unwrap();
+    let flags = ["-shared", "-fPIC", "-O1", "-frecord-gcc-switches"];
+    let mut build = |name: &str| {
+        let c = tmp.path().join(format!("{name}.c"));
+        std::fs::write(&c, format!("#include <stdio.h>\nint {name}(void) {{ return puts(\"x\"); }}\n")).unwrap();
+        let so = tmp.path().join(format!("{name}.so"));
+        let mut a: Vec<&str> = flags.to_vec();
+        a.extend([c.to_str().unwrap(), "-o", so.to_str().unwrap()]);
+        assert!(gcc(&a));
+        (c, so)
+    };
+    let (rebuilt_c, rebuilt) = build("rebuilt_kernel");
+    let (_, late) = build("late_kernel");
+    let (port, port2) = (free_port(), free_port());
+    let server = e.server.display().to_string();
+    let sh = tmp.path().join("late.sh");
+    std::fs::write(
+        &sh,
+        format!(
+            "#!/bin/sh\n{server} {port} &\nsleep 5\nsh -c 'sleep 1; exec gcc {} {} -o {}'\n{server} {port2} --load-module {} &\nwait\n",
+            flags.join(" "),
+            rebuilt_c.display(),
+            rebuilt.display(),
+            late.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&sh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = tmp.path().join("run");
+    let mut a = s(&["--nsys", e.nsys.to_str().unwrap(), "--trace", "nvtx,osrt", "--grace", "3", "--strict-prebuilt"]);
+    a.extend(["--health".into(), format!("http://127.0.0.1:{port}/health")]);
+    a.extend(["--load".into(), format!("{server} --client {port} 10")]);
+    a.extend(["--module".into(), rebuilt.display().to_string(), "--module".into(), late.display().to_string()]);
+    a.extend(["--out".into(), out.display().to_string(), "--".into(), sh.display().to_string()]);
+    let (code, stdout, stderr) = serve(&a);
+    let doc = common::one_doc(&stdout);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(doc["outcome"], "failed", "{doc}");
+    let reasons: Vec<&str> = doc["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["stage"] == "modules")
+        .map(|f| f["reason"].as_str().unwrap())
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r.contains(&format!("module {} changed on disk", rebuilt.display()))),
+        "{reasons:?}\n{stderr}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains(&format!("module {} was first loaded after readiness", late.display()))),
+        "{reasons:?}\n{stderr}"
+    );
+    let mods = doc["modules"].as_array().unwrap();
+    let (m0, m1) = (&mods[0], &mods[1]);
+    assert_eq!((m0["loaded_at_ready"].as_bool(), m1["loaded_at_ready"].as_bool()), (Some(false), Some(false)));
+    assert_eq!(m1["loaded"], true, "{m1}");
+    assert!(m0["changed"].as_str().unwrap().contains("mtime"), "{m0}");
+    let ev = m0["compile_events"].as_array().unwrap();
+    assert!(!ev.is_empty() && ev[0]["after_ready"] == true, "{m0}");
+    assert!(ev[0]["argv"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("-o")), "{m0}");
+    // the ELF identity, read at start
+    let id = &m1["identity"];
+    assert!(id["format"].as_str().unwrap().starts_with("ELF64"), "{id}");
+    assert!(id["needed"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("libc.so")), "{id}");
+    let recorded =
+        id["recorded_flags"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect::<Vec<_>>().join(" ");
+    assert!(recorded.contains("-O1") && recorded.contains("-fPIC"), "{id}");
+    if let Ok(o) = std::process::Command::new("readelf").arg("-n").arg(&late).output() {
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        if let Some(l) = text.lines().find(|l| l.contains("Build ID:")) {
+            assert_eq!(id["build_id"].as_str(), Some(l.split(':').nth(1).unwrap().trim()));
+        }
+    }
+}
