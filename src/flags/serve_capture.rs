@@ -112,6 +112,9 @@ pub struct ServeCaptureArgs {
     /// Only --nsys or NSYS_BIN may name the nsys: PATH and the install folders are not searched (exit 2 without either, nothing started); recorded as nsys.explicit_required in provenance.json
     #[arg(long)]
     pub require_explicit_nsys: bool,
+    /// The analysis window, given up front: ranges.json covers only iterations START..=END (engine iteration indices with --iteration-records, else step occurrence indices), as sqlite-ranges --iterations; a window that selects no evidence fails the run (stage iterations)
+    #[arg(long, value_name = "START:END")]
+    pub iterations: Option<String>,
     /// The question this capture answers (a text file: the metric, the suspected contributor, its share if known); recorded as provenance.workload.question; without it serve-capture warns
     #[arg(long, value_name = "FILE")]
     pub question: Option<PathBuf>,
@@ -192,6 +195,11 @@ impl ServeCaptureArgs {
         o.strict_prebuilt = a.strict_prebuilt;
         o.iteration_records = a.iteration_records.clone();
         o.require_explicit_nsys = a.require_explicit_nsys;
+        o.iterations = a
+            .iterations
+            .as_deref()
+            .map(|s| crate::iterations::window::parse_iterations(s).map_err(|e| e.with_arg("--iterations")))
+            .transpose()?;
         o.workload = crate::resolve::WorkloadSpec {
             question: a.question.clone(),
             request_rate: a.request_rate.clone(),

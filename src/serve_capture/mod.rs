@@ -108,6 +108,9 @@ pub struct ServeCaptureOptions {
     pub workload: crate::resolve::WorkloadSpec,
     /// `--require-explicit-nsys`: only `nsys` (`--nsys`) or `NSYS_BIN` may name the nsys.
     pub require_explicit_nsys: bool,
+    /// `--iterations START:END`: the analysis window of `ranges.json` (sqlite-ranges `--iterations`), with the
+    /// run's iteration records when `--iteration-records` was given.
+    pub iterations: Option<(u64, u64)>,
 }
 
 /// A stop request set by the caller, with the signal it stands for (2 = SIGINT); shared between threads.
@@ -195,6 +198,7 @@ impl ServeCaptureOptions {
             iteration_records: None,
             workload: crate::resolve::WorkloadSpec::default(),
             require_explicit_nsys: false,
+            iterations: None,
         }
     }
 }
@@ -375,6 +379,9 @@ pub struct Window {
     /// Time mode: estimated window, seconds since serve-capture started (nsys launch + delay).
     pub start_est_s: Option<f64>,
     pub end_est_s: Option<f64>,
+    /// `--iterations START:END`: the analysis window given up front (`ranges.json` covers only it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis_iterations: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -1148,6 +1155,7 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
         capture_range_end: ranged.then(|| o.capture_range_end.clone().unwrap_or_else(|| "stop".into())),
         start_est_s: None,
         end_est_s: None,
+        analysis_iterations: o.iterations.map(|(a, b)| format!("{a}:{b}")),
     };
 
     Ok(Plan {
@@ -1881,17 +1889,51 @@ impl<'a> Run<'a> {
                 Err(e) => r.fail("postprocess", format!("gate-check: {}", e.message)),
             }
             if !r.stopped() {
-                match crate::ranges::run(Path::new(&sql), &crate::ranges::RangesOptions::default(), Some(&nsys))
-                    .and_then(|d| write_json_redacted(&out.join("ranges.json"), &d, &r.red))
-                {
-                    Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),
-                    Err(e) => r.fail("postprocess", format!("sqlite-ranges: {}", e.message)),
-                }
+                r.ranges_of(Path::new(&sql), &nsys, &mut files);
             }
         }
 
         r.p.files = files;
         (capture, gate)
+    }
+
+    /// sqlite-ranges on the export into `OUT/ranges.json`; with `--iterations` only that window (issue 39 B79),
+    /// joined to the run's iteration records when there are any. A window that selects no evidence is a failure
+    /// (`stage: iterations`) and its RETRY document goes to `OUT/iteration-window.json`.
+    fn ranges_of(&mut self, sql: &Path, nsys: &Path, files: &mut Files) {
+        let out = self.out.clone();
+        let opts = crate::ranges::RangesOptions::default();
+        let Some(window) = self.o.iterations else {
+            match crate::ranges::run(sql, &opts, Some(nsys))
+                .and_then(|d| write_json_redacted(&out.join("ranges.json"), &d, &self.red))
+            {
+                Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),
+                Err(e) => self.fail("postprocess", format!("sqlite-ranges: {}", e.message)),
+            }
+            return;
+        };
+        let records = self.iterations.as_ref().and_then(|i| i.copy.clone()).map(PathBuf::from);
+        let args =
+            crate::iterations::window::IterationArgs { records, iterations: Some(window), step: None, fold: true };
+        match crate::iterations::window::ranges_run(sql, &opts, Some(nsys), &args) {
+            Ok(crate::iterations::window::Windowed::Doc(d)) => {
+                match write_json_redacted(&out.join("ranges.json"), &d, &self.red) {
+                    Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),
+                    Err(e) => self.fail("postprocess", format!("sqlite-ranges: {}", e.message)),
+                }
+            }
+            Ok(crate::iterations::window::Windowed::Retry(d)) => {
+                let _ = write_json_redacted(&out.join("iteration-window.json"), &*d, &self.red);
+                self.fail(
+                    "iterations",
+                    format!(
+                        "--iterations {}:{} selects no evidence: {} (OUT/iteration-window.json)",
+                        window.0, window.1, d.reason
+                    ),
+                );
+            }
+            Err(e) => self.fail("postprocess", format!("sqlite-ranges --iterations: {}", e.message)),
+        }
     }
 
     /// Step 8: the document (redacted) and the bundle; the run folder's terminal state.

@@ -355,7 +355,7 @@ fn strict_prebuilt_fails_a_module_built_or_loaded_after_readiness() {
     let Some(e) = env_or_skip("strict_prebuilt_fails_a_module_built_or_loaded_after_readiness") else { return };
     let tmp = tempfile::tempdir_in(e.dir.path()).unwrap();
     let flags = ["-shared", "-fPIC", "-O1", "-frecord-gcc-switches"];
-    let mut build = |name: &str| {
+    let build = |name: &str| {
         let c = tmp.path().join(format!("{name}.c"));
         std::fs::write(&c, format!("#include <stdio.h>\nint {name}(void) {{ return puts(\"x\"); }}\n")).unwrap();
         let so = tmp.path().join(format!("{name}.so"));
@@ -427,4 +427,74 @@ fn strict_prebuilt_fails_a_module_built_or_loaded_after_readiness() {
             assert_eq!(id["build_id"].as_str(), Some(l.split(':').nth(1).unwrap().trim()));
         }
     }
+}
+
+/// Issue 39 B79: `--iterations START:END` given up front is the analysis window of `ranges.json` (joined to the
+/// run's iteration records); a window that selects no evidence fails the run (stage `iterations`) with the
+/// RETRY document kept; a malformed window is exit 2 before anything starts.
+#[test]
+fn iterations_window_given_up_front() {
+    let Some(e) = env_or_skip("iterations_window_given_up_front") else { return };
+    let server = e.server.display().to_string();
+    let run = |window: &str| {
+        let tmp = tempfile::tempdir_in(e.dir.path()).unwrap();
+        let port = free_port();
+        let out = tmp.path().join("run");
+        let mut a = s(&["--nsys", e.nsys.to_str().unwrap(), "--trace", "nvtx,osrt", "--grace", "3"]);
+        a.extend(["--health".into(), format!("http://127.0.0.1:{port}/health")]);
+        a.extend(["--load".into(), format!("{server} --client {port} 2")]);
+        a.extend(["--iteration-records".into(), tmp.path().join("rec.jsonl").display().to_string()]);
+        a.extend(["--iterations".into(), window.into()]);
+        a.extend(["--out".into(), out.display().to_string(), "--".into(), server.clone(), port.to_string()]);
+        let (code, stdout, stderr) = serve(&a);
+        (code, stdout, stderr, out, tmp)
+    };
+    let (code, stdout, stderr, out, _t) = run("10:19");
+    let doc = common::one_doc(&stdout);
+    assert_eq!(doc["outcome"], "ok", "{code:?} {stderr}");
+    assert_eq!(doc["window"]["analysis_iterations"], "10:19");
+    let ranges: Value = serde_json::from_str(&std::fs::read_to_string(out.join("ranges.json")).unwrap()).unwrap();
+    let w = &ranges["iterations"]["window"];
+    assert_eq!(
+        (w["by"].as_str(), w["requested"]["start"].as_u64(), w["requested"]["end"].as_u64()),
+        (Some("engine_iteration"), Some(10), Some(19)),
+        "{w}"
+    );
+    assert_eq!(w["selected_steps"].as_u64(), Some(10), "{w}");
+    // the windowed ranges hold fewer iterations than the whole run's records
+    let it = ranges["ranges"].as_array().unwrap().iter().find(|r| r["label"] == "vibeserve.engine.iteration").unwrap();
+    assert!(it["occurrences"].as_i64().unwrap() <= 10, "{it}");
+    // a window past the last record selects nothing: the run fails at stage iterations
+    let (code, stdout, stderr, out, _t2) = run("1000000:1000009");
+    let doc = common::one_doc(&stdout);
+    assert_eq!(code, Some(1), "{stderr}");
+    let f = doc["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["stage"] == "iterations")
+        .unwrap_or_else(|| panic!("{doc}"));
+    assert!(f["reason"].as_str().unwrap().contains("--iterations 1000000:1000009 selects no evidence"), "{f}");
+    let retry: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("iteration-window.json")).unwrap()).unwrap();
+    assert_eq!(retry["verdict"], "RETRY");
+    // malformed: exit 2, nothing created
+    let o = assert_cmd::Command::cargo_bin("serve-capture")
+        .unwrap()
+        .args(s(&[
+            "--health",
+            "http://127.0.0.1:9/h",
+            "--load",
+            "true",
+            "--iterations",
+            "9:3",
+            "--out",
+            "/nonexistent/x",
+            "--",
+            "true",
+        ]))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--iterations"));
 }
