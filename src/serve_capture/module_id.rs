@@ -170,7 +170,7 @@ fn elf_identity(f: &File, id: &mut ModuleIdentity) {
     }
     // .dynamic (SHT_DYNAMIC = 6): DT_NEEDED 1, DT_SONAME 14, strings in the linked section
     if let Some(dynsec) = secs.iter().find(|s| s.kind == 6) {
-        let strtab = secs.get(dynsec.link as usize).and_then(|s| data(s)).unwrap_or_default();
+        let strtab = secs.get(dynsec.link as usize).and_then(&data).unwrap_or_default();
         if let Some(d) = data(dynsec) {
             for e in d.chunks_exact(16) {
                 let (tag, val) = (u64le(e, 0).unwrap_or(0), u64le(e, 8).unwrap_or(0) as usize);
