@@ -330,21 +330,9 @@ fn unk(check: &str, sides: &[&Side], reason: String) -> Unchecked {
     Unchecked { check: check.into(), sides: sides.iter().map(|s| s.source.clone()).collect(), reason }
 }
 
-/// Pairwise checks between two captures (`x` is the reference: the first baseline, or A).
-pub fn check_pair(x: &CheckInput, y: &CheckInput, o: &CheckOptions) -> (Vec<Invalidator>, Vec<Unchecked>) {
-    let (a, b) = (x.side, y.side);
-    let (mut out, mut unchecked) = super::check_comparable(&a.facts, &b.facts);
-    for i in &mut out {
-        i.sides = vec![a.source.clone(), b.source.clone()];
-    }
-    for u in &mut unchecked {
-        u.sides = vec![a.source.clone(), b.source.clone()];
-    }
-    // the foreign-process check of check_comparable is per capture: done in check_single instead
-    out.retain(|i| i.check != "foreign_gpu_process");
-    unchecked.retain(|u| u.check != "foreign_gpu_process");
-    let (ra, rb) = (&a.run_facts, &b.run_facts);
-    let two: [(&str, &Fact, &Fact, &str); 15] = [
+/// The run facts compared pairwise: (check, fact of A, fact of B, what a difference means).
+fn pair_facts<'a>(ra: &'a RunFacts, rb: &'a RunFacts) -> [(&'static str, &'a Fact, &'a Fact, &'static str); 15] {
+    [
         (
             "iteration_records",
             &ra.iteration_records,
@@ -380,7 +368,24 @@ pub fn check_pair(x: &CheckInput, y: &CheckInput, o: &CheckOptions) -> (Vec<Inva
             &rb.application_clocks_end,
             "different application clocks at the end of the run",
         ),
-    ];
+    ]
+}
+
+/// Pairwise checks between two captures (`x` is the reference: the first baseline, or A).
+pub fn check_pair(x: &CheckInput, y: &CheckInput, o: &CheckOptions) -> (Vec<Invalidator>, Vec<Unchecked>) {
+    let (a, b) = (x.side, y.side);
+    let (mut out, mut unchecked) = super::check_comparable(&a.facts, &b.facts);
+    for i in &mut out {
+        i.sides = vec![a.source.clone(), b.source.clone()];
+    }
+    for u in &mut unchecked {
+        u.sides = vec![a.source.clone(), b.source.clone()];
+    }
+    // the foreign-process check of check_comparable is per capture: done in check_single instead
+    out.retain(|i| i.check != "foreign_gpu_process");
+    unchecked.retain(|u| u.check != "foreign_gpu_process");
+    let (ra, rb) = (&a.run_facts, &b.run_facts);
+    let two = pair_facts(ra, rb);
     for (check, fa, fb, why) in two {
         match (fa.is_known(), fb.is_known()) {
             (true, true) if fa.value != fb.value => out.push(inv(
