@@ -22,6 +22,7 @@ pub mod gate;
 pub mod health_log;
 pub mod iterations;
 pub mod kern_csv;
+pub mod label_families;
 pub mod labels;
 pub mod memory;
 pub mod merge;

@@ -194,7 +194,12 @@ fn document_impl(
 ) -> Result<RangesDoc> {
     // the contract requires the table (its message says why a capture has none)
     export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
-    let (doc, _) = analyze_impl(export, opts, false, share)?;
+    let (mut doc, _) = analyze_impl(export, opts, false, share)?;
+    if let (Some(p), true) = (&opts.range_prefix, doc.ranges.is_empty()) {
+        // a prefix that matches no label: name the families that exist (issue #41)
+        let all = occurrences::load_occurrences(export, &RangesOptions::default())?;
+        doc.notes.extend(crate::label_families::no_match_hint(p, all.occurrences.iter().map(|o| &*o.label)));
+    }
     Ok(described(doc, source))
 }
 

@@ -6,20 +6,7 @@ use super::*;
 /// How many prefixes and id patterns a document lists.
 pub const LIST_LIMIT: usize = 50;
 
-/// A label's prefix: the text before its first `.` (a dotted name such as `hf.decode_step`), else before its
-/// first `::` (`aten::mm`); None for a label with neither, or with a space before the separator.
-pub fn label_prefix(label: &str) -> Option<String> {
-    let dot = label.find('.');
-    let colons = label.find("::");
-    let (i, sep) = match (dot, colons) {
-        (Some(d), Some(c)) if c < d => (c, "::"),
-        (Some(d), _) => (d, "."),
-        (None, Some(c)) => (c, "::"),
-        (None, None) => return None,
-    };
-    let head = &label[..i];
-    (!head.is_empty() && !head.contains(char::is_whitespace)).then(|| format!("{head}{sep}"))
-}
+pub use crate::label_families::label_prefix;
 
 /// The prefixes of a set of occurrences (labels folded first), most occurrences first (ties: byte order). A
 /// framework's own ranges (`aten::*`, XLA's `TSL:` domain, NCCL/cuBLAS API ranges: [`crate::framework`]) are

@@ -24,5 +24,23 @@ pub fn run(a: NvtxReadinessArgs, host: &Invocation) -> Result<Outcome> {
     } else {
         readiness::run(path, &opts, nsys.as_deref())?
     };
-    Ok(Outcome::doc(doc, a.out.style()))
+    // a given prefix with no iteration under it: the prefixes the capture has, on stderr (issue #41)
+    let hint = match (&a.range_prefix, &doc.suggested_prefix) {
+        (Some(p), Some(s)) => Some(format!(
+            "--range-prefix {p:?}: no `{}.engine.iteration` range; prefixes seen (most occurrences first): {}; try --range-prefix {s}",
+            p.trim_end_matches('.'),
+            doc.prefixes_seen
+                .iter()
+                .take(crate::label_families::HINT_LIMIT)
+                .map(|x| format!("{} ({} occurrences, {} labels)", x.prefix, x.occurrences, x.labels))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        _ => None,
+    };
+    let o = Outcome::doc(doc, a.out.style());
+    Ok(match hint {
+        Some(h) => o.saying(h),
+        None => o,
+    })
 }

@@ -38,7 +38,14 @@ pub fn run(a: SqliteRangesArgs, host: &Invocation) -> Result<Outcome> {
         )?),
         (false, false) => Windowed::Doc(ranges::run(path, &opts, nsys)?),
     };
-    Ok(match (a.format, result) {
+    // a --range-prefix that matched no label: its hint (the families that exist) on stderr too
+    let hint: Vec<String> = match &result {
+        Windowed::Doc(d) => {
+            d.notes.iter().filter(|n| n.starts_with(crate::label_families::NO_MATCH)).cloned().collect()
+        }
+        Windowed::Retry(_) => Vec::new(),
+    };
+    let outcome = match (a.format, result) {
         (_, Windowed::Retry(d)) => {
             let reason = d.reason.clone();
             Outcome::doc(*d, a.out.style()).saying(format!("RETRY: {reason}"))
@@ -51,5 +58,6 @@ pub fn run(a: SqliteRangesArgs, host: &Invocation) -> Result<Outcome> {
             stderr: None,
         },
         (Format::Json, Windowed::Doc(doc)) => Outcome::doc(doc, a.out.style()),
-    })
+    };
+    Ok(hint.into_iter().fold(outcome, Outcome::saying))
 }

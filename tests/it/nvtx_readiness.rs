@@ -311,6 +311,29 @@ fn retry_above_the_threshold_and_without_iterations() {
     assert_eq!(doc["unenclosed_syncs"]["by_api"][0]["calls"], 400);
 }
 
+/// A mistyped prefix (issue #41): the RETRY document, and on stderr the prefixes the capture has (the
+/// document's `prefixes_seen`) and the one to try.
+#[test]
+fn a_mistyped_prefix_says_which_prefixes_exist_on_stderr() {
+    let rel = "nsys-2025.3.1/gpu_full_node.sqlite";
+    let out =
+        Command::cargo_bin("nvtx-readiness").unwrap().args([&p(rel), "--range-prefix", "vibserve"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let doc = common::one_doc(&out.stdout);
+    assert_eq!(doc["suggested_prefix"], "vibeserve");
+    let seen = &doc["prefixes_seen"][0];
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = format!(
+        "nvtx-readiness: --range-prefix \"vibserve\": no `vibserve.engine.iteration` range; prefixes seen (most occurrences first): vibeserve. ({} occurrences, {} labels); try --range-prefix vibeserve",
+        seen["occurrences"], seen["labels"]
+    );
+    assert!(err.lines().any(|l| l == line), "{err}");
+    // the right prefix: no such line
+    let out =
+        Command::cargo_bin("nvtx-readiness").unwrap().args([&p(rel), "--range-prefix", "vibeserve"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("prefixes seen"));
+}
+
 #[test]
 fn the_evidence_file_is_unchanged_and_stdin_works() {
     let rel = "nsys-2025.3.1/decode_clean.sqlite";

@@ -127,6 +127,52 @@ fn zero_matching_ranges_is_a_result() {
     assert_eq!(doc["totals"]["kernels_unattributed"], 9579);
 }
 
+/// A mistyped `--range-prefix` (issue #41) still exits 0 with an empty `ranges`, and says on stderr and in
+/// `notes` which label families the capture has, with their occurrences counted by SQL here, and the prefix
+/// meant; a prefix that matches labels whose occurrences a `--window` leaves out gets no such hint.
+#[test]
+fn a_prefix_matching_nothing_names_the_families_that_exist() {
+    let path = common::fixture("nsys-2025.3.1/gpu_full_node.sqlite");
+    let vibeserve: i64 = ro(&path)
+        .query_row(
+            "SELECT count(*) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId \
+             WHERE eventType IN (59,60) AND end >= start AND coalesce(e.text, s.value) LIKE 'vibeserve.%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(vibeserve, 1146);
+    let out = ranges_cmd().arg(&path).args(["--range-prefix", "vibserve.", "--compact"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let doc = common::one_doc(&out.stdout);
+    assert_eq!(doc["ranges"], json!([]));
+    let hint = format!(
+        "sqlite-ranges: --range-prefix \"vibserve.\" matches no label; label families in the capture (most occurrences first): vibeserve. ({vibeserve} occurrences, 14 labels); did you mean --range-prefix vibeserve.?"
+    );
+    assert!(err.lines().any(|l| l == hint), "{err}");
+    let note = hint.trim_start_matches("sqlite-ranges: ");
+    assert!(doc["notes"].as_array().unwrap().iter().any(|n| n == note), "{}", doc["notes"]);
+    // the table a human reads gets the same line on stderr
+    let out = ranges_cmd().arg(&path).args(["--range-prefix", "engine.", "--format", "table"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(no matching ranges)"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("did you mean --range-prefix vibeserve.engine.?"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // labels under the prefix exist, the window keeps none of them: no hint
+    let out = ranges_cmd()
+        .arg(&path)
+        .args(["--range-prefix", "vibeserve.", "--window", "0:1", "--compact"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(common::one_doc(&out.stdout)["ranges"], json!([]));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("matches no label"));
+}
+
 #[test]
 fn window_keeps_occurrences_lying_inside_it() {
     let path = common::fixture("nsys-2025.3.1/decode_clean.sqlite");
