@@ -7,7 +7,8 @@
 //! (`1.0`, `12345678901234567890`), string escapes and whitespace outside the owned values never change.
 //!
 //! Writing is atomic (temporary file in the bundle's folder, fsync, rename, the old file's permissions) under
-//! an exclusive lock on the sidecar file `BUNDLE.lock`, so parallel merges into one bundle lose nothing.
+//! an exclusive lock on the sidecar file `BUNDLE.lock` (removed when the merge ends), so parallel merges into one
+//! bundle lose nothing.
 
 use std::borrow::Cow;
 use std::fs::File;
@@ -555,18 +556,36 @@ fn remove_stale_temps(target: &Path) -> Vec<PathBuf> {
 /// Random characters in a temporary file's name (`.BUNDLE.XXXXXX.tmp`).
 const TEMP_RAND_LEN: usize = 6;
 
-/// The sidecar lock file of a bundle: `bundle.json` → `bundle.json.lock` (left in place afterwards).
+/// The sidecar lock file of a bundle: `bundle.json` → `bundle.json.lock`, present only while a merge holds it.
 pub fn lock_path(bundle: &Path) -> PathBuf {
     let mut s = bundle.as_os_str().to_os_string();
     s.push(".lock");
     PathBuf::from(s)
 }
 
+/// The exclusive lock on `BUNDLE.lock`: dropping it unlinks the lock file, then releases the lock, so nothing
+/// stays beside the bundle (issue #41: an empty `.lock` was left beside every bundle). Safe with parallel
+/// merges because [`lock`] only counts a lock as taken when the path still names the file it locked: a merge
+/// that waited on a file unlinked meanwhile opens the path again.
+pub struct BundleLock {
+    path: PathBuf,
+    _file: File,
+}
+
+impl Drop for BundleLock {
+    fn drop(&mut self) {
+        // unlinked while still held (the file is closed, and the lock released, after this body)
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// Take the exclusive lock on `BUNDLE.lock`. The lock file is opened without following a symbolic link
 /// (`O_NOFOLLOW`: a dangling link once made bundle-merge create its target, anywhere the user may write) and
 /// without blocking (`O_NONBLOCK`: a FIFO once hung it forever); anything but a regular file is exit 2 naming it.
-fn lock(bundle: &Path, name: &str) -> Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
+/// Once locked, the path must still name the same file (same device and inode, not a link): otherwise the holder
+/// before us unlinked it on release and we try again on the path as it is now.
+fn lock(bundle: &Path, name: &str) -> Result<BundleLock> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let lp = lock_path(bundle);
     let refuse = |what: &str| {
         Error::input(format!(
@@ -575,23 +594,32 @@ fn lock(bundle: &Path, name: &str) -> Result<File> {
         ))
         .with_arg("BUNDLE")
     };
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(&lp)
-        .map_err(|e| match std::fs::symlink_metadata(&lp) {
-            // O_NOFOLLOW on a link: ELOOP; a FIFO without a reader: ENXIO; a directory: EISDIR
-            Ok(m) if !m.is_file() => refuse(crate::contract::file_kind(&m.file_type())),
-            _ => Error::env(format!("{name}: cannot create the lock file {}: {e}", lp.display())),
-        })?;
-    let m = f.metadata().map_err(|e| Error::env(format!("{name}: cannot read the lock file {}: {e}", lp.display())))?;
-    if !m.is_file() {
-        return Err(refuse(crate::contract::file_kind(&m.file_type())));
+    loop {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&lp)
+            .map_err(|e| match std::fs::symlink_metadata(&lp) {
+                // O_NOFOLLOW on a link: ELOOP; a FIFO without a reader: ENXIO; a directory: EISDIR
+                Ok(m) if !m.is_file() => refuse(crate::contract::file_kind(&m.file_type())),
+                _ => Error::env(format!("{name}: cannot create the lock file {}: {e}", lp.display())),
+            })?;
+        let m =
+            f.metadata().map_err(|e| Error::env(format!("{name}: cannot read the lock file {}: {e}", lp.display())))?;
+        if !m.is_file() {
+            return Err(refuse(crate::contract::file_kind(&m.file_type())));
+        }
+        f.lock().map_err(|e| Error::env(format!("{name}: cannot lock {}: {e}", lp.display())))?;
+        match std::fs::symlink_metadata(&lp) {
+            Ok(now) if now.is_file() && (now.dev(), now.ino()) == (m.dev(), m.ino()) => {
+                return Ok(BundleLock { path: lp, _file: f })
+            }
+            // unlinked (or replaced) by the holder before us: this lock guards nothing any more
+            _ => continue,
+        }
     }
-    f.lock().map_err(|e| Error::env(format!("{name}: cannot lock {}: {e}", lp.display())))?;
-    Ok(f)
 }
 
 fn write_atomic(target: &Path, bytes: &[u8], perms: Option<std::fs::Permissions>, name: &str) -> Result<()> {

@@ -322,7 +322,41 @@ fn parallel_merges_lose_nothing() {
         }
         assert_eq!(v["kernel_profile"]["gates"]["verdict"], "RETRY", "round {round}: gate lost");
         assert!(v["kernel_profile"]["top_kernels"].is_array());
+        // each run unlinks the lock file it held; a run that waited on an unlinked one locked the path again
+        assert!(!lock_path_of(&bundle).exists(), "round {round}: a lock file was left");
     }
+}
+
+/// Issue #41: bundle-merge used to leave an empty `BUNDLE.lock` beside every bundle it wrote. A created bundle,
+/// a changed one, an unchanged one, a refused document and a stale lock file of an earlier version: afterwards
+/// the folder holds the bundle alone.
+#[test]
+fn no_lock_file_is_left_beside_the_bundle() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    let names = || -> Vec<String> {
+        let mut v: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+        v.sort();
+        v
+    };
+    let pass = serde_json::to_vec(&gate("PASS")).unwrap();
+    let retry = serde_json::to_vec(&gate("RETRY")).unwrap();
+    for (doc, what) in [(&pass, "created"), (&retry, "changed"), (&retry, "unchanged")] {
+        let (code, _, err) = merge_limited(&[bundle.as_os_str()], doc);
+        assert_eq!(code, Some(0), "{what}: {err}");
+        assert_eq!(names(), ["b.json"], "{what}");
+    }
+    assert_eq!(read(&bundle)["kernel_profile"]["gates"]["verdict"], "RETRY");
+    let (code, _, _) = merge_limited(&[bundle.as_os_str()], b"{\"schema\": \"nsyskit.nope/v1\"}");
+    assert_eq!(code, Some(2));
+    assert_eq!(names(), ["b.json"], "refused");
+    // a lock file an earlier version left is used, then removed
+    std::fs::write(lock_path_of(&bundle), "").unwrap();
+    let (code, _, err) = merge_limited(&[bundle.as_os_str()], &pass);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(names(), ["b.json"], "stale lock");
+    assert_eq!(read(&bundle)["kernel_profile"]["gates"]["verdict"], "PASS");
 }
 
 #[test]

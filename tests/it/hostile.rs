@@ -1827,6 +1827,7 @@ fn bundle_merge_never_follows_or_blocks_on_its_lock_file() {
     let _ = std::fs::remove_file(&lock).or_else(|_| std::fs::remove_dir(&lock));
     std::fs::write(&lock, "").unwrap();
     assert_document(vec![os("bundle-merge"), os(&bundle)], &doc);
+    assert!(!lock.exists(), "the lock file is removed when the merge ends");
     assert_document(vec![os("report"), os(&bundle), os("--compact")], b"");
 }
 
