@@ -288,7 +288,7 @@ impl EvidenceGates {
             .and_then(|l| l.as_array())
             .into_iter()
             .flatten()
-            .filter(|x| x.get("verdict").and_then(|v| v.as_str()) == Some("retry"))
+            .filter(|x| x.get("verdict").and_then(|v| v.as_str()).is_some_and(|v| v.eq_ignore_ascii_case("retry")))
             .map(|x| {
                 format!(
                     "{}: {}",

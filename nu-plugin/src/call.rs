@@ -110,8 +110,8 @@ pub fn flag_str(call: &EvaluatedCall, name: &str) -> Result<Option<Spanned<Strin
 }
 
 /// A JSON-document argument given as a path (a string: resolved against the current directory) or as a
-/// Nushell record/list (written, companions dropped, to `<name>.json` in a temporary folder that lives as long
-/// as the returned guard), for library functions that read a document from a path.
+/// Nushell record/list (written, durations and filesizes as integers, to `<name>.json` in a temporary folder
+/// that lives as long as the returned guard), for library functions that read a document from a path.
 pub fn doc_arg(
     engine: &EngineInterface,
     value: &Value,

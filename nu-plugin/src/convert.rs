@@ -3,61 +3,50 @@
 //! # JSON → Nushell ([`json_to_nu`])
 //! * objects → records (key order kept), arrays → lists (a list of records is a table), `null` → nothing,
 //!   booleans → bool, strings → string, numbers → int when they fit an `i64`, float otherwise.
-//! * Typed companions — the exact integer stays, and a typed cell is added right after it, so that both
-//!   `sort-by kernel_busy_union_ns` (exact) and a readable `kernel_busy_union` (duration) exist:
-//!   - key `<stem>_ns` with an integer value → `<stem>`: `duration` (e.g. `host_wall_time_ns` → `host_wall_time`);
-//!     key `<stem>_ns_<rest>` → `<stem>_<rest>` (e.g. `wall_ns_median` → `wall_median`);
-//!   - key `<stem>_bytes` with an integer value → `<stem>`: `filesize`; key `bytes` → `size`: `filesize`;
-//!   - key `size` or `<stem>_size` with an integer value → `<key>_filesize`: `filesize`.
+//! * Typed cells, in place (issue #41: a companion column next to each one made tables twice as wide). The key
+//!   stays the document's own, so `select`, `get`, `sort-by` and the field names of docs/*.md work as written,
+//!   and the value stays exact: a Nushell `duration` is an `i64` of nanoseconds, a `filesize` an `i64` of bytes.
+//!   - key `<stem>_ns` or `<stem>_ns_<rest>` with an integer value → `duration` (`host_wall_time_ns`,
+//!     `wall_ns_median`): `sort-by host_wall_time_ns` sorts by the exact nanoseconds, `where host_wall_time_ns >
+//!     10ms` compares, `math sum` adds, `into int` gives the integer back;
+//!   - key `bytes`, `<stem>_bytes`, `size` or `<stem>_size` with an integer value → `filesize`.
 //!
-//!   A companion is only added when its name is not already a key of the same object (the document's own
-//!   field wins), and never inside `null`s.
+//!   A float or `null` under such a key stays as it is.
 //! * Timestamps: a string value under a key `captured_at`, `timestamp`, `date`, `time_utc`, `*_at`, `*_utc`
-//!   that parses as RFC 3339 becomes a `date` (in place: the string is not kept; it converts back exactly
-//!   to an RFC 3339 text of the same instant).
+//!   that parses as RFC 3339 becomes a `date` (the string is not kept; it converts back exactly to an RFC 3339
+//!   text of the same instant).
 //!
 //! # Nushell → JSON ([`nu_to_json`])
 //! The reverse, so that a record from the pipeline is accepted wherever a binary takes a JSON document:
 //! records → objects, lists → arrays, nothing → null, int/float/bool/string as such, `date` → RFC 3339 text
-//! (`Z` for UTC), a standalone `duration` → integer nanoseconds, a standalone `filesize` → integer bytes, a
-//! glob → string. Companions are dropped: a `duration` field `<stem>` next to an integer `<stem>_ns`, a
-//! `filesize` field `<stem>` next to `<stem>_bytes` (or `size` next to `bytes`), and `<key>_filesize` next to
-//! `<key>`; the exact integer is authoritative. Closures, ranges, binary data and plugin custom values have
-//! no JSON form: an error naming the cell path.
+//! (`Z` for UTC), a `duration` → integer nanoseconds, a `filesize` → integer bytes, a glob → string: a document
+//! goes through Nushell and back byte for byte. Closures, ranges, binary data and plugin custom values have no
+//! JSON form: an error naming the cell path.
 
 use chrono::{DateTime, FixedOffset, SecondsFormat};
 use nu_protocol::{LabeledError, Record, ShellError, Span, Value};
 use serde_json::{Map, Number, Value as Json};
 
-/// What kind of typed companion a key gets, and its name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Companion {
-    Duration(String),
-    Filesize(String),
+/// The type an integer under a key becomes in Nushell (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Typed {
+    Duration,
+    Filesize,
 }
 
-/// The companion rule for one key (see the module docs): `None` when the key gets no companion.
-pub fn companion_for(key: &str) -> Option<Companion> {
-    if let Some(stem) = key.strip_suffix("_ns") {
-        if !stem.is_empty() {
-            return Some(Companion::Duration(stem.to_string()));
-        }
+/// The typing rule for one key (see the module docs): `None` when an integer under it stays an int.
+pub fn typed_for(key: &str) -> Option<Typed> {
+    if key.strip_suffix("_ns").is_some_and(|stem| !stem.is_empty()) {
+        return Some(Typed::Duration);
     }
-    if let Some(i) = key.find("_ns_") {
-        if i > 0 && i + 4 < key.len() {
-            return Some(Companion::Duration(format!("{}_{}", &key[..i], &key[i + 4..])));
-        }
+    if key.find("_ns_").is_some_and(|i| i > 0 && i + 4 < key.len()) {
+        return Some(Typed::Duration);
     }
-    if key == "bytes" {
-        return Some(Companion::Filesize("size".to_string()));
+    if key == "bytes" || key == "size" || key.ends_with("_size") {
+        return Some(Typed::Filesize);
     }
-    if let Some(stem) = key.strip_suffix("_bytes") {
-        if !stem.is_empty() {
-            return Some(Companion::Filesize(stem.to_string()));
-        }
-    }
-    if key == "size" || key.ends_with("_size") {
-        return Some(Companion::Filesize(format!("{key}_filesize")));
+    if key.strip_suffix("_bytes").is_some_and(|stem| !stem.is_empty()) {
+        return Some(Typed::Filesize);
     }
     None
 }
@@ -85,7 +74,7 @@ fn number_to_nu(n: &Number, span: Span) -> Value {
     }
 }
 
-/// Any JSON value (an nsyskit document, a bundle) as a Nushell value, with typed companions.
+/// Any JSON value (an nsyskit document, a bundle) as a Nushell value, with typed cells.
 pub fn json_to_nu(json: &Json, span: Span) -> Value {
     match json {
         Json::Null => Value::nothing(span),
@@ -100,36 +89,18 @@ pub fn json_to_nu(json: &Json, span: Span) -> Value {
 fn object_to_record(map: &Map<String, Json>, span: Span) -> Record {
     let mut record = Record::with_capacity(map.len());
     for (key, value) in map {
-        let converted = match value {
-            Json::String(s) if is_timestamp_key(key) => match parse_rfc3339(s) {
+        let converted = match (value, typed_for(key), value.as_i64()) {
+            (Json::String(s), _, _) if is_timestamp_key(key) => match parse_rfc3339(s) {
                 Some(dt) => Value::date(dt, span),
                 None => Value::string(s.clone(), span),
             },
-            other => json_to_nu(other, span),
+            (_, Some(Typed::Duration), Some(i)) => Value::duration(i, span),
+            (_, Some(Typed::Filesize), Some(i)) => Value::filesize(i, span),
+            (other, _, _) => json_to_nu(other, span),
         };
         record.push(key.clone(), converted);
-        if let (Some(companion), Some(i)) = (companion_for(key), value.as_i64()) {
-            let (name, typed) = match companion {
-                Companion::Duration(name) => (name, Value::duration(i, span)),
-                Companion::Filesize(name) => (name, Value::filesize(i, span)),
-            };
-            if !map.contains_key(&name) {
-                record.push(name, typed);
-            }
-        }
     }
     record
-}
-
-/// Whether `key` of `record` is a companion added by [`json_to_nu`] (and so is dropped going back to JSON):
-/// a duration or filesize whose source key, an integer, is in the same record.
-fn is_companion(record: &Record, key: &str, value: &Value) -> bool {
-    let wanted = match value {
-        Value::Duration { .. } => Companion::Duration(key.to_string()),
-        Value::Filesize { .. } => Companion::Filesize(key.to_string()),
-        _ => return false,
-    };
-    record.iter().any(|(k, v)| matches!(v, Value::Int { .. }) && companion_for(k).as_ref() == Some(&wanted))
 }
 
 /// A date as JSON text: RFC 3339, `Z` for UTC, as many fraction digits as needed.
@@ -138,7 +109,7 @@ pub fn date_to_json(dt: &DateTime<FixedOffset>) -> String {
     dt.to_rfc3339_opts(SecondsFormat::AutoSi, utc)
 }
 
-/// A Nushell value (from the pipeline, or an argument) as JSON, dropping typed companions.
+/// A Nushell value (from the pipeline, or an argument) as JSON.
 /// Errors name the cell path at fault (`$.gates.0.measured`), with the value's span.
 pub fn nu_to_json(value: &Value) -> Result<Json, ShellError> {
     to_json_at(value, &mut vec!["$".to_string()])
@@ -172,9 +143,6 @@ fn to_json_at(value: &Value, path: &mut Vec<String>) -> Result<Json, ShellError>
         Value::Record { val, .. } => {
             let mut out = Map::new();
             for (k, v) in val.iter() {
-                if is_companion(val, k, v) {
-                    continue;
-                }
                 path.push(k.clone());
                 out.insert(k.clone(), to_json_at(v, path)?);
                 path.pop();
@@ -202,50 +170,37 @@ mod tests {
     }
 
     #[test]
-    fn companions_are_added_after_the_exact_integer() {
+    fn integers_are_typed_in_place() {
         let v = json_to_nu(
             &json!({"host_wall_time_ns": 1_500_000, "transfer_bytes": 2048, "bytes": 4, "size": 7,
-                    "nested": [{"gap_ns": 3, "wall_ns_min": 4}], "ns": 5, "x_ns": 1.5, "y_ns": null}),
+                    "nested": [{"gap_ns": 3, "wall_ns_min": 4}], "ns": 5, "x_ns": 1.5, "y_ns": null, "span": 2}),
             Span::test_data(),
         );
         let r = v.as_record().unwrap();
         let cols: Vec<&str> = r.columns().map(|s| s.as_str()).collect();
         assert_eq!(
             cols,
-            [
-                "host_wall_time_ns",
-                "host_wall_time",
-                "transfer_bytes",
-                "transfer",
-                "bytes",
-                "size",
-                "size_filesize",
-                "nested",
-                "ns",
-                "x_ns",
-                "y_ns"
-            ],
-            "`bytes` gets no `size` companion: the document has its own `size`"
+            ["host_wall_time_ns", "transfer_bytes", "bytes", "size", "nested", "ns", "x_ns", "y_ns", "span"],
+            "no column is added: a table is as wide as the document"
         );
-        assert_eq!(r.get("host_wall_time_ns"), Some(&Value::test_int(1_500_000)));
-        assert_eq!(r.get("host_wall_time"), Some(&Value::test_duration(1_500_000)));
-        assert_eq!(r.get("transfer"), Some(&Value::test_filesize(2048)));
-        assert_eq!(r.get("size"), Some(&Value::test_int(7)));
-        assert_eq!(r.get("size_filesize"), Some(&Value::test_filesize(7)));
+        assert_eq!(r.get("host_wall_time_ns"), Some(&Value::test_duration(1_500_000)));
+        assert_eq!(r.get("transfer_bytes"), Some(&Value::test_filesize(2048)));
+        assert_eq!(r.get("bytes"), Some(&Value::test_filesize(4)));
+        assert_eq!(r.get("size"), Some(&Value::test_filesize(7)));
         let nested = r.get("nested").unwrap().as_list().unwrap()[0].as_record().unwrap();
-        assert_eq!(nested.get("gap"), Some(&Value::test_duration(3)));
-        assert_eq!(nested.get("wall_min"), Some(&Value::test_duration(4)));
+        assert_eq!(nested.get("gap_ns"), Some(&Value::test_duration(3)));
+        assert_eq!(nested.get("wall_ns_min"), Some(&Value::test_duration(4)));
+        assert_eq!(r.get("ns"), Some(&Value::test_int(5)));
         assert_eq!(r.get("x_ns"), Some(&Value::test_float(1.5)));
         assert_eq!(r.get("y_ns"), Some(&Value::test_nothing()));
-    }
-
-    #[test]
-    fn own_field_wins_over_a_companion() {
-        let v = json_to_nu(&json!({"span_ns": 10, "span": "label"}), Span::test_data());
-        let r = v.as_record().unwrap();
-        assert_eq!(r.len(), 2);
-        assert_eq!(r.get("span"), Some(&Value::test_string("label")));
-        assert_eq!(roundtrip(json!({"span_ns": 10, "span": "label"})), json!({"span_ns": 10, "span": "label"}));
+        assert_eq!(r.get("span"), Some(&Value::test_int(2)));
+        // exact beyond 2^53 (a float would round it)
+        let big = json!({"t_ns": 9_007_199_254_740_993i64});
+        assert_eq!(
+            json_to_nu(&big, Span::test_data()).as_record().unwrap().get("t_ns"),
+            Some(&Value::test_duration(9_007_199_254_740_993))
+        );
+        assert_eq!(roundtrip(big.clone()), big);
     }
 
     #[test]

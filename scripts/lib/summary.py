@@ -36,7 +36,7 @@ def main():
     elif what == "gate":
         print("  %-5s (exit %s)  %s" % (d["verdict"], sys.argv[4], sys.argv[3]))
         for g in d["gates"]:
-            if g["verdict"] == "retry":
+            if g["verdict"].lower() == "retry":
                 print(wrap("%s: %s" % (g["id"], g["reason"]), "         "))
     elif what == "readiness":
         print(wrap("verdict: %s | %s" % (d.get("verdict"), d.get("reason")), "  "))

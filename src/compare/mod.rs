@@ -346,7 +346,7 @@ fn gate_fact_of_export(path: &std::path::Path, tier: crate::gate::Tier) -> Resul
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|g| g["verdict"] == "retry")
+        .filter(|g| g["verdict"].as_str().is_some_and(|v| v.eq_ignore_ascii_case("retry")))
         .map(|g| format!("{}: {}", g["id"].as_str().unwrap_or("?"), g["reason"].as_str().unwrap_or("")))
         .collect();
     let tier_name = v.get("tier").cloned().unwrap_or(Value::Null);
@@ -364,7 +364,7 @@ fn gate_fact_of_bundle(bundle: &Value) -> Fact {
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|x| x["verdict"] == "retry")
+            .filter(|x| x["verdict"].as_str().is_some_and(|v| v.eq_ignore_ascii_case("retry")))
             .map(|x| format!("{}: {}", x["id"].as_str().unwrap_or("?"), x["reason"].as_str().unwrap_or("")))
             .collect();
         return Fact {
@@ -378,7 +378,7 @@ fn gate_fact_of_bundle(bundle: &Value) -> Fact {
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|x| x["verdict"] == "retry")
+            .filter(|x| x["verdict"].as_str().is_some_and(|v| v.eq_ignore_ascii_case("retry")))
             .map(|x| format!("{}: {}", x["id"].as_str().unwrap_or("?"), x["reason"].as_str().unwrap_or("")))
             .collect();
         return Fact {

@@ -41,10 +41,15 @@ pub enum Verdict {
 
 /// One gate's verdict: `skip` when the gate does not apply (wrong tier, no data it needs, decided elsewhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
+/// Written in the case of the document's own verdict (`PASS`, `RETRY`, `SKIP`; issue #41); the lowercase of
+/// bundles written before is still read.
+#[serde(rename_all = "UPPERCASE")]
 pub enum GateVerdict {
+    #[serde(alias = "pass")]
     Pass,
+    #[serde(alias = "retry")]
     Retry,
+    #[serde(alias = "skip")]
     Skip,
 }
 
@@ -75,9 +80,12 @@ pub struct GateResult {
     /// Short name, e.g. `profiler-health`.
     pub name: String,
     pub verdict: GateVerdict,
-    /// The number the gate decided on (null when it skipped before measuring).
+    /// The number the gate decided on (null when it skipped before measuring); a whole number is written as an
+    /// integer (`9400`, not `9400.0`: counts stay integers in JSON readers and Nushell).
+    #[serde(serialize_with = "whole_as_integer")]
     pub measured: Option<f64>,
-    /// The threshold it was compared with (null when the gate has no numeric threshold).
+    /// The threshold it was compared with (null when the gate has no numeric threshold); whole: an integer.
+    #[serde(serialize_with = "whole_as_integer")]
     pub threshold: Option<f64>,
     /// The unit of `measured` and `threshold` (`findings`, `bytes`, `rows`, `share`, …).
     pub unit: String,
@@ -88,6 +96,16 @@ pub struct GateResult {
     pub at_ns: Option<i64>,
     /// The facts behind the verdict (log lines, metadata rows, counts), each naming where it was read.
     pub evidence: Vec<String>,
+}
+
+/// `Some(9400.0)` as `9400`, `Some(0.25)` as `0.25`: a whole number of at most 2^53 in magnitude (exact in an
+/// f64) is written as an integer.
+fn whole_as_integer<S: serde::Serializer>(v: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    match *v {
+        Some(x) if x.fract() == 0.0 && x.abs() <= 9_007_199_254_740_992.0 => s.serialize_i64(x as i64),
+        Some(x) => s.serialize_f64(x),
+        None => s.serialize_none(),
+    }
 }
 
 impl GateResult {

@@ -44,21 +44,21 @@ fn gpu_full_node_passes() {
     assert_eq!(doc["tier"], "throughput");
     let ids: Vec<&str> = doc["gates"].as_array().unwrap().iter().map(|g| g["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["G0", "G1", "G2", "G3", "G4", "G5", "G6", "G7"]);
-    assert_eq!(gate(&doc, "G0")["verdict"], "pass");
-    assert_eq!(gate(&doc, "G1")["verdict"], "pass");
+    assert_eq!(gate(&doc, "G0")["verdict"], "PASS");
+    assert_eq!(gate(&doc, "G1")["verdict"], "PASS");
     assert_eq!(gate(&doc, "G1")["measured"], 9400.0); // 200 replays × 47 nodes
                                                       // no report to measure: an export was given (the documented small-capture case: G2 skips)
-    assert_eq!(gate(&doc, "G2")["verdict"], "skip");
+    assert_eq!(gate(&doc, "G2")["verdict"], "SKIP");
     assert_eq!(gate(&doc, "G3")["measured"], 9579.0);
     assert_eq!(gate(&doc, "G4")["measured"], 0.0);
     let g5 = gate(&doc, "G5");
-    assert_eq!(g5["verdict"], "pass");
+    assert_eq!(g5["verdict"], "PASS");
     assert_eq!(g5["at_ns"], 8423154279i64);
     assert!(
         g5["evidence"].to_string().contains("kernel starts per tenth of the window: 43 3 1 2 0 6 35 289 0 9200"),
         "{g5}"
     );
-    assert_eq!(gate(&doc, "G6")["verdict"], "skip");
+    assert_eq!(gate(&doc, "G6")["verdict"], "SKIP");
     assert!(doc["source"]["nsys_version"].as_str().unwrap().starts_with("2025.3"), "{}", doc["source"]); // META_DATA_EXPORT says 2025.3.2.0
                                                                                                          // the evidence is untouched
     let after = std::fs::metadata(&f).unwrap();
@@ -112,7 +112,7 @@ fn failed_capture_retries_at_g4_without_its_log() {
     let (code, doc, _) = gate_check(&[&p("nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite")]);
     assert_eq!(code, 1);
     assert_eq!(retry(&doc), ["G4"]);
-    assert_eq!(gate(&doc, "G0")["verdict"], "skip"); // nsys 2023.4 writes no DIAGNOSTIC_EVENT
+    assert_eq!(gate(&doc, "G0")["verdict"], "SKIP"); // nsys 2023.4 writes no DIAGNOSTIC_EVENT
     let g4 = gate(&doc, "G4");
     assert_eq!(g4["at_ns"], 7567576464i64); // the last CUDA runtime row ends here
     let share = g4["measured"].as_f64().unwrap();
@@ -122,7 +122,7 @@ fn failed_capture_retries_at_g4_without_its_log() {
     let (code, doc, _) =
         gate_check(&[&p("nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite"), "--max-nvtx-after-cuda-share", "1"]);
     assert_eq!(code, 0);
-    assert_eq!(gate(&doc, "G4")["verdict"], "pass");
+    assert_eq!(gate(&doc, "G4")["verdict"], "PASS");
 }
 
 #[test]
@@ -131,7 +131,7 @@ fn cpu_captures_retry_at_g3() {
         let (code, doc, _) = gate_check(&[&p(f)]);
         assert_eq!(code, 1, "{f}");
         let g3 = gate(&doc, "G3");
-        assert_eq!(g3["verdict"], "retry", "{f}");
+        assert_eq!(g3["verdict"], "RETRY", "{f}");
         assert_eq!(g3["measured"], 0.0);
         assert!(g3["reason"].as_str().unwrap().starts_with("no CUDA kernel data"));
         // CUDA tracing was off: G1 says so too; nothing else is judged on absent data
@@ -153,7 +153,7 @@ fn g5_finds_long_empty_stretches() {
     assert!(reason.contains("8.423 s – 8.547 s") && reason.contains("8.116 s – 8.236 s"), "{reason}");
     // the decode tier does not judge traffic
     let (_, doc, _) = gate_check(&[&p("nsys-2025.3.1/gpu_full_node.sqlite"), "--tier", "decode", "--min-gap-ms", "1"]);
-    assert_eq!(gate(&doc, "G5")["verdict"], "skip");
+    assert_eq!(gate(&doc, "G5")["verdict"], "SKIP");
 }
 
 #[test]
@@ -166,7 +166,7 @@ fn qdstrm_retries_at_g2_and_skips_the_rest() {
     assert_eq!(retry(&doc), ["G2"]);
     assert!(gate(&doc, "G2")["reason"].as_str().unwrap().contains("a .qdstrm, nsys's raw capture stream"));
     for id in ["G0", "G1", "G3", "G4", "G5", "G6", "G7"] {
-        assert_eq!(gate(&doc, id)["verdict"], "skip", "{id}");
+        assert_eq!(gate(&doc, id)["verdict"], "SKIP", "{id}");
     }
     assert_eq!(doc["source"]["kind"], "qdstrm");
 }
@@ -178,14 +178,14 @@ fn report_with_its_export_checks_size() {
     let (code, doc, _) = gate_check(&[&rep, "--sqlite", &sql]);
     assert_eq!(code, 1);
     let g2 = gate(&doc, "G2");
-    assert_eq!(g2["verdict"], "retry");
+    assert_eq!(g2["verdict"], "RETRY");
     assert_eq!(g2["measured"], 214193.0);
     assert_eq!(g2["threshold"], 10000000.0);
     assert!(g2["reason"].as_str().unwrap().contains("idle or failed capture"));
     assert_eq!(doc["source"]["sqlite"], sql.as_str());
     // the documented override for a deliberately small capture
     let (_, doc, _) = gate_check(&[&rep, "--sqlite", &sql, "--min-rep-bytes", "100000"]);
-    assert_eq!(gate(&doc, "G2")["verdict"], "pass");
+    assert_eq!(gate(&doc, "G2")["verdict"], "PASS");
     assert_eq!(gate(&doc, "G2")["threshold"], 100000.0);
     // decode tier default: 1 MB
     let (_, doc, _) = gate_check(&[&rep, "--sqlite", &sql, "--tier", "decode"]);
@@ -295,7 +295,7 @@ fn g1_decides_from_data_and_provenance_when_metadata_is_silent() {
     let (code, doc, _) = gate_check(&[graph.to_str().unwrap()]);
     assert_eq!(code, 1);
     let g1 = gate(&doc, "G1");
-    assert_eq!(g1["verdict"], "retry");
+    assert_eq!(g1["verdict"], "RETRY");
     assert!(
         g1["reason"].as_str().unwrap().contains("1 cudaGraphLaunch calls but no KERNEL row has a graphNodeId"),
         "{}",
@@ -303,12 +303,12 @@ fn g1_decides_from_data_and_provenance_when_metadata_is_silent() {
     );
     let node = synthetic_export(dir.path(), "node.sqlite", true, &[]);
     let (_, doc, _) = gate_check(&[node.to_str().unwrap()]);
-    assert_eq!(gate(&doc, "G1")["verdict"], "pass");
+    assert_eq!(gate(&doc, "G1")["verdict"], "PASS");
     // no NVTX at all: the decode tier cannot find steps (a RETRY, not an error)
     let (code, doc, _) = gate_check(&[node.to_str().unwrap(), "--tier", "decode"]);
     assert_eq!(code, 1);
     assert!(gate(&doc, "G6")["reason"].as_str().unwrap().contains("no NVTX_EVENTS table"), "{}", gate(&doc, "G6"));
-    assert_eq!(gate(&doc, "G7")["verdict"], "skip");
+    assert_eq!(gate(&doc, "G7")["verdict"], "SKIP");
     // the provenance's flags decide the mode when META_DATA_CAPTURE has none
     let prov = dir.path().join("prov.json");
     std::fs::write(
@@ -375,9 +375,9 @@ fn decode_clean_passes_the_decode_tier() {
     assert_eq!(code, 0, "{doc}");
     assert_eq!(doc["verdict"], "PASS");
     assert_eq!(doc["tier"], "decode");
-    assert_eq!(gate(&doc, "G5")["verdict"], "skip");
+    assert_eq!(gate(&doc, "G5")["verdict"], "SKIP");
     let g6 = gate(&doc, "G6");
-    assert_eq!(g6["verdict"], "pass");
+    assert_eq!(g6["verdict"], "PASS");
     assert!((g6["measured"].as_f64().unwrap() - 398.0 / 399.0).abs() < 1e-12, "{g6}");
     let ev = g6["evidence"].to_string();
     assert!(ev.contains("step label vibeserve.engine.iteration (the most frequent iteration-like label)"), "{ev}");
@@ -385,7 +385,7 @@ fn decode_clean_passes_the_decode_tier() {
     assert!(ev.contains("min/median/p90/max 322/466/511/984 µs"), "{ev}");
     assert!(ev.contains("most frequent 50 in 400 of 400 steps"), "{ev}");
     let g7 = gate(&doc, "G7");
-    assert_eq!(g7["verdict"], "pass");
+    assert_eq!(g7["verdict"], "PASS");
     assert_eq!(g7["measured"], 0.0);
 }
 
@@ -394,7 +394,7 @@ fn decode_mixed_retries_at_g7() {
     let (code, doc, _) = gate_check(&[&p("nsys-2025.3.1/decode_mixed.sqlite"), "--tier", "decode"]);
     assert_eq!(code, 1);
     assert_eq!(retry(&doc), ["G7"]);
-    assert_eq!(gate(&doc, "G6")["verdict"], "pass"); // the steps are regular; 15 of 400 are prefill-contaminated
+    assert_eq!(gate(&doc, "G6")["verdict"], "PASS"); // the steps are regular; 15 of 400 are prefill-contaminated
     let g7 = gate(&doc, "G7");
     assert_eq!(g7["measured"], 15.0 / 400.0);
     assert_eq!(g7["threshold"], 0.01);
@@ -405,7 +405,7 @@ fn decode_mixed_retries_at_g7() {
     let (code, doc, _) =
         gate_check(&[&p("nsys-2025.3.1/decode_mixed.sqlite"), "--tier", "decode", "--max-contaminated-share", "0.05"]);
     assert_eq!(code, 0);
-    assert_eq!(gate(&doc, "G7")["verdict"], "pass");
+    assert_eq!(gate(&doc, "G7")["verdict"], "PASS");
 }
 
 #[test]
@@ -415,7 +415,7 @@ fn decode_range_flag_picks_the_step_label() {
     let (code, doc, _) = gate_check(&[&f, "--tier", "decode", "--decode-range", "vibeserve.api.poll"]);
     assert_eq!(code, 1);
     let g6 = gate(&doc, "G6");
-    assert_eq!(g6["verdict"], "retry");
+    assert_eq!(g6["verdict"], "RETRY");
     assert!(g6["reason"].as_str().unwrap().contains("only 3 vibeserve.api.poll steps"), "{}", g6["reason"]);
     // an unknown label lists what exists
     let (code, doc, _) = gate_check(&[&f, "--tier", "decode", "--decode-range", "nope"]);
@@ -426,11 +426,11 @@ fn decode_range_flag_picks_the_step_label() {
             && reason.contains("vibeserve.engine.iteration (400)"),
         "{reason}"
     );
-    assert_eq!(gate(&doc, "G7")["verdict"], "skip");
+    assert_eq!(gate(&doc, "G7")["verdict"], "SKIP");
     // a CPU-only capture: its steps carry no kernel
     let (_, doc, _) = gate_check(&[&p("nsys-2023.4.4/cpu_nvtx_osrt.sqlite"), "--tier", "decode"]);
     assert!(gate(&doc, "G6")["reason"].as_str().unwrap().contains("carry no kernel"));
-    assert_eq!(gate(&doc, "G7")["verdict"], "skip");
+    assert_eq!(gate(&doc, "G7")["verdict"], "SKIP");
 }
 
 #[test]
@@ -465,12 +465,17 @@ fn real_serve_capture_with_its_log_and_provenance() {
         "{}",
         g1["evidence"]
     );
+    // written on the GPU machine before gate verdicts were uppercase and whole numbers integers (issue #41): read
+    // as bundle-merge and report read it (the lowercase is accepted), compared verdict by verdict, number by number
     let recorded = std::fs::read(fixture("serve-capture-gpu/gate.json")).unwrap();
-    let recorded = one_doc(&recorded); // the document written on the GPU machine matches our schema
+    let recorded: serde_json::Value = serde_json::from_slice(&recorded).unwrap();
+    let _: nsyskit::gate::GateDoc = serde_json::from_value(recorded.clone()).unwrap();
     assert_eq!(recorded["retry"], serde_json::json!(["G2"]));
     for id in ["G0", "G1", "G3", "G4", "G5"] {
-        for k in ["verdict", "measured", "threshold", "at_ns"] {
-            assert_eq!(gate(&doc, id)[k], gate(&recorded, id)[k], "{id}.{k}");
+        let verdict = |d: &serde_json::Value| gate(d, id)["verdict"].as_str().unwrap().to_uppercase();
+        assert_eq!(verdict(&doc), verdict(&recorded), "{id}.verdict");
+        for k in ["measured", "threshold", "at_ns"] {
+            assert_eq!(gate(&doc, id)[k].as_f64(), gate(&recorded, id)[k].as_f64(), "{id}.{k}");
         }
     }
     // the provenance decides when the export records no graph-trace mode

@@ -22,7 +22,7 @@ fn the_step_label_is_the_engine_step_that_launches_gpu_work() {
     assert_eq!(sb["verdict"]["class"], "python_overhead_bound", "{}", sb["verdict"]);
     let (_, g) = doc("gate-check", &[p, "--tier", "decode"]);
     let g6 = gate(&g, "G6");
-    assert_eq!(g6["verdict"], "pass", "{g6}");
+    assert_eq!(g6["verdict"], "PASS", "{g6}");
     assert!(g6["reason"].as_str().unwrap().contains("200 EngineCore.step steps"), "{g6}");
     assert!(
         g6["evidence"][0].as_str().unwrap().contains("carrying device work (detokenizer.decode, 800 occurrences"),
@@ -80,7 +80,7 @@ fn a_capture_without_nvtx_says_what_happened_and_both_exports_agree() {
         let (a_code, a) = doc("gate-check", &[lazy, "--tier", tier]);
         let (b_code, b) = doc("gate-check", &[full, "--tier", tier]);
         assert_eq!((a_code, &a["retry"]), (b_code, &b["retry"]), "{tier}");
-        assert_eq!(gate(&a, "G4")["verdict"], "skip");
+        assert_eq!(gate(&a, "G4")["verdict"], "SKIP");
         assert_eq!(gate(&a, "G4")["reason"], gate(&b, "G4")["reason"]);
     }
     let (a_code, a) = doc("nvtx-readiness", &[lazy]);
@@ -312,7 +312,7 @@ fn slow_steps_with_the_usual_kernels_are_not_called_prefill_contamination() {
     let (code, g) = doc("gate-check", &[p.to_str().unwrap(), "--tier", "decode"]);
     assert_eq!(code, 1);
     let g7 = gate(&g, "G7");
-    assert_eq!((g7["verdict"].as_str(), g7["measured"].as_f64()), (Some("retry"), Some(0.04)));
+    assert_eq!((g7["verdict"].as_str(), g7["measured"].as_f64()), (Some("RETRY"), Some(0.04)));
     let r = g7["reason"].as_str().unwrap();
     assert!(
         r.starts_with("4 of 100 decode steps (4.00 %, above 1 %) last more than 3 × the 739 µs median step"),

@@ -1376,7 +1376,7 @@ fn gate_check_uses_the_one_timestamp_rule() {
     // the pristine export: G3 passes
     let (code, out, err) = run("gate-check", &common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"));
     assert!(matches!(code, Some(0 | 1)), "{err}");
-    assert_eq!(g3(&common::one_doc(out.as_bytes()))["verdict"], "pass");
+    assert_eq!(g3(&common::one_doc(out.as_bytes()))["verdict"], "PASS");
 }
 
 /// Issue 42: with every `correlationId` 0 (each device row's `(globalPid, correlationId)` shared by every runtime

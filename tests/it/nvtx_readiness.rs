@@ -515,7 +515,7 @@ fn gate_check_reports_readiness_as_g8() {
     let g8 = doc["gates"].as_array().unwrap().iter().find(|g| g["id"] == "G8").unwrap().clone();
     let (_, r) = readiness(&[&f, "--range-prefix", "vibeserve"]);
     assert_eq!(g8["name"], "nvtx-readiness");
-    assert_eq!(g8["verdict"], "pass");
+    assert_eq!(g8["verdict"], "PASS");
     assert_eq!(g8["measured"], r["iterations"]["opaque_share"]);
     assert_eq!(g8["threshold"], 0.05);
     assert_eq!(g8["reason"], r["reason"]);

@@ -23,7 +23,7 @@ fn nvtx_recorded_but_empty_is_a_named_retry() {
     let f = fixture("nsys-2023.4.4/cpu_pynvtx_0_2_17.sqlite");
     let (code, doc) = gate_check(&[f.to_str().unwrap()]);
     assert_eq!(code, 1);
-    assert_eq!(gate(&doc, "G0")["verdict"], "retry");
+    assert_eq!(gate(&doc, "G0")["verdict"], "RETRY");
     let r = reason(&doc, "G0");
     assert!(
         r.contains("nvtx-incompatible (")
@@ -34,8 +34,8 @@ fn nvtx_recorded_but_empty_is_a_named_retry() {
     // the same program with nvtx 0.2.10: every range, no such finding (G0 has nothing to read in a 2023.4 export)
     let f = fixture("nsys-2023.4.4/cpu_pynvtx_0_2_10.sqlite");
     let (_, doc) = gate_check(&[f.to_str().unwrap(), "--readiness"]);
-    assert_eq!(gate(&doc, "G0")["verdict"], "skip");
-    assert_eq!(gate(&doc, "G8")["verdict"], "pass", "{}", reason(&doc, "G8"));
+    assert_eq!(gate(&doc, "G0")["verdict"], "SKIP");
+    assert_eq!(gate(&doc, "G8")["verdict"], "PASS", "{}", reason(&doc, "G8"));
 }
 
 #[test]
@@ -45,13 +45,13 @@ fn g0_reads_real_logs_and_the_recorded_environment() {
     // torch.profiler under nsys: kineto lost CUPTI to nsys, whose CUDA data is there: PASS with the note
     let log = fixture("logs/kineto-2.11.0_under_nsys-2025.3.1.console.txt");
     let (_, doc) = gate_check(&[node.to_str().unwrap(), "--log", log.to_str().unwrap()]);
-    assert_eq!(gate(&doc, "G0")["verdict"], "pass", "{}", reason(&doc, "G0"));
+    assert_eq!(gate(&doc, "G0")["verdict"], "PASS", "{}", reason(&doc, "G0"));
     let r = reason(&doc, "G0");
     assert!(r.contains("lost CUPTI to nsys") && r.contains("share a major version"), "{r}");
     // RmProfilingAdminOnly: 0 never yields a permission cause
     let params = fixture("logs/driver-params_580.159.04.txt");
     let (_, doc) = gate_check(&[node.to_str().unwrap(), "--log", params.to_str().unwrap()]);
-    assert_eq!(gate(&doc, "G0")["verdict"], "pass");
+    assert_eq!(gate(&doc, "G0")["verdict"], "PASS");
     let r = reason(&doc, "G0");
     assert!(
         r.contains("evidence against a permission cause") && !r.contains("insufficient GPU profiling permission"),
@@ -60,7 +60,7 @@ fn g0_reads_real_logs_and_the_recorded_environment() {
     // the injector run: CUDA_INJECTION64_PATH recorded in TARGET_INFO_SYSTEM_ENV, CUDA traced anyway
     let inj = export("nsys-2025.3.1/injector.sqlite.xz", dir.path());
     let (_, doc) = gate_check(&[inj.to_str().unwrap()]);
-    assert_eq!(gate(&doc, "G0")["verdict"], "pass");
+    assert_eq!(gate(&doc, "G0")["verdict"], "PASS");
     let r = reason(&doc, "G0");
     assert!(
         r.contains("CUDA_INJECTION64_PATH=/tmp/hf/libfake_injector.so (")
@@ -87,20 +87,20 @@ fn g6_names_graph_level_tracing_and_passes_node_level() {
     let dir = tempfile::tempdir().unwrap();
     let graph = export("nsys-2025.3.1/hf_graph.sqlite.xz", dir.path());
     let (_, doc) = gate_check(&[graph.to_str().unwrap(), "--tier", "decode", "--decode-range", "hf.decode_step"]);
-    assert_eq!(gate(&doc, "G1")["verdict"], "retry");
+    assert_eq!(gate(&doc, "G1")["verdict"], "RETRY");
     let r = reason(&doc, "G6");
     assert!(r.contains("graph-level capture (G1: --cuda-graph-trace=graph") && r.contains("94 graph launches"), "{r}");
     assert!(!r.contains("not on the thread"), "a graph-level capture does not blame threads: {r}");
     let node = export("nsys-2025.3.1/hf_node.sqlite.xz", dir.path());
     let (_, doc) = gate_check(&[node.to_str().unwrap(), "--tier", "decode", "--decode-range", "hf.decode_step"]);
-    assert_eq!(gate(&doc, "G6")["verdict"], "pass", "{}", reason(&doc, "G6"));
+    assert_eq!(gate(&doc, "G6")["verdict"], "PASS", "{}", reason(&doc, "G6"));
     assert!(
         reason(&doc, "G6").contains("94 hf.decode_step steps")
             && reason(&doc, "G6").contains("74 kernels in 98.9 % of steps")
     );
     let eager = export("nsys-2025.3.1/hf_eager.sqlite.xz", dir.path());
     let (_, doc) = gate_check(&[eager.to_str().unwrap(), "--tier", "decode", "--decode-range", "hf.decode_step"]);
-    assert_eq!(gate(&doc, "G6")["verdict"], "pass", "{}", reason(&doc, "G6"));
+    assert_eq!(gate(&doc, "G6")["verdict"], "PASS", "{}", reason(&doc, "G6"));
     assert!(reason(&doc, "G6").contains("212 kernels in 100.0 % of steps"));
 }
 
@@ -121,7 +121,7 @@ fn a_missing_table_is_never_pass() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .any(|g| g["verdict"] == "retry" && g["reason"].as_str().unwrap().contains(table));
+                .any(|g| g["verdict"] == "RETRY" && g["reason"].as_str().unwrap().contains(table));
             assert!(named, "{table} {tier}: no RETRY names the table: {doc}");
         }
     }
@@ -190,7 +190,7 @@ fn g8_on_the_hf_capture_suggests_a_prefix_and_bounds_its_evidence() {
     let (code, doc) = gate_check(&[node.to_str().unwrap(), "--readiness"]);
     assert_eq!(code, 1);
     let g8 = gate(&doc, "G8");
-    assert_eq!(g8["verdict"], "retry");
+    assert_eq!(g8["verdict"], "RETRY");
     assert!(reason(&doc, "G8").contains("try --range-prefix hf"), "{}", reason(&doc, "G8"));
     let ev: Vec<&str> = g8["evidence"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
     assert!(ev.iter().any(|e| e.contains("suggested range prefix: hf (prefixes seen: hf.)")), "{ev:?}");

@@ -147,7 +147,7 @@ fn no_gate_reason_contradicts_the_rows() {
             if reason.starts_with("no NVTX range") {
                 assert_eq!(nvtx_ranges, 0, "{at}");
             }
-            if id == "G1" && gate["verdict"] == "retry" && reason.contains("graph-level tracing") {
+            if id == "G1" && gate["verdict"] == "RETRY" && reason.contains("graph-level tracing") {
                 assert!(graph_launches > 0, "{at}: graph-level mode hid nothing: no graph was launched");
             }
         }
@@ -180,7 +180,7 @@ fn old_and_new_schemas_are_read_and_what_is_unknown_says_why() {
     let mfu = common::fixture("thirdparty/nsys-ai/mfu_2gpu_before.sqlite");
     let (_, g) = doc("gate-check", &[mfu.to_str().unwrap()]);
     let g1 = common::gate(&g, "G1");
-    assert_eq!(g1["verdict"], "pass", "{g1}");
+    assert_eq!(g1["verdict"], "PASS", "{g1}");
     assert!(g1["evidence"].as_array().unwrap().iter().any(|e| e
         .as_str()
         .unwrap()
@@ -190,8 +190,8 @@ fn old_and_new_schemas_are_read_and_what_is_unknown_says_why() {
     // llm.c on a T4: runtime rows, no kernel table: G3 names it, nothing says CUDA was off
     let llmc = common::fixture("thirdparty/DD2360-llm.c/report1.sqlite");
     let (_, g) = doc("gate-check", &[llmc.to_str().unwrap()]);
-    assert_eq!(common::gate(&g, "G1")["verdict"], "pass");
-    assert_eq!(common::gate(&g, "G3")["verdict"], "retry");
+    assert_eq!(common::gate(&g, "G1")["verdict"], "PASS");
+    assert_eq!(common::gate(&g, "G3")["verdict"], "RETRY");
 }
 
 #[test]

@@ -22,10 +22,10 @@ impl SimplePluginCommand for FromNsyskit {
     }
 
     fn extra_description(&self) -> &str {
-        "The same conversion every nsyskit command applies to its output: integers stay integers, every \
-         integer `<x>_ns` gets a `<x>` duration next to it, `<x>_bytes` a `<x>` filesize, RFC 3339 timestamps \
-         (`captured_at`, `*_utc`, `*_at`) become dates, null becomes nothing. One document gives a record, \
-         several (concatenated or NDJSON) a list."
+        "The same conversion every nsyskit command applies to its output: integers stay integers, an \
+         integer `<x>_ns` becomes a duration and `<x>_bytes`/`size` a filesize under the same key (exact: no \
+         column is added), RFC 3339 timestamps (`captured_at`, `*_utc`, `*_at`) become dates, null becomes \
+         nothing. One document gives a record, several (concatenated or NDJSON) a list."
     }
 
     fn signature(&self) -> Signature {
@@ -46,13 +46,13 @@ impl SimplePluginCommand for FromNsyskit {
     fn examples(&self) -> Vec<Example<'_>> {
         vec![
             Example {
-                example: r#"('{"kernel_busy_union_ns": 1500000}' | from nsyskit).kernel_busy_union"#,
-                description: "An `_ns` integer keeps its exact value and gains a duration next to it",
+                example: r#"('{"kernel_busy_union_ns": 1500000}' | from nsyskit).kernel_busy_union_ns"#,
+                description: "An `_ns` integer becomes a duration of exactly that many nanoseconds, under the same key",
                 result: Some(Value::test_duration(1_500_000)),
             },
             Example {
-                example: r#"("{\"a_bytes\": 2048}\n{\"a_bytes\": 4096}" | from nsyskit).1.a"#,
-                description: "A stream of documents (NDJSON) gives a list; `<x>_bytes` gains a filesize `<x>`",
+                example: r#"("{\"a_bytes\": 2048}\n{\"a_bytes\": 4096}" | from nsyskit).1.a_bytes"#,
+                description: "A stream of documents (NDJSON) gives a list; a `<x>_bytes` integer becomes a filesize",
                 result: Some(Value::test_filesize(4096)),
             },
         ]

@@ -27,8 +27,8 @@ impl SimplePluginCommand for KernCsvToJson {
     }
 
     fn extra_description(&self) -> &str {
-        "Times become integer nanoseconds whatever the CSV's time unit (each `_ns` integer gets a duration next \
-         to it), percentages floats, counts integers, names byte-exact. Kernel reports (cuda_gpu_kern_sum, old \
+        "Times become integer nanoseconds whatever the CSV's time unit (each `_ns` integer a duration of \
+         exactly those nanoseconds), percentages floats, counts integers, names byte-exact. Kernel reports (cuda_gpu_kern_sum, old \
          name gpukernsum) add `totals` and `top_kernels`. The CSV comes from the path argument or from the \
          pipeline (`open stats.csv --raw | kern-csv-to-json`). A report nsys SKIPPED is data: `status` is \
          `skipped` with `skipped_reason` (the binary exits 1)."
@@ -62,8 +62,8 @@ impl SimplePluginCommand for KernCsvToJson {
                 result: Some(Value::test_int(28)),
             },
             Example {
-                example: "(kern-csv-to-json fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv --top 1).top_kernels.0.total_time",
-                description: "The top kernel's total time: an exact `total_time_ns` integer and a `total_time` duration",
+                example: "(kern-csv-to-json fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv --top 1).top_kernels.0.total_time_ns",
+                description: "The top kernel's total time: `total_time_ns`, a duration of exactly those nanoseconds",
                 result: Some(Value::test_duration(EXAMPLE_TOP_KERNEL_NS)),
             },
             Example {

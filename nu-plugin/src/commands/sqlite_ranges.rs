@@ -25,8 +25,8 @@ impl SimplePluginCommand for SqliteRanges {
 
     fn extra_description(&self) -> &str {
         "The metric contract is docs/sqlite-ranges-spec.md: per label wall time, device coverage, busy union, idle \
-         in span, syncs, nesting; per thread the mapping diagnostics; totals. Every `_ns` integer keeps its exact \
-         value and gains a duration next to it (`kernel_busy_union_ns` + `kernel_busy_union`). An .nsys-rep is \
+         in span, syncs, nesting; per thread the mapping diagnostics; totals. Every `_ns` integer is a duration of \
+         exactly those nanoseconds under the same key (`sort-by kernel_busy_union_ns` sorts exactly). An .nsys-rep is \
          exported into a temporary folder with --nsys, else $env.NSYS_BIN, else nsys on PATH. The table output \
          of the binary (--format table) is Nushell's own table here."
     }
@@ -50,8 +50,8 @@ impl SimplePluginCommand for SqliteRanges {
                 result: Some(Value::test_int(204)),
             },
             Example {
-                example: "(sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve.engine.iteration).ranges.0.kernel_busy_union",
-                description: "Their GPU busy union as a duration (the exact integer is `kernel_busy_union_ns`)",
+                example: "(sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve.engine.iteration).ranges.0.kernel_busy_union_ns",
+                description: "Their GPU busy union: `kernel_busy_union_ns` is a duration of exactly those nanoseconds (`into int` gives the integer)",
                 result: Some(Value::test_duration(22_263_904)),
             },
         ]

@@ -21,22 +21,26 @@ fn registers_and_lists_its_commands() {
 #[test]
 fn typed_values_in_a_real_shell() {
     let Some(nu) = Nu::or_skip("typed_values_in_a_real_shell") else { return };
-    // `_ns` integer + duration companion; `_bytes` + filesize; captured_at → date; null → nothing
+    // typed in place, no column added (issue #41): `_ns` integer → duration; `_bytes` → filesize; captured_at →
+    // date; null → nothing; a plain count stays an int
     let v = nu.json(
-        r#"'{"wall_ns": 1500000, "copy_bytes": 2048, "captured_at": "2026-11-29T22:45:59Z", "gap_ns": null}'
+        r#"'{"wall_ns": 1500000, "copy_bytes": 2048, "captured_at": "2026-11-29T22:45:59Z", "gap_ns": null, "kernels": 9400}'
            | from nsyskit | describe"#,
     );
     assert_eq!(
         v,
-        json!("record<wall_ns: int, wall: duration, copy_bytes: int, copy: filesize, captured_at: datetime, gap_ns: nothing>")
+        json!("record<wall_ns: duration, copy_bytes: filesize, captured_at: datetime, gap_ns: nothing, kernels: int>")
     );
-    let v = nu.json(r#"'{"wall_ns": 1500000}' | from nsyskit | get wall | $in == 1.5ms"#);
+    let v = nu.json(r#"'{"wall_ns": 1500000}' | from nsyskit | get wall_ns | $in == 1.5ms"#);
     assert_eq!(v, json!(true));
-    // the round trip back to JSON drops the companions and keeps the exact text of the timestamp
+    // exact: the nanoseconds come back as the same integer, in JSON and with `into int`
+    let v = nu.json(r#"'{"wall_ns": 9007199254740993}' | from nsyskit | [($in.wall_ns | into int) $in]"#);
+    assert_eq!(v, json!([9_007_199_254_740_993i64, {"wall_ns": 9_007_199_254_740_993i64}]));
+    // the round trip back to JSON keeps the keys and the exact text of the timestamp
     let v = nu.json(
         r#"'{"wall_ns": 1500000, "captured_at": "2026-11-29T22:45:59Z"}' | from nsyskit | from nsyskit | columns"#,
     );
-    assert_eq!(v, json!(["wall_ns", "wall", "captured_at"]));
+    assert_eq!(v, json!(["wall_ns", "captured_at"]));
 }
 
 fn fixture(rel: &str) -> std::path::PathBuf {
@@ -49,16 +53,19 @@ fn sqlite_ranges_top_five_by_busy_union() {
     let got = nu.json(
         "sqlite-ranges fixtures/nsys-2025.3.1/gpu_full_node.sqlite --range-prefix vibeserve. | get ranges \
          | sort-by kernel_busy_union_ns -r | first 5 \
-         | each {|r| {label: $r.label, ns: $r.kernel_busy_union_ns, typed: ($r.kernel_busy_union | describe), \
-                      same: (($r.kernel_busy_union | into int) == $r.kernel_busy_union_ns)} }",
+         | each {|r| {label: $r.label, ns: ($r.kernel_busy_union_ns | into int), \
+                      typed: ($r.kernel_busy_union_ns | describe), width: ($r | columns | length)} }",
     );
     // independently: the library's document, sorted here
     let opts = nsyskit::ranges::RangesOptions { range_prefix: Some("vibeserve.".into()), window: None, fold: true };
     let mut doc = nsyskit::ranges::run(&fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &opts, None).unwrap();
     doc.ranges.sort_by_key(|r| std::cmp::Reverse(r.kernel_busy_union_ns));
+    // a row is as wide as the document's object: no companion column (issue #41; it was 33 with them)
+    let fields = serde_json::to_value(&doc.ranges[0]).unwrap().as_object().unwrap().len();
+    assert_eq!(fields, 23);
     let want: Vec<_> = doc.ranges[..5]
         .iter()
-        .map(|r| json!({"label": r.label, "ns": r.kernel_busy_union_ns, "typed": "duration", "same": true}))
+        .map(|r| json!({"label": r.label, "ns": r.kernel_busy_union_ns, "typed": "duration", "width": fields}))
         .collect();
     assert_eq!(got, json!(want));
     // the four vibeserve.request.N ranges are folded into one label by default (issue #14)
@@ -78,13 +85,13 @@ fn sqlite_ranges_top_five_by_busy_union() {
 fn gate_check_retry_is_data() {
     let Some(nu) = Nu::or_skip("gate_check_retry_is_data") else { return };
     let got = nu
-        .json("gate-check fixtures/nsys-2025.3.1/gpu_full_graph.sqlite | get gates | where verdict == retry | get id");
+        .json("gate-check fixtures/nsys-2025.3.1/gpu_full_graph.sqlite | get gates | where verdict == RETRY | get id");
     assert_eq!(got, json!(["G1"]));
-    // the FAILED capture: G0 with its console log, G4 (where CUDA data stops, a duration companion of at_ns)
+    // the FAILED capture: G0 with its console log, G4 (where CUDA data stops: at_ns, a duration)
     let got = nu.json(
         "gate-check fixtures/nsys-2023.4.4/gpu_full_node_FAILED-cbid468.sqlite \
            --log fixtures/logs/nsys-2023.4.4_gpu_full_node_FAILED-cbid468.console.txt \
-         | get gates | where verdict == retry | select id at_ns",
+         | get gates | where verdict == RETRY | select id at_ns",
     );
     let ids: Vec<_> = got.as_array().unwrap().iter().map(|g| g["id"].as_str().unwrap().to_string()).collect();
     assert_eq!(ids, ["G0", "G4"]);
@@ -131,7 +138,7 @@ fn kern_csv_from_open_raw() {
     let Some(nu) = Nu::or_skip("kern_csv_from_open_raw") else { return };
     let csv = "fixtures/nsys-2025.3.1/stats/gpu_full_node_cuda_gpu_kern_sum.csv";
     let got = nu.json(&format!(
-        "open {csv} --raw | kern-csv-to-json | get top_kernels | each {{|k| [$k.name $k.total_time_ns ($k.total_time | describe)] }}"
+        "open {csv} --raw | kern-csv-to-json | get top_kernels | each {{|k| [$k.name ($k.total_time_ns | into int) ($k.total_time_ns | describe)] }}"
     ));
     let doc =
         nsyskit::kern_csv::run(&nsyskit::contract::Input::Path(common::root().join(csv)), &Default::default()).unwrap();
@@ -153,8 +160,8 @@ fn gate_check_into_bundle_merge_matches_the_library() {
         nu.json(&format!("gate-check {capture} | bundle-merge '{}' | select written documents", bundle.display()));
     assert_eq!(summary["written"], true);
     assert_eq!(summary["documents"][0]["places"], json!(["kernel_profile.gates"]));
-    // the bytes equal what the library writes for the same gate document: the companions (`at` for `at_ns`,
-    // `size_filesize` for `size`) were dropped and nothing else changed on the way through Nushell
+    // the bytes equal what the library writes for the same gate document: `at_ns` (a duration) and `size` (a
+    // filesize) went back to the same integers and nothing else changed on the way through Nushell
     let opts = nsyskit::gate::GateOptions { capture: common::root().join(capture), ..Default::default() };
     let doc = serde_json::to_value(nsyskit::gate::run(&opts).unwrap()).unwrap();
     let docs = vec![nsyskit::bundle::DocIn { value: doc, source: "x".into(), line: 1 }];
@@ -234,7 +241,7 @@ fn nvtx_readiness_and_gate_g8() {
     let g8 = nu.json(
         "gate-check fixtures/nsys-2025.3.1/gpu_full_node.sqlite --readiness --range-prefix vibeserve | get gates | where id == G8 | get 0.verdict",
     );
-    assert_eq!(g8, json!("pass"));
+    assert_eq!(g8, json!("PASS"));
 }
 
 #[test]
@@ -306,7 +313,7 @@ fn capture_compare_ab_numbers_match_the_binary() {
     let got = nu.json(&format!(
         "capture-compare --baseline [{clean}] --trial [{clean}] --bootstrap 300 --fail-on-regression 5 | get ab"
     ));
-    // the same numbers in the Nushell table (nu adds duration companions to *_ns fields; floats pass through
+    // the same numbers in the Nushell table (*_ns fields are durations, `to json` gives their ns; floats pass through
     // nu's own number formatting, so they are compared to 1e-12)
     let (g, w) = (got["labels"].as_array().unwrap(), want["labels"].as_array().unwrap());
     assert_eq!(g.len(), w.len());

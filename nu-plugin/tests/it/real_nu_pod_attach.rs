@@ -216,7 +216,7 @@ fn pod_attach_session_capture_gated_by_the_library() {
             "cd '{}'; pod-attach {} --out-dir out | {{strategy: $in.strategy, sidecar: $in.provenance.sidecar, \
              gate: ($in.gate | select verdict reason), gate_schema: $in.gate.document.schema, \
              gate_retry: $in.gate.document.retry, files: ($in.files | select name path size sha256), \
-             typed: ($in.files.0.size_filesize | describe), cleanup: $in.cleanup, out_dir: $in.out_dir}}",
+             typed: ($in.files.0.size | describe), cleanup: $in.cleanup, out_dir: $in.out_dir}}",
             dir.path().display(),
             session_args(&nsys, &eng, &work, "1")
         ),
