@@ -265,3 +265,34 @@ fn help_examples_fit_80_columns() {
         assert_eq!(cmds(&narrow.stdout), cmds(&wide.stdout), "{b}: an example line is wrapped at 80 columns");
     }
 }
+
+/// Issue #41: `scripts/install --help` says what each part costs (time and disk, measured, with the load), the
+/// analysis binaries are installed first and the rest is optional (`--analysis-only`, `--no-pod-attach`,
+/// `--no-plugin`) or in the background (`--background`); an unknown option is exit 2 before anything is built.
+#[test]
+fn install_help_states_costs_and_options() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("bash").arg(root.join("scripts/install")).arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8(out.stdout).unwrap();
+    for flag in ["--analysis-only", "--background", "--no-pod-attach", "--no-plugin", "--no-nsys"] {
+        assert!(help.contains(flag), "{flag}: {help}");
+    }
+    // each of the three builds carries a measured wall time and its load; step 1 its CPU time and disk
+    let step = |n: &str| help.split(&format!("  {n}. ")).nth(1).unwrap().split("\n  ").next().unwrap().to_string();
+    let s1 = help.split("  1. ").nth(1).unwrap().split("  2. ").next().unwrap();
+    for want in ["24 min 36 s wall", "305 s CPU", "load 10-17", "312 MB", "79 MB", "2026-12-06"] {
+        assert!(s1.contains(want), "step 1 lacks {want:?}: {s1}");
+    }
+    assert!(step("2").contains("~18 min wall under load 8-11"), "{}", step("2"));
+    assert!(help.contains("~33 min wall under load 8-11"), "{help}");
+    assert!(help.contains("5 s (docs/first-hour.md)"), "{help}");
+    // the analysis binaries come first in the script itself
+    let script = std::fs::read_to_string(root.join("scripts/install")).unwrap();
+    let at = |s: &str| script.find(s).unwrap_or_else(|| panic!("{s} not in scripts/install"));
+    assert!(at("  cargo_install .\n") < at("cargo_install bins/pod-attach"));
+    assert!(at("  cargo_install .\n") < at("cargo_install nu-plugin"));
+    let out = Command::new("bash").arg(root.join("scripts/install")).arg("--bogus").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option --bogus"));
+}
