@@ -296,3 +296,15 @@ fn install_help_states_costs_and_options() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option --bogus"));
 }
+
+/// Issue #41: the measured first-hour times (wall, CPU, load) are on a docs page linked from the README.
+#[test]
+fn the_first_hour_page_is_linked_with_measured_times() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(readme.contains("(docs/first-hour.md)"), "README does not link docs/first-hour.md");
+    let page = std::fs::read_to_string(root.join("docs/first-hour.md")).unwrap();
+    for want in ["1 min 22 s", "71 s", "12 min 9 s", "724 s", "517 passed", "24 min 36 s", "4.9 s"] {
+        assert!(page.contains(want), "docs/first-hour.md lacks {want:?}");
+    }
+}
