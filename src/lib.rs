@@ -27,6 +27,7 @@ pub mod labels;
 pub mod memory;
 pub mod merge;
 pub mod phase;
+pub mod pipeline;
 pub mod pod_attach;
 pub mod ranges;
 pub mod readiness;

@@ -477,7 +477,7 @@ fn load_input(
             })
             .collect());
     }
-    let ev = evidence::load(path, provenance).map_err(|e| e.with_arg(arg))?;
+    let ev = crate::pipeline::load(path, provenance).map_err(|e| e.with_arg(arg))?;
     Ok(vec![capture_of(ev, role, path, opts.tier)?])
 }
 

@@ -7,7 +7,6 @@
 
 use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -313,72 +312,88 @@ pub struct Context<'a> {
     pub steps: OnceCell<std::result::Result<DecodeSteps, String>>,
 }
 
-/// Documents of other tools computed from the same capture in the same run ([`run_shared`]).
-#[derive(Debug, Clone, Default)]
-pub struct AlsoDocs {
-    /// `gate-check --ranges`: the `sqlite-ranges` document with these options.
-    pub ranges: Option<crate::ranges::RangesOptions>,
-    /// The `nvtx-readiness` document with these options.
-    pub readiness: Option<crate::readiness::ReadinessOptions>,
-    /// `gate-check --report`: the `report` document with these options (`input` is not read: the gates' export
-    /// is).
-    pub report: Option<crate::report::ReportOptions>,
-}
-
-/// The gate document and the documents [`AlsoDocs`] asked for, each byte for byte what its own tool prints
-/// for the same SQLite export (`sqlite-ranges EXPORT`, `nvtx-readiness EXPORT`; for a report the export
-/// gate-check made, described as the tools describe a report they exported).
-#[derive(Debug, Clone)]
-pub struct SharedDocs {
-    pub gate: GateDoc,
-    pub ranges: Option<crate::ranges::RangesDoc>,
-    pub readiness: Option<crate::readiness::ReadinessDoc>,
-    pub report: Option<crate::report::ReportDoc>,
+/// Check the thresholds and the readiness options before anything is read (a usage error names the flag).
+pub fn validate(opts: &GateOptions) -> Result<()> {
+    opts.thresholds.validate()?;
+    if let Some(r) = &opts.readiness {
+        r.validate()?;
+    }
+    Ok(())
 }
 
 /// Run every gate on the capture named in `opts`. CAPTURE `-` is an SQLite export read from standard input
 /// (copied into a temporary file, deleted afterwards; messages name it `<stdin>`).
 pub fn run(opts: &GateOptions) -> Result<GateDoc> {
-    Ok(run_shared(opts, &AlsoDocs::default())?.gate)
+    validate(opts)?;
+    on_capture(
+        opts,
+        |o, shown| {
+            let (opened, inputs) = open(o, shown)?;
+            inputs.doc(o, opened.export())
+        },
+        |d| d,
+    )
 }
 
-/// [`run`], and the documents `also` asks for from the same capture in the same run: one open export (one
-/// export of a report). The report, then the ranges document, are computed first on the gates' own export, and
-/// their reads of the runtime and device tables also compute the gates' facts of those tables
-/// ([`crate::report::document_sharing_scans`], [`crate::ranges::document_sharing_scans`]): one pass over each
-/// table for all documents; with the report, its ranges analysis is the ranges document. The readiness document
-/// is computed in its own thread on its own read-only connection: from the report's reads (its occurrences and
-/// runtime calls, [`crate::readiness::SharedReads`]) beside the gates when there is a report, else meanwhile.
-/// Errors: the gates' first, then the ranges', readiness', the report's.
-pub fn run_shared(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
-    opts.thresholds.validate()?;
-    if let Some(r) = &opts.readiness {
-        r.validate()?;
+/// `run(opts with the capture to read, how other documents name it)` on `opts.capture`; CAPTURE `-` is first
+/// copied from standard input into a temporary file (deleted afterwards), and the gate document `gate_of` finds in
+/// the result then names `<stdin>` instead of that file.
+pub fn on_capture<T>(
+    opts: &GateOptions,
+    run: impl FnOnce(&GateOptions, Option<&str>) -> Result<T>,
+    gate_of: impl FnOnce(&mut T) -> &mut GateDoc,
+) -> Result<T> {
+    if opts.capture.as_os_str() != "-" {
+        return run(opts, None);
     }
-    if let Some(r) = &also.readiness {
-        r.validate()?;
-    }
-    if opts.capture.as_os_str() == "-" {
-        let copy = crate::export::StdinCopy::read().map_err(|e| e.with_arg("CAPTURE"))?;
-        let o = GateOptions { capture: copy.path().to_path_buf(), ..opts.clone() };
-        let mut shared = copy.run(|_| run_path(&o, also, Some(crate::export::STDIN_NAME)))?;
-        let doc = &mut shared.gate;
-        doc.source.path = crate::export::STDIN_NAME.into();
-        doc.source.sqlite = Some(crate::export::STDIN_NAME.into());
-        for g in &mut doc.gates {
-            g.reason = copy.rename(&g.reason);
-            for ev in &mut g.evidence {
-                *ev = copy.rename(ev);
-            }
+    let copy = crate::export::StdinCopy::read().map_err(|e| e.with_arg("CAPTURE"))?;
+    let o = GateOptions { capture: copy.path().to_path_buf(), ..opts.clone() };
+    let mut out = copy.run(|_| run(&o, Some(crate::export::STDIN_NAME)))?;
+    let doc = gate_of(&mut out);
+    doc.source.path = crate::export::STDIN_NAME.into();
+    doc.source.sqlite = Some(crate::export::STDIN_NAME.into());
+    for g in &mut doc.gates {
+        g.reason = copy.rename(&g.reason);
+        for ev in &mut g.evidence {
+            *ev = copy.rename(ev);
         }
-        return Ok(shared);
     }
-    run_path(opts, also, None)
+    Ok(out)
 }
 
-/// The gates and the other documents of the capture at `opts.capture`; `shown` is how the other documents name
-/// it when that is not its path (`<stdin>`).
-fn run_path(opts: &GateOptions, also: &AlsoDocs, shown: Option<&str>) -> Result<SharedDocs> {
+/// The capture opened for the gates (kept alive, with its temporary folder, until the gates ran), and the
+/// SQLite file other documents read with how their own tools would describe it.
+pub struct Opened {
+    opened: Option<export::OpenedCapture>,
+    given: Option<Export>,
+    /// The SQLite file analysed and its source as `sqlite-ranges` or `report` describe it (None for a `.qdstrm`).
+    pub other: Option<(PathBuf, export::CaptureSource)>,
+}
+
+impl Opened {
+    /// The open export (None for a `.qdstrm`).
+    pub fn export(&self) -> Option<&Export> {
+        self.given.as_ref().or(self.opened.as_ref().map(|o| &o.export))
+    }
+}
+
+/// What the gates read besides the export: the source block, `--log` and `--provenance`.
+pub struct GateInputs {
+    source: GateSource,
+    log: Option<(String, String)>,
+    provenance: Option<(String, serde_json::Value)>,
+}
+
+impl GateInputs {
+    /// The gate document on `export` (None for a `.qdstrm`).
+    pub fn doc(self, opts: &GateOptions, export: Option<&Export>) -> Result<GateDoc> {
+        gate_doc(opts, self.source, export, self.log, self.provenance)
+    }
+}
+
+/// Open the capture at `opts.capture` for the gates; `shown` is how the other documents name it when that is
+/// not its path (`<stdin>`).
+pub fn open(opts: &GateOptions, shown: Option<&str>) -> Result<(Opened, GateInputs)> {
     let capture = &opts.capture;
     let name = capture.display().to_string();
     let (kind, size) = capture_kind(opts)?;
@@ -405,7 +420,6 @@ fn run_path(opts: &GateOptions, also: &AlsoDocs, shown: Option<&str>) -> Result<
         skipped_rows: Default::default(),
         notes: Vec::new(),
     };
-    // Open the export (kept alive, with its temporary folder, until the gates ran).
     let opened: Option<export::OpenedCapture>;
     let given: Option<Export>;
     match (kind, &opts.sqlite) {
@@ -427,7 +441,6 @@ fn run_path(opts: &GateOptions, also: &AlsoDocs, shown: Option<&str>) -> Result<
             given = None;
         }
     }
-    let export = given.as_ref().or(opened.as_ref().map(|o| &o.export));
     // the other documents: the SQLite file analysed and how its own tool would describe it
     let mut other: Option<(PathBuf, export::CaptureSource)> = match (&opened, &given, &opts.sqlite) {
         (Some(o), _, _) => Some((o.export.path().to_path_buf(), o.source.clone())),
@@ -446,7 +459,7 @@ fn run_path(opts: &GateOptions, also: &AlsoDocs, shown: Option<&str>) -> Result<
     if let (Some((_, src)), Some(shown)) = (other.as_mut(), shown) {
         src.path = shown.to_string();
     }
-    shared_documents(opts, also, export, other.as_ref(), |e| gate_doc(opts, source, e, log, provenance))
+    Ok((Opened { opened, given, other }, GateInputs { source, log, provenance }))
 }
 
 /// What kind of capture `opts.capture` is (`sqlite`, `nsys-rep` or `qdstrm`, by its extension) and its size; a
@@ -480,133 +493,12 @@ fn capture_kind(opts: &GateOptions) -> Result<(&'static str, u64)> {
     Ok((kind, meta.len()))
 }
 
-/// The gate document (`gate`, on the open export) and the documents `also` asks for: `other` is the SQLite file
-/// they read and how their own tools would describe it (None for a `.qdstrm`, which has no export).
-fn shared_documents(
-    opts: &GateOptions,
-    also: &AlsoDocs,
-    export: Option<&Export>,
-    other: Option<&(PathBuf, export::CaptureSource)>,
-    gate: impl FnOnce(Option<&Export>) -> Result<GateDoc> + Send,
-) -> Result<SharedDocs> {
-    let name = opts.capture.display();
-    let asked = [
-        ("--ranges", also.ranges.is_some()),
-        ("--nvtx-readiness", also.readiness.is_some()),
-        ("--report", also.report.is_some()),
-    ];
-    if let (Some(&(flag, _)), None) = (asked.iter().find(|a| a.1), other) {
-        return Err(Error::usage(format!(
-            "{name}: a .qdstrm holds no SQLite export: {flag} needs an .sqlite export or an .nsys-rep"
-        ))
-        .with_arg(flag));
-    }
-    // with the report, the gates and readiness start once its evidence is read (on their own connections
-    // holding the facts its scans computed, readiness from what its ranges analysis read), beside its step
-    // budget; without, readiness reads on its own connection beside the others
-    let after_evidence = also.report.is_some() && export.is_some();
-    std::thread::scope(|s| {
-        let mut readiness = also
-            .readiness
-            .as_ref()
-            .zip(other)
-            .filter(|_| !after_evidence)
-            .map(|(ro, (p, src))| readiness_thread(s, Export::open(p), src, ro, None));
-        // the report first, then the ranges document, on the gates' own export: their reads of the runtime and
-        // device tables also compute what the gates' scans would (one pass over each table for all documents),
-        // and the report's ranges analysis is the ranges document when it has sqlite-ranges' default options
-        if let Some(e) = export.filter(|_| also.report.is_some() || also.ranges.is_some()) {
-            keep_for_gates(opts, e);
-        }
-        let mut gate = Some(gate);
-        let mut gate_beside = None;
-        let (report, report_ranges) = match (&also.report, other, export) {
-            (Some(po), Some((p, src)), Some(e)) => {
-                let beside = |detail: Option<&Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>| {
-                    let ex = Export::open(p).inspect(|ex| ex.take_over_facts(e));
-                    gate_beside = gate.take().map(|g| s.spawn(move || g(Some(&ex?))));
-                    readiness = also.readiness.as_ref().map(|ro| {
-                        let ex = Export::open(p).inspect(|ex| ex.adopt_facts(e));
-                        readiness_thread(s, ex, src, ro, detail.cloned())
-                    });
-                };
-                match crate::report::document_sharing_scans(e, src, po, also.readiness.is_some(), beside) {
-                    Ok((doc, ranges)) => (Some(Ok(doc)), ranges),
-                    Err(err) => (Some(Err(err)), None),
-                }
-            }
-            _ => (None, None),
-        };
-        // the report failed before its evidence was read: readiness reads on its own
-        if let (None, true, Some(ro), Some((p, src))) = (&readiness, after_evidence, &also.readiness, other) {
-            readiness = Some(readiness_thread(s, Export::open(p), src, ro, None));
-        }
-        let ranges = match (&also.ranges, other, export) {
-            (Some(ro), Some((_, src)), Some(e)) => Some(ranges_doc(e, src, ro, report_ranges)),
-            _ => None,
-        };
-        // gate_beside is set exactly when the gates were taken from `gate`
-        let gate = match (gate_beside, gate) {
-            (Some(h), _) => join_doc(h),
-            (None, Some(g)) => g(export),
-            (None, None) => Err(Error::input("the gates did not run")),
-        };
-        let readiness = readiness.map(|h| join_doc(h)).transpose();
-        // an error of another document names its flag: the gates themselves went through
-        let named = |flag: &'static str| move |e: Error| e.context(flag).with_arg(flag);
-        Ok(SharedDocs {
-            gate: gate?,
-            ranges: ranges.transpose().map_err(named("--ranges"))?,
-            readiness: readiness.map_err(named("--nvtx-readiness"))?,
-            report: report.transpose().map_err(named("--report"))?,
-        })
-    })
-}
-
-/// The `sqlite-ranges` document with `ro`: the report's ranges analysis when there is one and `ro` are
-/// sqlite-ranges' default options (the same analysis, once the contract's table is checked), else its own
-/// analysis sharing the scans.
-fn ranges_doc(
-    e: &Export,
-    src: &export::CaptureSource,
-    ro: &crate::ranges::RangesOptions,
-    from_report: Option<crate::ranges::RangesDoc>,
-) -> Result<crate::ranges::RangesDoc> {
-    match from_report {
-        Some(doc) if *ro == crate::ranges::RangesOptions::sqlite_ranges_default() => {
-            e.require(export::schema::NVTX_EVENTS, &export::schema::cols::NVTX_EVENTS)?;
-            Ok(doc)
-        }
-        _ => crate::ranges::document_sharing_scans(e, src, ro),
-    }
-}
-
 /// What the gates ask the next scans of the timed tables to keep besides their facts: G5 reads the valid
 /// intervals of the window tables (throughput tier).
-fn keep_for_gates(opts: &GateOptions, e: &Export) {
+pub fn keep_for_gates(opts: &GateOptions, e: &Export) {
     if opts.tier == Tier::Throughput {
         e.keep_intervals(&WINDOW_TABLES.map(|k| k.table()));
     }
-}
-
-/// The readiness document in its own thread, on `ex` (its own connection to the export), from the reads of
-/// `detail` (the report's ranges analysis) when given, else reading them itself.
-fn readiness_thread<'s>(
-    s: &'s std::thread::Scope<'s, '_>,
-    ex: Result<Export>,
-    src: &'s export::CaptureSource,
-    ro: &'s crate::readiness::ReadinessOptions,
-    detail: Option<std::sync::Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>,
-) -> std::thread::ScopedJoinHandle<'s, Result<crate::readiness::ReadinessDoc>> {
-    s.spawn(move || {
-        let ex = ex?;
-        let reads = detail.as_deref().and_then(|(_, c)| crate::readiness::SharedReads::of(c));
-        crate::phase::timed("gate-check", "readiness", || crate::readiness::document_with(&ex, src, ro, reads))
-    })
-}
-
-fn join_doc<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
-    h.join().unwrap_or_else(|_| Err(Error::input("a document thread panicked")))
 }
 
 /// gate-check's document (default options: throughput tier) of an export already open, `source` saying where
@@ -746,7 +638,7 @@ mod tests {
             exported_with: None,
             exported_sqlite: None,
         };
-        crate::ranges::document_sharing_scans(&shared, &src, &Default::default()).unwrap();
+        crate::pipeline::shared::ranges_sharing_scans(&shared, &src, &Default::default()).unwrap();
         let own = Export::open(&path).unwrap();
         keep_for_gates(&opts, &own);
         own.check_timestamps(&export::rows::TIMED_TABLES).unwrap();

@@ -10,7 +10,7 @@
 //! sqlite-ranges' `--window` (occurrences lying inside it are kept).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -19,7 +19,7 @@ use super::join::{join, IterationJoin, StepGeometry, StepOcc};
 use crate::contract::{Document, Error, Result, Tool};
 use crate::export::Export;
 use crate::ranges::{self, RangesOptions};
-use crate::step_budget::{self, Components, Dist, StepBudgetDoc, StepBudgetOptions};
+use crate::step_budget::{self, Components, Dist};
 
 /// Parse `START:END`: engine iteration indices (or occurrence indices), integers ≥ 0, `START <= END`, both
 /// inclusive.
@@ -201,7 +201,8 @@ impl Prepared {
     pub fn step_index(&self, global_tid: i64, start: i64, end: i64) -> Option<usize> {
         self.by_key.get(&(global_tid, start, end)).copied()
     }
-    fn section(&self) -> IterationsSection {
+    /// The `iterations` section of a document analysed over this window (occurrences and groups empty).
+    pub fn section(&self) -> IterationsSection {
         IterationsSection {
             step_label: self.step_label.clone(),
             step_label_choice: self.step_label_choice.clone(),
@@ -384,128 +385,8 @@ pub fn prepare(export: &Export, args: &IterationArgs, tool: &str) -> Result<Wind
     Ok(Windowed::Doc(prep))
 }
 
-/// sqlite-ranges with `--iteration-records` / `--iterations`: the ranges of the window, and the step
-/// occurrences kept with their iteration.
-pub fn ranges_run(
-    path: &Path,
-    opts: &RangesOptions,
-    nsys: Option<&Path>,
-    args: &IterationArgs,
-) -> Result<Windowed<ranges::RangesDoc>> {
-    if opts.window.is_some() && args.iterations.is_some() {
-        return Err(Error::usage("--window and --iterations: give one window").with_arg("--iterations"));
-    }
-    let cap = crate::export::open_capture(path, nsys)?;
-    let prep = match prepare(&cap.export, args, "sqlite-ranges")? {
-        Windowed::Doc(p) => p,
-        Windowed::Retry(mut d) => {
-            d.source = cap.source.path.clone();
-            return Ok(Windowed::Retry(d));
-        }
-    };
-    let mut o = opts.clone();
-    if prep.time_window.is_some() {
-        o.window = prep.time_window;
-    }
-    let mut doc = ranges::analyze_doc(&cap.export, &o)?;
-    doc.source.path = cap.source.path.clone();
-    doc.source.size = cap.source.size;
-    doc.source.kind = cap.source.kind.clone();
-    doc.source.exported_with = cap.source.exported_with.clone();
-    if cap.source.kind == "nsys-rep" {
-        doc.notes.push(format!(
-            "{} is a report: it was exported with {} into a temporary folder (deleted afterwards), never next to it",
-            cap.source.path,
-            cap.source.exported_with.as_deref().unwrap_or("nsys")
-        ));
-    }
-    let mut sec = prep.section();
-    let inside = |s: &StepOcc| o.window.is_none_or(|(ws, we)| s.start >= ws && s.end <= we);
-    sec.occurrences = prep
-        .steps
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| inside(s))
-        .map(|(i, s)| {
-            let g = prep.geometry[i].as_ref();
-            StepRow {
-                index: i as u64,
-                start_ns: s.start,
-                end_ns: s.end,
-                global_tid: s.global_tid,
-                iteration: g.map(|g| g.iteration),
-                rank: g.map(|g| g.rank),
-                phase: g.map(|g| g.phase.clone()),
-                batch_size: g.map(|g| g.batch_size),
-            }
-        })
-        .collect();
-    if let Some(w) = &prep.window {
-        doc.notes.push(format!(
-            "--iterations {}:{} ({}): {} step(s) selected, analysed as the time window {}:{}",
-            w.requested.start, w.requested.end, w.by, w.selected_steps, w.time_window_start_ns, w.time_window_end_ns
-        ));
-    }
-    if let Some(j) = &prep.join {
-        doc.notes.push(join_note(j));
-    }
-    doc.iterations = Some(sec);
-    Ok(Windowed::Doc(doc))
-}
-
-/// step-budget with `--iteration-records` / `--iterations`: the budget of the window; each joined step carries
-/// its batch geometry; joined steps are grouped by phase and batch size.
-pub fn step_budget_run(
-    path: &Path,
-    opts: &StepBudgetOptions,
-    nsys: Option<&Path>,
-    args: &IterationArgs,
-) -> Result<Windowed<StepBudgetDoc>> {
-    let cap = crate::export::open_capture(path, nsys)?;
-    let mut a = args.clone();
-    a.step = opts.step.clone();
-    a.fold = opts.fold;
-    let prep = match prepare(&cap.export, &a, "step-budget")? {
-        Windowed::Doc(p) => p,
-        Windowed::Retry(mut d) => {
-            d.source = cap.source.path.clone();
-            return Ok(Windowed::Retry(d));
-        }
-    };
-    let mut o = opts.clone();
-    o.step = Some(prep.step_label.clone());
-    let mut doc = step_budget::analyze_window(&cap.export, &o, prep.time_window)?;
-    doc.source = cap.source.path.clone();
-    step_budget::judge(&mut doc, &cap.export, &cap.source)?;
-    doc.step_label_choice = prep.step_label_choice.clone();
-    let mut unjoined = 0usize;
-    for s in &mut doc.steps {
-        s.geometry =
-            prep.step_index(s.global_tid, s.start_ns, s.start_ns + s.wall_ns).and_then(|i| prep.geometry[i].clone());
-        if s.geometry.is_none() {
-            unjoined += 1;
-        }
-    }
-    let mut sec = prep.section();
-    if prep.join.is_some() {
-        sec.groups = geometry_groups(&doc.steps);
-        sec.unjoined_steps = Some(unjoined);
-    }
-    if let Some(w) = &prep.window {
-        doc.notes.push(format!(
-            "--iterations {}:{} ({}): {} step(s) selected, analysed as the time window {}:{}",
-            w.requested.start, w.requested.end, w.by, w.selected_steps, w.time_window_start_ns, w.time_window_end_ns
-        ));
-    }
-    if let Some(j) = &prep.join {
-        doc.notes.push(join_note(j));
-    }
-    doc.iterations = Some(sec);
-    Ok(Windowed::Doc(doc))
-}
-
 /// One line for a document's notes: the join's verdict and its findings.
-fn join_note(j: &IterationJoin) -> String {
+pub fn join_note(j: &IterationJoin) -> String {
     let mut s = format!(
         "iteration records {}: {} {} of {} steps ({} records, {} shape-only)",
         j.records_source, j.verdict, j.joined_steps, j.steps, j.records, j.shape_only_records
@@ -543,90 +424,4 @@ pub fn geometry_groups(steps: &[step_budget::Step]) -> Vec<GeometryGroup> {
         .collect();
     out.sort_by(|a, b| b.steps.cmp(&a.steps).then(a.phase.cmp(&b.phase)).then(a.batch_size.cmp(&b.batch_size)));
     out
-}
-
-/// report with `--iteration-records` / `--iterations`: the ranges of the evidence are recomputed from the
-/// capture over the window before the classification. The capture is the input when it is an export, else
-/// the bundle's `kernel_profile.ranges.source.path`; the records are `--iteration-records`, else (a bundle)
-/// its `iterations.source` when that file exists.
-pub fn report_run(
-    opts: &crate::report::ReportOptions,
-    args: &IterationArgs,
-) -> Result<Windowed<crate::report::ReportDoc>> {
-    let mut retry: Option<Box<IterationWindowDoc>> = None;
-    let mut note: Option<String> = None;
-    let result = crate::report::run_with(opts, |ev| {
-        let (capture, records) = match ev.kind.as_str() {
-            "bundle" => {
-                let b = ev.bundle.as_ref();
-                let cap = b.and_then(|b| b.pointer("/kernel_profile/ranges/source/path")).and_then(|v| v.as_str());
-                let Some(cap) = cap.map(PathBuf::from).filter(|p| p.is_file()) else {
-                    return Err(Error::input(format!(
-                        "{}: --iterations/--iteration-records need the capture: kernel_profile.ranges.source.path {} (give the .sqlite export instead)",
-                        ev.source,
-                        cap.map_or("is absent".to_string(), |c| format!("{c:?} is not a file"))
-                    ))
-                    .with_arg("--iterations"));
-                };
-                let rec = args.records.clone().or_else(|| {
-                    b.and_then(|b| b.pointer("/iterations/source"))
-                        .and_then(|v| v.as_str())
-                        .map(PathBuf::from)
-                        .filter(|p| p.is_file())
-                });
-                (cap, rec)
-            }
-            "ranges" => {
-                return Err(Error::input(format!(
-                    "{}: a ranges document cannot be windowed by iteration: give the capture (.sqlite) or a bundle",
-                    ev.source
-                ))
-                .with_arg("--iterations"))
-            }
-            _ => (opts.input.clone(), args.records.clone()),
-        };
-        let a = IterationArgs { records, step: opts.label.clone().or(args.step.clone()), fold: true, ..args.clone() };
-        let cap = crate::export::open_capture(&capture, None)?;
-        let prep = match prepare(&cap.export, &a, "report")? {
-            Windowed::Doc(p) => p,
-            Windowed::Retry(mut d) => {
-                d.source = ev.source.clone();
-                retry = Some(d);
-                return Err(Error::usage("the window selects no iteration"));
-            }
-        };
-        ev.step_window = prep.time_window;
-        let ro = RangesOptions { fold: true, window: prep.time_window, ..Default::default() };
-        let doc = ranges::analyze_doc(&cap.export, &ro)?;
-        let bytes = serde_json::to_vec(&doc).map_err(|e| Error::input(format!("{}: ranges: {e}", cap.source.path)))?;
-        ev.ranges = Some(
-            serde_json::from_slice(&bytes).map_err(|e| Error::input(format!("{}: ranges: {e}", cap.source.path)))?,
-        );
-        let joined = prep
-            .join
-            .as_ref()
-            .map(|j| format!("; records joined: {} ({} of {} steps)", j.verdict, j.joined_steps, j.steps));
-        note = Some(match &prep.window {
-            Some(w) => format!(
-                "--iterations {}:{} ({} of {:?}): {} step(s) selected; the ranges were recomputed from {} over the time window {}:{}{}",
-                w.requested.start,
-                w.requested.end,
-                w.by,
-                prep.step_label,
-                w.selected_steps,
-                cap.source.path,
-                w.time_window_start_ns,
-                w.time_window_end_ns,
-                joined.unwrap_or_default()
-            ),
-            None => format!("--iteration-records: no window{}", joined.unwrap_or_default()),
-        });
-        Ok(())
-    });
-    if let Some(d) = retry {
-        return Ok(Windowed::Retry(d));
-    }
-    let mut doc = result?;
-    doc.notes.extend(note);
-    Ok(Windowed::Doc(doc))
 }

@@ -175,15 +175,10 @@ pub fn document(export: &Export, source: &crate::export::CaptureSource, opts: &R
     document_impl(export, source, opts, false)
 }
 
-/// [`document`], whose reads of the runtime and device tables also compute those tables' timed-stats facts
-/// ([`Export::put_stats`], with what [`Export::keep_intervals`] asked them to keep): gates run afterwards on the
-/// same export scan none of them again (`gate-check --ranges`: one pass over each table for both documents).
-pub fn document_sharing_scans(
-    export: &Export,
-    source: &crate::export::CaptureSource,
-    opts: &RangesOptions,
-) -> Result<RangesDoc> {
-    document_impl(export, source, opts, true)
+/// The analysis [`document`] describes, whose reads of the runtime and device tables also compute those tables'
+/// timed-stats facts ([`Export::put_stats`]): `gate-check --ranges` (crate::pipeline::shared).
+pub fn analyze_sharing_scans(export: &Export, opts: &RangesOptions) -> Result<RangesDoc> {
+    Ok(analyze_impl(export, opts, false, true)?.0)
 }
 
 fn document_impl(

@@ -351,52 +351,8 @@ impl Document for ReportDoc {
 /// evidence alone gives).
 pub const UNRELIABLE: &str = "unreliable";
 
-/// Load the input, classify it, and write the HTML page when asked.
-pub fn run(opts: &ReportOptions) -> Result<ReportDoc> {
-    run_with(opts, |_| Ok(()))
-}
-
-/// [`run`], with `adjust` applied to the evidence before it is classified (`--iterations`:
-/// crate::iterations::window::report_run replaces the ranges by those of the window).
-pub fn run_with(opts: &ReportOptions, adjust: impl FnOnce(&mut Evidence) -> Result<()>) -> Result<ReportDoc> {
-    let categories = prepare(opts)?;
-    let mut ph = crate::phase::Phases::new("report");
-    let mut ev =
-        evidence::load_with(&opts.input, opts.provenance.as_deref(), true).map_err(|e| e.with_arg("BUNDLE"))?;
-    ph.mark("evidence");
-    adjust(&mut ev)?;
-    report_of(&mut ev, opts, &categories, None, ph)
-}
-
-/// The document [`run`] prints for an export already open, `source` saying where it came from, and the
-/// `sqlite-ranges` document its ranges analysis computed (`gate-check --report`: on the gates' own export, whose
-/// facts these reads also compute; `opts.input` is not read). With `keep_occurrences`, the detail keeps the
-/// occurrences as read ([`crate::ranges::Collected::occurrences`]). `beside` is called once the evidence is read,
-/// before the step budget, with that detail: the caller can start the work that needs only the scans' facts (its
-/// own threads, on its own connections) while the step budget finishes.
-pub fn document_sharing_scans(
-    export: &Export,
-    source: &crate::export::CaptureSource,
-    opts: &ReportOptions,
-    keep_occurrences: bool,
-    beside: impl FnOnce(Option<&std::sync::Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>),
-) -> Result<(ReportDoc, Option<crate::ranges::RangesDoc>)> {
-    let categories = prepare(opts)?;
-    let mut ph = crate::phase::Phases::new("report");
-    let mut ev = evidence::from_open_export_keeping(export, source, true, keep_occurrences)?;
-    if let Some(p) = &opts.provenance {
-        evidence::add_provenance(&mut ev, p)?;
-    }
-    ph.mark("evidence");
-    beside(ev.step_detail.as_ref());
-    let doc = report_of(&mut ev, opts, &categories, Some(export), ph)?;
-    let ranges = ev.step_detail.as_deref().map(|(a, _)| crate::ranges::described(a.doc.clone(), source));
-    crate::memory::drop_beside(ev);
-    Ok((doc, ranges))
-}
-
 /// The categories of `opts`, after refusing an output over an input.
-fn prepare(opts: &ReportOptions) -> Result<Categories> {
+pub fn prepare(opts: &ReportOptions) -> Result<Categories> {
     let categories = match &opts.categories {
         Some(p) => Categories::from_file(p).map_err(|e| e.with_arg("--categories"))?,
         None => Categories::builtin(),
@@ -426,7 +382,7 @@ fn prepare(opts: &ReportOptions) -> Result<Categories> {
 
 /// Classify the evidence, add the step budget (on `given`, else on the export the evidence came from), write
 /// `--trace` and `--html`.
-fn report_of(
+pub fn report_of(
     ev: &mut Evidence,
     opts: &ReportOptions,
     categories: &Categories,

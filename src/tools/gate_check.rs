@@ -19,7 +19,7 @@ pub fn run(a: GateCheckArgs, host: &Invocation) -> Result<Outcome> {
     if a.sqlite.is_none() {
         opts.nsys = super::nsys_for(a.nsys.as_deref(), &[a.capture.as_path()], host)?;
     }
-    let also = crate::gate::AlsoDocs {
+    let also = crate::pipeline::AlsoDocs {
         ranges: a.ranges.as_ref().map(|_| crate::ranges::RangesOptions::sqlite_ranges_default()),
         readiness: a
             .nvtx_readiness
@@ -40,7 +40,7 @@ pub fn run(a: GateCheckArgs, host: &Invocation) -> Result<Outcome> {
             return Err(Error::usage(format!("{flag} {}: {other} writes that file too", out.display())).with_arg(*flag));
         }
     }
-    let shared = crate::gate::run_shared(&opts, &also)?;
+    let shared = crate::pipeline::run_shared(&opts, &also)?;
     // what each tool writes to a file (not a terminal: compact)
     let written = [
         ("--ranges", a.ranges.as_deref(), shared.ranges.as_ref().map(|d| render(d, Style::Compact))),

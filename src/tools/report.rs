@@ -3,7 +3,7 @@
 
 use crate::contract::Result;
 use crate::flags::report::ReportArgs;
-use crate::iterations::window::{self, Windowed};
+use crate::iterations::window::Windowed;
 
 use super::{Invocation, Outcome};
 
@@ -15,16 +15,12 @@ pub fn run(a: ReportArgs, host: &Invocation) -> Result<Outcome> {
     }
     let opts = a.options()?;
     let it = a.iteration_args()?;
-    let doc = if it.any() {
-        match window::report_run(&opts, &it)? {
-            Windowed::Retry(d) => {
-                let reason = d.reason.clone();
-                return Ok(Outcome::doc(*d, a.out.style()).saying(format!("RETRY: {reason}")));
-            }
-            Windowed::Doc(d) => d,
+    let doc = match crate::pipeline::report::run(&opts, &it)? {
+        Windowed::Retry(d) => {
+            let reason = d.reason.clone();
+            return Ok(Outcome::doc(*d, a.out.style()).saying(format!("RETRY: {reason}")));
         }
-    } else {
-        crate::report::run(&opts)?
+        Windowed::Doc(d) => d,
     };
     let truncated = doc.trace.as_ref().filter(|t| t.truncated).map(|t| {
         format!(

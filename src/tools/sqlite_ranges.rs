@@ -6,7 +6,8 @@ use std::path::Path;
 use crate::contract::Result;
 use crate::export::STDIN_NAME;
 use crate::flags::sqlite_ranges::{Format, SqliteRangesArgs};
-use crate::iterations::window::{self, Windowed};
+use crate::iterations::window::Windowed;
+use crate::pipeline::window;
 use crate::ranges;
 
 use super::{Invocation, Outcome, Output};

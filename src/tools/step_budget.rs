@@ -6,7 +6,8 @@ use std::path::Path;
 use crate::contract::Result;
 use crate::export::STDIN_NAME;
 use crate::flags::step_budget::StepBudgetArgs;
-use crate::iterations::window::{self, Windowed};
+use crate::iterations::window::Windowed;
+use crate::pipeline::window;
 use crate::step_budget;
 
 use super::{Invocation, Outcome};

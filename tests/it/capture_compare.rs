@@ -638,7 +638,7 @@ fn ab_on_real_decode_captures_finds_the_contaminated_step_slower() {
     // per-occurrence values, as capture-compare would on a comparable pair.
     let load = |f: &str| {
         let p = common::fixture(f);
-        let ev = nsyskit::evidence::load(&p, None).unwrap();
+        let ev = nsyskit::pipeline::load(&p, None).unwrap();
         nsyskit::compare::capture_of(ev, "baseline", &p, nsyskit::gate::Tier::Decode).unwrap()
     };
     let clean = load("nsys-2025.3.1/decode_clean.sqlite");

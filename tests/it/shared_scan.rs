@@ -157,7 +157,8 @@ fn ranges_over_an_input_is_refused() {
 
 #[test]
 fn run_shared_gives_each_tool_its_own_document() {
-    use nsyskit::gate::{self, AlsoDocs, GateOptions};
+    use nsyskit::gate::{self, GateOptions};
+    use nsyskit::pipeline::AlsoDocs;
     for rel in ["fixtures/nsys-2025.3.1/gpu_full_node.sqlite", "fixtures/nsys-2023.4.4/gpu_range_node.sqlite"] {
         let f = root().join(rel);
         let ropts = nsyskit::ranges::RangesOptions { fold: true, ..Default::default() };
@@ -166,11 +167,11 @@ fn run_shared_gives_each_tool_its_own_document() {
         let popts = nsyskit::report::ReportOptions { input: f.clone(), top: 5, ..Default::default() };
         let also =
             AlsoDocs { ranges: Some(ropts.clone()), readiness: Some(dopts.clone()), report: Some(popts.clone()) };
-        let shared = gate::run_shared(&opts, &also).unwrap();
+        let shared = nsyskit::pipeline::run_shared(&opts, &also).unwrap();
         assert_eq!(shared.gate, gate::run(&opts).unwrap(), "{rel}: gate");
         assert_eq!(shared.ranges.unwrap(), nsyskit::ranges::run(&f, &ropts, None).unwrap(), "{rel}: ranges");
         assert_eq!(shared.readiness.unwrap(), nsyskit::readiness::run(&f, &dopts, None).unwrap(), "{rel}: readiness");
-        let (report, alone) = (shared.report.unwrap(), nsyskit::report::run(&popts).unwrap());
+        let (report, alone) = (shared.report.unwrap(), nsyskit::pipeline::report::document(&popts).unwrap());
         assert_eq!(serde_json::to_value(&report).unwrap(), serde_json::to_value(&alone).unwrap(), "{rel}: report");
         assert_eq!(report.top_kernels.len(), 5, "{rel}: the report's own options");
     }

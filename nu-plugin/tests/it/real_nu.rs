@@ -248,7 +248,7 @@ fn nvtx_readiness_and_gate_g8() {
 fn report_and_capture_compare_take_paths_and_records() {
     let Some(nu) = Nu::or_skip("report_and_capture_compare_take_paths_and_records") else { return };
     let node = "fixtures/nsys-2025.3.1/gpu_full_node.sqlite";
-    let want = nsyskit::report::run(&nsyskit::report::ReportOptions {
+    let want = nsyskit::pipeline::report::document(&nsyskit::report::ReportOptions {
         input: common::root().join(node),
         top: 20,
         ..Default::default()
