@@ -55,6 +55,17 @@ pub struct RangeRow {
 }
 
 impl RangeRow {
+    /// This label as a step-label candidate ([`crate::step_label`]; `depths` keys are depths as text).
+    pub fn step_candidate(&self) -> crate::step_label::StepCandidate<'_> {
+        crate::step_label::StepCandidate {
+            label: &self.label,
+            occurrences: self.occurrences.max(0) as u64,
+            with_device_work: Some(self.occurrences_with_device_work.max(0) as u64),
+            min_depth: self.depths.keys().filter_map(|d| d.parse().ok()).min(),
+            host_wall_ns: Some(self.host_wall_time_ns),
+            period: None,
+        }
+    }
     /// Every occurrence of this label is outermost on its thread (depth 0).
     pub fn is_outermost(&self) -> bool {
         self.depths.iter().all(|(d, _)| d == "0") && !self.depths.is_empty()
@@ -185,6 +196,31 @@ impl From<&crate::ranges::RangesDoc> for RangesView {
     }
 }
 
+/// One kept range occurrence: its label, start and the three per-occurrence quantities compared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Occ {
+    pub label: String,
+    pub start: i64,
+    pub host_wall_ns: i64,
+    pub kernel_busy_union_ns: i64,
+    pub gpu_idle_within_kernel_span_ns: i64,
+}
+
+/// The per-occurrence values of a ranges analysis (public API of `crate::ranges`: occurrences + metrics).
+pub fn occurrences_of(a: &crate::ranges::Analysis) -> Vec<Occ> {
+    a.occurrences
+        .iter()
+        .zip(a.metrics.iter())
+        .map(|(o, m)| Occ {
+            label: o.label.to_string(),
+            start: o.start,
+            host_wall_ns: o.end - o.start,
+            kernel_busy_union_ns: m.busy_ns,
+            gpu_idle_within_kernel_span_ns: m.idle_in_span_ns(),
+        })
+        .collect()
+}
+
 /// A fact about how a capture was taken, with where it was read (`META_DATA_CAPTURE`, `provenance.nsys.version`…).
 /// `value` null = unknown.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -283,17 +319,17 @@ pub struct Evidence {
     /// capture-compare. With step detail (report) they are not copied out: [`Evidence::occurrence_values`] reads
     /// them from [`Evidence::step_detail`].
     #[serde(skip)]
-    pub occurrences: Option<Vec<crate::compare::ab::Occ>>,
+    pub occurrences: Option<Vec<Occ>>,
     /// The private temporary copy of an export read from stdin or a FIFO (kept while the evidence lives, so
     /// a second reader of the same export, such as capture-compare's gate, opens it instead of `-`).
     #[serde(skip)]
     #[schemars(skip)]
     pub spooled: Option<std::sync::Arc<tempfile::TempPath>>,
     /// How much copy and communication time the compute hides on each device (raw export read with step
-    /// detail, i.e. report; measured only when it can change a class: [`export_exposure`]).
+    /// detail, i.e. report; measured only when it can change a class: [`crate::step_budget::picture::export_exposure`]).
     #[serde(skip)]
     #[schemars(skip)]
-    pub exposure: Option<Exposure>,
+    pub exposure: Option<crate::step_budget::picture::Exposure>,
     /// The ranges analysis of a raw export (whole capture, labels folded) with the intervals of every
     /// occurrence of an iteration-like label: report's step budget reuses it instead of a second analysis.
     #[serde(skip)]
@@ -313,75 +349,27 @@ pub struct Evidence {
     #[serde(skip)]
     #[schemars(skip)]
     pub no_range: Option<NoRange>,
-    /// What each GPU did over its whole active span ([`crate::device_picture`]), when no step can be attributed
+    /// What each GPU did over its whole active span ([`crate::step_budget::picture`]), when no step can be attributed
     /// and the device timelines were built (report on an export).
     #[serde(skip)]
     #[schemars(skip)]
-    pub picture: Option<Vec<crate::device_picture::PictureRow>>,
+    pub picture: Option<Vec<crate::step_budget::picture::PictureRow>>,
 }
 
 impl Evidence {
     /// The per-occurrence values of every kept range ([`Evidence::occurrences`]): as kept, else computed from
     /// the step detail; None for evidence read from JSON.
-    pub fn occurrence_values(&self) -> Option<std::borrow::Cow<'_, [crate::compare::ab::Occ]>> {
+    pub fn occurrence_values(&self) -> Option<std::borrow::Cow<'_, [Occ]>> {
         use std::borrow::Cow;
         match (&self.occurrences, &self.step_detail) {
             (Some(o), _) => Some(Cow::Borrowed(o.as_slice())),
-            (None, Some(d)) => Some(Cow::Owned(crate::compare::ab::occurrences_of(&d.0))),
+            (None, Some(d)) => Some(Cow::Owned(occurrences_of(&d.0))),
             (None, None) => None,
         }
     }
 }
 
-/// gate-check's verdict on a capture, its retried gates and their reasons, and where it was read.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct EvidenceGates {
-    /// `PASS` or `RETRY`.
-    pub verdict: String,
-    /// The retried gates (`G4`).
-    pub retry: Vec<String>,
-    /// `G4: CUDA data stops at …`, one per retried gate.
-    pub reasons: Vec<String>,
-    /// `kernel_profile.gates`, `pod_attach.gate`, `serve_capture.gate`, or `gate-check on the export`.
-    pub source: String,
-}
-
-impl EvidenceGates {
-    /// From a gate-check document as JSON (`{verdict, retry, gates[]}`), read at `source`.
-    pub fn of_doc(g: &Value, source: &str) -> Option<EvidenceGates> {
-        let verdict = g.get("verdict")?.as_str()?.to_string();
-        let retry: Vec<String> = g
-            .get("retry")
-            .and_then(|r| r.as_array())
-            .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
-            .unwrap_or_default();
-        let reasons = g
-            .get("gates")
-            .and_then(|l| l.as_array())
-            .into_iter()
-            .flatten()
-            .filter(|x| x.get("verdict").and_then(|v| v.as_str()).is_some_and(|v| v.eq_ignore_ascii_case("retry")))
-            .map(|x| {
-                format!(
-                    "{}: {}",
-                    x.get("id").and_then(|v| v.as_str()).unwrap_or("?"),
-                    x.get("reason").and_then(|v| v.as_str()).unwrap_or("")
-                )
-            })
-            .collect();
-        Some(EvidenceGates { verdict, retry, reasons, source: source.into() })
-    }
-    /// gate-check (throughput tier) run on an open export, the one source every tool reads it from.
-    pub fn of_export(export: &Export, source: &crate::export::CaptureSource) -> Result<Option<EvidenceGates>> {
-        let g = crate::gate::gate_doc_of_open(export, source)?;
-        let v = serde_json::to_value(&g).map_err(|e| Error::input(format!("{}: gate: {e}", export.name())))?;
-        Ok(EvidenceGates::of_doc(&v, "gate-check (throughput tier) on the export"))
-    }
-    /// Did gate-check reject the capture?
-    pub fn rejected(&self) -> bool {
-        self.verdict == "RETRY"
-    }
-}
+pub use crate::gate::EvidenceGates;
 
 /// What a capture without any NVTX range still shows on the host side.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -1187,133 +1175,6 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
             Fact::known(serde_json::json!(gpus), "TARGET_INFO_GPU (name, chipName, smCount, totalMemory, clockRate)");
     }
     Ok(f)
-}
-
-/// Kernel statistics by demangled name from the KERNEL table, and Σ duration of MEMCPY + MEMSET rows.
-pub fn export_kernel_stats(export: &Export) -> Result<(Vec<KernelStat>, i64)> {
-    let mut out: Vec<KernelStat> = export
-        .kernel_time_by_name()?
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(name, instances, total_time_ns)| KernelStat { name, instances, total_time_ns })
-        .collect();
-    out.sort_by(|a: &KernelStat, b: &KernelStat| {
-        b.total_time_ns.cmp(&a.total_time_ns).then_with(|| a.name.cmp(&b.name))
-    });
-    let mem = export.sum_durations(schema::MEMCPY)? + export.sum_durations(schema::MEMSET)?;
-    Ok((out, mem))
-}
-
-/// One device's busy time, and the parts of it that copies and communication kernels take with no compute
-/// under them: unions of that device's rows (any process), never sums of durations, never across devices.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct DeviceExposure {
-    pub device_id: i64,
-    /// |KERNEL ∪ MEMCPY ∪ MEMSET ∪ GRAPH_TRACE|: the device busy union.
-    pub busy_ns: i64,
-    /// |MEMCPY ∪ MEMSET|.
-    pub copy_ns: i64,
-    /// |copies \ (KERNEL ∪ GRAPH_TRACE)|: copy time no kernel of the device runs under.
-    pub exposed_copy_ns: i64,
-    /// |communication kernels| ([`crate::categories::is_communication_kernel`]).
-    pub comm_ns: i64,
-    /// |communication \ (other KERNEL ∪ GRAPH_TRACE)|: communication time no compute of the device runs under
-    /// (step-budget's `exposed_comm_ns`, per device instead of per rank).
-    pub exposed_comm_ns: i64,
-}
-
-/// [`DeviceExposure`] of every device of a capture, by `deviceId`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Exposure {
-    pub devices: Vec<DeviceExposure>,
-}
-
-impl Exposure {
-    /// Σ over devices of one field: device time, each term a union on its own device.
-    pub fn sum(&self, field: impl Fn(&DeviceExposure) -> i64) -> i64 {
-        self.devices.iter().map(field).sum()
-    }
-}
-
-/// [`Exposure`] of an export from the device rows its ranges scan read ([`crate::ranges::CapturedRows`]: report's
-/// step detail), measured only when it can change a class (the grouping and unions cost on big exports): the
-/// summed copy time reaches `report::MEMCPY_SHARE_MIN` of the summed kernel and copy time, or the kernel table
-/// holds communication kernels. Copies on a copy stream under compute on another stream are not what bounds the
-/// step (measured: held-out `overlap`, 128 MiB H2D copies under 20 matmuls: the copies are 38.9 % of the summed
-/// device time but 7.6 % of the busy union is copy time with no kernel under it), nor is an all-reduce on a
-/// communication stream under the GEMMs (tests/it/heldout_devices.rs).
-pub fn export_exposure(
-    export: &Export,
-    device: &[crate::export::rows::DeviceChunk],
-    kernels: &[KernelStat],
-    copy_sum: i64,
-) -> Result<Option<Exposure>> {
-    let kernel_sum: i64 = kernels.iter().map(|k| k.total_time_ns).sum();
-    let copies = copy_sum > 0 && (copy_sum as f64) >= crate::report::MEMCPY_SHARE_MIN * (copy_sum + kernel_sum) as f64;
-    let comm = kernels.iter().any(|k| crate::categories::is_communication_kernel(&k.name));
-    if !copies && !comm {
-        return Ok(None);
-    }
-    let devices = device_rows_by_role(export, device)?.into_iter().map(|(d, r)| r.exposure(d)).collect();
-    Ok(Some(Exposure { devices }))
-}
-
-type Intervals = Vec<(i64, i64)>;
-
-/// One device's rows by role (intervals, not unioned).
-#[derive(Debug, Clone, Default)]
-pub struct Roles {
-    /// Kernels that are not communication, and GRAPH_TRACE replays.
-    pub compute: Intervals,
-    /// Communication kernels ([`crate::categories::is_communication_kernel`]).
-    pub comm: Intervals,
-    /// MEMCPY and MEMSET rows.
-    pub copies: Intervals,
-}
-
-/// Every valid row of the four device tables as the ranges scan read them (any process; its kernels with their
-/// `demangledName` ids), by `deviceId` (-1: none) and role.
-pub fn device_rows_by_role(
-    export: &Export,
-    device: &[crate::export::rows::DeviceChunk],
-) -> Result<BTreeMap<i64, Roles>> {
-    use crate::export::rows::NO_NAME;
-    use crate::export::DeviceKind;
-    let comm_ids = export.string_ids_where(|v| crate::categories::is_communication_kernel(v).then_some(()))?;
-    let mut by_dev: BTreeMap<i64, Roles> = BTreeMap::new();
-    for c in device {
-        let Some(kind) = c.kind else { continue };
-        for (rows, _, dev) in c.segments() {
-            let r = by_dev.entry(dev.unwrap_or(-1)).or_default();
-            for i in rows {
-                let comm = || c.names.get(i).is_some_and(|&n| n != NO_NAME && comm_ids.contains_key(&n));
-                let part = match kind {
-                    DeviceKind::Memcpy | DeviceKind::Memset => &mut r.copies,
-                    DeviceKind::Kernel if comm() => &mut r.comm,
-                    _ => &mut r.compute,
-                };
-                part.push((c.rows[i].start, c.end(i)));
-            }
-        }
-    }
-    Ok(by_dev)
-}
-
-impl Roles {
-    fn exposure(self, device_id: i64) -> DeviceExposure {
-        use crate::step_budget::device::{len, overlap, union};
-        let (compute, comm, copies) = (union(self.compute), union(self.comm), union(self.copies));
-        let kernels = union([compute.as_slice(), comm.as_slice()].concat());
-        let copies_under_kernels = overlap(&kernels, &copies);
-        DeviceExposure {
-            device_id,
-            busy_ns: len(&kernels) + len(&copies) - copies_under_kernels,
-            copy_ns: len(&copies),
-            exposed_copy_ns: len(&copies) - copies_under_kernels,
-            comm_ns: len(&comm),
-            exposed_comm_ns: len(&comm) - overlap(&comm, &compute),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@ pub mod bundle;
 pub mod categories;
 pub mod compare;
 pub mod contract;
-pub mod device_picture;
 pub mod evidence;
 pub mod export;
 pub mod flags;
@@ -35,6 +34,7 @@ pub mod report;
 pub mod resolve;
 pub mod schemas;
 pub mod serve_capture;
+pub mod stats;
 pub mod step_budget;
 pub mod step_label;
 #[cfg(test)]

@@ -24,8 +24,6 @@
 
 use std::collections::BTreeSet;
 
-use crate::evidence::RangeRow;
-
 /// Is a label iteration-like (a candidate engine step by its name)? Its text contains `iteration`, `step` or
 /// `decode` (case-insensitive) and not `prefill`, and it is not a framework's own range
 /// ([`crate::framework::is_framework`]: `Optimizer.step#SGD.step`, `TSL:XlaModule:#hlo_module=jit__step…#`).
@@ -151,20 +149,6 @@ pub struct StepCandidate<'a> {
     pub host_wall_ns: Option<i64>,
     /// How it repeats on CUDA-calling threads; None when unknown (label counts only).
     pub period: Option<PeriodFacts>,
-}
-
-impl<'a> StepCandidate<'a> {
-    /// A label of a ranges document (its `depths` keys are depths as text).
-    pub fn of_row(r: &'a RangeRow) -> StepCandidate<'a> {
-        StepCandidate {
-            label: &r.label,
-            occurrences: r.occurrences.max(0) as u64,
-            with_device_work: Some(r.occurrences_with_device_work.max(0) as u64),
-            min_depth: r.depths.keys().filter_map(|d| d.parse().ok()).min(),
-            host_wall_ns: Some(r.host_wall_time_ns),
-            period: None,
-        }
-    }
 }
 
 impl<'a> From<&'a crate::ranges::RangeStats> for StepCandidate<'a> {
@@ -316,11 +300,30 @@ pub fn best_candidates(cands: &[StepCandidate<'_>], total_busy_ns: i64, n: usize
         .collect()
 }
 
-/// The step label among the rows of a ranges document.
-pub fn of_rows(rows: &[RangeRow]) -> Option<String> {
-    let unstable = crate::compare::checks::unstable_labels(rows.iter().map(|r| r.label.as_str()));
-    let cands: Vec<StepCandidate> = rows.iter().map(StepCandidate::of_row).collect();
-    choose(&cands, &unstable).map(str::to_string)
+/// The labels that are not stable: labels that differ from another label only in digit runs (per-request
+/// labels such as `vibeserve.request.0`, `vibeserve.request.1`; `vibeserve.sampling.d2h` alone is stable).
+pub fn unstable_labels<'a>(labels: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
+    let mut by: std::collections::BTreeMap<String, BTreeSet<String>> = std::collections::BTreeMap::new();
+    for l in labels {
+        by.entry(crate::ranges::digits_to_hash(l)).or_default().insert(l.to_string());
+    }
+    by.into_values().filter(|g| g.len() > 1).flatten().collect()
+}
+
+/// The iteration label from label counts alone (no device facts: a stored baseline, a window's label counts).
+pub fn of_counts(labels: &std::collections::BTreeMap<String, i64>, unstable: &BTreeSet<String>) -> Option<String> {
+    let cands: Vec<StepCandidate> = labels
+        .iter()
+        .map(|(l, n)| StepCandidate {
+            label: l,
+            occurrences: (*n).max(0) as u64,
+            with_device_work: None,
+            min_depth: None,
+            host_wall_ns: None,
+            period: None,
+        })
+        .collect();
+    choose(&cands, unstable).map(str::to_string)
 }
 
 #[cfg(test)]

@@ -15,30 +15,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// One kept range occurrence: its label, start and the three per-occurrence quantities compared.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Occ {
-    pub label: String,
-    pub start: i64,
-    pub host_wall_ns: i64,
-    pub kernel_busy_union_ns: i64,
-    pub gpu_idle_within_kernel_span_ns: i64,
-}
-
-/// The per-occurrence values of a ranges analysis (public API of `crate::ranges`: occurrences + metrics).
-pub fn occurrences_of(a: &crate::ranges::Analysis) -> Vec<Occ> {
-    a.occurrences
-        .iter()
-        .zip(a.metrics.iter())
-        .map(|(o, m)| Occ {
-            label: o.label.to_string(),
-            start: o.start,
-            host_wall_ns: o.end - o.start,
-            kernel_busy_union_ns: m.busy_ns,
-            gpu_idle_within_kernel_span_ns: m.idle_in_span_ns(),
-        })
-        .collect()
-}
+pub use crate::evidence::{occurrences_of, Occ};
 
 /// The per-occurrence values of one label in one capture, in time order.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -299,15 +299,7 @@ pub struct CheckOptions {
     pub max_attributed_share_diff: f64,
 }
 
-/// The labels that are not stable: labels that differ from another label only in digit runs (per-request
-/// labels such as `vibeserve.request.0`, `vibeserve.request.1`; `vibeserve.sampling.d2h` alone is stable).
-pub fn unstable_labels<'a>(labels: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
-    let mut by: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for l in labels {
-        by.entry(crate::ranges::digits_to_hash(l)).or_default().insert(l.to_string());
-    }
-    by.into_values().filter(|g| g.len() > 1).flatten().collect()
-}
+pub use crate::step_label::unstable_labels;
 
 fn short(v: &Value) -> String {
     let s = match v {

@@ -481,32 +481,16 @@ fn load_input(
     Ok(vec![capture_of(ev, role, path, opts.tier)?])
 }
 
-/// The iteration label from label counts alone ([`crate::step_label`] without device facts).
-pub fn iteration_label(labels: &BTreeMap<String, i64>, unstable: &BTreeSet<String>) -> Option<String> {
-    let cands: Vec<crate::step_label::StepCandidate> = labels
-        .iter()
-        .map(|(l, n)| crate::step_label::StepCandidate {
-            label: l,
-            occurrences: (*n).max(0) as u64,
-            with_device_work: None,
-            min_depth: None,
-            host_wall_ns: None,
-            period: None,
-        })
-        .collect();
-    crate::step_label::choose(&cands, unstable).map(str::to_string)
-}
-
 /// The iteration label of a capture: [`crate::step_label`] over its ranges (device work known) when it has
 /// them, else over its label counts (a stored baseline).
 fn capture_iteration_label(c: &Capture, unstable: &BTreeSet<String>) -> Option<String> {
     match c.evidence.as_ref().and_then(|e| e.ranges.as_ref()) {
         Some(r) => {
             let cands: Vec<crate::step_label::StepCandidate> =
-                r.ranges.iter().map(crate::step_label::StepCandidate::of_row).collect();
+                r.ranges.iter().map(crate::evidence::RangeRow::step_candidate).collect();
             crate::step_label::choose(&cands, unstable).map(str::to_string)
         }
-        None => c.labels.as_ref().and_then(|l| iteration_label(l, unstable)),
+        None => c.labels.as_ref().and_then(|l| crate::step_label::of_counts(l, unstable)),
     }
 }
 

@@ -119,3 +119,15 @@ pub fn suggest_flag(cmd: &clap::Command, given: &str) -> Option<String> {
     hits.sort_by_key(|l| (l.len(), l.to_string()));
     hits.first().map(|l| format!("--{l}"))
 }
+
+/// The values of `T`'s flags when none is given: their clap defaults. `T` has no required argument (every
+/// caller is one of this crate's option structs; a unit test parses each).
+pub fn defaults<T: clap::Args + clap::FromArgMatches>() -> T {
+    let cmd = T::augment_args(clap::Command::new("defaults").no_binary_name(true));
+    let matches = cmd.try_get_matches_from(std::iter::empty::<&str>());
+    match matches.and_then(|m| T::from_arg_matches(&m)) {
+        Ok(t) => t,
+        // a required flag in a struct with defaults: a bug caught by the unit tests of crate::flags
+        Err(e) => unreachable!("defaults of an option struct: {e}"),
+    }
+}

@@ -13,7 +13,7 @@
 //! - the value name refines it: `BYTES` also takes a Nushell filesize, `SECONDS` a duration, `DIR` a directory,
 //!   `TIME` a date.
 
-use clap::{Args, CommandFactory, FromArgMatches};
+use clap::CommandFactory;
 
 pub mod bundle_merge;
 pub mod capture_compare;
@@ -27,17 +27,7 @@ pub mod serve_capture;
 pub mod sqlite_ranges;
 pub mod step_budget;
 
-/// The values of `T`'s flags when none is given: their clap defaults. `T` has no required argument (every
-/// caller is one of this crate's option structs; a unit test parses each).
-pub fn defaults<T: Args + FromArgMatches>() -> T {
-    let cmd = T::augment_args(clap::Command::new("defaults").no_binary_name(true));
-    let matches = cmd.try_get_matches_from(std::iter::empty::<&str>());
-    match matches.and_then(|m| T::from_arg_matches(&m)) {
-        Ok(t) => t,
-        // a required flag in a struct with defaults: a bug caught by the unit tests below
-        Err(e) => unreachable!("defaults of an option struct: {e}"),
-    }
-}
+pub use crate::contract::cli::defaults;
 
 /// The `clap::Command` of every binary whose flags are defined here, by binary name.
 pub fn commands() -> Vec<clap::Command> {

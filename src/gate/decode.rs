@@ -38,7 +38,7 @@ pub struct DecodeStep {
     pub prefills: u64,
 }
 
-pub use crate::step_label::is_iteration_like;
+use crate::step_label::is_iteration_like;
 
 pub fn is_prefill_label(label: &str) -> bool {
     label.to_ascii_lowercase().contains("prefill")
@@ -84,7 +84,7 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
             })
             .collect()
     };
-    let unstable = crate::compare::checks::unstable_labels(counts.keys().copied());
+    let unstable = crate::step_label::unstable_labels(counts.keys().copied());
     // the evidence list: every iteration-like label, most frequent first; the choice: the step-label rule
     let by_count = cand(false);
     let cand_list: Vec<(String, usize)> = crate::step_label::ranked(&by_count, &unstable)

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::contract::{Document, Error, Result, Tool};
 use crate::export::schema::DeviceKind;
@@ -232,7 +233,7 @@ pub struct Thresholds {
 impl Default for Thresholds {
     /// The flags' defaults, read from their clap definition (one place).
     fn default() -> Self {
-        crate::flags::defaults()
+        crate::contract::cli::defaults()
     }
 }
 
@@ -501,9 +502,59 @@ pub fn keep_for_gates(opts: &GateOptions, e: &Export) {
     }
 }
 
+/// gate-check's verdict on a capture, its retried gates and their reasons, and where it was read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EvidenceGates {
+    /// `PASS` or `RETRY`.
+    pub verdict: String,
+    /// The retried gates (`G4`).
+    pub retry: Vec<String>,
+    /// `G4: CUDA data stops at …`, one per retried gate.
+    pub reasons: Vec<String>,
+    /// `kernel_profile.gates`, `pod_attach.gate`, `serve_capture.gate`, or `gate-check on the export`.
+    pub source: String,
+}
+
+impl EvidenceGates {
+    /// From a gate-check document as JSON (`{verdict, retry, gates[]}`), read at `source`.
+    pub fn of_doc(g: &Value, source: &str) -> Option<EvidenceGates> {
+        let verdict = g.get("verdict")?.as_str()?.to_string();
+        let retry: Vec<String> = g
+            .get("retry")
+            .and_then(|r| r.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        let reasons = g
+            .get("gates")
+            .and_then(|l| l.as_array())
+            .into_iter()
+            .flatten()
+            .filter(|x| x.get("verdict").and_then(|v| v.as_str()).is_some_and(|v| v.eq_ignore_ascii_case("retry")))
+            .map(|x| {
+                format!(
+                    "{}: {}",
+                    x.get("id").and_then(|v| v.as_str()).unwrap_or("?"),
+                    x.get("reason").and_then(|v| v.as_str()).unwrap_or("")
+                )
+            })
+            .collect();
+        Some(EvidenceGates { verdict, retry, reasons, source: source.into() })
+    }
+    /// gate-check (throughput tier) run on an open export, the one source every tool reads it from.
+    pub fn of_export(export: &Export, source: &export::CaptureSource) -> Result<Option<EvidenceGates>> {
+        let g = gate_doc_of_open(export, source)?;
+        let v = serde_json::to_value(&g).map_err(|e| Error::input(format!("{}: gate: {e}", export.name())))?;
+        Ok(EvidenceGates::of_doc(&v, "gate-check (throughput tier) on the export"))
+    }
+    /// Did gate-check reject the capture?
+    pub fn rejected(&self) -> bool {
+        self.verdict == "RETRY"
+    }
+}
+
 /// gate-check's document (default options: throughput tier) of an export already open, `source` saying where
 /// it came from: the gates report checks its verdict against (its scans' facts shared with the evidence).
-pub fn gate_doc_of_open(e: &Export, src: &export::CaptureSource) -> Result<GateDoc> {
+fn gate_doc_of_open(e: &Export, src: &export::CaptureSource) -> Result<GateDoc> {
     let opts = GateOptions { capture: PathBuf::from(&src.path), ..Default::default() };
     let source = GateSource {
         path: src.path.clone(),

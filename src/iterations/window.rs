@@ -15,11 +15,9 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::join::{join, IterationJoin, StepGeometry, StepOcc};
+use super::join::{IterationJoin, StepGeometry, StepOcc};
 use crate::contract::{Document, Error, Result, Tool};
-use crate::export::Export;
-use crate::ranges::{self, RangesOptions};
-use crate::step_budget::{self, Components, Dist};
+use crate::stats::Dist;
 
 /// Parse `START:END`: engine iteration indices (or occurrence indices), integers ≥ 0, `START <= END`, both
 /// inclusive.
@@ -193,7 +191,8 @@ pub struct Prepared {
     pub window: Option<WindowInfo>,
     /// The time window to analyse (None: the whole capture).
     pub time_window: Option<(i64, i64)>,
-    by_key: HashMap<(i64, i64, i64), usize>,
+    /// `(thread, start, end)` → index into `steps`.
+    pub by_key: HashMap<(i64, i64, i64), usize>,
 }
 
 impl Prepared {
@@ -213,215 +212,4 @@ impl Prepared {
             unjoined_steps: None,
         }
     }
-}
-
-/// The step label (given, or the iteration label) and its occurrences.
-fn steps_of(export: &Export, step: Option<&str>, fold: bool) -> Result<(String, String, Vec<StepOcc>)> {
-    let loaded = ranges::load_occurrences(export, &RangesOptions::default())?;
-    let label_of = |raw: &str| if fold { crate::labels::fold_label(raw).label } else { raw.to_string() };
-    let labels: Vec<String> = loaded.occurrences.iter().map(|o| label_of(&o.label)).collect();
-    let (label, choice) = match step {
-        Some(l) => (l.to_string(), "--step".to_string()),
-        None => {
-            let mut counts: BTreeMap<String, i64> = BTreeMap::new();
-            for l in &labels {
-                *counts.entry(l.clone()).or_insert(0) += 1;
-            }
-            match step_label_of(export, &counts, fold)? {
-                Some(l) => (l, "iteration_label".to_string()),
-                None => {
-                    return Err(Error::input(format!(
-                        "{}: no iteration-like label (containing iteration, step or decode, not prefill) among {} labels: give --step LABEL",
-                        export.name(),
-                        counts.len()
-                    ))
-                    .with_arg("--step"))
-                }
-            }
-        }
-    };
-    let mut steps: Vec<StepOcc> = loaded
-        .occurrences
-        .iter()
-        .zip(&labels)
-        .filter(|(_, l)| **l == label)
-        .map(|(o, _)| StepOcc { global_tid: o.global_tid, start: o.start, end: o.end })
-        .collect();
-    steps.sort_by_key(|s| (s.start, s.end, s.global_tid));
-    Ok((label, choice, steps))
-}
-
-/// The step label ([`crate::step_label`]) from the label counts; when several iteration-like labels compete,
-/// from the ranges analysis, which knows which of them carry device work (the choice step-budget and report
-/// make on the same export).
-fn step_label_of(export: &Export, counts: &BTreeMap<String, i64>, fold: bool) -> Result<Option<String>> {
-    let unstable = crate::compare::checks::unstable_labels(counts.keys().map(|k| k.as_str()));
-    let competing = counts
-        .iter()
-        .filter(|(l, n)| **n > 0 && crate::step_label::is_iteration_like(l) && !unstable.contains(*l))
-        .count();
-    if competing < 2 {
-        return Ok(crate::compare::iteration_label(counts, &unstable));
-    }
-    let a = ranges::analyze(export, &RangesOptions { fold, ..Default::default() })?;
-    let cands: Vec<crate::step_label::StepCandidate> = a.doc.ranges.iter().map(Into::into).collect();
-    Ok(crate::step_label::choose(&cands, &unstable).map(str::to_string))
-}
-
-/// Load the steps, join the records, resolve the window: before any analysis.
-pub fn prepare(export: &Export, args: &IterationArgs, tool: &str) -> Result<Windowed<Prepared>> {
-    let records = match &args.records {
-        Some(p) => Some(super::read_records(p)?),
-        None => None,
-    };
-    let (label, choice, steps) = steps_of(export, args.step.as_deref(), args.fold)?;
-    if steps.is_empty() {
-        return Err(Error::input(format!("{}: no occurrence of the step label {label:?} ({choice})", export.name()))
-            .with_arg("--step"));
-    }
-    let (jn, geometry) = match &records {
-        Some((doc, recs)) => {
-            let (j, g) = join(recs, &steps, &doc.source, &label);
-            (Some(j), g)
-        }
-        None => (None, vec![None; steps.len()]),
-    };
-    let by_key = steps.iter().enumerate().map(|(i, s)| ((s.global_tid, s.start, s.end), i)).collect();
-    let by = if records.is_some() { "engine_iteration" } else { "step_occurrence" };
-    let indices: Vec<Option<u64>> = match &records {
-        Some(_) => geometry.iter().map(|g| g.as_ref().map(|g| g.iteration)).collect(),
-        None => (0..steps.len() as u64).map(Some).collect(),
-    };
-    let span_of = |sel: &[usize]| -> (Option<IndexRange>, Option<i64>, Option<i64>) {
-        let idx: Vec<u64> = sel.iter().filter_map(|&i| indices[i]).collect();
-        let r = match (idx.iter().min(), idx.iter().max()) {
-            (Some(&a), Some(&b)) => Some(IndexRange { start: a, end: b }),
-            _ => None,
-        };
-        (r, sel.iter().map(|&i| steps[i].start).min(), sel.iter().map(|&i| steps[i].end).max())
-    };
-    let all: Vec<usize> = (0..steps.len()).collect();
-    let (cap_idx, cap_s, cap_e) = span_of(&all);
-    let capture = CaptureSpan {
-        by: by.into(),
-        indices: cap_idx,
-        steps: steps.len() as u64,
-        joined_steps: jn.as_ref().map(|j| j.joined_steps),
-        records_iterations: records.as_ref().and_then(|(_, recs)| {
-            let a = recs.iter().map(|r| r.iteration).min()?;
-            let b = recs.iter().map(|r| r.iteration).max()?;
-            Some(IndexRange { start: a, end: b })
-        }),
-        start_ns: cap_s,
-        end_ns: cap_e,
-    };
-    let mut prep = Prepared {
-        step_label: label.clone(),
-        step_label_choice: choice,
-        steps: steps.clone(),
-        geometry,
-        join: jn,
-        window: None,
-        time_window: None,
-        by_key,
-    };
-    let Some((ws, we)) = args.iterations else {
-        return Ok(Windowed::Doc(prep));
-    };
-    let requested = IndexRange { start: ws, end: we };
-    let sel: Vec<usize> = (0..prep.steps.len()).filter(|&i| indices[i].is_some_and(|k| k >= ws && k <= we)).collect();
-    if sel.is_empty() {
-        let show = |r: Option<IndexRange>| r.map_or("none".to_string(), |r| format!("{}:{}", r.start, r.end));
-        let what = if records.is_some() {
-            format!(
-                "the capture's joined engine iterations are {} ({} of {} steps joined; the records file holds iterations {})",
-                show(capture.indices),
-                capture.joined_steps.unwrap_or(0),
-                capture.steps,
-                show(capture.records_iterations)
-            )
-        } else {
-            format!("the capture holds occurrences {} of {label:?} ({} steps)", show(capture.indices), capture.steps)
-        };
-        let mut reason = format!("--iterations {ws}:{we} selects no iteration: {what}");
-        if let Some(j) = prep.join.as_ref().filter(|j| !j.is_joined()) {
-            reason.push_str(&format!(
-                "; the records could not be joined to the steps: {}",
-                j.findings.first().cloned().unwrap_or_else(|| j.verdict.clone())
-            ));
-        }
-        if let (Some(s), Some(e)) = (capture.start_ns, capture.end_ns) {
-            reason.push_str(&format!(" (steps between {s} and {e} ns on the export's clock)"));
-        }
-        reason.push_str(
-            ": the capture succeeded but the window selects no evidence; capture the iterations asked, or ask for the ones captured",
-        );
-        let (schema, _) = IterationWindowDoc::header();
-        return Ok(Windowed::Retry(Box::new(IterationWindowDoc {
-            schema,
-            tool: Tool::new(tool),
-            source: export.name(),
-            verdict: "RETRY".into(),
-            reason,
-            step_label: label,
-            by: by.into(),
-            requested,
-            capture,
-            join: prep.join.clone(),
-        })));
-    }
-    let (sel_idx, s, e) = span_of(&sel);
-    let (s, e) = (s.unwrap_or(0), e.unwrap_or(0));
-    prep.time_window = Some((s, e));
-    prep.window = Some(WindowInfo {
-        by: by.into(),
-        requested,
-        selected: sel_idx.unwrap_or(requested),
-        selected_steps: sel.len() as u64,
-        time_window_start_ns: s,
-        time_window_end_ns: e,
-        capture,
-    });
-    Ok(Windowed::Doc(prep))
-}
-
-/// One line for a document's notes: the join's verdict and its findings.
-pub fn join_note(j: &IterationJoin) -> String {
-    let mut s = format!(
-        "iteration records {}: {} {} of {} steps ({} records, {} shape-only)",
-        j.records_source, j.verdict, j.joined_steps, j.steps, j.records, j.shape_only_records
-    );
-    for f in &j.findings {
-        s.push_str("; ");
-        s.push_str(f);
-    }
-    s
-}
-
-/// Joined steps grouped by (phase, batch size), most steps first.
-pub fn geometry_groups(steps: &[step_budget::Step]) -> Vec<GeometryGroup> {
-    let mut by: BTreeMap<(String, u64), Vec<&step_budget::Step>> = BTreeMap::new();
-    for s in steps {
-        if let Some(g) = &s.geometry {
-            by.entry((g.phase.clone(), g.batch_size)).or_default().push(s);
-        }
-    }
-    let mut out: Vec<GeometryGroup> = by
-        .into_iter()
-        .map(|((phase, batch_size), ss)| {
-            let mut d = BTreeMap::new();
-            d.insert("wall".to_string(), step_budget::dist(ss.iter().map(|s| s.wall_ns)));
-            d.insert("gpu_busy".to_string(), step_budget::dist(ss.iter().map(|s| s.gpu_busy_ns)));
-            d.insert(
-                "framework_elapsed".to_string(),
-                step_budget::dist(ss.iter().filter_map(|s| s.geometry.as_ref().map(|g| g.framework_elapsed_ns))),
-            );
-            for (n, name) in Components::NAMES.iter().enumerate() {
-                d.insert(name.to_string(), step_budget::dist(ss.iter().map(|s| s.components.values()[n])));
-            }
-            GeometryGroup { phase, batch_size, steps: ss.len(), first_index: ss[0].index, distributions: d }
-        })
-        .collect();
-    out.sort_by(|a, b| b.steps.cmp(&a.steps).then(a.phase.cmp(&b.phase)).then(a.batch_size.cmp(&b.batch_size)));
-    out
 }

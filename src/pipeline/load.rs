@@ -188,7 +188,7 @@ pub fn from_open_export_keeping(
     ph.mark("facts");
     ev.capture = Some(crate::export::capture_info(export)?);
     ph.mark("capture_info");
-    let (kernels, memcpy) = evidence::export_kernel_stats(export)?;
+    let (kernels, memcpy) = crate::step_budget::picture::export_kernel_stats(export)?;
     ph.mark("kernel_stats");
     ev.kernels = Some(kernels);
     ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
@@ -199,7 +199,7 @@ pub fn from_open_export_keeping(
     };
     // the report reads them from its step detail (a copy of 500 k labels at 5 M kernels, on the critical path)
     if iv.is_none() {
-        ev.occurrences = Some(crate::compare::ab::occurrences_of(&a));
+        ev.occurrences = Some(evidence::occurrences_of(&a));
     }
     ev.ranges = Some(RangesView::from(&a.doc));
     ph.mark("ranges");
@@ -207,7 +207,12 @@ pub fn from_open_export_keeping(
     // device rows the ranges scan read (no second read of the device tables)
     if let Some(c) = &iv {
         let device = beside.as_ref().map_or(c.rows.device.as_slice(), |(_, d)| d.as_slice());
-        ev.exposure = evidence::export_exposure(export, device, ev.kernels.as_deref().unwrap_or_default(), memcpy)?;
+        ev.exposure = crate::step_budget::picture::export_exposure(
+            export,
+            device,
+            ev.kernels.as_deref().unwrap_or_default(),
+            memcpy,
+        )?;
         ph.mark("exposure");
     }
     // report (step detail): gate-check's verdict on the same export (its scans' facts shared): a class never

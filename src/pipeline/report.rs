@@ -7,7 +7,9 @@ use std::sync::Arc;
 use crate::contract::{Error, Result};
 use crate::evidence::{self, Evidence, RangesView};
 use crate::export::{self, CaptureSource, Export, OpenedCapture};
-use crate::iterations::window::{prepare, IterationArgs, Prepared, Windowed};
+use crate::iterations::window::{IterationArgs, Prepared, Windowed};
+
+use super::window::prepare;
 use crate::ranges::{self, Analysis, Collected, RangesDoc, RangesOptions};
 use crate::report::{self, ReportDoc, ReportOptions};
 

@@ -189,13 +189,13 @@ fn blocking_summary(nr: &NoRange) -> String {
 
 /// The verdict of a capture in which no step can be attributed (no NVTX range, or only a framework's own
 /// ranges, or nothing that behaves like a step: `why`), from the device picture of every GPU (the rules of
-/// [`crate::device_picture`], shared with step-budget), prefixed with why no phase can be attributed.
+/// [`crate::step_budget::picture`], shared with step-budget), prefixed with why no phase can be attributed.
 pub fn decide_picture(
-    rows: &[crate::device_picture::PictureRow],
+    rows: &[crate::step_budget::picture::PictureRow],
     why: &str,
     nr: Option<&NoRange>,
 ) -> (&'static str, &'static str, String) {
-    let v = crate::device_picture::decide(rows);
+    let v = crate::step_budget::picture::decide(rows);
     let reason = format!(
         "no phase can be attributed: {why}, so the verdict rests on what the GPUs did: {}; decided by: {}{}; {}",
         v.reason,

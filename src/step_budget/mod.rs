@@ -13,7 +13,10 @@
 //! rank (process) with the straggler of each matched step (`ranks[]`, `stragglers[]`).
 
 pub mod device;
-pub mod samples;
+pub mod picture;
+
+use crate::stats::rank_index;
+pub use crate::stats::{dist, dist_in, Dist};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -134,16 +137,6 @@ pub struct Step {
     /// The batch geometry of the iteration record joined to this step (`--iteration-records`; docs/iterations.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub geometry: Option<crate::iterations::StepGeometry>,
-}
-
-/// Order statistics (nearest rank) of a series of ns.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Dist {
-    pub count: usize,
-    pub median: i64,
-    pub p90: i64,
-    pub p99: i64,
-    pub max: i64,
 }
 
 /// An outlier step.
@@ -274,20 +267,16 @@ pub struct StepBudgetDoc {
     /// gate-check's verdict on the export (`step-budget` runs the throughput tier's gates on what it reads):
     /// a RETRY makes the verdict `unreliable`. Absent when not checked (the library's `analyze`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gates: Option<crate::evidence::EvidenceGates>,
+    pub gates: Option<crate::gate::EvidenceGates>,
     pub notes: Vec<String>,
     /// `--iteration-records` / `--iterations`: the join, the window and the groups by phase and batch size
     /// (docs/iterations.md); absent without them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iterations: Option<crate::iterations::window::IterationsSection>,
     /// No step can be attributed (no NVTX range): what each GPU did over its whole active span, the picture
-    /// the verdict comes from ([`crate::device_picture`]); absent when there are steps.
+    /// the verdict comes from ([`picture`]); absent when there are steps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub devices: Vec<crate::device_picture::PictureRow>,
-    /// What the host ran in the steps' unattributed time, from nsys's CPU samples (`--sample=process-tree`);
-    /// absent when the export holds none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_samples: Option<samples::HostSamples>,
+    pub devices: Vec<picture::PictureRow>,
 }
 
 /// One segment of the median step's wall.
@@ -379,30 +368,6 @@ impl Document for StepBudgetDoc {
     fn exit_code(&self) -> i32 {
         i32::from(self.verdict.class == UNRELIABLE)
     }
-}
-
-/// The 0-based index of the nearest-rank quantile `q` (in (0, 1]) of `n > 0` sorted values.
-fn rank_index(n: usize, q: f64) -> usize {
-    ((q * n as f64).ceil() as usize).clamp(1, n) - 1
-}
-
-/// Order statistics of a series: nearest-rank quantiles, found by selection (a device's millions of gaps or
-/// launch latencies need no full sort).
-pub fn dist(values: impl IntoIterator<Item = i64>) -> Dist {
-    let mut v: Vec<i64> = values.into_iter().collect();
-    dist_in(&mut v)
-}
-
-/// [`dist`] of the values in `v` (reordered), of any integer type that widens to `i64`.
-pub fn dist_in<T: Copy + Ord + Into<i64>>(v: &mut [T]) -> Dist {
-    let n = v.len();
-    let Some(&max) = v.iter().max() else { return Dist { count: 0, median: 0, p90: 0, p99: 0, max: 0 } };
-    // from the highest rank down: a selection leaves the smaller values to its left
-    let (i50, i90, i99) = (rank_index(n, 0.5), rank_index(n, 0.9), rank_index(n, 0.99));
-    let p99 = *v.select_nth_unstable(i99).1;
-    let p90 = *v[..=i99].select_nth_unstable(i90).1;
-    let median = *v[..=i90].select_nth_unstable(i50).1;
-    Dist { count: n, median: median.into(), p90: p90.into(), p99: p99.into(), max: max.into() }
 }
 
 /// The counts of small integer values (queue depths): [`dist`] of the values added, without holding them (a
@@ -562,54 +527,9 @@ pub fn analyze_window_with(
         .with_arg("--outlier-factor"));
     }
     let ropts = RangesOptions { fold: opts.fold, window, ..Default::default() };
-    // pass 1 (labels only) when the step label is not given: the doc's label counts
-    let (label, choice) = match &opts.step {
-        Some(l) => (l.clone(), "--step".to_string()),
-        None => {
-            let a = ranges::analyze(export, &ropts)?;
-            if a.doc.ranges.is_empty() {
-                return device_only(export, &ropts, opts, no_range_why(export)?);
-            }
-            let unstable = crate::compare::checks::unstable_labels(a.doc.ranges.iter().map(|r| r.label.as_str()));
-            let periods = crate::step_label::period_facts(&a);
-            let cands: Vec<crate::step_label::StepCandidate> = a
-                .doc
-                .ranges
-                .iter()
-                .map(|r| crate::step_label::StepCandidate {
-                    period: Some(periods.get(&r.label).copied().unwrap_or_default()),
-                    ..r.into()
-                })
-                .collect();
-            match crate::step_label::choose_step(&cands, &unstable) {
-                Some(c) => (c.label.to_string(), c.rule.name().to_string()),
-                // no step of the user's (only a framework's own ranges, or nothing that behaves like a step): the
-                // devices' own picture, as without NVTX, and the labels a user could pass as --step
-                None => {
-                    let busy: i64 = a.doc.totals.per_device.iter().map(|d| d.busy_union_ns).sum();
-                    let best = crate::step_label::best_candidates(&cands, busy, 5);
-                    let what = if best.is_empty() {
-                        format!(
-                            "the capture's {} NVTX labels are all a framework's own ranges (e.g. {:?}: {})",
-                            a.doc.ranges.len(),
-                            a.doc.ranges[0].label,
-                            crate::framework::framework_of(&a.doc.ranges[0].label).unwrap_or("a framework")
-                        )
-                    } else {
-                        format!(
-                            "none of the capture's {} NVTX labels is a step (iteration-like, PyTorch's ProfilerStep#N, or repeating at a regular period at the top level of a CUDA-calling thread with device work); the best candidates for --step: {}",
-                            a.doc.ranges.len(),
-                            best.join("; ")
-                        )
-                    };
-                    let why = format!(
-                        "{what}: no step and no phase of the workload can be attributed, so the budget is the GPUs' own picture over the whole capture; name the engine step with --step LABEL, or {}",
-                        crate::export::nvtx::ANNOTATE
-                    );
-                    return device_only(export, &ropts, opts, why);
-                }
-            }
-        }
+    let (label, choice) = match choose_label(export, &ropts, opts)? {
+        Chosen::Step(label, choice) => (label, choice),
+        Chosen::NoStep(doc) => return Ok(doc),
     };
     let mut ph = crate::phase::Phases::new("step-budget");
     let owned;
@@ -621,20 +541,7 @@ pub fn analyze_window_with(
         }
     };
     let iv = collected.intervals.as_slice();
-    let mut idx: Vec<usize> = (0..a.occurrences.len()).filter(|&i| *a.occurrences[i].label == *label).collect();
-    if a.doc.ranges.is_empty() {
-        return Err(no_range_error(export)?);
-    }
-    if idx.is_empty() {
-        let known: Vec<&str> = a.doc.ranges.iter().take(8).map(|r| r.label.as_str()).collect();
-        return Err(Error::input(format!(
-            "{}: no occurrence of the step label {label:?} (labels: {})",
-            export.name(),
-            known.join(", ")
-        ))
-        .with_arg("--step"));
-    }
-    idx.sort_by_key(|&i| (a.occurrences[i].start, a.occurrences[i].end, a.occurrences[i].global_tid));
+    let idx = step_occurrences(export, a, &label)?;
     // runtime API names of the steps' calls
     let ids: std::collections::HashSet<i64> =
         idx.iter().flat_map(|&i| iv[i].runtime.iter().filter_map(|r| r.name_id)).collect();
@@ -654,31 +561,9 @@ pub fn analyze_window_with(
             rank_pids.push(p);
         }
     }
-    // host communication: the ranges of a communication label (COMM_LABEL_PATTERNS) on the steps' threads
-    let comm_labels: Vec<String> = a
-        .doc
-        .ranges
-        .iter()
-        .map(|r| r.label.clone())
-        .filter(|l| *l != label && is_comm_label(l))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
     // a process that runs its collectives with NCCL only enqueues GPU work in them: not host communication
     let comm = CommRows { keys: &tl.nccl_keys, device_ids: &collected.device_ids };
-    let nccl_procs = nccl_processes(a, iv, &idx, comm);
-    let mut comm_occ: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
-    let mut enqueue_labels: std::collections::BTreeSet<&str> = Default::default();
-    for o in a.occurrences.iter().filter(|o| comm_labels.iter().any(|l| **l == *o.label)) {
-        if nccl_procs.contains(&crate::export::ns_of(o.global_tid)) {
-            enqueue_labels.insert(&*o.label);
-            continue;
-        }
-        comm_occ.entry(o.global_tid).or_default().push((o.start, o.end));
-    }
-    for v in comm_occ.values_mut() {
-        v.sort_unstable();
-    }
+    let HostComm { labels: comm_labels, occ: comm_occ, enqueue_labels } = host_comm(a, iv, &idx, &label, comm);
     let dev_pos: BTreeMap<i64, usize> = tl.devices.iter().enumerate().map(|(k, d)| (d.device_id, k)).collect();
     // the OS runtime waits of the steps' threads: a thread that blocks while its step's GPU work runs waits for
     // the GPU (sync_wait), as in a CUDA sync call (JAX's block_until_ready waits in futex)
@@ -697,7 +582,6 @@ pub fn analyze_window_with(
         waits: &waits,
     };
     let (steps, step_spans) = cx.steps();
-    let host_samples = samples::host_samples(export, &cx, &steps, &step_tids)?;
     // the idle inside, between and outside the steps on each device, beside the steps' distributions
     let devices = &mut tl.devices;
     let distributions = std::thread::scope(|s| {
@@ -726,93 +610,15 @@ pub fn analyze_window_with(
     let mut not_typical = outliers.clone();
     not_typical.extend(warmup.iter().cloned());
     let pacing = pacing_of(steps.iter());
-    let mut by_shape: BTreeMap<u64, Vec<&Step>> = BTreeMap::new();
-    for s in &steps {
-        by_shape.entry(s.kernels).or_default().push(s);
-    }
-    let mut groups: Vec<Group> = by_shape
-        .into_iter()
-        .map(|(kernels, ss)| Group {
-            kernels,
-            steps: ss.len(),
-            first_index: ss[0].index,
-            distributions: distributions_of(ss.iter().copied(), false),
-        })
-        .collect();
-    groups.sort_by(|a, b| b.steps.cmp(&a.steps).then(a.kernels.cmp(&b.kernels)));
-    // the verdict reads the typical step: the totals over the steps that are not outliers (all when every step is)
-    let typical: Vec<&Step> = steps.iter().filter(typical_step(&not_typical)).collect();
-    let typical: Vec<&Step> = if typical.is_empty() { steps.iter().collect() } else { typical };
-    let vt = totals_of(typical.iter().copied());
-    let mut verdict = verdict_of(&vt, &distributions, pacing.as_ref(), graph_level, nccl_kernels);
-    verdict.steps_used = typical.len();
-    if verdict.class == "comm_bound" {
-        let what = match (nccl_kernels > 0, comm_labels.is_empty()) {
-            (true, true) => "exposed NCCL kernels".to_string(),
-            (true, false) => format!("exposed NCCL kernels and host communication ranges ({})", comm_labels.join(", ")),
-            _ => format!("host communication ranges ({})", comm_labels.join(", ")),
-        };
-        verdict.reason.push_str(&format!("; comm here is {what}"));
-    }
+    let groups = groups_of(&steps);
+    let mut verdict =
+        typical_verdict(&steps, &not_typical, &distributions, pacing.as_ref(), graph_level, nccl_kernels, &comm_labels);
     reject_on_opaque_step(&mut verdict, &a.occurrences, &label);
-    if let Some(h) = &host_samples {
-        samples::qualify(&mut verdict, h);
-    }
     ph.mark("steps");
     let waterfall = waterfall_of(&steps, &not_typical, median_wall, &idx, a, iv, &api, comm, &comm_occ, &waits, &tl);
     let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
-    let mut notes = Vec::new();
-    if !enqueue_labels.is_empty() {
-        notes.push(format!(
-            "the communication ranges of processes that run NCCL ({}) are not host communication: an NCCL call only enqueues the collective, whose time is its NCCL kernels' (comm); their host time is API or host time",
-            enqueue_labels.into_iter().collect::<Vec<_>>().join(", ")
-        ));
-    }
-    if nccl_kernels == 0 && comm_occ.is_empty() {
-        notes.push("no NCCL kernel in the capture: comm is 0".into());
-    } else if nccl_kernels == 0 {
-        notes.push(format!(
-            "no NCCL kernel in the capture: comm is the host time in the communication ranges ({})",
-            comm_labels.join(", ")
-        ));
-    } else {
-        notes.push(format!("{nccl_kernels} NCCL kernels in the capture: their wall not covered by a compute kernel of the step is comm"));
-    }
-    if tl.ambiguous_keys > 0 {
-        notes.push(format!(
-            "{} kernel rows share (device, start, end) with an NCCL kernel row: counted as NCCL",
-            tl.ambiguous_keys
-        ));
-    }
-    if !stragglers.is_empty() {
-        for r in &ranks {
-            let leads: Vec<i64> = stragglers.iter().filter(|x| x.rank == r.rank).map(|x| x.lead_ns).collect();
-            if !leads.is_empty() {
-                notes.push(format!(
-                    "rank {} (pid {}) is the straggler of {} of {} matched steps (median lead {} ns, max {} ns)",
-                    r.rank,
-                    r.pid,
-                    leads.len(),
-                    stragglers.len(),
-                    dist(leads.iter().copied()).median,
-                    leads.iter().max().unwrap()
-                ));
-            }
-        }
-    }
-    let graph_rows: usize = tl.devices.iter().map(|d| d.launch.graph_launch.count).sum();
-    if steps.iter().any(|s| s.graph_launches > 0) && graph_rows == 0 {
-        notes.push("no device row belongs to a graph launch (graph-level capture without GRAPH_TRACE rows, nsys 2023.4): idle[] and launch[] miss the graphs' GPU work and count its time as idle".into());
-    }
-    if let Some(s) = crate::export::describe_skips(&tl.skips) {
-        notes.push(format!("device timelines: rows skipped: {s}"));
-    }
-    if let Some(n) = ambiguous_join_note(&tl) {
-        notes.push(n);
-    }
-    if graph_level {
-        notes.push("graph-level capture (GRAPH_TRACE rows, no node-level kernels): re-capture with --cuda-graph-trace=node to see the kernels".into());
-    }
+    let notes =
+        notes_of(&steps, enqueue_labels, &comm_labels, &comm_occ, nccl_kernels, &ranks, &stragglers, &tl, graph_level);
     let (schema, tool) = StepBudgetDoc::header();
     let doc = StepBudgetDoc {
         schema,
@@ -843,10 +649,246 @@ pub fn analyze_window_with(
         notes,
         iterations: None,
         devices: Vec::new(),
-        host_samples,
     };
     crate::memory::drop_beside(tl);
     Ok(doc)
+}
+
+/// The verdict on the typical step: the totals over the steps that are not outliers (all when every step is);
+/// a `comm_bound` verdict says what comm is here.
+fn typical_verdict(
+    steps: &[Step],
+    not_typical: &[Outlier],
+    distributions: &BTreeMap<String, Dist>,
+    pacing: Option<&Pacing>,
+    graph_level: bool,
+    nccl_kernels: u64,
+    comm_labels: &[String],
+) -> BudgetVerdict {
+    let typical: Vec<&Step> = steps.iter().filter(typical_step(not_typical)).collect();
+    let typical: Vec<&Step> = if typical.is_empty() { steps.iter().collect() } else { typical };
+    let vt = totals_of(typical.iter().copied());
+    let mut verdict = verdict_of(&vt, distributions, pacing, graph_level, nccl_kernels);
+    verdict.steps_used = typical.len();
+    if verdict.class == "comm_bound" {
+        let what = match (nccl_kernels > 0, comm_labels.is_empty()) {
+            (true, true) => "exposed NCCL kernels".to_string(),
+            (true, false) => format!("exposed NCCL kernels and host communication ranges ({})", comm_labels.join(", ")),
+            _ => format!("host communication ranges ({})", comm_labels.join(", ")),
+        };
+        verdict.reason.push_str(&format!("; comm here is {what}"));
+    }
+    verdict
+}
+
+/// The step label ([`crate::step_label`]), or the step budget of a capture in which no step can be attributed.
+enum Chosen {
+    /// The label and how it was chosen (`--step`, or the rule's name).
+    Step(String, String),
+    NoStep(StepBudgetDoc),
+}
+
+/// `--step`, else the step label chosen from a first pass over the labels (the doc's label counts); with none,
+/// the device picture of the whole capture ([`device_only`]).
+fn choose_label(export: &Export, ropts: &RangesOptions, opts: &StepBudgetOptions) -> Result<Chosen> {
+    // pass 1 (labels only) when the step label is not given: the doc's label counts
+    Ok(match &opts.step {
+        Some(l) => Chosen::Step(l.clone(), "--step".to_string()),
+        None => {
+            let a = ranges::analyze(export, ropts)?;
+            if a.doc.ranges.is_empty() {
+                return Ok(Chosen::NoStep(device_only(export, ropts, opts, no_range_why(export)?)?));
+            }
+            let unstable = crate::step_label::unstable_labels(a.doc.ranges.iter().map(|r| r.label.as_str()));
+            let periods = crate::step_label::period_facts(&a);
+            let cands: Vec<crate::step_label::StepCandidate> = a
+                .doc
+                .ranges
+                .iter()
+                .map(|r| crate::step_label::StepCandidate {
+                    period: Some(periods.get(&r.label).copied().unwrap_or_default()),
+                    ..r.into()
+                })
+                .collect();
+            match crate::step_label::choose_step(&cands, &unstable) {
+                Some(c) => Chosen::Step(c.label.to_string(), c.rule.name().to_string()),
+                // no step of the user's (only a framework's own ranges, or nothing that behaves like a step): the
+                // devices' own picture, as without NVTX, and the labels a user could pass as --step
+                None => {
+                    let busy: i64 = a.doc.totals.per_device.iter().map(|d| d.busy_union_ns).sum();
+                    let best = crate::step_label::best_candidates(&cands, busy, 5);
+                    let what = if best.is_empty() {
+                        format!(
+                            "the capture's {} NVTX labels are all a framework's own ranges (e.g. {:?}: {})",
+                            a.doc.ranges.len(),
+                            a.doc.ranges[0].label,
+                            crate::framework::framework_of(&a.doc.ranges[0].label).unwrap_or("a framework")
+                        )
+                    } else {
+                        format!(
+                            "none of the capture's {} NVTX labels is a step (iteration-like, PyTorch's ProfilerStep#N, or repeating at a regular period at the top level of a CUDA-calling thread with device work); the best candidates for --step: {}",
+                            a.doc.ranges.len(),
+                            best.join("; ")
+                        )
+                    };
+                    let why = format!(
+                        "{what}: no step and no phase of the workload can be attributed, so the budget is the GPUs' own picture over the whole capture; name the engine step with --step LABEL, or {}",
+                        crate::export::nvtx::ANNOTATE
+                    );
+                    Chosen::NoStep(device_only(export, ropts, opts, why)?)
+                }
+            }
+        }
+    })
+}
+
+/// The occurrences (indices into `a.occurrences`) of the step label, by (start, end, thread); an error when the
+/// capture has no range or the label no occurrence.
+fn step_occurrences(export: &Export, a: &ranges::Analysis, label: &str) -> Result<Vec<usize>> {
+    let mut idx: Vec<usize> = (0..a.occurrences.len()).filter(|&i| *a.occurrences[i].label == *label).collect();
+    if a.doc.ranges.is_empty() {
+        return Err(no_range_error(export)?);
+    }
+    if idx.is_empty() {
+        let known: Vec<&str> = a.doc.ranges.iter().take(8).map(|r| r.label.as_str()).collect();
+        return Err(Error::input(format!(
+            "{}: no occurrence of the step label {label:?} (labels: {})",
+            export.name(),
+            known.join(", ")
+        ))
+        .with_arg("--step"));
+    }
+    idx.sort_by_key(|&i| (a.occurrences[i].start, a.occurrences[i].end, a.occurrences[i].global_tid));
+    Ok(idx)
+}
+
+/// Host communication: the ranges of a communication label ([`COMM_LABEL_PATTERNS`]) on the steps' threads, by
+/// thread and sorted; the labels; and those of processes that run NCCL (they only enqueue, not host communication).
+struct HostComm<'a> {
+    labels: Vec<String>,
+    occ: HashMap<i64, Vec<(i64, i64)>>,
+    enqueue_labels: std::collections::BTreeSet<&'a str>,
+}
+
+fn host_comm<'a>(
+    a: &'a ranges::Analysis,
+    iv: &[OccurrenceIntervals],
+    idx: &[usize],
+    label: &str,
+    comm: CommRows,
+) -> HostComm<'a> {
+    // host communication: the ranges of a communication label (COMM_LABEL_PATTERNS) on the steps' threads
+    let comm_labels: Vec<String> = a
+        .doc
+        .ranges
+        .iter()
+        .map(|r| r.label.clone())
+        .filter(|l| *l != label && is_comm_label(l))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    // a process that runs its collectives with NCCL only enqueues GPU work in them: not host communication
+    let nccl_procs = nccl_processes(a, iv, idx, comm);
+    let mut comm_occ: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+    let mut enqueue_labels: std::collections::BTreeSet<&str> = Default::default();
+    for o in a.occurrences.iter().filter(|o| comm_labels.iter().any(|l| **l == *o.label)) {
+        if nccl_procs.contains(&crate::export::ns_of(o.global_tid)) {
+            enqueue_labels.insert(&*o.label);
+            continue;
+        }
+        comm_occ.entry(o.global_tid).or_default().push((o.start, o.end));
+    }
+    for v in comm_occ.values_mut() {
+        v.sort_unstable();
+    }
+    HostComm { labels: comm_labels, occ: comm_occ, enqueue_labels }
+}
+
+/// The steps grouped by kernel count, most steps first.
+fn groups_of(steps: &[Step]) -> Vec<Group> {
+    let mut by_shape: BTreeMap<u64, Vec<&Step>> = BTreeMap::new();
+    for s in steps {
+        by_shape.entry(s.kernels).or_default().push(s);
+    }
+    let mut groups: Vec<Group> = by_shape
+        .into_iter()
+        .map(|(kernels, ss)| Group {
+            kernels,
+            steps: ss.len(),
+            first_index: ss[0].index,
+            distributions: distributions_of(ss.iter().copied(), false),
+        })
+        .collect();
+    groups.sort_by(|a, b| b.steps.cmp(&a.steps).then(a.kernels.cmp(&b.kernels)));
+    groups
+}
+
+/// The notes of a step budget: what comm is here, NCCL key collisions, stragglers, graph rows, skipped rows.
+#[allow(clippy::too_many_arguments)]
+fn notes_of(
+    steps: &[Step],
+    enqueue_labels: std::collections::BTreeSet<&str>,
+    comm_labels: &[String],
+    comm_occ: &HashMap<i64, Vec<(i64, i64)>>,
+    nccl_kernels: u64,
+    ranks: &[RankBudget],
+    stragglers: &[Straggler],
+    tl: &device::Timelines,
+    graph_level: bool,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    if !enqueue_labels.is_empty() {
+        notes.push(format!(
+            "the communication ranges of processes that run NCCL ({}) are not host communication: an NCCL call only enqueues the collective, whose time is its NCCL kernels' (comm); their host time is API or host time",
+            enqueue_labels.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if nccl_kernels == 0 && comm_occ.is_empty() {
+        notes.push("no NCCL kernel in the capture: comm is 0".into());
+    } else if nccl_kernels == 0 {
+        notes.push(format!(
+            "no NCCL kernel in the capture: comm is the host time in the communication ranges ({})",
+            comm_labels.join(", ")
+        ));
+    } else {
+        notes.push(format!("{nccl_kernels} NCCL kernels in the capture: their wall not covered by a compute kernel of the step is comm"));
+    }
+    if tl.ambiguous_keys > 0 {
+        notes.push(format!(
+            "{} kernel rows share (device, start, end) with an NCCL kernel row: counted as NCCL",
+            tl.ambiguous_keys
+        ));
+    }
+    if !stragglers.is_empty() {
+        for r in ranks {
+            let leads: Vec<i64> = stragglers.iter().filter(|x| x.rank == r.rank).map(|x| x.lead_ns).collect();
+            if !leads.is_empty() {
+                notes.push(format!(
+                    "rank {} (pid {}) is the straggler of {} of {} matched steps (median lead {} ns, max {} ns)",
+                    r.rank,
+                    r.pid,
+                    leads.len(),
+                    stragglers.len(),
+                    dist(leads.iter().copied()).median,
+                    leads.iter().max().unwrap()
+                ));
+            }
+        }
+    }
+    let graph_rows: usize = tl.devices.iter().map(|d| d.launch.graph_launch.count).sum();
+    if steps.iter().any(|s| s.graph_launches > 0) && graph_rows == 0 {
+        notes.push("no device row belongs to a graph launch (graph-level capture without GRAPH_TRACE rows, nsys 2023.4): idle[] and launch[] miss the graphs' GPU work and count its time as idle".into());
+    }
+    if let Some(s) = crate::export::describe_skips(&tl.skips) {
+        notes.push(format!("device timelines: rows skipped: {s}"));
+    }
+    if let Some(n) = ambiguous_join_note(&tl) {
+        notes.push(n);
+    }
+    if graph_level {
+        notes.push("graph-level capture (GRAPH_TRACE rows, no node-level kernels): re-capture with --cuda-graph-trace=node to see the kernels".into());
+    }
+    notes
 }
 
 /// The components in the priority order of the sweep (`unattributed` last: the rest).
@@ -1581,12 +1623,12 @@ fn no_range_why(export: &Export) -> Result<String> {
 }
 
 /// The step budget of a capture in which no step can be attributed (`why`): no step, the device picture of
-/// every GPU over its whole active span, and the class it supports ([`crate::device_picture`]).
+/// every GPU over its whole active span, and the class it supports ([`picture`]).
 fn device_only(export: &Export, ropts: &RangesOptions, opts: &StepBudgetOptions, why: String) -> Result<StepBudgetDoc> {
     let (_, collected) = ranges::analyze_with_intervals(export, ropts, &|_| false)?;
     let tl = device::build(export, &collected.rows)?;
-    let (kernels, copies) = crate::evidence::export_kernel_stats(export)?;
-    let exposure = crate::evidence::export_exposure(export, &collected.rows.device, &kernels, copies)?;
+    let (kernels, copies) = picture::export_kernel_stats(export)?;
+    let exposure = picture::export_exposure(export, &collected.rows.device, &kernels, copies)?;
     Ok(device_only_of(export.name(), &tl, exposure.as_ref(), opts, vec![why]))
 }
 
@@ -1600,12 +1642,12 @@ fn ambiguous_join_note(tl: &device::Timelines) -> Option<String> {
 pub fn device_only_of(
     source: String,
     tl: &device::Timelines,
-    exposure: Option<&crate::evidence::Exposure>,
+    exposure: Option<&picture::Exposure>,
     opts: &StepBudgetOptions,
     mut notes: Vec<String>,
 ) -> StepBudgetDoc {
-    let rows = crate::device_picture::rows(tl, exposure);
-    let picture = crate::device_picture::decide(&rows);
+    let rows = picture::rows(tl, exposure);
+    let picture = picture::decide(&rows);
     let idle: i64 = tl.devices.iter().map(|d| d.idle.idle_ns).sum();
     let verdict_rows: Vec<VerdictRow> = device::IDLE_NAMES
         .iter()
@@ -1671,7 +1713,6 @@ pub fn device_only_of(
         notes,
         iterations: None,
         devices: rows,
-        host_samples: None,
     }
 }
 
@@ -1858,7 +1899,7 @@ pub fn run(path: &Path, opts: &StepBudgetOptions, nsys: Option<&Path>) -> Result
 /// on RETRY the verdict becomes `unreliable` (rule `gates.G…`, the gates' reasons first) and the verdict the
 /// evidence alone gives is kept as `would_be`. `gates` records what gate-check said either way.
 pub fn judge(doc: &mut StepBudgetDoc, export: &Export, source: &crate::export::CaptureSource) -> Result<()> {
-    let Some(gates) = crate::evidence::EvidenceGates::of_export(export, source)? else { return Ok(()) };
+    let Some(gates) = crate::gate::EvidenceGates::of_export(export, source)? else { return Ok(()) };
     if gates.rejected() {
         // already rejected by readiness: the gates come first, the verdict the evidence gives stays the one kept
         if let Some(w) = doc.verdict.would_be.take() {

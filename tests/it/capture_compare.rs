@@ -78,7 +78,8 @@ fn a_capture_against_itself_has_zero_deltas() {
     assert_eq!(d["verdict"], "COMPARABLE");
     assert!(d["invalidators"].as_array().unwrap().is_empty());
     let kd = d["kernel_deltas"].as_array().unwrap();
-    let (stats, _) = nsyskit::evidence::export_kernel_stats(&nsyskit::export::Export::open(&a).unwrap()).unwrap();
+    let (stats, _) =
+        nsyskit::step_budget::picture::export_kernel_stats(&nsyskit::export::Export::open(&a).unwrap()).unwrap();
     assert_eq!(kd.len(), stats.len());
     for k in kd {
         assert_eq!(k["total_time_ns"]["delta"], 0);

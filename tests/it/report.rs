@@ -486,7 +486,8 @@ fn report_on_a_real_export_lists_kernels_and_categories() {
     let r = common::one_doc(&out.stdout);
     assert!(nsyskit::report::CLASSES.contains(&r["class"].as_str().unwrap()));
     // top kernel and category shares come from the KERNEL table
-    let (stats, _) = nsyskit::evidence::export_kernel_stats(&nsyskit::export::Export::open(&f).unwrap()).unwrap();
+    let (stats, _) =
+        nsyskit::step_budget::picture::export_kernel_stats(&nsyskit::export::Export::open(&f).unwrap()).unwrap();
     assert_eq!(r["top_kernels"][0]["name"], stats[0].name.as_str());
     assert_eq!(r["top_kernels"][0]["category"], "gemm");
     let total: i64 = r["categories"].as_array().unwrap().iter().map(|c| c["total_time_ns"].as_i64().unwrap()).sum();

@@ -93,7 +93,7 @@ fn timelines_built_beside_the_analysis_are_the_same() {
     for name in ["decode_mixed", "gpu_full_node"] {
         let path = root.join(format!("fixtures/nsys-2025.3.1/{name}.sqlite"));
         let export = Export::open(&path).unwrap();
-        let want = |l: &str| crate::gate::is_iteration_like(l);
+        let want = |l: &str| crate::step_label::is_iteration_like(l);
         let opts = crate::ranges::RangesOptions { fold: true, ..Default::default() };
         let mut beside = None;
         let mut ready = |rows: &mut CapturedRows| beside = Some(build_beside(&export, rows).unwrap());

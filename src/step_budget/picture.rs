@@ -23,10 +23,15 @@
 //!    between CUDA calls, which no range names, holds the GPU back);
 //! 6. otherwise → `mixed_or_unclear` (`device.no_dominant_idle`).
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::step_budget::device::{IdleSplit, Timelines};
+use super::device::{IdleSplit, Timelines};
+use crate::categories::KernelStat;
+use crate::contract::Result;
+use crate::export::{schema, Export};
 
 /// Exposed communication share of the busy time from which communication bounds the capture.
 pub const COMM_SHARE_MIN: f64 = 0.30;
@@ -62,7 +67,7 @@ pub struct PictureRow {
     /// Share of its issue window with nothing queued or running.
     pub queue_empty_share: f64,
     /// Copy and communication time with no compute of this device under it (null: not measured, see the
-    /// exposure rules of crate::evidence::export_exposure).
+    /// exposure rules of [`export_exposure`]).
     pub exposed_copy_ns: Option<i64>,
     pub exposed_comm_ns: Option<i64>,
 }
@@ -79,7 +84,7 @@ pub struct PictureVerdict {
 }
 
 /// The picture of every device of `tl`, with the copy and communication exposure when measured.
-pub fn rows(tl: &Timelines, exposure: Option<&crate::evidence::Exposure>) -> Vec<PictureRow> {
+pub fn rows(tl: &Timelines, exposure: Option<&Exposure>) -> Vec<PictureRow> {
     tl.devices
         .iter()
         .map(|d| {
@@ -284,5 +289,136 @@ pub fn decide(rows: &[PictureRow]) -> PictureVerdict {
             ),
             facts,
         ),
+    }
+}
+
+/// Summed copy time from this share of the summed kernel and copy time on: copies may bound the capture, and
+/// their exposure is measured ([`export_exposure`]; report's `memcpy_bound` rules read the same share).
+pub const MEMCPY_SHARE_MIN: f64 = 0.30;
+
+/// Kernel statistics by demangled name from the KERNEL table, and Σ duration of MEMCPY + MEMSET rows.
+pub fn export_kernel_stats(export: &Export) -> Result<(Vec<KernelStat>, i64)> {
+    let mut out: Vec<KernelStat> = export
+        .kernel_time_by_name()?
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, instances, total_time_ns)| KernelStat { name, instances, total_time_ns })
+        .collect();
+    out.sort_by(|a: &KernelStat, b: &KernelStat| {
+        b.total_time_ns.cmp(&a.total_time_ns).then_with(|| a.name.cmp(&b.name))
+    });
+    let mem = export.sum_durations(schema::MEMCPY)? + export.sum_durations(schema::MEMSET)?;
+    Ok((out, mem))
+}
+
+/// One device's busy time, and the parts of it that copies and communication kernels take with no compute
+/// under them: unions of that device's rows (any process), never sums of durations, never across devices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DeviceExposure {
+    pub device_id: i64,
+    /// |KERNEL ∪ MEMCPY ∪ MEMSET ∪ GRAPH_TRACE|: the device busy union.
+    pub busy_ns: i64,
+    /// |MEMCPY ∪ MEMSET|.
+    pub copy_ns: i64,
+    /// |copies \ (KERNEL ∪ GRAPH_TRACE)|: copy time no kernel of the device runs under.
+    pub exposed_copy_ns: i64,
+    /// |communication kernels| ([`crate::categories::is_communication_kernel`]).
+    pub comm_ns: i64,
+    /// |communication \ (other KERNEL ∪ GRAPH_TRACE)|: communication time no compute of the device runs under
+    /// (step-budget's `exposed_comm_ns`, per device instead of per rank).
+    pub exposed_comm_ns: i64,
+}
+
+/// [`DeviceExposure`] of every device of a capture, by `deviceId`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exposure {
+    pub devices: Vec<DeviceExposure>,
+}
+
+impl Exposure {
+    /// Σ over devices of one field: device time, each term a union on its own device.
+    pub fn sum(&self, field: impl Fn(&DeviceExposure) -> i64) -> i64 {
+        self.devices.iter().map(field).sum()
+    }
+}
+
+/// [`Exposure`] of an export from the device rows its ranges scan read ([`crate::ranges::CapturedRows`]: report's
+/// step detail), measured only when it can change a class (the grouping and unions cost on big exports): the
+/// summed copy time reaches [`MEMCPY_SHARE_MIN`] of the summed kernel and copy time, or the kernel table
+/// holds communication kernels. Copies on a copy stream under compute on another stream are not what bounds the
+/// step (measured: held-out `overlap`, 128 MiB H2D copies under 20 matmuls: the copies are 38.9 % of the summed
+/// device time but 7.6 % of the busy union is copy time with no kernel under it), nor is an all-reduce on a
+/// communication stream under the GEMMs (tests/it/heldout_devices.rs).
+pub fn export_exposure(
+    export: &Export,
+    device: &[crate::export::rows::DeviceChunk],
+    kernels: &[KernelStat],
+    copy_sum: i64,
+) -> Result<Option<Exposure>> {
+    let kernel_sum: i64 = kernels.iter().map(|k| k.total_time_ns).sum();
+    let copies = copy_sum > 0 && (copy_sum as f64) >= MEMCPY_SHARE_MIN * (copy_sum + kernel_sum) as f64;
+    let comm = kernels.iter().any(|k| crate::categories::is_communication_kernel(&k.name));
+    if !copies && !comm {
+        return Ok(None);
+    }
+    let devices = device_rows_by_role(export, device)?.into_iter().map(|(d, r)| r.exposure(d)).collect();
+    Ok(Some(Exposure { devices }))
+}
+
+type Intervals = Vec<(i64, i64)>;
+
+/// One device's rows by role (intervals, not unioned).
+#[derive(Debug, Clone, Default)]
+pub struct Roles {
+    /// Kernels that are not communication, and GRAPH_TRACE replays.
+    pub compute: Intervals,
+    /// Communication kernels ([`crate::categories::is_communication_kernel`]).
+    pub comm: Intervals,
+    /// MEMCPY and MEMSET rows.
+    pub copies: Intervals,
+}
+
+/// Every valid row of the four device tables as the ranges scan read them (any process; its kernels with their
+/// `demangledName` ids), by `deviceId` (-1: none) and role.
+pub fn device_rows_by_role(
+    export: &Export,
+    device: &[crate::export::rows::DeviceChunk],
+) -> Result<BTreeMap<i64, Roles>> {
+    use crate::export::rows::NO_NAME;
+    use crate::export::DeviceKind;
+    let comm_ids = export.string_ids_where(|v| crate::categories::is_communication_kernel(v).then_some(()))?;
+    let mut by_dev: BTreeMap<i64, Roles> = BTreeMap::new();
+    for c in device {
+        let Some(kind) = c.kind else { continue };
+        for (rows, _, dev) in c.segments() {
+            let r = by_dev.entry(dev.unwrap_or(-1)).or_default();
+            for i in rows {
+                let comm = || c.names.get(i).is_some_and(|&n| n != NO_NAME && comm_ids.contains_key(&n));
+                let part = match kind {
+                    DeviceKind::Memcpy | DeviceKind::Memset => &mut r.copies,
+                    DeviceKind::Kernel if comm() => &mut r.comm,
+                    _ => &mut r.compute,
+                };
+                part.push((c.rows[i].start, c.end(i)));
+            }
+        }
+    }
+    Ok(by_dev)
+}
+
+impl Roles {
+    fn exposure(self, device_id: i64) -> DeviceExposure {
+        use super::device::{len, overlap, union};
+        let (compute, comm, copies) = (union(self.compute), union(self.comm), union(self.copies));
+        let kernels = union([compute.as_slice(), comm.as_slice()].concat());
+        let copies_under_kernels = overlap(&kernels, &copies);
+        DeviceExposure {
+            device_id,
+            busy_ns: len(&kernels) + len(&copies) - copies_under_kernels,
+            copy_ns: len(&copies),
+            exposed_copy_ns: len(&copies) - copies_under_kernels,
+            comm_ns: len(&comm),
+            exposed_comm_ns: len(&comm) - overlap(&comm, &compute),
+        }
     }
 }
