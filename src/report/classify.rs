@@ -264,7 +264,7 @@ fn decide(
             devices::decide_picture(rows, &why, Some(nr))
         }
         (Some(rows), None) => devices::decide_picture(rows, &format!("no engine step ({})", choice), None),
-        (None, Some(nr)) => devices::decide(&device_rows, &s, nr),
+        (None, Some(nr)) => devices::decide(device_rows, s, nr),
         (None, None) => (
             "mixed_or_unclear",
             "R0",
@@ -304,7 +304,7 @@ fn range_rule(
     let le = |x: Option<f64>, t: f64| x.map(|v| v <= t).unwrap_or(false);
     let lt = |x: Option<f64>, t: f64| x.map(|v| v < t).unwrap_or(false);
     if ge(s.comm_share, COMM_SHARE_MIN) {
-        ("comm_bound", "R1", r1_reason(&s, &device_rows))
+        ("comm_bound", "R1", r1_reason(s, device_rows))
     } else if ge(s.memcpy_device_share, MEMCPY_SHARE_MIN) || ge(s.memcpy_api_fraction, MEMCPY_SHARE_MIN) {
         (
             "memcpy_bound",
