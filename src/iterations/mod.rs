@@ -159,99 +159,91 @@ pub fn validate_text(text: &str, source: &str) -> IterationsDoc {
     parse_text(text, source).0
 }
 
-/// Validate the records in `text` and return them too (the records that passed the field checks, in file order).
-pub fn parse_text(text: &str, source: &str) -> (IterationsDoc, Vec<Record>) {
-    let mut problems = Vec::new();
-    let mut recs = Vec::new();
-    let mut records = 0u64;
-    for (i, raw) in text.lines().enumerate() {
-        let line = i as u64 + 1;
-        if raw.trim().is_empty() {
-            continue;
+/// One line's record after the field checks (None when a required field is missing or of the wrong type, or the
+/// line is not a JSON object); every problem found goes to `problems`.
+fn parse_record(line: u64, raw: &str, problems: &mut Vec<Problem>) -> Option<Rec> {
+    let mut bad = |path: &str, message: String| problems.push(Problem { line, path: path.into(), message });
+    let v: Value = match serde_json::from_str(raw) {
+        Ok(v) => v,
+        Err(e) => {
+            bad("$", format!("not JSON: {e}"));
+            return None;
         }
-        records += 1;
-        let mut bad = |path: &str, message: String| problems.push(Problem { line, path: path.into(), message });
-        let v: Value = match serde_json::from_str(raw) {
-            Ok(v) => v,
-            Err(e) => {
-                bad("$", format!("not JSON: {e}"));
-                continue;
+    };
+    let Some(obj) = v.as_object() else {
+        bad("$", "not a JSON object".into());
+        return None;
+    };
+    let mut ok = true;
+    for (k, t) in REQUIRED {
+        match obj.get(*k) {
+            None => {
+                bad(&format!("$.{k}"), "missing (a required field)".into());
+                ok = false;
             }
-        };
-        let Some(obj) = v.as_object() else {
-            bad("$", "not a JSON object".into());
-            continue;
-        };
-        let mut ok = true;
-        for (k, t) in REQUIRED {
-            match obj.get(*k) {
-                None => {
-                    bad(&format!("$.{k}"), "missing (a required field)".into());
-                    ok = false;
-                }
-                Some(x) if !type_ok(x, *t) => {
-                    bad(&format!("$.{k}"), format!("expected {}, found {x}", type_name(*t)));
-                    ok = false;
-                }
-                _ => {}
-            }
-        }
-        for (k, t) in OPTIONAL {
-            if let Some(x) = obj.get(*k).filter(|x| !x.is_null() && !type_ok(x, *t)) {
+            Some(x) if !type_ok(x, *t) => {
                 bad(&format!("$.{k}"), format!("expected {}, found {x}", type_name(*t)));
                 ok = false;
             }
-        }
-        if !ok {
-            continue;
-        }
-        let phase = obj["phase"].as_str().unwrap_or_default().to_string();
-        if !PHASES.contains(&phase.as_str()) {
-            bad("$.phase", format!("{phase:?} is not one of {}", PHASES.join(", ")));
-        }
-        let start = obj.get("start_ns").and_then(Value::as_u64);
-        let end = obj.get("end_ns").and_then(Value::as_u64);
-        match (start, end) {
-            (Some(_), None) => bad("$.end_ns", "missing while start_ns is given (both or neither)".into()),
-            (None, Some(_)) => bad("$.start_ns", "missing while end_ns is given (both or neither)".into()),
-            (Some(s), Some(e)) if e < s => bad("$.end_ns", format!("{e} is before start_ns {s}")),
-            (Some(s), Some(e)) if e > MAX_NS => bad(
-                if s > MAX_NS { "$.start_ns" } else { "$.end_ns" },
-                format!("{} exceeds 2^62 ns: not a monotonic clock reading", s.max(e)),
-            ),
             _ => {}
         }
-        let timed = start.is_some() && end.is_some();
-        let u = |k: &str| obj.get(k).and_then(Value::as_u64).unwrap_or(0);
-        let arr = |k: &str| -> Vec<u64> {
-            obj.get(k)
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_u64).collect())
-                .unwrap_or_default()
-        };
-        let st = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-        recs.push(Rec {
-            line,
-            iteration: u("iteration"),
-            rank: u("rank"),
-            pid: obj.get("pid").and_then(Value::as_u64),
-            phase,
-            prefill_chunks: arr("prefill_chunks"),
-            decode_kv_lens: arr("decode_kv_lens"),
-            scheduled_tokens: u("scheduled_tokens"),
-            scheduled_requests: u("scheduled_requests"),
-            batch_size: u("batch_size"),
-            graph_mode: st("graph_mode"),
-            backend: st("backend"),
-            start: start.filter(|_| timed),
-            end: end.filter(|_| timed),
-            elapsed_ns: obj.get("elapsed_ns").and_then(Value::as_u64),
-        });
     }
+    for (k, t) in OPTIONAL {
+        if let Some(x) = obj.get(*k).filter(|x| !x.is_null() && !type_ok(x, *t)) {
+            bad(&format!("$.{k}"), format!("expected {}, found {x}", type_name(*t)));
+            ok = false;
+        }
+    }
+    if !ok {
+        return None;
+    }
+    let phase = obj["phase"].as_str().unwrap_or_default().to_string();
+    if !PHASES.contains(&phase.as_str()) {
+        bad("$.phase", format!("{phase:?} is not one of {}", PHASES.join(", ")));
+    }
+    let start = obj.get("start_ns").and_then(Value::as_u64);
+    let end = obj.get("end_ns").and_then(Value::as_u64);
+    match (start, end) {
+        (Some(_), None) => bad("$.end_ns", "missing while start_ns is given (both or neither)".into()),
+        (None, Some(_)) => bad("$.start_ns", "missing while end_ns is given (both or neither)".into()),
+        (Some(s), Some(e)) if e < s => bad("$.end_ns", format!("{e} is before start_ns {s}")),
+        (Some(s), Some(e)) if e > MAX_NS => bad(
+            if s > MAX_NS { "$.start_ns" } else { "$.end_ns" },
+            format!("{} exceeds 2^62 ns: not a monotonic clock reading", s.max(e)),
+        ),
+        _ => {}
+    }
+    let timed = start.is_some() && end.is_some();
+    let u = |k: &str| obj.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let arr = |k: &str| -> Vec<u64> {
+        obj.get(k).and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_u64).collect()).unwrap_or_default()
+    };
+    let st = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    Some(Rec {
+        line,
+        iteration: u("iteration"),
+        rank: u("rank"),
+        pid: obj.get("pid").and_then(Value::as_u64),
+        phase,
+        prefill_chunks: arr("prefill_chunks"),
+        decode_kv_lens: arr("decode_kv_lens"),
+        scheduled_tokens: u("scheduled_tokens"),
+        scheduled_requests: u("scheduled_requests"),
+        batch_size: u("batch_size"),
+        graph_mode: st("graph_mode"),
+        backend: st("backend"),
+        start: start.filter(|_| timed),
+        end: end.filter(|_| timed),
+        elapsed_ns: obj.get("elapsed_ns").and_then(Value::as_u64),
+    })
+}
 
+/// Per rank, in file order: the iteration index increases, the clock never goes back, no overlap (problems to
+/// `problems`); each rank's summary.
+fn rank_summaries(recs: &[Rec], problems: &mut Vec<Problem>) -> Vec<RankSummary> {
     // per rank, in file order: the iteration index increases, the clock never goes back, no overlap
     let mut by_rank: BTreeMap<u64, Vec<&Rec>> = BTreeMap::new();
-    for r in &recs {
+    for r in recs {
         by_rank.entry(r.rank).or_default().push(r);
     }
     let mut ranks = Vec::new();
@@ -310,6 +302,26 @@ pub fn parse_text(text: &str, source: &str) -> (IterationsDoc, Vec<Record>) {
             busy_ns: timed.iter().map(|r| r.end.unwrap_or(0) - r.start.unwrap_or(0)).sum(),
         });
     }
+    ranks
+}
+
+/// Validate the records in `text` and return them too (the records that passed the field checks, in file order).
+pub fn parse_text(text: &str, source: &str) -> (IterationsDoc, Vec<Record>) {
+    let mut problems = Vec::new();
+    let mut recs = Vec::new();
+    let mut records = 0u64;
+    for (i, raw) in text.lines().enumerate() {
+        let line = i as u64 + 1;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        records += 1;
+        if let Some(r) = parse_record(line, raw, &mut problems) {
+            recs.push(r);
+        }
+    }
+
+    let ranks = rank_summaries(&recs, &mut problems);
     let mut phases = BTreeMap::new();
     let mut batch_sizes = BTreeMap::new();
     for r in &recs {

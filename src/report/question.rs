@@ -190,159 +190,179 @@ pub fn section(ev: &Evidence, categories: &Categories, primary: Option<&str>) ->
     let ranges = ev.ranges.as_ref().map(|r| &r.ranges).unwrap_or(&empty);
     let mut out = QuestionSection::default();
     if let Some(qv) = q {
-        let q = parse_question(qv, &ev.source)?;
-        let per = q.per.clone().or_else(|| primary.map(String::from));
-        let reference = per.as_deref().and_then(|p| find(ranges, p));
-        let denom = reference.map(|r| r.host_wall_time_ns).filter(|w| *w > 0);
-        let (num, basis): (Option<i64>, String) = if let Some(l) = &q.contributor.label {
-            let r = find(ranges, l);
-            let nested = r
-                .map(|r| per.as_deref().map(|p| r.parents.contains_key(p) || r.label == p).unwrap_or(false))
-                .unwrap_or(false);
-            (
-                r.map(|r| r.host_wall_time_ns),
-                format!(
-                    "host wall of {l:?} / host wall of {:?}{}",
-                    per.as_deref().unwrap_or("?"),
-                    if r.is_some() && !nested {
-                        " (the label is not a direct child of the reference: the share may count time outside it)"
-                    } else {
-                        ""
-                    }
-                ),
-            )
-        } else {
-            let re = match &q.contributor.kernel_pattern {
-                Some(p) => Some(regex::RegexBuilder::new(p).case_insensitive(true).build().map_err(|e| {
-                    Error::input(format!(
-                        "{}: $.question.contributor.kernel_pattern: bad regular expression {p:?}: {e}",
-                        ev.source
-                    ))
-                })?),
-                None => None,
-            };
-            let cat = q.contributor.kernel_category.clone();
-            let t: Option<i64> = ev.kernels.as_ref().map(|ks| {
-                ks.iter()
-                    .filter(|k| match (&re, &cat) {
-                        (Some(re), _) => re.is_match(&k.name),
-                        (None, Some(c)) => categories.categorize(&k.name) == c,
-                        _ => false,
-                    })
-                    .map(|k| k.total_time_ns)
-                    .sum()
-            });
-            (t, format!("kernel time of the contributor (whole capture) / host wall of {:?}: an upper bound (kernels overlap host time)", per.as_deref().unwrap_or("?")))
-        };
-        let share = match (num, denom) {
-            (Some(n), Some(d)) => Some(n as f64 / d as f64),
-            _ => None,
-        };
-        let saved = share.map(|s| s.min(1.0));
-        let speedup = saved.and_then(|s| (s < 1.0).then(|| 1.0 / (1.0 - s)));
-        let name = q
-            .contributor
-            .label
-            .clone()
-            .or(q.contributor.kernel_category.clone())
-            .or(q.contributor.kernel_pattern.clone())
-            .unwrap_or_default();
-        let statement = match saved {
-            None if denom.is_none() => format!("the reference range {:?} is not in this capture (or has no host wall): the share of {name:?} cannot be measured", per.as_deref().unwrap_or("?")),
-            None => format!("{name:?} is not measurable in this capture (no such label or no kernel statistics)"),
-            Some(s) => {
-                let mut t = format!(
-                    "{name:?} takes {:.1}% of {:?} ({basis}); by Amdahl's law removing it entirely saves at most {:.1}% of {} (speedup ≤ {})",
-                    s * 100.0,
-                    per.as_deref().unwrap_or("?"),
-                    s * 100.0,
-                    q.metric,
-                    speedup.map(|x| format!("{x:.3}×")).unwrap_or_else(|| "unbounded".into())
-                );
-                if let Some(w) = q.max_win {
-                    if w > s + 1e-9 {
-                        t.push_str(&format!("; the question expected up to {:.1}%: more than the bound allows", w * 100.0));
-                    } else {
-                        t.push_str(&format!("; the question's {:.1}% is within the bound", w * 100.0));
-                    }
-                }
-                if let Some(e) = q.expected_share {
-                    t.push_str(&format!("; it assumed a {:.1}% share, measured {:.1}%", e * 100.0, s * 100.0));
-                }
-                t
-            }
-        };
-        out.question = Some(QuestionAnswer {
-            metric: q.metric.clone(),
-            contributor: q.contributor.clone(),
-            per: per.clone(),
-            measured_share: share,
-            share_basis: basis,
-            max_time_saved: saved,
-            max_speedup: speedup,
-            expected_share: q.expected_share,
-            max_win: q.max_win,
-            statement,
-        });
+        out.question = Some(answer(ev, categories, primary, ranges, qv)?);
     }
     if let Some(bv) = b {
-        let bm: BenchmarkDoc = serde_json::from_value(bv.clone()).map_err(|e| {
-            Error::input(format!("{}: $.benchmark: not an nsyskit.benchmark/v1 document: {e}", ev.source))
-        })?;
-        let step = primary.and_then(|p| find(ranges, p));
-        let steps = step.map(|r| r.occurrences).unwrap_or(0);
-        let per_step = |ns: i64| (steps > 0).then(|| ns as f64 / steps as f64 / 1e6);
-        let busy = step.and_then(|r| per_step(r.kernel_busy_union_ns));
-        let wall = step.and_then(|r| per_step(r.host_wall_time_ns));
-        let tpot = tpot_ms(&bm);
-        let share = match (busy, &tpot) {
-            (Some(b), Some((t, _))) if *t > 0.0 => Some(b / t),
-            _ => None,
-        };
-        let over = match (wall, &tpot) {
-            (Some(w), Some((t, _))) if *t > 0.0 => Some(w / t),
-            _ => None,
-        };
-        let mut st = Vec::new();
-        if bm.profiled {
-            st.push("the benchmark record says it was measured under the profiler: it is diagnostic, not the score; record an unprofiled run".into());
-        }
-        match (busy, &tpot, share) {
-            (Some(b), Some((t, src)), Some(s)) => {
-                st.push(format!(
-                    "GPU busy per decode step ({}) is {b:.3} ms = {:.1}% of the unprofiled TPOT {t:.3} ms ({src}); the remaining {:.3} ms per token is host time and device idle{}",
-                    primary.unwrap_or("?"),
-                    s * 100.0,
-                    (t - b).max(0.0),
-                    if s > 1.0 { " — busy exceeds the TPOT: the benchmark and the capture do not describe the same workload (batch, sequence lengths), or one step emits several tokens" } else { "" }
-                ));
-            }
-            (_, None, _) => st.push("the benchmark record has no TPOT (scores.tpot_ms, client_json.median_tpot_ms / mean_tpot_ms): nothing to reconcile".into()),
-            _ => st.push(format!("no decode step label with occurrences ({}) in this capture: GPU busy per step is unknown", primary.unwrap_or("none"))),
-        }
-        if let (Some(o), Some((t, _))) = (over, &tpot) {
-            st.push(format!("the profiled step wall is {:.2}× the unprofiled TPOT {t:.3} ms: profiler overhead and workload differences; quote the unprofiled score", o));
-        }
-        let diag = bundle.pointer("/serve_capture/diagnostic").filter(|v| !v.is_null()).cloned();
-        if diag.is_some() {
-            st.push(
-                "the profiled client's throughput (serve_capture.diagnostic) is diagnostic only: never the score"
-                    .into(),
-            );
-        }
-        out.score = Some(ScoreReconciliation {
-            step_label: primary.map(String::from),
-            steps,
-            gpu_busy_per_step_ms: busy,
-            profiled_step_wall_ms: wall,
-            benchmark_tpot_ms: tpot.as_ref().map(|t| t.0),
-            benchmark_tpot_source: tpot.map(|t| t.1),
-            gpu_busy_share_of_tpot: share,
-            profiled_wall_over_tpot: over,
-            benchmark_profiled: bm.profiled,
-            profiled_client_throughput: diag,
-            statements: st,
-        });
+        out.score = Some(score(ev, bundle, primary, ranges, bv)?);
     }
     Ok(Some(out))
+}
+
+/// The answer to the bundle's `question`: the contributor's share of the reference range and Amdahl's bound.
+fn answer(
+    ev: &Evidence,
+    categories: &Categories,
+    primary: Option<&str>,
+    ranges: &[RangeRow],
+    qv: &Value,
+) -> Result<QuestionAnswer> {
+    let q = parse_question(qv, &ev.source)?;
+    let per = q.per.clone().or_else(|| primary.map(String::from));
+    let reference = per.as_deref().and_then(|p| find(ranges, p));
+    let denom = reference.map(|r| r.host_wall_time_ns).filter(|w| *w > 0);
+    let (num, basis): (Option<i64>, String) = if let Some(l) = &q.contributor.label {
+        let r = find(ranges, l);
+        let nested = r
+            .map(|r| per.as_deref().map(|p| r.parents.contains_key(p) || r.label == p).unwrap_or(false))
+            .unwrap_or(false);
+        (
+            r.map(|r| r.host_wall_time_ns),
+            format!(
+                "host wall of {l:?} / host wall of {:?}{}",
+                per.as_deref().unwrap_or("?"),
+                if r.is_some() && !nested {
+                    " (the label is not a direct child of the reference: the share may count time outside it)"
+                } else {
+                    ""
+                }
+            ),
+        )
+    } else {
+        let re = match &q.contributor.kernel_pattern {
+            Some(p) => Some(regex::RegexBuilder::new(p).case_insensitive(true).build().map_err(|e| {
+                Error::input(format!(
+                    "{}: $.question.contributor.kernel_pattern: bad regular expression {p:?}: {e}",
+                    ev.source
+                ))
+            })?),
+            None => None,
+        };
+        let cat = q.contributor.kernel_category.clone();
+        let t: Option<i64> = ev.kernels.as_ref().map(|ks| {
+            ks.iter()
+                .filter(|k| match (&re, &cat) {
+                    (Some(re), _) => re.is_match(&k.name),
+                    (None, Some(c)) => categories.categorize(&k.name) == c,
+                    _ => false,
+                })
+                .map(|k| k.total_time_ns)
+                .sum()
+        });
+        (t, format!("kernel time of the contributor (whole capture) / host wall of {:?}: an upper bound (kernels overlap host time)", per.as_deref().unwrap_or("?")))
+    };
+    let share = match (num, denom) {
+        (Some(n), Some(d)) => Some(n as f64 / d as f64),
+        _ => None,
+    };
+    let saved = share.map(|s| s.min(1.0));
+    let speedup = saved.and_then(|s| (s < 1.0).then(|| 1.0 / (1.0 - s)));
+    let name = q
+        .contributor
+        .label
+        .clone()
+        .or(q.contributor.kernel_category.clone())
+        .or(q.contributor.kernel_pattern.clone())
+        .unwrap_or_default();
+    let statement = match saved {
+        None if denom.is_none() => format!("the reference range {:?} is not in this capture (or has no host wall): the share of {name:?} cannot be measured", per.as_deref().unwrap_or("?")),
+        None => format!("{name:?} is not measurable in this capture (no such label or no kernel statistics)"),
+        Some(s) => {
+            let mut t = format!(
+                "{name:?} takes {:.1}% of {:?} ({basis}); by Amdahl's law removing it entirely saves at most {:.1}% of {} (speedup ≤ {})",
+                s * 100.0,
+                per.as_deref().unwrap_or("?"),
+                s * 100.0,
+                q.metric,
+                speedup.map(|x| format!("{x:.3}×")).unwrap_or_else(|| "unbounded".into())
+            );
+            if let Some(w) = q.max_win {
+                if w > s + 1e-9 {
+                    t.push_str(&format!("; the question expected up to {:.1}%: more than the bound allows", w * 100.0));
+                } else {
+                    t.push_str(&format!("; the question's {:.1}% is within the bound", w * 100.0));
+                }
+            }
+            if let Some(e) = q.expected_share {
+                t.push_str(&format!("; it assumed a {:.1}% share, measured {:.1}%", e * 100.0, s * 100.0));
+            }
+            t
+        }
+    };
+    Ok(QuestionAnswer {
+        metric: q.metric.clone(),
+        contributor: q.contributor.clone(),
+        per: per.clone(),
+        measured_share: share,
+        share_basis: basis,
+        max_time_saved: saved,
+        max_speedup: speedup,
+        expected_share: q.expected_share,
+        max_win: q.max_win,
+        statement,
+    })
+}
+
+/// The bundle's `benchmark` reconciled with the capture: GPU busy per step against the unprofiled TPOT.
+fn score(
+    ev: &Evidence,
+    bundle: &Value,
+    primary: Option<&str>,
+    ranges: &[RangeRow],
+    bv: &Value,
+) -> Result<ScoreReconciliation> {
+    let bm: BenchmarkDoc = serde_json::from_value(bv.clone())
+        .map_err(|e| Error::input(format!("{}: $.benchmark: not an nsyskit.benchmark/v1 document: {e}", ev.source)))?;
+    let step = primary.and_then(|p| find(ranges, p));
+    let steps = step.map(|r| r.occurrences).unwrap_or(0);
+    let per_step = |ns: i64| (steps > 0).then(|| ns as f64 / steps as f64 / 1e6);
+    let busy = step.and_then(|r| per_step(r.kernel_busy_union_ns));
+    let wall = step.and_then(|r| per_step(r.host_wall_time_ns));
+    let tpot = tpot_ms(&bm);
+    let share = match (busy, &tpot) {
+        (Some(b), Some((t, _))) if *t > 0.0 => Some(b / t),
+        _ => None,
+    };
+    let over = match (wall, &tpot) {
+        (Some(w), Some((t, _))) if *t > 0.0 => Some(w / t),
+        _ => None,
+    };
+    let mut st = Vec::new();
+    if bm.profiled {
+        st.push("the benchmark record says it was measured under the profiler: it is diagnostic, not the score; record an unprofiled run".into());
+    }
+    match (busy, &tpot, share) {
+        (Some(b), Some((t, src)), Some(s)) => {
+            st.push(format!(
+                "GPU busy per decode step ({}) is {b:.3} ms = {:.1}% of the unprofiled TPOT {t:.3} ms ({src}); the remaining {:.3} ms per token is host time and device idle{}",
+                primary.unwrap_or("?"),
+                s * 100.0,
+                (t - b).max(0.0),
+                if s > 1.0 { " — busy exceeds the TPOT: the benchmark and the capture do not describe the same workload (batch, sequence lengths), or one step emits several tokens" } else { "" }
+            ));
+        }
+        (_, None, _) => st.push("the benchmark record has no TPOT (scores.tpot_ms, client_json.median_tpot_ms / mean_tpot_ms): nothing to reconcile".into()),
+        _ => st.push(format!("no decode step label with occurrences ({}) in this capture: GPU busy per step is unknown", primary.unwrap_or("none"))),
+    }
+    if let (Some(o), Some((t, _))) = (over, &tpot) {
+        st.push(format!("the profiled step wall is {:.2}× the unprofiled TPOT {t:.3} ms: profiler overhead and workload differences; quote the unprofiled score", o));
+    }
+    let diag = bundle.pointer("/serve_capture/diagnostic").filter(|v| !v.is_null()).cloned();
+    if diag.is_some() {
+        st.push(
+            "the profiled client's throughput (serve_capture.diagnostic) is diagnostic only: never the score".into(),
+        );
+    }
+    Ok(ScoreReconciliation {
+        step_label: primary.map(String::from),
+        steps,
+        gpu_busy_per_step_ms: busy,
+        profiled_step_wall_ms: wall,
+        benchmark_tpot_ms: tpot.as_ref().map(|t| t.0),
+        benchmark_tpot_source: tpot.map(|t| t.1),
+        gpu_busy_share_of_tpot: share,
+        profiled_wall_over_tpot: over,
+        benchmark_profiled: bm.profiled,
+        profiled_client_throughput: diag,
+        statements: st,
+    })
 }

@@ -205,6 +205,24 @@ pub fn decide(rows: &[PictureRow]) -> PictureVerdict {
         );
         return verdict("kernel_bound", "device.gpu_busy", reason, facts);
     }
+    decide_by_idle(rows, span, idle, launches, facts)
+}
+
+/// The class of a device picture whose GPUs are neither saturated nor bound by exposed communication or copies:
+/// the dominant cause of their idle time (rows `device.idle_*`, or `device.no_dominant_idle`).
+fn decide_by_idle(
+    rows: &[PictureRow],
+    span: i64,
+    idle: i64,
+    launches: usize,
+    mut facts: Vec<String>,
+) -> PictureVerdict {
+    let verdict = |class: &'static str, rule: &'static str, reason: String, facts: Vec<String>| PictureVerdict {
+        class,
+        rule,
+        reason,
+        decided_by: facts,
+    };
     let sum = |f: fn(&IdleSplit) -> i64| rows.iter().map(|r| f(&r.idle_by_cause)).sum::<i64>();
     let causes = [
         ("host_wait", sum(|s| s.host_wait)),
