@@ -762,7 +762,7 @@ mod tests {
             let shared = Export::open(&path).unwrap();
             keep_for_gates(&opts, &shared);
             let ro = crate::ranges::RangesOptions { fold: true, ..Default::default() };
-            let want = |l: &str| is_iteration_like(l);
+            let want = |l: &str| crate::step_label::is_iteration_like(l);
             let (_, collected) =
                 crate::ranges::analyze_with_intervals_keeping(&shared, &ro, &want, false, None).unwrap();
             let kept = |e: &Export| e.known_stats(export::schema::KERNEL, |s| s.kept_intervals()).unwrap();

@@ -593,7 +593,7 @@ fn step_budget_of(
     };
     let Some(export) = cap.as_ref().map(|c| &c.export).or(given) else { return Ok(none) };
     let sopts = crate::step_budget::StepBudgetOptions { step: Some(label.clone()), ..Default::default() };
-    // --iterations: the same time window as the windowed ranges (crate::iterations::window::report_run)
+    // --iterations: the same time window as the windowed ranges (crate::pipeline::report)
     // the evidence's analysis (whole capture, folded, intervals of every iteration-like label) when the
     // ranges were not recomputed over a window
     // the device timelines the evidence built beside its ranges analysis (Evidence::step_timelines); a windowed

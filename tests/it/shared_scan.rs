@@ -1,6 +1,6 @@
 //! The shared run of issue #19: `gate-check --ranges R.json --nvtx-readiness D.json --report P.json` writes, from
 //! its own run, the bytes `sqlite-ranges`, `nvtx-readiness` and `report` print for the same export, and its own
-//! stdout and exit code are unchanged; `gate::run_shared` gives the documents each tool gives on its own. Every
+//! stdout and exit code are unchanged; `pipeline::run_shared` gives the documents each tool gives on its own. Every
 //! real SQLite fixture.
 
 use crate::common;
