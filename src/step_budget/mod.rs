@@ -284,7 +284,7 @@ pub struct StepBudgetDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iterations: Option<crate::iterations::window::IterationsSection>,
     /// No step can be attributed (no NVTX range): what each GPU did over its whole active span, the picture
-    /// the verdict comes from ([`picture`]); absent when there are steps.
+    /// the verdict comes from ([`crate::device_picture`]); absent when there are steps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<picture::PictureRow>,
 }

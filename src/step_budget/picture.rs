@@ -67,7 +67,7 @@ pub struct PictureRow {
     /// Share of its issue window with nothing queued or running.
     pub queue_empty_share: f64,
     /// Copy and communication time with no compute of this device under it (null: not measured, see the
-    /// exposure rules of [`export_exposure`]).
+    /// exposure rules of crate::evidence::export_exposure).
     pub exposed_copy_ns: Option<i64>,
     pub exposed_comm_ns: Option<i64>,
 }
