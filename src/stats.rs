@@ -37,3 +37,7 @@ pub fn dist_in<T: Copy + Ord + Into<i64>>(v: &mut [T]) -> Dist {
     let median = *v[..=i90].select_nth_unstable(i50).1;
     Dist { count: n, median: median.into(), p90: p90.into(), p99: p99.into(), max: max.into() }
 }
+
+/// A component is the verdict's when its share of all steps' wall reaches this (step-budget's and report's
+/// dominance rule; readiness's opaque-step rule asks whether named host time could still reach it).
+pub const DOMINANT_SHARE: f64 = 0.5;

@@ -65,8 +65,7 @@ pub struct RunFacts {
     pub graph_mode: Fact,
 }
 
-/// Server flags that force an engine which normally replays CUDA graphs to run eagerly.
-pub const EAGER_FLAGS: [&str; 3] = ["--enforce-eager", "--disable-cuda-graph", "--disable-cuda-graphs"];
+pub use crate::resolve::workload::EAGER_FLAGS;
 
 /// The server argv of a run: `provenance.capture.server_cmd` split like a shell, else the `server` process of
 /// the serve-capture document. With where it was read.

@@ -115,7 +115,7 @@ impl Drop for ExportSignals {
 /// The stop signal received so far: while exporting, or by serve-capture's handlers (0 = none).
 fn stop_requested() -> i32 {
     match EXPORT_SIGNAL.load(std::sync::atomic::Ordering::SeqCst) {
-        0 => crate::serve_capture::procs::stop_signal(),
+        0 => crate::signals::stop_signal(),
         s => s,
     }
 }
@@ -220,7 +220,7 @@ fn interrupted(name: &str, nsys: &Path, sig: i32) -> Error {
     Error::input(format!(
         "{name}: `{} export --type=sqlite` interrupted by {}: nsys was stopped and its partial export removed; nothing was read",
         nsys.display(),
-        crate::serve_capture::procs::signal_name(sig)
+        crate::signals::signal_name(sig)
     ))
 }
 
@@ -258,7 +258,7 @@ fn newer_nsys_advice(written: Option<&str>) -> String {
 
 /// `2024.5.1.113-245134619542v0` → `2024.5.1`.
 fn short_version(v: &str) -> String {
-    let key = crate::resolve::version_key(v);
+    let key = crate::nsys::version_key(v);
     key.iter().take(3).map(|n| n.to_string()).collect::<Vec<_>>().join(".")
 }
 
@@ -302,7 +302,7 @@ pub fn sniff(path: &Path) -> Option<FileKind> {
         let rest: Vec<u8> = head[at..].iter().copied().take_while(|b| b.is_ascii_graphic() && *b != b'!').collect();
         let text = String::from_utf8(rest).ok()?.replace(sep as char, ".");
         let text = text.trim_end_matches('.').to_string();
-        (crate::resolve::version_key(&text).first().is_some_and(|y| *y >= 2000)).then_some(text)
+        (crate::nsys::version_key(&text).first().is_some_and(|y| *y >= 2000)).then_some(text)
     };
     if head.starts_with(b"SQLite format 3\0") {
         Some(FileKind::Sqlite)
@@ -339,7 +339,7 @@ pub fn qdstrm_message(name: &str, version: Option<&str>) -> String {
 /// and release of the report header against those of the nsys (a report of the same release is tried).
 pub fn refuse_newer_report(name: &str, report_version: Option<&str>, nsys: &Path, nsys_version: &str) -> Result<()> {
     let Some(rv) = report_version else { return Ok(()) };
-    let key = |v: &str| crate::resolve::version_key(v).into_iter().take(2).collect::<Vec<_>>();
+    let key = |v: &str| crate::nsys::version_key(v).into_iter().take(2).collect::<Vec<_>>();
     if key(rv) > key(nsys_version) {
         return Err(Error::input(format!(
             "{name}: written by nsys {} (its header), newer than the nsys that would export it ({}, {}): nsys cannot open a report of a later release; {}",
@@ -374,11 +374,11 @@ pub struct OpenedCapture {
     _tmp: Option<tempfile::TempDir>,
 }
 
-/// The nsys to use for exporting reports: resolved by [`crate::resolve::resolve`] (`NSYS_BIN`, else the first
+/// The nsys to use for exporting reports: resolved by [`crate::nsys::resolve`] (`NSYS_BIN`, else the first
 /// usable `nsys` on PATH, else the newest in the known install folders), verified with `--version`, not probed.
 pub fn default_nsys() -> Result<PathBuf> {
-    let opts = crate::resolve::ResolveOptions { probe: false, ..crate::resolve::ResolveOptions::from_env() };
-    crate::resolve::resolve(&opts)
+    let opts = crate::nsys::ResolveOptions { probe: false, ..crate::nsys::ResolveOptions::from_env() };
+    crate::nsys::resolve(&opts)
         .map(|r| r.path)
         .map_err(|e| e.context("cannot export the .nsys-rep (or give the .sqlite export)"))
 }
@@ -428,7 +428,7 @@ pub fn open_capture(path: &Path, nsys: Option<&Path>) -> Result<OpenedCapture> {
         .tempdir()
         .map_err(|e| Error::env(format!("cannot create a temporary folder: {e}")))?;
     if let Some(FileKind::Report { version: Some(v) }) = &kind {
-        if let Ok((_, nv)) = crate::resolve::verify(&nsys, std::time::Duration::from_secs(10)) {
+        if let Ok((_, nv)) = crate::nsys::verify(&nsys, std::time::Duration::from_secs(10)) {
             refuse_newer_report(&name, Some(v), &nsys, &nv)?;
         }
     }

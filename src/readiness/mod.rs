@@ -80,7 +80,7 @@ pub fn opaque_step_share(occ: &[Occurrence], label: &str) -> Option<f64> {
             let (s, e) = (occ[j].start, occ[j].end);
             let clipped: Vec<(i64, i64)> =
                 v.iter().map(|&(a, b)| (a.max(s), b.min(e))).filter(|(a, b)| b > a).collect();
-            crate::step_budget::device::len(&crate::step_budget::device::union(clipped))
+            crate::intervals::len(&crate::intervals::union(clipped))
         })
         .sum();
     Some(1.0 - named as f64 / wall as f64)
@@ -91,7 +91,7 @@ pub fn opaque_step_share(occ: &[Occurrence], label: &str) -> Option<f64> {
 /// name could not reach the step budget's dominance share alone (a lower bound: all opaque time is taken as
 /// unattributed). Such a class does not stand (report's and step-budget's `readiness.opaque_step`).
 pub fn rests_on_opaque(unattributed: f64, opaque: f64) -> bool {
-    opaque >= DEFAULT_MAX_OPAQUE_SHARE && unattributed - opaque < crate::step_budget::DOMINANT_SHARE
+    opaque >= DEFAULT_MAX_OPAQUE_SHARE && unattributed - opaque < crate::stats::DOMINANT_SHARE
 }
 
 /// How many opaque gaps are listed.

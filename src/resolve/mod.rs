@@ -7,8 +7,6 @@
 //!   (flags, commands, env with secrets redacted), the engine's git state, host and UTC time; with `record` it
 //!   is also written to `DIR/provenance.json`.
 
-mod caps;
-mod find;
 mod preflight;
 mod record;
 pub mod workload;
@@ -21,11 +19,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::{Document, Error, Result, Tool};
 
-pub use caps::{
+pub use crate::nsys::{
     compare_versions, declared_options, export_types, parse_capabilities, parse_version, version_key, Capabilities,
     TRACKED_SWITCHES,
 };
-pub use find::{
+pub use crate::nsys::{
     expand_glob, glob_regex, install_globs_from_env, probe_capabilities, project_install_globs, resolve,
     run_with_timeout, verify, NsysCandidate, ResolveOptions, Resolved, RunError, RunOutput, KNOWN_INSTALL_GLOBS,
 };
@@ -35,8 +33,8 @@ pub use preflight::{
     APPS_QUERY, CLOCKS_QUERY, CLOCKS_QUERY_OLD, GPU_QUERY,
 };
 pub use record::{
-    hostname, is_secret_key, redact_command, redact_words, repo_state, rfc3339, split_words, Redactor, RepoState,
-    REDACTED,
+    hostname, is_secret_key, redact_command, redact_words, repo_state, rfc3339, split_words, ArgvRequirement,
+    LauncherCheck, Redactor, RepoState, REDACTED,
 };
 pub use workload::{Workload, WorkloadSpec};
 
@@ -76,7 +74,7 @@ pub struct CaptureRecipe {
     /// serve-capture's launcher contract: the server argv that was checked against `--require-argv` and what
     /// `--engine` implies (null outside serve-capture, or when nothing was required).
     #[serde(default)]
-    pub launcher: Option<crate::serve_capture::engine::LauncherCheck>,
+    pub launcher: Option<LauncherCheck>,
     /// serve-capture: the whole environment the server is started with (nsys's process environment, which the
     /// server inherits: serve-capture's own environment, then `--env`, then what serve-capture sets), sorted by
     /// name, each value redacted by the one rule (`redact_words` on `NAME=VALUE`). nsys adds its own injection

@@ -7,7 +7,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::find::{glob_regex, run_with_timeout};
+use crate::nsys::{glob_regex, run_with_timeout};
 
 /// The `--query-gpu` fields asked for (their CSV headers differ: `memory.used [MiB]`, `clocks.current.sm [MHz]`).
 pub const GPU_QUERY: &str =

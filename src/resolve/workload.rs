@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::{Error, Result};
 
+/// Server flags that force an engine which normally replays CUDA graphs to run eagerly.
+pub const EAGER_FLAGS: [&str; 3] = ["--enforce-eager", "--disable-cuda-graph", "--disable-cuda-graphs"];
+
 /// `provenance.workload`: what the capture was for and how the server was driven.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Workload {

@@ -11,26 +11,7 @@ use sha2::{Digest, Sha256};
 
 use crate::contract::{Error, Result};
 
-/// The flags a server command must carry, and why: `--require-argv` as given, then the ones `--engine` and the
-/// window imply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct ArgvRequirement {
-    /// The flag (`--alignment-nvtx-ranges`), or flag and value (`--profiler-config.profiler=cuda`: also met
-    /// by the two words `--profiler-config.profiler cuda`).
-    pub flag: String,
-    /// `--require-argv`, or what implied it (`--engine sglang`, `--engine vllm with --capture-range cudaProfilerApi`).
-    pub why: String,
-}
-
-/// The launcher contract that was checked, recorded in serve-capture.json and provenance.json.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct LauncherCheck {
-    /// `--engine` (`sglang`, `vllm`), null when not given.
-    pub engine: Option<String>,
-    pub required: Vec<ArgvRequirement>,
-    /// The server argv that was checked (redacted as every argv of the run).
-    pub checked_argv: Vec<String>,
-}
+pub use crate::resolve::{ArgvRequirement, LauncherCheck};
 
 /// The engines `--engine` knows.
 pub const ENGINES: &[&str] = &["sglang", "vllm"];

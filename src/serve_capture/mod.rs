@@ -672,7 +672,7 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
     for w in crate::resolve::workload::warnings(&workload, o.tier == crate::gate::Tier::Decode) {
         eprintln!("serve-capture: warning: {w}");
     }
-    if let Some(f) = o.server.iter().find(|w| crate::compare::checks::EAGER_FLAGS.contains(&w.as_str())) {
+    if let Some(f) = o.server.iter().find(|w| crate::resolve::workload::EAGER_FLAGS.contains(&w.as_str())) {
         eprintln!(
             "serve-capture: warning: the server command carries {f}: an eager capture of a graph-mode engine is a cross-check only, never the measurement of record (capture-compare says so)"
         );

@@ -137,7 +137,7 @@ impl Run<'_> {
         let records = self.iterations.as_ref().and_then(|i| i.copy.clone()).map(PathBuf::from);
         let args =
             crate::iterations::window::IterationArgs { records, iterations: Some(window), step: None, fold: true };
-        match crate::iterations::window::ranges_run(sql, &opts, Some(nsys), &args) {
+        match crate::pipeline::window::ranges_run(sql, &opts, Some(nsys), &args) {
             Ok(crate::iterations::window::Windowed::Doc(d)) => {
                 match write_json_redacted(&out.join("ranges.json"), &d, &self.red) {
                     Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),

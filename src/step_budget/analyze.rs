@@ -89,6 +89,7 @@ pub fn analyze_window_with(
         waits: &waits,
     };
     let (steps, step_spans) = cx.steps();
+    let host_samples = samples::host_samples(export, &cx, &steps, &step_tids)?;
     // the idle inside, between and outside the steps on each device, beside the steps' distributions
     let devices = &mut tl.devices;
     let distributions = std::thread::scope(|s| {
@@ -121,6 +122,9 @@ pub fn analyze_window_with(
     let mut verdict =
         typical_verdict(&steps, &not_typical, &distributions, pacing.as_ref(), graph_level, nccl_kernels, &comm_labels);
     reject_on_opaque_step(&mut verdict, &a.occurrences, &label);
+    if let Some(h) = &host_samples {
+        samples::qualify(&mut verdict, h);
+    }
     ph.mark("steps");
     let waterfall = waterfall_of(&steps, &not_typical, median_wall, &idx, a, iv, &api, comm, &comm_occ, &waits, &tl);
     let (ranks, stragglers) = ranks_of(&steps, &rank_pids, &tl);
@@ -156,6 +160,7 @@ pub fn analyze_window_with(
         notes,
         iterations: None,
         devices: Vec::new(),
+        host_samples,
     };
     crate::memory::drop_beside(tl);
     Ok(doc)

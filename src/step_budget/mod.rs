@@ -16,6 +16,7 @@ mod analyze;
 pub mod device;
 mod partition;
 pub mod picture;
+pub mod samples;
 mod summary;
 mod sweep;
 mod verdict;
@@ -42,8 +43,7 @@ pub use device::{DeviceIdle, DeviceLaunch, IdleCategory, IdleSplit, LatencyDist,
 
 /// Default of `--outlier-factor`: a step whose wall exceeds this many times the median wall is an outlier.
 pub const DEFAULT_OUTLIER_FACTOR: f64 = 2.0;
-/// A component is the verdict's when its share of all steps' wall reaches this.
-pub const DOMINANT_SHARE: f64 = 0.5;
+pub use crate::stats::DOMINANT_SHARE;
 /// `kernel_bound` also when the median correlated GPU busy reaches this share of the median step period.
 pub const GPU_SATURATED_SHARE: f64 = 0.9;
 
@@ -287,6 +287,10 @@ pub struct StepBudgetDoc {
     /// the verdict comes from ([`crate::device_picture`]); absent when there are steps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<picture::PictureRow>,
+    /// What the host ran in the steps' unattributed time, from nsys's CPU samples (`--sample=process-tree`);
+    /// absent when the export holds none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_samples: Option<samples::HostSamples>,
 }
 
 /// One segment of the median step's wall.

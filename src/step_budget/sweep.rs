@@ -256,8 +256,8 @@ impl ApiIds {
 /// allocations).
 #[derive(Debug, Default)]
 pub struct StepScratch {
-    classes: Vec<Vec<(i64, i64)>>,
-    partition: PartitionBuffers,
+    pub(super) classes: Vec<Vec<(i64, i64)>>,
+    pub(super) partition: PartitionBuffers,
 }
 
 /// The intervals of one step per class, in priority order: compute kernels, NCCL kernels, memcpy/memset,

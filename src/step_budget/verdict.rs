@@ -109,6 +109,7 @@ pub fn device_only_of(
         notes,
         iterations: None,
         devices: rows,
+        host_samples: None,
     }
 }
 

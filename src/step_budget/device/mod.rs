@@ -289,34 +289,7 @@ pub struct NcclKernels {
     pub total_ns: i64,
 }
 
-/// Union of intervals, sorted and disjoint.
-pub fn union(mut iv: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
-    iv.sort_unstable();
-    union_sorted(iv.into_iter())
-}
-
-/// Length of sorted disjoint intervals.
-pub fn len(u: &[(i64, i64)]) -> i64 {
-    u.iter().map(|(a, b)| b - a).sum()
-}
-
-/// `|A ∩ B|` of two sorted disjoint lists.
-pub fn overlap(a: &[(i64, i64)], b: &[(i64, i64)]) -> i64 {
-    let (mut i, mut j, mut t) = (0, 0, 0);
-    while i < a.len() && j < b.len() {
-        let lo = a[i].0.max(b[j].0);
-        let hi = a[i].1.min(b[j].1);
-        if hi > lo {
-            t += hi - lo;
-        }
-        if a[i].1 < b[j].1 {
-            i += 1;
-        } else {
-            j += 1;
-        }
-    }
-    t
-}
+pub use crate::intervals::{len, overlap, union};
 
 /// The device timelines of a capture from the device rows and runtime calls the ranges scan read
 /// ([`CapturedRows`]): every device row linked to the call that issued it; each device analysed (in parallel

@@ -1,33 +1,7 @@
 //! Interval unions and a device's pieces of time (busy, or idle by cause).
 
 use super::*;
-
-/// Union of intervals already sorted by start.
-pub(super) fn union_sorted(iv: impl Iterator<Item = (i64, i64)>) -> Vec<(i64, i64)> {
-    // the iterator's upper bound, reserved once: untouched pages cost no memory and no copy while growing
-    let mut out: Vec<(i64, i64)> = Vec::with_capacity(iv.size_hint().1.unwrap_or(0));
-    merge_sorted(iv, |u| out.push(u));
-    out.shrink_to_fit();
-    out
-}
-
-/// Each interval of the union of intervals already sorted by start, in order, given to `emit` once complete.
-pub(in crate::step_budget) fn merge_sorted(iv: impl Iterator<Item = (i64, i64)>, mut emit: impl FnMut((i64, i64))) {
-    let mut cur: Option<(i64, i64)> = None;
-    for (s, e) in iv {
-        match cur.as_mut() {
-            Some(c) if s <= c.1 => c.1 = c.1.max(e),
-            _ => {
-                if let Some(done) = cur.replace((s, e)) {
-                    emit(done);
-                }
-            }
-        }
-    }
-    if let Some(done) = cur {
-        emit(done);
-    }
-}
+pub(in crate::step_budget) use crate::intervals::{merge_sorted, union_sorted};
 
 /// The union of a device's compute rows (non-NCCL kernels, GRAPH_TRACE) and its length, from rows sorted by
 /// start: the union only when the device has NCCL rows to overlap it with (at 5 M kernels without NCCL, 80 MB of
