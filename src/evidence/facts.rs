@@ -269,14 +269,20 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
     if !cap.is_empty() {
         let trace =
             normalize_trace(cap.iter().filter(|(n, _)| n == "CAPTURE_EVENT_TYPE").filter_map(|(_, v)| v.as_deref()));
-        f.trace_set = Fact::known(serde_json::json!(trace), "META_DATA_CAPTURE.CAPTURE_EVENT_TYPE");
+        f.trace_set = Fact::known(
+            serde_json::json!(trace),
+            format!("{}.CAPTURE_EVENT_TYPE", crate::export::schema::META_DATA_CAPTURE),
+        );
         let mut flags = serde_json::Map::new();
         let mut sorted: Vec<&(String, Option<String>)> = cap.iter().filter(|(n, _)| !is_run_specific(n)).collect();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
         for (n, v) in sorted {
             flags.insert(n.clone(), v.clone().map(Value::String).unwrap_or(Value::Null));
         }
-        f.capture_flags = Fact::known(Value::Object(flags), "META_DATA_CAPTURE (run-specific rows left out)");
+        f.capture_flags = Fact::known(
+            Value::Object(flags),
+            format!("{} (run-specific rows left out)", crate::export::schema::META_DATA_CAPTURE),
+        );
         let mut window = serde_json::Map::new();
         for k in WINDOW_KEYS {
             if let Some((_, v)) = cap.iter().find(|(n, _)| n == k) {
@@ -284,10 +290,17 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
             }
         }
         if !window.is_empty() {
-            f.window = Fact::known(Value::Object(window), "META_DATA_CAPTURE (START_TRIGGER, STOP_TRIGGER, START_DELAY_MS, …; nsys does not record --capture-range here)");
+            f.window = Fact::known(
+                Value::Object(window),
+                format!(
+                    "{} (START_TRIGGER, STOP_TRIGGER, START_DELAY_MS, …; nsys does not record --capture-range here)",
+                    crate::export::schema::META_DATA_CAPTURE
+                ),
+            );
         }
         if let Some(m) = export.graph_trace_mode()? {
-            f.graph_trace_level = Fact::known(Value::String(m.mode), format!("META_DATA_CAPTURE.{}", m.key));
+            f.graph_trace_level =
+                Fact::known(Value::String(m.mode), format!("{}.{}", crate::export::schema::META_DATA_CAPTURE, m.key));
         }
     }
     // graph evidence: the export layer's graph facts (one definition for every tool)
@@ -301,9 +314,10 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
     ge.graph_launch_calls = facts.graph_launches;
     if !f.graph_trace_level.is_known() {
         if facts.node_rows > 0 {
-            f.graph_trace_level = Fact::known("node".into(), "CUPTI_ACTIVITY_KIND_KERNEL.graphNodeId set");
+            f.graph_trace_level =
+                Fact::known("node".into(), format!("{}.graphNodeId set", crate::export::schema::KERNEL));
         } else if ge.graph_trace_rows > 0 {
-            f.graph_trace_level = Fact::known("graph".into(), "CUPTI_ACTIVITY_KIND_GRAPH_TRACE rows");
+            f.graph_trace_level = Fact::known("graph".into(), format!("{} rows", crate::export::schema::GRAPH_TRACE));
         }
     }
     let uses = ge.graph_launch_calls > 0 || facts.node_rows > 0 || ge.graph_trace_rows > 0;
@@ -318,11 +332,13 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
         let domains = export.nvtx_domain_names()?;
         f.instrumentation = Fact::known(
             serde_json::json!({"nvtx_ranges_present": ranges > 0, "nvtx_domains": domains}),
-            "NVTX_EVENTS (ranges present, named domains)",
+            format!("{} (ranges present, named domains)", crate::export::schema::NVTX_EVENTS),
         );
     } else {
-        f.instrumentation =
-            Fact::known(serde_json::json!({"nvtx_ranges_present": false, "nvtx_domains": []}), "NVTX_EVENTS absent");
+        f.instrumentation = Fact::known(
+            serde_json::json!({"nvtx_ranges_present": false, "nvtx_domains": []}),
+            format!("{} absent", crate::export::schema::NVTX_EVENTS),
+        );
     }
     // GPU model(s)
     let mut gpus: Vec<String> = export
@@ -341,8 +357,10 @@ pub fn export_facts(export: &Export) -> Result<CaptureFacts> {
     gpus.sort();
     gpus.dedup();
     if !gpus.is_empty() {
-        f.gpu =
-            Fact::known(serde_json::json!(gpus), "TARGET_INFO_GPU (name, chipName, smCount, totalMemory, clockRate)");
+        f.gpu = Fact::known(
+            serde_json::json!(gpus),
+            format!("{} (name, chipName, smCount, totalMemory, clockRate)", crate::export::schema::TARGET_INFO_GPU),
+        );
     }
     Ok(f)
 }

@@ -191,7 +191,7 @@ pub fn from_open_export_keeping(
     let (kernels, memcpy) = crate::step_budget::picture::export_kernel_stats(export)?;
     ph.mark("kernel_stats");
     ev.kernels = Some(kernels);
-    ev.kernels_source = Some("CUPTI_ACTIVITY_KIND_KERNEL (demangledName)".into());
+    ev.kernels_source = Some(format!("{} (demangledName)", crate::export::schema::KERNEL));
     ev.memcpy_time_ns = Some(memcpy);
     let (a, iv) = match detail {
         Some((a, c)) => (a, Some(c)),

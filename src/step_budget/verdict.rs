@@ -31,7 +31,7 @@ pub(super) fn device_only(
 /// The note on the device rows whose `(globalPid, correlationId)` several runtime calls share (linked to no call,
 /// no step), or None.
 pub(super) fn ambiguous_join_note(tl: &device::Timelines) -> Option<String> {
-    (tl.ambiguous_joins > 0).then(|| format!("device timelines: {} device rows have a (globalPid, correlationId) that more than one CUPTI_ACTIVITY_KIND_RUNTIME call shares: the join is ambiguous, so they are linked to no call and no step, never to several", tl.ambiguous_joins))
+    (tl.ambiguous_joins > 0).then(|| format!("device timelines: {} device rows have a (globalPid, correlationId) that more than one {} call shares: the join is ambiguous, so they are linked to no call and no step, never to several", tl.ambiguous_joins, crate::export::schema::RUNTIME))
 }
 
 /// [`device_only`] from device timelines already built (report's evidence): `notes` first say why no step.

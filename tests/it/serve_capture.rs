@@ -1045,7 +1045,7 @@ fn no_nvtx_range_facts_on_the_real_pynvtx_exports() {
 #[test]
 fn workload_record_makes_concurrency_a_checked_invalidator() {
     let Some(e) = env_or_skip("workload_record_makes_concurrency_a_checked_invalidator") else { return };
-    let _g = NSYS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = common::nsys_guard();
     let tmp = tempfile::tempdir().unwrap();
     let question = tmp.path().join("question.txt");
     std::fs::write(&question, "Is batch formation on the critical path at c=4?\n").unwrap();
