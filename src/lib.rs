@@ -8,7 +8,7 @@
 //!   versions), with read-only, typed readers; every tool reads exports through it.
 //! - [`schemas`]: the registry of every document kind (above the tools, so `contract` knows no tool).
 
-pub mod bundle;
+pub mod bundle_merge;
 pub mod categories;
 pub mod compare;
 pub mod contract;
@@ -17,26 +17,26 @@ pub mod export;
 pub mod flags;
 pub mod framework;
 pub mod fx;
-pub mod gate;
+pub mod gate_check;
 pub mod health_log;
 pub mod intervals;
 pub mod iterations;
-pub mod kern_csv;
+pub mod kern_csv_to_json;
 pub mod label_families;
 pub mod labels;
 pub mod memory;
 pub mod merge;
 pub mod nsys;
+pub mod nvtx_readiness;
 pub mod phase;
 pub mod pipeline;
 pub mod pod_attach;
-pub mod ranges;
-pub mod readiness;
 pub mod report;
 pub mod resolve;
 pub mod schemas;
 pub mod serve_capture;
 pub mod signals;
+pub mod sqlite_ranges;
 pub mod stats;
 pub mod step_budget;
 pub mod step_label;

@@ -1713,7 +1713,7 @@ pub struct KernelProfile {
     pub strategy: Strategy,
     /// From `profiles/gpu_kern_sum.csv` (kern-csv-to-json's `top_kernels`: name, instances, times in ns, share).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub top_kernels: Option<Vec<crate::kern_csv::StatsTopKernel>>,
+    pub top_kernels: Option<Vec<crate::kern_csv_to_json::StatsTopKernel>>,
 }
 
 /// What `--bundle` wrote.
@@ -1738,7 +1738,7 @@ fn bundle_names(capture_name: &str) -> [(String, &'static str); 3] {
 
 /// `--bundle DIR`: copy the report and the two CSVs into `DIR/profiles/` (sha256 of the bytes written checked,
 /// links not followed), fill `doc.kernel_profile` and `doc.bundle`, and merge into `DIR/inference_perfbench_v1.json`
-/// through bundle-merge ([`crate::bundle::run`]: the kernel CSV's `nsyskit.stats/v1` document, then this
+/// through bundle-merge ([`crate::bundle_merge::run`]: the kernel CSV's `nsyskit.stats/v1` document, then this
 /// document, whose `kernel_profile` members go to the bundle's `kernel_profile`); everything else in the bundle
 /// stays byte-identical.
 pub fn write_bundle(dir: &Path, doc: &mut PodAttachDoc, o: &Options) -> Result<()> {
@@ -1779,8 +1779,9 @@ pub fn write_bundle(dir: &Path, doc: &mut PodAttachDoc, o: &Options) -> Result<(
     if copied.iter().any(|c| c.name == "gpu_kern_sum.csv") {
         let csv = profiles.join("gpu_kern_sum.csv");
         let bytes = std::fs::read(&csv).map_err(|e| Error::env(format!("{}: {e}", csv.display())))?;
-        let opts = crate::kern_csv::KernCsvOptions { captured_at: Some(captured_at.clone()), ..Default::default() };
-        match crate::kern_csv::convert(&bytes, "profiles/gpu_kern_sum.csv", Some(&csv), None, &opts) {
+        let opts =
+            crate::kern_csv_to_json::KernCsvOptions { captured_at: Some(captured_at.clone()), ..Default::default() };
+        match crate::kern_csv_to_json::convert(&bytes, "profiles/gpu_kern_sum.csv", Some(&csv), None, &opts) {
             Ok(s) if s.status == "ok" => {
                 top = s.top_kernels.clone();
                 stats = Some(s);
@@ -1823,18 +1824,18 @@ pub fn write_bundle(dir: &Path, doc: &mut PodAttachDoc, o: &Options) -> Result<(
     doc.bundle = Some(BundleOut { dir: dir.display().to_string(), file: file.display().to_string(), profiles: copied });
     let mut docs = Vec::new();
     if let Some(s) = &stats {
-        docs.push(crate::bundle::DocIn {
+        docs.push(crate::bundle_merge::DocIn {
             value: serde_json::to_value(s).map_err(|e| Error::env(e.to_string()))?,
             source: "profiles/gpu_kern_sum.csv".into(),
             line: 1,
         });
     }
-    docs.push(crate::bundle::DocIn {
+    docs.push(crate::bundle_merge::DocIn {
         value: serde_json::to_value(&*doc).map_err(|e| Error::env(e.to_string()))?,
         source: "pod-attach".into(),
         line: 1,
     });
-    crate::bundle::run(&file, &docs, crate::bundle::Mode::Write).map_err(|e| e.context("--bundle"))?;
+    crate::bundle_merge::run(&file, &docs, crate::bundle_merge::Mode::Write).map_err(|e| e.context("--bundle"))?;
     Ok(())
 }
 
@@ -1944,7 +1945,7 @@ pub enum Gate {
     /// Run this `gate-check` program (`REPORT --sqlite SQLITE --compact`) and read its exit code and document
     /// (`--gate-check PROGRAM`: an operator pins the gate they trust).
     Program(PathBuf),
-    /// Call [`crate::gate::run`] in this process: the default of the binary and of the Nushell command, as in
+    /// Call [`crate::gate_check::run`] in this process: the default of the binary and of the Nushell command, as in
     /// serve-capture.
     Library,
 }
@@ -1962,12 +1963,12 @@ pub fn run_gate(gate: &Gate, report: &Path, sqlite: &Path) -> PodGateResult {
         Gate::Skip(reason) => PodGateResult { verdict: "NOT_RUN".into(), reason: reason.clone(), document: None },
         Gate::Program(bin) => run_gate_program(bin, report, sqlite),
         Gate::Library => {
-            let opts = crate::gate::GateOptions {
+            let opts = crate::gate_check::GateOptions {
                 capture: report.to_path_buf(),
                 sqlite: Some(sqlite.to_path_buf()),
                 ..Default::default()
             };
-            match crate::gate::run(&opts) {
+            match crate::gate_check::run(&opts) {
                 Ok(doc) => {
                     let code = doc.exit_code();
                     let doc = serde_json::to_value(&doc).ok();
@@ -2641,7 +2642,7 @@ mod tests {
         let (rep, sqlite) = (fx("nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep"), fx("nsys-2023.4.4/cpu_nvtx_osrt.sqlite"));
         let g = run_gate(&Gate::Library, &rep, &sqlite);
         assert_eq!(g.verdict, "RETRY", "{}", g.reason);
-        let want = crate::gate::run(&crate::gate::GateOptions {
+        let want = crate::gate_check::run(&crate::gate_check::GateOptions {
             capture: rep.clone(),
             sqlite: Some(sqlite.clone()),
             ..Default::default()

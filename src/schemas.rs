@@ -7,14 +7,14 @@ use crate::contract::{json_schema, Document};
 /// (`NSYSKIT_BLESS=1 cargo test --test it schemas::`), and tests validate outputs against those files.
 pub fn all() -> Vec<(&'static str, serde_json::Value)> {
     vec![
-        (crate::kern_csv::KernCsvDoc::KIND, json_schema::<crate::kern_csv::KernCsvDoc>()),
-        (crate::bundle::MergeReport::KIND, json_schema::<crate::bundle::MergeReport>()),
+        (crate::kern_csv_to_json::KernCsvToJsonDoc::KIND, json_schema::<crate::kern_csv_to_json::KernCsvToJsonDoc>()),
+        (crate::bundle_merge::BundleMergeDoc::KIND, json_schema::<crate::bundle_merge::BundleMergeDoc>()),
         (crate::serve_capture::ServeCaptureDoc::KIND, json_schema::<crate::serve_capture::ServeCaptureDoc>()),
         (crate::resolve::Provenance::KIND, json_schema::<crate::resolve::Provenance>()),
-        (crate::gate::GateDoc::KIND, json_schema::<crate::gate::GateDoc>()),
-        (crate::ranges::RangesDoc::KIND, json_schema::<crate::ranges::RangesDoc>()),
+        (crate::gate_check::GateCheckDoc::KIND, json_schema::<crate::gate_check::GateCheckDoc>()),
+        (crate::sqlite_ranges::SqliteRangesDoc::KIND, json_schema::<crate::sqlite_ranges::SqliteRangesDoc>()),
         (crate::pod_attach::PodAttachDoc::KIND, json_schema::<crate::pod_attach::PodAttachDoc>()),
-        (crate::readiness::ReadinessDoc::KIND, json_schema::<crate::readiness::ReadinessDoc>()),
+        (crate::nvtx_readiness::NvtxReadinessDoc::KIND, json_schema::<crate::nvtx_readiness::NvtxReadinessDoc>()),
         (crate::compare::CompareDoc::KIND, json_schema::<crate::compare::CompareDoc>()),
         (crate::compare::baseline::BaselineDoc::KIND, json_schema::<crate::compare::baseline::BaselineDoc>()),
         (crate::report::ReportDoc::KIND, json_schema::<crate::report::ReportDoc>()),

@@ -68,7 +68,7 @@ impl PeriodFacts {
 }
 
 /// [`PeriodFacts`] of every label of a ranges analysis (its occurrences and their metrics).
-pub fn period_facts(a: &crate::ranges::Analysis) -> std::collections::HashMap<String, PeriodFacts> {
+pub fn period_facts(a: &crate::sqlite_ranges::Analysis) -> std::collections::HashMap<String, PeriodFacts> {
     use std::collections::HashMap;
     let mut by_label: HashMap<&str, Vec<(i64, i64, i64, i64)>> = HashMap::new();
     for (o, m) in a.occurrences.iter().zip(a.metrics.iter()) {
@@ -151,9 +151,9 @@ pub struct StepCandidate<'a> {
     pub period: Option<PeriodFacts>,
 }
 
-impl<'a> From<&'a crate::ranges::RangeStats> for StepCandidate<'a> {
+impl<'a> From<&'a crate::sqlite_ranges::RangeStats> for StepCandidate<'a> {
     /// A label of the ranges library's own document.
-    fn from(r: &'a crate::ranges::RangeStats) -> StepCandidate<'a> {
+    fn from(r: &'a crate::sqlite_ranges::RangeStats) -> StepCandidate<'a> {
         StepCandidate {
             label: &r.label,
             occurrences: r.occurrences,
@@ -305,7 +305,7 @@ pub fn best_candidates(cands: &[StepCandidate<'_>], total_busy_ns: i64, n: usize
 pub fn unstable_labels<'a>(labels: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
     let mut by: std::collections::BTreeMap<String, BTreeSet<String>> = std::collections::BTreeMap::new();
     for l in labels {
-        by.entry(crate::ranges::digits_to_hash(l)).or_default().insert(l.to_string());
+        by.entry(crate::sqlite_ranges::digits_to_hash(l)).or_default().insert(l.to_string());
     }
     by.into_values().filter(|g| g.len() > 1).flatten().collect()
 }

@@ -57,7 +57,7 @@ pub struct CompareOptions {
     /// `--allow-unverified`: unknown facts leave the comparison COMPARABLE (exit 0) instead of UNVERIFIED.
     pub allow_unverified: bool,
     /// `--tier`: the gate-check tier used for raw exports (bundles carry their own gate verdict).
-    pub tier: crate::gate::Tier,
+    pub tier: crate::gate_check::Tier,
     /// `--expect-label L` (repeatable): the producer ranges both sides must contain (default: every stable label).
     pub expect_labels: Vec<String>,
     /// `--max-attributed-share-diff`: a share in [0, 1] (default 0.05 = 5 points).
@@ -85,7 +85,7 @@ impl Default for CompareOptions {
             top: 50,
             strict: false,
             allow_unverified: false,
-            tier: crate::gate::Tier::default(),
+            tier: crate::gate_check::Tier::default(),
             expect_labels: Vec::new(),
             max_attributed_share_diff: 0.05,
             label: None,
@@ -339,8 +339,12 @@ fn parse_rfc3339_ns(s: &str) -> Option<i64> {
 }
 
 /// The gate verdict of a raw export, by gate-check's library at `tier`.
-fn gate_fact_of_export(path: &std::path::Path, tier: crate::gate::Tier) -> Result<Fact> {
-    let doc = crate::gate::run(&crate::gate::GateOptions { capture: path.to_path_buf(), tier, ..Default::default() })?;
+fn gate_fact_of_export(path: &std::path::Path, tier: crate::gate_check::Tier) -> Result<Fact> {
+    let doc = crate::gate_check::run(&crate::gate_check::GateOptions {
+        capture: path.to_path_buf(),
+        tier,
+        ..Default::default()
+    })?;
     let v = serde_json::to_value(&doc).map_err(|e| Error::input(format!("{}: gate: {e}", path.display())))?;
     let reasons: Vec<String> = v["gates"]
         .as_array()
@@ -396,7 +400,7 @@ fn gate_fact_of_bundle(bundle: &Value) -> Fact {
 }
 
 /// Build a capture from loaded evidence.
-pub fn capture_of(ev: Evidence, role: &str, path: &std::path::Path, tier: crate::gate::Tier) -> Result<Capture> {
+pub fn capture_of(ev: Evidence, role: &str, path: &std::path::Path, tier: crate::gate_check::Tier) -> Result<Capture> {
     let serve = ev.bundle.as_ref().and_then(|b| b.get("serve_capture")).filter(|v| v.is_object());
     let mut run_facts = checks::run_facts(ev.provenance.as_ref(), "provenance", serve);
     if !run_facts.iteration_records.is_known() {

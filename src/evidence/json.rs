@@ -64,7 +64,7 @@ pub(super) fn from_json_view(v: &Value, name: &str) -> Result<Evidence> {
         }
         // the full kernel table kern-csv-to-json keeps at kernel_profile.stats.<report>.rows (top_kernels may be
         // cut by --top): preferred, so that shares never come from a truncated list; every cell is checked
-        for report in crate::kern_csv::KERNEL_REPORTS {
+        for report in crate::kern_csv_to_json::KERNEL_REPORTS {
             let Some(rows) = kp.get("stats").and_then(|s| s.get(*report)).and_then(|d| d.get("rows")) else {
                 continue;
             };
@@ -85,7 +85,7 @@ pub(super) fn from_json_view(v: &Value, name: &str) -> Result<Evidence> {
             .filter(|t| t.is_object())
             .map(|t| (t, "kernel_profile.totals".to_string(), "kernel_profile.totals"))
             .or_else(|| {
-                crate::kern_csv::KERNEL_REPORTS.iter().find_map(|r| {
+                crate::kern_csv_to_json::KERNEL_REPORTS.iter().find_map(|r| {
                     kp.get("stats")
                         .and_then(|s| s.get(*r))
                         .and_then(|d| d.get("totals"))

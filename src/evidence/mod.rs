@@ -32,10 +32,10 @@ pub struct RangeSync {
 
 /// A `ranges[]` row of an `nsyskit.ranges/v1` document (the fields compare and report use).
 ///
-/// Not [`crate::ranges::RangeStats`] on purpose: this is a lenient reading view (every field defaults, counts
+/// Not [`crate::sqlite_ranges::RangeStats`] on purpose: this is a lenient reading view (every field defaults, counts
 /// are signed, `depths` keys are JSON strings) of a ranges document that may come from a bundle written by
 /// another nsyskit version, while `RangeStats` is the strict type the ranges library writes. Both views of an
-/// export are made the same way (`From<&RangesDoc>` reads the library's document into this view).
+/// export are made the same way (`From<&SqliteRangesDoc>` reads the library's document into this view).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct RangeRow {
@@ -129,10 +129,10 @@ pub struct RangesView {
     pub notes: Vec<String>,
 }
 
-impl From<&crate::ranges::RangesDoc> for RangesView {
+impl From<&crate::sqlite_ranges::SqliteRangesDoc> for RangesView {
     /// The view of a document the ranges library wrote (report of an export, `--iterations` windows): the
     /// fields a bundle's ranges document gives, read the same way.
-    fn from(d: &crate::ranges::RangesDoc) -> RangesView {
+    fn from(d: &crate::sqlite_ranges::SqliteRangesDoc) -> RangesView {
         let n = |v: u64| v as i64;
         let ranges = d
             .ranges
@@ -211,8 +211,8 @@ pub struct Occ {
     pub gpu_idle_within_kernel_span_ns: i64,
 }
 
-/// The per-occurrence values of a ranges analysis (public API of `crate::ranges`: occurrences + metrics).
-pub fn occurrences_of(a: &crate::ranges::Analysis) -> Vec<Occ> {
+/// The per-occurrence values of a ranges analysis (public API of `crate::sqlite_ranges`: occurrences + metrics).
+pub fn occurrences_of(a: &crate::sqlite_ranges::Analysis) -> Vec<Occ> {
     a.occurrences
         .iter()
         .zip(a.metrics.iter())
@@ -339,9 +339,9 @@ pub struct Evidence {
     /// occurrence of an iteration-like label: report's step budget reuses it instead of a second analysis.
     #[serde(skip)]
     #[schemars(skip)]
-    pub step_detail: Option<std::sync::Arc<(crate::ranges::Analysis, crate::ranges::Collected)>>,
+    pub step_detail: Option<std::sync::Arc<(crate::sqlite_ranges::Analysis, crate::sqlite_ranges::Collected)>>,
     /// The step budget's device timelines, built in a thread of their own from the rows that analysis read, while
-    /// it went on ([`crate::step_budget::device::build_beside`]; its [`crate::ranges::Collected`] then holds no
+    /// it went on ([`crate::step_budget::device::build_beside`]; its [`crate::sqlite_ranges::Collected`] then holds no
     /// device rows).
     #[serde(skip)]
     #[schemars(skip)]
@@ -374,7 +374,7 @@ impl Evidence {
     }
 }
 
-pub use crate::gate::EvidenceGates;
+pub use crate::gate_check::EvidenceGates;
 
 /// What a capture without any NVTX range still shows on the host side.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -382,14 +382,14 @@ pub struct NoRange {
     /// Why it has none, when the export says ([`crate::export::NvtxRecorded::no_range_cause`]).
     pub cause: Option<String>,
     /// The blocking sync and copy calls of the whole capture by API (no range encloses them), calls descending.
-    pub blocking_calls: Vec<crate::readiness::SyncApiCount>,
+    pub blocking_calls: Vec<crate::nvtx_readiness::SyncApiCount>,
 }
 
 /// [`Evidence::no_range`] of an export whose ranges analysis found no range: nsys's cause when the export
 /// records it, and the blocking calls of the whole capture (nvtx-readiness' counting, no range enclosing any).
 pub fn no_range_of(export: &Export) -> Result<NoRange> {
     let runtime = export.optional(schema::RUNTIME, &schema::cols::RUNTIME)?.map(|t| t.name.clone());
-    let calls = crate::readiness::unenclosed_syncs(export, runtime.as_deref(), &[])?;
+    let calls = crate::nvtx_readiness::unenclosed_syncs(export, runtime.as_deref(), &[])?;
     Ok(NoRange { cause: export.nvtx_recorded()?.no_range_cause().map(String::from), blocking_calls: calls.by_api })
 }
 

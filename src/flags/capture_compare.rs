@@ -91,7 +91,7 @@ pub struct CaptureCompareArgs {
 impl CaptureCompareArgs {
     /// The library's options for these flags (a bad `--tier` is a usage error naming it).
     pub fn options(&self) -> crate::contract::Result<crate::compare::CompareOptions> {
-        let tier = crate::gate::Tier::parse(&self.tier).map_err(|e| e.with_arg("--tier"))?;
+        let tier = crate::gate_check::Tier::parse(&self.tier).map_err(|e| e.with_arg("--tier"))?;
         Ok(crate::compare::CompareOptions {
             a: self.a.clone().unwrap_or_default(),
             b: self.b.clone().unwrap_or_default(),

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use crate::contract::cli::OutputArgs;
 use crate::contract::Result;
-use crate::gate::{GateOptions, Thresholds, Tier};
-use crate::readiness::ReadinessOptions;
+use crate::gate_check::{GateOptions, Thresholds, Tier};
+use crate::nvtx_readiness::ReadinessOptions;
 
 /// Decide whether an nsys capture can be analysed: PASS, or RETRY with the gate, the number it measured and
 /// the threshold. Exit 0 PASS, 1 RETRY, 2 unusable input.
@@ -47,7 +47,7 @@ pub struct GateCheckArgs {
     #[arg(long, value_name = "P", requires = "readiness")]
     pub range_prefix: Option<String>,
     /// G8: READY needs the opaque share of P.engine.iteration wall time below this
-    #[arg(long, default_value_t = crate::readiness::DEFAULT_MAX_OPAQUE_SHARE, value_name = "SHARE")]
+    #[arg(long, default_value_t = crate::nvtx_readiness::DEFAULT_MAX_OPAQUE_SHARE, value_name = "SHARE")]
     pub max_opaque_share: f64,
     /// Also write the sqlite-ranges document of the same export to this file, from the same run (one pass over
     /// each table for both documents): the bytes `sqlite-ranges EXPORT > OUT.json` writes

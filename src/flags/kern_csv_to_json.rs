@@ -1,7 +1,7 @@
 //! `kern-csv-to-json`: its flags, for the binary and the Nushell command (see docs/kern-csv-to-json.md).
 
 use crate::contract::cli::OutputArgs;
-use crate::kern_csv::DEFAULT_TOP;
+use crate::kern_csv_to_json::DEFAULT_TOP;
 
 /// Convert one `nsys stats --format csv` report (a file, or `-` for stdin) into typed JSON: times become
 /// integer nanoseconds whatever the CSV's time unit (rounded half away from zero), percentages floats, counts
@@ -35,8 +35,8 @@ pub struct KernCsvToJsonArgs {
 
 impl KernCsvToJsonArgs {
     /// The library's options for these flags.
-    pub fn options(&self) -> crate::kern_csv::KernCsvOptions {
-        crate::kern_csv::KernCsvOptions {
+    pub fn options(&self) -> crate::kern_csv_to_json::KernCsvOptions {
+        crate::kern_csv_to_json::KernCsvOptions {
             report: self.report.clone(),
             top: self.top,
             captured_at: self.captured_at.clone(),

@@ -79,12 +79,12 @@ mod tests {
         assert_eq!(o.finalize_timeout.as_secs_f64(), a.finalize_timeout);
         assert_eq!(o.grace.as_secs_f64(), a.grace);
         assert_eq!(o.gpu_mem_tolerance_mib, a.gpu_mem_tolerance);
-        assert_eq!(o.tier, crate::gate::Tier::parse(&a.tier).unwrap());
+        assert_eq!(o.tier, crate::gate_check::Tier::parse(&a.tier).unwrap());
     }
 
     #[test]
     fn threshold_defaults_are_the_documented_ones() {
-        let t = crate::gate::Thresholds::default();
+        let t = crate::gate_check::Thresholds::default();
         assert_eq!((t.max_gap_share, t.min_gap_ms, t.min_decode_steps, t.min_rep_bytes), (0.25, 500.0, 20, None));
     }
 }

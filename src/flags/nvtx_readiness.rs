@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::contract::cli::OutputArgs;
-use crate::readiness::DEFAULT_MAX_OPAQUE_SHARE;
+use crate::nvtx_readiness::DEFAULT_MAX_OPAQUE_SHARE;
 
 /// Check that a capture's NVTX ranges can attribute engine time to named phases (the serving range taxonomy
 /// under a prefix P): taxonomy present/missing, opaque share of P.engine.iteration and its largest gaps,
@@ -35,8 +35,8 @@ pub struct NvtxReadinessArgs {
 
 impl NvtxReadinessArgs {
     /// The library's options for these flags.
-    pub fn options(&self) -> crate::readiness::ReadinessOptions {
-        crate::readiness::ReadinessOptions {
+    pub fn options(&self) -> crate::nvtx_readiness::ReadinessOptions {
+        crate::nvtx_readiness::ReadinessOptions {
             range_prefix: self.range_prefix.clone(),
             max_opaque_share: self.max_opaque_share,
         }

@@ -176,7 +176,7 @@ impl ServeCaptureArgs {
         o.client_timeout = secs(a.client_timeout, "--client-timeout")?;
         o.finalize_timeout = secs(a.finalize_timeout, "--finalize-timeout")?;
         o.grace = secs(a.grace, "--grace")?;
-        o.tier = crate::gate::Tier::parse(&a.tier).map_err(|e| e.with_arg("--tier"))?;
+        o.tier = crate::gate_check::Tier::parse(&a.tier).map_err(|e| e.with_arg("--tier"))?;
         o.decode_range = a.decode_range.clone();
         o.min_rep_bytes = a.min_rep_bytes;
         o.gpu = a.gpu;

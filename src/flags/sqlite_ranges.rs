@@ -58,9 +58,9 @@ pub struct SqliteRangesArgs {
 
 impl SqliteRangesArgs {
     /// The library's options for these flags (a bad `--window` is a usage error naming it).
-    pub fn options(&self) -> crate::contract::Result<crate::ranges::RangesOptions> {
-        let window = self.window.as_deref().map(crate::ranges::parse_window).transpose()?;
-        Ok(crate::ranges::RangesOptions { range_prefix: self.range_prefix.clone(), window, fold: !self.no_fold })
+    pub fn options(&self) -> crate::contract::Result<crate::sqlite_ranges::RangesOptions> {
+        let window = self.window.as_deref().map(crate::sqlite_ranges::parse_window).transpose()?;
+        Ok(crate::sqlite_ranges::RangesOptions { range_prefix: self.range_prefix.clone(), window, fold: !self.no_fold })
     }
 }
 

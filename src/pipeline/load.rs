@@ -152,7 +152,7 @@ pub fn from_open_export(export: &Export, source: &crate::export::CaptureSource, 
 }
 
 /// [`from_open_export`]; with `step_detail` and `keep_occurrences`, the step detail keeps the occurrences as read
-/// ([`crate::ranges::Collected::occurrences`]): what a readiness document on the same export reads.
+/// ([`crate::sqlite_ranges::Collected::occurrences`]): what a readiness document on the same export reads.
 pub fn from_open_export_keeping(
     export: &Export,
     source: &crate::export::CaptureSource,
@@ -160,7 +160,7 @@ pub fn from_open_export_keeping(
     keep_occurrences: bool,
 ) -> Result<Evidence> {
     let mut ph = crate::phase::Phases::new("evidence");
-    let ropts = crate::ranges::RangesOptions { fold: true, ..Default::default() };
+    let ropts = crate::sqlite_ranges::RangesOptions { fold: true, ..Default::default() };
     export.keep_kernel_names();
     // report (step detail): the ranges analysis first; its parallel reads of the runtime and device tables
     // check every row's timestamps and compute those tables' timed-stats facts (Export::put_stats), so that
@@ -171,10 +171,16 @@ pub fn from_open_export_keeping(
     let mut beside = None;
     let detail = if step_detail {
         let want = &crate::step_label::is_iteration_like;
-        let mut ready = |rows: &mut crate::ranges::CapturedRows| {
+        let mut ready = |rows: &mut crate::sqlite_ranges::CapturedRows| {
             beside = crate::step_budget::device::build_beside(export, rows).ok();
         };
-        Some(crate::ranges::analyze_with_intervals_keeping(export, &ropts, want, keep_occurrences, Some(&mut ready))?)
+        Some(crate::sqlite_ranges::analyze_with_intervals_keeping(
+            export,
+            &ropts,
+            want,
+            keep_occurrences,
+            Some(&mut ready),
+        )?)
     } else {
         None
     };
@@ -195,7 +201,7 @@ pub fn from_open_export_keeping(
     ev.memcpy_time_ns = Some(memcpy);
     let (a, iv) = match detail {
         Some((a, c)) => (a, Some(c)),
-        None => (crate::ranges::analyze(export, &ropts)?, None),
+        None => (crate::sqlite_ranges::analyze(export, &ropts)?, None),
     };
     // the report reads them from its step detail (a copy of 500 k labels at 5 M kernels, on the critical path)
     if iv.is_none() {

@@ -10,8 +10,8 @@ use crate::export::{self, CaptureSource, Export, OpenedCapture};
 use crate::iterations::window::{IterationArgs, Prepared, Windowed};
 
 use super::window::prepare;
-use crate::ranges::{self, Analysis, Collected, RangesDoc, RangesOptions};
 use crate::report::{self, ReportDoc, ReportOptions};
+use crate::sqlite_ranges::{self, Analysis, Collected, RangesOptions, SqliteRangesDoc};
 
 use super::load::{self, InputKind};
 
@@ -126,7 +126,7 @@ fn capture_of(ev: &Evidence, opts: &ReportOptions, args: &IterationArgs) -> Resu
 fn apply_window(ev: &mut Evidence, cap: &OpenedCapture, prep: &Prepared) -> Result<String> {
     ev.step_window = prep.time_window;
     let ro = RangesOptions { fold: true, window: prep.time_window, ..Default::default() };
-    ev.ranges = Some(RangesView::from(&ranges::analyze_doc(&cap.export, &ro)?));
+    ev.ranges = Some(RangesView::from(&sqlite_ranges::analyze_doc(&cap.export, &ro)?));
     let joined = prep
         .join
         .as_ref()
@@ -151,7 +151,7 @@ fn apply_window(ev: &mut Evidence, cap: &OpenedCapture, prep: &Prepared) -> Resu
 /// The document [`run`] prints for an export already open, `source` saying where it came from, and the
 /// `sqlite-ranges` document its ranges analysis computed (`gate-check --report`: on the gates' own export, whose
 /// facts these reads also compute; `opts.input` is not read). With `keep_occurrences`, the detail keeps the
-/// occurrences as read ([`crate::ranges::Collected::occurrences`]). `beside` is called once the evidence is read,
+/// occurrences as read ([`crate::sqlite_ranges::Collected::occurrences`]). `beside` is called once the evidence is read,
 /// before the step budget, with that detail: the caller can start the work that needs only the scans' facts (its
 /// own threads, on its own connections) while the step budget finishes.
 pub fn document_sharing_scans(
@@ -160,7 +160,7 @@ pub fn document_sharing_scans(
     opts: &ReportOptions,
     keep_occurrences: bool,
     beside: impl FnOnce(Option<&Arc<(Analysis, Collected)>>),
-) -> Result<(ReportDoc, Option<RangesDoc>)> {
+) -> Result<(ReportDoc, Option<SqliteRangesDoc>)> {
     let categories = report::prepare(opts)?;
     let mut ph = crate::phase::Phases::new("report");
     let mut ev = load::from_open_export_keeping(export, source, true, keep_occurrences)?;
@@ -170,7 +170,7 @@ pub fn document_sharing_scans(
     ph.mark("evidence");
     beside(ev.step_detail.as_ref());
     let doc = report::report_of(&mut ev, opts, &categories, Some(export), ph)?;
-    let ranges = ev.step_detail.as_deref().map(|(a, _)| ranges::described(a.doc.clone(), source));
+    let ranges = ev.step_detail.as_deref().map(|(a, _)| sqlite_ranges::described(a.doc.clone(), source));
     crate::memory::drop_beside(ev);
     Ok((doc, ranges))
 }

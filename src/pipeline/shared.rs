@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use crate::contract::{Error, Result};
 use crate::export::{self, Export};
-use crate::gate::{self, GateDoc, GateOptions};
-use crate::ranges::{self, Analysis, Collected, RangesDoc, RangesOptions};
-use crate::readiness::{self, ReadinessDoc, ReadinessOptions};
+use crate::gate_check::{self, GateCheckDoc, GateOptions};
+use crate::nvtx_readiness::{self, NvtxReadinessDoc, ReadinessOptions};
 use crate::report::{ReportDoc, ReportOptions};
+use crate::sqlite_ranges::{self, Analysis, Collected, RangesOptions, SqliteRangesDoc};
 
 /// Documents of other tools computed from the same capture in the same run ([`run_shared`]).
 #[derive(Debug, Clone, Default)]
@@ -28,30 +28,30 @@ pub struct AlsoDocs {
 /// gate-check made, described as the tools describe a report they exported).
 #[derive(Debug, Clone)]
 pub struct SharedDocs {
-    pub gate: GateDoc,
-    pub ranges: Option<RangesDoc>,
-    pub readiness: Option<ReadinessDoc>,
+    pub gate: GateCheckDoc,
+    pub ranges: Option<SqliteRangesDoc>,
+    pub readiness: Option<NvtxReadinessDoc>,
     pub report: Option<ReportDoc>,
 }
 
-/// [`crate::gate::run`], and the documents `also` asks for from the same capture in the same run: one open
+/// [`crate::gate_check::run`], and the documents `also` asks for from the same capture in the same run: one open
 /// export (one export of a report). The report, then the ranges document, are computed first on the gates' own
 /// export, and their reads of the runtime and device tables also compute the gates' facts of those tables
 /// ([`super::report::document_sharing_scans`], [`ranges_sharing_scans`]): one pass over each table for all
 /// documents; with the report, its ranges analysis is the ranges document. The readiness document is computed
 /// in its own thread on its own read-only connection: from the report's reads (its occurrences and runtime
-/// calls, [`crate::readiness::SharedReads`]) beside the gates when there is a report, else meanwhile. CAPTURE
-/// `-` is read from standard input ([`crate::gate::on_capture`]). Errors: the gates' first, then the ranges',
+/// calls, [`crate::nvtx_readiness::SharedReads`]) beside the gates when there is a report, else meanwhile. CAPTURE
+/// `-` is read from standard input ([`crate::gate_check::on_capture`]). Errors: the gates' first, then the ranges',
 /// readiness', the report's.
 pub fn run_shared(opts: &GateOptions, also: &AlsoDocs) -> Result<SharedDocs> {
-    gate::validate(opts)?;
+    gate_check::validate(opts)?;
     if let Some(r) = &also.readiness {
         r.validate()?;
     }
-    gate::on_capture(
+    gate_check::on_capture(
         opts,
         |o, shown| {
-            let (opened, inputs) = gate::open(o, shown)?;
+            let (opened, inputs) = gate_check::open(o, shown)?;
             shared_documents(o, also, opened.export(), opened.other.as_ref(), |e| inputs.doc(o, e))
         },
         |shared| &mut shared.gate,
@@ -65,7 +65,7 @@ fn shared_documents(
     also: &AlsoDocs,
     export: Option<&Export>,
     other: Option<&(PathBuf, export::CaptureSource)>,
-    gate: impl FnOnce(Option<&Export>) -> Result<GateDoc> + Send,
+    gate: impl FnOnce(Option<&Export>) -> Result<GateCheckDoc> + Send,
 ) -> Result<SharedDocs> {
     let name = opts.capture.display();
     let asked = [
@@ -94,7 +94,7 @@ fn shared_documents(
         // device tables also compute what the gates' scans would (one pass over each table for all documents),
         // and the report's ranges analysis is the ranges document when it has sqlite-ranges' default options
         if let Some(e) = export.filter(|_| also.report.is_some() || also.ranges.is_some()) {
-            gate::keep_for_gates(opts, e);
+            gate_check::keep_for_gates(opts, e);
         }
         let mut gate = Some(gate);
         let mut gate_beside = None;
@@ -148,8 +148,8 @@ fn ranges_doc(
     e: &Export,
     src: &export::CaptureSource,
     ro: &RangesOptions,
-    from_report: Option<RangesDoc>,
-) -> Result<RangesDoc> {
+    from_report: Option<SqliteRangesDoc>,
+) -> Result<SqliteRangesDoc> {
     match from_report {
         Some(doc) if *ro == RangesOptions::sqlite_ranges_default() => {
             e.require(export::schema::NVTX_EVENTS, &export::schema::cols::NVTX_EVENTS)?;
@@ -159,14 +159,14 @@ fn ranges_doc(
     }
 }
 
-/// The document `sqlite-ranges` prints ([`crate::ranges::document`]), whose reads of the runtime and device
+/// The document `sqlite-ranges` prints ([`crate::sqlite_ranges::document`]), whose reads of the runtime and device
 /// tables also compute those tables' timed-stats facts ([`Export::put_stats`], with what
 /// [`Export::keep_intervals`] asked them to keep): gates run afterwards on the same export scan none of them
 /// again (`gate-check --ranges`: one pass over each table for both documents).
-pub fn ranges_sharing_scans(e: &Export, src: &export::CaptureSource, ro: &RangesOptions) -> Result<RangesDoc> {
+pub fn ranges_sharing_scans(e: &Export, src: &export::CaptureSource, ro: &RangesOptions) -> Result<SqliteRangesDoc> {
     // the contract requires the table (its message says why a capture has none)
     e.require(export::schema::NVTX_EVENTS, &export::schema::cols::NVTX_EVENTS)?;
-    Ok(ranges::described(ranges::analyze_sharing_scans(e, ro)?, src))
+    Ok(sqlite_ranges::described(sqlite_ranges::analyze_sharing_scans(e, ro)?, src))
 }
 
 /// The readiness document in its own thread, on `ex` (its own connection to the export), from the reads of
@@ -177,11 +177,11 @@ fn readiness_thread<'s>(
     src: &'s export::CaptureSource,
     ro: &'s ReadinessOptions,
     detail: Option<Arc<(Analysis, Collected)>>,
-) -> std::thread::ScopedJoinHandle<'s, Result<ReadinessDoc>> {
+) -> std::thread::ScopedJoinHandle<'s, Result<NvtxReadinessDoc>> {
     s.spawn(move || {
         let ex = ex?;
-        let reads = detail.as_deref().and_then(|(_, c)| readiness::SharedReads::of(c));
-        crate::phase::timed("gate-check", "readiness", || readiness::document_with(&ex, src, ro, reads))
+        let reads = detail.as_deref().and_then(|(_, c)| nvtx_readiness::SharedReads::of(c));
+        crate::phase::timed("gate-check", "readiness", || nvtx_readiness::document_with(&ex, src, ro, reads))
     })
 }
 

@@ -11,7 +11,7 @@ use crate::iterations::join::{join, IterationJoin, StepOcc};
 use crate::iterations::window::{
     CaptureSpan, GeometryGroup, IndexRange, IterationArgs, IterationWindowDoc, Prepared, StepRow, WindowInfo, Windowed,
 };
-use crate::ranges::{self, RangesOptions};
+use crate::sqlite_ranges::{self, RangesOptions};
 use crate::step_budget::{self, Components, StepBudgetDoc, StepBudgetOptions};
 
 /// sqlite-ranges with `--iteration-records` / `--iterations`: the ranges of the window, and the step
@@ -21,7 +21,7 @@ pub fn ranges_run(
     opts: &RangesOptions,
     nsys: Option<&Path>,
     args: &IterationArgs,
-) -> Result<Windowed<ranges::RangesDoc>> {
+) -> Result<Windowed<sqlite_ranges::SqliteRangesDoc>> {
     if opts.window.is_some() && args.iterations.is_some() {
         return Err(Error::usage("--window and --iterations: give one window").with_arg("--iterations"));
     }
@@ -37,7 +37,7 @@ pub fn ranges_run(
     if prep.time_window.is_some() {
         o.window = prep.time_window;
     }
-    let mut doc = ranges::described(ranges::analyze_doc(&cap.export, &o)?, &cap.source);
+    let mut doc = sqlite_ranges::described(sqlite_ranges::analyze_doc(&cap.export, &o)?, &cap.source);
     let mut sec = prep.section();
     let inside = |s: &StepOcc| o.window.is_none_or(|(ws, we)| s.start >= ws && s.end <= we);
     sec.occurrences = prep
@@ -125,7 +125,7 @@ pub fn step_budget_run(
 
 /// The step label (given, or the iteration label) and its occurrences.
 fn steps_of(export: &Export, step: Option<&str>, fold: bool) -> Result<(String, String, Vec<StepOcc>)> {
-    let loaded = ranges::load_occurrences(export, &RangesOptions::default())?;
+    let loaded = sqlite_ranges::load_occurrences(export, &RangesOptions::default())?;
     let label_of = |raw: &str| if fold { crate::labels::fold_label(raw).label } else { raw.to_string() };
     let labels: Vec<String> = loaded.occurrences.iter().map(|o| label_of(&o.label)).collect();
     let (label, choice) = match step {
@@ -171,7 +171,7 @@ fn step_label_of(export: &Export, counts: &BTreeMap<String, i64>, fold: bool) ->
     if competing < 2 {
         return Ok(crate::step_label::of_counts(counts, &unstable));
     }
-    let a = ranges::analyze(export, &RangesOptions { fold, ..Default::default() })?;
+    let a = sqlite_ranges::analyze(export, &RangesOptions { fold, ..Default::default() })?;
     let cands: Vec<crate::step_label::StepCandidate> = a.doc.ranges.iter().map(Into::into).collect();
     Ok(crate::step_label::choose(&cands, &unstable).map(str::to_string))
 }

@@ -176,7 +176,7 @@ fn summary(rows: &[DeviceEvidence]) -> String {
 
 /// The blocking calls of the capture, the three longest by total time.
 fn blocking_summary(nr: &NoRange) -> String {
-    let mut calls: Vec<&crate::readiness::SyncApiCount> = nr.blocking_calls.iter().collect();
+    let mut calls: Vec<&crate::nvtx_readiness::SyncApiCount> = nr.blocking_calls.iter().collect();
     calls.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.api.cmp(&b.api)));
     if calls.is_empty() {
         return "no blocking sync or copy call".into();

@@ -313,7 +313,7 @@ pub struct ReportDoc {
     pub ranks: Vec<ReportRank>,
     /// A capture without any NVTX range: the blocking sync and copy calls of the whole capture by API.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub blocking_calls: Vec<crate::readiness::SyncApiCount>,
+    pub blocking_calls: Vec<crate::nvtx_readiness::SyncApiCount>,
     pub top_kernels: Vec<TopKernel>,
     pub categories: Vec<CategoryShare>,
     pub categories_source: String,
@@ -611,11 +611,11 @@ fn step_budget_of(
     Ok(Budget { section: steps::section_of(&sb, "step-budget on the export"), export: cap, doc: Some(sb) })
 }
 
-/// [`crate::readiness::opaque_step_share`] of the step over the evidence's occurrences; None without them (a
+/// [`crate::nvtx_readiness::opaque_step_share`] of the step over the evidence's occurrences; None without them (a
 /// bundle) or without the step.
 fn opaque_share_of(ev: &Evidence, label: &str) -> Option<f64> {
     let (a, _) = ev.step_detail.as_deref()?;
-    crate::readiness::opaque_step_share(&a.occurrences, label)
+    crate::nvtx_readiness::opaque_step_share(&a.occurrences, label)
 }
 
 /// A host-side class that rests on step time no range names (the step budget's `unattributed` host time, not
@@ -635,8 +635,8 @@ fn reject_on_opaque_step(doc: &mut ReportDoc, ev: &Evidence) {
     };
     let Some(label) = doc.decision.primary_label.clone() else { return };
     let Some(opaque) = opaque_share_of(ev, &label) else { return };
-    let threshold = crate::readiness::DEFAULT_MAX_OPAQUE_SHARE;
-    if !crate::readiness::rests_on_opaque(unattributed, opaque) {
+    let threshold = crate::nvtx_readiness::DEFAULT_MAX_OPAQUE_SHARE;
+    if !crate::nvtx_readiness::rests_on_opaque(unattributed, opaque) {
         return;
     }
     let would = doc.decision.clone();

@@ -445,7 +445,8 @@ pub fn repo_state(dir: &Path) -> Result<RepoState> {
     })
 }
 
-/// (serve-capture's launcher contract, recorded in provenance: the type lives with the record.)
+// serve-capture's launcher contract, recorded in provenance: the types live with the record.
+
 /// The flags a server command must carry, and why: `--require-argv` as given, then the ones `--engine` and the
 /// window imply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -79,7 +79,7 @@ pub struct ServeCaptureOptions {
     /// The server command (argv).
     pub server: Vec<String>,
     /// gate-check on the capture afterwards: tier, decode step label, smallest report.
-    pub tier: crate::gate::Tier,
+    pub tier: crate::gate_check::Tier,
     pub decode_range: Option<String>,
     pub min_rep_bytes: Option<u64>,
     /// Where a stop request (Ctrl-C) comes from: the process's own SIGINT/SIGTERM/SIGHUP (the binary), or a
@@ -190,7 +190,7 @@ impl ServeCaptureOptions {
             grace: Duration::from_secs(10),
             out,
             server,
-            tier: crate::gate::Tier::Throughput,
+            tier: crate::gate_check::Tier::Throughput,
             decode_range: None,
             min_rep_bytes: None,
             stop: StopSource::ProcessSignals,
@@ -669,7 +669,7 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
         Some(crate::resolve::redact_command(&join(&o.load)).0),
         o.cwd.as_deref(),
     )?;
-    for w in crate::resolve::workload::warnings(&workload, o.tier == crate::gate::Tier::Decode) {
+    for w in crate::resolve::workload::warnings(&workload, o.tier == crate::gate_check::Tier::Decode) {
         eprintln!("serve-capture: warning: {w}");
     }
     if let Some(f) = o.server.iter().find(|w| crate::resolve::workload::EAGER_FLAGS.contains(&w.as_str())) {

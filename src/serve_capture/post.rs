@@ -80,7 +80,7 @@ impl Run<'_> {
         // 8. gate-check and sqlite-ranges on the export, into the run folder
         let mut gate = None;
         if let (Some(rep), Some(sql), false) = (files.report.clone(), files.sqlite.clone(), r.stopped()) {
-            let gopts = crate::gate::GateOptions {
+            let gopts = crate::gate_check::GateOptions {
                 capture: PathBuf::from(&rep),
                 sqlite: Some(PathBuf::from(&sql)),
                 log: Some(out.join("nsys.log")),
@@ -88,10 +88,10 @@ impl Run<'_> {
                 tier: o.tier,
                 decode_range: o.decode_range.clone(),
                 nsys: Some(nsys.clone()),
-                thresholds: crate::gate::Thresholds { min_rep_bytes: o.min_rep_bytes, ..Default::default() },
+                thresholds: crate::gate_check::Thresholds { min_rep_bytes: o.min_rep_bytes, ..Default::default() },
                 ..Default::default()
             };
-            match crate::gate::run(&gopts)
+            match crate::gate_check::run(&gopts)
                 .and_then(|g| write_json_redacted(&out.join("gate.json"), &g, &r.red).map(|_| g))
             {
                 Ok(g) => {
@@ -124,9 +124,9 @@ impl Run<'_> {
     /// (`stage: iterations`) and its RETRY document goes to `OUT/iteration-window.json`.
     pub(super) fn ranges_of(&mut self, sql: &Path, nsys: &Path, files: &mut Files) {
         let out = self.out.clone();
-        let opts = crate::ranges::RangesOptions::default();
+        let opts = crate::sqlite_ranges::RangesOptions::default();
         let Some(window) = self.o.iterations else {
-            match crate::ranges::run(sql, &opts, Some(nsys))
+            match crate::sqlite_ranges::run(sql, &opts, Some(nsys))
                 .and_then(|d| write_json_redacted(&out.join("ranges.json"), &d, &self.red))
             {
                 Ok(()) => files.ranges = Some(out.join("ranges.json").display().to_string()),
@@ -258,9 +258,9 @@ impl Run<'_> {
                 .into_iter()
                 .flatten()
                 {
-                    docs.extend(crate::bundle::read_docs(&[crate::contract::Input::Path(PathBuf::from(f))])?);
+                    docs.extend(crate::bundle_merge::read_docs(&[crate::contract::Input::Path(PathBuf::from(f))])?);
                 }
-                crate::bundle::run(Path::new(&b), &docs, crate::bundle::Mode::Write).map(|_| ())
+                crate::bundle_merge::run(Path::new(&b), &docs, crate::bundle_merge::Mode::Write).map(|_| ())
             })();
             if let Err(e) = merged {
                 eprintln!("serve-capture: postprocess: bundle-merge: {}", r.red.text(&e.message));
@@ -566,13 +566,13 @@ pub(super) fn export_report(nsys: &Path, rep: &Path, sqlite: &Path) -> Result<(V
 
 /// The NVTX push/pop and start/end ranges of an export by label, their total, and its kernel rows (what
 /// `capture.nvtx_ranges`, `capture.nvtx_range_total` and `capture.kernel_rows` report). The ranges are those
-/// `sqlite-ranges` keeps ([`crate::ranges::load_occurrences`]: closed, labelled, `DOMAIN:` prefix for a
+/// `sqlite-ranges` keeps ([`crate::sqlite_ranges::load_occurrences`]: closed, labelled, `DOMAIN:` prefix for a
 /// named domain), so both tools name the same ranges on the same file.
 pub fn summarize_export(ex: &crate::export::Export) -> Result<(Vec<RangeCount>, u64, u64)> {
     let mut ranges = Vec::new();
     let mut total = 0;
     if ex.has_table(crate::export::schema::NVTX_EVENTS) {
-        let loaded = crate::ranges::load_occurrences(ex, &crate::ranges::RangesOptions::default())?;
+        let loaded = crate::sqlite_ranges::load_occurrences(ex, &crate::sqlite_ranges::RangesOptions::default())?;
         let mut by: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
         for o in &loaded.occurrences {
             *by.entry(&*o.label).or_default() += 1;

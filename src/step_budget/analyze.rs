@@ -16,14 +16,14 @@ pub fn analyze_window(export: &Export, opts: &StepBudgetOptions, window: Option<
 
 /// [`analyze_window`], reusing `pre`: the ranges analysis of the same export with the same options
 /// (`fold`, `window`), the intervals of (at least) every occurrence of the step label and the rows read, as
-/// [`ranges::analyze_with_intervals`] returns them (report computes them once for the evidence and the step
+/// [`sqlite_ranges::analyze_with_intervals`] returns them (report computes them once for the evidence and the step
 /// budget). Used only when `opts.step` is given; `pre_built` are then the device timelines of `pre`'s rows, built
 /// beside that analysis ([`device::build_beside`]: report's evidence), else they are built from `pre`'s rows.
 pub fn analyze_window_with(
     export: &Export,
     opts: &StepBudgetOptions,
     window: Option<(i64, i64)>,
-    pre: Option<(&ranges::Analysis, &ranges::Collected)>,
+    pre: Option<(&sqlite_ranges::Analysis, &sqlite_ranges::Collected)>,
     pre_built: Option<device::PendingTimelines>,
 ) -> Result<StepBudgetDoc> {
     if !(opts.outlier_factor.is_finite() && opts.outlier_factor > 1.0) {
@@ -43,7 +43,7 @@ pub fn analyze_window_with(
     let (a, collected, pre_built) = match pre.filter(|_| opts.step.is_some()) {
         Some((a, c)) => (a, c, pre_built),
         None => {
-            owned = ranges::analyze_with_intervals(export, &ropts, &|l| l == label)?;
+            owned = sqlite_ranges::analyze_with_intervals(export, &ropts, &|l| l == label)?;
             (&owned.0, &owned.1, None)
         }
     };
@@ -207,7 +207,7 @@ pub(super) fn choose_label(export: &Export, ropts: &RangesOptions, opts: &StepBu
     Ok(match &opts.step {
         Some(l) => Chosen::Step(l.clone(), "--step".to_string()),
         None => {
-            let a = ranges::analyze(export, ropts)?;
+            let a = sqlite_ranges::analyze(export, ropts)?;
             if a.doc.ranges.is_empty() {
                 return Ok(Chosen::NoStep(Box::new(device_only(export, ropts, opts, no_range_why(export)?)?)));
             }
@@ -256,7 +256,7 @@ pub(super) fn choose_label(export: &Export, ropts: &RangesOptions, opts: &StepBu
 
 /// The occurrences (indices into `a.occurrences`) of the step label, by (start, end, thread); an error when the
 /// capture has no range or the label no occurrence.
-pub(super) fn step_occurrences(export: &Export, a: &ranges::Analysis, label: &str) -> Result<Vec<usize>> {
+pub(super) fn step_occurrences(export: &Export, a: &sqlite_ranges::Analysis, label: &str) -> Result<Vec<usize>> {
     let mut idx: Vec<usize> = (0..a.occurrences.len()).filter(|&i| *a.occurrences[i].label == *label).collect();
     if a.doc.ranges.is_empty() {
         return Err(no_range_error(export)?);
@@ -283,7 +283,7 @@ pub(super) struct HostComm<'a> {
 }
 
 pub(super) fn host_comm<'a>(
-    a: &'a ranges::Analysis,
+    a: &'a sqlite_ranges::Analysis,
     iv: &[OccurrenceIntervals],
     idx: &[usize],
     label: &str,

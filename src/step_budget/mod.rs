@@ -5,7 +5,7 @@
 //! components by a priority sweep (see docs/step-budget.md): every ns of the wall lands in the first of
 //! `gpu_kernel`, `gpu_memcpy`, `sync_wait`, `launch_api`, `other_api` whose intervals cover it, else in
 //! `unattributed`. The intervals are the step's own, from the library's attribution
-//! ([`crate::ranges::analyze_with_intervals`]: runtime calls on the step's thread, then
+//! ([`crate::sqlite_ranges::analyze_with_intervals`]: runtime calls on the step's thread, then
 //! `(globalPid, correlationId)` to the device rows), never a second join.
 //!
 //! Around the steps, [`device`] reads every device row of the capture per device for the GPU idle attribution
@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use crate::contract::{Document, Error, Result, Tool};
 use crate::export::schema::DeviceKind;
 use crate::export::Export;
-use crate::ranges::{self, OccurrenceIntervals, RangesOptions};
+use crate::sqlite_ranges::{self, OccurrenceIntervals, RangesOptions};
 pub use device::{DeviceIdle, DeviceLaunch, IdleCategory, IdleSplit, LatencyDist, NcclKernels, QueueDepth, IDLE_NAMES};
 
 /// Default of `--outlier-factor`: a step whose wall exceeds this many times the median wall is an outlier.
@@ -277,7 +277,7 @@ pub struct StepBudgetDoc {
     /// gate-check's verdict on the export (`step-budget` runs the throughput tier's gates on what it reads):
     /// a RETRY makes the verdict `unreliable`. Absent when not checked (the library's `analyze`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gates: Option<crate::gate::EvidenceGates>,
+    pub gates: Option<crate::gate_check::EvidenceGates>,
     pub notes: Vec<String>,
     /// `--iteration-records` / `--iterations`: the join, the window and the groups by phase and batch size
     /// (docs/iterations.md); absent without them.
@@ -398,7 +398,7 @@ pub fn run(path: &Path, opts: &StepBudgetOptions, nsys: Option<&Path>) -> Result
 /// on RETRY the verdict becomes `unreliable` (rule `gates.G…`, the gates' reasons first) and the verdict the
 /// evidence alone gives is kept as `would_be`. `gates` records what gate-check said either way.
 pub fn judge(doc: &mut StepBudgetDoc, export: &Export, source: &crate::export::CaptureSource) -> Result<()> {
-    let Some(gates) = crate::gate::EvidenceGates::of_export(export, source)? else { return Ok(()) };
+    let Some(gates) = crate::gate_check::EvidenceGates::of_export(export, source)? else { return Ok(()) };
     if gates.rejected() {
         // already rejected by readiness: the gates come first, the verdict the evidence gives stays the one kept
         if let Some(w) = doc.verdict.would_be.take() {
@@ -431,14 +431,14 @@ pub fn judge(doc: &mut StepBudgetDoc, export: &Export, source: &crate::export::C
 
 /// A host-side verdict resting on step time no range names does not stand (NVTX readiness: an opaque gap is
 /// compatible with scheduling, input preparation, a hidden sync and Python alike): `unreliable`, rule
-/// `readiness.opaque_step`, the verdict the evidence gives kept as `would_be` ([`crate::readiness::rests_on_opaque`]).
-fn reject_on_opaque_step(verdict: &mut BudgetVerdict, occ: &[ranges::Occurrence], label: &str) {
+/// `readiness.opaque_step`, the verdict the evidence gives kept as `would_be` ([`crate::nvtx_readiness::rests_on_opaque`]).
+fn reject_on_opaque_step(verdict: &mut BudgetVerdict, occ: &[sqlite_ranges::Occurrence], label: &str) {
     let unattributed = match verdict.rows.first() {
         Some(r) if verdict.class == "python_overhead_bound" && r.name == "unattributed" => r.share.unwrap_or(0.0),
         _ => return,
     };
-    let Some(opaque) = crate::readiness::opaque_step_share(occ, label) else { return };
-    if !crate::readiness::rests_on_opaque(unattributed, opaque) {
+    let Some(opaque) = crate::nvtx_readiness::opaque_step_share(occ, label) else { return };
+    if !crate::nvtx_readiness::rests_on_opaque(unattributed, opaque) {
         return;
     }
     let would = verdict.clone();
@@ -448,7 +448,7 @@ fn reject_on_opaque_step(verdict: &mut BudgetVerdict, occ: &[ranges::Occurrence]
         reason: format!(
             "NVTX readiness rejects this verdict: {:.1} % of the wall of {label:?} is covered by no range nested in it (nvtx-readiness's threshold {:.0} %), and {} ({}) rests on that unnamed host time; an opaque gap is compatible with scheduling, input preparation, attention planning, a hidden sync and Python overhead alike: add NVTX ranges for the phases of the step before choosing an optimisation",
             100.0 * opaque,
-            100.0 * crate::readiness::DEFAULT_MAX_OPAQUE_SHARE,
+            100.0 * crate::nvtx_readiness::DEFAULT_MAX_OPAQUE_SHARE,
             would.class,
             would.reason
         ),

@@ -360,7 +360,7 @@ impl Exposure {
     }
 }
 
-/// [`Exposure`] of an export from the device rows its ranges scan read ([`crate::ranges::CapturedRows`]: report's
+/// [`Exposure`] of an export from the device rows its ranges scan read ([`crate::sqlite_ranges::CapturedRows`]: report's
 /// step detail), measured only when it can change a class (the grouping and unions cost on big exports): the
 /// summed copy time reaches [`MEMCPY_SHARE_MIN`] of the summed kernel and copy time, or the kernel table
 /// holds communication kernels. Copies on a copy stream under compute on another stream are not what bounds the

@@ -127,7 +127,7 @@ pub(super) fn waterfall_of(
     outliers: &[Outlier],
     median_wall: i64,
     idx: &[usize],
-    a: &ranges::Analysis,
+    a: &sqlite_ranges::Analysis,
     iv: &[OccurrenceIntervals],
     api: &ApiIds,
     nccl: CommRows<'_>,

@@ -14,8 +14,8 @@ type SpansByDevice = BTreeMap<i64, Vec<(i64, i64)>>;
 
 /// What every step of [`analyze_window_with`] reads: the steps are independent, so they run in parallel chunks.
 pub(super) struct StepCx<'a> {
-    pub(super) a: &'a ranges::Analysis,
-    pub(super) iv: &'a [ranges::OccurrenceIntervals],
+    pub(super) a: &'a sqlite_ranges::Analysis,
+    pub(super) iv: &'a [sqlite_ranges::OccurrenceIntervals],
     /// The steps' occurrence indices, by start.
     pub(super) idx: &'a [usize],
     pub(super) api: &'a ApiIds,
@@ -125,7 +125,7 @@ impl StepCx<'_> {
 }
 
 /// The capture's NCCL kernel rows by `(deviceId, start, end)` ([`device::Timelines::nccl_keys`]), and the
-/// `deviceId` of each device index of the correlated rows ([`ranges::Collected::device_ids`]).
+/// `deviceId` of each device index of the correlated rows ([`sqlite_ranges::Collected::device_ids`]).
 #[derive(Clone, Copy)]
 pub struct CommRows<'a> {
     pub keys: &'a HashSet<(i64, i64, i64)>,
@@ -134,11 +134,11 @@ pub struct CommRows<'a> {
 
 impl CommRows<'_> {
     /// Is this correlated row an NCCL kernel (recognised by `(device, start, end)` among the NCCL rows)?
-    pub(super) fn has(&self, d: &ranges::CorrelatedDeviceRow) -> bool {
+    pub(super) fn has(&self, d: &sqlite_ranges::CorrelatedDeviceRow) -> bool {
         d.kind == DeviceKind::Kernel && self.keys.contains(&(self.device_id(d), d.start, d.end))
     }
     /// The CUDA `deviceId` of a correlated row.
-    pub(super) fn device_id(&self, d: &ranges::CorrelatedDeviceRow) -> i64 {
+    pub(super) fn device_id(&self, d: &sqlite_ranges::CorrelatedDeviceRow) -> i64 {
         self.device_ids[d.device as usize]
     }
 }
@@ -174,7 +174,7 @@ pub fn is_comm_label(label: &str) -> bool {
 /// `nccl`, world size 1, `NCCL:ncclAllReduce` 7.4 µs per call while `tp.all_reduce` around torch's
 /// `dist.all_reduce` took 82.7 µs of host time with no peer to wait for).
 pub(super) fn nccl_processes(
-    a: &ranges::Analysis,
+    a: &sqlite_ranges::Analysis,
     iv: &[OccurrenceIntervals],
     idx: &[usize],
     nccl: CommRows<'_>,

@@ -21,7 +21,7 @@ pub(super) fn device_only(
     opts: &StepBudgetOptions,
     why: String,
 ) -> Result<StepBudgetDoc> {
-    let (_, collected) = ranges::analyze_with_intervals(export, ropts, &|_| false)?;
+    let (_, collected) = sqlite_ranges::analyze_with_intervals(export, ropts, &|_| false)?;
     let tl = device::build(export, &collected.rows)?;
     let (kernels, copies) = picture::export_kernel_stats(export)?;
     let exposure = picture::export_exposure(export, &collected.rows.device, &kernels, copies)?;

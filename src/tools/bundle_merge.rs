@@ -1,7 +1,7 @@
 //! `bundle-merge BUNDLE [DOC…]`: merge nsyskit documents into an evidence bundle, losslessly and atomically
 //! → `nsyskit.merge/v1` (with `--stdout`, the merged bundle itself).
 
-use crate::bundle::{self, DocIn, Mode};
+use crate::bundle_merge::{self, DocIn, Mode};
 use crate::contract::{render, Input, Result, Style};
 use crate::flags::bundle_merge::BundleMergeArgs;
 
@@ -24,7 +24,7 @@ pub fn run(a: BundleMergeArgs, host: &Invocation) -> Result<Outcome> {
     // standard input when no DOC is given (or named `-`); the pipeline's documents come first when the adapter
     // holds them
     let mut docs: Vec<DocIn> = match &host.stdin {
-        Stdin::Bytes(bytes, name) => bundle::docs_from_bytes(bytes, name)?,
+        Stdin::Bytes(bytes, name) => bundle_merge::docs_from_bytes(bytes, name)?,
         Stdin::Values(values) => {
             values.iter().map(|(v, name)| DocIn { value: v.clone(), source: name.clone(), line: 1 }).collect()
         }
@@ -35,8 +35,8 @@ pub fn run(a: BundleMergeArgs, host: &Invocation) -> Result<Outcome> {
     if files.iter().any(|i| matches!(i, Input::Stdin)) && !matches!(host.stdin, Stdin::Process) {
         host.stdin_allowed("DOC")?;
     }
-    docs.extend(bundle::read_docs(&files)?);
-    let outcome = bundle::run(&a.bundle, &docs, mode)?;
+    docs.extend(bundle_merge::read_docs(&files)?);
+    let outcome = bundle_merge::run(&a.bundle, &docs, mode)?;
     let say: Vec<String> = outcome
         .removed_temps
         .iter()

@@ -3,7 +3,7 @@
 
 use crate::contract::{render, Error, Result, Style};
 use crate::flags::gate_check::GateCheckArgs;
-use crate::readiness::ReadinessOptions;
+use crate::nvtx_readiness::ReadinessOptions;
 
 use super::{Invocation, Outcome};
 
@@ -20,7 +20,7 @@ pub fn run(a: GateCheckArgs, host: &Invocation) -> Result<Outcome> {
         opts.nsys = super::nsys_for(a.nsys.as_deref(), &[a.capture.as_path()], host)?;
     }
     let also = crate::pipeline::AlsoDocs {
-        ranges: a.ranges.as_ref().map(|_| crate::ranges::RangesOptions::sqlite_ranges_default()),
+        ranges: a.ranges.as_ref().map(|_| crate::sqlite_ranges::RangesOptions::sqlite_ranges_default()),
         readiness: a
             .nvtx_readiness
             .as_ref()

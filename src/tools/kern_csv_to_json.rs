@@ -4,7 +4,7 @@
 
 use crate::contract::{Input, Result};
 use crate::flags::kern_csv_to_json::KernCsvToJsonArgs;
-use crate::kern_csv;
+use crate::kern_csv_to_json;
 
 use super::{Invocation, Outcome, Output, Stdin};
 
@@ -13,11 +13,11 @@ pub fn run(a: KernCsvToJsonArgs, host: &Invocation) -> Result<Outcome> {
     let style = a.out.style();
     let input = Input::parse(&a.input);
     if let (Input::Stdin, Stdin::Bytes(bytes, name)) = (&input, &host.stdin) {
-        return Ok(Outcome::doc(kern_csv::convert(bytes, name, None, None, &opts)?, style));
+        return Ok(Outcome::doc(kern_csv_to_json::convert(bytes, name, None, None, &opts)?, style));
     }
     if matches!(input, Input::Stdin) {
         host.stdin_allowed("INPUT")?;
     }
-    let write = move |out: &mut dyn std::io::Write| kern_csv::run_to_writer(&input, &opts, style, out);
+    let write = move |out: &mut dyn std::io::Write| kern_csv_to_json::run_to_writer(&input, &opts, style, out);
     Ok(Outcome { output: Output::Stream(Box::new(write)), say: Vec::new(), exit: 0, style, stderr: None })
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use crate::contract::Result;
 use crate::export::STDIN_NAME;
 use crate::flags::nvtx_readiness::NvtxReadinessArgs;
-use crate::readiness;
+use crate::nvtx_readiness;
 
 use super::{Invocation, Outcome};
 
@@ -18,11 +18,11 @@ pub fn run(a: NvtxReadinessArgs, host: &Invocation) -> Result<Outcome> {
         super::on_stdin_export(
             host,
             "CAPTURE",
-            |p| readiness::run(p, &opts, nsys.as_deref()),
+            |p| nvtx_readiness::run(p, &opts, nsys.as_deref()),
             |d| d.source.path = STDIN_NAME.into(),
         )?
     } else {
-        readiness::run(path, &opts, nsys.as_deref())?
+        nvtx_readiness::run(path, &opts, nsys.as_deref())?
     };
     // a given prefix with no iteration under it: the prefixes the capture has, on stderr (issue #41)
     let hint = match (&a.range_prefix, &doc.suggested_prefix) {

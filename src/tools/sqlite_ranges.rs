@@ -8,12 +8,12 @@ use crate::export::STDIN_NAME;
 use crate::flags::sqlite_ranges::{Format, SqliteRangesArgs};
 use crate::iterations::window::Windowed;
 use crate::pipeline::window;
-use crate::ranges;
+use crate::sqlite_ranges;
 
 use super::{Invocation, Outcome, Output};
 
 pub fn run(a: SqliteRangesArgs, host: &Invocation) -> Result<Outcome> {
-    ranges::set_progress(host.progress);
+    sqlite_ranges::set_progress(host.progress);
     let path = Path::new(&a.export);
     super::refuse_unfinished(&[(path, "EXPORT")])?;
     let opts = a.options()?;
@@ -34,10 +34,10 @@ pub fn run(a: SqliteRangesArgs, host: &Invocation) -> Result<Outcome> {
         (false, true) => Windowed::Doc(super::on_stdin_export(
             host,
             "EXPORT",
-            |p| ranges::run(p, &opts, nsys),
+            |p| sqlite_ranges::run(p, &opts, nsys),
             |d| d.source.path = STDIN_NAME.into(),
         )?),
-        (false, false) => Windowed::Doc(ranges::run(path, &opts, nsys)?),
+        (false, false) => Windowed::Doc(sqlite_ranges::run(path, &opts, nsys)?),
     };
     // a --range-prefix that matched no label: its hint (the families that exist) on stderr too
     let hint: Vec<String> = match &result {
@@ -52,7 +52,7 @@ pub fn run(a: SqliteRangesArgs, host: &Invocation) -> Result<Outcome> {
             Outcome::doc(*d, a.out.style()).saying(format!("RETRY: {reason}"))
         }
         (Format::Table, Windowed::Doc(doc)) => Outcome {
-            output: Output::Text(ranges::render_table(&doc)),
+            output: Output::Text(sqlite_ranges::render_table(&doc)),
             say: Vec::new(),
             exit: 0,
             style: a.out.style(),

@@ -600,7 +600,7 @@ fn rand_text(r: &mut Rng) -> String {
     out
 }
 
-fn rand_docs(r: &mut Rng) -> Vec<nsyskit::bundle::DocIn> {
+fn rand_docs(r: &mut Rng) -> Vec<nsyskit::bundle_merge::DocIn> {
     let tool = json!({"name": "t", "version": "0"});
     let all = [
         json!({"schema": "nsyskit.gate/v1", "tool": tool, "verdict": "PASS", "gates": [{"id": "G1", "v": 1.5}]}),
@@ -614,7 +614,7 @@ fn rand_docs(r: &mut Rng) -> Vec<nsyskit::bundle::DocIn> {
     ];
     let n = 1 + r.below(3);
     (0..n)
-        .map(|i| nsyskit::bundle::DocIn {
+        .map(|i| nsyskit::bundle_merge::DocIn {
             value: all[r.below(all.len())].clone(),
             source: "d.json".into(),
             line: i + 1,
@@ -657,7 +657,7 @@ fn without_owned(v: &Value, places: &[String]) -> Value {
 
 #[test]
 fn idempotent_for_any_formatting_of_the_bundle() {
-    use nsyskit::bundle::merge_text;
+    use nsyskit::bundle_merge::merge_text;
     let cases: usize = std::env::var("NSYSKIT_PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(2000);
     let seed: u64 = std::env::var("NSYSKIT_HOSTILE_SEED").ok().and_then(|c| c.parse().ok()).unwrap_or(17);
     let mut r = Rng(seed);
@@ -773,7 +773,7 @@ fn a_bundle_that_is_not_a_regular_file_is_refused_and_untouched() {
 }
 
 fn lock_path_of(p: &Path) -> PathBuf {
-    nsyskit::bundle::lock_path(p)
+    nsyskit::bundle_merge::lock_path(p)
 }
 
 #[test]

@@ -379,9 +379,10 @@ fn real_bundles_compare_and_a_foreign_gpu_process_refuses() {
     assert_eq!(d["a"]["run_facts"]["gate"]["value"]["verdict"], "PASS");
     // per-range deltas from the two real ranges documents: all zero
     let ra =
-        nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None).unwrap();
+        nsyskit::sqlite_ranges::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None)
+            .unwrap();
     let it = d["range_deltas"].as_array().unwrap().iter().find(|r| r["label"] == "vibeserve.engine.iteration").unwrap();
-    let wall = |doc: &nsyskit::ranges::RangesDoc| {
+    let wall = |doc: &nsyskit::sqlite_ranges::SqliteRangesDoc| {
         doc.ranges.iter().find(|r| r.label == "vibeserve.engine.iteration").unwrap().host_wall_time_ns
     };
     assert_eq!(it["host_wall_time_ns"]["a"], wall(&ra));
@@ -640,7 +641,7 @@ fn ab_on_real_decode_captures_finds_the_contaminated_step_slower() {
     let load = |f: &str| {
         let p = common::fixture(f);
         let ev = nsyskit::pipeline::load(&p, None).unwrap();
-        nsyskit::compare::capture_of(ev, "baseline", &p, nsyskit::gate::Tier::Decode).unwrap()
+        nsyskit::compare::capture_of(ev, "baseline", &p, nsyskit::gate_check::Tier::Decode).unwrap()
     };
     let clean = load("nsys-2025.3.1/decode_clean.sqlite");
     let mixed = load("nsys-2025.3.1/decode_mixed.sqlite");

@@ -469,7 +469,7 @@ fn real_serve_capture_with_its_log_and_provenance() {
     // as bundle-merge and report read it (the lowercase is accepted), compared verdict by verdict, number by number
     let recorded = std::fs::read(fixture("serve-capture-gpu/gate.json")).unwrap();
     let recorded: serde_json::Value = serde_json::from_slice(&recorded).unwrap();
-    let _: nsyskit::gate::GateDoc = serde_json::from_value(recorded.clone()).unwrap();
+    let _: nsyskit::gate_check::GateCheckDoc = serde_json::from_value(recorded.clone()).unwrap();
     assert_eq!(recorded["retry"], serde_json::json!(["G2"]));
     for id in ["G0", "G1", "G3", "G4", "G5"] {
         let verdict = |d: &serde_json::Value| gate(d, id)["verdict"].as_str().unwrap().to_uppercase();

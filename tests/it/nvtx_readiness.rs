@@ -552,14 +552,15 @@ fn a_readiness_document_merges_into_the_bundle() {
     let b: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
     assert_eq!(b["kernel_profile"]["readiness"], doc);
     // and through the library: the document read back from the library merges at the same place
-    let lib = nsyskit::readiness::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None)
-        .unwrap();
+    let lib =
+        nsyskit::nvtx_readiness::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None)
+            .unwrap();
     let value = serde_json::to_value(&lib).unwrap();
     common::assert_valid(&value);
-    let (text, merged) = nsyskit::bundle::merge_text(
+    let (text, merged) = nsyskit::bundle_merge::merge_text(
         None,
         "bundle.json",
-        &[nsyskit::bundle::DocIn { value: value.clone(), source: "lib".into(), line: 1 }],
+        &[nsyskit::bundle_merge::DocIn { value: value.clone(), source: "lib".into(), line: 1 }],
     )
     .unwrap();
     assert_eq!(merged.len(), 1);

@@ -64,7 +64,8 @@ fn report_states_the_measured_share_and_the_amdahl_bound() {
     assert_eq!(code, 0, "{err}");
     // the numbers from the real ranges document
     let rd =
-        nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None).unwrap();
+        nsyskit::sqlite_ranges::run(&common::fixture("nsys-2025.3.1/decode_clean.sqlite"), &Default::default(), None)
+            .unwrap();
     let row = |l: &str| rd.ranges.iter().find(|r| r.label == l).unwrap().clone();
     let (it, d2h) = (row("vibeserve.engine.iteration"), row("vibeserve.sampling.d2h"));
     let share = d2h.host_wall_time_ns as f64 / it.host_wall_time_ns as f64;

@@ -183,7 +183,7 @@ fn report_on_export_exit(s: &Synth, code: i32) -> Value {
     );
     let r = common::one_doc(&out.stdout);
     // the evidence row is the ranges library's row for the primary label, number for number
-    let doc = nsyskit::ranges::run(&s.path, &Default::default(), None).unwrap();
+    let doc = nsyskit::sqlite_ranges::run(&s.path, &Default::default(), None).unwrap();
     let label = r["decision"]["primary_label"].as_str().unwrap();
     let row = doc.ranges.iter().find(|x| x.label == label).unwrap();
     let ev = &r["evidence"][0];
@@ -582,8 +582,9 @@ fn real_fixtures_classes() {
     assert_eq!(step_class(&r), "mixed_or_unclear");
     assert_eq!(r["decision"]["rule"], "step_budget.no_dominant_component");
     assert_eq!(r["decision"]["primary_label"], "vibeserve.engine.iteration");
-    let doc = nsyskit::ranges::run(&common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &Default::default(), None)
-        .unwrap();
+    let doc =
+        nsyskit::sqlite_ranges::run(&common::fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &Default::default(), None)
+            .unwrap();
     let it = doc.ranges.iter().find(|x| x.label == "vibeserve.engine.iteration").unwrap();
     assert_eq!(r["evidence"][0]["host_range_kernel_coverage_ns"], it.host_range_kernel_coverage_ns);
     assert_eq!(r["evidence"][0]["uncovered_host_time_ns"], it.uncovered_host_time_ns);

@@ -157,20 +157,24 @@ fn ranges_over_an_input_is_refused() {
 
 #[test]
 fn run_shared_gives_each_tool_its_own_document() {
-    use nsyskit::gate::{self, GateOptions};
+    use nsyskit::gate_check::{self, GateOptions};
     use nsyskit::pipeline::AlsoDocs;
     for rel in ["fixtures/nsys-2025.3.1/gpu_full_node.sqlite", "fixtures/nsys-2023.4.4/gpu_range_node.sqlite"] {
         let f = root().join(rel);
-        let ropts = nsyskit::ranges::RangesOptions { fold: true, ..Default::default() };
-        let dopts = nsyskit::readiness::ReadinessOptions::default();
+        let ropts = nsyskit::sqlite_ranges::RangesOptions { fold: true, ..Default::default() };
+        let dopts = nsyskit::nvtx_readiness::ReadinessOptions::default();
         let opts = GateOptions { capture: f.clone(), ..Default::default() };
         let popts = nsyskit::report::ReportOptions { input: f.clone(), top: 5, ..Default::default() };
         let also =
             AlsoDocs { ranges: Some(ropts.clone()), readiness: Some(dopts.clone()), report: Some(popts.clone()) };
         let shared = nsyskit::pipeline::run_shared(&opts, &also).unwrap();
-        assert_eq!(shared.gate, gate::run(&opts).unwrap(), "{rel}: gate");
-        assert_eq!(shared.ranges.unwrap(), nsyskit::ranges::run(&f, &ropts, None).unwrap(), "{rel}: ranges");
-        assert_eq!(shared.readiness.unwrap(), nsyskit::readiness::run(&f, &dopts, None).unwrap(), "{rel}: readiness");
+        assert_eq!(shared.gate, gate_check::run(&opts).unwrap(), "{rel}: gate");
+        assert_eq!(shared.ranges.unwrap(), nsyskit::sqlite_ranges::run(&f, &ropts, None).unwrap(), "{rel}: ranges");
+        assert_eq!(
+            shared.readiness.unwrap(),
+            nsyskit::nvtx_readiness::run(&f, &dopts, None).unwrap(),
+            "{rel}: readiness"
+        );
         let (report, alone) = (shared.report.unwrap(), nsyskit::pipeline::report::document(&popts).unwrap());
         assert_eq!(serde_json::to_value(&report).unwrap(), serde_json::to_value(&alone).unwrap(), "{rel}: report");
         assert_eq!(report.top_kernels.len(), 5, "{rel}: the report's own options");

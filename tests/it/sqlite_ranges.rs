@@ -725,14 +725,14 @@ fn synthetic_export_hand_computed() {
 fn synthetic_library_api_exposes_occurrences() {
     let d = db(&synthetic_sql());
     let export = nsyskit::export::Export::open(&d.path).unwrap();
-    let loaded = nsyskit::ranges::load_occurrences(&export, &Default::default()).unwrap();
+    let loaded = nsyskit::sqlite_ranges::load_occurrences(&export, &Default::default()).unwrap();
     assert_eq!(loaded.skipped.unlabeled, 1);
     let occ = &loaded.occurrences;
     let inner = occ.iter().position(|o| &*o.label == "inner" && o.start == -500).unwrap();
     let parent = occ[inner].parent.unwrap();
     assert_eq!(&*occ[parent].label, "outer");
     assert_eq!(occ[inner].depth, 2);
-    let a = nsyskit::ranges::analyze(&export, &Default::default()).unwrap();
+    let a = nsyskit::sqlite_ranges::analyze(&export, &Default::default()).unwrap();
     assert_eq!(a.occurrences.len(), a.metrics.len());
     let i = a.occurrences.iter().position(|o| &*o.label == "outer").unwrap();
     let m = &a.metrics[i];

@@ -362,10 +362,11 @@ fn intervals_agree_with_the_metrics_of_the_same_join() {
     // ranges::analyze_with_intervals yields, per wanted occurrence, exactly the rows behind its metrics
     let f = fixture("nsys-2025.3.1/serve_node.sqlite");
     let ex = nsyskit::export::Export::open(&f).unwrap();
-    let opts = nsyskit::ranges::RangesOptions { fold: true, ..Default::default() };
-    let (a, c) = nsyskit::ranges::analyze_with_intervals(&ex, &opts, &|l| l == "vibeserve.engine.iteration").unwrap();
+    let opts = nsyskit::sqlite_ranges::RangesOptions { fold: true, ..Default::default() };
+    let (a, c) =
+        nsyskit::sqlite_ranges::analyze_with_intervals(&ex, &opts, &|l| l == "vibeserve.engine.iteration").unwrap();
     let iv = &c.intervals;
-    let plain = nsyskit::ranges::analyze(&ex, &opts).unwrap();
+    let plain = nsyskit::sqlite_ranges::analyze(&ex, &opts).unwrap();
     assert_eq!(a.metrics, plain.metrics);
     let mut seen = 0;
     for (i, o) in a.occurrences.iter().enumerate() {

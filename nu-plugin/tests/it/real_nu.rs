@@ -57,8 +57,9 @@ fn sqlite_ranges_top_five_by_busy_union() {
                       typed: ($r.kernel_busy_union_ns | describe), width: ($r | columns | length)} }",
     );
     // independently: the library's document, sorted here
-    let opts = nsyskit::ranges::RangesOptions { range_prefix: Some("vibeserve.".into()), window: None, fold: true };
-    let mut doc = nsyskit::ranges::run(&fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &opts, None).unwrap();
+    let opts =
+        nsyskit::sqlite_ranges::RangesOptions { range_prefix: Some("vibeserve.".into()), window: None, fold: true };
+    let mut doc = nsyskit::sqlite_ranges::run(&fixture("nsys-2025.3.1/gpu_full_node.sqlite"), &opts, None).unwrap();
     doc.ranges.sort_by_key(|r| std::cmp::Reverse(r.kernel_busy_union_ns));
     // a row is as wide as the document's object: no companion column (issue #41; it was 33 with them)
     let fields = serde_json::to_value(&doc.ranges[0]).unwrap().as_object().unwrap().len();
@@ -112,7 +113,7 @@ fn gate_check_every_fixture_from_ls() {
     assert_eq!(rows.len(), on_disk, "every .sqlite fixture: {got}");
     for row in rows {
         let file = row["file"].as_str().unwrap();
-        let opts = nsyskit::gate::GateOptions {
+        let opts = nsyskit::gate_check::GateOptions {
             capture: common::root().join(file),
             sqlite: None,
             log: None,
@@ -123,7 +124,7 @@ fn gate_check_every_fixture_from_ls() {
             thresholds: Default::default(),
             ..Default::default()
         };
-        let doc = nsyskit::gate::run(&opts).unwrap();
+        let doc = nsyskit::gate_check::run(&opts).unwrap();
         assert_eq!(row["verdict"], serde_json::to_value(doc.verdict).unwrap(), "{file}");
     }
     let verdict_of =
@@ -141,7 +142,8 @@ fn kern_csv_from_open_raw() {
         "open {csv} --raw | kern-csv-to-json | get top_kernels | each {{|k| [$k.name ($k.total_time_ns | into int) ($k.total_time_ns | describe)] }}"
     ));
     let doc =
-        nsyskit::kern_csv::run(&nsyskit::contract::Input::Path(common::root().join(csv)), &Default::default()).unwrap();
+        nsyskit::kern_csv_to_json::run(&nsyskit::contract::Input::Path(common::root().join(csv)), &Default::default())
+            .unwrap();
     let want: Vec<_> = doc.top_kernels.unwrap().iter().map(|k| json!([k.name, k.total_time_ns, "duration"])).collect();
     assert_eq!(want.len(), 20);
     assert_eq!(got, json!(want));
@@ -162,10 +164,11 @@ fn gate_check_into_bundle_merge_matches_the_library() {
     assert_eq!(summary["documents"][0]["places"], json!(["kernel_profile.gates"]));
     // the bytes equal what the library writes for the same gate document: `at_ns` (a duration) and `size` (a
     // filesize) went back to the same integers and nothing else changed on the way through Nushell
-    let opts = nsyskit::gate::GateOptions { capture: common::root().join(capture), ..Default::default() };
-    let doc = serde_json::to_value(nsyskit::gate::run(&opts).unwrap()).unwrap();
-    let docs = vec![nsyskit::bundle::DocIn { value: doc, source: "x".into(), line: 1 }];
-    let want = nsyskit::bundle::run(&dir.path().join("other.json"), &docs, nsyskit::bundle::Mode::Stdout).unwrap();
+    let opts = nsyskit::gate_check::GateOptions { capture: common::root().join(capture), ..Default::default() };
+    let doc = serde_json::to_value(nsyskit::gate_check::run(&opts).unwrap()).unwrap();
+    let docs = vec![nsyskit::bundle_merge::DocIn { value: doc, source: "x".into(), line: 1 }];
+    let want =
+        nsyskit::bundle_merge::run(&dir.path().join("other.json"), &docs, nsyskit::bundle_merge::Mode::Stdout).unwrap();
     assert_eq!(std::fs::read_to_string(&bundle).unwrap(), want.bundle_text);
     // merging the same again changes nothing (--check says so, as data)
     let check = nu.json(&format!("gate-check {capture} | bundle-merge --check '{}' | get changed", bundle.display()));
@@ -235,7 +238,7 @@ fn nvtx_readiness_and_gate_g8() {
     );
     for row in got.as_array().unwrap() {
         let file = row["file"].as_str().unwrap();
-        let doc = nsyskit::readiness::run(&common::root().join(file), &Default::default(), None).unwrap();
+        let doc = nsyskit::nvtx_readiness::run(&common::root().join(file), &Default::default(), None).unwrap();
         assert_eq!(row["verdict"], serde_json::to_value(doc.verdict).unwrap(), "{file}");
     }
     let g8 = nu.json(

@@ -242,7 +242,7 @@ fn pod_attach_session_capture_gated_by_the_library() {
     let out = dir.path().join("out");
     let ex = nsyskit::export::Export::open(&out.join("capture.sqlite")).unwrap();
     assert!(ex.count_rows("OSRT_API").unwrap() > 0);
-    let gate = nsyskit::gate::run(&nsyskit::gate::GateOptions {
+    let gate = nsyskit::gate_check::run(&nsyskit::gate_check::GateOptions {
         capture: out.join("capture.nsys-rep"),
         sqlite: Some(out.join("capture.sqlite")),
         ..Default::default()

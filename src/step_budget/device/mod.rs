@@ -16,8 +16,8 @@ use crate::export::rows::DeviceChunk;
 use crate::export::rows::NO_NAME;
 use crate::export::schema::DeviceKind;
 use crate::export::{ns_of, Export, RowSkips};
-use crate::ranges::FxMap;
-use crate::ranges::{CapturedCall, CapturedRows};
+use crate::sqlite_ranges::FxMap;
+use crate::sqlite_ranges::{CapturedCall, CapturedRows};
 
 mod inputs;
 mod launches;
@@ -181,7 +181,7 @@ fn classify(name: &str) -> Api {
         Api::GraphLaunch
     } else if name.contains("Launch") {
         Api::KernelLaunch
-    } else if crate::ranges::normalize_sync_api(name).is_some() {
+    } else if crate::sqlite_ranges::normalize_sync_api(name).is_some() {
         Api::Sync
     } else {
         Api::Other
@@ -230,7 +230,7 @@ impl Op {
 }
 
 /// Where a runtime call is kept in the calls the ranges scan read: its part and its index there
-/// ([`crate::ranges::RuntimeCalls::parts`]).
+/// ([`crate::sqlite_ranges::RuntimeCalls::parts`]).
 #[derive(Debug, Clone, Copy)]
 struct CallAt {
     part: u32,
@@ -316,7 +316,7 @@ impl PendingTimelines {
 }
 
 /// [`build`] in a thread of its own, started as soon as the ranges analysis has read its rows
-/// ([`crate::ranges::RowsReady`]): the device rows are taken out of `rows` and shared with the caller (the
+/// ([`crate::sqlite_ranges::RowsReady`]): the device rows are taken out of `rows` and shared with the caller (the
 /// report's exposure reads them while the analysis goes on; the thread drops its share once its timeline rows are
 /// built) and with the analysis's attribution (which reads them as they are), the runtime calls shared. A
 /// failure to read the names leaves `rows` as they were.

@@ -94,14 +94,15 @@ fn timelines_built_beside_the_analysis_are_the_same() {
         let path = root.join(format!("fixtures/nsys-2025.3.1/{name}.sqlite"));
         let export = Export::open(&path).unwrap();
         let want = |l: &str| crate::step_label::is_iteration_like(l);
-        let opts = crate::ranges::RangesOptions { fold: true, ..Default::default() };
+        let opts = crate::sqlite_ranges::RangesOptions { fold: true, ..Default::default() };
         let mut beside = None;
         let mut ready = |rows: &mut CapturedRows| beside = Some(build_beside(&export, rows).unwrap());
         let (_, handed) =
-            crate::ranges::analyze_with_intervals_keeping(&export, &opts, &want, false, Some(&mut ready)).unwrap();
+            crate::sqlite_ranges::analyze_with_intervals_keeping(&export, &opts, &want, false, Some(&mut ready))
+                .unwrap();
         let (pending, device) = beside.expect("the rows were handed over");
         assert!(handed.rows.device.is_empty() && !device.is_empty(), "{name}: the device rows were taken");
-        let (_, kept) = crate::ranges::analyze_with_intervals(&export, &opts, &want).unwrap();
+        let (_, kept) = crate::sqlite_ranges::analyze_with_intervals(&export, &opts, &want).unwrap();
         let after = build(&export, &kept.rows).unwrap();
         let early = pending.clone().join().unwrap();
         assert!(pending.join().is_err(), "{name}: joined twice");

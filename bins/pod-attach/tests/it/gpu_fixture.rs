@@ -92,7 +92,8 @@ fn endpoint_export_is_the_checksummed_copy_and_gates_reproduce() {
     // gate-check again (the library, as the Nushell command runs it), here, on the same export: every gate the
     // run measured measures the same now (G2 looks at the .nsys-rep, which the fixture does not keep: skipped here)
     let gate =
-        nsyskit::gate::run(&nsyskit::gate::GateOptions { capture: sqlite.clone(), ..Default::default() }).unwrap();
+        nsyskit::gate_check::run(&nsyskit::gate_check::GateOptions { capture: sqlite.clone(), ..Default::default() })
+            .unwrap();
     let now = serde_json::to_value(&gate).unwrap();
     let then = &d["gate"]["document"];
     let gates = |g: &Value| -> Vec<(String, String, Value)> {

@@ -1274,7 +1274,7 @@ fn path_b_install_nsys_apt_and_bundle() {
     // the bundle: profiles/ holds the copies, kernel_profile has the seed's fields, the rest is byte-identical
     let kp = &d["kernel_profile"];
     let captured_at = kp["captured_at"].as_str().unwrap();
-    assert!(nsyskit::kern_csv::is_rfc3339(captured_at), "{captured_at}");
+    assert!(nsyskit::kern_csv_to_json::is_rfc3339(captured_at), "{captured_at}");
     assert_eq!(kp["nsys_rep_path"], "profiles/capture.nsys-rep");
     assert_eq!(kp["summary_csv_path"], "profiles/gpu_kern_sum.csv");
     assert_eq!(kp["cuda_api_csv_path"], "profiles/cuda_api_sum.csv");

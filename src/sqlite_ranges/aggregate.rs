@@ -181,7 +181,7 @@ pub(super) fn finish(
     thread_diagnostics: Vec<ThreadDiagnostics>,
     high_cardinality_labels: Vec<HighCardinality>,
     detail: bool,
-) -> Result<(RangesDoc, Detail)> {
+) -> Result<(SqliteRangesDoc, Detail)> {
     let notes = notes_of(export, opts, &w, &thread_diagnostics)?;
     let (kernels_total, kernels_attr, kernel_work_total, kernel_work_attr) =
         (w.kernels_total, w.kernels_attr, w.kernel_work_total, w.kernel_work_attr);
@@ -189,9 +189,9 @@ pub(super) fn finish(
         eprintln!();
     }
 
-    let (schema, tool) = RangesDoc::header();
+    let (schema, tool) = SqliteRangesDoc::header();
     let size = std::fs::metadata(export.path()).map(|m| m.len()).unwrap_or(0);
-    let doc = RangesDoc {
+    let doc = SqliteRangesDoc {
         schema,
         tool,
         source: RangesSource {

@@ -13,7 +13,7 @@ use crate::export::{self, Export};
 use super::*;
 
 // ---------------------------------------------------------------------------------------------------------
-// G8 NVTX readiness (only with --readiness; the analysis is crate::readiness, `nvtx-readiness`)
+// G8 NVTX readiness (only with --readiness; the analysis is crate::nvtx_readiness, `nvtx-readiness`)
 
 /// G8: can the capture's NVTX ranges attribute engine time to named phases? PASS when `nvtx-readiness` says
 /// READY, RETRY with its reason otherwise; measured = the opaque share of `P.engine.iteration` wall time.
@@ -21,8 +21,8 @@ pub fn g8_readiness(cx: &Context) -> Result<GateResult> {
     let g = GateResult::new("G8", "nvtx-readiness", "share");
     let Some(ropts) = &cx.opts.readiness else { return Ok(g.skip("not requested (--readiness)")) };
     let Some(e) = cx.export else { return Ok(g.skip("no export to read (a .qdstrm: see G2)")) };
-    let doc = crate::readiness::analyze(e, ropts)?;
-    let retry = doc.verdict == crate::readiness::ReadinessVerdict::Retry;
+    let doc = crate::nvtx_readiness::analyze(e, ropts)?;
+    let retry = doc.verdict == crate::nvtx_readiness::ReadinessVerdict::Retry;
     let mut g = match doc.iterations.opaque_share {
         Some(share) => g.decide(retry, share, Some(ropts.max_opaque_share), doc.reason.clone()),
         None => {

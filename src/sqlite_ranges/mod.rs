@@ -164,20 +164,24 @@ pub fn normalize_sync_api(runtime_name: &str) -> Option<&'static str> {
 
 /// Open the capture (an `.nsys-rep` is exported with `nsys`, default `NSYS_BIN`/PATH, into a temporary folder)
 /// and analyse it.
-pub fn run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>) -> Result<RangesDoc> {
+pub fn run(path: &Path, opts: &RangesOptions, nsys: Option<&Path>) -> Result<SqliteRangesDoc> {
     let cap = crate::export::open_capture(path, nsys)?;
     document(&cap.export, &cap.source, opts)
 }
 
 /// The document [`run`] prints, of an export already open, `source` saying where it came from (what
 /// `gate-check --ranges` writes from its own run: the same bytes).
-pub fn document(export: &Export, source: &crate::export::CaptureSource, opts: &RangesOptions) -> Result<RangesDoc> {
+pub fn document(
+    export: &Export,
+    source: &crate::export::CaptureSource,
+    opts: &RangesOptions,
+) -> Result<SqliteRangesDoc> {
     document_impl(export, source, opts, false)
 }
 
 /// The analysis [`document`] describes, whose reads of the runtime and device tables also compute those tables'
 /// timed-stats facts ([`Export::put_stats`]): `gate-check --ranges` (crate::pipeline::shared).
-pub fn analyze_sharing_scans(export: &Export, opts: &RangesOptions) -> Result<RangesDoc> {
+pub fn analyze_sharing_scans(export: &Export, opts: &RangesOptions) -> Result<SqliteRangesDoc> {
     Ok(analyze_impl(export, opts, false, true)?.0)
 }
 
@@ -186,7 +190,7 @@ fn document_impl(
     source: &crate::export::CaptureSource,
     opts: &RangesOptions,
     share: bool,
-) -> Result<RangesDoc> {
+) -> Result<SqliteRangesDoc> {
     // the contract requires the table (its message says why a capture has none)
     export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?;
     let (mut doc, _) = analyze_impl(export, opts, false, share)?;
@@ -200,7 +204,7 @@ fn document_impl(
 
 /// The document of an analysis as `sqlite-ranges` prints it: its source is the capture the user gave
 /// (`source`), and a report exported into a temporary folder says so.
-pub fn described(mut doc: RangesDoc, source: &crate::export::CaptureSource) -> RangesDoc {
+pub fn described(mut doc: SqliteRangesDoc, source: &crate::export::CaptureSource) -> SqliteRangesDoc {
     doc.source.path = source.path.clone();
     doc.source.size = source.size;
     doc.source.kind = source.kind.clone();
@@ -415,7 +419,7 @@ type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
 /// phases over one [`Work`]: [`load`], [`join_runtime`], [`attribute_device_rows`] (then [`sweep`]),
 /// [`map_threads`], [`aggregate`] and [`finish`]. With `share`, the reads also compute the timed-stats facts
 /// of the tables they read ([`run_scans`]).
-fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool, share: bool) -> Result<(RangesDoc, Detail)> {
+fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool, share: bool) -> Result<(SqliteRangesDoc, Detail)> {
     let w = run_scans(export, opts, None, share, false, None)?;
     let mut ph = crate::phase::Phases::new("sqlite-ranges");
     let thread_diagnostics = map_threads(export, &w)?;
@@ -588,7 +592,7 @@ pub fn high_cardinality<'a>(labels: impl IntoIterator<Item = &'a str>) -> Vec<Hi
 
 /// The ranges document of an open export, without the per-occurrence vectors [`analyze`] keeps (appended by
 /// H7 for `report` and `capture-compare`, which need the document only: it bounds their memory).
-pub fn analyze_doc(export: &Export, opts: &RangesOptions) -> Result<RangesDoc> {
+pub fn analyze_doc(export: &Export, opts: &RangesOptions) -> Result<SqliteRangesDoc> {
     Ok(analyze_impl(export, opts, false, false)?.0)
 }
 

@@ -167,7 +167,7 @@ pub struct GateSource {
 
 /// `nsyskit.gate/v1`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct GateDoc {
+pub struct GateCheckDoc {
     pub schema: String,
     pub tool: Tool,
     /// PASS when no gate says retry, else RETRY (exit 1).
@@ -179,7 +179,7 @@ pub struct GateDoc {
     pub gates: Vec<GateResult>,
 }
 
-impl Document for GateDoc {
+impl Document for GateCheckDoc {
     const KIND: &'static str = "gate";
     const TOOL: &'static str = "gate-check";
     fn exit_code(&self) -> i32 {
@@ -294,7 +294,7 @@ pub struct GateOptions {
     pub nsys: Option<PathBuf>,
     pub thresholds: Thresholds,
     /// `--readiness`: append the NVTX readiness gate (G8, [`g8_readiness`]) with these options.
-    pub readiness: Option<crate::readiness::ReadinessOptions>,
+    pub readiness: Option<crate::nvtx_readiness::ReadinessOptions>,
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -324,7 +324,7 @@ pub fn validate(opts: &GateOptions) -> Result<()> {
 
 /// Run every gate on the capture named in `opts`. CAPTURE `-` is an SQLite export read from standard input
 /// (copied into a temporary file, deleted afterwards; messages name it `<stdin>`).
-pub fn run(opts: &GateOptions) -> Result<GateDoc> {
+pub fn run(opts: &GateOptions) -> Result<GateCheckDoc> {
     validate(opts)?;
     on_capture(
         opts,
@@ -342,7 +342,7 @@ pub fn run(opts: &GateOptions) -> Result<GateDoc> {
 pub fn on_capture<T>(
     opts: &GateOptions,
     run: impl FnOnce(&GateOptions, Option<&str>) -> Result<T>,
-    gate_of: impl FnOnce(&mut T) -> &mut GateDoc,
+    gate_of: impl FnOnce(&mut T) -> &mut GateCheckDoc,
 ) -> Result<T> {
     if opts.capture.as_os_str() != "-" {
         return run(opts, None);
@@ -387,7 +387,7 @@ pub struct GateInputs {
 
 impl GateInputs {
     /// The gate document on `export` (None for a `.qdstrm`).
-    pub fn doc(self, opts: &GateOptions, export: Option<&Export>) -> Result<GateDoc> {
+    pub fn doc(self, opts: &GateOptions, export: Option<&Export>) -> Result<GateCheckDoc> {
         gate_doc(opts, self.source, export, self.log, self.provenance)
     }
 }
@@ -554,7 +554,7 @@ impl EvidenceGates {
 
 /// gate-check's document (default options: throughput tier) of an export already open, `source` saying where
 /// it came from: the gates report checks its verdict against (its scans' facts shared with the evidence).
-fn gate_doc_of_open(e: &Export, src: &export::CaptureSource) -> Result<GateDoc> {
+fn gate_doc_of_open(e: &Export, src: &export::CaptureSource) -> Result<GateCheckDoc> {
     let opts = GateOptions { capture: PathBuf::from(&src.path), ..Default::default() };
     let source = GateSource {
         path: src.path.clone(),
@@ -578,7 +578,7 @@ fn gate_doc(
     export: Option<&Export>,
     log: Option<(String, String)>,
     provenance: Option<(String, serde_json::Value)>,
-) -> Result<GateDoc> {
+) -> Result<GateCheckDoc> {
     if let Some(e) = export {
         check_is_nsys_export(e)?;
         source.nsys_version = e.nsys_version()?;
@@ -597,8 +597,8 @@ fn gate_doc(
         source.notes = e.caveats()?;
     }
     let retry: Vec<String> = gates.iter().filter(|g| g.verdict == GateVerdict::Retry).map(|g| g.id.clone()).collect();
-    let (schema, tool) = GateDoc::header();
-    Ok(GateDoc {
+    let (schema, tool) = GateCheckDoc::header();
+    Ok(GateCheckDoc {
         schema,
         tool,
         verdict: if retry.is_empty() { Verdict::Pass } else { Verdict::Retry },
@@ -713,7 +713,7 @@ mod tests {
         // its own scan counts (the fixture has marks, push/pop and start/end ranges; the scan is SQL's answer:
         // tests of the export layer)
         assert!(shared.knows_nvtx_threads() && !own.knows_nvtx_threads());
-        let mut starts: Vec<i64> = crate::ranges::load_occurrences(&own, &Default::default())
+        let mut starts: Vec<i64> = crate::sqlite_ranges::load_occurrences(&own, &Default::default())
             .unwrap()
             .occurrences
             .iter()
@@ -761,10 +761,10 @@ mod tests {
             let opts = GateOptions { capture: path.clone(), ..Default::default() };
             let shared = Export::open(&path).unwrap();
             keep_for_gates(&opts, &shared);
-            let ro = crate::ranges::RangesOptions { fold: true, ..Default::default() };
+            let ro = crate::sqlite_ranges::RangesOptions { fold: true, ..Default::default() };
             let want = |l: &str| crate::step_label::is_iteration_like(l);
             let (_, collected) =
-                crate::ranges::analyze_with_intervals_keeping(&shared, &ro, &want, false, None).unwrap();
+                crate::sqlite_ranges::analyze_with_intervals_keeping(&shared, &ro, &want, false, None).unwrap();
             let kept = |e: &Export| e.known_stats(export::schema::KERNEL, |s| s.kept_intervals()).unwrap();
             let kernels: usize =
                 collected.rows.device.iter().filter(|c| c.kind == Some(DeviceKind::Kernel)).map(|c| c.rows.len()).sum();

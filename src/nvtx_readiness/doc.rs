@@ -1,4 +1,4 @@
-//! The `nsyskit.readiness/v1` document ([`ReadinessDoc`]) and its parts.
+//! The `nsyskit.readiness/v1` document ([`NvtxReadinessDoc`]) and its parts.
 
 use super::*;
 
@@ -13,7 +13,7 @@ pub enum ReadinessVerdict {
 
 /// `nsyskit.readiness/v1`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ReadinessDoc {
+pub struct NvtxReadinessDoc {
     pub schema: String,
     pub tool: Tool,
     /// READY (exit 0) when iteration ranges exist and `iterations.opaque_share < threshold.max_opaque_share`,
@@ -52,7 +52,7 @@ pub struct PrefixCount {
     pub occurrences: u64,
 }
 
-impl Document for ReadinessDoc {
+impl Document for NvtxReadinessDoc {
     const KIND: &'static str = "readiness";
     const TOOL: &'static str = "nvtx-readiness";
     fn exit_code(&self) -> i32 {

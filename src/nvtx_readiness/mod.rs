@@ -1,7 +1,7 @@
 //! `nvtx-readiness`: can this trace name where the time went? (`nsyskit.readiness/v1`, issue 10).
 //!
-//! Built on `sqlite-ranges`' reading code ([`crate::ranges::load_occurrences`]: labels, threads, depth, parent;
-//! [`crate::ranges::high_cardinality`]; [`crate::ranges::normalize_sync_api`]). Per range prefix `P` it reports
+//! Built on `sqlite-ranges`' reading code ([`crate::sqlite_ranges::load_occurrences`]: labels, threads, depth, parent;
+//! [`crate::sqlite_ranges::high_cardinality`]; [`crate::sqlite_ranges::normalize_sync_api`]). Per range prefix `P` it reports
 //! the serving range taxonomy (present / missing), the opaque share of `P.engine.iteration` (iteration time no
 //! child range under the prefix covers) with the largest opaque gaps, range-naming problems, blocking syncs no
 //! range under the prefix encloses, and a verdict: READY, or RETRY "add instrumentation before choosing an
@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::contract::{Document, Error, Result, Tool};
 use crate::export::schema::{self, cols};
 use crate::export::{pid_of, tid_of, Export};
-use crate::ranges::{self, Occurrence, RangesOptions};
+use crate::sqlite_ranges::{self, Occurrence, RangesOptions};
 
 mod capture;
 mod doc;
@@ -139,7 +139,7 @@ impl ReadinessOptions {
 // Analysis
 
 /// Open the capture (an `.nsys-rep` is exported with `nsys` into a temporary folder) and analyse it.
-pub fn run(path: &Path, opts: &ReadinessOptions, nsys: Option<&Path>) -> Result<ReadinessDoc> {
+pub fn run(path: &Path, opts: &ReadinessOptions, nsys: Option<&Path>) -> Result<NvtxReadinessDoc> {
     opts.validate()?;
     let cap = crate::export::open_capture(path, nsys)?;
     document(&cap.export, &cap.source, opts)
@@ -151,24 +151,24 @@ pub fn document(
     export: &Export,
     source: &crate::export::CaptureSource,
     opts: &ReadinessOptions,
-) -> Result<ReadinessDoc> {
+) -> Result<NvtxReadinessDoc> {
     document_with(export, source, opts, None)
 }
 
 /// What another analysis of the same export already read, so that a readiness document needs no scan of its
 /// own (`gate-check --report --nvtx-readiness`: the report's ranges analysis).
 pub struct SharedReads<'a> {
-    /// Every kept occurrence: [`ranges::load_occurrences`] with default options.
-    pub occurrences: ranges::LoadedOccurrences,
+    /// Every kept occurrence: [`sqlite_ranges::load_occurrences`] with default options.
+    pub occurrences: sqlite_ranges::LoadedOccurrences,
     /// Every runtime call with a thread and an API name id, in any order, when the runtime table was read
     /// whole (None: the table is read here when there is one).
-    pub runtime_calls: Option<&'a ranges::RuntimeCalls>,
+    pub runtime_calls: Option<&'a sqlite_ranges::RuntimeCalls>,
 }
 
 impl<'a> SharedReads<'a> {
     /// The reads of a ranges analysis that kept its occurrences
-    /// ([`ranges::analyze_with_intervals_keeping`]), None when it did not.
-    pub fn of(collected: &'a ranges::Collected) -> Option<SharedReads<'a>> {
+    /// ([`sqlite_ranges::analyze_with_intervals_keeping`]), None when it did not.
+    pub fn of(collected: &'a sqlite_ranges::Collected) -> Option<SharedReads<'a>> {
         let occurrences = collected.occurrences.as_ref()?.loaded();
         let runtime_calls = collected.runtime_read.then_some(&*collected.rows.runtime);
         Some(SharedReads { occurrences, runtime_calls })
@@ -181,7 +181,7 @@ pub fn document_with(
     source: &crate::export::CaptureSource,
     opts: &ReadinessOptions,
     shared: Option<SharedReads<'_>>,
-) -> Result<ReadinessDoc> {
+) -> Result<NvtxReadinessDoc> {
     opts.validate()?;
     let mut doc = analyze_with(export, opts, shared)?;
     doc.source.path = source.path.clone();
@@ -213,12 +213,12 @@ pub fn infer_prefix(all: &[Occurrence]) -> Option<String> {
 }
 
 /// The whole readiness analysis of an open export.
-pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<ReadinessDoc> {
+pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<NvtxReadinessDoc> {
     analyze_with(export, opts, None)
 }
 
 /// [`analyze`], from `shared` reads when given.
-fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedReads<'_>>) -> Result<ReadinessDoc> {
+fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedReads<'_>>) -> Result<NvtxReadinessDoc> {
     opts.validate()?;
     // Every range (for the engine threads' labels outside the prefix), then the ones under the prefix (their
     // depth and parent are among ranges under the prefix, as `sqlite-ranges --range-prefix P.` reports them).
@@ -226,7 +226,7 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
     // export has no NVTX_EVENTS table (lazy) or an empty one (--lazy=false): the ranges library's rule
     let (loaded, calls) = match shared {
         Some(s) => (s.occurrences, s.runtime_calls),
-        None => (ranges::load_occurrences(export, &RangesOptions::default())?, None),
+        None => (sqlite_ranges::load_occurrences(export, &RangesOptions::default())?, None),
     };
     let all = &loaded.occurrences;
     let (prefix, inferred) = match &opts.range_prefix {
@@ -257,7 +257,7 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
     };
     let under = format!("{p}.");
     // what `load_occurrences` gives with `range_prefix: under`, without reading NVTX_EVENTS again
-    let kept = ranges::kept_under(&loaded, &under);
+    let kept = sqlite_ranges::kept_under(&loaded, &under);
     let occ: &[Occurrence] = &kept;
     let iter_label = format!("{p}.engine.iteration");
 
@@ -287,8 +287,8 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
     }
     let suggested_prefix =
         if iterations.occurrences == 0 { suggest_engine_prefix(export, all, &seen)?.filter(|s| *s != p) } else { None };
-    let (schema, tool) = ReadinessDoc::header();
-    Ok(ReadinessDoc {
+    let (schema, tool) = NvtxReadinessDoc::header();
+    Ok(NvtxReadinessDoc {
         schema,
         tool,
         verdict,
@@ -312,7 +312,7 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
 /// the runtime table's name, and whether the prefix was inferred.
 struct Facts<'a> {
     all: &'a [Occurrence],
-    calls: Option<&'a ranges::RuntimeCalls>,
+    calls: Option<&'a sqlite_ranges::RuntimeCalls>,
     runtime: Option<&'a str>,
     inferred: bool,
 }
@@ -324,8 +324,8 @@ fn without_prefix(
     f: Facts<'_>,
     seen: Vec<PrefixCount>,
     mut notes: Vec<String>,
-) -> Result<ReadinessDoc> {
-    let (schema, tool) = ReadinessDoc::header();
+) -> Result<NvtxReadinessDoc> {
+    let (schema, tool) = NvtxReadinessDoc::header();
     // no prefix: a sync inside ANY range is enclosed
     let syncs = unenclosed_syncs_of(export, f.runtime, f.all, f.calls)?;
     notes.push("No range label ends in `.engine.iteration`: give --range-prefix P for a capture with P.engine.iteration ranges.".into());
@@ -341,7 +341,7 @@ fn without_prefix(
         ),
         None => String::new(),
     };
-    Ok(ReadinessDoc {
+    Ok(NvtxReadinessDoc {
         schema,
         tool,
         verdict: ReadinessVerdict::Retry,

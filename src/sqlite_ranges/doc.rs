@@ -1,10 +1,10 @@
-//! The `nsyskit.ranges/v1` document types (`RangesDoc` and its parts) and the per-occurrence [`Analysis`].
+//! The `nsyskit.ranges/v1` document types (`SqliteRangesDoc` and its parts) and the per-occurrence [`Analysis`].
 
 use super::*;
 
 /// `nsyskit.ranges/v1`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct RangesDoc {
+pub struct SqliteRangesDoc {
     pub schema: String,
     pub tool: Tool,
     pub source: RangesSource,
@@ -36,7 +36,7 @@ pub struct RangesDoc {
     pub iterations: Option<crate::iterations::window::IterationsSection>,
 }
 
-impl Document for RangesDoc {
+impl Document for SqliteRangesDoc {
     const KIND: &'static str = "ranges";
     const TOOL: &'static str = "sqlite-ranges";
 }
@@ -196,7 +196,7 @@ impl OccurrenceMetrics {
 /// The document plus the kept occurrences and their metrics (same order, same length).
 #[derive(Debug, Clone)]
 pub struct Analysis {
-    pub doc: RangesDoc,
+    pub doc: SqliteRangesDoc,
     pub occurrences: Vec<Occurrence>,
     pub metrics: Vec<OccurrenceMetrics>,
 }

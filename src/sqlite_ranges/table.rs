@@ -1,6 +1,6 @@
 //! `--format table`: a human table of a ranges document, for a terminal.
 
-use super::RangesDoc;
+use super::SqliteRangesDoc;
 
 fn ms(ns: i64) -> String {
     format!("{:.3}", ns as f64 / 1e6)
@@ -8,7 +8,7 @@ fn ms(ns: i64) -> String {
 
 /// One line per label: label, occurrences, wall, coverage, busy, idle in span, uncovered, kernels, syncs
 /// (times in ms), then totals and notes.
-pub fn render_table(doc: &RangesDoc) -> String {
+pub fn render_table(doc: &SqliteRangesDoc) -> String {
     let header =
         ["label", "occ", "wall_ms", "coverage", "busy_ms", "idle_in_span_ms", "uncovered_ms", "kernels", "syncs"];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];

@@ -5,7 +5,7 @@ use super::*;
 
 /// Everything of the document but its rows, and where the rows are.
 pub(super) struct Prepared {
-    pub(super) doc: KernCsvDoc,
+    pub(super) doc: KernCsvToJsonDoc,
     pub(super) parsed: Vec<ParsedCol>,
     pub(super) header: Vec<String>,
     /// Byte offset of the first data line, end of the report's section, and the first data line's number.
@@ -198,9 +198,9 @@ fn split_sections<R: Read + Seek>(r: &mut R, source: &str) -> Result<Vec<Section
 }
 
 /// The document before its report is known: source, capture time and where it came from.
-fn new_doc(source: &str, opts: &KernCsvOptions, mtime: Option<String>) -> KernCsvDoc {
-    let (schema, tool) = KernCsvDoc::header();
-    KernCsvDoc {
+fn new_doc(source: &str, opts: &KernCsvOptions, mtime: Option<String>) -> KernCsvToJsonDoc {
+    let (schema, tool) = KernCsvToJsonDoc::header();
+    KernCsvToJsonDoc {
         schema,
         tool,
         source: source.to_string(),
@@ -275,7 +275,7 @@ fn identify(
     Ok(found)
 }
 
-pub(super) fn set_name(doc: &mut KernCsvDoc, def: &ReportDef, given: &str, how: &str) {
+pub(super) fn set_name(doc: &mut KernCsvToJsonDoc, def: &ReportDef, given: &str, how: &str) {
     doc.report = def.name.to_string();
     doc.report_alias = (given != def.name).then(|| given.to_string());
     doc.detected_from = how.to_string();

@@ -68,7 +68,7 @@ pub fn placement(kind: &str) -> Option<Placement> {
 
 /// bundle-merge's own output: what it merged where.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct MergeReport {
+pub struct BundleMergeDoc {
     pub schema: String,
     pub tool: Tool,
     /// The bundle path as given.
@@ -100,7 +100,7 @@ pub struct MergedDoc {
     pub places: Vec<String>,
 }
 
-impl Document for MergeReport {
+impl Document for BundleMergeDoc {
     const KIND: &'static str = "bundle-merge";
     const TOOL: &'static str = "bundle-merge";
     fn exit_code(&self) -> i32 {
@@ -135,7 +135,7 @@ pub struct DocIn {
 /// The result of [`run`]: the summary document and the merged bundle text.
 #[derive(Debug, Clone)]
 pub struct MergeOutcome {
-    pub report: MergeReport,
+    pub report: BundleMergeDoc,
     pub bundle_text: String,
     /// Temporary files of an interrupted earlier run, removed under the lock (the binary lists them on stderr).
     pub removed_temps: Vec<PathBuf>,
@@ -299,7 +299,7 @@ pub fn edits_for(doc: &DocIn) -> Result<Vec<Edit<'_>>> {
                 .filter(|r| !r.is_empty())
                 .ok_or_else(|| Error::input(format!("{whr}: $.report: missing or not a string")))?;
             let mut edits = Vec::new();
-            if crate::kern_csv::KERNEL_REPORTS.contains(&report) {
+            if crate::kern_csv_to_json::KERNEL_REPORTS.contains(&report) {
                 let top = obj.get("top_kernels").filter(|v| v.is_array()).ok_or_else(|| {
                     Error::input(format!("{whr}: $.top_kernels: missing or not an array (a {report} document)"))
                 })?;
@@ -472,8 +472,8 @@ pub fn run(bundle: &Path, docs: &[DocIn], mode: Mode) -> Result<MergeOutcome> {
         write_atomic(&target, new_text.as_bytes(), old.as_ref().map(|(_, p)| p.clone()), &name)?;
         written = true;
     }
-    let (schema, tool) = MergeReport::header();
-    let report = MergeReport {
+    let (schema, tool) = BundleMergeDoc::header();
+    let report = BundleMergeDoc {
         schema,
         tool,
         bundle: name,

@@ -44,14 +44,14 @@ pub fn is_prefill_label(label: &str) -> bool {
     label.to_ascii_lowercase().contains("prefill")
 }
 
-/// Read the decode steps with `sqlite-ranges`' reading code ([`crate::ranges::analyze`]). None when no step
+/// Read the decode steps with `sqlite-ranges`' reading code ([`crate::sqlite_ranges::analyze`]). None when no step
 /// label was found (the candidates and the reason are in the error string).
 pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::result::Result<DecodeSteps, String>> {
     let recorded = e.nvtx_recorded()?;
     if !e.has_table(schema::NVTX_EVENTS) && !recorded.nothing_recorded() {
         return Ok(Err(recorded.explain_missing_table(&e.name())));
     }
-    let a = crate::ranges::analyze(e, &crate::ranges::RangesOptions::default())?;
+    let a = crate::sqlite_ranges::analyze(e, &crate::sqlite_ranges::RangesOptions::default())?;
     // a capture without any range (its lazy export has no NVTX_EVENTS table, its --lazy=false export an empty
     // one): the same reason for both
     if a.occurrences.is_empty() {

@@ -1,4 +1,4 @@
-//! The `nsyskit.stats/v1` document ([`KernCsvDoc`]) and the conversion options.
+//! The `nsyskit.stats/v1` document ([`KernCsvToJsonDoc`]) and the conversion options.
 
 use super::*;
 
@@ -7,7 +7,7 @@ pub const DEFAULT_TOP: usize = 20;
 
 /// A converted `nsys stats` report.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct KernCsvDoc {
+pub struct KernCsvToJsonDoc {
     pub schema: String,
     pub tool: Tool,
     /// Where the CSV came from: the path as given, or `<stdin>`.
@@ -94,7 +94,7 @@ pub struct StatsTopKernel {
     pub share: f64,
 }
 
-impl Document for KernCsvDoc {
+impl Document for KernCsvToJsonDoc {
     const KIND: &'static str = "stats";
     const TOOL: &'static str = "kern-csv-to-json";
     fn exit_code(&self) -> i32 {
@@ -106,7 +106,7 @@ impl Document for KernCsvDoc {
     }
 }
 
-impl KernCsvDoc {
+impl KernCsvToJsonDoc {
     /// Is this a kernel report (one that carries `totals` and `top_kernels`)?
     pub fn is_kernel_report(&self) -> bool {
         KERNEL_REPORTS.contains(&self.report.as_str())

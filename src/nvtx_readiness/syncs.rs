@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// Blocking sync runtime calls (by [`ranges::normalize_sync_api`]) whose start lies inside no occurrence of
+/// Blocking sync runtime calls (by [`sqlite_ranges::normalize_sync_api`]) whose start lies inside no occurrence of
 /// `occ` on their thread (`o.start <= r.start <= o.end`, the correlation rule of the ranges contract).
 pub fn unenclosed_syncs(export: &Export, runtime: Option<&str>, occ: &[Occurrence]) -> Result<UnenclosedSyncs> {
     unenclosed_syncs_of(export, runtime, occ, None)
@@ -17,14 +17,14 @@ pub(super) fn unenclosed_syncs_of(
     export: &Export,
     runtime: Option<&str>,
     occ: &[Occurrence],
-    calls: Option<&ranges::RuntimeCalls>,
+    calls: Option<&sqlite_ranges::RuntimeCalls>,
 ) -> Result<UnenclosedSyncs> {
     let mut out =
         UnenclosedSyncs { runtime_table: runtime.is_some(), sync_calls: 0, enclosed_calls: 0, by_api: Vec::new() };
     if runtime.is_none() {
         return Ok(out);
     }
-    let ids = export.string_ids_where(|v| ranges::normalize_sync_api(v).map(str::to_string))?;
+    let ids = export.string_ids_where(|v| sqlite_ranges::normalize_sync_api(v).map(str::to_string))?;
     if ids.is_empty() {
         return Ok(out);
     }

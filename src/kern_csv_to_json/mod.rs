@@ -39,7 +39,7 @@ use summary::*;
 
 /// Read the input and convert it, the whole document in memory (the Nushell command's entry point for paths
 /// and stdin). The binary streams instead: [`run_to_writer`].
-pub fn run(input: &Input, opts: &KernCsvOptions) -> Result<KernCsvDoc> {
+pub fn run(input: &Input, opts: &KernCsvOptions) -> Result<KernCsvToJsonDoc> {
     let (mut src, name, mtime) = open_source(input)?;
     let mut p = prepare(&mut src, &name, input.path(), mtime, opts)?;
     let mut rows = Vec::new();
@@ -133,7 +133,7 @@ pub fn convert(
     path: Option<&Path>,
     mtime: Option<String>,
     opts: &KernCsvOptions,
-) -> Result<KernCsvDoc> {
+) -> Result<KernCsvToJsonDoc> {
     let mut cur = std::io::Cursor::new(bytes);
     let mut p = prepare(&mut cur, source, path, mtime, opts)?;
     let mut rows = Vec::new();
