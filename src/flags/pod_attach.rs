@@ -82,6 +82,18 @@ pub struct PodAttachArgs {
     /// Base name of the copied files
     #[arg(long, default_value_t = Flags::default().capture_name)]
     pub capture_name: String,
+    /// The size gate: the report must have at least this many bytes before `nsys stats` runs (the seed: never run
+    /// stats on a tiny report); also the gate's G2 threshold [default: gate-check's throughput-tier 10000000]
+    #[arg(long, value_name = "BYTES")]
+    pub min_rep_bytes: Option<u64>,
+    /// The seed's GB300 path: the approved CUDA 13 image (pinned by @sha256:) the engine container's nsys was
+    /// copied from; recorded with the copied nsys's version (needs --nsys-launch-change)
+    #[arg(long, value_name = "IMAGE")]
+    pub nsys_source_image: Option<String>,
+    /// The seed's GB300 path: how the engine's launch was changed to run the copied nsys (recorded; needs
+    /// --nsys-source-image)
+    #[arg(long, value_name = "TEXT")]
+    pub nsys_launch_change: Option<String>,
     /// Gate with this gate-check program instead of the library's gate (run in process by default)
     #[arg(long)]
     pub gate_check: Option<PathBuf>,
@@ -117,6 +129,9 @@ impl PodAttachArgs {
             session: self.session.clone(),
             wait_timeout: self.wait_timeout,
             capture_name: self.capture_name.clone(),
+            min_rep_bytes: self.min_rep_bytes,
+            nsys_source_image: self.nsys_source_image.clone(),
+            nsys_launch_change: self.nsys_launch_change.clone(),
         }
     }
 }

@@ -36,15 +36,43 @@ pub struct KernelProfile {
     /// `sha256:…` of the sidecar image: from the reference, else from the pod's status (what the kubelet pulled).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sidecar_image_digest: Option<String>,
-    /// `ephemeral-container-share-processes` (endpoint, attach: the API form of the seed's
-    /// `kubectl debug --share-processes --target`) or `nsys-session-in-engine-container` (session).
+    /// The seed's value `kubectl-debug-share-processes` (endpoint, attach), so a consumer matching the seed finds
+    /// it; `nsys-session-in-engine-container` (session, no sidecar).
     pub method: String,
+    /// The precise mechanism behind `method`, with the reason it differs from the seed's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method_detail: Option<String>,
     /// `endpoint`, `session` or `attach`.
     pub strategy: Strategy,
     /// From `profiles/gpu_kern_sum.csv` (kern-csv-to-json's `top_kernels`: name, instances, times in ns, share).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_kernels: Option<Vec<crate::kern_csv::StatsTopKernel>>,
+    /// A52 (the seed's GB300 path): the source image digest, version and launch change of the copied nsys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copied_nsys: Option<CopiedNsys>,
 }
+
+/// The seed's GB300 path: a Blackwell-capable nsys copied from an approved CUDA 13 image into the serving
+/// container by an operator-owned launch wrapper. pod-attach records what the seed asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CopiedNsys {
+    /// `--nsys-source-image` as given (pinned by digest).
+    pub source_image: String,
+    /// Its `sha256:…` digest.
+    pub source_image_digest: String,
+    /// The version of the nsys that wrote the report (the export's metadata), i.e. the copied binary's.
+    pub version: Option<String>,
+    /// `--nsys-launch-change`: how the engine's launch was changed to run it.
+    pub launch_change: String,
+}
+
+/// The seed's `method` value for the sidecar strategies.
+pub const SEED_METHOD: &str = "kubectl-debug-share-processes";
+
+/// What pod-attach does for the seed's `kubectl debug --share-processes`, and why the words differ.
+pub const METHOD_DETAIL: &str = "ephemeral-container-share-processes: pod-attach adds the ephemeral container through \
+    the Kubernetes API (PATCH pods/NAME/ephemeralcontainers with targetContainerName, the request `kubectl debug \
+    --share-processes --target` makes); no kubectl runs";
 
 /// What `--bundle` wrote.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -145,9 +173,11 @@ pub fn write_bundle(dir: &Path, doc: &mut PodAttachDoc, o: &Options) -> Result<(
         vllm_pid: prov.engine.as_ref().map(|e| e.pid),
         sidecar_image: prov.sidecar_image.clone(),
         sidecar_image_digest: prov.sidecar_image_digest.clone(),
-        method: if sidecar { "ephemeral-container-share-processes" } else { "nsys-session-in-engine-container" }.into(),
+        method: if sidecar { SEED_METHOD } else { "nsys-session-in-engine-container" }.into(),
+        method_detail: sidecar.then(|| METHOD_DETAIL.to_string()),
         strategy: doc.strategy,
         top_kernels: top,
+        copied_nsys: prov.copied_nsys.clone(),
     });
     let file = dir.join(BUNDLE_FILE);
     doc.bundle = Some(BundleOut { dir: dir.display().to_string(), file: file.display().to_string(), profiles: copied });

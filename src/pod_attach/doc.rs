@@ -24,15 +24,21 @@ fn retry_ids(doc: Option<&serde_json::Value>) -> Vec<String> {
 
 /// Gate the copied files (`REPORT`, with its export `SQLITE`): `PASS`, `RETRY`, else `NOT_RUN` with why.
 pub fn run_gate(gate: &Gate, report: &Path, sqlite: &Path) -> PodGateResult {
+    run_gate_with(gate, report, sqlite, None)
+}
+
+/// [`run_gate`] with G2's threshold (`--min-rep-bytes`) when given.
+pub fn run_gate_with(gate: &Gate, report: &Path, sqlite: &Path, min_rep_bytes: Option<u64>) -> PodGateResult {
     match gate {
         Gate::Skip(reason) => PodGateResult { verdict: "NOT_RUN".into(), reason: reason.clone(), document: None },
-        Gate::Program(bin) => run_gate_program(bin, report, sqlite),
+        Gate::Program(bin) => run_gate_program(bin, report, sqlite, min_rep_bytes),
         Gate::Library => {
-            let opts = crate::gate::GateOptions {
+            let mut opts = crate::gate::GateOptions {
                 capture: report.to_path_buf(),
                 sqlite: Some(sqlite.to_path_buf()),
                 ..Default::default()
             };
+            opts.thresholds.min_rep_bytes = min_rep_bytes;
             match crate::gate::run(&opts) {
                 Ok(doc) => {
                     let code = doc.exit_code();
@@ -60,8 +66,13 @@ pub fn run_gate(gate: &Gate, report: &Path, sqlite: &Path) -> PodGateResult {
     }
 }
 
-fn run_gate_program(bin: &Path, report: &Path, sqlite: &Path) -> PodGateResult {
-    match std::process::Command::new(bin).arg(report).arg("--sqlite").arg(sqlite).arg("--compact").output() {
+fn run_gate_program(bin: &Path, report: &Path, sqlite: &Path, min_rep_bytes: Option<u64>) -> PodGateResult {
+    let mut cmd = std::process::Command::new(bin);
+    cmd.arg(report).arg("--sqlite").arg(sqlite).arg("--compact");
+    if let Some(n) = min_rep_bytes {
+        cmd.arg("--min-rep-bytes").arg(n.to_string());
+    }
+    match cmd.output() {
         Ok(out) => {
             let doc = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok();
             let verdict = match out.status.code() {
@@ -102,7 +113,7 @@ pub struct PodGateResult {
 }
 
 /// Where the capture came from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(rename = "Provenance")]
 pub struct PodProvenance {
     pub namespace: String,
@@ -131,6 +142,31 @@ pub struct PodProvenance {
     pub source_report: Option<String>,
     pub started_at_unix_s: f64,
     pub capture_s: f64,
+    /// A30: `--cuda-graph-trace` of the engine's nsys, read before the capture (`node…`; a run without it is
+    /// refused).
+    #[serde(default)]
+    pub graph_trace: Option<String>,
+    /// A47: `libcupti` beside nsys's injection library and mapped by the engine, read before the capture.
+    #[serde(default)]
+    pub cupti: Option<CuptiCheck>,
+    /// A53: the driver as read in the container that runs nsys (compared with nsys before the capture).
+    #[serde(default)]
+    pub driver: Option<DriverInfo>,
+    /// A58: the report's size in the container, read before `nsys stats` (the size gate).
+    #[serde(default)]
+    pub report_bytes: Option<u64>,
+    /// A58: the size gate's threshold (`--min-rep-bytes`, else gate-check's default).
+    #[serde(default)]
+    pub min_rep_bytes: Option<u64>,
+    /// The nsys version that wrote the report (the export's metadata): for endpoint, the engine's nsys.
+    #[serde(default)]
+    pub report_nsys_version: Option<String>,
+    /// A52: the copied nsys of the seed's GB300 path (`--nsys-source-image`, `--nsys-launch-change`).
+    #[serde(default)]
+    pub copied_nsys: Option<CopiedNsys>,
+    /// B72: which process called cudaProfilerStart, against the engine PID pod-attach resolved.
+    #[serde(default)]
+    pub capture_trigger: Option<CaptureTrigger>,
 }
 
 /// The `pod-attach` document.

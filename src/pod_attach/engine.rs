@@ -290,7 +290,6 @@ pub fn new_reports(before: &[ReportFile], after: &[ReportFile]) -> Vec<ReportFil
         .collect()
 }
 
-
 /// What pod-attach read of the engine's environment and command line before the capture.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EngineEnv {

@@ -24,6 +24,7 @@ use crate::contract::{Document, Error, Result, Tool};
 
 mod bundle;
 mod caps;
+mod checks;
 mod copy;
 mod doc;
 mod engine;
@@ -34,6 +35,7 @@ mod tests;
 
 pub use bundle::*;
 pub use caps::*;
+pub use checks::*;
 pub use copy::*;
 pub use doc::*;
 pub use engine::*;

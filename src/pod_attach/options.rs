@@ -52,6 +52,17 @@ pub struct Options {
     pub wait_timeout_s: u64,
     /// Base name of the capture files.
     pub capture_name: String,
+    /// `--min-rep-bytes`: the size gate (G2's threshold) the report must reach before `nsys stats` runs, and the
+    /// gate's; default: gate-check's throughput-tier default.
+    #[serde(default)]
+    pub min_rep_bytes: Option<u64>,
+    /// `--nsys-source-image`: the approved image (pinned by digest) the engine container's nsys was copied from
+    /// (the seed's GB300 path).
+    #[serde(default)]
+    pub nsys_source_image: Option<String>,
+    /// `--nsys-launch-change`: how the engine's launch was changed to run the copied nsys.
+    #[serde(default)]
+    pub nsys_launch_change: Option<String>,
 }
 
 /// A DNS-1123 label (namespace and container names): 1–63 of `a-z`, `0-9`, `-`, starting and ending
@@ -112,6 +123,7 @@ pub fn check_workdir(w: &str) -> Result<()> {
 
 impl Options {
     pub fn validate(&self) -> Result<()> {
+        self.validate_capture_checks()?;
         if self.pod.is_none() && self.selector.is_none() {
             return Err(Error::usage("give --pod NAME or --selector LABELS to find the pod").with_arg("--pod"));
         }
@@ -225,6 +237,52 @@ impl Options {
     pub fn copy_deadline(&self, bytes: u64) -> Duration {
         Duration::from_secs(self.wait_timeout_s.saturating_add(bytes.div_ceil(COPY_MIN_RATE)))
     }
+    /// The report size `nsys stats` and the gate require: `--min-rep-bytes`, else gate-check's default.
+    pub fn size_gate_bytes(&self) -> u64 {
+        self.min_rep_bytes
+            .unwrap_or_else(|| crate::gate::default_min_rep_bytes(crate::gate::GateOptions::default().tier))
+    }
+    /// A52: the copied nsys's record (`--nsys-source-image`, `--nsys-launch-change`), with the version of the
+    /// nsys that wrote the report.
+    pub fn copied_nsys(&self, version: Option<String>) -> Option<CopiedNsys> {
+        let image = self.nsys_source_image.clone()?;
+        Some(CopiedNsys {
+            source_image_digest: image_digest(&image).ok().flatten().unwrap_or_default(),
+            source_image: image,
+            version,
+            launch_change: self.nsys_launch_change.clone().unwrap_or_default(),
+        })
+    }
+    fn validate_capture_checks(&self) -> Result<()> {
+        match (&self.nsys_source_image, &self.nsys_launch_change) {
+            (Some(i), Some(l)) => {
+                if image_digest(i)?.is_none() {
+                    return Err(Error::usage(format!(
+                        "--nsys-source-image {i:?} is not pinned by digest (@sha256:<64 hex>): the seed's GB300 path \
+                         records the source image digest of the copied nsys"
+                    ))
+                    .with_arg("--nsys-source-image"));
+                }
+                if l.trim().is_empty() {
+                    return Err(Error::usage("--nsys-launch-change is empty").with_arg("--nsys-launch-change"));
+                }
+            }
+            (Some(_), None) => {
+                return Err(Error::usage(
+                    "--nsys-source-image needs --nsys-launch-change (how the engine's launch runs the copied nsys)",
+                )
+                .with_arg("--nsys-launch-change"))
+            }
+            (None, Some(_)) => {
+                return Err(Error::usage(
+                    "--nsys-launch-change needs --nsys-source-image (the approved image the nsys was copied from)",
+                )
+                .with_arg("--nsys-source-image"))
+            }
+            (None, None) => {}
+        }
+        Ok(())
+    }
     pub(super) fn pod_or_placeholder(&self) -> &str {
         self.pod.as_deref().unwrap_or("<POD>")
     }
@@ -232,7 +290,6 @@ impl Options {
         self.container.as_deref().unwrap_or("<CONTAINER>")
     }
 }
-
 
 /// pod-attach's flags as plain values, with the binary's defaults ([`Flags::default`]); both adapters (the
 /// binary's clap arguments, the Nushell command's signature) fill one and call [`options`]. `image` None: the
@@ -259,6 +316,9 @@ pub struct Flags {
     pub session: String,
     pub wait_timeout: u64,
     pub capture_name: String,
+    pub min_rep_bytes: Option<u64>,
+    pub nsys_source_image: Option<String>,
+    pub nsys_launch_change: Option<String>,
 }
 
 impl Default for Flags {
@@ -284,6 +344,9 @@ impl Default for Flags {
             session: "nsyskit".into(),
             wait_timeout: 120,
             capture_name: "capture".into(),
+            min_rep_bytes: None,
+            nsys_source_image: None,
+            nsys_launch_change: None,
         }
     }
 }
@@ -327,6 +390,9 @@ pub fn options(f: &Flags) -> Result<Options> {
             + (std::process::id() as u64 % 997),
         wait_timeout_s: f.wait_timeout,
         capture_name: f.capture_name.clone(),
+        min_rep_bytes: f.min_rep_bytes,
+        nsys_source_image: f.nsys_source_image.clone(),
+        nsys_launch_change: f.nsys_launch_change.clone(),
     };
     o.validate()?;
     Ok(o)

@@ -291,7 +291,7 @@ pub fn plan(o: &Options) -> Vec<PlanStep> {
                 method: "POST".into(),
                 port: o.port,
                 path: "/start_profile".into(),
-                why: "engine calls cudaProfilerStart".into(),
+                why: format!("engine calls cudaProfilerStart. {STOP_RESTART_NOTE}"),
             });
             v.push(PlanStep::Wait { seconds: o.duration_s, why: "capture window".into() });
             v.push(PlanStep::Http {
@@ -319,7 +319,14 @@ pub fn plan(o: &Options) -> Vec<PlanStep> {
         }
     }
     v.push(exec(argv_export(o), "export SQLite"));
-    v.push(exec(argv_stats(o), "nsys stats CSVs"));
+    v.push(exec(
+        argv_size_of(&format!("{}/{}.nsys-rep", o.workdir, o.capture_name)),
+        &format!(
+            "size gate: the report must have at least {} bytes (--min-rep-bytes) before nsys stats",
+            o.size_gate_bytes()
+        ),
+    ));
+    v.push(exec(argv_stats(o), "nsys stats CSVs (only when the size gate passed: never stats on a tiny report)"));
     v.push(exec(argv_list_workdir(&o.workdir), "files to copy"));
     let files = vec!["<FILES>".to_string()];
     v.push(exec(argv_sizes(&o.workdir, &files), "sizes in the container"));
@@ -335,6 +342,10 @@ pub fn plan(o: &Options) -> Vec<PlanStep> {
     v
 }
 
+/// A86, said at plan time: under `--capture-range-end=stop` the engine's nsys captures once per engine start.
+pub const STOP_RESTART_NOTE: &str =
+    "if the engine's nsys runs with --capture-range-end=stop, this is the engine's one \
+    capture: each further capture needs an engine restart (a second run is refused before any POST)";
 
 /// `--dry-run`: the plan, no cluster needed.
 pub fn dry_run(o: &Options) -> Result<PodAttachDoc> {
@@ -345,6 +356,9 @@ pub fn dry_run(o: &Options) -> Result<PodAttachDoc> {
         warnings.push(
             "without --pod and --container the plan shows <POD>/<CONTAINER>: a run finds them through the API".into(),
         );
+    }
+    if o.strategy == Strategy::Endpoint {
+        warnings.push(STOP_RESTART_NOTE.into());
     }
     Ok(PodAttachDoc {
         schema,

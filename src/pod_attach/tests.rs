@@ -24,6 +24,9 @@ fn opts() -> Options {
         sidecar_sleep_s: 3600,
         wait_timeout_s: 60,
         capture_name: "capture".into(),
+        min_rep_bytes: None,
+        nsys_source_image: None,
+        nsys_launch_change: None,
     }
 }
 
@@ -79,9 +82,7 @@ fn attach_refused_without_flag_and_endpoint_allowed() {
 fn plan_has_patch_body_and_argv_arrays() {
     let p = plan(&opts());
     let patch = p.iter().find_map(|s| match s {
-        PlanStep::Api { method, path, body, .. } if method == "PATCH" => {
-            Some((path.clone(), body.clone().unwrap()))
-        }
+        PlanStep::Api { method, path, body, .. } if method == "PATCH" => Some((path.clone(), body.clone().unwrap())),
         _ => None,
     });
     let (path, body) = patch.expect("a PATCH");
@@ -110,7 +111,12 @@ fn pe(pid: u32, ppid: u32, cuda: bool, cmd: &str) -> ProcEntry {
 #[test]
 fn engine_follows_children_to_cuda_owner() {
     let procs = vec![
-        pe(1, 0, false, "/usr/bin/nsys profile --capture-range=cudaProfilerApi --capture-range-end=repeat -o /out/run vllm serve m"),
+        pe(
+            1,
+            0,
+            false,
+            "/usr/bin/nsys profile --capture-range=cudaProfilerApi --capture-range-end=repeat -o /out/run vllm serve m",
+        ),
         pe(7, 1, false, "python3 /usr/bin/vllm serve m"),
         pe(9, 7, true, "VLLM::EngineCore"),
         pe(12, 7, false, "python3 -c from multiprocessing.resource_tracker import main"),
@@ -186,7 +192,8 @@ fn endpoint_refuses_wrong_capture_range() {
 
 #[test]
 fn proc_listing_drops_the_lister() {
-    let t = "self\t50\n1\t0\t0\tnsys profile x\n50\t0\t0\tsh -c ...\n51\t50\t0\tls -l /proc/1/fd\n7\t1\t1\tvllm serve m\n";
+    let t =
+        "self\t50\n1\t0\t0\tnsys profile x\n50\t0\t0\tsh -c ...\n51\t50\t0\tls -l /proc/1/fd\n7\t1\t1\tvllm serve m\n";
     let v = parse_proc_listing(t).unwrap();
     assert_eq!(v.iter().map(|e| e.pid).collect::<Vec<_>>(), vec![1, 7]);
     assert!(parse_proc_listing("x\ty\n").unwrap_err().message.contains("line 1"));
@@ -301,8 +308,7 @@ fn tar_sink_streams_checks_and_refuses() {
     assert!(e.message.contains("runs past 10240 bytes"), "{}", e.message);
     // --max-copy-bytes refuses a total over it before anything is copied
     let sizes: BTreeMap<String, u64> = [("a".to_string(), 10u64), ("b".to_string(), 20)].into();
-    let sums: BTreeMap<String, String> =
-        [("a".to_string(), "0".repeat(64)), ("b".to_string(), "0".repeat(64))].into();
+    let sums: BTreeMap<String, String> = [("a".to_string(), "0".repeat(64)), ("b".to_string(), "0".repeat(64))].into();
     let e = expected_files(&["a".into(), "b".into()], &sizes, &sums, Some(29)).unwrap_err();
     assert!(e.message.contains("total 30 bytes") && e.message.contains("--max-copy-bytes 29"), "{}", e.message);
     assert!(expected_files(&["a".into(), "b".into()], &sizes, &sums, Some(30)).is_ok());
@@ -405,10 +411,7 @@ fn engine_env_checks() {
     let mut v = parse_env_check(9, nsys_inj);
     note_cmdlines(&mut v, &["VLLM::EngineCore".into(), "python3 /usr/bin/vllm serve m --port 8000".into()]);
     assert!(v.vllm && !v.profiler_config_cuda);
-    assert!(check_engine_env(Strategy::Endpoint, &v)
-        .unwrap_err()
-        .message
-        .contains("--profiler-config.profiler=cuda"));
+    assert!(check_engine_env(Strategy::Endpoint, &v).unwrap_err().message.contains("--profiler-config.profiler=cuda"));
     assert!(check_engine_env(Strategy::Session, &v).is_ok());
     for cmd in [
         "vllm serve m --profiler-config.profiler=cuda",
@@ -432,8 +435,8 @@ fn engine_env_checks() {
 
 #[test]
 fn plan_shows_default_image_and_path_b_install() {
-    let o = options(&Flags { pod: Some("vllm-0".into()), container: Some("engine".into()), ..Flags::default() })
-        .unwrap();
+    let o =
+        options(&Flags { pod: Some("vllm-0".into()), container: Some("engine".into()), ..Flags::default() }).unwrap();
     let p = plan(&o);
     let patch = p
         .iter()
@@ -481,9 +484,8 @@ fn plan_shows_default_image_and_path_b_install() {
 #[test]
 fn sha_and_listings() {
     assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-    let m =
-        parse_sha256sum("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  /w/capture.nsys-rep\n")
-            .unwrap();
+    let m = parse_sha256sum("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  /w/capture.nsys-rep\n")
+        .unwrap();
     assert_eq!(m["capture.nsys-rep"].len(), 64);
     assert_eq!(parse_sizes("3\t/w/capture.nsys-rep\n").unwrap()["capture.nsys-rep"], 3);
     let names =
@@ -564,6 +566,7 @@ fn bundle_fills_kernel_profile_from_a_real_csv() {
         source_report: None,
         started_at_unix_s: 0.0,
         capture_s: 5.0,
+        ..Default::default()
     });
     let b = dir.path().join("b");
     std::fs::create_dir_all(&b).unwrap();
@@ -607,4 +610,154 @@ fn bundle_fills_kernel_profile_from_a_real_csv() {
     let mut doc2 = doc.clone();
     doc2.files[0].sha256 = "0".repeat(64);
     assert!(write_bundle(&b, &mut doc2, &o).unwrap_err().message.contains("deleted"));
+}
+
+/// A30: the engine's nsys must run with --cuda-graph-trace=node; refused before the capture otherwise, naming
+/// the flag (the seed's gotcha 1).
+#[test]
+fn graph_trace_node_is_required_before_the_capture() {
+    let ok = pe(
+        7,
+        1,
+        false,
+        "/opt/nsys profile --trace=cuda,nvtx --cuda-graph-trace=node --capture-range=cudaProfilerApi python3 x",
+    );
+    assert_eq!(check_graph_trace(&ok).unwrap(), "node");
+    let spaced = pe(7, 1, false, "nsys launch --cuda-graph-trace node:host-and-device --session-new=s python3 x");
+    assert_eq!(check_graph_trace(&spaced).unwrap(), "node:host-and-device");
+    for cmd in [
+        "nsys profile --trace=cuda --capture-range=cudaProfilerApi --capture-range-end=stop python3 x",
+        "nsys profile --cuda-graph-trace=graph --capture-range=cudaProfilerApi python3 x",
+    ] {
+        let e = check_graph_trace(&pe(9, 1, false, cmd)).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.message.contains("--cuda-graph-trace=node") && e.message.contains("before the capture"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("nsys (PID 9)"), "{}", e.message);
+    }
+}
+
+/// A47: no libcupti beside nsys's injection library, an unreadable folder, or only a CUPTI older than the
+/// driver's CUDA major: each a finding. The folder listing is the real nsys 2023.4.4 install's when present.
+#[test]
+fn cupti_missing_or_too_old_is_a_finding() {
+    let dir = "/opt/nsys/target-linux-x64";
+    let found = parse_cupti_check(
+        Some(dir),
+        "file\tlibcupti.so.11.7\nfile\tlibcupti.so.12.4\nmapped\t/opt/nsys/target-linux-x64/libcupti.so.12.4\n",
+    );
+    assert_eq!(found.files.len(), 2);
+    assert_eq!(found.mapped, vec!["/opt/nsys/target-linux-x64/libcupti.so.12.4"]);
+    assert!(cupti_findings(&found, Some(12)).is_empty());
+    let old = cupti_findings(&found, Some(13));
+    assert!(old.len() == 1 && old[0].contains("12.x, older than the driver's CUDA 13"), "{old:?}");
+    let none = cupti_findings(&parse_cupti_check(Some(dir), ""), Some(13));
+    assert!(none.len() == 1 && none[0].contains("no libcupti.so* beside nsys's injection library"), "{none:?}");
+    let gone = cupti_findings(&parse_cupti_check(Some(dir), "dir\tmissing\n"), None);
+    assert!(gone.len() == 1 && gone[0].contains("cannot be read"), "{gone:?}");
+    assert!(cupti_findings(&parse_cupti_check(None, ""), Some(13)).is_empty(), "no injection: nothing to check");
+    assert_eq!(cupti_major("libcupti.so.2025.3.1"), Some(2025));
+    assert_eq!(cupti_major("/x/libcupti.so"), None);
+    // the script runs as written on this machine: the real nsys 2023.4.4 folder through /proc/self/root
+    let real = std::path::Path::new(
+        "/root/.cache/nsyskit/nsys-2023.4/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64",
+    );
+    if real.is_dir() {
+        let out = std::process::Command::new("sh")
+            .args(&argv_cupti_check("self", &real.display().to_string())[1..])
+            .output()
+            .unwrap();
+        let c = parse_cupti_check(Some(&real.display().to_string()), &String::from_utf8_lossy(&out.stdout));
+        assert!(!c.dir_missing && c.files.iter().any(|f| f == "libcupti.so.11.7"), "{c:?}");
+        // nsys 2023.4.4 ships CUPTI up to 11.x/12.x: a CUDA 13 driver is a finding
+        assert_eq!(cupti_findings(&c, Some(13)).len(), 1, "{c:?}");
+    }
+}
+
+/// A53: the driver from `nvidia-smi --version` (the H200's, fixtures/nvidia-smi/version.txt) or the kernel
+/// module (fixtures/logs/driver-params_580.159.04.txt), against nsys; apt on CUDA 13 is a finding too.
+#[test]
+fn nsys_against_the_driver_before_the_capture() {
+    let fx = |p: &str| std::fs::read_to_string(format!("{}/fixtures/{p}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let smi = parse_driver(&fx("nvidia-smi/version.txt"), "nvidia-smi --version").unwrap();
+    assert_eq!(
+        (smi.driver_version.as_deref(), smi.cuda_version.as_deref(), smi.cuda_major),
+        (Some("580.159.04"), Some("13.0"), Some(13))
+    );
+    let module = parse_driver(&fx("logs/driver-params_580.159.04.txt"), "/proc/driver/nvidia/version").unwrap();
+    assert_eq!(
+        (module.driver_version.as_deref(), module.cuda_version.as_deref(), module.cuda_major),
+        (Some("580.159.04"), None, Some(13))
+    );
+    assert_eq!(cuda_major_for_driver("550.54.15"), Some(12));
+    assert_eq!(cuda_major_for_driver("418.1"), None);
+    assert!(parse_driver("nvidia-smi: command not found", "x").is_none());
+    let old = driver_findings("nsys in container s", Some("2023.4.4.54-234433681190v0"), &smi, false);
+    assert!(old.len() == 1 && old[0].contains("older than 2025.3") && old[0].contains("driver 580.159.04"), "{old:?}");
+    assert!(driver_findings("nsys", Some("2025.3.1.90"), &smi, false).is_empty());
+    let apt = driver_findings("nsys", Some("2025.3.1.90"), &module, true);
+    assert!(apt.len() == 1 && apt[0].contains("--install-nsys apt on a CUDA 13"), "{apt:?}");
+    assert_eq!(driver_findings("nsys", None, &smi, false).len(), 1);
+    assert!(
+        driver_findings("nsys", Some("2023.4.4"), &DriverInfo::default(), true).is_empty(),
+        "unknown driver: nothing"
+    );
+}
+
+/// A58: the size gate comes before `nsys stats` in the plan, and refuses a report under the threshold.
+#[test]
+fn size_gate_before_stats() {
+    assert!(size_gate(214_193, 10_000_000).unwrap_err().contains("nsys stats not run"));
+    assert!(size_gate(10_000_000, 10_000_000).is_ok());
+    let o = opts();
+    assert_eq!(o.size_gate_bytes(), 10_000_000);
+    let argvs: Vec<Vec<String>> = plan(&o)
+        .into_iter()
+        .filter_map(|s| match s {
+            PlanStep::Exec { argv, .. } => Some(argv),
+            _ => None,
+        })
+        .collect();
+    let stat = argvs.iter().position(|a| a[0] == "stat" && a[2] == "%s").expect("size gate step");
+    let stats = argvs.iter().position(|a| a.get(1).map(String::as_str) == Some("stats")).expect("stats step");
+    let export = argvs.iter().position(|a| a.get(1).map(String::as_str) == Some("export")).expect("export step");
+    assert!(export < stat && stat < stats, "export {export}, size gate {stat}, stats {stats}");
+}
+
+/// A86: the plan says, before any run, that a `stop` engine needs a restart for each further capture.
+#[test]
+fn plan_says_stop_needs_a_restart_per_capture() {
+    let d = dry_run(&opts()).unwrap();
+    assert!(d.warnings.iter().any(|w| w.contains("each further capture needs an engine restart")), "{:?}", d.warnings);
+    assert!(d.plan.iter().any(
+        |s| matches!(s, PlanStep::Http { path, why, .. } if path == "/start_profile" && why.contains("engine restart"))
+    ));
+    let mut s = opts();
+    s.strategy = Strategy::Session;
+    assert!(dry_run(&s).unwrap().warnings.iter().all(|w| !w.contains("engine restart")));
+}
+
+/// A52: the copied nsys of the GB300 path needs a pinned source image and the launch change, both recorded.
+#[test]
+fn copied_nsys_is_pinned_and_recorded() {
+    let digest = "sha256:".to_string() + &"ab".repeat(32);
+    let mut o = opts();
+    o.nsys_source_image = Some(format!("nvcr.io/nvidia/cuda:13.0.1-devel-ubuntu24.04@{digest}"));
+    o.nsys_launch_change =
+        Some("wrapper copies /opt/nvidia/nsight-systems/2026.1 into /nsys; engine runs /nsys/bin/nsys".into());
+    o.validate().unwrap();
+    let c = o.copied_nsys(Some("2026.1.1.100".into())).unwrap();
+    assert_eq!((c.source_image_digest.as_str(), c.version.as_deref()), (digest.as_str(), Some("2026.1.1.100")));
+    assert!(c.launch_change.contains("/nsys/bin/nsys"));
+    let mut unpinned = o.clone();
+    unpinned.nsys_source_image = Some("nvcr.io/nvidia/cuda:13.0.1-devel-ubuntu24.04".into());
+    let e = unpinned.validate().unwrap_err();
+    assert!(e.message.contains("not pinned by digest") && e.exit_code() == 2, "{}", e.message);
+    let mut alone = o.clone();
+    alone.nsys_launch_change = None;
+    assert!(alone.validate().unwrap_err().message.contains("needs --nsys-launch-change"));
+    assert!(opts().copied_nsys(None).is_none());
 }

@@ -185,3 +185,57 @@ fn csv_fields(line: &str) -> Vec<String> {
     out.push(cur);
     out
 }
+
+/// B72 on the real H200 endpoint capture: cudaProfilerStart (`cuProfilerStart`) came from the engine PID
+/// pod-attach resolved, the process whose kernels the export holds; another PID is a finding.
+#[test]
+fn capture_trigger_came_from_the_cuda_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = endpoint_sqlite(dir.path());
+    let d = doc("endpoint/pod-attach.json");
+    let pid = d["provenance"]["engine"]["pid"].as_u64().unwrap() as u32;
+    let t = nsyskit::pod_attach::capture_trigger(&sqlite, pid).unwrap();
+    eprintln!("MEASURED trigger: {t:?}");
+    assert_eq!(t.trigger_pids, vec![pid as i64]);
+    assert_eq!(t.kernel_pids, vec![pid as i64]);
+    assert_eq!(t.from_engine, Some(true));
+    assert_eq!(nsyskit::pod_attach::trigger_finding(&t), None);
+    let other = nsyskit::pod_attach::capture_trigger(&sqlite, pid + 1).unwrap();
+    assert_eq!(other.from_engine, Some(false));
+    let f = nsyskit::pod_attach::trigger_finding(&other).unwrap();
+    assert!(f.contains(&format!("came from PID [{pid}], not the CUDA-owning engine PID {}", pid + 1)), "{f}");
+    let v = nsyskit::pod_attach::report_nsys_version(&sqlite);
+    eprintln!("MEASURED report nsys version: {v:?}");
+    // measured: the export's metadata says 2025.3.2.0 where `nsys --version` of that install said 2025.3.1.0
+    assert_eq!(v.as_deref(), Some("2025.3.2.0"));
+}
+
+/// docs/pod-attach.md says `--bundle` merges as bundle-merge would: bundle-merge's library, given the H200 run's
+/// bundle as it was before (`bundle.before.json`), the stats document of its copied `gpu_kern_sum.csv` and its
+/// saved pod-attach document, writes exactly the bundle that run left.
+#[test]
+fn the_h200_bundle_is_what_bundle_merge_makes_of_the_saved_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("inference_perfbench_v1.json");
+    std::fs::copy(fixture("bundle/bundle.before.json"), &bundle).unwrap();
+    let d = doc("bundle/pod-attach.json");
+    let csv = fixture("bundle/profiles/gpu_kern_sum.csv");
+    let opts = nsyskit::kern_csv::KernCsvOptions {
+        captured_at: d["kernel_profile"]["captured_at"].as_str().map(String::from),
+        ..Default::default()
+    };
+    let stats =
+        nsyskit::kern_csv::convert(&std::fs::read(&csv).unwrap(), "profiles/gpu_kern_sum.csv", Some(&csv), None, &opts)
+            .unwrap();
+    let docs = [
+        nsyskit::bundle::DocIn { value: serde_json::to_value(&stats).unwrap(), source: "stats".into(), line: 1 },
+        nsyskit::bundle::DocIn { value: d.clone(), source: "pod-attach.json".into(), line: 1 },
+    ];
+    nsyskit::bundle::run(&bundle, &docs, nsyskit::bundle::Mode::Write).unwrap();
+    let made: Value = serde_json::from_str(&std::fs::read_to_string(&bundle).unwrap()).unwrap();
+    let kept: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("bundle/inference_perfbench_v1.json")).unwrap()).unwrap();
+    assert_eq!(made["kernel_profile"], kept["kernel_profile"]);
+    assert_eq!(made["pod_attach"], kept["pod_attach"]);
+    assert_eq!(made, kept);
+}

@@ -79,6 +79,7 @@ impl Engine {
         let how = [
             "profile",
             "--trace=osrt",
+            "--cuda-graph-trace=node",
             "--capture-range=cudaProfilerApi",
             "--capture-range-end=repeat",
             "-o",
@@ -188,6 +189,9 @@ impl Drop for Engine {
     }
 }
 
+/// The stand-in report is 214 193 bytes: a size gate of 100 000 lets `nsys stats` run on it.
+const STANDIN_MIN_REP_BYTES: &str = "100000";
+
 fn common_args(c: &mut Command, nsys: &Path, work: &Path, out: &Path) {
     common_args_d(c, nsys, work, out, "1")
 }
@@ -208,6 +212,8 @@ fn common_args_w(c: &mut Command, nsys: &Path, work: &Path, out: &Path, duration
         duration,
         "--wait-timeout",
         wait,
+        "--min-rep-bytes",
+        STANDIN_MIN_REP_BYTES,
     ])
     .arg("--nsys")
     .arg(nsys)
@@ -424,6 +430,26 @@ fn endpoint_happy_path() {
     assert!(s.saw_token);
     assert!(s.execs.iter().all(|(c, _)| c.starts_with("nsyskit-")), "{:?}", s.execs);
     assert!(s.execs.iter().any(|(_, a)| a[0] == "tar" && a[1] == "cf"));
+    // A58: the size gate (stat of the report) ran before nsys stats, after the export
+    let at = |f: &dyn Fn(&Vec<String>) -> bool| s.execs.iter().position(|(_, a)| f(a)).unwrap();
+    let export = at(&|a| a.get(1).map(String::as_str) == Some("export"));
+    let stat = at(&|a| a[0] == "stat" && a[2] == "%s");
+    let stats = at(&|a| a.get(1).map(String::as_str) == Some("stats"));
+    assert!(export < stat && stat < stats, "export {export}, size gate {stat}, stats {stats}");
+    assert_eq!((prov["report_bytes"].as_u64(), prov["min_rep_bytes"].as_u64()), (Some(214_193), Some(100_000)));
+    // A30: read before the capture
+    assert_eq!(prov["graph_trace"], "node");
+    // B72: a CPU-only capture has no cudaProfilerStart row: unknown, said as such
+    assert_eq!(prov["capture_trigger"]["engine_pid"], prov["engine"]["pid"]);
+    assert!(prov["capture_trigger"]["from_engine"].is_null(), "{}", prov["capture_trigger"]);
+    let warnings = d["warnings"].to_string();
+    assert!(warnings.contains("capture trigger: unknown"), "{warnings}");
+    // A47: nsys 2023.4's injection folder holds its libcupti
+    assert!(
+        prov["cupti"]["files"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().starts_with("libcupti.so.")),
+        "{}",
+        prov["cupti"]
+    );
 }
 
 #[test]
@@ -432,7 +458,12 @@ fn session_happy_path() {
     let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
     let dir = tempfile::tempdir().unwrap();
     let session = format!("pa-test-{}", std::process::id());
-    let eng = Engine::start(&nsys, dir.path(), &["launch", &format!("--session-new={session}"), "--trace=osrt"], "ss");
+    let eng = Engine::start(
+        &nsys,
+        dir.path(),
+        &["launch", &format!("--session-new={session}"), "--trace=osrt", "--cuda-graph-trace=node"],
+        "ss",
+    );
     let work = dir.path().join("nsyskit-pod-attach-work");
     let out_dir = dir.path().join("out");
     let mut c = bin(&si);
@@ -579,6 +610,7 @@ fn endpoint_stop_mode_one_capture_per_engine() {
         &[
             "profile",
             "--trace=osrt",
+            "--cuda-graph-trace=node",
             "--capture-range=cudaProfilerApi",
             "--capture-range-end=stop",
             "-o",
@@ -1124,6 +1156,7 @@ fn endpoint_engine(nsys: &Path, dir: &Path, tag: &str, env: &[(&str, &str)], scr
         &[
             "profile",
             "--trace=osrt",
+            "--cuda-graph-trace=node",
             "--capture-range=cudaProfilerApi",
             "--capture-range-end=repeat",
             "-o",
@@ -1189,7 +1222,13 @@ fn fake_apt(dir: &Path) -> PathBuf {
     // puts an nsys wrapper of the real nsys next to them, or fails like apt when FAKE_APT_FAIL is set
     std::fs::write(bin.join("apt-get"), "#!/bin/sh\necho \"apt-get $*\" >> \"$FAKE_APT_LOG\"\ncase \" $* \" in\n  *\" update \"*) echo 'Reading package lists... Done'; exit 0;;\n  *\" install \"*)\n    if [ -n \"$FAKE_APT_FAIL\" ]; then echo 'Reading package lists...' ; echo 'E: Unable to locate package nsight-systems-cli' >&2; exit 100; fi\n    d=$(dirname \"$0\"); printf '#!/bin/sh\\nexec \"%s\" \"$@\"\\n' \"$REAL_NSYS\" > \"$d/nsys\"; chmod +x \"$d/nsys\"\n    echo 'Setting up nsight-systems-cli (2023.4.4.54-234433681190v0) ...'; exit 0;;\nesac\nexit 1\n").unwrap();
     std::fs::write(bin.join("dpkg-query"), "#!/bin/sh\nif [ -x \"$(dirname \"$0\")/nsys\" ]; then printf '2023.4.4.54-234433681190v0'; else echo 'dpkg-query: no packages found matching nsight-systems-cli' >&2; exit 1; fi\n").unwrap();
-    for f in ["apt-get", "dpkg-query"] {
+    // the H200's `nvidia-smi --version` (fixtures/nvidia-smi/version.txt): a CUDA 13.0 driver
+    std::fs::write(
+        bin.join("nvidia-smi"),
+        format!("#!/bin/sh\ncat '{}'\n", root().join("fixtures/nvidia-smi/version.txt").display()),
+    )
+    .unwrap();
+    for f in ["apt-get", "dpkg-query", "nvidia-smi"] {
         std::os::unix::fs::PermissionsExt::set_mode(&mut std::fs::metadata(bin.join(f)).unwrap().permissions(), 0o755);
         Command::new("chmod").arg("755").arg(bin.join(f)).status().unwrap();
     }
@@ -1240,6 +1279,8 @@ fn path_b_install_nsys_apt_and_bundle() {
         "1",
         "--wait-timeout",
         "30",
+        "--min-rep-bytes",
+        STANDIN_MIN_REP_BYTES,
         "--compact",
     ])
     .arg("--workdir")
@@ -1281,7 +1322,20 @@ fn path_b_install_nsys_apt_and_bundle() {
     assert_eq!(kp["duration_s"], 1.0);
     assert_eq!(kp["vllm_pid"], prov["engine"]["pid"]);
     assert_eq!(kp["sidecar_image"], nsyskit::pod_attach::PATH_B_IMAGE);
-    assert_eq!(kp["method"], "ephemeral-container-share-processes");
+    // A76: the seed's value, the precise mechanism beside it
+    assert_eq!(kp["method"], "kubectl-debug-share-processes");
+    assert!(kp["method_detail"].as_str().unwrap().starts_with("ephemeral-container-share-processes: "), "{kp}");
+    // A53: the driver (a CUDA 13 nvidia-smi in the sidecar) against the apt-installed nsys 2023.4, before the capture
+    assert_eq!(prov["driver"]["cuda_version"], "13.0");
+    assert_eq!(prov["driver"]["source"], "nvidia-smi --version");
+    let warnings = d["warnings"].to_string();
+    assert!(
+        warnings.contains("older than 2025.3") && warnings.contains("--install-nsys apt on a CUDA 13.0 driver"),
+        "{warnings}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said = stderr.find("--install-nsys apt on a CUDA 13.0 driver").unwrap();
+    assert!(said < stderr.find("capturing for").unwrap(), "the finding comes before the capture:\n{stderr}");
     assert_eq!(
         std::fs::read(bundle.join("profiles/capture.nsys-rep")).unwrap(),
         std::fs::read(root().join("fixtures/nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep")).unwrap()
@@ -1301,6 +1355,7 @@ fn path_b_install_nsys_apt_and_bundle() {
         "sidecar_image",
         "sidecar_image_digest",
         "method",
+        "method_detail",
     ] {
         assert_eq!(b["kernel_profile"][k], kp[k], "{k}");
     }
@@ -1387,4 +1442,130 @@ fn existing_workdir_is_refused_and_kept() {
     assert!(err.contains("must not exist yet"), "{err}");
     assert_eq!(std::fs::read_to_string(work.join("precious")).unwrap(), "x");
     assert!(eng.hits().is_empty());
+}
+
+/// A30: an engine whose nsys does not trace CUDA graphs node by node is refused before any POST (it gets one
+/// capture per start), naming the flag.
+#[test]
+fn engine_without_cuda_graph_trace_node_refused_before_the_capture() {
+    let nsys = nsys_or_skip!("engine_without_cuda_graph_trace_node_refused_before_the_capture");
+    let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("engine-out/run");
+    let how = [
+        "profile",
+        "--trace=osrt",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=stop",
+        "-o",
+        &out.to_string_lossy(),
+    ];
+    let eng = Engine::start(&nsys, dir.path(), &how, "nograph");
+    let work = dir.path().join("nsyskit-pod-attach-work");
+    let mut c = bin(&si);
+    common_args(&mut c, &nsys, &work, &dir.path().join("out"));
+    c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        err.contains("refused before the capture")
+            && err.contains("without --cuda-graph-trace=node")
+            && err.contains("restart the engine under nsys with --cuda-graph-trace=node"),
+        "{err}"
+    );
+    assert!(eng.hits().is_empty(), "refused before any POST: {:?}", eng.hits());
+    assert!(!work.exists());
+    assert_eq!(si.sidecar_ended(), Some(true));
+}
+
+/// A58: a report under the size gate gets no `nsys stats` (the seed: never run stats on a tiny rep): the export
+/// is copied, no CSV, the warning names the size and the threshold, and the gate's G2 uses the same threshold.
+#[test]
+fn tiny_report_gets_no_stats() {
+    let nsys = nsys_or_skip!("tiny_report_gets_no_stats");
+    let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
+    let dir = tempfile::tempdir().unwrap();
+    let eng = Engine::endpoint(&nsys, dir.path(), "tiny");
+    let work = dir.path().join("nsyskit-pod-attach-work");
+    let out_dir = dir.path().join("out");
+    let mut c = bin(&si);
+    // gate-check's default threshold (10 000 000 bytes for the throughput tier): no --min-rep-bytes
+    c.args(["--pod", "engine-0", "--container", "engine", "--image", IMG, "--duration", "1", "--wait-timeout", "30"])
+        .arg("--nsys")
+        .arg(&nsys)
+        .arg("--workdir")
+        .arg(&work)
+        .arg("--out-dir")
+        .arg(&out_dir)
+        .args(["--compact", "--process-match", &eng.pattern(), "--port", &eng.port.to_string()]);
+    let out = c.output().unwrap();
+    let d = one_doc(&out);
+    expect_gate(&d, &out);
+    let warnings = d["warnings"].to_string();
+    assert!(
+        warnings.contains("size gate: the report is 214193 bytes, under 10000000")
+            && warnings.contains("nsys stats not run"),
+        "{warnings}"
+    );
+    let names: Vec<&str> = d["files"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["capture.nsys-rep", "capture.sqlite"]);
+    let s = si.state.lock().unwrap();
+    assert!(s.execs.iter().all(|(_, a)| a.get(1).map(String::as_str) != Some("stats")), "{:?}", s.execs);
+    assert!(s.execs.iter().any(|(_, a)| a[0] == "stat" && a[2] == "%s"));
+    let g2 = d["gate"]["document"]["gates"].as_array().unwrap().iter().find(|g| g["id"] == "G2").unwrap().clone();
+    assert_eq!(g2["threshold"], 10_000_000.0, "{g2}");
+    assert_eq!(d["provenance"]["min_rep_bytes"], 10_000_000);
+}
+
+/// A52 (the seed's GB300 path): the nsys copied from an approved CUDA 13 image into the engine's container: its
+/// source image digest, its version (read from the report it wrote) and the launch change are in the document
+/// and the bundle's kernel_profile. A86: the stop engine's one-capture note is on stderr before the capture.
+#[test]
+fn copied_nsys_is_recorded_in_the_bundle() {
+    let nsys = nsys_or_skip!("copied_nsys_is_recorded_in_the_bundle");
+    let si = StandIn::start(pods1(), PatchMode::Ok, TarFault::None);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("engine-out/run");
+    let how = [
+        "profile",
+        "--trace=osrt",
+        "--cuda-graph-trace=node",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=stop",
+        "-o",
+        &out.to_string_lossy(),
+    ];
+    let eng = Engine::start(&nsys, dir.path(), &how, "gb300");
+    let bundle = dir.path().join("bundle");
+    std::fs::create_dir_all(&bundle).unwrap();
+    std::fs::write(bundle.join("inference_perfbench_v1.json"), "{\"run_id\": \"gb300\"}\n").unwrap();
+    let src = format!("nvcr.io/nvidia/cuda:13.0.1-devel-ubuntu24.04@sha256:{}", "cd".repeat(32));
+    let change = "launch wrapper copies nsys 2026.1 from the CUDA 13 image into /opt/nsys; the engine runs /opt/nsys/bin/nsys profile";
+    let mut c = bin(&si);
+    common_args(&mut c, &nsys, &dir.path().join("nsyskit-pod-attach-work"), &dir.path().join("out"));
+    c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()])
+        .args(["--nsys-source-image", &src, "--nsys-launch-change", change])
+        .arg("--bundle")
+        .arg(&bundle);
+    let out = c.output().unwrap();
+    let d = one_doc(&out);
+    expect_gate(&d, &out);
+    let want = json!({
+        "source_image": src,
+        "source_image_digest": format!("sha256:{}", "cd".repeat(32)),
+        // the export's metadata of the report nsys 2023.4.4 wrote (`nsys --version`: 2023.4.4.54-234433681190v0)
+        "version": "2023.4.4.54",
+        "launch_change": change,
+    });
+    assert_eq!(d["provenance"]["copied_nsys"], want);
+    assert_eq!(d["kernel_profile"]["copied_nsys"], want);
+    let b: Value =
+        serde_json::from_str(&std::fs::read_to_string(bundle.join("inference_perfbench_v1.json")).unwrap()).unwrap();
+    assert_eq!(b["kernel_profile"]["copied_nsys"], want);
+    assert_eq!(b["run_id"], "gb300");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let note = stderr.find("each further capture needs an engine restart").expect("A86 note on stderr");
+    assert!(note < stderr.find("capturing for").unwrap(), "{stderr}");
 }
