@@ -94,6 +94,26 @@ pub struct PodAttachArgs {
     /// --nsys-source-image)
     #[arg(long, value_name = "TEXT")]
     pub nsys_launch_change: Option<String>,
+    /// The question this capture answers (a text file: the metric, the suspected contributor, its share if known);
+    /// recorded as provenance.workload.question; without it pod-attach warns
+    #[arg(long, value_name = "FILE")]
+    pub question: Option<String>,
+    /// The load client's command line driving the engine during the capture (recorded redacted; its
+    /// --request-rate, --max-concurrency/--concurrency and --seed are read)
+    #[arg(long, value_name = "COMMAND")]
+    pub client_cmd: Option<String>,
+    /// Requests per second the load client sends (a number or inf); also read from --client-cmd (a disagreement
+    /// is exit 2)
+    #[arg(long, value_name = "RATE")]
+    pub request_rate: Option<String>,
+    /// The most requests in flight; also read from --client-cmd's --max-concurrency/--concurrency (a
+    /// disagreement is exit 2)
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<u64>,
+    /// The load client's seed (N, recorded as fixed:N) or seed policy (e.g. random); also read from
+    /// --client-cmd's --seed
+    #[arg(long, value_name = "SEED")]
+    pub seed: Option<String>,
     /// Gate with this gate-check program instead of the library's gate (run in process by default)
     #[arg(long)]
     pub gate_check: Option<PathBuf>,
@@ -132,6 +152,11 @@ impl PodAttachArgs {
             min_rep_bytes: self.min_rep_bytes,
             nsys_source_image: self.nsys_source_image.clone(),
             nsys_launch_change: self.nsys_launch_change.clone(),
+            question: self.question.clone(),
+            client_cmd: self.client_cmd.clone(),
+            request_rate: self.request_rate.clone(),
+            concurrency: self.concurrency,
+            seed: self.seed.clone(),
         }
     }
 }

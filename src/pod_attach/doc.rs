@@ -167,6 +167,10 @@ pub struct PodProvenance {
     /// B72: which process called cudaProfilerStart, against the engine PID pod-attach resolved.
     #[serde(default)]
     pub capture_trigger: Option<CaptureTrigger>,
+    /// The workload (question, client command, request rate, concurrency, seed policy), as serve-capture
+    /// records it in `provenance.workload`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<crate::resolve::Workload>,
 }
 
 /// The `pod-attach` document.

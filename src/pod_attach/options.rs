@@ -63,6 +63,10 @@ pub struct Options {
     /// `--nsys-launch-change`: how the engine's launch was changed to run the copied nsys.
     #[serde(default)]
     pub nsys_launch_change: Option<String>,
+    /// The workload (`--question`, `--client-cmd`, `--request-rate`, `--concurrency`, `--seed`), recorded as
+    /// serve-capture records it (`provenance.workload`, [`crate::resolve::workload::from_command`]).
+    #[serde(default)]
+    pub workload: crate::resolve::Workload,
 }
 
 /// A DNS-1123 label (namespace and container names): 1–63 of `a-z`, `0-9`, `-`, starting and ending
@@ -319,6 +323,11 @@ pub struct Flags {
     pub min_rep_bytes: Option<u64>,
     pub nsys_source_image: Option<String>,
     pub nsys_launch_change: Option<String>,
+    pub question: Option<String>,
+    pub client_cmd: Option<String>,
+    pub request_rate: Option<String>,
+    pub concurrency: Option<u64>,
+    pub seed: Option<String>,
 }
 
 impl Default for Flags {
@@ -347,8 +356,34 @@ impl Default for Flags {
             min_rep_bytes: None,
             nsys_source_image: None,
             nsys_launch_change: None,
+            question: None,
+            client_cmd: None,
+            request_rate: None,
+            concurrency: None,
+            seed: None,
         }
     }
+}
+
+/// The workload record from the flags and `--client-cmd`'s own flags (a disagreement is a usage error naming
+/// both; `--question` is read here: the adapters pass it absolute).
+fn workload_of(f: &Flags) -> Result<crate::resolve::Workload> {
+    let spec = crate::resolve::WorkloadSpec {
+        question: f.question.as_ref().map(PathBuf::from),
+        request_rate: f.request_rate.clone(),
+        concurrency: f.concurrency,
+        seed: f.seed.clone(),
+        ..Default::default()
+    };
+    let argv =
+        match &f.client_cmd {
+            Some(c) => Some(shlex::split(c).ok_or_else(|| {
+                Error::usage(format!("--client-cmd {c:?}: unbalanced quotes")).with_arg("--client-cmd")
+            })?),
+            None => None,
+        };
+    let redacted = f.client_cmd.as_deref().map(|c| crate::resolve::redact_command(c).0);
+    crate::resolve::workload::from_command(&spec, argv.as_deref(), redacted, None)
 }
 
 /// The run's [`Options`] from the flags: a per-run id names the sidecar (`nsyskit-ID`) and the default work
@@ -393,6 +428,7 @@ pub fn options(f: &Flags) -> Result<Options> {
         min_rep_bytes: f.min_rep_bytes,
         nsys_source_image: f.nsys_source_image.clone(),
         nsys_launch_change: f.nsys_launch_change.clone(),
+        workload: workload_of(f)?,
     };
     o.validate()?;
     Ok(o)

@@ -27,6 +27,7 @@ fn opts() -> Options {
         min_rep_bytes: None,
         nsys_source_image: None,
         nsys_launch_change: None,
+        workload: Default::default(),
     }
 }
 
@@ -760,4 +761,44 @@ fn copied_nsys_is_pinned_and_recorded() {
     alone.nsys_launch_change = None;
     assert!(alone.validate().unwrap_err().message.contains("needs --nsys-launch-change"));
     assert!(opts().copied_nsys(None).is_none());
+}
+
+/// Step 3 of issue 39 (A13/A43, B28/B29/B34): the workload flags and the client command, recorded as
+/// serve-capture records them; a flag that disagrees with the client command is exit 2; no question warns.
+#[test]
+fn workload_is_recorded_like_serve_capture() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = dir.path().join("question.txt");
+    std::fs::write(&q, "Where does c=64 decode time go: is the fused MoE kernel > 30% of GPU time?\n").unwrap();
+    let f = Flags {
+        pod: Some("vllm-0".into()),
+        question: Some(q.display().to_string()),
+        client_cmd: Some("vllm bench serve --model m --request-rate 4.0 --max-concurrency=64 --seed 42".into()),
+        concurrency: Some(64),
+        ..Flags::default()
+    };
+    let o = options(&f).unwrap();
+    let w = &o.workload;
+    assert_eq!(
+        w.question.as_deref(),
+        Some("Where does c=64 decode time go: is the fused MoE kernel > 30% of GPU time?")
+    );
+    assert_eq!(
+        (w.request_rate.as_deref(), w.concurrency, w.seed_policy.as_deref()),
+        (Some("4"), Some(64), Some("fixed:42"))
+    );
+    assert_eq!(w.sources["concurrency"], "--concurrency = load command --max-concurrency");
+    assert!(w.client_command.as_deref().unwrap().starts_with("vllm bench serve"));
+    assert!(dry_run(&o).unwrap().warnings.iter().all(|x| !x.contains("--question")));
+    let e = options(&Flags { concurrency: Some(8), ..f.clone() }).unwrap_err();
+    assert!(
+        e.exit_code() == 2 && e.message.contains("--concurrency 8") && e.message.contains("--max-concurrency"),
+        "{}",
+        e.message
+    );
+    let none = options(&Flags { pod: Some("vllm-0".into()), ..Flags::default() }).unwrap();
+    assert!(none.workload.question.is_none());
+    assert!(dry_run(&none).unwrap().warnings.iter().any(|x| x.contains("no --question FILE")));
+    let missing = options(&Flags { question: Some(dir.path().join("nope").display().to_string()), ..f });
+    assert_eq!(missing.unwrap_err().exit_code(), 2);
 }

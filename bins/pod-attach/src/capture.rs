@@ -435,6 +435,9 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     let sidecar = o.strategy != Strategy::Session;
     let tools = if sidecar { o.sidecar_name.clone() } else { container.clone() };
     let mut x = Ctx { c, o, pod: pod_name.clone(), tools: tools.clone(), warnings: Vec::new() };
+    for w in nsyskit::resolve::workload::warnings(&o.workload, false) {
+        x.warn(w);
+    }
     let mut image_id = None;
     if sidecar {
         say(&format!("adding ephemeral container {} ({})", o.sidecar_name, o.image));
@@ -545,6 +548,7 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
             report_nsys_version: after.report_nsys_version.clone(),
             copied_nsys: o.copied_nsys(after.report_nsys_version),
             capture_trigger: after.trigger,
+            workload: Some(o.workload.clone()),
         }),
         out_dir: Some(o.out_dir.clone()),
         files: copied,

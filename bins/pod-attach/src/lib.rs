@@ -668,6 +668,7 @@ pub fn run_tool(
     }
     flags.bundle = flags.bundle.as_deref().map(|b| host.path(b));
     flags.out_dir = host.path(&flags.out_dir);
+    flags.question = flags.question.as_deref().map(|q| host.path(q));
     let o = options(&flags)?;
     if a.dry_run {
         return Ok(Ended::Done(nsyskit::tools::Outcome::doc(pa::dry_run(&o)?, style)));

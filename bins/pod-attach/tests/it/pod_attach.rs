@@ -444,6 +444,9 @@ fn endpoint_happy_path() {
     assert!(prov["capture_trigger"]["from_engine"].is_null(), "{}", prov["capture_trigger"]);
     let warnings = d["warnings"].to_string();
     assert!(warnings.contains("capture trigger: unknown"), "{warnings}");
+    // no --question: warned on stderr and in the document, the workload recorded without one
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning: no --question FILE"));
+    assert!(prov["workload"]["question"].is_null(), "{}", prov["workload"]);
     // A47: nsys 2023.4's injection folder holds its libcupti
     assert!(
         prov["cupti"]["files"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().starts_with("libcupti.so.")),
@@ -1541,12 +1544,17 @@ fn copied_nsys_is_recorded_in_the_bundle() {
     let bundle = dir.path().join("bundle");
     std::fs::create_dir_all(&bundle).unwrap();
     std::fs::write(bundle.join("inference_perfbench_v1.json"), "{\"run_id\": \"gb300\"}\n").unwrap();
+    let question = dir.path().join("question.txt");
+    std::fs::write(&question, "Is the prefill attention kernel the top GPU-time contributor at c=64?\n").unwrap();
     let src = format!("nvcr.io/nvidia/cuda:13.0.1-devel-ubuntu24.04@sha256:{}", "cd".repeat(32));
     let change = "launch wrapper copies nsys 2026.1 from the CUDA 13 image into /opt/nsys; the engine runs /opt/nsys/bin/nsys profile";
     let mut c = bin(&si);
     common_args(&mut c, &nsys, &dir.path().join("nsyskit-pod-attach-work"), &dir.path().join("out"));
     c.args(["--process-match", &eng.pattern(), "--port", &eng.port.to_string()])
         .args(["--nsys-source-image", &src, "--nsys-launch-change", change])
+        .args(["--client-cmd", "vllm bench serve --model m --request-rate inf --max-concurrency 64 --seed 7"])
+        .arg("--question")
+        .arg(&question)
         .arg("--bundle")
         .arg(&bundle);
     let out = c.output().unwrap();
@@ -1566,6 +1574,15 @@ fn copied_nsys_is_recorded_in_the_bundle() {
     assert_eq!(b["kernel_profile"]["copied_nsys"], want);
     assert_eq!(b["run_id"], "gb300");
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // the workload, recorded as serve-capture records it (provenance.workload), also in the bundle's copy
+    let w = &d["provenance"]["workload"];
+    assert_eq!(w["question"], "Is the prefill attention kernel the top GPU-time contributor at c=64?");
+    assert_eq!(
+        (w["request_rate"].as_str(), w["concurrency"].as_u64(), w["seed_policy"].as_str()),
+        (Some("inf"), Some(64), Some("fixed:7"))
+    );
+    assert_eq!(b["pod_attach"]["provenance"]["workload"], *w);
+    assert!(!stderr.contains("no --question FILE"), "{stderr}");
     let note = stderr.find("each further capture needs an engine restart").expect("A86 note on stderr");
     assert!(note < stderr.find("capturing for").unwrap(), "{stderr}");
 }
