@@ -671,7 +671,13 @@ pub fn run_tool(
     flags.question = flags.question.as_deref().map(|q| host.path(q));
     let o = options(&flags)?;
     if a.dry_run {
-        return Ok(Ended::Done(nsyskit::tools::Outcome::doc(pa::dry_run(&o)?, style)));
+        // the plan's warnings (a stop engine's one capture, no --question) on stderr too
+        let doc = pa::dry_run(&o)?;
+        let warnings = doc.warnings.clone();
+        let out = warnings
+            .into_iter()
+            .fold(nsyskit::tools::Outcome::doc(doc, style), |out, w| out.saying(format!("warning: {w}")));
+        return Ok(Ended::Done(out));
     }
     let gate = match &a.gate_check {
         Some(p) => Gate::Program(p.clone()),

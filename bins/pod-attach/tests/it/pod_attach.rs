@@ -265,6 +265,14 @@ fn dry_run_needs_no_cluster() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let d = one_doc(&out);
     assert_eq!(d["dry_run"], true);
+    // A86 at plan time: the document and stderr say a stop engine needs a restart for each further capture
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: if the engine's nsys runs with --capture-range-end=stop")
+            && err.contains("engine restart"),
+        "{err}"
+    );
+    assert!(d["warnings"].to_string().contains("each further capture needs an engine restart"));
     let plan = d["plan"].as_array().unwrap();
     assert_eq!(
         plan[0],
