@@ -46,7 +46,7 @@ pub struct KernelProfile {
     pub strategy: Strategy,
     /// From `profiles/gpu_kern_sum.csv` (kern-csv-to-json's `top_kernels`: name, instances, times in ns, share).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub top_kernels: Option<Vec<crate::kern_csv::StatsTopKernel>>,
+    pub top_kernels: Option<Vec<crate::kern_csv_to_json::StatsTopKernel>>,
     /// A52 (the seed's GB300 path): the source image digest, version and launch change of the copied nsys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copied_nsys: Option<CopiedNsys>,
@@ -96,7 +96,7 @@ fn bundle_names(capture_name: &str) -> [(String, &'static str); 3] {
 
 /// `--bundle DIR`: copy the report and the two CSVs into `DIR/profiles/` (sha256 of the bytes written checked,
 /// links not followed), fill `doc.kernel_profile` and `doc.bundle`, and merge into `DIR/inference_perfbench_v1.json`
-/// through bundle-merge ([`crate::bundle::run`]: the kernel CSV's `nsyskit.stats/v1` document, then this
+/// through bundle-merge ([`crate::bundle_merge::run`]: the kernel CSV's `nsyskit.stats/v1` document, then this
 /// document, whose `kernel_profile` members go to the bundle's `kernel_profile`); everything else in the bundle
 /// stays byte-identical.
 pub fn write_bundle(dir: &Path, doc: &mut PodAttachDoc, o: &Options) -> Result<()> {
@@ -137,8 +137,9 @@ pub fn write_bundle(dir: &Path, doc: &mut PodAttachDoc, o: &Options) -> Result<(
     if copied.iter().any(|c| c.name == "gpu_kern_sum.csv") {
         let csv = profiles.join("gpu_kern_sum.csv");
         let bytes = std::fs::read(&csv).map_err(|e| Error::env(format!("{}: {e}", csv.display())))?;
-        let opts = crate::kern_csv::KernCsvOptions { captured_at: Some(captured_at.clone()), ..Default::default() };
-        match crate::kern_csv::convert(&bytes, "profiles/gpu_kern_sum.csv", Some(&csv), None, &opts) {
+        let opts =
+            crate::kern_csv_to_json::KernCsvOptions { captured_at: Some(captured_at.clone()), ..Default::default() };
+        match crate::kern_csv_to_json::convert(&bytes, "profiles/gpu_kern_sum.csv", Some(&csv), None, &opts) {
             Ok(s) if s.status == "ok" => {
                 top = s.top_kernels.clone();
                 stats = Some(s);
@@ -183,17 +184,17 @@ pub fn write_bundle(dir: &Path, doc: &mut PodAttachDoc, o: &Options) -> Result<(
     doc.bundle = Some(BundleOut { dir: dir.display().to_string(), file: file.display().to_string(), profiles: copied });
     let mut docs = Vec::new();
     if let Some(s) = &stats {
-        docs.push(crate::bundle::DocIn {
+        docs.push(crate::bundle_merge::DocIn {
             value: serde_json::to_value(s).map_err(|e| Error::env(e.to_string()))?,
             source: "profiles/gpu_kern_sum.csv".into(),
             line: 1,
         });
     }
-    docs.push(crate::bundle::DocIn {
+    docs.push(crate::bundle_merge::DocIn {
         value: serde_json::to_value(&*doc).map_err(|e| Error::env(e.to_string()))?,
         source: "pod-attach".into(),
         line: 1,
     });
-    crate::bundle::run(&file, &docs, crate::bundle::Mode::Write).map_err(|e| e.context("--bundle"))?;
+    crate::bundle_merge::run(&file, &docs, crate::bundle_merge::Mode::Write).map_err(|e| e.context("--bundle"))?;
     Ok(())
 }

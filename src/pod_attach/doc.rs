@@ -10,7 +10,7 @@ pub enum Gate {
     /// Run this `gate-check` program (`REPORT --sqlite SQLITE --compact`) and read its exit code and document
     /// (`--gate-check PROGRAM`: an operator pins the gate they trust).
     Program(PathBuf),
-    /// Call [`crate::gate::run`] in this process: the default of the binary and of the Nushell command, as in
+    /// Call [`crate::gate_check::run`] in this process: the default of the binary and of the Nushell command, as in
     /// serve-capture.
     Library,
 }
@@ -33,13 +33,13 @@ pub fn run_gate_with(gate: &Gate, report: &Path, sqlite: &Path, min_rep_bytes: O
         Gate::Skip(reason) => PodGateResult { verdict: "NOT_RUN".into(), reason: reason.clone(), document: None },
         Gate::Program(bin) => run_gate_program(bin, report, sqlite, min_rep_bytes),
         Gate::Library => {
-            let mut opts = crate::gate::GateOptions {
+            let mut opts = crate::gate_check::GateOptions {
                 capture: report.to_path_buf(),
                 sqlite: Some(sqlite.to_path_buf()),
                 ..Default::default()
             };
             opts.thresholds.min_rep_bytes = min_rep_bytes;
-            match crate::gate::run(&opts) {
+            match crate::gate_check::run(&opts) {
                 Ok(doc) => {
                     let code = doc.exit_code();
                     let doc = serde_json::to_value(&doc).ok();

@@ -244,7 +244,7 @@ impl Options {
     /// The report size `nsys stats` and the gate require: `--min-rep-bytes`, else gate-check's default.
     pub fn size_gate_bytes(&self) -> u64 {
         self.min_rep_bytes
-            .unwrap_or_else(|| crate::gate::default_min_rep_bytes(crate::gate::GateOptions::default().tier))
+            .unwrap_or_else(|| crate::gate_check::default_min_rep_bytes(crate::gate_check::GateOptions::default().tier))
     }
     /// A52: the copied nsys's record (`--nsys-source-image`, `--nsys-launch-change`), with the version of the
     /// nsys that wrote the report.

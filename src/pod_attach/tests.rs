@@ -503,7 +503,7 @@ fn library_gate_matches_gate_run() {
     let (rep, sqlite) = (fx("nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep"), fx("nsys-2023.4.4/cpu_nvtx_osrt.sqlite"));
     let g = run_gate(&Gate::Library, &rep, &sqlite);
     assert_eq!(g.verdict, "RETRY", "{}", g.reason);
-    let want = crate::gate::run(&crate::gate::GateOptions {
+    let want = crate::gate_check::run(&crate::gate_check::GateOptions {
         capture: rep.clone(),
         sqlite: Some(sqlite.clone()),
         ..Default::default()

@@ -220,18 +220,23 @@ fn the_h200_bundle_is_what_bundle_merge_makes_of_the_saved_documents() {
     std::fs::copy(fixture("bundle/bundle.before.json"), &bundle).unwrap();
     let d = doc("bundle/pod-attach.json");
     let csv = fixture("bundle/profiles/gpu_kern_sum.csv");
-    let opts = nsyskit::kern_csv::KernCsvOptions {
+    let opts = nsyskit::kern_csv_to_json::KernCsvOptions {
         captured_at: d["kernel_profile"]["captured_at"].as_str().map(String::from),
         ..Default::default()
     };
-    let stats =
-        nsyskit::kern_csv::convert(&std::fs::read(&csv).unwrap(), "profiles/gpu_kern_sum.csv", Some(&csv), None, &opts)
-            .unwrap();
+    let stats = nsyskit::kern_csv_to_json::convert(
+        &std::fs::read(&csv).unwrap(),
+        "profiles/gpu_kern_sum.csv",
+        Some(&csv),
+        None,
+        &opts,
+    )
+    .unwrap();
     let docs = [
-        nsyskit::bundle::DocIn { value: serde_json::to_value(&stats).unwrap(), source: "stats".into(), line: 1 },
-        nsyskit::bundle::DocIn { value: d.clone(), source: "pod-attach.json".into(), line: 1 },
+        nsyskit::bundle_merge::DocIn { value: serde_json::to_value(&stats).unwrap(), source: "stats".into(), line: 1 },
+        nsyskit::bundle_merge::DocIn { value: d.clone(), source: "pod-attach.json".into(), line: 1 },
     ];
-    nsyskit::bundle::run(&bundle, &docs, nsyskit::bundle::Mode::Write).unwrap();
+    nsyskit::bundle_merge::run(&bundle, &docs, nsyskit::bundle_merge::Mode::Write).unwrap();
     let made: Value = serde_json::from_str(&std::fs::read_to_string(&bundle).unwrap()).unwrap();
     let kept: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("bundle/inference_perfbench_v1.json")).unwrap()).unwrap();
