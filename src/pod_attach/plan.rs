@@ -158,6 +158,11 @@ pub fn argv_attach(o: &Options, pid: &str) -> Vec<String> {
         format!("--attach-pid={pid}"),
         "--trace=cuda,nvtx,osrt".into(),
         "--cuda-graph-trace=node".into(),
+        // CPU samples name the host code in unattributed step time (seed A28; step-budget's host_samples). With
+        // --attach-pid nsys launches nothing, so its default is none; the seed's `--sample=cpu
+        // --sampling-frequency=1000` is refused by nsys 2023.4 and 2025.3.1 (fixtures/logs/
+        // nsys-2025.3.1_engine_samples_sampling-frequency.console.txt): process-tree at nsys's default period.
+        "--sample=process-tree".into(),
         format!("--duration={}", o.duration_s.ceil() as u64),
         "-o".into(),
         format!("{}/{}", o.workdir, o.capture_name),

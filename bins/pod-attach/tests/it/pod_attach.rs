@@ -707,6 +707,7 @@ fn attach_happy_path_with_shim_nsys() {
             &format!("--attach-pid={pid}"),
             "--trace=cuda,nvtx,osrt",
             "--cuda-graph-trace=node",
+            "--sample=process-tree",
             "--duration=2",
             "-o",
             &format!("{}/capture", work.display()),
