@@ -20,6 +20,8 @@
 pub mod ab;
 pub mod baseline;
 pub mod checks;
+mod comparable;
+mod deltas;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -28,11 +30,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::categories::{category_shares, Categories, CategoryShare, KernelStat};
+use crate::categories::Categories;
 use crate::contract::{Document, Error, Result, Tool};
-use crate::evidence::{self, CaptureFacts, Evidence, Fact, RangeRow};
+use crate::evidence::{self, CaptureFacts, Evidence, Fact};
 use ab::{AbSettings, LabelChange, Metric, Series};
 use checks::RunFacts;
+pub use comparable::check_comparable;
+pub(crate) use comparable::foreign_present;
+pub use deltas::{benchmark_scores, kernel_deltas, range_deltas};
+use deltas::{pair_deltas, throughput_comparison};
 
 /// What `capture-compare` is asked to do.
 #[derive(Debug, Clone)]
@@ -600,58 +606,7 @@ pub fn compare_captures(
         max_attributed_share_diff: opts.max_attributed_share_diff,
     };
     let all: Vec<&Capture> = base.iter().chain(trial.iter()).collect();
-    let mut invalidators = Vec::new();
-    let mut unchecked = Vec::new();
-    let mut seen_unchecked: BTreeSet<(String, Vec<String>)> = BTreeSet::new();
-    let mut push_unchecked = |u: Unchecked, list: &mut Vec<Unchecked>| {
-        if seen_unchecked.insert((u.check.clone(), u.sides.clone())) {
-            list.push(u);
-        }
-    };
-    let ci = |c: &'_ Capture| -> (Side, Option<BTreeMap<String, i64>>) { (c.side.clone(), c.labels.clone()) };
-    let (rs, rl) = ci(reference);
-    for other in all.iter().skip(1) {
-        let (os, ol) = ci(other);
-        let (i, u) = checks::check_pair(
-            &checks::CheckInput { side: &rs, labels: rl.as_ref() },
-            &checks::CheckInput { side: &os, labels: ol.as_ref() },
-            &copts,
-        );
-        invalidators.extend(i);
-        for x in u {
-            push_unchecked(x, &mut unchecked);
-        }
-    }
-    let mut checked_once: Vec<&Side> = Vec::new();
-    for c in &all {
-        // the same capture given twice (same file, same facts) is checked once on its own
-        let mut plain = c.side.clone();
-        plain.role = String::new();
-        if checked_once.iter().any(|s| {
-            let mut t = (*s).clone();
-            t.role = String::new();
-            t == plain
-        }) {
-            continue;
-        }
-        checked_once.push(&c.side);
-        let (i, u) = checks::check_single(&c.side);
-        invalidators.extend(i);
-        for x in u {
-            push_unchecked(x, &mut unchecked);
-        }
-    }
-    if opts.strict {
-        for u in &unchecked {
-            invalidators.push(Invalidator {
-                check: u.check.clone(),
-                sides: u.sides.clone(),
-                a: json!("unknown"),
-                b: json!("unknown"),
-                reason: format!("unknown under --strict: {}", u.reason),
-            });
-        }
-    }
+    let (invalidators, unchecked) = comparability_checks(&all, &copts, opts.strict);
     let refused = !invalidators.is_empty();
     let mut notes = Vec::new();
     let mut warnings = alternation_warnings(base, trial);
@@ -694,17 +649,7 @@ pub fn compare_captures(
         doc.notes = notes;
         return doc;
     }
-    if doc.verdict == "UNVERIFIED" {
-        notes.push(format!(
-            "unverified: {} comparability check(s) could not be made (see unchecked): no invalidator was found, but the pair is not shown comparable; the deltas and A/B statistics below are given for reading; --allow-unverified accepts the unknown facts (exit 0), --strict refuses on them; provenance documents (--provenance-a/-b) or bundles that carry them make the checks",
-            doc.unchecked.len()
-        ));
-    } else if !doc.unchecked.is_empty() {
-        notes.push(format!(
-            "{} comparability check(s) could not be made (see unchecked), accepted with --allow-unverified: the result is only as trustworthy as those facts",
-            doc.unchecked.len()
-        ));
-    }
+    unverified_notes(&doc, &mut notes);
     if base.len() == 1 && trial.len() == 1 {
         if let (Some(a), Some(b)) = (&base[0].evidence, &trial[0].evidence) {
             pair_deltas(&mut doc, &mut notes, a, b, categories, opts.top);
@@ -712,36 +657,9 @@ pub fn compare_captures(
     } else {
         notes.push("several captures per side: per-range and per-kernel deltas are left out; the A/B statistics compare the sides".into());
     }
-    // A/B statistics
     let metric = Metric::parse(&opts.metric).unwrap_or(Metric::HostWall);
     if all.iter().all(|c| c.series.is_some()) {
-        let labels: BTreeSet<&String> = base
-            .iter()
-            .flat_map(|c| c.series.as_ref().unwrap().keys())
-            .filter(|l| !unstable.contains(*l))
-            .filter(|l| trial.iter().any(|c| c.series.as_ref().unwrap().contains_key(*l)))
-            .collect();
-        let mut changes = Vec::new();
-        for l in labels {
-            let sb: Vec<&Series> = base.iter().filter_map(|c| c.series.as_ref().unwrap().get(l)).collect();
-            let st: Vec<&Series> = trial.iter().filter_map(|c| c.series.as_ref().unwrap().get(l)).collect();
-            changes.push(ab::compare_label(l, &sb, &st, &opts.ab, metric));
-        }
-        if base.len() == 1 || trial.len() == 1 {
-            notes.push("one capture on a side: the interval covers the noise between occurrences of that run, not between runs (capture more runs per side)".into());
-        }
-        doc.ab = Some(AbResult {
-            method: "two-level percentile bootstrap (captures, then occurrences) of median(trial)/median(baseline) − 1"
-                .into(),
-            resamples: opts.ab.resamples,
-            seed: opts.ab.seed,
-            confidence: opts.ab.confidence,
-            metric: metric.name().into(),
-            label: iteration.clone(),
-            baseline_captures: base.len(),
-            trial_captures: trial.len(),
-            labels: changes,
-        });
+        doc.ab = Some(ab_statistics(base, trial, &unstable, iteration.clone(), metric, opts, &mut notes));
     } else {
         let missing: Vec<String> = all.iter().filter(|c| c.series.is_none()).map(|c| c.side.source.clone()).collect();
         notes.push(format!(
@@ -754,6 +672,122 @@ pub fn compare_captures(
     }
     doc.notes = notes;
     doc
+}
+
+/// Every capture against the first one, then each distinct capture on its own; under `--strict` every
+/// unknown fact is an invalidator too.
+fn comparability_checks(
+    all: &[&Capture],
+    copts: &checks::CheckOptions,
+    strict: bool,
+) -> (Vec<Invalidator>, Vec<Unchecked>) {
+    let mut invalidators = Vec::new();
+    let mut unchecked = Vec::new();
+    let mut seen_unchecked: BTreeSet<(String, Vec<String>)> = BTreeSet::new();
+    let mut push_unchecked = |u: Unchecked, list: &mut Vec<Unchecked>| {
+        if seen_unchecked.insert((u.check.clone(), u.sides.clone())) {
+            list.push(u);
+        }
+    };
+    let ci = |c: &'_ Capture| -> (Side, Option<BTreeMap<String, i64>>) { (c.side.clone(), c.labels.clone()) };
+    let (rs, rl) = ci(all[0]);
+    for other in all.iter().skip(1) {
+        let (os, ol) = ci(other);
+        let (i, u) = checks::check_pair(
+            &checks::CheckInput { side: &rs, labels: rl.as_ref() },
+            &checks::CheckInput { side: &os, labels: ol.as_ref() },
+            copts,
+        );
+        invalidators.extend(i);
+        for x in u {
+            push_unchecked(x, &mut unchecked);
+        }
+    }
+    let mut checked_once: Vec<&Side> = Vec::new();
+    for c in all {
+        // the same capture given twice (same file, same facts) is checked once on its own
+        let mut plain = c.side.clone();
+        plain.role = String::new();
+        if checked_once.iter().any(|s| {
+            let mut t = (*s).clone();
+            t.role = String::new();
+            t == plain
+        }) {
+            continue;
+        }
+        checked_once.push(&c.side);
+        let (i, u) = checks::check_single(&c.side);
+        invalidators.extend(i);
+        for x in u {
+            push_unchecked(x, &mut unchecked);
+        }
+    }
+    if strict {
+        for u in &unchecked {
+            invalidators.push(Invalidator {
+                check: u.check.clone(),
+                sides: u.sides.clone(),
+                a: json!("unknown"),
+                b: json!("unknown"),
+                reason: format!("unknown under --strict: {}", u.reason),
+            });
+        }
+    }
+    (invalidators, unchecked)
+}
+
+/// The note of an unverified pair, or of unknown facts accepted with `--allow-unverified`.
+fn unverified_notes(doc: &CompareDoc, notes: &mut Vec<String>) {
+    if doc.verdict == "UNVERIFIED" {
+        notes.push(format!(
+            "unverified: {} comparability check(s) could not be made (see unchecked): no invalidator was found, but the pair is not shown comparable; the deltas and A/B statistics below are given for reading; --allow-unverified accepts the unknown facts (exit 0), --strict refuses on them; provenance documents (--provenance-a/-b) or bundles that carry them make the checks",
+            doc.unchecked.len()
+        ));
+    } else if !doc.unchecked.is_empty() {
+        notes.push(format!(
+            "{} comparability check(s) could not be made (see unchecked), accepted with --allow-unverified: the result is only as trustworthy as those facts",
+            doc.unchecked.len()
+        ));
+    }
+}
+
+/// The A/B statistics per stable label present on both sides (every capture has per-occurrence series).
+fn ab_statistics(
+    base: &[Capture],
+    trial: &[Capture],
+    unstable: &BTreeSet<String>,
+    iteration: Option<String>,
+    metric: Metric,
+    opts: &CompareOptions,
+    notes: &mut Vec<String>,
+) -> AbResult {
+    let labels: BTreeSet<&String> = base
+        .iter()
+        .flat_map(|c| c.series.as_ref().unwrap().keys())
+        .filter(|l| !unstable.contains(*l))
+        .filter(|l| trial.iter().any(|c| c.series.as_ref().unwrap().contains_key(*l)))
+        .collect();
+    let mut changes = Vec::new();
+    for l in labels {
+        let sb: Vec<&Series> = base.iter().filter_map(|c| c.series.as_ref().unwrap().get(l)).collect();
+        let st: Vec<&Series> = trial.iter().filter_map(|c| c.series.as_ref().unwrap().get(l)).collect();
+        changes.push(ab::compare_label(l, &sb, &st, &opts.ab, metric));
+    }
+    if base.len() == 1 || trial.len() == 1 {
+        notes.push("one capture on a side: the interval covers the noise between occurrences of that run, not between runs (capture more runs per side)".into());
+    }
+    AbResult {
+        method: "two-level percentile bootstrap (captures, then occurrences) of median(trial)/median(baseline) − 1"
+            .into(),
+        resamples: opts.ab.resamples,
+        seed: opts.ab.seed,
+        confidence: opts.ab.confidence,
+        metric: metric.name().into(),
+        label: iteration,
+        baseline_captures: base.len(),
+        trial_captures: trial.len(),
+        labels: changes,
+    }
 }
 
 fn regression_check(ab: Option<&AbResult>, label: Option<&str>, metric: Metric, pct: f64) -> RegressionCheck {
@@ -853,347 +887,5 @@ fn alternation_warnings(base: &[Capture], trial: &[Capture]) -> Vec<String> {
             if blocked { ", one side ran entirely before the other" } else { "" }
         ));
     }
-    out
-}
-
-/// Scores of a benchmark record: `scores` (object of numbers) or the recognised keys of `client_json`.
-pub fn benchmark_scores(b: &Value) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    if let Some(o) = b.get("scores").and_then(|s| s.as_object()) {
-        for (k, v) in o {
-            if let Some(x) = v.as_f64() {
-                out.insert(k.clone(), x);
-            }
-        }
-    }
-    out
-}
-
-fn throughput_comparison(a: &Side, b: &Side) -> ThroughputComparison {
-    let kind = |s: &Side| -> &'static str {
-        match (&s.benchmark, &s.diagnostic_throughput) {
-            (Some(bm), _) if !bm.get("profiled").and_then(|p| p.as_bool()).unwrap_or(false) => "unprofiled",
-            (Some(_), _) | (None, Some(_)) => "profiled",
-            _ => "none",
-        }
-    };
-    let (ka, kb) = (kind(a), kind(b));
-    let none = |reason: String| ThroughputComparison { compared: false, reason, scores: BTreeMap::new() };
-    match (ka, kb) {
-        ("unprofiled", "unprofiled") => {
-            let sa = benchmark_scores(a.benchmark.as_ref().unwrap());
-            let sb = benchmark_scores(b.benchmark.as_ref().unwrap());
-            let scores: BTreeMap<String, (f64, f64)> = sa.iter().filter_map(|(k, x)| sb.get(k).map(|y| (k.clone(), (*x, *y)))).collect();
-            ThroughputComparison { compared: !scores.is_empty(), reason: if scores.is_empty() { "no score metric on both sides".into() } else { "unprofiled benchmark scores of both sides (the first baseline and the first trial)".into() }, scores }
-        }
-        ("none", _) | (_, "none") => none("no throughput score on one side".into()),
-        _ => none(format!(
-            "not compared: a profiled run's throughput is diagnostic only ({ka} vs {kb}); record unprofiled benchmark scores on both sides"
-        )),
-    }
-}
-
-fn pair_deltas(
-    doc: &mut CompareDoc,
-    notes: &mut Vec<String>,
-    a: &Evidence,
-    b: &Evidence,
-    categories: &Categories,
-    top: usize,
-) {
-    match (&a.ranges, &b.ranges) {
-        (Some(ra), Some(rb)) => {
-            doc.range_deltas = Some(range_deltas(&ra.ranges, &rb.ranges));
-            notes.push(
-                "range deltas are per label; nested labels overlap: never add deltas of labels at different depths"
-                    .into(),
-            );
-        }
-        _ => notes.push(
-            "per-range deltas need ranges on both sides (a bundle with kernel_profile.ranges, or an export)".into(),
-        ),
-    }
-    match (&a.kernels, &b.kernels) {
-        (Some(ka), Some(kb)) => {
-            let (deltas, appeared, vanished) = kernel_deltas(ka, kb, categories, top);
-            doc.kernel_deltas = Some(deltas);
-            doc.kernels_appeared = Some(appeared);
-            doc.kernels_vanished = Some(vanished);
-            doc.category_deltas =
-                Some(category_deltas(&category_shares(categories, ka), &category_shares(categories, kb)));
-            if a.kernels_source != b.kernels_source {
-                notes.push(format!(
-                    "kernel statistics come from different sources ({} vs {}): a top-N list may omit kernels that exist",
-                    a.kernels_source.as_deref().unwrap_or("?"),
-                    b.kernels_source.as_deref().unwrap_or("?")
-                ));
-            }
-        }
-        _ => notes.push("per-kernel deltas need kernel statistics on both sides".into()),
-    }
-}
-
-/// The invalidators and unchecked facts of a pair.
-pub fn check_comparable(a: &CaptureFacts, b: &CaptureFacts) -> (Vec<Invalidator>, Vec<Unchecked>) {
-    let mut inv = Vec::new();
-    let mut unchecked = Vec::new();
-    let checks: [(&str, &Fact, &Fact, &str); 10] = [
-        ("nsys_version", &a.nsys_version, &b.nsys_version, "different nsys versions"),
-        ("trace_set", &a.trace_set, &b.trace_set, "different trace sets"),
-        ("capture_flags", &a.capture_flags, &b.capture_flags, "different capture flags"),
-        (
-            "graph_trace_level",
-            &a.graph_trace_level,
-            &b.graph_trace_level,
-            "one capture is node-level and the other graph-level (--cuda-graph-trace)",
-        ),
-        ("cuda_graphs", &a.cuda_graphs, &b.cuda_graphs, "CUDA graphs in one capture and eager launches in the other"),
-        ("window", &a.window, &b.window, "different capture window"),
-        ("warmup", &a.warmup, &b.warmup, "different warmup"),
-        ("instrumentation", &a.instrumentation, &b.instrumentation, "different instrumentation state"),
-        ("gpu", &a.gpu, &b.gpu, "different GPU"),
-        ("clock_policy", &a.clock_policy, &b.clock_policy, "different GPU clock policy"),
-    ];
-    for (check, fa, fb, why) in checks {
-        match (fa.is_known(), fb.is_known()) {
-            (true, true) if std::mem::discriminant(&fa.value) != std::mem::discriminant(&fb.value) => {
-                unchecked.push(Unchecked {
-                    check: check.into(),
-                    sides: Vec::new(),
-                    reason: format!("recorded differently ({} vs {}): give both sides the same kind of evidence (e.g. a provenance document for each)", fa.source, fb.source),
-                });
-            }
-            (true, true) => {
-                if fa.value != fb.value {
-                    let detail = if check == "capture_flags" { flag_diff(&fa.value, &fb.value) } else { String::new() };
-                    let (va, vb) = differing(&fa.value, &fb.value);
-                    inv.push(Invalidator {
-                        check: check.into(),
-                        sides: Vec::new(),
-                        a: va,
-                        b: vb,
-                        reason: if detail.is_empty() {
-                            format!("{why}: {} vs {}", short(&fa.value), short(&fb.value))
-                        } else {
-                            format!("{why}: {detail}")
-                        },
-                    });
-                }
-            }
-            (ka, kb) => {
-                let missing = match (ka, kb) {
-                    (false, false) => "A and B",
-                    (false, true) => "A",
-                    _ => "B",
-                };
-                unchecked.push(Unchecked {
-                    check: check.into(),
-                    sides: Vec::new(),
-                    reason: format!("not recorded in {missing}"),
-                });
-            }
-        }
-    }
-    // a foreign GPU process in either capture invalidates the pair on its own
-    for (which, f) in [("A", &a.foreign_gpu_processes), ("B", &b.foreign_gpu_processes)] {
-        if !f.is_known() {
-            unchecked.push(Unchecked {
-                check: "foreign_gpu_process".into(),
-                sides: Vec::new(),
-                reason: format!("{which} does not record the GPU's other processes (give a provenance document)"),
-            });
-        } else if foreign_present(&f.value) {
-            inv.push(Invalidator {
-                check: "foreign_gpu_process".into(),
-                sides: Vec::new(),
-                a: a.foreign_gpu_processes.value.clone(),
-                b: b.foreign_gpu_processes.value.clone(),
-                reason: format!("a foreign GPU process ran during capture {which}: {}", short(&f.value)),
-            });
-        }
-    }
-    (inv, unchecked)
-}
-
-/// For two objects, only their differing keys (absent = null); other values as they are.
-fn differing(a: &Value, b: &Value) -> (Value, Value) {
-    match (a.as_object(), b.as_object()) {
-        (Some(oa), Some(ob)) => {
-            let keys: BTreeSet<&String> = oa.keys().chain(ob.keys()).filter(|k| oa.get(*k) != ob.get(*k)).collect();
-            let pick = |o: &serde_json::Map<String, Value>| {
-                Value::Object(keys.iter().map(|k| ((*k).clone(), o.get(*k).cloned().unwrap_or(Value::Null))).collect())
-            };
-            (pick(oa), pick(ob))
-        }
-        _ => (a.clone(), b.clone()),
-    }
-}
-
-pub(crate) fn foreign_present(v: &Value) -> bool {
-    match v {
-        Value::Array(a) => !a.is_empty(),
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().unwrap_or(0.0) > 0.0,
-        Value::Object(o) => !o.is_empty(),
-        Value::String(s) => !s.is_empty(),
-        Value::Null => false,
-    }
-}
-
-fn short(v: &Value) -> String {
-    let s = match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    if s.chars().count() > 160 {
-        format!("{}…", s.chars().take(160).collect::<String>())
-    } else {
-        s
-    }
-}
-
-/// `KEY: a vs b` for each differing key of two flag objects (or the whole values when not objects).
-fn flag_diff(a: &Value, b: &Value) -> String {
-    match (a.as_object(), b.as_object()) {
-        (Some(oa), Some(ob)) => {
-            let keys: BTreeSet<&String> = oa.keys().chain(ob.keys()).collect();
-            keys.into_iter()
-                .filter(|k| oa.get(*k) != ob.get(*k))
-                .map(|k| {
-                    let show =
-                        |o: &serde_json::Map<String, Value>| o.get(k).map(short).unwrap_or_else(|| "(absent)".into());
-                    format!("{k}: {} vs {}", show(oa), show(ob))
-                })
-                .collect::<Vec<_>>()
-                .join("; ")
-        }
-        _ => format!("{} vs {}", short(a), short(b)),
-    }
-}
-
-/// Per-label deltas over the union of labels, sorted by impact (desc), then label.
-pub fn range_deltas(a: &[RangeRow], b: &[RangeRow]) -> Vec<RangeDelta> {
-    let ma: BTreeMap<&str, &RangeRow> = a.iter().map(|r| (r.label.as_str(), r)).collect();
-    let mb: BTreeMap<&str, &RangeRow> = b.iter().map(|r| (r.label.as_str(), r)).collect();
-    let labels: BTreeSet<&str> = ma.keys().chain(mb.keys()).copied().collect();
-    let zero = RangeRow::default();
-    let mut out: Vec<RangeDelta> = labels
-        .into_iter()
-        .map(|l| {
-            let ra = ma.get(l).copied().unwrap_or(&zero);
-            let rb = mb.get(l).copied().unwrap_or(&zero);
-            let present = match (ma.contains_key(l), mb.contains_key(l)) {
-                (true, true) => "both",
-                (true, false) => "a_only",
-                _ => "b_only",
-            };
-            let per = |r: &RangeRow| if r.occurrences > 0 { r.host_wall_time_ns / r.occurrences } else { 0 };
-            let wall = Delta::new(ra.host_wall_time_ns, rb.host_wall_time_ns);
-            let busy = Delta::new(ra.kernel_busy_union_ns, rb.kernel_busy_union_ns);
-            RangeDelta {
-                label: l.to_string(),
-                present: present.into(),
-                impact_ns: wall.delta.abs() + busy.delta.abs(),
-                occurrences: Delta::new(ra.occurrences, rb.occurrences),
-                host_wall_time_ns: wall,
-                wall_ns_per_occurrence: Delta::new(per(ra), per(rb)),
-                host_range_kernel_coverage_ns: Delta::new(
-                    ra.host_range_kernel_coverage_ns,
-                    rb.host_range_kernel_coverage_ns,
-                ),
-                kernel_busy_union_ns: busy,
-                gpu_idle_within_kernel_span_ns: Delta::new(
-                    ra.gpu_idle_within_kernel_span_ns,
-                    rb.gpu_idle_within_kernel_span_ns,
-                ),
-                uncovered_host_time_ns: Delta::new(ra.uncovered_host_time_ns, rb.uncovered_host_time_ns),
-                kernels: Delta::new(ra.kernels, rb.kernels),
-                runtime_calls: Delta::new(ra.runtime_calls, rb.runtime_calls),
-            }
-        })
-        .collect();
-    out.sort_by(|x, y| y.impact_ns.cmp(&x.impact_ns).then_with(|| x.label.cmp(&y.label)));
-    out
-}
-
-/// Kernel deltas (names on both sides, sorted by impact), kernels that appeared and vanished (by time).
-pub fn kernel_deltas(
-    a: &[KernelStat],
-    b: &[KernelStat],
-    categories: &Categories,
-    top: usize,
-) -> (Vec<KernelDelta>, Vec<KernelOnly>, Vec<KernelOnly>) {
-    let sum = |ks: &[KernelStat]| {
-        let mut m: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-        for k in ks {
-            let e = m.entry(k.name.clone()).or_default();
-            e.0 += k.total_time_ns;
-            e.1 += k.instances;
-        }
-        m
-    };
-    let (ma, mb) = (sum(a), sum(b));
-    let mut deltas = Vec::new();
-    let mut vanished = Vec::new();
-    let mut appeared = Vec::new();
-    for (name, &(ta, ia)) in &ma {
-        match mb.get(name) {
-            Some(&(tb, ib)) => {
-                let mean = |t: i64, i: i64| if i > 0 { t / i } else { 0 };
-                let total = Delta::new(ta, tb);
-                deltas.push(KernelDelta {
-                    name: name.clone(),
-                    category: categories.categorize(name).to_string(),
-                    impact_ns: total.delta.abs(),
-                    total_time_ns: total,
-                    instances: Delta::new(ia, ib),
-                    mean_ns: Delta::new(mean(ta, ia), mean(tb, ib)),
-                });
-            }
-            None => vanished.push(KernelOnly {
-                name: name.clone(),
-                category: categories.categorize(name).into(),
-                total_time_ns: ta,
-                instances: ia,
-            }),
-        }
-    }
-    for (name, &(tb, ib)) in &mb {
-        if !ma.contains_key(name) {
-            appeared.push(KernelOnly {
-                name: name.clone(),
-                category: categories.categorize(name).into(),
-                total_time_ns: tb,
-                instances: ib,
-            });
-        }
-    }
-    deltas.sort_by(|x, y| y.impact_ns.cmp(&x.impact_ns).then_with(|| x.name.cmp(&y.name)));
-    if top > 0 {
-        deltas.truncate(top);
-    }
-    let by_time =
-        |x: &KernelOnly, y: &KernelOnly| y.total_time_ns.cmp(&x.total_time_ns).then_with(|| x.name.cmp(&y.name));
-    appeared.sort_by(by_time);
-    vanished.sort_by(by_time);
-    (deltas, appeared, vanished)
-}
-
-fn category_deltas(a: &[CategoryShare], b: &[CategoryShare]) -> Vec<CategoryDelta> {
-    let cats: BTreeSet<&str> = a.iter().chain(b.iter()).map(|c| c.category.as_str()).collect();
-    let find = |l: &[CategoryShare], c: &str| {
-        l.iter().find(|x| x.category == c).map(|x| (x.total_time_ns, x.share)).unwrap_or((0, 0.0))
-    };
-    let mut out: Vec<CategoryDelta> = cats
-        .into_iter()
-        .map(|c| {
-            let (ta, sa) = find(a, c);
-            let (tb, sb) = find(b, c);
-            CategoryDelta { category: c.to_string(), total_time_ns: Delta::new(ta, tb), share_a: sa, share_b: sb }
-        })
-        .collect();
-    out.sort_by(|x, y| {
-        y.total_time_ns.delta.abs().cmp(&x.total_time_ns.delta.abs()).then_with(|| x.category.cmp(&y.category))
-    });
     out
 }
