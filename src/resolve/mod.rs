@@ -359,25 +359,7 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
 
     let nsys = resolve(&opts.resolve)?;
     let mut checks = Vec::new();
-
-    let unsupported_flags = if nsys.probed { nsys.capabilities.unsupported(&flags_argv) } else { vec![] };
-    if opts.flags.is_some() {
-        if !nsys.probed {
-            checks.push(check("flags", "skip", "capabilities not probed"));
-        } else if unsupported_flags.is_empty() {
-            checks.push(check(
-                "flags",
-                "pass",
-                format!("nsys {} supports every tracked switch in --flags", nsys.version),
-            ));
-        } else {
-            checks.push(check(
-                "flags",
-                "fail",
-                format!("nsys {} has no {}", nsys.version, unsupported_flags.join(", ")),
-            ));
-        }
-    }
+    let unsupported_flags = flags_check(&nsys, opts.flags.is_some(), &flags_argv, &mut checks);
 
     let preflight = opts.preflight || opts.require_gpu || opts.port.is_some() || opts.shm.is_some();
     let want_gpu = preflight || opts.record.is_some() || opts.gpu.is_some();
@@ -393,119 +375,11 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
         None
     };
     if preflight {
-        let g = gpu.as_ref().expect("queried when preflight");
-        if g.status != "available" {
-            let why = g.reason.clone().unwrap_or_default();
-            if opts.require_gpu {
-                checks.push(check("gpu", "fail", format!("gpu unavailable: {why}")));
-            } else {
-                checks.push(check(
-                    "gpu",
-                    "skip",
-                    format!("gpu unavailable: {why} (a failure only with --require-gpu)"),
-                ));
-            }
-        } else {
-            let missing: Vec<String> =
-                g.targets.iter().filter(|t| !g.gpus.iter().any(|x| x.index == **t)).map(|t| t.to_string()).collect();
-            if g.targets.is_empty() {
-                checks.push(check(
-                    "gpu",
-                    "fail",
-                    format!("no target GPU: {} selects none of the {} GPUs", g.target_source, g.gpus.len()),
-                ));
-            } else if !missing.is_empty() {
-                checks.push(check(
-                    "gpu",
-                    "fail",
-                    format!("target GPU {} not found ({} GPUs listed)", missing.join(", "), g.gpus.len()),
-                ));
-            } else {
-                let names: Vec<String> =
-                    g.gpus.iter().filter(|x| x.target).map(|x| format!("{} ({})", x.index, x.name)).collect();
-                checks.push(check("gpu", "pass", format!("target GPU {} from {}", names.join(", "), g.target_source)));
-            }
-            let foreign: Vec<String> = g
-                .processes
-                .iter()
-                .filter(|p| p.on_target)
-                .map(|p| {
-                    let mem = p.used_memory_mib.map(|m| format!("{m} MiB")).unwrap_or_else(|| "unknown memory".into());
-                    format!(
-                        "pid {} ({}) uses {mem} on GPU {}",
-                        p.pid,
-                        p.process_name,
-                        p.gpu_index.map(|i| i.to_string()).unwrap_or_default()
-                    )
-                })
-                .collect();
-            if foreign.is_empty() {
-                checks.push(check("gpu-foreign-processes", "pass", "no compute process on the target GPU"));
-            } else {
-                checks.push(check(
-                    "gpu-foreign-processes",
-                    "fail",
-                    format!("foreign process on the target GPU: {}", foreign.join("; ")),
-                ));
-            }
-        }
+        gpu_checks(gpu.as_ref().expect("queried when preflight"), opts.require_gpu, &mut checks);
     }
-    let port = match opts.port {
-        Some(p) => match check_port(p) {
-            Ok(s) => {
-                if s.free {
-                    checks.push(check("port", "pass", format!("port {p} is free")));
-                } else {
-                    let who: Vec<String> = s
-                        .listeners
-                        .iter()
-                        .map(|l| {
-                            let hs: Vec<String> =
-                                l.holders.iter().map(|h| format!("pid {} ({})", h.pid, h.command)).collect();
-                            let hs = if hs.is_empty() {
-                                format!("uid {}, process not visible", l.uid)
-                            } else {
-                                hs.join(", ")
-                            };
-                            format!("{} held by {hs}", l.local_address)
-                        })
-                        .collect();
-                    checks.push(check("port", "fail", format!("port {p} is in use: {}", who.join("; "))));
-                }
-                Some(s)
-            }
-            Err(e) => {
-                checks.push(check("port", "fail", format!("cannot check port {p}: {e}")));
-                None
-            }
-        },
-        None => None,
-    };
+    let port = opts.port.and_then(|p| port_check(p, &mut checks));
     let shm = match &opts.shm {
-        Some(pat) => match check_shm(&opts.shm_dir, pat) {
-            Ok(s) => {
-                let stale: Vec<&str> = s.segments.iter().filter(|x| x.stale).map(|x| x.path.as_str()).collect();
-                if stale.is_empty() {
-                    checks.push(check(
-                        "shm",
-                        "pass",
-                        format!("no stale segment matches {pat:?} ({} in use)", s.segments.len()),
-                    ));
-                } else {
-                    checks.push(check(
-                        "shm",
-                        "fail",
-                        format!("{} stale segment(s) match {pat:?}: {}", stale.len(), stale.join(", ")),
-                    ));
-                }
-                Some(s)
-            }
-            Err(e) if e.starts_with("--shm") => return Err(Error::usage(e).with_arg("--shm")),
-            Err(e) => {
-                checks.push(check("shm", "fail", e));
-                None
-            }
-        },
+        Some(pat) => shm_check(&opts.shm_dir, pat, &mut checks)?,
         None => None,
     };
 
@@ -521,30 +395,7 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
         eprintln!("nsys-resolve: warning: {}", cuda_injection_reason(v, whence));
     }
     if preflight {
-        match &injection {
-            Some((v, _)) if is_nsys_injection(v) => {
-                checks.push(check("cuda-injection", "pass", format!("CUDA_INJECTION64_PATH is nsys's own ({v})")))
-            }
-            Some((v, whence)) => checks.push(check("cuda-injection", "warn", cuda_injection_reason(v, whence))),
-            None => checks.push(check("cuda-injection", "pass", "CUDA_INJECTION64_PATH is not set")),
-        }
-        if let Some(g) = gpu.as_ref().filter(|g| g.status == "available") {
-            match g.cuda_version.as_deref() {
-                Some(cv) => match nsys_too_old_for_driver(&nsys.version, cv) {
-                    Some(why) => checks.push(check("nsys-driver", "warn", why)),
-                    None => checks.push(check(
-                        "nsys-driver",
-                        "pass",
-                        format!("nsys {} traces CUDA on a CUDA {cv} driver", nsys.version),
-                    )),
-                },
-                None => checks.push(check(
-                    "nsys-driver",
-                    "skip",
-                    "the driver's CUDA version is unknown (nvidia-smi printed none)",
-                )),
-            }
-        }
+        injection_checks(&nsys, injection.as_ref(), gpu.as_ref(), &mut checks);
     }
     for c in checks.iter().filter(|c| c.status == "warn") {
         eprintln!("nsys-resolve: warning: {}: {}", c.name, c.reason);
@@ -596,6 +447,175 @@ pub fn run(opts: &ProvenanceOptions) -> Result<Provenance> {
         write_record(dir, &doc)?;
     }
     Ok(doc)
+}
+
+/// The `flags` check (with `--flags`): does the resolved nsys support every tracked switch. Returns the
+/// unsupported ones (none when capabilities were not probed).
+fn flags_check(nsys: &Resolved, given: bool, flags_argv: &[String], checks: &mut Vec<Check>) -> Vec<String> {
+    let unsupported_flags = if nsys.probed { nsys.capabilities.unsupported(flags_argv) } else { vec![] };
+    if given {
+        if !nsys.probed {
+            checks.push(check("flags", "skip", "capabilities not probed"));
+        } else if unsupported_flags.is_empty() {
+            checks.push(check(
+                "flags",
+                "pass",
+                format!("nsys {} supports every tracked switch in --flags", nsys.version),
+            ));
+        } else {
+            checks.push(check(
+                "flags",
+                "fail",
+                format!("nsys {} has no {}", nsys.version, unsupported_flags.join(", ")),
+            ));
+        }
+    }
+    unsupported_flags
+}
+
+/// The `gpu` and `gpu-foreign-processes` checks of a preflight.
+fn gpu_checks(g: &GpuState, require_gpu: bool, checks: &mut Vec<Check>) {
+    if g.status != "available" {
+        let why = g.reason.clone().unwrap_or_default();
+        if require_gpu {
+            checks.push(check("gpu", "fail", format!("gpu unavailable: {why}")));
+        } else {
+            checks.push(check("gpu", "skip", format!("gpu unavailable: {why} (a failure only with --require-gpu)")));
+        }
+        return;
+    }
+    let missing: Vec<String> =
+        g.targets.iter().filter(|t| !g.gpus.iter().any(|x| x.index == **t)).map(|t| t.to_string()).collect();
+    if g.targets.is_empty() {
+        checks.push(check(
+            "gpu",
+            "fail",
+            format!("no target GPU: {} selects none of the {} GPUs", g.target_source, g.gpus.len()),
+        ));
+    } else if !missing.is_empty() {
+        checks.push(check(
+            "gpu",
+            "fail",
+            format!("target GPU {} not found ({} GPUs listed)", missing.join(", "), g.gpus.len()),
+        ));
+    } else {
+        let names: Vec<String> =
+            g.gpus.iter().filter(|x| x.target).map(|x| format!("{} ({})", x.index, x.name)).collect();
+        checks.push(check("gpu", "pass", format!("target GPU {} from {}", names.join(", "), g.target_source)));
+    }
+    let foreign: Vec<String> = g
+        .processes
+        .iter()
+        .filter(|p| p.on_target)
+        .map(|p| {
+            let mem = p.used_memory_mib.map(|m| format!("{m} MiB")).unwrap_or_else(|| "unknown memory".into());
+            format!(
+                "pid {} ({}) uses {mem} on GPU {}",
+                p.pid,
+                p.process_name,
+                p.gpu_index.map(|i| i.to_string()).unwrap_or_default()
+            )
+        })
+        .collect();
+    if foreign.is_empty() {
+        checks.push(check("gpu-foreign-processes", "pass", "no compute process on the target GPU"));
+    } else {
+        checks.push(check(
+            "gpu-foreign-processes",
+            "fail",
+            format!("foreign process on the target GPU: {}", foreign.join("; ")),
+        ));
+    }
+}
+
+/// The `port` check (`--port`): the port's state, None when it could not be read.
+fn port_check(p: u16, checks: &mut Vec<Check>) -> Option<PortState> {
+    match check_port(p) {
+        Ok(s) => {
+            if s.free {
+                checks.push(check("port", "pass", format!("port {p} is free")));
+            } else {
+                let who: Vec<String> = s
+                    .listeners
+                    .iter()
+                    .map(|l| {
+                        let hs: Vec<String> =
+                            l.holders.iter().map(|h| format!("pid {} ({})", h.pid, h.command)).collect();
+                        let hs =
+                            if hs.is_empty() { format!("uid {}, process not visible", l.uid) } else { hs.join(", ") };
+                        format!("{} held by {hs}", l.local_address)
+                    })
+                    .collect();
+                checks.push(check("port", "fail", format!("port {p} is in use: {}", who.join("; "))));
+            }
+            Some(s)
+        }
+        Err(e) => {
+            checks.push(check("port", "fail", format!("cannot check port {p}: {e}")));
+            None
+        }
+    }
+}
+
+/// The `shm` check (`--shm PATTERN`): stale segments in `dir`; a bad pattern is a usage error.
+fn shm_check(dir: &Path, pat: &str, checks: &mut Vec<Check>) -> Result<Option<ShmState>> {
+    match check_shm(dir, pat) {
+        Ok(s) => {
+            let stale: Vec<&str> = s.segments.iter().filter(|x| x.stale).map(|x| x.path.as_str()).collect();
+            if stale.is_empty() {
+                checks.push(check(
+                    "shm",
+                    "pass",
+                    format!("no stale segment matches {pat:?} ({} in use)", s.segments.len()),
+                ));
+            } else {
+                checks.push(check(
+                    "shm",
+                    "fail",
+                    format!("{} stale segment(s) match {pat:?}: {}", stale.len(), stale.join(", ")),
+                ));
+            }
+            Ok(Some(s))
+        }
+        Err(e) if e.starts_with("--shm") => Err(Error::usage(e).with_arg("--shm")),
+        Err(e) => {
+            checks.push(check("shm", "fail", e));
+            Ok(None)
+        }
+    }
+}
+
+/// The `cuda-injection` and `nsys-driver` checks of a preflight.
+fn injection_checks(
+    nsys: &Resolved,
+    injection: Option<&(String, &str)>,
+    gpu: Option<&GpuState>,
+    checks: &mut Vec<Check>,
+) {
+    match injection {
+        Some((v, _)) if is_nsys_injection(v) => {
+            checks.push(check("cuda-injection", "pass", format!("CUDA_INJECTION64_PATH is nsys's own ({v})")))
+        }
+        Some((v, whence)) => checks.push(check("cuda-injection", "warn", cuda_injection_reason(v, whence))),
+        None => checks.push(check("cuda-injection", "pass", "CUDA_INJECTION64_PATH is not set")),
+    }
+    if let Some(g) = gpu.filter(|g| g.status == "available") {
+        match g.cuda_version.as_deref() {
+            Some(cv) => match nsys_too_old_for_driver(&nsys.version, cv) {
+                Some(why) => checks.push(check("nsys-driver", "warn", why)),
+                None => checks.push(check(
+                    "nsys-driver",
+                    "pass",
+                    format!("nsys {} traces CUDA on a CUDA {cv} driver", nsys.version),
+                )),
+            },
+            None => checks.push(check(
+                "nsys-driver",
+                "skip",
+                "the driver's CUDA version is unknown (nvidia-smi printed none)",
+            )),
+        }
+    }
 }
 
 #[cfg(test)]
