@@ -9,8 +9,8 @@
 //! - [`schemas`]: the registry of every document kind (above the tools, so `contract` knows no tool).
 
 pub mod bundle_merge;
+pub mod capture_compare;
 pub mod categories;
-pub mod compare;
 pub mod contract;
 pub mod evidence;
 pub mod export;
@@ -27,12 +27,12 @@ pub mod labels;
 pub mod memory;
 pub mod merge;
 pub mod nsys;
+pub mod nsys_resolve;
 pub mod nvtx_readiness;
 pub mod phase;
 pub mod pipeline;
 pub mod pod_attach;
 pub mod report;
-pub mod resolve;
 pub mod schemas;
 pub mod serve_capture;
 pub mod signals;

@@ -90,9 +90,9 @@ pub struct CaptureCompareArgs {
 
 impl CaptureCompareArgs {
     /// The library's options for these flags (a bad `--tier` is a usage error naming it).
-    pub fn options(&self) -> crate::contract::Result<crate::compare::CompareOptions> {
+    pub fn options(&self) -> crate::contract::Result<crate::capture_compare::CompareOptions> {
         let tier = crate::gate_check::Tier::parse(&self.tier).map_err(|e| e.with_arg("--tier"))?;
-        Ok(crate::compare::CompareOptions {
+        Ok(crate::capture_compare::CompareOptions {
             a: self.a.clone().unwrap_or_default(),
             b: self.b.clone().unwrap_or_default(),
             baseline: self.baseline.clone(),
@@ -110,7 +110,7 @@ impl CaptureCompareArgs {
             label: self.label.clone(),
             metric: self.metric.clone(),
             fail_on_regression: self.fail_on_regression,
-            ab: crate::compare::ab::AbSettings {
+            ab: crate::capture_compare::ab::AbSettings {
                 resamples: self.bootstrap,
                 seed: self.seed,
                 confidence: self.confidence,

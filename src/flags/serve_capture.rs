@@ -200,7 +200,7 @@ impl ServeCaptureArgs {
             .as_deref()
             .map(|s| crate::iterations::window::parse_iterations(s).map_err(|e| e.with_arg("--iterations")))
             .transpose()?;
-        o.workload = crate::resolve::WorkloadSpec {
+        o.workload = crate::nsys_resolve::WorkloadSpec {
             question: a.question.clone(),
             request_rate: a.request_rate.clone(),
             concurrency: a.concurrency,

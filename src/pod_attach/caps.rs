@@ -25,12 +25,12 @@ fn help_lists_command(help: &str, cmd: &str) -> bool {
 
 impl NsysCaps {
     /// From `nsys --version`, `nsys --help` and `nsys profile --help`; the profile flags through nsys-resolve's
-    /// capability parser ([`crate::resolve::parse_capabilities`]).
+    /// capability parser ([`crate::nsys_resolve::parse_capabilities`]).
     pub fn from_help(version: &str, top_help: &str, profile_help: &str) -> NsysCaps {
-        let caps = crate::resolve::parse_capabilities(profile_help, "");
+        let caps = crate::nsys_resolve::parse_capabilities(profile_help, "");
         let v = version.trim();
         NsysCaps {
-            version: crate::resolve::parse_version(version).or_else(|| (!v.is_empty()).then(|| v.to_string())),
+            version: crate::nsys_resolve::parse_version(version).or_else(|| (!v.is_empty()).then(|| v.to_string())),
             attach_pid: caps.attach_pid,
             capture_range: caps.capture_range,
             capture_range_end: caps.capture_range_end,

@@ -190,7 +190,7 @@ pub fn parse_driver(text: &str, source: &str) -> Option<DriverInfo> {
 }
 
 /// A53's findings: the nsys that will run (`which`) against the driver's CUDA major
-/// ([`crate::resolve::nsys_too_old_for_driver`]); with `--install-nsys apt` on a CUDA ≥ 13 driver, the seed's
+/// ([`crate::nsys_resolve::nsys_too_old_for_driver`]); with `--install-nsys apt` on a CUDA ≥ 13 driver, the seed's
 /// "do not rely on an apt-installed Nsight Systems build for this CUDA 13 path".
 pub fn driver_findings(which: &str, nsys_version: Option<&str>, d: &DriverInfo, apt: bool) -> Vec<String> {
     let mut out = Vec::new();
@@ -200,7 +200,7 @@ pub fn driver_findings(which: &str, nsys_version: Option<&str>, d: &DriverInfo, 
     let cuda = d.cuda_version.clone().unwrap_or_else(|| major.to_string());
     match nsys_version {
         Some(v) => {
-            if let Some(r) = crate::resolve::nsys_too_old_for_driver(v, &cuda) {
+            if let Some(r) = crate::nsys_resolve::nsys_too_old_for_driver(v, &cuda) {
                 out.push(format!("{which}: {r} (driver {})", d.driver_version.as_deref().unwrap_or("?")));
             }
         }

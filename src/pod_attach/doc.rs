@@ -170,7 +170,7 @@ pub struct PodProvenance {
     /// The workload (question, client command, request rate, concurrency, seed policy), as serve-capture
     /// records it in `provenance.workload`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workload: Option<crate::resolve::Workload>,
+    pub workload: Option<crate::nsys_resolve::Workload>,
 }
 
 /// The `pod-attach` document.

@@ -64,9 +64,9 @@ pub struct Options {
     #[serde(default)]
     pub nsys_launch_change: Option<String>,
     /// The workload (`--question`, `--client-cmd`, `--request-rate`, `--concurrency`, `--seed`), recorded as
-    /// serve-capture records it (`provenance.workload`, [`crate::resolve::workload::from_command`]).
+    /// serve-capture records it (`provenance.workload`, [`crate::nsys_resolve::workload::from_command`]).
     #[serde(default)]
-    pub workload: crate::resolve::Workload,
+    pub workload: crate::nsys_resolve::Workload,
 }
 
 /// A DNS-1123 label (namespace and container names): 1–63 of `a-z`, `0-9`, `-`, starting and ending
@@ -367,8 +367,8 @@ impl Default for Flags {
 
 /// The workload record from the flags and `--client-cmd`'s own flags (a disagreement is a usage error naming
 /// both; `--question` is read here: the adapters pass it absolute).
-fn workload_of(f: &Flags) -> Result<crate::resolve::Workload> {
-    let spec = crate::resolve::WorkloadSpec {
+fn workload_of(f: &Flags) -> Result<crate::nsys_resolve::Workload> {
+    let spec = crate::nsys_resolve::WorkloadSpec {
         question: f.question.as_ref().map(PathBuf::from),
         request_rate: f.request_rate.clone(),
         concurrency: f.concurrency,
@@ -382,8 +382,8 @@ fn workload_of(f: &Flags) -> Result<crate::resolve::Workload> {
             })?),
             None => None,
         };
-    let redacted = f.client_cmd.as_deref().map(|c| crate::resolve::redact_command(c).0);
-    crate::resolve::workload::from_command(&spec, argv.as_deref(), redacted, None)
+    let redacted = f.client_cmd.as_deref().map(|c| crate::nsys_resolve::redact_command(c).0);
+    crate::nsys_resolve::workload::from_command(&spec, argv.as_deref(), redacted, None)
 }
 
 /// The run's [`Options`] from the flags: a per-run id names the sidecar (`nsyskit-ID`) and the default work

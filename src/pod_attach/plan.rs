@@ -365,7 +365,7 @@ pub fn dry_run(o: &Options) -> Result<PodAttachDoc> {
     if o.strategy == Strategy::Endpoint {
         warnings.push(STOP_RESTART_NOTE.into());
     }
-    warnings.extend(crate::resolve::workload::warnings(&o.workload, false));
+    warnings.extend(crate::nsys_resolve::workload::warnings(&o.workload, false));
     Ok(PodAttachDoc {
         schema,
         tool,

@@ -44,7 +44,7 @@ pub struct ServeCaptureDoc {
     /// nvidia-smi after shutdown (same fields as provenance's `gpu`, read at start): clocks, throttle reasons,
     /// memory, compute processes. `null` when not queried (a stop signal) .
     #[serde(default)]
-    pub gpu_end: Option<crate::resolve::GpuState>,
+    pub gpu_end: Option<crate::nsys_resolve::GpuState>,
     /// The launcher contract checked before the start (`--require-argv`, `--engine`); null when none.
     #[serde(default)]
     pub launcher: Option<engine::LauncherCheck>,

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use crate::contract::{Error, Result};
 
-pub use crate::resolve::{ArgvRequirement, LauncherCheck};
+pub use crate::nsys_resolve::{ArgvRequirement, LauncherCheck};
 
 /// The engines `--engine` knows.
 pub const ENGINES: &[&str] = &["sglang", "vllm"];

@@ -36,7 +36,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{Document, Error, Result, Tool};
-use crate::resolve::Capabilities;
+use crate::nsys_resolve::Capabilities;
 
 /// Everything `serve-capture` needs, as the binary and the Nushell plugin pass it.
 #[derive(Debug, Clone)]
@@ -45,7 +45,7 @@ pub struct ServeCaptureOptions {
     pub nsys: Option<PathBuf>,
     /// Where nsys is looked for when `nsys` is None: the user's environment (`NSYS_BIN`, `PATH`, install
     /// folders), set by the tool's run from its host.
-    pub resolve: crate::resolve::ResolveOptions,
+    pub resolve: crate::nsys_resolve::ResolveOptions,
     /// `--trace` for nsys (e.g. `cuda,nvtx,osrt`).
     pub trace: String,
     /// Extra `nsys profile` flags (already split into words).
@@ -115,7 +115,7 @@ pub struct ServeCaptureOptions {
     pub iteration_records: Option<PathBuf>,
     /// The workload flags (`--question`, `--request-rate`, `--concurrency`, `--seed`, `--clock-policy`,
     /// `--instrumentation-patch`), recorded with the load command's own flags as `provenance.workload`.
-    pub workload: crate::resolve::WorkloadSpec,
+    pub workload: crate::nsys_resolve::WorkloadSpec,
     /// `--require-explicit-nsys`: only `nsys` (`--nsys`) or `NSYS_BIN` may name the nsys.
     pub require_explicit_nsys: bool,
     /// `--iterations START:END`: the analysis window of `ranges.json` (sqlite-ranges `--iterations`), with the
@@ -171,7 +171,7 @@ impl ServeCaptureOptions {
     pub fn new(server: Vec<String>, health: String, load: Vec<String>, out: PathBuf) -> Self {
         ServeCaptureOptions {
             nsys: None,
-            resolve: crate::resolve::ResolveOptions::from_env(),
+            resolve: crate::nsys_resolve::ResolveOptions::from_env(),
             trace: "cuda,nvtx,osrt".into(),
             flags: Vec::new(),
             delay_s: None,
@@ -206,7 +206,7 @@ impl ServeCaptureOptions {
             modules: Vec::new(),
             strict_prebuilt: false,
             iteration_records: None,
-            workload: crate::resolve::WorkloadSpec::default(),
+            workload: crate::nsys_resolve::WorkloadSpec::default(),
             require_explicit_nsys: false,
             iterations: None,
         }
@@ -249,7 +249,7 @@ struct Run<'a> {
     failures: Vec<Failure>,
     stop_seen: Option<i32>,
     /// The one redaction rule for every document and message of this run.
-    red: crate::resolve::Redactor,
+    red: crate::nsys_resolve::Redactor,
     /// Exit statuses of processes that are not our children (the server's workers), when the kernel's
     /// process-event connector is available (root).
     watcher: Option<procs::ExitWatcher>,
@@ -535,7 +535,7 @@ struct Plan {
     added: Vec<AddedFlag>,
     nsys_argv: Vec<String>,
     files: Files,
-    gpu_start: Option<crate::resolve::GpuState>,
+    gpu_start: Option<crate::nsys_resolve::GpuState>,
     gpu_pin: Option<GpuPin>,
     timed: bool,
     window: Window,
@@ -663,22 +663,22 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
     // nsys-resolve: the nsys, its capabilities, the preflight (GPU, port) and the provenance document
     let join = |v: &[String]| shlex::try_join(v.iter().map(String::as_str)).unwrap_or_else(|_| v.join(" "));
     // the workload: the flags and the load command's own flags (a disagreement is exit 2, nothing started)
-    let workload = crate::resolve::workload::from_command(
+    let workload = crate::nsys_resolve::workload::from_command(
         &o.workload,
         Some(&o.load),
-        Some(crate::resolve::redact_command(&join(&o.load)).0),
+        Some(crate::nsys_resolve::redact_command(&join(&o.load)).0),
         o.cwd.as_deref(),
     )?;
-    for w in crate::resolve::workload::warnings(&workload, o.tier == crate::gate_check::Tier::Decode) {
+    for w in crate::nsys_resolve::workload::warnings(&workload, o.tier == crate::gate_check::Tier::Decode) {
         eprintln!("serve-capture: warning: {w}");
     }
-    if let Some(f) = o.server.iter().find(|w| crate::resolve::workload::EAGER_FLAGS.contains(&w.as_str())) {
+    if let Some(f) = o.server.iter().find(|w| crate::nsys_resolve::workload::EAGER_FLAGS.contains(&w.as_str())) {
         eprintln!(
             "serve-capture: warning: the server command carries {f}: an eager capture of a graph-mode engine is a cross-check only, never the measurement of record (capture-compare says so)"
         );
     }
-    let popts = crate::resolve::ProvenanceOptions {
-        resolve: crate::resolve::ResolveOptions {
+    let popts = crate::nsys_resolve::ProvenanceOptions {
+        resolve: crate::nsys_resolve::ResolveOptions {
             nsys: o.nsys.clone(),
             require_explicit: o.require_explicit_nsys || o.resolve.require_explicit,
             ..o.resolve.clone()
@@ -698,7 +698,7 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
         ..Default::default()
     };
     let red = redactor(o);
-    let prov = crate::resolve::run(&popts)?;
+    let prov = crate::nsys_resolve::run(&popts)?;
     let nsys = prov.nsys.path.clone();
     let version = prov.nsys.version.clone();
     // everything is checked before anything is created or started
@@ -715,9 +715,9 @@ fn preflight(o: &ServeCaptureOptions) -> Result<Plan> {
     prov.capture.flags_argv = red.argv(&args);
     prov.capture.launcher = launcher.clone();
     prov.capture.server_environment = server_environment(o, gpu_pin_value(o), iter_path.as_deref());
-    let prov: crate::resolve::Provenance =
+    let prov: crate::nsys_resolve::Provenance =
         serde_json::from_str(&red.json(&prov)).expect("a redacted provenance reads back");
-    crate::resolve::write_record(&out, &prov)?;
+    crate::nsys_resolve::write_record(&out, &prov)?;
     let gpu_pin = o.gpu.map(|index| GpuPin {
         index,
         uuid: prov.gpu.as_ref().and_then(|g| g.gpus.iter().find(|x| x.index == index)).map(|x| x.uuid.clone()),
@@ -859,7 +859,7 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nsys-help");
         for v in ["2023.4.4", "2025.3.1"] {
             let help = std::fs::read_to_string(root.join(v).join("profile-help.txt")).unwrap();
-            let caps = crate::resolve::parse_capabilities(&help, "");
+            let caps = crate::nsys_resolve::parse_capabilities(&help, "");
             assert!(help.contains("--kill="), "{v}: serve-capture relies on --kill");
             let mut o = opts();
             o.cuda_child = true;

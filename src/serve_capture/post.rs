@@ -162,7 +162,7 @@ impl Run<'_> {
     pub(super) fn record_run(
         &mut self,
         mut cleanup: Cleanup,
-        gpu_end: Option<crate::resolve::GpuState>,
+        gpu_end: Option<crate::nsys_resolve::GpuState>,
         capture: Option<CaptureResult>,
         gate: Option<GateSummary>,
     ) -> Result<ServeCaptureDoc> {
@@ -282,8 +282,8 @@ impl Run<'_> {
 /// state at start or at the end this is `not checked`, never `passed`.
 pub(super) fn verify_gpu(
     r: &mut Run,
-    start: Option<&crate::resolve::GpuState>,
-) -> (Cleanup, Option<crate::resolve::GpuState>) {
+    start: Option<&crate::nsys_resolve::GpuState>,
+) -> (Cleanup, Option<crate::nsys_resolve::GpuState>) {
     let not_checked =
         |why: String| Cleanup { gpu_check: Some("not checked".into()), gpu_reason: Some(why), ..Default::default() };
     let Some(start) = start.filter(|g| g.status == "available") else {
@@ -291,20 +291,20 @@ pub(super) fn verify_gpu(
         return (not_checked(format!("no GPU state at start: {why}")), start.cloned());
     };
     let target = match r.o.gpu {
-        Some(i) => crate::resolve::TargetSpec::Index(i),
+        Some(i) => crate::nsys_resolve::TargetSpec::Index(i),
         None => match std::env::var("CUDA_VISIBLE_DEVICES") {
-            Ok(v) => crate::resolve::TargetSpec::Visible(v),
-            Err(_) => crate::resolve::TargetSpec::All,
+            Ok(v) => crate::nsys_resolve::TargetSpec::Visible(v),
+            Err(_) => crate::nsys_resolve::TargetSpec::All,
         },
     };
-    let used = |g: &crate::resolve::GpuState| -> Option<u64> {
+    let used = |g: &crate::nsys_resolve::GpuState| -> Option<u64> {
         g.gpus.iter().filter(|x| x.target).map(|x| x.memory_used_mib).sum()
     };
     let before = used(start);
     let recorded: Vec<i64> = r.procs.iter().map(|t| t.rec.pid).collect();
     let until = Instant::now() + r.o.grace.max(Duration::from_secs(1));
     loop {
-        let end = crate::resolve::query_gpus(r.o.nvidia_smi.as_deref(), &target, Duration::from_secs(10));
+        let end = crate::nsys_resolve::query_gpus(r.o.nvidia_smi.as_deref(), &target, Duration::from_secs(10));
         if end.status != "available" {
             let why = end.reason.clone().unwrap_or_default();
             return (not_checked(format!("nvidia-smi after shutdown: {why}")), Some(end));
@@ -428,7 +428,7 @@ pub(super) fn server_environment(
     o: &ServeCaptureOptions,
     cuda_visible: Option<String>,
     iter_path: Option<&Path>,
-) -> Vec<crate::resolve::EnvVar> {
+) -> Vec<crate::nsys_resolve::EnvVar> {
     let mut env: std::collections::BTreeMap<String, (String, &str)> = std::env::vars_os()
         .map(|(k, v)| (k.to_string_lossy().into_owned(), (v.to_string_lossy().into_owned(), "inherited")))
         .collect();
@@ -441,28 +441,32 @@ pub(super) fn server_environment(
     if let Some(p) = iter_path {
         env.insert(crate::iterations::RECORDS_ENV.into(), (p.display().to_string(), "serve-capture"));
     }
-    env.into_iter().map(|(k, (v, src))| crate::resolve::env_var(k, Some(v), src)).collect()
+    env.into_iter().map(|(k, (v, src))| crate::nsys_resolve::env_var(k, Some(v), src)).collect()
 }
 
-pub(super) fn redactor(o: &ServeCaptureOptions) -> crate::resolve::Redactor {
+pub(super) fn redactor(o: &ServeCaptureOptions) -> crate::nsys_resolve::Redactor {
     let mut argvs: Vec<&[String]> = vec![o.server.as_slice(), o.load.as_slice(), o.flags.as_slice()];
     if let Some(w) = &o.warmup {
         argvs.push(w.as_slice());
     }
-    crate::resolve::Redactor::new(argvs, &o.env)
+    crate::nsys_resolve::Redactor::new(argvs, &o.env)
 }
 
 pub(super) fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<()> {
-    write_json_redacted(path, v, &crate::resolve::Redactor::default())
+    write_json_redacted(path, v, &crate::nsys_resolve::Redactor::default())
 }
 
-pub(super) fn write_json_redacted<T: Serialize>(path: &Path, v: &T, red: &crate::resolve::Redactor) -> Result<()> {
+pub(super) fn write_json_redacted<T: Serialize>(path: &Path, v: &T, red: &crate::nsys_resolve::Redactor) -> Result<()> {
     let text = red.json(v) + "\n";
     std::fs::write(path, text).map_err(|e| Error::env(format!("{}: cannot write: {e}", path.display())))
 }
 
 /// Redact the document (every field, as JSON text) and write it to `OUT/serve-capture.json`.
-pub(super) fn finish_doc(red: &crate::resolve::Redactor, out: &Path, doc: ServeCaptureDoc) -> Result<ServeCaptureDoc> {
+pub(super) fn finish_doc(
+    red: &crate::nsys_resolve::Redactor,
+    out: &Path,
+    doc: ServeCaptureDoc,
+) -> Result<ServeCaptureDoc> {
     let doc: ServeCaptureDoc = serde_json::from_str(&red.json(&doc)).expect("a redacted document reads back");
     write_json(&out.join("serve-capture.json"), &doc)?;
     Ok(doc)

@@ -368,7 +368,7 @@ impl<'a> Run<'a> {
                 continue;
             }
             if let Some(v) = procs::environ_var(rec.pid as i32, "CUDA_INJECTION64_PATH")
-                .filter(|v| !v.is_empty() && !crate::resolve::is_nsys_injection(v))
+                .filter(|v| !v.is_empty() && !crate::nsys_resolve::is_nsys_injection(v))
             {
                 r.injection.push(InjectionFinding {
                     role: rec.role.clone(),
@@ -376,7 +376,7 @@ impl<'a> Run<'a> {
                     value: v.clone(),
                     blocks_cuda_tracing: cuda,
                 });
-                let why = crate::resolve::cuda_injection_reason(
+                let why = crate::nsys_resolve::cuda_injection_reason(
                     &v,
                     &format!("in /proc/{}/environ of the {} process", rec.pid, rec.role),
                 );
@@ -564,7 +564,7 @@ impl<'a> Run<'a> {
     }
 
     /// Step 6: stop only the recorded PIDs (reverse launch order); verify the port and the GPU are released.
-    pub(super) fn shutdown(&mut self) -> (Cleanup, Option<crate::resolve::GpuState>) {
+    pub(super) fn shutdown(&mut self) -> (Cleanup, Option<crate::nsys_resolve::GpuState>) {
         let r = self;
         let o = r.o;
         let prof = r.prof;

@@ -14,7 +14,7 @@ pub fn run(a: CaptureCompareArgs, host: &Invocation) -> Result<Outcome> {
         }
     }
     Ok(match &a.save_baseline {
-        Some(name) => Outcome::doc(crate::compare::baseline::save(&opts, name)?, a.out.style()),
-        None => Outcome::doc(crate::compare::run(&opts)?, a.out.style()),
+        Some(name) => Outcome::doc(crate::capture_compare::baseline::save(&opts, name)?, a.out.style()),
+        None => Outcome::doc(crate::capture_compare::run(&opts)?, a.out.style()),
     })
 }

@@ -213,8 +213,11 @@ pub fn nsys_for(explicit: Option<&Path>, inputs: &[&Path], host: &Invocation) ->
     if !inputs.iter().any(|p| crate::export::capture::is_report(p) && p.is_file()) {
         return Ok(None);
     }
-    let opts = crate::resolve::ResolveOptions { probe: false, ..crate::resolve::ResolveOptions::from_vars(host.env) };
-    crate::resolve::resolve(&opts)
+    let opts = crate::nsys_resolve::ResolveOptions {
+        probe: false,
+        ..crate::nsys_resolve::ResolveOptions::from_vars(host.env)
+    };
+    crate::nsys_resolve::resolve(&opts)
         .map(|r| Some(r.path))
         .map_err(|e| e.context("cannot export the .nsys-rep (or give the .sqlite export)"))
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::contract::Result;
 use crate::flags::nsys_resolve::NsysResolveArgs;
-use crate::resolve::{ProvenanceOptions, ResolveOptions};
+use crate::nsys_resolve::{ProvenanceOptions, ResolveOptions};
 
 use super::{Invocation, Outcome};
 
@@ -19,7 +19,7 @@ pub fn run(a: NsysResolveArgs, host: &Invocation) -> Result<Outcome> {
         .filter(|e| !e.contains('='))
         .filter_map(|name| host.var_raw(name).map(|v| (name.clone(), lossy(v))))
         .collect();
-    let spec = crate::resolve::WorkloadSpec {
+    let spec = crate::nsys_resolve::WorkloadSpec {
         question: a.question.clone(),
         request_rate: a.request_rate.clone(),
         concurrency: a.concurrency,
@@ -31,10 +31,10 @@ pub fn run(a: NsysResolveArgs, host: &Invocation) -> Result<Outcome> {
     let workload = if spec.is_empty() && a.client_cmd.is_none() {
         None
     } else {
-        let client = a.client_cmd.as_deref().map(crate::resolve::split_words);
-        let recorded = a.client_cmd.as_deref().map(|c| crate::resolve::redact_command(c).0);
-        let w = crate::resolve::workload::from_command(&spec, client.as_deref(), recorded, host.cwd.as_deref())?;
-        for line in crate::resolve::workload::warnings(&w, false) {
+        let client = a.client_cmd.as_deref().map(crate::nsys_resolve::split_words);
+        let recorded = a.client_cmd.as_deref().map(|c| crate::nsys_resolve::redact_command(c).0);
+        let w = crate::nsys_resolve::workload::from_command(&spec, client.as_deref(), recorded, host.cwd.as_deref())?;
+        for line in crate::nsys_resolve::workload::warnings(&w, false) {
             eprintln!("nsys-resolve: warning: {line}");
         }
         Some(w)
@@ -67,5 +67,5 @@ pub fn run(a: NsysResolveArgs, host: &Invocation) -> Result<Outcome> {
         cuda_injection: host.var("CUDA_INJECTION64_PATH").map(lossy),
         ..ProvenanceOptions::default()
     };
-    Ok(Outcome::doc(crate::resolve::run(&opts)?, a.out.style()))
+    Ok(Outcome::doc(crate::nsys_resolve::run(&opts)?, a.out.style()))
 }

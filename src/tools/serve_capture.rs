@@ -9,7 +9,7 @@ use super::{Invocation, Outcome};
 
 pub fn run(a: ServeCaptureArgs, host: &Invocation) -> Result<Outcome> {
     let mut o = a.options()?;
-    o.resolve = crate::resolve::ResolveOptions::from_vars(host.env);
+    o.resolve = crate::nsys_resolve::ResolveOptions::from_vars(host.env);
     if host.cwd.is_some() {
         o.cwd = host.cwd.clone();
     }

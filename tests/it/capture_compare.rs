@@ -641,16 +641,22 @@ fn ab_on_real_decode_captures_finds_the_contaminated_step_slower() {
     let load = |f: &str| {
         let p = common::fixture(f);
         let ev = nsyskit::pipeline::load(&p, None).unwrap();
-        nsyskit::compare::capture_of(ev, "baseline", &p, nsyskit::gate_check::Tier::Decode).unwrap()
+        nsyskit::capture_compare::capture_of(ev, "baseline", &p, nsyskit::gate_check::Tier::Decode).unwrap()
     };
     let clean = load("nsys-2025.3.1/decode_clean.sqlite");
     let mixed = load("nsys-2025.3.1/decode_mixed.sqlite");
-    let s = nsyskit::compare::ab::AbSettings::default();
-    let get = |c: &nsyskit::compare::Capture, l: &str| c.series.as_ref().unwrap().get(l).unwrap().clone();
+    let s = nsyskit::capture_compare::ab::AbSettings::default();
+    let get = |c: &nsyskit::capture_compare::Capture, l: &str| c.series.as_ref().unwrap().get(l).unwrap().clone();
     let it = "vibeserve.engine.iteration";
     let (sc, sm) = (get(&clean, it), get(&mixed, it));
     assert_eq!((sc.len(), sm.len()), (400, 400));
-    let r = nsyskit::compare::ab::compare_label(it, &[&sc], &[&sm], &s, nsyskit::compare::ab::Metric::HostWall);
+    let r = nsyskit::capture_compare::ab::compare_label(
+        it,
+        &[&sc],
+        &[&sm],
+        &s,
+        nsyskit::capture_compare::ab::Metric::HostWall,
+    );
     let w = &r.metrics[0];
     // the medians are the real per-occurrence medians
     let mut v = sc.host_wall_ns.clone();
@@ -664,7 +670,13 @@ fn ab_on_real_decode_captures_finds_the_contaminated_step_slower() {
         w.baseline.median_ns, w.trial.median_ns, w.relative_change.unwrap() * 100.0, w.ci_low.unwrap() * 100.0, w.ci_high.unwrap() * 100.0,
         busy.relative_change.unwrap() * 100.0, w.baseline.p99_ns, w.trial.p99_ns);
     // and the reverse direction is faster
-    let back = nsyskit::compare::ab::compare_label(it, &[&sm], &[&sc], &s, nsyskit::compare::ab::Metric::HostWall);
+    let back = nsyskit::capture_compare::ab::compare_label(
+        it,
+        &[&sm],
+        &[&sc],
+        &s,
+        nsyskit::capture_compare::ab::Metric::HostWall,
+    );
     assert_eq!(back.verdict, "faster");
 }
 

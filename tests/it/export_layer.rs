@@ -248,8 +248,8 @@ const TABLE_NAMES_ALLOWED_IN: [&str; 8] = [
     "src/gate_check/mod.rs",
     "src/serve_capture/",
     "src/pod_attach",
-    "src/resolve/",
-    "src/compare/",
+    "src/nsys_resolve/",
+    "src/capture_compare/",
     "bins/pod-attach/",
     "nu-plugin/",
 ];

@@ -108,7 +108,7 @@ fn resolves_and_probes_the_real_nsys_2023_4() {
     assert_eq!(cands[0]["chosen"], true);
     assert_eq!(cands[0]["reason"], "given by NSYS_BIN");
     // the same capability answers as the stored help texts
-    let stored = nsyskit::resolve::parse_capabilities(
+    let stored = nsyskit::nsys_resolve::parse_capabilities(
         include_str!("../../fixtures/nsys-help/2023.4.4/profile-help.txt"),
         include_str!("../../fixtures/nsys-help/2023.4.4/export-help.txt"),
     );
@@ -255,7 +255,7 @@ fn install_folders_newest_version_first() {
         fake_nsys(&t.path().join(dir).join("bin"), v);
     }
     script(&t.path().join("2026.1.1/bin"), "nsys", "exit 1");
-    let opts = nsyskit::resolve::ResolveOptions {
+    let opts = nsyskit::nsys_resolve::ResolveOptions {
         nsys: None,
         nsys_bin: None,
         path_var: Some(tempfile::tempdir().unwrap().path().as_os_str().to_owned()),
@@ -264,7 +264,7 @@ fn install_folders_newest_version_first() {
         probe: true,
         require_explicit: false,
     };
-    let r = nsyskit::resolve::resolve(&opts).unwrap();
+    let r = nsyskit::nsys_resolve::resolve(&opts).unwrap();
     assert_eq!(r.version, "2025.3.1.90-2");
     assert_eq!(r.source, "install-dir");
     assert!(
@@ -286,9 +286,9 @@ fn fake_smi(dir: &Path, gpu_csv: &str, apps_csv: &str) -> PathBuf {
         "nvidia-smi",
         &format!(
             "case \"$*\" in\n  '--query-gpu={} --format=csv') cat '{}';;\n  '--query-compute-apps={} --format=csv') cat '{}';;\n  --version) cat '{}';;\n  '') cat '{}';;\n  *) echo \"Invalid combination of input arguments: $*\"; exit 2;;\nesac",
-            nsyskit::resolve::GPU_QUERY,
+            nsyskit::nsys_resolve::GPU_QUERY,
             f.join(gpu_csv).display(),
-            nsyskit::resolve::APPS_QUERY,
+            nsyskit::nsys_resolve::APPS_QUERY,
             f.join(apps_csv).display(),
             f.join("version.txt").display(),
             f.join("nvidia-smi_idle.txt").display(),
@@ -502,9 +502,9 @@ fn record_writes_the_same_document_with_secrets_redacted() {
     let rec: Value = serde_json::from_str(&text).unwrap();
     common::assert_valid(&rec);
     assert_eq!(rec, doc, "the record is the document printed on stdout");
-    let loaded = nsyskit::resolve::load_record(&dir.join("provenance.json")).unwrap();
+    let loaded = nsyskit::nsys_resolve::load_record(&dir.join("provenance.json")).unwrap();
     assert_eq!(serde_json::to_value(&loaded).unwrap(), doc);
-    let e = nsyskit::resolve::load_record(&repo.join("a.py")).unwrap_err();
+    let e = nsyskit::nsys_resolve::load_record(&repo.join("a.py")).unwrap_err();
     assert!(e.message.starts_with(&format!("{}: not JSON", repo.join("a.py").display())), "{}", e.message);
     assert!(
         !text.contains("hf_secret_value")
@@ -578,10 +578,10 @@ fn a_bad_env_flag_is_exit_2() {
 fn the_resolved_canonical_path_exports_a_nsys_rep() {
     let Some(nsys) = real_nsys("the_resolved_canonical_path_exports_a_nsys_rep") else { return };
     let rep = common::fixture("nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep");
-    let resolved = nsyskit::resolve::resolve(&nsyskit::resolve::ResolveOptions {
+    let resolved = nsyskit::nsys_resolve::resolve(&nsyskit::nsys_resolve::ResolveOptions {
         nsys: Some(nsys),
         probe: false,
-        ..nsyskit::resolve::ResolveOptions::from_env()
+        ..nsyskit::nsys_resolve::ResolveOptions::from_env()
     })
     .unwrap();
     let cap = nsyskit::export::open_capture(&rep, Some(&resolved.path)).unwrap();
@@ -678,7 +678,10 @@ fn finds_nsys_in_the_projects_own_install_folder() {
     assert_eq!(code, 0, "{err}");
     assert!(doc["nsys"]["path"].as_str().unwrap().starts_with(&nh.display().to_string()), "{doc}");
     assert_eq!(
-        nsyskit::resolve::project_install_globs(Some(std::ffi::OsStr::new("/n")), Some(std::ffi::OsStr::new("/h"))),
+        nsyskit::nsys_resolve::project_install_globs(
+            Some(std::ffi::OsStr::new("/n")),
+            Some(std::ffi::OsStr::new("/h"))
+        ),
         ["/n/usr/bin/nsys", "/h/.cache/nsyskit/*/usr/bin/nsys"]
     );
 }

@@ -641,8 +641,8 @@ fn worker_dying_mid_load_rejects_the_sample() {
 /// recorded its server (OUT/pids/server.pid exists), then "after".
 fn phased_smi(dir: &Path, out: &Path, before: (&str, &str), after: (&str, &str)) -> PathBuf {
     let f = common::root().join("fixtures/nvidia-smi");
-    let q = nsyskit::resolve::GPU_QUERY;
-    let a = nsyskit::resolve::APPS_QUERY;
+    let q = nsyskit::nsys_resolve::GPU_QUERY;
+    let a = nsyskit::nsys_resolve::APPS_QUERY;
     std::fs::create_dir_all(dir).unwrap();
     script(
         &dir.join("nvidia-smi"),

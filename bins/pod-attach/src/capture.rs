@@ -435,7 +435,7 @@ pub async fn run<C: Cluster>(c: &C, o: &Options, setup: &Shared, gate: &Gate) ->
     let sidecar = o.strategy != Strategy::Session;
     let tools = if sidecar { o.sidecar_name.clone() } else { container.clone() };
     let mut x = Ctx { c, o, pod: pod_name.clone(), tools: tools.clone(), warnings: Vec::new() };
-    for w in nsyskit::resolve::workload::warnings(&o.workload, false) {
+    for w in nsyskit::nsys_resolve::workload::warnings(&o.workload, false) {
         x.warn(w);
     }
     let mut image_id = None;

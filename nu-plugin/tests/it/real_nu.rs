@@ -304,11 +304,11 @@ fn capture_compare_ab_numbers_match_the_binary() {
     let clean = "fixtures/nsys-2025.3.1/decode_clean.sqlite";
     let mixed = "fixtures/nsys-2025.3.1/decode_mixed.sqlite";
     // the library's document, as the binary prints it
-    let want = nsyskit::compare::run(&nsyskit::compare::CompareOptions {
+    let want = nsyskit::capture_compare::run(&nsyskit::capture_compare::CompareOptions {
         baseline: vec![common::root().join(clean)],
         trial: vec![common::root().join(clean)],
         fail_on_regression: Some(5.0),
-        ab: nsyskit::compare::ab::AbSettings { resamples: 300, ..Default::default() },
+        ab: nsyskit::capture_compare::ab::AbSettings { resamples: 300, ..Default::default() },
         ..Default::default()
     })
     .unwrap();

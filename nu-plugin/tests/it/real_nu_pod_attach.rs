@@ -138,7 +138,7 @@ impl Engine {
         let marker = format!("standin-engine-nu{tag}-{}", std::process::id());
         let session = format!("pa-nu-{tag}-{}", std::process::id());
         let child = Command::new(nsys)
-            .args(["launch", &format!("--session-new={session}"), "--trace=osrt", "python3"])
+            .args(["launch", &format!("--session-new={session}"), "--trace=osrt", "--cuda-graph-trace=node", "python3"])
             .arg(root.join("bins/pod-attach/tests/data/standin_engine.py"))
             .args(["serve", &marker])
             .arg(&portfile)

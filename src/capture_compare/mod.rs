@@ -265,7 +265,7 @@ pub struct ThroughputComparison {
 
 /// `nsyskit.compare/v1`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct CompareDoc {
+pub struct CaptureCompareDoc {
     pub schema: String,
     pub tool: Tool,
     /// `COMPARABLE`; `REFUSED` (exit 1: an invalidator holds); `UNVERIFIED` (exit 1: none holds, but some
@@ -303,7 +303,7 @@ pub struct CompareDoc {
     pub notes: Vec<String>,
 }
 
-impl Document for CompareDoc {
+impl Document for CaptureCompareDoc {
     const KIND: &'static str = "compare";
     const TOOL: &'static str = "capture-compare";
     fn exit_code(&self) -> i32 {
@@ -505,7 +505,7 @@ fn capture_iteration_label(c: &Capture, unstable: &BTreeSet<String>) -> Option<S
 }
 
 /// Load the inputs and compare them.
-pub fn run(opts: &CompareOptions) -> Result<CompareDoc> {
+pub fn run(opts: &CompareOptions) -> Result<CaptureCompareDoc> {
     let categories = match &opts.categories {
         Some(p) => Categories::from_file(p).map_err(|e| e.with_arg("--categories"))?,
         None => Categories::builtin(),
@@ -592,8 +592,8 @@ pub fn compare_captures(
     trial: &[Capture],
     categories: &Categories,
     opts: &CompareOptions,
-) -> CompareDoc {
-    let (schema, tool) = CompareDoc::header();
+) -> CaptureCompareDoc {
+    let (schema, tool) = CaptureCompareDoc::header();
     let reference = &base[0];
     let unstable = checks::unstable_labels(base.iter().chain(trial.iter()).flat_map(|c| {
         c.labels.iter().flat_map(|l| l.keys()).chain(c.series.iter().flat_map(|s| s.keys())).map(|k| k.as_str())
@@ -612,7 +612,7 @@ pub fn compare_captures(
     let mut warnings = alternation_warnings(base, trial);
     warnings.extend(cross_check_warnings(base.iter().chain(trial.iter())));
     let throughput = throughput_comparison(&base[0].side, &trial[0].side);
-    let mut doc = CompareDoc {
+    let mut doc = CaptureCompareDoc {
         schema,
         tool,
         verdict: if refused {
@@ -737,7 +737,7 @@ fn comparability_checks(
 }
 
 /// The note of an unverified pair, or of unknown facts accepted with `--allow-unverified`.
-fn unverified_notes(doc: &CompareDoc, notes: &mut Vec<String>) {
+fn unverified_notes(doc: &CaptureCompareDoc, notes: &mut Vec<String>) {
     if doc.verdict == "UNVERIFIED" {
         notes.push(format!(
             "unverified: {} comparability check(s) could not be made (see unchecked): no invalidator was found, but the pair is not shown comparable; the deltas and A/B statistics below are given for reading; --allow-unverified accepts the unknown facts (exit 0), --strict refuses on them; provenance documents (--provenance-a/-b) or bundles that carry them make the checks",

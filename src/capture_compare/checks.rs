@@ -65,13 +65,13 @@ pub struct RunFacts {
     pub graph_mode: Fact,
 }
 
-pub use crate::resolve::workload::EAGER_FLAGS;
+pub use crate::nsys_resolve::workload::EAGER_FLAGS;
 
 /// The server argv of a run: `provenance.capture.server_cmd` split like a shell, else the `server` process of
 /// the serve-capture document. With where it was read.
 fn server_argv(p: &Value, s: &Value, prov_name: &str) -> Option<(Vec<String>, String)> {
     if let Some(c) = get(p, "capture.server_cmd").and_then(|c| c.as_str()) {
-        return Some((crate::resolve::split_words(c), format!("{prov_name}.capture.server_cmd")));
+        return Some((crate::nsys_resolve::split_words(c), format!("{prov_name}.capture.server_cmd")));
     }
     let procs = get(s, "processes")?.as_array()?;
     let server = procs.iter().find(|x| x.get("role").and_then(|r| r.as_str()) == Some("server"))?;

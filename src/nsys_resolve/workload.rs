@@ -2,7 +2,7 @@
 //! seed policy, clock policy and the diagnostic instrumentation patch's identity (`provenance.workload`).
 //!
 //! `capture-compare` compares `workload.request_rate`, `.concurrency`, `.seed_policy`, `.clock_policy` and
-//! `.instrumentation_patch` between two captures (`src/compare/checks.rs`); a value absent on a side is
+//! `.instrumentation_patch` between two captures (`src/capture_compare/checks.rs`); a value absent on a side is
 //! "unchecked". serve-capture (and pod-attach) fill it from their flags and from the load command's own flags
 //! ([`from_command`]); an explicit flag that disagrees with the load command is a usage error naming both.
 

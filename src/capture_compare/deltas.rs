@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use super::{CategoryDelta, CompareDoc, Delta, KernelDelta, KernelOnly, RangeDelta, Side, ThroughputComparison};
+use super::{CaptureCompareDoc, CategoryDelta, Delta, KernelDelta, KernelOnly, RangeDelta, Side, ThroughputComparison};
 use crate::categories::{category_shares, Categories, CategoryShare, KernelStat};
 use crate::evidence::{Evidence, RangeRow};
 
@@ -46,7 +46,7 @@ pub(super) fn throughput_comparison(a: &Side, b: &Side) -> ThroughputComparison 
 }
 
 pub(super) fn pair_deltas(
-    doc: &mut CompareDoc,
+    doc: &mut CaptureCompareDoc,
     notes: &mut Vec<String>,
     a: &Evidence,
     b: &Evidence,
