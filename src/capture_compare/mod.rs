@@ -433,7 +433,7 @@ pub fn capture_of(ev: Evidence, role: &str, path: &std::path::Path, tier: crate:
             .then(|| r.totals.kernel_work_attributed_ns as f64 / r.totals.kernel_work_total_ns as f64)
     });
     let (started, started_source) = match ev.started_utc_ns {
-        Some(t) => (Some(t), Some("TARGET_INFO_SESSION_START_TIME.utcEpochNs".to_string())),
+        Some(t) => (Some(t), Some(format!("{}.utcEpochNs", crate::export::schema::TARGET_INFO_SESSION_START_TIME))),
         None => match ev
             .provenance
             .as_ref()

@@ -629,7 +629,7 @@ pub fn gates(cx: &Context) -> Result<Vec<GateResult>> {
 
 /// A file that is SQLite but not an nsys export is unusable input (exit 2).
 fn check_is_nsys_export(e: &Export) -> Result<()> {
-    e.require("StringIds", &["id", "value"]).map_err(|err| {
+    e.require(crate::export::schema::STRING_IDS, &crate::export::schema::cols::STRING_IDS).map_err(|err| {
         Error::input(format!("{}; not an `nsys export --type sqlite` file", err.message)).with_arg("CAPTURE")
     })?;
     Ok(())
