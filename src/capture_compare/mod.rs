@@ -352,13 +352,7 @@ fn gate_fact_of_export(path: &std::path::Path, tier: crate::gate_check::Tier) ->
         ..Default::default()
     })?;
     let v = serde_json::to_value(&doc).map_err(|e| Error::input(format!("{}: gate: {e}", path.display())))?;
-    let reasons: Vec<String> = v["gates"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|g| g["verdict"].as_str().is_some_and(|v| v.eq_ignore_ascii_case("retry")))
-        .map(|g| format!("{}: {}", g["id"].as_str().unwrap_or("?"), g["reason"].as_str().unwrap_or("")))
-        .collect();
+    let reasons = crate::gate_check::retry_reasons(&v);
     let tier_name = v.get("tier").cloned().unwrap_or(Value::Null);
     Ok(Fact {
         value: json!({"verdict": v["verdict"], "retry": v["retry"], "reasons": reasons, "tier": tier_name}),
@@ -369,32 +363,17 @@ fn gate_fact_of_export(path: &std::path::Path, tier: crate::gate_check::Tier) ->
 /// The gate verdict a bundle records: `kernel_profile.gates`, else `pod_attach.gate.document`, else
 /// `serve_capture.gate`.
 fn gate_fact_of_bundle(bundle: &Value) -> Fact {
-    if let Some(g) = bundle.pointer("/kernel_profile/gates").filter(|g| g.is_object()) {
-        let reasons: Vec<String> = g["gates"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|x| x["verdict"].as_str().is_some_and(|v| v.eq_ignore_ascii_case("retry")))
-            .map(|x| format!("{}: {}", x["id"].as_str().unwrap_or("?"), x["reason"].as_str().unwrap_or("")))
-            .collect();
-        return Fact {
-            value: json!({"verdict": g["verdict"], "retry": g["retry"], "reasons": reasons, "tier": g["tier"]}),
-            source: "kernel_profile.gates".into(),
-        };
-    }
-    // pod-attach --bundle keeps gate-check's document at pod_attach.gate.document
-    if let Some(g) = bundle.pointer("/pod_attach/gate/document").filter(|g| g.is_object()) {
-        let reasons: Vec<String> = g["gates"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|x| x["verdict"].as_str().is_some_and(|v| v.eq_ignore_ascii_case("retry")))
-            .map(|x| format!("{}: {}", x["id"].as_str().unwrap_or("?"), x["reason"].as_str().unwrap_or("")))
-            .collect();
-        return Fact {
-            value: json!({"verdict": g["verdict"], "retry": g["retry"], "reasons": reasons, "tier": g["tier"]}),
-            source: "pod_attach.gate.document".into(),
-        };
+    // a gate-check document: bundle-merge's place, or pod-attach --bundle's (pod_attach.gate.document)
+    for (at, source) in
+        [("/kernel_profile/gates", "kernel_profile.gates"), ("/pod_attach/gate/document", "pod_attach.gate.document")]
+    {
+        if let Some(g) = bundle.pointer(at).filter(|g| g.is_object()) {
+            let reasons = crate::gate_check::retry_reasons(g);
+            return Fact {
+                value: json!({"verdict": g["verdict"], "retry": g["retry"], "reasons": reasons, "tier": g["tier"]}),
+                source: source.into(),
+            };
+        }
     }
     if let Some(g) = bundle.pointer("/serve_capture/gate").filter(|g| g.is_object()) {
         return Fact {

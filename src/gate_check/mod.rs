@@ -515,6 +515,24 @@ pub struct EvidenceGates {
     pub source: String,
 }
 
+/// `ID: reason` of each retried gate of a gate-check document read as JSON (verdicts in either case: older
+/// documents wrote them lower case).
+pub fn retry_reasons(doc: &Value) -> Vec<String> {
+    doc.get("gates")
+        .and_then(|l| l.as_array())
+        .into_iter()
+        .flatten()
+        .filter(|x| x.get("verdict").and_then(|v| v.as_str()).is_some_and(|v| v.eq_ignore_ascii_case("retry")))
+        .map(|x| {
+            format!(
+                "{}: {}",
+                x.get("id").and_then(|v| v.as_str()).unwrap_or("?"),
+                x.get("reason").and_then(|v| v.as_str()).unwrap_or("")
+            )
+        })
+        .collect()
+}
+
 impl EvidenceGates {
     /// From a gate-check document as JSON (`{verdict, retry, gates[]}`), read at `source`.
     pub fn of_doc(g: &Value, source: &str) -> Option<EvidenceGates> {
@@ -524,21 +542,7 @@ impl EvidenceGates {
             .and_then(|r| r.as_array())
             .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
             .unwrap_or_default();
-        let reasons = g
-            .get("gates")
-            .and_then(|l| l.as_array())
-            .into_iter()
-            .flatten()
-            .filter(|x| x.get("verdict").and_then(|v| v.as_str()).is_some_and(|v| v.eq_ignore_ascii_case("retry")))
-            .map(|x| {
-                format!(
-                    "{}: {}",
-                    x.get("id").and_then(|v| v.as_str()).unwrap_or("?"),
-                    x.get("reason").and_then(|v| v.as_str()).unwrap_or("")
-                )
-            })
-            .collect();
-        Some(EvidenceGates { verdict, retry, reasons, source: source.into() })
+        Some(EvidenceGates { verdict, retry, reasons: retry_reasons(g), source: source.into() })
     }
     /// gate-check (throughput tier) run on an open export, the one source every tool reads it from.
     pub fn of_export(export: &Export, source: &export::CaptureSource) -> Result<Option<EvidenceGates>> {
