@@ -4,7 +4,9 @@
 //! fixture COPIES times: NVTX_EVENTS, CUPTI_ACTIVITY_KIND_RUNTIME and the four device tables get every row once
 //! per copy, with timestamps shifted by `copy × (capture length + 1 ms)` and correlation ids shifted by
 //! `copy × (max correlationId + 1)` (fresh ids: no copy's kernels join another copy's calls); every other table
-//! (StringIds, PROCESSES, ThreadNames, META_DATA_*, …) is copied once. The source is opened read-only.
+//! (StringIds, PROCESSES, ThreadNames, META_DATA_*, …) is copied once, except that `ANALYSIS_DETAILS`'s `duration`
+//! and `stopTime` grow by the copies' length (else every range of a later copy would end after the capture's end:
+//! closed by it, no occurrence). The source is opened read-only.
 //!
 //! `gen-big-export --scan-floor FILE.sqlite` prints the wall time of the bare scan floor: one SELECT of only the
 //! columns `sqlite-ranges` reads from each table it reads, stepped through with the same SQLite library.
@@ -95,6 +97,21 @@ fn main() {
             .unwrap();
         }
         eprint!("\r{name}: {copies} copies\x1b[K");
+    }
+    // the capture lasts as long as its copies: a range ending after ANALYSIS_DETAILS.duration is one nsys closed
+    // at the capture's end (not an occurrence), so a copy beyond the source's duration would not be analysed
+    let extra = (copies - 1) * shift;
+    if tables.iter().any(|(n, _)| n == "ANALYSIS_DETAILS") {
+        for col in ["duration", "stopTime"] {
+            let has: i64 = out
+                .query_row("SELECT count(*) FROM pragma_table_info('ANALYSIS_DETAILS') WHERE name = ?1", [col], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            if has > 0 {
+                out.execute_batch(&format!("UPDATE ANALYSIS_DETAILS SET \"{col}\" = \"{col}\" + {extra}")).unwrap();
+            }
+        }
     }
     out.execute_batch("COMMIT").unwrap();
     eprintln!();
