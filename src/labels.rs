@@ -23,7 +23,6 @@
 //! `layer3`), and a field this module does not know.
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// The most bytes of an NVTX message a label keeps: a longer one is cut at a character boundary at or below
 /// this and ends with [`LABEL_CUT_MARKER`], so a label's memory is bounded (an export of thousands of distinct
@@ -161,6 +160,17 @@ fn split_fields(raw: &str) -> Option<(&str, Vec<(&str, &str)>)> {
     Some((base, fields))
 }
 
+/// [`fold_label`] when it changes `raw`, else None: most labels are tested without an allocation (no
+/// `key = value` field and no trailing number).
+pub fn fold_changed(raw: &str) -> Option<Fold> {
+    let cut = [raw.rfind('.'), raw.rfind(' '), raw.rfind('#')].into_iter().flatten().max();
+    let trailing = cut.is_some_and(|i| is_digits(&raw[i + 1..]));
+    if !trailing && !raw.contains(" = ") {
+        return None;
+    }
+    Some(fold_label(raw)).filter(Fold::changed)
+}
+
 /// Fold one label (see the module documentation for the forms).
 pub fn fold_label(raw: &str) -> Fold {
     let mut rules = Vec::new();
@@ -236,13 +246,18 @@ struct Entry {
     examples: Vec<String>,
 }
 
-/// Accumulates raw labels (with their occurrence counts) and remembers what each folded into.
+/// Accumulates raw labels (with their occurrence counts) and remembers what each folded into. The labels live in
+/// interners (one buffer each, no allocation per label: an emit_nvtx capture has one raw label per op call).
 #[derive(Default)]
 pub struct Folder {
-    /// raw label -> folded label (None: unchanged)
-    seen: std::collections::HashMap<String, Option<String>>,
-    folded: BTreeMap<String, Entry>,
-    unchanged: std::collections::HashSet<String>,
+    /// raw labels seen, and what each folded into (an index into `folded`; u32::MAX: unchanged)
+    seen: crate::fx::Interner,
+    target: Vec<u32>,
+    /// the folded labels and their entries (same ids)
+    folded_names: crate::fx::Interner,
+    folded: Vec<Entry>,
+    /// the stable labels: unchanged raw labels and folded labels
+    stable: crate::fx::Interner,
     folded_occurrences: u64,
 }
 
@@ -252,41 +267,52 @@ impl Folder {
     }
 
     /// Record `n` occurrences of `raw`; returns the label to use for it.
-    pub fn add(&mut self, raw: &str, n: u64) -> String {
-        let target = match self.seen.get(raw) {
-            Some(t) => t.clone(),
-            None => {
-                let f = fold_label(raw);
-                let t = f.changed().then(|| f.label.clone());
-                match &t {
-                    Some(label) => {
-                        let e = self.folded.entry(label.clone()).or_default();
-                        e.raw += 1;
-                        for r in f.rules {
-                            if !e.rules.contains(&r) {
-                                e.rules.push(r);
-                            }
-                        }
-                        e.rules.sort();
-                        if e.examples.len() < 3 {
-                            e.examples.push(raw.to_string());
-                        }
-                    }
-                    None => {
-                        self.unchanged.insert(raw.to_string());
+    pub fn add<'a>(&'a mut self, raw: &'a str, n: u64) -> &'a str {
+        let (id, new) = self.seen.intern(raw.as_bytes());
+        if new {
+            let t = self.fold_new(raw);
+            self.target.push(t);
+        }
+        self.count(raw, self.target[id as usize], n)
+    }
+
+    fn count<'a>(&'a mut self, raw: &'a str, target: u32, n: u64) -> &'a str {
+        match target {
+            u32::MAX => raw,
+            k => {
+                self.folded[k as usize].occurrences += n;
+                self.folded_occurrences += n;
+                std::str::from_utf8(self.folded_names.bytes(k)).unwrap_or_default()
+            }
+        }
+    }
+
+    /// What a raw label seen for the first time folds into (an index into `folded`, u32::MAX: unchanged).
+    fn fold_new(&mut self, raw: &str) -> u32 {
+        match fold_changed(raw) {
+            Some(f) => {
+                let (k, new_label) = self.folded_names.intern(f.label.as_bytes());
+                if new_label {
+                    self.folded.push(Entry::default());
+                    self.stable.intern(f.label.as_bytes());
+                }
+                let e = &mut self.folded[k as usize];
+                e.raw += 1;
+                for r in f.rules {
+                    if !e.rules.contains(&r) {
+                        e.rules.push(r);
                     }
                 }
-                self.seen.insert(raw.to_string(), t.clone());
-                t
+                e.rules.sort();
+                if e.examples.len() < 3 {
+                    e.examples.push(raw.to_string());
+                }
+                k
             }
-        };
-        match target {
-            Some(label) => {
-                self.folded.get_mut(&label).expect("entry made above").occurrences += n;
-                self.folded_occurrences += n;
-                label
+            None => {
+                self.stable.intern(raw.as_bytes());
+                u32::MAX
             }
-            None => raw.to_string(),
         }
     }
 
@@ -295,8 +321,9 @@ impl Folder {
         let mut folded: Vec<FoldedLabel> = self
             .folded
             .iter()
-            .map(|(label, e)| FoldedLabel {
-                label: label.clone(),
+            .enumerate()
+            .map(|(k, e)| FoldedLabel {
+                label: String::from_utf8_lossy(self.folded_names.bytes(k as u32)).into_owned(),
                 occurrences: e.occurrences,
                 raw_labels: e.raw,
                 rules: e.rules.clone(),
@@ -306,11 +333,9 @@ impl Folder {
         folded.sort_by(|a, b| b.occurrences.cmp(&a.occurrences).then_with(|| a.label.cmp(&b.label)));
         let left_out = folded.len().saturating_sub(limit) as u64;
         folded.truncate(limit);
-        let mut stable: std::collections::HashSet<&str> = self.unchanged.iter().map(String::as_str).collect();
-        stable.extend(self.folded.keys().map(String::as_str));
         FoldReport {
             raw_labels: self.seen.len() as u64,
-            labels: stable.len() as u64,
+            labels: self.stable.len() as u64,
             folded_occurrences: self.folded_occurrences,
             folded,
             folded_left_out: left_out,

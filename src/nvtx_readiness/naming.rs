@@ -24,9 +24,9 @@ pub fn prefixes_seen<'a>(all: impl IntoIterator<Item = &'a Occurrence>) -> Vec<P
     let mut folder = crate::labels::Folder::new();
     for (raw, n) in counts {
         let l = folder.add(raw, n);
-        if let Some(p) = label_prefix(&l) {
+        if let Some(p) = label_prefix(l) {
             let e = per.entry(p).or_default();
-            e.0.insert(l);
+            e.0.insert(l.to_string());
             e.1 += n;
         }
     }

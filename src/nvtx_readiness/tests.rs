@@ -106,9 +106,9 @@ fn prefixes_of_distinct_labels_are_those_of_every_occurrence() {
         // a framework's own ranges (here `engine::decode N`, namespace::op) are left out
         for x in occ.iter().filter(|x| !crate::framework::is_framework(&x.label)) {
             let l = folder.add(&x.label, 1);
-            if let Some(p) = label_prefix(&l) {
+            if let Some(p) = label_prefix(l) {
                 let e = per.entry(p).or_default();
-                e.0.insert(l);
+                e.0.insert(l.to_string());
                 e.1 += 1;
             }
         }

@@ -55,12 +55,16 @@ pub(super) fn map_threads(export: &Export, w: &Work) -> Result<Vec<ThreadDiagnos
 /// the high-cardinality label groups.
 pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, Vec<HighCardinality>)> {
     let (occ, metrics, label_names) = (&w.occ, &w.metrics, &w.label_names);
-    let mut by_label: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    // by label id, the labels in byte order (one lookup per occurrence, no string compared)
+    let mut by_id: Vec<Vec<usize>> = vec![Vec::new(); label_names.len()];
     for (i, o) in occ.iter().enumerate() {
-        by_label.entry(label_names[o.label as usize].as_str()).or_default().push(i);
+        by_id[o.label as usize].push(i);
     }
+    let mut order: Vec<usize> = (0..label_names.len()).filter(|&l| !by_id[l].is_empty()).collect();
+    order.sort_unstable_by(|&a, &b| label_names[a].as_str().cmp(label_names[b].as_str()));
+    let by_label: Vec<(&str, &Vec<usize>)> = order.iter().map(|&l| (label_names[l].as_str(), &by_id[l])).collect();
     let mut ranges = Vec::with_capacity(by_label.len());
-    for (label, idxs) in &by_label {
+    for &(label, idxs) in &by_label {
         let mut walls: Vec<i64> = idxs.iter().map(|&i| occ[i].end - occ[i].start).collect();
         walls.sort_unstable();
         let mut r = RangeStats {
@@ -102,6 +106,8 @@ pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, V
         for &w in &walls {
             add(&mut r.host_wall_time_ns, w, "host_wall_time_ns")?;
         }
+        // parents by label id (u32::MAX: none), named after the loop
+        let mut parents: FxMap<u32, u64> = FxMap::default();
         for &i in idxs {
             let (m, n) = (&metrics[i], &w.counts[i]);
             let o = &occ[i];
@@ -126,12 +132,12 @@ pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, V
                 add(&mut e.total_ns, s.total_ns, "sync total_ns")?;
             }
             *r.depths.entry(o.depth).or_default() += 1;
-            let parent = if o.parent == u32::MAX {
-                String::new()
-            } else {
-                label_names[occ[o.parent as usize].label as usize].clone()
-            };
-            *r.parents.entry(parent).or_default() += 1;
+            let parent = if o.parent == u32::MAX { u32::MAX } else { occ[o.parent as usize].label };
+            *parents.entry(parent).or_default() += 1;
+        }
+        for (p, n) in parents {
+            let name = if p == u32::MAX { String::new() } else { label_names[p as usize].clone() };
+            *r.parents.entry(name).or_default() += n;
         }
         if r.host_wall_time_ns > 0 {
             r.host_range_kernel_coverage_fraction =
@@ -145,7 +151,7 @@ pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, V
     ranges.sort_by(|a, b| {
         b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.as_bytes().cmp(b.label.as_bytes()))
     });
-    let high_cardinality_labels = high_cardinality(by_label.keys().copied());
+    let high_cardinality_labels = high_cardinality(by_label.iter().map(|(l, _)| *l));
     Ok((ranges, high_cardinality_labels))
 }
 

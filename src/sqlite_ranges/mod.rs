@@ -22,6 +22,7 @@ mod aggregate;
 mod captured;
 mod device;
 mod doc;
+mod fold_read;
 mod occurrences;
 mod runtime;
 mod scan;
@@ -37,6 +38,7 @@ pub use captured::*;
 use device::{attribute_device_rows, DeviceRows};
 pub use doc::*;
 use runtime::join_runtime;
+pub use scan::Preloaded;
 use scan::{nvtx_table, run_scans};
 
 use std::collections::BTreeMap;
@@ -413,6 +415,20 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
     Ok(Analysis { doc, occurrences, metrics })
 }
 
+/// [`analyze`], whose reads also compute the timed-stats facts of the tables they read (as
+/// [`analyze_sharing_scans`]), and its loaded occurrences for the next analysis of the export with the same
+/// options ([`analyze_with_intervals_preloaded`]: the step budget's second pass reads no NVTX row again).
+pub fn analyze_preloading(export: &Export, opts: &RangesOptions) -> Result<(Analysis, Preloaded)> {
+    let mut w = run_scans(export, opts, None, true, false, None, None)?;
+    let pre = Preloaded(w.load_part(opts));
+    let thread_diagnostics = map_threads(export, &w)?;
+    let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
+    w.loaded = None;
+    let (doc, detail) = finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, true)?;
+    let (occurrences, metrics) = detail.expect("asked for");
+    Ok((Analysis { doc, occurrences, metrics }, pre))
+}
+
 type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
 
 /// The analysis; the public per-occurrence vectors are built only when `detail` is asked for. It runs as
@@ -420,7 +436,7 @@ type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
 /// [`map_threads`], [`aggregate`] and [`finish`]. With `share`, the reads also compute the timed-stats facts
 /// of the tables they read ([`run_scans`]).
 fn analyze_impl(export: &Export, opts: &RangesOptions, detail: bool, share: bool) -> Result<(SqliteRangesDoc, Detail)> {
-    let w = run_scans(export, opts, None, share, false, None)?;
+    let w = run_scans(export, opts, None, share, false, None, None)?;
     let mut ph = crate::phase::Phases::new("sqlite-ranges");
     let thread_diagnostics = map_threads(export, &w)?;
     ph.mark("map_threads");
@@ -501,7 +517,18 @@ pub fn analyze_with_intervals(
     opts: &RangesOptions,
     want: &dyn Fn(&str) -> bool,
 ) -> Result<(Analysis, Collected)> {
-    analyze_with_intervals_keeping(export, opts, want, false, None)
+    analyze_with_intervals_impl(export, opts, want, false, None, None)
+}
+
+/// [`analyze_with_intervals`] starting from the occurrences an earlier analysis of the same export loaded
+/// ([`analyze_preloading`]; loaded again when its options differ).
+pub fn analyze_with_intervals_preloaded(
+    export: &Export,
+    opts: &RangesOptions,
+    want: &dyn Fn(&str) -> bool,
+    pre: Preloaded,
+) -> Result<(Analysis, Collected)> {
+    analyze_with_intervals_impl(export, opts, want, false, None, Some(pre))
 }
 
 /// Called once with the rows an analysis with intervals captured, as soon as they are read (before the
@@ -519,8 +546,19 @@ pub fn analyze_with_intervals_keeping(
     keep_occurrences: bool,
     ready: Option<RowsReady<'_>>,
 ) -> Result<(Analysis, Collected)> {
+    analyze_with_intervals_impl(export, opts, want, keep_occurrences, ready, None)
+}
+
+fn analyze_with_intervals_impl(
+    export: &Export,
+    opts: &RangesOptions,
+    want: &dyn Fn(&str) -> bool,
+    keep_occurrences: bool,
+    ready: Option<RowsReady<'_>>,
+    pre: Option<Preloaded>,
+) -> Result<(Analysis, Collected)> {
     let keep = keep_occurrences && opts.range_prefix.is_none() && opts.window.is_none();
-    let mut w = run_scans(export, opts, Some(want), true, keep, ready)?;
+    let mut w = run_scans(export, opts, Some(want), true, keep, ready, pre)?;
     let thread_diagnostics = map_threads(export, &w)?;
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
     let (per_occ, rows, runtime_read, device_ids) =

@@ -17,8 +17,10 @@ pub(super) fn run_scans(
     share_stats: bool,
     keep_occurrences: bool,
     ready: Option<RowsReady<'_>>,
+    pre: Option<Preloaded>,
 ) -> Result<Work> {
     check_tables(export)?;
+    let pre = pre.filter(|p| p.fits(opts) && !keep_occurrences);
     let stats = |t: &str| if share_stats { export.stats_wanted(t) } else { None };
     let dev_tables: Vec<(DeviceKind, crate::export::TableInfo, Option<Keep>)> = DeviceKind::ALL
         .iter()
@@ -58,7 +60,10 @@ pub(super) fn run_scans(
             };
         let mut ph = crate::phase::Phases::new("sqlite-ranges");
         let main = (|| -> Result<(Work, CorrTable, bool)> {
-            let mut w = load(export, opts, keep_occurrences, stats(schema::NVTX_EVENTS))?;
+            let mut w = match pre {
+                Some(Preloaded(part)) => Work::of_load(part, None),
+                None => load(export, opts, keep_occurrences, stats(schema::NVTX_EVENTS))?,
+            };
             ph.mark("load");
             if let Some(want) = want {
                 w.collect = Some(Collect {
@@ -175,36 +180,51 @@ pub(super) fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvt
         }
     }
     progress(&format!("reading {}", schema::NVTX_EVENTS));
-    let mut loaded = load_interned(export, opts, nvtx_stats)?;
+    // the raw labels are wanted only with the occurrences as read (keep_loaded) or without folding
+    let mut loaded = load_interned(export, opts, nvtx_stats, opts.fold && !keep_loaded && !raw_path_forced())?;
     let slices = thread_slices(&loaded.occurrences);
     let n = loaded.occurrences.len();
     // labels as ids; folding runs once per distinct raw label (with its occurrence count, first-seen order:
     // what one call per occurrence gives), and the folded labels are numbered in order of first occurrence
     let mut label_names: Vec<String> = Vec::new();
-    let mut folder = opts.fold.then(crate::labels::Folder::new);
+    let mut tally = opts.fold.then(|| loaded.tally.take().unwrap_or_default());
     let occ: Vec<COcc> = {
         let mut count = vec![0u64; loaded.labels.len()];
-        for o in &loaded.occurrences {
+        // the first occurrence of each label (its key orders the fold report's examples)
+        let mut first = vec![usize::MAX; loaded.labels.len()];
+        for (i, o) in loaded.occurrences.iter().enumerate() {
             count[o.label as usize] += 1;
+            if first[o.label as usize] == usize::MAX {
+                first[o.label as usize] = i;
+            }
         }
         let mut final_of: Vec<u32> = vec![u32::MAX; loaded.labels.len()];
-        let mut ids: FxMap<String, u32> = FxMap::default();
+        let mut ids = crate::fx::Interner::new();
         for r in loaded.occurrences.iter().map(|o| o.label) {
             if final_of[r as usize] == u32::MAX {
                 let raw = &loaded.labels[r as usize];
-                let label = match folder.as_mut() {
-                    Some(f) => f.add(raw, count[r as usize]),
-                    None => raw.clone(),
-                };
-                final_of[r as usize] = match ids.get(label.as_str()) {
-                    Some(&id) => id,
-                    None => {
-                        let id = label_names.len() as u32;
-                        label_names.push(label.clone());
-                        ids.insert(label, id);
-                        id
+                let label = match tally.as_mut() {
+                    Some(_) if loaded.prefolded.get(r as usize) == Some(&true) => raw.as_str(),
+                    Some(t) => {
+                        let o = &loaded.occurrences[first[r as usize]];
+                        let key = || super::fold_read::ExampleKey {
+                            gtid: o.global_tid,
+                            start: o.start,
+                            end: std::cmp::Reverse(o.end),
+                            raw: raw.clone(),
+                            event_type: o.event_type as i64,
+                            domain: o.domain_id,
+                        };
+                        let id = t.add(raw, count[r as usize], key);
+                        t.label(id)
                     }
+                    None => raw.as_str(),
                 };
+                let (id, new) = ids.intern(label.as_bytes());
+                if new {
+                    label_names.push(label.to_string());
+                }
+                final_of[r as usize] = id;
             }
         }
         let c_occ = |o: &occurrences::Interned| COcc {
@@ -233,36 +253,117 @@ pub(super) fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvt
         }
         slice_of.insert(g, (ti as u32, lo, hi));
     }
-    let nth = slices.len();
-    Ok(Work {
+    let folded = tally.map(|t| t.report(crate::labels::REPORT_LIMIT, label_names.len() as u64));
+    let part = LoadPart {
+        opts: opts.clone(),
         tables_present,
         skipped: loaded.skipped,
         truncated: std::mem::take(&mut loaded.truncated),
-        row_skips: RowSkips::new(),
         occ,
         label_names,
         slices,
         thread_of,
         slice_of,
-        runtime_calls: vec![0; n],
-        metrics: Vec::new(),
-        chain_counts: Vec::new(),
-        counts: Vec::new(),
-        sync_hits: FxMap::default(),
-        syncs: SyncTable::default(),
-        th_runtime: vec![0u64; nth],
-        th_device: vec![0u64; nth],
-        proc_idx: FxMap::default(),
-        chains: Chains::new(),
-        device_pids: FxSet::default(),
-        per_device: Vec::new(),
-        kernels_total: 0,
-        kernel_work_total: 0,
-        kernels_attr: 0,
-        kernel_work_attr: 0,
-        ambiguous_rows: 0,
-        folded: folder.map(|f| f.report(crate::labels::REPORT_LIMIT)),
-        collect: None,
-        loaded: keep_loaded.then_some(loaded),
-    })
+        folded,
+    };
+    Ok(Work::of_load(part, keep_loaded.then_some(loaded)))
+}
+
+/// What phase 1 ([`load`]) gives: the kept occurrences with their labels and threads. An analysis may hand it
+/// to the next one on the same export with the same options ([`Preloaded`]): the step budget chooses its step
+/// label with one analysis and collects the chosen label's intervals with a second, which then does not read
+/// `NVTX_EVENTS` again.
+#[derive(Clone)]
+pub(super) struct LoadPart {
+    opts: RangesOptions,
+    tables_present: Vec<String>,
+    skipped: Skipped,
+    truncated: Vec<occurrences::TruncatedRange>,
+    occ: Vec<COcc>,
+    label_names: Vec<String>,
+    slices: Vec<(i64, usize, usize)>,
+    thread_of: Vec<u32>,
+    slice_of: FxMap<i64, (u32, usize, usize)>,
+    folded: Option<crate::labels::FoldReport>,
+}
+
+impl Work {
+    fn of_load(p: LoadPart, loaded: Option<occurrences::InternedOccurrences>) -> Work {
+        let LoadPart {
+            tables_present, skipped, truncated, occ, label_names, slices, thread_of, slice_of, folded, ..
+        } = p;
+        let n = occ.len();
+        let nth = slices.len();
+        Work {
+            tables_present,
+            skipped,
+            truncated,
+            row_skips: RowSkips::new(),
+            occ,
+            label_names,
+            slices,
+            thread_of,
+            slice_of,
+            runtime_calls: vec![0; n],
+            metrics: Vec::new(),
+            chain_counts: Vec::new(),
+            counts: Vec::new(),
+            sync_hits: FxMap::default(),
+            syncs: SyncTable::default(),
+            th_runtime: vec![0u64; nth],
+            th_device: vec![0u64; nth],
+            proc_idx: FxMap::default(),
+            chains: Chains::new(),
+            device_pids: FxSet::default(),
+            per_device: Vec::new(),
+            kernels_total: 0,
+            kernel_work_total: 0,
+            kernels_attr: 0,
+            kernel_work_attr: 0,
+            ambiguous_rows: 0,
+            folded,
+            collect: None,
+            loaded,
+        }
+    }
+
+    /// The part of phase 1 (a copy, for the next analysis: [`Preloaded`]).
+    pub(super) fn load_part(&self, opts: &RangesOptions) -> LoadPart {
+        LoadPart {
+            opts: opts.clone(),
+            tables_present: self.tables_present.clone(),
+            skipped: self.skipped,
+            truncated: self.truncated.clone(),
+            occ: self.occ.clone(),
+            label_names: self.label_names.clone(),
+            slices: self.slices.clone(),
+            thread_of: self.thread_of.clone(),
+            slice_of: self.slice_of.clone(),
+            folded: self.folded.clone(),
+        }
+    }
+}
+
+/// Phase 1 of an earlier analysis of the same export, for the next one ([`LoadPart`]): used when its options
+/// are the same, else the next analysis loads again.
+#[derive(Clone)]
+pub struct Preloaded(pub(super) LoadPart);
+
+impl Preloaded {
+    pub(super) fn fits(&self, opts: &RangesOptions) -> bool {
+        self.0.opts == *opts
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: fold every label after the read (the raw path), to compare it with folding while reading.
+    pub(super) static FORCE_RAW_PATH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn raw_path_forced() -> bool {
+    #[cfg(test)]
+    return FORCE_RAW_PATH.with(|f| f.get());
+    #[cfg(not(test))]
+    false
 }

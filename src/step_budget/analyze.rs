@@ -34,8 +34,8 @@ pub fn analyze_window_with(
         .with_arg("--outlier-factor"));
     }
     let ropts = RangesOptions { fold: opts.fold, window, ..Default::default() };
-    let (label, choice) = match choose_label(export, &ropts, opts)? {
-        Chosen::Step(label, choice) => (label, choice),
+    let (label, choice, preloaded) = match choose_label(export, &ropts, opts)? {
+        Chosen::Step(label, choice, pre) => (label, choice, pre),
         Chosen::NoStep(doc) => return Ok(*doc),
     };
     let mut ph = crate::phase::Phases::new("step-budget");
@@ -43,7 +43,10 @@ pub fn analyze_window_with(
     let (a, collected, pre_built) = match pre.filter(|_| opts.step.is_some()) {
         Some((a, c)) => (a, c, pre_built),
         None => {
-            owned = sqlite_ranges::analyze_with_intervals(export, &ropts, &|l| l == label)?;
+            owned = match preloaded {
+                Some(p) => sqlite_ranges::analyze_with_intervals_preloaded(export, &ropts, &|l| l == label, *p)?,
+                None => sqlite_ranges::analyze_with_intervals(export, &ropts, &|l| l == label)?,
+            };
             (&owned.0, &owned.1, None)
         }
     };
@@ -195,8 +198,8 @@ pub(super) fn typical_verdict(
 
 /// The step label ([`crate::step_label`]), or the step budget of a capture in which no step can be attributed.
 pub(super) enum Chosen {
-    /// The label and how it was chosen (`--step`, or the rule's name).
-    Step(String, String),
+    /// The label and how it was chosen (`--step`, or the rule's name); the first pass's occurrences, loaded.
+    Step(String, String, Option<Box<sqlite_ranges::Preloaded>>),
     NoStep(Box<StepBudgetDoc>),
 }
 
@@ -205,9 +208,9 @@ pub(super) enum Chosen {
 pub(super) fn choose_label(export: &Export, ropts: &RangesOptions, opts: &StepBudgetOptions) -> Result<Chosen> {
     // pass 1 (labels only) when the step label is not given: the doc's label counts
     Ok(match &opts.step {
-        Some(l) => Chosen::Step(l.clone(), "--step".to_string()),
+        Some(l) => Chosen::Step(l.clone(), "--step".to_string(), None),
         None => {
-            let a = sqlite_ranges::analyze(export, ropts)?;
+            let (a, pre) = sqlite_ranges::analyze_preloading(export, ropts)?;
             if a.doc.ranges.is_empty() {
                 return Ok(Chosen::NoStep(Box::new(device_only(export, ropts, opts, no_range_why(export)?)?)));
             }
@@ -223,7 +226,7 @@ pub(super) fn choose_label(export: &Export, ropts: &RangesOptions, opts: &StepBu
                 })
                 .collect();
             match crate::step_label::choose_step(&cands, &unstable) {
-                Some(c) => Chosen::Step(c.label.to_string(), c.rule.name().to_string()),
+                Some(c) => Chosen::Step(c.label.to_string(), c.rule.name().to_string(), Some(Box::new(pre))),
                 // no step of the user's (only a framework's own ranges, or nothing that behaves like a step): the
                 // devices' own picture, as without NVTX, and the labels a user could pass as --step
                 None => {

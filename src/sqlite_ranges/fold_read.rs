@@ -1,0 +1,309 @@
+//! Folding while `NVTX_EVENTS` is read (issue #40): a PyTorch `emit_nvtx` capture names every op call
+//! (`aten::mm, op_id = 41599`), so it has about one distinct raw label per NVTX row (205 708 in 206 019 rows of
+//! `fixtures/nsys-2025.3.1/emit_nvtx_decode`) that fold into a few dozen labels. A row whose label is its own
+//! `text` (no `textId`, no domain: the label is the message) is kept or dropped, folded and counted as it is
+//! read; only its folded label is interned. What the fold report ([`FoldReport`]) needs of the raw labels is
+//! tallied on the way: occurrences, the rules, the first three raw labels of each folded label (in the order of
+//! the sorted occurrences) and the number of distinct raw labels, counted by a 128-bit hash of each (16 bytes a
+//! raw label, not its text).
+//!
+//! The other rows (a `textId`, a named domain, a range closed by the capture's end) keep the raw path: their
+//! label is known only after the read (`StringIds`, the domain rows of any part), and the truncated ranges are
+//! listed with their raw label. [`super::scan::load`] folds them once per distinct raw label into the same tally.
+
+use std::cmp::Reverse;
+use std::hash::Hasher;
+
+use crate::fx::{FxMap, Interner};
+use crate::labels::{FoldReport, FoldRule, FoldedLabel};
+
+/// What decides at read time whether a row is kept: the prefix, the window and the capture's end.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ReadFold {
+    pub prefix: Option<String>,
+    pub window: Option<(i64, i64)>,
+    pub capture_end: Option<i64>,
+}
+
+/// The sort key of an occurrence (thread, start, end descending, raw label, eventType, domainId): the order in
+/// which the fold report's examples are first seen.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct ExampleKey {
+    pub gtid: i64,
+    pub start: i64,
+    pub end: Reverse<i64>,
+    pub raw: String,
+    pub event_type: i64,
+    pub domain: i64,
+}
+
+/// One folded label's tally.
+#[derive(Debug, Clone, Default)]
+struct Entry {
+    /// occurrences whose raw label was changed by folding
+    occurrences: u64,
+    /// distinct raw labels folded into it
+    raw: u64,
+    /// the rules that applied (bit `rule as u8`)
+    rules: u8,
+    /// the first three distinct changed raw labels by their first occurrence, sorted by key
+    examples: Vec<ExampleKey>,
+}
+
+/// The rules in the order of [`FoldRule`].
+const RULES: [FoldRule; 6] =
+    [FoldRule::OpId, FoldRule::Seq, FoldRule::Sizes, FoldRule::InputOpIds, FoldRule::Stream, FoldRule::TrailingNumber];
+
+fn rule_bits(rules: &[FoldRule]) -> u8 {
+    rules.iter().fold(0, |m, r| m | 1 << RULES.iter().position(|x| x == r).unwrap_or(0))
+}
+
+/// A 128-bit hash of a raw label: distinct raw labels are counted by it (two of 10⁶ labels collide with a
+/// probability below 10⁻²⁶).
+pub(super) fn raw_hash(raw: &[u8]) -> u128 {
+    let mut sip = std::hash::DefaultHasher::new();
+    sip.write(raw);
+    (u128::from(sip.finish()) << 64) | u128::from(crate::fx::hash_bytes(raw))
+}
+
+/// Folded labels with their tallies; the distinct raw labels by hash, each with its folded label (and whether it
+/// was changed). One per part of a parallel read, merged in table order ([`FoldTally::absorb`]).
+#[derive(Default, Clone)]
+pub(super) struct FoldTally {
+    names: Interner,
+    entries: Vec<Entry>,
+    raws: FxMap<u128, (u32, bool)>,
+    folded_occurrences: u64,
+}
+
+impl FoldTally {
+    /// One occurrence of the kept raw label `raw` at `key` (its `raw` field filled only when needed); returns the
+    /// id of the label to use (an index into [`FoldTally::label`]).
+    pub fn add(&mut self, raw: &str, n: u64, key: impl FnOnce() -> ExampleKey) -> u32 {
+        self.add_hashed(raw, raw_hash(raw.as_bytes()), n, key)
+    }
+
+    fn add_hashed(&mut self, raw: &str, h: u128, n: u64, key: impl FnOnce() -> ExampleKey) -> u32 {
+        let (id, changed) = match self.raws.get(&h) {
+            Some(&v) => v,
+            None => {
+                let (id, changed, rules) = match crate::labels::fold_changed(raw) {
+                    Some(f) => {
+                        let id = self.intern(&f.label);
+                        (id, true, rule_bits(&f.rules))
+                    }
+                    None => (self.intern(raw), false, 0),
+                };
+                if changed {
+                    let e = &mut self.entries[id as usize];
+                    e.raw += 1;
+                    e.rules |= rules;
+                }
+                self.raws.insert(h, (id, changed));
+                (id, changed)
+            }
+        };
+        if changed {
+            self.folded_occurrences += n;
+            let e = &mut self.entries[id as usize];
+            e.occurrences += n;
+            offer(&mut e.examples, raw, key);
+        }
+        id
+    }
+
+    fn intern(&mut self, label: &str) -> u32 {
+        let (id, new) = self.names.intern(label.as_bytes());
+        if new {
+            self.entries.push(Entry::default());
+        }
+        id
+    }
+
+    /// The label of an id [`FoldTally::add`] returned.
+    pub fn label(&self, id: u32) -> &str {
+        std::str::from_utf8(self.names.bytes(id)).unwrap_or_default()
+    }
+
+    /// Take in `p` (a part read after everything in `self`); returns its label ids renumbered into `self`'s.
+    pub fn absorb(&mut self, p: FoldTally) -> Vec<u32> {
+        let map: Vec<u32> = (0..p.names.len() as u32).map(|i| self.intern(p.label(i))).collect();
+        for (i, e) in p.entries.into_iter().enumerate() {
+            let mine = &mut self.entries[map[i] as usize];
+            mine.occurrences += e.occurrences;
+            mine.rules |= e.rules;
+            for k in e.examples {
+                let raw = k.raw.clone();
+                offer(&mut mine.examples, &raw, || k);
+            }
+        }
+        for (h, (id, changed)) in p.raws {
+            if let std::collections::hash_map::Entry::Vacant(v) = self.raws.entry(h) {
+                v.insert((map[id as usize], changed));
+                if changed {
+                    self.entries[map[id as usize] as usize].raw += 1;
+                }
+            }
+        }
+        self.folded_occurrences += p.folded_occurrences;
+        map
+    }
+
+    /// The report, with at most `limit` folded labels listed; `labels` is the number of labels after folding.
+    pub fn report(&self, limit: usize, labels: u64) -> FoldReport {
+        let mut folded: Vec<FoldedLabel> = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.raw > 0)
+            .map(|(k, e)| FoldedLabel {
+                label: self.label(k as u32).to_string(),
+                occurrences: e.occurrences,
+                raw_labels: e.raw,
+                rules: RULES.iter().enumerate().filter(|(b, _)| e.rules & (1 << b) != 0).map(|(_, r)| *r).collect(),
+                examples: e.examples.iter().map(|k| k.raw.clone()).collect(),
+            })
+            .collect();
+        folded.sort_by(|a, b| b.occurrences.cmp(&a.occurrences).then_with(|| a.label.cmp(&b.label)));
+        let left_out = folded.len().saturating_sub(limit) as u64;
+        folded.truncate(limit);
+        FoldReport {
+            raw_labels: self.raws.len() as u64,
+            labels,
+            folded_occurrences: self.folded_occurrences,
+            folded,
+            folded_left_out: left_out,
+        }
+    }
+}
+
+/// Keep in `ex` the first three distinct raw labels by the key of their first occurrence, whatever the order in
+/// which the occurrences come: a raw label's key is its least, and a later raw label enters only before the last.
+fn offer(ex: &mut Vec<ExampleKey>, raw: &str, key: impl FnOnce() -> ExampleKey) {
+    if ex.len() == 3 && ex.iter().all(|k| k.raw != raw) {
+        // the common case of a full list: compare without building the key's text
+        let k = key();
+        if k >= ex[2] {
+            return;
+        }
+        ex[2] = k;
+    } else if let Some(p) = ex.iter().position(|k| k.raw == raw) {
+        let k = key();
+        if k < ex[p] {
+            ex[p] = k;
+        }
+    } else {
+        ex.push(key());
+    }
+    ex.sort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(t: i64, raw: &str) -> ExampleKey {
+        ExampleKey { gtid: 1, start: t, end: Reverse(t + 1), raw: raw.to_string(), event_type: 59, domain: 0 }
+    }
+
+    /// The tally in any order of the occurrences, and split into parts, is the one of the sorted occurrences.
+    #[test]
+    fn tally_is_order_free() {
+        let mut next = crate::test_rng::xorshift(0x1234_5678_9ABC_DEF1);
+        for _ in 0..300 {
+            let n = 1 + next(60) as usize;
+            let occ: Vec<(i64, String)> = (0..n)
+                .map(|i| {
+                    let raw = match next(4) {
+                        0 => format!("aten::mm, op_id = {}", next(8)),
+                        1 => format!("req.{}", next(5)),
+                        2 => "aten::mm".to_string(),
+                        _ => format!("step {}", next(3)),
+                    };
+                    (i as i64 * 10 + next(7), raw)
+                })
+                .collect();
+            let mut sorted = occ.clone();
+            sorted.sort();
+            let mut want = FoldTally::default();
+            for (t, raw) in &sorted {
+                want.add(raw, 1, || key(*t, raw));
+            }
+            let mut all = FoldTally::default();
+            let cut = next(n as i64 + 1) as usize;
+            for part in [&occ[..cut], &occ[cut..]] {
+                let mut p = FoldTally::default();
+                for (t, raw) in part.iter().rev() {
+                    p.add(raw, 1, || key(*t, raw));
+                }
+                all.absorb(p);
+            }
+            assert_eq!(all.report(100, 0), want.report(100, 0), "{occ:?}");
+        }
+    }
+
+    /// The report is the Folder's on the same labels (one raw label at a time, in first-seen order).
+    #[test]
+    fn report_is_the_folders() {
+        let raws = ["aten::mm, op_id = 1", "aten::mm, op_id = 2", "aten::mm", "a.3", "a.4", "b", "aten::mm, op_id = 1"];
+        let mut f = crate::labels::Folder::new();
+        let mut t = FoldTally::default();
+        for (i, r) in raws.iter().enumerate() {
+            f.add(r, 2);
+            t.add(r, 2, || key(i as i64, r));
+        }
+        let want = f.report(100);
+        assert_eq!(t.report(100, want.labels), want);
+    }
+
+    /// On real captures, folding while reading gives the document of folding after the read, with and without
+    /// a prefix or a window: emit_nvtx's op labels, Hugging Face's, a torch.compile capture, named domains
+    /// (NCCL), ranges closed by the capture's end.
+    #[test]
+    fn folding_while_reading_is_folding_after() {
+        use crate::sqlite_ranges::{analyze, RangesOptions};
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nsys-2025.3.1");
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["emit_nvtx_decode", "hf_eager", "nccl", "jax_decode", "profiler_step", "serve_node", "decode_clean"] {
+            let plain = root.join(format!("{f}.sqlite"));
+            let path = if plain.exists() {
+                plain
+            } else {
+                let out = dir.path().join(format!("{f}.sqlite"));
+                let st = std::process::Command::new("xz")
+                    .arg("-dkc")
+                    .arg(root.join(format!("{f}.sqlite.xz")))
+                    .stdout(std::fs::File::create(&out).unwrap())
+                    .status()
+                    .unwrap();
+                assert!(st.success(), "{f}: xz");
+                out
+            };
+            let export = crate::export::Export::open(&path).unwrap();
+            let mid = {
+                let d = analyze(&export, &RangesOptions::default()).unwrap().doc;
+                let per = &d.totals.per_device;
+                per.first().map(|p| (p.first_start + p.last_end) / 2)
+            };
+            let mut cases = vec![
+                RangesOptions::default(),
+                RangesOptions { range_prefix: Some("aten::".into()), ..Default::default() },
+                RangesOptions { range_prefix: Some("hf.".into()), ..Default::default() },
+            ];
+            if let Some(m) = mid {
+                cases.push(RangesOptions { window: Some((0, m)), ..Default::default() });
+            }
+            for opts in cases {
+                let read = analyze(&export, &opts).unwrap().doc;
+                super::super::scan::FORCE_RAW_PATH.with(|c| c.set(true));
+                let after = analyze(&export, &opts).unwrap().doc;
+                super::super::scan::FORCE_RAW_PATH.with(|c| c.set(false));
+                assert_eq!(
+                    serde_json::to_string(&read).unwrap(),
+                    serde_json::to_string(&after).unwrap(),
+                    "{f} {opts:?}"
+                );
+            }
+        }
+    }
+}
