@@ -222,6 +222,9 @@ pub fn outcome_value(tool: &str, o: nsyskit::tools::Outcome, call: &EvaluatedCal
         Output::Text(text) => return Ok(Value::string(text, name)),
         Output::Json(text) => serde_json::from_str(&text)
             .map_err(|e| LabeledError::new(format!("internal error: the output is not JSON: {e}")))?,
+        Output::Rows(rows) => {
+            return Ok(Value::list(rows.to_json().iter().map(|r| json_to_nu(r, name)).collect(), name));
+        }
         Output::Stream(write) => {
             let mut buf = Vec::new();
             write(&mut buf).map_err(|e| labeled_at(e, call.head))?;

@@ -12,7 +12,7 @@ use crate::step_budget::DEFAULT_OUTLIER_FACTOR;
 #[command(
     name = "step-budget",
     version,
-    after_help = "Examples:\n  step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite --compact \\\n    | jq '.outliers | length'\n  step-budget fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --step vibeserve.engine.iteration --compact | jq .verdict"
+    after_help = "Examples:\n  step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite --compact \\\n    | jq '[.outlier_count, (.outliers | length)]'\n  step-budget fixtures/nsys-2025.3.1/gpu_full_node.sqlite \\\n    --step vibeserve.engine.iteration --compact | jq .verdict\n  step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite --steps \\\n    | jq -s 'map(select(.outlier)) | length'"
 )]
 pub struct StepBudgetArgs {
     /// The export written by `nsys export --type sqlite` (or an .nsys-rep, exported into a temporary folder;
@@ -40,6 +40,11 @@ pub struct StepBudgetArgs {
     /// The nsys used to export an .nsys-rep (default: $NSYS_BIN, else nsys on PATH)
     #[arg(long, value_name = "PATH")]
     pub nsys: Option<PathBuf>,
+    /// Print the per-step rows instead of the summary: one JSON object per step and line (NDJSON), in index
+    /// order, each with `outlier` and `warmup`; the exit code is the summary's (1 when its verdict is
+    /// unreliable). In Nushell: a table
+    #[arg(long)]
+    pub steps: bool,
     #[command(flatten)]
     pub out: OutputArgs,
 }

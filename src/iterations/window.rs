@@ -137,9 +137,13 @@ pub struct IterationsSection {
     /// sqlite-ranges: the step occurrences kept, with their iteration.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub occurrences: Vec<StepRow>,
-    /// step-budget: joined steps grouped by (phase, batch size), most steps first.
+    /// step-budget: joined steps grouped by (phase, batch size), most steps first; at most 64
+    /// (`nsyskit::step_budget::MAX_GROUPS`), `group_count` is how many there are.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<GeometryGroup>,
+    /// step-budget: the number of (phase, batch size) groups (with `--iteration-records`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_count: Option<usize>,
     /// step-budget: steps without a joined record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unjoined_steps: Option<usize>,
@@ -209,6 +213,7 @@ impl Prepared {
             join: self.join.clone(),
             occurrences: Vec::new(),
             groups: Vec::new(),
+            group_count: None,
             unjoined_steps: None,
         }
     }

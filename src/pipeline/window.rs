@@ -108,6 +108,8 @@ pub fn step_budget_run(
     let mut sec = prep.section();
     if prep.join.is_some() {
         sec.groups = geometry_groups(&doc.steps);
+        sec.group_count = Some(sec.groups.len());
+        sec.groups.truncate(step_budget::MAX_GROUPS);
         sec.unjoined_steps = Some(unjoined);
     }
     if let Some(w) = &prep.window {

@@ -603,12 +603,12 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
     // outliers
     if !sb.outliers.is_empty() {
         let list: Vec<String> = sb.outliers.iter().take(60).map(|o| o.to_string()).collect();
+        let all = sb.outlier_count.unwrap_or(sb.outliers.len() as u64);
         let _ = write!(
             h,
-            "<p id=\"sb-outliers\" data-count=\"{}\">outlier steps: {}{}</p>",
-            sb.outliers.len(),
+            "<p id=\"sb-outliers\" data-count=\"{all}\">outlier steps: {}{}</p>",
             list.join(", "),
-            if sb.outliers.len() > 60 { format!(" … ({} in all)", sb.outliers.len()) } else { String::new() }
+            if all > list.len() as u64 { format!(" … ({all} in all)") } else { String::new() }
         );
     }
     step_histograms(h, sb);
@@ -620,6 +620,10 @@ fn step_budget_section(h: &mut String, sb: &StepBudgetSection) {
 fn step_bars(h: &mut String, sb: &StepBudgetSection) {
     // per-step stacked bars
     let bars = &sb.bars.bars;
+    if let Some(note) = sb.bars_note.as_deref().filter(|_| bars.is_empty()) {
+        let _ = write!(h, "<p class=\"warn\" id=\"step-bars-note\" data-bars=\"0\">{}</p>", escape(note));
+        return;
+    }
     let mean = |x: i64, k: u64| x as f64 / k.max(1) as f64;
     let mut means: Vec<f64> = bars.iter().map(|b| mean(b.wall_ns, b.steps)).collect();
     means.sort_by(|a, b| a.total_cmp(b));
@@ -644,7 +648,7 @@ fn step_bars(h: &mut String, sb: &StepBudgetSection) {
             format!("one bar per step, {} steps in step order", sb.steps)
         },
         escape(&dur(scale_ns.round() as i64)),
-        if sb.outliers.is_empty() { String::new() } else { format!("; {} outlier steps marked in red above their bar", sb.outliers.len()) }
+        if sb.outliers.is_empty() { String::new() } else { format!("; {} outlier steps marked in red above their bar", sb.outlier_count.unwrap_or(sb.outliers.len() as u64)) }
     );
     let _ = write!(
         h,

@@ -433,9 +433,14 @@ pub fn report_of(
             );
         }
         if !sb.warmup.is_empty() {
+            let listed = if sb.warmup.len() < sb.warmup_count {
+                format!("; the {} slowest", sb.warmup.len())
+            } else {
+                String::new()
+            };
             doc.notes.push(format!(
-                "warm-up set apart: the first {} step(s) of {:?} ({}) are slow from the start (compilation, autotuning, first-call allocation) and are left out of the typical steps",
-                sb.warmup.len(),
+                "warm-up set apart: the first {} step(s) of {:?} ({}{listed}) are slow from the start (compilation, autotuning, first-call allocation) and are left out of the typical steps",
+                sb.warmup_count,
                 sb.step_label,
                 sb.warmup.iter().map(|w| format!("{} at {:.1}×", w.index, w.ratio_to_median)).collect::<Vec<_>>().join(", ")
             ));
@@ -445,6 +450,9 @@ pub fn report_of(
         }
     }
     if let Some(sec) = budget.section {
+        if let Some(n) = &sec.bars_note {
+            doc.notes.push(format!("{}: {n}", sec.source));
+        }
         apply_step_budget(&mut doc, sec);
     } else if ev.kind == "bundle" {
         if let Some(l) = doc.decision.primary_label.as_deref().filter(|l| crate::step_label::is_iteration_like(l)) {
@@ -537,7 +545,7 @@ fn rank_summaries(sb: &crate::step_budget::StepBudgetDoc) -> Vec<ReportRank> {
     if sb.ranks.len() < 2 {
         return Vec::new();
     }
-    let by = if sb.steps.is_empty() { "collectives" } else { "steps" };
+    let by = if sb.step_count == 0 { "collectives" } else { "steps" };
     sb.ranks
         .iter()
         .map(|r| ReportRank {
@@ -549,7 +557,7 @@ fn rank_summaries(sb: &crate::step_budget::StepBudgetDoc) -> Vec<ReportRank> {
             exposed_comm_ns: r.exposed_comm_ns,
             exposed_comm_share: frac(r.exposed_comm_ns, r.compute_busy_ns + r.exposed_comm_ns),
             straggler_of: r.straggler_steps,
-            matched: sb.stragglers.len(),
+            matched: sb.straggler_count,
             matched_by: by.into(),
         })
         .collect()

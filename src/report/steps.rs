@@ -8,6 +8,11 @@
 //! - `histograms`: step wall and GPU busy, [`HIST_BINS`] bins from the minimum to `min(max, 3 × median)` (the whole range
 //!   when the median is 0), the rest counted in `above`;
 //! - the verdict, distributions and outliers as the step budget states them.
+//!
+//! A step-budget document is a summary without per-step rows (`step_count`, no `steps[]`; `step-budget --steps`
+//! prints the rows): its section has the verdict, totals, distributions, outliers and the steps set apart, and
+//! no bars or histograms, `bars_note` saying why. The report computed from the export draws the bars from the
+//! steps the library keeps in memory.
 
 use std::collections::BTreeMap;
 
@@ -108,11 +113,19 @@ pub struct StepBudgetSection {
     pub verdict: StepVerdict,
     /// Component names, in drawing order.
     pub components: Vec<String>,
-    /// Σ per component over all steps, and `wall` (recomputed from `steps[]`).
+    /// Σ per component over all steps, and `wall` (recomputed from the steps; a summary's own `totals`).
     pub totals: BTreeMap<String, i64>,
     pub distributions: BTreeMap<String, StepDist>,
-    /// Outlier step indexes.
+    /// Outlier step indexes: those the step budget lists (at most 100, `nsyskit::step_budget::MAX_LISTED`: the
+    /// largest ratio to the median), in index order.
     pub outliers: Vec<u64>,
+    /// How many outliers there are, when `outliers` lists fewer (absent when it lists them all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier_count: Option<u64>,
+    /// Why `bars` and `histograms` are empty although there are steps: the step budget read is a summary
+    /// without per-step rows (absent when they are drawn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bars_note: Option<String>,
     /// The steps left out of the typical ones (warm-up and outliers) and their weight: often the biggest fact of
     /// the capture (a few prefill or compilation steps holding most of the wall).
     pub set_apart: SetApart,
@@ -141,15 +154,26 @@ fn i(v: &Value, k: &str) -> i64 {
     v.get(k).and_then(|x| x.as_i64()).unwrap_or(0)
 }
 
-/// One step as read from the document: index, start, wall, GPU busy, whether it carries device work, and its
-/// components in the order of the section's component names.
+/// One step as read from the document: index, start, wall, GPU busy, whether it carries device work, whether it
+/// is an outlier or set apart (warm-up or outlier), and its components in the order of the section's names.
 struct StepRow {
     index: u64,
     start: i64,
     wall: i64,
     busy: i64,
     device: bool,
+    outlier: bool,
+    apart: bool,
     comps: Vec<i64>,
+}
+
+/// What a summary states in place of its rows (no `steps[]`).
+struct Summary {
+    steps: u64,
+    totals: BTreeMap<String, i64>,
+    /// Σ wall and Σ GPU busy of the steps set apart.
+    apart: (i64, i64),
+    device_work: bool,
 }
 
 /// What a section is built from, whether read from JSON ([`section`]) or from the typed document
@@ -157,8 +181,12 @@ struct StepRow {
 struct Parts {
     names: Vec<String>,
     rows: Vec<StepRow>,
+    /// Set when `rows` is empty: a summary.
+    summary: Option<Summary>,
+    /// The outliers listed (bounded), and how many outliers and warm-up steps there are.
     outliers: Vec<u64>,
-    warmup: Vec<u64>,
+    outlier_count: u64,
+    warmup_count: u64,
     verdict: StepVerdict,
     distributions: BTreeMap<String, StepDist>,
     idle: Vec<Value>,
@@ -168,60 +196,133 @@ struct Parts {
     outlier_factor: Option<f64>,
 }
 
-/// Build the section from a step-budget document (JSON). None when it has no steps.
+/// The note of a section read from a summary step budget.
+pub const SUMMARY_NOTE: &str = "the step budget is a summary without per-step rows: per-step bars and histograms need `step-budget --steps` or the export (`report CAPTURE`)";
+
+/// Indexes (and ratios, when given) of a list of outliers: objects with `index`, or plain indexes.
+fn indexes(doc: &Value, key: &str) -> Vec<(u64, f64)> {
+    doc.get(key)
+        .and_then(|o| o.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|o| {
+                    let r = o.get("ratio_to_median").and_then(|x| x.as_f64()).unwrap_or(0.0);
+                    o.as_u64().or_else(|| o.get("index").and_then(|x| x.as_u64())).map(|i| (i, r))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn count(doc: &Value, key: &str, listed: usize) -> u64 {
+    doc.get(key).and_then(|x| x.as_u64()).unwrap_or(listed as u64)
+}
+
+/// Build the section from a step-budget document (JSON): from its `steps[]` when it has them, else from a
+/// summary's `step_count`, totals and sums. None when it has no steps.
 pub fn section(doc: &Value, source: &str) -> Option<StepBudgetSection> {
-    let steps_v = doc.get("steps")?.as_array()?;
-    if steps_v.is_empty() {
+    let steps_v: &[Value] = match doc.get("steps") {
+        Some(s) => s.as_array()?,
+        None if doc.get("step_count").and_then(|n| n.as_u64()).is_some_and(|n| n > 0) => &[],
+        None => return None,
+    };
+    if steps_v.is_empty() && doc.get("steps").is_some() {
         return None;
     }
     fn comps_of(s: &Value) -> Option<&serde_json::Map<String, Value>> {
         s.get("components").and_then(|c| c.as_object())
     }
+    let totals_v = doc.get("totals").and_then(|t| t.as_object());
     // component order: the known ones present, then the others as first found
-    let mut names: Vec<String> = KNOWN_COMPONENTS
-        .iter()
-        .filter(|n| {
-            steps_v.iter().any(|s| comps_of(s).is_some_and(|m| m.get(**n).is_some_and(|v| v.as_i64().is_some())))
-        })
-        .map(|n| n.to_string())
-        .collect();
-    for s in steps_v {
-        for (k, v) in comps_of(s).into_iter().flatten() {
-            if v.as_i64().is_some() && !names.contains(k) {
+    let has = |n: &str| {
+        if steps_v.is_empty() {
+            totals_v.is_some_and(|m| m.get(n).is_some_and(|v| v.as_i64().is_some()))
+        } else {
+            steps_v.iter().any(|s| comps_of(s).is_some_and(|m| m.get(n).is_some_and(|v| v.as_i64().is_some())))
+        }
+    };
+    let mut names: Vec<String> = KNOWN_COMPONENTS.iter().filter(|n| has(n)).map(|n| n.to_string()).collect();
+    let extra = steps_v.iter().filter_map(comps_of).chain(totals_v.filter(|_| steps_v.is_empty()));
+    for m in extra {
+        for (k, v) in m {
+            if v.as_i64().is_some() && !names.contains(k) && k != "wall" {
                 names.push(k.clone());
             }
         }
     }
+    let all_outliers = indexes(doc, "outliers");
+    let warmup: Vec<u64> = indexes(doc, "warmup").into_iter().map(|(i, _)| i).collect();
+    let (outlier_count, warmup_count) =
+        (count(doc, "outlier_count", all_outliers.len()), count(doc, "warmup_count", warmup.len()));
+    let flag = |s: &Value, k: &str| s.get(k).and_then(|x| x.as_bool());
     let rows: Vec<StepRow> = steps_v
         .iter()
         .enumerate()
-        .map(|(k, s)| StepRow {
-            index: s.get("index").and_then(|x| x.as_u64()).unwrap_or(k as u64),
-            start: i(s, "start_ns"),
-            wall: i(s, "wall_ns"),
-            busy: i(s, "gpu_busy_ns"),
-            device: ["kernels", "memcpys", "memsets", "graph_traces", "graph_launches"].iter().any(|f| i(s, f) > 0)
-                || i(s, "gpu_busy_ns") > 0,
-            comps: names
-                .iter()
-                .map(|n| comps_of(s).and_then(|m| m.get(n)).and_then(|v| v.as_i64()).unwrap_or(0))
-                .collect(),
+        .map(|(k, s)| {
+            let index = s.get("index").and_then(|x| x.as_u64()).unwrap_or(k as u64);
+            // a row's own flags (`step-budget --steps`), else the document's lists (an older document lists all)
+            let outlier = flag(s, "outlier").unwrap_or_else(|| all_outliers.iter().any(|o| o.0 == index));
+            let warm = flag(s, "warmup").unwrap_or_else(|| warmup.contains(&index));
+            StepRow {
+                index,
+                start: i(s, "start_ns"),
+                wall: i(s, "wall_ns"),
+                busy: i(s, "gpu_busy_ns"),
+                device: ["kernels", "memcpys", "memsets", "graph_traces", "graph_launches"].iter().any(|f| i(s, f) > 0)
+                    || i(s, "gpu_busy_ns") > 0,
+                outlier,
+                apart: outlier || warm,
+                comps: names
+                    .iter()
+                    .map(|n| comps_of(s).and_then(|m| m.get(n)).and_then(|v| v.as_i64()).unwrap_or(0))
+                    .collect(),
+            }
         })
         .collect();
-    let outliers: Vec<u64> = doc
-        .get("outliers")
-        .and_then(|o| o.as_array())
-        .map(|a| a.iter().filter_map(|o| o.as_u64().or_else(|| o.get("index").and_then(|x| x.as_u64()))).collect())
+    let distributions: BTreeMap<String, StepDist> = doc
+        .get("distributions")
+        .and_then(|d| d.as_object())
+        .map(|m| m.iter().filter_map(|(k, v)| serde_json::from_value(v.clone()).ok().map(|d| (k.clone(), d))).collect())
         .unwrap_or_default();
-    let warmup: Vec<u64> = doc
-        .get("warmup")
-        .and_then(|o| o.as_array())
-        .map(|a| a.iter().filter_map(|o| o.get("index").and_then(|x| x.as_u64())).collect())
-        .unwrap_or_default();
-    // a verdict step-budget itself rejected (its gates said RETRY) draws the class the evidence gives; the
-    // report rejects it again from the gates it reads (`kernel_profile.step_budget.gates` among them)
-    let verdict: StepVerdict = doc
-        .get("verdict")
+    let graph_level = doc.get("graph_level").and_then(|x| x.as_bool()).unwrap_or(false);
+    let summary = steps_v.is_empty().then(|| Summary {
+        steps: count(doc, "step_count", 0),
+        totals: totals_v
+            .map(|m| m.iter().filter_map(|(k, v)| v.as_i64().map(|v| (k.clone(), v))).collect())
+            .unwrap_or_default(),
+        apart: doc.get("set_apart").map(|a| (i(a, "wall_ns"), i(a, "gpu_busy_ns"))).unwrap_or((0, 0)),
+        device_work: distributions.get("gpu_busy").is_some_and(|d| d.max > 0)
+            || doc
+                .get("groups")
+                .and_then(|g| g.as_array())
+                .is_some_and(|g| g.iter().any(|g| g.get("kernels").and_then(|k| k.as_u64()).unwrap_or(0) > 0)),
+    });
+    let listed = crate::step_budget::keep_largest(all_outliers, crate::step_budget::MAX_LISTED, |o| o.1);
+    Some(build(
+        Parts {
+            names,
+            rows,
+            summary,
+            outliers: listed.into_iter().map(|(i, _)| i).collect(),
+            outlier_count,
+            warmup_count,
+            verdict: verdict_of_json(doc),
+            distributions,
+            idle: doc.get("idle").and_then(|x| x.as_array()).cloned().unwrap_or_default(),
+            graph_level,
+            step_label: doc.get("step_label").and_then(|x| x.as_str()).unwrap_or("").to_string(),
+            step_label_choice: doc.get("step_label_choice").and_then(|x| x.as_str()).map(String::from),
+            outlier_factor: doc.get("outlier_factor").and_then(|x| x.as_f64()),
+        },
+        source,
+    ))
+}
+
+/// The verdict of a step-budget document (JSON). A verdict step-budget itself rejected (its gates said RETRY)
+/// draws the class the evidence gives; the report rejects it again from the gates it reads
+/// (`kernel_profile.step_budget.gates` among them).
+fn verdict_of_json(doc: &Value) -> StepVerdict {
+    doc.get("verdict")
         .map(|v| match v.get("would_be") {
             Some(w) if v.get("class").and_then(|c| c.as_str()) == Some(crate::step_budget::UNRELIABLE) => w,
             _ => v,
@@ -245,32 +346,11 @@ pub fn section(doc: &Value, source: &str) -> Option<StepBudgetSection> {
                 })
                 .unwrap_or_default(),
         })
-        .unwrap_or_default();
-    let distributions: BTreeMap<String, StepDist> = doc
-        .get("distributions")
-        .and_then(|d| d.as_object())
-        .map(|m| m.iter().filter_map(|(k, v)| serde_json::from_value(v.clone()).ok().map(|d| (k.clone(), d))).collect())
-        .unwrap_or_default();
-    Some(build(
-        Parts {
-            names,
-            rows,
-            outliers,
-            warmup,
-            verdict,
-            distributions,
-            idle: doc.get("idle").and_then(|x| x.as_array()).cloned().unwrap_or_default(),
-            graph_level: doc.get("graph_level").and_then(|x| x.as_bool()).unwrap_or(false),
-            step_label: doc.get("step_label").and_then(|x| x.as_str()).unwrap_or("").to_string(),
-            step_label_choice: doc.get("step_label_choice").and_then(|x| x.as_str()).map(String::from),
-            outlier_factor: doc.get("outlier_factor").and_then(|x| x.as_f64()),
-        },
-        source,
-    ))
+        .unwrap_or_default()
 }
 
-/// [`section`] of a step-budget document computed in this process: the same section, without writing its
-/// JSON (a large step budget's steps would be serialized only to be read back).
+/// [`section`] of a step-budget document computed in this process: the same section, drawn from the steps the
+/// library keeps in memory (the document itself holds none).
 pub fn section_of(doc: &crate::step_budget::StepBudgetDoc, source: &str) -> Option<StepBudgetSection> {
     if doc.steps.is_empty() {
         return None;
@@ -285,6 +365,8 @@ pub fn section_of(doc: &crate::step_budget::StepBudgetDoc, source: &str) -> Opti
             wall: s.wall_ns,
             busy: s.gpu_busy_ns,
             device: s.kernels + s.memcpys + s.memsets + s.graph_traces + s.graph_launches > 0 || s.gpu_busy_ns > 0,
+            outlier: s.outlier,
+            apart: s.outlier || s.warmup,
             comps: names.iter().map(|n| s.components.get(n)).collect(),
         })
         .collect();
@@ -318,8 +400,10 @@ pub fn section_of(doc: &crate::step_budget::StepBudgetDoc, source: &str) -> Opti
         Parts {
             names,
             rows,
+            summary: None,
             outliers: doc.outliers.iter().map(|o| o.index as u64).collect(),
-            warmup: doc.warmup.iter().map(|o| o.index as u64).collect(),
+            outlier_count: doc.outlier_count as u64,
+            warmup_count: doc.warmup_count as u64,
             verdict,
             distributions,
             idle: doc.idle.iter().filter_map(|d| serde_json::to_value(d).ok()).collect(),
@@ -332,25 +416,35 @@ pub fn section_of(doc: &crate::step_budget::StepBudgetDoc, source: &str) -> Opti
     ))
 }
 
-/// The section from its parts: totals, bars (binned past [`MAX_BARS`]), histograms.
+/// The section from its parts: totals, bars (binned past [`MAX_BARS`]), histograms; from a summary, its own
+/// totals and sums and no bars.
 fn build(p: Parts, source: &str) -> StepBudgetSection {
-    let Parts { names, rows, outliers, warmup, verdict, distributions, idle, graph_level, .. } = p;
-    let mut totals = BTreeMap::new();
-    let wall: i64 = rows.iter().map(|r| r.wall).sum();
-    totals.insert("wall".to_string(), wall);
-    let apart: Vec<&StepRow> =
-        rows.iter().filter(|r| outliers.contains(&r.index) || warmup.contains(&r.index)).collect();
-    let apart_wall: i64 = apart.iter().map(|r| r.wall).sum();
+    let Parts { names, rows, outliers, verdict, distributions, idle, graph_level, .. } = p;
+    let (steps, mut totals, (apart_wall, apart_busy), device_work) = match p.summary {
+        Some(s) => {
+            let totals: BTreeMap<String, i64> =
+                s.totals.into_iter().filter(|(k, _)| k == "wall" || names.contains(k)).collect();
+            (s.steps, totals, s.apart, s.device_work)
+        }
+        None => {
+            let apart: Vec<&StepRow> = rows.iter().filter(|r| r.apart).collect();
+            let sums = (apart.iter().map(|r| r.wall).sum(), apart.iter().map(|r| r.busy).sum());
+            let mut totals = BTreeMap::new();
+            totals.insert("wall".to_string(), rows.iter().map(|r| r.wall).sum());
+            for (k, n) in names.iter().enumerate() {
+                totals.insert(n.clone(), rows.iter().map(|r| r.comps[k]).sum());
+            }
+            (rows.len() as u64, totals, sums, rows.iter().any(|r| r.device))
+        }
+    };
+    let wall = *totals.entry("wall".to_string()).or_insert(0);
     let set_apart = SetApart {
-        warmup: warmup.len() as u64,
-        outliers: outliers.len() as u64,
+        warmup: p.warmup_count,
+        outliers: p.outlier_count,
         wall_ns: apart_wall,
         wall_share: (wall > 0).then(|| apart_wall as f64 / wall as f64),
-        gpu_busy_share: (apart_wall > 0).then(|| apart.iter().map(|r| r.busy).sum::<i64>() as f64 / apart_wall as f64),
+        gpu_busy_share: (apart_wall > 0).then(|| apart_busy as f64 / apart_wall as f64),
     };
-    for (k, n) in names.iter().enumerate() {
-        totals.insert(n.clone(), rows.iter().map(|r| r.comps[k]).sum());
-    }
     let per = rows.len().div_ceil(MAX_BARS).max(1);
     let bars: Vec<StepBar> = rows
         .chunks(per)
@@ -362,26 +456,32 @@ fn build(p: Parts, source: &str) -> StepBudgetSection {
             wall_ns: c.iter().map(|r| r.wall).sum(),
             gpu_busy_ns: c.iter().map(|r| r.busy).sum(),
             components: (0..names.len()).map(|k| c.iter().map(|r| r.comps[k]).sum()).collect(),
-            outliers: c.iter().filter(|r| outliers.contains(&r.index)).count() as u64,
+            outliers: c.iter().filter(|r| r.outlier).count() as u64,
         })
         .collect();
-    let histograms = vec![
-        histogram("wall", rows.iter().map(|r| r.wall).collect()),
-        histogram("gpu_busy", rows.iter().map(|r| r.busy).collect()),
-    ];
+    let histograms = if rows.is_empty() {
+        Vec::new()
+    } else {
+        vec![
+            histogram("wall", rows.iter().map(|r| r.wall).collect()),
+            histogram("gpu_busy", rows.iter().map(|r| r.busy).collect()),
+        ]
+    };
     StepBudgetSection {
         source: source.to_string(),
         step_label: p.step_label,
         step_label_choice: p.step_label_choice,
-        steps: rows.len() as u64,
+        steps,
         outlier_factor: p.outlier_factor,
         graph_level,
-        device_work: graph_level || rows.iter().any(|r| r.device),
+        device_work: graph_level || device_work,
         verdict,
         components: names,
         totals,
         distributions,
+        outlier_count: (p.outlier_count > outliers.len() as u64).then_some(p.outlier_count),
         outliers,
+        bars_note: rows.is_empty().then(|| SUMMARY_NOTE.to_string()),
         set_apart,
         bars: StepBars { steps_per_bar: per as u64, binned: per > 1, bars },
         histograms,
@@ -445,9 +545,39 @@ mod tests {
         };
         let doc = crate::step_budget::analyze(&cap.export, &opts).unwrap();
         let typed = section_of(&doc, "x").unwrap();
-        let json = section(&serde_json::to_value(&doc).unwrap(), "x").unwrap();
+        // the summary with the rows `step-budget --steps` prints put back as `steps[]`
+        let mut v = serde_json::to_value(&doc).unwrap();
+        assert!(v.get("steps").is_none());
+        v["steps"] = serde_json::to_value(&doc.steps).unwrap();
+        let json = section(&v, "x").unwrap();
         assert_eq!(serde_json::to_string(&typed).unwrap(), serde_json::to_string(&json).unwrap());
         assert!(typed.steps > 100 && typed.idle_computed && !typed.outliers.is_empty());
+        assert!(typed.bars_note.is_none() && typed.outlier_count.is_none());
+        // the summary alone: everything but the bars and histograms, and a note saying why they are absent
+        let summary = section(&serde_json::to_value(&doc).unwrap(), "x").unwrap();
+        assert!(summary.bars.bars.is_empty() && summary.histograms.is_empty());
+        assert_eq!(summary.bars_note.as_deref(), Some(SUMMARY_NOTE));
+        let same = |s: &StepBudgetSection| {
+            serde_json::to_string(&(&s.steps, &s.totals, &s.set_apart, &s.outliers, &s.verdict, s.device_work)).unwrap()
+        };
+        assert_eq!(same(&summary), same(&typed));
+    }
+
+    /// More outliers than the step budget lists: the report lists those it lists and says how many there are.
+    #[test]
+    fn bounded_outliers_are_counted() {
+        let steps: Vec<Value> = (0..300)
+            .map(|i| json!({"index": i, "start_ns": i * 100, "wall_ns": 50, "components": {"unattributed": 50}}))
+            .collect();
+        let outliers: Vec<Value> =
+            (0..300).filter(|i| i % 2 == 1).map(|i| json!({"index": i, "ratio_to_median": 1.0 + i as f64})).collect();
+        let s = section(&json!({"steps": steps, "outliers": outliers}), "x").unwrap();
+        let m = crate::step_budget::MAX_LISTED as u64;
+        assert_eq!((s.outliers.len() as u64, s.outlier_count, s.set_apart.outliers), (m, Some(150), 150));
+        // the largest ratios (the last ones), in index order
+        assert_eq!(s.outliers.first(), Some(&(299 - 2 * (m - 1))));
+        assert_eq!(s.outliers.last(), Some(&299));
+        assert_eq!(s.bars.bars.iter().map(|b| b.outliers).sum::<u64>(), 150);
     }
 
     #[test]

@@ -96,11 +96,10 @@ pub fn parse_window(s: &str) -> Result<(u64, u64)> {
 pub fn default_window(sb: &StepBudgetDoc) -> (u64, u64, usize) {
     let n = sb.steps.len();
     let median = sb.distributions.get("wall").map(|d| d.median).unwrap_or(0);
-    let outl: HashSet<usize> = sb.outliers.iter().map(|o| o.index).collect();
     let m = sb
         .steps
         .iter()
-        .position(|s| s.wall_ns == median && !outl.contains(&s.index))
+        .position(|s| s.wall_ns == median && !s.outlier)
         .or_else(|| (0..n).min_by_key(|&k| (sb.steps[k].wall_ns - median).abs()))
         .unwrap_or(0);
     let w = DEFAULT_WINDOW_STEPS.min(n);
@@ -364,8 +363,8 @@ fn host_tracks(
     host_pids: &mut BTreeMap<i64, String>,
 ) -> HashMap<(i64, i64), Option<CallPlace>> {
     // the window's steps by (thread, start): their NVTX ranges carry the step index
-    let outl: HashSet<usize> = sb.outliers.iter().map(|o| o.index).collect();
-    let step_at: HashMap<(i64, i64), usize> = steps.iter().map(|s| ((s.global_tid, s.start_ns), s.index)).collect();
+    let step_at: HashMap<(i64, i64), (usize, bool)> =
+        steps.iter().map(|s| ((s.global_tid, s.start_ns), (s.index, s.outlier))).collect();
 
     // host tracks: NVTX ranges and API calls per thread, lane-packed
     // (kind, index) per thread
@@ -422,9 +421,9 @@ fn host_tracks(
                     args["end_ns"] = json!(r.end);
                 }
                 if name == sb.step_label {
-                    if let Some(&ix) = step_at.get(&(*gtid, r.start)) {
+                    if let Some(&(ix, outlier)) = step_at.get(&(*gtid, r.start)) {
                         args["step"] = json!(ix);
-                        args["outlier"] = json!(outl.contains(&ix));
+                        args["outlier"] = json!(outlier);
                     }
                 }
                 evs.push(s, None, json!({"name": name, "cat": "nvtx", "ph": "X", "ts": us(s), "dur": us(e - s), "pid": pid, "tid": t, "args": args}));

@@ -93,18 +93,7 @@ pub fn analyze_window_with(
     };
     let (steps, step_spans) = cx.steps();
     let host_samples = samples::host_samples(export, &cx, &steps, &step_tids)?;
-    // the idle inside, between and outside the steps on each device, beside the steps' distributions
-    let devices = &mut tl.devices;
-    let distributions = std::thread::scope(|s| {
-        s.spawn(|| {
-            for (d, spans) in step_spans {
-                if let Some(&p) = dev_pos.get(&d) {
-                    devices[p].set_step_spans(spans);
-                }
-            }
-        });
-        distributions_of(steps.iter(), true)
-    });
+    let distributions = distributions_beside_spans(&steps, &mut tl.devices, &dev_pos, step_spans);
     // graph-level: the steps launch graphs (or own GRAPH_TRACE rows) and the export has no node-level row:
     // the replays are single GRAPH_TRACE rows (nsys 2024+) or invisible (nsys 2023.4 has no GRAPH_TRACE table)
     // (the timelines' valid node rows answer first: the export's count, which also counts invalid rows, is
@@ -134,7 +123,7 @@ pub fn analyze_window_with(
     let notes =
         notes_of(&steps, enqueue_labels, &comm_labels, &comm_occ, nccl_kernels, &ranks, &stragglers, &tl, graph_level);
     let (schema, tool) = StepBudgetDoc::header();
-    let doc = StepBudgetDoc {
+    let mut doc = StepBudgetDoc {
         schema,
         tool,
         source: export.name(),
@@ -144,19 +133,25 @@ pub fn analyze_window_with(
         graph_level,
         nccl_kernels,
         nccl_by_name: tl.nccl_by_name.clone(),
+        step_count: steps.len(),
         steps,
         distributions,
         totals,
+        outlier_count: outliers.len(),
         outliers,
+        warmup_count: warmup.len(),
         warmup,
+        set_apart: None,
         periodic_stall,
         pacing,
+        group_count: groups.len(),
         groups,
         comm_labels,
         waterfall,
         idle: tl.devices.iter().map(|d| d.idle.clone()).collect(),
         launch: tl.devices.iter().map(|d| d.launch.clone()).collect(),
         ranks,
+        straggler_count: stragglers.len(),
         stragglers,
         verdict,
         gates: None,
@@ -165,8 +160,28 @@ pub fn analyze_window_with(
         devices: Vec::new(),
         host_samples,
     };
+    summarize(&mut doc);
     crate::memory::drop_beside(tl);
     Ok(doc)
+}
+
+/// The steps' distributions, and beside them the idle inside, between and outside the steps on each device.
+fn distributions_beside_spans(
+    steps: &[Step],
+    devices: &mut [device::DeviceTimeline],
+    dev_pos: &BTreeMap<i64, usize>,
+    step_spans: SpansByDevice,
+) -> BTreeMap<String, Dist> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for (d, spans) in step_spans {
+                if let Some(&p) = dev_pos.get(&d) {
+                    devices[p].set_step_spans(spans);
+                }
+            }
+        });
+        distributions_of(steps.iter(), true)
+    })
 }
 
 /// The verdict on the typical step: the totals over the steps that are not outliers (all when every step is);

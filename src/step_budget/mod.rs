@@ -13,6 +13,7 @@
 //! rank (process) with the straggler of each matched step (`ranks[]`, `stragglers[]`).
 
 mod analyze;
+mod bounds;
 pub mod device;
 mod partition;
 pub mod picture;
@@ -21,6 +22,7 @@ mod summary;
 mod sweep;
 mod verdict;
 pub use analyze::*;
+pub use bounds::*;
 pub use partition::*;
 pub use summary::*;
 pub use sweep::*;
@@ -147,6 +149,12 @@ pub struct Step {
     /// The batch geometry of the iteration record joined to this step (`--iteration-records`; docs/iterations.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub geometry: Option<crate::iterations::StepGeometry>,
+    /// A slow step that is not warm-up: one of the document's `outlier_count` outliers.
+    #[serde(default)]
+    pub outlier: bool,
+    /// A slow step at the start of its rank: one of the document's `warmup_count` warm-up steps.
+    #[serde(default)]
+    pub warmup: bool,
 }
 
 /// An outlier step.
@@ -242,23 +250,38 @@ pub struct StepBudgetDoc {
     pub nccl_kernels: u64,
     /// Those rows by demangled name, largest total first.
     pub nccl_by_name: Vec<NcclKernels>,
+    /// The number of steps analysed (0: no step can be attributed). The document is a summary whose size does
+    /// not grow with the steps: `step-budget --steps` prints the per-step rows (NDJSON).
+    pub step_count: usize,
+    /// The per-step rows, in index order: in memory only (the library's callers, report's bars, `--steps`),
+    /// never in the document.
+    #[serde(skip)]
     pub steps: Vec<Step>,
     /// `wall`, `gpu_busy`, `gpu_idle_in_span`, `host_gap_to_next` and every component over all steps.
     pub distributions: BTreeMap<String, Dist>,
     /// Σ over steps, per component, and `wall`.
     pub totals: BTreeMap<String, i64>,
+    /// The slow steps that are not warm-up: at most 100 (`MAX_LISTED`), those with the largest
+    /// `ratio_to_median`, listed in index order; `outlier_count` is how many there are.
     pub outliers: Vec<Outlier>,
+    pub outlier_count: usize,
     /// The leading steps of a rank that are slow (compilation, autotuning, first-call allocation): set apart
-    /// before the outliers and left out of the typical steps like them ([`slow_steps`]).
+    /// before the outliers and left out of the typical steps like them ([`slow_steps`]). At most 100
+    /// (`MAX_LISTED`), chosen as `outliers` are; `warmup_count` is how many there are.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warmup: Vec<Outlier>,
+    pub warmup_count: usize,
+    /// Σ over every step set apart (warm-up and outliers, listed or not); absent when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_apart: Option<ApartSums>,
     /// Outliers that come back every `period` steps of a rank: a periodic stall (a host task on a timer or a
     /// counter: logging, checkpointing, garbage collection, a scheduler tick).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub periodic_stall: Option<PeriodicStall>,
     pub pacing: Option<Pacing>,
-    /// By kernel count, most steps first.
+    /// By kernel count, most steps first: at most 64 (`MAX_GROUPS`); `group_count` is how many shapes there are.
     pub groups: Vec<Group>,
+    pub group_count: usize,
     /// The labels whose ranges are host-side communication: those containing (case-insensitive) one of
     /// `all_reduce`, `allreduce`, `all_gather`, `allgather`, `reduce_scatter`, `reducescatter`, `all_to_all`,
     /// `alltoall`, `broadcast`, `nccl`.
@@ -271,8 +294,11 @@ pub struct StepBudgetDoc {
     pub launch: Vec<DeviceLaunch>,
     /// One per process with steps, in order of their first step.
     pub ranks: Vec<RankBudget>,
-    /// With several ranks: per matched step (the k-th step of every rank), the rank the others wait for.
+    /// With several ranks: per matched step (the k-th step of every rank; without steps, the k-th collective),
+    /// the rank the others wait for. At most 100 (`MAX_LISTED`), those with the largest `lead_ns`, in
+    /// occurrence order; `straggler_count` is how many were matched.
     pub stragglers: Vec<Straggler>,
+    pub straggler_count: usize,
     pub verdict: BudgetVerdict,
     /// gate-check's verdict on the export (`step-budget` runs the throughput tier's gates on what it reads):
     /// a RETRY makes the verdict `unreliable`. Absent when not checked (the library's `analyze`).

@@ -10,7 +10,7 @@ pub const PRIORITY: [&str; 7] =
 /// The GPU span of a step on each device it ran on: `(deviceId, (first start, last end))`.
 type StepSpans = Vec<(i64, (i64, i64))>;
 /// The GPU spans of the steps, by device.
-type SpansByDevice = BTreeMap<i64, Vec<(i64, i64)>>;
+pub(super) type SpansByDevice = BTreeMap<i64, Vec<(i64, i64)>>;
 
 /// What every step of [`analyze_window_with`] reads: the steps are independent, so they run in parallel chunks.
 pub(super) struct StepCx<'a> {
@@ -120,6 +120,8 @@ impl StepCx<'_> {
             host_comm_ns: union_len(host_comm),
             idle,
             geometry: None,
+            outlier: false,
+            warmup: false,
         }
     }
 }

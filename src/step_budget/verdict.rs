@@ -73,7 +73,7 @@ pub fn device_only_of(
         notes.push(n);
     }
     let (schema, tool) = StepBudgetDoc::header();
-    StepBudgetDoc {
+    let mut doc = StepBudgetDoc {
         schema,
         tool,
         source,
@@ -83,19 +83,25 @@ pub fn device_only_of(
         graph_level: false,
         nccl_kernels: tl.nccl_kernels,
         nccl_by_name: tl.nccl_by_name.clone(),
+        step_count: 0,
         steps: Vec::new(),
         distributions: distributions_of(std::iter::empty(), true),
         totals: totals_of(std::iter::empty()),
         outliers: Vec::new(),
+        outlier_count: 0,
         warmup: Vec::new(),
+        warmup_count: 0,
+        set_apart: None,
         periodic_stall: None,
         pacing: None,
         groups: Vec::new(),
+        group_count: 0,
         comm_labels: Vec::new(),
         waterfall: None,
         idle: tl.devices.iter().map(|d| d.idle.clone()).collect(),
         launch: tl.devices.iter().map(|d| d.launch.clone()).collect(),
         ranks,
+        straggler_count: stragglers.len(),
         stragglers,
         verdict: BudgetVerdict {
             class: picture.class.into(),
@@ -110,7 +116,9 @@ pub fn device_only_of(
         iterations: None,
         devices: rows,
         host_samples: None,
-    }
+    };
+    summarize(&mut doc);
+    doc
 }
 
 /// Without steps, the ranks are the processes with device rows (one per GPU in a torchrun/tensor-parallel run),

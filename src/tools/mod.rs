@@ -132,6 +132,31 @@ pub enum Output {
     /// A document written while it is computed (kern-csv-to-json streams its rows: a large trace report is
     /// never held in memory); returns the exit code.
     Stream(StreamWriter),
+    /// Rows, one JSON object each (`step-budget --steps`: one per step): NDJSON for a binary (one compact
+    /// object per line, whatever the style), a list of records (a table) for Nushell.
+    Rows(Box<dyn EmitRows>),
+}
+
+/// What [`Output::Rows`] holds: rows written one by one, never as one document.
+pub trait EmitRows {
+    /// Each row as one line of compact JSON.
+    fn write_ndjson(&self, out: &mut dyn Write) -> std::io::Result<()>;
+    /// Each row as a JSON value.
+    fn to_json(&self) -> Vec<serde_json::Value>;
+}
+
+impl<T: Serialize> EmitRows for Vec<T> {
+    fn write_ndjson(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let mut w = std::io::BufWriter::new(out);
+        for row in self {
+            serde_json::to_writer(&mut w, row)?;
+            w.write_all(b"\n")?;
+        }
+        w.flush()
+    }
+    fn to_json(&self) -> Vec<serde_json::Value> {
+        self.iter().map(Emit::to_json).collect()
+    }
 }
 
 /// What [`Output::Stream`] runs: writes the document, returns the exit code.
@@ -157,6 +182,10 @@ impl Outcome {
     pub fn doc<T: Document + 'static>(doc: T, style: Style) -> Outcome {
         let exit = doc.exit_code();
         Outcome { output: Output::Doc(Box::new(doc)), say: Vec::new(), exit, style, stderr: None }
+    }
+    /// Rows ([`Output::Rows`]) with the exit code of the document they come from.
+    pub fn rows(rows: Box<dyn EmitRows>, exit: i32, style: Style) -> Outcome {
+        Outcome { output: Output::Rows(rows), say: Vec::new(), exit, style, stderr: None }
     }
     /// Add a line for stderr.
     pub fn saying(mut self, line: impl Into<String>) -> Outcome {
@@ -189,6 +218,7 @@ pub fn print(tool: &str, o: Outcome) -> i32 {
     let written = match o.output {
         Output::Doc(doc) => out.write_all(doc.render(o.style).as_bytes()),
         Output::Json(text) | Output::Text(text) => out.write_all(text.as_bytes()),
+        Output::Rows(rows) => rows.write_ndjson(&mut out),
         Output::Stream(write) => match write(&mut out) {
             Ok(code) => return code,
             Err(e) => return report_error(tool, &e),

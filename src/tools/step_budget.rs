@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::contract::Result;
+use crate::contract::{Document, Result};
 use crate::export::STDIN_NAME;
 use crate::flags::step_budget::StepBudgetArgs;
 use crate::iterations::window::Windowed;
@@ -39,13 +39,24 @@ pub fn run(a: StepBudgetArgs, host: &Invocation) -> Result<Outcome> {
         (false, false) => Windowed::Doc(step_budget::run(path, &opts, nsys)?),
     };
     Ok(match result {
+        // --steps: the window selected no step, so there is no row; the RETRY is said and exits 1
+        Windowed::Retry(d) if a.steps => {
+            Outcome::rows(Box::new(Vec::<step_budget::Step>::new()), d.exit_code(), a.out.style())
+                .saying(format!("RETRY: {}", d.reason))
+        }
         Windowed::Retry(d) => {
             let reason = d.reason.clone();
             Outcome::doc(*d, a.out.style()).saying(format!("RETRY: {reason}"))
         }
-        Windowed::Doc(d) => {
+        Windowed::Doc(mut d) => {
             let rejected = (d.verdict.class == step_budget::UNRELIABLE).then(|| d.verdict.reason.clone());
-            let o = Outcome::doc(d, a.out.style());
+            let o = if a.steps {
+                // the rows of the summary's steps, with its exit code
+                let rows = std::mem::take(&mut d.steps);
+                Outcome::rows(Box::new(rows), d.exit_code(), a.out.style())
+            } else {
+                Outcome::doc(d, a.out.style())
+            };
             match rejected {
                 Some(reason) => o.saying(format!("unreliable: {reason}")),
                 None => o,

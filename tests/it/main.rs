@@ -31,6 +31,7 @@ mod shared_scan;
 mod sqlite_ranges;
 mod sqlite_readers;
 mod step_budget;
+mod step_rows;
 mod type_names;
 mod verdicts;
 mod world;

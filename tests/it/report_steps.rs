@@ -35,9 +35,10 @@ fn report_exit(args: &[&str], code: i32) -> Value {
 
 fn step_budget(args: &[&str]) -> Value {
     let (out, rc, err) = run("step-budget", args, None);
-    let doc = common::one_doc(&out);
+    let mut doc = common::one_doc(&out);
     // exit 1 exactly when the verdict does not stand (`unreliable`: the capture's gates said RETRY)
     assert_eq!(rc, i32::from(doc["verdict"]["class"] == "unreliable"), "{err}");
+    common::with_step_rows(&mut doc, args, rc);
     doc
 }
 
@@ -191,10 +192,31 @@ fn a_bundle_brings_its_step_budget_and_unknown_or_missing_fields_are_tolerated()
     assert_eq!(from_bundle["step_budget"]["source"], "kernel_profile.step_budget");
     assert_eq!(from_bundle["class"], from_sqlite["class"]);
     assert_eq!(from_bundle["decision"]["rule"], from_sqlite["decision"]["rule"]);
-    assert_eq!(from_bundle["step_budget"]["bars"], from_sqlite["step_budget"]["bars"]);
-    assert_eq!(from_bundle["step_budget"]["histograms"], from_sqlite["step_budget"]["histograms"]);
-    // a newer step budget: idle[] filled, a field added; an older one: groups/pacing/distributions absent
+    // the bundle's step budget is a summary (issue #40): the same verdict, totals, outliers and set-apart steps,
+    // no bars or histograms, and the report says why
+    for k in ["steps", "totals", "distributions", "outliers", "set_apart", "verdict", "device_work", "idle"] {
+        assert_eq!(from_bundle["step_budget"][k], from_sqlite["step_budget"][k], "{k}");
+    }
+    assert!(from_bundle["step_budget"]["bars"]["bars"].as_array().unwrap().is_empty());
+    assert!(from_bundle["step_budget"]["histograms"].as_array().unwrap().is_empty());
+    assert!(from_sqlite["step_budget"].get("bars_note").is_none());
+    let note = from_bundle["step_budget"]["bars_note"].as_str().unwrap();
+    assert!(note.contains("summary") && note.contains("step-budget --steps"), "{note}");
+    let notes = from_bundle["notes"].as_array().unwrap();
+    assert!(notes
+        .iter()
+        .any(|n| n.as_str().unwrap().starts_with("kernel_profile.step_budget: the step budget is a summary")));
+    // with its rows put back as steps[] (`step-budget --steps`; a step budget written before the summary held
+    // them): the same bars and histograms as from the export
     let mut v: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+    let (_, rows) = common::step_rows(&[&f]);
+    v["kernel_profile"]["step_budget"]["steps"] = Value::Array(rows);
+    std::fs::write(&bundle, serde_json::to_vec(&v).unwrap()).unwrap();
+    let with_rows = report(&[b, "--compact"]);
+    for k in ["bars", "histograms", "steps", "totals", "outliers", "set_apart", "verdict", "bars_note"] {
+        assert_eq!(with_rows["step_budget"][k], from_sqlite["step_budget"][k], "{k}");
+    }
+    // a newer step budget: idle[] filled, a field added; an older one: groups/pacing/distributions absent
     let sb = v["kernel_profile"]["step_budget"].as_object_mut().unwrap();
     sb.insert("idle".into(), serde_json::json!([{"device": 0, "cause": "host", "gaps": 12, "ns": 34567}, {"device": 0, "cause": "sync", "gaps": 3, "ns": 890}]));
     sb.insert("ranks".into(), serde_json::json!([]));

@@ -249,11 +249,48 @@ pub fn run(bin: &str, args: &[&str]) -> (i32, String, String) {
     (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).to_string(), stderr)
 }
 
-/// The document of a run that must give one (exit 0 or 1).
+/// The document of a run that must give one (exit 0 or 1); a step-budget summary gets its per-step rows
+/// back as `steps[]` ([`with_step_rows`]).
 pub fn doc(bin: &str, args: &[&str]) -> (i32, serde_json::Value) {
     let (code, stdout, stderr) = run(bin, &[args, &["--compact"]].concat());
     assert!(code == 0 || code == 1, "{bin} exit {code}: {stderr}");
-    (code, one_doc(stdout.as_bytes()))
+    let mut d = one_doc(stdout.as_bytes());
+    if bin == "step-budget" {
+        with_step_rows(&mut d, args, code);
+    }
+    (code, d)
+}
+
+/// `step-budget ARGS --steps`: the per-step rows (NDJSON, one object per line) and the exit code.
+pub fn step_rows(args: &[&str]) -> (i32, Vec<serde_json::Value>) {
+    let args: Vec<&str> = args.iter().copied().filter(|a| *a != "--compact" && *a != "--pretty").collect();
+    let (code, stdout, stderr) = run("step-budget", &[&args[..], &["--steps"]].concat());
+    assert!(code == 0 || code == 1, "step-budget --steps exit {code}: {stderr}");
+    let rows = stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("not one JSON object: {e}: {l}"))
+        })
+        .collect();
+    (code, rows)
+}
+
+/// A step-budget summary (`step_count`, no `steps[]`) with the rows of `step-budget ARGS --steps` put back as
+/// `steps[]`, as the document held them before it became a summary (issue #40): the rows are as many as
+/// `step_count`, in index order, and `--steps` exits as the summary did (`code`). Other documents (an
+/// iteration-window RETRY) are left as they are.
+pub fn with_step_rows(doc: &mut serde_json::Value, args: &[&str], code: i32) {
+    if doc["schema"] != "nsyskit.step-budget/v1" {
+        return;
+    }
+    assert!(doc.get("steps").is_none(), "the summary holds no steps[]");
+    let (rc, rows) = step_rows(args);
+    assert_eq!(rc, code, "--steps exits as the summary");
+    assert_eq!(rows.len() as u64, doc["step_count"].as_u64().unwrap(), "one row per step");
+    for (k, r) in rows.iter().enumerate() {
+        assert_eq!(r["index"].as_u64(), Some(k as u64), "index order");
+    }
+    doc["steps"] = serde_json::Value::Array(rows);
 }
 
 /// Gate `id` of a gate-check document.
