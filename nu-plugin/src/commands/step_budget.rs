@@ -26,13 +26,18 @@ impl SimplePluginCommand for StepBudget {
     fn extra_description(&self) -> &str {
         "The same function as the `step-budget` binary (docs/step-budget.md). The step label defaults to the \
          iteration label, chosen as capture-compare does. An .nsys-rep is exported with --nsys, else \
-         $env.NSYS_BIN, else nsys on PATH."
+         $env.NSYS_BIN, else nsys on PATH. The record is a summary whose size does not grow with the steps: \
+         `step_count`, distributions, totals, verdict; `outliers`, `warmup` and `stragglers` list at most 100 \
+         (the largest first chosen, in step order) beside `outlier_count`, `warmup_count` and `straggler_count`, \
+         `groups` at most 64 beside `group_count`. --steps returns the per-step rows instead: a table, one row \
+         per step in index order (the binary's NDJSON), each with `outlier` and `warmup`; with --iterations, \
+         the window's steps."
     }
 
     fn signature(&self) -> Signature {
         let f = flags();
         f.signature(f.required(Signature::build(SimplePluginCommand::name(self)), "export"))
-            .input_output_types(vec![(Type::Nothing, Type::record())])
+            .input_output_types(vec![(Type::Nothing, Type::record()), (Type::Nothing, Type::table())])
             .category(category())
     }
 
@@ -41,11 +46,18 @@ impl SimplePluginCommand for StepBudget {
     }
 
     fn examples(&self) -> Vec<Example<'_>> {
-        vec![Example {
-            example: "(step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite).outliers.21.index",
-            description: "The last of a real capture's 22 outliers (15 prefill-contaminated decode steps, every 25th, and 7 slow ones)",
-            result: Some(Value::test_int(375)),
-        }]
+        vec![
+            Example {
+                example: "(step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite).outliers.21.index",
+                description: "The last of a real capture's 22 outliers (15 prefill-contaminated decode steps, every 25th, and 7 slow ones)",
+                result: Some(Value::test_int(375)),
+            },
+            Example {
+                example: "(step-budget fixtures/nsys-2025.3.1/decode_mixed.sqlite --steps).25.outlier",
+                description: "The per-step rows as a table (one row per step): step 25 encloses a prefill and is an outlier",
+                result: Some(Value::test_bool(true)),
+            },
+        ]
     }
 
     fn run(

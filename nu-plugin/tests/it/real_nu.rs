@@ -442,3 +442,35 @@ fn world_captures_in_nushell() {
     let err = nu.error(&format!("report '{apax}'"));
     assert!(err.contains("an incomplete export: it holds no capture"), "{err}");
 }
+
+/// Issue #40: `step-budget --steps` is a table of the per-step rows, as many as the summary's `step_count`, the
+/// same rows as the binary's NDJSON (`from json --objects`), and with --iterations the window's steps.
+#[test]
+fn step_budget_steps_is_a_table_of_the_steps() {
+    let Some(nu) = Nu::or_skip("step_budget_steps_is_a_table_of_the_steps") else { return };
+    let f = fixture("nsys-2025.3.1/decode_mixed.sqlite").display().to_string();
+    let v = nu.json(&format!(
+        "let s = (step-budget '{f}'); let t = (step-budget '{f}' --steps); \
+         {{count: $s.step_count, rows: ($t | length), type: ($t | describe | str replace --regex '<.*' ''), \
+          outliers: ($t | where outlier | length), outlier_count: $s.outlier_count, first: ($t | first | get index), \
+          last: ($t | last | get index), has_steps: ($s | columns | any {{|c| $c == steps}})}}"
+    ));
+    assert_eq!(v["count"], 400, "{v}");
+    assert_eq!(v["rows"], v["count"], "{v}");
+    assert_eq!(v["type"], "table", "{v}");
+    assert_eq!((v["outliers"].as_u64(), v["outlier_count"].as_u64()), (Some(22), Some(22)), "{v}");
+    assert_eq!((v["first"].as_u64(), v["last"].as_u64()), (Some(0), Some(399)), "{v}");
+    assert_eq!(v["has_steps"], false, "{v}");
+    // the binary's NDJSON read as a table: the same rows
+    let bin = binary("step-budget").display().to_string();
+    let v = nu.json(&format!(
+        "let a = (^'{bin}' '{f}' --steps | from json --objects); let b = (step-budget '{f}' --steps); \
+         {{rows: ($a | length), same_walls: (($a | get wall_ns) == ($b | get wall_ns | into int)), \
+          same_gpu: (($a | get components.gpu_kernel) == ($b | get components.gpu_kernel))}}"
+    ));
+    assert_eq!(v["rows"], 400, "{v}");
+    assert_eq!((v["same_walls"].as_bool(), v["same_gpu"].as_bool()), (Some(true), Some(true)), "{v}");
+    // with --iterations: the window's steps
+    let v = nu.json(&format!("step-budget '{f}' --iterations 10:19 --steps | length"));
+    assert_eq!(v, 10);
+}
