@@ -173,7 +173,7 @@ pub struct PeriodicStall {
     /// Every `period` steps of its rank.
     pub period: usize,
     pub rank: usize,
-    /// `steps[]` index of the first and how many outliers keep the period.
+    /// Step index (`index` of a `--steps` row) of the first and how many outliers keep the period.
     pub first_index: usize,
     pub count: usize,
     /// Median of their `ratio_to_median`.
@@ -390,7 +390,7 @@ pub struct RankBudget {
 pub struct Straggler {
     /// k: the k-th step of every rank.
     pub occurrence: usize,
-    /// `steps[]` index of each rank's k-th step, by rank.
+    /// Step index (`index` of a `--steps` row) of each rank's k-th step, by rank.
     pub step_indexes: Vec<usize>,
     pub rank: usize,
     /// `least_comm` (some rank waits in communication in the step, `comm_busy_ns + host_comm_ns` > 0: the rank
