@@ -13,26 +13,111 @@ pub struct CapturedCall {
     pub name_id: i64,
 }
 
-/// The runtime calls of [`CapturedRows`], in table order: the parts the join read, each in rowid order, kept as
-/// they were read (one vector of them all was a copy of 48 bytes per call: 62 MB at 5 M kernels).
+/// The runtime calls of one part the join read, in rowid order, 32 bytes each ([`CapturedCall`] is 48: 62 MB at
+/// 5 M kernels): the duration, correlation id and name id in 32 bits; a call whose values do not fit (a call of
+/// 2^32 ns or more, no correlation id) is kept whole in `wide`, its correlation id `u32::MAX`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuntimeCalls(Vec<Vec<CapturedCall>>);
+pub struct CallPart {
+    calls: Vec<PackedCall>,
+    /// `(index, call)` of the calls kept whole, by index.
+    wide: Vec<(usize, CapturedCall)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PackedCall {
+    start: i64,
+    global_tid: i64,
+    dur: u32,
+    corr: u32,
+    name: u32,
+}
+
+impl CallPart {
+    pub(super) fn reserve_exact(&mut self, n: usize) {
+        self.calls.reserve_exact(n);
+    }
+
+    pub(super) fn capacity(&self) -> usize {
+        self.calls.capacity()
+    }
+
+    pub(super) fn push(&mut self, c: CapturedCall) {
+        let fit = |v: i64| u32::try_from(v).ok().filter(|&x| x < u32::MAX);
+        let packed = match (fit(c.end - c.start), c.correlation_id.and_then(fit), fit(c.name_id)) {
+            (Some(dur), Some(corr), Some(name)) => {
+                PackedCall { start: c.start, global_tid: c.global_tid, dur, corr, name }
+            }
+            _ => {
+                self.wide.push((self.calls.len(), c));
+                PackedCall { start: c.start, global_tid: c.global_tid, dur: 0, corr: u32::MAX, name: 0 }
+            }
+        };
+        self.calls.push(packed);
+    }
+
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    /// Call `i`.
+    #[inline]
+    pub fn get(&self, i: usize) -> CapturedCall {
+        let p = &self.calls[i];
+        if p.corr == u32::MAX {
+            return self.wide[self.wide.partition_point(|&(j, _)| j < i)].1;
+        }
+        CapturedCall {
+            start: p.start,
+            end: p.start + p.dur as i64,
+            global_tid: p.global_tid,
+            correlation_id: Some(p.corr as i64),
+            name_id: p.name as i64,
+        }
+    }
+
+    /// The calls in order.
+    pub fn iter(&self) -> impl Iterator<Item = CapturedCall> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+}
+
+/// The runtime calls of [`CapturedRows`], in table order: the parts the join read, each in rowid order, kept as
+/// they were read (one vector of them all was a copy of each call).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeCalls(Vec<CallPart>);
 
 impl RuntimeCalls {
     /// The calls of `parts`, taken in order.
-    pub fn new(parts: Vec<Vec<CapturedCall>>) -> RuntimeCalls {
+    pub fn new(parts: Vec<CallPart>) -> RuntimeCalls {
         RuntimeCalls(parts)
     }
+    /// The calls of `parts`, taken in order.
+    pub fn of(parts: Vec<Vec<CapturedCall>>) -> RuntimeCalls {
+        RuntimeCalls(
+            parts
+                .into_iter()
+                .map(|v| {
+                    let mut p = CallPart::default();
+                    v.into_iter().for_each(|c| p.push(c));
+                    p
+                })
+                .collect(),
+        )
+    }
     /// The parts, in table order, each in rowid order.
-    pub fn parts(&self) -> &[Vec<CapturedCall>] {
+    pub fn parts(&self) -> &[CallPart] {
         &self.0
     }
     /// Every call, in table order.
-    pub fn iter(&self) -> impl Iterator<Item = &CapturedCall> + '_ {
-        self.0.iter().flatten()
+    pub fn iter(&self) -> impl Iterator<Item = CapturedCall> + '_ {
+        self.0.iter().flat_map(CallPart::iter)
     }
     pub fn len(&self) -> usize {
-        self.0.iter().map(Vec::len).sum()
+        self.0.iter().map(CallPart::len).sum()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -502,7 +502,7 @@ struct Collect {
     per_occ: Vec<OccurrenceIntervals>,
     /// Every device row and runtime call as read ([`CapturedRows`]); the calls by part of the runtime table.
     rows: CapturedRows,
-    calls_by_part: Vec<Vec<CapturedCall>>,
+    calls_by_part: Vec<CallPart>,
     /// The join read the runtime table whole ([`Collected::runtime_read`]).
     runtime_read: bool,
     /// [`Collected::device_ids`].

@@ -38,7 +38,7 @@ pub(super) fn join_runtime(
             seen += 1;
             if let (Some(c), Some(t), Some(n)) = (collect.as_mut(), r.global_tid, r.name_id) {
                 if c.calls_by_part.len() <= part {
-                    c.calls_by_part.resize_with(part + 1, Vec::new);
+                    c.calls_by_part.resize_with(part + 1, CallPart::default);
                 }
                 if c.calls_by_part[part].capacity() == 0 {
                     c.calls_by_part[part].reserve_exact(bound);

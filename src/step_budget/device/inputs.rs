@@ -34,7 +34,7 @@ pub(super) fn names_of(export: &Export) -> Result<Names> {
 /// The rows by device, the process ids they index, the NCCL kernel rows by name id, the node-level rows
 /// ([`ops_of`]).
 pub(super) struct Ops {
-    pub(super) by_dev: BTreeMap<i64, Vec<Op>>,
+    pub(super) by_dev: BTreeMap<i64, OpRows>,
     /// The rows' `globalPid` values (−1 for NULL), sorted: [`Op::process`] indexes them.
     pub(super) pids: Vec<i64>,
     pub(super) nccl_by_id: FxMap<i64, (u64, i64)>,
@@ -43,13 +43,27 @@ pub(super) struct Ops {
     pub(super) ambiguous: u64,
 }
 
+/// The device rows the timelines are built from: the ranges scan's, shared, or given to them alone (then each
+/// chunk is dropped once its rows are timeline rows, and its pages given back as they add up).
+pub(super) enum Chunks<'a> {
+    Shared(&'a [DeviceChunk]),
+    Owned(Vec<DeviceChunk>),
+}
+
+/// Bytes of chunks dropped after which their pages are given back ([`crate::memory::release_free_memory`]).
+const TRIM_EVERY: usize = 32 << 20;
+
 /// Every device row of the capture, by device (rows in table then rowid order), as the ranges scan read them,
 /// each linked to the runtime call of its `(globalPid, correlationId)`.
-pub(super) fn ops_of(device: &[DeviceChunk], names: &Names, calls: &Calls, skips: &mut RowSkips) -> Ops {
-    // each device's vector allocated once at its size (5 M rows: no doubling copies); the process ids
+pub(super) fn ops_of(device: Chunks, names: &Names, calls: &Calls, skips: &mut RowSkips) -> Ops {
+    let all = match &device {
+        Chunks::Shared(v) => *v,
+        Chunks::Owned(v) => v.as_slice(),
+    };
+    // each device's rows allocated once at their size (5 M rows: no doubling copies); the process ids
     let mut sizes: BTreeMap<i64, usize> = BTreeMap::new();
     let mut pids: Vec<i64> = Vec::new();
-    for c in device.iter().filter(|c| c.kind.is_some()) {
+    for c in all.iter().filter(|c| c.kind.is_some()) {
         for (rows, pid, dev) in c.segments() {
             *sizes.entry(dev.unwrap_or(-1)).or_default() += rows.len();
             pids.push(pid.unwrap_or(-1));
@@ -57,40 +71,59 @@ pub(super) fn ops_of(device: &[DeviceChunk], names: &Names, calls: &Calls, skips
     }
     pids.sort_unstable();
     pids.dedup();
-    let mut by_dev: BTreeMap<i64, Vec<Op>> = sizes.into_iter().map(|(d, n)| (d, Vec::with_capacity(n))).collect();
-    let mut nccl_by_id: FxMap<i64, (u64, i64)> = FxMap::default();
-    let mut node_rows = 0;
-    let mut ambiguous = 0u64;
+    let by_dev: BTreeMap<i64, OpRows> = sizes.into_iter().map(|(d, n)| (d, OpRows::with_capacity(n))).collect();
+    let mut o = Ops { by_dev, pids, nccl_by_id: FxMap::default(), node_rows: 0, ambiguous: 0 };
     // rows come nearly in correlation order: each lookup tries the previous call and its successor first
     let mut hint = 0usize;
-    for c in device {
-        crate::export::merge_skips(skips, &c.skips);
-        node_rows += c.node_rows;
-        let Some(kind) = c.kind else { continue };
-        for (idx, pid, dev) in c.segments() {
-            let (pid, dev) = (pid.unwrap_or(-1), dev.unwrap_or(-1));
-            let process = pids.partition_point(|&p| p < pid) as u32;
-            let v = by_dev.entry(dev).or_default();
-            for i in idx {
-                let r = c.rows[i];
-                let (end, corr) = (c.end(i), c.correlation_id(i, r.aux));
-                let name = c.names.get(i).copied().filter(|&n| n != NO_NAME);
-                let nccl = kind == DeviceKind::Kernel && name.is_some_and(|n| names.nccl.contains_key(&n));
-                if nccl {
-                    let e = nccl_by_id.entry(name.unwrap_or(-1)).or_insert((0, 0));
-                    e.0 += 1;
-                    e.1 += end - r.start;
+    match device {
+        Chunks::Shared(v) => v.iter().for_each(|c| add_chunk(&mut o, c, names, calls, skips, &mut hint)),
+        Chunks::Owned(v) => {
+            let mut freed = 0usize;
+            for c in v {
+                add_chunk(&mut o, &c, names, calls, skips, &mut hint);
+                freed += c.rows.capacity() * std::mem::size_of::<PackedDeviceRow>()
+                    + c.names.capacity() * std::mem::size_of::<i64>();
+                drop(c);
+                if freed >= TRIM_EVERY {
+                    crate::memory::release_free_memory();
+                    freed = 0;
                 }
-                let mut call = corr.map_or(NO_CALL, |corr| calls.find(pid, corr, &mut hint));
-                if call == AMBIGUOUS_CALL {
-                    ambiguous += 1;
-                    call = NO_CALL;
-                }
-                v.push(Op::new(r.start, end, call, process, kind, nccl));
+            }
+            if freed > 0 {
+                crate::memory::release_free_memory();
             }
         }
     }
-    Ops { by_dev, pids, nccl_by_id, node_rows, ambiguous }
+    o
+}
+
+/// The rows of one chunk added to `o` ([`ops_of`]).
+fn add_chunk(o: &mut Ops, c: &DeviceChunk, names: &Names, calls: &Calls, skips: &mut RowSkips, hint: &mut usize) {
+    crate::export::merge_skips(skips, &c.skips);
+    o.node_rows += c.node_rows;
+    let Some(kind) = c.kind else { return };
+    for (idx, pid, dev) in c.segments() {
+        let (pid, dev) = (pid.unwrap_or(-1), dev.unwrap_or(-1));
+        let process = o.pids.partition_point(|&p| p < pid) as u32;
+        let v = o.by_dev.entry(dev).or_default();
+        for i in idx {
+            let r = c.rows[i];
+            let (end, corr) = (c.end(i), c.correlation_id(i, r.aux));
+            let name = c.names.get(i).copied().filter(|&n| n != NO_NAME);
+            let nccl = kind == DeviceKind::Kernel && name.is_some_and(|n| names.nccl.contains_key(&n));
+            if nccl {
+                let e = o.nccl_by_id.entry(name.unwrap_or(-1)).or_insert((0, 0));
+                e.0 += 1;
+                e.1 += end - r.start;
+            }
+            let mut call = corr.map_or(NO_CALL, |corr| calls.find(pid, corr, hint));
+            if call == AMBIGUOUS_CALL {
+                o.ambiguous += 1;
+                call = NO_CALL;
+            }
+            v.push(Op::new(r.start, end, call, process, kind, nccl));
+        }
+    }
 }
 
 /// What [`Calls::find`] answers for a key that several runtime calls share: the device row is linked to none.
@@ -101,7 +134,7 @@ pub(super) const AMBIGUOUS_CALL: u32 = u32::MAX - 1;
 /// classes; and each thread's blocking sync calls, unioned. A call's index is its place in this order.
 #[derive(Default)]
 pub(super) struct Calls<'a> {
-    pub(super) parts: &'a [Vec<CapturedCall>],
+    pub(super) parts: &'a [CallPart],
     pub(super) at: Vec<CallAt>,
     /// Indices in `at` of the keys that several calls share, ascending.
     pub(super) shared: Vec<u32>,
@@ -115,13 +148,13 @@ pub(super) fn key_of(c: &CapturedCall) -> (i64, Option<i64>) {
 }
 
 /// The call kept at `c` in `parts`.
-pub(super) fn call_at<'a>(parts: &'a [Vec<CapturedCall>], c: &CallAt) -> &'a CapturedCall {
-    &parts[c.part as usize][c.i as usize]
+pub(super) fn call_at(parts: &[CallPart], c: &CallAt) -> CapturedCall {
+    parts[c.part as usize].get(c.i as usize)
 }
 
 impl<'a> Calls<'a> {
     /// The call of index `k`.
-    pub(super) fn get(&self, k: u32) -> Option<&'a CapturedCall> {
+    pub(super) fn get(&self, k: u32) -> Option<CapturedCall> {
         self.at.get(k as usize).map(|c| call_at(self.parts, c))
     }
 
@@ -129,13 +162,13 @@ impl<'a> Calls<'a> {
     /// correlation order); [`AMBIGUOUS_CALL`] when several calls have that key.
     pub(super) fn find(&self, pid: i64, corr: i64, hint: &mut usize) -> u32 {
         let key = (pid, Some(corr));
-        let at = |i: usize| self.get(i as u32).is_some_and(|c| key_of(c) == key);
+        let at = |i: usize| self.get(i as u32).is_some_and(|c| key_of(&c) == key);
         let i = if at(*hint) {
             *hint
         } else if at(*hint + 1) {
             *hint + 1
         } else {
-            let i = self.at.partition_point(|c| key_of(call_at(self.parts, c)) < key);
+            let i = self.at.partition_point(|c| key_of(&call_at(self.parts, c)) < key);
             if !at(i) {
                 return NO_CALL;
             }
@@ -165,7 +198,7 @@ pub(super) fn calls_of<'a>(rows: &'a CapturedRows, names: &Names, skips: &mut Ro
     let mut syncs: FxMap<i64, Vec<(i64, i64)>> = FxMap::default();
     for (part, calls) in parts.iter().enumerate() {
         for (i, c) in calls.iter().enumerate() {
-            if api_of(c) == Api::Sync {
+            if api_of(&c) == Api::Sync {
                 syncs.entry(c.global_tid).or_default().push((c.start, c.end));
             }
             if c.correlation_id.is_some() {
@@ -176,11 +209,11 @@ pub(super) fn calls_of<'a>(rows: &'a CapturedRows, names: &Names, skips: &mut Ro
     let call = |c: &CallAt| call_at(parts, c);
     // stable: equal keys keep table order, and the last of them is kept (its API class, its syncs); a key
     // several calls share is noted: its device rows are linked to none of them
-    at.sort_by_key(|c| key_of(call(c)));
+    at.sort_by_key(|c| key_of(&call(c)));
     let mut shared: Vec<u32> = Vec::new();
     let mut kept_len = 1usize;
     at.dedup_by(|later, kept| {
-        let same = key_of(call(later)) == key_of(call(kept));
+        let same = key_of(&call(later)) == key_of(&call(kept));
         if same {
             *kept = *later;
             // `kept` is the last entry kept so far: index kept_len - 1
@@ -193,7 +226,7 @@ pub(super) fn calls_of<'a>(rows: &'a CapturedRows, names: &Names, skips: &mut Ro
         same
     });
     at.shrink_to_fit();
-    let api = at.iter().map(|c| api_of(call(c))).collect();
+    let api = at.iter().map(|c| api_of(&call(c))).collect();
     let syncs = syncs.into_iter().map(|(k, v)| (k, union(v))).collect();
     Calls { parts, at, shared, api, syncs }
 }

@@ -52,13 +52,13 @@ pub(super) fn launches(
 
 /// The queue-depth sweep: +1 at each row's issue, −1 at its end (ends before issues at the same ns). `ops` by
 /// start.
-pub(super) fn queue(ops: &[Op], calls: &Calls) -> QueueDepth {
-    let mut issues: Vec<i64> = ops.iter().map(|o| calls.issue_of(o)).collect();
-    issues.sort_unstable();
+pub(super) fn queue(ops: &OpRows, calls: &Calls) -> QueueDepth {
+    let issues = Issues::of(ops, calls);
+    let issues = issues.0.as_slice();
     let mut ends = EndsInOrder::new(ops);
     let bounds = |v: Option<i64>, w: Option<i64>| v.into_iter().chain(w);
-    let t0 = bounds(issues.first().copied(), ops.iter().map(|o| o.end).min()).min();
-    let t1 = bounds(issues.last().copied(), ops.iter().map(|o| o.end).max()).max();
+    let t0 = bounds(issues.first().map(|&x| Issues::time(x)), ops.iter().map(|o| o.end).min()).min();
+    let t1 = bounds(issues.last().map(|&x| Issues::time(x)), ops.iter().map(|o| o.end).max()).max();
     let (Some(t0), Some(t1)) = (t0, t1) else {
         return QueueDepth {
             max: 0,
@@ -80,9 +80,9 @@ pub(super) fn queue(ops: &[Op], calls: &Calls) -> QueueDepth {
     let mut i = 0usize;
     loop {
         // an end before an issue at the same ns
-        let (t, is_end) = match (ends.peek(), issues.get(i)) {
-            (Some(e), Some(&x)) if e <= x => (e, true),
-            (_, Some(&x)) => (x, false),
+        let (t, is_end) = match (ends.peek(), issues.get(i).map(|&x| Issues::time(x))) {
+            (Some(e), Some(x)) if e <= x => (e, true),
+            (_, Some(x)) => (x, false),
             (Some(e), None) => (e, true),
             (None, None) => break,
         };
@@ -102,8 +102,11 @@ pub(super) fn queue(ops: &[Op], calls: &Calls) -> QueueDepth {
             depth -= 1;
             ends.pop();
         } else {
-            at_issue.add(depth);
-            depth += 1;
+            // the rows issued together, one after another
+            for _ in 0..Issues::rows(issues[i]) {
+                at_issue.add(depth);
+                depth += 1;
+            }
             i += 1;
             let b = (((t - t0) / bw) as usize).min(nb - 1);
             series[b][1] = series[b][1].max(depth);
@@ -120,18 +123,82 @@ pub(super) fn queue(ops: &[Op], calls: &Calls) -> QueueDepth {
     }
 }
 
+/// When the rows of a device are issued, in order: the time shifted by [`Issues::COUNT_BITS`] above how many
+/// rows are issued then. The rows of one call issued at its start (the nodes of a graph launch) are one entry, a
+/// row issued at its own start (no call, or one that starts after it) one of its own: 8 bytes a row at most, and
+/// one entry a launch (5.6 M rows at 5 M kernels: 45 MB were one entry a row).
+pub(super) struct Issues(pub(super) Vec<i64>);
+
+impl Issues {
+    /// Times are within ±2^54 ns (issues are device row and runtime call starts: ±2^53).
+    const COUNT_BITS: u32 = 9;
+    const MOST: u32 = (1 << Self::COUNT_BITS) - 1;
+
+    pub(super) fn time(x: i64) -> i64 {
+        x >> Self::COUNT_BITS
+    }
+    pub(super) fn rows(x: i64) -> u32 {
+        (x & Self::MOST as i64) as u32
+    }
+    fn entry(t: i64, n: u32) -> i64 {
+        t << Self::COUNT_BITS | n as i64
+    }
+    /// `n` rows issued at `t`, in entries of at most [`Issues::MOST`].
+    fn push(v: &mut Vec<i64>, t: i64, mut n: u32) {
+        while n > 0 {
+            let k = n.min(Self::MOST);
+            v.push(Self::entry(t, k));
+            n -= k;
+        }
+    }
+
+    /// The issues of `ops` ([`Calls::issue_of`] of each row), sorted.
+    pub(super) fn of(ops: &OpRows, calls: &Calls) -> Issues {
+        // the rows issued at their call's start, counted by call over the range of calls the device's rows have
+        let (lo, hi) = ops
+            .iter()
+            .filter(|o| o.call != NO_CALL)
+            .fold((u32::MAX, 0), |(lo, hi), o| (lo.min(o.call), hi.max(o.call)));
+        let mut by_call: Vec<u32> = if lo <= hi { vec![0; (hi - lo) as usize + 1] } else { Vec::new() };
+        let mut own = 0usize;
+        for o in ops.iter() {
+            match calls.get(o.call) {
+                Some(c) if c.start <= o.start => by_call[(o.call - lo) as usize] += 1,
+                _ => own += 1,
+            }
+        }
+        let entries = by_call.iter().map(|&n| n.div_ceil(Self::MOST) as usize).sum::<usize>() + own;
+        let mut v: Vec<i64> = Vec::with_capacity(entries);
+        for o in ops.iter() {
+            match calls.get(o.call) {
+                Some(c) if c.start <= o.start => {}
+                _ => v.push(Self::entry(o.start, 1)),
+            }
+        }
+        for (k, &n) in by_call.iter().enumerate() {
+            if n > 0 {
+                let c = calls.get(lo + k as u32).expect("a call of the device's rows");
+                Self::push(&mut v, c.start, n);
+            }
+        }
+        drop(by_call);
+        v.sort_unstable();
+        Issues(v)
+    }
+}
+
 /// The rows' ends in ascending order from rows by start, without sorting them: a row ends at or after its start,
 /// so an end at or before the next row's start is the smallest left. A min-heap holds the ends of the rows
 /// started and not yet ended: the rows in flight on the device, not every row.
 pub(super) struct EndsInOrder<'a> {
-    pub(super) ops: &'a [Op],
+    pub(super) ops: &'a OpRows,
     pub(super) next: usize,
     pub(super) open: std::collections::BinaryHeap<std::cmp::Reverse<i64>>,
 }
 
 impl<'a> EndsInOrder<'a> {
-    pub(super) fn new(ops: &'a [Op]) -> Self {
-        debug_assert!(ops.windows(2).all(|w| w[0].start <= w[1].start), "rows not by start");
+    pub(super) fn new(ops: &'a OpRows) -> Self {
+        debug_assert!(ops.iter().zip(ops.iter().skip(1)).all(|(a, b)| a.start <= b.start), "rows not by start");
         EndsInOrder { ops, next: 0, open: std::collections::BinaryHeap::new() }
     }
     /// The smallest end not yet popped.

@@ -12,20 +12,22 @@ use serde::{Deserialize, Serialize};
 
 use super::{dist, Dist};
 use crate::contract::{Error, Result};
-use crate::export::rows::DeviceChunk;
 use crate::export::rows::NO_NAME;
+use crate::export::rows::{DeviceChunk, PackedDeviceRow};
 use crate::export::schema::DeviceKind;
 use crate::export::{ns_of, Export, RowSkips};
 use crate::sqlite_ranges::FxMap;
-use crate::sqlite_ranges::{CapturedCall, CapturedRows};
+use crate::sqlite_ranges::{CallPart, CapturedCall, CapturedRows};
 
 mod inputs;
 mod launches;
+mod ops;
 mod pieces;
 mod timeline;
 
 use inputs::*;
 use launches::*;
+use ops::*;
 pub(super) use pieces::merge_sorted;
 use pieces::*;
 use timeline::*;
@@ -199,8 +201,8 @@ fn base_name(n: &str) -> &str {
 /// No runtime call (an index into the calls).
 const NO_CALL: u32 = u32::MAX;
 
-/// A device row of a timeline, linked to the runtime call that issued it when built: 24 bytes (5 M rows: 120
-/// MB; it was 40 with its process id and correlation id beside the call they are looked up by).
+/// A device row of a timeline, linked to the runtime call that issued it when built, as read: held in 16 bytes
+/// ([`OpRows`]; 24 as it is, 40 with its process id and correlation id beside the call they are looked up by).
 #[derive(Debug, Clone, Copy)]
 struct Op {
     start: i64,
@@ -295,10 +297,16 @@ pub use crate::intervals::{len, overlap, union};
 /// ([`CapturedRows`]): every device row linked to the call that issued it; each device analysed (in parallel
 /// threads when there are several).
 pub fn build(export: &Export, rows: &CapturedRows) -> Result<Timelines> {
+    build_owned(export, rows, None)
+}
+
+/// [`build`]; the device rows are `owned` when given (`rows` then has none: they were taken out of it), and
+/// dropped as soon as the timeline rows are built.
+pub fn build_owned(export: &Export, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChunk>>>) -> Result<Timelines> {
     let mut ph = crate::phase::Phases::new("step-budget");
     let names = names_of(export)?;
     ph.mark("timeline_names");
-    Ok(timelines(&names, rows, None))
+    Ok(timelines(&names, rows, owned))
 }
 
 /// Device timelines being built in a thread of their own ([`build_beside`]); [`PendingTimelines::join`] waits
@@ -333,17 +341,36 @@ pub fn build_beside(export: &Export, rows: &mut CapturedRows) -> Result<(Pending
     Ok((PendingTimelines(Arc::new(Mutex::new(Some(handle)))), device))
 }
 
+/// Drop a share of the device rows; the last share's rows are dropped and their pages given back.
+pub fn let_go(rows: Arc<Vec<DeviceChunk>>) {
+    if let Ok(rows) = Arc::try_unwrap(rows) {
+        drop(rows);
+        crate::memory::release_free_memory();
+    }
+}
+
 /// [`build`] with the names read: the device rows are `owned` when given (dropped as soon as the timeline rows
 /// are built: they are the largest thing a report holds then), else those of `rows`.
 fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChunk>>>) -> Timelines {
     let mut ph = crate::phase::Phases::new("step-budget");
     let mut skips = RowSkips::new();
-    let device: &[DeviceChunk] = owned.as_deref().map_or(&rows.device, |v| v.as_slice());
+    // the rows given to no one else are dropped chunk by chunk as they become timeline rows
+    let (mine, shared) = match owned.map(Arc::try_unwrap) {
+        Some(Ok(v)) => (Some(v), None),
+        Some(Err(a)) => (None, Some(a)),
+        None => (None, None),
+    };
+    let device = match mine {
+        Some(v) => Chunks::Owned(v),
+        None => Chunks::Shared(shared.as_deref().map_or(&rows.device, |v| v.as_slice())),
+    };
     // the calls first: each device row is linked to its call as it is built
     let calls = calls_of(rows, names, &mut skips);
     let Ops { by_dev, pids, nccl_by_id, node_rows, ambiguous: ambiguous_joins } =
         ops_of(device, names, &calls, &mut skips);
-    drop(owned);
+    if let Some(rows) = shared {
+        let_go(rows);
+    }
     ph.mark("timeline_calls+ops");
     let mut nccl_keys: HashSet<(i64, i64, i64)> = HashSet::new();
     let mut nccl_kernels = 0u64;
@@ -397,7 +424,7 @@ fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChu
 
 /// [`device_timeline`] of every device, in parallel threads when there are several.
 fn analyse_devices(
-    by_dev: BTreeMap<i64, Vec<Op>>,
+    by_dev: BTreeMap<i64, OpRows>,
     pids: &[i64],
     calls: &Calls,
     names: &HashMap<i64, String>,

@@ -6,7 +6,7 @@ pub(in crate::step_budget) use crate::intervals::{merge_sorted, union_sorted};
 /// The union of a device's compute rows (non-NCCL kernels, GRAPH_TRACE) and its length, from rows sorted by
 /// start: the union only when the device has NCCL rows to overlap it with (at 5 M kernels without NCCL, 80 MB of
 /// intervals read for their length alone).
-pub(super) fn compute_of(ops: &[Op]) -> (Vec<(i64, i64)>, i64) {
+pub(super) fn compute_of(ops: &OpRows) -> (Vec<(i64, i64)>, i64) {
     let rows = ops
         .iter()
         .filter(|o| (o.kind() == DeviceKind::Kernel && !o.nccl()) || o.kind() == DeviceKind::GraphTrace)
@@ -21,36 +21,80 @@ pub(super) fn compute_of(ops: &[Op]) -> (Vec<(i64, i64)>, i64) {
     (Vec::new(), total)
 }
 
-/// Idle pieces `(start, end, category)` by start: the intervals and the categories apart, 17 bytes a piece (a
-/// tuple was 24: 5.6 M pieces at 5 M kernels, 134 MB). The first piece of each gap has [`GAP_START`] in its
-/// category byte (two gaps can touch: around a zero-length row).
+/// Idle pieces `(start, end, category)` by start: the starts, the lengths and the categories apart, 13 bytes a
+/// piece (a tuple was 24, the intervals and the categories apart 17: 5.6 M pieces at 5 M kernels, 95 MB); a
+/// piece of 2^32 ns or more has `u32::MAX` as its length and its end in `long`. The first piece of each gap
+/// has [`GAP_START`] in its category byte (two gaps can touch: around a zero-length row).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Pieces {
-    pub(super) spans: Vec<(i64, i64)>,
-    pub(super) kinds: Vec<u8>,
+    starts: Vec<i64>,
+    lens: Vec<u32>,
+    kinds: Vec<u8>,
+    /// `(piece index, end)` of the pieces whose length is `u32::MAX`, by index.
+    long: Vec<(usize, i64)>,
 }
 
 impl Pieces {
     pub(super) fn with_capacity(n: usize) -> Pieces {
-        Pieces { spans: Vec::with_capacity(n), kinds: Vec::with_capacity(n) }
+        Pieces {
+            starts: Vec::with_capacity(n),
+            lens: Vec::with_capacity(n),
+            kinds: Vec::with_capacity(n),
+            long: Vec::new(),
+        }
     }
     pub(super) fn push(&mut self, (s, e, k): (i64, i64, u8)) {
-        self.spans.push((s, e));
+        let len = match u32::try_from(e - s) {
+            Ok(l) if l < u32::MAX => l,
+            _ => {
+                self.long.push((self.starts.len(), e));
+                u32::MAX
+            }
+        };
+        self.starts.push(s);
+        self.lens.push(len);
         self.kinds.push(k);
     }
     pub(super) fn shrink_to_fit(&mut self) {
-        self.spans.shrink_to_fit();
+        self.starts.shrink_to_fit();
+        self.lens.shrink_to_fit();
         self.kinds.shrink_to_fit();
+    }
+    /// The end of piece `i`.
+    #[inline]
+    fn end(&self, i: usize) -> i64 {
+        match self.lens[i] {
+            u32::MAX => self.long[self.long.partition_point(|&(j, _)| j < i)].1,
+            l => self.starts[i] + l as i64,
+        }
+    }
+    /// Piece `i` with its category byte as held.
+    #[inline]
+    fn at(&self, i: usize) -> (i64, i64, u8) {
+        (self.starts[i], self.end(i), self.kinds[i])
     }
     /// The pieces from the first that ends after `t`.
     pub(super) fn ending_after(&self, t: i64) -> impl Iterator<Item = (i64, i64, u8)> + '_ {
-        self.starting_at(self.spans.partition_point(|p| p.1 <= t))
+        // the pieces are disjoint and by start: their ends ascend too
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.end(mid) <= t {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        self.starting_at(lo)
     }
     pub(super) fn iter(&self) -> impl Iterator<Item = (i64, i64, u8)> + '_ {
         self.starting_at(0)
     }
     pub(super) fn starting_at(&self, i: usize) -> impl Iterator<Item = (i64, i64, u8)> + '_ {
-        self.spans[i..].iter().zip(&self.kinds[i..]).map(|(&(s, e), &k)| (s, e, k & !GAP_START))
+        (i..self.len()).map(|i| {
+            let (s, e, k) = self.at(i);
+            (s, e, k & !GAP_START)
+        })
     }
     pub(super) fn len(&self) -> usize {
         self.kinds.len()
@@ -63,7 +107,29 @@ impl Pieces {
     }
     /// The pieces, each with whether it is the first of its gap.
     pub(super) fn with_gap_starts(&self) -> impl Iterator<Item = (i64, i64, u8, bool)> + '_ {
-        self.spans.iter().zip(&self.kinds).map(|(&(s, e), &k)| (s, e, k & !GAP_START, k & GAP_START != 0))
+        (0..self.len()).map(|i| {
+            let (s, e, k) = self.at(i);
+            (s, e, k & !GAP_START, k & GAP_START != 0)
+        })
+    }
+    /// The length of each gap: its pieces cover it exactly.
+    pub(super) fn gap_lengths(&self) -> GapLengths {
+        let mut v = GapLengths::Short(Vec::with_capacity(self.kinds.iter().filter(|&&k| k & GAP_START != 0).count()));
+        let mut cur: Option<i64> = None;
+        for (s, e, _, first) in self.with_gap_starts() {
+            if first {
+                if let Some(g) = cur {
+                    v.push(g);
+                }
+                cur = Some(0);
+            }
+            // a piece before any gap start cannot be: each gap's first piece is marked
+            *cur.get_or_insert(0) += e - s;
+        }
+        if let Some(g) = cur {
+            v.push(g);
+        }
+        v
     }
     /// The idle of `[lo, hi)` by category.
     pub(super) fn idle_in(&self, lo: i64, hi: i64) -> [i64; 4] {

@@ -6,8 +6,9 @@ use super::*;
 fn two_gaps_that_touch_count_as_two() {
     // [0, 10), a zero-length row at 20, [30, 40): the gaps [10, 20) and [20, 30) touch
     let op = |start: i64, end: i64| Op::new(start, end, NO_CALL, 0, DeviceKind::Kernel, false);
-    let ops = [op(0, 10), op(20, 20), op(30, 40)];
-    let (pieces, lengths, busy, span) = gaps(&ops, &Calls::default(), &FirstRows::of(&ops));
+    let ops = OpRows::from(&[op(0, 10), op(20, 20), op(30, 40)][..]);
+    let (pieces, busy, span) = gaps(&ops, &Calls::default(), &FirstRows::of(&ops));
+    let lengths = pieces.gap_lengths();
     assert_eq!((lengths.dist(), busy, span), (dist([10, 10]), 20, (0, 40)));
     let other = categories_of(&pieces)["other"];
     assert_eq!((other.ns, other.gaps), (20, 2));
@@ -74,13 +75,13 @@ fn compute_length_without_the_union_is_the_unions() {
         let compute = |o: &&Op| matches!(o.kind(), DeviceKind::Kernel | DeviceKind::GraphTrace);
         // by definition: the ns covered by at least one compute row
         let covered = (0..1100).filter(|&t| ops.iter().filter(compute).any(|o| o.start <= t && t < o.end)).count();
-        let (kept, ns) = compute_of(&ops);
+        let (kept, ns) = compute_of(&OpRows::from(ops.as_slice()));
         assert!(kept.is_empty());
         assert_eq!(ns, covered as i64, "{ops:?}");
         // with a communication row, the union itself is kept (the NCCL row is not compute)
         let want = union(ops.iter().filter(compute).map(|o| (o.start, o.end)).collect());
         ops.push(op(2000, 2010, DeviceKind::Kernel, true));
-        assert_eq!(compute_of(&ops), (want, covered as i64));
+        assert_eq!(compute_of(&OpRows::from(ops.as_slice())), (want, covered as i64));
     }
 }
 
@@ -137,6 +138,78 @@ fn gap_lengths_widen_and_keep_their_distribution() {
         assert_eq!(matches!(g, GapLengths::Long(_)), long_at.is_some());
         assert_eq!(g.len(), 64);
         assert_eq!(g.dist(), dist(want));
+    }
+}
+
+/// Rows are held in 16 bytes and read back as they were: negative and extreme starts, rows of 2^32 ns or more,
+/// processes beyond the 32 packed ones; a stable sort keeps equal rows in order.
+#[test]
+fn rows_are_held_in_16_bytes_and_read_back() {
+    assert_eq!(std::mem::size_of::<ops::PackedOp>(), 16);
+    let bound = crate::export::schema::MAX_TIMESTAMP_NS;
+    let mut next = crate::test_rng::xorshift(0x2545_F491_4F6C_DD1D);
+    let mut want = Vec::new();
+    for k in 0..2000 {
+        let start = match k % 7 {
+            0 => -bound,
+            1 => bound - next(10),
+            _ => next(1 << 40) - (1 << 39),
+        };
+        let dur = if k % 11 == 0 { u32::MAX as i64 + next(3) - 1 } else { next(1000) };
+        let end = (start + dur).min(bound);
+        let process = if k % 13 == 0 { 31 + next(3) as u32 } else { next(32) as u32 };
+        let call = if k % 5 == 0 { NO_CALL } else { next(1 << 30) as u32 };
+        want.push(Op::new(start, end.max(start), call, process, DeviceKind::ALL[next(4) as usize], next(2) == 1));
+    }
+    let mut rows = OpRows::from(want.as_slice());
+    let same = |a: &Op, b: &Op| {
+        (a.start, a.end, a.call, a.meta) == (b.start, b.end, b.call, b.meta)
+            && (a.kind(), a.nccl()) == (b.kind(), b.nccl())
+    };
+    assert_eq!(rows.len(), want.len());
+    assert!(rows.iter().zip(&want).all(|(a, b)| same(&a, b)));
+    let key = |o: &Op| (o.start / 1000, o.end);
+    want.sort_by_key(key);
+    rows.sort_by(|a, b| key(a).cmp(&key(b)));
+    assert!(rows.iter().zip(&want).all(|(a, b)| same(&a, b)));
+    assert!(same(&rows.first().unwrap(), &want[0]) && rows.get(want.len()).is_none());
+}
+
+/// The issues of a device's rows, entries of several rows each, are the issue of every row, sorted.
+#[test]
+fn issues_are_every_rows_issue() {
+    let mut next = crate::test_rng::xorshift(0x3C6E_F372_FE94_F82B);
+    for _ in 0..200 {
+        // calls sorted by (pid, corr) as Calls keeps them; rows linked to some, some before their call starts
+        let n = 1 + next(20) as usize;
+        let parts = crate::sqlite_ranges::RuntimeCalls::of(vec![(0..n)
+            .map(|k| CapturedCall {
+                start: next(1000),
+                end: 2000,
+                global_tid: 1 << 24,
+                correlation_id: Some(k as i64),
+                name_id: 0,
+            })
+            .collect::<Vec<_>>()]);
+        let at: Vec<CallAt> = (0..n as u32).map(|i| CallAt { part: 0, i }).collect();
+        let calls = Calls { parts: parts.parts(), at, ..Default::default() };
+        let mut ops: Vec<Op> = (0..next(1500))
+            .map(|_| {
+                let call = if next(6) == 0 { NO_CALL } else { next(n as i64) as u32 };
+                let s = next(1200);
+                Op::new(s, s + next(50), call, 0, DeviceKind::Kernel, false)
+            })
+            .collect();
+        ops.sort_by_key(|o| o.start);
+        let rows = OpRows::from(ops.as_slice());
+        let mut want: Vec<i64> = ops.iter().map(|o| calls.issue_of(o)).collect();
+        want.sort_unstable();
+        let got: Vec<i64> = Issues::of(&rows, &calls)
+            .0
+            .iter()
+            .flat_map(|&x| std::iter::repeat_n(Issues::time(x), Issues::rows(x) as usize))
+            .collect();
+        assert_eq!(got, want);
     }
 }
 
