@@ -40,8 +40,7 @@ pub fn analyze_window_with(
     };
     let mut ph = crate::phase::Phases::new("step-budget");
     let owned;
-    // the device rows of an analysis run here are handed to the timelines, which drop them once their own rows
-    // are built: nothing reads them after (5 M kernels: 130 MB no longer held through the timelines' passes)
+    // the device rows of an analysis run here go to the timelines, which drop them as their own rows are built
     let mut own_device = None;
     let (a, collected, pre_built) = match pre.filter(|_| opts.step.is_some()) {
         Some((a, c)) => (a, c, pre_built),
