@@ -13,7 +13,7 @@ const GPU: &str = "fixtures/nsys-2025.3.1/gpu_full_node.sqlite";
 fn iteration_windows_and_records_through_the_plugin() {
     let Some(nu) = Nu::or_skip("iteration_windows_and_records_through_the_plugin") else { return };
     // by occurrence index of the iteration label: steps 10..=19 of the 204
-    let v = nu.json(&format!("step-budget {GPU} --iterations 10:19 | get steps | each {{|s| $s.index}}"));
+    let v = nu.json(&format!("step-budget {GPU} --iterations 10:19 --steps | each {{|s| $s.index}}"));
     assert_eq!(v, json!((0..10).collect::<Vec<_>>()));
     let v = nu.json(&format!(
         "sqlite-ranges {GPU} --iterations 10:19 --step vibeserve.engine.iteration | get iterations.occurrences.index"
@@ -32,7 +32,7 @@ fn iteration_windows_and_records_through_the_plugin() {
     }
     // records written here from the fixture's own steps, 123456789 µs later on another clock: the offset is
     // measured from them (engine ns − nsys ns), and a window by engine iteration selects those steps
-    let steps = nu.json(&format!("step-budget {GPU} | get steps | each {{|s| [$s.start_ns $s.wall_ns]}}"));
+    let steps = nu.json(&format!("step-budget {GPU} --steps | each {{|s| [$s.start_ns $s.wall_ns]}}"));
     let dir = tempfile::tempdir().unwrap();
     let recs = dir.path().join("records.jsonl");
     let mut text = String::new();
@@ -51,7 +51,7 @@ fn iteration_windows_and_records_through_the_plugin() {
     ));
     assert_eq!(v, json!({"verdict": "joined", "offset_ns": 123_456_789_000i64, "matched": 204}));
     let v = nu.json(&format!(
-        "step-budget {GPU} --iteration-records {r} --iterations 20:23 | get steps | each {{|s| [$s.geometry.iteration $s.geometry.batch_size]}}"
+        "step-budget {GPU} --iteration-records {r} --iterations 20:23 --steps | each {{|s| [$s.geometry.iteration $s.geometry.batch_size]}}"
     ));
     assert_eq!(v, json!([[20, 2], [21, 1], [22, 2], [23, 1]]));
     let v = nu.json(&format!("report {GPU} --iteration-records {r} --iterations 20:23 | get evidence | where label == vibeserve.engine.iteration | get 0.occurrences"));
