@@ -318,7 +318,7 @@ impl Folder {
 
     /// The report, with at most `limit` folded labels listed.
     pub fn report(&self, limit: usize) -> FoldReport {
-        let mut folded: Vec<FoldedLabel> = self
+        let folded: Vec<FoldedLabel> = self
             .folded
             .iter()
             .enumerate()
@@ -330,16 +330,23 @@ impl Folder {
                 examples: e.examples.clone(),
             })
             .collect();
+        FoldReport::of(folded, limit, self.seen.len() as u64, self.stable.len() as u64, self.folded_occurrences)
+    }
+}
+
+impl FoldReport {
+    /// The report of these folded labels: most occurrences first (ties by label), at most `limit` listed.
+    pub fn of(
+        mut folded: Vec<FoldedLabel>,
+        limit: usize,
+        raw_labels: u64,
+        labels: u64,
+        folded_occurrences: u64,
+    ) -> FoldReport {
         folded.sort_by(|a, b| b.occurrences.cmp(&a.occurrences).then_with(|| a.label.cmp(&b.label)));
-        let left_out = folded.len().saturating_sub(limit) as u64;
+        let folded_left_out = folded.len().saturating_sub(limit) as u64;
         folded.truncate(limit);
-        FoldReport {
-            raw_labels: self.seen.len() as u64,
-            labels: self.stable.len() as u64,
-            folded_occurrences: self.folded_occurrences,
-            folded,
-            folded_left_out: left_out,
-        }
+        FoldReport { raw_labels, labels, folded_occurrences, folded, folded_left_out }
     }
 }
 

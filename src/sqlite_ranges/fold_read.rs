@@ -151,7 +151,7 @@ impl FoldTally {
 
     /// The report, with at most `limit` folded labels listed; `labels` is the number of labels after folding.
     pub fn report(&self, limit: usize, labels: u64) -> FoldReport {
-        let mut folded: Vec<FoldedLabel> = self
+        let folded: Vec<FoldedLabel> = self
             .entries
             .iter()
             .enumerate()
@@ -164,16 +164,7 @@ impl FoldTally {
                 examples: e.examples.iter().map(|k| k.raw.clone()).collect(),
             })
             .collect();
-        folded.sort_by(|a, b| b.occurrences.cmp(&a.occurrences).then_with(|| a.label.cmp(&b.label)));
-        let left_out = folded.len().saturating_sub(limit) as u64;
-        folded.truncate(limit);
-        FoldReport {
-            raw_labels: self.raws.len() as u64,
-            labels,
-            folded_occurrences: self.folded_occurrences,
-            folded,
-            folded_left_out: left_out,
-        }
+        FoldReport::of(folded, limit, self.raws.len() as u64, labels, self.folded_occurrences)
     }
 }
 
