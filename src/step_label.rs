@@ -71,9 +71,10 @@ impl PeriodFacts {
 pub fn period_facts(a: &crate::sqlite_ranges::Analysis) -> std::collections::HashMap<String, PeriodFacts> {
     use std::collections::HashMap;
     let mut by_label: HashMap<&str, Vec<(i64, i64, i64, i64)>> = HashMap::new();
-    for (o, m) in a.occurrences.iter().zip(a.metrics.iter()) {
-        if o.depth == 0 && m.runtime_calls > 0 && m.busy_ns > 0 && may_be_step(&o.label) {
-            by_label.entry(&o.label).or_default().push((o.global_tid, o.start, o.end, m.busy_ns));
+    let t = &a.occurrences;
+    for (i, o) in t.iter().enumerate() {
+        if o.depth == 0 && t.runtime_calls(i) > 0 && t.busy_ns(i) > 0 && may_be_step(o.label) {
+            by_label.entry(o.label).or_default().push((o.global_tid, o.start, o.end, t.busy_ns(i)));
         }
     }
     let pick = |v: &mut Vec<i64>, q: f64| -> i64 {

@@ -213,15 +213,17 @@ pub struct Occ {
 
 /// The per-occurrence values of a ranges analysis (public API of `crate::sqlite_ranges`: occurrences + metrics).
 pub fn occurrences_of(a: &crate::sqlite_ranges::Analysis) -> Vec<Occ> {
-    a.occurrences
-        .iter()
-        .zip(a.metrics.iter())
-        .map(|(o, m)| Occ {
-            label: o.label.to_string(),
-            start: o.start,
-            host_wall_ns: o.end - o.start,
-            kernel_busy_union_ns: m.busy_ns,
-            gpu_idle_within_kernel_span_ns: m.idle_in_span_ns(),
+    let t = &a.occurrences;
+    (0..t.len())
+        .map(|i| {
+            let (o, m) = (t.get(i), t.metrics(i));
+            Occ {
+                label: o.label.to_string(),
+                start: o.start,
+                host_wall_ns: o.end - o.start,
+                kernel_busy_union_ns: m.busy_ns,
+                gpu_idle_within_kernel_span_ns: m.idle_in_span_ns(),
+            }
         })
         .collect()
 }

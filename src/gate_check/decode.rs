@@ -62,12 +62,12 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
     let mut counts: std::collections::BTreeMap<&str, (usize, u32)> = std::collections::BTreeMap::new();
     // per label: occurrences carrying device work, Σ host wall
     let mut work: std::collections::BTreeMap<&str, (u64, i64)> = std::collections::BTreeMap::new();
-    for (o, m) in a.occurrences.iter().zip(&a.metrics) {
-        let c = counts.entry(&*o.label).or_insert((0, u32::MAX));
+    for (i, o) in a.occurrences.iter().enumerate() {
+        let c = counts.entry(o.label).or_insert((0, u32::MAX));
         c.0 += 1;
         c.1 = c.1.min(o.depth);
-        let w = work.entry(&*o.label).or_default();
-        w.0 += u64::from(m.device_rows() > 0);
+        let w = work.entry(o.label).or_default();
+        w.0 += u64::from(a.occurrences.device_rows(i) > 0);
         w.1 += o.end - o.start;
     }
     let periods = crate::step_label::period_facts(&a);
@@ -133,7 +133,7 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
                 global_tid: o.global_tid,
                 start: o.start,
                 end: o.end,
-                kernels: a.metrics[i].kernels,
+                kernels: a.occurrences.kernels(i),
                 prefills: 0,
             });
         }
@@ -142,7 +142,7 @@ pub fn decode_steps(e: &Export, decode_range: Option<&str>) -> Result<std::resul
     // Prefill-labelled occurrences overlapping a step on the same thread. Overlap, not ranges' parent chain:
     // a start/end range (e.g. a request opened inside a step and outliving it) encloses the prefill, so the
     // prefill's parent is the request, which the step does not enclose.
-    for o in a.occurrences.iter().filter(|o| is_prefill_label(&o.label)) {
+    for o in a.occurrences.iter().filter(|o| is_prefill_label(o.label)) {
         // steps of this thread starting before the prefill ends; walk back while they overlap it
         let hi = steps.partition_point(|s| (s.global_tid, s.start) < (o.global_tid, o.end));
         let mut i = hi;

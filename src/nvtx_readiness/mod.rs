@@ -51,11 +51,11 @@ pub const DEFAULT_MAX_OPAQUE_SHARE: f64 = 0.05;
 
 /// The share of the step label's wall that no range nested in it covers, over its occurrences (every nested
 /// label counts: a framework's op ranges name what runs there too); None without an occurrence of the label.
-pub fn opaque_step_share(occ: &[Occurrence], label: &str) -> Option<f64> {
+pub fn opaque_step_share(occ: &crate::sqlite_ranges::OccurrenceTable, label: &str) -> Option<f64> {
     let mut covered: std::collections::HashMap<usize, Vec<(i64, i64)>> = Default::default();
     let mut wall = 0i64;
     for (i, o) in occ.iter().enumerate() {
-        if *o.label == *label {
+        if o.label == label {
             wall += o.end - o.start;
             covered.entry(i).or_default();
         }
@@ -63,7 +63,7 @@ pub fn opaque_step_share(occ: &[Occurrence], label: &str) -> Option<f64> {
     if wall <= 0 {
         return None;
     }
-    for o in occ.iter().filter(|o| *o.label != *label) {
+    for o in occ.iter().filter(|o| o.label != label) {
         // the step occurrence this range is nested in, if any
         let mut p = o.parent;
         while let Some(j) = p {
@@ -71,13 +71,13 @@ pub fn opaque_step_share(occ: &[Occurrence], label: &str) -> Option<f64> {
                 v.push((o.start, o.end));
                 break;
             }
-            p = occ[j].parent;
+            p = occ.get(j).parent;
         }
     }
     let named: i64 = covered
         .iter()
         .map(|(&j, v)| {
-            let (s, e) = (occ[j].start, occ[j].end);
+            let (s, e) = (occ.get(j).start, occ.get(j).end);
             let clipped: Vec<(i64, i64)> =
                 v.iter().map(|&(a, b)| (a.max(s), b.min(e))).filter(|(a, b)| b > a).collect();
             crate::intervals::len(&crate::intervals::union(clipped))

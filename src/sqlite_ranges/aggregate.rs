@@ -234,7 +234,7 @@ pub(super) fn finish(
     if !detail {
         return Ok((doc, None));
     }
-    Ok((doc, detail_of(w)))
+    Ok((doc, Some(OccurrenceTable::of_work(w))))
 }
 
 /// The notes of the document (what a reader must know to read its numbers); an error when the KERNEL rows'
@@ -310,49 +310,4 @@ fn notes_of(
         notes.push(format!("--window {ws}:{we}: only occurrences lying inside it were kept (start >= {ws} and end <= {we}); totals and per_device still cover the whole capture."));
     }
     Ok(notes)
-}
-
-/// The public per-occurrence vectors of a finished analysis.
-fn detail_of(w: Work) -> Detail {
-    let Work { occ, label_names, metrics, counts, runtime_calls, syncs, slices, thread_of, .. } = w;
-    let label_names = occurrences::shared_labels(&label_names);
-    let occurrences: Vec<Occurrence> = occ
-        .iter()
-        .zip(&thread_of)
-        .map(|(o, &th)| Occurrence {
-            label: label_names[o.label as usize].clone(),
-            global_tid: slices[th as usize].0,
-            start: o.start,
-            end: o.end,
-            event_type: o.event_type as i64,
-            domain_id: (o.domain_id != 0).then_some(o.domain_id),
-            depth: o.depth,
-            parent: if o.parent == u32::MAX { None } else { Some(o.parent as usize) },
-        })
-        .collect();
-    let metrics: Vec<OccurrenceMetrics> = metrics
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let (sync_calls, sync_ns) = syncs.totals(i);
-            let n = &counts[i];
-            OccurrenceMetrics {
-                runtime_calls: runtime_calls[i],
-                kernels: n.kernels,
-                memcpys: n.memcpys,
-                memsets: n.memsets,
-                graph_traces: n.graph_traces,
-                kernel_work_ns: n.kernel_work_ns,
-                busy_ns: m.busy_ns,
-                span_ns: m.span_ns(),
-                coverage_ns: m.coverage_ns,
-                first_device_start: m.has_device().then_some(m.first),
-                last_device_end: m.has_device().then_some(m.cur_e),
-                sync_calls,
-                sync_ns,
-                sync: syncs.of(i).collect(),
-            }
-        })
-        .collect();
-    Some((occurrences, metrics))
 }

@@ -435,8 +435,8 @@ pub(super) fn sweep(w: &mut Work, chunks: &[ChunkMeta], marked: &[Marked], tags:
             }
         }
         for (o, &n) in need.iter().enumerate() {
-            if c.want[w.occ[o].label as usize] && n > 0 {
-                c.per_occ[o].device.reserve_exact(n as usize);
+            if let (Some(iv), true) = (c.per_occ.get_mut(o), n > 0) {
+                iv.device.reserve_exact(n as usize);
             }
         }
     }
@@ -485,10 +485,8 @@ pub(super) fn sweep(w: &mut Work, chunks: &[ChunkMeta], marked: &[Marked], tags:
         }
         for &o in chains.get(tg.chain).iter() {
             let o = o as usize;
-            if let (Some(c), Some(kind)) = (collect.as_mut(), chunks[ci].kind) {
-                if c.want[occ[o].label as usize] {
-                    c.per_occ[o].device.push(CorrelatedDeviceRow { start: r.start, end, kind, device: di as u32 });
-                }
+            if let (Some(iv), Some(kind)) = (collect.as_mut().and_then(|c| c.per_occ.get_mut(o)), chunks[ci].kind) {
+                iv.device.push(CorrelatedDeviceRow { start: r.start, end, kind, device: di as u32 });
             }
             let m = &mut metrics[o];
             // the part of the row the union does not hold yet, `[from, end)`: rows come by start, so the union

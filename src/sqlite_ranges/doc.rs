@@ -193,12 +193,11 @@ impl OccurrenceMetrics {
     }
 }
 
-/// The document plus the kept occurrences and their metrics (same order, same length).
+/// The document plus the kept occurrences and their metrics ([`OccurrenceTable`]).
 #[derive(Debug, Clone)]
 pub struct Analysis {
     pub doc: SqliteRangesDoc,
-    pub occurrences: Vec<Occurrence>,
-    pub metrics: Vec<OccurrenceMetrics>,
+    pub occurrences: OccurrenceTable,
 }
 
 /// The optional tables of the contract, in its order, with the columns read from each.

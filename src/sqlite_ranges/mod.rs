@@ -20,6 +20,7 @@
 
 mod aggregate;
 mod captured;
+mod detail;
 mod device;
 mod doc;
 mod fold_read;
@@ -35,6 +36,7 @@ pub use table::render_table;
 
 use aggregate::{aggregate, finish, map_threads};
 pub use captured::*;
+pub use detail::{OccurrenceRef, OccurrenceTable};
 use device::{attribute_device_rows, DeviceRows};
 pub use doc::*;
 use runtime::join_runtime;
@@ -348,7 +350,7 @@ type SyncHits = FxMap<u64, SyncStat>;
 /// The blocking sync calls of each occurrence, by API index: the entries of [`SyncHits`] sorted by key (made
 /// once the join is done; smaller than the map), then indexed by occurrence ([`SyncTable::index`], once the
 /// device rows are gone).
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct SyncTable {
     ent: Vec<(u64, SyncStat)>,
     /// Occurrence `i`'s entries are `ent[off[i]..off[i + 1]]` (empty before [`SyncTable::index`]).
@@ -411,8 +413,7 @@ struct Tag {
 /// The whole analysis of an open export (see the contract).
 pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
     let (doc, detail) = analyze_impl(export, opts, true, false)?;
-    let (occurrences, metrics) = detail.expect("asked for");
-    Ok(Analysis { doc, occurrences, metrics })
+    Ok(Analysis { doc, occurrences: detail.expect("asked for") })
 }
 
 /// [`analyze`], whose reads also compute the timed-stats facts of the tables they read (as
@@ -425,11 +426,10 @@ pub fn analyze_preloading(export: &Export, opts: &RangesOptions) -> Result<(Anal
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
     w.loaded = None;
     let (doc, detail) = finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, true)?;
-    let (occurrences, metrics) = detail.expect("asked for");
-    Ok((Analysis { doc, occurrences, metrics }, pre))
+    Ok((Analysis { doc, occurrences: detail.expect("asked for") }, pre))
 }
 
-type Detail = Option<(Vec<Occurrence>, Vec<OccurrenceMetrics>)>;
+type Detail = Option<OccurrenceTable>;
 
 /// The analysis; the public per-occurrence vectors are built only when `detail` is asked for. It runs as
 /// phases over one [`Work`]: [`load`], [`join_runtime`], [`attribute_device_rows`] (then [`sweep`]),
@@ -496,10 +496,8 @@ struct Work {
 
 /// What [`analyze_with_intervals`] collects while the phases run.
 struct Collect {
-    /// Label id → collect its occurrences' intervals.
-    want: Vec<bool>,
-    /// By occurrence index (empty for the occurrences not asked for).
-    per_occ: Vec<OccurrenceIntervals>,
+    /// By occurrence index: the intervals of the occurrences whose label was asked for.
+    per_occ: IntervalTable,
     /// Every device row and runtime call as read ([`CapturedRows`]); the calls by part of the runtime table.
     rows: CapturedRows,
     calls_by_part: Vec<CallPart>,
@@ -567,15 +565,17 @@ fn analyze_with_intervals_impl(
     let n = w.occ.len();
     let shared = occurrences;
     let (doc, detail) = finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, true)?;
-    let (occurrences, metrics) = detail.expect("asked for");
+    let occurrences = detail.expect("asked for");
     let mut iv = per_occ;
-    iv.resize_with(n, OccurrenceIntervals::default);
-    for v in &mut iv {
+    if iv.len() != n {
+        iv = IntervalTable::new(n, |_| false);
+    }
+    for v in iv.asked_mut() {
         v.device.sort();
         v.runtime.sort_unstable_by_key(|r| (r.start, r.end, r.name_id, r.sync));
     }
     let c = Collected { intervals: iv, rows, runtime_read, occurrences: shared, device_ids };
-    Ok((Analysis { doc, occurrences, metrics }, c))
+    Ok((Analysis { doc, occurrences }, c))
 }
 
 impl Work {

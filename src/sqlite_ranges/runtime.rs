@@ -66,15 +66,13 @@ pub(super) fn join_runtime(
             }
             let sync = r.name_id.and_then(|id| sync_ids.get(&id).copied());
             for &h in &hits {
-                if let Some(c) = collect.as_mut() {
-                    if c.want[occ[h as usize].label as usize] {
-                        c.per_occ[h as usize].runtime.push(EnclosedRuntimeCall {
-                            start: rs,
-                            end: re,
-                            name_id: r.name_id,
-                            sync: sync.is_some(),
-                        });
-                    }
+                if let Some(iv) = collect.as_mut().and_then(|c| c.per_occ.get_mut(h as usize)) {
+                    iv.runtime.push(EnclosedRuntimeCall {
+                        start: rs,
+                        end: re,
+                        name_id: r.name_id,
+                        sync: sync.is_some(),
+                    });
                 }
                 runtime_calls[h as usize] += 1;
                 if let Some(api) = sync {

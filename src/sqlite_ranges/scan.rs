@@ -66,9 +66,10 @@ pub(super) fn run_scans(
             };
             ph.mark("load");
             if let Some(want) = want {
+                let want: Vec<bool> = w.label_names.iter().map(|l| want(l)).collect();
+                let per_occ = IntervalTable::new(w.occ.len(), |i| want[w.occ[i].label as usize]);
                 w.collect = Some(Collect {
-                    want: w.label_names.iter().map(|l| want(l)).collect(),
-                    per_occ: (0..w.occ.len()).map(|_| OccurrenceIntervals::default()).collect(),
+                    per_occ,
                     rows: CapturedRows::default(),
                     calls_by_part: Vec::new(),
                     runtime_read: false,

@@ -54,7 +54,7 @@ pub fn analyze_window_with(
             (&owned.0, &owned.1, None)
         }
     };
-    let iv = collected.intervals.as_slice();
+    let iv = &collected.intervals;
     let idx = step_occurrences(export, a, &label)?;
     // runtime API names of the steps' calls
     let ids: std::collections::HashSet<i64> =
@@ -70,7 +70,7 @@ pub fn analyze_window_with(
     // ranks: the processes of the steps' threads, in order of their first step
     let mut rank_pids: Vec<i64> = Vec::new();
     for &i in &idx {
-        let p = crate::export::ns_of(a.occurrences[i].global_tid);
+        let p = crate::export::ns_of(a.occurrences.get(i).global_tid);
         if !rank_pids.contains(&p) {
             rank_pids.push(p);
         }
@@ -81,7 +81,7 @@ pub fn analyze_window_with(
     let dev_pos: BTreeMap<i64, usize> = tl.devices.iter().enumerate().map(|(k, d)| (d.device_id, k)).collect();
     // the OS runtime waits of the steps' threads: a thread that blocks while its step's GPU work runs waits for
     // the GPU (sync_wait), as in a CUDA sync call (JAX's block_until_ready waits in futex)
-    let step_tids: crate::fx::FxSet<i64> = idx.iter().map(|&i| a.occurrences[i].global_tid).collect();
+    let step_tids: crate::fx::FxSet<i64> = idx.iter().map(|&i| a.occurrences.get(i).global_tid).collect();
     let waits = export.osrt_waits(&step_tids)?;
     let cx = StepCx {
         a,
@@ -279,7 +279,7 @@ pub(super) fn choose_label(export: &Export, ropts: &RangesOptions, opts: &StepBu
 /// The occurrences (indices into `a.occurrences`) of the step label, by (start, end, thread); an error when the
 /// capture has no range or the label no occurrence.
 pub(super) fn step_occurrences(export: &Export, a: &sqlite_ranges::Analysis, label: &str) -> Result<Vec<usize>> {
-    let mut idx: Vec<usize> = (0..a.occurrences.len()).filter(|&i| *a.occurrences[i].label == *label).collect();
+    let mut idx: Vec<usize> = a.occurrences.indices_of(label).collect();
     if a.doc.ranges.is_empty() {
         return Err(no_range_error(export)?);
     }
@@ -292,7 +292,10 @@ pub(super) fn step_occurrences(export: &Export, a: &sqlite_ranges::Analysis, lab
         ))
         .with_arg("--step"));
     }
-    idx.sort_by_key(|&i| (a.occurrences[i].start, a.occurrences[i].end, a.occurrences[i].global_tid));
+    idx.sort_by_key(|&i| {
+        let o = a.occurrences.get(i);
+        (o.start, o.end, o.global_tid)
+    });
     Ok(idx)
 }
 
@@ -306,7 +309,7 @@ pub(super) struct HostComm<'a> {
 
 pub(super) fn host_comm<'a>(
     a: &'a sqlite_ranges::Analysis,
-    iv: &[OccurrenceIntervals],
+    iv: &sqlite_ranges::IntervalTable,
     idx: &[usize],
     label: &str,
     comm: CommRows,
@@ -327,7 +330,7 @@ pub(super) fn host_comm<'a>(
     let mut enqueue_labels: std::collections::BTreeSet<&str> = Default::default();
     for o in a.occurrences.iter().filter(|o| comm_labels.iter().any(|l| **l == *o.label)) {
         if nccl_procs.contains(&crate::export::ns_of(o.global_tid)) {
-            enqueue_labels.insert(&*o.label);
+            enqueue_labels.insert(o.label);
             continue;
         }
         comm_occ.entry(o.global_tid).or_default().push((o.start, o.end));

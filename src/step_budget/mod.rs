@@ -458,7 +458,7 @@ pub fn judge(doc: &mut StepBudgetDoc, export: &Export, source: &crate::export::C
 /// A host-side verdict resting on step time no range names does not stand (NVTX readiness: an opaque gap is
 /// compatible with scheduling, input preparation, a hidden sync and Python alike): `unreliable`, rule
 /// `readiness.opaque_step`, the verdict the evidence gives kept as `would_be` ([`crate::nvtx_readiness::rests_on_opaque`]).
-fn reject_on_opaque_step(verdict: &mut BudgetVerdict, occ: &[sqlite_ranges::Occurrence], label: &str) {
+fn reject_on_opaque_step(verdict: &mut BudgetVerdict, occ: &sqlite_ranges::OccurrenceTable, label: &str) {
     let unattributed = match verdict.rows.first() {
         Some(r) if verdict.class == "python_overhead_bound" && r.name == "unattributed" => r.share.unwrap_or(0.0),
         _ => return,

@@ -69,9 +69,10 @@ impl StepCx<'_> {
     /// The union of every interval the partition of step `k` attributes (sorted, disjoint, inside the step).
     fn covered<'s>(&self, k: usize, scratch: &'s mut StepScratch) -> &'s [(i64, i64)] {
         let i = self.idx[k];
-        let (o, m) = (&self.a.occurrences[i], &self.a.metrics[i]);
+        let o = self.a.occurrences.get(i);
         let host_comm = host_comm_of(self.comm_occ, o.global_tid, o.start, o.end);
-        let waits = gpu_waits_of(self.waits, self.tl, o.global_tid, (o.start, o.end), m.last_device_end);
+        let waits =
+            gpu_waits_of(self.waits, self.tl, o.global_tid, (o.start, o.end), self.a.occurrences.last_device_end(i));
         fill_step_classes(&self.iv[i], self.api, self.comm, &host_comm, &waits, &mut scratch.classes);
         partition_in(o.start, o.end, &scratch.classes, &mut scratch.partition);
         &scratch.partition.acc

@@ -128,7 +128,7 @@ pub(super) fn waterfall_of(
     median_wall: i64,
     idx: &[usize],
     a: &sqlite_ranges::Analysis,
-    iv: &[OccurrenceIntervals],
+    iv: &sqlite_ranges::IntervalTable,
     api: &ApiIds,
     nccl: CommRows<'_>,
     comm_occ: &HashMap<i64, Vec<(i64, i64)>>,
@@ -142,9 +142,9 @@ pub(super) fn waterfall_of(
         .find(|s| s.wall_ns == median_wall)
         .or_else(|| steps.iter().filter(&typical).min_by_key(|s| ((s.wall_ns - median_wall).abs(), s.index)))
         .or_else(|| steps.first())?;
-    let o = &a.occurrences[idx[s.index]];
+    let o = a.occurrences.get(idx[s.index]);
     let hc = host_comm_of(comm_occ, o.global_tid, o.start, o.end);
-    let w = gpu_waits_of(waits, tl, o.global_tid, (o.start, o.end), a.metrics[idx[s.index]].last_device_end);
+    let w = gpu_waits_of(waits, tl, o.global_tid, (o.start, o.end), a.occurrences.last_device_end(idx[s.index]));
     let cls = step_classes(&iv[idx[s.index]], api, nccl, &hc, &w);
     let seg = sweep_segments(o.start, o.end, &cls);
     let segments = seg

@@ -15,7 +15,7 @@ pub(super) type SpansByDevice = BTreeMap<i64, Vec<(i64, i64)>>;
 /// What every step of [`analyze_window_with`] reads: the steps are independent, so they run in parallel chunks.
 pub(super) struct StepCx<'a> {
     pub(super) a: &'a sqlite_ranges::Analysis,
-    pub(super) iv: &'a [sqlite_ranges::OccurrenceIntervals],
+    pub(super) iv: &'a sqlite_ranges::IntervalTable,
     /// The steps' occurrence indices, by start.
     pub(super) idx: &'a [usize],
     pub(super) api: &'a ApiIds,
@@ -67,16 +67,16 @@ impl StepCx<'_> {
     pub(super) fn step(&self, k: usize, spans: &mut StepSpans, scratch: &mut StepScratch) -> Step {
         let (a, iv, tl) = (self.a, self.iv, self.tl);
         let i = self.idx[k];
-        let o = &a.occurrences[i];
-        let m = &a.metrics[i];
+        let o = a.occurrences.get(i);
+        let m = a.occurrences.metrics(i);
         let host_comm = host_comm_of(self.comm_occ, o.global_tid, o.start, o.end);
         let waits = gpu_waits_of(self.waits, tl, o.global_tid, (o.start, o.end), m.last_device_end);
         let c = step_components_with(o.start, o.end, &iv[i], self.api, self.comm, &host_comm, &waits, scratch);
         debug_assert_eq!(c.sum(), o.end - o.start);
         // the next step of the same rank (process)
-        let rank_of = |j: usize| crate::export::ns_of(a.occurrences[j].global_tid);
+        let rank_of = |j: usize| crate::export::ns_of(a.occurrences.get(j).global_tid);
         let gap =
-            self.idx[k + 1..].iter().find(|&&j| rank_of(j) == rank_of(i)).map(|&j| a.occurrences[j].start - o.end);
+            self.idx[k + 1..].iter().find(|&&j| rank_of(j) == rank_of(i)).map(|&j| a.occurrences.get(j).start - o.end);
         let comm_busy = union_len(iv[i].device.iter().filter(|d| self.comm.has(d)).map(|d| (d.start, d.end)).collect());
         let mut idle = IdleSplit::default();
         if let (Some(fs), Some(le)) = (m.first_device_start, m.last_device_end) {
@@ -177,12 +177,12 @@ pub fn is_comm_label(label: &str) -> bool {
 /// `dist.all_reduce` took 82.7 µs of host time with no peer to wait for).
 pub(super) fn nccl_processes(
     a: &sqlite_ranges::Analysis,
-    iv: &[OccurrenceIntervals],
+    iv: &sqlite_ranges::IntervalTable,
     idx: &[usize],
     nccl: CommRows<'_>,
 ) -> HashSet<i64> {
     let by_domain = a.occurrences.iter().filter(|o| o.label.starts_with(NCCL_DOMAIN_PREFIX));
-    let by_kernel = idx.iter().filter(|&&i| iv[i].device.iter().any(|d| nccl.has(&d))).map(|&i| &a.occurrences[i]);
+    let by_kernel = idx.iter().filter(|&&i| iv[i].device.iter().any(|d| nccl.has(&d))).map(|&i| a.occurrences.get(i));
     by_domain.chain(by_kernel).map(|o| crate::export::ns_of(o.global_tid)).collect()
 }
 

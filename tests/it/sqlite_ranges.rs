@@ -733,9 +733,9 @@ fn synthetic_library_api_exposes_occurrences() {
     assert_eq!(&*occ[parent].label, "outer");
     assert_eq!(occ[inner].depth, 2);
     let a = nsyskit::sqlite_ranges::analyze(&export, &Default::default()).unwrap();
-    assert_eq!(a.occurrences.len(), a.metrics.len());
-    let i = a.occurrences.iter().position(|o| &*o.label == "outer").unwrap();
-    let m = &a.metrics[i];
+    let i = a.occurrences.iter().position(|o| o.label == "outer").unwrap();
+    assert_eq!(a.occurrences.occurrence(i).label, a.occurrences.get(i).label.into());
+    let m = a.occurrences.metrics(i);
     assert_eq!(
         (m.busy_ns, m.coverage_ns, m.span_ns, m.first_device_start, m.last_device_end),
         (1110, 960, 2000, Some(-800), Some(1200))

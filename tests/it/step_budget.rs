@@ -371,15 +371,17 @@ fn intervals_agree_with_the_metrics_of_the_same_join() {
         nsyskit::sqlite_ranges::analyze_with_intervals(&ex, &opts, &|l| l == "vibeserve.engine.iteration").unwrap();
     let iv = &c.intervals;
     let plain = nsyskit::sqlite_ranges::analyze(&ex, &opts).unwrap();
-    assert_eq!(a.metrics, plain.metrics);
+    let all = |t: &nsyskit::sqlite_ranges::OccurrenceTable| (0..t.len()).map(|i| t.metrics(i)).collect::<Vec<_>>();
+    assert_eq!(all(&a.occurrences), all(&plain.occurrences));
+    assert!(a.occurrences.iter().eq(plain.occurrences.iter()));
     let mut seen = 0;
     for (i, o) in a.occurrences.iter().enumerate() {
-        if &*o.label != "vibeserve.engine.iteration" {
+        if o.label != "vibeserve.engine.iteration" {
             assert!(iv[i].device.is_empty() && iv[i].runtime.is_empty());
             continue;
         }
         seen += 1;
-        let m = &a.metrics[i];
+        let m = a.occurrences.metrics(i);
         assert_eq!(iv[i].device.len() as u64, m.device_rows());
         assert_eq!(iv[i].runtime.len() as u64, m.runtime_calls);
         assert_eq!(iv[i].runtime.iter().filter(|r| r.sync).count() as u64, m.sync_calls);

@@ -1,0 +1,170 @@
+//! The per-occurrence detail of an analysis ([`OccurrenceTable`]): the arrays the phases filled, kept as they
+//! are, read one occurrence at a time. Building public vectors of every occurrence (`Occurrence` about 88 bytes,
+//! `OccurrenceMetrics` about 140) doubled the analysis's peak on label-heavy captures: 2.3 M PyTorch op ranges
+//! took 464 MB more at the end of the analysis, beside the arrays they were copied from.
+
+use super::*;
+
+/// One kept occurrence as [`OccurrenceTable::get`] reads it: [`Occurrence`] with its label borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OccurrenceRef<'a> {
+    /// The label: the message, prefixed with `DOMAIN:` for a named NVTX domain.
+    pub label: &'a str,
+    /// The thread that opened it.
+    pub global_tid: i64,
+    pub start: i64,
+    pub end: i64,
+    /// 59 push/pop, 60 start/end.
+    pub event_type: i64,
+    /// `NVTX_EVENTS.domainId` (None when NULL or the column is absent).
+    pub domain_id: Option<i64>,
+    /// Number of kept occurrences on the same thread enclosing it (0 = outermost).
+    pub depth: u32,
+    /// Index of the immediately enclosing kept occurrence.
+    pub parent: Option<usize>,
+}
+
+/// The kept occurrences of an analysis and their metrics ([`OccurrenceMetrics`]), by index (the order of the
+/// analysis: by thread, then start). About 130 bytes an occurrence, the arrays the analysis filled.
+#[derive(Clone, Default)]
+pub struct OccurrenceTable {
+    labels: Vec<std::sync::Arc<str>>,
+    occ: Vec<COcc>,
+    thread_of: Vec<u32>,
+    /// Thread slice index → its globalTid.
+    tids: Vec<i64>,
+    metrics: Vec<CMet>,
+    counts: Vec<DevCounts>,
+    runtime_calls: Vec<u64>,
+    syncs: SyncTable,
+}
+
+impl OccurrenceTable {
+    /// The detail of a finished analysis (its per-occurrence arrays move here; nothing is copied).
+    pub(super) fn of_work(w: Work) -> OccurrenceTable {
+        let Work { occ, label_names, metrics, counts, runtime_calls, syncs, slices, thread_of, .. } = w;
+        let n = occ.len();
+        let t = OccurrenceTable {
+            labels: occurrences::shared_labels(&label_names),
+            occ,
+            thread_of,
+            tids: slices.iter().map(|s| s.0).collect(),
+            metrics,
+            counts,
+            runtime_calls,
+            syncs,
+        };
+        debug_assert!(t.thread_of.len() == n && t.metrics.len() == n && t.counts.len() == n);
+        debug_assert!(t.runtime_calls.len() == n);
+        t
+    }
+
+    pub fn len(&self) -> usize {
+        self.occ.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.occ.is_empty()
+    }
+
+    /// Occurrence `i` (panics when out of range, as indexing a Vec does).
+    pub fn get(&self, i: usize) -> OccurrenceRef<'_> {
+        let o = &self.occ[i];
+        OccurrenceRef {
+            label: &self.labels[o.label as usize],
+            global_tid: self.tids[self.thread_of[i] as usize],
+            start: o.start,
+            end: o.end,
+            event_type: o.event_type as i64,
+            domain_id: (o.domain_id != 0).then_some(o.domain_id),
+            depth: o.depth,
+            parent: (o.parent != u32::MAX).then_some(o.parent as usize),
+        }
+    }
+
+    /// Occurrence `i`'s label.
+    pub fn label(&self, i: usize) -> &str {
+        &self.labels[self.occ[i].label as usize]
+    }
+
+    /// Occurrence `i` owning its label (a shared string: cheap).
+    pub fn occurrence(&self, i: usize) -> Occurrence {
+        let o = self.get(i);
+        Occurrence {
+            label: self.labels[self.occ[i].label as usize].clone(),
+            global_tid: o.global_tid,
+            start: o.start,
+            end: o.end,
+            event_type: o.event_type,
+            domain_id: o.domain_id,
+            depth: o.depth,
+            parent: o.parent,
+        }
+    }
+
+    /// Occurrence `i`'s metrics.
+    pub fn metrics(&self, i: usize) -> OccurrenceMetrics {
+        let m = &self.metrics[i];
+        let n = &self.counts[i];
+        let (sync_calls, sync_ns) = self.syncs.totals(i);
+        OccurrenceMetrics {
+            runtime_calls: self.runtime_calls[i],
+            kernels: n.kernels,
+            memcpys: n.memcpys,
+            memsets: n.memsets,
+            graph_traces: n.graph_traces,
+            kernel_work_ns: n.kernel_work_ns,
+            busy_ns: m.busy_ns,
+            span_ns: m.span_ns(),
+            coverage_ns: m.coverage_ns,
+            first_device_start: m.has_device().then_some(m.first),
+            last_device_end: m.has_device().then_some(m.cur_e),
+            sync_calls,
+            sync_ns,
+            sync: self.syncs.of(i).collect(),
+        }
+    }
+
+    /// Occurrence `i`'s runtime calls (the join's).
+    pub fn runtime_calls(&self, i: usize) -> u64 {
+        self.runtime_calls[i]
+    }
+
+    /// Occurrence `i`'s `|D|`, the union of its device rows.
+    pub fn busy_ns(&self, i: usize) -> i64 {
+        self.metrics[i].busy_ns
+    }
+
+    /// Occurrence `i`'s `max(d.end)` over its device rows, None without any.
+    pub fn last_device_end(&self, i: usize) -> Option<i64> {
+        let m = &self.metrics[i];
+        m.has_device().then_some(m.cur_e)
+    }
+
+    /// Occurrence `i`'s device rows (all kinds).
+    pub fn device_rows(&self, i: usize) -> u64 {
+        self.counts[i].device_rows()
+    }
+
+    /// Occurrence `i`'s kernels.
+    pub fn kernels(&self, i: usize) -> u64 {
+        self.counts[i].kernels
+    }
+
+    /// Every occurrence, in order.
+    pub fn iter(&self) -> impl Iterator<Item = OccurrenceRef<'_>> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// The indices of the occurrences labelled `label` (compared by label id: one string comparison per label).
+    pub fn indices_of<'a>(&'a self, label: &str) -> impl Iterator<Item = usize> + 'a {
+        let id = self.labels.iter().position(|l| **l == *label).map(|i| i as u32);
+        self.occ.iter().enumerate().filter(move |(_, o)| Some(o.label) == id).map(|(i, _)| i)
+    }
+}
+
+impl std::fmt::Debug for OccurrenceTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OccurrenceTable({} occurrences, {} labels)", self.occ.len(), self.labels.len())
+    }
+}
