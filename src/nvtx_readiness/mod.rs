@@ -363,7 +363,7 @@ fn without_prefix(
         largest_opaque_gaps: Vec::new(),
         cuda_graphs: with_ranges_in_capture(cuda_graphs(export, f.runtime, None, false)?, export, f.all, &mut notes)?,
         naming: Naming {
-            labels_with_ids: id_patterns(f.all.iter().map(|o| &*o.label)),
+            labels_with_ids: id_patterns(f.all),
             outside_prefix_on_engine_threads: Vec::new(),
             labels_at_several_depths: Vec::new(),
         },
@@ -410,7 +410,7 @@ fn taxonomy_of<'a>(
 /// The naming rules: labels with ids, labels outside the prefix on engine threads, labels at several depths.
 fn naming_of(all: &[Occurrence], occ: &[Occurrence], iterations: &Iterations, under: &str) -> Naming {
     let engine: BTreeSet<i64> = iterations.engine_threads.iter().map(|t| t.global_tid).collect();
-    let labels_with_ids: Vec<IdPattern> = id_patterns(occ.iter().map(|o| &*o.label));
+    let labels_with_ids: Vec<IdPattern> = id_patterns(occ);
     let mut outside: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
     for o in all.iter().filter(|o| engine.contains(&o.global_tid) && !o.label.starts_with(under)) {
         let e = outside.entry(&*o.label).or_default();
