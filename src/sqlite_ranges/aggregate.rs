@@ -51,108 +51,168 @@ pub(super) fn map_threads(export: &Export, w: &Work) -> Result<Vec<ThreadDiagnos
     Ok(thread_diagnostics)
 }
 
+/// Per label, what phase 5 sums over its occurrences in one pass over them.
+#[derive(Default)]
+struct LabelAcc {
+    walls: Vec<i64>,
+    with_device_work: u64,
+    runtime_calls: u64,
+    kernels: u64,
+    memcpys: u64,
+    memsets: u64,
+    graph_traces: u64,
+    /// kernel_work, coverage, busy, span, idle in span, uncovered host time ([`SUMS`]).
+    sums: [i64; 6],
+    /// By sync API index.
+    sync: BTreeMap<u8, SyncStat>,
+    depths: BTreeMap<u32, u64>,
+    /// By parent label id (u32::MAX: none).
+    parents: FxMap<u32, u64>,
+    /// The first sum that overflowed, in the order of the occurrences and of the fields.
+    overflow: Option<&'static str>,
+}
+
+/// The fields of [`LabelAcc::sums`], as named in the overflow error.
+const SUMS: [&str; 6] = [
+    "kernel_work_ns",
+    "host_range_kernel_coverage_ns",
+    "kernel_busy_union_ns",
+    "kernel_span_ns",
+    "gpu_idle_within_kernel_span_ns",
+    "uncovered_host_time_ns",
+];
+
 /// Phase 5: per label, the sums over its occurrences (sorted by host wall time descending, then label), and
-/// the high-cardinality label groups.
+/// the high-cardinality label groups. One pass over the occurrences in their order, summing into each label's
+/// accumulator (a pass per label, gathering its occurrences, spent most of its time waiting for memory: 2 M
+/// PyTorch op ranges of 45 labels).
 pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, Vec<HighCardinality>)> {
     let (occ, metrics, label_names) = (&w.occ, &w.metrics, &w.label_names);
-    // by label id, the labels in byte order (one lookup per occurrence, no string compared)
-    let mut by_id: Vec<Vec<usize>> = vec![Vec::new(); label_names.len()];
+    let mut acc: Vec<LabelAcc> = (0..label_names.len()).map(|_| LabelAcc::default()).collect();
     for (i, o) in occ.iter().enumerate() {
-        by_id[o.label as usize].push(i);
-    }
-    let mut order: Vec<usize> = (0..label_names.len()).filter(|&l| !by_id[l].is_empty()).collect();
-    order.sort_unstable_by(|&a, &b| label_names[a].as_str().cmp(label_names[b].as_str()));
-    let by_label: Vec<(&str, &Vec<usize>)> = order.iter().map(|&l| (label_names[l].as_str(), &by_id[l])).collect();
-    let mut ranges = Vec::with_capacity(by_label.len());
-    for &(label, idxs) in &by_label {
-        let mut walls: Vec<i64> = idxs.iter().map(|&i| occ[i].end - occ[i].start).collect();
-        walls.sort_unstable();
-        let mut r = RangeStats {
-            label: label.to_string(),
-            occurrences: idxs.len() as u64,
-            occurrences_with_device_work: 0,
-            runtime_calls: 0,
-            kernels: 0,
-            memcpys: 0,
-            memsets: 0,
-            graph_traces: 0,
-            host_wall_time_ns: 0,
-            wall_ns_min: walls[0],
-            wall_ns_median: walls[(walls.len() - 1) / 2],
-            wall_ns_max: walls[walls.len() - 1],
-            kernel_work_ns: 0,
-            host_range_kernel_coverage_ns: 0,
-            host_range_kernel_coverage_fraction: 0.0,
-            kernel_busy_union_ns: 0,
-            kernel_span_ns: 0,
-            gpu_idle_within_kernel_span_ns: 0,
-            uncovered_host_time_ns: 0,
-            gpu_busy_fraction: None,
-            sync: BTreeMap::new(),
-            depths: BTreeMap::new(),
-            parents: BTreeMap::new(),
-        };
+        let a = &mut acc[o.label as usize];
+        a.walls.push(o.end - o.start);
+        if a.overflow.is_some() {
+            continue;
+        }
+        let (m, n) = (&metrics[i], &w.counts[i]);
+        let wall = o.end - o.start;
+        if n.device_rows() > 0 {
+            a.with_device_work += 1;
+        }
+        a.runtime_calls += w.runtime_calls[i];
+        a.kernels += n.kernels;
+        a.memcpys += n.memcpys;
+        a.memsets += n.memsets;
+        a.graph_traces += n.graph_traces;
+        let vals = [
+            n.kernel_work_ns,
+            m.coverage_ns,
+            m.busy_ns,
+            m.span_ns(),
+            m.span_ns() - m.busy_ns,
+            (wall - m.coverage_ns).max(0),
+        ];
         // checked sums: timestamps are bounded by the export layer, but many huge rows could still overflow
-        let overflow = |field: &str| {
-            Error::input(format!(
-                "{}: label {label:?}: {field} overflows 64-bit nanoseconds: the export's timestamps are not real; nothing was written",
-                export.name()
-            ))
-        };
-        let add = |acc: &mut i64, v: i64, field: &str| -> Result<()> {
-            *acc = acc.checked_add(v).filter(|x| *x != i64::MAX).ok_or_else(|| overflow(field))?;
-            Ok(())
-        };
-        for &w in &walls {
-            add(&mut r.host_wall_time_ns, w, "host_wall_time_ns")?;
-        }
-        // parents by label id (u32::MAX: none), named after the loop
-        let mut parents: FxMap<u32, u64> = FxMap::default();
-        for &i in idxs {
-            let (m, n) = (&metrics[i], &w.counts[i]);
-            let o = &occ[i];
-            let wall = o.end - o.start;
-            if n.device_rows() > 0 {
-                r.occurrences_with_device_work += 1;
+        for (k, v) in vals.into_iter().enumerate() {
+            match a.sums[k].checked_add(v).filter(|x| *x != i64::MAX) {
+                Some(x) => a.sums[k] = x,
+                None => a.overflow = Some(SUMS[k]),
             }
-            r.runtime_calls += w.runtime_calls[i];
-            r.kernels += n.kernels;
-            r.memcpys += n.memcpys;
-            r.memsets += n.memsets;
-            r.graph_traces += n.graph_traces;
-            add(&mut r.kernel_work_ns, n.kernel_work_ns, "kernel_work_ns")?;
-            add(&mut r.host_range_kernel_coverage_ns, m.coverage_ns, "host_range_kernel_coverage_ns")?;
-            add(&mut r.kernel_busy_union_ns, m.busy_ns, "kernel_busy_union_ns")?;
-            add(&mut r.kernel_span_ns, m.span_ns(), "kernel_span_ns")?;
-            add(&mut r.gpu_idle_within_kernel_span_ns, m.span_ns() - m.busy_ns, "gpu_idle_within_kernel_span_ns")?;
-            add(&mut r.uncovered_host_time_ns, (wall - m.coverage_ns).max(0), "uncovered_host_time_ns")?;
-            for (api, s) in w.syncs.of(i) {
-                let e = r.sync.entry(SYNC_APIS[api as usize].to_string()).or_default();
-                e.calls += s.calls;
-                add(&mut e.total_ns, s.total_ns, "sync total_ns")?;
+            if a.overflow.is_some() {
+                break;
             }
-            *r.depths.entry(o.depth).or_default() += 1;
-            let parent = if o.parent == u32::MAX { u32::MAX } else { occ[o.parent as usize].label };
-            *parents.entry(parent).or_default() += 1;
         }
-        for (p, n) in parents {
-            let name = if p == u32::MAX { String::new() } else { label_names[p as usize].clone() };
-            *r.parents.entry(name).or_default() += n;
+        if a.overflow.is_some() {
+            continue;
         }
-        if r.host_wall_time_ns > 0 {
-            r.host_range_kernel_coverage_fraction =
-                (r.host_range_kernel_coverage_ns as f64 / r.host_wall_time_ns as f64).min(1.0);
+        for (api, st) in w.syncs.of(i) {
+            let e = a.sync.entry(api).or_default();
+            e.calls += st.calls;
+            match e.total_ns.checked_add(st.total_ns).filter(|x| *x != i64::MAX) {
+                Some(x) => e.total_ns = x,
+                None => {
+                    a.overflow = Some("sync total_ns");
+                    break;
+                }
+            }
         }
-        if r.kernel_span_ns > 0 {
-            r.gpu_busy_fraction = Some(r.kernel_busy_union_ns as f64 / r.kernel_span_ns as f64);
-        }
-        ranges.push(r);
+        *a.depths.entry(o.depth).or_default() += 1;
+        let parent = if o.parent == u32::MAX { u32::MAX } else { occ[o.parent as usize].label };
+        *a.parents.entry(parent).or_default() += 1;
+    }
+    // the labels in byte order: the first overflow reported is that of the first label in that order
+    let mut order: Vec<usize> = (0..label_names.len()).filter(|&l| !acc[l].walls.is_empty()).collect();
+    order.sort_unstable_by(|&a, &b| label_names[a].as_str().cmp(label_names[b].as_str()));
+    let mut ranges = Vec::with_capacity(order.len());
+    for &l in &order {
+        let a = std::mem::take(&mut acc[l]);
+        ranges.push(range_stats(export, label_names, &label_names[l], a)?);
     }
     ranges.sort_by(|a, b| {
         b.host_wall_time_ns.cmp(&a.host_wall_time_ns).then_with(|| a.label.as_bytes().cmp(b.label.as_bytes()))
     });
-    let high_cardinality_labels = high_cardinality(by_label.iter().map(|(l, _)| *l));
+    let high_cardinality_labels = high_cardinality(order.iter().map(|&l| label_names[l].as_str()));
     Ok((ranges, high_cardinality_labels))
+}
+
+/// One label's statistics from its accumulator; the error naming the first sum that overflows.
+fn range_stats(export: &Export, label_names: &[String], label: &str, a: LabelAcc) -> Result<RangeStats> {
+    let overflow = |field: &str| {
+        Error::input(format!(
+            "{}: label {label:?}: {field} overflows 64-bit nanoseconds: the export's timestamps are not real; nothing was written",
+            export.name()
+        ))
+    };
+    let mut walls = a.walls;
+    walls.sort_unstable();
+    // walls are non-negative: their sum overflows in any order when it does in sorted order
+    let mut host_wall_time_ns = 0i64;
+    for &w in &walls {
+        host_wall_time_ns =
+            host_wall_time_ns.checked_add(w).filter(|x| *x != i64::MAX).ok_or_else(|| overflow("host_wall_time_ns"))?;
+    }
+    if let Some(field) = a.overflow {
+        return Err(overflow(field));
+    }
+    let [kernel_work_ns, coverage, busy, span, idle, uncovered] = a.sums;
+    let mut r = RangeStats {
+        label: label.to_string(),
+        occurrences: walls.len() as u64,
+        occurrences_with_device_work: a.with_device_work,
+        runtime_calls: a.runtime_calls,
+        kernels: a.kernels,
+        memcpys: a.memcpys,
+        memsets: a.memsets,
+        graph_traces: a.graph_traces,
+        host_wall_time_ns,
+        wall_ns_min: walls[0],
+        wall_ns_median: walls[(walls.len() - 1) / 2],
+        wall_ns_max: walls[walls.len() - 1],
+        kernel_work_ns,
+        host_range_kernel_coverage_ns: coverage,
+        host_range_kernel_coverage_fraction: 0.0,
+        kernel_busy_union_ns: busy,
+        kernel_span_ns: span,
+        gpu_idle_within_kernel_span_ns: idle,
+        uncovered_host_time_ns: uncovered,
+        gpu_busy_fraction: None,
+        sync: a.sync.into_iter().map(|(api, st)| (SYNC_APIS[api as usize].to_string(), st)).collect(),
+        depths: a.depths,
+        parents: BTreeMap::new(),
+    };
+    for (p, n) in a.parents {
+        let name = if p == u32::MAX { String::new() } else { label_names[p as usize].clone() };
+        *r.parents.entry(name).or_default() += n;
+    }
+    if r.host_wall_time_ns > 0 {
+        r.host_range_kernel_coverage_fraction =
+            (r.host_range_kernel_coverage_ns as f64 / r.host_wall_time_ns as f64).min(1.0);
+    }
+    if r.kernel_span_ns > 0 {
+        r.gpu_busy_fraction = Some(r.kernel_busy_union_ns as f64 / r.kernel_span_ns as f64);
+    }
+    Ok(r)
 }
 
 /// The note on the ranges closed by the capture's end: how many, of which labels (up to five), and why they are
