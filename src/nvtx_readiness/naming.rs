@@ -50,6 +50,10 @@ pub(super) fn suggest_engine_prefix(
     seen: &[PrefixCount],
 ) -> Result<Option<String>> {
     let cuda = export.runtime_thread_ids()?;
+    // every range on a thread that made CUDA calls (a single-process PyTorch run): the prefixes are `seen`'s
+    if all.iter().all(|o| cuda.contains(&o.global_tid)) {
+        return Ok(suggest_prefix(seen));
+    }
     let engine = all.iter().filter(|o| cuda.contains(&o.global_tid));
     Ok(suggest_prefix(&prefixes_seen(engine)).or_else(|| suggest_prefix(seen)))
 }
