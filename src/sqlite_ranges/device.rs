@@ -46,6 +46,14 @@ pub(super) enum Marked<'a> {
 }
 
 impl Marked<'_> {
+    /// The marks kept apart (none when they are in the rows' `aux`).
+    fn into_apart(self) -> Vec<u32> {
+        match self {
+            Marked::Aux(_) => Vec::new(),
+            Marked::Apart(_, m) => m,
+        }
+    }
+
     fn rows(&self) -> &[PackedDeviceRow] {
         match self {
             Marked::Aux(r) => r,
@@ -121,9 +129,16 @@ pub(super) fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut rows: Devic
     }
     // then, in one pass, the rows counted for the occurrences of their chain and tagged
     let tags = tag_rows(w, &metas, &segs, &mut marked);
-    crate::phase::timed("sqlite-ranges", "sweep", || sweep(w, &metas, &marked, tags, &dev_ids));
+    crate::phase::timed("sqlite-ranges", "sweep", || sweep(w, &metas, &marked, &tags, &dev_ids));
+    // the marks and tags, kept for a later collection of other labels' intervals (replay::FirstPass)
+    if let Some(c) = w.collect.as_mut().filter(|c| c.keep_marks) {
+        let marks = marked.into_iter().map(Marked::into_apart).collect();
+        c.marks = Some(DeviceMarks { marks, tags });
+    } else {
+        drop((tags, marked));
+    }
     // the rows (when the analysis held them alone) go before the occurrences' counts are spread
-    drop((metas, marked));
+    drop(metas);
     drop(rows);
     spread_counts(w);
     w.syncs.index(w.occ.len());
@@ -412,7 +427,7 @@ impl Tags {
 
 /// Phase 3b: the device records swept by start, merging per-occurrence and per-device interval unions
 /// incrementally (busy, coverage, span), no per-occurrence interval list.
-pub(super) fn sweep(w: &mut Work, chunks: &[ChunkMeta], marked: &[Marked], tags: Vec<Tag>, dev_ids: &[i64]) {
+pub(super) fn sweep(w: &mut Work, chunks: &[ChunkMeta], marked: &[Marked], tags: &[Tag], dev_ids: &[i64]) {
     progress("merging device intervals");
     // each chunk in start order (nsys writes its rows so: the order is a check, an index only for a chunk
     // that is not), then merged by start (the unions do not depend on the order of equal starts; the collected
@@ -506,7 +521,6 @@ pub(super) fn sweep(w: &mut Work, chunks: &[ChunkMeta], marked: &[Marked], tags:
             }
         }
     }
-    drop(tags);
     for (di, c) in dcur.iter().enumerate() {
         if c.open {
             dtot[di].busy_union_ns += c.e - c.s;

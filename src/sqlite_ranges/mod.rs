@@ -25,6 +25,7 @@ mod device;
 mod doc;
 mod fold_read;
 mod occurrences;
+mod replay;
 mod runtime;
 mod scan;
 mod table;
@@ -39,6 +40,8 @@ pub use captured::*;
 pub use detail::{OccurrenceRef, OccurrenceTable};
 use device::{attribute_device_rows, DeviceRows};
 pub use doc::*;
+pub use replay::collect_preloaded;
+use replay::{DeviceMarks, FirstPass, NamelessCall};
 use runtime::join_runtime;
 pub use scan::Preloaded;
 use scan::{nvtx_table, run_scans};
@@ -417,15 +420,26 @@ pub fn analyze(export: &Export, opts: &RangesOptions) -> Result<Analysis> {
 }
 
 /// [`analyze`], whose reads also compute the timed-stats facts of the tables they read (as
-/// [`analyze_sharing_scans`]), and its loaded occurrences for the next analysis of the export with the same
-/// options ([`analyze_with_intervals_preloaded`]: the step budget's second pass reads no NVTX row again).
+/// [`analyze_sharing_scans`]), and what the next analysis of the export with the same options needs
+/// ([`Preloaded`]): its loaded occurrences, and the rows it read with the marks their attribution gave them, from
+/// which [`collect_preloaded`] computes the intervals of any labels without reading a table again (the step
+/// budget's second pass). The rows are read as [`analyze_with_intervals`] reads them (the kernels' names too).
 pub fn analyze_preloading(export: &Export, opts: &RangesOptions) -> Result<(Analysis, Preloaded)> {
-    let mut w = run_scans(export, opts, None, true, false, None, None)?;
-    let pre = Preloaded(w.load_part(opts));
+    // the rows are captured as an analysis with intervals captures them, which needs the kernels' names
+    let capture = export.table(schema::KERNEL).is_none_or(|t| t.has_column(cols::DEMANGLED_NAME));
+    let want: Want = (&|_| false, true);
+    let mut w = run_scans(export, opts, capture.then_some(want), true, false, None, None)?;
+    let part = w.load_part(opts);
+    let first = w.collect.take().and_then(|c| FirstPass::of(c, std::mem::replace(&mut w.chains, Chains::new())));
+    let pre = Preloaded(part, first.map(Box::new));
+    let mut ph = crate::phase::Phases::new("sqlite-ranges");
     let thread_diagnostics = map_threads(export, &w)?;
+    ph.mark("map_threads");
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
+    ph.mark("aggregate");
     w.loaded = None;
     let (doc, detail) = finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, true)?;
+    ph.mark("finish");
     Ok((Analysis { doc, occurrences: detail.expect("asked for") }, pre))
 }
 
@@ -505,7 +519,18 @@ struct Collect {
     runtime_read: bool,
     /// [`Collected::device_ids`].
     device_ids: Vec<i64>,
+    /// The runtime calls with a thread and no API name id (not in `rows`), and the sync API ids of the join:
+    /// with the marks, what a later collection needs ([`FirstPass`]).
+    nameless: Vec<NamelessCall>,
+    sync_ids: FxMap<i64, u8>,
+    /// Keep each device row's mark and the tags once the rows are swept ([`FirstPass`]).
+    keep_marks: bool,
+    marks: Option<DeviceMarks>,
 }
+
+/// The labels whose occurrences' intervals an analysis collects, and whether it keeps what a later collection
+/// of other labels needs ([`Collect::keep_marks`]).
+type Want<'a> = (&'a dyn Fn(&str) -> bool, bool);
 
 /// [`analyze`], plus the intervals of every occurrence whose label satisfies `want` (parallel to
 /// `occurrences`; empty for the others). The same join as the metrics: runtime calls on the occurrence's
@@ -556,7 +581,7 @@ fn analyze_with_intervals_impl(
     pre: Option<Preloaded>,
 ) -> Result<(Analysis, Collected)> {
     let keep = keep_occurrences && opts.range_prefix.is_none() && opts.window.is_none();
-    let mut w = run_scans(export, opts, Some(want), true, keep, ready, pre)?;
+    let mut w = run_scans(export, opts, Some((want, false)), true, keep, ready, pre)?;
     let thread_diagnostics = map_threads(export, &w)?;
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;
     let (per_occ, rows, runtime_read, device_ids) =
@@ -566,7 +591,13 @@ fn analyze_with_intervals_impl(
     let shared = occurrences;
     let (doc, detail) = finish(export, opts, w, ranges, thread_diagnostics, high_cardinality_labels, true)?;
     let occurrences = detail.expect("asked for");
-    let mut iv = per_occ;
+    let iv = sorted_intervals(per_occ, n);
+    let c = Collected { intervals: iv, rows, runtime_read, occurrences: shared, device_ids };
+    Ok((Analysis { doc, occurrences }, c))
+}
+
+/// The collected intervals of `n` occurrences, each asked occurrence's rows and calls in their order.
+fn sorted_intervals(mut iv: IntervalTable, n: usize) -> IntervalTable {
     if iv.len() != n {
         iv = IntervalTable::new(n, |_| false);
     }
@@ -574,8 +605,7 @@ fn analyze_with_intervals_impl(
         v.device.sort();
         v.runtime.sort_unstable_by_key(|r| (r.start, r.end, r.name_id, r.sync));
     }
-    let c = Collected { intervals: iv, rows, runtime_read, occurrences: shared, device_ids };
-    Ok((Analysis { doc, occurrences }, c))
+    iv
 }
 
 impl Work {

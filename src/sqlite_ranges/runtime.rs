@@ -52,6 +52,9 @@ pub(super) fn join_runtime(
                 };
                 c.calls_by_part[part].push(call);
             }
+            if let (Some(c), Some(t), None) = (collect.as_mut(), r.global_tid, r.name_id) {
+                c.nameless.push(NamelessCall { start: r.start, end: r.end, global_tid: t });
+            }
             if seen & 0xF_FFFF == 0 {
                 progress(&format!("{tbl}: {seen} rows"));
             }
@@ -128,6 +131,9 @@ pub(super) fn join_runtime(
                 export.runtime_calls(row_skips, |r| body(r, 0, hint))?
             }
         }
+        if let Some(c) = collect.as_mut() {
+            c.sync_ids = sync_ids;
+        }
     }
 
     settle_correlations(&mut corr);
@@ -190,13 +196,13 @@ pub(super) struct Stabs {
 }
 
 impl Stabs {
-    fn new() -> Stabs {
+    pub(super) fn new() -> Stabs {
         Stabs { last: FxMap::default(), tree: None }
     }
 
     /// `out` = the indices `i` in `[lo, cut)` with `occ[i].end >= t`, ascending, where `cut` is the first index
     /// of the thread's slice `[lo, hi)` whose start is after `t`.
-    fn query(
+    pub(super) fn query(
         &mut self,
         occ: &[COcc],
         thread: usize,

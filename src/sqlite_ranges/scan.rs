@@ -13,7 +13,7 @@ use super::*;
 pub(super) fn run_scans(
     export: &Export,
     opts: &RangesOptions,
-    want: Option<&dyn Fn(&str) -> bool>,
+    want: Option<Want<'_>>,
     share_stats: bool,
     keep_occurrences: bool,
     ready: Option<RowsReady<'_>>,
@@ -61,11 +61,14 @@ pub(super) fn run_scans(
         let mut ph = crate::phase::Phases::new("sqlite-ranges");
         let main = (|| -> Result<(Work, CorrTable, bool)> {
             let mut w = match pre {
-                Some(Preloaded(part)) => Work::of_load(part, None),
+                Some(Preloaded(part, _)) => Work::of_load(part, None),
                 None => load(export, opts, keep_occurrences, stats(schema::NVTX_EVENTS))?,
             };
             ph.mark("load");
-            if let Some(want) = want {
+            // a first pass keeps nothing for the second when no occurrence is kept (no step to collect; the
+            // runtime table is then not read: no occurrence to attribute to)
+            let want = want.filter(|&(_, keep_marks)| !(keep_marks && w.occ.is_empty()));
+            if let Some((want, keep_marks)) = want {
                 let want: Vec<bool> = w.label_names.iter().map(|l| want(l)).collect();
                 let per_occ = IntervalTable::new(w.occ.len(), |i| want[w.occ[i].label as usize]);
                 w.collect = Some(Collect {
@@ -74,6 +77,10 @@ pub(super) fn run_scans(
                     calls_by_part: Vec::new(),
                     runtime_read: false,
                     device_ids: Vec::new(),
+                    nameless: Vec::new(),
+                    sync_ids: FxMap::default(),
+                    keep_marks,
+                    marks: None,
                 });
             }
             let (corr, consumed) = join_runtime(export, &mut w, rx.take())?;
@@ -276,15 +283,15 @@ pub(super) fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvt
 /// `NVTX_EVENTS` again.
 #[derive(Clone)]
 pub(super) struct LoadPart {
-    opts: RangesOptions,
+    pub(super) opts: RangesOptions,
     tables_present: Vec<String>,
     skipped: Skipped,
     truncated: Vec<occurrences::TruncatedRange>,
-    occ: Vec<COcc>,
-    label_names: Vec<String>,
-    slices: Vec<(i64, usize, usize)>,
+    pub(super) occ: Vec<COcc>,
+    pub(super) label_names: Vec<String>,
+    pub(super) slices: Vec<(i64, usize, usize)>,
     thread_of: Vec<u32>,
-    slice_of: FxMap<i64, (u32, usize, usize)>,
+    pub(super) slice_of: FxMap<i64, (u32, usize, usize)>,
     folded: Option<crate::labels::FoldReport>,
 }
 
@@ -346,9 +353,10 @@ impl Work {
 }
 
 /// Phase 1 of an earlier analysis of the same export, for the next one ([`LoadPart`]): used when its options
-/// are the same, else the next analysis loads again.
+/// are the same, else the next analysis loads again. With [`analyze_preloading`], also the rows it read and
+/// their attribution ([`FirstPass`]: [`collect_preloaded`] reads no table).
 #[derive(Clone)]
-pub struct Preloaded(pub(super) LoadPart);
+pub struct Preloaded(pub(super) LoadPart, pub(super) Option<Box<FirstPass>>);
 
 impl Preloaded {
     pub(super) fn fits(&self, opts: &RangesOptions) -> bool {

@@ -34,7 +34,7 @@ pub fn analyze_window_with(
         .with_arg("--outlier-factor"));
     }
     let ropts = RangesOptions { fold: opts.fold, window, ..Default::default() };
-    let (label, choice, preloaded) = match choose_label(export, &ropts, opts)? {
+    let (label, choice, first_pass) = match choose_label(export, &ropts, opts)? {
         Chosen::Step(label, choice, pre) => (label, choice, pre),
         Chosen::NoStep(doc) => return Ok(*doc),
     };
@@ -45,10 +45,17 @@ pub fn analyze_window_with(
     let (a, collected, pre_built) = match pre.filter(|_| opts.step.is_some()) {
         Some((a, c)) => (a, c, pre_built),
         None => {
-            let (an, mut c) = match preloaded {
-                Some(p) => sqlite_ranges::analyze_with_intervals_preloaded(export, &ropts, &|l| l == label, *p)?,
-                None => sqlite_ranges::analyze_with_intervals(export, &ropts, &|l| l == label)?,
+            let want = |l: &str| l == label;
+            let (an, mut c) = match first_pass {
+                // the first pass is this analysis (same options): only the label's intervals are computed, from
+                // the rows it kept (no table read again); else the second pass reads them
+                Some(fp) => match sqlite_ranges::collect_preloaded(fp.1, &ropts, &want) {
+                    Ok(c) => (fp.0, c),
+                    Err(p) => sqlite_ranges::analyze_with_intervals_preloaded(export, &ropts, &want, *p)?,
+                },
+                None => sqlite_ranges::analyze_with_intervals(export, &ropts, &want)?,
             };
+            ph.mark("second_pass");
             own_device = Some(std::mem::take(&mut c.rows.device));
             owned = (an, c);
             (&owned.0, &owned.1, None)
@@ -217,10 +224,14 @@ pub(super) fn typical_verdict(
 
 /// The step label ([`crate::step_label`]), or the step budget of a capture in which no step can be attributed.
 pub(super) enum Chosen {
-    /// The label and how it was chosen (`--step`, or the rule's name); the first pass's occurrences, loaded.
-    Step(String, String, Option<Box<sqlite_ranges::Preloaded>>),
+    /// The label and how it was chosen (`--step`, or the rule's name); the first pass: its analysis, and its
+    /// occurrences and rows for the second ([`sqlite_ranges::collect_preloaded`]).
+    Step(String, String, Option<Box<FirstPass>>),
     NoStep(Box<StepBudgetDoc>),
 }
+
+/// The step label's first pass: the analysis that chose it, and what it kept for the second.
+pub(super) struct FirstPass(sqlite_ranges::Analysis, sqlite_ranges::Preloaded);
 
 /// `--step`, else the step label chosen from a first pass over the labels (the doc's label counts); with none,
 /// the device picture of the whole capture ([`device_only`]).
@@ -231,6 +242,8 @@ pub(super) fn choose_label(export: &Export, ropts: &RangesOptions, opts: &StepBu
         None => {
             let (a, pre) = sqlite_ranges::analyze_preloading(export, ropts)?;
             if a.doc.ranges.is_empty() {
+                // the rows the first pass kept go before the device picture reads its own
+                drop(pre);
                 return Ok(Chosen::NoStep(Box::new(device_only(export, ropts, opts, no_range_why(export)?)?)));
             }
             let unstable = crate::step_label::unstable_labels(a.doc.ranges.iter().map(|r| r.label.as_str()));
@@ -245,10 +258,14 @@ pub(super) fn choose_label(export: &Export, ropts: &RangesOptions, opts: &StepBu
                 })
                 .collect();
             match crate::step_label::choose_step(&cands, &unstable) {
-                Some(c) => Chosen::Step(c.label.to_string(), c.rule.name().to_string(), Some(Box::new(pre))),
+                Some(c) => {
+                    let (label, rule) = (c.label.to_string(), c.rule.name().to_string());
+                    Chosen::Step(label, rule, Some(Box::new(FirstPass(a, pre))))
+                }
                 // no step of the user's (only a framework's own ranges, or nothing that behaves like a step): the
                 // devices' own picture, as without NVTX, and the labels a user could pass as --step
                 None => {
+                    drop(pre);
                     let busy: i64 = a.doc.totals.per_device.iter().map(|d| d.busy_union_ns).sum();
                     let best = crate::step_label::best_candidates(&cands, busy, 5);
                     let what = if best.is_empty() {

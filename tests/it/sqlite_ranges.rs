@@ -595,6 +595,40 @@ fn synthetic_sql() -> String {
     s
 }
 
+/// The step budget's second pass, computed from the first's rows (`collect_preloaded`), on the synthetic export
+/// with the join's edge cases added: calls at a range's end (inclusive) and straddling it, a call without an
+/// API name id and one without a correlation id, a correlation id two calls share (ambiguous), a kernel of 2^32
+/// ns or more, correlation ids reused by another process: the intervals of a fresh analysis, field for field.
+#[test]
+fn synthetic_second_pass_equals_a_fresh_analysis() {
+    let k = "CUPTI_ACTIVITY_KIND_KERNEL";
+    let ta = gt(A, A);
+    let mut sql = synthetic_sql().replace("nameId INTEGER NOT NULL", "nameId INTEGER");
+    sql += &format!("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, globalTid, correlationId, nameId) VALUES (150, 160, {ta}, 20, NULL), (170, 175, {ta}, NULL, 3);\n");
+    sql += &dv(k, 165, 180, A, 20, 0);
+    sql += &rt(400, 410, ta, 21, 3);
+    sql += &rt(2400, 2410, ta, 21, 3);
+    sql += &dv(k, 420, 430, A, 21, 1);
+    sql += &rt(320, 330, ta, 22, 3);
+    sql += &dv(k, 340, 340 + (1 << 33), A, 22, 1);
+    sql += &rt(590, 650, ta, 23, 3); // straddles inner's end (600)
+    sql += &dv("CUPTI_ACTIVITY_KIND_MEMCPY", 640, 700, A, 23, 0);
+    // without the kernels' names (which the step budget reads) the first pass keeps nothing: the second reads
+    let d = db(&sql);
+    let ex = nsyskit::export::Export::open(&d.path).unwrap();
+    let opts = nsyskit::sqlite_ranges::RangesOptions { fold: true, ..Default::default() };
+    let (_, pre) = nsyskit::sqlite_ranges::analyze_preloading(&ex, &opts).unwrap();
+    assert!(nsyskit::sqlite_ranges::collect_preloaded(pre, &opts, &|_| true).is_err());
+    sql += "ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN demangledName INTEGER;";
+    let d = db(&sql);
+    let mut seen = 0;
+    for fold in [true, false] {
+        let opts = nsyskit::sqlite_ranges::RangesOptions { fold, ..Default::default() };
+        seen += crate::step_budget::second_pass_equals_fresh(&d.path, &opts);
+    }
+    assert!(seen >= 8, "{seen}");
+}
+
 fn range<'a>(doc: &'a Value, label: &str) -> &'a Value {
     doc["ranges"].as_array().unwrap().iter().find(|r| r["label"] == label).unwrap_or_else(|| panic!("no label {label}"))
 }

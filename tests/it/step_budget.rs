@@ -1095,3 +1095,90 @@ fn device_ops_reader_matches_the_tables() {
         }
     }
 }
+
+/// The step budget's second pass computes the chosen label's intervals from what the first pass kept
+/// (`collect_preloaded`, no table read again): on real captures, for every label at once and for single labels,
+/// its intervals, rows and device ids are those of a fresh `analyze_with_intervals`, field for field, and the
+/// first pass's document is the fresh analysis's.
+#[test]
+fn second_pass_from_the_first_equals_a_fresh_analysis() {
+    use nsyskit::sqlite_ranges::RangesOptions;
+    let fixtures = [
+        "nsys-2025.3.1/serve_node.sqlite",
+        "nsys-2025.3.1/two_rank.sqlite",
+        "nsys-2025.3.1/hf_graph.sqlite",
+        "nsys-2025.3.1/emit_nvtx_decode.sqlite",
+        "nsys-2025.3.1/nccl.sqlite",
+        "nsys-2025.3.1/jax_decode.sqlite",
+        "nsys-2025.3.1/decode_mixed.sqlite",
+        "nsys-2025.3.1/nonvtx.sqlite",
+        "nsys-2023.4.4/gpu_range_graph.sqlite",
+        "serve-capture-gpu-records/capture.sqlite",
+    ];
+    let mut replayed = 0;
+    for rel in fixtures {
+        let mut cases = vec![RangesOptions { fold: true, ..Default::default() }];
+        if rel.contains("serve_node") {
+            // unfolded labels (request ids), and a window (the middle half of the NVTX ranges' span)
+            let c = Connection::open_with_flags(fixture(rel), OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+            let (a, b): (i64, i64) = c
+                .query_row("SELECT min(start), max(end) FROM NVTX_EVENTS", [], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap();
+            cases.push(RangesOptions { fold: false, ..Default::default() });
+            cases.push(RangesOptions {
+                fold: true,
+                window: Some((a + (b - a) / 4, b - (b - a) / 4)),
+                ..Default::default()
+            });
+        }
+        for opts in cases {
+            replayed += second_pass_equals_fresh(&fixture(rel), &opts);
+        }
+    }
+    assert!(replayed > 1000, "{replayed}");
+}
+
+/// [`second_pass_from_the_first_equals_a_fresh_analysis`] on one export and options: every label at once, then
+/// the most frequent and the one with most kernels; the occurrences with intervals compared.
+pub(crate) fn second_pass_equals_fresh(path: &Path, opts: &nsyskit::sqlite_ranges::RangesOptions) -> usize {
+    use nsyskit::sqlite_ranges::{self, Collected};
+    fn same(what: &str, got: &Collected, want: &Collected) {
+        assert_eq!(got.intervals.len(), want.intervals.len(), "{what}");
+        for (i, (g, w)) in got.intervals.iter().zip(&want.intervals).enumerate() {
+            assert_eq!(g, w, "{what}: occurrence {i}");
+        }
+        assert_eq!(got.rows.runtime, want.rows.runtime, "{what}");
+        assert_eq!(got.rows.runtime_skips, want.rows.runtime_skips, "{what}");
+        assert_eq!(got.runtime_read, want.runtime_read, "{what}");
+        assert_eq!(got.device_ids, want.device_ids, "{what}");
+        assert_eq!(got.occurrences.is_some(), want.occurrences.is_some(), "{what}");
+        assert_eq!(got.rows.device.len(), want.rows.device.len(), "{what}");
+        for (g, w) in got.rows.device.iter().zip(want.rows.device.iter()) {
+            assert_eq!((g.kind, &g.rows, &g.segs, &g.long, &g.wide), (w.kind, &w.rows, &w.segs, &w.long, &w.wide));
+            assert_eq!((&g.skips, &g.names, g.node_rows), (&w.skips, &w.names, w.node_rows), "{what}");
+            assert_eq!(g.stats.is_some(), w.stats.is_some(), "{what}");
+        }
+    }
+    let ex = nsyskit::export::Export::open(path).unwrap();
+    let (first, pre) = sqlite_ranges::analyze_preloading(&ex, opts).unwrap();
+    let name = path.display();
+    if first.doc.ranges.is_empty() {
+        // no occurrence: nothing kept (the step budget has no step to collect), the second pass reads
+        assert!(sqlite_ranges::collect_preloaded(pre, opts, &|_| true).is_err(), "{name}");
+        return 0;
+    }
+    let mut wants: Vec<Option<String>> = vec![None];
+    wants.extend(first.doc.ranges.iter().max_by_key(|r| r.occurrences).map(|r| Some(r.label.clone())));
+    wants.extend(first.doc.ranges.iter().max_by_key(|r| r.kernels).map(|r| Some(r.label.clone())));
+    let mut replayed = 0;
+    for label in wants {
+        let want = |l: &str| label.as_deref().is_none_or(|x| x == l);
+        let what = format!("{name} fold={} window={:?} label={label:?}", opts.fold, opts.window);
+        let got = sqlite_ranges::collect_preloaded(pre.clone(), opts, &want).unwrap_or_else(|_| panic!("{what}"));
+        let (fresh, c) = sqlite_ranges::analyze_with_intervals(&ex, opts, &want).unwrap();
+        assert_eq!(serde_json::to_value(&first.doc).unwrap(), serde_json::to_value(&fresh.doc).unwrap(), "{what}");
+        same(&what, &got, &c);
+        replayed += got.intervals.iter().filter(|i| !i.device.is_empty() || !i.runtime.is_empty()).count();
+    }
+    replayed
+}
