@@ -106,6 +106,16 @@ pub enum PartView<'a> {
 }
 
 impl PartView<'_> {
+    /// The number of intervals.
+    pub fn len(&self) -> usize {
+        match self {
+            PartView::Own(v) => v.len(),
+            PartView::Rows(c) => c.rows.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// The start of interval `i`.
     #[inline]
     pub fn start(&self, i: usize) -> Option<i64> {
