@@ -45,16 +45,7 @@ pub fn analyze_window_with(
     let (a, collected, pre_built) = match pre.filter(|_| opts.step.is_some()) {
         Some((a, c)) => (a, c, pre_built),
         None => {
-            let want = |l: &str| l == label;
-            let (an, mut c) = match first_pass {
-                // the first pass is this analysis (same options): only the label's intervals are computed, from
-                // the rows it kept (no table read again); else the second pass reads them
-                Some(fp) => match sqlite_ranges::collect_preloaded(fp.1, &ropts, &want) {
-                    Ok(c) => (fp.0, c),
-                    Err(p) => sqlite_ranges::analyze_with_intervals_preloaded(export, &ropts, &want, *p)?,
-                },
-                None => sqlite_ranges::analyze_with_intervals(export, &ropts, &want)?,
-            };
+            let (an, mut c) = second_pass(export, &ropts, &label, first_pass)?;
             ph.mark("second_pass");
             own_device = Some(std::mem::take(&mut c.rows.device));
             owned = (an, c);
@@ -220,6 +211,24 @@ pub(super) fn typical_verdict(
         verdict.reason.push_str(&format!("; comm here is {what}"));
     }
     verdict
+}
+
+/// The analysis with the intervals of `label`'s occurrences. When the first pass is this analysis (same options),
+/// only the label's intervals are computed, from the rows it kept (no table read again); else they are read.
+fn second_pass(
+    export: &Export,
+    ropts: &RangesOptions,
+    label: &str,
+    first_pass: Option<Box<FirstPass>>,
+) -> Result<(sqlite_ranges::Analysis, sqlite_ranges::Collected)> {
+    let want = |l: &str| l == label;
+    Ok(match first_pass {
+        Some(fp) => match sqlite_ranges::collect_preloaded(fp.1, ropts, &want) {
+            Ok(c) => (fp.0, c),
+            Err(p) => sqlite_ranges::analyze_with_intervals_preloaded(export, ropts, &want, *p)?,
+        },
+        None => sqlite_ranges::analyze_with_intervals(export, ropts, &want)?,
+    })
 }
 
 /// The step label ([`crate::step_label`]), or the step budget of a capture in which no step can be attributed.
