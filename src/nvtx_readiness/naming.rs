@@ -15,8 +15,7 @@ pub use crate::label_families::label_prefix;
 pub fn prefixes_seen<'a>(all: impl IntoIterator<Item = &'a Occurrence>) -> Vec<PrefixCount> {
     // each distinct label folded once, with its occurrences (a label repeats on every step: 500 k occurrences
     // of a few labels were folded, cut and looked up one by one)
-    let mut counts: crate::fx::FxMap<&str, u64> = label_counts(all).into_iter().collect();
-    counts.retain(|l, _| !crate::framework::is_framework(l));
+    let counts = label_counts(all).into_iter().filter(|(l, _)| !crate::framework::is_framework(l));
     let mut per: BTreeMap<String, (BTreeSet<String>, u64)> = BTreeMap::new();
     let mut folder = crate::labels::Folder::new();
     for (raw, n) in counts {

@@ -91,12 +91,12 @@ pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, V
     let mut acc: Vec<LabelAcc> = (0..label_names.len()).map(|_| LabelAcc::default()).collect();
     for (i, o) in occ.iter().enumerate() {
         let a = &mut acc[o.label as usize];
-        a.walls.push(o.end - o.start);
+        let wall = o.end - o.start;
+        a.walls.push(wall);
         if a.overflow.is_some() {
             continue;
         }
         let (m, n) = (&metrics[i], &w.counts[i]);
-        let wall = o.end - o.start;
         if n.device_rows() > 0 {
             a.with_device_work += 1;
         }
