@@ -21,6 +21,8 @@
 //! fpfwjtfd4iuyycexefjctaadhoi5ngi4cv3hquuqiddusso5pqcc ##` keeps its hash; `Torch-Compiled Region: 0/1` is a
 //! recompilation of frame 0, not an occurrence of `0/0`), digits inside a word (`triton_poi_fused_add_0`,
 //! `layer3`), and a field this module does not know.
+use std::borrow::Cow;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -127,80 +129,116 @@ fn is_field_value(v: &str, rule: FoldRule) -> bool {
     }
 }
 
-/// Split `base, k1 = v1, k2 = [a, b], …` into the base and its `key = value` fields, commas inside brackets
-/// belonging to the value. Returns None when the tail is not made of such fields (then nothing is folded).
-fn split_fields(raw: &str) -> Option<(&str, Vec<(&str, &str)>)> {
-    // the first ", ident = " starts the fields
+/// The byte offsets of the top-level `", "` of `raw` (commas inside brackets belong to a value), in order.
+fn top_level_cuts(raw: &str) -> impl Iterator<Item = usize> + '_ {
     let bytes = raw.as_bytes();
     let mut depth = 0i32;
-    let mut cuts = Vec::new(); // byte offsets of top-level ", "
-    for (i, &b) in bytes.iter().enumerate() {
+    bytes.iter().enumerate().filter_map(move |(i, &b)| {
         match b {
             b'[' => depth += 1,
             b']' => depth -= 1,
-            b',' if depth == 0 && bytes.get(i + 1) == Some(&b' ') => cuts.push(i),
+            b',' if depth == 0 && bytes.get(i + 1) == Some(&b' ') => return Some(i),
             _ => {}
         }
-    }
-    let field_of = |s: &'_ str| -> Option<(usize, usize)> {
-        // "ident = value": returns (key end, value start)
-        let eq = s.find(" = ")?;
-        let key = &s[..eq];
-        (!key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')).then_some((eq, eq + 3))
-    };
-    let first = cuts.iter().position(|&c| field_of(&raw[c + 2..]).is_some())?;
-    let base = &raw[..cuts[first]];
-    let mut fields = Vec::new();
-    for (k, &c) in cuts[first..].iter().enumerate() {
-        let end = cuts.get(first + k + 1).copied().unwrap_or(raw.len());
-        let part = &raw[c + 2..end];
-        let (ke, vs) = field_of(part)?;
-        fields.push((&part[..ke], &part[vs..]));
-    }
-    Some((base, fields))
+        None
+    })
 }
 
-/// [`fold_label`] when it changes `raw`, else None: most labels are tested without an allocation (no
-/// `key = value` field and no trailing number).
-pub fn fold_changed(raw: &str) -> Option<Fold> {
-    let cut = [raw.rfind('.'), raw.rfind(' '), raw.rfind('#')].into_iter().flatten().max();
-    let trailing = cut.is_some_and(|i| is_digits(&raw[i + 1..]));
-    if !trailing && !raw.contains(" = ") {
+/// `ident = value` at the start of `s`: (key end, value start); None when `s` does not start with one.
+fn field_of(s: &str) -> Option<(usize, usize)> {
+    let eq = s.find(" = ")?;
+    let key = &s[..eq];
+    (!key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')).then_some((eq, eq + 3))
+}
+
+/// Whether a rule takes the field `part` (`key = value`), and its bit (`1 << rule as u8`); None when `part` is
+/// not a field.
+fn field_taken(part: &str) -> Option<(bool, u8)> {
+    let (ke, vs) = field_of(part)?;
+    let (k, v) = (&part[..ke], &part[vs..]);
+    Some(match FIELD_RULES.iter().find(|(name, _)| *name == k) {
+        Some((_, rule)) if is_field_value(v, *rule) => (true, 1 << *rule as u8),
+        _ => (false, 0),
+    })
+}
+
+/// `base, k1 = v1, k2 = [a, b], …` folded: the base with the fields no rule takes (borrowed from `raw` when
+/// every field went) and the bits (`1 << rule as u8`) of the rules that took one. None when the tail is not
+/// made of such fields (the first `, ident = ` starts them), or when no rule took a field: then nothing is
+/// folded. Allocates only when a field stays beside a folded one.
+fn fold_fields(raw: &str) -> Option<(Cow<'_, str>, u8)> {
+    let first = top_level_cuts(raw).find(|&c| field_of(&raw[c + 2..]).is_some())?;
+    let parts = || {
+        let mut cuts = top_level_cuts(raw).skip_while(move |&c| c < first).peekable();
+        std::iter::from_fn(move || {
+            let c = cuts.next()?;
+            let end = cuts.peek().copied().unwrap_or(raw.len());
+            Some(&raw[c + 2..end])
+        })
+    };
+    let (mut bits, mut kept) = (0u8, 0usize);
+    for part in parts() {
+        let (taken, bit) = field_taken(part)?;
+        bits |= bit;
+        kept += usize::from(!taken);
+    }
+    if bits == 0 {
         return None;
     }
-    Some(fold_label(raw)).filter(Fold::changed)
+    let base = &raw[..first];
+    if kept == 0 {
+        return Some((Cow::Borrowed(base), bits));
+    }
+    let mut label = String::with_capacity(raw.len());
+    label.push_str(base);
+    for part in parts().filter(|p| field_taken(p).is_some_and(|(taken, _)| !taken)) {
+        label.push_str(", ");
+        label.push_str(part);
+    }
+    Some((Cow::Owned(label), bits))
+}
+
+/// The byte offset of the separator before a trailing number of `label`: a last dotted segment, last word or
+/// last `#`-part (PyTorch profiler's `ProfilerStep#12`) of digits only, after a non-empty head that is not
+/// itself a number (a label that IS a number, "3", stays).
+fn trailing_number_at(label: &str) -> Option<usize> {
+    let i = label.bytes().rposition(|b| matches!(b, b'.' | b' ' | b'#'))?;
+    let (head, tail) = (&label[..i], &label[i + 1..]);
+    (is_digits(tail) && !head.trim().is_empty() && !is_digits(head.trim())).then_some(i)
+}
+
+/// Every rule, in order (`rule as u8` is its index).
+const ALL_RULES: [FoldRule; 6] =
+    [FoldRule::OpId, FoldRule::Seq, FoldRule::Sizes, FoldRule::InputOpIds, FoldRule::Stream, FoldRule::TrailingNumber];
+
+/// [`fold_label`] when it changes `raw` (else None): the label, borrowed from `raw` where it can be, and the
+/// bits (`1 << rule as u8`) of the rules that changed it. An emit_nvtx label whose fields all fold
+/// (`aten::mm, op_id = 41599`) is folded without an allocation.
+pub fn fold_bits(raw: &str) -> Option<(Cow<'_, str>, u8)> {
+    let (label, mut bits) = fold_fields(raw).unwrap_or((Cow::Borrowed(raw), 0));
+    let label = match trailing_number_at(&label) {
+        Some(i) => {
+            bits |= 1 << FoldRule::TrailingNumber as u8;
+            Cow::Owned(format!("{}{NUMBER}", &label[..=i]))
+        }
+        None => label,
+    };
+    (bits != 0).then_some((label, bits))
+}
+
+/// The rules of bits [`fold_bits`] gave, in order.
+pub fn rules_of_bits(bits: u8) -> Vec<FoldRule> {
+    ALL_RULES.iter().copied().filter(|&r| bits & (1 << r as u8) != 0).collect()
+}
+
+/// [`fold_label`] when it changes `raw`, else None.
+pub fn fold_changed(raw: &str) -> Option<Fold> {
+    fold_bits(raw).map(|(label, bits)| Fold { label: label.into_owned(), rules: rules_of_bits(bits) })
 }
 
 /// Fold one label (see the module documentation for the forms).
 pub fn fold_label(raw: &str) -> Fold {
-    let mut rules = Vec::new();
-    let mut label = raw.to_string();
-    if let Some((base, fields)) = split_fields(raw) {
-        let mut kept = Vec::new();
-        for (k, v) in &fields {
-            match FIELD_RULES.iter().find(|(name, _)| name == k) {
-                Some((_, rule)) if is_field_value(v, *rule) => rules.push(*rule),
-                _ => kept.push(format!("{k} = {v}")),
-            }
-        }
-        if !rules.is_empty() {
-            label = std::iter::once(base.to_string()).chain(kept).collect::<Vec<_>>().join(", ");
-        }
-    }
-    // a trailing number: last dotted segment or last word, digits only, after a non-empty head that is not
-    // itself a number (a label that IS a number, "3", stays)
-    // (`#` too: PyTorch profiler's `ProfilerStep#12`)
-    let cut = [label.rfind('.'), label.rfind(' '), label.rfind('#')].into_iter().flatten().max();
-    if let Some(i) = cut {
-        let (head, tail) = (&label[..i], &label[i + 1..]);
-        if is_digits(tail) && !head.trim().is_empty() && !is_digits(head.trim()) {
-            label = format!("{head}{}{NUMBER}", &label[i..=i]);
-            rules.push(FoldRule::TrailingNumber);
-        }
-    }
-    rules.sort();
-    rules.dedup();
-    Fold { label, rules }
+    fold_changed(raw).unwrap_or_else(|| Fold { label: raw.to_string(), rules: Vec::new() })
 }
 
 /// Whether a label carries an id that [`fold_label`] folds (a naming finding for `nvtx-readiness`).
@@ -353,6 +391,156 @@ impl FoldReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // ---- the oracle: fold_label as it was before fold_bits (issue #40), kept verbatim ----
+
+    /// Split `base, k1 = v1, k2 = [a, b], …` into the base and its `key = value` fields, commas inside brackets
+    /// belonging to the value. Returns None when the tail is not made of such fields (then nothing is folded).
+    fn split_fields(raw: &str) -> Option<(&str, Vec<(&str, &str)>)> {
+        // the first ", ident = " starts the fields
+        let bytes = raw.as_bytes();
+        let mut depth = 0i32;
+        let mut cuts = Vec::new(); // byte offsets of top-level ", "
+        for (i, &b) in bytes.iter().enumerate() {
+            match b {
+                b'[' => depth += 1,
+                b']' => depth -= 1,
+                b',' if depth == 0 && bytes.get(i + 1) == Some(&b' ') => cuts.push(i),
+                _ => {}
+            }
+        }
+        let field_of = |s: &'_ str| -> Option<(usize, usize)> {
+            // "ident = value": returns (key end, value start)
+            let eq = s.find(" = ")?;
+            let key = &s[..eq];
+            (!key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')).then_some((eq, eq + 3))
+        };
+        let first = cuts.iter().position(|&c| field_of(&raw[c + 2..]).is_some())?;
+        let base = &raw[..cuts[first]];
+        let mut fields = Vec::new();
+        for (k, &c) in cuts[first..].iter().enumerate() {
+            let end = cuts.get(first + k + 1).copied().unwrap_or(raw.len());
+            let part = &raw[c + 2..end];
+            let (ke, vs) = field_of(part)?;
+            fields.push((&part[..ke], &part[vs..]));
+        }
+        Some((base, fields))
+    }
+
+    /// The fold as first written (one allocation per label and per field): the oracle of [`fold_bits`].
+    fn fold_label_before(raw: &str) -> Fold {
+        let mut rules = Vec::new();
+        let mut label = raw.to_string();
+        if let Some((base, fields)) = split_fields(raw) {
+            let mut kept = Vec::new();
+            for (k, v) in &fields {
+                match FIELD_RULES.iter().find(|(name, _)| name == k) {
+                    Some((_, rule)) if is_field_value(v, *rule) => rules.push(*rule),
+                    _ => kept.push(format!("{k} = {v}")),
+                }
+            }
+            if !rules.is_empty() {
+                label = std::iter::once(base.to_string()).chain(kept).collect::<Vec<_>>().join(", ");
+            }
+        }
+        // a trailing number: last dotted segment or last word, digits only, after a non-empty head that is not
+        // itself a number (a label that IS a number, "3", stays)
+        // (`#` too: PyTorch profiler's `ProfilerStep#12`)
+        let cut = [label.rfind('.'), label.rfind(' '), label.rfind('#')].into_iter().flatten().max();
+        if let Some(i) = cut {
+            let (head, tail) = (&label[..i], &label[i + 1..]);
+            if is_digits(tail) && !head.trim().is_empty() && !is_digits(head.trim()) {
+                label = format!("{head}{}{NUMBER}", &label[i..=i]);
+                rules.push(FoldRule::TrailingNumber);
+            }
+        }
+        rules.sort();
+        rules.dedup();
+        Fold { label, rules }
+    }
+
+    /// [`fold_label`] is [`fold_label_before`] on every sequence of up to 7 of these fragments (bracket depth
+    /// going negative, fields that are not, known fields with values that are not ids, trailing numbers after
+    /// `.`, ` ` and `#`, non-ASCII text) and on the real forms above.
+    #[test]
+    fn fold_is_the_fold_as_first_written() {
+        const FRAGS: [&str; 24] = [
+            "aten::mm",
+            ", ",
+            "op_id = ",
+            "seq = ",
+            "12",
+            "-3",
+            "[",
+            "]",
+            "[[1, 2], [3]]",
+            " = ",
+            "step",
+            ".",
+            "#",
+            " ",
+            "x",
+            "sizes = ",
+            "stream = ",
+            "tag = warm",
+            "é",
+            "3",
+            "input_op_ids = ",
+            "(5,0)",
+            ",",
+            "_k",
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut changed, mut borrowed) = (0, 0);
+        const BASES: [&str; 7] = ["aten::mm", "step 7", "x.y.3", "ProfilerStep#12", "é", "a, b", ""];
+        const FIELDS: [&str; 13] = [
+            "op_id = 3",
+            "op_id = -3",
+            "op_id = x",
+            "seq = 12",
+            "sizes = [[1, 2], [3]]",
+            "sizes = [1",
+            "sizes = []",
+            "tag = warm",
+            "stream = 7",
+            "stream = default",
+            "input_op_ids = [(5,0), (6,0)]",
+            "_k = 1",
+            "k=1",
+        ];
+        let mut pick = |v: &[&'static str]| v[(next() % v.len() as u64) as usize];
+        for case in 0..200_000 {
+            let raw: String = if case % 2 == 0 {
+                // fragments at random
+                let n = 1 + (pick(&["0", "1", "2", "3", "4", "5", "6"]).parse::<usize>().unwrap_or(0));
+                (0..n).map(|_| pick(&FRAGS)).collect()
+            } else {
+                // a base, fields, maybe a trailing number
+                let n = pick(&["0", "1", "2", "3", "4"]).parse::<usize>().unwrap_or(0);
+                let mut r = pick(&BASES).to_string();
+                (0..n).for_each(|_| r = format!("{r}, {}", pick(&FIELDS)));
+                r + pick(&["", "", " 12", ".3", "#4", " x"])
+            };
+            let before = fold_label_before(&raw);
+            assert_eq!(fold_label(&raw), before, "{raw:?}");
+            match fold_bits(&raw) {
+                Some((l, bits)) => {
+                    changed += 1;
+                    borrowed += usize::from(matches!(l, Cow::Borrowed(_)));
+                    assert_eq!((l.as_ref(), rules_of_bits(bits)), (before.label.as_str(), before.rules), "{raw:?}");
+                }
+                None => assert!(!before.changed(), "{raw:?}"),
+            }
+        }
+        // the generator reaches both kinds of label, and most folds borrow
+        assert!(changed > 20_000 && borrowed > 1_000, "{changed} changed, {borrowed} borrowed");
+    }
 
     fn f(raw: &str) -> (String, Vec<FoldRule>) {
         let x = fold_label(raw);

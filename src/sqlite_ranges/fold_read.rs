@@ -15,7 +15,7 @@ use std::cmp::Reverse;
 use std::hash::Hasher;
 
 use crate::fx::{FxMap, Interner};
-use crate::labels::{FoldReport, FoldRule, FoldedLabel};
+use crate::labels::{FoldReport, FoldedLabel};
 
 /// What decides at read time whether a row is kept: the prefix, the window and the capture's end.
 #[derive(Debug, Clone, Default)]
@@ -44,18 +44,10 @@ struct Entry {
     occurrences: u64,
     /// distinct raw labels folded into it
     raw: u64,
-    /// the rules that applied (bit `rule as u8`)
+    /// the rules that applied (bit `rule as u8`: [`crate::labels::fold_bits`])
     rules: u8,
     /// the first three distinct changed raw labels by their first occurrence, sorted by key
     examples: Vec<ExampleKey>,
-}
-
-/// The rules in the order of [`FoldRule`].
-const RULES: [FoldRule; 6] =
-    [FoldRule::OpId, FoldRule::Seq, FoldRule::Sizes, FoldRule::InputOpIds, FoldRule::Stream, FoldRule::TrailingNumber];
-
-fn rule_bits(rules: &[FoldRule]) -> u8 {
-    rules.iter().fold(0, |m, r| m | 1 << RULES.iter().position(|x| x == r).unwrap_or(0))
 }
 
 /// A 128-bit hash of a raw label: distinct raw labels are counted by it (two of 10⁶ labels collide with a
@@ -87,11 +79,8 @@ impl FoldTally {
         let (id, changed) = match self.raws.get(&h) {
             Some(&v) => v,
             None => {
-                let (id, changed, rules) = match crate::labels::fold_changed(raw) {
-                    Some(f) => {
-                        let id = self.intern(&f.label);
-                        (id, true, rule_bits(&f.rules))
-                    }
+                let (id, changed, rules) = match crate::labels::fold_bits(raw) {
+                    Some((label, bits)) => (self.intern(&label), true, bits),
                     None => (self.intern(raw), false, 0),
                 };
                 if changed {
@@ -160,7 +149,7 @@ impl FoldTally {
                 label: self.label(k as u32).to_string(),
                 occurrences: e.occurrences,
                 raw_labels: e.raw,
-                rules: RULES.iter().enumerate().filter(|(b, _)| e.rules & (1 << b) != 0).map(|(_, r)| *r).collect(),
+                rules: crate::labels::rules_of_bits(e.rules),
                 examples: e.examples.iter().map(|k| k.raw.clone()).collect(),
             })
             .collect();
