@@ -7,8 +7,9 @@
 
 use super::raw::{IntCell, RawQuery, RawRow};
 use super::rows::{
-    cell_int, named_ts, rowid_chunks_of, Keep, NvtxFacts, RowSkips, RuntimeRow, ScanSource, TimedStats, CHUNK_ROWS,
+    cell_int, rowid_chunks_of, Keep, NvtxFacts, RowSkips, RuntimeRow, ScanSource, TimedStats, CHUNK_ROWS,
 };
+pub(crate) use super::rows::{row_times, valid_interval};
 use super::schema::{self, cols};
 use super::TableInfo;
 use crate::contract::{Error, Result};
@@ -105,46 +106,6 @@ pub(crate) fn for_each_in_range_where(
         }
     }
     Ok(())
-}
-
-/// The `(start, end)` of columns 1 and 2 of a timed row when valid; else the reason is counted in `skips`.
-/// The checks of [`super::Export`]'s streamed readers, in their order: both types, then both timestamps.
-pub(crate) fn valid_interval(
-    src: &ScanSource,
-    tbl: &str,
-    r: &RawRow,
-    skips: &mut RowSkips,
-) -> Result<Option<(i64, i64)>> {
-    row_times(src, tbl, r, skips).map(|(_, valid)| valid)
-}
-
-/// The `start` and `end` cells of a row as read (integers or NULL).
-pub(crate) type TimeCells = (Option<i64>, Option<i64>);
-
-/// [`valid_interval`], and the two cells as read (integers or NULL: anything else is an error), for a caller that
-/// also counts the row in [`super::rows::TimedStats`] (not read twice).
-pub(crate) fn row_times(
-    src: &ScanSource,
-    tbl: &str,
-    r: &RawRow,
-    skips: &mut RowSkips,
-) -> Result<(TimeCells, Option<(i64, i64)>)> {
-    let name = src.name();
-    let (start, end) = (cell_int(name, r, 1, tbl, "start")?, cell_int(name, r, 2, tbl, "end")?);
-    let start = named_ts(name, tbl, "start", r, start)?;
-    let end = named_ts(name, tbl, "end", r, end)?;
-    match (start, end) {
-        (Some(s), Some(e)) if e >= s => Ok(((start, end), Some((s, e)))),
-        (st, en) => {
-            let k = skips.entry(tbl.to_string()).or_default();
-            match (st, en) {
-                (None, _) => k.null_start += 1,
-                (_, None) => k.null_end += 1,
-                _ => k.inverted += 1,
-            }
-            Ok(((start, end), None))
-        }
-    }
 }
 
 /// The first error in job order, else the values in job order.
