@@ -603,7 +603,7 @@ fn sorted_intervals(mut iv: IntervalTable, n: usize) -> IntervalTable {
     }
     for v in iv.asked_mut() {
         v.device.sort();
-        v.runtime.sort_unstable_by_key(|r| (r.start, r.end, r.name_id, r.sync));
+        v.runtime.sort();
     }
     iv
 }

@@ -43,6 +43,57 @@ fn correlated_rows_keep_long_ends_and_sort_stably() {
 }
 
 #[test]
+fn an_enclosed_call_is_16_bytes() {
+    assert_eq!(std::mem::size_of::<PackedEnclosed>(), 16);
+}
+
+/// Packed runtime calls give back what was pushed, in order, calls that do not pack included (2^32 - 1 ns or
+/// more, a name id outside `0..2^31 - 1`), and sort as the calls themselves, with and without such calls; the
+/// same calls sorted give equal containers whatever order they were pushed in.
+#[test]
+fn enclosed_calls_keep_wide_calls_and_sort_by_the_call() {
+    let call = |start: i64, len: i64, name_id: Option<i64>, sync: bool| EnclosedRuntimeCall {
+        start,
+        end: start + len,
+        name_id,
+        sync,
+    };
+    let long = u32::MAX as i64;
+    let narrow = vec![
+        call(50, 10, Some(7), false),
+        call(10, 5, None, true),
+        call(10, 5, Some(0), true),
+        call(10, 5, Some(0), false),
+        call(10, long - 1, Some((1 << 31) - 2), true),
+        call(-7, 0, None, false),
+        call(10, 5, None, false),
+    ];
+    let mut with_wide = narrow.clone();
+    with_wide.insert(1, call(10, 1 << 33, Some(3), true));
+    with_wide.insert(3, call(10, long, None, false));
+    with_wide.insert(5, call(10, 5, Some(1 << 31), false));
+    with_wide.insert(6, call(10, 5, Some((1 << 31) - 1), true));
+    with_wide.push(call(10, 5, Some(-1), true));
+    with_wide.push(call(-100, 1 << 40, Some(i64::MAX), false));
+    with_wide.push(call(10, 5, Some(1 << 40), false));
+    for calls in [narrow, with_wide] {
+        let mut packed = EnclosedCalls::default();
+        assert!(packed.is_empty());
+        calls.iter().for_each(|&c| packed.push(c));
+        assert_eq!(packed.iter().collect::<Vec<_>>(), calls);
+        assert_eq!((packed.len(), packed.is_empty()), (calls.len(), false));
+        let mut sorted = calls.clone();
+        sorted.sort_by_key(|r| (r.start, r.end, r.name_id, r.sync));
+        packed.sort();
+        assert_eq!(packed.iter().collect::<Vec<_>>(), sorted);
+        let mut reversed = EnclosedCalls::default();
+        calls.iter().rev().for_each(|&c| reversed.push(c));
+        reversed.sort();
+        assert_eq!(reversed, packed);
+    }
+}
+
+#[test]
 fn sync_api_names_normalise() {
     assert_eq!(normalize_sync_api("cudaStreamSynchronize_v3020"), Some("cudaStreamSynchronize"));
     assert_eq!(normalize_sync_api("cudaMemcpy_ptds_v7000"), Some("cudaMemcpy"));

@@ -315,7 +315,7 @@ pub(super) fn fill_step_classes(
         };
         cls[k].push((d.start, d.end));
     }
-    for r in &iv.runtime {
+    for r in iv.runtime.iter() {
         let k = if r.sync {
             3
         } else if api.is_launch(r.name_id) {
