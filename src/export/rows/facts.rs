@@ -160,7 +160,8 @@ impl Export {
     /// The valid `(start, end)` of the named device tables (in table order, each in its table's order), how
     /// many come from the first table, and the starts of that table's invalid rows that have a start: from the
     /// scans of [`Export::prefetch_timed_stats`] when [`Export::keep_intervals`] asked for them (taken: asked
-    /// once), else read now (in parallel rowid ranges for a big table). A value of another type than INTEGER is an input error naming table and column.
+    /// once), else read now (in parallel rowid ranges for a big table: [`read_intervals`]). A value of another
+    /// type than INTEGER is an input error naming table and column.
     pub fn window_intervals(&self, kinds: &[DeviceKind]) -> Result<WindowRows> {
         let mut rows = WindowRows::default();
         for (n, k) in kinds.iter().enumerate() {
