@@ -5,24 +5,18 @@
 //! [`super::rows`] (types, impossible timestamps, invalid intervals counted in [`RowSkips`]); when several
 //! ranges fail, the first error in table order wins.
 
-use super::raw::{IntCell, RawQuery, RawRow};
+use super::raw::IntCell;
+use super::rows::in_order;
 use super::rows::{
     cell_int, rowid_chunks_of, Keep, NvtxFacts, RowSkips, RuntimeRow, ScanSource, TimedStats, CHUNK_ROWS,
 };
-pub(crate) use super::rows::{row_times, valid_interval};
+pub(crate) use super::rows::{for_each_in_range, for_each_in_range_where, row_times, run_jobs, valid_interval, Job};
 use super::schema::{self, cols};
 use super::TableInfo;
-use crate::contract::{Error, Result};
+use crate::contract::Result;
 
 /// Where `NVTX_EVENTS` is split for a parallel read (in pieces of at least half of it).
 pub(crate) const NVTX_CHUNK_ROWS: usize = 100_000;
-
-/// One rowid range of one of the tables of a fold (`table` indexes the caller's list).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Job {
-    pub table: usize,
-    pub range: Option<(i64, i64)>,
-}
 
 /// The jobs of a fold over `tables`: a table of at least [`CHUNK_ROWS`] rows (by `max(rowid)`) is split into
 /// about `threads` rowid ranges, a smaller one is one job.
@@ -49,68 +43,6 @@ pub(crate) fn plan_with(
         );
     }
     Ok(jobs)
-}
-
-/// `f(index, job)` of every job, each in its own thread; the results in job order.
-pub(crate) fn run_jobs<T: Send>(jobs: &[Job], f: impl Fn(usize, Job) -> Result<T> + Sync) -> Vec<Result<T>> {
-    let f = &f;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = jobs.iter().enumerate().map(|(i, &j)| s.spawn(move || f(i, j))).collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(Error::input("a table scan thread panicked"))))
-            .collect()
-    })
-}
-
-/// Step through `SELECT rowid, <list> FROM table [WHERE rowid in range]` on a new connection of `src`: `f`
-/// gets the row id (None for a table without one) and the row (column `i + 1` is the i-th of `list`), and
-/// returns false to stop early. `logical` names the table in messages.
-pub(crate) fn for_each_in_range(
-    src: &ScanSource,
-    t: &TableInfo,
-    logical: &str,
-    list: &str,
-    range: Option<(i64, i64)>,
-    f: impl FnMut(&RawRow) -> Result<bool>,
-) -> Result<()> {
-    for_each_in_range_where(src, t, logical, list, range, None, f)
-}
-
-/// [`for_each_in_range`] of the rows that also satisfy `cond` (an SQL condition over the table's columns).
-pub(crate) fn for_each_in_range_where(
-    src: &ScanSource,
-    t: &TableInfo,
-    logical: &str,
-    list: &str,
-    range: Option<(i64, i64)>,
-    cond: Option<&str>,
-    mut f: impl FnMut(&RawRow) -> Result<bool>,
-) -> Result<()> {
-    let conn = src.open()?;
-    let conds: Vec<String> =
-        range.map(|(a, b)| format!("rowid >= {a} AND rowid < {b}")).into_iter().chain(cond.map(String::from)).collect();
-    let filter = if conds.is_empty() { String::new() } else { format!(" WHERE {}", conds.join(" AND ")) };
-    let mut q = match RawQuery::prepare(&conn, &format!("SELECT rowid, {list} FROM \"{}\"{filter}", t.name)) {
-        Ok(q) => q,
-        Err(e) if range.is_some() => return Err(src.sql_err(logical, e)),
-        Err(_) => {
-            let filter = cond.map(|c| format!(" WHERE {c}")).unwrap_or_default();
-            RawQuery::prepare(&conn, &format!("SELECT NULL, {list} FROM \"{}\"{filter}", t.name))
-                .map_err(|e| src.sql_err(logical, e))?
-        }
-    };
-    while let Some(r) = q.next().map_err(|e| src.sql_err(logical, e))? {
-        if !f(&r)? {
-            break;
-        }
-    }
-    Ok(())
-}
-
-/// The first error in job order, else the values in job order.
-fn in_order<T>(results: Vec<Result<T>>) -> Result<Vec<T>> {
-    results.into_iter().collect()
 }
 
 /// Every valid row of `CUPTI_ACTIVITY_KIND_RUNTIME` (`t`, present with [`cols::RUNTIME`]) folded into an

@@ -264,8 +264,8 @@ impl Export {
 
 /// The valid `(start, end)` of table `t` (present with both columns; `logical` names it in messages and in the
 /// skips), read in parallel rowid ranges on their own connections (a table of `chunk_rows` rows or more is
-/// split into up to `threads`): the ranges' intervals in rowid order, and the rows skipped; the checks of the
-/// streamed reader ([`valid_interval`]), the first error in rowid order. G5's window on a capture whose scans
+/// split into up to `threads`; [`run_jobs`], [`for_each_in_range`]): the ranges' intervals in rowid order, and
+/// the rows skipped; the checks of the streamed reader ([`valid_interval`]), the first error in rowid order. G5's window on a capture whose scans
 /// did not keep the intervals: one thread read the 5.6 M rows of a 5 M-kernel capture in 0.77 s, most of
 /// step-budget's gate check on 16 cores.
 pub(crate) fn read_intervals(
@@ -276,31 +276,19 @@ pub(crate) fn read_intervals(
     threads: usize,
     chunk_rows: usize,
 ) -> Result<(Vec<Vec<Interval>>, RowSkips)> {
-    let ranges = rowid_chunks_of(conn, &t.name, threads, chunk_rows);
-    let read = |range: Option<(i64, i64)>| -> Result<(Vec<Interval>, RowSkips)> {
-        let conn = src.open()?;
-        let filter = range.map(|(a, b)| format!(" WHERE rowid >= {a} AND rowid < {b}")).unwrap_or_default();
-        let mut q = match RawQuery::prepare(&conn, &format!("SELECT rowid, start, end FROM \"{}\"{filter}", t.name)) {
-            Ok(q) => q,
-            Err(e) if range.is_some() => return Err(src.sql_err(logical, e)),
-            Err(_) => RawQuery::prepare(&conn, &format!("SELECT NULL, start, end FROM \"{}\"", t.name))
-                .map_err(|e| src.sql_err(logical, e))?,
-        };
+    let jobs: Vec<Job> =
+        rowid_chunks_of(conn, &t.name, threads, chunk_rows).into_iter().map(|range| Job { table: 0, range }).collect();
+    let out = in_order(run_jobs(&jobs, |_, j| {
         let (mut v, mut skips) = (Vec::new(), RowSkips::new());
-        while let Some(r) = q.next().map_err(|e| src.sql_err(logical, e))? {
-            v.extend(valid_interval(src, logical, &r, &mut skips)?);
-        }
+        for_each_in_range(src, t, logical, "start, end", j.range, |r| {
+            v.extend(valid_interval(src, logical, r, &mut skips)?);
+            Ok(true)
+        })?;
         Ok((v, skips))
-    };
-    let read = &read;
-    let out: Vec<Result<(Vec<Interval>, RowSkips)>> = std::thread::scope(|s| {
-        let hs: Vec<_> = ranges.iter().map(|&r| s.spawn(move || read(r))).collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::input("a table scan thread panicked")))).collect()
-    });
+    }))?;
     let mut skips = RowSkips::new();
     let mut parts = Vec::with_capacity(out.len());
-    for r in out {
-        let (v, s) = r?;
+    for (v, s) in out {
         merge_skips(&mut skips, &s);
         parts.push(v);
     }
