@@ -37,6 +37,29 @@ pub(super) struct ExampleKey {
     pub domain: i64,
 }
 
+/// Where an occurrence is, without its raw label: its [`ExampleKey`] is built (the label's text copied) only when
+/// the occurrence can enter a folded label's examples.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ExampleAt {
+    pub gtid: i64,
+    pub start: i64,
+    pub end: i64,
+    pub event_type: i64,
+    pub domain: i64,
+}
+
+impl ExampleAt {
+    fn key(self, raw: &str) -> ExampleKey {
+        let ExampleAt { gtid, start, end, event_type, domain } = self;
+        ExampleKey { gtid, start, end: Reverse(end), raw: raw.to_string(), event_type, domain }
+    }
+
+    /// The order of the keys' leading fields (thread, start, end descending).
+    fn cmp_head(self, k: &ExampleKey) -> std::cmp::Ordering {
+        (self.gtid, self.start, Reverse(self.end)).cmp(&(k.gtid, k.start, k.end))
+    }
+}
+
 /// One folded label's tally.
 #[derive(Debug, Clone, Default)]
 struct Entry {
@@ -69,13 +92,13 @@ pub(super) struct FoldTally {
 }
 
 impl FoldTally {
-    /// One occurrence of the kept raw label `raw` at `key` (its `raw` field filled only when needed); returns the
-    /// id of the label to use (an index into [`FoldTally::label`]).
-    pub fn add(&mut self, raw: &str, n: u64, key: impl FnOnce() -> ExampleKey) -> u32 {
-        self.add_hashed(raw, raw_hash(raw.as_bytes()), n, key)
+    /// `n` occurrences of the kept raw label `raw`, the first at `at`; returns the id of the label to use (an
+    /// index into [`FoldTally::label`]).
+    pub fn add(&mut self, raw: &str, n: u64, at: ExampleAt) -> u32 {
+        self.add_hashed(raw, raw_hash(raw.as_bytes()), n, at)
     }
 
-    fn add_hashed(&mut self, raw: &str, h: u128, n: u64, key: impl FnOnce() -> ExampleKey) -> u32 {
+    fn add_hashed(&mut self, raw: &str, h: u128, n: u64, at: ExampleAt) -> u32 {
         let (id, changed) = match self.raws.get(&h) {
             Some(&v) => v,
             None => {
@@ -96,7 +119,7 @@ impl FoldTally {
             self.folded_occurrences += n;
             let e = &mut self.entries[id as usize];
             e.occurrences += n;
-            offer(&mut e.examples, raw, key);
+            offer(&mut e.examples, raw, at);
         }
         id
     }
@@ -122,8 +145,7 @@ impl FoldTally {
             mine.occurrences += e.occurrences;
             mine.rules |= e.rules;
             for k in e.examples {
-                let raw = k.raw.clone();
-                offer(&mut mine.examples, &raw, || k);
+                offer_key(&mut mine.examples, k);
             }
         }
         for (h, (id, changed)) in p.raws {
@@ -159,21 +181,27 @@ impl FoldTally {
 
 /// Keep in `ex` the first three distinct raw labels by the key of their first occurrence, whatever the order in
 /// which the occurrences come: a raw label's key is its least, and a later raw label enters only before the last.
-fn offer(ex: &mut Vec<ExampleKey>, raw: &str, key: impl FnOnce() -> ExampleKey) {
-    if ex.len() == 3 && ex.iter().all(|k| k.raw != raw) {
-        // the common case of a full list: compare without building the key's text
-        let k = key();
+fn offer(ex: &mut Vec<ExampleKey>, raw: &str, at: ExampleAt) {
+    // the common case of a full list and a later occurrence: decided on the key's head, without copying the text
+    if ex.len() == 3 && at.cmp_head(&ex[2]).is_gt() && ex.iter().all(|k| k.raw != raw) {
+        return;
+    }
+    offer_key(ex, at.key(raw));
+}
+
+/// [`offer`] with the key built.
+fn offer_key(ex: &mut Vec<ExampleKey>, k: ExampleKey) {
+    if let Some(p) = ex.iter().position(|e| e.raw == k.raw) {
+        if k < ex[p] {
+            ex[p] = k;
+        }
+    } else if ex.len() == 3 {
         if k >= ex[2] {
             return;
         }
         ex[2] = k;
-    } else if let Some(p) = ex.iter().position(|k| k.raw == raw) {
-        let k = key();
-        if k < ex[p] {
-            ex[p] = k;
-        }
     } else {
-        ex.push(key());
+        ex.push(k);
     }
     ex.sort();
 }
@@ -182,8 +210,8 @@ fn offer(ex: &mut Vec<ExampleKey>, raw: &str, key: impl FnOnce() -> ExampleKey) 
 mod tests {
     use super::*;
 
-    fn key(t: i64, raw: &str) -> ExampleKey {
-        ExampleKey { gtid: 1, start: t, end: Reverse(t + 1), raw: raw.to_string(), event_type: 59, domain: 0 }
+    fn key(t: i64) -> ExampleAt {
+        ExampleAt { gtid: 1, start: t, end: t + 1, event_type: 59, domain: 0 }
     }
 
     /// The tally in any order of the occurrences, and split into parts, is the one of the sorted occurrences.
@@ -207,14 +235,14 @@ mod tests {
             sorted.sort();
             let mut want = FoldTally::default();
             for (t, raw) in &sorted {
-                want.add(raw, 1, || key(*t, raw));
+                want.add(raw, 1, key(*t));
             }
             let mut all = FoldTally::default();
             let cut = next(n as i64 + 1) as usize;
             for part in [&occ[..cut], &occ[cut..]] {
                 let mut p = FoldTally::default();
                 for (t, raw) in part.iter().rev() {
-                    p.add(raw, 1, || key(*t, raw));
+                    p.add(raw, 1, key(*t));
                 }
                 all.absorb(p);
             }
@@ -230,7 +258,7 @@ mod tests {
         let mut t = FoldTally::default();
         for (i, r) in raws.iter().enumerate() {
             f.add(r, 2);
-            t.add(r, 2, || key(i as i64, r));
+            t.add(r, 2, key(i as i64));
         }
         let want = f.report(100);
         assert_eq!(t.report(100, want.labels), want);

@@ -8,13 +8,12 @@ use std::collections::HashSet;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::fold_read::{ExampleKey, FoldTally, ReadFold};
+use super::fold_read::{ExampleAt, FoldTally, ReadFold};
 use super::{nvtx_table, FxMap, RangesOptions};
 use crate::contract::{Error, Result};
 use crate::export::rows::Keep;
 use crate::export::schema::{self, cols, nvtx};
 use crate::export::{ns_of, Export};
-use std::cmp::Reverse;
 
 /// One kept NVTX range occurrence (after label resolution and prefix/window filtering).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,8 +203,7 @@ impl NvtxRead {
         if cfg.window.is_some_and(|(ws, we)| start < ws || end > we) {
             return;
         }
-        let key = || ExampleKey { gtid, start, end: Reverse(end), raw: raw.to_string(), event_type, domain: 0 };
-        let id = self.tally.add(&raw, 1, key);
+        let id = self.tally.add(&raw, 1, ExampleAt { gtid, start, end, event_type, domain: 0 });
         self.raw.push(RawRange { start, end, event_type, gtid, msg: Msg::Folded(id), domain: None });
     }
 

@@ -215,15 +215,14 @@ pub(super) fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvt
                     Some(_) if loaded.prefolded.get(r as usize) == Some(&true) => raw.as_str(),
                     Some(t) => {
                         let o = &loaded.occurrences[first[r as usize]];
-                        let key = || super::fold_read::ExampleKey {
+                        let at = super::fold_read::ExampleAt {
                             gtid: o.global_tid,
                             start: o.start,
-                            end: std::cmp::Reverse(o.end),
-                            raw: raw.clone(),
+                            end: o.end,
                             event_type: o.event_type as i64,
                             domain: o.domain_id,
                         };
-                        let id = t.add(raw, count[r as usize], key);
+                        let id = t.add(raw, count[r as usize], at);
                         t.label(id)
                     }
                     None => raw.as_str(),
