@@ -29,8 +29,8 @@ pub struct OccurrenceRef<'a> {
 #[derive(Clone, Default)]
 pub struct OccurrenceTable {
     labels: Vec<std::sync::Arc<str>>,
-    occ: Vec<COcc>,
-    thread_of: Vec<u32>,
+    occ: std::sync::Arc<Vec<COcc>>,
+    thread_of: std::sync::Arc<Vec<u32>>,
     /// Thread slice index → its globalTid.
     tids: Vec<i64>,
     metrics: Vec<CMet>,

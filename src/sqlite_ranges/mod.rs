@@ -468,12 +468,12 @@ struct Work {
     truncated: Vec<occurrences::TruncatedRange>,
     /// Invalid intervals of the runtime and device tables (not delivered by the export layer).
     row_skips: RowSkips,
-    occ: Vec<COcc>,
+    occ: std::sync::Arc<Vec<COcc>>,
     label_names: Vec<String>,
     /// `(globalTid, lo, hi)` thread slices of `occ`.
     slices: Vec<(i64, usize, usize)>,
     /// Occurrence → its thread slice index.
-    thread_of: Vec<u32>,
+    thread_of: std::sync::Arc<Vec<u32>>,
     /// globalTid → (slice index, lo, hi).
     slice_of: FxMap<i64, (u32, usize, usize)>,
     /// By occurrence: its runtime calls (the join's).
