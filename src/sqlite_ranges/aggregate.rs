@@ -87,7 +87,7 @@ const SUMS: [&str; 6] = [
 /// accumulator (a pass per label, gathering its occurrences, spent most of its time waiting for memory: 2 M
 /// PyTorch op ranges of 45 labels).
 pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, Vec<HighCardinality>)> {
-    let (occ, metrics, label_names) = (&w.occ, &w.metrics, &w.label_names);
+    let (occ, label_names) = (&w.occ, &w.label_names);
     let mut acc: Vec<LabelAcc> = (0..label_names.len()).map(|_| LabelAcc::default()).collect();
     for (i, o) in occ.iter().enumerate() {
         let a = &mut acc[o.label as usize];
@@ -96,7 +96,7 @@ pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, V
         if a.overflow.is_some() {
             continue;
         }
-        let (m, n) = (&metrics[i], &w.counts[i]);
+        let (m, n) = (w.dev.met(i), w.dev.counts(i));
         if n.device_rows() > 0 {
             a.with_device_work += 1;
         }

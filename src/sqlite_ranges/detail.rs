@@ -25,7 +25,8 @@ pub struct OccurrenceRef<'a> {
 }
 
 /// The kept occurrences of an analysis and their metrics ([`OccurrenceMetrics`]), by index (the order of the
-/// analysis: by thread, then start). About 130 bytes an occurrence, the arrays the analysis filled.
+/// analysis: by thread, then start): the arrays the analysis filled, about 60 bytes an occurrence and 72 more
+/// for one with device rows ([`DevTable`]).
 #[derive(Clone, Default)]
 pub struct OccurrenceTable {
     labels: Vec<std::sync::Arc<str>>,
@@ -33,8 +34,7 @@ pub struct OccurrenceTable {
     thread_of: std::sync::Arc<Vec<u32>>,
     /// Thread slice index → its globalTid.
     tids: Vec<i64>,
-    metrics: Vec<CMet>,
-    counts: Vec<DevCounts>,
+    dev: DevTable,
     runtime_calls: Vec<u64>,
     syncs: SyncTable,
 }
@@ -42,19 +42,18 @@ pub struct OccurrenceTable {
 impl OccurrenceTable {
     /// The detail of a finished analysis (its per-occurrence arrays move here; nothing is copied).
     pub(super) fn of_work(w: Work) -> OccurrenceTable {
-        let Work { occ, label_names, metrics, counts, runtime_calls, syncs, slices, thread_of, .. } = w;
+        let Work { occ, label_names, dev, runtime_calls, syncs, slices, thread_of, .. } = w;
         let n = occ.len();
         let t = OccurrenceTable {
             labels: occurrences::shared_labels(&label_names),
             occ,
             thread_of,
             tids: slices.iter().map(|s| s.0).collect(),
-            metrics,
-            counts,
+            dev,
             runtime_calls,
             syncs,
         };
-        debug_assert!(t.thread_of.len() == n && t.metrics.len() == n && t.counts.len() == n);
+        debug_assert!(t.thread_of.len() == n && t.dev.len() == n);
         debug_assert!(t.runtime_calls.len() == n);
         t
     }
@@ -104,8 +103,7 @@ impl OccurrenceTable {
 
     /// Occurrence `i`'s metrics.
     pub fn metrics(&self, i: usize) -> OccurrenceMetrics {
-        let m = &self.metrics[i];
-        let n = &self.counts[i];
+        let (m, n) = (self.dev.met(i), self.dev.counts(i));
         let (sync_calls, sync_ns) = self.syncs.totals(i);
         OccurrenceMetrics {
             runtime_calls: self.runtime_calls[i],
@@ -132,23 +130,23 @@ impl OccurrenceTable {
 
     /// Occurrence `i`'s `|D|`, the union of its device rows.
     pub fn busy_ns(&self, i: usize) -> i64 {
-        self.metrics[i].busy_ns
+        self.dev.met(i).busy_ns
     }
 
     /// Occurrence `i`'s `max(d.end)` over its device rows, None without any.
     pub fn last_device_end(&self, i: usize) -> Option<i64> {
-        let m = &self.metrics[i];
+        let m = self.dev.met(i);
         m.has_device().then_some(m.cur_e)
     }
 
     /// Occurrence `i`'s device rows (all kinds).
     pub fn device_rows(&self, i: usize) -> u64 {
-        self.counts[i].device_rows()
+        self.dev.counts(i).device_rows()
     }
 
     /// Occurrence `i`'s kernels.
     pub fn kernels(&self, i: usize) -> u64 {
-        self.counts[i].kernels
+        self.dev.counts(i).kernels
     }
 
     /// Every occurrence, in order.

@@ -118,7 +118,6 @@ pub(super) fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut rows: Devic
     if w.collect.is_none() {
         crate::memory::release_free_memory();
     }
-    w.metrics = vec![CMet::EMPTY; w.occ.len()];
     w.chain_counts = vec![DevCounts::default(); w.chains.len()];
     for c in counts {
         w.kernels_total += c.kernels_total;
@@ -129,6 +128,7 @@ pub(super) fn attribute_device_rows(w: &mut Work, ct: CorrTable, mut rows: Devic
     }
     // then, in one pass, the rows counted for the occurrences of their chain and tagged
     let tags = tag_rows(w, &metas, &segs, &mut marked);
+    w.dev = DevTable::of_chains(w.occ.len(), &w.chains, &w.chain_counts);
     crate::phase::timed("sqlite-ranges", "sweep", || sweep(w, &metas, &marked, &tags, &dev_ids));
     // the marks and tags, kept for a later collection of other labels' intervals (replay::FirstPass)
     if let Some(c) = w.collect.as_mut().filter(|c| c.keep_marks) {
@@ -327,8 +327,7 @@ pub(super) fn counted_chains<'a>(
 /// Each chain's counts added to its occurrences, and its rows to the device rows of their threads (once per
 /// thread of the chain).
 pub(super) fn spread_counts(w: &mut Work) {
-    let mut counts = vec![DevCounts::default(); w.occ.len()];
-    let Work { chains, chain_counts, thread_of, th_device, .. } = w;
+    let Work { chains, chain_counts, thread_of, th_device, dev, .. } = w;
     for (cc, occs) in counted_chains(chains, chain_counts) {
         let mut prev = u32::MAX;
         for &o in occs {
@@ -337,11 +336,10 @@ pub(super) fn spread_counts(w: &mut Work) {
                 th_device[th as usize] += cc.device_rows();
                 prev = th;
             }
-            counts[o as usize].add(cc);
+            dev.counts[dev.slot[o as usize] as usize].add(cc);
         }
     }
     w.chain_counts = Vec::new();
-    w.counts = counts;
 }
 
 /// Each row counted for the occurrences of its chain (its mark, by runs of rows with the same chain: the rows of
@@ -477,7 +475,7 @@ pub(super) fn sweep(w: &mut Work, chunks: &[ChunkMeta], marked: &[Marked], tags:
     if let Some(c) = w.collect.as_mut() {
         c.device_ids = dev_ids.to_vec();
     }
-    let (occ, metrics, chains, collect) = (&w.occ, &mut w.metrics, &w.chains, &mut w.collect);
+    let (occ, dev, chains, collect) = (&w.occ, &mut w.dev, &w.chains, &mut w.collect);
     for (r, mark, ci) in rows_out {
         let tg = tags[mark as usize];
         let end = if r.dur == u32::MAX { tg.end } else { r.start + r.dur as i64 };
@@ -503,7 +501,8 @@ pub(super) fn sweep(w: &mut Work, chunks: &[ChunkMeta], marked: &[Marked], tags:
             if let (Some(iv), Some(kind)) = (collect.as_mut().and_then(|c| c.per_occ.get_mut(o)), chunks[ci].kind) {
                 iv.device.push(CorrelatedDeviceRow { start: r.start, end, kind, device: di as u32 });
             }
-            let m = &mut metrics[o];
+            // a chain with rows: each of its occurrences has a slot
+            let m = &mut dev.met[dev.slot[o] as usize];
             // the part of the row the union does not hold yet, `[from, end)`: rows come by start, so the union
             // ends at cur_e and grows by disjoint pieces whose lengths and overlaps with the range add up exactly
             let from = if !m.has_device() {
