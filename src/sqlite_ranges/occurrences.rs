@@ -323,8 +323,12 @@ fn read_nvtx(export: &Export, stats: Option<Keep>, fold: Option<ReadFold>) -> Re
     if let Some(f) = facts {
         export.put_nvtx_facts(f);
     }
-    let mut all = NvtxRead::default();
-    let raw = parts.into_iter().map(|p| all.absorb(p)).collect();
+    // the first part is the base (what absorbing it into an empty read gives, without re-interning its texts
+    // and re-inserting its raw labels: a quarter of the merge's work at 4 parts)
+    let mut parts = parts.into_iter();
+    let Some(mut all) = parts.next() else { return Ok((NvtxRead::default(), Vec::new())) };
+    let first = std::mem::take(&mut all.raw);
+    let raw = std::iter::once(first).chain(parts.map(|p| all.absorb(p))).collect();
     Ok((all, raw))
 }
 
