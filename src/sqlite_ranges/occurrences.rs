@@ -561,8 +561,10 @@ fn nest<T: Nested>(occ: &mut [T]) {
     let mut stack: Vec<usize> = Vec::new();
     for (_, lo, hi) in thread_slices(occ) {
         stack.clear();
-        // rank ends for a Fenwick tree: depth(i) = #{j < i in the slice: end_j >= end_i} + identical twins after i
-        let mut ends: Vec<i64> = occ[lo..hi].iter().map(|o| o.interval().1).collect();
+        // depth(i) = #{j < i in the slice: end_j >= end_i} + identical twins after i: the stack's height when the
+        // ranges nest ([`nests`]), else counted in a Fenwick tree over the ranks of the ends
+        let nested = nests(&occ[lo..hi]);
+        let mut ends: Vec<i64> = if nested { Vec::new() } else { occ[lo..hi].iter().map(|o| o.interval().1).collect() };
         ends.sort_unstable();
         ends.dedup();
         let m = ends.len();
@@ -583,12 +585,12 @@ fn nest<T: Nested>(occ: &mut [T]) {
                 less += fen[r];
                 r &= r - 1;
             }
-            let before_ge = inserted - less;
             let run = k - i;
             // the rightmost earlier one with end >= end_i: the top of the stack once the smaller ends are gone
             while stack.last().is_some_and(|&t| occ[t].interval().1 < occ[i].interval().1) {
                 stack.pop();
             }
+            let before_ge = if nested { stack.len() as u32 } else { inserted - less };
             let outer = if run == 1 { stack.last().copied() } else { None };
             for (p, j) in (i..k).enumerate() {
                 let parent = if run > 1 {
@@ -607,7 +609,7 @@ fn nest<T: Nested>(occ: &mut [T]) {
                 occ[j].set_nesting(before_ge + (run - 1) as u32, parent);
             }
             stack.extend(i..k);
-            for _ in i..k {
+            for _ in (i..k).filter(|_| !nested) {
                 let mut r = rank + 1;
                 while r <= m {
                     fen[r] += 1;
@@ -618,6 +620,28 @@ fn nest<T: Nested>(occ: &mut [T]) {
             i = k;
         }
     }
+}
+
+/// Whether the ranges of a thread's slice (by start, then end descending) nest: none empty, and none crossing
+/// another (it starts inside one and ends after it). Then the earlier ranges whose end is not before a range's end
+/// are the ones that enclose it: those [`nest`]'s stack holds (none was popped by a later one, which would have
+/// crossed it or started after its end, hence after the range's own start and end).
+fn nests<T: Nested>(occ: &[T]) -> bool {
+    let mut ends: Vec<i64> = Vec::new();
+    for o in occ {
+        let (s, e) = o.interval();
+        if s == e {
+            return false;
+        }
+        while ends.last().is_some_and(|&t| t <= s) {
+            ends.pop();
+        }
+        if ends.last().is_some_and(|&t| t < e) {
+            return false;
+        }
+        ends.push(e);
+    }
+    true
 }
 
 #[cfg(test)]
@@ -740,5 +764,59 @@ mod tests {
             let got: Vec<(u32, Option<usize>)> = occ.iter().map(|o| (o.depth, o.parent)).collect();
             assert_eq!(got, want);
         }
+    }
+
+    /// Push/pop ranges that nest (the stack's height is the depth) follow the definition too, with identical
+    /// twins, ranges sharing a start or an end, and adjacent ones; one empty or crossing range in a slice sends
+    /// that slice to the Fenwick count, and the result is the same.
+    #[test]
+    fn nested_ranges_follow_the_definition() {
+        let mut next = crate::test_rng::xorshift(0x5EED_0F4E57);
+        let mut seen = [0usize; 2];
+        for round in 0..400 {
+            let mut occ: Vec<Occurrence> = Vec::new();
+            for tid in 0..2i64 {
+                // a random tree of ranges over [0, 64): each splits its span into children
+                let mut spans = vec![(0i64, 64i64, 0u32)];
+                while let Some((s, e, d)) = spans.pop() {
+                    occ.push(Occurrence {
+                        label: "".into(),
+                        global_tid: tid,
+                        start: s,
+                        end: e,
+                        event_type: 59,
+                        domain_id: None,
+                        depth: 0,
+                        parent: None,
+                    });
+                    if next(4) == 0 {
+                        spans.push((s, e, 5)); // an identical twin (its own children would cross its twin's)
+                    }
+                    let mut at = s;
+                    while d < 5 && at < e {
+                        let len = 1 + next(e - at);
+                        let (cs, ce) = (at + next(2), (at + len).min(e));
+                        if cs < ce && next(3) > 0 {
+                            spans.push((cs, ce, d + 1));
+                        }
+                        at += len;
+                    }
+                }
+            }
+            // every other round, one empty or crossing range
+            if round % 2 == 1 {
+                let (s, e) = if next(2) == 0 { (10, 10) } else { (5, 70) };
+                let o = Occurrence { start: s, end: e, ..occ[0].clone() };
+                occ.push(o);
+            }
+            occ.sort_by_key(|o| (o.global_tid, o.start, std::cmp::Reverse(o.end)));
+            let slices = thread_slices(&occ);
+            seen[usize::from(slices.iter().all(|&(_, lo, hi)| nests(&occ[lo..hi])))] += 1;
+            let want = nest_by_definition(&occ);
+            nest(&mut occ);
+            let got: Vec<(u32, Option<usize>)> = occ.iter().map(|o| (o.depth, o.parent)).collect();
+            assert_eq!(got, want, "round {round}");
+        }
+        assert!(seen[0] >= 150 && seen[1] >= 150, "both counts exercised: {seen:?}");
     }
 }
