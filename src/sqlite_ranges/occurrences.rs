@@ -169,16 +169,10 @@ struct NvtxRead {
     domain_rows: Vec<(i64, i64, Option<Msg>)>,
     skipped: Skipped,
     range_rows: u64,
-    /// Fold the rows whose label is their own text as they are read ([`super::fold_read`]).
-    fold: Option<std::sync::Arc<ReadFold>>,
     tally: FoldTally,
 }
 
 impl NvtxRead {
-    fn new(fold: Option<std::sync::Arc<ReadFold>>) -> NvtxRead {
-        NvtxRead { fold, ..Default::default() }
-    }
-
     /// The message of a row: textId when set (even with a text), else the text (interned).
     fn msg_of(&mut self, r: &crate::export::rows::NvtxRef<'_>) -> Option<Msg> {
         match (r.text_id, r.text) {
@@ -236,8 +230,10 @@ impl NvtxRead {
         }
     }
 
-    /// One row, in table order.
-    fn add(&mut self, r: crate::export::rows::NvtxRef<'_>, name: &str) -> Result<()> {
+    /// One row, in table order; with `fold`, the rows whose label is their own text are folded as they are read
+    /// ([`super::fold_read`]). The parts of a parallel read borrow one `fold`: a shared `Arc` cloned for each row
+    /// made every reader write to the one cache line of its count, twice a row.
+    fn add(&mut self, r: crate::export::rows::NvtxRef<'_>, name: &str, fold: Option<&ReadFold>) -> Result<()> {
         if r.event_type == nvtx::DOMAIN_CREATE {
             if let (Some(g), Some(d)) = (r.global_tid, r.domain_id) {
                 let msg = self.msg_of(&r);
@@ -264,10 +260,10 @@ impl NvtxRead {
                 schema::NVTX_EVENTS
             )));
         };
-        if let (Some(cfg), None, Some(t), None) = (self.fold.clone(), r.text_id, r.text, r.domain_id) {
+        if let (Some(cfg), None, Some(t), None) = (fold, r.text_id, r.text, r.domain_id) {
             // a range closed by the capture's end is listed with its raw label: the raw path
             if cfg.capture_end.is_none_or(|e| end < e) {
-                self.add_folded(&cfg, t, (start, end, r.event_type, gtid));
+                self.add_folded(cfg, t, (start, end, r.event_type, gtid));
                 return Ok(());
             }
         }
@@ -306,7 +302,6 @@ impl NvtxRead {
 /// order: what one read in table order gives, the range rows as the parts read them (in table order, one vector
 /// per part). With `stats`, the read is also the table's timed-stats scan ([`Export::put_nvtx_facts`]).
 fn read_nvtx(export: &Export, stats: Option<Keep>, fold: Option<ReadFold>) -> Result<(NvtxRead, Vec<Vec<RawRange>>)> {
-    let fold = fold.map(std::sync::Arc::new);
     let t = export.require(schema::NVTX_EVENTS, &cols::NVTX_EVENTS)?.clone();
     let name = export.name();
     let types = [nvtx::PUSH_POP, nvtx::START_END, nvtx::DOMAIN_CREATE];
@@ -317,8 +312,8 @@ fn read_nvtx(export: &Export, stats: Option<Keep>, fold: Option<ReadFold>) -> Re
         &types,
         threads,
         stats,
-        || NvtxRead::new(fold.clone()),
-        |p, r| p.add(r, &name),
+        NvtxRead::default,
+        |p, r| p.add(r, &name, fold.as_ref()),
     )?;
     if let Some(f) = facts {
         export.put_nvtx_facts(f);
@@ -692,7 +687,7 @@ mod tests {
         };
         let read = |rows: std::ops::Range<usize>| {
             let mut p = NvtxRead::default();
-            rows.for_each(|i| p.add(row(i), "x").unwrap());
+            rows.for_each(|i| p.add(row(i), "x", None).unwrap());
             p
         };
         // a message as its text (or its textId)
