@@ -99,25 +99,23 @@ impl FoldTally {
     }
 
     fn add_hashed(&mut self, raw: &str, h: u128, n: u64, at: ExampleAt) -> u32 {
-        let (id, changed) = match self.raws.get(&h) {
-            Some(&v) => v,
-            None => {
-                let (id, changed, rules) = match crate::labels::fold_bits(raw) {
-                    Some((label, bits)) => (self.intern(&label), true, bits),
-                    None => (self.intern(raw), false, 0),
-                };
-                if changed {
-                    let e = &mut self.entries[id as usize];
-                    e.raw += 1;
-                    e.rules |= rules;
-                }
-                self.raws.insert(h, (id, changed));
-                (id, changed)
+        let FoldTally { names, entries, raws, folded_occurrences } = self;
+        // one probe of the map: a label-heavy capture's raw labels are nearly all new
+        let (id, changed) = *raws.entry(h).or_insert_with(|| {
+            let (id, changed, rules) = match crate::labels::fold_bits(raw) {
+                Some((label, bits)) => (intern(names, entries, &label), true, bits),
+                None => (intern(names, entries, raw), false, 0),
+            };
+            if changed {
+                let e = &mut entries[id as usize];
+                e.raw += 1;
+                e.rules |= rules;
             }
-        };
+            (id, changed)
+        });
         if changed {
-            self.folded_occurrences += n;
-            let e = &mut self.entries[id as usize];
+            *folded_occurrences += n;
+            let e = &mut entries[id as usize];
             e.occurrences += n;
             offer(&mut e.examples, raw, at);
         }
@@ -125,11 +123,7 @@ impl FoldTally {
     }
 
     fn intern(&mut self, label: &str) -> u32 {
-        let (id, new) = self.names.intern(label.as_bytes());
-        if new {
-            self.entries.push(Entry::default());
-        }
-        id
+        intern(&mut self.names, &mut self.entries, label)
     }
 
     /// The label of an id [`FoldTally::add`] returned.
@@ -177,6 +171,15 @@ impl FoldTally {
             .collect();
         FoldReport::of(folded, limit, self.raws.len() as u64, labels, self.folded_occurrences)
     }
+}
+
+/// The id of a folded label, with an empty tally entry when it is new.
+fn intern(names: &mut Interner, entries: &mut Vec<Entry>, label: &str) -> u32 {
+    let (id, new) = names.intern(label.as_bytes());
+    if new {
+        entries.push(Entry::default());
+    }
+    id
 }
 
 /// Keep in `ex` the first three distinct raw labels by the key of their first occurrence, whatever the order in
