@@ -83,14 +83,60 @@ enum Msg {
     Folded(u32),
 }
 
+/// A range row as read: 48 bytes (a label-heavy capture has one per NVTX row), the message and the domain
+/// unpacked by [`RawRange::msg`] and [`RawRange::domain`].
 struct RawRange {
     start: i64,
     end: i64,
-    event_type: i64,
     gtid: i64,
-    msg: Msg,
-    domain: Option<i64>,
+    /// The message's text or folded-label id, or its textId.
+    msg_val: i64,
+    domain_val: i64,
+    /// The eventType of a range row (59 or 60).
+    event_type: i32,
+    /// 0 text, 1 textId, 2 folded.
+    msg_kind: u8,
+    has_domain: bool,
 }
+
+impl RawRange {
+    fn new(start: i64, end: i64, event_type: i64, gtid: i64, msg: Msg, domain: Option<i64>) -> RawRange {
+        let (msg_kind, msg_val) = match msg {
+            Msg::Text(i) => (0, i64::from(i)),
+            Msg::Id(id) => (1, id),
+            Msg::Folded(f) => (2, i64::from(f)),
+        };
+        RawRange {
+            start,
+            end,
+            gtid,
+            msg_val,
+            domain_val: domain.unwrap_or(0),
+            // the rows read are ranges (59, 60) or domain names (75, never a RawRange)
+            event_type: event_type as i32,
+            msg_kind,
+            has_domain: domain.is_some(),
+        }
+    }
+
+    fn msg(&self) -> Msg {
+        match self.msg_kind {
+            0 => Msg::Text(self.msg_val as u32),
+            1 => Msg::Id(self.msg_val),
+            _ => Msg::Folded(self.msg_val as u32),
+        }
+    }
+
+    fn set_msg(&mut self, m: Msg) {
+        *self = RawRange::new(self.start, self.end, self.event_type.into(), self.gtid, m, self.domain());
+    }
+
+    fn domain(&self) -> Option<i64> {
+        self.has_domain.then_some(self.domain_val)
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<RawRange>() == 48);
 
 /// [`LoadedOccurrences`] with the labels as ids into one table (no `String` per occurrence).
 #[derive(Default, Clone)]
@@ -198,7 +244,7 @@ impl NvtxRead {
             return;
         }
         let id = self.tally.add(&raw, 1, ExampleAt { gtid, start, end, event_type, domain: 0 });
-        self.raw.push(RawRange { start, end, event_type, gtid, msg: Msg::Folded(id), domain: None });
+        self.raw.push(RawRange::new(start, end, event_type, gtid, Msg::Folded(id), None));
     }
 
     /// Interned by their first [`crate::labels::LABEL_MAX_BYTES`]: a long message costs no more than that.
@@ -268,7 +314,7 @@ impl NvtxRead {
             }
         }
         let Some(msg) = self.msg_of(&r) else { unreachable!("a text or a textId, tested above") };
-        self.raw.push(RawRange { start, end, event_type: r.event_type, gtid, msg, domain: r.domain_id });
+        self.raw.push(RawRange::new(start, end, r.event_type, gtid, msg, r.domain_id));
         Ok(())
     }
 
@@ -287,7 +333,7 @@ impl NvtxRead {
         let moved = |m: &[u32]| m.iter().enumerate().any(|(i, &m)| i as u32 != m);
         if moved(&map) || moved(&fmap) {
             for r in &mut p.raw {
-                r.msg = remap(r.msg);
+                r.set_msg(remap(r.msg()));
             }
         }
         self.domain_rows.extend(p.domain_rows.into_iter().map(|(n, d, m)| (n, d, m.map(remap))));
@@ -390,7 +436,7 @@ pub(super) fn load_interned(
     export.put_nvtx_range_rows(range_rows);
     ph.mark("read");
     let mut ids: std::collections::HashSet<i64> = HashSet::new();
-    for m in raw.iter().flatten().map(|r| r.msg).chain(read.domain_rows.iter().filter_map(|d| d.2)) {
+    for m in raw.iter().flatten().map(RawRange::msg).chain(read.domain_rows.iter().filter_map(|d| d.2)) {
         if let Msg::Id(id) = m {
             ids.insert(id);
         }
@@ -425,16 +471,16 @@ pub(super) fn load_interned(
     let mut truncated: Vec<TruncatedRange> = Vec::new();
     // each part's rows freed once taken
     for r in raw.into_iter().flatten() {
-        let dkey = r.domain.map(|d| (ns_of(r.gtid), d)).filter(|k| domains.contains_key(k));
-        let label = *by_key.entry((dkey, r.msg)).or_insert_with(|| {
-            if let (Msg::Folded(f), Some(t)) = (r.msg, tally.as_ref()) {
+        let dkey = r.domain().map(|d| (ns_of(r.gtid), d)).filter(|k| domains.contains_key(k));
+        let label = *by_key.entry((dkey, r.msg())).or_insert_with(|| {
+            if let (Msg::Folded(f), Some(t)) = (r.msg(), tally.as_ref()) {
                 // its own label id (never merged with a raw label of the same text: that one is still folded)
                 labels.push(t.label(f).to_string());
                 keep.push(true);
                 prefolded.push(true);
                 return Some(labels.len() as u32 - 1);
             }
-            let msg = message(r.msg)?;
+            let msg = message(r.msg())?;
             let text = match dkey.and_then(|k| domains.get(&k)) {
                 Some(dn) => std::borrow::Cow::Owned(format!("{dn}:{msg}")),
                 None => msg,
@@ -476,9 +522,8 @@ pub(super) fn load_interned(
             global_tid: r.gtid,
             start: r.start,
             end: r.end,
-            domain_id: r.domain.unwrap_or(0),
-            // the rows read are ranges (59, 60) or domain names (75, not kept here)
-            event_type: r.event_type as i32,
+            domain_id: r.domain().unwrap_or(0),
+            event_type: r.event_type,
             label,
             depth: 0,
             parent: u32::MAX,
@@ -696,7 +741,7 @@ mod tests {
             Msg::Id(id) => Err(id),
             Msg::Folded(f) => Err(-1 - f as i64),
         };
-        let rows = |p: &NvtxRead, raw: &[RawRange]| raw.iter().map(|r| (r.start, text(p, r.msg))).collect::<Vec<_>>();
+        let rows = |p: &NvtxRead, raw: &[RawRange]| raw.iter().map(|r| (r.start, text(p, r.msg()))).collect::<Vec<_>>();
         let domains =
             |p: &NvtxRead| p.domain_rows.iter().map(|d| (d.0, d.1, d.2.map(|m| text(p, m)))).collect::<Vec<_>>();
         let one = read(0..12);
@@ -725,6 +770,23 @@ mod tests {
                 let got = kept_under(&loaded, prefix);
                 assert_eq!(matches!(got, std::borrow::Cow::Borrowed(_)), all, "{f} {prefix}");
                 assert_eq!(*got, *keep_prefix(&loaded, prefix).occurrences, "{f} {prefix}");
+            }
+        }
+    }
+
+    /// A packed range row gives back its message and domain at their edges, and a message set later.
+    #[test]
+    fn raw_range_packs_its_message_and_domain() {
+        let msgs =
+            [Msg::Text(0), Msg::Text(u32::MAX), Msg::Id(i64::MIN), Msg::Id(-1), Msg::Id(i64::MAX), Msg::Folded(7)];
+        for m in msgs {
+            for d in [None, Some(0), Some(-5), Some(i64::MAX)] {
+                let mut r = RawRange::new(-3, 9, 60, 1 << 40, m, d);
+                assert!(
+                    r.msg() == m && r.domain() == d && (r.start, r.end, r.gtid, r.event_type) == (-3, 9, 1 << 40, 60)
+                );
+                r.set_msg(Msg::Folded(u32::MAX));
+                assert!(r.msg() == Msg::Folded(u32::MAX) && r.domain() == d && r.event_type == 60);
             }
         }
     }
