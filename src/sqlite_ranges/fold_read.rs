@@ -81,13 +81,46 @@ pub(super) fn raw_hash(raw: &[u8]) -> u128 {
     (u128::from(sip.finish()) << 64) | u128::from(crate::fx::hash_bytes(raw))
 }
 
-/// Folded labels with their tallies; the distinct raw labels by hash, each with its folded label (and whether it
-/// was changed). One per part of a parallel read, merged in table order ([`FoldTally::absorb`]).
+/// The distinct raw labels by hash, each with its folded label (and whether it was changed), in shards by the
+/// hash's top bits: the parts of a parallel read merge them shard by shard, in parallel ([`FoldTally::merge_raws`];
+/// on an emit_nvtx capture nearly every row is a new raw label, and one serial merge of the parts' maps came after
+/// the parallel read).
+#[derive(Clone)]
+struct Raws(Vec<FxMap<u128, (u32, bool)>>);
+
+const RAW_SHARDS: usize = 16;
+
+impl Default for Raws {
+    fn default() -> Raws {
+        Raws((0..RAW_SHARDS).map(|_| FxMap::default()).collect())
+    }
+}
+
+impl Raws {
+    fn shard(&mut self, h: u128) -> &mut FxMap<u128, (u32, bool)> {
+        // the top four bits of the SipHash half
+        &mut self.0[(h >> 124) as usize % RAW_SHARDS]
+    }
+
+    fn len(&self) -> usize {
+        self.0.iter().map(|m| m.len()).sum()
+    }
+}
+
+/// A part's raw labels, taken out of its tally by [`FoldTally::absorb_labels`] until [`FoldTally::merge_raws`]:
+/// `map` renumbers their folded labels.
+pub(super) struct PendingRaws {
+    map: Vec<u32>,
+    raws: Raws,
+}
+
+/// Folded labels with their tallies; the distinct raw labels ([`Raws`]). One per part of a parallel read, merged
+/// in table order ([`FoldTally::absorb`]).
 #[derive(Default, Clone)]
 pub(super) struct FoldTally {
     names: Interner,
     entries: Vec<Entry>,
-    raws: FxMap<u128, (u32, bool)>,
+    raws: Raws,
     folded_occurrences: u64,
 }
 
@@ -101,7 +134,7 @@ impl FoldTally {
     fn add_hashed(&mut self, raw: &str, h: u128, n: u64, at: ExampleAt) -> u32 {
         let FoldTally { names, entries, raws, folded_occurrences } = self;
         // one probe of the map: a label-heavy capture's raw labels are nearly all new
-        let (id, changed) = *raws.entry(h).or_insert_with(|| {
+        let (id, changed) = *raws.shard(h).entry(h).or_insert_with(|| {
             let (id, changed, rules) = match crate::labels::fold_bits(raw) {
                 Some((label, bits)) => (intern(names, entries, &label), true, bits),
                 None => (intern(names, entries, raw), false, 0),
@@ -131,8 +164,18 @@ impl FoldTally {
         std::str::from_utf8(self.names.bytes(id)).unwrap_or_default()
     }
 
-    /// Take in `p` (a part read after everything in `self`); returns its label ids renumbered into `self`'s.
+    /// Take in `p` (a part read after everything in `self`); returns its label ids renumbered into `self`'s (the
+    /// read merges its parts' raw labels at once: [`FoldTally::absorb_labels`]).
+    #[cfg(test)]
     pub fn absorb(&mut self, p: FoldTally) -> Vec<u32> {
+        let (map, pending) = self.absorb_labels(p);
+        self.merge_raws(vec![pending]);
+        map
+    }
+
+    /// [`FoldTally::absorb`] but for the raw labels, returned to be merged with those of the other parts
+    /// ([`FoldTally::merge_raws`]); the label ids renumbered into `self`'s.
+    pub fn absorb_labels(&mut self, p: FoldTally) -> (Vec<u32>, PendingRaws) {
         let map: Vec<u32> = (0..p.names.len() as u32).map(|i| self.intern(p.label(i))).collect();
         for (i, e) in p.entries.into_iter().enumerate() {
             let mine = &mut self.entries[map[i] as usize];
@@ -142,16 +185,47 @@ impl FoldTally {
                 offer_key(&mut mine.examples, k);
             }
         }
-        for (h, (id, changed)) in p.raws {
-            if let std::collections::hash_map::Entry::Vacant(v) = self.raws.entry(h) {
-                v.insert((map[id as usize], changed));
-                if changed {
-                    self.entries[map[id as usize] as usize].raw += 1;
+        self.folded_occurrences += p.folded_occurrences;
+        let pending = PendingRaws { map: map.clone(), raws: p.raws };
+        (map, pending)
+    }
+
+    /// The raw labels of parts absorbed by [`FoldTally::absorb_labels`] (in any order: a raw label folds to one
+    /// label), shard by shard, in parallel threads when there are many; each new changed raw label counted for
+    /// its folded label.
+    pub fn merge_raws(&mut self, pending: Vec<PendingRaws>) {
+        let parallel = pending.iter().map(|p| p.raws.len()).sum::<usize>() >= 50_000;
+        let pending = &pending;
+        let merge = move |s: usize, mut mine: FxMap<u128, (u32, bool)>| {
+            let mut changed: FxMap<u32, u64> = FxMap::default();
+            for p in pending {
+                for (&h, &(id, ch)) in &p.raws.0[s] {
+                    if let std::collections::hash_map::Entry::Vacant(v) = mine.entry(h) {
+                        let g = p.map[id as usize];
+                        v.insert((g, ch));
+                        if ch {
+                            *changed.entry(g).or_default() += 1;
+                        }
+                    }
                 }
             }
+            (mine, changed)
+        };
+        let shards = std::mem::take(&mut self.raws.0).into_iter().enumerate();
+        let merged: Vec<_> = if parallel {
+            std::thread::scope(|sc| {
+                let hs: Vec<_> = shards.map(|(s, m)| sc.spawn(move || merge(s, m))).collect();
+                hs.into_iter().map(|h| h.join().expect("a raw-label merge thread panicked")).collect()
+            })
+        } else {
+            shards.map(|(s, m)| merge(s, m)).collect()
+        };
+        for (m, changed) in merged {
+            self.raws.0.push(m);
+            for (g, n) in changed {
+                self.entries[g as usize].raw += n;
+            }
         }
-        self.folded_occurrences += p.folded_occurrences;
-        map
     }
 
     /// The report, with at most `limit` folded labels listed; `labels` is the number of labels after folding.
@@ -251,6 +325,29 @@ mod tests {
             }
             assert_eq!(all.report(100, 0), want.report(100, 0), "{occ:?}");
         }
+    }
+
+    /// Parts merged at once, shard by shard in parallel threads (over 50 000 raw labels, some in two parts),
+    /// give the tally of one read of every occurrence.
+    #[test]
+    fn parts_merged_in_parallel_are_one_tally() {
+        let raw = |k: i64| format!("aten::op{}, op_id = {}", k % 90_000 % 7, k % 90_000);
+        let mut one = FoldTally::default();
+        for k in 0..120_000 {
+            one.add(&raw(k), 1, key(k));
+        }
+        let mut parts = [0..40_000, 40_000..80_000, 80_000..120_000].into_iter().map(|r| {
+            let mut p = FoldTally::default();
+            for k in r {
+                p.add(&raw(k), 1, key(k));
+            }
+            p
+        });
+        let mut all = parts.next().unwrap();
+        let pending: Vec<PendingRaws> = parts.map(|p| all.absorb_labels(p).1).collect();
+        all.merge_raws(pending);
+        assert_eq!(all.raws.len(), 90_000);
+        assert_eq!(all.report(100, 0), one.report(100, 0));
     }
 
     /// The report is the Folder's on the same labels (one raw label at a time, in first-seen order).

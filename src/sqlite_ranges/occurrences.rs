@@ -321,10 +321,11 @@ impl NvtxRead {
     /// Take in `p`, read after everything in `self`: its texts interned into `self`'s, its domain rows and
     /// counts added; its range rows are returned, their texts renumbered in place (the parts' rows are never
     /// copied into one vector: at 16 parallel parts its doubling growth was the peak of the whole analysis).
-    fn absorb(&mut self, mut p: NvtxRead) -> Vec<RawRange> {
+    /// Its raw labels are returned too, for one [`FoldTally::merge_raws`] of every part.
+    fn absorb(&mut self, mut p: NvtxRead) -> (Vec<RawRange>, super::fold_read::PendingRaws) {
         let map: Vec<u32> =
             (0..p.texts.len() as u32).map(|i| self.intern_key(p.texts.bytes(i), p.cut[i as usize])).collect();
-        let fmap = self.tally.absorb(std::mem::take(&mut p.tally));
+        let (fmap, pending) = self.tally.absorb_labels(std::mem::take(&mut p.tally));
         let remap = |m: Msg| match m {
             Msg::Text(i) => Msg::Text(map[i as usize]),
             Msg::Folded(i) => Msg::Folded(fmap[i as usize]),
@@ -340,7 +341,7 @@ impl NvtxRead {
         self.skipped.unlabeled += p.skipped.unlabeled;
         self.skipped.open_or_inverted += p.skipped.open_or_inverted;
         self.range_rows += p.range_rows;
-        p.raw
+        (p.raw, pending)
     }
 }
 
@@ -368,8 +369,14 @@ fn read_nvtx(export: &Export, stats: Option<Keep>, fold: Option<ReadFold>) -> Re
     // and re-inserting its raw labels: a quarter of the merge's work at 4 parts)
     let mut parts = parts.into_iter();
     let Some(mut all) = parts.next() else { return Ok((NvtxRead::default(), Vec::new())) };
-    let first = std::mem::take(&mut all.raw);
-    let raw = std::iter::once(first).chain(parts.map(|p| all.absorb(p))).collect();
+    let mut raw = vec![std::mem::take(&mut all.raw)];
+    let mut pending = Vec::new();
+    for p in parts {
+        let (r, p) = all.absorb(p);
+        raw.push(r);
+        pending.push(p);
+    }
+    all.tally.merge_raws(pending);
     Ok((all, raw))
 }
 
@@ -747,7 +754,7 @@ mod tests {
         let one = read(0..12);
         let mut all = NvtxRead::default();
         // the third part's first text is the second one read: its rows are renumbered
-        let raw: Vec<Vec<RawRange>> = [0..2, 2..7, 7..12].into_iter().map(|r| all.absorb(read(r))).collect();
+        let raw: Vec<Vec<RawRange>> = [0..2, 2..7, 7..12].into_iter().map(|r| all.absorb(read(r)).0).collect();
         let raw: Vec<RawRange> = raw.into_iter().flatten().collect();
         let texts = |p: &NvtxRead| (0..p.texts.len() as u32).map(|i| p.text(i).into_owned()).collect::<Vec<_>>();
         assert_eq!(texts(&all), texts(&one));
