@@ -328,6 +328,7 @@ pub(super) fn counted_chains<'a>(
 /// thread of the chain).
 pub(super) fn spread_counts(w: &mut Work) {
     let Work { chains, chain_counts, thread_of, th_device, dev, .. } = w;
+    dev.counts = vec![DevCounts::default(); dev.met.len()];
     for (cc, occs) in counted_chains(chains, chain_counts) {
         let mut prev = u32::MAX;
         for &o in occs {

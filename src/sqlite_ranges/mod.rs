@@ -349,7 +349,8 @@ impl DevCounts {
 /// By occurrence, its device metrics ([`CMet`]) and row counts ([`DevCounts`]), 72 bytes kept only for the
 /// occurrences with device rows: 4 bytes for the others (a PyTorch op-level capture attributes device rows to
 /// fewer than half of its ranges: 92 962 of emit_nvtx's 206 019). Made once the chains' rows are counted
-/// ([`DevTable::of_chains`]), before the sweep fills the metrics and [`spread_counts`] the counts.
+/// ([`DevTable::of_chains`]), before the sweep fills the metrics; the counts are allocated by [`spread_counts`],
+/// once the device rows are gone (the sweep is the analysis's peak).
 #[derive(Clone, Default)]
 struct DevTable {
     /// Occurrence → its index in `met` and `counts`, [`DevTable::NONE`] without device rows.
@@ -375,7 +376,7 @@ impl DevTable {
             *s = k;
             k += 1;
         }
-        DevTable { slot, met: vec![CMet::EMPTY; k as usize], counts: vec![DevCounts::default(); k as usize] }
+        DevTable { slot, met: vec![CMet::EMPTY; k as usize], counts: Vec::new() }
     }
 
     fn len(&self) -> usize {
@@ -394,7 +395,7 @@ impl DevTable {
     fn counts(&self, i: usize) -> DevCounts {
         match self.slot[i] {
             DevTable::NONE => DevCounts::default(),
-            k => self.counts[k as usize],
+            k => self.counts.get(k as usize).copied().unwrap_or_default(),
         }
     }
 }
