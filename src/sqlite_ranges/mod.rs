@@ -383,17 +383,17 @@ impl DevTable {
         self.slot.len()
     }
 
-    /// Occurrence `i`'s metrics (empty without device rows).
+    /// Occurrence `i`'s metrics (empty without device rows, or before the device rows are attributed).
     fn met(&self, i: usize) -> CMet {
-        match self.slot[i] {
+        match self.slot.get(i).copied().unwrap_or(DevTable::NONE) {
             DevTable::NONE => CMet::EMPTY,
             k => self.met[k as usize],
         }
     }
 
-    /// Occurrence `i`'s row counts (none without device rows).
+    /// Occurrence `i`'s row counts (none without device rows, or before they are spread).
     fn counts(&self, i: usize) -> DevCounts {
-        match self.slot[i] {
+        match self.slot.get(i).copied().unwrap_or(DevTable::NONE) {
             DevTable::NONE => DevCounts::default(),
             k => self.counts.get(k as usize).copied().unwrap_or_default(),
         }
