@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::contract::{Document, Error, Result, Tool};
 use crate::export::schema::{self, cols};
 use crate::export::{pid_of, tid_of, Export};
-use crate::sqlite_ranges::{self, Occurrence, RangesOptions};
+use crate::sqlite_ranges::{self, Occurrence};
 
 mod capture;
 mod doc;
@@ -158,7 +158,7 @@ pub fn document(
 /// What another analysis of the same export already read, so that a readiness document needs no scan of its
 /// own (`gate-check --report --nvtx-readiness`: the report's ranges analysis).
 pub struct SharedReads<'a> {
-    /// Every kept occurrence: [`sqlite_ranges::load_occurrences`] with default options.
+    /// Every occurrence, a framework's own under its folded label: [`sqlite_ranges::load_occurrences_framework_folded`].
     pub occurrences: sqlite_ranges::LoadedOccurrences,
     /// Every runtime call with a thread and an API name id, in any order, when the runtime table was read
     /// whole (None: the table is read here when there is one).
@@ -220,14 +220,18 @@ pub fn analyze(export: &Export, opts: &ReadinessOptions) -> Result<NvtxReadiness
 /// [`analyze`], from `shared` reads when given.
 fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedReads<'_>>) -> Result<NvtxReadinessDoc> {
     opts.validate()?;
+    let mut ph = crate::phase::Phases::new("nvtx-readiness");
     // Every range (for the engine threads' labels outside the prefix), then the ones under the prefix (their
     // depth and parent are among ranges under the prefix, as `sqlite-ranges --range-prefix P.` reports them).
     // a capture that recorded no NVTX event reads as no range (the RETRY "no iteration range"), whether its
     // export has no NVTX_EVENTS table (lazy) or an empty one (--lazy=false): the ranges library's rule
     let (loaded, calls) = match shared {
         Some(s) => (s.occurrences, s.runtime_calls),
-        None => (sqlite_ranges::load_occurrences(export, &RangesOptions::default())?, None),
+        // a framework's own ranges folded as they are read (an emit_nvtx capture's 205 708 distinct op labels are
+        // never held): they are evidence, never the workload, and nothing below names one by its raw label
+        None => (sqlite_ranges::load_occurrences_framework_folded(export)?, None),
     };
+    ph.mark("load");
     let all = &loaded.occurrences;
     let (prefix, inferred) = match &opts.range_prefix {
         Some(p) => (Some(p.trim_end_matches('.').to_string()), false),
@@ -250,14 +254,26 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
         ));
     }
 
+    ph.mark("cut");
     let seen = prefixes_seen(all);
+    ph.mark("prefixes_seen");
     let Some(p) = prefix else {
-        let facts = Facts { all, calls, runtime: runtime.as_deref(), inferred };
+        let facts = Facts { all, folds: loaded.framework_folds.as_ref(), calls, runtime: runtime.as_deref(), inferred };
         return without_prefix(export, opts, facts, seen, notes);
     };
     let under = format!("{p}.");
+    // a prefix a framework's folded labels share (`--range-prefix CUDAGraphNode`): its taxonomy lists them raw
+    let reread;
+    let loaded = match &loaded.framework_folds {
+        Some(f) if f.folds_under(&under) => {
+            reread = sqlite_ranges::load_occurrences(export, &sqlite_ranges::RangesOptions::default())?;
+            &reread
+        }
+        _ => &loaded,
+    };
+    let all = &loaded.occurrences;
     // what `load_occurrences` gives with `range_prefix: under`, without reading NVTX_EVENTS again
-    let kept = sqlite_ranges::kept_under(&loaded, &under);
+    let kept = sqlite_ranges::kept_under(loaded, &under);
     let occ: &[Occurrence] = &kept;
     let iter_label = format!("{p}.engine.iteration");
 
@@ -266,7 +282,7 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
     // ---- opaque share
     let (iterations, gaps) = opaque(occ, &iter_label, TOP_GAPS);
 
-    let naming = naming_of(all, occ, &iterations, &under);
+    let naming = naming_of(all, occ, loaded.framework_folds.as_ref(), &iterations, &under);
 
     // ---- syncs, graphs
     let unenclosed = unenclosed_syncs_of(export, runtime.as_deref(), occ, calls)?;
@@ -312,6 +328,8 @@ fn analyze_with(export: &Export, opts: &ReadinessOptions, shared: Option<SharedR
 /// the runtime table's name, and whether the prefix was inferred.
 struct Facts<'a> {
     all: &'a [Occurrence],
+    /// What the framework's labels of `all` folded at read were.
+    folds: Option<&'a sqlite_ranges::FrameworkFolds>,
     calls: Option<&'a sqlite_ranges::RuntimeCalls>,
     runtime: Option<&'a str>,
     inferred: bool,
@@ -327,9 +345,12 @@ fn without_prefix(
 ) -> Result<NvtxReadinessDoc> {
     let (schema, tool) = NvtxReadinessDoc::header();
     // no prefix: a sync inside ANY range is enclosed
+    let mut ph = crate::phase::Phases::new("nvtx-readiness");
     let syncs = unenclosed_syncs_of(export, f.runtime, f.all, f.calls)?;
+    ph.mark("unenclosed_syncs");
     notes.push("No range label ends in `.engine.iteration`: give --range-prefix P for a capture with P.engine.iteration ranges.".into());
     let suggested = suggest_engine_prefix(export, f.all, &seen)?;
+    ph.mark("suggest_engine_prefix");
     let hint = match &suggested {
         Some(s) => format!(
             "; prefixes seen: {}; try --range-prefix {s} and name the engine step `{s}.engine.iteration`",
@@ -363,7 +384,10 @@ fn without_prefix(
         largest_opaque_gaps: Vec::new(),
         cuda_graphs: with_ranges_in_capture(cuda_graphs(export, f.runtime, None, false)?, export, f.all, &mut notes)?,
         naming: Naming {
-            labels_with_ids: id_patterns(f.all),
+            labels_with_ids: match f.folds {
+                Some(folds) => naming::id_patterns_folded(folds, f.all, None),
+                None => id_patterns(f.all),
+            },
             outside_prefix_on_engine_threads: Vec::new(),
             labels_at_several_depths: Vec::new(),
         },
@@ -408,9 +432,18 @@ fn taxonomy_of<'a>(
 }
 
 /// The naming rules: labels with ids, labels outside the prefix on engine threads, labels at several depths.
-fn naming_of(all: &[Occurrence], occ: &[Occurrence], iterations: &Iterations, under: &str) -> Naming {
+fn naming_of(
+    all: &[Occurrence],
+    occ: &[Occurrence],
+    folds: Option<&sqlite_ranges::FrameworkFolds>,
+    iterations: &Iterations,
+    under: &str,
+) -> Naming {
     let engine: BTreeSet<i64> = iterations.engine_threads.iter().map(|t| t.global_tid).collect();
-    let labels_with_ids: Vec<IdPattern> = id_patterns(occ);
+    let labels_with_ids: Vec<IdPattern> = match folds {
+        Some(f) => naming::id_patterns_folded(f, occ, Some(under)),
+        None => id_patterns(occ),
+    };
     let mut outside: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
     for o in all.iter().filter(|o| engine.contains(&o.global_tid) && !o.label.starts_with(under)) {
         let e = outside.entry(&*o.label).or_default();

@@ -64,8 +64,22 @@ pub fn id_patterns<'a>(occs: impl IntoIterator<Item = &'a Occurrence>) -> Vec<Id
     for (l, n) in label_counts(occs) {
         f.add(l, n);
     }
-    f.report(LIST_LIMIT)
-        .folded
+    patterns_of(f.report(LIST_LIMIT))
+}
+
+/// [`id_patterns`] of occurrences whose framework labels were folded as they were read
+/// ([`crate::sqlite_ranges::load_occurrences_framework_folded`]): the same patterns, from `folds` for those
+/// labels (`under`: only the folded labels that start with it, as `occs` do).
+pub fn id_patterns_folded<'a>(
+    folds: &crate::sqlite_ranges::FrameworkFolds,
+    occs: impl IntoIterator<Item = &'a Occurrence>,
+    under: Option<&str>,
+) -> Vec<IdPattern> {
+    patterns_of(folds.report(occs, |l| under.is_none_or(|u| l.starts_with(u)), LIST_LIMIT))
+}
+
+fn patterns_of(r: crate::labels::FoldReport) -> Vec<IdPattern> {
+    r.folded
         .into_iter()
         .map(|x| IdPattern { pattern: x.label, labels: x.raw_labels, occurrences: x.occurrences, examples: x.examples })
         .collect()

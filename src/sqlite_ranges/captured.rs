@@ -148,15 +148,16 @@ pub struct Collected {
     /// Whether `rows.runtime` holds every runtime call with a thread and an API name id: the join read the
     /// runtime table whole (it does not when the table is absent or no occurrence was kept).
     pub runtime_read: bool,
-    /// With [`analyze_with_intervals_keeping`] and options without prefix or window: the occurrences as read,
-    /// before folding ([`SharedOccurrences::loaded`] is what [`load_occurrences`] gives with default options).
+    /// With [`analyze_with_intervals_keeping`] and folding options without prefix or window: the occurrences as read,
+    /// before the labels of the user's own are folded ([`SharedOccurrences::loaded`] is what
+    /// [`load_occurrences_framework_folded`] gives).
     pub occurrences: Option<SharedOccurrences>,
     /// The CUDA `deviceId` of each device index of the intervals' rows ([`CorrelatedDeviceRow::device`]).
     pub device_ids: Vec<i64>,
 }
 
-/// The kept occurrences of an analysis without prefix or window, labels unfolded and interned: what a
-/// readiness document on the same export reads (`gate-check --report --nvtx-readiness`).
+/// The kept occurrences of an analysis without prefix or window, interned, a framework's labels folded and the
+/// others raw: what a readiness document on the same export reads (`gate-check --report --nvtx-readiness`).
 #[derive(Default, Clone)]
 pub struct SharedOccurrences(pub(super) occurrences::InternedOccurrences);
 

@@ -17,13 +17,19 @@ use std::hash::Hasher;
 use crate::fx::{FxMap, Interner};
 use crate::labels::{FoldReport, FoldedLabel};
 
-/// What decides at read time whether a row is kept: the prefix, the window and the capture's end.
+/// What decides at read time whether a row is kept: the prefix, the window and the capture's end; with
+/// `framework_only`, only a framework's own ranges are folded as they are read ([`FoldTally::add_framework`]).
 #[derive(Debug, Clone, Default)]
 pub(super) struct ReadFold {
     pub prefix: Option<String>,
     pub window: Option<(i64, i64)>,
     pub capture_end: Option<i64>,
+    pub framework_only: bool,
 }
+
+/// The id of a raw label in [`Raws`] that [`FoldTally::add_framework`] left to the raw path (its next
+/// [`FoldTally::add`] tallies it).
+const RAW_PATH: u32 = u32::MAX;
 
 /// The sort key of an occurrence (thread, start, end descending, raw label, eventType, domainId): the order in
 /// which the fold report's examples are first seen.
@@ -101,8 +107,9 @@ impl Raws {
         &mut self.0[(h >> 124) as usize % RAW_SHARDS]
     }
 
+    /// The raw labels tallied (not those left to the raw path and never tallied).
     fn len(&self) -> usize {
-        self.0.iter().map(|m| m.len()).sum()
+        self.0.iter().flat_map(|m| m.values()).filter(|v| v.0 != RAW_PATH).count()
     }
 }
 
@@ -131,27 +138,50 @@ impl FoldTally {
     }
 
     fn add_hashed(&mut self, raw: &str, h: u128, n: u64, at: ExampleAt) -> u32 {
-        let FoldTally { names, entries, raws, folded_occurrences } = self;
+        let FoldTally { names, entries, raws, .. } = self;
         // one probe of the map: a label-heavy capture's raw labels are nearly all new
-        let (id, changed) = *raws.shard(h).entry(h).or_insert_with(|| {
-            let (id, changed, rules) = match crate::labels::fold_bits(raw) {
-                Some((label, bits)) => (intern(names, entries, &label), true, bits),
-                None => (intern(names, entries, raw), false, 0),
-            };
-            if changed {
-                let e = &mut entries[id as usize];
-                e.raw += 1;
-                e.rules |= rules;
+        let slot = raws.shard(h).entry(h).or_insert((RAW_PATH, false));
+        if slot.0 == RAW_PATH {
+            *slot = fold_new(names, entries, raw, crate::labels::fold_bits(raw));
+        }
+        let (id, changed) = *slot;
+        self.count(raw, id, changed, n, at);
+        id
+    }
+
+    /// One occurrence of a framework's own range (its raw label `raw`, not cut), as it is read, when its folded
+    /// label is a framework's too ([`crate::framework::is_framework`]): the id of the label to use; None leaves
+    /// it to the raw path, untallied (a label of the user's own keeps its raw text for `nvtx-readiness`, and
+    /// `MyBlock, op_id = 7` is a framework's annotation of a label of the user's own).
+    pub fn add_framework(&mut self, raw: &str, at: ExampleAt) -> Option<u32> {
+        let h = raw_hash(raw.as_bytes());
+        let FoldTally { names, entries, raws, .. } = self;
+        let slot = raws.shard(h).entry(h).or_insert_with(|| {
+            let fold = crate::labels::fold_bits(raw);
+            let folded = fold.as_ref().map_or(raw, |(l, _)| l);
+            if crate::framework::is_framework(raw) && crate::framework::is_framework(folded) {
+                fold_new(names, entries, raw, fold)
+            } else {
+                (RAW_PATH, false)
             }
-            (id, changed)
         });
+        let (id, changed) = *slot;
+        if id == RAW_PATH {
+            return None;
+        }
+        self.count(raw, id, changed, 1, at);
+        Some(id)
+    }
+
+    /// `n` more occurrences of the raw label `raw` of label `id`, the first at `at`.
+    fn count(&mut self, raw: &str, id: u32, changed: bool, n: u64, at: ExampleAt) {
+        let FoldTally { entries, folded_occurrences, .. } = self;
         if changed {
             *folded_occurrences += n;
             let e = &mut entries[id as usize];
             e.occurrences += n;
             offer(&mut e.examples, raw, at);
         }
-        id
     }
 
     fn intern(&mut self, label: &str) -> u32 {
@@ -198,9 +228,12 @@ impl FoldTally {
             let mut changed: FxMap<u32, u64> = FxMap::default();
             for p in &pending {
                 for (&h, &(id, ch)) in &p.raws.0[s] {
-                    if let std::collections::hash_map::Entry::Vacant(v) = mine.entry(h) {
+                    let slot = mine.entry(h).or_insert((RAW_PATH, false));
+                    // new here, or left to the raw path here and tallied in that part (a raw label's fold and
+                    // whether it is a framework's are the same in every part)
+                    if slot.0 == RAW_PATH && id != RAW_PATH {
                         let g = p.map[id as usize];
-                        v.insert((g, ch));
+                        *slot = (g, ch);
                         if ch {
                             *changed.entry(g).or_default() += 1;
                         }
@@ -235,6 +268,100 @@ impl FoldTally {
             })
             .collect();
         FoldReport::of(folded, limit, self.raws.len() as u64, labels, self.folded_occurrences)
+    }
+}
+
+/// A new raw label's entry in [`Raws`] from its fold ([`crate::labels::fold_bits`]): its label's id (interned),
+/// whether folding changed it; a changed one counted as a raw label of its folded label.
+fn fold_new(
+    names: &mut Interner,
+    entries: &mut Vec<Entry>,
+    raw: &str,
+    fold: Option<(std::borrow::Cow<'_, str>, u8)>,
+) -> (u32, bool) {
+    let (id, changed, rules) = match fold {
+        Some((label, bits)) => (intern(names, entries, &label), true, bits),
+        None => (intern(names, entries, raw), false, 0),
+    };
+    if changed {
+        let e = &mut entries[id as usize];
+        e.raw += 1;
+        e.rules |= rules;
+    }
+    (id, changed)
+}
+
+/// What the framework's labels folded as they were read were ([`super::load_occurrences_framework_folded`]): each
+/// folded label's tally (raw labels, occurrences, rules, examples) without the raw labels themselves.
+#[derive(Clone, Default)]
+pub struct FrameworkFolds(FoldTally);
+
+impl std::fmt::Debug for FrameworkFolds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FrameworkFolds({} labels)", self.0.names.len())
+    }
+}
+
+impl FrameworkFolds {
+    /// The tally of a read that folded a framework's labels ([`FoldTally::add_framework`]), its raw labels'
+    /// hashes dropped: the labels folded later are of the user's own, never one of them.
+    pub(super) fn of(t: &FoldTally) -> FrameworkFolds {
+        let FoldTally { names, entries, folded_occurrences, .. } = t;
+        FrameworkFolds(FoldTally {
+            names: names.clone(),
+            entries: entries.clone(),
+            raws: Raws::default(),
+            folded_occurrences: *folded_occurrences,
+        })
+    }
+
+    /// Whether a label that folding changed at read starts with `under` (its raw labels do: folding keeps a
+    /// label's dotted head).
+    pub fn folds_under(&self, under: &str) -> bool {
+        self.0.entries.iter().enumerate().any(|(k, e)| e.raw > 0 && self.0.label(k as u32).starts_with(under))
+    }
+
+    /// The fold report ([`crate::labels::Folder::report`]) of the loaded occurrences `occs` (sorted, or a sorted
+    /// subset) whose folded label passes `keep`, at most `limit` listed: the labels folded at read from this
+    /// tally, the others (raw) folded now, each with its count and its first occurrence.
+    pub fn report<'a>(
+        &self,
+        occs: impl IntoIterator<Item = &'a super::Occurrence>,
+        keep: impl Fn(&str) -> bool,
+        limit: usize,
+    ) -> FoldReport {
+        let mut t = self.0.clone();
+        for (k, e) in t.entries.iter_mut().enumerate() {
+            if !keep(std::str::from_utf8(t.names.bytes(k as u32)).unwrap_or_default()) {
+                *e = Entry::default();
+            }
+        }
+        // distinct raw labels by text, in order of first appearance (a folded label's text is not one)
+        let mut first: FxMap<&str, usize> = FxMap::default();
+        let mut raw: Vec<(&str, u64, &super::Occurrence)> = Vec::new();
+        for o in occs {
+            if self.0.names.get(o.label.as_bytes()).is_some() {
+                continue;
+            }
+            match first.entry(&o.label) {
+                std::collections::hash_map::Entry::Occupied(e) => raw[*e.get()].1 += 1,
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(raw.len());
+                    raw.push((&o.label, 1, o));
+                }
+            }
+        }
+        for (l, n, o) in raw {
+            let at = ExampleAt {
+                gtid: o.global_tid,
+                start: o.start,
+                end: o.end,
+                event_type: o.event_type,
+                domain: o.domain_id.unwrap_or(0),
+            };
+            t.add(l, n, at);
+        }
+        t.report(limit, 0)
     }
 }
 
@@ -316,6 +443,38 @@ mod tests {
             }
             assert_eq!(all.report(100, 0), want.report(100, 0), "{occ:?}");
         }
+    }
+
+    /// Only a framework's labels whose fold is a framework's too are tallied at read; the others are left to the
+    /// raw path, and the tally then equals one of every label added after the read, whatever part saw which.
+    #[test]
+    fn framework_labels_alone_are_folded_at_read() {
+        let mut t = FoldTally::default();
+        assert!(t.add_framework("aten::mm, op_id = 7", key(1)).is_some());
+        assert!(t.add_framework("aten::mm", key(2)).is_some(), "a framework's label folding to itself");
+        assert_eq!(t.add_framework("my_block, op_id = 8", key(3)), None, "a user's label the framework annotated");
+        assert_eq!(t.add_framework("decode step 3", key(4)), None, "a user's own label");
+        assert_eq!(t.add_framework("my_block, op_id = 8", key(5)), None, "left to the raw path again");
+        assert_eq!(t.report(10, 0).raw_labels, 2, "the raw path's labels not counted until added");
+        let raws = ["aten::mm, op_id = 7", "aten::mm", "my_block, op_id = 8", "decode step 3", "aten::mm, op_id = 9"];
+        let mut want = FoldTally::default();
+        for (i, r) in raws.iter().enumerate() {
+            want.add(r, 1, key(i as i64 + 1));
+        }
+        // part one saw the first three at read, part two the rest; the raw path adds the user's labels after
+        let mut one = FoldTally::default();
+        let mut two = FoldTally::default();
+        for (i, r) in raws.iter().enumerate() {
+            let p = if i < 3 { &mut one } else { &mut two };
+            p.add_framework(r, key(i as i64 + 1));
+        }
+        one.absorb(two);
+        for (i, r) in raws.iter().enumerate() {
+            if !crate::framework::is_framework(r) || crate::labels::fold_label(r).label == "my_block" {
+                one.add(r, 1, key(i as i64 + 1));
+            }
+        }
+        assert_eq!(one.report(10, 0), want.report(10, 0));
     }
 
     /// Parts merged at once, shard by shard (90 000 raw labels, some in two parts), give the tally of one read of
@@ -401,6 +560,16 @@ mod tests {
                     serde_json::to_string(&read).unwrap(),
                     serde_json::to_string(&after).unwrap(),
                     "{f} {opts:?}"
+                );
+                // a framework's labels folded at read, the user's own after (what gate-check --nvtx-readiness
+                // --report reads)
+                super::super::scan::FORCE_FRAMEWORK_PATH.with(|c| c.set(true));
+                let mixed = analyze(&export, &opts).unwrap().doc;
+                super::super::scan::FORCE_FRAMEWORK_PATH.with(|c| c.set(false));
+                assert_eq!(
+                    serde_json::to_string(&read).unwrap(),
+                    serde_json::to_string(&mixed).unwrap(),
+                    "{f} {opts:?}: framework labels folded at read"
                 );
             }
         }

@@ -31,7 +31,10 @@ mod scan;
 mod table;
 mod tree;
 
-pub use occurrences::{keep_prefix, kept_under, load_occurrences, LoadedOccurrences, Occurrence, Skipped};
+pub use occurrences::{
+    keep_prefix, kept_under, load_occurrences, load_occurrences_framework_folded, LoadedOccurrences, Occurrence,
+    Skipped,
+};
 use occurrences::{load_interned, thread_slices};
 pub use table::render_table;
 
@@ -40,6 +43,7 @@ pub use captured::*;
 pub use detail::{OccurrenceRef, OccurrenceTable};
 use device::{attribute_device_rows, DeviceRows};
 pub use doc::*;
+pub use fold_read::FrameworkFolds;
 pub use replay::collect_preloaded;
 use replay::{DeviceMarks, FirstPass, NamelessCall};
 use runtime::join_runtime;
@@ -612,8 +616,9 @@ pub fn analyze_with_intervals_preloaded(
 /// [`Collected::rows`] it gets back then have none).
 pub type RowsReady<'a> = &'a mut dyn FnMut(&mut CapturedRows);
 
-/// [`analyze_with_intervals`]; with `keep_occurrences` and options without prefix or window, the occurrences as
-/// read too ([`Collected::occurrences`]), for a readiness document on the same export; `ready` is given the
+/// [`analyze_with_intervals`]; with `keep_occurrences` and folding options without prefix or window, the
+/// occurrences as read too ([`Collected::occurrences`], as [`load_occurrences_framework_folded`] reads them), for a
+/// readiness document on the same export; `ready` is given the
 /// captured rows as soon as they are read ([`RowsReady`]).
 pub fn analyze_with_intervals_keeping(
     export: &Export,
@@ -633,7 +638,8 @@ fn analyze_with_intervals_impl(
     ready: Option<RowsReady<'_>>,
     pre: Option<Preloaded>,
 ) -> Result<(Analysis, Collected)> {
-    let keep = keep_occurrences && opts.range_prefix.is_none() && opts.window.is_none();
+    // kept only as `load_occurrences_framework_folded` reads them: folded at read, a framework's labels folded
+    let keep = keep_occurrences && opts.fold && opts.range_prefix.is_none() && opts.window.is_none();
     let mut w = run_scans(export, opts, Some((want, false)), true, keep, ready, pre)?;
     let thread_diagnostics = map_threads(export, &w)?;
     let (ranges, high_cardinality_labels) = aggregate(export, &w)?;

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::fold_read::{ExampleAt, FoldTally, ReadFold};
+use super::fold_read::{ExampleAt, FoldTally, FrameworkFolds, ReadFold};
 use super::{nvtx_table, FxMap, RangesOptions};
 use crate::contract::{Error, Result};
 use crate::export::rows::Keep;
@@ -66,7 +66,10 @@ pub const TRUNCATED_LISTED: usize = 100;
 /// The kept occurrences, sorted by `(global_tid, start, end descending, label)`, and what was skipped.
 #[derive(Debug, Clone, Default)]
 pub struct LoadedOccurrences {
+    /// Labels raw, or a framework's folded as they were read ([`load_occurrences_framework_folded`]: then
+    /// `framework_folds` tells what their raw labels were).
     pub occurrences: Vec<Occurrence>,
+    pub framework_folds: Option<FrameworkFolds>,
     pub skipped: Skipped,
     /// 59/60 rows seen (kept + skipped + filtered out by prefix/window).
     pub range_rows: u64,
@@ -151,6 +154,9 @@ pub(super) struct InternedOccurrences {
     /// folded as they were read (the other labels are raw).
     pub(super) prefolded: Vec<bool>,
     pub(super) tally: Option<FoldTally>,
+    /// With [`AtRead::FoldFramework`]: the tally of the framework's labels as read (kept when `tally` goes on to
+    /// fold the others).
+    pub(super) framework: Option<FrameworkFolds>,
 }
 
 /// An [`Occurrence`] with its label as an id into [`InternedOccurrences::labels`]: 48 bytes, no heap (the
@@ -230,21 +236,34 @@ impl NvtxRead {
 
     /// A labelled range row whose label is its text `t`, folded as it is read: dropped when the prefix or the
     /// window leaves it out (as the raw path drops it), else tallied under its folded label.
-    fn add_folded(&mut self, cfg: &ReadFold, t: &[u8], row: (i64, i64, i64, i64)) {
+    /// False when the row is left to the raw path (`framework_only`: a label of the user's own, or a cut one).
+    fn add_folded(&mut self, cfg: &ReadFold, t: &[u8], row: (i64, i64, i64, i64)) -> bool {
         let (start, end, event_type, gtid) = row;
         let (head, cut) = crate::labels::cut_label_bytes(t);
+        if cut && cfg.framework_only {
+            return false;
+        }
         let raw = match (cut, std::str::from_utf8(head)) {
             (false, Ok(s)) => std::borrow::Cow::Borrowed(s),
             _ => std::borrow::Cow::Owned(crate::labels::label_of_bytes(t)),
         };
         if cfg.prefix.as_ref().is_some_and(|p| !raw.starts_with(p.as_str())) {
-            return;
+            return true;
         }
         if cfg.window.is_some_and(|(ws, we)| start < ws || end > we) {
-            return;
+            return true;
         }
-        let id = self.tally.add(&raw, 1, ExampleAt { gtid, start, end, event_type, domain: 0 });
+        let at = ExampleAt { gtid, start, end, event_type, domain: 0 };
+        let id = if cfg.framework_only {
+            match self.tally.add_framework(&raw, at) {
+                Some(id) => id,
+                None => return false,
+            }
+        } else {
+            self.tally.add(&raw, 1, at)
+        };
         self.raw.push(RawRange::new(start, end, event_type, gtid, Msg::Folded(id), None));
+        true
     }
 
     /// Interned by their first [`crate::labels::LABEL_MAX_BYTES`]: a long message costs no more than that.
@@ -308,8 +327,7 @@ impl NvtxRead {
         };
         if let (Some(cfg), None, Some(t), None) = (fold, r.text_id, r.text, r.domain_id) {
             // a range closed by the capture's end is listed with its raw label: the raw path
-            if cfg.capture_end.is_none_or(|e| end < e) {
-                self.add_folded(cfg, t, (start, end, r.event_type, gtid));
+            if cfg.capture_end.is_none_or(|e| end < e) && self.add_folded(cfg, t, (start, end, r.event_type, gtid)) {
                 return Ok(());
             }
         }
@@ -382,7 +400,27 @@ fn read_nvtx(export: &Export, stats: Option<Keep>, fold: Option<ReadFold>) -> Re
 
 /// The kept NVTX range occurrences of an export, with depth and parent (see the module docs).
 pub fn load_occurrences(export: &Export, opts: &RangesOptions) -> Result<LoadedOccurrences> {
-    Ok(load_interned(export, opts, None, false)?.to_loaded())
+    Ok(load_interned(export, opts, None, AtRead::Raw)?.to_loaded())
+}
+
+/// [`load_occurrences`] with default options, a framework's own ranges ([`crate::framework`]) under their folded
+/// label (`aten::mm, op_id = 41599` → `aten::mm`), folded as they are read; every other label raw
+/// ([`AtRead::FoldFramework`]): what `nvtx-readiness` reads.
+pub fn load_occurrences_framework_folded(export: &Export) -> Result<LoadedOccurrences> {
+    Ok(load_interned(export, &RangesOptions::default(), None, AtRead::FoldFramework)?.to_loaded())
+}
+
+/// Which range rows are folded as they are read ([`super::fold_read`]); only rows whose label is their own text
+/// (no `textId`, no named domain) and not closed by the capture's end ever are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AtRead {
+    /// None: every label raw.
+    Raw,
+    /// Every such row.
+    Fold,
+    /// A framework's own ranges (their raw and folded labels both a framework's, not cut): an emit_nvtx capture's
+    /// 205 708 distinct op labels are never held, and every label of the user's own stays raw.
+    FoldFramework,
 }
 
 /// One shared string per label, for the occurrences that carry it ([`Occurrence::label`]).
@@ -410,6 +448,7 @@ impl InternedOccurrences {
             .collect();
         LoadedOccurrences {
             occurrences,
+            framework_folds: self.framework.clone(),
             skipped: self.skipped,
             range_rows: self.range_rows,
             truncated: self.truncated.clone(),
@@ -420,14 +459,14 @@ impl InternedOccurrences {
 /// [`load_occurrences`], the messages interned while the rows stream (one `String` per distinct text) and the
 /// labels built once per distinct `(domain, message)`; with `stats`, the NVTX read is also the table's
 /// timed-stats scan ([`read_nvtx`]).
-/// With `fold_at_read` (folding on, the raw labels not wanted), the rows whose label is their own text are
-/// folded as they are read ([`super::fold_read`]).
+/// `at_read` says which rows are folded as they are read ([`AtRead`]).
 pub(super) fn load_interned(
     export: &Export,
     opts: &RangesOptions,
     stats: Option<Keep>,
-    fold_at_read: bool,
+    at_read: AtRead,
 ) -> Result<InternedOccurrences> {
+    let fold_at_read = at_read != AtRead::Raw;
     let nvtx = nvtx_table(export)?;
     export.require(schema::STRING_IDS, &cols::STRING_IDS)?;
     if !nvtx {
@@ -436,7 +475,12 @@ pub(super) fn load_interned(
     let mut ph = crate::phase::Phases::new("nvtx");
     // a range nsys closed when the capture stopped ends at the capture's end (never later)
     let capture_end = export.capture_end_ns()?;
-    let fold = fold_at_read.then(|| ReadFold { prefix: opts.range_prefix.clone(), window: opts.window, capture_end });
+    let fold = fold_at_read.then(|| ReadFold {
+        prefix: opts.range_prefix.clone(),
+        window: opts.window,
+        capture_end,
+        framework_only: at_read == AtRead::FoldFramework,
+    });
     let (mut read, raw) = read_nvtx(export, stats, fold)?;
     let tally = fold_at_read.then(|| std::mem::take(&mut read.tally));
     let (range_rows, mut skipped) = (read.range_rows, read.skipped);
@@ -554,7 +598,8 @@ pub(super) fn load_interned(
     ph.mark("nest");
     truncated.sort_by(|a, b| (a.global_tid, a.start, &a.label).cmp(&(b.global_tid, b.start, &b.label)));
     truncated.truncate(TRUNCATED_LISTED);
-    Ok(InternedOccurrences { occurrences: occ, labels, skipped, range_rows, truncated, prefolded, tally })
+    let framework = (at_read == AtRead::FoldFramework).then(|| tally.as_ref().map(FrameworkFolds::of)).flatten();
+    Ok(InternedOccurrences { occurrences: occ, labels, skipped, range_rows, truncated, prefolded, tally, framework })
 }
 
 /// The occurrences of `loaded` (a [`load_occurrences`] without prefix or window) whose label starts with
@@ -568,6 +613,7 @@ pub fn keep_prefix(loaded: &LoadedOccurrences, prefix: &str) -> LoadedOccurrence
     nest(&mut occ);
     LoadedOccurrences {
         occurrences: occ,
+        framework_folds: loaded.framework_folds.clone(),
         skipped: loaded.skipped,
         range_rows: loaded.range_rows,
         truncated: loaded.truncated.clone(),

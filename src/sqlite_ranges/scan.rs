@@ -188,8 +188,14 @@ pub(super) fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvt
         }
     }
     progress(&format!("reading {}", schema::NVTX_EVENTS));
-    // the raw labels are wanted only with the occurrences as read (keep_loaded) or without folding
-    let mut loaded = load_interned(export, opts, nvtx_stats, opts.fold && !keep_loaded && !raw_path_forced())?;
+    // the raw labels are wanted only without folding, and a user's own with the occurrences as read (keep_loaded:
+    // what nvtx-readiness reads, `load_occurrences_framework_folded`)
+    let at_read = match (opts.fold && !raw_path_forced(), keep_loaded || framework_path_forced()) {
+        (false, _) => occurrences::AtRead::Raw,
+        (true, false) => occurrences::AtRead::Fold,
+        (true, true) => occurrences::AtRead::FoldFramework,
+    };
+    let mut loaded = load_interned(export, opts, nvtx_stats, at_read)?;
     let slices = thread_slices(&loaded.occurrences);
     let n = loaded.occurrences.len();
     // labels as ids; folding runs once per distinct raw label (with its occurrence count, first-seen order:
@@ -367,11 +373,20 @@ impl Preloaded {
 thread_local! {
     /// Tests: fold every label after the read (the raw path), to compare it with folding while reading.
     pub(super) static FORCE_RAW_PATH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    pub(super) static FORCE_FRAMEWORK_PATH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 fn raw_path_forced() -> bool {
     #[cfg(test)]
     return FORCE_RAW_PATH.with(|f| f.get());
+    #[cfg(not(test))]
+    false
+}
+
+/// Tests compare the documents read with every label folded at read and with only a framework's.
+fn framework_path_forced() -> bool {
+    #[cfg(test)]
+    return FORCE_FRAMEWORK_PATH.with(|f| f.get());
     #[cfg(not(test))]
     false
 }

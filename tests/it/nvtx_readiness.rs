@@ -459,6 +459,56 @@ fn synthetic_opaque_gaps_are_hand_computed() {
     assert_eq!(code, 0);
 }
 
+/// A framework's own ranges (emit_nvtx op labels) are folded as they are read: listed outside the prefix by
+/// their folded label, while `labels_with_ids` still counts and shows their raw labels; a label of the user's own
+/// that emit_nvtx annotated (`my_block, op_id = N`: its fold is not a framework's) stays raw.
+#[test]
+fn synthetic_framework_labels_are_folded_and_their_raw_labels_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = (1i64 << 24) | 1;
+    let f = synthetic(
+        dir.path(),
+        &[
+            ("e.engine.iteration", t, 0, 100),
+            ("e.engine.scheduling", t, 0, 100),
+            ("aten::mm, op_id = 3", t, 10, 20),
+            ("aten::mm, op_id = 1", t, 30, 40),
+            ("aten::mm, seq = 2, op_id = 2", t, 50, 55),
+            ("my_block, op_id = 9", t, 60, 70),
+            ("my_block, op_id = 9", t, 70, 75),
+        ],
+    );
+    let (_, doc) = readiness(&[&f, "--range-prefix", "e"]);
+    assert_eq!(
+        doc["naming"]["outside_prefix_on_engine_threads"],
+        serde_json::json!([
+            {"label": "aten::mm", "occurrences": 3, "wall_ns": 25},
+            {"label": "my_block, op_id = 9", "occurrences": 2, "wall_ns": 15}
+        ])
+    );
+    // no prefix: every label's patterns, the framework's raw labels by their first occurrence
+    let sub = dir.path().join("g");
+    std::fs::create_dir(&sub).unwrap();
+    let g = synthetic(
+        &sub,
+        &[
+            ("aten::mm, op_id = 3", t, 10, 20),
+            ("aten::mm, op_id = 1", t, 30, 40),
+            ("aten::mm, seq = 2, op_id = 2", t, 50, 55),
+            ("my_block, op_id = 9", t, 60, 70),
+        ],
+    );
+    let (_, doc) = readiness(&[&g]);
+    assert_eq!(
+        doc["naming"]["labels_with_ids"],
+        serde_json::json!([
+            {"pattern": "aten::mm", "labels": 3, "occurrences": 3,
+             "examples": ["aten::mm, op_id = 3", "aten::mm, op_id = 1", "aten::mm, seq = 2, op_id = 2"]},
+            {"pattern": "my_block", "labels": 1, "occurrences": 1, "examples": ["my_block, op_id = 9"]}
+        ])
+    );
+}
+
 #[test]
 fn bad_input_exits_2_naming_the_fault() {
     let err = fails(&["/nonexistent/x.sqlite"]);
