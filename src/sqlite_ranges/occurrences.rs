@@ -520,17 +520,37 @@ pub(super) fn load_interned(
     let mut label_of: Vec<u32> = Vec::new();
     let mut occ: Vec<Interned> = Vec::with_capacity(raw.iter().map(Vec::len).sum());
     let mut truncated: Vec<TruncatedRange> = Vec::new();
+    // a folded row's label by its tally id (no map probe: on an emit_nvtx capture nearly every row is one)
+    let mut of_folded: Vec<u32> = Vec::new();
     // each part's rows freed once taken
     for r in raw.into_iter().flatten() {
-        let dkey = r.domain().map(|d| (ns_of(r.gtid), d)).filter(|k| domains.contains_key(k));
-        let label = *by_key.entry((dkey, r.msg())).or_insert_with(|| {
-            if let (Msg::Folded(f), Some(t)) = (r.msg(), tally.as_ref()) {
+        if let (Msg::Folded(f), Some(t)) = (r.msg(), tally.as_ref()) {
+            let f = f as usize;
+            if f >= of_folded.len() {
+                of_folded.resize(f + 1, u32::MAX);
+            }
+            if of_folded[f] == u32::MAX {
                 // its own label id (never merged with a raw label of the same text: that one is still folded)
-                labels.push(t.label(f).to_string());
+                of_folded[f] = labels.len() as u32;
+                labels.push(t.label(f as u32).to_string());
                 keep.push(true);
                 prefolded.push(true);
-                return Some(labels.len() as u32 - 1);
             }
+            // kept: the prefix and the window were applied as it was read; it ends before the capture's end
+            occ.push(Interned {
+                global_tid: r.gtid,
+                start: r.start,
+                end: r.end,
+                domain_id: 0,
+                event_type: r.event_type,
+                label: of_folded[f],
+                depth: 0,
+                parent: u32::MAX,
+            });
+            continue;
+        }
+        let dkey = r.domain().map(|d| (ns_of(r.gtid), d)).filter(|k| domains.contains_key(k));
+        let label = *by_key.entry((dkey, r.msg())).or_insert_with(|| {
             let msg = message(r.msg())?;
             let text = match dkey.and_then(|k| domains.get(&k)) {
                 Some(dn) => std::borrow::Cow::Owned(format!("{dn}:{msg}")),
