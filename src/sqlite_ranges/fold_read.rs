@@ -120,6 +120,13 @@ pub(super) struct PendingRaws {
     raws: Raws,
 }
 
+impl PendingRaws {
+    /// The part's label ids renumbered: `map[id]` is the id in the tally that absorbed it.
+    pub fn map(&self) -> &[u32] {
+        &self.map
+    }
+}
+
 /// Folded labels with their tallies; the distinct raw labels ([`Raws`]). One per part of a parallel read, merged
 /// in table order ([`FoldTally::absorb`]).
 #[derive(Default, Clone)]
@@ -197,14 +204,15 @@ impl FoldTally {
     /// read merges its parts' raw labels at once: [`FoldTally::absorb_labels`]).
     #[cfg(test)]
     pub fn absorb(&mut self, p: FoldTally) -> Vec<u32> {
-        let (map, pending) = self.absorb_labels(p);
+        let pending = self.absorb_labels(p);
+        let map = pending.map.clone();
         self.merge_raws(vec![pending]);
         map
     }
 
     /// [`FoldTally::absorb`] but for the raw labels, returned to be merged with those of the other parts
-    /// ([`FoldTally::merge_raws`]); the label ids renumbered into `self`'s.
-    pub fn absorb_labels(&mut self, p: FoldTally) -> (Vec<u32>, PendingRaws) {
+    /// ([`FoldTally::merge_raws`]), with the part's label ids renumbered into `self`'s ([`PendingRaws::map`]).
+    pub fn absorb_labels(&mut self, p: FoldTally) -> PendingRaws {
         let map: Vec<u32> = (0..p.names.len() as u32).map(|i| self.intern(p.label(i))).collect();
         for (i, e) in p.entries.into_iter().enumerate() {
             let mine = &mut self.entries[map[i] as usize];
@@ -215,8 +223,7 @@ impl FoldTally {
             }
         }
         self.folded_occurrences += p.folded_occurrences;
-        let pending = PendingRaws { map: map.clone(), raws: p.raws };
-        (map, pending)
+        PendingRaws { map, raws: p.raws }
     }
 
     /// The raw labels of parts absorbed by [`FoldTally::absorb_labels`] (in any order: a raw label folds to one
@@ -494,7 +501,7 @@ mod tests {
             p
         });
         let mut all = parts.next().unwrap();
-        let pending: Vec<PendingRaws> = parts.map(|p| all.absorb_labels(p).1).collect();
+        let pending: Vec<PendingRaws> = parts.map(|p| all.absorb_labels(p)).collect();
         all.merge_raws(pending);
         assert_eq!(all.raws.len(), 90_000);
         assert_eq!(all.report(100, 0), one.report(100, 0));

@@ -343,14 +343,15 @@ impl NvtxRead {
     fn absorb(&mut self, mut p: NvtxRead) -> (Vec<RawRange>, super::fold_read::PendingRaws) {
         let map: Vec<u32> =
             (0..p.texts.len() as u32).map(|i| self.intern_key(p.texts.bytes(i), p.cut[i as usize])).collect();
-        let (fmap, pending) = self.tally.absorb_labels(std::mem::take(&mut p.tally));
+        let pending = self.tally.absorb_labels(std::mem::take(&mut p.tally));
+        let fmap = pending.map();
         let remap = |m: Msg| match m {
             Msg::Text(i) => Msg::Text(map[i as usize]),
             Msg::Folded(i) => Msg::Folded(fmap[i as usize]),
             id => id,
         };
         let moved = |m: &[u32]| m.iter().enumerate().any(|(i, &m)| i as u32 != m);
-        if moved(&map) || moved(&fmap) {
+        if moved(&map) || moved(fmap) {
             for r in &mut p.raw {
                 r.set_msg(remap(r.msg()));
             }
