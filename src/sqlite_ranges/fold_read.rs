@@ -550,34 +550,37 @@ mod tests {
                 let per = &d.totals.per_device;
                 per.first().map(|p| (p.first_start + p.last_end) / 2)
             };
+            // folding on (RangesOptions::default() folds nothing: every path would be the raw one)
+            let folding = RangesOptions::sqlite_ranges_default();
             let mut cases = vec![
-                RangesOptions::default(),
-                RangesOptions { range_prefix: Some("aten::".into()), ..Default::default() },
-                RangesOptions { range_prefix: Some("hf.".into()), ..Default::default() },
+                folding.clone(),
+                RangesOptions { range_prefix: Some("aten::".into()), ..folding.clone() },
+                RangesOptions { range_prefix: Some("hf.".into()), ..folding.clone() },
             ];
             if let Some(m) = mid {
-                cases.push(RangesOptions { window: Some((0, m)), ..Default::default() });
+                cases.push(RangesOptions { window: Some((0, m)), ..folding.clone() });
             }
+            assert!(cases.iter().all(|o| o.fold));
             for opts in cases {
                 let read = analyze(&export, &opts).unwrap().doc;
-                super::super::scan::FORCE_RAW_PATH.with(|c| c.set(true));
-                let after = analyze(&export, &opts).unwrap().doc;
-                super::super::scan::FORCE_RAW_PATH.with(|c| c.set(false));
-                assert_eq!(
-                    serde_json::to_string(&read).unwrap(),
-                    serde_json::to_string(&after).unwrap(),
-                    "{f} {opts:?}"
-                );
-                // a framework's labels folded at read, the user's own after (what gate-check --nvtx-readiness
-                // --report reads)
-                super::super::scan::FORCE_FRAMEWORK_PATH.with(|c| c.set(true));
-                let mixed = analyze(&export, &opts).unwrap().doc;
-                super::super::scan::FORCE_FRAMEWORK_PATH.with(|c| c.set(false));
-                assert_eq!(
-                    serde_json::to_string(&read).unwrap(),
-                    serde_json::to_string(&mixed).unwrap(),
-                    "{f} {opts:?}: framework labels folded at read"
-                );
+                let paths = [
+                    (&super::super::scan::FORCE_RAW_PATH, "every label folded after the read"),
+                    // what gate-check --nvtx-readiness --report reads
+                    (
+                        &super::super::scan::FORCE_FRAMEWORK_PATH,
+                        "a framework's labels folded at read, the user's after",
+                    ),
+                ];
+                for (force, path) in paths {
+                    force.with(|c| c.set(true));
+                    let other = analyze(&export, &opts).unwrap().doc;
+                    force.with(|c| c.set(false));
+                    assert_eq!(
+                        serde_json::to_string(&read).unwrap(),
+                        serde_json::to_string(&other).unwrap(),
+                        "{f} {opts:?}: {path}"
+                    );
+                }
             }
         }
     }
