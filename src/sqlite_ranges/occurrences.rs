@@ -487,12 +487,7 @@ pub(super) fn load_interned(
     let (range_rows, mut skipped) = (read.range_rows, read.skipped);
     export.put_nvtx_range_rows(range_rows);
     ph.mark("read");
-    let mut ids: std::collections::HashSet<i64> = HashSet::new();
-    for m in raw.iter().flatten().map(RawRange::msg).chain(read.domain_rows.iter().filter_map(|d| d.2)) {
-        if let Msg::Id(id) = m {
-            ids.insert(id);
-        }
-    }
+    let ids = message_ids(&raw, &read.domain_rows);
     let strings = export.labels_for(&ids)?;
     let message = |m: Msg| -> Option<std::borrow::Cow<'_, str>> {
         match m {
@@ -603,8 +598,25 @@ pub(super) fn load_interned(
     }
     drop((label_idx, by_key));
     ph.mark("labels");
-    // by (thread, start, end descending, label bytes, eventType): the labels' byte order as ranks, so that the
-    // sort compares integers only
+    sort_interned(&mut occ, &labels);
+    ph.mark("sort");
+    nest(&mut occ);
+    ph.mark("nest");
+    truncated.sort_by(|a, b| (a.global_tid, a.start, &a.label).cmp(&(b.global_tid, b.start, &b.label)));
+    truncated.truncate(TRUNCATED_LISTED);
+    let framework = (at_read == AtRead::FoldFramework).then(|| tally.as_ref().map(FrameworkFolds::of)).flatten();
+    Ok(InternedOccurrences { occurrences: occ, labels, skipped, range_rows, truncated, prefolded, tally, framework })
+}
+
+/// The `textId`s of the range rows and of the domain-creation rows (resolved in one pass over `StringIds`).
+fn message_ids(raw: &[Vec<RawRange>], domain_rows: &[(i64, i64, Option<Msg>)]) -> HashSet<i64> {
+    let msgs = raw.iter().flatten().map(RawRange::msg).chain(domain_rows.iter().filter_map(|d| d.2));
+    msgs.filter_map(|m| if let Msg::Id(id) = m { Some(id) } else { None }).collect()
+}
+
+/// Sort by (thread, start, end descending, label bytes, eventType, domain): the labels' byte order as ranks, so
+/// that the sort compares integers only.
+fn sort_interned(occ: &mut [Interned], labels: &[String]) {
     let mut by_text: Vec<u32> = (0..labels.len() as u32).collect();
     by_text.sort_unstable_by(|&a, &b| labels[a as usize].as_bytes().cmp(labels[b as usize].as_bytes()));
     let mut rank = vec![0u32; labels.len()];
@@ -614,13 +626,6 @@ pub(super) fn load_interned(
     occ.sort_unstable_by_key(|o| {
         (o.global_tid, o.start, std::cmp::Reverse(o.end), rank[o.label as usize], o.event_type, o.domain_id)
     });
-    ph.mark("sort");
-    nest(&mut occ);
-    ph.mark("nest");
-    truncated.sort_by(|a, b| (a.global_tid, a.start, &a.label).cmp(&(b.global_tid, b.start, &b.label)));
-    truncated.truncate(TRUNCATED_LISTED);
-    let framework = (at_read == AtRead::FoldFramework).then(|| tally.as_ref().map(FrameworkFolds::of)).flatten();
-    Ok(InternedOccurrences { occurrences: occ, labels, skipped, range_rows, truncated, prefolded, tally, framework })
 }
 
 /// The occurrences of `loaded` (a [`load_occurrences`] without prefix or window) whose label starts with
