@@ -299,7 +299,7 @@ fn fold_new(
 }
 
 /// What the framework's labels folded as they were read were ([`super::load_occurrences_framework_folded`]): each
-/// folded label's tally (raw labels, occurrences, rules, examples) without the raw labels themselves.
+/// folded label's tally (raw labels, occurrences, rules, examples) and the raw labels' hashes, not their text.
 #[derive(Clone, Default)]
 pub struct FrameworkFolds(FoldTally);
 
@@ -310,16 +310,11 @@ impl std::fmt::Debug for FrameworkFolds {
 }
 
 impl FrameworkFolds {
-    /// The tally of a read that folded a framework's labels ([`FoldTally::add_framework`]), its raw labels'
-    /// hashes dropped: the labels folded later are of the user's own, never one of them.
-    pub(super) fn of(t: &FoldTally) -> FrameworkFolds {
-        let FoldTally { names, entries, folded_occurrences, .. } = t;
-        FrameworkFolds(FoldTally {
-            names: names.clone(),
-            entries: entries.clone(),
-            raws: Raws::default(),
-            folded_occurrences: *folded_occurrences,
-        })
+    /// The tally of a read that folded a framework's labels ([`FoldTally::add_framework`]), with its raw labels'
+    /// hashes: a raw label the raw path holds too (a range closed by the capture's end, a `textId`) is counted
+    /// once, as the raw labels of every occurrence are.
+    pub(super) fn of(t: FoldTally) -> FrameworkFolds {
+        FrameworkFolds(t)
     }
 
     /// Whether a label that folding changed at read starts with `under` (its raw labels do: folding keeps a

@@ -604,8 +604,19 @@ pub(super) fn load_interned(
     ph.mark("nest");
     truncated.sort_by(|a, b| (a.global_tid, a.start, &a.label).cmp(&(b.global_tid, b.start, &b.label)));
     truncated.truncate(TRUNCATED_LISTED);
-    let framework = (at_read == AtRead::FoldFramework).then(|| tally.as_ref().map(FrameworkFolds::of)).flatten();
+    let (tally, framework) = framework_folds(at_read, opts.fold, tally);
     Ok(InternedOccurrences { occurrences: occ, labels, skipped, range_rows, truncated, prefolded, tally, framework })
+}
+
+/// The read's tally for the folding after it, and the framework's folds for readiness ([`AtRead::FoldFramework`]):
+/// readiness alone (nothing folds after) takes the tally; an analysis keeping its occurrences for readiness folds
+/// the user's labels into its own copy.
+fn framework_folds(at: AtRead, fold: bool, tally: Option<FoldTally>) -> (Option<FoldTally>, Option<FrameworkFolds>) {
+    match at {
+        AtRead::FoldFramework if !fold => (None, tally.map(FrameworkFolds::of)),
+        AtRead::FoldFramework => (tally.clone(), tally.map(FrameworkFolds::of)),
+        _ => (tally, None),
+    }
 }
 
 /// The `textId`s of the range rows and of the domain-creation rows (resolved in one pass over `StringIds`).

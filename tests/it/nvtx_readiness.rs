@@ -498,11 +498,19 @@ fn synthetic_framework_labels_are_folded_and_their_raw_labels_counted() {
             ("my_block, op_id = 9", t, 60, 70),
         ],
     );
+    // the same raw label once more through StringIds (a textId row, read raw): one raw label, four occurrences
+    let c = Connection::open(&g).unwrap();
+    c.execute_batch(&format!(
+        "INSERT INTO StringIds (id, value) VALUES (1, 'aten::mm, op_id = 3');
+         INSERT INTO NVTX_EVENTS (start, end, eventType, textId, globalTid) VALUES (80, 90, 59, 1, {t});"
+    ))
+    .unwrap();
+    drop(c);
     let (_, doc) = readiness(&[&g]);
     assert_eq!(
         doc["naming"]["labels_with_ids"],
         serde_json::json!([
-            {"pattern": "aten::mm", "labels": 3, "occurrences": 3,
+            {"pattern": "aten::mm", "labels": 3, "occurrences": 4,
              "examples": ["aten::mm, op_id = 3", "aten::mm, op_id = 1", "aten::mm, seq = 2, op_id = 2"]},
             {"pattern": "my_block", "labels": 1, "occurrences": 1, "examples": ["my_block, op_id = 9"]}
         ])
