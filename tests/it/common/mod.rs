@@ -172,7 +172,23 @@ pub fn nsys_guard() -> std::sync::MutexGuard<'static, ()> {
 /// agent", nsys's "Connection to Agent lost. This is most likely a bug", exit 0, no report), seen now and then under
 /// load in stops 12 to 14. Such a run says nothing about nsyskit; any other outcome is returned as it is.
 pub fn serve_capture_run(args: &[String], timeout: std::time::Duration) -> std::process::Output {
-    let run = || assert_cmd::Command::cargo_bin("serve-capture").unwrap().args(args).timeout(timeout).output().unwrap();
+    serve_capture_run_env(args, &[], timeout)
+}
+
+/// [`serve_capture_run`] with `env` set on serve-capture.
+pub fn serve_capture_run_env(
+    args: &[String],
+    env: &[(&str, &str)],
+    timeout: std::time::Duration,
+) -> std::process::Output {
+    let run = || {
+        let mut c = assert_cmd::Command::cargo_bin("serve-capture").unwrap();
+        c.args(args).timeout(timeout);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
     // up to three runs: it lost its agent twice in a row once (a fresh clone, 2026-12-06)
     for attempt in 1.. {
         let out = run();
