@@ -384,10 +384,7 @@ fn without_prefix(
         largest_opaque_gaps: Vec::new(),
         cuda_graphs: with_ranges_in_capture(cuda_graphs(export, f.runtime, None, false)?, export, f.all, &mut notes)?,
         naming: Naming {
-            labels_with_ids: match f.folds {
-                Some(folds) => naming::id_patterns_folded(folds, f.all, None),
-                None => id_patterns(f.all),
-            },
+            labels_with_ids: naming::id_patterns_with(f.folds, f.all, None),
             outside_prefix_on_engine_threads: Vec::new(),
             labels_at_several_depths: Vec::new(),
         },
@@ -440,10 +437,7 @@ fn naming_of(
     under: &str,
 ) -> Naming {
     let engine: BTreeSet<i64> = iterations.engine_threads.iter().map(|t| t.global_tid).collect();
-    let labels_with_ids: Vec<IdPattern> = match folds {
-        Some(f) => naming::id_patterns_folded(f, occ, Some(under)),
-        None => id_patterns(occ),
-    };
+    let labels_with_ids: Vec<IdPattern> = naming::id_patterns_with(folds, occ, Some(under));
     let mut outside: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
     for o in all.iter().filter(|o| engine.contains(&o.global_tid) && !o.label.starts_with(under)) {
         let e = outside.entry(&*o.label).or_default();

@@ -67,15 +67,18 @@ pub fn id_patterns<'a>(occs: impl IntoIterator<Item = &'a Occurrence>) -> Vec<Id
     patterns_of(f.report(LIST_LIMIT))
 }
 
-/// [`id_patterns`] of occurrences whose framework labels were folded as they were read
-/// ([`crate::sqlite_ranges::load_occurrences_framework_folded`]): the same patterns, from `folds` for those
+/// [`id_patterns`] of `occs`; when their framework labels were folded as they were read
+/// ([`crate::sqlite_ranges::load_occurrences_framework_folded`]), the same patterns, from `folds` for those
 /// labels (`under`: only the folded labels that start with it, as `occs` do).
-pub fn id_patterns_folded<'a>(
-    folds: &crate::sqlite_ranges::FrameworkFolds,
+pub fn id_patterns_with<'a>(
+    folds: Option<&crate::sqlite_ranges::FrameworkFolds>,
     occs: impl IntoIterator<Item = &'a Occurrence>,
     under: Option<&str>,
 ) -> Vec<IdPattern> {
-    patterns_of(folds.report(occs, |l| under.is_none_or(|u| l.starts_with(u)), LIST_LIMIT))
+    match folds {
+        Some(f) => patterns_of(f.report(occs, |l| under.is_none_or(|u| l.starts_with(u)), LIST_LIMIT)),
+        None => id_patterns(occs),
+    }
 }
 
 fn patterns_of(r: crate::labels::FoldReport) -> Vec<IdPattern> {
