@@ -111,34 +111,61 @@ impl Engine {
         std::fs::write(&libcuda, vec![0x7fu8; 4096]).unwrap();
         let portfile = dir.join("port");
         let marker = format!("standin-engine-{tag}-{}", std::process::id());
-        // `how` empty: the engine runs without nsys (the attach strategy's target)
-        let mut c = if how.is_empty() { Command::new("python3") } else { Command::new(nsys) };
-        if !how.is_empty() {
-            c.args(how).arg("python3");
-        }
-        c.envs(env.iter().copied());
-        c.arg(&script)
-            .args(["serve", &marker])
-            .arg(&portfile)
-            .arg(&outdir)
-            .arg(root().join("fixtures/nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep"))
-            .arg(&libcuda)
-            .args(how.contains(&"--capture-range-end=stop").then_some("stop"))
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0);
-        let child = c.spawn().unwrap();
-        let session = how
-            .iter()
-            .find_map(|a| a.strip_prefix("--session-new="))
-            .map(String::from)
-            .unwrap_or_else(|| format!("profile-{}", child.id()));
-        let t0 = Instant::now();
-        while !portfile.exists() {
-            assert!(t0.elapsed() < Duration::from_secs(60), "stand-in engine did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let session_of = |child: &Child| {
+            how.iter()
+                .find_map(|a| a.strip_prefix("--session-new="))
+                .map(String::from)
+                .unwrap_or_else(|| format!("profile-{}", child.id()))
+        };
+        // Up to three launches: under load nsys 2023.4 now and then ends before the program it launches is up
+        // (its "Connection to Agent lost", seen in CI as "did not start" with the output thrown away). Such a
+        // launch says nothing about pod-attach; its output is kept and shown if the last one fails too.
+        let mut logs = String::new();
+        let (child, session) = 'launch: {
+            for attempt in 1..=3 {
+                let log = dir.join(format!("engine-launch-{attempt}.log"));
+                let log_file = std::fs::File::create(&log).unwrap();
+                // `how` empty: the engine runs without nsys (the attach strategy's target)
+                let mut c = if how.is_empty() { Command::new("python3") } else { Command::new(nsys) };
+                if !how.is_empty() {
+                    c.args(how).arg("python3");
+                }
+                c.envs(env.iter().copied());
+                c.arg(&script)
+                    .args(["serve", &marker])
+                    .arg(&portfile)
+                    .arg(&outdir)
+                    .arg(root().join("fixtures/nsys-2023.4.4/cpu_nvtx_osrt.nsys-rep"))
+                    .arg(&libcuda)
+                    .args(how.contains(&"--capture-range-end=stop").then_some("stop"))
+                    .current_dir(dir)
+                    .stdout(log_file.try_clone().unwrap())
+                    .stderr(log_file)
+                    .process_group(0);
+                let mut child = c.spawn().unwrap();
+                let session = session_of(&child);
+                let t0 = Instant::now();
+                let mut ended = None;
+                while !portfile.exists() && ended.is_none() && t0.elapsed() < Duration::from_secs(120) {
+                    std::thread::sleep(Duration::from_millis(100));
+                    ended = child.try_wait().unwrap();
+                }
+                if portfile.exists() {
+                    break 'launch (child, session);
+                }
+                let how_it_ended = match ended {
+                    Some(st) => format!("the launch ended ({st}) before the engine was up"),
+                    None => "the engine was not up after 120 s".to_string(),
+                };
+                logs.push_str(&format!(
+                    "launch {attempt}: {how_it_ended}; its output:\n{}\n",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                ));
+                end_engine(nsys, &session, &marker, &mut child);
+                eprintln!("stand-in engine launch {attempt} of 3 failed: {how_it_ended}");
+            }
+            panic!("stand-in engine did not start\n{logs}");
+        };
         // the CUDA-owning child needs a moment to map libcuda
         std::thread::sleep(Duration::from_millis(500));
         let port = std::fs::read_to_string(&portfile).unwrap().trim().parse().unwrap();
@@ -164,29 +191,33 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        // nsys's launcher starts the engine in a new session, so the engine leaves this test's process group:
-        // end the processes this test started by their PIDs, found through this run's unique marker.
-        // First let nsys end its own session (its agent daemon outlives a killed nsys).
-        let _ = Command::new(&self.nsys)
-            .arg("shutdown")
-            .arg(format!("--session={}", self.session))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let mut pids = vec![self.child.id()];
-        for d in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = d.file_name().to_string_lossy().parse::<u32>() else { continue };
-            let cmd = std::fs::read(d.path().join("cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.split(' ').any(|w| w == self.marker) {
-                pids.push(pid);
-            }
-        }
-        for pid in pids {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
-        }
-        let _ = self.child.wait();
+        end_engine(&self.nsys, &self.session, &self.marker, &mut self.child);
     }
+}
+
+/// Ends a stand-in engine and everything it started. nsys's launcher starts the engine in a new session, so the
+/// engine leaves this test's process group: end the processes this test started by their PIDs, found through this
+/// run's unique marker. First let nsys end its own session (its agent daemon outlives a killed nsys).
+fn end_engine(nsys: &Path, session: &str, marker: &str, child: &mut Child) {
+    let _ = Command::new(nsys)
+        .arg("shutdown")
+        .arg(format!("--session={session}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let mut pids = vec![child.id()];
+    for d in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = d.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmd = std::fs::read(d.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.split(' ').any(|w| w == marker) {
+            pids.push(pid);
+        }
+    }
+    for pid in pids {
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+    }
+    let _ = child.wait();
 }
 
 /// The stand-in report is 214 193 bytes: a size gate of 100 000 lets `nsys stats` run on it.
