@@ -4,8 +4,8 @@
 //! `text` (no `textId`, no domain: the label is the message) is kept or dropped, folded and counted as it is
 //! read; only its folded label is interned. What the fold report ([`FoldReport`]) needs of the raw labels is
 //! tallied on the way: occurrences, the rules, the first three raw labels of each folded label (in the order of
-//! the sorted occurrences) and the number of distinct raw labels, counted by a 128-bit hash of each (16 bytes a
-//! raw label, not its text).
+//! the sorted occurrences) and the number of distinct raw labels, counted by a 96-bit hash of each (a 16-byte
+//! map entry a raw label with its folded label, not its text).
 //!
 //! The other rows (a `textId`, a named domain, a range closed by the capture's end) keep the raw path: their
 //! label is known only after the read (`StringIds`, the domain rows of any part), and the truncated ranges are
@@ -79,19 +79,50 @@ struct Entry {
     examples: Vec<ExampleKey>,
 }
 
-/// A 128-bit hash of a raw label: distinct raw labels are counted by it (two of 10⁶ labels collide with a
-/// probability below 10⁻²⁶).
-pub(super) fn raw_hash(raw: &[u8]) -> u128 {
+/// A 96-bit hash of a raw label: distinct raw labels are counted by it (two of 10⁸ labels collide with a
+/// probability below 10⁻¹³): SipHash's 64 bits, then the top 32 of the Fx hash. Three 32-bit words, not a
+/// `u128` (aligned to 16): with its [`Slot`] a map entry is 16 bytes, not 32, and each part of a parallel read
+/// holds one entry per raw label it saw (on emit_nvtx ×10 read in 16 parts, the parts' maps were the read's peak:
+/// RSS 274 MB, 243 at 24 bytes an entry).
+pub(super) type RawHash = [u32; 3];
+
+/// A raw label's entry in [`Raws`]: its folded label's id and whether folding changed it, in 4 bytes (the top
+/// bit); [`RAW_PATH`] as `u32::MAX`. Label ids stay below 2³¹ - 1 (one per distinct label of fewer rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot(u32);
+
+impl Slot {
+    const CHANGED: u32 = 1 << 31;
+    const RAW: Slot = Slot(RAW_PATH);
+
+    fn of((id, changed): (u32, bool)) -> Slot {
+        if id == RAW_PATH {
+            return Slot::RAW;
+        }
+        debug_assert!(id < Slot::CHANGED - 1, "fewer than 2^31 - 1 labels");
+        Slot(id | if changed { Slot::CHANGED } else { 0 })
+    }
+
+    fn get(self) -> (u32, bool) {
+        match self {
+            Slot::RAW => (RAW_PATH, false),
+            Slot(v) => (v & !Slot::CHANGED, v & Slot::CHANGED != 0),
+        }
+    }
+}
+
+pub(super) fn raw_hash(raw: &[u8]) -> RawHash {
     let mut sip = std::hash::DefaultHasher::new();
     sip.write(raw);
-    (u128::from(sip.finish()) << 64) | u128::from(crate::fx::hash_bytes(raw))
+    let (s, f) = (sip.finish(), crate::fx::hash_bytes(raw));
+    [(s >> 32) as u32, s as u32, (f >> 32) as u32]
 }
 
 /// The distinct raw labels by hash, each with its folded label (and whether it was changed), in shards by the
 /// hash's top bits: the parts of a parallel read merge them shard by shard ([`FoldTally::merge_raws`]; on an
 /// emit_nvtx capture nearly every row is a new raw label, merged after the parallel read).
 #[derive(Clone)]
-struct Raws(Vec<FxMap<u128, (u32, bool)>>);
+struct Raws(Vec<FxMap<RawHash, Slot>>);
 
 const RAW_SHARDS: usize = 16;
 
@@ -102,14 +133,14 @@ impl Default for Raws {
 }
 
 impl Raws {
-    fn shard(&mut self, h: u128) -> &mut FxMap<u128, (u32, bool)> {
+    fn shard(&mut self, h: RawHash) -> &mut FxMap<RawHash, Slot> {
         // the top four bits of the SipHash half
-        &mut self.0[(h >> 124) as usize % RAW_SHARDS]
+        &mut self.0[(h[0] >> 28) as usize % RAW_SHARDS]
     }
 
     /// The raw labels tallied (not those left to the raw path and never tallied).
     fn len(&self) -> usize {
-        self.0.iter().flat_map(|m| m.values()).filter(|v| v.0 != RAW_PATH).count()
+        self.0.iter().flat_map(|m| m.values()).filter(|v| **v != Slot::RAW).count()
     }
 }
 
@@ -144,14 +175,14 @@ impl FoldTally {
         self.add_hashed(raw, raw_hash(raw.as_bytes()), n, at)
     }
 
-    fn add_hashed(&mut self, raw: &str, h: u128, n: u64, at: ExampleAt) -> u32 {
+    fn add_hashed(&mut self, raw: &str, h: RawHash, n: u64, at: ExampleAt) -> u32 {
         let FoldTally { names, entries, raws, .. } = self;
         // one probe of the map: a label-heavy capture's raw labels are nearly all new
-        let slot = raws.shard(h).entry(h).or_insert((RAW_PATH, false));
-        if slot.0 == RAW_PATH {
-            *slot = fold_new(names, entries, raw, crate::labels::fold_bits(raw));
+        let slot = raws.shard(h).entry(h).or_insert(Slot::RAW);
+        if *slot == Slot::RAW {
+            *slot = Slot::of(fold_new(names, entries, raw, crate::labels::fold_bits(raw)));
         }
-        let (id, changed) = *slot;
+        let (id, changed) = slot.get();
         self.count(raw, id, changed, n, at);
         id
     }
@@ -167,12 +198,12 @@ impl FoldTally {
             let fold = crate::labels::fold_bits(raw);
             let folded = fold.as_ref().map_or(raw, |(l, _)| l);
             if crate::framework::is_framework(raw) && crate::framework::is_framework(folded) {
-                fold_new(names, entries, raw, fold)
+                Slot::of(fold_new(names, entries, raw, fold))
             } else {
-                (RAW_PATH, false)
+                Slot::RAW
             }
         });
-        let (id, changed) = *slot;
+        let (id, changed) = slot.get();
         if id == RAW_PATH {
             return None;
         }
@@ -231,16 +262,17 @@ impl FoldTally {
     /// changed raw label counted for its folded label. On one thread: merging the 16 shards in 16 threads made
     /// the report's peak RSS on emit_nvtx_decode 57 -> 70 MB (each thread's allocations in an arena of its own).
     pub fn merge_raws(&mut self, pending: Vec<PendingRaws>) {
-        let merge = |s: usize, mut mine: FxMap<u128, (u32, bool)>| {
+        let merge = |s: usize, mut mine: FxMap<RawHash, Slot>| {
             let mut changed: FxMap<u32, u64> = FxMap::default();
             for p in &pending {
-                for (&h, &(id, ch)) in &p.raws.0[s] {
-                    let slot = mine.entry(h).or_insert((RAW_PATH, false));
+                for (&h, &theirs) in &p.raws.0[s] {
+                    let (id, ch) = theirs.get();
+                    let slot = mine.entry(h).or_insert(Slot::RAW);
                     // new here, or left to the raw path here and tallied in that part (a raw label's fold and
                     // whether it is a framework's are the same in every part)
-                    if slot.0 == RAW_PATH && id != RAW_PATH {
+                    if *slot == Slot::RAW && id != RAW_PATH {
                         let g = p.map[id as usize];
-                        *slot = (g, ch);
+                        *slot = Slot::of((g, ch));
                         if ch {
                             *changed.entry(g).or_default() += 1;
                         }
