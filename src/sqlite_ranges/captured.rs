@@ -13,20 +13,25 @@ pub struct CapturedCall {
     pub name_id: i64,
 }
 
-/// The runtime calls of one part the join read, in rowid order, 32 bytes each ([`CapturedCall`] is 48: 62 MB at
-/// 5 M kernels): the duration, correlation id and name id in 32 bits; a call whose values do not fit (a call of
-/// 2^32 ns or more, no correlation id) is kept whole in `wide`, its correlation id `u32::MAX`.
+/// The runtime calls of one part the join read, in rowid order, 24 bytes each ([`CapturedCall`] is 48: 62 MB at
+/// 5 M kernels): the thread as an index into the part's threads, the duration, correlation id and name id in 32
+/// bits; a call whose values do not fit (a call of 2^32 ns or more, no correlation id) is kept whole in `wide`,
+/// its correlation id `u32::MAX`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallPart {
     calls: Vec<PackedCall>,
     /// `(index, call)` of the calls kept whole, by index.
     wide: Vec<(usize, CapturedCall)>,
+    /// The part's threads (`globalTid`), in order of their first call.
+    tids: Vec<i64>,
+    /// Each thread's index in `tids`.
+    tid_index: FxMap<i64, u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct PackedCall {
     start: i64,
-    global_tid: i64,
+    tid: u32,
     dur: u32,
     corr: u32,
     name: u32,
@@ -41,15 +46,29 @@ impl CallPart {
         self.calls.capacity()
     }
 
+    /// The index of thread `g` in `tids`, added when new.
+    #[inline]
+    fn tid(&mut self, g: i64) -> u32 {
+        // the previous call's thread first: a thread's calls come in runs
+        if let Some(p) = self.calls.last().filter(|p| self.tids[p.tid as usize] == g) {
+            return p.tid;
+        }
+        let next = u32::try_from(self.tids.len()).expect("fewer than 2^32 threads in a part");
+        let i = *self.tid_index.entry(g).or_insert(next);
+        if i == next {
+            self.tids.push(g);
+        }
+        i
+    }
+
     pub(super) fn push(&mut self, c: CapturedCall) {
         let fit = |v: i64| u32::try_from(v).ok().filter(|&x| x < u32::MAX);
+        let tid = self.tid(c.global_tid);
         let packed = match (fit(c.end - c.start), c.correlation_id.and_then(fit), fit(c.name_id)) {
-            (Some(dur), Some(corr), Some(name)) => {
-                PackedCall { start: c.start, global_tid: c.global_tid, dur, corr, name }
-            }
+            (Some(dur), Some(corr), Some(name)) => PackedCall { start: c.start, tid, dur, corr, name },
             _ => {
                 self.wide.push((self.calls.len(), c));
-                PackedCall { start: c.start, global_tid: c.global_tid, dur: 0, corr: u32::MAX, name: 0 }
+                PackedCall { start: c.start, tid, dur: 0, corr: u32::MAX, name: 0 }
             }
         };
         self.calls.push(packed);
@@ -73,7 +92,7 @@ impl CallPart {
         CapturedCall {
             start: p.start,
             end: p.start + p.dur as i64,
-            global_tid: p.global_tid,
+            global_tid: self.tids[p.tid as usize],
             correlation_id: Some(p.corr as i64),
             name_id: p.name as i64,
         }
@@ -185,20 +204,28 @@ pub struct CorrelatedDeviceRow {
     pub device: u32,
 }
 
-/// The device rows attributed to an occurrence, 16 bytes each (5.6 M rows at 5 M kernels: 24 bytes made them
-/// 134 MB): the start, the duration in 32 bits (`u32::MAX`: the end is in `long`, by row index), the kind in the
-/// top 2 bits of `tag` and the device index in the rest.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The device rows attributed to an occurrence, 12 bytes each (5.6 M rows at 5 M kernels: 67 MB; 16 bytes
+/// were 90 MB, 24 were 134): the start as an offset from `base` (the first row's start) in 32 bits, the
+/// duration in 32 bits, the kind in the top 2 bits of `tag` and the device index in the rest. A row whose
+/// offset or duration does not fit (2^31 ns away from the first row, 2^32 - 1 ns long or more) is kept whole in
+/// `wide`: its duration `u32::MAX`, its `tag` its index there.
+#[derive(Debug, Clone, Default)]
 pub struct CorrelatedDeviceRows {
+    base: i64,
     rows: Vec<PackedCorrelatedRow>,
-    long: Vec<(usize, i64)>,
+    wide: Vec<CorrelatedDeviceRow>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct PackedCorrelatedRow {
-    start: i64,
+    off: i32,
     dur: u32,
     tag: u32,
+}
+
+/// The offset of `start` from `base` when it fits 32 bits.
+fn offset(base: i64, start: i64) -> Option<i32> {
+    start.checked_sub(base).and_then(|d| i32::try_from(d).ok())
 }
 
 impl CorrelatedDeviceRows {
@@ -207,15 +234,20 @@ impl CorrelatedDeviceRows {
     }
 
     pub(super) fn push(&mut self, r: CorrelatedDeviceRow) {
-        let dur = match u32::try_from(r.end - r.start) {
-            Ok(d) if d < u32::MAX => d,
+        if self.rows.is_empty() {
+            self.base = r.start;
+        }
+        let dur = u32::try_from(r.end - r.start).ok().filter(|&d| d < u32::MAX);
+        debug_assert!(r.device < 1 << 30, "device indices are distinct devices");
+        let packed = match (offset(self.base, r.start), dur) {
+            (Some(off), Some(dur)) => PackedCorrelatedRow { off, dur, tag: (r.kind as u32) << 30 | r.device },
             _ => {
-                self.long.push((self.rows.len(), r.end));
-                u32::MAX
+                let slot = u32::try_from(self.wide.len()).expect("fewer than 2^32 wide rows");
+                self.wide.push(r);
+                PackedCorrelatedRow { off: 0, dur: u32::MAX, tag: slot }
             }
         };
-        debug_assert!(r.device < 1 << 30, "device indices are distinct devices");
-        self.rows.push(PackedCorrelatedRow { start: r.start, dur, tag: (r.kind as u32) << 30 | r.device });
+        self.rows.push(packed);
     }
 
     pub fn len(&self) -> usize {
@@ -226,28 +258,30 @@ impl CorrelatedDeviceRows {
         self.rows.is_empty()
     }
 
+    #[inline]
+    fn unpack(&self, r: &PackedCorrelatedRow) -> CorrelatedDeviceRow {
+        if r.dur == u32::MAX {
+            return self.wide[r.tag as usize];
+        }
+        let start = self.base + r.off as i64;
+        CorrelatedDeviceRow {
+            start,
+            end: start + r.dur as i64,
+            kind: DeviceKind::ALL[(r.tag >> 30) as usize],
+            device: r.tag & !(3 << 30),
+        }
+    }
+
     /// The rows in order.
     pub fn iter(&self) -> impl Iterator<Item = CorrelatedDeviceRow> + '_ {
-        let mut long = self.long.iter().peekable();
-        self.rows.iter().enumerate().map(move |(i, r)| {
-            let end = match long.next_if(|&&(j, _)| j == i) {
-                Some(&(_, e)) => e,
-                None => r.start + r.dur as i64,
-            };
-            CorrelatedDeviceRow {
-                start: r.start,
-                end,
-                kind: DeviceKind::ALL[(r.tag >> 30) as usize],
-                device: r.tag & !(3 << 30),
-            }
-        })
+        self.rows.iter().map(|r| self.unpack(r))
     }
 
     /// Sorted by `(start, end)`, stable (rows of equal interval keep their order).
     pub(super) fn sort(&mut self) {
-        if self.long.is_empty() {
-            // the end is start + dur: by (start, dur) is by (start, end)
-            self.rows.sort_by_key(|r| (r.start, r.dur));
+        if self.wide.is_empty() {
+            // the start is base + off and the end start + dur: by (off, dur) is by (start, end)
+            self.rows.sort_by_key(|r| (r.off, r.dur));
             return;
         }
         let mut all: Vec<CorrelatedDeviceRow> = self.iter().collect();
@@ -256,6 +290,15 @@ impl CorrelatedDeviceRows {
         all.into_iter().for_each(|d| self.push(d));
     }
 }
+
+/// The same rows in the same order (the offsets' base is how they were pushed, not what they are).
+impl PartialEq for CorrelatedDeviceRows {
+    fn eq(&self, o: &Self) -> bool {
+        self.len() == o.len() && self.iter().eq(o.iter())
+    }
+}
+
+impl Eq for CorrelatedDeviceRows {}
 
 /// A runtime call counted in an occurrence (on its thread, starting inside it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,20 +311,22 @@ pub struct EnclosedRuntimeCall {
     pub sync: bool,
 }
 
-/// The runtime calls counted in an occurrence, 16 bytes each ([`EnclosedRuntimeCall`] is 40: 1.3 M calls in
-/// the step label's occurrences at 5 M kernels were 64 MB): the start, the duration in 32 bits and in `tag` the
-/// sync flag (top bit) and the name id + 1 (0: none). A call whose values do not fit (a call of 2^32 - 1 ns or
-/// more, a name id outside `0..2^31 - 1`) is kept whole in `wide`: its duration `u32::MAX`, its `tag` its index
-/// there (so that the calls sort in place). `wide` is in call order once sorted or only pushed to.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The runtime calls counted in an occurrence, 12 bytes each ([`EnclosedRuntimeCall`] is 40: 1.3 M calls in
+/// the step label's occurrences at 5 M kernels were 64 MB): the start as an offset from `base` (the first call's
+/// start) in 32 bits, the duration in 32 bits and in `tag` the sync flag (top bit) and the name id + 1 (0:
+/// none). A call whose values do not fit (2^31 ns away from the first call, 2^32 - 1 ns long or more, a name id
+/// outside `0..2^31 - 1`) is kept whole in `wide`: its duration `u32::MAX`, its `tag` its index there (so that
+/// the calls sort in place). `wide` is in call order once sorted or only pushed to.
+#[derive(Debug, Clone, Default)]
 pub struct EnclosedCalls {
+    base: i64,
     calls: Vec<PackedEnclosed>,
     wide: Vec<EnclosedRuntimeCall>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct PackedEnclosed {
-    start: i64,
+    off: i32,
     dur: u32,
     tag: u32,
 }
@@ -290,17 +335,20 @@ const SYNC_BIT: u32 = 1 << 31;
 
 impl EnclosedCalls {
     pub fn push(&mut self, c: EnclosedRuntimeCall) {
+        if self.calls.is_empty() {
+            self.base = c.start;
+        }
         let dur = u32::try_from(c.end - c.start).ok().filter(|&d| d < u32::MAX);
         let name = match c.name_id {
             None => Some(0),
             Some(id) => u32::try_from(id).ok().filter(|&x| x < SYNC_BIT - 1).map(|x| x + 1),
         };
-        let packed = match (dur, name) {
-            (Some(dur), Some(name)) => PackedEnclosed { start: c.start, dur, tag: name | (c.sync as u32) << 31 },
+        let packed = match (offset(self.base, c.start), dur, name) {
+            (Some(off), Some(dur), Some(name)) => PackedEnclosed { off, dur, tag: name | (c.sync as u32) << 31 },
             _ => {
                 let slot = u32::try_from(self.wide.len()).expect("fewer than 2^32 wide calls");
                 self.wide.push(c);
-                PackedEnclosed { start: c.start, dur: u32::MAX, tag: slot }
+                PackedEnclosed { off: 0, dur: u32::MAX, tag: slot }
             }
         };
         self.calls.push(packed);
@@ -315,14 +363,15 @@ impl EnclosedCalls {
     }
 
     #[inline]
-    fn unpack(wide: &[EnclosedRuntimeCall], p: &PackedEnclosed) -> EnclosedRuntimeCall {
+    fn unpack(base: i64, wide: &[EnclosedRuntimeCall], p: &PackedEnclosed) -> EnclosedRuntimeCall {
         if p.dur == u32::MAX {
             return wide[p.tag as usize];
         }
         let name = p.tag & !SYNC_BIT;
+        let start = base + p.off as i64;
         EnclosedRuntimeCall {
-            start: p.start,
-            end: p.start + p.dur as i64,
+            start,
+            end: start + p.dur as i64,
             name_id: name.checked_sub(1).map(i64::from),
             sync: p.tag & SYNC_BIT != 0,
         }
@@ -330,19 +379,20 @@ impl EnclosedCalls {
 
     /// The calls in order.
     pub fn iter(&self) -> impl Iterator<Item = EnclosedRuntimeCall> + '_ {
-        self.calls.iter().map(|p| Self::unpack(&self.wide, p))
+        self.calls.iter().map(|p| Self::unpack(self.base, &self.wide, p))
     }
 
     /// Sorted by `(start, end, name_id, sync)` (the whole call: equal keys are equal calls), the spare capacity
     /// given back (a shrink in place).
     pub(super) fn sort(&mut self) {
         if self.wide.is_empty() {
-            // end = start + dur; name_id None → 0, Some(x) → x + 1: by (start, dur, name, sync) is by the call
-            self.calls.sort_unstable_by_key(|p| (p.start, p.dur, p.tag.rotate_left(1)));
+            // start = base + off, end = start + dur; name_id None → 0, Some(x) → x + 1: by (off, dur, name, sync)
+            // is by the call
+            self.calls.sort_unstable_by_key(|p| (p.off, p.dur, p.tag.rotate_left(1)));
         } else {
-            let wide = &self.wide;
+            let (base, wide) = (self.base, &self.wide);
             let key = |p: &PackedEnclosed| {
-                let c = Self::unpack(wide, p);
+                let c = Self::unpack(base, wide, p);
                 (c.start, c.end, c.name_id, c.sync)
             };
             self.calls.sort_unstable_by_key(key);
@@ -358,6 +408,15 @@ impl EnclosedCalls {
     }
 }
 
+/// The same calls in the same order (the offsets' base is how they were pushed, not what they are).
+impl PartialEq for EnclosedCalls {
+    fn eq(&self, o: &Self) -> bool {
+        self.len() == o.len() && self.iter().eq(o.iter())
+    }
+}
+
+impl Eq for EnclosedCalls {}
+
 /// The intervals behind one occurrence's metrics: its correlated device rows and its runtime calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OccurrenceIntervals {
@@ -367,8 +426,8 @@ pub struct OccurrenceIntervals {
 
 /// What [`IntervalTable`] gives for an occurrence not asked for.
 static NOT_ASKED: OccurrenceIntervals = OccurrenceIntervals {
-    device: CorrelatedDeviceRows { rows: Vec::new(), long: Vec::new() },
-    runtime: EnclosedCalls { calls: Vec::new(), wide: Vec::new() },
+    device: CorrelatedDeviceRows { base: 0, rows: Vec::new(), wide: Vec::new() },
+    runtime: EnclosedCalls { base: 0, calls: Vec::new(), wide: Vec::new() },
 };
 
 /// The intervals of the occurrences whose label was asked for, indexed by occurrence (`table[i]`; empty for

@@ -4,8 +4,8 @@ use super::device::Tags;
 use super::*;
 
 #[test]
-fn a_correlated_row_is_16_bytes() {
-    assert_eq!(std::mem::size_of::<PackedCorrelatedRow>(), 16);
+fn a_correlated_row_is_12_bytes() {
+    assert_eq!(std::mem::size_of::<PackedCorrelatedRow>(), 12);
 }
 
 /// Packed rows give back what was pushed, rows of 2^32 - 1 ns or more included (their end kept apart), and
@@ -43,8 +43,8 @@ fn correlated_rows_keep_long_ends_and_sort_stably() {
 }
 
 #[test]
-fn an_enclosed_call_is_16_bytes() {
-    assert_eq!(std::mem::size_of::<PackedEnclosed>(), 16);
+fn an_enclosed_call_is_12_bytes() {
+    assert_eq!(std::mem::size_of::<PackedEnclosed>(), 12);
 }
 
 /// Packed runtime calls give back what was pushed, in order, calls that do not pack included (2^32 - 1 ns or
