@@ -27,7 +27,7 @@ fn read_device_chunk(
         // an upper bound, reserved once (untouched pages cost no memory)
         c.rows.reserve_exact((b - a).clamp(0, 1 << 32) as usize);
         if names {
-            c.names.reserve_exact((b - a).clamp(0, 1 << 32) as usize);
+            c.reserve_names((b - a).clamp(0, 1 << 32) as usize);
         }
     }
     let mut last: Option<(Option<i64>, Option<i64>)> = None;
@@ -70,7 +70,7 @@ fn read_device_chunk(
         let corr = cell_int(name, r, 4, tbl, "correlationId")?;
         let dev = cell_int(name, r, 5, tbl, "deviceId")?;
         if names {
-            c.names.push(cell_value(name, kname, tbl, cols::DEMANGLED_NAME)?.unwrap_or(NO_NAME));
+            c.push_name(cell_value(name, kname, tbl, cols::DEMANGLED_NAME)?);
         }
         if nodes && cell_value(name, node, tbl, cols::GRAPH_NODE_ID)?.is_some() {
             c.node_rows += 1;

@@ -402,7 +402,6 @@ pub fn device_rows_by_role(
     export: &Export,
     device: &[crate::export::rows::DeviceChunk],
 ) -> Result<BTreeMap<i64, Roles>> {
-    use crate::export::rows::NO_NAME;
     use crate::export::DeviceKind;
     let comm_ids = export.string_ids_where(|v| crate::categories::is_communication_kernel(v).then_some(()))?;
     let mut by_dev: BTreeMap<i64, Roles> = BTreeMap::new();
@@ -411,7 +410,7 @@ pub fn device_rows_by_role(
         for (rows, _, dev) in c.segments() {
             let r = by_dev.entry(dev.unwrap_or(-1)).or_default();
             for i in rows {
-                let comm = || c.names.get(i).is_some_and(|&n| n != NO_NAME && comm_ids.contains_key(&n));
+                let comm = || c.name(i).is_some_and(|n| comm_ids.contains_key(&n));
                 let part = match kind {
                     DeviceKind::Memcpy | DeviceKind::Memset => &mut r.copies,
                     DeviceKind::Kernel if comm() => &mut r.comm,

@@ -81,8 +81,7 @@ pub(super) fn ops_of(device: Chunks, names: &Names, calls: &Calls, skips: &mut R
             let mut freed = 0usize;
             for c in v {
                 add_chunk(&mut o, &c, names, calls, skips, &mut hint);
-                freed += c.rows.capacity() * std::mem::size_of::<PackedDeviceRow>()
-                    + c.names.capacity() * std::mem::size_of::<i64>();
+                freed += c.heap_bytes();
                 drop(c);
                 if freed >= TRIM_EVERY {
                     crate::memory::release_free_memory();
@@ -109,7 +108,7 @@ fn add_chunk(o: &mut Ops, c: &DeviceChunk, names: &Names, calls: &Calls, skips: 
         for i in idx {
             let r = c.rows[i];
             let (end, corr) = (c.end(i), c.correlation_id(i, r.aux));
-            let name = c.names.get(i).copied().filter(|&n| n != NO_NAME);
+            let name = c.name(i);
             let nccl = kind == DeviceKind::Kernel && name.is_some_and(|n| names.nccl.contains_key(&n));
             if nccl {
                 let e = o.nccl_by_id.entry(name.unwrap_or(-1)).or_insert((0, 0));

@@ -12,8 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{dist, Dist};
 use crate::contract::{Error, Result};
-use crate::export::rows::NO_NAME;
-use crate::export::rows::{DeviceChunk, PackedDeviceRow};
+use crate::export::rows::DeviceChunk;
 use crate::export::schema::DeviceKind;
 use crate::export::{ns_of, Export, RowSkips};
 use crate::sqlite_ranges::FxMap;
