@@ -637,7 +637,9 @@ mod slice_tests {
                     v
                 })
                 .collect();
-            let views: Vec<PartView<'_>> = parts.iter().map(|p| PartView::Own(p)).collect();
+            let owned: Vec<crate::export::rows::OwnIntervals> =
+                parts.iter().map(|p| p.iter().copied().collect()).collect();
+            let views: Vec<PartView<'_>> = owned.iter().map(PartView::Own).collect();
             let keep = |len: i64| len > 12;
             let one = gaps_in_slices(&views, &keep, 1);
             let one = (one.0, one.1.into_sorted(), one.2);

@@ -185,7 +185,7 @@ impl Export {
                         skips = s;
                         rows.parts.extend(parts.into_iter().map(IntervalPart::Own));
                     } else {
-                        let mut part = Vec::new();
+                        let mut part = OwnIntervals::default();
                         self.device_intervals(*k, &mut skips, |s, e| part.push((s, e)))?;
                         rows.parts.push(IntervalPart::Own(part));
                     }
@@ -275,13 +275,15 @@ pub(crate) fn read_intervals(
     logical: &str,
     threads: usize,
     chunk_rows: usize,
-) -> Result<(Vec<Vec<Interval>>, RowSkips)> {
+) -> Result<(Vec<OwnIntervals>, RowSkips)> {
     let jobs: Vec<Job> =
         rowid_chunks_of(conn, &t.name, threads, chunk_rows).into_iter().map(|range| Job { table: 0, range }).collect();
     let out = in_order(run_jobs(&jobs, |_, j| {
-        let (mut v, mut skips) = (Vec::new(), RowSkips::new());
+        let (mut v, mut skips) = (OwnIntervals::default(), RowSkips::new());
         for_each_in_range(src, t, logical, "start, end", j.range, |r| {
-            v.extend(valid_interval(src, logical, r, &mut skips)?);
+            if let Some(iv) = valid_interval(src, logical, r, &mut skips)? {
+                v.push(iv);
+            }
             Ok(true)
         })?;
         Ok((v, skips))
@@ -332,7 +334,8 @@ mod read_intervals_tests {
                 for (threads, chunk_rows) in [(1, CHUNK_ROWS), (16, CHUNK_ROWS), (4, 1000), (7, 64)] {
                     let (parts, s) = read_intervals(&e.source(), &e.conn, t, k.table(), threads, chunk_rows).unwrap();
                     split += usize::from(parts.len() > 1);
-                    assert_eq!(parts.concat(), want, "{} {threads} {chunk_rows}", k.table());
+                    let got: Vec<Interval> = parts.iter().flat_map(OwnIntervals::iter).collect();
+                    assert_eq!(got, want, "{} {threads} {chunk_rows}", k.table());
                     assert_eq!(s, skips, "{} {threads} {chunk_rows}", k.table());
                 }
             }

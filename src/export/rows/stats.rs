@@ -49,11 +49,86 @@ impl WindowRows {
     }
 }
 
+/// Intervals in 12 bytes each (5.6 M at 5 M kernels: 67 MB, not 90): the start and the length in 32 bits; an
+/// interval of 2^32 - 1 ns or more has `u32::MAX` as its length and its end in `long`, by index.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnIntervals {
+    rows: Vec<PackedInterval>,
+    long: Vec<(usize, i64)>,
+}
+
+/// An interval of [`OwnIntervals`]: 12 bytes, aligned to 4 (the fields are only ever copied out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed(4))]
+struct PackedInterval {
+    start: i64,
+    len: u32,
+}
+
+impl OwnIntervals {
+    pub fn push(&mut self, (s, e): Interval) {
+        let len = match u32::try_from(e - s) {
+            Ok(l) if l < u32::MAX => l,
+            _ => {
+                self.long.push((self.rows.len(), e));
+                u32::MAX
+            }
+        };
+        self.rows.push(PackedInterval { start: s, len });
+    }
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+    #[inline]
+    fn open(&self, i: usize, p: PackedInterval) -> Interval {
+        let start = p.start;
+        match p.len {
+            u32::MAX => (start, self.long[self.long.partition_point(|&(j, _)| j < i)].1),
+            l => (start, start + l as i64),
+        }
+    }
+    /// The start of interval `i`.
+    #[inline]
+    pub fn start(&self, i: usize) -> Option<i64> {
+        self.rows.get(i).map(|p| p.start)
+    }
+    /// Interval `i`.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<Interval> {
+        self.rows.get(i).map(|&p| self.open(i, p))
+    }
+    /// Every interval, in order.
+    pub fn iter(&self) -> impl Iterator<Item = Interval> + '_ {
+        let mut long = self.long.iter().peekable();
+        self.rows.iter().enumerate().map(move |(i, &p)| {
+            let start = p.start;
+            match long.next_if(|&&(j, _)| j == i) {
+                Some(&(_, e)) => (start, e),
+                None => (start, start + p.len as i64),
+            }
+        })
+    }
+    fn is_sorted_by_start(&self) -> bool {
+        self.rows.is_sorted_by_key(|p| p.start)
+    }
+}
+
+impl FromIterator<Interval> for OwnIntervals {
+    fn from_iter<I: IntoIterator<Item = Interval>>(it: I) -> OwnIntervals {
+        let mut v = OwnIntervals::default();
+        it.into_iter().for_each(|r| v.push(r));
+        v
+    }
+}
+
 /// A part of a table's valid intervals, in its order: copied by the scan that kept them, or the rows of a
 /// device chunk that scan read and shared ([`DeviceDetail::Names`]: the intervals are these rows, not a copy).
 #[derive(Debug, Clone)]
 pub enum IntervalPart {
-    Own(Vec<Interval>),
+    Own(OwnIntervals),
     /// Chunk `.1` of the shared device rows.
     Rows(std::sync::Arc<Vec<DeviceChunk>>, usize),
 }
@@ -78,7 +153,7 @@ impl IntervalPart {
     /// Every interval, in order (the rows of a chunk read in one pass, not looked up one by one).
     pub fn iter(&self) -> impl Iterator<Item = Interval> + '_ {
         let (own, rows) = match self {
-            IntervalPart::Own(v) => (Some(v.iter().copied()), None),
+            IntervalPart::Own(v) => (Some(v.iter()), None),
             IntervalPart::Rows(c, k) => (None, Some(c[*k].intervals())),
         };
         own.into_iter().flatten().chain(rows.into_iter().flatten())
@@ -86,7 +161,7 @@ impl IntervalPart {
     /// Sorted by start (an unsorted part of shared rows becomes a sorted copy).
     pub fn sort_by_start(&mut self) {
         let sorted = match self {
-            IntervalPart::Own(v) => v.is_sorted_by_key(|r| r.0),
+            IntervalPart::Own(v) => v.is_sorted_by_start(),
             IntervalPart::Rows(c, k) => c[*k].rows.is_sorted_by_key(|r| r.start),
         };
         if sorted {
@@ -94,14 +169,14 @@ impl IntervalPart {
         }
         let mut v: Vec<Interval> = self.iter().collect();
         v.sort_unstable_by_key(|r| r.0);
-        *self = IntervalPart::Own(v);
+        *self = IntervalPart::Own(v.into_iter().collect());
     }
 }
 
 /// [`IntervalPart::view`].
 #[derive(Debug, Clone, Copy)]
 pub enum PartView<'a> {
-    Own(&'a [Interval]),
+    Own(&'a OwnIntervals),
     Rows(&'a DeviceChunk),
 }
 
@@ -120,7 +195,7 @@ impl PartView<'_> {
     #[inline]
     pub fn start(&self, i: usize) -> Option<i64> {
         match self {
-            PartView::Own(v) => v.get(i).map(|r| r.0),
+            PartView::Own(v) => v.start(i),
             PartView::Rows(c) => c.rows.get(i).map(|r| r.start),
         }
     }
@@ -128,7 +203,7 @@ impl PartView<'_> {
     #[inline]
     pub fn get(&self, i: usize) -> Option<Interval> {
         match self {
-            PartView::Own(v) => v.get(i).copied(),
+            PartView::Own(v) => v.get(i),
             PartView::Rows(c) => c.interval(i),
         }
     }
@@ -312,7 +387,7 @@ impl TimedStats {
         TimedStats {
             sum_dur: Some(0),
             node_rows: t.has_column(cols::GRAPH_NODE_ID).then_some(0),
-            intervals: keep.intervals.then(|| (vec![IntervalPart::Own(Vec::new())], Vec::new())),
+            intervals: keep.intervals.then(|| (vec![IntervalPart::Own(OwnIntervals::default())], Vec::new())),
             name_time: (keep.names && t.has_column(cols::DEMANGLED_NAME)).then(Default::default),
             threads: t.has_column("globalTid"),
             names: t.has_column("nameId"),
