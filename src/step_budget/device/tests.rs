@@ -43,6 +43,39 @@ fn idle_inside_and_across_spans_is_idle_in_summed() {
     assert_eq!(Pieces::default().idle_inside_and_across(&[]), ([0; 4], [0; 4]));
 }
 
+/// Pieces give back what was pushed, over several blocks of offsets, with starts 2^32 ns or more from their
+/// block's first piece and pieces of 2^32 ns or more; lookups by time find them.
+#[test]
+fn pieces_keep_far_starts_and_long_ends() {
+    let mut next = crate::test_rng::xorshift(0x0123_4567_89AB_CDEF);
+    let (mut want, mut t) = (Vec::new(), -(1i64 << 40));
+    for i in 0..3 * Pieces::BLOCK + 17 {
+        let s = t + match i % 97 {
+            0 => 1 << 33,
+            5 => u32::MAX as i64 - 1,
+            _ => next(50),
+        };
+        let len = match i % 89 {
+            0 => 1 << 34,
+            3 => u32::MAX as i64,
+            _ => 1 + next(40),
+        };
+        t = s + len;
+        want.push((s, t, (i % 4) as u8));
+    }
+    let mut pieces = Pieces::with_capacity(want.len());
+    want.iter().for_each(|&p| pieces.push(p));
+    pieces.shrink_to_fit();
+    assert_eq!(pieces.iter().collect::<Vec<_>>(), want);
+    for &k in &[0usize, 1, 96, 97, 1023, 1024, 1025, 2048, want.len() - 1] {
+        let (s, e, _) = want[k];
+        assert_eq!(pieces.ending_after(s).next(), Some(want[k]), "piece {k}");
+        let mut v = [0i64; 4];
+        v[want[k].2 as usize] = e - s;
+        assert_eq!(pieces.idle_in(s, e), v, "piece {k}");
+    }
+}
+
 #[test]
 fn split_and_overlap() {
     let mut out = Pieces::default();
