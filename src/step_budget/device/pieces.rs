@@ -57,7 +57,7 @@ impl Pieces {
     }
     pub(super) fn push(&mut self, (s, e, k): (i64, i64, u8)) {
         let i = self.kinds.len();
-        if i % Self::BLOCK == 0 {
+        if i.is_multiple_of(Self::BLOCK) {
             self.bases.push(s);
         }
         let base = self.bases[i >> Self::BLOCK_BITS];
