@@ -93,18 +93,24 @@ impl Pieces {
             d => self.bases[i >> Self::BLOCK_BITS] + d as i64,
         }
     }
+    /// The end of piece `i`, which starts at `start`.
+    #[inline]
+    fn end_from(&self, i: usize, start: i64) -> i64 {
+        match self.lens[i] {
+            u32::MAX => self.long[self.long.partition_point(|&(j, _)| j < i)].1,
+            l => start + l as i64,
+        }
+    }
     /// The end of piece `i`.
     #[inline]
     fn end(&self, i: usize) -> i64 {
-        match self.lens[i] {
-            u32::MAX => self.long[self.long.partition_point(|&(j, _)| j < i)].1,
-            l => self.start(i) + l as i64,
-        }
+        self.end_from(i, self.start(i))
     }
     /// Piece `i` with its category byte as held.
     #[inline]
     fn at(&self, i: usize) -> (i64, i64, u8) {
-        (self.start(i), self.end(i), self.kinds[i])
+        let s = self.start(i);
+        (s, self.end_from(i, s), self.kinds[i])
     }
     /// The pieces from the first that ends after `t`.
     pub(super) fn ending_after(&self, t: i64) -> impl Iterator<Item = (i64, i64, u8)> + '_ {
