@@ -8,8 +8,9 @@ fn a_correlated_row_is_12_bytes() {
     assert_eq!(std::mem::size_of::<PackedCorrelatedRow>(), 12);
 }
 
-/// Packed rows give back what was pushed, rows of 2^32 - 1 ns or more included (their end kept apart), and
-/// sort as the rows themselves sorted stably by `(start, end)`, with and without long rows.
+/// Packed rows give back what was pushed, rows of 2^32 - 1 ns or more and rows starting 2^31 ns or more from the
+/// first included (kept whole), and sort as the rows themselves sorted stably by `(start, end)`, with and
+/// without such rows.
 #[test]
 fn correlated_rows_keep_long_ends_and_sort_stably() {
     let row = |start: i64, len: i64, kind: DeviceKind, device: u32| CorrelatedDeviceRow {
@@ -30,6 +31,11 @@ fn correlated_rows_keep_long_ends_and_sort_stably() {
     with_long.insert(1, row(10, long, DeviceKind::Kernel, 4));
     with_long.insert(3, row(10, long - 1, DeviceKind::Memcpy, 5));
     with_long.push(row(-100, 1 << 40, DeviceKind::GraphTrace, 6));
+    // starts 2^31 ns or more from the first row's: kept whole too
+    with_long.push(row(1 << 35, 5, DeviceKind::Kernel, 7));
+    with_long.push(row(50 + (1 << 31), 5, DeviceKind::Memcpy, 8));
+    with_long.push(row(50 + (1 << 31) - 1, 5, DeviceKind::Kernel, 9));
+    with_long.push(row(-(1 << 33), 0, DeviceKind::Memset, 10));
     for rows in [short, with_long] {
         let mut packed = CorrelatedDeviceRows::default();
         rows.iter().for_each(|&r| packed.push(r));
@@ -48,7 +54,7 @@ fn an_enclosed_call_is_12_bytes() {
 }
 
 /// Packed runtime calls give back what was pushed, in order, calls that do not pack included (2^32 - 1 ns or
-/// more, a name id outside `0..2^31 - 1`), and sort as the calls themselves, with and without such calls; the
+/// more, a name id outside `0..2^31 - 1`, a start 2^31 ns or more from the first call's), and sort as the calls themselves, with and without such calls; the
 /// same calls sorted give equal containers whatever order they were pushed in.
 #[test]
 fn enclosed_calls_keep_wide_calls_and_sort_by_the_call() {
@@ -76,6 +82,11 @@ fn enclosed_calls_keep_wide_calls_and_sort_by_the_call() {
     with_wide.push(call(10, 5, Some(-1), true));
     with_wide.push(call(-100, 1 << 40, Some(i64::MAX), false));
     with_wide.push(call(10, 5, Some(1 << 40), false));
+    // starts 2^31 ns or more from the first call's
+    with_wide.push(call(1 << 35, 5, Some(3), false));
+    with_wide.push(call(50 + (1 << 31), 5, None, true));
+    with_wide.push(call(50 + (1 << 31) - 1, 5, Some(4), false));
+    with_wide.push(call(-(1 << 33), 0, None, false));
     for calls in [narrow, with_wide] {
         let mut packed = EnclosedCalls::default();
         assert!(packed.is_empty());
