@@ -531,3 +531,35 @@ pub(crate) fn merge_stats(parts: impl IntoIterator<Item = Option<TimedStats>>) -
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Intervals held in 12 bytes give back what was pushed, those of 2^32 - 1 ns or more included (their end
+    /// kept apart), one by one and in order; an unsorted part sorts by start.
+    #[test]
+    fn own_intervals_keep_long_ends() {
+        let long = u32::MAX as i64;
+        let want: Vec<Interval> =
+            vec![(50, 60), (10, 10 + long), (-7, -7), (10, 10 + long - 1), (-100, (1 << 40) - 100), (3, 9)];
+        let v: OwnIntervals = want.iter().copied().collect();
+        assert_eq!(std::mem::size_of::<PackedInterval>(), 12);
+        assert_eq!((v.len(), v.is_empty()), (want.len(), false));
+        assert_eq!(v.iter().collect::<Vec<_>>(), want);
+        for (i, &w) in want.iter().enumerate() {
+            assert_eq!((v.get(i), v.start(i)), (Some(w), Some(w.0)));
+        }
+        assert_eq!(v.get(want.len()), None);
+        let mut part = IntervalPart::Own(v);
+        part.sort_by_start();
+        let mut sorted = want.clone();
+        sorted.sort_by_key(|r| r.0);
+        assert_eq!(part.iter().map(|r| r.0).collect::<Vec<_>>(), sorted.iter().map(|r| r.0).collect::<Vec<_>>());
+        let mut got: Vec<Interval> = part.iter().collect();
+        got.sort();
+        let mut all = want;
+        all.sort();
+        assert_eq!(got, all);
+    }
+}
