@@ -8,6 +8,7 @@
 //!   versions), with read-only, typed readers; every tool reads exports through it.
 //! - [`schemas`]: the registry of every document kind (above the tools, so `contract` knows no tool).
 
+pub mod beside;
 pub mod bundle_merge;
 pub mod capture_compare;
 pub mod categories;

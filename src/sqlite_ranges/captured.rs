@@ -87,7 +87,7 @@ impl CallPart {
     pub fn get(&self, i: usize) -> CapturedCall {
         let p = &self.calls[i];
         if p.corr == u32::MAX {
-            return self.wide[self.wide.partition_point(|&(j, _)| j < i)].1;
+            return crate::beside::at(&self.wide, i);
         }
         CapturedCall {
             start: p.start,

@@ -81,10 +81,7 @@ impl DeviceChunk {
     pub fn name(&self, i: usize) -> Option<i64> {
         match *self.names.get(i)? {
             NULL_NAME => None,
-            WIDE_NAME => {
-                let k = self.wide_names.binary_search_by_key(&i, |w| w.0).ok()?;
-                Some(self.wide_names[k].1)
-            }
+            WIDE_NAME => Some(crate::beside::at(&self.wide_names, i)),
             x => Some(x as i64),
         }
     }
@@ -127,7 +124,7 @@ impl DeviceChunk {
     /// `end` of `r`, row `i`.
     pub(super) fn end_of(&self, i: usize, r: PackedDeviceRow) -> i64 {
         if r.dur == u32::MAX {
-            self.long[self.long.partition_point(|&(j, _)| j < i)].1
+            crate::beside::at(&self.long, i)
         } else {
             r.start + r.dur as i64
         }
@@ -135,7 +132,7 @@ impl DeviceChunk {
     /// `correlationId` of row `i` as read.
     pub fn correlation_id(&self, i: usize, aux: u32) -> Option<i64> {
         if aux == u32::MAX {
-            self.wide[self.wide.partition_point(|&(j, _)| j < i)].1
+            crate::beside::at(&self.wide, i)
         } else {
             Some(aux as i64)
         }

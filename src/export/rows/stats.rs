@@ -86,7 +86,7 @@ impl OwnIntervals {
     fn open(&self, i: usize, p: PackedInterval) -> Interval {
         let start = p.start;
         match p.len {
-            u32::MAX => (start, self.long[self.long.partition_point(|&(j, _)| j < i)].1),
+            u32::MAX => (start, crate::beside::at(&self.long, i)),
             l => (start, start + l as i64),
         }
     }

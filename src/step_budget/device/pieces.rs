@@ -89,7 +89,7 @@ impl Pieces {
     #[inline]
     fn start(&self, i: usize) -> i64 {
         match self.offs[i] {
-            u32::MAX => self.far[self.far.partition_point(|&(j, _)| j < i)].1,
+            u32::MAX => crate::beside::at(&self.far, i),
             d => self.bases[i >> Self::BLOCK_BITS] + d as i64,
         }
     }
@@ -97,7 +97,7 @@ impl Pieces {
     #[inline]
     fn end_from(&self, i: usize, start: i64) -> i64 {
         match self.lens[i] {
-            u32::MAX => self.long[self.long.partition_point(|&(j, _)| j < i)].1,
+            u32::MAX => crate::beside::at(&self.long, i),
             l => start + l as i64,
         }
     }
