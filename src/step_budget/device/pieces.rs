@@ -151,24 +151,69 @@ impl Pieces {
             (s, e, k & !GAP_START, k & GAP_START != 0)
         })
     }
-    /// The length of each gap: its pieces cover it exactly.
-    pub(super) fn gap_lengths(&self) -> GapLengths {
-        let mut v = GapLengths::Short(Vec::with_capacity(self.kinds.iter().filter(|&&k| k & GAP_START != 0).count()));
-        let mut cur: Option<i64> = None;
-        for (s, e, _, first) in self.with_gap_starts() {
-            if first {
+    /// The length of each gap, in order: its pieces cover it exactly. The pieces are cut into up to `threads`
+    /// runs of whole gaps, each run's lengths written by a thread of its own (100 M kernels: 2.4 s on one).
+    pub(super) fn gap_lengths(&self, threads: usize) -> GapLengths {
+        let n = self.len();
+        // each run starts at a gap's first piece (the first piece is one: each gap's first piece is marked)
+        let mut cuts: Vec<usize> = (0..threads.max(1))
+            .map(|k| k * n / threads.max(1))
+            .map(|at| (at..n).find(|&i| self.kinds[i] & GAP_START != 0).unwrap_or(n))
+            .collect();
+        cuts[0] = 0;
+        cuts.push(n);
+        cuts.dedup();
+        let counts: Vec<usize> =
+            cuts.windows(2).map(|w| self.kinds[w[0]..w[1]].iter().filter(|&&k| k & GAP_START != 0).count()).collect();
+        let mut short = vec![0u32; counts.iter().sum()];
+        let mut slots: Vec<&mut [u32]> = Vec::with_capacity(counts.len());
+        let mut rest = short.as_mut_slice();
+        for &c in &counts {
+            let (mine, more) = rest.split_at_mut(c);
+            slots.push(mine);
+            rest = more;
+        }
+        let fits = std::thread::scope(|s| {
+            let handles: Vec<_> = cuts
+                .windows(2)
+                .zip(slots)
+                .map(|(w, out)| {
+                    let (lo, hi) = (w[0], w[1]);
+                    s.spawn(move || self.gaps_into(lo, hi, |k, g| u32::try_from(g).map(|g| out[k] = g).is_ok()))
+                })
+                .collect();
+            handles.into_iter().all(|h| h.join().expect("a gap-length thread panicked"))
+        });
+        if fits {
+            return GapLengths::Short(short);
+        }
+        drop(short);
+        let mut wide = vec![0i64; counts.iter().sum()];
+        self.gaps_into(0, n, |k, g| {
+            wide[k] = g;
+            true
+        });
+        GapLengths::Long(wide)
+    }
+    /// The length of each gap whose first piece is in `[lo, hi)` (`lo` a gap's first piece, `hi` one or the
+    /// end), given to `put` with its index among them; false as soon as `put` says so.
+    fn gaps_into(&self, lo: usize, hi: usize, mut put: impl FnMut(usize, i64) -> bool) -> bool {
+        let (mut k, mut cur) = (0usize, None);
+        for i in lo..hi {
+            let (s, e, kind) = self.at(i);
+            if kind & GAP_START != 0 {
                 if let Some(g) = cur {
-                    v.push(g);
+                    if !put(k, g) {
+                        return false;
+                    }
+                    k += 1;
                 }
                 cur = Some(0);
             }
             // a piece before any gap start cannot be: each gap's first piece is marked
             *cur.get_or_insert(0) += e - s;
         }
-        if let Some(g) = cur {
-            v.push(g);
-        }
-        v
+        cur.is_none_or(|g| put(k, g))
     }
     /// The idle of `[lo, hi)` by category.
     pub(super) fn idle_in(&self, lo: i64, hi: i64) -> [i64; 4] {

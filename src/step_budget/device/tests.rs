@@ -8,7 +8,7 @@ fn two_gaps_that_touch_count_as_two() {
     let op = |start: i64, end: i64| Op::new(start, end, NO_CALL, 0, DeviceKind::Kernel, false);
     let ops = OpRows::from(&[op(0, 10), op(20, 20), op(30, 40)][..]);
     let (pieces, busy, span) = gaps(&ops, &Calls::default(), &FirstRows::of(&ops));
-    let lengths = pieces.gap_lengths();
+    let lengths = pieces.gap_lengths(2);
     assert_eq!((lengths.dist(), busy, span), (dist([10, 10]), 20, (0, 40)));
     let other = categories_of(&pieces)["other"];
     assert_eq!((other.ns, other.gaps), (20, 2));
@@ -155,22 +155,40 @@ fn timelines_built_beside_the_analysis_are_the_same() {
     }
 }
 
-/// Gap lengths held in 4 bytes give the distribution of their values, and one too long for 4 bytes widens
-/// those held before it.
+/// The gaps' lengths cut into runs of whole gaps for several threads are each gap's length, in order, whatever
+/// the number of threads: gaps of one piece or several, gaps that touch, and one gap too long for 4 bytes, which
+/// widens them all.
 #[test]
-fn gap_lengths_widen_and_keep_their_distribution() {
+fn gap_lengths_in_runs_are_the_gaps_in_order() {
     let mut next = crate::test_rng::xorshift(0x51_7CC1_B727_220A);
-    for long_at in [None, Some(0), Some(7), Some(63)] {
-        let mut g = GapLengths::Short(Vec::new());
-        let mut want = Vec::new();
-        for k in 0..64 {
-            let v = if Some(k) == long_at { u32::MAX as i64 + 1 + next(1000) } else { 1 + next(5000) };
-            g.push(v);
-            want.push(v);
+    for round in 0..200 {
+        let (mut pieces, mut want, mut t) = (Pieces::default(), Vec::new(), next(1000));
+        let long_at = (round % 3 == 0).then(|| next(40) as usize);
+        for g in 0..next(40) as usize {
+            // a gap of 1 to 4 pieces, touching the previous gap one time in four
+            t += if next(4) == 0 { 0 } else { 1 + next(50) };
+            let first = pieces.len();
+            let mut len = 0;
+            for _ in 0..1 + next(4) {
+                let l = if long_at == Some(g) { u32::MAX as i64 + next(3) } else { 1 + next(5000) };
+                pieces.push((t, t + l, next(4) as u8));
+                (t, len) = (t + l, len + l);
+            }
+            pieces.mark_gap_start(first);
+            want.push(len);
         }
-        assert_eq!(matches!(g, GapLengths::Long(_)), long_at.is_some());
-        assert_eq!(g.len(), 64);
-        assert_eq!(g.dist(), dist(want));
+        for threads in 1..=7 {
+            let got = pieces.gap_lengths(threads);
+            assert_eq!(got.len(), want.len(), "round {round}, {threads} threads");
+            let got: Vec<i64> = match got {
+                GapLengths::Short(v) => v.iter().map(|&x| x as i64).collect(),
+                GapLengths::Long(v) => v,
+            };
+            assert_eq!(got, want, "round {round}, {threads} threads");
+        }
+        let widened = matches!(pieces.gap_lengths(3), GapLengths::Long(_));
+        assert_eq!(widened, want.iter().any(|&g| g > u32::MAX as i64), "round {round}");
+        assert_eq!(pieces.gap_lengths(4).dist(), dist(want.iter().copied()), "round {round}");
     }
 }
 

@@ -38,12 +38,16 @@ pub(super) fn device_timeline(
     });
     ph.mark("device_passes");
     let (span_start, span_end) = span;
-    let categories = categories_of(&pieces);
-    let (launch, launch_by_pid) = launches(dev, &first, calls, names, queue_depth);
+    // the idle categories beside the launch latencies
+    let (categories, (launch, launch_by_pid)) = std::thread::scope(|s| {
+        let categories = s.spawn(|| categories_of(&pieces));
+        let launches = launches(dev, &first, calls, names, queue_depth);
+        (categories.join().expect("the idle categories panicked"), launches)
+    });
     drop(first);
     // the gaps' lengths from their pieces, once the rows are dropped (5 M kernels: 22 MB no longer beside them)
     drop(ops);
-    let gap_lengths = pieces.gap_lengths();
+    let gap_lengths = pieces.gap_lengths(crate::export::rows::scan_threads());
     let processes: Vec<i64> = busy_by_pid.keys().copied().collect();
     let idle_ns = (span_end - span_start) - busy;
     debug_assert_eq!(idle_ns, pieces.iter().map(|p| p.1 - p.0).sum::<i64>());
@@ -168,19 +172,6 @@ pub(super) enum GapLengths {
 }
 
 impl GapLengths {
-    pub(super) fn push(&mut self, g: i64) {
-        match self {
-            GapLengths::Short(v) => match u32::try_from(g) {
-                Ok(x) => v.push(x),
-                Err(_) => {
-                    let mut wide: Vec<i64> = v.iter().map(|&x| x as i64).collect();
-                    wide.push(g);
-                    *self = GapLengths::Long(wide);
-                }
-            },
-            GapLengths::Long(v) => v.push(g),
-        }
-    }
     pub(super) fn len(&self) -> usize {
         match self {
             GapLengths::Short(v) => v.len(),
