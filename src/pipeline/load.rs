@@ -168,11 +168,13 @@ pub fn from_open_export_keeping(
     // the step budget's device timelines start in their own thread as soon as the rows are read; the device rows
     // are shared with them until the exposure below has read them (names that cannot be read leave the rows in
     // the detail: the step budget then builds the timelines itself and reports that error)
-    let mut beside = None;
+    let (mut beside, mut go) = (None, None);
     let detail = if step_detail {
         let want = &crate::step_label::is_iteration_like;
         let mut ready = |rows: &mut crate::sqlite_ranges::CapturedRows| {
-            beside = crate::step_budget::device::build_beside(export, rows).ok();
+            if let Ok((pending, device, g)) = crate::step_budget::device::build_beside(export, rows) {
+                (beside, go) = (Some((pending, device)), Some(g));
+            }
         };
         Some(crate::sqlite_ranges::analyze_with_intervals_keeping(
             export,
@@ -185,6 +187,10 @@ pub fn from_open_export_keeping(
         None
     };
     ph.mark("ranges_with_intervals");
+    // past the analysis's peak: the timelines go on from their linked rows (an error above lets them go too)
+    if let Some(g) = go {
+        g.now();
+    }
     // kernel statistics and memcpy time are SQL sums: refuse impossible timestamps first (one scan per timed
     // table not read yet, which also aggregates the kernel rows by name for the kernel statistics)
     export.check_timestamps(&crate::export::rows::TIMED_TABLES)?;

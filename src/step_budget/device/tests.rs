@@ -134,8 +134,12 @@ fn timelines_built_beside_the_analysis_are_the_same() {
         let (_, handed) =
             crate::sqlite_ranges::analyze_with_intervals_keeping(&export, &opts, &want, false, Some(&mut ready))
                 .unwrap();
-        let (pending, device) = beside.expect("the rows were handed over");
+        let (pending, device, go) = beside.expect("the rows were handed over");
         assert!(handed.rows.device.is_empty() && !device.is_empty(), "{name}: the device rows were taken");
+        // the thread waits, its rows linked, until it may go on
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!pending.is_finished(), "{name}: the timelines went on before they were let go");
+        go.now();
         let (_, kept) = crate::sqlite_ranges::analyze_with_intervals(&export, &opts, &want).unwrap();
         let after = build(&export, &kept.rows).unwrap();
         let early = pending.clone().join().unwrap();
