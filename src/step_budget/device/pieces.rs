@@ -146,7 +146,11 @@ impl Pieces {
     }
     /// The pieces, each with whether it is the first of its gap.
     pub(super) fn with_gap_starts(&self) -> impl Iterator<Item = (i64, i64, u8, bool)> + '_ {
-        (0..self.len()).map(|i| {
+        self.with_gap_starts_in(0..self.len())
+    }
+    /// [`Pieces::with_gap_starts`] of the pieces in `range`.
+    fn with_gap_starts_in(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = (i64, i64, u8, bool)> + '_ {
+        range.map(|i| {
             let (s, e, k) = self.at(i);
             (s, e, k & !GAP_START, k & GAP_START != 0)
         })
@@ -154,10 +158,10 @@ impl Pieces {
     /// The length of each gap, in order: its pieces cover it exactly. The pieces are cut into up to `threads`
     /// runs of whole gaps, each run's lengths written by a thread of its own (100 M kernels: 2.4 s on one).
     pub(super) fn gap_lengths(&self, threads: usize) -> GapLengths {
-        let n = self.len();
+        let (n, threads) = (self.len(), threads.max(1));
         // each run starts at a gap's first piece (the first piece is one: each gap's first piece is marked)
-        let mut cuts: Vec<usize> = (0..threads.max(1))
-            .map(|k| k * n / threads.max(1))
+        let mut cuts: Vec<usize> = (0..threads)
+            .map(|k| k * n / threads)
             .map(|at| (at..n).find(|&i| self.kinds[i] & GAP_START != 0).unwrap_or(n))
             .collect();
         cuts[0] = 0;
@@ -199,9 +203,8 @@ impl Pieces {
     /// end), given to `put` with its index among them; false as soon as `put` says so.
     fn gaps_into(&self, lo: usize, hi: usize, mut put: impl FnMut(usize, i64) -> bool) -> bool {
         let (mut k, mut cur) = (0usize, None);
-        for i in lo..hi {
-            let (s, e, kind) = self.at(i);
-            if kind & GAP_START != 0 {
+        for (s, e, _, first) in self.with_gap_starts_in(lo..hi) {
+            if first {
                 if let Some(g) = cur {
                     if !put(k, g) {
                         return false;

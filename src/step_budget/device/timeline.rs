@@ -47,7 +47,8 @@ pub(super) fn device_timeline(
     drop(first);
     // the gaps' lengths from their pieces, once the rows are dropped (5 M kernels: 22 MB no longer beside them)
     drop(ops);
-    let gap_lengths = pieces.gap_lengths(crate::export::rows::scan_threads());
+    // in runs of at least GAP_RUN pieces on the scan's threads (a thread apiece for a few pieces costs more)
+    let gap_lengths = pieces.gap_lengths(crate::export::rows::scan_threads().min(pieces.len() / GAP_RUN));
     let processes: Vec<i64> = busy_by_pid.keys().copied().collect();
     let idle_ns = (span_end - span_start) - busy;
     debug_assert_eq!(idle_ns, pieces.iter().map(|p| p.1 - p.0).sum::<i64>());
@@ -163,6 +164,9 @@ impl<'a> FirstRows<'a> {
         self.at.iter().enumerate().filter_map(|(k, &i)| Some((self.lo + k as u32, self.row(i)?)))
     }
 }
+
+/// Fewest pieces a thread of [`Pieces::gap_lengths`] takes.
+const GAP_RUN: usize = 1 << 14;
 
 /// The lengths of a device's gaps: 4 bytes each while every one fits (22 MB at 5 M kernels, not 45); a gap of
 /// `u32::MAX` ns (4.3 s) or more widens them all to 8 bytes.
