@@ -560,7 +560,12 @@ impl EvidenceGates {
 /// it came from: the gates report checks its verdict against (its scans' facts shared with the evidence).
 fn gate_doc_of_open(e: &Export, src: &export::CaptureSource) -> Result<GateCheckDoc> {
     let opts = GateOptions { capture: PathBuf::from(&src.path), ..Default::default() };
-    let source = GateSource {
+    gate_doc(&opts, source_of_open(src), Some(e), None, None)
+}
+
+/// How the gates describe an export already open, `src` saying where it came from.
+fn source_of_open(src: &export::CaptureSource) -> GateSource {
+    GateSource {
         path: src.path.clone(),
         kind: if src.kind == "nsys-rep" { "nsys-rep".into() } else { "sqlite".into() },
         size: src.size,
@@ -571,8 +576,7 @@ fn gate_doc_of_open(e: &Export, src: &export::CaptureSource) -> Result<GateCheck
         provenance: None,
         skipped_rows: Default::default(),
         notes: Vec::new(),
-    };
-    gate_doc(&opts, source, Some(e), None, None)
+    }
 }
 
 /// The gates on the open export.
@@ -794,6 +798,48 @@ mod tests {
                 "{name}: read again once taken"
             );
         }
+    }
+
+    /// `gate-check --report`: G5 of the gates' own document is read back from what the evidence's gates computed
+    /// on the same export (taken over with its facts), under the same thresholds only: other thresholds compute
+    /// their own, as a fresh export does.
+    #[test]
+    fn g5_is_read_back_under_its_thresholds() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nsys-2025.3.1/decode_mixed.sqlite");
+        let src = export::CaptureSource {
+            path: path.display().to_string(),
+            size: std::fs::metadata(&path).unwrap().len(),
+            kind: "sqlite".into(),
+            exported_with: None,
+            exported_sqlite: None,
+        };
+        let g5 = |e: &Export, t: Option<(f64, f64)>| {
+            let mut opts = GateOptions { capture: path.clone(), ..Default::default() };
+            if let Some((share, ms)) = t {
+                (opts.thresholds.max_gap_share, opts.thresholds.min_gap_ms) = (share, ms);
+            }
+            let doc = gate_doc(&opts, source_of_open(&src), Some(e), None, None).unwrap();
+            serde_json::to_value(doc.gates.iter().find(|g| g.id == "G5").unwrap()).unwrap()
+        };
+        let shared = Export::open(&path).unwrap();
+        keep_for_gates(&GateOptions { capture: path.clone(), ..Default::default() }, &shared);
+        let evidence = EvidenceGates::of_export(&shared, &src).unwrap().unwrap();
+        assert!(!evidence.verdict.is_empty());
+        let beside = Export::open(&path).unwrap();
+        beside.take_over_facts(&shared);
+        let key = |share: f64, ms: f64| {
+            format!("gate-check G5 window: max_gap_share {share:e}, min_gap_ns {}", (ms * 1e6) as i64)
+        };
+        type Found = Option<(window::GpuWindow, Option<[i64; 10]>)>;
+        assert!(beside.recall::<Found>(&key(0.25, 500.0)).is_some(), "the evidence's G5 window moved with the facts");
+        let fresh = |t| g5(&Export::open(&path).unwrap(), t);
+        assert_eq!(g5(&beside, None), fresh(None));
+        // every gap long: another verdict, another list of gaps, computed on the same connection
+        let every = Some((0.0, 0.0));
+        assert!(beside.recall::<Found>(&key(0.0, 0.0)).is_none());
+        let (own, want) = (g5(&beside, every), fresh(every));
+        assert_eq!(own, want);
+        assert_ne!(own, fresh(None), "the thresholds change G5 on this capture");
     }
 
     #[test]

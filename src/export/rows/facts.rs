@@ -12,7 +12,12 @@ pub(crate) struct StatsCache {
     pub(super) nvtx_range_rows: std::cell::Cell<Option<i64>>,
     /// Each thread's NVTX marks and ranges, from a read of every NVTX row ([`Export::put_nvtx_facts`]).
     pub(super) nvtx_threads: std::cell::RefCell<Option<std::sync::Arc<NvtxThreads>>>,
+    /// What an analysis computed from the rows, under a key it names ([`Export::remember`]).
+    pub(super) memo: std::cell::RefCell<HashMap<String, Memo>>,
 }
+
+/// A value an analysis computed from an export's rows ([`Export::remember`]).
+pub(crate) type Memo = std::sync::Arc<dyn std::any::Any + Send + Sync>;
 
 impl Export {
     /// What another thread needs to open its own read-only connection to this export.
@@ -45,6 +50,22 @@ impl Export {
         for (k, v) in theirs.iter() {
             mine.entry(k.clone()).or_insert_with(|| v.as_ref().map(TimedStats::facts));
         }
+        let mut memo = self.stats.memo.borrow_mut();
+        for (k, v) in other.stats.memo.borrow().iter() {
+            memo.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+
+    /// Keep `value`, computed from this export's rows by an analysis, under `key` (a name the analysis gives
+    /// it, with every option the value depends on): a later document on this connection, or on one that
+    /// adopted its facts ([`Export::adopt_facts`]), reads it with [`Export::recall`] instead of the rows again.
+    pub fn remember<T: std::any::Any + Send + Sync>(&self, key: String, value: std::sync::Arc<T>) {
+        self.stats.memo.borrow_mut().insert(key, value);
+    }
+
+    /// The value [`Export::remember`] kept under `key`, when it is a `T`.
+    pub fn recall<T: std::any::Any + Send + Sync>(&self, key: &str) -> Option<std::sync::Arc<T>> {
+        self.stats.memo.borrow().get(key).cloned()?.downcast::<T>().ok()
     }
 
     /// The NVTX range rows a read of every push/pop and start/end row of `NVTX_EVENTS` counted (what
