@@ -39,6 +39,13 @@ pub fn may_be_step(label: &str) -> bool {
     !crate::framework::is_framework(label)
 }
 
+/// Whether an analysis that chooses the step label ([`period_facts`]: the top-level ranges that may be a step)
+/// and then budgets an iteration-like step from its occurrences reads the device metrics of a range `label`
+/// at `depth` (a framework's own ranges are never read: on a label-heavy capture most occurrences are theirs).
+pub fn reads_metrics(label: &str, depth: u32) -> bool {
+    may_be_step(label) && (depth == 0 || is_iteration_like(label))
+}
+
 /// Occurrences with device work at the top level of a CUDA-calling thread a repeating label needs.
 pub const REPEAT_MIN: u64 = 5;
 /// The most the p90 of a repeating label's start-to-start intervals may exceed their median (×).

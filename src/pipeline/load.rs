@@ -169,7 +169,7 @@ pub fn from_open_export_keeping(
     // are shared with them until the exposure below has read them (names that cannot be read leave the rows in
     // the detail: the step budget then builds the timelines itself and reports that error)
     let (mut beside, mut go) = (None, None);
-    let detail = if step_detail {
+    let mut detail = if step_detail {
         let want = &crate::step_label::is_iteration_like;
         let mut ready = |rows: &mut crate::sqlite_ranges::CapturedRows| {
             if let Ok((pending, device, g)) = crate::step_budget::device::build_beside(export, rows) {
@@ -187,6 +187,12 @@ pub fn from_open_export_keeping(
         None
     };
     ph.mark("ranges_with_intervals");
+    // what reads the analysis's device metrics from here on: the choice of the report's step label and its step
+    // budget; the rest go before the timelines finish
+    if let Some((a, _)) = detail.as_mut() {
+        a.occurrences.keep_metrics_where(crate::step_label::reads_metrics);
+        ph.mark("keep_metrics");
+    }
     // past the analysis's peak: the timelines go on from their linked rows (an error above lets them go too)
     if let Some(g) = go {
         g.now();

@@ -123,6 +123,28 @@ impl OccurrenceTable {
         }
     }
 
+    /// Keep the device metrics, row counts and sync statistics of the occurrences `keep` (ascending indices)
+    /// only: the others then read as occurrences without device rows or syncs. The step budget keeps its
+    /// steps' (on a label-heavy capture most occurrences are op ranges: 72 bytes each with device rows).
+    pub fn keep_metrics_of(&mut self, keep: &[usize]) {
+        debug_assert!(keep.windows(2).all(|w| w[0] < w[1]));
+        self.dev.retain(keep);
+        self.syncs.retain(keep, self.occ.len());
+    }
+
+    /// [`OccurrenceTable::keep_metrics_of`] the occurrences for which `keep(label, depth)` (asked once per label
+    /// and depth).
+    pub fn keep_metrics_where(&mut self, keep: impl Fn(&str, u32) -> bool) {
+        let mut asked: crate::fx::FxMap<(u32, u32), bool> = Default::default();
+        let kept: Vec<usize> = (0..self.occ.len())
+            .filter(|&i| {
+                let o = &self.occ[i];
+                *asked.entry((o.label, o.depth)).or_insert_with(|| keep(&self.labels[o.label as usize], o.depth))
+            })
+            .collect();
+        self.keep_metrics_of(&kept);
+    }
+
     /// Occurrence `i`'s runtime calls (the join's).
     pub fn runtime_calls(&self, i: usize) -> u64 {
         self.runtime_calls[i]
@@ -164,5 +186,41 @@ impl OccurrenceTable {
 impl std::fmt::Debug for OccurrenceTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "OccurrenceTable({} occurrences, {} labels)", self.occ.len(), self.labels.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::sqlite_ranges::{analyze, OccurrenceMetrics, RangesOptions};
+
+    /// Kept occurrences read their metrics as before; the others as occurrences without device rows or syncs
+    /// (their runtime calls stay), on a real capture with kernels, copies and blocking syncs.
+    #[test]
+    fn kept_metrics_are_the_kept_occurrences_own() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nsys-2025.3.1/decode_mixed.sqlite");
+        let export = crate::export::Export::open(&path).unwrap();
+        let all = analyze(&export, &RangesOptions::default()).unwrap().occurrences;
+        let with_rows: Vec<usize> = (0..all.len()).filter(|&i| all.device_rows(i) > 0).collect();
+        let with_syncs: Vec<usize> = (0..all.len()).filter(|&i| all.metrics(i).sync_calls > 0).collect();
+        assert!(with_rows.len() >= 4 && with_syncs.len() >= 2, "{} {}", with_rows.len(), with_syncs.len());
+        // every other occurrence with device rows, and the first with syncs
+        let mut keep: Vec<usize> = with_rows.iter().step_by(2).copied().chain([with_syncs[0]]).collect();
+        keep.sort_unstable();
+        keep.dedup();
+        let mut t = all.clone();
+        t.keep_metrics_of(&keep);
+        let (mut kept, mut dropped) = (0, 0);
+        for i in 0..all.len() {
+            if keep.binary_search(&i).is_ok() {
+                assert_eq!(t.metrics(i), all.metrics(i), "kept occurrence {i}");
+                kept += 1;
+            } else {
+                let none = OccurrenceMetrics { runtime_calls: all.runtime_calls(i), ..Default::default() };
+                assert_eq!(t.metrics(i), none, "dropped occurrence {i}");
+                dropped += usize::from(all.metrics(i) != none);
+            }
+            assert_eq!(t.get(i).start, all.get(i).start);
+        }
+        assert!(kept == keep.len() && dropped > 0, "{kept} kept, {dropped} changed by the drop");
     }
 }

@@ -402,6 +402,23 @@ impl DevTable {
             k => self.counts.get(k as usize).copied().unwrap_or_default(),
         }
     }
+
+    /// The metrics and counts of the occurrences `keep` (ascending) only; the others read as without device rows.
+    fn retain(&mut self, keep: &[usize]) {
+        let mut slot = vec![DevTable::NONE; self.slot.len()];
+        let (mut met, mut counts) = (Vec::new(), Vec::new());
+        for &i in keep {
+            let Some(&k) = self.slot.get(i).filter(|&&k| k != DevTable::NONE) else { continue };
+            slot[i] = met.len() as u32;
+            met.push(self.met[k as usize]);
+            if let Some(&c) = self.counts.get(k as usize) {
+                counts.push(c);
+            }
+        }
+        // counts are spread for every slot or for none
+        debug_assert!(counts.is_empty() || counts.len() == met.len());
+        *self = DevTable { slot, met, counts };
+    }
 }
 
 /// Blocking sync calls as the join counts them: `occurrence << 8 | API index` ([`SYNC_APIS`]) → calls and ns
@@ -449,6 +466,16 @@ impl SyncTable {
     /// Occurrence `i`'s sync calls and their ns (saturating, like each API's).
     fn totals(&self, i: usize) -> (u64, i64) {
         self.of(i).fold((0, 0), |(c, ns), (_, s)| (c + s.calls, ns.saturating_add(s.total_ns)))
+    }
+
+    /// The entries of the occurrences `keep` (ascending) only, indexed again for `n` occurrences.
+    fn retain(&mut self, keep: &[usize], n: usize) {
+        let mut ent = Vec::new();
+        for &i in keep {
+            ent.extend(self.of(i).map(|(api, st)| ((i as u64) << 8 | api as u64, st)));
+        }
+        *self = SyncTable { ent, off: Vec::new() };
+        self.index(n);
     }
 }
 

@@ -223,10 +223,16 @@ fn second_pass(
 ) -> Result<(sqlite_ranges::Analysis, sqlite_ranges::Collected)> {
     let want = |l: &str| l == label;
     Ok(match first_pass {
-        Some(fp) => match sqlite_ranges::collect_preloaded(fp.1, ropts, &want) {
-            Ok(c) => (fp.0, c),
-            Err(p) => sqlite_ranges::analyze_with_intervals_preloaded(export, ropts, &want, *p)?,
-        },
+        Some(fp) => {
+            let FirstPass(mut a, pre) = *fp;
+            // the budget reads the metrics of the steps alone: the others' go before the second pass
+            let steps: Vec<usize> = a.occurrences.indices_of(label).collect();
+            a.occurrences.keep_metrics_of(&steps);
+            match sqlite_ranges::collect_preloaded(pre, ropts, &want) {
+                Ok(c) => (a, c),
+                Err(p) => sqlite_ranges::analyze_with_intervals_preloaded(export, ropts, &want, *p)?,
+            }
+        }
         None => sqlite_ranges::analyze_with_intervals(export, ropts, &want)?,
     })
 }
