@@ -187,15 +187,16 @@ pub fn from_open_export_keeping(
         None
     };
     ph.mark("ranges_with_intervals");
-    // what reads the analysis's device metrics from here on: the choice of the report's step label and its step
-    // budget; the rest go before the timelines finish
-    if let Some((a, _)) = detail.as_mut() {
-        a.occurrences.keep_metrics_where(crate::step_label::reads_metrics);
-        ph.mark("keep_metrics");
-    }
     // past the analysis's peak: the timelines go on from their linked rows (an error above lets them go too)
     if let Some(g) = go {
         g.now();
+    }
+    // what reads the analysis's device metrics from here on: the choice of the report's step label and its step
+    // budget; the rest go while the timelines sort their rows (before their gaps are cut; after it, the timelines
+    // waited for this on the report's path: 0.13 s at 20 M kernels on 16 cores)
+    if let Some((a, _)) = detail.as_mut() {
+        a.occurrences.keep_metrics_where(crate::step_label::reads_metrics);
+        ph.mark("keep_metrics");
     }
     // kernel statistics and memcpy time are SQL sums: refuse impossible timestamps first (one scan per timed
     // table not read yet, which also aggregates the kernel rows by name for the kernel statistics)
