@@ -828,9 +828,11 @@ mod tests {
         let beside = Export::open(&path).unwrap();
         beside.take_over_facts(&shared);
         let key = |share: f64, ms: f64| {
-            format!("gate-check G5 window: max_gap_share {share:e}, min_gap_ns {}", (ms * 1e6) as i64)
+            let mut t = GateOptions::default().thresholds;
+            (t.max_gap_share, t.min_gap_ms) = (share, ms);
+            window::g5_key(&t)
         };
-        type Found = Option<(window::GpuWindow, Option<[i64; 10]>)>;
+        type Found = window::G5Window;
         assert!(beside.recall::<Found>(&key(0.25, 500.0)).is_some(), "the evidence's G5 window moved with the facts");
         let fresh = |t| g5(&Export::open(&path).unwrap(), t);
         assert_eq!(g5(&beside, None), fresh(None));

@@ -495,6 +495,15 @@ impl Longest {
     }
 }
 
+/// G5's window, its gaps and the kernel starts in each tenth ([`device_gaps_and_tenths`]), as kept on the export.
+pub(super) type G5Window = Option<(GpuWindow, Option<[i64; 10]>)>;
+
+/// The key G5's window is kept under on the export ([`Export::remember`]): it depends on the rows and on these
+/// two thresholds only.
+pub(super) fn g5_key(t: &super::Thresholds) -> String {
+    format!("gate-check G5 window: max_gap_share {:e}, min_gap_ns {}", t.max_gap_share, (t.min_gap_ms * 1e6) as i64)
+}
+
 pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
     let mut g = GateResult::new("G5", "traffic", "share");
     if cx.opts.tier != Tier::Throughput {
@@ -506,8 +515,8 @@ pub fn g5_traffic(cx: &Context) -> Result<GateResult> {
     let long = |len: i64, window: i64| len as f64 / window as f64 > t.max_gap_share && len >= min_gap_ns;
     // the window and its gaps depend on the rows and these two thresholds only: a second gate document on the
     // same export (gate-check --report: the report's evidence ran the gates first) reads them back
-    let key = format!("gate-check G5 window: max_gap_share {:e}, min_gap_ns {min_gap_ns}", t.max_gap_share);
-    let found = match e.recall::<Option<(GpuWindow, Option<[i64; 10]>)>>(&key) {
+    let key = g5_key(t);
+    let found = match e.recall::<G5Window>(&key) {
         Some(v) => v,
         None => {
             let v = std::sync::Arc::new(device_gaps_and_tenths(e, &long)?);

@@ -124,16 +124,17 @@ impl OccurrenceTable {
     }
 
     /// Keep the device metrics, row counts and sync statistics of the occurrences `keep` (ascending indices)
-    /// only: the others then read as occurrences without device rows or syncs. The step budget keeps its
-    /// steps' (on a label-heavy capture most occurrences are op ranges: 72 bytes each with device rows).
-    pub fn keep_metrics_of(&mut self, keep: &[usize]) {
+    /// only: the others then read as occurrences without device rows or syncs (on a label-heavy capture most
+    /// occurrences are op ranges: 72 bytes each with device rows).
+    fn keep_metrics_of(&mut self, keep: &[usize]) {
         debug_assert!(keep.windows(2).all(|w| w[0] < w[1]));
         self.dev.retain(keep);
         self.syncs.retain(keep, self.occ.len());
     }
 
-    /// [`OccurrenceTable::keep_metrics_of`] the occurrences for which `keep(label, depth)` (asked once per label
-    /// and depth).
+    /// Keep the metrics of the occurrences for which `keep(label, depth)` only ([`OccurrenceTable::keep_metrics_of`];
+    /// asked once per label and depth): the step budget its steps', report's evidence what
+    /// [`crate::step_label::reads_metrics`] names.
     pub fn keep_metrics_where(&mut self, keep: impl Fn(&str, u32) -> bool) {
         let mut asked: crate::fx::FxMap<(u32, u32), bool> = Default::default();
         let kept: Vec<usize> = (0..self.occ.len())

@@ -226,8 +226,7 @@ fn second_pass(
         Some(fp) => {
             let FirstPass(mut a, pre) = *fp;
             // the budget reads the metrics of the steps alone: the others' go before the second pass
-            let steps: Vec<usize> = a.occurrences.indices_of(label).collect();
-            a.occurrences.keep_metrics_of(&steps);
+            a.occurrences.keep_metrics_where(|l, _| l == label);
             match sqlite_ranges::collect_preloaded(pre, ropts, &want) {
                 Ok(c) => (a, c),
                 Err(p) => sqlite_ranges::analyze_with_intervals_preloaded(export, ropts, &want, *p)?,

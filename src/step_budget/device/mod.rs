@@ -305,7 +305,7 @@ pub fn build_owned(export: &Export, rows: &CapturedRows, owned: Option<Arc<Vec<D
     let mut ph = crate::phase::Phases::new("step-budget");
     let names = names_of(export)?;
     ph.mark("timeline_names");
-    Ok(timelines(&names, rows, owned))
+    Ok(timelines(&names, rows, owned, None))
 }
 
 /// Device timelines being built in a thread of their own ([`build_beside`]); [`PendingTimelines::join`] waits
@@ -347,7 +347,7 @@ pub fn build_beside(export: &Export, rows: &mut CapturedRows) -> Result<(Pending
     let shared = device.clone();
     let go = Go::default();
     let wait = go.clone();
-    let handle = std::thread::spawn(move || timelines_after(&names, &own, Some(shared), Some(&wait)));
+    let handle = std::thread::spawn(move || timelines(&names, &own, Some(shared), Some(&wait)));
     Ok((PendingTimelines(Arc::new(Mutex::new(Some(handle)))), device, go))
 }
 
@@ -386,18 +386,9 @@ pub fn let_go(rows: Arc<Vec<DeviceChunk>>) {
 }
 
 /// [`build`] with the names read: the device rows are `owned` when given (dropped as soon as the timeline rows
-/// are built: they are the largest thing a report holds then), else those of `rows`.
-fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChunk>>>) -> Timelines {
-    timelines_after(names, rows, owned, None)
-}
-
-/// [`timelines`], waiting for `go` once the rows are linked ([`build_beside`]).
-fn timelines_after(
-    names: &Names,
-    rows: &CapturedRows,
-    owned: Option<Arc<Vec<DeviceChunk>>>,
-    go: Option<&Go>,
-) -> Timelines {
+/// are built: they are the largest thing a report holds then), else those of `rows`; with `go`, it waits for it
+/// once the rows are linked ([`build_beside`]).
+fn timelines(names: &Names, rows: &CapturedRows, owned: Option<Arc<Vec<DeviceChunk>>>, go: Option<&Go>) -> Timelines {
     let mut ph = crate::phase::Phases::new("step-budget");
     let mut skips = RowSkips::new();
     // the rows given to no one else are dropped chunk by chunk as they become timeline rows
