@@ -130,3 +130,57 @@ fn thresholds_are_validated() {
     assert!(ReadinessOptions { range_prefix: Some(".".into()), ..Default::default() }.validate().is_err());
     assert!(ReadinessOptions::default().validate().is_ok());
 }
+
+#[test]
+fn a_union_made_by_start_is_the_union_of_its_intervals() {
+    let mut u = Union::default();
+    for (a, b) in [(0, 10), (5, 6), (10, 12), (20, 30), (25, 40), (25, 26)] {
+        assert!(u.add(a, b), "({a}, {b}) comes by start");
+    }
+    assert_eq!(u.len(), 12 + 20);
+    assert!(!u.add(19, 21), "a start before the open run's is refused (it could bridge two runs)");
+}
+
+/// The opaque share made as the nested ranges come equals the one of the ranges gathered and united, for every
+/// top-level label of real captures (fails if the running union loses or double-counts any nested time).
+#[test]
+fn opaque_step_share_made_by_start_is_the_gathered_one() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut compared = 0;
+    for name in ["decode_mixed", "gpu_full_node", "cpu_nvtx_osrt"] {
+        let export = Export::open(&root.join(format!("fixtures/nsys-2025.3.1/{name}.sqlite"))).unwrap();
+        for fold in [false, true] {
+            let a =
+                sqlite_ranges::analyze(&export, &sqlite_ranges::RangesOptions { fold, ..Default::default() }).unwrap();
+            let occ = &a.occurrences;
+            let labels: BTreeSet<String> = occ.iter().filter(|o| o.depth == 0).map(|o| o.label.to_string()).collect();
+            for l in &labels {
+                let wall: i64 = occ.iter().filter(|o| *o.label == **l).map(|o| o.end - o.start).sum();
+                if wall <= 0 {
+                    continue;
+                }
+                let got = opaque_step_share(occ, l).unwrap();
+                assert_eq!(got, opaque_step_share_gathered(occ, l, wall), "{name} {l:?} fold {fold}");
+                compared += usize::from(got < 1.0);
+            }
+        }
+    }
+    assert!(compared >= 3, "labels with nested ranges compared: {compared}");
+}
+
+#[test]
+fn thread_unions_do_not_depend_on_the_order() {
+    let occ = vec![
+        o("a", 1, 0, 10),
+        o("b", 1, 2, 4),
+        o("c", 1, 10, 12),
+        o("d", 1, 20, 30),
+        o("e", 2, 5, 6),
+        o("f", 2, 5, 9),
+        o("g", 2, 9, 9),
+    ];
+    let want: HashMap<i64, Vec<(i64, i64)>> = [(1, vec![(0, 12), (20, 30)]), (2, vec![(5, 9)])].into_iter().collect();
+    assert_eq!(syncs::thread_unions(&occ), want, "by thread, then start");
+    let reversed: Vec<Occurrence> = occ.iter().rev().cloned().collect();
+    assert_eq!(syncs::thread_unions(&reversed), want, "in any other order");
+}

@@ -11,7 +11,7 @@ use crate::iterations::window::{IterationArgs, Prepared, Windowed};
 
 use super::window::prepare;
 use crate::report::{self, ReportDoc, ReportOptions};
-use crate::sqlite_ranges::{self, Analysis, Collected, RangesOptions, SqliteRangesDoc};
+use crate::sqlite_ranges::{self, Analysis, Collected, RangesOptions, SharedOccurrences, SqliteRangesDoc};
 
 use super::load::{self, InputKind};
 
@@ -152,14 +152,15 @@ fn apply_window(ev: &mut Evidence, cap: &OpenedCapture, prep: &Prepared) -> Resu
 /// `sqlite-ranges` document its ranges analysis computed (`gate-check --report`: on the gates' own export, whose
 /// facts these reads also compute; `opts.input` is not read). With `keep_occurrences`, the detail keeps the
 /// occurrences as read ([`crate::sqlite_ranges::Collected::occurrences`]). `beside` is called once the evidence is read,
-/// before the step budget, with that detail: the caller can start the work that needs only the scans' facts (its
-/// own threads, on its own connections) while the step budget finishes.
+/// before the step budget, with that detail and the occurrences it kept (taken out of it: the report never reads
+/// them): the caller can start the work that needs only the scans' facts (its own threads, on its own
+/// connections) while the step budget finishes.
 pub fn document_sharing_scans(
     export: &Export,
     source: &CaptureSource,
     opts: &ReportOptions,
     keep_occurrences: bool,
-    beside: impl FnOnce(Option<&Arc<(Analysis, Collected)>>),
+    beside: impl FnOnce(Option<&Arc<(Analysis, Collected)>>, Option<SharedOccurrences>),
 ) -> Result<(ReportDoc, Option<SqliteRangesDoc>)> {
     let categories = report::prepare(opts)?;
     let mut ph = crate::phase::Phases::new("report");
@@ -168,7 +169,9 @@ pub fn document_sharing_scans(
         evidence::add_provenance(&mut ev, p)?;
     }
     ph.mark("evidence");
-    beside(ev.step_detail.as_ref());
+    // the detail was just made: no one else holds it yet
+    let kept = ev.step_detail.as_mut().and_then(Arc::get_mut).and_then(|(_, c)| c.occurrences.take());
+    beside(ev.step_detail.as_ref(), kept);
     let doc = report::report_of(&mut ev, opts, &categories, Some(export), ph)?;
     let ranges = ev.step_detail.as_deref().map(|(a, _)| sqlite_ranges::described(a.doc.clone(), source));
     crate::memory::drop_beside(ev);

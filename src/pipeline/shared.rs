@@ -9,7 +9,7 @@ use crate::export::{self, Export};
 use crate::gate_check::{self, GateCheckDoc, GateOptions};
 use crate::nvtx_readiness::{self, NvtxReadinessDoc, ReadinessOptions};
 use crate::report::{ReportDoc, ReportOptions};
-use crate::sqlite_ranges::{self, Analysis, Collected, RangesOptions, SqliteRangesDoc};
+use crate::sqlite_ranges::{self, Analysis, Collected, RangesOptions, SharedOccurrences, SqliteRangesDoc};
 
 /// Documents of other tools computed from the same capture in the same run ([`run_shared`]).
 #[derive(Debug, Clone, Default)]
@@ -100,12 +100,12 @@ fn shared_documents(
         let mut gate_beside = None;
         let (report, report_ranges) = match (&also.report, other, export) {
             (Some(po), Some((p, src)), Some(e)) => {
-                let beside = |detail: Option<&Arc<(Analysis, Collected)>>| {
+                let beside = |detail: Option<&Arc<(Analysis, Collected)>>, kept: Option<SharedOccurrences>| {
                     let ex = Export::open(p).inspect(|ex| ex.take_over_facts(e));
                     gate_beside = gate.take().map(|g| s.spawn(move || g(Some(&ex?))));
                     readiness = also.readiness.as_ref().map(|ro| {
                         let ex = Export::open(p).inspect(|ex| ex.adopt_facts(e));
-                        readiness_thread(s, ex, src, ro, detail.cloned())
+                        readiness_thread(s, ex, src, ro, detail.cloned().zip(kept))
                     });
                 };
                 match super::report::document_sharing_scans(e, src, po, also.readiness.is_some(), beside) {
@@ -170,17 +170,18 @@ pub fn ranges_sharing_scans(e: &Export, src: &export::CaptureSource, ro: &Ranges
 }
 
 /// The readiness document in its own thread, on `ex` (its own connection to the export), from the reads of
-/// `detail` (the report's ranges analysis) when given, else reading them itself.
+/// `detail` (the report's ranges analysis and the occurrences it kept) when given, else reading them itself.
 fn readiness_thread<'s>(
     s: &'s std::thread::Scope<'s, '_>,
     ex: Result<Export>,
     src: &'s export::CaptureSource,
     ro: &'s ReadinessOptions,
-    detail: Option<Arc<(Analysis, Collected)>>,
+    detail: Option<(Arc<(Analysis, Collected)>, SharedOccurrences)>,
 ) -> std::thread::ScopedJoinHandle<'s, Result<NvtxReadinessDoc>> {
     s.spawn(move || {
         let ex = ex?;
-        let reads = detail.as_deref().and_then(|(_, c)| nvtx_readiness::SharedReads::of(c));
+        let (detail, kept) = detail.unzip();
+        let reads = detail.as_deref().zip(kept).map(|((_, c), kept)| nvtx_readiness::SharedReads::of(kept, c));
         crate::phase::timed("gate-check", "readiness", || nvtx_readiness::document_with(&ex, src, ro, reads))
     })
 }

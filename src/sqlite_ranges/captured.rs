@@ -168,7 +168,7 @@ pub struct Collected {
     /// runtime table whole (it does not when the table is absent or no occurrence was kept).
     pub runtime_read: bool,
     /// With [`analyze_with_intervals_keeping`] and folding options without prefix or window: the occurrences as read,
-    /// before the labels of the user's own are folded ([`SharedOccurrences::loaded`] is what
+    /// before the labels of the user's own are folded ([`SharedOccurrences::into_loaded`] is what
     /// [`load_occurrences_framework_folded`] gives).
     pub occurrences: Option<SharedOccurrences>,
     /// The CUDA `deviceId` of each device index of the intervals' rows ([`CorrelatedDeviceRow::device`]).
@@ -181,9 +181,11 @@ pub struct Collected {
 pub struct SharedOccurrences(pub(super) occurrences::InternedOccurrences);
 
 impl SharedOccurrences {
-    /// [`load_occurrences`] with default options, without reading the export again.
-    pub fn loaded(&self) -> LoadedOccurrences {
-        self.0.to_loaded()
+    /// [`load_occurrences_framework_folded`], without reading the export again: the interned occurrences are
+    /// given back as they are turned into occurrences (the two lists are never whole together: on emit_nvtx ×10,
+    /// 2.06 M occurrences, 99 MB interned beside 181 MB loaded was the CI chain's peak).
+    pub fn into_loaded(self) -> LoadedOccurrences {
+        self.0.into_loaded()
     }
 }
 

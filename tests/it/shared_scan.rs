@@ -180,3 +180,29 @@ fn run_shared_gives_each_tool_its_own_document() {
         assert_eq!(report.top_kernels.len(), 5, "{rel}: the report's own options");
     }
 }
+
+/// The report of the shared run hands the occurrences its analysis kept for readiness to the caller, once, and
+/// keeps none itself (on emit_nvtx ×10 the chain held them twice, interned and loaded: 99 MB of its peak);
+/// given back as loaded, they are what readiness reads on its own (`load_occurrences_framework_folded`). Fails if
+/// the detail still holds them, if none are handed over, or if they differ from that read.
+#[test]
+fn kept_occurrences_are_handed_over_not_held() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = common::export("nsys-2025.3.1/emit_nvtx_decode.sqlite.xz", tmp.path());
+    let cap = nsyskit::export::open_capture(&f, None).unwrap();
+    let popts = nsyskit::report::ReportOptions { input: f.clone(), ..Default::default() };
+    let mut handed = None;
+    let beside =
+        |detail: Option<&std::sync::Arc<(nsyskit::sqlite_ranges::Analysis, nsyskit::sqlite_ranges::Collected)>>,
+         kept: Option<nsyskit::sqlite_ranges::SharedOccurrences>| {
+            let d = detail.expect("the report's ranges analysis");
+            assert!(d.1.occurrences.is_none(), "the report's detail still holds the kept occurrences");
+            handed = kept;
+        };
+    nsyskit::pipeline::report::document_sharing_scans(&cap.export, &cap.source, &popts, true, beside).unwrap();
+    let loaded = handed.expect("the kept occurrences were not handed over").into_loaded();
+    let alone = nsyskit::sqlite_ranges::load_occurrences_framework_folded(&cap.export).unwrap();
+    assert!(loaded.occurrences.len() > 100_000, "{} occurrences", loaded.occurrences.len());
+    assert_eq!(loaded.occurrences, alone.occurrences);
+    assert_eq!((loaded.skipped, loaded.range_rows), (alone.skipped, alone.range_rows));
+}
