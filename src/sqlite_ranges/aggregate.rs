@@ -104,7 +104,7 @@ pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, V
         if n.device_rows() > 0 {
             a.with_device_work += 1;
         }
-        a.runtime_calls += w.runtime_calls[i];
+        a.runtime_calls += u64::from(w.runtime_calls[i]);
         a.kernels += n.kernels;
         a.memcpys += n.memcpys;
         a.memsets += n.memsets;

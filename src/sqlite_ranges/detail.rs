@@ -35,7 +35,7 @@ pub struct OccurrenceTable {
     /// Thread slice index → its globalTid.
     tids: Vec<i64>,
     dev: DevTable,
-    runtime_calls: Vec<u64>,
+    runtime_calls: Vec<u32>,
     syncs: SyncTable,
 }
 
@@ -106,7 +106,7 @@ impl OccurrenceTable {
         let (m, n) = (self.dev.met(i), self.dev.counts(i));
         let (sync_calls, sync_ns) = self.syncs.totals(i);
         OccurrenceMetrics {
-            runtime_calls: self.runtime_calls[i],
+            runtime_calls: u64::from(self.runtime_calls[i]),
             kernels: n.kernels,
             memcpys: n.memcpys,
             memsets: n.memsets,
@@ -148,7 +148,7 @@ impl OccurrenceTable {
 
     /// Occurrence `i`'s runtime calls (the join's).
     pub fn runtime_calls(&self, i: usize) -> u64 {
-        self.runtime_calls[i]
+        u64::from(self.runtime_calls[i])
     }
 
     /// Occurrence `i`'s `|D|`, the union of its device rows.

@@ -562,7 +562,7 @@ struct Work {
     /// globalTid → (slice index, lo, hi).
     slice_of: FxMap<i64, (u32, usize, usize)>,
     /// By occurrence: its runtime calls (the join's).
-    runtime_calls: Vec<u64>,
+    runtime_calls: Vec<u32>,
     /// By chain: the device rows counted (empty until they are), then spread into `dev` ([`spread_counts`]).
     chain_counts: Vec<DevCounts>,
     /// By occurrence, its device metrics and row counts: empty until the device rows are attributed.

@@ -77,7 +77,11 @@ pub(super) fn join_runtime(
                         sync: sync.is_some(),
                     });
                 }
-                runtime_calls[h as usize] += 1;
+                // 4 bytes an occurrence (2 M op ranges: 8 MB, not 16); a count past them is refused, never wrapped
+                let n = &mut runtime_calls[h as usize];
+                *n = n.checked_add(1).ok_or_else(|| {
+                    Error::input(format!("{tbl}: a range encloses more than {} runtime calls: not supported", u32::MAX))
+                })?;
                 if let Some(api) = sync {
                     let s = sync_hits.entry((h as u64) << 8 | api as u64).or_default();
                     s.calls += 1;
