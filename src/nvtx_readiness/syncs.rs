@@ -121,14 +121,10 @@ pub(super) fn thread_unions(occ: &[Occurrence]) -> HashMap<i64, Vec<(i64, i64)>>
     unions
 }
 
-/// Closed intervals given by start, overlapping or touching ones merged.
+/// Closed intervals given by start, overlapping or touching ones merged (grown as the union is: it holds far
+/// fewer than the intervals).
 fn merged(by_start: impl Iterator<Item = (i64, i64)>) -> Vec<(i64, i64)> {
     let mut merged: Vec<(i64, i64)> = Vec::new();
-    for (s, e) in by_start {
-        match merged.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => merged.push((s, e)),
-        }
-    }
+    crate::intervals::merge_sorted(by_start, |u| merged.push(u));
     merged
 }
