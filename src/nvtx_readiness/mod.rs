@@ -52,34 +52,36 @@ pub const DEFAULT_MAX_OPAQUE_SHARE: f64 = 0.05;
 /// The share of the step label's wall that no range nested in it covers, over its occurrences (every nested
 /// label counts: a framework's op ranges name what runs there too); None without an occurrence of the label.
 pub fn opaque_step_share(occ: &crate::sqlite_ranges::OccurrenceTable, label: &str) -> Option<f64> {
-    let mut wall = 0i64;
-    // per step occurrence: the union of its nested ranges, clipped to it, made as they come (the analysis's order
-    // is by thread, then start, so each step's nested ranges come by start): never the ranges themselves (2 M op
-    // ranges on emit_nvtx ×10: 51 MB held at the CI chain's peak when they were gathered per step)
-    let mut covered: HashMap<usize, Union> = HashMap::new();
-    for (i, o) in occ.iter().enumerate() {
-        if o.label == label {
-            wall += o.end - o.start;
-            covered.insert(i, Union::default());
-        }
-    }
+    let wall: i64 = occ.iter().filter(|o| o.label == label).map(|o| o.end - o.start).sum();
     if wall <= 0 {
         return None;
     }
-    for o in occ.iter().filter(|o| o.label != label) {
-        // the step occurrence this range is nested in, if any
-        let mut p = o.parent;
-        while let Some(j) = p {
-            if let Some(u) = covered.get_mut(&j) {
+    // each range nested in a step, clipped to the step it is nested in (the nearest enclosing one)
+    let nested = || {
+        occ.iter().filter(|o| o.label != label).filter_map(|o| {
+            let mut p = o.parent;
+            while let Some(j) = p {
                 let step = occ.get(j);
-                let (a, b) = (o.start.max(step.start), o.end.min(step.end));
-                if b > a && !u.add(a, b) {
-                    // not in start order: the ranges gathered and sorted
-                    return Some(opaque_step_share_gathered(occ, label, wall));
+                if step.label == label {
+                    let (a, b) = (o.start.max(step.start), o.end.min(step.end));
+                    return (b > a).then_some((j, a, b));
                 }
-                break;
+                p = step.parent;
             }
-            p = occ.get(j).parent;
+            None
+        })
+    };
+    // per step, the union of its nested ranges made as they come: the analysis's order is by thread, then start,
+    // so a step's nested ranges come by start (never the ranges themselves: 2 M op ranges on emit_nvtx ×10, 51 MB
+    // held at the CI chain's peak when they were gathered per step); in another order, gathered and sorted
+    let mut covered: HashMap<usize, Union> = HashMap::new();
+    if !nested().all(|(j, a, b)| covered.entry(j).or_default().add(a, b)) {
+        let mut all: Vec<(usize, i64, i64)> = nested().collect();
+        all.sort_unstable();
+        covered.clear();
+        for (j, a, b) in all {
+            // by step, then start: every one is added
+            covered.entry(j).or_default().add(a, b);
         }
     }
     let named: i64 = covered.values().map(Union::len).sum();
@@ -111,36 +113,6 @@ impl Union {
     fn len(&self) -> i64 {
         self.done + self.open.map_or(0, |(s, e)| e - s)
     }
-}
-
-/// [`opaque_step_share`] with every step's nested ranges gathered, then united (occurrences not by start).
-fn opaque_step_share_gathered(occ: &crate::sqlite_ranges::OccurrenceTable, label: &str, wall: i64) -> f64 {
-    let mut covered: HashMap<usize, Vec<(i64, i64)>> = Default::default();
-    for (i, o) in occ.iter().enumerate() {
-        if o.label == label {
-            covered.entry(i).or_default();
-        }
-    }
-    for o in occ.iter().filter(|o| o.label != label) {
-        let mut p = o.parent;
-        while let Some(j) = p {
-            if let Some(v) = covered.get_mut(&j) {
-                v.push((o.start, o.end));
-                break;
-            }
-            p = occ.get(j).parent;
-        }
-    }
-    let named: i64 = covered
-        .iter()
-        .map(|(&j, v)| {
-            let (s, e) = (occ.get(j).start, occ.get(j).end);
-            let clipped: Vec<(i64, i64)> =
-                v.iter().map(|&(a, b)| (a.max(s), b.min(e))).filter(|(a, b)| b > a).collect();
-            crate::intervals::len(&crate::intervals::union(clipped))
-        })
-        .sum();
-    1.0 - named as f64 / wall as f64
 }
 
 /// Whether a host-side class resting on `unattributed` (its share of the typical steps' wall) rests on time no

@@ -141,6 +141,37 @@ fn a_union_made_by_start_is_the_union_of_its_intervals() {
     assert!(!u.add(19, 21), "a start before the open run's is refused (it could bridge two runs)");
 }
 
+/// The opaque share of the ranges nested in `label`'s occurrences gathered per step, then united (what
+/// [`opaque_step_share`] computed before it made the unions as the ranges come).
+fn opaque_step_share_gathered(occ: &sqlite_ranges::OccurrenceTable, label: &str, wall: i64) -> f64 {
+    let mut covered: HashMap<usize, Vec<(i64, i64)>> = Default::default();
+    for (i, o) in occ.iter().enumerate() {
+        if o.label == label {
+            covered.entry(i).or_default();
+        }
+    }
+    for o in occ.iter().filter(|o| o.label != label) {
+        let mut p = o.parent;
+        while let Some(j) = p {
+            if let Some(v) = covered.get_mut(&j) {
+                v.push((o.start, o.end));
+                break;
+            }
+            p = occ.get(j).parent;
+        }
+    }
+    let named: i64 = covered
+        .iter()
+        .map(|(&j, v)| {
+            let (s, e) = (occ.get(j).start, occ.get(j).end);
+            let clipped: Vec<(i64, i64)> =
+                v.iter().map(|&(a, b)| (a.max(s), b.min(e))).filter(|(a, b)| b > a).collect();
+            crate::intervals::len(&crate::intervals::union(clipped))
+        })
+        .sum();
+    1.0 - named as f64 / wall as f64
+}
+
 /// The opaque share made as the nested ranges come equals the one of the ranges gathered and united, for every
 /// top-level label of real captures (fails if the running union loses or double-counts any nested time).
 #[test]
