@@ -93,6 +93,7 @@ pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, V
     let mut counts = vec![0usize; label_names.len()];
     occ.iter().for_each(|o| counts[o.label as usize] += 1);
     acc.iter_mut().zip(counts).for_each(|(a, n)| a.walls.reserve_exact(n));
+    let mut syncs = w.syncs.cursor();
     for (i, o) in occ.iter().enumerate() {
         let a = &mut acc[o.label as usize];
         let wall = o.end - o.start;
@@ -105,10 +106,10 @@ pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, V
             a.with_device_work += 1;
         }
         a.runtime_calls += u64::from(w.runtime_calls[i]);
-        a.kernels += n.kernels;
-        a.memcpys += n.memcpys;
-        a.memsets += n.memsets;
-        a.graph_traces += n.graph_traces;
+        a.kernels += u64::from(n.kernels);
+        a.memcpys += u64::from(n.memcpys);
+        a.memsets += u64::from(n.memsets);
+        a.graph_traces += u64::from(n.graph_traces);
         let vals = [
             n.kernel_work_ns,
             m.coverage_ns,
@@ -130,7 +131,7 @@ pub(super) fn aggregate(export: &Export, w: &Work) -> Result<(Vec<RangeStats>, V
         if a.overflow.is_some() {
             continue;
         }
-        for (api, st) in w.syncs.of(i) {
+        for (api, st) in syncs.of(i) {
             let e = a.sync.entry(api).or_default();
             e.calls += st.calls;
             match e.total_ns.checked_add(st.total_ns).filter(|x| *x != i64::MAX) {

@@ -31,29 +31,32 @@ pub struct OccurrenceRef<'a> {
 pub struct OccurrenceTable {
     labels: Vec<std::sync::Arc<str>>,
     occ: std::sync::Arc<Vec<COcc>>,
-    thread_of: std::sync::Arc<Vec<u32>>,
-    /// Thread slice index → its globalTid.
-    tids: Vec<i64>,
+    domains: Domains,
+    /// The thread slices `(globalTid, lo, hi)` ([`slice_at`]).
+    slices: Vec<(i64, usize, usize)>,
     dev: DevTable,
+    /// By occurrence, or by kept occurrence once metrics are kept for some only (`calls_kept`).
     runtime_calls: Vec<u32>,
+    calls_kept: Option<Slots>,
     syncs: SyncTable,
 }
 
 impl OccurrenceTable {
     /// The detail of a finished analysis (its per-occurrence arrays move here; nothing is copied).
     pub(super) fn of_work(w: Work) -> OccurrenceTable {
-        let Work { occ, label_names, dev, runtime_calls, syncs, slices, thread_of, .. } = w;
+        let Work { occ, label_names, domains, dev, runtime_calls, syncs, slices, .. } = w;
         let n = occ.len();
         let t = OccurrenceTable {
             labels: occurrences::shared_labels(&label_names),
             occ,
-            thread_of,
-            tids: slices.iter().map(|s| s.0).collect(),
+            domains,
+            slices,
             dev,
             runtime_calls,
+            calls_kept: None,
             syncs,
         };
-        debug_assert!(t.thread_of.len() == n && t.dev.len() == n);
+        debug_assert!(t.slices.last().is_none_or(|s| s.2 == n) && t.dev.len() == n);
         debug_assert!(t.runtime_calls.len() == n);
         t
     }
@@ -71,11 +74,11 @@ impl OccurrenceTable {
         let o = &self.occ[i];
         OccurrenceRef {
             label: &self.labels[o.label as usize],
-            global_tid: self.tids[self.thread_of[i] as usize],
+            global_tid: self.slices[slice_at(&self.slices, i) as usize].0,
             start: o.start,
             end: o.end,
-            event_type: o.event_type as i64,
-            domain_id: (o.domain_id != 0).then_some(o.domain_id),
+            event_type: o.event_type() as i64,
+            domain_id: Some(o.domain_id(&self.domains)).filter(|&d| d != 0),
             depth: o.depth,
             parent: (o.parent != u32::MAX).then_some(o.parent as usize),
         }
@@ -106,11 +109,11 @@ impl OccurrenceTable {
         let (m, n) = (self.dev.met(i), self.dev.counts(i));
         let (sync_calls, sync_ns) = self.syncs.totals(i);
         OccurrenceMetrics {
-            runtime_calls: u64::from(self.runtime_calls[i]),
-            kernels: n.kernels,
-            memcpys: n.memcpys,
-            memsets: n.memsets,
-            graph_traces: n.graph_traces,
+            runtime_calls: self.runtime_calls(i),
+            kernels: n.kernels.into(),
+            memcpys: n.memcpys.into(),
+            memsets: n.memsets.into(),
+            graph_traces: n.graph_traces.into(),
             kernel_work_ns: n.kernel_work_ns,
             busy_ns: m.busy_ns,
             span_ns: m.span_ns(),
@@ -123,13 +126,17 @@ impl OccurrenceTable {
         }
     }
 
-    /// Keep the device metrics, row counts and sync statistics of the occurrences `keep` (ascending indices)
-    /// only: the others then read as occurrences without device rows or syncs (on a label-heavy capture most
-    /// occurrences are op ranges: 72 bytes each with device rows).
+    /// Keep the device metrics, row counts, sync statistics and runtime call counts of the occurrences `keep`
+    /// (ascending indices) only: the others then read as occurrences without device rows, syncs or runtime calls
+    /// (on a label-heavy capture most occurrences are op ranges: 56 bytes each with device rows, and 4 for the
+    /// calls of every one).
     fn keep_metrics_of(&mut self, keep: &[usize]) {
         debug_assert!(keep.windows(2).all(|w| w[0] < w[1]));
         self.dev.retain(keep);
-        self.syncs.retain(keep, self.occ.len());
+        self.syncs.retain(keep);
+        let calls: Vec<u32> = keep.iter().map(|&i| self.runtime_calls.get(i).copied().unwrap_or(0)).collect();
+        self.runtime_calls = calls;
+        self.calls_kept = Some(Slots::of(self.occ.len(), keep.iter().copied()));
     }
 
     /// Keep the metrics of the occurrences for which `keep(label, depth)` only ([`OccurrenceTable::keep_metrics_of`];
@@ -146,9 +153,13 @@ impl OccurrenceTable {
         self.keep_metrics_of(&kept);
     }
 
-    /// Occurrence `i`'s runtime calls (the join's).
+    /// Occurrence `i`'s runtime calls (the join's; 0 for one whose metrics were not kept).
     pub fn runtime_calls(&self, i: usize) -> u64 {
-        u64::from(self.runtime_calls[i])
+        let at = match &self.calls_kept {
+            None => Some(i),
+            Some(s) => s.get(i).map(|k| k as usize),
+        };
+        at.and_then(|k| self.runtime_calls.get(k)).map_or(0, |&n| u64::from(n))
     }
 
     /// Occurrence `i`'s `|D|`, the union of its device rows.
@@ -169,7 +180,7 @@ impl OccurrenceTable {
 
     /// Occurrence `i`'s kernels.
     pub fn kernels(&self, i: usize) -> u64 {
-        self.dev.counts(i).kernels
+        self.dev.counts(i).kernels.into()
     }
 
     /// Every occurrence, in order.
@@ -194,8 +205,8 @@ impl std::fmt::Debug for OccurrenceTable {
 mod tests {
     use crate::sqlite_ranges::{analyze, OccurrenceMetrics, RangesOptions};
 
-    /// Kept occurrences read their metrics as before; the others as occurrences without device rows or syncs
-    /// (their runtime calls stay), on a real capture with kernels, copies and blocking syncs.
+    /// Kept occurrences read their metrics as before; the others as occurrences without device rows, syncs or
+    /// runtime calls, on a real capture with kernels, copies and blocking syncs.
     #[test]
     fn kept_metrics_are_the_kept_occurrences_own() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nsys-2025.3.1/decode_mixed.sqlite");
@@ -216,7 +227,7 @@ mod tests {
                 assert_eq!(t.metrics(i), all.metrics(i), "kept occurrence {i}");
                 kept += 1;
             } else {
-                let none = OccurrenceMetrics { runtime_calls: all.runtime_calls(i), ..Default::default() };
+                let none = OccurrenceMetrics::default();
                 assert_eq!(t.metrics(i), none, "dropped occurrence {i}");
                 dropped += usize::from(all.metrics(i) != none);
             }

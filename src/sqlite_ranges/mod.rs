@@ -28,6 +28,7 @@ mod occurrences;
 mod replay;
 mod runtime;
 mod scan;
+mod slots;
 mod table;
 mod tree;
 
@@ -62,6 +63,7 @@ use crate::export::rows::{DeviceChunk, Keep, PackedDeviceRow};
 use crate::export::schema::{self, cols, DeviceKind};
 use crate::export::{ns_of, pid_of, tid_of, Export, RowSkips};
 
+use slots::Slots;
 use tree::MaxTree;
 
 // ---------------------------------------------------------------------------------------------------------
@@ -230,8 +232,14 @@ pub fn described(mut doc: SqliteRangesDoc, source: &crate::export::CaptureSource
     doc
 }
 
+/// The index of the thread slice (`(globalTid, lo, hi)`, contiguous and in order) holding occurrence `i`: a
+/// search over the few threads instead of 4 bytes an occurrence (8 MB on 2 M op ranges).
+fn slice_at(slices: &[(i64, usize, usize)], i: usize) -> u32 {
+    (slices.partition_point(|s| s.1 <= i) - 1) as u32
+}
+
 /// Interned occurrence chains (ascending occurrence indices) in one arena. Occurrence indices ascend with
-/// the thread, so a chain's distinct threads are the changes of `thread_of` along it: no per-chain thread list.
+/// the thread, so a chain's distinct threads are the changes of [`slice_at`] along it: no per-chain thread list.
 /// Interning keeps only the ids in its hash table (5 bytes a slot): a chain is compared in the arena.
 struct Chains {
     map: hashbrown::HashTable<u32>,
@@ -284,18 +292,63 @@ fn chain_hash(occs: &[u32]) -> u64 {
 }
 
 /// An occurrence as kept during the analysis: the label is an id into the label table, the thread is its slice's
-/// ([`Work::thread_of`]) (40 bytes, no heap).
+/// ([`slice_at`]), the domain an index into the domains seen ([`Domains`]) packed with the event type (32
+/// bytes, no heap: 2 M op ranges hold 16 MB less than with the 8-byte `domainId` and a 4-byte event type).
 #[derive(Clone, Copy)]
 struct COcc {
     start: i64,
     end: i64,
-    /// `domainId`, 0 for none (the export layer reads the default domain 0 as none).
-    domain_id: i64,
     label: u32,
     depth: u32,
     /// u32::MAX when none
     parent: u32,
-    event_type: i32,
+    /// The domain's index in [`Domains`] << 1, | 1 for a start/end range (60), 0 for push/pop (59).
+    kind: u32,
+}
+
+impl COcc {
+    /// 59 push/pop or 60 start/end (the only range event types the load keeps).
+    fn event_type(&self) -> i32 {
+        if self.kind & 1 == 1 {
+            schema::nvtx::START_END as i32
+        } else {
+            schema::nvtx::PUSH_POP as i32
+        }
+    }
+
+    /// `domainId`, 0 for none.
+    fn domain_id(&self, domains: &Domains) -> i64 {
+        domains.ids[(self.kind >> 1) as usize]
+    }
+}
+
+/// The distinct `domainId`s of the kept occurrences, 0 (none) first: a capture has a few.
+#[derive(Clone, Debug)]
+struct Domains {
+    ids: Vec<i64>,
+    index: FxMap<i64, u32>,
+}
+
+impl Default for Domains {
+    fn default() -> Domains {
+        Domains { ids: vec![0], index: [(0, 0)].into_iter().collect() }
+    }
+}
+
+impl Domains {
+    /// [`COcc::kind`] of a range of `event_type` (59 or 60) in domain `domain_id` (0 for none).
+    fn kind(&mut self, domain_id: i64, event_type: i32) -> u32 {
+        let ids = &mut self.ids;
+        let d = *self.index.entry(domain_id).or_insert_with(|| {
+            ids.push(domain_id);
+            ids.len() as u32 - 1
+        });
+        debug_assert!(
+            d < 1 << 31
+                && (event_type as i64 == schema::nvtx::PUSH_POP || event_type as i64 == schema::nvtx::START_END)
+        );
+        d << 1 | u32::from(event_type as i64 == schema::nvtx::START_END)
+    }
 }
 
 /// Per-occurrence interval metrics of the sweep (32 bytes). `cur_e`, the end of the union so far, doubles as
@@ -326,21 +379,25 @@ impl CMet {
 }
 
 /// Device rows counted by kind, with the kernels' summed durations: of a chain while the rows are tagged
-/// ([`tag_rows`]), then of each occurrence ([`spread_counts`]).
+/// ([`tag_rows`]), then of each occurrence ([`spread_counts`]). The counts are 32-bit (24 bytes, not 40: 15 MB on
+/// emit_nvtx ×10's 0.93 M occurrences with device rows): a chain's or an occurrence's rows are distinct rows of
+/// the capture, and a capture with more than `u32::MAX` device rows is refused before they are counted
+/// ([`attribute_device_rows`]).
 #[derive(Clone, Copy, Default)]
 struct DevCounts {
-    kernels: u64,
-    memcpys: u64,
-    memsets: u64,
-    graph_traces: u64,
+    kernels: u32,
+    memcpys: u32,
+    memsets: u32,
+    graph_traces: u32,
     kernel_work_ns: i64,
 }
 
 impl DevCounts {
     fn device_rows(&self) -> u64 {
-        self.kernels + self.memcpys + self.memsets + self.graph_traces
+        [self.kernels, self.memcpys, self.memsets, self.graph_traces].into_iter().map(u64::from).sum()
     }
-    /// Sums of non-negative durations saturate the same in any grouping.
+    /// Sums of non-negative durations saturate the same in any grouping; the counts cannot wrap (no more rows
+    /// than the capture's, checked).
     fn add(&mut self, o: &DevCounts) {
         self.kernels += o.kernels;
         self.memcpys += o.memcpys;
@@ -350,37 +407,25 @@ impl DevCounts {
     }
 }
 
-/// By occurrence, its device metrics ([`CMet`]) and row counts ([`DevCounts`]), 72 bytes kept only for the
-/// occurrences with device rows: 4 bytes for the others (a PyTorch op-level capture attributes device rows to
-/// fewer than half of its ranges: 92 962 of emit_nvtx's 206 019). Made once the chains' rows are counted
-/// ([`DevTable::of_chains`]), before the sweep fills the metrics; the counts are allocated by [`spread_counts`],
-/// once the device rows are gone (the sweep is the analysis's peak).
+/// By occurrence, its device metrics ([`CMet`]) and row counts ([`DevCounts`]), 56 bytes kept only for the
+/// occurrences with device rows, found through [`Slots`] (a bit an occurrence: a PyTorch op-level capture
+/// attributes device rows to fewer than half of its ranges, 92 962 of emit_nvtx's 206 019). Made once the chains'
+/// rows are counted ([`DevTable::of_chains`]), before the sweep fills the metrics; the counts are allocated by
+/// [`spread_counts`], once the device rows are gone (the sweep is the analysis's peak).
 #[derive(Clone, Default)]
 struct DevTable {
-    /// Occurrence → its index in `met` and `counts`, [`DevTable::NONE`] without device rows.
-    slot: Vec<u32>,
+    /// Occurrence → its index in `met` and `counts`, none without device rows.
+    slot: Slots,
     met: Vec<CMet>,
     counts: Vec<DevCounts>,
 }
 
 impl DevTable {
-    const NONE: u32 = u32::MAX;
-
     /// A slot for each of the `n` occurrences that a chain with device rows holds, in occurrence order.
     fn of_chains(n: usize, chains: &Chains, chain_counts: &[DevCounts]) -> DevTable {
-        const SEEN: u32 = 0;
-        let mut slot = vec![DevTable::NONE; n];
-        for (_, occs) in device::counted_chains(chains, chain_counts) {
-            for &o in occs {
-                slot[o as usize] = SEEN;
-            }
-        }
-        let mut k = 0u32;
-        for s in slot.iter_mut().filter(|s| **s == SEEN) {
-            *s = k;
-            k += 1;
-        }
-        DevTable { slot, met: vec![CMet::EMPTY; k as usize], counts: Vec::new() }
+        let held = device::counted_chains(chains, chain_counts).flat_map(|(_, occs)| occs.iter().map(|&o| o as usize));
+        let slot = Slots::of(n, held);
+        DevTable { met: vec![CMet::EMPTY; slot.count()], slot, counts: Vec::new() }
     }
 
     fn len(&self) -> usize {
@@ -389,35 +434,28 @@ impl DevTable {
 
     /// Occurrence `i`'s metrics (empty without device rows, or before the device rows are attributed).
     fn met(&self, i: usize) -> CMet {
-        match self.slot.get(i).copied().unwrap_or(DevTable::NONE) {
-            DevTable::NONE => CMet::EMPTY,
-            k => self.met[k as usize],
-        }
+        self.slot.get(i).map_or(CMet::EMPTY, |k| self.met[k as usize])
     }
 
     /// Occurrence `i`'s row counts (none without device rows, or before they are spread).
     fn counts(&self, i: usize) -> DevCounts {
-        match self.slot.get(i).copied().unwrap_or(DevTable::NONE) {
-            DevTable::NONE => DevCounts::default(),
-            k => self.counts.get(k as usize).copied().unwrap_or_default(),
-        }
+        self.slot.get(i).and_then(|k| self.counts.get(k as usize).copied()).unwrap_or_default()
     }
 
     /// The metrics and counts of the occurrences `keep` (ascending) only; the others read as without device rows.
     fn retain(&mut self, keep: &[usize]) {
-        let mut slot = vec![DevTable::NONE; self.slot.len()];
         let (mut met, mut counts) = (Vec::new(), Vec::new());
-        for &i in keep {
-            let Some(&k) = self.slot.get(i).filter(|&&k| k != DevTable::NONE) else { continue };
-            slot[i] = met.len() as u32;
-            met.push(self.met[k as usize]);
-            if let Some(&c) = self.counts.get(k as usize) {
+        let kept: Vec<usize> = keep.iter().copied().filter(|&i| self.slot.get(i).is_some()).collect();
+        for &i in &kept {
+            let k = self.slot.get(i).unwrap_or_default() as usize;
+            met.push(self.met[k]);
+            if let Some(&c) = self.counts.get(k) {
                 counts.push(c);
             }
         }
         // counts are spread for every slot or for none
         debug_assert!(counts.is_empty() || counts.len() == met.len());
-        *self = DevTable { slot, met, counts };
+        *self = DevTable { slot: Slots::of(self.slot.len(), kept), met, counts };
     }
 }
 
@@ -426,41 +464,26 @@ impl DevTable {
 type SyncHits = FxMap<u64, SyncStat>;
 
 /// The blocking sync calls of each occurrence, by API index: the entries of [`SyncHits`] sorted by key (made
-/// once the join is done; smaller than the map), then indexed by occurrence ([`SyncTable::index`], once the
-/// device rows are gone).
+/// once the join is done; smaller than the map). An occurrence's entries are found by binary search, or by a
+/// [`SyncCursor`] walking the occurrences in order: an index by occurrence cost 8 bytes each (16 MB on
+/// emit_nvtx ×10's 2 M op ranges, most of which have no sync call).
 #[derive(Clone, Default)]
 struct SyncTable {
     ent: Vec<(u64, SyncStat)>,
-    /// Occurrence `i`'s entries are `ent[off[i]..off[i + 1]]` (empty before [`SyncTable::index`]).
-    off: Vec<usize>,
 }
 
 impl SyncTable {
     fn new(hits: SyncHits) -> SyncTable {
         let mut ent: Vec<(u64, SyncStat)> = hits.into_iter().collect();
         ent.sort_unstable_by_key(|e| e.0);
-        SyncTable { ent, off: Vec::new() }
-    }
-
-    fn index(&mut self, n: usize) {
-        let mut k = 0;
-        self.off = (0..=n as u64)
-            .map(|i| {
-                while k < self.ent.len() && self.ent[k].0 >> 8 < i {
-                    k += 1;
-                }
-                k
-            })
-            .collect();
+        SyncTable { ent }
     }
 
     /// Occurrence `i`'s per-API statistics, by API index.
     fn of(&self, i: usize) -> impl Iterator<Item = (u8, SyncStat)> + '_ {
-        let at = match (self.off.get(i), self.off.get(i + 1)) {
-            (Some(&a), Some(&b)) => &self.ent[a..b],
-            _ => &[],
-        };
-        at.iter().map(|&(k, st)| (k as u8, st))
+        let lo = self.ent.partition_point(|e| e.0 >> 8 < i as u64);
+        let n = self.ent[lo..].partition_point(|e| e.0 >> 8 == i as u64);
+        api_stats(&self.ent[lo..lo + n])
     }
 
     /// Occurrence `i`'s sync calls and their ns (saturating, like each API's).
@@ -468,14 +491,38 @@ impl SyncTable {
         self.of(i).fold((0, 0), |(c, ns), (_, s)| (c + s.calls, ns.saturating_add(s.total_ns)))
     }
 
-    /// The entries of the occurrences `keep` (ascending) only, indexed again for `n` occurrences.
-    fn retain(&mut self, keep: &[usize], n: usize) {
+    /// The entries of the occurrences `keep` (ascending) only.
+    fn retain(&mut self, keep: &[usize]) {
         let mut ent = Vec::new();
         for &i in keep {
             ent.extend(self.of(i).map(|(api, st)| ((i as u64) << 8 | api as u64, st)));
         }
-        *self = SyncTable { ent, off: Vec::new() };
-        self.index(n);
+        *self = SyncTable { ent };
+    }
+
+    /// A cursor for occurrences asked in ascending order.
+    fn cursor(&self) -> SyncCursor<'_> {
+        SyncCursor { ent: &self.ent }
+    }
+}
+
+fn api_stats(ent: &[(u64, SyncStat)]) -> impl Iterator<Item = (u8, SyncStat)> + '_ {
+    ent.iter().map(|&(k, st)| (k as u8, st))
+}
+
+/// [`SyncTable::of`] for occurrences asked in ascending order, without a search.
+struct SyncCursor<'a> {
+    ent: &'a [(u64, SyncStat)],
+}
+
+impl<'a> SyncCursor<'a> {
+    /// Occurrence `i`'s per-API statistics (`i` not below any asked before).
+    fn of(&mut self, i: usize) -> impl Iterator<Item = (u8, SyncStat)> + 'a {
+        let lo = self.ent.iter().take_while(|e| e.0 >> 8 < i as u64).count();
+        let n = self.ent[lo..].iter().take_while(|e| e.0 >> 8 == i as u64).count();
+        let (at, rest) = self.ent[lo..].split_at(n);
+        self.ent = rest;
+        api_stats(at)
     }
 }
 
@@ -555,10 +602,9 @@ struct Work {
     row_skips: RowSkips,
     occ: std::sync::Arc<Vec<COcc>>,
     label_names: Vec<String>,
+    domains: Domains,
     /// `(globalTid, lo, hi)` thread slices of `occ`.
     slices: Vec<(i64, usize, usize)>,
-    /// Occurrence → its thread slice index.
-    thread_of: std::sync::Arc<Vec<u32>>,
     /// globalTid → (slice index, lo, hi).
     slice_of: FxMap<i64, (u32, usize, usize)>,
     /// By occurrence: its runtime calls (the join's).

@@ -23,7 +23,7 @@ pub(super) struct NamelessCall {
 #[derive(Clone)]
 pub(super) struct DeviceMarks {
     pub(super) marks: Vec<Vec<u32>>,
-    pub(super) tags: Vec<Tag>,
+    pub(super) tags: device::Tags,
 }
 
 /// What an analysis keeps for a later collection of intervals ([`collect_preloaded`]).
@@ -150,7 +150,7 @@ fn device_of(wanted: &[bool], f: &FirstPass, per_occ: &mut IntervalTable) {
     let mut off: Vec<usize> = Vec::with_capacity(tags.len() + 1);
     let mut occs: Vec<u32> = Vec::new();
     off.push(0);
-    for t in tags {
+    for t in tags.iter() {
         if t.chain != u32::MAX {
             occs.extend(chain_in(&f.chain_offs, &f.chain_data, t.chain).iter().filter(|&&o| wanted[o as usize]));
         }
@@ -186,7 +186,7 @@ fn device_of(wanted: &[bool], f: &FirstPass, per_occ: &mut IntervalTable) {
             if a == b {
                 continue;
             }
-            let tg = tags[t as usize];
+            let tg = tags.get(t);
             let end = if r.dur == u32::MAX { tg.end } else { r.start + r.dur as i64 };
             for &o in &occs[a..b] {
                 let iv = per_occ.get_mut(o as usize).expect("a wanted occurrence is asked for");

@@ -124,7 +124,7 @@ pub(super) fn run_scans(
                 DeviceRows::Own(chunks)
             }
         };
-        attribute_device_rows(&mut w, corr, rows);
+        attribute_device_rows(&mut w, corr, rows)?;
         ph.mark("attribute_device_rows+sweep");
         Ok(w)
     })
@@ -197,11 +197,11 @@ pub(super) fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvt
     };
     let mut loaded = load_interned(export, opts, nvtx_stats, at_read)?;
     let slices = thread_slices(&loaded.occurrences);
-    let n = loaded.occurrences.len();
     // labels as ids; folding runs once per distinct raw label (with its occurrence count, first-seen order:
     // what one call per occurrence gives), and the folded labels are numbered in order of first occurrence
     let mut label_names: Vec<String> = Vec::new();
     let mut tally = opts.fold.then(|| loaded.tally.take().unwrap_or_default());
+    let mut domains = Domains::default();
     let occ: Vec<COcc> = {
         let mut count = vec![0u64; loaded.labels.len()];
         // the first occurrence of each label (its key orders the fold report's examples)
@@ -240,14 +240,13 @@ pub(super) fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvt
                 final_of[r as usize] = id;
             }
         }
-        let c_occ = |o: &occurrences::Interned| COcc {
+        let mut c_occ = |o: &occurrences::Interned| COcc {
             start: o.start,
             end: o.end,
-            domain_id: o.domain_id,
             label: final_of[o.label as usize],
             depth: o.depth,
             parent: o.parent,
-            event_type: o.event_type,
+            kind: domains.kind(o.domain_id, o.event_type),
         };
         if keep_loaded {
             loaded.occurrences.iter().map(c_occ).collect()
@@ -258,12 +257,8 @@ pub(super) fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvt
             v
         }
     };
-    let mut thread_of = vec![0u32; n];
     let mut slice_of: FxMap<i64, (u32, usize, usize)> = FxMap::default();
     for (ti, &(g, lo, hi)) in slices.iter().enumerate() {
-        for t in &mut thread_of[lo..hi] {
-            *t = ti as u32;
-        }
         slice_of.insert(g, (ti as u32, lo, hi));
     }
     let folded = tally.map(|t| t.report(crate::labels::REPORT_LIMIT, label_names.len() as u64));
@@ -274,8 +269,8 @@ pub(super) fn load(export: &Export, opts: &RangesOptions, keep_loaded: bool, nvt
         truncated: std::mem::take(&mut loaded.truncated),
         occ: std::sync::Arc::new(occ),
         label_names,
+        domains,
         slices,
-        thread_of: std::sync::Arc::new(thread_of),
         slice_of,
         folded,
     };
@@ -295,8 +290,8 @@ pub(super) struct LoadPart {
     /// Shared with the analysis that loaded them (its [`OccurrenceTable`] keeps them): never copied.
     pub(super) occ: std::sync::Arc<Vec<COcc>>,
     pub(super) label_names: Vec<String>,
+    domains: Domains,
     pub(super) slices: Vec<(i64, usize, usize)>,
-    thread_of: std::sync::Arc<Vec<u32>>,
     pub(super) slice_of: FxMap<i64, (u32, usize, usize)>,
     folded: Option<crate::labels::FoldReport>,
 }
@@ -304,7 +299,7 @@ pub(super) struct LoadPart {
 impl Work {
     fn of_load(p: LoadPart, loaded: Option<occurrences::InternedOccurrences>) -> Work {
         let LoadPart {
-            tables_present, skipped, truncated, occ, label_names, slices, thread_of, slice_of, folded, ..
+            tables_present, skipped, truncated, occ, label_names, domains, slices, slice_of, folded, ..
         } = p;
         let n = occ.len();
         let nth = slices.len();
@@ -315,8 +310,8 @@ impl Work {
             row_skips: RowSkips::new(),
             occ,
             label_names,
+            domains,
             slices,
-            thread_of,
             slice_of,
             runtime_calls: vec![0; n],
             chain_counts: Vec::new(),
@@ -349,8 +344,8 @@ impl Work {
             truncated: self.truncated.clone(),
             occ: std::sync::Arc::clone(&self.occ),
             label_names: self.label_names.clone(),
+            domains: self.domains.clone(),
             slices: self.slices.clone(),
-            thread_of: std::sync::Arc::clone(&self.thread_of),
             slice_of: self.slice_of.clone(),
             folded: self.folded.clone(),
         }

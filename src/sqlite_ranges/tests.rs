@@ -161,10 +161,10 @@ fn tags_are_shared_by_chain_and_device() {
     let long = t.own(Tag { chain: 2, dev: 0, end: 99 });
     assert_ne!(long, t.shared(2, 0));
     for (id, (chain, dev)) in [(first, (1, 0)), (other, (1, 5)), (none, (u32::MAX, 0))] {
-        let tag = t.tags[id as usize];
+        let tag = t.get(id);
         assert_eq!((tag.chain, tag.dev), (chain, dev));
     }
-    assert_eq!(t.tags[long as usize].end, 99);
+    assert_eq!(t.get(long).end, 99);
 }
 
 #[test]
@@ -175,8 +175,7 @@ fn sync_table_gives_each_occurrence_its_apis_in_order() {
     hits.insert(2 << 8 | 1, st(2, 30));
     hits.insert(4 << 8, st(1, i64::MAX));
     hits.insert(4 << 8 | 3, st(1, 5));
-    let mut t = SyncTable::new(hits);
-    t.index(6);
+    let t = SyncTable::new(hits);
     assert_eq!(t.of(2).collect::<Vec<_>>(), vec![(1, st(2, 30)), (5, st(1, 10))]);
     assert_eq!(t.totals(2), (3, 40));
     assert_eq!(t.of(3).count(), 0);
@@ -190,4 +189,18 @@ fn sync_table_gives_each_occurrence_its_apis_in_order() {
 fn digit_runs_collapse() {
     assert_eq!(digits_to_hash("vibeserve.request.12"), "vibeserve.request.#");
     assert_eq!(digits_to_hash("a1b22c"), "a#b#c");
+}
+
+#[test]
+fn an_occurrence_keeps_its_domain_and_event_type_packed() {
+    let mut d = Domains::default();
+    let cases = [(0i64, 59i32), (7, 60), (1 << 40, 59), (-3, 60), (7, 59), (0, 60)];
+    let kinds: Vec<u32> = cases.iter().map(|&(dom, et)| d.kind(dom, et)).collect();
+    for (&(dom, et), &kind) in cases.iter().zip(&kinds) {
+        let o = COcc { start: 0, end: 1, label: 0, depth: 0, parent: u32::MAX, kind };
+        assert_eq!((o.domain_id(&d), o.event_type()), (dom, et));
+    }
+    // one index per distinct domain, none (0) first
+    assert_eq!(d.ids, [0, 7, 1 << 40, -3]);
+    assert_eq!(std::mem::size_of::<COcc>(), 32);
 }
