@@ -134,7 +134,8 @@ impl OccurrenceTable {
         debug_assert!(keep.windows(2).all(|w| w[0] < w[1]));
         self.dev.retain(keep);
         self.syncs.retain(keep);
-        let calls: Vec<u32> = keep.iter().map(|&i| self.runtime_calls.get(i).copied().unwrap_or(0)).collect();
+        // read through runtime_calls(i): a table kept once before is indexed by its kept occurrences
+        let calls: Vec<u32> = keep.iter().map(|&i| self.runtime_calls(i) as u32).collect();
         self.runtime_calls = calls;
         self.calls_kept = Some(Slots::of(self.occ.len(), keep.iter().copied()));
     }
@@ -234,5 +235,14 @@ mod tests {
             assert_eq!(t.get(i).start, all.get(i).start);
         }
         assert!(kept == keep.len() && dropped > 0, "{kept} kept, {dropped} changed by the drop");
+        // keeping again, a subset of the kept: each still reads its own metrics
+        let again: Vec<usize> = keep.iter().copied().step_by(2).collect();
+        let mut u = t.clone();
+        u.keep_metrics_of(&again);
+        for &i in &again {
+            assert_eq!(u.metrics(i), all.metrics(i), "kept twice {i}");
+        }
+        // (what makes it a test: kept occurrences with runtime calls, whose kept index is not their own)
+        assert!(again.iter().enumerate().any(|(k, &i)| all.runtime_calls(i) > 0 && k != i));
     }
 }
